@@ -1,0 +1,3 @@
+module github.com/hydra-engine/hydra-engine
+
+go 1.26
