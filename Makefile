@@ -1,0 +1,68 @@
+# hydra-engine — see README.md.
+GO        ?= go
+BIN       := bin
+VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -s -w -X main.version=$(VERSION)
+# Static where we can: the pure-Go binaries then run on any Linux (the GPU box too).
+export CGO_ENABLED ?= 0
+
+RPC       ?= tcp://127.0.0.1:9510
+BACKEND   ?= mock
+FUZZTIME  ?= 3s
+LONGFUZZ  ?= 10m
+BENCHTIME ?= 3x
+
+# Fuzz targets as package:Target.
+FUZZ_TARGETS := \
+	./transport:FuzzParseRequestHeader \
+	./transport:FuzzParseResponseHeader \
+	./transport:FuzzParseDecodeFrames \
+	./host:FuzzReadBlobHeader \
+	./host:FuzzParseConfigure \
+	./host:FuzzParsePrefill \
+	./host:FuzzParseDecode \
+	./host:FuzzParseSwapQuant
+
+.PHONY: all build run test vet unit fuzz-brief fuzz bench proto clean
+
+all: build
+
+build:
+	@mkdir -p $(BIN)
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/hydra-engine ./cmd/hydra-plugin-mock ./cmd/hydractl
+
+# The engine on the mock backend, Hydra RPC on 127.0.0.1:9510, HTTP on :8080.
+run: build
+	$(BIN)/hydra-engine --rpc $(RPC) --http 127.0.0.1:8080 --backend $(BACKEND) $(ARGS)
+
+test: vet unit fuzz-brief
+
+vet:
+	@test -z "$$(gofmt -l . | tee /dev/stderr)" || (echo "gofmt: files above need formatting" && exit 1)
+	$(GO) vet ./...
+
+unit:
+	$(GO) test -count=1 -timeout 15m ./...
+
+# Each fuzz target briefly, from its checked-in corpus.
+fuzz-brief:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz $$pkg $$name ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
+
+# Longer fuzzing: make fuzz LONGFUZZ=1h
+fuzz:
+	@$(MAKE) --no-print-directory fuzz-brief FUZZTIME=$(LONGFUZZ)
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) ./plugins/mock/ ./transport/
+
+proto:
+	PATH="$$PATH:$$($(GO) env GOPATH)/bin" protoc --go_out=. --go_opt=module=github.com/hydra-engine/hydra-engine \
+		--go-grpc_out=. --go-grpc_opt=module=github.com/hydra-engine/hydra-engine \
+		iface/proto/hydra/backend/v1/backend.proto
+
+clean:
+	rm -rf $(BIN)

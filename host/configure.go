@@ -1,0 +1,151 @@
+package host
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/big"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/go-viper/mapstructure/v2"
+)
+
+// configureRequest is the typed form of a CONFIGURE payload. Pointers tell
+// "absent" from "zero". state_chunk_size stays a json.Number because its
+// conversion follows the C++ engine's (see chunkSizeFromNumber).
+type configureRequest struct {
+	StateChunkSize *json.Number `mapstructure:"state_chunk_size"`
+	Temperature    *float64     `mapstructure:"temperature"`
+	TopK           *int64       `mapstructure:"top_k"`
+	TopP           *float64     `mapstructure:"top_p"`
+	Seed           *uint64      `mapstructure:"seed"`
+	NPredict       *int64       `mapstructure:"n_predict"`
+}
+
+// configureResult is what a CONFIGURE applied, for the reply and the log.
+type configureResult struct {
+	ChunkRequested string // the literal asked for, "" if absent
+	ChunkApplied   uint64
+	Params         map[string]any // sampler defaults applied, by key
+	Ignored        []string       // keys this engine does not know
+}
+
+// parseConfigure decodes and validates a CONFIGURE payload without applying
+// it, so a bad request changes nothing.
+func parseConfigure(payload []byte) (configureRequest, []string, error) {
+	var req configureRequest
+	if len(bytes.TrimSpace(payload)) == 0 {
+		return req, nil, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.UseNumber()
+	var raw any
+	if err := dec.Decode(&raw); err != nil {
+		return req, nil, fmt.Errorf("config_json is not valid JSON: %w", err)
+	}
+	if dec.More() {
+		return req, nil, errors.New("config_json has data after the JSON object")
+	}
+	obj, ok := raw.(map[string]any)
+	if !ok {
+		return req, nil, errors.New("config_json must be a JSON object")
+	}
+	var md mapstructure.Metadata
+	d, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{Result: &req, Metadata: &md})
+	if err != nil {
+		return req, nil, err
+	}
+	if err := d.Decode(obj); err != nil {
+		return req, nil, fmt.Errorf("config_json: %w", err)
+	}
+	if v := req.Temperature; v != nil && (*v < 0 || math.IsNaN(*v)) {
+		return req, nil, fmt.Errorf("temperature must be >= 0, got %v", *v)
+	}
+	if v := req.TopP; v != nil && !(*v > 0 && *v <= 1) {
+		return req, nil, fmt.Errorf("top_p must be in (0, 1], got %v", *v)
+	}
+	if v := req.TopK; v != nil && (*v < 0 || *v > math.MaxInt32) {
+		return req, nil, fmt.Errorf("top_k must be in [0, %d], got %d", math.MaxInt32, *v)
+	}
+	if v := req.NPredict; v != nil && (*v < -1 || *v > math.MaxInt32) {
+		return req, nil, fmt.Errorf("n_predict must be -1 (no limit) or in [0, %d], got %d", math.MaxInt32, *v)
+	}
+	if req.StateChunkSize != nil {
+		if _, err := chunkSizeFromNumber(*req.StateChunkSize); err != nil {
+			return req, nil, err
+		}
+	}
+	sort.Strings(md.Unused)
+	return req, md.Unused, nil
+}
+
+// chunkSizeFromNumber converts like the C++ engine's get<size_t>: negative
+// integers wrap (so they clamp to the maximum), fractions truncate, anything
+// beyond uint64 saturates. The result still goes through ClampStateChunkSize.
+func chunkSizeFromNumber(n json.Number) (uint64, error) {
+	s := string(n)
+	if strings.ContainsAny(s, ".eE") {
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil && !errors.Is(err, strconv.ErrRange) {
+			return 0, fmt.Errorf("state_chunk_size: %w", err)
+		}
+		f = math.Trunc(f)
+		switch {
+		case f < 0 || f >= math.MaxUint64:
+			return math.MaxUint64, nil
+		default:
+			return uint64(f), nil
+		}
+	}
+	b, ok := new(big.Int).SetString(s, 10)
+	if !ok {
+		return 0, fmt.Errorf("state_chunk_size: %q is not a number", s)
+	}
+	if b.Sign() < 0 || !b.IsUint64() {
+		return math.MaxUint64, nil
+	}
+	return b.Uint64(), nil
+}
+
+// apply applies a parsed request to t.
+func (req configureRequest) apply(t *Tunables, ignored []string) configureResult {
+	res := configureResult{Ignored: ignored}
+	if req.StateChunkSize != nil {
+		n, _ := chunkSizeFromNumber(*req.StateChunkSize) // validated by parseConfigure
+		res.ChunkRequested = string(*req.StateChunkSize)
+		res.ChunkApplied = t.SetStateChunkSize(n)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	set := func(k string, v any) {
+		if res.Params == nil {
+			res.Params = map[string]any{}
+		}
+		res.Params[k] = v
+	}
+	if v := req.Temperature; v != nil {
+		t.sampler.Temperature = float32(*v)
+		set("temperature", *v)
+	}
+	if v := req.TopK; v != nil {
+		t.sampler.TopK = int32(*v)
+		set("top_k", *v)
+	}
+	if v := req.TopP; v != nil {
+		t.sampler.TopP = float32(*v)
+		set("top_p", *v)
+	}
+	if v := req.Seed; v != nil {
+		t.sampler.Seed = *v
+		set("seed", *v)
+	}
+	if v := req.NPredict; v != nil {
+		t.nPredict = int(*v)
+		set("n_predict", *v)
+	}
+	return res
+}

@@ -1,0 +1,296 @@
+package host
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/transport"
+)
+
+// chatMessage is an OpenAI chat message; content is a string, an array of
+// parts, or null.
+type chatMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+func (m chatMessage) text() (string, error) {
+	c := bytes.TrimSpace(m.Content)
+	if len(c) == 0 || string(c) == "null" {
+		return "", nil
+	}
+	if c[0] == '"' {
+		var s string
+		err := json.Unmarshal(c, &s)
+		return s, err
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(c, &parts); err != nil {
+		return "", errors.New("content must be a string, an array of parts or null")
+	}
+	var sb strings.Builder
+	for _, p := range parts {
+		if p.Type != "text" {
+			return "", fmt.Errorf("content part of type %q is not supported", p.Type)
+		}
+		sb.WriteString(p.Text)
+	}
+	return sb.String(), nil
+}
+
+func toMessages(in []chatMessage) ([]iface.Message, error) {
+	out := make([]iface.Message, len(in))
+	for i, m := range in {
+		if m.Role == "" {
+			return nil, fmt.Errorf("messages[%d] has no role", i)
+		}
+		t, err := m.text()
+		if err != nil {
+			return nil, fmt.Errorf("messages[%d]: %w", i, err)
+		}
+		out[i] = iface.Message{Role: m.Role, Content: t}
+	}
+	return out, nil
+}
+
+// parseTokens reads little-endian u32 token ids.
+func parseTokens(p []byte) ([]int32, error) {
+	if len(p)%4 != 0 {
+		return nil, fmt.Errorf("raw token payload of %d bytes is not a multiple of 4", len(p))
+	}
+	toks := make([]int32, len(p)/4)
+	for i := range toks {
+		v := binary.LittleEndian.Uint32(p[4*i:])
+		if v > math.MaxInt32 {
+			return nil, fmt.Errorf("token %d: id %d out of range", i, v)
+		}
+		toks[i] = int32(v)
+	}
+	return toks, nil
+}
+
+func isJSONObject(p []byte) bool {
+	t := bytes.TrimLeft(p, " \t\r\n")
+	return len(t) > 0 && t[0] == '{'
+}
+
+// parsePrefill accepts an OpenAI chat-completions object (JSON) or raw u32
+// token ids (the E1 form). A payload that starts like JSON but is not, and
+// whose length fits token ids, is read as tokens: a first token id whose low
+// byte is '{' is legal.
+func parsePrefill(p []byte, slot int) (iface.PrefillRequest, error) {
+	req := iface.PrefillRequest{Slot: slot}
+	if len(p) == 0 {
+		return req, errors.New("PREFILL payload is empty")
+	}
+	if isJSONObject(p) {
+		var body struct {
+			Messages []chatMessage `json:"messages"`
+			Model    string        `json:"model"`
+		}
+		jerr := json.Unmarshal(p, &body)
+		if jerr == nil {
+			if len(body.Messages) == 0 {
+				return req, errors.New("PREFILL request has no messages")
+			}
+			msgs, err := toMessages(body.Messages)
+			if err != nil {
+				return req, err
+			}
+			req.Messages, req.Model = msgs, body.Model
+			return req, nil
+		}
+		if len(p)%4 != 0 {
+			return req, fmt.Errorf("PREFILL payload is neither JSON (%v) nor u32 token ids", jerr)
+		}
+	}
+	toks, err := parseTokens(p)
+	if err != nil {
+		return req, err
+	}
+	req.Tokens = toks
+	return req, nil
+}
+
+// handlePrefill evaluates a prompt into the slot and replies with its blob and
+// logits, as the C++ engine did.
+func (s *Server) handlePrefill(req *request, rp *replier) error {
+	slot, ok, err := slotKey(req, rp)
+	if !ok {
+		return err
+	}
+	payload, err := req.readPayload()
+	if err != nil {
+		return errFatal{err}
+	}
+	preq, err := parsePrefill(payload, slot)
+	if err != nil {
+		return rp.fail(transport.StatusError, err.Error())
+	}
+	if err := s.slots.acquire(slot, slotProcessing); err != nil {
+		return rp.failErr(err)
+	}
+	var after *iface.SlotInfo
+	defer func() { s.slots.release(slot, after) }()
+	b, info := s.Backend()
+	start := time.Now()
+	res, err := b.Prefill(s.ctx, preq)
+	if err != nil {
+		if si, serr := b.Slot(s.ctx, slot); serr == nil {
+			after = &si
+		}
+		return rp.failErr(err)
+	}
+	elapsed := time.Since(start)
+	after = &res.Slot
+	s.slots.update(slot, res.Slot)
+	logits := make([]byte, 0, 4*len(res.Logits))
+	for _, f := range res.Logits {
+		logits = binary.LittleEndian.AppendUint32(logits, math.Float32bits(f))
+	}
+	nTok := len(preq.Tokens)
+	if preq.Messages != nil {
+		nTok = len(res.Slot.Tokens)
+	}
+	m := newMeta().add("n_past", res.Slot.NPast).add("state_size", res.Slot.StateSize).
+		add("logits_size", len(logits)).add("tokens_processed", nTok).
+		add("prefill_ms", float64(elapsed.Microseconds())/1000).identity(info.Model).
+		add("model_fallback", res.ModelFallback)
+	return s.streamBlob(rp, b, res.Slot, m, logits)
+}
+
+// decodeRequest is a parsed DECODE.
+type decodeRequest struct {
+	nPredict int
+	prefill  *iface.PrefillRequest // prompt to evaluate from scratch first
+	sampler  iface.SamplerParams
+}
+
+// parseDecode accepts {"n_predict":N,"messages":[…]|null, sampler overrides}
+// or the E1 binary form [i32 n_predict][u32 tokens…].
+func parseDecode(p []byte, slot int, sampler iface.SamplerParams) (decodeRequest, error) {
+	d := decodeRequest{sampler: sampler}
+	if isJSONObject(p) {
+		var body struct {
+			NPredict    *int64        `json:"n_predict"`
+			Messages    []chatMessage `json:"messages"`
+			Temperature *float32      `json:"temperature"`
+			TopK        *int32        `json:"top_k"`
+			TopP        *float32      `json:"top_p"`
+			Seed        *uint64       `json:"seed"`
+		}
+		if err := json.Unmarshal(p, &body); err != nil {
+			return d, fmt.Errorf("DECODE payload is not valid JSON: %w", err)
+		}
+		if body.NPredict == nil {
+			return d, errors.New("DECODE request needs n_predict")
+		}
+		if *body.NPredict < 0 || *body.NPredict > math.MaxInt32 {
+			return d, fmt.Errorf("n_predict must be in [0, %d], got %d", math.MaxInt32, *body.NPredict)
+		}
+		d.nPredict = int(*body.NPredict)
+		if body.Messages != nil {
+			msgs, err := toMessages(body.Messages)
+			if err != nil {
+				return d, err
+			}
+			if len(msgs) == 0 {
+				return d, errors.New("DECODE messages is empty")
+			}
+			d.prefill = &iface.PrefillRequest{Slot: slot, Messages: msgs}
+		}
+		if body.Temperature != nil {
+			if *body.Temperature < 0 {
+				return d, errors.New("temperature must be >= 0")
+			}
+			d.sampler.Temperature = *body.Temperature
+		}
+		if body.TopK != nil {
+			d.sampler.TopK = *body.TopK
+		}
+		if body.TopP != nil {
+			d.sampler.TopP = *body.TopP
+		}
+		if body.Seed != nil {
+			d.sampler.Seed = *body.Seed
+		}
+		return d, nil
+	}
+	if len(p) < 4 {
+		return d, fmt.Errorf("DECODE payload of %d bytes is neither JSON nor [i32 n_predict][u32 tokens]", len(p))
+	}
+	n := int32(binary.LittleEndian.Uint32(p))
+	if n < 0 {
+		return d, fmt.Errorf("n_predict must be >= 0, got %d", n)
+	}
+	d.nPredict = int(n)
+	if len(p) > 4 {
+		toks, err := parseTokens(p[4:])
+		if err != nil {
+			return d, err
+		}
+		d.prefill = &iface.PrefillRequest{Slot: slot, Tokens: toks}
+	}
+	return d, nil
+}
+
+// handleDecode generates tokens and replies fully framed: meta
+// {"tokens_generated","n_past","stop_reason","text"} and 9-byte frames
+// [u32 token_id][f32 logprob][u8 flags, 0x01 = final].
+func (s *Server) handleDecode(req *request, rp *replier) error {
+	slot, ok, err := slotKey(req, rp)
+	if !ok {
+		return err
+	}
+	payload, err := req.readPayload()
+	if err != nil {
+		return errFatal{err}
+	}
+	dreq, err := parseDecode(payload, slot, s.tun.Sampler())
+	if err != nil {
+		return rp.fail(transport.StatusError, err.Error())
+	}
+	if err := s.slots.acquire(slot, slotProcessing); err != nil {
+		return rp.failErr(err)
+	}
+	var after *iface.SlotInfo
+	defer func() { s.slots.release(slot, after) }()
+	b, _ := s.Backend()
+	defer func() {
+		if si, err := b.Slot(s.ctx, slot); err == nil {
+			after = &si
+		}
+	}()
+	if dreq.prefill != nil {
+		if _, err := b.Prefill(s.ctx, *dreq.prefill); err != nil {
+			return rp.failErr(err)
+		}
+	}
+	var frames []byte
+	var text strings.Builder
+	res, err := b.Decode(s.ctx, iface.DecodeRequest{Slot: slot, NPredict: dreq.nPredict, Sampler: dreq.sampler},
+		func(t iface.Token) error {
+			frames = transport.AppendDecodeFrame(frames, transport.DecodeFrame{TokenID: uint32(t.ID), Logprob: t.Logprob})
+			text.WriteString(t.Text)
+			return nil
+		})
+	if err != nil {
+		return rp.failErr(err)
+	}
+	if len(frames) > 0 {
+		frames[len(frames)-1] |= 0x01 // the last frame is the final one
+	}
+	m := newMeta().add("tokens_generated", res.TokensGenerated).add("n_past", res.NPast).
+		add("stop_reason", res.StopReason).add("text", text.String())
+	return rp.reply(transport.StatusOK, m.bytes(), frames)
+}

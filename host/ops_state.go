@@ -1,0 +1,161 @@
+package host
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/transport"
+)
+
+// slotKey parses a slot op's key, replying ERROR when it is not a number.
+func slotKey(req *request, rp *replier) (int, bool, error) {
+	slot, err := parseSlotKey(req.key)
+	if err != nil {
+		return 0, false, rp.fail(transport.StatusError, fmt.Sprintf("invalid slot key %q", req.key))
+	}
+	return slot, true, nil
+}
+
+// handleStateGet streams the slot's v2 blob: header, then the backend's state
+// written straight into the socket in state_chunk_size pieces.
+func (s *Server) handleStateGet(req *request, rp *replier) error {
+	slot, ok, err := slotKey(req, rp)
+	if !ok {
+		return err
+	}
+	if err := s.slots.acquire(slot, slotTransferring); err != nil {
+		return rp.failErr(err)
+	}
+	defer s.slots.release(slot, nil)
+	b, info := s.Backend()
+	si, err := b.Slot(s.ctx, slot)
+	if err != nil {
+		return rp.failErr(err)
+	}
+	return s.streamBlob(rp, b, si, newMeta().add("n_past", si.NPast).add("state_size", si.StateSize).identity(info.Model), nil)
+}
+
+// streamBlob replies OK with meta and the v2 blob of si, followed by trailer
+// (PREFILL's logits). A failure after the header closes the connection: the
+// client sees EOF before the announced payload length.
+func (s *Server) streamBlob(rp *replier, b iface.Backend, si iface.SlotInfo, m *meta, trailer []byte) error {
+	hdr := AppendBlobHeader(make([]byte, 0, blobHeaderSize(len(si.Tokens))), si.NPast, si.Tokens)
+	total := int64(len(hdr)) + si.StateSize + int64(len(trailer))
+	if err := rp.header(transport.StatusOK, m.bytes(), uint64(total)); err != nil {
+		return err
+	}
+	start := time.Now()
+	cw := &countingWriter{w: rp.w}
+	_, err := cw.Write(hdr)
+	if err == nil {
+		_, err = b.StateGet(s.ctx, si.Slot, s.tun.StateChunkSize(), cw)
+	}
+	if err == nil && cw.n != int64(len(hdr))+si.StateSize {
+		err = fmt.Errorf("backend wrote %d state bytes, announced %d", cw.n-int64(len(hdr)), si.StateSize)
+	}
+	if err == nil {
+		_, err = cw.Write(trailer)
+	}
+	if err == nil {
+		err = rp.w.Flush()
+	}
+	s.stats.transfer(false, cw.n, time.Since(start), err)
+	if err != nil {
+		return errFatal{fmt.Errorf("streaming slot %d state: %w", si.Slot, err)}
+	}
+	return nil
+}
+
+// readTracker remembers the first error of the socket side of a STATE_PUT,
+// to tell a vanished client (close the connection) from bad bytes (reply).
+type readTracker struct {
+	r   *io.LimitedReader
+	err error
+}
+
+func (t *readTracker) Read(p []byte) (int, error) {
+	n, err := t.r.Read(p)
+	if err != nil && t.err == nil && (err != io.EOF || t.r.N > 0) {
+		// io.EOF before the announced length is the peer hanging up.
+		t.err = err
+	}
+	return n, err
+}
+
+// handleStatePut restores a slot from a streamed v2 (or v1) blob. Any failure
+// leaves the slot empty.
+func (s *Server) handleStatePut(req *request, rp *replier) error {
+	slot, ok, err := slotKey(req, rp)
+	if !ok {
+		return err
+	}
+	if req.hdr.PayloadLen > s.cfg.MaxStateBytes {
+		return rp.fail(transport.StatusError, fmt.Sprintf("state payload of %d bytes exceeds the %d-byte limit", req.hdr.PayloadLen, s.cfg.MaxStateBytes))
+	}
+	if err := s.slots.acquire(slot, slotTransferring); err != nil {
+		return rp.failErr(err)
+	}
+	var after *iface.SlotInfo
+	defer func() { s.slots.release(slot, after) }()
+	b, info := s.Backend()
+	start := time.Now()
+	src := &readTracker{r: req.payload}
+	consumed, err := s.restore(b, slot, src, req.payload.N)
+	s.stats.transfer(true, int64(req.hdr.PayloadLen)-req.payload.N, time.Since(start), err)
+	if err != nil {
+		// Never leave a slot half-restored; the backend clears on failure, and
+		// this covers a backend that died on the way.
+		if cerr := b.ClearSlot(s.ctx, slot); cerr != nil {
+			s.log.Error("clearing slot after a failed restore", "slot", slot, "error", cerr)
+		}
+		empty := iface.SlotInfo{Slot: slot}
+		if si, serr := b.Slot(s.ctx, slot); serr == nil {
+			empty = si
+		}
+		after = &empty
+		if src.err != nil {
+			return errFatal{fmt.Errorf("client stream broke during STATE_PUT of slot %d: %w", slot, src.err)}
+		}
+		s.log.Warn("STATE_PUT failed, slot cleared", "slot", slot, "error", err)
+		return rp.fail(transport.StatusError, err.Error())
+	}
+	si, err := b.Slot(s.ctx, slot)
+	if err != nil {
+		return rp.failErr(err)
+	}
+	after = &si
+	return rp.reply(transport.StatusOK, newMeta().add("restored", true).add("bytes", consumed).
+		add("n_past", si.NPast).identity(info.Model).bytes(), nil)
+}
+
+// restore parses the wrapper and hands the rest of the payload to the backend.
+func (s *Server) restore(b iface.Backend, slot int, src io.Reader, total int64) (int64, error) {
+	bh, err := ReadBlobHeader(src, total)
+	if err != nil {
+		if errors.Is(err, errBlob) {
+			return 0, err
+		}
+		return 0, fmt.Errorf("%w: %w", errBlob, err)
+	}
+	return b.StatePut(s.ctx, slot, bh.Tokens, src, total-bh.Size)
+}
+
+// handleStateMeta answers from the host's slot table, so it works while the
+// slot is busy.
+func (s *Server) handleStateMeta(req *request, rp *replier) error {
+	slot, ok, err := slotKey(req, rp)
+	if !ok {
+		return err
+	}
+	st, err := s.slots.get(slot)
+	if err != nil {
+		return rp.failErr(err)
+	}
+	_, info := s.Backend()
+	return rp.reply(transport.StatusOK, newMeta().add("slot_id", slot).add("n_past", st.nPast).
+		add("state_size", st.stateSize).add("is_processing", st.use == slotProcessing).
+		add("is_transferring", st.use == slotTransferring).identity(info.Model).bytes(), nil)
+}

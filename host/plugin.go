@@ -1,0 +1,158 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+
+	"github.com/hydra-engine/hydra-engine/iface"
+)
+
+// PluginSpec is how to start a backend plugin process.
+type PluginSpec struct {
+	Name string   // backend name, for logs
+	Path string   // executable
+	Args []string // arguments after the executable
+}
+
+// EmbeddedPluginArg is the argument with which the engine binary re-executes
+// itself as its built-in mock backend.
+const EmbeddedPluginArg = "__plugin"
+
+// ResolvePlugin turns --backend into a command: a value with a path
+// separator is an executable; a name resolves to hydra-plugin-NAME in
+// pluginDir, then beside the engine binary. The mock falls back to the copy
+// embedded in the engine binary, so a lone engine binary runs.
+func ResolvePlugin(backend, pluginDir string) (PluginSpec, error) {
+	if backend == "" {
+		return PluginSpec{}, errors.New("no backend given")
+	}
+	if strings.ContainsRune(backend, os.PathSeparator) {
+		p, err := filepath.Abs(backend)
+		if err != nil {
+			return PluginSpec{}, err
+		}
+		if err := checkExecutable(p); err != nil {
+			return PluginSpec{}, err
+		}
+		return PluginSpec{Name: strings.TrimPrefix(filepath.Base(p), "hydra-plugin-"), Path: p}, nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return PluginSpec{}, err
+	}
+	file := "hydra-plugin-" + backend
+	var dirs []string
+	if pluginDir != "" {
+		dirs = append(dirs, pluginDir)
+	}
+	dirs = append(dirs, filepath.Dir(self))
+	for _, d := range dirs {
+		p, err := filepath.Abs(filepath.Join(d, file))
+		if err != nil {
+			continue
+		}
+		if checkExecutable(p) == nil {
+			return PluginSpec{Name: backend, Path: p}, nil
+		}
+	}
+	if backend == "mock" {
+		return PluginSpec{Name: backend, Path: self, Args: []string{EmbeddedPluginArg, "mock"}}, nil
+	}
+	return PluginSpec{}, fmt.Errorf("backend %q: no executable %s in %s", backend, file, strings.Join(dirs, " or "))
+}
+
+func checkExecutable(p string) error {
+	st, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	if st.IsDir() || st.Mode()&0o111 == 0 {
+		return fmt.Errorf("%s is not an executable file", p)
+	}
+	return nil
+}
+
+// pluginEnv is the environment a plugin gets: only what a backend needs to
+// find its libraries and devices, not the operator's whole shell.
+func pluginEnv() []string {
+	keep := []string{"PATH", "HOME", "TMPDIR", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "GGML_", "OMP_", "HYDRA_"}
+	var env []string
+	for _, kv := range os.Environ() {
+		for _, k := range keep {
+			if strings.HasPrefix(kv, k+"=") || (strings.HasSuffix(k, "_") && strings.HasPrefix(kv, k)) {
+				env = append(env, kv)
+				break
+			}
+		}
+	}
+	return env
+}
+
+// Plugin is a running backend plugin process.
+type Plugin struct {
+	Spec    PluginSpec
+	Backend iface.Backend
+	Info    iface.BackendInfo
+	client  *plugin.Client
+	cmd     *exec.Cmd
+}
+
+// StartPlugin launches the plugin, negotiates the protocol and loads the
+// model. The plugin runs in its own process group (killed as a group) and
+// dies with the host (Pdeathsig).
+func StartPlugin(ctx context.Context, spec PluginSpec, load iface.LoadRequest, logger hclog.Logger) (*Plugin, error) {
+	cmd := exec.Command(spec.Path, spec.Args...)
+	cmd.Env = pluginEnv()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cfg := iface.NewClientConfig(cmd, logger.Named("plugin."+spec.Name))
+	cfg.SkipHostEnv = true
+	client := plugin.NewClient(cfg)
+	p := &Plugin{Spec: spec, client: client, cmd: cmd}
+	b, err := iface.Dispense(client)
+	if err != nil {
+		p.Kill()
+		return nil, fmt.Errorf("starting backend %s (%s): %w", spec.Name, spec.Path, err)
+	}
+	p.Backend = b
+	info, err := b.Load(ctx, load)
+	if err != nil {
+		p.Kill()
+		return nil, fmt.Errorf("backend %s: loading: %w", spec.Name, err)
+	}
+	if info.NSlots <= 0 {
+		p.Kill()
+		return nil, fmt.Errorf("backend %s reported %d slots", spec.Name, info.NSlots)
+	}
+	p.Info = info
+	return p, nil
+}
+
+// Exited reports whether the plugin process has exited.
+func (p *Plugin) Exited() bool { return p.client.Exited() }
+
+// Kill stops the plugin and everything it started.
+func (p *Plugin) Kill() {
+	if p.cmd.Process != nil {
+		// Negative pid: the whole process group, children included.
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+	}
+	done := make(chan struct{})
+	go func() { p.client.Kill(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+	}
+	if p.cmd.Process != nil {
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	}
+}

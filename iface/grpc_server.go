@@ -1,0 +1,293 @@
+package iface
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"google.golang.org/grpc"
+
+	backendv1 "github.com/hydra-engine/hydra-engine/iface/proto/hydra/backend/v1"
+)
+
+// maxChunk is the most data one StateGetResponse or StatePutRequest may carry:
+// MaxMessageSize less room for the field's tag and length prefix.
+const maxChunk = MaxMessageSize - 64
+
+// GRPCServer serves a Backend implementation over the v1 gRPC protocol; it
+// runs in the plugin process.
+type GRPCServer struct {
+	backendv1.UnimplementedBackendServer
+	Impl Backend
+}
+
+var _ backendv1.BackendServer = (*GRPCServer)(nil)
+
+func (s *GRPCServer) Load(ctx context.Context, req *backendv1.LoadRequest) (*backendv1.LoadResponse, error) {
+	info, err := s.Impl.Load(ctx, LoadRequest{
+		Model:   req.GetModel(),
+		NSlots:  int(req.GetNSlots()),
+		Options: req.GetOptions(),
+	})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &backendv1.LoadResponse{Info: backendInfoToPB(info)}, nil
+}
+
+func (s *GRPCServer) Info(ctx context.Context, _ *backendv1.InfoRequest) (*backendv1.InfoResponse, error) {
+	info, err := s.Impl.Info(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &backendv1.InfoResponse{Info: backendInfoToPB(info)}, nil
+}
+
+func (s *GRPCServer) Slot(ctx context.Context, req *backendv1.SlotRequest) (*backendv1.SlotResponse, error) {
+	si, err := s.Impl.Slot(ctx, int(req.GetSlot()))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &backendv1.SlotResponse{Slot: slotInfoToPB(si)}, nil
+}
+
+func (s *GRPCServer) ClearSlot(ctx context.Context, req *backendv1.ClearSlotRequest) (*backendv1.ClearSlotResponse, error) {
+	if err := s.Impl.ClearSlot(ctx, int(req.GetSlot())); err != nil {
+		return nil, toStatus(err)
+	}
+	return &backendv1.ClearSlotResponse{}, nil
+}
+
+func (s *GRPCServer) Prefill(ctx context.Context, req *backendv1.PrefillRequest) (*backendv1.PrefillResponse, error) {
+	var msgs []Message
+	if pm := req.GetMessages(); len(pm) > 0 {
+		msgs = make([]Message, len(pm))
+		for i, m := range pm {
+			msgs[i] = Message{Role: m.GetRole(), Content: m.GetContent()}
+		}
+	}
+	res, err := s.Impl.Prefill(ctx, PrefillRequest{
+		Slot:     int(req.GetSlot()),
+		Messages: msgs,
+		Tokens:   req.GetTokens(),
+		Model:    req.GetModel(),
+	})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &backendv1.PrefillResponse{
+		Slot:          slotInfoToPB(res.Slot),
+		Logits:        res.Logits,
+		ModelFallback: res.ModelFallback,
+	}, nil
+}
+
+func (s *GRPCServer) Decode(req *backendv1.DecodeRequest, stream grpc.ServerStreamingServer[backendv1.DecodeResponse]) error {
+	sp := req.GetSampler()
+	res, err := s.Impl.Decode(stream.Context(), DecodeRequest{
+		Slot:     int(req.GetSlot()),
+		NPredict: int(req.GetNPredict()),
+		Sampler: SamplerParams{
+			Temperature: sp.GetTemperature(),
+			TopK:        sp.GetTopK(),
+			TopP:        sp.GetTopP(),
+			Seed:        sp.GetSeed(),
+		},
+	}, func(t Token) error {
+		// A failed Send means the host is gone or gave up (its emit failed and
+		// it cancelled); fromStatus turns that into context.Canceled for the
+		// backend.
+		return fromStatus(stream.Send(&backendv1.DecodeResponse{
+			Event: &backendv1.DecodeResponse_Token{Token: &backendv1.Token{
+				Id:      t.ID,
+				Text:    []byte(t.Text),
+				Logprob: t.Logprob,
+			}},
+		}))
+	})
+	if err != nil {
+		return toStatus(err)
+	}
+	return toStatus(stream.Send(&backendv1.DecodeResponse{
+		Event: &backendv1.DecodeResponse_Result{Result: &backendv1.DecodeResult{
+			TokensGenerated: int64(res.TokensGenerated),
+			NPast:           int64(res.NPast),
+			StopReason:      res.StopReason,
+		}},
+	}))
+}
+
+func (s *GRPCServer) StateGet(req *backendv1.StateGetRequest, stream grpc.ServerStreamingServer[backendv1.StateGetResponse]) error {
+	chunk := req.GetChunkSize()
+	if chunk <= 0 || chunk > maxChunk {
+		chunk = maxChunk
+	}
+	w := &stateWriter{stream: stream, chunk: int(chunk)}
+	_, err := s.Impl.StateGet(stream.Context(), int(req.GetSlot()), int(chunk), w)
+	return toStatus(err)
+}
+
+// stateWriter sends each Write as StateGetResponse messages of at most chunk
+// bytes. It does not retain p: Send marshals the message into its own buffer
+// before returning (grpc-go serverStream.SendMsg → prepareMsg → codec
+// Marshal), and only stats handlers or x/net/trace (grpc.EnableTracing) could
+// keep the message afterwards; the plugin server installs neither.
+type stateWriter struct {
+	stream grpc.ServerStreamingServer[backendv1.StateGetResponse]
+	chunk  int
+}
+
+func (w *stateWriter) Write(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		end := min(len(p), n+w.chunk)
+		if err := w.stream.Send(&backendv1.StateGetResponse{Data: p[n:end]}); err != nil {
+			return n, fromStatus(err)
+		}
+		n = end
+	}
+	return n, nil
+}
+
+func (s *GRPCServer) StatePut(stream grpc.ClientStreamingServer[backendv1.StatePutRequest, backendv1.StatePutResponse]) error {
+	first, err := stream.Recv()
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return toStatus(fmt.Errorf("%w: StatePut stream without a header", ErrBadRequest))
+		}
+		return toStatus(fromStatus(err))
+	}
+	hdr := first.GetHeader()
+	if hdr == nil {
+		return toStatus(fmt.Errorf("%w: StatePut stream must start with a header", ErrBadRequest))
+	}
+	if hdr.GetSize() < 0 {
+		return toStatus(fmt.Errorf("%w: negative state size %d", ErrBadRequest, hdr.GetSize()))
+	}
+	r := &stateReader{stream: stream, size: hdr.GetSize()}
+	consumed, err := s.Impl.StatePut(stream.Context(), int(hdr.GetSlot()), hdr.GetTokens(), r, hdr.GetSize())
+	if err != nil {
+		return toStatus(err)
+	}
+	// The contract has the backend read r to its end; finish it for one that
+	// stopped early, so a success always means the host's bytes all arrived.
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		return toStatus(err)
+	}
+	return toStatus(stream.SendAndClose(&backendv1.StatePutResponse{Consumed: consumed}))
+}
+
+// stateReader reads the data messages of a StatePut stream. It holds exactly
+// the header's size bytes: a stream that ends early reads as
+// io.ErrUnexpectedEOF, one that carries more as ErrBadRequest, and a host that
+// aborts as context.Canceled, so a backend never mistakes a truncated state
+// for a whole one.
+type stateReader struct {
+	stream grpc.ClientStreamingServer[backendv1.StatePutRequest, backendv1.StatePutResponse]
+	size   int64  // declared in the header
+	recvd  int64  // data bytes received so far
+	buf    []byte // unread rest of the current message
+	err    error  // sticky, returned once buf is empty
+}
+
+func (r *stateReader) Read(p []byte) (int, error) {
+	for len(r.buf) == 0 {
+		if r.err != nil {
+			return 0, r.err
+		}
+		if len(p) == 0 {
+			return 0, nil
+		}
+		msg, err := r.stream.Recv()
+		switch {
+		case errors.Is(err, io.EOF):
+			if r.recvd < r.size {
+				r.err = fmt.Errorf("state stream ended after %d of %d bytes: %w", r.recvd, r.size, io.ErrUnexpectedEOF)
+			} else {
+				r.err = io.EOF
+			}
+		case err != nil:
+			r.err = fromStatus(err)
+		case msg.GetHeader() != nil:
+			r.err = fmt.Errorf("%w: StatePut header repeated mid-stream", ErrBadRequest)
+		default:
+			data := msg.GetData()
+			r.recvd += int64(len(data))
+			if r.recvd > r.size {
+				r.err = fmt.Errorf("%w: state stream carries more than the declared %d bytes", ErrBadRequest, r.size)
+			} else {
+				r.buf = data
+			}
+		}
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
+}
+
+func (s *GRPCServer) SetExpertMode(ctx context.Context, req *backendv1.SetExpertModeRequest) (*backendv1.SetExpertModeResponse, error) {
+	mode, err := s.Impl.SetExpertMode(ctx, req.GetMode())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &backendv1.SetExpertModeResponse{Mode: mode}, nil
+}
+
+func (s *GRPCServer) SwapQuant(ctx context.Context, req *backendv1.SwapQuantRequest) (*backendv1.SwapQuantResponse, error) {
+	if err := s.Impl.SwapQuant(ctx, req.GetQuantKey(), req.GetTensorPattern()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &backendv1.SwapQuantResponse{}, nil
+}
+
+func backendInfoToPB(i BackendInfo) *backendv1.BackendInfo {
+	return &backendv1.BackendInfo{
+		Name:    i.Name,
+		Version: i.Version,
+		Model: &backendv1.ModelIdentity{
+			Alias: i.Model.Alias,
+			Hash:  i.Model.Hash,
+			Path:  i.Model.Path,
+		},
+		NSlots:       int64(i.NSlots),
+		NVocab:       int64(i.NVocab),
+		NCtx:         int64(i.NCtx),
+		Capabilities: i.Capabilities,
+	}
+}
+
+func backendInfoFromPB(p *backendv1.BackendInfo) BackendInfo {
+	m := p.GetModel()
+	return BackendInfo{
+		Name:    p.GetName(),
+		Version: p.GetVersion(),
+		Model: ModelIdentity{
+			Alias: m.GetAlias(),
+			Hash:  m.GetHash(),
+			Path:  m.GetPath(),
+		},
+		NSlots:       int(p.GetNSlots()),
+		NVocab:       int(p.GetNVocab()),
+		NCtx:         int(p.GetNCtx()),
+		Capabilities: p.GetCapabilities(),
+	}
+}
+
+func slotInfoToPB(s SlotInfo) *backendv1.SlotInfo {
+	return &backendv1.SlotInfo{
+		Slot:      int64(s.Slot),
+		NPast:     int64(s.NPast),
+		Tokens:    s.Tokens,
+		StateSize: s.StateSize,
+	}
+}
+
+func slotInfoFromPB(p *backendv1.SlotInfo) SlotInfo {
+	return SlotInfo{
+		Slot:      int(p.GetSlot()),
+		NPast:     int(p.GetNPast()),
+		Tokens:    p.GetTokens(),
+		StateSize: p.GetStateSize(),
+	}
+}

@@ -1,0 +1,311 @@
+// Package mock is a pure-Go, deterministic CPU backend with a fake KV cache.
+// It exists so that CI, demos and benchmarks can drive the whole host and the
+// state-transfer pipeline without a GPU or a model file: tokens are bytes, the
+// next token is a hash of the sequence, and the per-sequence state is a
+// llama.cpp-like byte stream whose KV part is generated on the fly (see
+// state.go), so multi-gigabyte states cost no memory.
+package mock
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/hydra-engine/hydra-engine/iface"
+)
+
+// Identity of the backend as reported by Info.
+const (
+	Name    = "mock"
+	Version = "0.1.0"
+)
+
+// Defaults and limits of the load options.
+const (
+	DefaultKVBytesPerToken = 16384
+	DefaultNCtx            = 32768
+	DefaultNSlots          = 4
+	DefaultAlias           = "mock"
+
+	MaxKVBytesPerToken = 16 << 20
+	// MaxNCtx keeps n_cells within the format's u32 and a full state
+	// (MaxNCtx × MaxKVBytesPerToken) within int64.
+	MaxNCtx    = 1 << 24
+	MaxNSlots  = 4096
+	maxOpDelay = time.Hour
+)
+
+// Option keys understood by Load.
+const (
+	OptKVBytesPerToken = "kv_bytes_per_token"
+	OptNCtx            = "n_ctx"
+	OptOpDelayMS       = "op_delay_ms"
+	OptAlias           = "alias"
+)
+
+var knownOptions = []string{OptAlias, OptKVBytesPerToken, OptNCtx, OptOpDelayMS}
+
+// Backend is the mock backend. The zero value is not usable; call New.
+type Backend struct {
+	log hclog.Logger
+
+	loadMu sync.Mutex             // serialises Load
+	eng    atomic.Pointer[engine] // nil until Load succeeds; immutable afterwards
+}
+
+var _ iface.Backend = (*Backend)(nil)
+
+// engine is what Load configures. Its fields never change after Load, so the
+// hot paths read them without locking; only the slots carry mutable state.
+type engine struct {
+	info    iface.BackendInfo
+	kvBytes int // fake KV bytes per token, a multiple of 8
+	nCtx    int
+	opDelay time.Duration
+	slots   []*slot
+}
+
+// New returns an unloaded mock backend logging to logger (nil: discard).
+func New(logger hclog.Logger) *Backend {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	return &Backend{log: logger}
+}
+
+// Load parses the options, computes the model identity and sizes the slots.
+func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.BackendInfo, error) {
+	b.loadMu.Lock()
+	defer b.loadMu.Unlock()
+	if b.eng.Load() != nil {
+		return iface.BackendInfo{}, fmt.Errorf("%w: mock backend is already loaded", iface.ErrBadRequest)
+	}
+	opts, err := parseOptions(req.Options)
+	if err != nil {
+		return iface.BackendInfo{}, err
+	}
+	nSlots := req.NSlots
+	switch {
+	case nSlots == 0:
+		nSlots = DefaultNSlots
+	case nSlots < 0 || nSlots > MaxNSlots:
+		return iface.BackendInfo{}, fmt.Errorf("%w: n_slots %d out of range [1, %d]", iface.ErrBadRequest, nSlots, MaxNSlots)
+	}
+	id, err := modelIdentity(ctx, req.Model, opts)
+	if err != nil {
+		return iface.BackendInfo{}, err
+	}
+	e := &engine{
+		info: iface.BackendInfo{
+			Name:    Name,
+			Version: Version,
+			Model:   id,
+			NSlots:  nSlots,
+			NVocab:  NVocab,
+			NCtx:    opts.nCtx,
+		},
+		kvBytes: opts.kvBytes,
+		nCtx:    opts.nCtx,
+		opDelay: opts.opDelay,
+		slots:   make([]*slot, nSlots),
+	}
+	for i := range e.slots {
+		e.slots[i] = &slot{hash: hashSeed}
+	}
+	b.eng.Store(e)
+	b.log.Info("mock backend loaded", "model_alias", id.Alias, "model_hash", id.Hash, "model_path", id.Path,
+		"n_slots", nSlots, "n_ctx", opts.nCtx, "kv_bytes_per_token", opts.kvBytes, "op_delay", opts.opDelay)
+	return e.info, nil
+}
+
+// Info returns what Load returned.
+func (b *Backend) Info(ctx context.Context) (iface.BackendInfo, error) {
+	e, err := b.engine()
+	if err != nil {
+		return iface.BackendInfo{}, err
+	}
+	return e.info, nil
+}
+
+// SetExpertMode accepts "solo" and "combined"; the mock has no peer to
+// combine with, so the active mode is always "solo" (as llama-engine does when
+// no peer is configured).
+func (b *Backend) SetExpertMode(ctx context.Context, mode string) (string, error) {
+	switch mode {
+	case "solo":
+		return "solo", nil
+	case "combined":
+		b.log.Info("expert mode combined requested, but the mock backend has no peer: staying solo")
+		return "solo", nil
+	default:
+		return "", fmt.Errorf("%w: expert_mode must be 'solo' or 'combined'", iface.ErrBadRequest)
+	}
+}
+
+// SwapQuant is not supported: the mock has no tensors.
+func (b *Backend) SwapQuant(ctx context.Context, quantKey, tensorPattern string) error {
+	return fmt.Errorf("%w: the mock backend has no quantised tensors", iface.ErrNotImplemented)
+}
+
+func (b *Backend) engine() (*engine, error) {
+	e := b.eng.Load()
+	if e == nil {
+		return nil, fmt.Errorf("%w: mock backend is not loaded", iface.ErrBadRequest)
+	}
+	return e, nil
+}
+
+// slot returns slot i of a loaded engine.
+func (b *Backend) slot(i int) (*engine, *slot, error) {
+	e, err := b.engine()
+	if err != nil {
+		return nil, nil, err
+	}
+	if i < 0 || i >= len(e.slots) {
+		return nil, nil, fmt.Errorf("%w: %d (slots are 0..%d)", iface.ErrNoSlot, i, len(e.slots)-1)
+	}
+	return e, e.slots[i], nil
+}
+
+type options struct {
+	kvBytes int
+	nCtx    int
+	opDelay time.Duration
+	alias   string
+}
+
+func parseOptions(m map[string]string) (options, error) {
+	o := options{kvBytes: DefaultKVBytesPerToken, nCtx: DefaultNCtx}
+	// Sorted so that the first error reported does not depend on map order.
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		v := m[k]
+		var err error
+		switch k {
+		case OptKVBytesPerToken:
+			o.kvBytes, err = parseInt(k, v, 8, MaxKVBytesPerToken)
+			if err == nil && o.kvBytes%8 != 0 {
+				err = fmt.Errorf("%w: option %s=%q: must be a multiple of 8", iface.ErrBadRequest, k, v)
+			}
+		case OptNCtx:
+			o.nCtx, err = parseInt(k, v, 1, MaxNCtx)
+		case OptOpDelayMS:
+			var ms int
+			ms, err = parseInt(k, v, 0, int(maxOpDelay/time.Millisecond))
+			o.opDelay = time.Duration(ms) * time.Millisecond
+		case OptAlias:
+			if strings.TrimSpace(v) == "" {
+				err = fmt.Errorf("%w: option %s: must not be empty", iface.ErrBadRequest, k)
+			}
+			o.alias = v
+		default:
+			err = fmt.Errorf("%w: unknown option %q (known: %s)", iface.ErrBadRequest, k, strings.Join(knownOptions, ", "))
+		}
+		if err != nil {
+			return options{}, err
+		}
+	}
+	return o, nil
+}
+
+func parseInt(key, v string, lo, hi int) (int, error) {
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: option %s=%q: not an integer", iface.ErrBadRequest, key, v)
+	}
+	if n < int64(lo) || n > int64(hi) {
+		return 0, fmt.Errorf("%w: option %s=%d: out of range [%d, %d]", iface.ErrBadRequest, key, n, lo, hi)
+	}
+	return int(n), nil
+}
+
+// modelIdentity names the resident model. With a model file the identity is
+// the file's; without one it is derived from the options that shape the
+// state, so that engines configured alike recognise each other's states. The
+// alias option, when given, overrides the derived alias in both cases.
+func modelIdentity(ctx context.Context, model string, o options) (iface.ModelIdentity, error) {
+	var id iface.ModelIdentity
+	if model == "" {
+		sum := sha256.Sum256(fmt.Appendf(nil, "hydra-mock;format=%d;%s=%d;%s=%d",
+			stateVersion, OptKVBytesPerToken, o.kvBytes, OptNCtx, o.nCtx))
+		id = iface.ModelIdentity{Alias: DefaultAlias, Hash: hex.EncodeToString(sum[:])}
+	} else {
+		abs, err := filepath.Abs(model)
+		if err != nil {
+			return id, fmt.Errorf("%w: model %q: %w", iface.ErrBadRequest, model, err)
+		}
+		hash, err := hashFile(ctx, abs)
+		if err != nil {
+			return id, fmt.Errorf("%w: model %q: %w", iface.ErrBadRequest, model, err)
+		}
+		base := filepath.Base(abs)
+		id = iface.ModelIdentity{Alias: strings.TrimSuffix(base, filepath.Ext(base)), Hash: hash, Path: abs}
+	}
+	if o.alias != "" {
+		id.Alias = o.alias
+	}
+	return id, nil
+}
+
+func hashFile(ctx context.Context, path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil {
+		return "", err
+	} else if !st.Mode().IsRegular() {
+		return "", errors.New("not a regular file")
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, ctxReader{ctx, f}); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// ctxReader stops a long read (hashing a multi-GB model file) on cancellation.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+// sleep waits d, or less if ctx ends first.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,186 @@
+package mock
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/hydra-engine/hydra-engine/iface"
+)
+
+// Stop reasons of Decode.
+const (
+	StopEOS          = "eos"
+	StopLength       = "length"
+	StopNTokensLimit = "n_tokens_limit"
+)
+
+// slot is one sequence. mu guards the fields and is held only briefly, so
+// Slot (STATE_META) answers while a long operation runs; busy marks that
+// operation, turning a second concurrent one on the slot into ErrBusy instead
+// of a silent interleaving should a caller break the one-op-per-slot rule.
+type slot struct {
+	mu   sync.Mutex
+	busy bool
+	// tokens is the sequence. Elements below len(tokens) are never written
+	// again (appends go past them, resets install a new slice), so a snapshot
+	// can share the backing array without copying.
+	tokens []int32
+	hash   uint64 // running hash of tokens
+}
+
+func (s *slot) acquire(i int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.busy {
+		return fmt.Errorf("%w: slot %d", iface.ErrBusy, i)
+	}
+	s.busy = true
+	return nil
+}
+
+func (s *slot) release() {
+	s.mu.Lock()
+	s.busy = false
+	s.mu.Unlock()
+}
+
+// snapshot returns the sequence (capped, so appends to it cannot clobber the
+// slot's array) and its hash.
+func (s *slot) snapshot() ([]int32, uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tokens[:len(s.tokens):len(s.tokens)], s.hash
+}
+
+// set installs a sequence the slot owns from now on.
+func (s *slot) set(tokens []int32, hash uint64) {
+	s.mu.Lock()
+	s.tokens, s.hash = tokens, hash
+	s.mu.Unlock()
+}
+
+func (s *slot) clear() { s.set(nil, hashSeed) }
+
+func (s *slot) push(tok int32, hash uint64) {
+	s.mu.Lock()
+	s.tokens, s.hash = append(s.tokens, tok), hash
+	s.mu.Unlock()
+}
+
+func (e *engine) slotInfo(i int, tokens []int32) iface.SlotInfo {
+	return iface.SlotInfo{
+		Slot:      i,
+		NPast:     len(tokens),
+		Tokens:    slices.Clone(tokens),
+		StateSize: StateSize(e.kvBytes, len(tokens)),
+	}
+}
+
+// Slot reports a slot's sequence; it does not wait for a running operation.
+func (b *Backend) Slot(ctx context.Context, i int) (iface.SlotInfo, error) {
+	e, s, err := b.slot(i)
+	if err != nil {
+		return iface.SlotInfo{}, err
+	}
+	toks, _ := s.snapshot()
+	return e.slotInfo(i, toks), nil
+}
+
+// ClearSlot empties a slot.
+func (b *Backend) ClearSlot(ctx context.Context, i int) error {
+	_, s, err := b.slot(i)
+	if err != nil {
+		return err
+	}
+	if err := s.acquire(i); err != nil {
+		return err
+	}
+	defer s.release()
+	s.clear()
+	return nil
+}
+
+// Prefill replaces the slot's sequence with the prompt. The slot is emptied
+// first, so an interrupted prefill leaves it empty, not holding the old one.
+func (b *Backend) Prefill(ctx context.Context, req iface.PrefillRequest) (iface.PrefillResult, error) {
+	e, s, err := b.slot(req.Slot)
+	if err != nil {
+		return iface.PrefillResult{}, err
+	}
+	prompt, err := promptTokens(req, e.nCtx)
+	if err != nil {
+		return iface.PrefillResult{}, err
+	}
+	if err := s.acquire(req.Slot); err != nil {
+		return iface.PrefillResult{}, err
+	}
+	defer s.release()
+	s.clear()
+	if err := sleep(ctx, e.opDelay); err != nil {
+		return iface.PrefillResult{}, err
+	}
+	toks := slices.Clone(prompt) // req.Tokens stays the caller's
+	h := seqHash(toks)
+	s.set(toks, h)
+
+	fallback := req.Model != "" && req.Model != e.info.Model.Alias
+	if fallback {
+		b.log.Warn("requested model is not resident, staying on the resident one",
+			"requested", req.Model, "resident", e.info.Model.Alias, "slot", req.Slot)
+	}
+	return iface.PrefillResult{
+		Slot:          e.slotInfo(req.Slot, toks),
+		Logits:        logits(h),
+		ModelFallback: fallback,
+	}, nil
+}
+
+// Decode continues the slot's sequence. Generated tokens join the sequence as
+// they are produced, so an interrupted decode keeps what it emitted.
+func (b *Backend) Decode(ctx context.Context, req iface.DecodeRequest, emit func(iface.Token) error) (iface.DecodeResult, error) {
+	e, s, err := b.slot(req.Slot)
+	if err != nil {
+		return iface.DecodeResult{}, err
+	}
+	if req.NPredict < 0 {
+		return iface.DecodeResult{}, fmt.Errorf("%w: n_predict %d is negative", iface.ErrBadRequest, req.NPredict)
+	}
+	if err := s.acquire(req.Slot); err != nil {
+		return iface.DecodeResult{}, err
+	}
+	defer s.release()
+	toks, h := s.snapshot()
+	if len(toks) == 0 {
+		return iface.DecodeResult{}, fmt.Errorf("%w: slot is empty (slot %d)", iface.ErrBadRequest, req.Slot)
+	}
+	res := iface.DecodeResult{NPast: len(toks)}
+	for {
+		switch {
+		case res.TokensGenerated >= req.NPredict:
+			res.StopReason = StopLength
+			return res, nil
+		case res.NPast >= e.nCtx:
+			res.StopReason = StopNTokensLimit
+			return res, nil
+		}
+		if err := sleep(ctx, e.opDelay); err != nil {
+			return res, err
+		}
+		tok, lp := sample(h, req.Sampler)
+		if tok == EOS {
+			res.StopReason = StopEOS
+			return res, nil
+		}
+		h = step(h, tok)
+		s.push(tok, h)
+		res.TokensGenerated++
+		res.NPast++
+		if emit != nil {
+			if err := emit(iface.Token{ID: tok, Text: piece(tok), Logprob: lp}); err != nil {
+				return res, err
+			}
+		}
+	}
+}
