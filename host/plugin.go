@@ -142,10 +142,8 @@ func (p *Plugin) Exited() bool { return p.client.Exited() }
 
 // Kill stops the plugin and everything it started.
 func (p *Plugin) Kill() {
-	if p.cmd.Process != nil {
-		// Negative pid: the whole process group, children included.
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
-	}
+	// Graceful first (go-plugin asks the plugin to exit), then the whole
+	// process group (negative pid), so children the plugin started go too.
 	done := make(chan struct{})
 	go func() { p.client.Kill(); close(done) }()
 	select {
