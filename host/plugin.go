@@ -107,10 +107,19 @@ type Plugin struct {
 	cmd     *exec.Cmd
 }
 
+// PluginOptions choose how the host talks to a plugin.
+type PluginOptions struct {
+	// DataPlane carries state bytes: "auto" (the fastest available), "shm"
+	// (shared-memory ring beside gRPC) or "grpc" (gRPC streams).
+	DataPlane string
+	// RingDepth is the number of chunk buffers in flight on the shm plane.
+	RingDepth int
+}
+
 // StartPlugin launches the plugin, negotiates the protocol and loads the
 // model. The plugin runs in its own process group (killed as a group) and
 // dies with the host (Pdeathsig).
-func StartPlugin(ctx context.Context, spec PluginSpec, load iface.LoadRequest, logger hclog.Logger) (*Plugin, error) {
+func StartPlugin(ctx context.Context, spec PluginSpec, load iface.LoadRequest, opts PluginOptions, logger hclog.Logger) (*Plugin, error) {
 	cmd := exec.Command(spec.Path, spec.Args...)
 	cmd.Env = pluginEnv()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

@@ -236,8 +236,9 @@ func (e errFatal) Unwrap() error { return e.err }
 
 // replier writes one response. Every reply is fully framed.
 type replier struct {
-	w    *bufio.Writer
-	sent bool
+	w      *bufio.Writer
+	sent   bool
+	status transport.Status
 }
 
 // header writes the response header and meta; payloadLen bytes must follow.
@@ -245,7 +246,7 @@ func (r *replier) header(st transport.Status, meta []byte, payloadLen uint64) er
 	if r.sent {
 		return errFatal{errors.New("host: second reply to one request")}
 	}
-	r.sent = true
+	r.sent, r.status = true, st
 	if err := transport.CheckMetaLen(len(meta)); err != nil {
 		return errFatal{err}
 	}
@@ -342,6 +343,7 @@ func (s *Server) serveConn(raw net.Conn) {
 		if err == nil && !rp.sent {
 			err = errFatal{fmt.Errorf("host: %v sent no reply", hdr.Op)}
 		}
+		s.stats.request(hdr.Op, rp.status, err != nil, time.Since(start))
 		if err != nil {
 			log.Warn("request aborted, closing connection", "op", hdr.Op, "key", req.key, "trace", req.trace, "error", err)
 			return

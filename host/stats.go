@@ -3,6 +3,8 @@ package host
 import (
 	"sync"
 	"time"
+
+	"github.com/hydra-engine/hydra-engine/transport"
 )
 
 // TransferStats counts one direction of state transfers.
@@ -14,13 +16,49 @@ type TransferStats struct {
 	Last    time.Duration // duration of the last completed transfer
 }
 
+// RequestKey identifies a request counter: the op and the reply's status.
+// Aborted requests (connection closed mid-reply) count with Aborted set.
+type RequestKey struct {
+	Op      transport.Op
+	Status  transport.Status
+	Aborted bool
+}
+
+// RequestStats counts requests of one key.
+type RequestStats struct {
+	Count   uint64
+	Seconds float64
+}
+
 // Stats holds the host's counters, ready for /metrics.
 type Stats struct {
 	mu       sync.Mutex
 	get, put TransferStats
+	requests map[RequestKey]RequestStats
 }
 
-func newStats() *Stats { return &Stats{} }
+func newStats() *Stats { return &Stats{requests: map[RequestKey]RequestStats{}} }
+
+func (s *Stats) request(op transport.Op, st transport.Status, aborted bool, d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := RequestKey{Op: op, Status: st, Aborted: aborted}
+	r := s.requests[k]
+	r.Count++
+	r.Seconds += d.Seconds()
+	s.requests[k] = r
+}
+
+// Requests returns a copy of the request counters.
+func (s *Stats) Requests() map[RequestKey]RequestStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[RequestKey]RequestStats, len(s.requests))
+	for k, v := range s.requests {
+		out[k] = v
+	}
+	return out
+}
 
 func (s *Stats) transfer(put bool, bytes int64, d time.Duration, err error) {
 	s.mu.Lock()

@@ -46,6 +46,8 @@ type options struct {
 	chunkTimeout time.Duration
 	grace        time.Duration
 	showVersion  bool
+	dataPlane    string
+	ringDepth    int
 }
 
 func parseFlags(args []string) (*options, error) {
@@ -64,6 +66,8 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.chunkTimeout, "chunk-timeout", host.DefaultChunkTimeout, "cut a peer that stalls this long inside a request or reply")
 	fs.DurationVar(&o.grace, "shutdown-grace", 30*time.Second, "on SIGTERM/SIGINT, let in-flight requests finish for this long")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
+	fs.StringVar(&o.dataPlane, "data-plane", "auto", "how state bytes travel to and from the plugin: auto, shm or grpc")
+	fs.IntVar(&o.ringDepth, "ring-depth", 4, "chunk buffers in flight on the shm data plane (1 = serial copy-then-send)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -75,6 +79,14 @@ func parseFlags(args []string) (*options, error) {
 	}
 	if o.slots < 1 {
 		return nil, fmt.Errorf("--slots must be at least 1, got %d", o.slots)
+	}
+	switch o.dataPlane {
+	case "auto", "shm", "grpc":
+	default:
+		return nil, fmt.Errorf("--data-plane must be auto, shm or grpc, got %q", o.dataPlane)
+	}
+	if o.ringDepth < 1 || o.ringDepth > 64 {
+		return nil, fmt.Errorf("--ring-depth must be in [1, 64], got %d", o.ringDepth)
 	}
 	if o.logFormat != "text" && o.logFormat != "json" {
 		return nil, fmt.Errorf("--log-format must be text or json, got %q", o.logFormat)
@@ -151,7 +163,8 @@ func run(o *options, logger hclog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	logger.Info("starting backend", "backend", spec.Name, "path", spec.Path)
-	p, err := host.StartPlugin(ctx, spec, iface.LoadRequest{Model: o.model, NSlots: o.slots, Options: opts}, logger)
+	p, err := host.StartPlugin(ctx, spec, iface.LoadRequest{Model: o.model, NSlots: o.slots, Options: opts},
+		host.PluginOptions{DataPlane: o.dataPlane, RingDepth: o.ringDepth}, logger)
 	if err != nil {
 		return err
 	}
