@@ -140,7 +140,8 @@ func (s *Server) restore(b iface.Backend, slot int, src io.Reader, total int64) 
 		}
 		return 0, fmt.Errorf("%w: %w", errBlob, err)
 	}
-	return b.StatePut(s.ctx, slot, bh.Tokens, src, total-bh.Size)
+	ctx := iface.WithTransferChunk(s.ctx, s.tun.StateChunkSize())
+	return b.StatePut(ctx, slot, bh.Tokens, src, total-bh.Size)
 }
 
 // handleStateMeta answers from the host's slot table, so it works while the

@@ -100,11 +100,35 @@ func pluginEnv() []string {
 
 // Plugin is a running backend plugin process.
 type Plugin struct {
-	Spec    PluginSpec
-	Backend iface.Backend
-	Info    iface.BackendInfo
-	client  *plugin.Client
-	cmd     *exec.Cmd
+	Spec      PluginSpec
+	Backend   iface.Backend
+	Info      iface.BackendInfo
+	DataPlane string // "shm" or "grpc": how state bytes travel
+	client    *plugin.Client
+	cmd       *exec.Cmd
+	shm       *iface.ShmHost
+}
+
+// useShm switches the client to the shared-memory plane if the plugin serves
+// it; "auto" falls back to gRPC streams, "shm" insists.
+func (p *Plugin) useShm(ctx context.Context, b iface.Backend, opts PluginOptions) error {
+	gc, ok := b.(*iface.GRPCClient)
+	supported := false
+	if ok {
+		var err error
+		if supported, err = gc.DataPlane(ctx); err != nil {
+			return fmt.Errorf("backend %s: asking for the data plane: %w", p.Spec.Name, err)
+		}
+	}
+	if !supported {
+		if opts.DataPlane == "shm" {
+			return fmt.Errorf("backend %s does not serve the shm data plane (use --data-plane grpc or auto)", p.Spec.Name)
+		}
+		return nil
+	}
+	gc.UseShm(p.shm, max(opts.RingDepth, 1))
+	p.DataPlane = "shm"
+	return nil
 }
 
 // PluginOptions choose how the host talks to a plugin.
@@ -123,16 +147,43 @@ func StartPlugin(ctx context.Context, spec PluginSpec, load iface.LoadRequest, o
 	cmd := exec.Command(spec.Path, spec.Args...)
 	cmd.Env = pluginEnv()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	var shm *iface.ShmHost
+	if opts.DataPlane != "grpc" {
+		h, pluginEnd, err := iface.NewShmHost()
+		switch {
+		case err == nil:
+			shm = h
+			cmd.ExtraFiles = []*os.File{pluginEnd} // fd 3 in the plugin
+			cmd.Env = append(cmd.Env, iface.ShmEnv+"=3")
+			defer pluginEnd.Close() // the plugin has its copy once started
+		case opts.DataPlane == "shm":
+			return nil, fmt.Errorf("shm data plane: %w", err)
+		default:
+			logger.Warn("shm data plane unavailable, using gRPC streams", "error", err)
+		}
+	}
 	cfg := iface.NewClientConfig(cmd, logger.Named("plugin."+spec.Name))
 	cfg.SkipHostEnv = true
 	client := plugin.NewClient(cfg)
-	p := &Plugin{Spec: spec, client: client, cmd: cmd}
+	p := &Plugin{Spec: spec, client: client, cmd: cmd, shm: shm}
 	b, err := iface.Dispense(client)
 	if err != nil {
 		p.Kill()
 		return nil, fmt.Errorf("starting backend %s (%s): %w", spec.Name, spec.Path, err)
 	}
 	p.Backend = b
+	p.DataPlane = "grpc"
+	if shm != nil {
+		if err := p.useShm(ctx, b, opts); err != nil {
+			p.Kill()
+			return nil, err
+		}
+	}
+	if p.DataPlane == "grpc" && shm != nil {
+		shm.Close()
+		p.shm = nil
+	}
+	logger.Info("backend data plane", "backend", spec.Name, "data_plane", p.DataPlane, "ring_depth", opts.RingDepth)
 	info, err := b.Load(ctx, load)
 	if err != nil {
 		p.Kill()
@@ -161,5 +212,8 @@ func (p *Plugin) Kill() {
 	}
 	if p.cmd.Process != nil {
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	}
+	if p.shm != nil {
+		p.shm.Close()
 	}
 }

@@ -1,6 +1,9 @@
 package iface
 
-import "io"
+import (
+	"context"
+	"io"
+)
 
 // ChunkWriter is implemented by the StateGet writers of a data plane that
 // owns its chunk buffers (the shared-memory ring): a producer fills Buffer()
@@ -13,4 +16,20 @@ type ChunkWriter interface {
 	Buffer() ([]byte, error)
 	// Commit marks the first n bytes of the last Buffer as written.
 	Commit(n int) error
+}
+
+type transferChunkKey struct{}
+
+// WithTransferChunk returns a context telling the data plane which chunk size
+// to use for the transfer it carries (the host's state_chunk_size). StateGet
+// takes it as an argument; for StatePut it is only a transport detail, so it
+// rides on the context rather than in the Backend interface.
+func WithTransferChunk(ctx context.Context, n int) context.Context {
+	return context.WithValue(ctx, transferChunkKey{}, n)
+}
+
+// transferChunk returns the chunk size set by WithTransferChunk, or 0.
+func transferChunk(ctx context.Context) int {
+	n, _ := ctx.Value(transferChunkKey{}).(int)
+	return n
 }

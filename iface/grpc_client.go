@@ -26,6 +26,9 @@ type GRPCClient struct {
 	// DefaultPutPieceSize. Values above what one message can carry under
 	// MaxMessageSize are lowered to fit.
 	PutPieceSize int
+
+	shm      *ShmHost // shared-memory data plane, nil for gRPC streams
+	shmDepth int
 }
 
 var _ Backend = (*GRPCClient)(nil)
@@ -148,6 +151,9 @@ func (c *GRPCClient) Decode(ctx context.Context, req DecodeRequest, emit func(To
 // StateGet copies the streamed state to w and returns the bytes written to w.
 // chunkSize <= 0 asks for the largest chunks a message can carry.
 func (c *GRPCClient) StateGet(ctx context.Context, slot int, chunkSize int, w io.Writer) (int64, error) {
+	if c.shm != nil && chunkSize > 0 {
+		return c.stateGetShm(ctx, slot, chunkSize, w)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := c.client.StateGet(ctx, &backendv1.StateGetRequest{Slot: int64(slot), ChunkSize: int64(chunkSize)})
@@ -184,6 +190,9 @@ func (c *GRPCClient) StateGet(ctx context.Context, slot int, chunkSize int, w io
 func (c *GRPCClient) StatePut(ctx context.Context, slot int, tokens []int32, r io.Reader, size int64) (int64, error) {
 	if size < 0 {
 		return 0, fmt.Errorf("%w: negative state size %d", ErrBadRequest, size)
+	}
+	if c.shm != nil {
+		return c.statePutShm(ctx, slot, tokens, r, size)
 	}
 	piece := c.PutPieceSize
 	if piece <= 0 {

@@ -20,6 +20,8 @@ const maxChunk = MaxMessageSize - 64
 type GRPCServer struct {
 	backendv1.UnimplementedBackendServer
 	Impl Backend
+	// Shm receives the host's shared-memory rings; nil serves gRPC streams only.
+	Shm *ShmReceiver
 }
 
 var _ backendv1.BackendServer = (*GRPCServer)(nil)

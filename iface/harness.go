@@ -17,8 +17,13 @@ import (
 // pieces (DefaultPutPieceSize) and ordinary requests stay far below it.
 func TestBackend(t testing.TB, impl Backend) Backend {
 	t.Helper()
+	return testBackendWith(t, &BackendPlugin{Impl: impl})
+}
+
+func testBackendWith(t testing.TB, p *BackendPlugin) Backend {
+	t.Helper()
 	client, server := plugin.TestPluginGRPCConn(t, false, map[string]plugin.Plugin{
-		PluginName: &BackendPlugin{Impl: impl},
+		PluginName: p,
 	})
 	t.Cleanup(func() {
 		// Close asks the server to stop through go-plugin's controller;

@@ -49,6 +49,9 @@ type BackendPlugin struct {
 	plugin.NetRPCUnsupportedPlugin
 	// Impl is the implementation served; set on the plugin side only.
 	Impl Backend
+	// Shm is the plugin side of the shared-memory data plane, if the host
+	// passed one.
+	Shm *ShmReceiver
 }
 
 var _ plugin.GRPCPlugin = (*BackendPlugin)(nil)
@@ -58,7 +61,7 @@ func (p *BackendPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
 	if p.Impl == nil {
 		return errors.New("iface: BackendPlugin served without an Impl")
 	}
-	backendv1.RegisterBackendServer(s, &GRPCServer{Impl: p.Impl})
+	backendv1.RegisterBackendServer(s, &GRPCServer{Impl: p.Impl, Shm: p.Shm})
 	return nil
 }
 
@@ -97,7 +100,7 @@ func serveConfig(b Backend, logger hclog.Logger) *plugin.ServeConfig {
 	return &plugin.ServeConfig{
 		HandshakeConfig: Handshake,
 		VersionedPlugins: map[int]plugin.PluginSet{
-			ProtocolVersion: {PluginName: &BackendPlugin{Impl: b}},
+			ProtocolVersion: {PluginName: &BackendPlugin{Impl: b, Shm: shmReceiverFromEnv()}},
 		},
 		GRPCServer: newGRPCServer,
 		Logger:     logger,

@@ -31,8 +31,26 @@ func decodeText(t testing.TB, c *transport.Client, slot string, n int) (string, 
 // same slot after it was overwritten, and a second engine process; the next
 // greedy decode and n_past are identical everywhere.
 func TestStateRoundTrip(t *testing.T) {
-	opts := []string{"--backend-opt", "kv_bytes_per_token=4096"}
-	e1, e2 := startEngine(t, opts...), startEngine(t, opts...)
+	for _, plane := range dataPlanes {
+		t.Run(plane.name, func(t *testing.T) { testStateRoundTrip(t, plane.flags) })
+	}
+}
+
+// dataPlanes are the ways state bytes travel between host and plugin; the
+// state tests run on each.
+var dataPlanes = []struct {
+	name  string
+	flags []string
+}{
+	{"shm", []string{"--data-plane", "shm"}},
+	{"shm-serial", []string{"--data-plane", "shm", "--ring-depth", "1"}},
+	{"grpc", []string{"--data-plane", "grpc"}},
+}
+
+func testStateRoundTrip(t *testing.T, planeFlags []string) {
+	opts := append([]string{"--backend-opt", "kv_bytes_per_token=4096"}, planeFlags...)
+	// The second engine moves bytes the other way.
+	e1, e2 := startEngine(t, opts...), startEngine(t, "--backend-opt", "kv_bytes_per_token=4096")
 	for _, urls := range [][2]string{{e1.tcp, e2.tcp}, {e1.unix, e2.unix}} {
 		c1, c2 := client(t, urls[0]), client(t, urls[1])
 		mustOK(t, c1, transport.OpPrefill, "0", chat("The quick brown fox jumps over the lazy dog."))
@@ -76,7 +94,13 @@ func TestStateRoundTrip(t *testing.T) {
 // blobs each get a framed ERROR, leave the slot empty, and leave other slots
 // and the engine untouched.
 func TestStatePutFailuresEmptyTheSlot(t *testing.T) {
-	e := startEngine(t, "--backend-opt", "kv_bytes_per_token=1024")
+	for _, plane := range dataPlanes {
+		t.Run(plane.name, func(t *testing.T) { testStatePutFailuresEmptyTheSlot(t, plane.flags) })
+	}
+}
+
+func testStatePutFailuresEmptyTheSlot(t *testing.T, planeFlags []string) {
+	e := startEngine(t, append([]string{"--backend-opt", "kv_bytes_per_token=1024"}, planeFlags...)...)
 	c := client(t, e.tcp)
 	mustOK(t, c, transport.OpPrefill, "0", chat("source"))
 	_, blob := getState(t, c, "0")
@@ -117,7 +141,13 @@ func TestStatePutFailuresEmptyTheSlot(t *testing.T) {
 // TestStatePutClientVanishes: a client that disconnects mid-payload leaves the
 // slot empty; the engine serves the next client.
 func TestStatePutClientVanishes(t *testing.T) {
-	e := startEngine(t, "--backend-opt", "kv_bytes_per_token=65536")
+	for _, plane := range dataPlanes {
+		t.Run(plane.name, func(t *testing.T) { testStatePutClientVanishes(t, plane.flags) })
+	}
+}
+
+func testStatePutClientVanishes(t *testing.T, planeFlags []string) {
+	e := startEngine(t, append([]string{"--backend-opt", "kv_bytes_per_token=65536"}, planeFlags...)...)
 	c := client(t, e.unix)
 	mustOK(t, c, transport.OpPrefill, "0", chat(strings.Repeat("state ", 100)))
 	_, blob := getState(t, c, "0")
@@ -133,7 +163,7 @@ func TestStatePutClientVanishes(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("slot 0 not emptied after the client vanished: %v", m)
+			t.Fatalf("slot 0 not emptied after the client vanished: %v\n%s", m, e.logs)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -143,7 +173,13 @@ func TestStatePutClientVanishes(t *testing.T) {
 // TestStateGetClientVanishes: a reader that disconnects mid-STATE_GET leaves
 // the slot intact and free.
 func TestStateGetClientVanishes(t *testing.T) {
-	e := startEngine(t, "--backend-opt", "kv_bytes_per_token=131072")
+	for _, plane := range dataPlanes {
+		t.Run(plane.name, func(t *testing.T) { testStateGetClientVanishes(t, plane.flags) })
+	}
+}
+
+func testStateGetClientVanishes(t *testing.T, planeFlags []string) {
+	e := startEngine(t, append([]string{"--backend-opt", "kv_bytes_per_token=131072"}, planeFlags...)...)
 	c := client(t, e.tcp)
 	mustOK(t, c, transport.OpPrefill, "0", chat(strings.Repeat("big ", 200)))
 	before, _ := mustOK(t, c, transport.OpStateMeta, "0", nil)
@@ -176,7 +212,13 @@ func TestStateGetClientVanishes(t *testing.T) {
 // through STATE_GET and STATE_PUT with the streaming client, at the smallest
 // and a large chunk size.
 func TestLargeStateStreams(t *testing.T) {
-	e := startEngine(t, "--backend-opt", "kv_bytes_per_token=131072")
+	for _, plane := range dataPlanes {
+		t.Run(plane.name, func(t *testing.T) { testLargeStateStreams(t, plane.flags) })
+	}
+}
+
+func testLargeStateStreams(t *testing.T, planeFlags []string) {
+	e := startEngine(t, append([]string{"--backend-opt", "kv_bytes_per_token=131072"}, planeFlags...)...)
 	c := client(t, e.unix)
 	mustOK(t, c, transport.OpPrefill, "0", []byte(fmt.Sprintf(`{"messages":[{"role":"user","content":%q}]}`, strings.Repeat("x", 1000))))
 	for _, chunk := range []int{64 << 10, 8 << 20} {

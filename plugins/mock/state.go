@@ -221,6 +221,9 @@ func (b *Backend) StateGet(ctx context.Context, i int, chunkSize int, w io.Write
 	toks, _ := s.snapshot()
 	g := newStateGen(toks, int32(i), e.kvBytes)
 	size := g.size()
+	if cw, ok := w.(iface.ChunkWriter); ok {
+		return writeChunks(ctx, g, size, cw)
+	}
 	buf := make([]byte, min(int64(chunkSize), size))
 	var done int64
 	for done < size {
@@ -236,6 +239,27 @@ func (b *Backend) StateGet(ctx context.Context, i int, chunkSize int, w io.Write
 		if wn != n {
 			return done, io.ErrShortWrite
 		}
+	}
+	return done, nil
+}
+
+// writeChunks generates the state straight into the data plane's buffers,
+// saving the copy a Write would make.
+func writeChunks(ctx context.Context, g *stateGen, size int64, cw iface.ChunkWriter) (int64, error) {
+	var done int64
+	for done < size {
+		if err := ctx.Err(); err != nil {
+			return done, err
+		}
+		b, err := cw.Buffer()
+		if err != nil {
+			return done, err
+		}
+		n, _ := g.Read(b[:min(int64(len(b)), size-done)]) // cannot fail
+		if err := cw.Commit(n); err != nil {
+			return done, err
+		}
+		done += int64(n)
 	}
 	return done, nil
 }

@@ -1564,6 +1564,312 @@ func (*SwapQuantResponse) Descriptor() ([]byte, []int) {
 	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{27}
 }
 
+type DataPlaneRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DataPlaneRequest) Reset() {
+	*x = DataPlaneRequest{}
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DataPlaneRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DataPlaneRequest) ProtoMessage() {}
+
+func (x *DataPlaneRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DataPlaneRequest.ProtoReflect.Descriptor instead.
+func (*DataPlaneRequest) Descriptor() ([]byte, []int) {
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{28}
+}
+
+type DataPlaneResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Shm           bool                   `protobuf:"varint,1,opt,name=shm,proto3" json:"shm,omitempty"` // the plugin received a shared-memory channel and serves *Shm calls
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DataPlaneResponse) Reset() {
+	*x = DataPlaneResponse{}
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DataPlaneResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DataPlaneResponse) ProtoMessage() {}
+
+func (x *DataPlaneResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DataPlaneResponse.ProtoReflect.Descriptor instead.
+func (*DataPlaneResponse) Descriptor() ([]byte, []int) {
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *DataPlaneResponse) GetShm() bool {
+	if x != nil {
+		return x.Shm
+	}
+	return false
+}
+
+// ShmTransfer names the ring and control socket the host sent for one
+// transfer, and their geometry.
+type ShmTransfer struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	ChunkSize     int64                  `protobuf:"varint,2,opt,name=chunk_size,json=chunkSize,proto3" json:"chunk_size,omitempty"`
+	Depth         int64                  `protobuf:"varint,3,opt,name=depth,proto3" json:"depth,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShmTransfer) Reset() {
+	*x = ShmTransfer{}
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShmTransfer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShmTransfer) ProtoMessage() {}
+
+func (x *ShmTransfer) ProtoReflect() protoreflect.Message {
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShmTransfer.ProtoReflect.Descriptor instead.
+func (*ShmTransfer) Descriptor() ([]byte, []int) {
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ShmTransfer) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *ShmTransfer) GetChunkSize() int64 {
+	if x != nil {
+		return x.ChunkSize
+	}
+	return 0
+}
+
+func (x *ShmTransfer) GetDepth() int64 {
+	if x != nil {
+		return x.Depth
+	}
+	return 0
+}
+
+type StateGetShmRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Slot          int64                  `protobuf:"varint,1,opt,name=slot,proto3" json:"slot,omitempty"`
+	Transfer      *ShmTransfer           `protobuf:"bytes,2,opt,name=transfer,proto3" json:"transfer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StateGetShmRequest) Reset() {
+	*x = StateGetShmRequest{}
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StateGetShmRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StateGetShmRequest) ProtoMessage() {}
+
+func (x *StateGetShmRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StateGetShmRequest.ProtoReflect.Descriptor instead.
+func (*StateGetShmRequest) Descriptor() ([]byte, []int) {
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *StateGetShmRequest) GetSlot() int64 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *StateGetShmRequest) GetTransfer() *ShmTransfer {
+	if x != nil {
+		return x.Transfer
+	}
+	return nil
+}
+
+type StateGetShmResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Written       int64                  `protobuf:"varint,1,opt,name=written,proto3" json:"written,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StateGetShmResponse) Reset() {
+	*x = StateGetShmResponse{}
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StateGetShmResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StateGetShmResponse) ProtoMessage() {}
+
+func (x *StateGetShmResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StateGetShmResponse.ProtoReflect.Descriptor instead.
+func (*StateGetShmResponse) Descriptor() ([]byte, []int) {
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *StateGetShmResponse) GetWritten() int64 {
+	if x != nil {
+		return x.Written
+	}
+	return 0
+}
+
+type StatePutShmRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Slot          int64                  `protobuf:"varint,1,opt,name=slot,proto3" json:"slot,omitempty"`
+	Tokens        []int32                `protobuf:"varint,2,rep,packed,name=tokens,proto3" json:"tokens,omitempty"`
+	Size          int64                  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"` // exact number of state bytes the ring will carry
+	Transfer      *ShmTransfer           `protobuf:"bytes,4,opt,name=transfer,proto3" json:"transfer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatePutShmRequest) Reset() {
+	*x = StatePutShmRequest{}
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatePutShmRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatePutShmRequest) ProtoMessage() {}
+
+func (x *StatePutShmRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatePutShmRequest.ProtoReflect.Descriptor instead.
+func (*StatePutShmRequest) Descriptor() ([]byte, []int) {
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *StatePutShmRequest) GetSlot() int64 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *StatePutShmRequest) GetTokens() []int32 {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+func (x *StatePutShmRequest) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *StatePutShmRequest) GetTransfer() *ShmTransfer {
+	if x != nil {
+		return x.Transfer
+	}
+	return nil
+}
+
 var File_iface_proto_hydra_backend_v1_backend_proto protoreflect.FileDescriptor
 
 const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
@@ -1663,7 +1969,25 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\x10SwapQuantRequest\x12\x1b\n" +
 	"\tquant_key\x18\x01 \x01(\tR\bquantKey\x12%\n" +
 	"\x0etensor_pattern\x18\x02 \x01(\tR\rtensorPattern\"\x13\n" +
-	"\x11SwapQuantResponse2\xb5\x06\n" +
+	"\x11SwapQuantResponse\"\x12\n" +
+	"\x10DataPlaneRequest\"%\n" +
+	"\x11DataPlaneResponse\x12\x10\n" +
+	"\x03shm\x18\x01 \x01(\bR\x03shm\"R\n" +
+	"\vShmTransfer\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1d\n" +
+	"\n" +
+	"chunk_size\x18\x02 \x01(\x03R\tchunkSize\x12\x14\n" +
+	"\x05depth\x18\x03 \x01(\x03R\x05depth\"c\n" +
+	"\x12StateGetShmRequest\x12\x12\n" +
+	"\x04slot\x18\x01 \x01(\x03R\x04slot\x129\n" +
+	"\btransfer\x18\x02 \x01(\v2\x1d.hydra.backend.v1.ShmTransferR\btransfer\"/\n" +
+	"\x13StateGetShmResponse\x12\x18\n" +
+	"\awritten\x18\x01 \x01(\x03R\awritten\"\x8f\x01\n" +
+	"\x12StatePutShmRequest\x12\x12\n" +
+	"\x04slot\x18\x01 \x01(\x03R\x04slot\x12\x16\n" +
+	"\x06tokens\x18\x02 \x03(\x05R\x06tokens\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\x129\n" +
+	"\btransfer\x18\x04 \x01(\v2\x1d.hydra.backend.v1.ShmTransferR\btransfer2\xc0\b\n" +
 	"\aBackend\x12E\n" +
 	"\x04Load\x12\x1d.hydra.backend.v1.LoadRequest\x1a\x1e.hydra.backend.v1.LoadResponse\x12E\n" +
 	"\x04Info\x12\x1d.hydra.backend.v1.InfoRequest\x1a\x1e.hydra.backend.v1.InfoResponse\x12E\n" +
@@ -1672,7 +1996,10 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\aPrefill\x12 .hydra.backend.v1.PrefillRequest\x1a!.hydra.backend.v1.PrefillResponse\x12M\n" +
 	"\x06Decode\x12\x1f.hydra.backend.v1.DecodeRequest\x1a .hydra.backend.v1.DecodeResponse0\x01\x12S\n" +
 	"\bStateGet\x12!.hydra.backend.v1.StateGetRequest\x1a\".hydra.backend.v1.StateGetResponse0\x01\x12S\n" +
-	"\bStatePut\x12!.hydra.backend.v1.StatePutRequest\x1a\".hydra.backend.v1.StatePutResponse(\x01\x12`\n" +
+	"\bStatePut\x12!.hydra.backend.v1.StatePutRequest\x1a\".hydra.backend.v1.StatePutResponse(\x01\x12T\n" +
+	"\tDataPlane\x12\".hydra.backend.v1.DataPlaneRequest\x1a#.hydra.backend.v1.DataPlaneResponse\x12Z\n" +
+	"\vStateGetShm\x12$.hydra.backend.v1.StateGetShmRequest\x1a%.hydra.backend.v1.StateGetShmResponse\x12W\n" +
+	"\vStatePutShm\x12$.hydra.backend.v1.StatePutShmRequest\x1a\".hydra.backend.v1.StatePutResponse\x12`\n" +
 	"\rSetExpertMode\x12&.hydra.backend.v1.SetExpertModeRequest\x1a'.hydra.backend.v1.SetExpertModeResponse\x12T\n" +
 	"\tSwapQuant\x12\".hydra.backend.v1.SwapQuantRequest\x1a#.hydra.backend.v1.SwapQuantResponseBMZKgithub.com/hydra-engine/hydra-engine/iface/proto/hydra/backend/v1;backendv1b\x06proto3"
 
@@ -1688,7 +2015,7 @@ func file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP() []byte {
 	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescData
 }
 
-var file_iface_proto_hydra_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_iface_proto_hydra_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_iface_proto_hydra_backend_v1_backend_proto_goTypes = []any{
 	(*ModelIdentity)(nil),         // 0: hydra.backend.v1.ModelIdentity
 	(*BackendInfo)(nil),           // 1: hydra.backend.v1.BackendInfo
@@ -1718,11 +2045,17 @@ var file_iface_proto_hydra_backend_v1_backend_proto_goTypes = []any{
 	(*SetExpertModeResponse)(nil), // 25: hydra.backend.v1.SetExpertModeResponse
 	(*SwapQuantRequest)(nil),      // 26: hydra.backend.v1.SwapQuantRequest
 	(*SwapQuantResponse)(nil),     // 27: hydra.backend.v1.SwapQuantResponse
-	nil,                           // 28: hydra.backend.v1.LoadRequest.OptionsEntry
+	(*DataPlaneRequest)(nil),      // 28: hydra.backend.v1.DataPlaneRequest
+	(*DataPlaneResponse)(nil),     // 29: hydra.backend.v1.DataPlaneResponse
+	(*ShmTransfer)(nil),           // 30: hydra.backend.v1.ShmTransfer
+	(*StateGetShmRequest)(nil),    // 31: hydra.backend.v1.StateGetShmRequest
+	(*StateGetShmResponse)(nil),   // 32: hydra.backend.v1.StateGetShmResponse
+	(*StatePutShmRequest)(nil),    // 33: hydra.backend.v1.StatePutShmRequest
+	nil,                           // 34: hydra.backend.v1.LoadRequest.OptionsEntry
 }
 var file_iface_proto_hydra_backend_v1_backend_proto_depIdxs = []int32{
 	0,  // 0: hydra.backend.v1.BackendInfo.model:type_name -> hydra.backend.v1.ModelIdentity
-	28, // 1: hydra.backend.v1.LoadRequest.options:type_name -> hydra.backend.v1.LoadRequest.OptionsEntry
+	34, // 1: hydra.backend.v1.LoadRequest.options:type_name -> hydra.backend.v1.LoadRequest.OptionsEntry
 	1,  // 2: hydra.backend.v1.LoadResponse.info:type_name -> hydra.backend.v1.BackendInfo
 	1,  // 3: hydra.backend.v1.InfoResponse.info:type_name -> hydra.backend.v1.BackendInfo
 	6,  // 4: hydra.backend.v1.SlotResponse.slot:type_name -> hydra.backend.v1.SlotInfo
@@ -1732,31 +2065,39 @@ var file_iface_proto_hydra_backend_v1_backend_proto_depIdxs = []int32{
 	16, // 8: hydra.backend.v1.DecodeResponse.token:type_name -> hydra.backend.v1.Token
 	17, // 9: hydra.backend.v1.DecodeResponse.result:type_name -> hydra.backend.v1.DecodeResult
 	21, // 10: hydra.backend.v1.StatePutRequest.header:type_name -> hydra.backend.v1.StatePutHeader
-	2,  // 11: hydra.backend.v1.Backend.Load:input_type -> hydra.backend.v1.LoadRequest
-	4,  // 12: hydra.backend.v1.Backend.Info:input_type -> hydra.backend.v1.InfoRequest
-	7,  // 13: hydra.backend.v1.Backend.Slot:input_type -> hydra.backend.v1.SlotRequest
-	9,  // 14: hydra.backend.v1.Backend.ClearSlot:input_type -> hydra.backend.v1.ClearSlotRequest
-	12, // 15: hydra.backend.v1.Backend.Prefill:input_type -> hydra.backend.v1.PrefillRequest
-	15, // 16: hydra.backend.v1.Backend.Decode:input_type -> hydra.backend.v1.DecodeRequest
-	19, // 17: hydra.backend.v1.Backend.StateGet:input_type -> hydra.backend.v1.StateGetRequest
-	22, // 18: hydra.backend.v1.Backend.StatePut:input_type -> hydra.backend.v1.StatePutRequest
-	24, // 19: hydra.backend.v1.Backend.SetExpertMode:input_type -> hydra.backend.v1.SetExpertModeRequest
-	26, // 20: hydra.backend.v1.Backend.SwapQuant:input_type -> hydra.backend.v1.SwapQuantRequest
-	3,  // 21: hydra.backend.v1.Backend.Load:output_type -> hydra.backend.v1.LoadResponse
-	5,  // 22: hydra.backend.v1.Backend.Info:output_type -> hydra.backend.v1.InfoResponse
-	8,  // 23: hydra.backend.v1.Backend.Slot:output_type -> hydra.backend.v1.SlotResponse
-	10, // 24: hydra.backend.v1.Backend.ClearSlot:output_type -> hydra.backend.v1.ClearSlotResponse
-	13, // 25: hydra.backend.v1.Backend.Prefill:output_type -> hydra.backend.v1.PrefillResponse
-	18, // 26: hydra.backend.v1.Backend.Decode:output_type -> hydra.backend.v1.DecodeResponse
-	20, // 27: hydra.backend.v1.Backend.StateGet:output_type -> hydra.backend.v1.StateGetResponse
-	23, // 28: hydra.backend.v1.Backend.StatePut:output_type -> hydra.backend.v1.StatePutResponse
-	25, // 29: hydra.backend.v1.Backend.SetExpertMode:output_type -> hydra.backend.v1.SetExpertModeResponse
-	27, // 30: hydra.backend.v1.Backend.SwapQuant:output_type -> hydra.backend.v1.SwapQuantResponse
-	21, // [21:31] is the sub-list for method output_type
-	11, // [11:21] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	30, // 11: hydra.backend.v1.StateGetShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
+	30, // 12: hydra.backend.v1.StatePutShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
+	2,  // 13: hydra.backend.v1.Backend.Load:input_type -> hydra.backend.v1.LoadRequest
+	4,  // 14: hydra.backend.v1.Backend.Info:input_type -> hydra.backend.v1.InfoRequest
+	7,  // 15: hydra.backend.v1.Backend.Slot:input_type -> hydra.backend.v1.SlotRequest
+	9,  // 16: hydra.backend.v1.Backend.ClearSlot:input_type -> hydra.backend.v1.ClearSlotRequest
+	12, // 17: hydra.backend.v1.Backend.Prefill:input_type -> hydra.backend.v1.PrefillRequest
+	15, // 18: hydra.backend.v1.Backend.Decode:input_type -> hydra.backend.v1.DecodeRequest
+	19, // 19: hydra.backend.v1.Backend.StateGet:input_type -> hydra.backend.v1.StateGetRequest
+	22, // 20: hydra.backend.v1.Backend.StatePut:input_type -> hydra.backend.v1.StatePutRequest
+	28, // 21: hydra.backend.v1.Backend.DataPlane:input_type -> hydra.backend.v1.DataPlaneRequest
+	31, // 22: hydra.backend.v1.Backend.StateGetShm:input_type -> hydra.backend.v1.StateGetShmRequest
+	33, // 23: hydra.backend.v1.Backend.StatePutShm:input_type -> hydra.backend.v1.StatePutShmRequest
+	24, // 24: hydra.backend.v1.Backend.SetExpertMode:input_type -> hydra.backend.v1.SetExpertModeRequest
+	26, // 25: hydra.backend.v1.Backend.SwapQuant:input_type -> hydra.backend.v1.SwapQuantRequest
+	3,  // 26: hydra.backend.v1.Backend.Load:output_type -> hydra.backend.v1.LoadResponse
+	5,  // 27: hydra.backend.v1.Backend.Info:output_type -> hydra.backend.v1.InfoResponse
+	8,  // 28: hydra.backend.v1.Backend.Slot:output_type -> hydra.backend.v1.SlotResponse
+	10, // 29: hydra.backend.v1.Backend.ClearSlot:output_type -> hydra.backend.v1.ClearSlotResponse
+	13, // 30: hydra.backend.v1.Backend.Prefill:output_type -> hydra.backend.v1.PrefillResponse
+	18, // 31: hydra.backend.v1.Backend.Decode:output_type -> hydra.backend.v1.DecodeResponse
+	20, // 32: hydra.backend.v1.Backend.StateGet:output_type -> hydra.backend.v1.StateGetResponse
+	23, // 33: hydra.backend.v1.Backend.StatePut:output_type -> hydra.backend.v1.StatePutResponse
+	29, // 34: hydra.backend.v1.Backend.DataPlane:output_type -> hydra.backend.v1.DataPlaneResponse
+	32, // 35: hydra.backend.v1.Backend.StateGetShm:output_type -> hydra.backend.v1.StateGetShmResponse
+	23, // 36: hydra.backend.v1.Backend.StatePutShm:output_type -> hydra.backend.v1.StatePutResponse
+	25, // 37: hydra.backend.v1.Backend.SetExpertMode:output_type -> hydra.backend.v1.SetExpertModeResponse
+	27, // 38: hydra.backend.v1.Backend.SwapQuant:output_type -> hydra.backend.v1.SwapQuantResponse
+	26, // [26:39] is the sub-list for method output_type
+	13, // [13:26] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_iface_proto_hydra_backend_v1_backend_proto_init() }
@@ -1778,7 +2119,7 @@ func file_iface_proto_hydra_backend_v1_backend_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_iface_proto_hydra_backend_v1_backend_proto_rawDesc), len(file_iface_proto_hydra_backend_v1_backend_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   29,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,9 @@ const (
 	Backend_Decode_FullMethodName        = "/hydra.backend.v1.Backend/Decode"
 	Backend_StateGet_FullMethodName      = "/hydra.backend.v1.Backend/StateGet"
 	Backend_StatePut_FullMethodName      = "/hydra.backend.v1.Backend/StatePut"
+	Backend_DataPlane_FullMethodName     = "/hydra.backend.v1.Backend/DataPlane"
+	Backend_StateGetShm_FullMethodName   = "/hydra.backend.v1.Backend/StateGetShm"
+	Backend_StatePutShm_FullMethodName   = "/hydra.backend.v1.Backend/StatePutShm"
 	Backend_SetExpertMode_FullMethodName = "/hydra.backend.v1.Backend/SetExpertMode"
 	Backend_SwapQuant_FullMethodName     = "/hydra.backend.v1.Backend/SwapQuant"
 )
@@ -47,6 +50,14 @@ type BackendClient interface {
 	StateGet(ctx context.Context, in *StateGetRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StateGetResponse], error)
 	// StatePut takes a header, then the state's bytes in data messages.
 	StatePut(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[StatePutRequest, StatePutResponse], error)
+	// The shared-memory data plane (same host only): state bytes travel
+	// through a ring of chunk buffers in a memfd the host passes over the Unix
+	// socket named by HYDRA_SHM_FD, with "chunk k holds n bytes" / "chunk k is
+	// free" messages on a per-transfer socketpair; these calls carry only the
+	// request and the result. DataPlane tells whether the plugin has that socket.
+	DataPlane(ctx context.Context, in *DataPlaneRequest, opts ...grpc.CallOption) (*DataPlaneResponse, error)
+	StateGetShm(ctx context.Context, in *StateGetShmRequest, opts ...grpc.CallOption) (*StateGetShmResponse, error)
+	StatePutShm(ctx context.Context, in *StatePutShmRequest, opts ...grpc.CallOption) (*StatePutResponse, error)
 	SetExpertMode(ctx context.Context, in *SetExpertModeRequest, opts ...grpc.CallOption) (*SetExpertModeResponse, error)
 	SwapQuant(ctx context.Context, in *SwapQuantRequest, opts ...grpc.CallOption) (*SwapQuantResponse, error)
 }
@@ -160,6 +171,36 @@ func (c *backendClient) StatePut(ctx context.Context, opts ...grpc.CallOption) (
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Backend_StatePutClient = grpc.ClientStreamingClient[StatePutRequest, StatePutResponse]
 
+func (c *backendClient) DataPlane(ctx context.Context, in *DataPlaneRequest, opts ...grpc.CallOption) (*DataPlaneResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DataPlaneResponse)
+	err := c.cc.Invoke(ctx, Backend_DataPlane_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *backendClient) StateGetShm(ctx context.Context, in *StateGetShmRequest, opts ...grpc.CallOption) (*StateGetShmResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StateGetShmResponse)
+	err := c.cc.Invoke(ctx, Backend_StateGetShm_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *backendClient) StatePutShm(ctx context.Context, in *StatePutShmRequest, opts ...grpc.CallOption) (*StatePutResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StatePutResponse)
+	err := c.cc.Invoke(ctx, Backend_StatePutShm_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *backendClient) SetExpertMode(ctx context.Context, in *SetExpertModeRequest, opts ...grpc.CallOption) (*SetExpertModeResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(SetExpertModeResponse)
@@ -196,6 +237,14 @@ type BackendServer interface {
 	StateGet(*StateGetRequest, grpc.ServerStreamingServer[StateGetResponse]) error
 	// StatePut takes a header, then the state's bytes in data messages.
 	StatePut(grpc.ClientStreamingServer[StatePutRequest, StatePutResponse]) error
+	// The shared-memory data plane (same host only): state bytes travel
+	// through a ring of chunk buffers in a memfd the host passes over the Unix
+	// socket named by HYDRA_SHM_FD, with "chunk k holds n bytes" / "chunk k is
+	// free" messages on a per-transfer socketpair; these calls carry only the
+	// request and the result. DataPlane tells whether the plugin has that socket.
+	DataPlane(context.Context, *DataPlaneRequest) (*DataPlaneResponse, error)
+	StateGetShm(context.Context, *StateGetShmRequest) (*StateGetShmResponse, error)
+	StatePutShm(context.Context, *StatePutShmRequest) (*StatePutResponse, error)
 	SetExpertMode(context.Context, *SetExpertModeRequest) (*SetExpertModeResponse, error)
 	SwapQuant(context.Context, *SwapQuantRequest) (*SwapQuantResponse, error)
 	mustEmbedUnimplementedBackendServer()
@@ -231,6 +280,15 @@ func (UnimplementedBackendServer) StateGet(*StateGetRequest, grpc.ServerStreamin
 }
 func (UnimplementedBackendServer) StatePut(grpc.ClientStreamingServer[StatePutRequest, StatePutResponse]) error {
 	return status.Errorf(codes.Unimplemented, "method StatePut not implemented")
+}
+func (UnimplementedBackendServer) DataPlane(context.Context, *DataPlaneRequest) (*DataPlaneResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method DataPlane not implemented")
+}
+func (UnimplementedBackendServer) StateGetShm(context.Context, *StateGetShmRequest) (*StateGetShmResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method StateGetShm not implemented")
+}
+func (UnimplementedBackendServer) StatePutShm(context.Context, *StatePutShmRequest) (*StatePutResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method StatePutShm not implemented")
 }
 func (UnimplementedBackendServer) SetExpertMode(context.Context, *SetExpertModeRequest) (*SetExpertModeResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method SetExpertMode not implemented")
@@ -378,6 +436,60 @@ func _Backend_StatePut_Handler(srv interface{}, stream grpc.ServerStream) error 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Backend_StatePutServer = grpc.ClientStreamingServer[StatePutRequest, StatePutResponse]
 
+func _Backend_DataPlane_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DataPlaneRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackendServer).DataPlane(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Backend_DataPlane_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackendServer).DataPlane(ctx, req.(*DataPlaneRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Backend_StateGetShm_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StateGetShmRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackendServer).StateGetShm(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Backend_StateGetShm_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackendServer).StateGetShm(ctx, req.(*StateGetShmRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Backend_StatePutShm_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StatePutShmRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackendServer).StatePutShm(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Backend_StatePutShm_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackendServer).StatePutShm(ctx, req.(*StatePutShmRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Backend_SetExpertMode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(SetExpertModeRequest)
 	if err := dec(in); err != nil {
@@ -440,6 +552,18 @@ var Backend_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Prefill",
 			Handler:    _Backend_Prefill_Handler,
+		},
+		{
+			MethodName: "DataPlane",
+			Handler:    _Backend_DataPlane_Handler,
+		},
+		{
+			MethodName: "StateGetShm",
+			Handler:    _Backend_StateGetShm_Handler,
+		},
+		{
+			MethodName: "StatePutShm",
+			Handler:    _Backend_StatePutShm_Handler,
 		},
 		{
 			MethodName: "SetExpertMode",

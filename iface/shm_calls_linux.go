@@ -1,0 +1,250 @@
+//go:build linux
+
+package iface
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	backendv1 "github.com/hydra-engine/hydra-engine/iface/proto/hydra/backend/v1"
+)
+
+// Host side: GRPCClient over the shared-memory plane.
+
+// UseShm routes StateGet and StatePut through h with depth buffers in flight
+// (1 = serial: the plugin fills a chunk only once the host has sent the
+// previous one). Call it before the client is used concurrently.
+func (c *GRPCClient) UseShm(h *ShmHost, depth int) {
+	c.shm, c.shmDepth = h, max(depth, 1)
+}
+
+// DataPlane asks the plugin whether it serves the shared-memory calls.
+func (c *GRPCClient) DataPlane(ctx context.Context) (shm bool, err error) {
+	resp, err := c.client.DataPlane(ctx, &backendv1.DataPlaneRequest{})
+	if err != nil {
+		if errors.Is(fromStatus(err), ErrNotImplemented) {
+			return false, nil // an older plugin: gRPC streams only
+		}
+		return false, fromStatus(err)
+	}
+	return resp.GetShm(), nil
+}
+
+type shmResult struct {
+	n   int64
+	err error
+}
+
+func (c *GRPCClient) stateGetShm(ctx context.Context, slot, chunk int, w io.Writer) (int64, error) {
+	t, err := c.shm.begin(chunk, c.shmDepth)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	resc := make(chan shmResult, 1)
+	go func() {
+		resp, err := c.client.StateGetShm(ctx, &backendv1.StateGetShmRequest{
+			Slot:     int64(slot),
+			Transfer: &backendv1.ShmTransfer{Id: t.id, ChunkSize: int64(chunk), Depth: int64(c.shmDepth)},
+		})
+		resc <- shmResult{resp.GetWritten(), err}
+	}()
+	var written int64
+	var werr error
+	ended := false
+loop:
+	for {
+		kind, k, n, err := t.ctrl.recv()
+		if err != nil {
+			break // the plugin closed its end: its result says why
+		}
+		switch kind {
+		case msgFilled:
+			if int(k) >= t.ring.depth || n > uint64(t.ring.chunk) {
+				werr = fmt.Errorf("shm data plane: bad buffer (%d, %d) from the plugin", k, n)
+				break loop
+			}
+			m, err := w.Write(t.ring.buf(int(k))[:n])
+			written += int64(m)
+			if err != nil {
+				werr = err
+				break loop
+			}
+			if err := t.ctrl.send(msgFree, k, 0); err != nil {
+				break loop // the plugin is gone; its result says why
+			}
+		case msgEnd:
+			ended = uint64(written) == n
+			if !ended {
+				werr = fmt.Errorf("shm data plane: plugin announced %d bytes, sent %d", n, written)
+			}
+			break loop
+		default: // msgAbort: the plugin failed; its result says why
+			break loop
+		}
+	}
+	if werr != nil {
+		_ = t.ctrl.send(msgAbort, 0, 0)
+		cancel()
+	}
+	res := <-resc
+	t.finish(werr == nil && res.err == nil && ended)
+	switch {
+	case werr != nil:
+		return written, werr
+	case res.err != nil:
+		return written, fromStatus(res.err)
+	case !ended:
+		return written, errors.New("shm data plane: plugin finished without ending the transfer")
+	case res.n != written:
+		return written, fmt.Errorf("shm data plane: plugin wrote %d bytes, host received %d", res.n, written)
+	}
+	return written, nil
+}
+
+func (c *GRPCClient) statePutShm(ctx context.Context, slot int, tokens []int32, r io.Reader, size int64) (int64, error) {
+	chunk := transferChunk(ctx)
+	if chunk <= 0 {
+		chunk = c.shmPutChunk()
+	}
+	chunk = int(min(int64(chunk), max(size, 1)))
+	t, err := c.shm.begin(chunk, c.shmDepth)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	resc := make(chan shmResult, 1)
+	go func() {
+		resp, err := c.client.StatePutShm(ctx, &backendv1.StatePutShmRequest{
+			Slot: int64(slot), Tokens: tokens, Size: size,
+			Transfer: &backendv1.ShmTransfer{Id: t.id, ChunkSize: int64(chunk), Depth: int64(c.shmDepth)},
+		})
+		resc <- shmResult{resp.GetConsumed(), err}
+	}()
+	var sent int64
+	var rerr error
+	pluginDone := false
+	for seq, inflight := 0, 0; sent < size; seq++ {
+		for inflight == t.ring.depth && !pluginDone {
+			kind, _, _, err := t.ctrl.recv()
+			if err != nil || kind != msgFree {
+				pluginDone = true // stopped reading: failed or finished early
+			}
+			inflight--
+		}
+		if pluginDone {
+			break
+		}
+		k := seq % t.ring.depth
+		n := int(min(int64(t.ring.chunk), size-sent))
+		m, err := io.ReadFull(r, t.ring.buf(k)[:n])
+		sent += int64(m)
+		if err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				err = fmt.Errorf("state reader ended after %d of %d bytes: %w", sent, size, io.ErrUnexpectedEOF)
+			}
+			rerr = err
+			break
+		}
+		if err := t.ctrl.send(msgFilled, uint32(k), uint64(n)); err != nil {
+			pluginDone = true
+			break
+		}
+		inflight++
+	}
+	if rerr != nil {
+		// Tell the plugin, then wait for it: it fails and empties the slot
+		// before this returns, so the caller never races a running restore.
+		_ = t.ctrl.send(msgAbort, 0, 0)
+	} else if !pluginDone {
+		_ = t.ctrl.send(msgEnd, 0, uint64(sent))
+	}
+	res := <-resc
+	t.finish(rerr == nil && res.err == nil)
+	switch {
+	case rerr != nil:
+		return 0, rerr
+	case res.err != nil:
+		return 0, fromStatus(res.err)
+	case pluginDone:
+		return 0, errors.New("shm data plane: plugin stopped reading before the end of the state")
+	}
+	return res.n, nil
+}
+
+// shmPutChunk is the ring buffer size for restores: socket reads land in it
+// directly, so it only needs to be large enough to amortise the messages.
+func (c *GRPCClient) shmPutChunk() int {
+	if c.PutPieceSize > 0 {
+		return c.PutPieceSize
+	}
+	return 4 << 20
+}
+
+// Plugin side: GRPCServer over the shared-memory plane.
+
+func (s *GRPCServer) DataPlane(context.Context, *backendv1.DataPlaneRequest) (*backendv1.DataPlaneResponse, error) {
+	return &backendv1.DataPlaneResponse{Shm: s.Shm != nil}, nil
+}
+
+func (s *GRPCServer) StateGetShm(ctx context.Context, req *backendv1.StateGetShmRequest) (*backendv1.StateGetShmResponse, error) {
+	if s.Shm == nil {
+		return nil, toStatus(fmt.Errorf("%w: plugin has no shm data plane", ErrNotImplemented))
+	}
+	tr := req.GetTransfer()
+	t, err := s.Shm.open(ctx, tr.GetId(), tr.GetChunkSize(), tr.GetDepth())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	defer t.close()
+	w := &shmWriter{t: t}
+	_, err = s.Impl.StateGet(ctx, int(req.GetSlot()), int(tr.GetChunkSize()), w)
+	if err == nil {
+		err = w.flush()
+	}
+	// Wait until the host has sent every buffer: then no message is left
+	// unread when the sockets close (an unread message would turn the
+	// close into a reset that swallows the end mark), and the end mark means
+	// the bytes are out.
+	for err == nil && w.inflight > 0 {
+		err = w.awaitFree()
+	}
+	if err == nil {
+		err = t.ctrl.send(msgEnd, 0, uint64(w.total))
+	}
+	if err != nil {
+		_ = t.ctrl.send(msgAbort, 0, 0)
+		return nil, toStatus(err)
+	}
+	return &backendv1.StateGetShmResponse{Written: w.total}, nil
+}
+
+func (s *GRPCServer) StatePutShm(ctx context.Context, req *backendv1.StatePutShmRequest) (*backendv1.StatePutResponse, error) {
+	if s.Shm == nil {
+		return nil, toStatus(fmt.Errorf("%w: plugin has no shm data plane", ErrNotImplemented))
+	}
+	if req.GetSize() < 0 {
+		return nil, toStatus(fmt.Errorf("%w: negative state size", ErrBadRequest))
+	}
+	tr := req.GetTransfer()
+	t, err := s.Shm.open(ctx, tr.GetId(), tr.GetChunkSize(), tr.GetDepth())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	defer t.close()
+	r := &shmReader{t: t, remain: req.GetSize()}
+	n, err := s.Impl.StatePut(ctx, int(req.GetSlot()), req.GetTokens(), r, req.GetSize())
+	if err == nil {
+		// Success means every byte arrived, as on the gRPC plane.
+		err = r.drain()
+	}
+	if err != nil {
+		_ = t.ctrl.send(msgAbort, 0, 0)
+		return nil, toStatus(err)
+	}
+	return &backendv1.StatePutResponse{Consumed: n}, nil
+}

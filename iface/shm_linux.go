@@ -1,0 +1,628 @@
+//go:build linux
+
+package iface
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The shared-memory data plane. Per transfer the host creates (or reuses) a
+// ring: one memfd of depth chunk-sized buffers, mapped by both processes, and
+// a SOCK_SEQPACKET socketpair for 16-byte control messages. It passes the
+// memfd and one end of the pair to the plugin over a long-lived Unix socket
+// (SCM_RIGHTS; the plugin inherits it as fd HYDRA_SHM_FD), tagged with a
+// transfer id that the gRPC call then names. State bytes are written once
+// into the ring by the producer and once from the ring into the socket (or
+// the reverse), never through gRPC.
+
+// ShmEnv names the environment variable carrying the plugin's end of the
+// fd-passing socket.
+const ShmEnv = "HYDRA_SHM_FD"
+
+// Control message kinds; a message is [u32 kind][u32 buffer][u64 n].
+const (
+	msgFilled uint32 = 1 // buffer k holds n bytes
+	msgFree   uint32 = 2 // buffer k may be refilled
+	msgEnd    uint32 = 3 // no more buffers; n = bytes in all
+	msgAbort  uint32 = 4 // the sender gives up
+)
+
+const ctrlMsgSize = 16
+
+// errShmAborted is the peer giving up on a transfer.
+var errShmAborted = errors.New("shm data plane: transfer aborted by the other side")
+
+type ctrlConn struct {
+	c    *net.UnixConn
+	wbuf [ctrlMsgSize]byte
+	rbuf [ctrlMsgSize]byte
+}
+
+func newCtrlConn(fd int) (*ctrlConn, error) {
+	f := os.NewFile(uintptr(fd), "hydra-shm-ctrl")
+	defer f.Close()
+	c, err := net.FileConn(f)
+	if err != nil {
+		return nil, err
+	}
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		c.Close()
+		return nil, fmt.Errorf("shm control socket is a %T", c)
+	}
+	return &ctrlConn{c: uc}, nil
+}
+
+func (c *ctrlConn) send(kind, k uint32, n uint64) error {
+	binary.LittleEndian.PutUint32(c.wbuf[0:], kind)
+	binary.LittleEndian.PutUint32(c.wbuf[4:], k)
+	binary.LittleEndian.PutUint64(c.wbuf[8:], n)
+	_, err := c.c.Write(c.wbuf[:])
+	return err
+}
+
+func (c *ctrlConn) recv() (kind, k uint32, n uint64, err error) {
+	m, err := c.c.Read(c.rbuf[:])
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	if m != ctrlMsgSize {
+		return 0, 0, 0, fmt.Errorf("shm control message of %d bytes", m)
+	}
+	return binary.LittleEndian.Uint32(c.rbuf[0:]), binary.LittleEndian.Uint32(c.rbuf[4:]), binary.LittleEndian.Uint64(c.rbuf[8:]), nil
+}
+
+func (c *ctrlConn) close() { c.c.Close() }
+
+// ring is depth buffers of chunk bytes in one shared mapping.
+type ring struct {
+	fd           int
+	mem          []byte
+	chunk, depth int
+}
+
+func (r *ring) buf(k int) []byte { return r.mem[k*r.chunk : (k+1)*r.chunk : (k+1)*r.chunk] }
+
+func (r *ring) size() int { return r.chunk * r.depth }
+
+func checkGeometry(chunk, depth int64) error {
+	if chunk <= 0 || depth <= 0 || depth > 64 || chunk > 1<<30 || chunk*depth > 4<<30 {
+		return fmt.Errorf("%w: shm ring of %d × %d bytes", ErrBadRequest, depth, chunk)
+	}
+	return nil
+}
+
+// newRing creates a ring backed by a fresh memfd, its pages populated.
+func newRing(chunk, depth int) (*ring, error) {
+	fd, err := unix.MemfdCreate("hydra-state-ring", unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("memfd_create: %w", err)
+	}
+	if err := unix.Ftruncate(fd, int64(chunk*depth)); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("sizing the shm ring: %w", err)
+	}
+	r, err := mapRing(fd, chunk, depth)
+	if err != nil {
+		unix.Close(fd)
+	}
+	return r, err
+}
+
+// mapRing maps an existing ring memfd. MAP_POPULATE builds the page tables at
+// once instead of faulting on every page of every chunk.
+func mapRing(fd, chunk, depth int) (*ring, error) {
+	mem, err := unix.Mmap(fd, 0, chunk*depth, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	if err != nil {
+		return nil, fmt.Errorf("mapping the shm ring: %w", err)
+	}
+	return &ring{fd: fd, mem: mem, chunk: chunk, depth: depth}, nil
+}
+
+func (r *ring) close() {
+	if r.mem != nil {
+		_ = unix.Munmap(r.mem)
+		r.mem = nil
+	}
+	if r.fd >= 0 {
+		_ = unix.Close(r.fd)
+		r.fd = -1
+	}
+}
+
+// seqpacketPair returns a connected SOCK_SEQPACKET pair.
+func seqpacketPair() (a, b int, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, -1, fmt.Errorf("socketpair: %w", err)
+	}
+	return fds[0], fds[1], nil
+}
+
+// ShmHost is the host's side of the shared-memory plane of one plugin.
+type ShmHost struct {
+	conn   *net.UnixConn // sends (id, memfd, ctrl) to the plugin
+	sendMu sync.Mutex
+	nextID atomic.Uint64
+
+	poolMu sync.Mutex
+	pool   []*ring // idle rings, reused while their geometry fits
+	closed bool
+}
+
+// maxIdleRings bounds the rings kept for reuse (concurrent transfers each
+// hold one while they run).
+const maxIdleRings = 4
+
+// NewShmHost creates the fd-passing socket; the returned file is the
+// plugin's end: pass it as the first of exec.Cmd.ExtraFiles (fd 3) with
+// ShmEnv=3 in the plugin's environment, then close it once the plugin runs.
+func NewShmHost() (*ShmHost, *os.File, error) {
+	a, b, err := seqpacketPair()
+	if err != nil {
+		return nil, nil, err
+	}
+	f := os.NewFile(uintptr(a), "hydra-shm-host")
+	c, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		unix.Close(b)
+		return nil, nil, err
+	}
+	return &ShmHost{conn: c.(*net.UnixConn)}, os.NewFile(uintptr(b), "hydra-shm-plugin"), nil
+}
+
+// Close releases the socket and the idle rings.
+func (h *ShmHost) Close() error {
+	h.poolMu.Lock()
+	h.closed = true
+	for _, r := range h.pool {
+		r.close()
+	}
+	h.pool = nil
+	h.poolMu.Unlock()
+	return h.conn.Close()
+}
+
+// hostTransfer is one transfer in flight on the host side.
+type hostTransfer struct {
+	h    *ShmHost
+	id   uint64
+	ring *ring
+	ctrl *ctrlConn
+}
+
+func (h *ShmHost) ring(chunk, depth int) (*ring, error) {
+	h.poolMu.Lock()
+	for i, r := range h.pool {
+		if r.chunk == chunk && r.depth == depth {
+			h.pool = append(h.pool[:i], h.pool[i+1:]...)
+			h.poolMu.Unlock()
+			return r, nil
+		}
+	}
+	h.poolMu.Unlock()
+	return newRing(chunk, depth)
+}
+
+// begin sets up a transfer and hands its ring and control socket to the
+// plugin.
+func (h *ShmHost) begin(chunk, depth int) (*hostTransfer, error) {
+	r, err := h.ring(chunk, depth)
+	if err != nil {
+		return nil, err
+	}
+	a, b, err := seqpacketPair()
+	if err != nil {
+		r.close()
+		return nil, err
+	}
+	ctrl, err := newCtrlConn(a)
+	if err != nil {
+		unix.Close(b)
+		r.close()
+		return nil, err
+	}
+	t := &hostTransfer{h: h, id: h.nextID.Add(1), ring: r, ctrl: ctrl}
+	var idb [8]byte
+	binary.LittleEndian.PutUint64(idb[:], t.id)
+	h.sendMu.Lock()
+	_, _, err = h.conn.WriteMsgUnix(idb[:], unix.UnixRights(r.fd, b), nil)
+	h.sendMu.Unlock()
+	unix.Close(b)
+	if err != nil {
+		t.finish(false)
+		return nil, fmt.Errorf("passing the shm ring to the plugin: %w", err)
+	}
+	return t, nil
+}
+
+// finish closes the control socket and keeps the ring for reuse when the
+// plugin is known to be done with it (the transfer's RPC returned cleanly).
+func (t *hostTransfer) finish(reuse bool) {
+	t.ctrl.close()
+	h := t.h
+	h.poolMu.Lock()
+	if reuse && !h.closed && len(h.pool) < maxIdleRings {
+		h.pool = append(h.pool, t.ring)
+		h.poolMu.Unlock()
+		return
+	}
+	h.poolMu.Unlock()
+	t.ring.close()
+}
+
+// ShmReceiver is the plugin's side of the fd-passing socket: it collects the
+// rings the host sends, by transfer id, for the gRPC calls that name them.
+type ShmReceiver struct {
+	conn    *net.UnixConn
+	mu      sync.Mutex
+	pending map[uint64]*shmPending
+	err     error // set when the socket fails; later takes fail with it
+}
+
+type shmPending struct {
+	ready   chan struct{}
+	memfd   int
+	ctrlfd  int
+	arrived time.Time
+}
+
+// shmReceiverFromEnv returns the receiver for the socket the host passed, or
+// nil when the plugin was started without one (gRPC data plane only).
+func shmReceiverFromEnv() *ShmReceiver {
+	v := os.Getenv(ShmEnv)
+	if v == "" {
+		return nil
+	}
+	fd, err := strconv.Atoi(v)
+	if err != nil || fd < 3 {
+		return nil
+	}
+	unix.CloseOnExec(fd)
+	r, err := newShmReceiver(fd)
+	if err != nil {
+		return nil
+	}
+	return r
+}
+
+func newShmReceiver(fd int) (*ShmReceiver, error) {
+	f := os.NewFile(uintptr(fd), "hydra-shm-plugin")
+	c, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+	r := &ShmReceiver{conn: c.(*net.UnixConn), pending: map[uint64]*shmPending{}}
+	go r.run()
+	return r, nil
+}
+
+func (r *ShmReceiver) run() {
+	var idb [8]byte
+	oob := make([]byte, unix.CmsgSpace(2*4))
+	for {
+		n, oobn, _, _, err := r.conn.ReadMsgUnix(idb[:], oob)
+		if err == nil && n != 8 {
+			err = fmt.Errorf("shm handoff of %d bytes", n)
+		}
+		var fds []int
+		if err == nil {
+			fds, err = parseRights(oob[:oobn])
+		}
+		if err != nil {
+			r.mu.Lock()
+			r.err = fmt.Errorf("shm data plane socket: %w", err)
+			for id, p := range r.pending {
+				if p.memfd < 0 {
+					close(p.ready)
+					delete(r.pending, id)
+				}
+			}
+			r.mu.Unlock()
+			return
+		}
+		r.deliver(binary.LittleEndian.Uint64(idb[:]), fds[0], fds[1])
+	}
+}
+
+func parseRights(oob []byte) ([]int, error) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, err
+	}
+	var fds []int
+	for _, m := range msgs {
+		f, err := unix.ParseUnixRights(&m)
+		if err != nil {
+			return nil, err
+		}
+		fds = append(fds, f...)
+	}
+	if len(fds) != 2 {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return nil, fmt.Errorf("shm handoff carried %d descriptors, want 2", len(fds))
+	}
+	for _, fd := range fds {
+		unix.CloseOnExec(fd)
+	}
+	return fds, nil
+}
+
+// staleHandoff is how long fds wait for the call that names them.
+const staleHandoff = time.Minute
+
+func (r *ShmReceiver) deliver(id uint64, memfd, ctrlfd int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	for oid, p := range r.pending { // a call that never came: drop its fds
+		if p.memfd >= 0 && now.Sub(p.arrived) > staleHandoff {
+			unix.Close(p.memfd)
+			unix.Close(p.ctrlfd)
+			delete(r.pending, oid)
+		}
+	}
+	p, ok := r.pending[id]
+	if !ok {
+		p = &shmPending{ready: make(chan struct{})}
+		r.pending[id] = p
+	}
+	p.memfd, p.ctrlfd, p.arrived = memfd, ctrlfd, now
+	close(p.ready)
+}
+
+// take waits for transfer id's fds.
+func (r *ShmReceiver) take(ctx context.Context, id uint64) (memfd, ctrlfd int, err error) {
+	r.mu.Lock()
+	p, ok := r.pending[id]
+	if !ok {
+		if r.err != nil {
+			r.mu.Unlock()
+			return -1, -1, r.err
+		}
+		p = &shmPending{ready: make(chan struct{}), memfd: -1, ctrlfd: -1}
+		r.pending[id] = p
+	}
+	r.mu.Unlock()
+	timer := time.NewTimer(30 * time.Second)
+	defer timer.Stop()
+	select {
+	case <-p.ready:
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-timer.C:
+		err = fmt.Errorf("shm transfer %d: the host's ring never arrived", id)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.pending, id)
+	if err == nil && p.memfd < 0 {
+		err = r.err
+	}
+	if err != nil {
+		if p.memfd >= 0 {
+			unix.Close(p.memfd)
+			unix.Close(p.ctrlfd)
+		}
+		return -1, -1, err
+	}
+	return p.memfd, p.ctrlfd, nil
+}
+
+// pluginTransfer is one transfer in flight on the plugin side.
+type pluginTransfer struct {
+	ring *ring
+	ctrl *ctrlConn
+	stop func() bool
+}
+
+func (r *ShmReceiver) open(ctx context.Context, id uint64, chunk, depth int64) (*pluginTransfer, error) {
+	if err := checkGeometry(chunk, depth); err != nil {
+		return nil, err
+	}
+	memfd, ctrlfd, err := r.take(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	ctrl, err := newCtrlConn(ctrlfd)
+	if err != nil {
+		unix.Close(memfd)
+		return nil, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(memfd, &st); err != nil || st.Size < chunk*depth {
+		unix.Close(memfd)
+		ctrl.close()
+		return nil, fmt.Errorf("%w: shm ring smaller than %d × %d", ErrBadRequest, depth, chunk)
+	}
+	rg, err := mapRing(memfd, int(chunk), int(depth))
+	if err != nil {
+		unix.Close(memfd)
+		ctrl.close()
+		return nil, err
+	}
+	// The mapping keeps the memory; the descriptor is no longer needed.
+	unix.Close(memfd)
+	rg.fd = -1
+	// Cancelling the call unblocks a producer or consumer waiting on the host.
+	stop := context.AfterFunc(ctx, func() { ctrl.c.SetDeadline(time.Unix(1, 0)) })
+	return &pluginTransfer{ring: rg, ctrl: ctrl, stop: stop}, nil
+}
+
+func (t *pluginTransfer) close() {
+	t.stop()
+	t.ctrl.close()
+	t.ring.close()
+}
+
+// shmWriter fills the ring's buffers in order and hands each full one to the
+// host; it waits for a free buffer when depth of them are in flight.
+type shmWriter struct {
+	t        *pluginTransfer
+	seq      int // index of the buffer being filled, modulo depth
+	fill     int // bytes in it
+	inflight int
+	total    int64
+	err      error
+}
+
+var _ ChunkWriter = (*shmWriter)(nil)
+
+func (w *shmWriter) Buffer() ([]byte, error) {
+	if w.err != nil {
+		return nil, w.err
+	}
+	if w.fill == 0 {
+		for w.inflight == w.t.ring.depth {
+			if w.err = w.awaitFree(); w.err != nil {
+				return nil, w.err
+			}
+		}
+	}
+	return w.t.ring.buf(w.seq % w.t.ring.depth)[w.fill:], nil
+}
+
+func (w *shmWriter) awaitFree() error {
+	kind, _, _, err := w.t.ctrl.recv()
+	switch {
+	case err != nil:
+		return fmt.Errorf("shm data plane: host gone: %w", err)
+	case kind == msgAbort:
+		return errShmAborted
+	case kind != msgFree:
+		return fmt.Errorf("shm data plane: unexpected message %d from the host", kind)
+	}
+	w.inflight--
+	return nil
+}
+
+func (w *shmWriter) Commit(n int) error {
+	if w.err != nil {
+		return w.err
+	}
+	if n < 0 || w.fill+n > w.t.ring.chunk {
+		w.err = fmt.Errorf("shm data plane: commit of %d bytes overflows the buffer", n)
+		return w.err
+	}
+	w.fill += n
+	w.total += int64(n)
+	if w.fill == w.t.ring.chunk {
+		return w.flush()
+	}
+	return nil
+}
+
+// flush hands the current buffer, if it holds anything, to the host.
+func (w *shmWriter) flush() error {
+	if w.err != nil || w.fill == 0 {
+		return w.err
+	}
+	if err := w.t.ctrl.send(msgFilled, uint32(w.seq%w.t.ring.depth), uint64(w.fill)); err != nil {
+		w.err = fmt.Errorf("shm data plane: host gone: %w", err)
+		return w.err
+	}
+	w.inflight++
+	w.seq++
+	w.fill = 0
+	return nil
+}
+
+func (w *shmWriter) Write(p []byte) (int, error) {
+	written := 0
+	for len(p) > 0 {
+		b, err := w.Buffer()
+		if err != nil {
+			return written, err
+		}
+		m := copy(b, p)
+		if err := w.Commit(m); err != nil {
+			return written, err
+		}
+		p, written = p[m:], written+m
+	}
+	return written, nil
+}
+
+// shmReader yields the buffers the host fills, freeing each once read.
+type shmReader struct {
+	t      *pluginTransfer
+	cur    []byte
+	k      uint32
+	held   bool
+	remain int64 // bytes still announced
+	done   bool
+	err    error
+}
+
+func (r *shmReader) Read(p []byte) (int, error) {
+	if r.err != nil {
+		return 0, r.err
+	}
+	for len(r.cur) == 0 {
+		if r.done {
+			return 0, io.EOF
+		}
+		if r.err = r.next(); r.err != nil {
+			return 0, r.err
+		}
+	}
+	n := copy(p, r.cur)
+	r.cur = r.cur[n:]
+	return n, nil
+}
+
+// next frees the buffer just consumed and waits for the next one.
+func (r *shmReader) next() error {
+	if r.held {
+		r.held = false
+		if err := r.t.ctrl.send(msgFree, r.k, 0); err != nil {
+			return fmt.Errorf("shm data plane: host gone: %w", err)
+		}
+	}
+	kind, k, n, err := r.t.ctrl.recv()
+	switch {
+	case err != nil:
+		return fmt.Errorf("shm data plane: host gone: %w: %w", err, io.ErrUnexpectedEOF)
+	case kind == msgAbort:
+		return fmt.Errorf("%w: %w", errShmAborted, io.ErrUnexpectedEOF)
+	case kind == msgEnd:
+		if r.remain != 0 {
+			return fmt.Errorf("shm data plane: host ended %d bytes short: %w", r.remain, io.ErrUnexpectedEOF)
+		}
+		r.done = true
+		return nil
+	case kind != msgFilled || int(k) >= r.t.ring.depth || n > uint64(r.t.ring.chunk) || int64(n) > r.remain:
+		return fmt.Errorf("shm data plane: bad message (%d, %d, %d) from the host", kind, k, n)
+	}
+	r.cur, r.k, r.held = r.t.ring.buf(int(k))[:n], k, true
+	r.remain -= int64(n)
+	return nil
+}
+
+// drain reads to the end so the host's feeding loop completes.
+func (r *shmReader) drain() error {
+	for r.err == nil && !r.done {
+		r.cur = nil
+		r.err = r.next()
+	}
+	if r.err != nil {
+		return r.err
+	}
+	return nil
+}

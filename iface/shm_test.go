@@ -1,0 +1,256 @@
+//go:build linux
+
+package iface
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"testing"
+	"time"
+)
+
+// producer is a StateGet that writes data in pieces of the given size,
+// through ChunkWriter when the writer offers it (zero-copy) and Write
+// otherwise.
+func producer(data []byte, piece int, useChunk bool, sawChunk *bool) func(context.Context, int, int, io.Writer) (int64, error) {
+	return func(ctx context.Context, slot, chunk int, w io.Writer) (int64, error) {
+		cw, ok := w.(ChunkWriter)
+		if sawChunk != nil {
+			*sawChunk = ok
+		}
+		var n int64
+		for off := 0; off < len(data); {
+			if useChunk && ok {
+				b, err := cw.Buffer()
+				if err != nil {
+					return n, err
+				}
+				m := copy(b, data[off:min(off+piece, len(data))])
+				if err := cw.Commit(m); err != nil {
+					return n, err
+				}
+				off, n = off+m, n+int64(m)
+				continue
+			}
+			m, err := w.Write(data[off:min(off+piece, len(data))])
+			off, n = off+m, n+int64(m)
+			if err != nil {
+				return n, err
+			}
+		}
+		return n, nil
+	}
+}
+
+func TestShmStateGet(t *testing.T) {
+	data := randomBytes(10<<20 + 12345)
+	for _, depth := range []int{1, 2, 4} {
+		for _, chunk := range []int{64 << 10, 1 << 20, 3<<20 + 7} {
+			for _, useChunk := range []bool{false, true} {
+				name := fmt.Sprintf("depth%d/chunk%d/chunkwriter=%v", depth, chunk, useChunk)
+				t.Run(name, func(t *testing.T) {
+					var saw bool
+					b := TestBackendShm(t, &fakeBackend{stateGet: producer(data, 100_003, useChunk, &saw)}, depth)
+					var rec chunkRecorder
+					n, err := b.StateGet(context.Background(), 0, chunk, &rec)
+					if err != nil || n != int64(len(data)) || !bytes.Equal(rec.data, data) {
+						t.Fatalf("n=%d err=%v equal=%v", n, err, bytes.Equal(rec.data, data))
+					}
+					if !saw {
+						t.Fatal("the backend was not offered a ChunkWriter")
+					}
+					if rec.maxChunk() > chunk {
+						t.Fatalf("host wrote %d bytes at once, chunk is %d", rec.maxChunk(), chunk)
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestShmRingReuse: consecutive transfers reuse the ring, and a transfer with
+// another geometry gets a new one; bytes are right every time.
+func TestShmRingReuse(t *testing.T) {
+	data := randomBytes(3 << 20)
+	b := TestBackendShm(t, &fakeBackend{stateGet: producer(data, 1<<20, true, nil)}, 2)
+	for i, chunk := range []int{256 << 10, 256 << 10, 1 << 20, 256 << 10} {
+		var rec chunkRecorder
+		if _, err := b.StateGet(context.Background(), 0, chunk, &rec); err != nil || !bytes.Equal(rec.data, data) {
+			t.Fatalf("transfer %d: %v", i, err)
+		}
+	}
+	h := b.(*GRPCClient).shm
+	h.poolMu.Lock()
+	defer h.poolMu.Unlock()
+	if len(h.pool) != 2 {
+		t.Fatalf("%d idle rings, want 2 (one per geometry)", len(h.pool))
+	}
+}
+
+func TestShmStateGetWriterFails(t *testing.T) {
+	data := randomBytes(8 << 20)
+	stopped := make(chan error, 1)
+	fb := &fakeBackend{stateGet: func(ctx context.Context, slot, chunk int, w io.Writer) (int64, error) {
+		n, err := producer(data, 64<<10, true, nil)(ctx, slot, chunk, w)
+		stopped <- err
+		return n, err
+	}}
+	b := TestBackendShm(t, fb, 2)
+	boom := errors.New("client went away")
+	_, err := b.StateGet(context.Background(), 0, 256<<10, &failingWriter{failAt: 5, err: boom})
+	if !errors.Is(err, boom) {
+		t.Fatalf("err = %v, want the writer's", err)
+	}
+	select {
+	case perr := <-stopped:
+		if perr == nil {
+			t.Fatal("the backend finished as if nothing happened")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the backend did not stop")
+	}
+	// The plane still works afterwards.
+	var rec chunkRecorder
+	if _, err := b.StateGet(context.Background(), 0, 256<<10, &rec); err != nil || !bytes.Equal(rec.data, data) {
+		t.Fatalf("after a failed transfer: %v", err)
+	}
+}
+
+func TestShmStateGetBackendFails(t *testing.T) {
+	bad := fmt.Errorf("%w: slot 3 is gone", ErrNoSlot)
+	b := TestBackendShm(t, &fakeBackend{stateGet: func(ctx context.Context, slot, chunk int, w io.Writer) (int64, error) {
+		w.Write(randomBytes(chunk * 3))
+		return 0, bad
+	}}, 2)
+	_, err := b.StateGet(context.Background(), 3, 64<<10, io.Discard)
+	if !errors.Is(err, ErrNoSlot) {
+		t.Fatalf("err = %v, want ErrNoSlot", err)
+	}
+}
+
+// consumer is a StatePut that reads everything and records it.
+func consumer(got *bytes.Buffer, piece int) func(context.Context, int, []int32, io.Reader, int64) (int64, error) {
+	return func(ctx context.Context, slot int, toks []int32, r io.Reader, size int64) (int64, error) {
+		buf := make([]byte, piece)
+		n, err := io.CopyBuffer(got, r, buf)
+		if err != nil {
+			return n, err
+		}
+		if n != size {
+			return n, fmt.Errorf("%w: read %d of %d", ErrBadRequest, n, size)
+		}
+		return n, nil
+	}
+}
+
+func TestShmStatePut(t *testing.T) {
+	data := randomBytes(9<<20 + 333)
+	for _, depth := range []int{1, 3} {
+		for _, chunk := range []int{0, 64 << 10, 2 << 20} {
+			t.Run(fmt.Sprintf("depth%d/chunk%d", depth, chunk), func(t *testing.T) {
+				var got bytes.Buffer
+				b := TestBackendShm(t, &fakeBackend{statePut: consumer(&got, 77_777)}, depth)
+				ctx := context.Background()
+				if chunk > 0 {
+					ctx = WithTransferChunk(ctx, chunk)
+				}
+				src := io.MultiReader(bytes.NewReader(data), bytes.NewReader([]byte("beyond size")))
+				n, err := b.StatePut(ctx, 1, []int32{1, 2}, src, int64(len(data)))
+				if err != nil || n != int64(len(data)) || !bytes.Equal(got.Bytes(), data) {
+					t.Fatalf("n=%d err=%v equal=%v", n, err, bytes.Equal(got.Bytes(), data))
+				}
+			})
+		}
+	}
+}
+
+func TestShmStatePutReaderFails(t *testing.T) {
+	data := randomBytes(4 << 20)
+	for _, tc := range []struct {
+		name string
+		r    io.Reader
+		want error
+	}{
+		{"short", bytes.NewReader(data[:3<<20]), io.ErrUnexpectedEOF},
+		{"error", io.MultiReader(bytes.NewReader(data[:1<<20]), errReader{errors.New("socket reset")}), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var pluginErr error
+			fb := &fakeBackend{statePut: func(ctx context.Context, slot int, toks []int32, r io.Reader, size int64) (int64, error) {
+				_, err := io.Copy(io.Discard, r)
+				mu.Lock()
+				pluginErr = err
+				mu.Unlock()
+				return 0, fmt.Errorf("%w: %w", ErrBadRequest, err)
+			}}
+			b := TestBackendShm(t, fb, 2)
+			_, err := b.StatePut(WithTransferChunk(context.Background(), 256<<10), 0, nil, tc.r, int64(len(data)))
+			if err == nil || (tc.want != nil && !errors.Is(err, tc.want)) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			// StatePut returns only once the plugin has seen the failure.
+			mu.Lock()
+			defer mu.Unlock()
+			if pluginErr == nil {
+				t.Fatal("the plugin did not see the stream fail before StatePut returned")
+			}
+		})
+	}
+}
+
+func TestShmStatePutBackendStopsEarly(t *testing.T) {
+	data := randomBytes(6 << 20)
+	b := TestBackendShm(t, &fakeBackend{statePut: func(ctx context.Context, slot int, toks []int32, r io.Reader, size int64) (int64, error) {
+		io.ReadFull(r, make([]byte, 100))
+		return 0, fmt.Errorf("%w: bad magic", ErrBadRequest)
+	}}, 2)
+	_, err := b.StatePut(WithTransferChunk(context.Background(), 64<<10), 0, nil, bytes.NewReader(data), int64(len(data)))
+	if !errors.Is(err, ErrBadRequest) {
+		t.Fatalf("err = %v, want ErrBadRequest", err)
+	}
+	// A backend that returns success after a partial read is drained, so
+	// success still means every byte arrived.
+	var got bytes.Buffer
+	b = TestBackendShm(t, &fakeBackend{statePut: func(ctx context.Context, slot int, toks []int32, r io.Reader, size int64) (int64, error) {
+		n, err := io.CopyN(&got, r, 1000)
+		return n, err
+	}}, 2)
+	if n, err := b.StatePut(context.Background(), 0, nil, bytes.NewReader(data), int64(len(data))); err != nil || n != 1000 {
+		t.Fatalf("n=%d err=%v", n, err)
+	}
+}
+
+// TestShmConcurrentTransfers: transfers on different slots at once each get
+// their own ring and the right bytes.
+func TestShmConcurrentTransfers(t *testing.T) {
+	datas := [][]byte{randomBytes(5 << 20), randomBytes(5<<20 + 1), randomBytes(5<<20 + 2), randomBytes(5<<20 + 3)}
+	b := TestBackendShm(t, &fakeBackend{stateGet: func(ctx context.Context, slot, chunk int, w io.Writer) (int64, error) {
+		return producer(datas[slot], 300_000, slot%2 == 0, nil)(ctx, slot, chunk, w)
+	}}, 3)
+	var wg sync.WaitGroup
+	errs := make(chan error, len(datas)*3)
+	for round := 0; round < 3; round++ {
+		for slot := range datas {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var rec chunkRecorder
+				if _, err := b.StateGet(context.Background(), slot, 512<<10, &rec); err != nil {
+					errs <- err
+				} else if !bytes.Equal(rec.data, datas[slot]) {
+					errs <- fmt.Errorf("slot %d: bytes differ", slot)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
