@@ -141,7 +141,8 @@ func (s *Server) handlePrefill(req *request, rp *replier) error {
 		return rp.failErr(err)
 	}
 	var after *iface.SlotInfo
-	defer func() { s.slots.release(slot, after) }()
+	release := s.slots.releaseOnce(slot)
+	defer func() { release(after) }()
 	b, info := s.Backend()
 	start := time.Now()
 	res, err := b.Prefill(s.ctx, preq)
@@ -166,7 +167,7 @@ func (s *Server) handlePrefill(req *request, rp *replier) error {
 		add("logits_size", len(logits)).add("tokens_processed", nTok).
 		add("prefill_ms", float64(elapsed.Microseconds())/1000).identity(info.Model).
 		add("model_fallback", res.ModelFallback)
-	return s.streamBlob(rp, b, res.Slot, m, logits)
+	return s.streamBlob(rp, b, res.Slot, m, logits, func() { release(after) })
 }
 
 // decodeRequest is a parsed DECODE.

@@ -29,19 +29,23 @@ func (s *Server) handleStateGet(req *request, rp *replier) error {
 	if err := s.slots.acquire(slot, slotTransferring); err != nil {
 		return rp.failErr(err)
 	}
-	defer s.slots.release(slot, nil)
+	release := s.slots.releaseOnce(slot)
+	defer release(nil)
 	b, info := s.Backend()
 	si, err := b.Slot(s.ctx, slot)
 	if err != nil {
 		return rp.failErr(err)
 	}
-	return s.streamBlob(rp, b, si, newMeta().add("n_past", si.NPast).add("state_size", si.StateSize).identity(info.Model), nil)
+	return s.streamBlob(rp, b, si, newMeta().add("n_past", si.NPast).add("state_size", si.StateSize).identity(info.Model),
+		nil, func() { release(nil) })
 }
 
 // streamBlob replies OK with meta and the v2 blob of si, followed by trailer
-// (PREFILL's logits). A failure after the header closes the connection: the
-// client sees EOF before the announced payload length.
-func (s *Server) streamBlob(rp *replier, b iface.Backend, si iface.SlotInfo, m *meta, trailer []byte) error {
+// (PREFILL's logits). The state's last byte is held back until the backend
+// has finished and release has freed the slot, so a client that has the whole
+// payload never finds the slot still busy. A failure after the header closes
+// the connection: the client sees EOF before the announced payload length.
+func (s *Server) streamBlob(rp *replier, b iface.Backend, si iface.SlotInfo, m *meta, trailer []byte, release func()) error {
 	hdr := AppendBlobHeader(make([]byte, 0, blobHeaderSize(len(si.Tokens))), si.NPast, si.Tokens)
 	total := int64(len(hdr)) + si.StateSize + int64(len(trailer))
 	if err := rp.header(transport.StatusOK, m.bytes(), uint64(total)); err != nil {
@@ -49,12 +53,19 @@ func (s *Server) streamBlob(rp *replier, b iface.Backend, si iface.SlotInfo, m *
 	}
 	start := time.Now()
 	cw := &countingWriter{w: rp.w}
+	hl := &holdLast{w: cw, remain: si.StateSize}
 	_, err := cw.Write(hdr)
 	if err == nil {
-		_, err = b.StateGet(s.ctx, si.Slot, s.tun.StateChunkSize(), cw)
+		_, err = b.StateGet(s.ctx, si.Slot, s.tun.StateChunkSize(), hl)
 	}
-	if err == nil && cw.n != int64(len(hdr))+si.StateSize {
-		err = fmt.Errorf("backend wrote %d state bytes, announced %d", cw.n-int64(len(hdr)), si.StateSize)
+	if err == nil && hl.remain != 0 {
+		err = fmt.Errorf("backend wrote %d state bytes, announced %d", si.StateSize-hl.remain, si.StateSize)
+	}
+	if err == nil {
+		release()
+		if hl.held {
+			_, err = cw.Write([]byte{hl.last})
+		}
 	}
 	if err == nil {
 		_, err = cw.Write(trailer)
@@ -67,6 +78,31 @@ func (s *Server) streamBlob(rp *replier, b iface.Backend, si iface.SlotInfo, m *
 		return errFatal{fmt.Errorf("streaming slot %d state: %w", si.Slot, err)}
 	}
 	return nil
+}
+
+// holdLast passes writes through but for the very last byte of remain.
+type holdLast struct {
+	w      io.Writer
+	remain int64
+	last   byte
+	held   bool
+}
+
+func (h *holdLast) Write(p []byte) (int, error) {
+	if int64(len(p)) > h.remain {
+		return 0, fmt.Errorf("backend wrote past the announced state size by %d bytes", int64(len(p))-h.remain)
+	}
+	if int64(len(p)) == h.remain && len(p) > 0 {
+		h.last, h.held = p[len(p)-1], true
+		if _, err := h.w.Write(p[:len(p)-1]); err != nil {
+			return 0, err
+		}
+		h.remain = 0
+		return len(p), nil
+	}
+	n, err := h.w.Write(p)
+	h.remain -= int64(n)
+	return n, err
 }
 
 // readTracker remembers the first error of the socket side of a STATE_PUT,

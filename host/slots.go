@@ -77,6 +77,13 @@ func (t *slotTable) release(slot int, info *iface.SlotInfo) {
 	}
 }
 
+// releaseOnce returns a release of slot that acts only on its first call, so
+// a handler can free the slot early and still defer the release.
+func (t *slotTable) releaseOnce(slot int) func(*iface.SlotInfo) {
+	var once sync.Once
+	return func(info *iface.SlotInfo) { once.Do(func() { t.release(slot, info) }) }
+}
+
 // update refreshes the cached figures of a held slot.
 func (t *slotTable) update(slot int, info iface.SlotInfo) {
 	t.mu.Lock()
