@@ -106,8 +106,8 @@ func NewClient(conn net.Conn) *Client {
 
 // DialClient dials rawURL (see ParseURL) and returns a Client on the
 // connection. ctx bounds the dial only.
-func DialClient(ctx context.Context, rawURL string) (*Client, error) {
-	conn, err := Dial(ctx, rawURL)
+func DialClient(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
+	conn, err := Dial(ctx, rawURL, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -29,9 +30,9 @@ const staleProbeTimeout = time.Second
 //	tcp://host:port   TCP (host may be empty, a name, an IPv4 or a [bracketed] IPv6 address)
 //	host:port         the same, for convenience
 //	unix:///abs/path  a Unix stream socket at an absolute path
+//	tls://host:port   TCP carrying TLS (network "tls"; see WithTLS)
 //
-// The scheme is case-insensitive. Other schemes (tls:// is reserved for a
-// later TLS transport) are rejected.
+// The scheme is case-insensitive. Other schemes are rejected.
 func ParseURL(raw string) (network, address string, err error) {
 	if raw == "" {
 		return "", "", errors.New("transport: empty address (want tcp://host:port, unix:///path or host:port)")
@@ -58,9 +59,12 @@ func ParseURL(raw string) (network, address string, err error) {
 		}
 		return "unix", rest, nil
 	case "tls":
-		return "", "", fmt.Errorf("transport: address %q: tls:// is not supported yet", raw)
+		if err := checkHostPort(rest); err != nil {
+			return "", "", fmt.Errorf("transport: address %q: %w", raw, err)
+		}
+		return "tls", rest, nil
 	default:
-		return "", "", fmt.Errorf("transport: address %q: unknown scheme %q (want tcp or unix)", raw, scheme)
+		return "", "", fmt.Errorf("transport: address %q: unknown scheme %q (want tcp, unix or tls)", raw, scheme)
 	}
 }
 
@@ -95,10 +99,21 @@ func checkHostPort(hp string) error {
 // server); a regular file or a live socket is refused. The socket is made
 // mode 0600, since the protocol carries no authentication, and the file is
 // removed when the listener is closed.
-func Listen(rawURL string) (net.Listener, error) {
+func Listen(rawURL string, opts ...Option) (net.Listener, error) {
 	network, address, err := ParseURL(rawURL)
 	if err != nil {
 		return nil, err
+	}
+	o := collect(opts)
+	if network == "tls" {
+		if o.tls == nil || (len(o.tls.Certificates) == 0 && o.tls.GetCertificate == nil) {
+			return nil, fmt.Errorf("transport: listen %s: a tls:// listener needs a certificate and key", rawURL)
+		}
+		l, err := tls.Listen("tcp", address, o.tls)
+		if err != nil {
+			return nil, fmt.Errorf("transport: listen %s: %w", rawURL, err)
+		}
+		return l, nil
 	}
 	if network == "tcp" {
 		l, err := net.Listen("tcp", address)
@@ -165,10 +180,18 @@ func fileKind(m fs.FileMode) string {
 
 // Dial connects to a transport address (see ParseURL). ctx bounds the
 // connection attempt only.
-func Dial(ctx context.Context, rawURL string) (net.Conn, error) {
+func Dial(ctx context.Context, rawURL string, opts ...Option) (net.Conn, error) {
 	network, address, err := ParseURL(rawURL)
 	if err != nil {
 		return nil, err
+	}
+	if network == "tls" {
+		d := tls.Dialer{Config: collect(opts).tls}
+		c, err := d.DialContext(ctx, "tcp", address)
+		if err != nil {
+			return nil, fmt.Errorf("transport: dial %s: %w", rawURL, err)
+		}
+		return c, nil
 	}
 	var d net.Dialer
 	c, err := d.DialContext(ctx, network, address)

@@ -36,7 +36,8 @@ func TestParseURL(t *testing.T) {
 		{in: "unix://run/hydra.sock", err: "must be absolute"},
 		{in: "unix://", err: "must be absolute"},
 		{in: long, err: "the limit is 107"},
-		{in: "tls://host:9510", err: "not supported yet"},
+		{in: "tls://host:9510", network: "tls", address: "host:9510"},
+		{in: "tls://host", err: "missing port"},
 		{in: "http://host:80", err: `unknown scheme "http"`},
 		{in: "/run/hydra.sock", err: "unrecognised address"},
 	} {
