@@ -2,6 +2,8 @@ package host
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -138,6 +140,9 @@ type PluginOptions struct {
 	DataPlane string
 	// RingDepth is the number of chunk buffers in flight on the shm plane.
 	RingDepth int
+	// SHA256, when set (hex), pins the plugin executable: go-plugin hashes
+	// the file before it runs it and refuses a mismatch.
+	SHA256 string
 }
 
 // StartPlugin launches the plugin, negotiates the protocol and loads the
@@ -164,6 +169,17 @@ func StartPlugin(ctx context.Context, spec PluginSpec, load iface.LoadRequest, o
 	}
 	cfg := iface.NewClientConfig(cmd, logger.Named("plugin."+spec.Name))
 	cfg.SkipHostEnv = true
+	// The gRPC connection to the plugin is mutually authenticated with
+	// certificates made for this launch, so no other local process can
+	// drive the backend through the plugin's socket.
+	cfg.AutoMTLS = true
+	if opts.SHA256 != "" {
+		sum, err := hex.DecodeString(opts.SHA256)
+		if err != nil || len(sum) != sha256.Size {
+			return nil, fmt.Errorf("backend %s: pinned SHA-256 %q is not 64 hex digits", spec.Name, opts.SHA256)
+		}
+		cfg.SecureConfig = &plugin.SecureConfig{Checksum: sum, Hash: sha256.New()}
+	}
 	client := plugin.NewClient(cfg)
 	p := &Plugin{Spec: spec, client: client, cmd: cmd, shm: shm}
 	b, err := iface.Dispense(client)
