@@ -163,6 +163,7 @@ func (s *Server) handlePrefill(req *request, rp *replier) error {
 	if preq.Messages != nil {
 		nTok = len(res.Slot.Tokens)
 	}
+	s.stats.tokens(PhasePrefill, nTok, elapsed)
 	m := newMeta().add("n_past", res.Slot.NPast).add("state_size", res.Slot.StateSize).
 		add("logits_size", len(logits)).add("tokens_processed", nTok).
 		add("prefill_ms", float64(elapsed.Microseconds())/1000).identity(info.Model).
@@ -273,12 +274,16 @@ func (s *Server) handleDecode(req *request, rp *replier) error {
 		}
 	}()
 	if dreq.prefill != nil {
-		if _, err := b.Prefill(s.ctx, *dreq.prefill); err != nil {
+		pstart := time.Now()
+		pres, err := b.Prefill(s.ctx, *dreq.prefill)
+		if err != nil {
 			return rp.failErr(err)
 		}
+		s.stats.tokens(PhasePrefill, len(pres.Slot.Tokens), time.Since(pstart))
 	}
 	var frames []byte
 	var text strings.Builder
+	dstart := time.Now()
 	res, err := b.Decode(s.ctx, iface.DecodeRequest{Slot: slot, NPredict: dreq.nPredict, Sampler: dreq.sampler},
 		func(t iface.Token) error {
 			frames = transport.AppendDecodeFrame(frames, transport.DecodeFrame{TokenID: uint32(t.ID), Logprob: t.Logprob})
@@ -288,6 +293,7 @@ func (s *Server) handleDecode(req *request, rp *replier) error {
 	if err != nil {
 		return rp.failErr(err)
 	}
+	s.stats.tokens(PhaseDecode, res.TokensGenerated, time.Since(dstart))
 	if len(frames) > 0 {
 		frames[len(frames)-1] |= 0x01 // the last frame is the final one
 	}

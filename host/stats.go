@@ -35,9 +35,37 @@ type Stats struct {
 	mu       sync.Mutex
 	get, put TransferStats
 	requests map[RequestKey]RequestStats
+	restarts uint64
+	phases   map[string]TokenStats
+	observer StatsObserver
 }
 
-func newStats() *Stats { return &Stats{requests: map[RequestKey]RequestStats{}} }
+// StatsObserver sees every transfer and every prefill or decode as it is
+// counted; /metrics uses it to fill histograms, which running totals cannot.
+// Calls are made outside Stats' lock, from the goroutine of the request.
+type StatsObserver interface {
+	// Transfer is one STATE_GET (put false) or STATE_PUT; err is nil when it
+	// completed, and bytes counts what moved either way.
+	Transfer(put bool, bytes int64, d time.Duration, err error)
+	// Tokens is one prefill or decode of n tokens that took d.
+	Tokens(phase string, n int, d time.Duration)
+}
+
+// Token phases, for Stats.Tokens and the metrics' "phase" label.
+const (
+	PhasePrefill = "prefill"
+	PhaseDecode  = "decode"
+)
+
+// TokenStats counts the tokens of one phase and the time spent on them.
+type TokenStats struct {
+	Tokens  uint64
+	Seconds float64
+}
+
+func newStats() *Stats {
+	return &Stats{requests: map[RequestKey]RequestStats{}, phases: map[string]TokenStats{}}
+}
 
 func (s *Stats) request(op transport.Op, st transport.Status, aborted bool, d time.Duration) {
 	s.mu.Lock()
@@ -62,19 +90,23 @@ func (s *Stats) Requests() map[RequestKey]RequestStats {
 
 func (s *Stats) transfer(put bool, bytes int64, d time.Duration, err error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	t := &s.get
 	if put {
 		t = &s.put
 	}
 	if err != nil {
 		t.Failed++
-		return
+	} else {
+		t.Count++
+		t.Bytes += uint64(bytes)
+		t.Seconds += d.Seconds()
+		t.Last = d
 	}
-	t.Count++
-	t.Bytes += uint64(bytes)
-	t.Seconds += d.Seconds()
-	t.Last = d
+	o := s.observer
+	s.mu.Unlock()
+	if o != nil {
+		o.Transfer(put, bytes, d, err)
+	}
 }
 
 // Transfers returns the STATE_GET and STATE_PUT counters.
@@ -82,4 +114,50 @@ func (s *Stats) Transfers() (get, put TransferStats) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.get, s.put
+}
+
+// SetObserver installs o (nil removes it); it sees events from now on.
+func (s *Stats) SetObserver(o StatsObserver) {
+	s.mu.Lock()
+	s.observer = o
+	s.mu.Unlock()
+}
+
+// PluginRestart counts one relaunch of the backend plugin.
+func (s *Stats) PluginRestart() {
+	s.mu.Lock()
+	s.restarts++
+	s.mu.Unlock()
+}
+
+// PluginRestarts returns how often the backend plugin was relaunched.
+func (s *Stats) PluginRestarts() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.restarts
+}
+
+// tokens counts a prefill or decode of n tokens that took d. Empty ones
+// (n_predict 0, an immediate EOS) say nothing about speed and are skipped.
+func (s *Stats) tokens(phase string, n int, d time.Duration) {
+	if n <= 0 || d <= 0 {
+		return
+	}
+	s.mu.Lock()
+	t := s.phases[phase]
+	t.Tokens += uint64(n)
+	t.Seconds += d.Seconds()
+	s.phases[phase] = t
+	o := s.observer
+	s.mu.Unlock()
+	if o != nil {
+		o.Tokens(phase, n, d)
+	}
+}
+
+// Tokens returns the prefill and decode token counters.
+func (s *Stats) Tokens() (prefill, decode TokenStats) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.phases[PhasePrefill], s.phases[PhaseDecode]
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -226,4 +227,27 @@ func hydractl(t testing.TB, args ...string) (string, string, error) {
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
 	return out.String(), strings.TrimSpace(errb.String()), err
+}
+
+// startHTTPEngine is startEngine with --http on a free port. It returns the
+// engine and its HTTP base URL ("http://127.0.0.1:PORT") once /health says
+// ready.
+func startHTTPEngine(t testing.TB, extra ...string) (*engine, string) {
+	t.Helper()
+	base := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+	e := startEngine(t, append([]string{"--http", strings.TrimPrefix(base, "http://")}, extra...)...)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(base + "/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return e, base
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("HTTP %s not ready: %v\n%s", base, err, e.logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -26,89 +25,6 @@ import (
 // version is set at build time with -ldflags "-X main.version=…".
 var version = "dev"
 
-// listFlag collects a repeatable flag.
-type listFlag []string
-
-func (l *listFlag) String() string     { return strings.Join(*l, ",") }
-func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
-
-type options struct {
-	rpc          listFlag
-	httpAddr     string
-	backend      string
-	pluginDir    string
-	backendOpts  listFlag
-	slots        int
-	model        string
-	logFormat    string
-	logLevel     string
-	idleTimeout  time.Duration
-	chunkTimeout time.Duration
-	grace        time.Duration
-	showVersion  bool
-	dataPlane    string
-	ringDepth    int
-}
-
-func parseFlags(args []string) (*options, error) {
-	o := &options{}
-	fs := flag.NewFlagSet("hydra-engine", flag.ContinueOnError)
-	fs.Var(&o.rpc, "rpc", "Hydra RPC listener URL, tcp://HOST:PORT or unix:///PATH (repeatable; default tcp://127.0.0.1:9510)")
-	fs.StringVar(&o.httpAddr, "http", "", "HTTP listen address for /health and /version (empty: off)")
-	fs.StringVar(&o.backend, "backend", "mock", "backend plugin: a name (hydra-plugin-NAME in --plugin-dir or beside this binary) or a path")
-	fs.StringVar(&o.pluginDir, "plugin-dir", "", "directory searched first for hydra-plugin-NAME")
-	fs.Var(&o.backendOpts, "backend-opt", "backend option key=value, passed to the plugin (repeatable)")
-	fs.IntVar(&o.slots, "slots", 4, "number of slots (sequences)")
-	fs.StringVar(&o.model, "model", "", "model file for the backend")
-	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
-	fs.StringVar(&o.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
-	fs.DurationVar(&o.idleTimeout, "idle-timeout", host.DefaultIdleTimeout, "close connections idle this long between requests")
-	fs.DurationVar(&o.chunkTimeout, "chunk-timeout", host.DefaultChunkTimeout, "cut a peer that stalls this long inside a request or reply")
-	fs.DurationVar(&o.grace, "shutdown-grace", 30*time.Second, "on SIGTERM/SIGINT, let in-flight requests finish for this long")
-	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
-	fs.StringVar(&o.dataPlane, "data-plane", "auto", "how state bytes travel to and from the plugin: auto, shm or grpc")
-	fs.IntVar(&o.ringDepth, "ring-depth", 4, "chunk buffers in flight on the shm data plane (1 = serial copy-then-send)")
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
-	}
-	if len(o.rpc) == 0 {
-		o.rpc = listFlag{"tcp://127.0.0.1:9510"}
-	}
-	if o.slots < 1 {
-		return nil, fmt.Errorf("--slots must be at least 1, got %d", o.slots)
-	}
-	switch o.dataPlane {
-	case "auto", "shm", "grpc":
-	default:
-		return nil, fmt.Errorf("--data-plane must be auto, shm or grpc, got %q", o.dataPlane)
-	}
-	if o.ringDepth < 1 || o.ringDepth > 64 {
-		return nil, fmt.Errorf("--ring-depth must be in [1, 64], got %d", o.ringDepth)
-	}
-	if o.logFormat != "text" && o.logFormat != "json" {
-		return nil, fmt.Errorf("--log-format must be text or json, got %q", o.logFormat)
-	}
-	if hclog.LevelFromString(o.logLevel) == hclog.NoLevel {
-		return nil, fmt.Errorf("--log-level %q is not a level", o.logLevel)
-	}
-	return o, nil
-}
-
-func backendOptions(kvs []string) (map[string]string, error) {
-	m := map[string]string{}
-	for _, kv := range kvs {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			return nil, fmt.Errorf("--backend-opt %q is not key=value", kv)
-		}
-		m[k] = v
-	}
-	return m, nil
-}
-
 func main() {
 	// The engine binary doubles as its embedded mock backend plugin.
 	if len(os.Args) == 3 && os.Args[1] == host.EmbeddedPluginArg && os.Args[2] == "mock" {
@@ -116,7 +32,7 @@ func main() {
 		iface.Serve(mock.New(logger), logger)
 		return
 	}
-	o, err := parseFlags(os.Args[1:])
+	inv, err := parseInvocation(os.Args[1:], os.LookupEnv, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return
 	}
@@ -124,70 +40,66 @@ func main() {
 		fmt.Fprintln(os.Stderr, "hydra-engine:", err)
 		os.Exit(2)
 	}
-	if o.showVersion {
+	switch {
+	case inv.showVersion:
 		fmt.Println("hydra-engine", version)
 		return
+	case inv.printConfig:
+		if err := printConfig(os.Stdout, inv); err != nil {
+			fmt.Fprintln(os.Stderr, "hydra-engine:", err)
+			os.Exit(1)
+		}
+		return
 	}
+	c := &inv.cfg
 	logger := hclog.New(&hclog.LoggerOptions{
-		Name: "hydra-engine", Level: hclog.LevelFromString(o.logLevel), JSONFormat: o.logFormat == "json", Output: os.Stderr,
+		Name: "hydra-engine", Level: hclog.LevelFromString(c.LogLevel), JSONFormat: c.LogFormat == "json", Output: os.Stderr,
 	})
-	if err := run(o, logger); err != nil {
+	if err := run(c, logger); err != nil {
 		logger.Error("exiting", "error", err)
 		os.Exit(1)
 	}
 }
 
-func run(o *options, logger hclog.Logger) error {
-	opts, err := backendOptions(o.backendOpts)
+func run(c *Config, logger hclog.Logger) error {
+	spec, err := host.ResolvePlugin(c.Backend, c.PluginDir)
 	if err != nil {
 		return err
 	}
-	spec, err := host.ResolvePlugin(o.backend, o.pluginDir)
-	if err != nil {
-		return err
-	}
-	// Listen before loading, so a taken port fails fast.
+	// Listen before loading, so a taken port fails fast; HTTP answers 503
+	// with the startup stage while the model loads (§8).
 	var listeners []net.Listener
 	defer func() {
 		for _, l := range listeners {
 			l.Close()
 		}
 	}()
-	for _, u := range o.rpc {
-		l, err := transport.Listen(u)
+	var lopts []transport.Option
+	if c.TLSCert != "" {
+		tc, err := transport.ServerTLSConfig(c.TLSCert, c.TLSKey, c.TLSClientCA)
 		if err != nil {
-			return fmt.Errorf("--rpc %s: %w", u, err)
+			return err
+		}
+		lopts = append(lopts, transport.WithTLS(tc))
+	}
+	for _, u := range c.RPC {
+		l, err := transport.Listen(u, lopts...)
+		if err != nil {
+			return fmt.Errorf("rpc %s: %w", u, err)
 		}
 		listeners = append(listeners, l)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	logger.Info("starting backend", "backend", spec.Name, "path", spec.Path)
-	p, err := host.StartPlugin(ctx, spec, iface.LoadRequest{Model: o.model, NSlots: o.slots, Options: opts},
-		host.PluginOptions{DataPlane: o.dataPlane, RingDepth: o.ringDepth}, logger)
-	if err != nil {
-		return err
-	}
-	defer p.Kill()
-	logger.Info("backend loaded", "backend", p.Info.Name, "model", p.Info.Model.Alias, "hash", p.Info.Model.Hash, "slots", p.Info.NSlots)
-
-	srv := host.NewServer(p.Backend, p.Info, nil, host.Config{
-		Logger: logger, Version: version, IdleTimeout: o.idleTimeout, ChunkTimeout: o.chunkTimeout,
-	})
-	var wg sync.WaitGroup
+	startup := host.NewStartup()
 	errc := make(chan error, len(listeners)+1)
-	for i, l := range listeners {
-		logger.Info("serving Hydra RPC", "url", o.rpc[i], "addr", l.Addr().String())
-		wg.Add(1)
-		go func() { defer wg.Done(); errc <- srv.Serve(l) }()
-	}
 	var hs *http.Server
-	if o.httpAddr != "" {
-		hl, err := net.Listen("tcp", o.httpAddr)
+	if c.HTTP != "" {
+		hl, err := net.Listen("tcp", c.HTTP)
 		if err != nil {
-			return fmt.Errorf("--http %s: %w", o.httpAddr, err)
+			return fmt.Errorf("http %s: %w", c.HTTP, err)
 		}
-		hs = &http.Server{Handler: srv.HTTPHandler(), ReadHeaderTimeout: 10 * time.Second}
+		// No write timeout: a streamed completion lasts as long as it decodes.
+		hs = &http.Server{Handler: startup, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: c.IdleTimeout}
+		defer hs.Close()
 		logger.Info("serving HTTP", "addr", hl.Addr().String())
 		go func() {
 			if err := hs.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -195,16 +107,58 @@ func run(o *options, logger hclog.Logger) error {
 			}
 		}()
 	}
+	startup.SetStage(host.StageListening)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	startup.SetStage(host.StageLoading)
+	logger.Info("starting backend", "backend", spec.Name, "path", spec.Path, "options", c.BackendOpts)
+	// The supervisor relaunches a plugin that dies (counted in /metrics); a
+	// plugin that fails at start fails the engine.
+	sv, err := host.StartSupervised(ctx, spec, iface.LoadRequest{Model: c.Model, NSlots: c.Slots, Options: c.BackendOpts},
+		host.PluginOptions{DataPlane: c.DataPlane, RingDepth: c.RingDepth, SHA256: c.BackendSHA256}, logger)
+	if err != nil {
+		if ctx.Err() != nil { // SIGTERM/SIGINT while loading: a clean stop
+			logger.Info("stopped while starting the backend", "error", err)
+			return nil
+		}
+		return err
+	}
+	defer sv.Close()
+	p := sv.Plugin()
+	startup.SetStage(host.StageLoaded)
+	logger.Info("backend loaded", "backend", p.Info.Name, "model", p.Info.Model.Alias, "hash", p.Info.Model.Hash, "slots", p.Info.NSlots)
+
+	tun := host.NewTunables()
+	tun.SetStateChunkSize(c.StateChunkSize)
+	srv := host.NewServer(p.Backend, p.Info, tun, host.Config{
+		Logger: logger, Version: version, IdleTimeout: c.IdleTimeout, ChunkTimeout: c.ChunkTimeout,
+	})
+	var wg sync.WaitGroup
+	for i, l := range listeners {
+		logger.Info("serving Hydra RPC", "url", c.RPC[i], "addr", l.Addr().String())
+		wg.Add(1)
+		go func() { defer wg.Done(); errc <- srv.Serve(l) }()
+	}
+	sv.Watch(srv)
+	startup.Ready(srv.HTTPHandler())
+
 	select {
 	case <-ctx.Done():
-		logger.Info("shutting down", "grace", o.grace)
+		logger.Info("shutting down", "grace", c.ShutdownGrace)
 	case err = <-errc:
 		logger.Error("listener failed", "error", err)
 	}
+	// HTTP requests (streamed completions) and RPC requests share the grace.
+	var hwg sync.WaitGroup
 	if hs != nil {
-		hs.Close()
+		gctx, cancel := context.WithTimeout(context.Background(), c.ShutdownGrace)
+		defer cancel()
+		hwg.Add(1)
+		go func() { defer hwg.Done(); _ = hs.Shutdown(gctx) }()
 	}
-	srv.Shutdown(o.grace)
+	srv.Shutdown(c.ShutdownGrace)
+	hwg.Wait()
 	wg.Wait()
 	return err
 }

@@ -43,6 +43,10 @@ func parseCommand(g *globals, name string, args []string, stderr io.Writer) (act
 			return parseStatePut(g, args[1:], stderr)
 		}
 		return nil, usagef("unknown state subcommand %q (want get or put)", args[0])
+	case "migrate":
+		return parseMigrate(g, args, stderr)
+	case "bench":
+		return parseBench(g, args, stderr)
 	case "expert-mode":
 		return parseExpertMode(g, args, stderr)
 	case "swap-quant":
@@ -217,6 +221,7 @@ func parsePrefill(g *globals, args []string, stderr io.Writer) (action, error) {
 		if err := resp.Err(); err != nil {
 			return err
 		}
+		out.set("blob_bytes", resp.PayloadLen)
 		if *outPath == "" {
 			if err := resp.Close(); err != nil { // the blob is not wanted: drain it
 				return err
@@ -225,12 +230,14 @@ func parsePrefill(g *globals, args []string, stderr io.Writer) (action, error) {
 			out.notef("state blob: %d bytes (not saved; -o FILE keeps it)", resp.PayloadLen)
 			return nil
 		}
-		n, err := saveBody(resp, *outPath)
+		n, err := saveBody(resp, *outPath, nil)
 		if err != nil {
 			return err
 		}
 		out.meta(resp.Meta)
 		elapsed := time.Since(start)
+		out.set("file", *outPath)
+		out.set("seconds", elapsed.Seconds())
 		out.notef("state blob: %d bytes to %s in %.3fs (%s, prefill included)", n, *outPath, elapsed.Seconds(), gbps(n, elapsed.Seconds()))
 		return nil
 	}, nil
@@ -261,6 +268,18 @@ func parseDecode(g *globals, args []string, stderr io.Writer) (action, error) {
 			return err
 		}
 		out.meta(resp.Meta)
+		if out.json {
+			type frame struct {
+				TokenID uint32  `json:"token_id"`
+				Logprob float32 `json:"logprob"`
+				Final   bool    `json:"final"`
+			}
+			fs := make([]frame, len(frames))
+			for i, f := range frames {
+				fs[i] = frame{f.TokenID, f.Logprob, f.Final}
+			}
+			out.set("frames", fs)
+		}
 		var m transport.DecodeMeta
 		if err := json.Unmarshal(resp.Meta, &m); err != nil {
 			out.notef("%d token frames; meta is not a DECODE meta: %v", len(frames), err)
@@ -297,13 +316,14 @@ func parseStateGet(g *globals, args []string, stderr io.Writer) (action, error) 
 		if err := resp.Err(); err != nil {
 			return err
 		}
-		n, err := saveBody(resp, *outPath)
+		bar := out.newProgress(resp.PayloadLen, fmt.Sprintf("slot %d →", *slot))
+		n, err := saveBody(resp, *outPath, bar)
+		bar.done(err)
 		if err != nil {
 			return err
 		}
 		out.meta(resp.Meta)
-		elapsed := time.Since(start)
-		out.notef("%d bytes to %s in %.3fs (%s)", n, *outPath, elapsed.Seconds(), gbps(n, elapsed.Seconds()))
+		out.transfer(n, time.Since(start), "to", *outPath)
 		return nil
 	}, nil
 }
@@ -336,10 +356,14 @@ func parseStatePut(g *globals, args []string, stderr io.Writer) (action, error) 
 			return fmt.Errorf("%s is not a regular file: its size must be known up front", *inPath)
 		}
 		start := time.Now()
+		// Without a bar the *os.File goes to the client as is, which sends it
+		// with sendfile; the bar's tee costs that.
+		bar := out.newProgress(uint64(fi.Size()), fmt.Sprintf("→ slot %d", *slot))
 		resp, err := c.Do(ctx, transport.Request{
 			Op: transport.OpStatePut, Key: key, Trace: g.trace,
-			Payload: f, PayloadLen: uint64(fi.Size()),
+			Payload: bar.teeTo(f), PayloadLen: uint64(fi.Size()),
 		})
+		bar.done(err)
 		if err != nil {
 			return err
 		}
@@ -350,8 +374,7 @@ func parseStatePut(g *globals, args []string, stderr io.Writer) (action, error) 
 			return err
 		}
 		out.meta(resp.Meta)
-		elapsed := time.Since(start)
-		out.notef("%d bytes from %s in %.3fs (%s)", fi.Size(), *inPath, elapsed.Seconds(), gbps(fi.Size(), elapsed.Seconds()))
+		out.transfer(fi.Size(), time.Since(start), "from", *inPath)
 		return nil
 	}, nil
 }
@@ -360,8 +383,9 @@ func parseStatePut(g *globals, args []string, stderr io.Writer) (action, error) 
 // file is written through a temporary file renamed into place, so a failed
 // transfer never leaves a truncated blob that looks whole (the file gets mode
 // 0600: state holds conversation data). Anything else that exists, such as
-// /dev/null or a FIFO, is written directly.
-func saveBody(resp *transport.Response, path string) (int64, error) {
+// /dev/null or a FIFO, is written directly. Without a bar the copy is
+// spliced socket to file in the kernel; the bar's writer costs that.
+func saveBody(resp *transport.Response, path string, bar *progress) (int64, error) {
 	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
 		if fi.IsDir() {
 			return 0, fmt.Errorf("%s is a directory", path)
@@ -370,7 +394,7 @@ func saveBody(resp *transport.Response, path string) (int64, error) {
 		if err != nil {
 			return 0, err
 		}
-		n, err := io.Copy(f, resp.Body)
+		n, err := io.Copy(bar.alongside(f), resp.Body)
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
@@ -384,7 +408,7 @@ func saveBody(resp *transport.Response, path string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	n, err := io.Copy(tmp, resp.Body) // Body's WriteTo splices socket to file
+	n, err := io.Copy(bar.alongside(tmp), resp.Body) // Body's WriteTo splices socket to file
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
@@ -396,4 +420,14 @@ func saveBody(resp *transport.Response, path string) (int64, error) {
 		return n, err
 	}
 	return n, nil
+}
+
+// transfer reports a completed state transfer of n bytes: a note, or the
+// figures for --json. dir is "to" or "from" path.
+func (o *output) transfer(n int64, elapsed time.Duration, dir, path string) {
+	o.set("bytes", n)
+	o.set("seconds", elapsed.Seconds())
+	o.set("gbps", float64(n)/max(elapsed.Seconds(), 1e-9)/1e9)
+	o.set("file", path)
+	o.notef("%d bytes %s %s in %.3fs (%s)", n, dir, path, elapsed.Seconds(), gbps(n, elapsed.Seconds()))
 }

@@ -8,11 +8,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/hydra-engine/hydra-engine/transport"
@@ -23,7 +25,7 @@ const (
 	defaultTimeout = 10 * time.Minute
 )
 
-const usage = `usage: hydractl [--addr URL] [--trace ID] [--timeout D] COMMAND [flags] [args]
+const usage = `usage: hydractl [--addr URL] [--trace ID] [--timeout D] [--json] [--no-progress] COMMAND [flags] [args]
 
 Commands:
   info                                        engine capabilities and mode (INFO)
@@ -34,13 +36,21 @@ Commands:
   decode --slot S --n N                       generate N tokens from the slot's KV (DECODE)
   state get --slot S -o FILE                  stream the slot's state blob to FILE (STATE_GET)
   state put --slot S -i FILE                  restore the slot from a state blob file (STATE_PUT)
+  migrate [--from URL] --to URL --slot S [--to-slot T] [--force]
+                                              stream a slot's state from one engine into another,
+                                              STATE_GET into STATE_PUT, without a file (the source keeps it)
+  bench --slot S [--rounds N] [--to-slot T]   STATE_GET/STATE_PUT round trips of the slot's state, in GB/s
   expert-mode solo|combined                   switch the expert mode (SET_EXPERT_MODE)
   swap-quant KEY PATTERN                      swap tensor quantisation (SWAP_QUANT)
 
 Global flags (also accepted after the command):
-  --addr URL      engine address: tcp://HOST:PORT, HOST:PORT or unix:///PATH (default ` + defaultAddr + `)
+  --addr URL      engine address: tcp://HOST:PORT, HOST:PORT, unix:///PATH or tls://HOST:PORT (default ` + defaultAddr + `)
   --trace ID      trace id sent with the request, for the engine's logs
   --timeout D     limit for the whole command, e.g. 30s; 0 disables (default 10m)
+  --json          print one JSON object on stdout: {"command","ok",…,"meta"} (errors too), no notes
+  --no-progress   no progress bar (bars are drawn only when stderr is a terminal)
+  --tls-ca FILE, --tls-cert FILE, --tls-key FILE, --tls-server-name NAME
+                  for tls://HOST:PORT engines: the CA to trust, a client certificate (mutual TLS)
 
 The reply's meta JSON goes to stdout; sizes, throughput and decoded text to stderr.
 Exit status: 0 OK, 1 error or non-OK reply, 2 usage error.
@@ -52,9 +62,28 @@ func main() {
 
 // globals are the flags every command shares.
 type globals struct {
-	addr    string
-	trace   string
-	timeout time.Duration
+	addr       string
+	trace      string
+	timeout    time.Duration
+	json       bool
+	noProgress bool
+	tlsCA      string
+	tlsCert    string
+	tlsKey     string
+	tlsName    string
+}
+
+// dial connects to addr, with TLS settings for tls:// addresses.
+func (g *globals) dial(ctx context.Context, addr string) (*transport.Client, error) {
+	var opts []transport.Option
+	if strings.HasPrefix(strings.ToLower(addr), "tls://") {
+		cfg, err := transport.ClientTLSConfig(g.tlsCA, g.tlsCert, g.tlsKey, g.tlsName)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, transport.WithTLS(cfg))
+	}
+	return transport.DialClient(ctx, addr, opts...)
 }
 
 // register adds the global flags to fs, with their current values as defaults,
@@ -63,26 +92,85 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.addr, "addr", g.addr, "engine address: tcp://HOST:PORT, HOST:PORT or unix:///PATH")
 	fs.StringVar(&g.trace, "trace", g.trace, "trace id sent with the request")
 	fs.DurationVar(&g.timeout, "timeout", g.timeout, "limit for the whole command; 0 disables")
+	fs.BoolVar(&g.json, "json", g.json, "print one JSON object on stdout (result or error) instead of meta and notes")
+	fs.BoolVar(&g.noProgress, "no-progress", g.noProgress, "never draw a progress bar")
+	fs.StringVar(&g.tlsCA, "tls-ca", g.tlsCA, "CA (PEM) that a tls:// engine's certificate must chain to (default: system roots)")
+	fs.StringVar(&g.tlsCert, "tls-cert", g.tlsCert, "client certificate (PEM) for a tls:// engine that asks for one")
+	fs.StringVar(&g.tlsKey, "tls-key", g.tlsKey, "client private key (PEM)")
+	fs.StringVar(&g.tlsName, "tls-server-name", g.tlsName, "name to check in the engine's certificate (default: the host in --addr)")
 }
 
 // action performs a parsed command over a connected client.
 type action func(ctx context.Context, c *transport.Client, out *output) error
 
-// output is where a command reports.
+// output is where a command reports. Normally the meta goes to stdout and
+// notes to stderr; with --json the meta and the command's figures are
+// collected into one object printed at the end.
 type output struct {
 	stdout, stderr io.Writer
+	json           bool
+	progress       bool           // progress bars allowed (stderr is a terminal)
+	result         map[string]any // --json: the command's figures
 }
 
-// meta prints a reply's meta JSON on stdout.
+// meta prints a reply's meta JSON on stdout, or keeps it for --json.
 func (o *output) meta(m []byte) {
+	if o.json {
+		o.set("meta", jsonValue(m))
+		return
+	}
 	if len(m) > 0 {
 		fmt.Fprintf(o.stdout, "%s\n", m)
 	}
 }
 
-// notef prints a human-oriented note on stderr.
+// set records a figure for --json.
+func (o *output) set(key string, v any) {
+	if o.result == nil {
+		o.result = map[string]any{}
+	}
+	o.result[key] = v
+}
+
+// notef prints a human-oriented note on stderr (not with --json).
 func (o *output) notef(format string, args ...any) {
-	fmt.Fprintf(o.stderr, format+"\n", args...)
+	if !o.json {
+		fmt.Fprintf(o.stderr, format+"\n", args...)
+	}
+}
+
+// jsonValue embeds a meta in the --json object: as JSON when it is, else as
+// a string.
+func jsonValue(m []byte) any {
+	if len(m) == 0 {
+		return nil
+	}
+	if json.Valid(m) {
+		return json.RawMessage(m)
+	}
+	return string(m)
+}
+
+// printJSON writes the --json object for command name.
+func (o *output) printJSON(name string, err error) {
+	obj := map[string]any{"command": name, "ok": err == nil}
+	for k, v := range o.result {
+		obj[k] = v
+	}
+	if err != nil {
+		obj["error"] = err.Error()
+		var re *transport.ReplyError
+		if errors.As(err, &re) {
+			obj["status"] = re.Status.String()
+			obj["error"] = re.Message()
+			obj["meta"] = jsonValue(re.Meta)
+		}
+	}
+	b, merr := json.Marshal(obj)
+	if merr != nil {
+		b = fmt.Appendf(nil, `{"command":%q,"ok":false,"error":%q}`, name, merr.Error())
+	}
+	fmt.Fprintf(o.stdout, "%s\n", b)
 }
 
 // usageError is a bad command line: exit status 2.
@@ -135,10 +223,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		ctx, cancel = context.WithTimeout(ctx, g.timeout)
 		defer cancel()
 	}
-	if err := execute(ctx, g, act, &output{stdout: stdout, stderr: stderr}); err != nil {
-		if name == "state" {
-			name += " " + rest[0]
-		}
+	if name == "state" {
+		name += " " + rest[0]
+	}
+	out := &output{stdout: stdout, stderr: stderr, json: g.json, progress: !g.noProgress && isTerminal(stderr)}
+	err = execute(ctx, g, act, out)
+	if g.json {
+		out.printJSON(name, err)
+	}
+	if err != nil {
 		reportError(stderr, name, err)
 		return 1
 	}
@@ -147,7 +240,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // execute dials the engine and runs act.
 func execute(ctx context.Context, g *globals, act action, out *output) error {
-	c, err := transport.DialClient(ctx, g.addr)
+	c, err := g.dial(ctx, g.addr)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,400 @@
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/go-viper/mapstructure/v2"
+	"github.com/hashicorp/go-hclog"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/hydra-engine/hydra-engine/host"
+)
+
+// Config is the engine's configuration. Each setting comes from, in rising
+// precedence: the defaults, the YAML file given by --config (or
+// HYDRA_CONFIG), the environment variable HYDRA_<KEY>, and the flag. A list
+// given by a higher layer replaces the lower one; backend_opts merge key by
+// key. See docs/operators.md.
+type Config struct {
+	RPC            []string          `mapstructure:"rpc"`
+	HTTP           string            `mapstructure:"http"`
+	Backend        string            `mapstructure:"backend"`
+	PluginDir      string            `mapstructure:"plugin_dir"`
+	BackendOpts    map[string]string `mapstructure:"backend_opts"`
+	Slots          int               `mapstructure:"slots"`
+	Model          string            `mapstructure:"model"`
+	LogFormat      string            `mapstructure:"log_format"`
+	LogLevel       string            `mapstructure:"log_level"`
+	IdleTimeout    time.Duration     `mapstructure:"idle_timeout"`
+	ChunkTimeout   time.Duration     `mapstructure:"chunk_timeout"`
+	ShutdownGrace  time.Duration     `mapstructure:"shutdown_grace"`
+	DataPlane      string            `mapstructure:"data_plane"`
+	RingDepth      int               `mapstructure:"ring_depth"`
+	StateChunkSize uint64            `mapstructure:"state_chunk_size"`
+	BackendSHA256  string            `mapstructure:"backend_sha256"`
+	TLSCert        string            `mapstructure:"tls_cert"`
+	TLSKey         string            `mapstructure:"tls_key"`
+	TLSClientCA    string            `mapstructure:"tls_client_ca"`
+}
+
+// defaultConfig is what an engine started with no configuration runs with.
+func defaultConfig() Config {
+	return Config{
+		RPC:            []string{"tcp://127.0.0.1:9510"},
+		Backend:        "mock",
+		BackendOpts:    map[string]string{},
+		Slots:          4,
+		LogFormat:      "text",
+		LogLevel:       "info",
+		IdleTimeout:    host.DefaultIdleTimeout,
+		ChunkTimeout:   host.DefaultChunkTimeout,
+		ShutdownGrace:  30 * time.Second,
+		DataPlane:      "auto",
+		RingDepth:      4,
+		StateChunkSize: host.DefaultStateChunkSize,
+	}
+}
+
+// settings pairs each configuration key with its flag, in the order
+// --print-config shows them. The environment variable is HYDRA_ + KEY.
+var settings = []struct{ key, flag string }{
+	{"rpc", "rpc"},
+	{"http", "http"},
+	{"backend", "backend"},
+	{"plugin_dir", "plugin-dir"},
+	{"backend_opts", "backend-opt"},
+	{"slots", "slots"},
+	{"model", "model"},
+	{"log_format", "log-format"},
+	{"log_level", "log-level"},
+	{"idle_timeout", "idle-timeout"},
+	{"chunk_timeout", "chunk-timeout"},
+	{"shutdown_grace", "shutdown-grace"},
+	{"data_plane", "data-plane"},
+	{"ring_depth", "ring-depth"},
+	{"state_chunk_size", "state-chunk-size"},
+	{"backend_sha256", "backend-sha256"},
+	{"tls_cert", "tls-cert"},
+	{"tls_key", "tls-key"},
+	{"tls_client_ca", "tls-client-ca"},
+}
+
+func envName(key string) string { return "HYDRA_" + strings.ToUpper(key) }
+
+// envConfigFile names the config file when --config is not given.
+const envConfigFile = "HYDRA_CONFIG"
+
+// listFlag collects a repeatable flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+func (l *listFlag) Get() any           { return []string(*l) }
+
+// invocation is a parsed command line: the configuration and what to do.
+type invocation struct {
+	cfg         Config
+	sources     map[string]string // key → where its value came from
+	printConfig bool
+	showVersion bool
+}
+
+// newFlagSet declares the flags. Their values are only read for the flags
+// given (fs.Visit), so the defaults here are for -help alone.
+func newFlagSet(d Config, configFile *string, printConfig, showVersion *bool) *flag.FlagSet {
+	fs := flag.NewFlagSet("hydra-engine", flag.ContinueOnError)
+	// Each flag needs storage of its own: Get reads it back after Parse.
+	v := d
+	var rpc, opts listFlag
+	fs.Var(&rpc, "rpc", "Hydra RPC listener URL, tcp://HOST:PORT or unix:///PATH (repeatable; default "+strings.Join(d.RPC, ",")+")")
+	fs.StringVar(&v.HTTP, "http", d.HTTP, "HTTP listen address for /health, /slots, /metrics and the OpenAI API (empty: off)")
+	fs.StringVar(&v.Backend, "backend", d.Backend, "backend plugin: a name (hydra-plugin-NAME in --plugin-dir or beside this binary) or a path")
+	fs.StringVar(&v.PluginDir, "plugin-dir", d.PluginDir, "directory searched first for hydra-plugin-NAME")
+	fs.Var(&opts, "backend-opt", "backend option key=value, passed to the plugin (repeatable)")
+	fs.IntVar(&v.Slots, "slots", d.Slots, "number of slots (sequences)")
+	fs.StringVar(&v.Model, "model", d.Model, "model file for the backend")
+	fs.StringVar(&v.LogFormat, "log-format", d.LogFormat, "log format: text or json")
+	fs.StringVar(&v.LogLevel, "log-level", d.LogLevel, "log level: trace, debug, info, warn, error")
+	fs.DurationVar(&v.IdleTimeout, "idle-timeout", d.IdleTimeout, "close connections idle this long between requests")
+	fs.DurationVar(&v.ChunkTimeout, "chunk-timeout", d.ChunkTimeout, "cut a peer that stalls this long inside a request or reply")
+	fs.DurationVar(&v.ShutdownGrace, "shutdown-grace", d.ShutdownGrace, "on SIGTERM/SIGINT, let in-flight requests finish for this long")
+	fs.StringVar(&v.DataPlane, "data-plane", d.DataPlane, "how state bytes travel to and from the plugin: auto, shm or grpc")
+	fs.IntVar(&v.RingDepth, "ring-depth", d.RingDepth, "chunk buffers in flight on the shm data plane (1 = serial copy-then-send)")
+	fs.Uint64Var(&v.StateChunkSize, "state-chunk-size", d.StateChunkSize, "initial state_chunk_size in bytes (64 KiB to 64 MiB; CONFIGURE changes it)")
+	fs.StringVar(&v.BackendSHA256, "backend-sha256", d.BackendSHA256, "pin the plugin executable: refuse to launch it unless its SHA-256 (hex) matches")
+	fs.StringVar(&v.TLSCert, "tls-cert", d.TLSCert, "certificate (PEM) of the tls:// listeners")
+	fs.StringVar(&v.TLSKey, "tls-key", d.TLSKey, "private key (PEM) of the tls:// listeners")
+	fs.StringVar(&v.TLSClientCA, "tls-client-ca", d.TLSClientCA, "CA (PEM) that tls:// clients' certificates must chain to (mutual TLS); empty: no client certificates")
+	fs.StringVar(configFile, "config", "", "YAML configuration file (default $"+envConfigFile+"; flags and HYDRA_* variables override it)")
+	fs.BoolVar(printConfig, "print-config", false, "print the effective configuration as YAML, with each value's source, and exit")
+	fs.BoolVar(showVersion, "version", false, "print the version and exit")
+	return fs
+}
+
+// parseInvocation builds the configuration from the command line args, the
+// environment (getenv) and the config file they name.
+func parseInvocation(args []string, getenv func(string) (string, bool), stderr io.Writer) (*invocation, error) {
+	inv := &invocation{cfg: defaultConfig(), sources: map[string]string{}}
+	var configFile string
+	fs := newFlagSet(inv.cfg, &configFile, &inv.printConfig, &inv.showVersion)
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	for _, st := range settings {
+		inv.sources[st.key] = "default"
+	}
+
+	if configFile == "" {
+		configFile, _ = getenv(envConfigFile)
+	}
+	if configFile != "" {
+		layer, err := readConfigFile(configFile)
+		if err != nil {
+			return nil, err
+		}
+		if err := inv.apply(layer, func(string) string { return "file " + configFile }, true); err != nil {
+			return nil, fmt.Errorf("config file %s: %w", configFile, err)
+		}
+	}
+
+	env := map[string]any{}
+	for _, st := range settings {
+		if v, ok := getenv(envName(st.key)); ok {
+			env[st.key] = v
+		}
+	}
+	if err := inv.apply(env, func(k string) string { return "env " + envName(k) }, false); err != nil {
+		return nil, fmt.Errorf("environment: %w", err)
+	}
+
+	flags := map[string]any{}
+	flagOf := map[string]string{}
+	fs.Visit(func(f *flag.Flag) {
+		for _, st := range settings {
+			if st.flag == f.Name {
+				flags[st.key] = f.Value.(flag.Getter).Get()
+				flagOf[st.key] = f.Name
+			}
+		}
+	})
+	if err := inv.apply(flags, func(k string) string { return "flag --" + flagOf[k] }, false); err != nil {
+		return nil, fmt.Errorf("flags: %w", err)
+	}
+	if err := inv.cfg.validate(); err != nil {
+		return nil, err
+	}
+	return inv, nil
+}
+
+// readConfigFile reads a YAML mapping of settings; an empty file is none.
+func readConfigFile(path string) (map[string]any, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := yaml.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("config file %s: %w", path, err)
+	}
+	return m, nil
+}
+
+// apply decodes one layer onto the configuration. strict (the file) rejects
+// unknown keys, catching typos; env and flags only ever hold known ones.
+func (inv *invocation) apply(layer map[string]any, source func(key string) string, strict bool) error {
+	if len(layer) == 0 {
+		return nil
+	}
+	if _, ok := layer["rpc"]; ok {
+		inv.cfg.RPC = nil // a list replaces, where mapstructure would overwrite element-wise
+	}
+	dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
+		Result:           &inv.cfg,
+		ErrorUnused:      strict,
+		WeaklyTypedInput: true, // environment values are all strings
+		DecodeHook: mapstructure.ComposeDecodeHookFunc(
+			durationHook, keyValueHook, mapstructure.StringToSliceHookFunc(",")),
+	})
+	if err != nil {
+		return err
+	}
+	if err := dec.Decode(layer); err != nil {
+		return err
+	}
+	for _, st := range settings {
+		if _, ok := layer[st.key]; !ok {
+			continue
+		}
+		if prev := inv.sources[st.key]; st.key == "backend_opts" && prev != "default" {
+			inv.sources[st.key] = prev + ", " + source(st.key) // merged, not replaced
+		} else {
+			inv.sources[st.key] = source(st.key)
+		}
+	}
+	return nil
+}
+
+var durationType = reflect.TypeFor[time.Duration]()
+
+// durationHook reads durations as Go duration strings ("90s", "15m"); a bare
+// number is refused rather than taken as nanoseconds.
+func durationHook(from, to reflect.Type, data any) (any, error) {
+	if to != durationType {
+		return data, nil
+	}
+	switch v := data.(type) {
+	case string:
+		d, err := time.ParseDuration(strings.TrimSpace(v))
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a duration (e.g. 90s, 15m)", v)
+		}
+		return d, nil
+	case time.Duration:
+		return v, nil
+	default:
+		return nil, fmt.Errorf("%v is not a duration: give a unit, e.g. \"%vs\"", v, v)
+	}
+}
+
+// keyValueHook reads backend options given as "k=v" strings: a list from
+// repeated flags, or a comma-separated string from the environment.
+func keyValueHook(from, to reflect.Type, data any) (any, error) {
+	if to != reflect.TypeFor[map[string]string]() {
+		return data, nil
+	}
+	var kvs []string
+	switch v := data.(type) {
+	case string:
+		for kv := range strings.SplitSeq(v, ",") {
+			if kv = strings.TrimSpace(kv); kv != "" {
+				kvs = append(kvs, kv)
+			}
+		}
+	case []string:
+		kvs = v
+	default:
+		return data, nil
+	}
+	m := make(map[string]string, len(kvs))
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("backend option %q is not key=value", kv)
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+func (c *Config) validate() error {
+	if len(c.RPC) == 0 {
+		return errors.New("rpc: at least one listener is needed")
+	}
+	if c.Backend == "" {
+		return errors.New("backend: empty")
+	}
+	if c.Slots < 1 {
+		return fmt.Errorf("slots must be at least 1, got %d", c.Slots)
+	}
+	switch c.DataPlane {
+	case "auto", "shm", "grpc":
+	default:
+		return fmt.Errorf("data_plane must be auto, shm or grpc, got %q", c.DataPlane)
+	}
+	if c.RingDepth < 1 || c.RingDepth > 64 {
+		return fmt.Errorf("ring_depth must be in [1, 64], got %d", c.RingDepth)
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		return fmt.Errorf("log_format must be text or json, got %q", c.LogFormat)
+	}
+	if hclog.LevelFromString(c.LogLevel) == hclog.NoLevel {
+		return fmt.Errorf("log_level %q is not a level", c.LogLevel)
+	}
+	for k, d := range map[string]time.Duration{"idle_timeout": c.IdleTimeout, "chunk_timeout": c.ChunkTimeout} {
+		if d <= 0 {
+			return fmt.Errorf("%s must be positive, got %v", k, d)
+		}
+	}
+	if c.ShutdownGrace < 0 {
+		return fmt.Errorf("shutdown_grace must not be negative, got %v", c.ShutdownGrace)
+	}
+	if c.StateChunkSize != host.ClampStateChunkSize(c.StateChunkSize) {
+		return fmt.Errorf("state_chunk_size must be in [%d, %d], got %d", host.MinStateChunkSize, host.MaxStateChunkSize, c.StateChunkSize)
+	}
+	for k := range c.BackendOpts {
+		if k == "" {
+			return errors.New("backend_opts: empty key")
+		}
+	}
+	if c.BackendSHA256 != "" {
+		if b, err := hex.DecodeString(c.BackendSHA256); err != nil || len(b) != sha256.Size {
+			return fmt.Errorf("backend_sha256 must be 64 hex digits, got %q", c.BackendSHA256)
+		}
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return errors.New("tls_cert and tls_key go together")
+	}
+	if c.TLSClientCA != "" && c.TLSCert == "" {
+		return errors.New("tls_client_ca needs tls_cert and tls_key")
+	}
+	tlsListener := false
+	for _, u := range c.RPC {
+		tlsListener = tlsListener || strings.HasPrefix(strings.ToLower(u), "tls://")
+	}
+	if tlsListener && c.TLSCert == "" {
+		return errors.New("a tls:// listener needs tls_cert and tls_key")
+	}
+	return nil
+}
+
+// printConfig writes the configuration as a YAML file that --config
+// accepts, each value followed by its source.
+func printConfig(w io.Writer, inv *invocation) error {
+	fields := map[string]any{}
+	if err := mapstructure.Decode(inv.cfg, &fields); err != nil {
+		return err
+	}
+	root := &yaml.Node{Kind: yaml.MappingNode,
+		HeadComment: "hydra-engine " + version + ": effective configuration (precedence: flags > HYDRA_* env > file > defaults)"}
+	for _, st := range settings {
+		v := fields[st.key]
+		switch x := v.(type) {
+		case time.Duration:
+			v = x.String()
+		case map[string]string:
+			if len(x) == 0 {
+				v = map[string]string{} // "{}" rather than null
+			}
+		}
+		var val yaml.Node
+		if err := val.Encode(v); err != nil {
+			return err
+		}
+		key := &yaml.Node{Kind: yaml.ScalarNode, Value: st.key}
+		if val.Kind == yaml.ScalarNode || len(val.Content) == 0 {
+			val.LineComment = inv.sources[st.key]
+		} else {
+			key.LineComment = inv.sources[st.key] // after "key:", above the block
+		}
+		root.Content = append(root.Content, key, &val)
+	}
+	enc := yaml.NewEncoder(w)
+	enc.SetIndent(2)
+	if err := enc.Encode(root); err != nil {
+		return err
+	}
+	return enc.Close()
+}
