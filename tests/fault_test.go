@@ -1,0 +1,178 @@
+package tests
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hydra-engine/hydra-engine/transport"
+)
+
+// pluginPID finds the engine's plugin process: its only child that is not a
+// thread of its own.
+func pluginPID(t testing.TB, e *engine) int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", e.cmd.Process.Pid))
+		for _, task := range tasks {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", e.cmd.Process.Pid, task.Name()))
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil && processAlive(pid) {
+					return pid
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no plugin process under engine %d", e.cmd.Process.Pid)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// processAlive reports whether pid exists and is not a zombie.
+func processAlive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && len(s) > i+2 && s[i+2] != 'Z'
+}
+
+// processGroup returns pid's process group id.
+func processGroup(t testing.TB, pid int) int {
+	t.Helper()
+	pgid, err := syscall.Getpgid(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pgid
+}
+
+// waitRelaunch waits until a new plugin (not old) serves and slot 0 answers.
+func waitRelaunch(t testing.TB, e *engine, old int) int {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		pid := pluginPID(t, e)
+		if pid != old {
+			c, err := transport.DialClient(ctxT(t), e.unix)
+			if err == nil {
+				resp, _, err := c.Call(ctxT(t), transport.OpPrefill, "3", chat("are you back?"))
+				c.Close()
+				if err == nil && resp.Status == transport.StatusOK {
+					return pid
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("the plugin was not relaunched\n%s", e.logs)
+	return 0
+}
+
+// TestPluginCrash kills the plugin with SIGKILL while each kind of request
+// is in flight: a client whose reply header was not sent yet gets a framed
+// error, one mid-payload sees the connection close; the engine relaunches the
+// plugin, every slot is empty again, and the tunables survive.
+func TestPluginCrash(t *testing.T) {
+	e := startEngine(t, "--backend-opt", "kv_bytes_per_token=131072", "--backend-opt", "op_delay_ms=300")
+	c := client(t, e.tcp)
+	mustOK(t, c, transport.OpConfigure, "0", []byte(`{"state_chunk_size":1048576,"temperature":0.5}`))
+	pid := pluginPID(t, e)
+	if processGroup(t, pid) != pid {
+		t.Fatalf("plugin %d is not the leader of its own process group", pid)
+	}
+	kill := func(after time.Duration) {
+		time.Sleep(after)
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+
+	// PREFILL and DECODE: the plugin dies while the op sleeps in it.
+	for _, tc := range []struct {
+		op transport.Op
+		p  []byte
+	}{{transport.OpPrefill, chat("crash me")}, {transport.OpDecode, []byte(`{"n_predict":50,"messages":[{"role":"user","content":"x"}]}`)}} {
+		go kill(100 * time.Millisecond)
+		st, m, _ := call(t, client(t, e.tcp), tc.op, "0", tc.p)
+		if st == transport.StatusOK || m["error"] == "" {
+			t.Fatalf("%v across a plugin crash: %v %v", tc.op, st, m)
+		}
+		pid = waitRelaunch(t, e, pid)
+	}
+
+	// STATE_GET: the reply header is out; the connection closes mid-payload.
+	mustOK(t, c, transport.OpPrefill, "1", chat(strings.Repeat("s", 2000)))
+	rc := rawConn(t, e.unix)
+	req := transport.AppendRequestHeader(nil, transport.RequestHeader{Op: transport.OpStateGet, KeyLen: 1})
+	rc.Write(append(req, '1'))
+	hdr := make([]byte, 12)
+	if _, err := io.ReadFull(rc, hdr); err != nil || hdr[0] != 0 {
+		t.Fatalf("STATE_GET header: % x %v", hdr, err)
+	}
+	h, _ := transport.ParseResponseHeader(hdr)
+	io.ReadFull(rc, make([]byte, h.MetaLen))
+	io.ReadFull(rc, make([]byte, 1<<20)) // the transfer is under way, the client slow
+	kill(0)
+	n, err := io.Copy(io.Discard, rc)
+	if err == nil && uint64(n)+1<<20 >= h.PayloadLen {
+		t.Fatalf("STATE_GET completed (%d of %d bytes) although the plugin died", n+1<<20, h.PayloadLen)
+	}
+	pid = waitRelaunch(t, e, pid)
+
+	// STATE_PUT: the plugin dies mid-payload; the client still gets a framed
+	// error once it has sent everything, and the slot is empty.
+	mustOK(t, c, transport.OpPrefill, "1", chat(strings.Repeat("p", 2000)))
+	_, blob := getState(t, c, "1")
+	pc := rawConn(t, e.unix)
+	req = transport.AppendRequestHeader(nil, transport.RequestHeader{Op: transport.OpStatePut, KeyLen: 1, PayloadLen: uint64(len(blob))})
+	pc.Write(append(req, '2'))
+	pc.Write(blob[:len(blob)/3])
+	kill(200 * time.Millisecond)
+	go pc.Write(blob[len(blob)/3:])
+	hdr2, meta, _ := exchange(t, pc, nil)
+	if hdr2[0] != byte(transport.StatusError) || !bytes.Contains(meta, []byte("error")) {
+		t.Fatalf("STATE_PUT across a plugin crash: % x %s", hdr2, meta)
+	}
+	pid = waitRelaunch(t, e, pid)
+
+	// After the relaunches: slots empty, tunables kept, engine serving.
+	c2 := client(t, e.unix)
+	for _, slot := range []string{"0", "1", "2"} {
+		m, _ := mustOK(t, c2, transport.OpStateMeta, slot, nil)
+		if num(t, m, "n_past") != 0 {
+			t.Fatalf("slot %s after relaunch: %v", slot, m)
+		}
+	}
+	info, _ := mustOK(t, c2, transport.OpInfo, "", nil)
+	if num(t, info, "state_chunk_size") != 1<<20 {
+		t.Fatalf("state_chunk_size lost across plugin restarts: %v", info)
+	}
+	if !strings.Contains(e.logs.String(), "backend plugin relaunched") {
+		t.Fatal("no relaunch logged")
+	}
+}
+
+// TestPluginDiesWithEngine: a plugin whose engine is killed exits on its own.
+func TestPluginDiesWithEngine(t *testing.T) {
+	e := startEngine(t)
+	pid := pluginPID(t, e)
+	e.cmd.Process.Kill()
+	<-e.exited
+	deadline := time.Now().Add(10 * time.Second)
+	for processAlive(pid) {
+		if time.Now().After(deadline) {
+			syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("plugin %d outlived its engine", pid)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
