@@ -94,7 +94,7 @@ func (a *httpAPI) health(w http.ResponseWriter, r *http.Request) {
 func (s *Server) rpcActive() bool {
 	s.connMu.Lock()
 	defer s.connMu.Unlock()
-	return s.ctx.Err() == nil && len(s.listeners) > 0
+	return !s.isStopping() && len(s.listeners) > 0
 }
 
 func (a *httpAPI) version(w http.ResponseWriter, r *http.Request) {

@@ -76,8 +76,12 @@ type Server struct {
 	backend iface.Backend
 	info    iface.BackendInfo
 
+	// ctx is the requests' context: cancelled only when a shutdown's grace
+	// runs out. stopping closes when the shutdown starts.
 	ctx       context.Context
 	cancel    context.CancelFunc
+	stopping  chan struct{}
+	stopOnce  sync.Once
 	wg        sync.WaitGroup
 	connMu    sync.Mutex
 	conns     map[net.Conn]struct{}
@@ -94,7 +98,7 @@ func NewServer(b iface.Backend, info iface.BackendInfo, tun *Tunables, cfg Confi
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, tun: tun, slots: newSlotTable(info.NSlots), stats: newStats(),
-		backend: b, info: info, ctx: ctx, cancel: cancel,
+		backend: b, info: info, ctx: ctx, cancel: cancel, stopping: make(chan struct{}),
 		conns: map[net.Conn]struct{}{}, listeners: map[net.Listener]struct{}{},
 	}
 	s.refreshSlots()
@@ -139,7 +143,7 @@ func (s *Server) SetBackend(b iface.Backend, info iface.BackendInfo) {
 // Serve accepts connections on l until Close; each gets its own goroutine.
 func (s *Server) Serve(l net.Listener) error {
 	s.connMu.Lock()
-	if s.ctx.Err() != nil {
+	if s.isStopping() {
 		s.connMu.Unlock()
 		return net.ErrClosed
 	}
@@ -153,7 +157,7 @@ func (s *Server) Serve(l net.Listener) error {
 	for {
 		c, err := l.Accept()
 		if err != nil {
-			if s.ctx.Err() != nil {
+			if s.isStopping() {
 				return nil
 			}
 			var ne net.Error
@@ -164,7 +168,7 @@ func (s *Server) Serve(l net.Listener) error {
 			return err
 		}
 		s.connMu.Lock()
-		if s.ctx.Err() != nil {
+		if s.isStopping() {
 			s.connMu.Unlock()
 			c.Close()
 			return nil
@@ -182,15 +186,17 @@ func (s *Server) Serve(l net.Listener) error {
 	}
 }
 
-// Shutdown stops accepting, waits up to grace for connections to finish
-// their current request, then closes the rest.
+// Shutdown stops accepting, lets connections finish the request they are
+// in for up to grace (idle ones close at once), then cancels what is left
+// and closes every connection.
 func (s *Server) Shutdown(grace time.Duration) {
 	s.connMu.Lock()
-	s.cancel()
+	s.stopOnce.Do(func() { close(s.stopping) })
 	for l := range s.listeners {
 		l.Close()
 	}
-	// Idle connections wait in a header read: wake them so they exit.
+	// Idle connections wait in a header read: wake them so they exit. A
+	// request in progress re-arms its own deadlines.
 	for c := range s.conns {
 		c.SetReadDeadline(time.Now())
 	}
@@ -200,12 +206,23 @@ func (s *Server) Shutdown(grace time.Duration) {
 	select {
 	case <-done:
 	case <-time.After(grace):
+		s.cancel()
 		s.connMu.Lock()
 		for c := range s.conns {
 			c.Close()
 		}
 		s.connMu.Unlock()
 		<-done
+	}
+	s.cancel()
+}
+
+func (s *Server) isStopping() bool {
+	select {
+	case <-s.stopping:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -309,11 +326,11 @@ func (s *Server) serveConn(raw net.Conn) {
 		if err := raw.SetReadDeadline(time.Now().Add(s.cfg.IdleTimeout)); err != nil {
 			return
 		}
-		if s.ctx.Err() != nil {
+		if s.isStopping() {
 			return
 		}
 		if _, err := io.ReadFull(br, hb[:]); err != nil {
-			if !errors.Is(err, io.EOF) && s.ctx.Err() == nil {
+			if !errors.Is(err, io.EOF) && !s.isStopping() {
 				log.Debug("connection closed while waiting for a request", "error", err)
 			}
 			return

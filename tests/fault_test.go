@@ -176,3 +176,34 @@ func TestPluginDiesWithEngine(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestGracefulShutdown: on SIGTERM the engine stops accepting, lets an
+// in-flight STATE_GET finish within the grace period, and exits 0.
+func TestGracefulShutdown(t *testing.T) {
+	e := startEngine(t, "--backend-opt", "kv_bytes_per_token=131072")
+	c := client(t, e.unix)
+	mustOK(t, c, transport.OpPrefill, "0", chat(strings.Repeat("g", 1500)))
+	resp, err := c.Do(ctxT(t), transport.Request{Op: transport.OpStateGet, Key: "0"})
+	if err != nil || resp.Status != transport.StatusOK {
+		t.Fatalf("STATE_GET: %v", err)
+	}
+	buf := make([]byte, 1<<20)
+	got, _ := io.ReadFull(resp.Body, buf)
+	e.cmd.Process.Signal(syscall.SIGTERM)
+	time.Sleep(300 * time.Millisecond) // the engine closes its listeners
+	if _, err := transport.Dial(ctxT(t), e.tcp); err == nil {
+		t.Error("a new connection was accepted after SIGTERM")
+	}
+	rest, err := io.Copy(io.Discard, resp.Body)
+	if err != nil || uint64(got)+uint64(rest) != resp.PayloadLen {
+		t.Fatalf("in-flight STATE_GET got %d of %d bytes: %v", int64(got)+rest, resp.PayloadLen, err)
+	}
+	select {
+	case err := <-e.exited:
+		if err != nil {
+			t.Fatalf("engine exit: %v\n%s", err, e.logs)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("engine did not exit after SIGTERM")
+	}
+}
