@@ -23,7 +23,7 @@ FUZZ_TARGETS := \
 	./host:FuzzParseDecode \
 	./host:FuzzParseSwapQuant
 
-.PHONY: all build run test vet unit fuzz-brief fuzz bench proto clean
+.PHONY: all build run test vet unit fuzz-brief fuzz bench soak proto clean
 
 all: build
 
@@ -58,6 +58,11 @@ fuzz:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) ./plugins/mock/ ./transport/
+
+# The fault, vanishing-client, shutdown and load tests, SOAK times over.
+SOAK ?= 10
+soak:
+	$(GO) test -count=$(SOAK) -timeout 60m -v -run 'TestPluginCrash|TestPluginDiesWithEngine|TestStatePutClientVanishes|TestStateGetClientVanishes|TestStatePutFailuresEmptyTheSlot|TestGracefulShutdown|TestLoad' ./tests/ | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|requests|goroutines'
 
 proto:
 	PATH="$$PATH:$$($(GO) env GOPATH)/bin" protoc --go_out=. --go_opt=module=github.com/hydra-engine/hydra-engine \
