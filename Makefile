@@ -31,11 +31,13 @@ build:
 	@mkdir -p $(BIN)
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/hydra-engine ./cmd/hydra-plugin-mock ./cmd/hydractl
 
-# The engine on the mock backend, Hydra RPC on 127.0.0.1:9510, HTTP on :8080.
-run: build
-	$(BIN)/hydra-engine --rpc $(RPC) --http 127.0.0.1:8080 --backend $(BACKEND) $(ARGS)
+# The engine on BACKEND (mock), Hydra RPC on 127.0.0.1:9510, HTTP on :8080.
+# make run BACKEND=cuda-llama MODEL=bin/tiny.gguf builds the llama plugin first.
+MODEL ?=
+run: build $(if $(filter cuda-llama,$(BACKEND)),build-llama)
+	$(BIN)/hydra-engine --rpc $(RPC) --http 127.0.0.1:8080 --backend $(BACKEND) $(if $(MODEL),--model $(MODEL)) $(ARGS)
 
-test: vet unit fuzz-brief
+test: vet unit fuzz-brief test-llama
 
 vet:
 	@test -z "$$(gofmt -l . | tee /dev/stderr)" || (echo "gofmt: files above need formatting" && exit 1)
@@ -70,4 +72,7 @@ proto:
 		iface/proto/hydra/backend/v1/backend.proto
 
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) build
+
+# The llama.cpp backend: build-llama, test-llama, bench-llama, tiny-model, cuda.
+include mk/llama.mk

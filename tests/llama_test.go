@@ -85,7 +85,7 @@ func startLlama(t testing.TB, slots int, extra ...string) *engine {
 	t.Helper()
 	plugin, model := llamaSetup(t)
 	args := []string{"--backend", plugin, "--model", model, "--slots", fmt.Sprint(slots),
-		"--backend-opt", "n_threads=2", "--backend-opt", "n_ctx=2048"}
+		"--backend-opt", "n_threads=1", "--backend-opt", "n_ctx=2048"}
 	return startEngine(t, append(args, extra...)...)
 }
 

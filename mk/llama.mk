@@ -1,0 +1,83 @@
+# The llama.cpp backend (plugins/cuda-llama): included by the Makefile.
+#
+# llama.cpp, ggml and ggml's CPU backend are compiled by cgo from the Go module
+# github.com/ollama/ollama (version pinned in go.mod); our binding needs
+# include paths into that module's directory. CGO_* variables are part of
+# every cgo cache key, and so is -trimpath: build, vet and test use exactly
+# LLAMA_ENV and LLAMA_GOFLAGS, or the ~2-minute llama.cpp compile is repeated.
+
+LLAMA_MODULE := github.com/ollama/ollama
+# Evaluated once, and only by targets that use them (make cuda can run where
+# there is no Go, from an unpacked `make cuda-src` tarball).
+OLLAMA_DIR    = $(eval OLLAMA_DIR := $(shell $(GO) mod download $(LLAMA_MODULE) && $(GO) list -m -f '{{.Dir}}' $(LLAMA_MODULE)))$(OLLAMA_DIR)
+LLAMA_VERSION = $(eval LLAMA_VERSION := $(shell $(GO) list -m -f '{{.Version}}' $(LLAMA_MODULE)))$(LLAMA_VERSION)
+
+LLAMA_ENV = CGO_ENABLED=1 \
+	CGO_CPPFLAGS="-I$(OLLAMA_DIR)/llama/llama.cpp/include -I$(OLLAMA_DIR)/llama/llama.cpp/src -I$(OLLAMA_DIR)/ml/backend/ggml/ggml/include" \
+	CGO_CFLAGS="-O2" CGO_CXXFLAGS="-O2"
+LLAMA_GOFLAGS := -trimpath -tags llama
+
+LLAMA_PKGS := ./plugins/cuda-llama/... ./cmd/hydra-plugin-cuda-llama
+
+# make cuda: the ggml CUDA backend library, built with CMake from the same
+# module source. CUDA_ARCHS is a list ("90", "90;120"); sm_60/sm_70 need a
+# CUDA 12 toolchain (CUDA 13 dropped them). OLLAMA_SRC: an unpacked
+# `make cuda-src` tarball instead of the module (a GPU build box without Go).
+CUDA_ARCHS    ?= 90
+CUDA_BUILD    ?= build/cuda
+LLAMA_LIB_DIR ?= $(BIN)
+OLLAMA_SRC    ?=
+
+.PHONY: build-llama vet-llama test-llama bench-llama llama-env tiny-model cuda cuda-src
+
+# bin/hydra-plugin-cuda-llama (cgo, dynamically linked against glibc) and bin/gguf-gen.
+build-llama:
+	@mkdir -p $(BIN)
+	$(LLAMA_ENV) $(GO) build $(LLAMA_GOFLAGS) -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/hydra-plugin-cuda-llama
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/gguf-gen
+
+# bin/tiny.gguf, the tests' random-weight model: make run BACKEND=cuda-llama MODEL=bin/tiny.gguf
+tiny-model:
+	@mkdir -p $(BIN)
+	$(GO) run ./cmd/gguf-gen -o $(BIN)/tiny.gguf
+
+vet-llama:
+	$(LLAMA_ENV) $(GO) vet $(LLAMA_GOFLAGS) $(LLAMA_PKGS) ./tests/
+
+# The plugin's tests on real llama.cpp (CPU), then the end-to-end ones
+# (tests/llama_test.go: engine + plugin processes over real sockets).
+test-llama: vet-llama
+	$(LLAMA_ENV) $(GO) test $(LLAMA_GOFLAGS) -count=1 -timeout 10m $(LLAMA_PKGS)
+	$(LLAMA_ENV) $(GO) test $(LLAMA_GOFLAGS) -count=1 -timeout 10m -run '^TestLlama' ./tests/
+
+# STATE_GET/STATE_PUT throughput of the plugin on CPU (a 32 MiB state).
+bench-llama:
+	$(LLAMA_ENV) $(GO) test $(LLAMA_GOFLAGS) -run '^$$' -bench . -benchtime $(BENCHTIME) ./plugins/cuda-llama/
+
+# Prints the environment, for running go build/test/vet -tags llama by hand:
+#   eval "$$(make -s llama-env)" && go test -trimpath -tags llama ./plugins/cuda-llama/
+llama-env:
+	@echo 'export $(LLAMA_ENV)'
+
+# The sources make cuda needs (CMakeLists.txt, CMakePresets.json,
+# ml/backend/ggml/ggml: ~9 MB, ~1.2 MB compressed) and their version stamp, to
+# carry to a GPU build machine.
+cuda-src:
+	@mkdir -p $(BIN)
+	@stage=$$(mktemp -d) && trap 'chmod -R u+w $$stage; rm -rf $$stage' EXIT && \
+	  echo "$(LLAMA_MODULE) $(LLAMA_VERSION)" > $$stage/hydra-ggml.version && \
+	  tar -czf $(BIN)/ollama-ggml-src.tar.gz --mode=u+w \
+	    -C $(OLLAMA_DIR) CMakeLists.txt CMakePresets.json ml/backend/ggml/ggml \
+	    -C $$stage hydra-ggml.version && \
+	  echo "$(BIN)/ollama-ggml-src.tar.gz: ggml sources of $(LLAMA_MODULE) $(LLAMA_VERSION) (unpack, then make cuda OLLAMA_SRC=DIR)"
+
+# libggml-cuda.so and libggml-base.so.0 ($$ORIGIN rpath) in LLAMA_LIB_DIR, beside
+# the plugin, with the version stamp the plugin checks at load. Needs CMake and
+# the CUDA toolkit; not Go when OLLAMA_SRC is given.
+ifneq ($(OLLAMA_SRC),)
+cuda:
+	plugins/cuda-llama/build-cuda.sh "$(OLLAMA_SRC)" "$(LLAMA_LIB_DIR)" "$(CUDA_ARCHS)" "$(CUDA_BUILD)" ""
+else
+cuda:
+	plugins/cuda-llama/build-cuda.sh "$(OLLAMA_DIR)" "$(LLAMA_LIB_DIR)" "$(CUDA_ARCHS)" "$(CUDA_BUILD)" "$(LLAMA_VERSION)"
+endif

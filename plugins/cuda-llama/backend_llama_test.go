@@ -1,0 +1,1023 @@
+//go:build llama && cgo
+
+package cudallama
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/gguf"
+)
+
+// These tests run real llama.cpp (CPU) on generated random-weight models.
+// Every Load creates a context that is never freed (see engine), so the
+// models are tiny.
+
+var modelDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "cuda-llama-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	modelDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+var models sync.Map // name → path
+
+// modelFile generates the model once per test binary.
+func modelFile(t testing.TB, name string, c gguf.Config) string {
+	t.Helper()
+	if p, ok := models.Load(name); ok {
+		return p.(string)
+	}
+	p := filepath.Join(modelDir, name+".gguf")
+	if err := gguf.WriteFile(p, c); err != nil {
+		t.Fatal(err)
+	}
+	models.Store(name, p)
+	return p
+}
+
+func tiny(t testing.TB) string { return modelFile(t, "tiny", gguf.Tiny()) }
+
+// testLogger logs warnings and errors; HYDRA_TEST_LOG=info (or debug, …)
+// shows more.
+func testLogger() hclog.Logger {
+	level := hclog.Warn
+	if l := hclog.LevelFromString(os.Getenv("HYDRA_TEST_LOG")); l != hclog.NoLevel {
+		level = l
+	}
+	return hclog.New(&hclog.LoggerOptions{Level: level, Output: os.Stderr})
+}
+
+// TestDevice reports where the model runs: on CPU here, on the GPU when
+// libggml-cuda.so (make cuda) is beside the test binary. With
+// HYDRA_TEST_REQUIRE_GPU=1 running on CPU fails, so that a GPU run cannot
+// pass by falling back. On a GPU it also checks that state copies use the
+// pinned staging buffers.
+func TestDevice(t *testing.T) {
+	b := load(t, tiny(t), 2, nil)
+	e := b.eng.Load()
+	prefill(t, b, 0, story)
+	state := stateOf(t, b, 0, 64<<10)
+	if !bytes.Equal(state, reference(t, b, 0)) {
+		t.Fatal("streamed state differs from llama.cpp's")
+	}
+	t.Logf("device %q, pinned staging %v, register_host_buffer %v", e.device, e.ctx.pinnedStaging(), registerHostBufferAvailable(gpuLoad.dev))
+	switch {
+	case e.device == "" && os.Getenv("HYDRA_TEST_REQUIRE_GPU") == "1":
+		t.Fatal("running on CPU, HYDRA_TEST_REQUIRE_GPU=1")
+	case e.device != "" && !e.ctx.pinnedStaging():
+		t.Fatal("on a GPU, but the staging buffers are not pinned")
+	}
+}
+
+func load(t testing.TB, model string, nSlots int, opts map[string]string) *Backend {
+	t.Helper()
+	o := map[string]string{OptNThreads: "1", OptNCtx: "2048"}
+	for k, v := range opts {
+		o[k] = v
+	}
+	b := New(testLogger())
+	if _, err := b.Load(context.Background(), iface.LoadRequest{Model: model, NSlots: nSlots, Options: o}); err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	return b
+}
+
+func prefill(t testing.TB, b *Backend, slot int, text string) iface.PrefillResult {
+	t.Helper()
+	res, err := b.Prefill(context.Background(), iface.PrefillRequest{Slot: slot, Messages: []iface.Message{{Role: "user", Content: text}}})
+	if err != nil {
+		t.Fatalf("Prefill slot %d: %v", slot, err)
+	}
+	return res
+}
+
+func prefillTokens(t testing.TB, b *Backend, slot int, toks []int32) iface.PrefillResult {
+	t.Helper()
+	res, err := b.Prefill(context.Background(), iface.PrefillRequest{Slot: slot, Tokens: toks})
+	if err != nil {
+		t.Fatalf("Prefill slot %d: %v", slot, err)
+	}
+	return res
+}
+
+func decode(t testing.TB, b *Backend, slot, n int, sp iface.SamplerParams) ([]int32, iface.DecodeResult) {
+	t.Helper()
+	var ids []int32
+	res, err := b.Decode(context.Background(), iface.DecodeRequest{Slot: slot, NPredict: n, Sampler: sp},
+		func(tok iface.Token) error { ids = append(ids, tok.ID); return nil })
+	if err != nil {
+		t.Fatalf("Decode slot %d: %v", slot, err)
+	}
+	if res.TokensGenerated != len(ids) {
+		t.Fatalf("Decode reported %d tokens, emitted %d", res.TokensGenerated, len(ids))
+	}
+	return ids, res
+}
+
+func slotInfo(t testing.TB, b *Backend, slot int) iface.SlotInfo {
+	t.Helper()
+	si, err := b.Slot(context.Background(), slot)
+	if err != nil {
+		t.Fatalf("Slot %d: %v", slot, err)
+	}
+	return si
+}
+
+func reference(t testing.TB, b *Backend, slot int) []byte {
+	t.Helper()
+	ref, err := b.referenceState(slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ref
+}
+
+// recorder is a plain io.Writer that keeps the bytes and each Write's size.
+type recorder struct {
+	data   []byte
+	chunks []int
+}
+
+func (w *recorder) Write(p []byte) (int, error) {
+	w.data = append(w.data, p...)
+	w.chunks = append(w.chunks, len(p))
+	return len(p), nil
+}
+
+// chunkWriter is an iface.ChunkWriter over buffers of bufSize bytes, like the
+// shared-memory ring's (whose buffers need not match the chunk size).
+type chunkWriter struct {
+	recorder
+	bufSize int
+	buf     []byte
+	fill    int
+	commits []int
+}
+
+func (w *chunkWriter) Buffer() ([]byte, error) {
+	if w.buf == nil || w.fill == len(w.buf) {
+		w.flush()
+		w.buf, w.fill = make([]byte, w.bufSize), 0
+	}
+	return w.buf[w.fill:], nil
+}
+
+func (w *chunkWriter) Commit(n int) error {
+	if n <= 0 || w.fill+n > len(w.buf) {
+		return fmt.Errorf("commit of %d with %d of %d filled", n, w.fill, len(w.buf))
+	}
+	w.fill += n
+	w.commits = append(w.commits, n)
+	return nil
+}
+
+func (w *chunkWriter) flush() {
+	if w.fill > 0 {
+		w.data = append(w.data, w.buf[:w.fill]...)
+	}
+	w.buf, w.fill = nil, 0
+}
+
+// stateOf streams slot's state with a plain writer.
+func stateOf(t testing.TB, b *Backend, slot, chunk int) []byte {
+	t.Helper()
+	var w recorder
+	n, err := b.StateGet(context.Background(), slot, chunk, &w)
+	if err != nil || n != int64(len(w.data)) {
+		t.Fatalf("StateGet slot %d: %d, %v", slot, n, err)
+	}
+	return w.data
+}
+
+// normSeq zeroes the sequence ids in a state's cells, which name the slot it
+// was saved from: a state restored into another slot re-saves with that one.
+func normSeq(s []byte) []byte {
+	s = bytes.Clone(s)
+	if len(s) < 8 {
+		return s
+	}
+	n := int(binary.LittleEndian.Uint32(s[4:]))
+	for i := range n {
+		off := 8 + i*cellMetaSize + 8
+		if off+4 <= len(s) {
+			binary.LittleEndian.PutUint32(s[off:], 0)
+		}
+	}
+	return s
+}
+
+const story = "Once upon a time, in a land of rivers and hills, a state travelled between two engines."
+
+// fragment fills slots so that the sequences are interleaved in the unified
+// KV cache: slot 2's cells are scattered over several ranges.
+func fragment(t testing.TB, b *Backend) {
+	t.Helper()
+	prefill(t, b, 0, strings.Repeat("alpha beta ", 20))
+	prefill(t, b, 1, strings.Repeat("gamma ", 30))
+	decode(t, b, 0, 10, iface.SamplerParams{})
+	prefill(t, b, 2, "short")
+	decode(t, b, 1, 5, iface.SamplerParams{})
+	if err := b.ClearSlot(context.Background(), 0); err != nil {
+		t.Fatal(err)
+	}
+	decode(t, b, 2, 40, iface.SamplerParams{}) // into the cells slot 0 freed, and past them
+	decode(t, b, 1, 5, iface.SamplerParams{})
+	decode(t, b, 2, 20, iface.SamplerParams{})
+}
+
+// TestStateBytesMatchLlama: the streamed state equals
+// llama_state_seq_get_data's bytes for every chunk size, through plain writers
+// (exact chunks: all but the last full) and ChunkWriters with odd buffer
+// sizes; for contiguous and scattered sequences, an empty one, with flash
+// attention on (row copies) and off (transposed V: element copies), and with
+// quantized caches.
+func TestStateBytesMatchLlama(t *testing.T) {
+	for _, cfg := range []struct {
+		name string
+		opts map[string]string
+	}{
+		{"flash", nil},
+		{"no-flash", map[string]string{OptFlashAttn: "off"}},
+		{"q8_0", map[string]string{OptCacheTypeK: "q8_0", OptCacheTypeV: "q8_0"}},
+	} {
+		t.Run(cfg.name, func(t *testing.T) {
+			model := tiny(t)
+			if cfg.name == "q8_0" { // quantized rows need heads of 32 values
+				model = modelFile(t, "hd32", func() gguf.Config { c := gguf.Tiny(); c.Heads, c.KVHeads = 2, 1; return c }())
+			}
+			b := load(t, model, 4, cfg.opts)
+			fragment(t, b)
+			e := b.eng.Load()
+			for _, slot := range []int{1, 2, 3} {
+				ref := reference(t, b, slot)
+				si := slotInfo(t, b, slot)
+				if si.StateSize != int64(len(ref)) || si.StateSize != e.layout.size(si.NPast) {
+					t.Fatalf("slot %d: StateSize %d, llama.cpp's %d, layout's %d", slot, si.StateSize, len(ref), e.layout.size(si.NPast))
+				}
+				chunks := []int{1, 7, 4093, 64<<10 - 1, 64 << 10, 64<<10 + 1, 1<<20 + 3, 64 << 20}
+				if slot == 2 && cfg.name == "flash" {
+					t.Logf("slot %d: %d tokens, %d-byte state", slot, si.NPast, len(ref))
+				}
+				for _, chunk := range chunks {
+					var w recorder
+					n, err := b.StateGet(context.Background(), slot, chunk, &w)
+					if err != nil || n != int64(len(ref)) || !bytes.Equal(w.data, ref) {
+						t.Fatalf("slot %d chunk %d: %d bytes, %v; equal to llama.cpp's %d: %v", slot, chunk, n, err, len(ref), bytes.Equal(w.data, ref))
+					}
+					for k, c := range w.chunks {
+						if c > chunk || (k < len(w.chunks)-1 && c != chunk) {
+							t.Fatalf("slot %d chunk %d: piece %d of %d bytes", slot, chunk, k, c)
+						}
+					}
+				}
+				for _, bufSize := range []int{1000, 65536, 100003} {
+					for _, chunk := range []int{4093, 64 << 10, 64 << 20} {
+						w := &chunkWriter{bufSize: bufSize}
+						n, err := b.StateGet(context.Background(), slot, chunk, w)
+						w.flush()
+						if err != nil || n != int64(len(ref)) || !bytes.Equal(w.data, ref) || len(w.recorder.chunks) != 0 {
+							t.Fatalf("slot %d ChunkWriter(%d) chunk %d: %d, %v, equal %v, %d Writes",
+								slot, bufSize, chunk, n, err, bytes.Equal(w.data, ref), len(w.recorder.chunks))
+						}
+						for _, c := range w.commits {
+							if c > chunk {
+								t.Fatalf("commit of %d bytes with chunk %d", c, chunk)
+							}
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestRoundTrip: prefill → decode → STATE_GET → restore (same slot after a
+// clear, another slot, another backend with another slot count) → greedy and
+// seeded decodes equal the uninterrupted ones, and the restored state re-saves
+// to the same bytes.
+func TestRoundTrip(t *testing.T) {
+	const first, cont = 6, 30
+	seeded := iface.SamplerParams{Temperature: 0.9, TopK: 40, TopP: 0.95, Seed: 7}
+
+	ref := load(t, tiny(t), 2, nil)
+	prefill(t, ref, 0, story)
+	decode(t, ref, 0, first, iface.SamplerParams{})
+	si := slotInfo(t, ref, 0)
+	state := stateOf(t, ref, 0, 64<<10)
+	if !bytes.Equal(state, reference(t, ref, 0)) {
+		t.Fatal("streamed state differs from llama.cpp's")
+	}
+	want, wantRes := decode(t, ref, 0, cont, iface.SamplerParams{})
+	// The seeded reference continues from the same point, in a slot of its own.
+	if _, err := ref.StatePut(context.Background(), 1, si.Tokens, bytes.NewReader(state), int64(len(state))); err != nil {
+		t.Fatal(err)
+	}
+	wantSeeded, _ := decode(t, ref, 1, cont, seeded)
+	t.Logf("greedy %v (%s); seeded %v", want, wantRes.StopReason, wantSeeded)
+	if slices.Equal(want, wantSeeded) {
+		t.Log("note: the seeded decode equals the greedy one")
+	}
+
+	a := load(t, tiny(t), 3, nil)
+	other := load(t, tiny(t), 5, nil)
+	prefill(t, a, 1, "another sequence, so the restored one lands elsewhere in the cache")
+	for _, tc := range []struct {
+		name  string
+		b     *Backend
+		slot  int
+		clear bool
+	}{
+		{"slot 0", a, 0, false},
+		{"same slot after clear", a, 0, true},
+		{"other slot", a, 2, false},
+		{"other backend, other slot count", other, 3, false},
+		{"over a live sequence", other, 3, false},
+	} {
+		if tc.clear {
+			if err := tc.b.ClearSlot(context.Background(), tc.slot); err != nil {
+				t.Fatal(err)
+			}
+		}
+		n, err := tc.b.StatePut(context.Background(), tc.slot, si.Tokens, bytes.NewReader(state), int64(len(state)))
+		if err != nil || n != int64(len(state)) {
+			t.Fatalf("%s: StatePut = %d, %v", tc.name, n, err)
+		}
+		got := slotInfo(t, tc.b, tc.slot)
+		if got.NPast != si.NPast || !slices.Equal(got.Tokens, si.Tokens) || got.StateSize != si.StateSize {
+			t.Fatalf("%s: restored slot %+v, want %+v", tc.name, got, si)
+		}
+		again := stateOf(t, tc.b, tc.slot, 1<<20)
+		if !bytes.Equal(normSeq(again), normSeq(state)) {
+			t.Fatalf("%s: the restored state re-saves differently", tc.name)
+		}
+		if tc.slot == 0 && !bytes.Equal(again, state) {
+			t.Fatalf("%s: same slot id, yet different bytes", tc.name)
+		}
+		toks, res := decode(t, tc.b, tc.slot, cont, iface.SamplerParams{})
+		if !slices.Equal(toks, want) || res != wantRes {
+			t.Fatalf("%s: decoded %v (%+v), want %v (%+v)", tc.name, toks, res, want, wantRes)
+		}
+		// And seeded sampling continues alike from a fresh restore.
+		if _, err := tc.b.StatePut(context.Background(), tc.slot, si.Tokens, bytes.NewReader(state), int64(len(state))); err != nil {
+			t.Fatal(err)
+		}
+		if toks, _ := decode(t, tc.b, tc.slot, cont, seeded); !slices.Equal(toks, wantSeeded) {
+			t.Fatalf("%s: seeded decode %v, want %v", tc.name, toks, wantSeeded)
+		}
+	}
+
+	// A seeded decode split in two equals one in one go: the draw depends on
+	// the seed and the position only.
+	if _, err := a.StatePut(context.Background(), 2, si.Tokens, bytes.NewReader(state), int64(len(state))); err != nil {
+		t.Fatal(err)
+	}
+	h1, _ := decode(t, a, 2, cont/2, seeded)
+	h2, _ := decode(t, a, 2, cont-cont/2, seeded)
+	if !slices.Equal(append(h1, h2...), wantSeeded) {
+		t.Fatalf("split seeded decode %v, want %v", append(h1, h2...), wantSeeded)
+	}
+}
+
+// TestRestoredLogits: a state followed by exactly NVocab f32 logits (a
+// PREFILL blob) restores with those logits; other trailing bytes are skipped
+// and the last token re-evaluated.
+func TestRestoredLogits(t *testing.T) {
+	b := load(t, tiny(t), 3, nil)
+	res := prefill(t, b, 0, story)
+	state := stateOf(t, b, 0, 1<<20)
+	toks := res.Slot.Tokens
+	want, _ := decode(t, b, 0, 12, iface.SamplerParams{})
+
+	encode := func(l []float32) []byte {
+		out := make([]byte, 0, 4*len(l))
+		for _, f := range l {
+			out = binary.LittleEndian.AppendUint32(out, math.Float32bits(f))
+		}
+		return out
+	}
+	// The prefill's own logits continue exactly as the re-evaluation does.
+	for name, trailing := range map[string][]byte{
+		"prefill logits": encode(res.Logits),
+		"none":           nil,
+		"odd":            []byte("thirteen byte"),
+		"large":          make([]byte, 3<<20+5),
+	} {
+		blob := append(slices.Clone(state), trailing...)
+		r := &eofReader{r: bytes.NewReader(blob)}
+		n, err := b.StatePut(context.Background(), 1, toks, r, int64(len(blob)))
+		if err != nil || n != int64(len(state)) || !r.eof {
+			t.Fatalf("%s: StatePut = %d, %v (drained %v)", name, n, err, r.eof)
+		}
+		if got, _ := decode(t, b, 1, 12, iface.SamplerParams{}); !slices.Equal(got, want) {
+			t.Fatalf("%s: decoded %v, want %v", name, got, want)
+		}
+	}
+	// Adopted, not recomputed: logits that make token 300 certain.
+	forced := make([]float32, len(res.Logits))
+	for i := range forced {
+		forced[i] = -100
+	}
+	forced[300] = 100
+	blob := append(slices.Clone(state), encode(forced)...)
+	if _, err := b.StatePut(context.Background(), 2, toks, bytes.NewReader(blob), int64(len(blob))); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := decode(t, b, 2, 1, iface.SamplerParams{}); !slices.Equal(got, []int32{300}) {
+		t.Fatalf("with forced logits decoded %v, want [300]", got)
+	}
+	// Logits making EOS certain: the decode stops at once.
+	forced[300], forced[gguf.TokEOS] = -100, 100
+	blob = append(slices.Clone(state), encode(forced)...)
+	if _, err := b.StatePut(context.Background(), 2, toks, bytes.NewReader(blob), int64(len(blob))); err != nil {
+		t.Fatal(err)
+	}
+	if got, res := decode(t, b, 2, 5, iface.SamplerParams{}); len(got) != 0 || res.StopReason != StopEOS || res.NPast != len(toks) {
+		t.Fatalf("decode before EOS: %v %+v", got, res)
+	}
+}
+
+// errAfter fails with err once n bytes have been read.
+type errAfter struct {
+	r   io.Reader
+	n   int
+	err error
+}
+
+func (e *errAfter) Read(p []byte) (int, error) {
+	if e.n == 0 {
+		return 0, e.err
+	}
+	k, err := e.r.Read(p[:min(len(p), e.n)])
+	e.n -= k
+	return k, err
+}
+
+// eofReader reports whether its reader was read to the end.
+type eofReader struct {
+	r   io.Reader
+	eof bool
+}
+
+func (e *eofReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err == io.EOF {
+		e.eof = true
+	}
+	return n, err
+}
+
+// TestStatePutFailures: every malformed, truncated or mismatched state fails
+// with a reason, leaves the slot empty and other slots untouched, drains the
+// reader (unless the reader itself failed), and the backend serves on.
+func TestStatePutFailures(t *testing.T) {
+	b := load(t, tiny(t), 3, nil)
+	prefill(t, b, 0, story)
+	si := slotInfo(t, b, 0)
+	toks, n := si.Tokens, si.NPast
+	state := stateOf(t, b, 0, 1<<20)
+	prefill(t, b, 2, "a bystander")
+	bystander := stateOf(t, b, 2, 1<<20)
+
+	dataStart := 8 + n*cellMetaSize // v_trans, n_layer, then layer 0's K type
+	le32 := func(s []byte, off int, v uint32) []byte {
+		s = bytes.Clone(s)
+		binary.LittleEndian.PutUint32(s[off:], v)
+		return s
+	}
+	other := load(t, modelFile(t, "wide", func() gguf.Config { c := gguf.Tiny(); c.Embd, c.Heads, c.KVHeads = 128, 8, 4; return c }()), 1, nil)
+	prefillTokens(t, other, 0, toks)
+	otherState := stateOf(t, other, 0, 1<<20)
+	fewer := toks[:n-1]
+	boom := errors.New("connection reset")
+	bad := slices.Clone(toks)
+	bad[3] = 100000
+
+	for _, tc := range []struct {
+		name   string
+		tokens []int32
+		r      io.Reader
+		size   int64
+		msg    string
+		isErr  error // also matched with errors.Is; boom: a reader failure, not a bad request
+	}{
+		{"empty", toks, bytes.NewReader(nil), 0, "truncated at offset 0", io.ErrUnexpectedEOF},
+		{"truncated in header", toks, bytes.NewReader(state[:5]), 0, "truncated at offset 5", io.ErrUnexpectedEOF},
+		{"truncated in cells", toks, bytes.NewReader(state[:30]), 0, "truncated at offset 30", io.ErrUnexpectedEOF},
+		{"truncated in KV", toks, bytes.NewReader(state[:len(state)/2]), 0, "truncated", io.ErrUnexpectedEOF},
+		{"last byte missing", toks, bytes.NewReader(state[:len(state)-1]), 0, "truncated", io.ErrUnexpectedEOF},
+		{"size below state", toks, bytes.NewReader(state), int64(len(state) - 1), "needs", nil},
+		{"two streams", toks, bytes.NewReader(le32(state, 0, 2)), 0, "2 KV streams", nil},
+		{"fewer tokens", fewer, bytes.NewReader(state), 0, fmt.Sprintf("%d cells, the blob header %d tokens", n, n-1), nil},
+		{"cells over n_ctx", make([]int32, 5000), bytes.NewReader(le32(state, 4, 5000)), 0, "n_ctx is", nil},
+		{"token outside vocab", bad, bytes.NewReader(state), 0, "outside the vocabulary", nil},
+		{"cell of two sequences", toks, bytes.NewReader(le32(state, 8+3*cellMetaSize+4, 2)), 0, "cell 3 belongs to 2 sequences", nil},
+		{"position out of range", toks, bytes.NewReader(le32(state, 8+5*cellMetaSize, uint32(n))), 0, "cell 5: position", nil},
+		{"position repeated", toks, bytes.NewReader(le32(state, 8+5*cellMetaSize, 4)), 0, "position 4 repeated", nil},
+		{"v_trans flipped", toks, bytes.NewReader(le32(state, dataStart, 1)), 0, "V transposition", nil},
+		{"layer count", toks, bytes.NewReader(le32(state, dataStart+4, 3)), 0, "layer count", nil},
+		{"key type", toks, bytes.NewReader(le32(state, dataStart+8, 0)), 0, "key type", nil},
+		{"key row size", toks, bytes.NewReader(le32(state, dataStart+12, 7)), 0, "key row size", nil},
+		{"another model's state", toks, bytes.NewReader(otherState), int64(len(otherState)), "row size", nil},
+		{"reader error", toks, &errAfter{bytes.NewReader(state), len(state) / 2, boom}, 0, "connection reset", boom},
+		{"reader error in head", toks, &errAfter{bytes.NewReader(state), 3, boom}, 0, "offset 3", boom},
+	} {
+		prefill(t, b, 0, story) // each failure must empty the slot, whatever it held
+		size := tc.size
+		if size == 0 {
+			size = int64(len(state))
+		}
+		er := &eofReader{r: tc.r}
+		_, err := b.StatePut(context.Background(), 0, tc.tokens, er, size)
+		if err == nil || !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("%s: err = %v, want one mentioning %q", tc.name, err, tc.msg)
+			continue
+		}
+		if tc.isErr != nil && !errors.Is(err, tc.isErr) {
+			t.Errorf("%s: %v does not wrap %v", tc.name, err, tc.isErr)
+		}
+		if tc.isErr == boom {
+			if errors.Is(err, iface.ErrBadRequest) {
+				t.Errorf("%s: a reader failure classed as a bad request", tc.name)
+			}
+		} else {
+			if !errors.Is(err, iface.ErrBadRequest) {
+				t.Errorf("%s: %v is not ErrBadRequest", tc.name, err)
+			}
+			if !er.eof {
+				t.Errorf("%s: the reader was not drained", tc.name)
+			}
+		}
+		if si := slotInfo(t, b, 0); si.NPast != 0 || len(si.Tokens) != 0 || si.StateSize != emptyState {
+			t.Errorf("%s: slot not empty after a failed restore: %+v", tc.name, si)
+		}
+		if got := reference(t, b, 0); len(got) != emptyState {
+			t.Errorf("%s: llama.cpp still holds %d bytes of state for the slot", tc.name, len(got))
+		}
+		if !bytes.Equal(stateOf(t, b, 2, 1<<20), bystander) {
+			t.Errorf("%s: another slot changed", tc.name)
+		}
+		if _, err := b.Decode(context.Background(), iface.DecodeRequest{NPredict: 1}, nil); !errors.Is(err, iface.ErrBadRequest) {
+			t.Errorf("%s: decode on the failed slot: %v", tc.name, err)
+		}
+		t.Logf("%s: %v", tc.name, err)
+	}
+
+	// Cancelled: stops reading, empties the slot.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	prefill(t, b, 0, story)
+	if _, err := b.StatePut(ctx, 0, toks, bytes.NewReader(state), int64(len(state))); !errors.Is(err, context.Canceled) || slotInfo(t, b, 0).NPast != 0 {
+		t.Fatalf("cancelled StatePut: %v", err)
+	}
+	// A bad slot still drains the reader.
+	r := &eofReader{r: bytes.NewReader(state)}
+	if _, err := b.StatePut(context.Background(), 9, toks, r, int64(len(state))); !errors.Is(err, iface.ErrNoSlot) || !r.eof {
+		t.Fatalf("bad slot: %v (drained %v)", err, r.eof)
+	}
+	// After all that, the good state restores and the slot works.
+	if _, err := b.StatePut(context.Background(), 0, toks, bytes.NewReader(state), int64(len(state))); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(stateOf(t, b, 0, 1<<20), state) {
+		t.Fatal("restored state differs")
+	}
+	decode(t, b, 0, 5, iface.SamplerParams{})
+}
+
+// TestStateGetWriterErrorsAndCancel: a failing writer or a cancelled context
+// stops the stream with that error and leaves the slot as it was.
+func TestStateGetWriterErrorsAndCancel(t *testing.T) {
+	b := load(t, tiny(t), 1, nil)
+	prefill(t, b, 0, strings.Repeat("long enough for several chunks ", 20))
+	state := stateOf(t, b, 0, 1<<20)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if n, err := b.StateGet(ctx, 0, 1000, &recorder{}); !errors.Is(err, context.Canceled) || n != 0 {
+		t.Fatalf("cancelled StateGet: %d, %v", n, err)
+	}
+	boom := errors.New("broken pipe")
+	w := &failWriter{after: 3, err: boom}
+	if n, err := b.StateGet(context.Background(), 0, 1000, w); !errors.Is(err, boom) || n != 3000 {
+		t.Fatalf("failing writer: %d, %v", n, err)
+	}
+	if _, err := b.StateGet(context.Background(), 0, 1000, &failWriter{after: 1, short: true}); !errors.Is(err, io.ErrShortWrite) {
+		t.Fatalf("short writer: %v", err)
+	}
+	if _, err := b.StateGet(context.Background(), 0, 1000, &failCommit{chunkWriter{bufSize: 4096}, 2, boom}); !errors.Is(err, boom) {
+		t.Fatalf("failing ChunkWriter: %v", err)
+	}
+	if _, err := b.StateGet(context.Background(), 0, 0, &recorder{}); !errors.Is(err, iface.ErrBadRequest) {
+		t.Fatalf("chunk size 0: %v", err)
+	}
+	if !bytes.Equal(stateOf(t, b, 0, 4093), state) {
+		t.Fatal("the state changed")
+	}
+}
+
+type failWriter struct {
+	after int
+	short bool
+	err   error
+}
+
+func (f *failWriter) Write(p []byte) (int, error) {
+	if f.after == 0 {
+		if f.short {
+			return len(p) / 2, nil
+		}
+		return 0, f.err
+	}
+	f.after--
+	return len(p), nil
+}
+
+type failCommit struct {
+	chunkWriter
+	after int
+	err   error
+}
+
+func (f *failCommit) Commit(n int) error {
+	if f.after == 0 {
+		return f.err
+	}
+	f.after--
+	return f.chunkWriter.Commit(n)
+}
+
+// TestPrefillAndDecode: the chat template, validation (a rejected prefill
+// leaves the slot as it was), stop reasons and the KV shared by slots.
+func TestPrefillAndDecode(t *testing.T) {
+	b := load(t, tiny(t), 3, map[string]string{OptNCtx: "256", OptAlias: "tiny-test"})
+	e := b.eng.Load()
+	if e.nCtx != 256 || e.info.Model.Alias != "tiny-test" || len(e.info.Model.Hash) != 64 || !filepath.IsAbs(e.info.Model.Path) {
+		t.Fatalf("info %+v", e.info)
+	}
+	msgs := []iface.Message{{Role: "system", Content: "be brief"}, {Role: "user", Content: "hi"}}
+	text, err := e.model.applyTemplate(msgs)
+	if want := "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"; err != nil || text != want {
+		t.Fatalf("template: %q, %v; want %q", text, err, want)
+	}
+	res, err := b.Prefill(context.Background(), iface.PrefillRequest{Messages: msgs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks := res.Slot.Tokens
+	if toks[0] != gguf.TokBOS || toks[1] != gguf.TokIMStart || !slices.Contains(toks, gguf.TokIMEnd) || len(res.Logits) != e.model.nVocab {
+		t.Fatalf("prefill tokens %v, %d logits", toks, len(res.Logits))
+	}
+	if got := argmax(res.Logits); got < 0 {
+		t.Fatal(got)
+	}
+	ids, dres := decode(t, b, 0, 1, iface.SamplerParams{})
+	if len(ids) == 1 && ids[0] != int32(argmax(res.Logits)) {
+		t.Fatalf("first greedy token %d, logits arg-max %d", ids[0], argmax(res.Logits))
+	}
+	if dres.NPast != len(toks)+len(ids) {
+		t.Fatalf("n_past %d", dres.NPast)
+	}
+
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		req  iface.PrefillRequest
+		msg  string
+	}{
+		{"both", iface.PrefillRequest{Messages: msgs, Tokens: []int32{1}}, "both"},
+		{"neither", iface.PrefillRequest{}, "empty prompt"},
+		{"negative token", iface.PrefillRequest{Tokens: []int32{1, -1}}, "token -1 at position 1"},
+		{"token past the vocabulary", iface.PrefillRequest{Tokens: []int32{512}}, "token 512 at position 0"},
+		{"over n_ctx", iface.PrefillRequest{Tokens: make([]int32, 257)}, "n_ctx is 256"},
+		{"no role", iface.PrefillRequest{Messages: []iface.Message{{Content: "x"}}}, "no role"},
+	} {
+		before := slotInfo(t, b, 0)
+		_, err := b.Prefill(ctx, tc.req)
+		if !errors.Is(err, iface.ErrBadRequest) || !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("%s: err = %v, want ErrBadRequest mentioning %q", tc.name, err, tc.msg)
+		}
+		if after := slotInfo(t, b, 0); !slices.Equal(after.Tokens, before.Tokens) {
+			t.Errorf("%s: a rejected prefill changed the slot", tc.name)
+		}
+	}
+	if res, err := b.Prefill(ctx, iface.PrefillRequest{Slot: 1, Tokens: []int32{5}, Model: "llama-70b"}); err != nil || !res.ModelFallback {
+		t.Fatalf("other alias: fallback=%v err=%v", res.ModelFallback, err)
+	}
+
+	// The context limit: a slot stops at n_ctx.
+	if err := b.ClearSlot(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ClearSlot(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	prefillTokens(t, b, 2, make([]int32, 250))
+	ids, dres = decode(t, b, 2, 20, iface.SamplerParams{})
+	if dres.StopReason != StopNTokensLimit || dres.NPast != 256 || len(ids) != 6 {
+		t.Fatalf("decode to the context's end: %d tokens, %+v", len(ids), dres)
+	}
+	// The cells are shared: slot 2 holds them all, so slot 0 cannot prefill.
+	_, err = b.Prefill(ctx, iface.PrefillRequest{Slot: 0, Tokens: make([]int32, 10)})
+	if !errors.Is(err, iface.ErrBadRequest) || !strings.Contains(err.Error(), "shared by all slots") || slotInfo(t, b, 0).NPast != 0 {
+		t.Fatalf("prefill into a full cache: %v", err)
+	}
+	if _, err := b.Decode(ctx, iface.DecodeRequest{Slot: 0, NPredict: 1}, nil); !errors.Is(err, iface.ErrBadRequest) {
+		t.Fatalf("decode of an empty slot: %v", err)
+	}
+	if _, err := b.Decode(ctx, iface.DecodeRequest{Slot: 2, NPredict: -1}, nil); !errors.Is(err, iface.ErrBadRequest) {
+		t.Fatalf("negative n_predict: %v", err)
+	}
+	if _, err := b.Slot(ctx, 3); !errors.Is(err, iface.ErrNoSlot) {
+		t.Fatalf("slot 3: %v", err)
+	}
+	// An emit error stops the decode with it; what was emitted stays.
+	_ = b.ClearSlot(ctx, 2)
+	prefillTokens(t, b, 1, []int32{7, 8, 9})
+	stop := errors.New("client gone")
+	k := 0
+	dr, err := b.Decode(ctx, iface.DecodeRequest{Slot: 1, NPredict: 10}, func(iface.Token) error {
+		if k++; k == 3 {
+			return stop
+		}
+		return nil
+	})
+	if !errors.Is(err, stop) || dr.TokensGenerated != 3 || slotInfo(t, b, 1).NPast != 6 {
+		t.Fatalf("emit error: %+v %v", dr, err)
+	}
+}
+
+// TestConcurrentSlots: decodes on two slots and state transfers of a third run
+// concurrently (the context is shared under a mutex); every result equals the
+// same work done one at a time on the same layout.
+func TestConcurrentSlots(t *testing.T) {
+	b := load(t, tiny(t), 3, nil)
+	prefill(t, b, 2, "the slot whose state is copied while others decode")
+	state := stateOf(t, b, 2, 1<<20)
+	toks := slotInfo(t, b, 2).Tokens
+	prefill(t, b, 0, "first")
+	prefill(t, b, 1, "second")
+	var wg sync.WaitGroup
+	var got [2][]int32
+	for s := range 2 {
+		wg.Go(func() {
+			var ids []int32
+			_, err := b.Decode(context.Background(), iface.DecodeRequest{Slot: s, NPredict: 40},
+				func(tok iface.Token) error { ids = append(ids, tok.ID); return nil })
+			if err != nil {
+				t.Error(err)
+			}
+			got[s] = ids
+		})
+	}
+	wg.Go(func() {
+		for range 20 {
+			var w recorder
+			if _, err := b.StateGet(context.Background(), 2, 4093, &w); err != nil || !bytes.Equal(w.data, state) {
+				t.Errorf("concurrent StateGet: %v, equal %v", err, bytes.Equal(w.data, state))
+				return
+			}
+			if _, err := b.StatePut(context.Background(), 2, toks, bytes.NewReader(state), int64(len(state))); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
+	wg.Wait()
+	// The same decodes, one at a time, in a fresh backend.
+	ref := load(t, tiny(t), 3, nil)
+	prefill(t, ref, 2, "the slot whose state is copied while others decode")
+	prefill(t, ref, 0, "first")
+	prefill(t, ref, 1, "second")
+	for s := range 2 {
+		want, _ := decode(t, ref, s, 40, iface.SamplerParams{})
+		if !slices.Equal(got[s], want) {
+			t.Errorf("slot %d decoded %v concurrently, %v alone", s, got[s], want)
+		}
+	}
+}
+
+func TestExpertModeAndSwapQuant(t *testing.T) {
+	b := New(nil)
+	for in, want := range map[string]string{"solo": "solo", "combined": "solo"} {
+		if got, err := b.SetExpertMode(context.Background(), in); err != nil || got != want {
+			t.Fatalf("%s: %q, %v", in, got, err)
+		}
+	}
+	if _, err := b.SetExpertMode(context.Background(), "Solo"); !errors.Is(err, iface.ErrBadRequest) {
+		t.Fatal(err)
+	}
+	if err := b.SwapQuant(context.Background(), "q4", ".*"); !errors.Is(err, iface.ErrNotImplemented) {
+		t.Fatal(err)
+	}
+	if _, err := b.Info(context.Background()); !errors.Is(err, iface.ErrBadRequest) {
+		t.Fatalf("Info before Load: %v", err)
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	junk := filepath.Join(t.TempDir(), "junk.gguf")
+	if err := os.WriteFile(junk, []byte("not a model at all"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		req   iface.LoadRequest
+		msg   string
+		isBad bool
+	}{
+		{"no model", iface.LoadRequest{NSlots: 1}, "--model", true},
+		{"missing file", iface.LoadRequest{Model: "/nonexistent.gguf"}, "no such file", true},
+		{"a directory", iface.LoadRequest{Model: t.TempDir()}, "not a regular file", true},
+		{"not a GGUF", iface.LoadRequest{Model: junk}, "could not load model", false},
+		{"too many slots", iface.LoadRequest{Model: tiny(t), NSlots: 300}, "n_slots 300", true},
+		{"unknown option", iface.LoadRequest{Model: tiny(t), Options: map[string]string{"n_ctxx": "5"}}, `unknown option "n_ctxx"`, true},
+		{"lib_dir without a library", iface.LoadRequest{Model: tiny(t), Options: map[string]string{OptLibDir: "/nonexistent"}}, "", false},
+	} {
+		b := New(testLogger())
+		_, err := b.Load(context.Background(), tc.req)
+		if tc.msg == "" { // lib_dir without a library: CPU fallback, loads
+			if err != nil {
+				t.Errorf("%s: %v", tc.name, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.msg) || errors.Is(err, iface.ErrBadRequest) != tc.isBad {
+			t.Errorf("%s: err = %v, want one mentioning %q (bad request %v)", tc.name, err, tc.msg, tc.isBad)
+		}
+		t.Logf("%s: %v", tc.name, err)
+	}
+	b := load(t, tiny(t), 1, nil)
+	if _, err := b.Load(context.Background(), iface.LoadRequest{Model: tiny(t)}); !errors.Is(err, iface.ErrBadRequest) {
+		t.Fatalf("second Load: %v", err)
+	}
+}
+
+// benchModel: 16 KiB of F16 KV per token, so 2,048 tokens make a 32 MiB
+// state. HYDRA_BENCH_MODEL=layers,embd,heads,kv_heads,ff and
+// HYDRA_BENCH_TOKENS=n size it otherwise: "32,1024,8,8,1024" and 9200 make the
+// GPU benchmark's 1.2 GB state (128 KiB per token).
+func benchModel(b *testing.B) (string, int) {
+	c := gguf.Tiny()
+	c.Layers, c.Embd, c.Heads, c.KVHeads, c.FF = 16, 256, 4, 4, 256
+	tokens := 2048
+	if v := os.Getenv("HYDRA_BENCH_MODEL"); v != "" {
+		if _, err := fmt.Sscanf(v, "%d,%d,%d,%d,%d", &c.Layers, &c.Embd, &c.Heads, &c.KVHeads, &c.FF); err != nil {
+			b.Fatalf("HYDRA_BENCH_MODEL=%q: want layers,embd,heads,kv_heads,ff: %v", v, err)
+		}
+		c.F16 = true
+	}
+	if v := os.Getenv("HYDRA_BENCH_TOKENS"); v != "" {
+		if _, err := fmt.Sscan(v, &tokens); err != nil {
+			b.Fatalf("HYDRA_BENCH_TOKENS=%q: %v", v, err)
+		}
+	}
+	c.Ctx = max(c.Ctx, tokens)
+	return modelFile(b, fmt.Sprintf("bench-%d-%d-%d-%d-%d", c.Layers, c.Embd, c.Heads, c.KVHeads, c.FF), c), tokens
+}
+
+var bench struct {
+	once   sync.Once
+	b      *Backend
+	toks   []int32
+	logits []float32
+}
+
+// benchBackend is shared by the benchmarks: the prefill takes seconds on CPU.
+func benchBackend(b *testing.B) (*Backend, []int32, []float32) {
+	bench.once.Do(func() {
+		model, n := benchModel(b)
+		// Room for the source and a restored copy, and the scratch token.
+		bench.b = load(b, model, 2, map[string]string{OptNCtx: fmt.Sprint(2*n + 256)})
+		bench.toks = make([]int32, n)
+		for i := range bench.toks {
+			bench.toks[i] = int32(5 + i%500)
+		}
+		start := time.Now()
+		bench.logits = prefillTokens(b, bench.b, 0, bench.toks).Logits
+		b.Logf("prefill of %d tokens: %v; state %d bytes; device %q", n, time.Since(start),
+			slotInfo(b, bench.b, 0).StateSize, bench.b.eng.Load().device)
+	})
+	if bench.b == nil {
+		b.Fatal("no bench backend")
+	}
+	return bench.b, bench.toks, bench.logits
+}
+
+func BenchmarkStateGet(b *testing.B) {
+	be, _, _ := benchBackend(b)
+	size := slotInfo(b, be, 0).StateSize
+	for _, chunk := range []int{256 << 10, 2 << 20, 8 << 20} {
+		b.Run(fmt.Sprintf("writer/chunk=%dKiB", chunk>>10), func(b *testing.B) {
+			b.SetBytes(size)
+			for b.Loop() {
+				if _, err := be.StateGet(context.Background(), 0, chunk, io.Discard); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("chunkwriter/chunk=%dKiB", chunk>>10), func(b *testing.B) {
+			b.SetBytes(size)
+			w := &discardChunks{buf: make([]byte, chunk)}
+			for b.Loop() {
+				if _, err := be.StateGet(context.Background(), 0, chunk, w); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// discardChunks is a ChunkWriter that reuses one buffer.
+type discardChunks struct{ buf []byte }
+
+func (d *discardChunks) Write(p []byte) (int, error) { return len(p), nil }
+func (d *discardChunks) Buffer() ([]byte, error)     { return d.buf, nil }
+func (d *discardChunks) Commit(int) error            { return nil }
+
+// BenchmarkStatePut: /logits restores a PREFILL blob (state + logits: the
+// transfer alone); /reeval a STATE_GET blob, whose last token is evaluated
+// again (on CPU a decode step costs more than the copy).
+func BenchmarkStatePut(b *testing.B) {
+	be, toks, logits := benchBackend(b)
+	state := stateOf(b, be, 0, 8<<20)
+	withLogits := slices.Clone(state)
+	for _, f := range logits {
+		withLogits = binary.LittleEndian.AppendUint32(withLogits, math.Float32bits(f))
+	}
+	for name, blob := range map[string][]byte{"logits": withLogits, "reeval": state} {
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(len(state)))
+			for b.Loop() {
+				if _, err := be.StatePut(context.Background(), 1, toks, bytes.NewReader(blob), int64(len(blob))); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkReferenceGetData is llama.cpp's llama_state_seq_get_data into a
+// fresh buffer, for comparison.
+func BenchmarkReferenceGetData(b *testing.B) {
+	be, _, _ := benchBackend(b)
+	b.SetBytes(slotInfo(b, be, 0).StateSize)
+	for b.Loop() {
+		reference(b, be, 0)
+	}
+}
+
+// TestRestoreIntoFullCache: a state that fills the KV cache's last free
+// cells leaves none for the scratch re-evaluation; the last token is then
+// re-evaluated in place, giving the same next-token distribution.
+func TestRestoreIntoFullCache(t *testing.T) {
+	b := load(t, tiny(t), 2, map[string]string{OptNCtx: "256"})
+	toks := make([]int32, 100)
+	for i := range toks {
+		toks[i] = int32(5 + (i*37)%400)
+	}
+	want := prefillTokens(t, b, 0, toks).Logits
+	state := stateOf(t, b, 0, 1<<20)
+	prefillTokens(t, b, 1, make([]int32, 156)) // 100 + 156 = every cell
+	if err := b.ClearSlot(context.Background(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.StatePut(context.Background(), 0, toks, bytes.NewReader(state), int64(len(state))); err != nil {
+		t.Fatal(err)
+	}
+	_, got, _ := b.eng.Load().slots[0].snapshot()
+	if argmax(got) != argmax(want) {
+		t.Fatalf("arg-max %d after an in-place re-evaluation, %d after the prefill", argmax(got), argmax(want))
+	}
+	// A one-token batch against the prefill's batch of 100: the same maths,
+	// other kernels (on a GPU, ~2e-3 apart).
+	for i := range got {
+		if d := math.Abs(float64(got[i] - want[i])); d > 1e-2 {
+			t.Fatalf("logit %d: %v, want %v", i, got[i], want[i])
+		}
+	}
+	if si := slotInfo(t, b, 0); si.NPast != 100 || si.StateSize != int64(len(state)) {
+		t.Fatalf("slot %+v", si)
+	}
+}

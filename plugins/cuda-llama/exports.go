@@ -1,0 +1,157 @@
+//go:build llama && cgo
+
+package cudallama
+
+// Go callbacks of shim.cpp. A file with //export may only declare things in
+// its preamble, hence a file of its own. None may let a panic unwind into C++.
+
+/*
+#include <stddef.h>
+#include <stdint.h>
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"runtime/cgo"
+	"unsafe"
+
+	"github.com/hydra-engine/hydra-engine/iface"
+)
+
+// saveCall is one StateGet: where the chunks go.
+type saveCall struct {
+	ctx     context.Context
+	w       io.Writer
+	cw      iface.ChunkWriter // w as a ChunkWriter, or nil
+	pin     runtime.Pinner    // pins the ChunkWriter buffer C++ is filling
+	written int64
+	err     error
+}
+
+func (s *saveCall) fail(err error) C.int {
+	if s.err == nil {
+		s.err = err
+	}
+	return 1
+}
+
+func recovered(r any) error { return fmt.Errorf("panic in a state stream callback: %v", r) }
+
+// hydraSaveDeliver writes a staged chunk (plain writers).
+//
+//export hydraSaveDeliver
+func hydraSaveDeliver(h C.uintptr_t, p unsafe.Pointer, n C.size_t) (ret C.int) {
+	s := cgo.Handle(h).Value().(*saveCall)
+	defer func() {
+		if r := recover(); r != nil {
+			ret = s.fail(recovered(r))
+		}
+	}()
+	if err := s.ctx.Err(); err != nil {
+		return s.fail(err)
+	}
+	// The chunk is C memory the shim reuses: a Writer must not retain it,
+	// which io.Writer's contract already says.
+	k, err := s.w.Write(unsafe.Slice((*byte)(p), int(n)))
+	s.written += int64(k)
+	if err == nil && k < int(n) {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		return s.fail(err)
+	}
+	return 0
+}
+
+// hydraSaveBuffer commits the bytes written into the current ChunkWriter
+// buffer (commit > 0) and, when p is not NULL, hands C++ the next buffer.
+//
+//export hydraSaveBuffer
+func hydraSaveBuffer(h C.uintptr_t, commit C.size_t, p **C.uint8_t, n *C.size_t) (ret C.int) {
+	s := cgo.Handle(h).Value().(*saveCall)
+	defer func() {
+		if r := recover(); r != nil {
+			ret = s.fail(recovered(r))
+		}
+	}()
+	if commit > 0 {
+		s.pin.Unpin()
+		if err := s.cw.Commit(int(commit)); err != nil {
+			return s.fail(err)
+		}
+		s.written += int64(commit)
+	}
+	if p == nil {
+		return 0
+	}
+	if err := s.ctx.Err(); err != nil {
+		return s.fail(err)
+	}
+	b, err := s.cw.Buffer()
+	if err != nil {
+		return s.fail(err)
+	}
+	if len(b) == 0 {
+		return s.fail(errors.New("the chunk writer returned an empty buffer"))
+	}
+	// C++ fills the buffer after we return: pinned, a Go buffer may be held
+	// by C (a shared-memory one is not Go memory, and Pin ignores it).
+	s.pin.Pin(&b[0])
+	*p = (*C.uint8_t)(unsafe.Pointer(&b[0]))
+	*n = C.size_t(len(b))
+	return 0
+}
+
+// loadCall is one StatePut: where the state's bytes come from.
+type loadCall struct {
+	ctx       context.Context
+	r         io.Reader // the state (its checked head replayed first), then any trailing bytes
+	remaining int64     // bytes r may still give (the payload's size)
+	pulled    int64
+	err       error
+}
+
+// hydraLoadFill reads at least need and at most max bytes into dst; -1 on
+// error (kept in loadCall).
+//
+//export hydraLoadFill
+func hydraLoadFill(h C.uintptr_t, dst unsafe.Pointer, need, max C.size_t) (ret C.int64_t) {
+	l := cgo.Handle(h).Value().(*loadCall)
+	defer func() {
+		if r := recover(); r != nil {
+			l.err = recovered(r)
+			ret = -1
+		}
+	}()
+	if err := l.ctx.Err(); err != nil {
+		l.err = err
+		return -1
+	}
+	if int64(need) > l.remaining {
+		l.err = fmt.Errorf("%w: state truncated at offset %d: llama.cpp needs %d bytes more than the payload holds: %w",
+			iface.ErrBadRequest, l.pulled+l.remaining, int64(need)-l.remaining, io.ErrUnexpectedEOF)
+		return -1
+	}
+	m := min(int64(max), l.remaining)
+	n, err := io.ReadAtLeast(l.r, unsafe.Slice((*byte)(dst), int(m)), int(need))
+	l.remaining -= int64(n)
+	l.pulled += int64(n)
+	if err != nil {
+		l.err = truncated(l.pulled, err)
+		return -1
+	}
+	return C.int64_t(n)
+}
+
+// hydraLog receives llama.cpp's and ggml's log output.
+//
+//export hydraLog
+func hydraLog(level C.int, text *C.char) {
+	defer func() { _ = recover() }()
+	llamaLogText(int(level), C.GoString(text))
+}

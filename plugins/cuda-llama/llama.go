@@ -1,0 +1,486 @@
+//go:build llama && cgo
+
+package cudallama
+
+// A thin binding of our own over llama.h and the shim (shim.cpp). The include
+// paths into the ollama module come from CGO_CPPFLAGS (mk/llama.mk); the
+// blank import below compiles and links llama.cpp, ggml and ggml's CPU
+// backend.
+
+/*
+#cgo CXXFLAGS: -std=c++17
+#include <stdlib.h>
+#include "shim.h"
+
+// The fields a prefill or decode batch sets; the rest of llama_batch stays as
+// llama_batch_init left it.
+static void hydra_batch_set(struct llama_batch * b, int i, llama_token tok, llama_pos pos, llama_seq_id seq, int logits) {
+	b->token[i] = tok;
+	b->pos[i] = pos;
+	b->n_seq_id[i] = 1;
+	b->seq_id[i][0] = seq;
+	b->logits[i] = (int8_t) logits;
+}
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"unsafe"
+
+	_ "github.com/ollama/ollama/llama/llama.cpp/src"
+
+	"github.com/hydra-engine/hydra-engine/iface"
+)
+
+var initOnce sync.Once
+
+// initLlama initialises llama.cpp once per process and routes its logs (and
+// ggml's) to hclog.
+func initLlama() {
+	initOnce.Do(func() {
+		C.hydra_log_install()
+		C.llama_backend_init()
+	})
+}
+
+// loadBackendLibrary registers a ggml backend library (libggml-cuda.so). Only
+// this one library is loaded: ggml_backend_load_all would also register a
+// second CPU backend next to the one linked in.
+func loadBackendLibrary(path string) bool {
+	cs := C.CString(path)
+	defer C.free(unsafe.Pointer(cs))
+	return C.ggml_backend_load(cs) != nil
+}
+
+// gpuDevice is the first GPU device ggml knows, or nil.
+func gpuDevice() (C.ggml_backend_dev_t, string) {
+	for i := C.size_t(0); i < C.ggml_backend_dev_count(); i++ {
+		d := C.ggml_backend_dev_get(i)
+		switch C.ggml_backend_dev_type(d) {
+		case C.GGML_BACKEND_DEVICE_TYPE_GPU, C.GGML_BACKEND_DEVICE_TYPE_IGPU:
+			return d, C.GoString(C.ggml_backend_dev_name(d)) + " (" + C.GoString(C.ggml_backend_dev_description(d)) + ")"
+		}
+	}
+	return nil, ""
+}
+
+// registerHostBufferAvailable reports whether the GPU backend offers
+// ggml_backend_register_host_buffer (ggml-cuda does, through
+// ggml_backend_reg_get_proc_address): it pins existing host memory for fast
+// DMA, the way to make the shared-memory data plane's ring pinned so that GPU
+// copies land in it at full speed. Not used yet; logged at load.
+func registerHostBufferAvailable(dev C.ggml_backend_dev_t) bool {
+	if dev == nil {
+		return false
+	}
+	name := C.CString("ggml_backend_register_host_buffer")
+	defer C.free(unsafe.Pointer(name))
+	return C.ggml_backend_reg_get_proc_address(C.ggml_backend_dev_backend_reg(dev), name) != nil
+}
+
+// model is a loaded llama_model. Like the context, it is never freed: see
+// engine.
+type model struct {
+	m      *C.struct_llama_model
+	vocab  *C.struct_llama_vocab
+	nVocab int
+	tmpl   *C.char // chat template (the model's, else ChatML); C memory, never freed
+}
+
+type modelParams struct {
+	nGPULayers int
+	mmap       bool
+}
+
+func loadModel(path string, p modelParams) (*model, error) {
+	mp := C.llama_model_default_params()
+	mp.n_gpu_layers = C.int32_t(p.nGPULayers)
+	mp.use_mmap = C.bool(p.mmap)
+	cs := C.CString(path)
+	defer C.free(unsafe.Pointer(cs))
+	m := C.llama_model_load_from_file(cs, mp)
+	if m == nil {
+		return nil, fmt.Errorf("llama.cpp could not load model %s%s", path, lastLlamaError())
+	}
+	mdl := &model{m: m, vocab: C.llama_model_get_vocab(m)}
+	mdl.nVocab = int(C.llama_vocab_n_tokens(mdl.vocab))
+	if t := C.llama_model_chat_template(m, nil); t != nil {
+		mdl.tmpl = C.CString(C.GoString(t))
+	} else {
+		mdl.tmpl = C.CString("chatml") // llama-server's default too
+	}
+	return mdl, nil
+}
+
+// free releases a model that no context uses (a Load that failed after
+// loading it). Freeing models is safe; it is contexts on CUDA that are not
+// (see engine).
+func (m *model) free() {
+	C.llama_model_free(m.m)
+	C.free(unsafe.Pointer(m.tmpl))
+}
+
+// unsupportedMemory says why the model's KV memory is not a plain attention
+// KV cache, whose state layout StatePut checks (statehead.go); "" if it is.
+func (m *model) unsupportedMemory() string {
+	switch {
+	case bool(C.llama_model_is_recurrent(m.m)):
+		return "a recurrent model"
+	case bool(C.llama_model_is_hybrid(m.m)):
+		return "a hybrid (attention + recurrent) model"
+	case C.llama_model_n_swa(m.m) > 0:
+		return "a sliding-window-attention model"
+	}
+	return ""
+}
+
+func (m *model) desc() string {
+	var buf [256]C.char
+	C.llama_model_desc(m.m, &buf[0], C.size_t(len(buf)))
+	return C.GoString(&buf[0])
+}
+
+func (m *model) nLayer() int { return int(C.llama_model_n_layer(m.m)) }
+
+// headDim is the attention head size (n_embd / n_head).
+func (m *model) headDim() int {
+	h := int(C.llama_model_n_head(m.m))
+	if h <= 0 {
+		return 0
+	}
+	return int(C.llama_model_n_embd(m.m)) / h
+}
+
+func (m *model) isEOG(tok int32) bool { return bool(C.llama_vocab_is_eog(m.vocab, C.llama_token(tok))) }
+
+// tokenize tokenizes text, adding BOS if the model wants it and parsing
+// special tokens (a chat template's markers).
+func (m *model) tokenize(text string) ([]int32, error) {
+	if len(text) > 1<<30 {
+		return nil, fmt.Errorf("%w: prompt of %d bytes is too long", iface.ErrBadRequest, len(text))
+	}
+	cs := C.CString(text)
+	defer C.free(unsafe.Pointer(cs))
+	toks := make([]int32, len(text)+8)
+	for {
+		n := C.llama_tokenize(m.vocab, cs, C.int32_t(len(text)), (*C.llama_token)(unsafe.Pointer(&toks[0])),
+			C.int32_t(len(toks)), true, true)
+		if n >= 0 {
+			return toks[:n], nil
+		}
+		if n == C.INT32_MIN || int(-n) <= len(toks) {
+			return nil, fmt.Errorf("%w: tokenizing the prompt failed", iface.ErrBadRequest)
+		}
+		toks = make([]int32, -n)
+	}
+}
+
+// piece is a token's text; control tokens have none. Byte tokens give single
+// bytes, possibly part of a UTF-8 sequence, as llama.cpp returns them.
+func (m *model) piece(tok int32) string {
+	var buf [128]C.char
+	n := C.llama_token_to_piece(m.vocab, C.llama_token(tok), &buf[0], C.int32_t(len(buf)), 0, false)
+	if n >= 0 {
+		return C.GoStringN(&buf[0], n)
+	}
+	big := make([]byte, -n)
+	n = C.llama_token_to_piece(m.vocab, C.llama_token(tok), (*C.char)(unsafe.Pointer(&big[0])), C.int32_t(len(big)), 0, false)
+	if n < 0 {
+		return ""
+	}
+	return string(big[:n])
+}
+
+// applyTemplate renders chat messages with the model's template (llama.cpp's
+// built-in template engine recognises the common ones), ending with the
+// assistant's turn.
+func (m *model) applyTemplate(msgs []iface.Message) (string, error) {
+	n := len(msgs)
+	chat := (*[1 << 20]C.struct_llama_chat_message)(C.malloc(C.size_t(n) * C.size_t(unsafe.Sizeof(C.struct_llama_chat_message{}))))[:n:n]
+	defer C.free(unsafe.Pointer(&chat[0]))
+	total := 0
+	for i, msg := range msgs {
+		chat[i].role = C.CString(msg.Role)
+		chat[i].content = C.CString(msg.Content)
+		total += len(msg.Role) + len(msg.Content)
+	}
+	defer func() {
+		for i := range chat {
+			C.free(unsafe.Pointer(chat[i].role))
+			C.free(unsafe.Pointer(chat[i].content))
+		}
+	}()
+	size := 2*total + 256
+	for {
+		buf := C.malloc(C.size_t(size))
+		r := C.llama_chat_apply_template(m.tmpl, &chat[0], C.size_t(n), true, (*C.char)(buf), C.int32_t(size))
+		if r < 0 {
+			C.free(buf)
+			return "", fmt.Errorf("%w: the model's chat template %q is not one llama.cpp knows", iface.ErrBadRequest, truncate(C.GoString(m.tmpl), 80))
+		}
+		if int(r) <= size {
+			s := C.GoStringN((*C.char)(buf), r)
+			C.free(buf)
+			return s, nil
+		}
+		C.free(buf)
+		size = int(r)
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// lctx is the one llama_context with its batch and the shim's streaming
+// state. Every method needs engine.mu.
+type lctx struct {
+	c      *C.struct_llama_context
+	mem    C.llama_memory_t
+	batch  C.struct_llama_batch
+	nBatch int
+	nVocab int
+	io     *C.struct_hydra_io
+}
+
+type contextParams struct {
+	nCtx, nBatch, nUBatch   int
+	nSeqMax                 int
+	nThreads, nThreadsBatch int
+	flashAttn               int
+	typeK, typeV            string
+}
+
+func ggmlType(t string) C.enum_ggml_type {
+	switch t {
+	case "f32":
+		return C.GGML_TYPE_F32
+	case "bf16":
+		return C.GGML_TYPE_BF16
+	case "q8_0":
+		return C.GGML_TYPE_Q8_0
+	case "q4_0":
+		return C.GGML_TYPE_Q4_0
+	}
+	return C.GGML_TYPE_F16
+}
+
+func newContext(m *model, p contextParams, gpu C.ggml_backend_dev_t) (*lctx, error) {
+	cp := C.llama_context_default_params()
+	cp.n_ctx = C.uint32_t(p.nCtx)
+	cp.n_batch = C.uint32_t(min(p.nBatch, p.nCtx))
+	cp.n_ubatch = C.uint32_t(min(p.nUBatch, p.nBatch, p.nCtx))
+	cp.n_seq_max = C.uint32_t(p.nSeqMax)
+	cp.n_threads = C.int32_t(p.nThreads)
+	cp.n_threads_batch = C.int32_t(p.nThreadsBatch)
+	cp.flash_attn_type = C.enum_llama_flash_attn_type(p.flashAttn)
+	cp.type_k = ggmlType(p.typeK)
+	cp.type_v = ggmlType(p.typeV)
+	cp.kv_unified = true // one KV stream whatever the slot count: states move between engines
+	cp.offload_kqv = true
+	cp.no_perf = true
+	// Everything that can fail comes before the context, which is never freed.
+	io := C.hydra_io_new(gpu)
+	if io == nil {
+		return nil, errors.New("out of memory")
+	}
+	clearLlamaError()
+	c := C.llama_init_from_model(m.m, cp)
+	if c == nil {
+		return nil, fmt.Errorf("llama.cpp could not create a context%s", lastLlamaError())
+	}
+	lc := &lctx{c: c, mem: C.llama_get_memory(c), nBatch: int(cp.n_batch), nVocab: m.nVocab, io: io}
+	lc.batch = C.llama_batch_init(C.int32_t(lc.nBatch), 0, 1)
+	return lc, nil
+}
+
+func (c *lctx) nCtx() int { return int(C.llama_n_ctx(c.c)) }
+
+// errKVFull: llama_decode found no free KV cells for the batch.
+var errKVFull = errors.New("the KV cache is full")
+
+// decode evaluates tokens at positions pos.. in sequence seq (at most nBatch
+// of them), computing logits for the last one when logits is set.
+func (c *lctx) decode(seq int, tokens []int32, pos int, logits bool) error {
+	n := len(tokens)
+	for i, t := range tokens {
+		last := 0
+		if logits && i == n-1 {
+			last = 1
+		}
+		C.hydra_batch_set(&c.batch, C.int(i), C.llama_token(t), C.llama_pos(pos+i), C.llama_seq_id(seq), C.int(last))
+	}
+	c.batch.n_tokens = C.int32_t(n)
+	clearLlamaError()
+	switch r := C.llama_decode(c.c, c.batch); {
+	case r == 0:
+		return nil
+	case r == 1:
+		return errKVFull
+	default:
+		return fmt.Errorf("llama_decode failed (%d)%s", int(r), lastLlamaError())
+	}
+}
+
+// logitsInto copies the logits of the batch's last token.
+func (c *lctx) logitsInto(dst []float32) {
+	p := C.llama_get_logits_ith(c.c, -1)
+	copy(dst, unsafe.Slice((*float32)(unsafe.Pointer(p)), c.nVocab))
+}
+
+func (c *lctx) seqRm(seq int) {
+	C.llama_memory_seq_rm(c.mem, C.llama_seq_id(seq), -1, -1)
+}
+
+// seqRmFrom removes positions p0 and after from the sequence.
+func (c *lctx) seqRmFrom(seq, p0 int) {
+	C.llama_memory_seq_rm(c.mem, C.llama_seq_id(seq), C.llama_pos(p0), -1)
+}
+
+// seqCp shares positions [p0, p1) of src with dst (in a unified cache the
+// cells gain a sequence id; no KV is copied).
+func (c *lctx) seqCp(src, dst, p0, p1 int) {
+	C.llama_memory_seq_cp(c.mem, C.llama_seq_id(src), C.llama_seq_id(dst), C.llama_pos(p0), C.llama_pos(p1))
+}
+
+// nPos is the number of positions in the sequence's KV (pos max + 1).
+func (c *lctx) nPos(seq int) int {
+	return int(C.llama_memory_seq_pos_max(c.mem, C.llama_seq_id(seq))) + 1
+}
+
+func (c *lctx) stateSize(seq int) int64 {
+	return int64(C.llama_state_seq_get_size(c.c, C.llama_seq_id(seq)))
+}
+
+// stateData is llama.cpp's own llama_state_seq_get_data, the reference the
+// tests compare the streamed bytes with.
+func (c *lctx) stateData(seq int) []byte {
+	n := c.stateSize(seq)
+	buf := C.malloc(C.size_t(max(n, 1)))
+	defer C.free(buf)
+	got := C.llama_state_seq_get_data(c.c, (*C.uint8_t)(buf), C.size_t(n), C.llama_seq_id(seq))
+	return C.GoBytes(buf, C.int(got))
+}
+
+func (c *lctx) pinnedStaging() bool { return C.hydra_io_pinned(c.io) != 0 }
+
+// sampler narrows candidates with llama.cpp's top-k and top-p and applies the
+// temperature; the draw itself is pick's (sampling.go).
+type sampler struct {
+	chain *C.struct_llama_sampler
+	data  *C.llama_token_data // n_vocab candidates, C memory (the samplers reorder it)
+	n     int
+}
+
+func newSampler(p iface.SamplerParams, nVocab int) *sampler {
+	s := &sampler{chain: C.llama_sampler_chain_init(C.llama_sampler_chain_default_params()), n: nVocab}
+	if p.TopK > 0 {
+		C.llama_sampler_chain_add(s.chain, C.llama_sampler_init_top_k(C.int32_t(p.TopK)))
+	}
+	if p.TopP > 0 && p.TopP < 1 {
+		C.llama_sampler_chain_add(s.chain, C.llama_sampler_init_top_p(C.float(p.TopP), 1))
+	}
+	C.llama_sampler_chain_add(s.chain, C.llama_sampler_init_temp(C.float(p.Temperature)))
+	s.data = (*C.llama_token_data)(C.malloc(C.size_t(nVocab) * C.size_t(unsafe.Sizeof(C.llama_token_data{}))))
+	return s
+}
+
+func (s *sampler) free() {
+	C.llama_sampler_free(s.chain)
+	C.free(unsafe.Pointer(s.data))
+}
+
+// sample picks a token from logits with the uniform draw u.
+func (s *sampler) sample(logits []float32, u float64) int32 {
+	d := unsafe.Slice(s.data, s.n)
+	for i := range d {
+		d[i] = C.llama_token_data{id: C.llama_token(i), logit: C.float(logits[i])}
+	}
+	arr := (*C.llama_token_data_array)(C.malloc(C.size_t(unsafe.Sizeof(C.llama_token_data_array{}))))
+	defer C.free(unsafe.Pointer(arr))
+	*arr = C.llama_token_data_array{data: s.data, size: C.size_t(s.n), selected: -1}
+	C.llama_sampler_apply(s.chain, arr)
+	cand := unsafe.Slice(arr.data, int(arr.size))
+	ls := make([]float32, len(cand))
+	for i, c := range cand {
+		ls[i] = float32(c.logit)
+	}
+	i := pick(ls, u)
+	if i < 0 {
+		return int32(argmax(logits))
+	}
+	return int32(cand[i].id)
+}
+
+// Logs: llama.cpp and ggml log through one callback (shim.cpp), often a line
+// in several pieces; lines are assembled here and re-logged through hclog.
+// Error lines are also kept: llama.cpp reports most failures only in its log.
+var llamaLog struct {
+	sync.Mutex
+	log    func(level int, msg string)
+	line   strings.Builder
+	level  int
+	errors []string // since the last lastLlamaError
+}
+
+// ggml log levels.
+const (
+	logDebug = 1
+	logInfo  = 2
+	logWarn  = 3
+	logError = 4
+	logCont  = 5
+)
+
+const maxKeptErrors = 3
+
+func llamaLogText(level int, text string) {
+	l := &llamaLog
+	l.Lock()
+	defer l.Unlock()
+	if level != logCont {
+		l.level = level
+	}
+	for text != "" {
+		i := strings.IndexByte(text, '\n')
+		if i < 0 {
+			l.line.WriteString(text)
+			return
+		}
+		l.line.WriteString(text[:i])
+		text = text[i+1:]
+		msg := strings.TrimSpace(l.line.String())
+		l.line.Reset()
+		if msg == "" {
+			continue
+		}
+		if l.level == logError && len(l.errors) < maxKeptErrors {
+			l.errors = append(l.errors, msg)
+		}
+		if l.log != nil {
+			l.log(l.level, msg)
+		}
+	}
+}
+
+// lastLlamaError returns ": " and the first error lines llama.cpp logged since
+// the last call (clearLlamaError), or "".
+func lastLlamaError() string {
+	llamaLog.Lock()
+	defer llamaLog.Unlock()
+	e := llamaLog.errors
+	llamaLog.errors = nil
+	if len(e) == 0 {
+		return ""
+	}
+	return ": " + strings.Join(e, "; ")
+}
+
+func clearLlamaError() { _ = lastLlamaError() }

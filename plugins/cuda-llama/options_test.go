@@ -1,0 +1,212 @@
+package cudallama
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hydra-engine/hydra-engine/iface"
+)
+
+// The pure-Go parts: they build and run without llama.cpp too.
+
+func TestParseOptions(t *testing.T) {
+	o, err := parseOptions(nil)
+	if err != nil || o.nCtx != DefaultNCtx || o.flashAttn != FlashOn || o.nGPULayers != -1 || o.nThreadsBatch != o.nThreads ||
+		o.cacheTypeK != "f16" || !o.mmap {
+		t.Fatalf("defaults %+v, %v", o, err)
+	}
+	o, err = parseOptions(map[string]string{OptNCtx: " 8192 ", OptFlashAttn: "off", OptNThreads: "3", OptNGPULayers: "0",
+		OptCacheTypeK: "Q8_0", OptAlias: "m", OptLibDir: "/opt/lib", OptMmap: "false", OptNBatch: "512", OptNUBatch: "128"})
+	if err != nil || o.nCtx != 8192 || o.flashAttn != FlashOff || o.nThreads != 3 || o.nThreadsBatch != 3 || o.nGPULayers != 0 ||
+		o.cacheTypeK != "q8_0" || o.alias != "m" || o.libDir != "/opt/lib" || o.mmap || o.nBatch != 512 || o.nUBatch != 128 {
+		t.Fatalf("parsed %+v, %v", o, err)
+	}
+	for _, tc := range []struct {
+		opts map[string]string
+		msg  string
+	}{
+		{map[string]string{"nctx": "1"}, `unknown option "nctx"`},
+		{map[string]string{OptNCtx: "0"}, "out of range"},
+		{map[string]string{OptNCtx: "lots"}, "not an integer"},
+		{map[string]string{OptFlashAttn: "maybe"}, "on, off or auto"},
+		{map[string]string{OptCacheTypeV: "q2_k"}, "want one of"},
+		{map[string]string{OptCacheTypeV: "q4_0", OptFlashAttn: "off"}, "needs flash attention"},
+		{map[string]string{OptAlias: " "}, "must not be empty"},
+		{map[string]string{OptMmap: "perhaps"}, "not a boolean"},
+		{map[string]string{OptNGPULayers: "-2"}, "out of range"},
+	} {
+		_, err := parseOptions(tc.opts)
+		if !errors.Is(err, iface.ErrBadRequest) || !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("%v: %v, want ErrBadRequest mentioning %q", tc.opts, err, tc.msg)
+		}
+	}
+}
+
+// The pinned llama.cpp version is the one go.mod requires: the streaming shim
+// uses llama.cpp internals, and libggml-cuda.so must match.
+func TestVersionPin(t *testing.T) {
+	mod, err := os.ReadFile("../../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := LlamaModule + " " + PinnedLlamaVersion; !strings.Contains(string(mod), want) {
+		t.Fatalf("go.mod does not require %s: update PinnedLlamaVersion with the module", want)
+	}
+}
+
+func TestCUDALibraryLookup(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := cudaLibrary(dir); !errors.Is(err, errNoCUDALibrary) {
+		t.Fatalf("no library: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, CUDALibrary), []byte("ELF"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cudaLibrary(dir); !errors.Is(err, iface.ErrBadRequest) || !strings.Contains(err.Error(), "no version stamp") {
+		t.Fatalf("no stamp: %v", err)
+	}
+	stamp := filepath.Join(dir, VersionStampFile)
+	if err := os.WriteFile(stamp, []byte(LlamaModule+" v0.0.1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cudaLibrary(dir); !errors.Is(err, iface.ErrBadRequest) || !strings.Contains(err.Error(), "v0.0.1") {
+		t.Fatalf("other version: %v", err)
+	}
+	if err := os.WriteFile(stamp, []byte(versionStamp(llamaVersion())+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if lib, err := cudaLibrary(dir); err != nil || lib != filepath.Join(dir, CUDALibrary) {
+		t.Fatalf("matching stamp: %q, %v", lib, err)
+	}
+}
+
+func TestModelIdentity(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "My-Model.Q4.gguf")
+	if err := os.WriteFile(p, []byte("abc"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	id, err := modelIdentity(context.Background(), p, "")
+	if err != nil || id.Alias != "My-Model.Q4" || id.Path != p ||
+		id.Hash != "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad" {
+		t.Fatalf("%+v, %v", id, err)
+	}
+	if id, _ := modelIdentity(context.Background(), p, "alias"); id.Alias != "alias" {
+		t.Fatalf("alias option: %+v", id)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := modelIdentity(ctx, p, ""); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled: %v", err)
+	}
+}
+
+// head builds a state head: one stream, cells with the given positions.
+func head(streams uint32, pos ...int32) []byte {
+	b := binary.LittleEndian.AppendUint32(nil, streams)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(pos)))
+	for _, p := range pos {
+		b = binary.LittleEndian.AppendUint32(b, uint32(p))
+		b = binary.LittleEndian.AppendUint32(b, 1)
+		b = binary.LittleEndian.AppendUint32(b, 3)
+	}
+	return b
+}
+
+func TestReadStateHead(t *testing.T) {
+	layout := stateLayout{Base: 100, PerCell: 50}
+	toks := []int32{1, 2, 3}
+	h, err := readStateHead(bytes.NewReader(head(1, 2, 0, 1)), toks, 10, 8, layout, layout.size(3))
+	if err != nil || h.cells != 3 || !bytes.Equal(h.raw, head(1, 2, 0, 1)) {
+		t.Fatalf("good head: %+v, %v", h, err)
+	}
+	h, err = readStateHead(bytes.NewReader(head(1)), nil, 10, 8, layout, emptyState)
+	if err != nil || h.cells != 0 || len(h.raw) != emptyState {
+		t.Fatalf("empty state: %+v, %v", h, err)
+	}
+	for _, tc := range []struct {
+		name string
+		in   []byte
+		toks []int32
+		size int64
+		msg  string
+	}{
+		{"streams", head(2, 0, 1, 2), toks, 0, "2 KV streams"},
+		{"fewer tokens", head(1, 0, 1, 2), toks[:2], 0, "3 cells, the blob header 2 tokens"},
+		{"over n_ctx", head(1, 0, 1, 2, 3, 4, 5, 6, 7, 8), make([]int32, 9), 0, "n_ctx is 8"},
+		{"token range", head(1, 0, 1, 2), []int32{1, 10, 3}, 0, "token 10 at position 1"},
+		{"size", head(1, 0, 1, 2), toks, layout.size(3) - 1, "needs 250"},
+		{"position range", head(1, 0, 3, 1), toks, 0, "cell 1: position 3 outside [0, 3)"},
+		{"negative position", head(1, 0, -1, 1), toks, 0, "position -1"},
+		{"repeat", head(1, 0, 1, 1), toks, 0, "cell 2: position 1 repeated"},
+		{"seq ids", func() []byte { b := head(1, 0, 1, 2); b[8+12+4] = 2; return b }(), toks, 0, "cell 1 belongs to 2 sequences"},
+		{"truncated", head(1, 0, 1, 2)[:20], toks, 0, "truncated at offset 20"},
+		{"truncated header", []byte{1, 0}, toks, 0, "truncated at offset 2"},
+	} {
+		size := tc.size
+		if size == 0 {
+			size = 1 << 20
+		}
+		_, err := readStateHead(bytes.NewReader(tc.in), tc.toks, 10, 8, layout, size)
+		if !errors.Is(err, iface.ErrBadRequest) || !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("%s: %v, want ErrBadRequest mentioning %q", tc.name, err, tc.msg)
+		}
+	}
+	boom := errors.New("reset")
+	_, err = readStateHead(io.MultiReader(bytes.NewReader(head(1, 0)[:12]), errReader{boom}), []int32{1}, 10, 8, layout, 1<<20)
+	if !errors.Is(err, boom) || errors.Is(err, iface.ErrBadRequest) {
+		t.Fatalf("reader error: %v", err)
+	}
+}
+
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+func TestSampling(t *testing.T) {
+	l := []float32{0.5, 3, -1, 3, 2}
+	if argmax(l) != 1 {
+		t.Fatal("argmax takes the first of equals")
+	}
+	var sum float64
+	for i := range l {
+		sum += math.Exp(float64(logprob(l, i)))
+	}
+	if math.Abs(sum-1) > 1e-5 || logprob(l, 1) != logprob(l, 3) {
+		t.Fatalf("logprobs sum to %v", sum)
+	}
+	if !greedy(iface.SamplerParams{}) || !greedy(iface.SamplerParams{Temperature: float32(math.NaN())}) || greedy(iface.SamplerParams{Temperature: 0.1}) {
+		t.Fatal("greedy")
+	}
+	// pick follows the softmax: with u spread evenly, each index gets its share.
+	counts := make([]int, len(l))
+	const n = 100000
+	for k := range n {
+		counts[pick(l, (float64(k)+0.5)/n)]++
+	}
+	for i := range l {
+		want := math.Exp(float64(logprob(l, i))) * n
+		if math.Abs(float64(counts[i])-want) > 2 {
+			t.Errorf("index %d picked %d times, want %.0f", i, counts[i], want)
+		}
+	}
+	if pick(nil, 0.5) != -1 {
+		t.Fatal("pick of nothing")
+	}
+	// The draw is a function of seed and position only.
+	if uniform(7, 100) != uniform(7, 100) || uniform(7, 100) == uniform(8, 100) || uniform(7, 100) == uniform(7, 101) {
+		t.Fatal("uniform")
+	}
+	for pos := range 1000 {
+		if u := uniform(1, pos); u < 0 || u >= 1 {
+			t.Fatalf("uniform %v", u)
+		}
+	}
+}

@@ -1,0 +1,53 @@
+// C interface of shim.cpp: chunked streaming of a llama.cpp sequence's state
+// through llama.cpp's internal llama_io_write_i / llama_io_read_i, and the log
+// bridge. Plain C, so cgo can call it.
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ggml-backend.h"
+#include "llama.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct hydra_io hydra_io;
+
+// hydra_io_new prepares state streaming. gpu is the first GPU device in use,
+// or NULL on CPU: its host buffer type gives the pinned staging buffers, and
+// KV tensors in its memory are read with async copies and events.
+hydra_io * hydra_io_new(ggml_backend_dev_t gpu);
+
+// hydra_io_pinned reports whether the staging buffers allocated so far are
+// pinned (from the GPU's host buffer type).
+int hydra_io_pinned(const hydra_io * io);
+
+// hydra_state_save streams sequence seq's state, the bytes
+// llama_state_seq_get_data would produce, in pieces of at most chunk bytes.
+// With chunk_writer 0 the pieces are staged in buffers the shim owns and handed
+// to the Go callback hydraSaveDeliver; with 1 the Go side supplies each chunk
+// buffer (hydraSaveBuffer) and the state is written straight into it. Returns
+// the bytes produced, or -1 with a message in err.
+int64_t hydra_state_save(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, uintptr_t handle,
+                         size_t chunk, int chunk_writer, char * err, size_t err_len);
+
+// hydra_state_load restores sequence seq from bytes pulled through the Go
+// callback hydraLoadFill (into a reused, pinned on GPU, staging block).
+// Returns the state bytes llama.cpp consumed, or -1 with a message in err; on
+// failure the sequence may be half-restored and the caller must clear it.
+int64_t hydra_state_load(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, uintptr_t handle,
+                         char * err, size_t err_len);
+
+// hydra_state_load_leftover returns the bytes the last load pulled past the
+// end of the state (read-ahead), valid until the next load.
+void hydra_state_load_leftover(hydra_io * io, const uint8_t ** p, size_t * n);
+
+// hydra_log_install routes llama.cpp's and ggml's logs to the Go callback
+// hydraLog.
+void hydra_log_install(void);
+
+#ifdef __cplusplus
+}
+#endif

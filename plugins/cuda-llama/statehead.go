@@ -1,0 +1,124 @@
+package cudallama
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/hydra-engine/hydra-engine/iface"
+)
+
+// A llama.cpp per-sequence state of a plain (non-SWA, non-recurrent) KV cache,
+// as this llama.cpp writes it (llama_kv_cache::state_write), little-endian:
+//
+//	u32 n_stream                       1 with kv_unified
+//	per stream: u32 cell_count         0: nothing else for this stream
+//	  cell_count × {i32 pos, u32 n_seq_id = 1, i32 seq_id}
+//	  u32 v_trans, u32 n_layer
+//	  per layer: i32 k_type, u64 k_row_bytes, cell_count K rows
+//	  !v_trans, per layer: i32 v_type, u64 v_row_bytes, cell_count V rows
+//	  v_trans,  per layer: i32 v_type, u32 v_elem_bytes, u32 n_embd_v_gqa, then per
+//	            embedding row the cells' elements
+//
+// So its size is affine in the number of cells: stateLayout.
+//
+// llama.cpp checks the layer count, types and row sizes on restore, but
+// trusts the head: a cell count of 2^32−1 makes it reserve a batch that
+// large, and odd positions corrupt the sequence. readStateHead checks the head
+// first, against the blob's tokens, before llama.cpp sees a byte.
+const (
+	cellMetaSize = 12
+	emptyState   = 8 // n_stream, cell_count = 0
+)
+
+// stateLayout is the size of a sequence's state as a function of its cells:
+// emptyState for none, Base + cells×PerCell otherwise. It is measured at load
+// (stateLayout of the model, see Backend.Load).
+type stateLayout struct {
+	Base, PerCell int64
+}
+
+func (l stateLayout) size(cells int) int64 {
+	if cells == 0 {
+		return emptyState
+	}
+	return l.Base + int64(cells)*l.PerCell
+}
+
+// stateHead is what readStateHead read and checked.
+type stateHead struct {
+	raw   []byte // the bytes read, to be replayed to llama.cpp
+	cells int
+}
+
+// errStateHead marks a state rejected by readStateHead.
+var errStateHead = errors.New("bad state")
+
+// readStateHead reads and checks the head of a state: one stream, as many
+// cells as tokens, each cell one sequence, and positions 0..n−1 each exactly
+// once (in any order: cells are in KV order, not position order). size is the
+// bytes the payload holds; a state that cannot fit is refused before the slot
+// is touched.
+func readStateHead(r io.Reader, tokens []int32, nVocab, nCtx int, layout stateLayout, size int64) (stateHead, error) {
+	var h stateHead
+	hdr := make([]byte, 8)
+	if n, err := io.ReadFull(r, hdr); err != nil {
+		return h, truncated(int64(n), err)
+	}
+	h.raw = hdr
+	if ns := binary.LittleEndian.Uint32(hdr); ns != 1 {
+		return h, fmt.Errorf("%w: %w: the state has %d KV streams, this engine's unified cache 1 (was it saved with kv_unified off?)",
+			iface.ErrBadRequest, errStateHead, ns)
+	}
+	cells := binary.LittleEndian.Uint32(hdr[4:])
+	switch {
+	case int64(cells) > int64(nCtx):
+		return h, fmt.Errorf("%w: %w: the state holds %d cells, n_ctx is %d", iface.ErrBadRequest, errStateHead, cells, nCtx)
+	case int(cells) != len(tokens):
+		return h, fmt.Errorf("%w: %w: the state holds %d cells, the blob header %d tokens", iface.ErrBadRequest, errStateHead, cells, len(tokens))
+	}
+	for i, t := range tokens {
+		if t < 0 || int(t) >= nVocab {
+			return h, fmt.Errorf("%w: token %d at position %d is outside the vocabulary [0, %d)", iface.ErrBadRequest, t, i, nVocab)
+		}
+	}
+	h.cells = int(cells)
+	if need := layout.size(h.cells); size < need {
+		return h, fmt.Errorf("%w: the payload holds %d bytes, a state of %d cells needs %d", iface.ErrBadRequest, size, h.cells, need)
+	}
+	if cells == 0 {
+		return h, nil
+	}
+	meta := make([]byte, 8+int(cells)*cellMetaSize)
+	copy(meta, hdr)
+	if n, err := io.ReadFull(r, meta[8:]); err != nil {
+		return h, truncated(int64(8+n), err)
+	}
+	h.raw = meta
+	seen := make([]bool, cells)
+	for i := range h.cells {
+		c := meta[8+i*cellMetaSize:]
+		pos := int32(binary.LittleEndian.Uint32(c))
+		nSeq := binary.LittleEndian.Uint32(c[4:])
+		switch {
+		case nSeq != 1:
+			return h, fmt.Errorf("%w: %w: cell %d belongs to %d sequences, want 1", iface.ErrBadRequest, errStateHead, i, nSeq)
+		case pos < 0 || pos >= int32(cells):
+			return h, fmt.Errorf("%w: %w: cell %d: position %d outside [0, %d)", iface.ErrBadRequest, errStateHead, i, pos, cells)
+		case seen[pos]:
+			return h, fmt.Errorf("%w: %w: cell %d: position %d repeated", iface.ErrBadRequest, errStateHead, i, pos)
+		}
+		seen[pos] = true
+	}
+	return h, nil
+}
+
+// truncated describes a state that ended early (io.ErrUnexpectedEOF, a bad
+// request) or a reader that failed (its error, not a bad request).
+func truncated(off int64, err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("%w: state truncated at offset %d: %w", iface.ErrBadRequest, off, io.ErrUnexpectedEOF)
+	}
+	return fmt.Errorf("reading the state at offset %d: %w", off, err)
+}
