@@ -57,6 +57,16 @@ func llamaSetup(t testing.TB) (plugin, model string) {
 	t.Helper()
 	b := &llamaBuild
 	b.once.Do(func() {
+		if os.Getenv("HYDRA_TEST_BIN") != "" { // prebuilt, no Go here
+			dir, err := os.MkdirTemp("", "hydra-model")
+			if err != nil {
+				b.err = err
+				return
+			}
+			b.plugin, b.model = filepath.Join(binDir, "hydra-plugin-cuda-llama"), filepath.Join(dir, "tiny.gguf")
+			b.err = gguf.WriteFile(b.model, gguf.Tiny())
+			return
+		}
 		env, err := llamaCgoEnv()
 		if err != nil {
 			b.err = err
@@ -86,6 +96,10 @@ func startLlama(t testing.TB, slots int, extra ...string) *engine {
 	plugin, model := llamaSetup(t)
 	args := []string{"--backend", plugin, "--model", model, "--slots", fmt.Sprint(slots),
 		"--backend-opt", "n_threads=1", "--backend-opt", "n_ctx=2048"}
+	// HYDRA_TEST_LLAMA_OPTS adds backend options, e.g. "lib_dir=/gpu n_gpu_layers=99" on a GPU box.
+	for _, kv := range strings.Fields(os.Getenv("HYDRA_TEST_LLAMA_OPTS")) {
+		args = append(args, "--backend-opt", kv)
+	}
 	return startEngine(t, append(args, extra...)...)
 }
 
