@@ -81,3 +81,18 @@ else
 cuda:
 	plugins/cuda-llama/build-cuda.sh "$(OLLAMA_DIR)" "$(LLAMA_LIB_DIR)" "$(CUDA_ARCHS)" "$(CUDA_BUILD)" "$(LLAMA_VERSION)"
 endif
+
+# gpu/hydra-gpu.tar.gz: everything scripts/gpu-bench.sh needs on a GPU box
+# without Go: the engine, the llama plugin, hydra-bench, gguf-gen, the plugin's
+# and the end-to-end tests compiled, and the ggml sources for make cuda.
+GPU_STAGE := gpu/stage
+.PHONY: gpu-pack
+gpu-pack: cuda-src
+	@rm -rf $(GPU_STAGE) && mkdir -p $(GPU_STAGE)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(GPU_STAGE)/ ./cmd/hydra-engine ./cmd/hydra-bench ./cmd/gguf-gen
+	$(LLAMA_ENV) $(GO) build $(LLAMA_GOFLAGS) -ldflags '$(LDFLAGS)' -o $(GPU_STAGE)/ ./cmd/hydra-plugin-cuda-llama
+	$(LLAMA_ENV) $(GO) test $(LLAMA_GOFLAGS) -ldflags '-s -w' -c -o $(GPU_STAGE)/cuda-llama.test ./plugins/cuda-llama
+	$(LLAMA_ENV) $(GO) test $(LLAMA_GOFLAGS) -ldflags '-s -w' -c -o $(GPU_STAGE)/tests.test ./tests
+	cp $(BIN)/ollama-ggml-src.tar.gz $(GPU_STAGE)/
+	tar -czf gpu/hydra-gpu.tar.gz -C $(GPU_STAGE) .
+	@ls -la gpu/hydra-gpu.tar.gz

@@ -1,0 +1,194 @@
+package main
+
+import (
+	"bytes"
+	"encoding/xml"
+	"io"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fixture is a report with fixed numbers: the raw socket at 4 GB/s
+// everywhere, shm pipelined at 3.8 GB/s (0.95 of raw) but only 3.0 at
+// 256 KiB (0.75), gRPC at 0.5, and the 64 MiB rings over the RSS limit.
+func fixture() *report {
+	r := &report{
+		Machine: machine{NProc: 2, CPU: "Test CPU", Memory: "24684084 kB", Kernel: "6.0", Go: "go1.26.0",
+			Date: "2026-01-01 00:00 UTC", LoadStart: "0.1 0.2 0.3", LoadEnd: "0.4 0.5 0.6"},
+		Command:    "bin/hydra-bench --bin bin --out docs/benchmarks",
+		EngineArgs: []string{"--rpc", "tcp://127.0.0.1:41234", "--rpc", "unix:///tmp/x/engine.sock", "--backend", "/abs/bin/hydra-plugin-mock", "--slots", "2"},
+		Payload:    1206000000, NPast: 9204, State: backendSpec{kvBytes: fullKVBytes}.describe(), Mock: true, Reps: 3, PeakWindow: true,
+		IdleHostMiB: 17, IdlePluginMiB: 14, Verified: 12, Duration: 3 * time.Minute,
+	}
+	cpu := cpuUse{Bench: 0.6, Host: 0.5, Plugin: 0.4, Wall: 0.9, Bytes: 3 * 1206000000}
+	for _, tr := range transports {
+		for _, op := range []string{opGet, opPut} {
+			p := &panel{Transport: tr, Op: op, Raw: result{Raw: true, GBps: []float64{3.9, 4.0, 4.1}, CPU: cpu}}
+			for _, c := range plan() {
+				v, rss := 3.8, 9.0
+				switch {
+				case c.Plane == "grpc":
+					v = 0.5
+				case c.Depth == 1:
+					v = 1.0
+				case c.Chunk == seedChunk:
+					v = 3.0
+				}
+				if c.Chunk == 64<<20 {
+					rss = 257
+				}
+				p.Rows = append(p.Rows, result{Config: c, GBps: []float64{v - 0.1, v, v + 0.2}, HostMiB: rss, PluginMiB: rss - 1, CPU: cpu})
+			}
+			r.Panels = append(r.Panels, p)
+		}
+	}
+	return r
+}
+
+func TestMarkdown(t *testing.T) {
+	var b bytes.Buffer
+	if err := fixture().markdown(&b); err != nil {
+		t.Fatal(err)
+	}
+	md := b.String()
+	for _, want := range []string{
+		"| command | `bin/hydra-bench --bin bin --out docs/benchmarks` |",
+		"| memory | 23.5 GiB |",
+		"## TCP loopback — STATE_GET",
+		"## Unix socket — STATE_PUT",
+		"| raw socket (3 transfers) | — | — | — | 4.00 (4.10) | 1.00 | — | — | 0.17 · — · — | 1.67 |",
+		"| seed emulation (serial) | shm | 256 KiB | 1 | 1.00 (1.20) | 0.25 | 9.0 | 8.0 | 0.17 · 0.14 · 0.11 | 1.67 |",
+		"| pipelined | shm | 2 MiB | 4 | 3.80 (4.00) | 0.95 | 9.0 | 8.0 |",
+		"| gRPC stream | grpc | 64 KiB | — | 0.50 (0.70) | 0.12 |",
+		// Targets, computed: 2 MiB passes, 256 KiB misses on GB/s.
+		"| shm | TCP loopback | STATE_GET | 2 MiB | 0.95 | ≥ 0.90 | 9.0 / 8.0 | ≤ 64 | yes |",
+		"| shm | Unix socket | STATE_PUT | 256 KiB | 0.75 | ≥ 0.80 | 9.0 / 8.0 | ≤ 64 | no: GB/s |",
+		"- **shm**: throughput target met in 4 of 8 cases, RSS target in 8 of 8.",
+		"- **grpc**: throughput target met in 0 of 8 cases, RSS target in 8 of 8.",
+		"shm, depth 4, chunk 64 MiB STATE_GET (host 257.0, plugin 256.0 MiB)",
+		"--rpc tcp://127.0.0.1:PORT --rpc unix:///TMP/engine.sock --backend BIN/hydra-plugin-mock",
+		"they matched in 12 engine(s)",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q", want)
+		}
+	}
+	if strings.Contains(md, "Quick run") {
+		t.Error("a full run is marked quick")
+	}
+	// One table per transport × direction, each with every configuration.
+	if n := strings.Count(md, "| raw socket ("); n != 4 {
+		t.Errorf("%d tables, want 4", n)
+	}
+	if n := strings.Count(md, "| pipelined | shm |"); n != 4*len(pipelinedChunks) {
+		t.Errorf("%d pipelined shm rows, want %d", n, 4*len(pipelinedChunks))
+	}
+}
+
+func TestSVG(t *testing.T) {
+	var b bytes.Buffer
+	if err := fixture().svg(&b); err != nil {
+		t.Fatal(err)
+	}
+	// Well-formed XML with an <svg> root.
+	d := xml.NewDecoder(bytes.NewReader(b.Bytes()))
+	root := ""
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("SVG is not well-formed XML: %v", err)
+		}
+		if se, ok := tok.(xml.StartElement); ok && root == "" {
+			root = se.Name.Local
+		}
+	}
+	if root != "svg" {
+		t.Fatalf("root element %q, want svg", root)
+	}
+	svg := b.String()
+	for _, want := range []string{"TCP loopback — STATE_GET", "Unix socket — STATE_PUT", "shm pipelined (depth 4)",
+		"shm serial (depth 1)", "gRPC stream", "raw socket (4.00 GB/s)", "256 KiB", "64 MiB"} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("SVG lacks %q", want)
+		}
+	}
+}
+
+const sampleStatus = `Name:	hydra-engine
+Umask:	0022
+State:	S (sleeping)
+Pid:	4242
+VmPeak:	 1262000 kB
+VmSize:	 1261000 kB
+VmHWM:	   21420 kB
+VmRSS:	   19876 kB
+RssAnon:	    9000 kB
+Threads:	9
+`
+
+func TestStatusKB(t *testing.T) {
+	for field, want := range map[string]int64{"VmHWM": 21420, "VmRSS": 19876, "VmPeak": 1262000} {
+		got, err := statusKB(sampleStatus, field)
+		if err != nil || got != want {
+			t.Errorf("%s = %d, %v; want %d", field, got, err, want)
+		}
+	}
+	if _, err := statusKB(sampleStatus, "VmSwap"); err == nil {
+		t.Error("a missing field parsed")
+	}
+	if _, err := statusKB("VmHWM:\t12 pages\n", "VmHWM"); err == nil {
+		t.Error("a value without kB parsed")
+	}
+}
+
+func TestStatCPU(t *testing.T) {
+	// The command name may contain spaces and parentheses.
+	stat := "4242 (hydra (x) y) S 1 4242 4242 0 -1 4194560 1000 0 0 0 250 130 0 0 20 0 9 0 100 1262000000 4969 18446744073709551615"
+	got, err := statCPU(stat)
+	if err != nil || math.Abs(got-3.8) > 1e-9 {
+		t.Fatalf("statCPU = %v, %v; want 3.8", got, err)
+	}
+	if _, err := statCPU("4242 (x) S 1"); err == nil {
+		t.Error("a short stat line parsed")
+	}
+}
+
+func TestStats(t *testing.T) {
+	if m := median([]float64{3, 1, 2}); m != 2 {
+		t.Errorf("median of 3 = %v", m)
+	}
+	if m := median([]float64{4, 1, 3, 2}); m != 2.5 {
+		t.Errorf("median of 4 = %v", m)
+	}
+	if b := best([]float64{1, 5, 2}); b != 5 {
+		t.Errorf("best = %v", b)
+	}
+	if g := gbps(2e9, time.Second); g != 2 {
+		t.Errorf("gbps = %v", g)
+	}
+	for n, want := range map[int]string{64 << 10: "64 KiB", 2 << 20: "2 MiB", 64 << 20: "64 MiB", 1000: "1000 B"} {
+		if got := chunkName(n); got != want {
+			t.Errorf("chunkName(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+func TestPlan(t *testing.T) {
+	cs := plan()
+	if len(cs) != 2+2*len(pipelinedChunks) {
+		t.Fatalf("%d configurations", len(cs))
+	}
+	if c := cs[0]; c.label() != "seed emulation (serial)" || c.Plane != "shm" || c.Depth != 1 || c.Chunk != 256<<10 {
+		t.Errorf("first configuration %+v is not the seed emulation", c)
+	}
+	for _, c := range cs {
+		if c.Plane == "grpc" && (c.Depth != 0 || strings.Contains(strings.Join(c.flags(), " "), "ring-depth")) {
+			t.Errorf("gRPC configuration %+v has a ring depth", c)
+		}
+	}
+}

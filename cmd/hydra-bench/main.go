@@ -1,0 +1,564 @@
+// Command hydra-bench measures STATE_GET and STATE_PUT of a ~1.2 GB mock
+// state through real hydra-engine processes, next to a raw Go socket carrying
+// the same bytes in the same run, and writes docs/benchmarks/state-transfer.md
+// and state-transfer.svg.
+//
+//	hydra-bench --bin bin --out docs/benchmarks [--reps 3] [--quick]
+//
+// --bin holds the built hydra-engine and hydra-plugin-mock. Every engine
+// configuration gets a fresh engine process, so each one's peak RSS is its
+// own. Linux only: peak RSS comes from /proc.
+package main
+
+import (
+	"context"
+	"debug/buildinfo"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hydra-engine/hydra-engine/transport"
+)
+
+const (
+	seedChunk = 256 << 10 // the seed engine's chunk size
+	mib       = 1 << 20
+
+	fullKVBytes  = 131072 // ~1.2 GB at ~9.2 K tokens
+	quickKVBytes = 16384  // ~150 MB
+	promptBytes  = 9180   // one token per byte, plus the mock's chat template
+)
+
+// pipelinedChunks are the chunk sizes of the pipelined runs, on both planes.
+var pipelinedChunks = []int{64 << 10, 256 << 10, 2 << 20, 8 << 20, 64 << 20}
+
+// pipelineDepth is the ring depth of the pipelined shm runs.
+const pipelineDepth = 4
+
+// transports are the client sockets, in table order.
+var transports = []string{"tcp", "unix"}
+
+// plan lists the engine configurations in the order they run. gRPC has no
+// serial mode (its stream flow control always overlaps producer and sender),
+// so it runs at the pipelined chunk sizes only.
+func plan() []engineConfig {
+	cs := []engineConfig{{Plane: "shm", Depth: 1, Chunk: seedChunk}, {Plane: "shm", Depth: 1, Chunk: 2 << 20}}
+	for _, c := range pipelinedChunks {
+		cs = append(cs, engineConfig{Plane: "shm", Depth: pipelineDepth, Chunk: c})
+	}
+	for _, c := range pipelinedChunks {
+		cs = append(cs, engineConfig{Plane: "grpc", Chunk: c})
+	}
+	return cs
+}
+
+type options struct {
+	bin, out string
+	reps     int
+	quick    bool
+	name     string // output files' base name
+	backend  backendSpec
+}
+
+func main() {
+	var o options
+	fs := flag.NewFlagSet("hydra-bench", flag.ExitOnError)
+	fs.StringVar(&o.bin, "bin", "bin", "directory holding the built hydra-engine and hydra-plugin-mock")
+	fs.StringVar(&o.out, "out", "docs/benchmarks", "directory for state-transfer.md and state-transfer.svg")
+	fs.IntVar(&o.reps, "reps", 3, "transfers per measurement")
+	fs.BoolVar(&o.quick, "quick", false, "smoke test: a ~150 MB state (kv_bytes_per_token=16384) and 1 rep unless --reps is given")
+	fs.StringVar(&o.name, "name", "state-transfer", "base name of the .md and .svg written to --out")
+	fs.StringVar(&o.backend.plugin, "backend", "", "plugin executable instead of BIN/hydra-plugin-mock (e.g. hydra-plugin-cuda-llama)")
+	fs.StringVar(&o.backend.model, "model", "", "model file for --backend")
+	fs.Var((*listFlag)(&o.backend.opts), "backend-opt", "backend option key=value for --backend (repeatable)")
+	fs.IntVar(&o.backend.tokens, "prefill-tokens", 9200, "with --backend: raw token ids to prefill (sets the state size)")
+	fs.Parse(os.Args[1:])
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "hydra-bench: unexpected arguments %q\n", fs.Args())
+		os.Exit(2)
+	}
+	repsSet := false
+	fs.Visit(func(f *flag.Flag) { repsSet = repsSet || f.Name == "reps" })
+	if o.quick && !repsSet {
+		o.reps = 1
+	}
+	if o.reps < 1 {
+		fmt.Fprintln(os.Stderr, "hydra-bench: --reps must be at least 1")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o, strings.Join(quoteArgs(os.Args), " "), os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "hydra-bench:", err)
+		os.Exit(1)
+	}
+}
+
+// bench is one run's state.
+type bench struct {
+	o       options
+	log     io.Writer
+	tmp     string
+	kvBytes int
+	prompt  []byte
+
+	blob  *os.File // slot 0's STATE_GET payload, the STATE_PUT payload
+	size  uint64   // its length: the bytes of every transfer
+	nPast int64
+	buf   []byte // the GET client's reused read buffer
+
+	raw    map[string]*transport.Client // raw-socket clients by transport
+	panels map[string]*panel            // by transport + op
+	rep    *report
+	idleH  []float64 // idle VmHWM of each engine, MiB
+	idleP  []float64
+}
+
+func run(ctx context.Context, o options, command string, log io.Writer) error {
+	for _, p := range []string{filepath.Join(o.bin, "hydra-engine"), o.backend.path(o.bin)} {
+		if err := mustExecutable(p); err != nil {
+			return fmt.Errorf("%w (run make build)", err)
+		}
+	}
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "hydra-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp) // the blob and the sockets
+
+	b := &bench{
+		o: o, log: log, tmp: tmp,
+		buf:    make([]byte, clientReadBuf),
+		raw:    map[string]*transport.Client{},
+		panels: map[string]*panel{},
+	}
+	if b.o.backend.mock() {
+		b.o.backend.kvBytes = fullKVBytes
+		if o.quick {
+			b.o.backend.kvBytes = quickKVBytes
+		}
+		b.prompt, _ = json.Marshal(map[string]any{"messages": []map[string]string{{"role": "user", "content": strings.Repeat("x", promptBytes)}}})
+	} else {
+		b.prompt = tokenPrompt(o.backend.tokens)
+	}
+	b.rep = &report{Machine: machineInfo(o.bin), Command: command, State: b.o.backend.describe(), Mock: b.o.backend.mock(), Reps: o.reps, Quick: o.quick}
+	for _, tr := range transports {
+		for _, op := range []string{opGet, opPut} {
+			p := &panel{Transport: tr, Op: op, Raw: result{Raw: true, HostMiB: math.NaN(), PluginMiB: math.NaN()}}
+			b.panels[tr+op] = p
+			b.rep.Panels = append(b.rep.Panels, p)
+		}
+	}
+	start := time.Now()
+
+	if err := b.setup(ctx); err != nil {
+		return fmt.Errorf("setup: %w", err)
+	}
+	defer b.blob.Close()
+	servers, err := b.startRaw(ctx)
+	for _, s := range servers {
+		defer s.close()
+	}
+	for _, c := range b.raw {
+		defer c.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("raw socket servers: %w", err)
+	}
+
+	cfgs := plan()
+	for i, cfg := range cfgs {
+		if err := b.runConfig(ctx, cfg, fmt.Sprintf("[%d/%d]", i+1, len(cfgs))); err != nil {
+			return fmt.Errorf("%s: %w", cfg, err)
+		}
+	}
+
+	b.rep.Duration = time.Since(start)
+	b.rep.Machine.LoadEnd = loadAvg()
+	b.rep.IdleHostMiB, b.rep.IdlePluginMiB = median(b.idleH), median(b.idleP)
+	md := filepath.Join(o.out, o.name+".md")
+	if err := writeFile(md, b.rep.markdown); err != nil {
+		return err
+	}
+	svg := filepath.Join(o.out, o.name+".svg")
+	if err := writeFile(svg, b.rep.svg); err != nil {
+		return err
+	}
+	fmt.Fprintf(log, "wrote %s and %s in %s\n", md, svg, b.rep.Duration.Round(time.Second))
+	return nil
+}
+
+// setup gets the blob every STATE_PUT sends: slot 0 of a default engine,
+// prefilled, read once with STATE_GET into a file. It also learns whether
+// peak RSS can be reset (clear_refs), which decides what the RSS columns
+// cover.
+func (b *bench) setup(ctx context.Context) error {
+	fmt.Fprintf(b.log, "setup: prefill %s, STATE_GET into a file\n", b.o.backend.describe())
+	dir, err := os.MkdirTemp(b.tmp, "e")
+	if err != nil {
+		return err
+	}
+	e, err := startEngine(ctx, b.o.bin, dir, b.o.backend, nil)
+	if err != nil {
+		return err
+	}
+	defer b.stopEngine(e)
+	b.rep.EngineArgs = e.args
+	if err := e.resetPeaks(); err != nil {
+		fmt.Fprintf(b.log, "warning: cannot reset peak RSS (%v): RSS columns cover each engine's whole life\n", err)
+	} else {
+		b.rep.PeakWindow = true
+	}
+	c, err := transport.DialClient(ctx, e.tcp)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	m, err := call(ctx, c, transport.OpPrefill, "0", b.prompt)
+	if err != nil {
+		return fmt.Errorf("PREFILL: %w", err)
+	}
+	if b.nPast, err = metaInt(m, "n_past"); err != nil {
+		return err
+	}
+	b.rep.NPast = b.nPast
+
+	if b.blob, err = os.CreateTemp(b.tmp, "slot0-*.blob"); err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, transferTimeout)
+	defer cancel()
+	resp, err := c.Do(cctx, transport.Request{Op: transport.OpStateGet, Key: "0"})
+	if err != nil {
+		return err
+	}
+	if err := resp.Err(); err != nil {
+		return err
+	}
+	n, err := io.Copy(b.blob, resp.Body) // spliced socket → file by the kernel
+	if err != nil {
+		return fmt.Errorf("STATE_GET into %s: %w", b.blob.Name(), err)
+	}
+	b.size = uint64(n)
+	b.rep.Payload = b.size
+	fmt.Fprintf(b.log, "setup: n_past %d, %d-byte blob in %s\n", b.nPast, b.size, b.blob.Name())
+	return nil
+}
+
+// startRaw starts the baseline servers and dials a client to each.
+func (b *bench) startRaw(ctx context.Context) ([]*rawServer, error) {
+	var servers []*rawServer
+	for _, tr := range transports {
+		url := "tcp://127.0.0.1:0"
+		if tr == "unix" {
+			url = "unix://" + filepath.Join(b.tmp, "raw.sock")
+		}
+		s, err := startRawServer(url, b.size)
+		if err != nil {
+			return servers, err
+		}
+		servers = append(servers, s)
+		if b.raw[tr], err = transport.DialClient(ctx, s.url); err != nil {
+			return servers, err
+		}
+	}
+	return servers, nil
+}
+
+// runConfig measures one configuration in a fresh engine: CONFIGURE the
+// chunk size, PREFILL slot 0, then per direction reps rounds of raw and
+// engine transfers on both transports, interleaved (and their order
+// alternated) so that noise from the shared machine hits both alike.
+func (b *bench) runConfig(ctx context.Context, cfg engineConfig, tag string) error {
+	dir, err := os.MkdirTemp(b.tmp, "e")
+	if err != nil {
+		return err
+	}
+	e, err := startEngine(ctx, b.o.bin, dir, b.o.backend, cfg.flags())
+	if err != nil {
+		return err
+	}
+	defer b.stopEngine(e)
+	idleH, idleP, err := e.peaks()
+	if err != nil {
+		return err
+	}
+	b.idleH, b.idleP = append(b.idleH, float64(idleH)/mib), append(b.idleP, float64(idleP)/mib)
+
+	clients := map[string]*transport.Client{}
+	for _, tr := range transports {
+		url := e.tcp
+		if tr == "unix" {
+			url = e.unix
+		}
+		c, err := transport.DialClient(ctx, url)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		clients[tr] = c
+	}
+	ctl := clients["tcp"]
+	m, err := call(ctx, ctl, transport.OpConfigure, "0", fmt.Appendf(nil, `{"state_chunk_size":%d}`, cfg.Chunk))
+	if err != nil {
+		return fmt.Errorf("CONFIGURE: %w", err)
+	}
+	if got, err := metaInt(m, "state_chunk_size_applied"); err != nil || got != int64(cfg.Chunk) {
+		return fmt.Errorf("CONFIGURE applied %v, want %d", m["state_chunk_size_applied"], cfg.Chunk)
+	}
+	if m, err = call(ctx, ctl, transport.OpPrefill, "0", b.prompt); err != nil {
+		return fmt.Errorf("PREFILL: %w", err)
+	}
+	if got, err := metaInt(m, "n_past"); err != nil || got != b.nPast {
+		return fmt.Errorf("PREFILL n_past %v, want %d", m["n_past"], b.nPast)
+	}
+
+	for _, op := range []string{opGet, opPut} {
+		if b.rep.PeakWindow {
+			if err := e.resetPeaks(); err != nil {
+				return err
+			}
+		}
+		rows := map[string]*result{}
+		raws := map[string]*result{}
+		for _, tr := range transports {
+			rows[tr], raws[tr] = &result{Config: cfg}, &result{Raw: true}
+		}
+		for rep := range b.o.reps {
+			for _, tr := range transports {
+				for k := range 2 {
+					engineTurn := (k == 0) == (rep%2 == 1)
+					c, into, proc := b.raw[tr], raws[tr], (*engineProc)(nil)
+					if engineTurn {
+						c, into, proc = clients[tr], rows[tr], e
+					}
+					v, u, err := b.once(ctx, c, op, proc)
+					if err != nil {
+						who := "raw socket"
+						if engineTurn {
+							who = "engine"
+							err = errors.Join(err, e.exited())
+						}
+						return fmt.Errorf("%s %s over %s: %w", who, op, tr, err)
+					}
+					into.GBps = append(into.GBps, v)
+					into.CPU.add(u)
+				}
+			}
+		}
+		hostPeak, pluginPeak, err := e.peaks()
+		if err != nil {
+			return err
+		}
+		host, plugin := float64(hostPeak-idleH)/mib, float64(pluginPeak-idleP)/mib
+		for _, tr := range transports {
+			p, row, raw := b.panels[tr+op], rows[tr], raws[tr]
+			row.HostMiB, row.PluginMiB = host, plugin
+			p.Rows = append(p.Rows, *row)
+			p.Raw.GBps = append(p.Raw.GBps, raw.GBps...)
+			p.Raw.CPU.add(raw.CPU)
+			fmt.Fprintf(b.log, "%-7s %-23s %-4s %s %-7s %-4s %5.2f GB/s (raw %5.2f)  cores %.2f (raw %.2f)  extra RSS host %5.1f plugin %5.1f MiB\n",
+				tag, cfg.label(), cfg.Plane, op, chunkName(cfg.Chunk), tr, median(row.GBps), median(raw.GBps),
+				row.CPU.cores(), raw.CPU.cores(), host, plugin)
+		}
+	}
+	if err := verifyRestore(ctx, ctl, b.blobIfComparable()); err != nil {
+		return err
+	}
+	b.rep.Verified++
+	return nil
+}
+
+// once runs one transfer in direction op and returns its GB/s and the CPU
+// time it took: of this process (client, and the server of a raw transfer)
+// and, when e is set, of the engine's host and plugin processes. On two
+// cores the sum over wall time shows whether the machine was the limit.
+func (b *bench) once(ctx context.Context, c *transport.Client, op string, e *engineProc) (float64, cpuUse, error) {
+	var u cpuUse
+	var h0, p0 float64
+	if e != nil {
+		h0, p0 = e.cpu()
+	}
+	b0 := selfCPU()
+	var d time.Duration
+	var err error
+	if op == opGet {
+		d, err = getOnce(ctx, c, b.size, b.buf)
+	} else {
+		d, err = putOnce(ctx, c, b.blob, b.size)
+	}
+	if err != nil {
+		return 0, u, err
+	}
+	u.Bench = selfCPU() - b0
+	if e != nil {
+		h1, p1 := e.cpu()
+		u.Host, u.Plugin = h1-h0, p1-p0
+	}
+	u.Wall, u.Bytes = d.Seconds(), float64(b.size)
+	return gbps(b.size, d), u, nil
+}
+
+// verifyRestore checks that slot 1, restored by STATE_PUT, continues exactly
+// as slot 0 does: the same 16 greedy tokens.
+func verifyRestore(ctx context.Context, c *transport.Client, blob *os.File) error {
+	if blob != nil {
+		// The restored slot must save back to the very bytes it came from
+		// (random-weight models decode one token over and over, so decoding
+		// alone proves little).
+		if err := sameAsFile(ctx, c, "1", blob); err != nil {
+			return err
+		}
+	}
+	req := []byte(`{"n_predict":16,"messages":null,"temperature":0}`)
+	var frames [2][]byte
+	var texts [2]string
+	for slot := range frames {
+		resp, payload, err := c.Call(ctx, transport.OpDecode, fmt.Sprint(slot), req)
+		if err == nil {
+			err = resp.Err()
+		}
+		if err != nil {
+			return fmt.Errorf("DECODE slot %d: %w", slot, err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(resp.Meta, &m); err != nil {
+			return err
+		}
+		if n, err := metaInt(m, "tokens_generated"); err != nil || n == 0 {
+			return fmt.Errorf("DECODE slot %d generated no tokens: %s", slot, resp.Meta)
+		}
+		frames[slot], texts[slot] = payload, fmt.Sprint(m["text"])
+	}
+	if string(frames[0]) != string(frames[1]) {
+		return fmt.Errorf("%w: %q vs %q", errVerify, texts[1], texts[0])
+	}
+	return nil
+}
+
+// sameAsFile streams slot's STATE_GET and compares it with f, byte for byte.
+func sameAsFile(ctx context.Context, c *transport.Client, slot string, f *os.File) error {
+	resp, err := c.Do(ctx, transport.Request{Op: transport.OpStateGet, Key: slot})
+	if err != nil {
+		return err
+	}
+	defer resp.Close()
+	if err := resp.Err(); err != nil {
+		return err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if resp.PayloadLen != uint64(st.Size()) {
+		return fmt.Errorf("%w: slot %s saves %d bytes, the restored blob had %d", errVerify, slot, resp.PayloadLen, st.Size())
+	}
+	a, b := make([]byte, 1<<20), make([]byte, 1<<20)
+	for off := int64(0); off < st.Size(); {
+		n := min(int64(len(a)), st.Size()-off)
+		if _, err := io.ReadFull(resp.Body, a[:n]); err != nil {
+			return err
+		}
+		if _, err := f.ReadAt(b[:n], off); err != nil {
+			return err
+		}
+		if string(a[:n]) != string(b[:n]) {
+			return fmt.Errorf("%w: slot %s re-saved differs from the restored blob near byte %d", errVerify, slot, off)
+		}
+		off += n
+	}
+	return nil
+}
+
+// blobIfComparable is the blob a restored slot must re-save to; the mock
+// records the source slot inside its state, so only other backends compare.
+func (b *bench) blobIfComparable() *os.File {
+	if b.o.backend.mock() {
+		return nil
+	}
+	return b.blob
+}
+
+func (b *bench) stopEngine(e *engineProc) {
+	if err := e.stop(); err != nil {
+		fmt.Fprintf(b.log, "warning: engine %d: %v\n", e.cmd.Process.Pid, err)
+	}
+}
+
+// machineInfo describes where the numbers came from.
+func machineInfo(bin string) machine {
+	m := machine{
+		NProc:     runtime.NumCPU(), // the affinity mask, as nproc reports it
+		CPU:       firstField("/proc/cpuinfo", "model name"),
+		Memory:    firstField("/proc/meminfo", "MemTotal"),
+		Go:        runtime.Version(),
+		Date:      time.Now().UTC().Format("2006-01-02 15:04 MST"),
+		LoadStart: loadAvg(),
+	}
+	if k, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(k))
+	}
+	if bi, err := buildinfo.ReadFile(filepath.Join(bin, "hydra-engine")); err == nil {
+		m.EngineGo = bi.GoVersion
+	}
+	return m
+}
+
+// loadAvg is the 1-, 5- and 15-minute load average.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// writeFile writes what render produces to path, atomically.
+func writeFile(path string, render func(io.Writer) error) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if err := render(f); err != nil {
+		f.Close()
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if err := f.Chmod(0o644); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
+
+// quoteArgs quotes the arguments that a shell would split or expand.
+func quoteArgs(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t\n'\"\\$`*?[]{}()<>|&;#~") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		out[i] = a
+	}
+	return out
+}

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Memory and process facts from /proc (Linux only, like the shm data plane).
+
+// statusKB returns the kB value of field (e.g. "VmHWM") in the text of a
+// /proc/<pid>/status file.
+func statusKB(status, field string) (int64, error) {
+	sc := bufio.NewScanner(strings.NewReader(status))
+	for sc.Scan() {
+		name, rest, ok := strings.Cut(sc.Text(), ":")
+		if !ok || name != field {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) != 2 || f[1] != "kB" {
+			return 0, fmt.Errorf("/proc status: %s: unexpected value %q", field, strings.TrimSpace(rest))
+		}
+		v, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil || v < 0 {
+			return 0, fmt.Errorf("/proc status: %s: bad number %q", field, f[0])
+		}
+		return v, nil
+	}
+	return 0, fmt.Errorf("/proc status: no %s field", field)
+}
+
+// peakRSS returns the process's VmHWM (peak resident set) in bytes.
+func peakRSS(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	kb, err := statusKB(string(b), "VmHWM")
+	if err != nil {
+		return 0, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	return kb << 10, nil
+}
+
+// resetPeakRSS sets the process's VmHWM back to its current RSS (clear_refs
+// value 5, Linux ≥ 4.0), so the next reading covers only what follows.
+func resetPeakRSS(pid int) error {
+	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0)
+}
+
+// children lists the child processes of pid, from every thread's children
+// file (a child belongs to the thread that forked it).
+func children(pid int) ([]int, error) {
+	files, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	if err != nil {
+		return nil, err
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("pid %d: no /proc/%d/task/*/children (process gone, or a kernel without CONFIG_PROC_CHILDREN)", pid, pid)
+	}
+	var kids []int
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				continue // the thread exited meanwhile
+			}
+			return nil, err
+		}
+		for _, s := range strings.Fields(string(b)) {
+			k, err := strconv.Atoi(s)
+			if err != nil {
+				return nil, fmt.Errorf("%s: bad pid %q", f, s)
+			}
+			kids = append(kids, k)
+		}
+	}
+	return kids, nil
+}
+
+// exeName returns the base name of the process's executable.
+func exeName(pid int) string {
+	p, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil {
+		return ""
+	}
+	return filepath.Base(strings.TrimSuffix(p, " (deleted)"))
+}
+
+// firstField returns the value of the first "key : value" line with key in
+// a /proc text file such as cpuinfo or meminfo, or "".
+func firstField(path, key string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if ok && strings.TrimSpace(k) == key {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// userHZ is the unit of the CPU times in /proc/<pid>/stat; the kernel fixes
+// it at 100 for user space on every Linux architecture Go supports.
+const userHZ = 100
+
+// statCPU returns utime+stime, in seconds, from the text of a
+// /proc/<pid>/stat file: the CPU time of all the process's threads, those
+// that exited included.
+func statCPU(stat string) (float64, error) {
+	// The command name (field 2) may hold spaces and parentheses; the
+	// fields after it start past the last ')'.
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc stat: no command name in %q", stat)
+	}
+	f := strings.Fields(stat[i+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc stat: %d fields after the command name", len(f))
+	}
+	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
+	ut, err1 := strconv.ParseUint(f[11], 10, 64)
+	st, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc stat: bad utime/stime %q %q", f[11], f[12])
+	}
+	return float64(ut+st) / userHZ, nil
+}
+
+// cpuSeconds returns the CPU time pid has used so far.
+func cpuSeconds(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	return statCPU(string(b))
+}
+
+// selfCPU returns this process's CPU time, at microsecond resolution.
+func selfCPU() float64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}

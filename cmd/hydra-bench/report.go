@@ -1,0 +1,393 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"math"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Targets of issue 3, checked on the pipelined rows.
+const (
+	targetRatio2M   = 0.90 // of raw, at 2 MiB chunks
+	targetRatio256K = 0.80 // of raw, at 256 KiB chunks
+	targetExtraMiB  = 64.0 // extra peak RSS per process
+)
+
+type machine struct {
+	NProc               int
+	CPU, Memory, Kernel string
+	Go, EngineGo        string
+	Date                string
+	LoadStart, LoadEnd  string
+}
+
+// result is one table row: one configuration, transport and direction.
+type result struct {
+	Config             engineConfig // zero for the raw socket
+	Raw                bool
+	GBps               []float64 // one per transfer
+	HostMiB, PluginMiB float64   // extra peak RSS over the idle engine; NaN: not measured
+	CPU                cpuUse    // summed over the transfers
+}
+
+// cpuUse is the CPU time transfers took, per process, with their bytes and
+// wall time.
+type cpuUse struct {
+	Bench, Host, Plugin float64 // CPU seconds: this process (client; raw server too), engine host, plugin
+	Wall, Bytes         float64
+}
+
+func (c *cpuUse) add(o cpuUse) {
+	c.Bench += o.Bench
+	c.Host += o.Host
+	c.Plugin += o.Plugin
+	c.Wall += o.Wall
+	c.Bytes += o.Bytes
+}
+
+// perGB is CPU seconds x per GB moved.
+func (c cpuUse) perGB(x float64) float64 {
+	if c.Bytes == 0 {
+		return math.NaN()
+	}
+	return x / (c.Bytes / 1e9)
+}
+
+// cores is the mean number of CPUs busy during the transfers.
+func (c cpuUse) cores() float64 {
+	if c.Wall == 0 {
+		return math.NaN()
+	}
+	return (c.Bench + c.Host + c.Plugin) / c.Wall
+}
+
+// panel is one transport × direction: the raw baseline and every
+// configuration.
+type panel struct {
+	Transport string // "tcp" or "unix"
+	Op        string // opGet or opPut
+	Raw       result
+	Rows      []result
+}
+
+// ratio is a row's median over the raw median of its panel.
+func (p *panel) ratio(r result) float64 {
+	raw := median(p.Raw.GBps)
+	if raw == 0 {
+		return math.NaN()
+	}
+	return median(r.GBps) / raw
+}
+
+// find returns the row of plane at chunk in the pipelined (or gRPC) mode.
+func (p *panel) find(plane string, chunk int) (result, bool) {
+	for _, r := range p.Rows {
+		if r.Config.Plane == plane && r.Config.Chunk == chunk && r.Config.Depth != 1 {
+			return r, true
+		}
+	}
+	return result{}, false
+}
+
+type report struct {
+	Machine       machine
+	Command       string
+	EngineArgs    []string // the setup engine's flags, for the method note
+	Payload       uint64   // bytes per transfer
+	NPast         int64
+	State         string // what was moved
+	Mock          bool
+	Reps          int
+	Quick         bool
+	PeakWindow    bool // peak RSS was reset after the prefill and between directions
+	IdleHostMiB   float64
+	IdlePluginMiB float64
+	Verified      int // engines whose slot 1 decoded like slot 0
+	Panels        []*panel
+	Duration      time.Duration
+}
+
+func transportName(tr string) string {
+	if tr == "unix" {
+		return "Unix socket"
+	}
+	return "TCP loopback"
+}
+
+func chunkName(n int) string {
+	switch {
+	case n == 0:
+		return "—"
+	case n%mib == 0:
+		return fmt.Sprintf("%d MiB", n/mib)
+	case n%1024 == 0:
+		return fmt.Sprintf("%d KiB", n/1024)
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+func depthName(c engineConfig) string {
+	if c.Depth == 0 {
+		return "—"
+	}
+	return fmt.Sprint(c.Depth)
+}
+
+func mibCell(v float64) string {
+	if math.IsNaN(v) {
+		return "—"
+	}
+	return fmt.Sprintf("%.1f", v)
+}
+
+func rateCell(xs []float64) string {
+	return fmt.Sprintf("%.2f (%.2f)", median(xs), best(xs))
+}
+
+// check is one computed target.
+type check struct {
+	Panel      *panel
+	Plane      string
+	Chunk      int
+	What       string // "throughput" or "rss"
+	Got, Limit float64
+	Got2       float64 // plugin RSS for "rss"
+	Met        bool
+	Missing    bool
+}
+
+// checks evaluates the targets on every panel and plane.
+func (r *report) checks() []check {
+	var cs []check
+	for _, plane := range []string{"shm", "grpc"} {
+		for _, p := range r.Panels {
+			for _, t := range []struct {
+				chunk int
+				ratio float64
+			}{{2 << 20, targetRatio2M}, {seedChunk, targetRatio256K}} {
+				row, ok := p.find(plane, t.chunk)
+				c := check{Panel: p, Plane: plane, Chunk: t.chunk, What: "throughput", Limit: t.ratio, Missing: !ok}
+				if ok {
+					c.Got = p.ratio(row)
+					c.Met = c.Got >= t.ratio
+				}
+				cs = append(cs, c)
+				m := check{Panel: p, Plane: plane, Chunk: t.chunk, What: "rss", Limit: targetExtraMiB, Missing: !ok}
+				if ok {
+					m.Got, m.Got2 = row.HostMiB, row.PluginMiB
+					m.Met = m.Got <= targetExtraMiB && m.Got2 <= targetExtraMiB
+				}
+				cs = append(cs, m)
+			}
+		}
+	}
+	return cs
+}
+
+// markdown writes state-transfer.md.
+func (r *report) markdown(w io.Writer) error {
+	bw := bufio.NewWriter(w)
+	p := func(format string, a ...any) { fmt.Fprintf(bw, format, a...) }
+
+	p("# State transfer benchmark\n\n")
+	p("Written by `cmd/hydra-bench` (`make bench`); do not edit by hand, re-run it.\n\n")
+	if r.Quick {
+		p("> **Quick run** (`--quick`): a smaller state and %d rep(s), a smoke test only. These numbers are not the benchmark.\n\n", r.Reps)
+	}
+	m := r.Machine
+	engineGo := ""
+	if m.EngineGo != "" && m.EngineGo != m.Go {
+		engineGo = fmt.Sprintf(" (engine built with %s)", m.EngineGo)
+	}
+	p("| | |\n|---|---|\n")
+	p("| command | `%s` |\n", r.Command)
+	p("| date | %s |\n", m.Date)
+	p("| CPUs (`nproc`) | %d |\n", m.NProc)
+	p("| CPU | %s |\n", orUnknown(m.CPU))
+	p("| memory | %s |\n", orUnknown(memName(m.Memory)))
+	p("| kernel | %s |\n", orUnknown(m.Kernel))
+	p("| Go | %s%s |\n", m.Go, engineGo)
+	p("| load average at start → end | %s → %s |\n", m.LoadStart, m.LoadEnd)
+	p("| bytes per transfer | %d (%.3f GB): v2 blob of %s, n_past %d |\n",
+		r.Payload, float64(r.Payload)/1e9, r.State, r.NPast)
+	p("| transfers per measurement | %d |\n", r.Reps)
+	p("| run time | %s |\n\n", r.Duration.Round(time.Second))
+
+	p("## Method\n\n")
+	plugin := "the mock plugin"
+	if !r.Mock {
+		plugin = "the backend plugin"
+	}
+	p("- Every engine configuration runs in a fresh `hydra-engine` process with %s as a separate process: "+
+		"`hydra-engine %s` plus `--data-plane shm --ring-depth D` or `--data-plane grpc`. "+
+		"`state_chunk_size` is set with CONFIGURE, then slot 0 is prefilled.\n", plugin, strings.Join(redactAddrs(r.EngineArgs), " "))
+	p("- STATE_GET reads slot 0; the client reads the reply body into one reused 1 MiB buffer. " +
+		"STATE_PUT restores slot 1 from a file holding slot 0's blob, sent with `transport.Client.Do` and the `*os.File` as payload " +
+		"(the kernel's sendfile on TCP; on a Unix socket Go copies through the client's 1 MiB buffer). %s\n", verifyNote(r.Mock))
+	p("- **raw socket**: an in-process server on the same kind of socket, speaking just enough framing for the same client code: " +
+		"it writes the same byte count from one reused 4 MiB buffer (GET) or reads and discards it (PUT). " +
+		"Raw and engine transfers alternate (their order flips every rep), so load from elsewhere on the machine hits both; " +
+		"the raw row pools every raw transfer of its table.\n")
+	p("- GB/s = bytes / seconds / 1e9, from the request to the last reply byte (GET) or to the reply (PUT, sent after the restore). " +
+		"Cells are median (best) of the reps. ratio = engine median / raw median of the same table.\n")
+	if r.PeakWindow {
+		p("- Extra RSS = VmHWM of the host (`hydra-engine`) and of the plugin process over the direction's transfers "+
+			"(peak reset with `/proc/PID/clear_refs` after the prefill and between directions), minus the same process's VmHWM when idle right after start "+
+			"(median idle: host %.1f MiB, plugin %.1f MiB). Both transports share one engine per configuration, so a direction's RSS is the same in both tables. "+
+			"Memory left resident by earlier transfers of the same engine (e.g. the host's pooled shm ring) stays in the figure.\n",
+			r.IdleHostMiB, r.IdlePluginMiB)
+	} else {
+		p("- Extra RSS = VmHWM of the host and of the plugin process over the engine's whole life (the peak could not be reset here, " +
+			"so it includes the prefill and, for STATE_PUT, the STATE_GET runs before it) minus the same process's VmHWM when idle right after start.\n")
+	}
+	p("- CPU s/GB: CPU time (user + system, from getrusage for this process and `/proc/PID/stat` for the engine's two) per GB moved; "+
+		"\"client\" is the benchmark process, which on a raw row is the raw server as well. cores busy = all that CPU time / wall time: "+
+		"with %d CPUs, a figure near %d means the transfer was waiting for CPU, not for the socket.\n", r.Machine.NProc, r.Machine.NProc)
+	p("- gRPC has no serial mode: its stream flow control always lets the plugin produce ahead of the host, so `--ring-depth` does not apply and gRPC runs at the pipelined chunk sizes only. " +
+		"A gRPC STATE_PUT streams the state to the plugin in 1 MiB messages whatever `state_chunk_size` is.\n")
+	p("- After its transfers each engine decodes 16 greedy tokens from slot 0 and from the restored slot 1; they matched in %d engine(s).\n\n", r.Verified)
+	p("![GB/s per configuration](state-transfer.svg)\n\n")
+
+	for _, pn := range r.Panels {
+		p("## %s — %s\n\n", transportName(pn.Transport), pn.Op)
+		p("| config | data plane | chunk | depth | GB/s median (best) | ratio to raw | host extra RSS MiB | plugin extra RSS MiB | CPU s/GB client · host · plugin | cores busy |\n")
+		p("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		p("| raw socket (%d transfers) | — | — | — | %s | 1.00 | — | — | %s · — · — | %s |\n",
+			len(pn.Raw.GBps), rateCell(pn.Raw.GBps), num2(pn.Raw.CPU.perGB(pn.Raw.CPU.Bench)), num2(pn.Raw.CPU.cores()))
+		for _, row := range pn.Rows {
+			u := row.CPU
+			p("| %s | %s | %s | %s | %s | %.2f | %s | %s | %s · %s · %s | %s |\n", row.Config.label(), row.Config.Plane, chunkName(row.Config.Chunk),
+				depthName(row.Config), rateCell(row.GBps), pn.ratio(row), mibCell(row.HostMiB), mibCell(row.PluginMiB),
+				num2(u.perGB(u.Bench)), num2(u.perGB(u.Host)), num2(u.perGB(u.Plugin)), num2(u.cores()))
+		}
+		p("\n")
+	}
+
+	r.targets(p)
+	return bw.Flush()
+}
+
+// targets writes the Targets section, computed from the tables.
+func (r *report) targets(p func(string, ...any)) {
+	cs := r.checks()
+	p("## Targets\n\n")
+	p("Issue 3: pipelined STATE_GET and STATE_PUT ≥ %.2f of the raw socket on the same transport at 2 MiB chunks, ≥ %.2f at 256 KiB; "+
+		"extra RSS ≤ %.0f MiB per process. `shm` (depth %d) is what `--data-plane auto` picks for the mock; `grpc` is the portable fallback, shown for comparison.\n\n",
+		targetRatio2M, targetRatio256K, targetExtraMiB, pipelineDepth)
+	for _, plane := range []string{"shm", "grpc"} {
+		var n, rate, rss int
+		for i := 0; i+1 < len(cs); i += 2 {
+			if t, m := cs[i], cs[i+1]; t.Plane == plane {
+				n++
+				rate += b2i(t.Met)
+				rss += b2i(m.Met)
+			}
+		}
+		p("- **%s**: throughput target met in %d of %d cases, RSS target in %d of %d.\n", plane, rate, n, rss, n)
+	}
+	p("\n| data plane | transport | direction | chunk | ratio to raw | target | host / plugin extra RSS MiB | target | met |\n")
+	p("|---|---|---|---:|---:|---:|---:|---:|---|\n")
+	for i := 0; i+1 < len(cs); i += 2 {
+		t, m := cs[i], cs[i+1]
+		if t.Missing {
+			p("| %s | %s | %s | %s | — | ≥ %.2f | — | ≤ %.0f | not measured |\n",
+				t.Plane, transportName(t.Panel.Transport), t.Panel.Op, chunkName(t.Chunk), t.Limit, m.Limit)
+			continue
+		}
+		p("| %s | %s | %s | %s | %.2f | ≥ %.2f | %s / %s | ≤ %.0f | %s |\n",
+			t.Plane, transportName(t.Panel.Transport), t.Panel.Op, chunkName(t.Chunk), t.Got, t.Limit,
+			mibCell(m.Got), mibCell(m.Got2), m.Limit, verdict(t.Met, m.Met))
+	}
+	// The targets name two chunk sizes; say where else memory goes past the
+	// limit, since extra memory is meant to be O(chunk × depth).
+	var over []string
+	for _, pn := range r.Panels {
+		for _, row := range pn.Rows {
+			target := row.Config.Depth != 1 && (row.Config.Chunk == 2<<20 || row.Config.Chunk == seedChunk)
+			if target || pn.Transport != transports[0] { // RSS is per engine, the same on both transports
+				continue
+			}
+			if row.HostMiB > targetExtraMiB || row.PluginMiB > targetExtraMiB {
+				over = append(over, fmt.Sprintf("%s %s (host %s, plugin %s MiB)", row.Config, pn.Op, mibCell(row.HostMiB), mibCell(row.PluginMiB)))
+			}
+		}
+	}
+	if len(over) > 0 {
+		p("\nOver %.0f MiB extra RSS outside the target rows: %s.\n", targetExtraMiB, strings.Join(over, "; "))
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func verdict(ratioMet, rssMet bool) string {
+	switch {
+	case ratioMet && rssMet:
+		return "yes"
+	case ratioMet:
+		return "no: RSS"
+	case rssMet:
+		return "no: GB/s"
+	}
+	return "no: GB/s, RSS"
+}
+
+func num2(v float64) string {
+	if math.IsNaN(v) {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
+
+// memName turns meminfo's "N kB" into GiB.
+func memName(s string) string {
+	f := strings.Fields(s)
+	if len(f) == 2 && f[1] == "kB" {
+		if kb, err := strconv.ParseFloat(f[0], 64); err == nil {
+			return fmt.Sprintf("%.1f GiB", kb/(1<<20))
+		}
+	}
+	return s
+}
+
+// redactAddrs replaces the run's listener URLs, which change every run.
+func redactAddrs(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		switch {
+		case strings.HasPrefix(a, "tcp://"):
+			a = "tcp://127.0.0.1:PORT"
+		case strings.HasPrefix(a, "unix://"):
+			a = "unix:///TMP/engine.sock"
+		case i > 0 && (args[i-1] == "--backend" || args[i-1] == "--model"):
+			a = "BIN/" + filepath.Base(a)
+		}
+		out[i] = a
+	}
+	return out
+}
+
+// verifyNote says how the restores were checked.
+func verifyNote(mock bool) string {
+	if mock {
+		return "The mock plugin regenerates every state byte on GET and checks every byte on PUT; a failed restore fails the benchmark."
+	}
+	return "After each configuration the restored slot is saved again and compared byte for byte with the blob it came from, " +
+		"and its greedy decode is compared with the source slot's; a mismatch fails the benchmark."
+}

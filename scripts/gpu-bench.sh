@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Issue 5's GPU run, on a machine with the CUDA toolkit and CMake but no Go
+# (the `device` H200 box). Run `make gpu-pack` on a Go machine first: it puts
+# the binaries, the test binaries and the ggml sources in gpu/hydra-gpu.tar.gz.
+#
+#   scripts/gpu-bench.sh build   # libggml-cuda for sm_90, GPU correctness tests, raw copy rate, sm_120 compile
+#   scripts/gpu-bench.sh bench   # hydra-bench on a 1.2 GB llama state (needs `build` first)
+#
+# Results go to $OUT (default out/).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+G=$PWD/gpu/run
+step() { echo; echo "=== $* ($(date -u +%T))"; }
+
+case ${1:-} in
+build)
+	rm -rf "$G" && mkdir -p "$G/src" && tar -xzf gpu/hydra-gpu.tar.gz -C "$G" && tar -xzf "$G/ollama-ggml-src.tar.gz" -C "$G/src" || exit 1
+	step "machine"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nproc; nvcc --version | tail -2; ldd --version | head -1
+	step "build libggml-cuda, sm_90"
+	start=$(date +%s)
+	plugins/cuda-llama/build-cuda.sh "$G/src" "$G" 90 build/cuda90 "" > "$OUT/cuda90-build.log" 2>&1 || { tail -30 "$OUT/cuda90-build.log"; exit 1; }
+	echo "sm_90 build: $(( $(date +%s) - start )) s"; ls -la "$G"/libggml-*
+	# sm_120 compiles in the background (no such GPU here), niced, while the tests run.
+	( start=$(date +%s); nice -n 10 plugins/cuda-llama/build-cuda.sh "$G/src" "$G/sm120" 120 build/cuda120 "" > "$OUT/cuda120-build.log" 2>&1; \
+	  echo "exit $? after $(( $(date +%s) - start )) s" >> "$OUT/cuda120-build.log" ) &
+	step "raw GPU -> host copy, 1.206 GB pinned"
+	python3 - <<'PY' 2>&1 | tee "$OUT/raw-copy.txt"
+import torch, time
+n = 1206 * 1000 * 1000 // 2
+x = torch.randn(n, dtype=torch.float16, device="cuda")
+for pinned in (True, False):
+    h = torch.empty(n, dtype=torch.float16, pin_memory=pinned)
+    best = 1e9
+    for _ in range(3):
+        torch.cuda.synchronize(); t = time.perf_counter(); h.copy_(x, non_blocking=pinned); torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t)
+    print(f"GPU->host {'pinned' if pinned else 'pageable'}: {2*n/best/1e9:.1f} GB/s")
+PY
+	step "plugin tests on the GPU (HYDRA_TEST_REQUIRE_GPU=1)"
+	(cd "$G" && HYDRA_TEST_REQUIRE_GPU=1 HYDRA_TEST_LLAMA_LIB_DIR="$G" timeout 240 ./cuda-llama.test -test.count=1 -test.timeout 230s 2>&1 | tail -25) | tee "$OUT/plugin-gpu-tests.txt"
+	step "end-to-end llama tests on the GPU (engine + plugin processes)"
+	HYDRA_TEST_BIN="$G" HYDRA_TEST_LLAMA_OPTS="lib_dir=$G n_gpu_layers=99" timeout 180 "$G/tests.test" -test.run '^TestLlama' -test.count=1 -test.v 2>&1 \
+		| grep -E '^(=== RUN|--- |PASS|FAIL|ok)|device|CUDA|cuda' | tail -40 | tee "$OUT/e2e-gpu-tests.txt"
+	grep -i "cuda\|gpu\|pinned" "$OUT/e2e-gpu-tests.txt" | head -3
+	step "plugin STATE_GET/PUT on a 1.206 GB state (32 layers, 1024 dim, 8 KV heads, f16)"
+	(cd "$G" && HYDRA_TEST_LLAMA_LIB_DIR="$G" HYDRA_BENCH_MODEL=32,1024,8,8,1024 HYDRA_BENCH_TOKENS=9200 timeout 200 ./cuda-llama.test -test.run '^$' -test.bench . -test.benchtime 3x 2>&1 | tail -20) | tee "$OUT/plugin-gpu-bench.txt"
+	step "sm_120 compile"
+	wait; tail -3 "$OUT/cuda120-build.log"; ls -la "$G"/sm120/libggml-cuda.so 2>&1
+	;;
+bench)
+	[[ -f $G/libggml-cuda.so ]] || { echo "run '$0 build' first"; exit 1; }
+	step "synthetic model: 32 layers, 1024 dim, 8 heads, 8 KV heads, f16 (128 KiB of KV per token)"
+	"$G/gguf-gen" -o "$G/synth.gguf" -layers 32 -embd 1024 -heads 8 -kv-heads 8 -ff 1024 -vocab 1024 -ctx 16384 -f16 || exit 1
+	step "hydra-bench: 9,200 tokens → 1.206 GB state, TCP and Unix, STATE_GET and STATE_PUT"
+	"$G/hydra-bench" --bin "$G" --out "$OUT" --name gpu-h200 --reps "${REPS:-2}" \
+		--backend "$G/hydra-plugin-cuda-llama" --model "$G/synth.gguf" --prefill-tokens 9200 \
+		--backend-opt lib_dir="$G" --backend-opt n_gpu_layers=99 --backend-opt n_ctx=9600 --backend-opt n_threads=8 2>&1 | tail -60
+	;;
+*)
+	echo "usage: $0 build|bench" >&2; exit 2 ;;
+esac
