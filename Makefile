@@ -23,7 +23,7 @@ FUZZ_TARGETS := \
 	./host:FuzzParseDecode \
 	./host:FuzzParseSwapQuant
 
-.PHONY: all build run test vet unit fuzz-brief fuzz bench soak proto clean
+.PHONY: all build run test vet unit fuzz-brief fuzz bench bench-go soak proto clean
 
 all: build
 
@@ -58,7 +58,15 @@ fuzz-brief:
 fuzz:
 	@$(MAKE) --no-print-directory fuzz-brief FUZZTIME=$(LONGFUZZ)
 
-bench:
+# The state-transfer benchmark: raw socket vs serial vs pipelined, both data
+# planes, TCP and Unix; writes docs/benchmarks/state-transfer.{md,svg}.
+# BENCH_ARGS=--quick for a smoke run.
+bench: build
+	$(GO) build -trimpath -o $(BIN)/ ./cmd/hydra-bench
+	$(BIN)/hydra-bench --bin $(BIN) --out docs/benchmarks $(BENCH_ARGS)
+
+# Go micro-benchmarks (the mock's state generator, the client).
+bench-go:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) ./plugins/mock/ ./transport/
 
 # The fault, vanishing-client, shutdown and load tests, SOAK times over.

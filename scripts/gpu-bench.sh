@@ -4,7 +4,7 @@
 # the binaries, the test binaries and the ggml sources in gpu/hydra-gpu.tar.gz.
 #
 #   scripts/gpu-bench.sh build   # libggml-cuda for sm_90, GPU correctness tests, raw copy rate, sm_120 compile
-#   scripts/gpu-bench.sh bench   # hydra-bench on a 1.2 GB llama state (needs `build` first)
+#   scripts/gpu-bench.sh bench   # hydra-bench on a 1.2 GB llama state (builds the sm_90 library if missing)
 #
 # Results go to $OUT (default out/).
 set -uo pipefail
@@ -50,13 +50,17 @@ PY
 	wait; tail -3 "$OUT/cuda120-build.log"; ls -la "$G"/sm120/libggml-cuda.so 2>&1
 	;;
 bench)
-	[[ -f $G/libggml-cuda.so ]] || { echo "run '$0 build' first"; exit 1; }
+	if [[ ! -f $G/libggml-cuda.so ]]; then
+		rm -rf "$G" && mkdir -p "$G/src" && tar -xzf gpu/hydra-gpu.tar.gz -C "$G" && tar -xzf "$G/ollama-ggml-src.tar.gz" -C "$G/src" || exit 1
+		step "build libggml-cuda, sm_90"
+		plugins/cuda-llama/build-cuda.sh "$G/src" "$G" 90 build/cuda90 "" > "$OUT/cuda90-build.log" 2>&1 || { tail -30 "$OUT/cuda90-build.log"; exit 1; }
+	fi
 	step "synthetic model: 32 layers, 1024 dim, 8 heads, 8 KV heads, f16 (128 KiB of KV per token)"
 	"$G/gguf-gen" -o "$G/synth.gguf" -layers 32 -embd 1024 -heads 8 -kv-heads 8 -ff 1024 -vocab 1024 -ctx 16384 -f16 || exit 1
 	step "hydra-bench: 9,200 tokens → 1.206 GB state, TCP and Unix, STATE_GET and STATE_PUT"
 	"$G/hydra-bench" --bin "$G" --out "$OUT" --name gpu-h200 --reps "${REPS:-2}" \
 		--backend "$G/hydra-plugin-cuda-llama" --model "$G/synth.gguf" --prefill-tokens 9200 \
-		--backend-opt lib_dir="$G" --backend-opt n_gpu_layers=99 --backend-opt n_ctx=9600 --backend-opt n_threads=8 2>&1 | tail -60
+		--backend-opt lib_dir="$G" --backend-opt n_gpu_layers=99 --backend-opt n_ctx=18688 --backend-opt n_threads=8 2>&1 | tail -60
 	;;
 *)
 	echo "usage: $0 build|bench" >&2; exit 2 ;;

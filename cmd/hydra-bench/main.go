@@ -13,6 +13,7 @@ package main
 import (
 	"context"
 	"debug/buildinfo"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -154,7 +155,7 @@ func run(ctx context.Context, o options, command string, log io.Writer) error {
 	} else {
 		b.prompt = tokenPrompt(o.backend.tokens)
 	}
-	b.rep = &report{Machine: machineInfo(o.bin), Command: command, State: b.o.backend.describe(), Mock: b.o.backend.mock(), Reps: o.reps, Quick: o.quick}
+	b.rep = &report{Machine: machineInfo(o.bin), Command: command, State: b.o.backend.describe(), Mock: b.o.backend.mock(), SVGName: o.name + ".svg", Reps: o.reps, Quick: o.quick}
 	for _, tr := range transports {
 		for _, op := range []string{opGet, opPut} {
 			p := &panel{Transport: tr, Op: op, Raw: result{Raw: true, HostMiB: math.NaN(), PluginMiB: math.NaN()}}
@@ -279,9 +280,12 @@ func (b *bench) startRaw(ctx context.Context) ([]*rawServer, error) {
 }
 
 // runConfig measures one configuration in a fresh engine: CONFIGURE the
-// chunk size, PREFILL slot 0, then per direction reps rounds of raw and
-// engine transfers on both transports, interleaved (and their order
-// alternated) so that noise from the shared machine hits both alike.
+// chunk size, then per direction reps rounds of raw and engine transfers on
+// both transports, interleaved (and their order alternated) so that noise
+// from the shared machine hits both alike. STATE_PUT goes first, while the
+// engine has done nothing else, so its peak RSS is its own (a PUT needs no
+// prefilled slot); the PREFILL of slot 0 for the GETs streams the state at
+// the configured chunk size too, so the GET window opens after it.
 func (b *bench) runConfig(ctx context.Context, cfg engineConfig, tag string) error {
 	dir, err := os.MkdirTemp(b.tmp, "e")
 	if err != nil {
@@ -319,14 +323,16 @@ func (b *bench) runConfig(ctx context.Context, cfg engineConfig, tag string) err
 	if got, err := metaInt(m, "state_chunk_size_applied"); err != nil || got != int64(cfg.Chunk) {
 		return fmt.Errorf("CONFIGURE applied %v, want %d", m["state_chunk_size_applied"], cfg.Chunk)
 	}
-	if m, err = call(ctx, ctl, transport.OpPrefill, "0", b.prompt); err != nil {
-		return fmt.Errorf("PREFILL: %w", err)
-	}
-	if got, err := metaInt(m, "n_past"); err != nil || got != b.nPast {
-		return fmt.Errorf("PREFILL n_past %v, want %d", m["n_past"], b.nPast)
-	}
 
-	for _, op := range []string{opGet, opPut} {
+	for _, op := range []string{opPut, opGet} {
+		if op == opGet {
+			if m, err = call(ctx, ctl, transport.OpPrefill, "0", b.prompt); err != nil {
+				return fmt.Errorf("PREFILL: %w", err)
+			}
+			if got, err := metaInt(m, "n_past"); err != nil || got != b.nPast {
+				return fmt.Errorf("PREFILL n_past %v, want %d", m["n_past"], b.nPast)
+			}
+		}
 		if b.rep.PeakWindow {
 			if err := e.resetPeaks(); err != nil {
 				return err
@@ -366,7 +372,7 @@ func (b *bench) runConfig(ctx context.Context, cfg engineConfig, tag string) err
 		host, plugin := float64(hostPeak-idleH)/mib, float64(pluginPeak-idleP)/mib
 		for _, tr := range transports {
 			p, row, raw := b.panels[tr+op], rows[tr], raws[tr]
-			row.HostMiB, row.PluginMiB = host, plugin
+			row.HostMiB, row.PluginMiB, row.Alongside = host, plugin, raw.GBps
 			p.Rows = append(p.Rows, *row)
 			p.Raw.GBps = append(p.Raw.GBps, raw.GBps...)
 			p.Raw.CPU.add(raw.CPU)
@@ -416,10 +422,25 @@ func (b *bench) once(ctx context.Context, c *transport.Client, op string, e *eng
 // as slot 0 does: the same 16 greedy tokens.
 func verifyRestore(ctx context.Context, c *transport.Client, blob *os.File) error {
 	if blob != nil {
-		// The restored slot must save back to the very bytes it came from
-		// (random-weight models decode one token over and over, so decoding
-		// alone proves little).
-		if err := sameAsFile(ctx, c, "1", blob); err != nil {
+		// A restore must save back to the very bytes it came from (random
+		// weights decode one token over and over, so decoding alone proves
+		// little). The state records the sequence id of its slot, so the
+		// blob, saved from slot 0, is restored into slot 0 for this check.
+		st, err := blob.Stat()
+		if err != nil {
+			return err
+		}
+		if _, err := blob.Seek(0, io.SeekStart); err != nil {
+			return err
+		}
+		resp, err := c.Do(ctx, transport.Request{Op: transport.OpStatePut, Key: "0", Payload: blob, PayloadLen: uint64(st.Size())})
+		if err == nil {
+			err = errors.Join(resp.Close(), resp.Err())
+		}
+		if err != nil {
+			return fmt.Errorf("STATE_PUT of the blob into slot 0: %w", err)
+		}
+		if err := sameAsFile(ctx, c, "0", blob); err != nil {
 			return err
 		}
 	}
@@ -441,7 +462,16 @@ func verifyRestore(ctx context.Context, c *transport.Client, blob *os.File) erro
 		if n, err := metaInt(m, "tokens_generated"); err != nil || n == 0 {
 			return fmt.Errorf("DECODE slot %d generated no tokens: %s", slot, resp.Meta)
 		}
-		frames[slot], texts[slot] = payload, fmt.Sprint(m["text"])
+		fr, err := transport.ParseDecodeFrames(payload)
+		if err != nil {
+			return err
+		}
+		// Token ids only: logprobs may differ in the last bits between slots
+		// on a GPU (batched vs single-token kernels).
+		for _, f := range fr {
+			frames[slot] = binary.LittleEndian.AppendUint32(frames[slot], f.TokenID)
+		}
+		texts[slot] = fmt.Sprint(m["text"])
 	}
 	if string(frames[0]) != string(frames[1]) {
 		return fmt.Errorf("%w: %q vs %q", errVerify, texts[1], texts[0])

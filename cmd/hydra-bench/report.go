@@ -31,6 +31,7 @@ type result struct {
 	Config             engineConfig // zero for the raw socket
 	Raw                bool
 	GBps               []float64 // one per transfer
+	Alongside          []float64 // the raw transfers interleaved with these (engine rows)
 	HostMiB, PluginMiB float64   // extra peak RSS over the idle engine; NaN: not measured
 	CPU                cpuUse    // summed over the transfers
 }
@@ -84,6 +85,19 @@ func (p *panel) ratio(r result) float64 {
 	return median(r.GBps) / raw
 }
 
+// cpuCeiling is the ratio to raw that row would reach if its three
+// processes kept all n CPUs busy at the CPU cost per byte they showed: an
+// upper bound set by the machine, not by waiting.
+func (p *panel) cpuCeiling(r result, n int) float64 {
+	u := r.CPU
+	perGB := u.perGB(u.Bench + u.Host + u.Plugin)
+	raw := median(p.Raw.GBps)
+	if perGB == 0 || math.IsNaN(perGB) || raw == 0 {
+		return math.NaN()
+	}
+	return float64(n) / perGB / raw
+}
+
 // find returns the row of plane at chunk in the pipelined (or gRPC) mode.
 func (p *panel) find(plane string, chunk int) (result, bool) {
 	for _, r := range p.Rows {
@@ -101,6 +115,7 @@ type report struct {
 	Payload       uint64   // bytes per transfer
 	NPast         int64
 	State         string // what was moved
+	SVGName       string // the chart's file name, beside the report
 	Mock          bool
 	Reps          int
 	Quick         bool
@@ -157,6 +172,7 @@ type check struct {
 	What       string // "throughput" or "rss"
 	Got, Limit float64
 	Got2       float64 // plugin RSS for "rss"
+	Ceiling    float64 // "throughput": the ratio with every CPU busy at the measured CPU cost per byte
 	Met        bool
 	Missing    bool
 }
@@ -175,6 +191,7 @@ func (r *report) checks() []check {
 				if ok {
 					c.Got = p.ratio(row)
 					c.Met = c.Got >= t.ratio
+					c.Ceiling = p.cpuCeiling(row, r.Machine.NProc)
 				}
 				cs = append(cs, c)
 				m := check{Panel: p, Plane: plane, Chunk: t.chunk, What: "rss", Limit: targetExtraMiB, Missing: !ok}
@@ -225,25 +242,26 @@ func (r *report) markdown(w io.Writer) error {
 	}
 	p("- Every engine configuration runs in a fresh `hydra-engine` process with %s as a separate process: "+
 		"`hydra-engine %s` plus `--data-plane shm --ring-depth D` or `--data-plane grpc`. "+
-		"`state_chunk_size` is set with CONFIGURE, then slot 0 is prefilled.\n", plugin, strings.Join(redactAddrs(r.EngineArgs), " "))
-	p("- STATE_GET reads slot 0; the client reads the reply body into one reused 1 MiB buffer. " +
-		"STATE_PUT restores slot 1 from a file holding slot 0's blob, sent with `transport.Client.Do` and the `*os.File` as payload " +
+		"`state_chunk_size` is set with CONFIGURE; the STATE_PUT runs come first, then slot 0 is prefilled for the STATE_GET runs.\n", plugin, strings.Join(redactAddrs(r.EngineArgs), " "))
+	p("- STATE_GET reads slot 0; the client reads the reply body into one reused 1 MiB buffer. "+
+		"STATE_PUT restores slot 1 from a file holding slot 0's blob, sent with `transport.Client.Do` and the `*os.File` as payload "+
 		"(the kernel's sendfile on TCP; on a Unix socket Go copies through the client's 1 MiB buffer). %s\n", verifyNote(r.Mock))
 	p("- **raw socket**: an in-process server on the same kind of socket, speaking just enough framing for the same client code: " +
 		"it writes the same byte count from one reused 4 MiB buffer (GET) or reads and discards it (PUT). " +
 		"Raw and engine transfers alternate (their order flips every rep), so load from elsewhere on the machine hits both; " +
 		"the raw row pools every raw transfer of its table.\n")
 	p("- GB/s = bytes / seconds / 1e9, from the request to the last reply byte (GET) or to the reply (PUT, sent after the restore). " +
-		"Cells are median (best) of the reps. ratio = engine median / raw median of the same table.\n")
+		"Cells are median (best) of the reps. ratio = engine median / raw median of the same table (all its raw transfers); " +
+		"raw alongside = median of the raw transfers interleaved with that row's, which shows when the socket itself was slower or faster during that row.\n")
 	if r.PeakWindow {
 		p("- Extra RSS = VmHWM of the host (`hydra-engine`) and of the plugin process over the direction's transfers "+
-			"(peak reset with `/proc/PID/clear_refs` after the prefill and between directions), minus the same process's VmHWM when idle right after start "+
+			"(peak reset with `/proc/PID/clear_refs` before the STATE_PUT runs and again after the prefill that precedes the STATE_GET runs), minus the same process's VmHWM when idle right after start "+
 			"(median idle: host %.1f MiB, plugin %.1f MiB). Both transports share one engine per configuration, so a direction's RSS is the same in both tables. "+
-			"Memory left resident by earlier transfers of the same engine (e.g. the host's pooled shm ring) stays in the figure.\n",
+			"What the STATE_PUT runs and the prefill left resident (the host's pooled shm ring, Go heap not yet returned) stays in the STATE_GET figure.\n",
 			r.IdleHostMiB, r.IdlePluginMiB)
 	} else {
 		p("- Extra RSS = VmHWM of the host and of the plugin process over the engine's whole life (the peak could not be reset here, " +
-			"so it includes the prefill and, for STATE_PUT, the STATE_GET runs before it) minus the same process's VmHWM when idle right after start.\n")
+			"so for STATE_GET it includes the STATE_PUT runs and the prefill before it) minus the same process's VmHWM when idle right after start.\n")
 	}
 	p("- CPU s/GB: CPU time (user + system, from getrusage for this process and `/proc/PID/stat` for the engine's two) per GB moved; "+
 		"\"client\" is the benchmark process, which on a raw row is the raw server as well. cores busy = all that CPU time / wall time: "+
@@ -251,18 +269,18 @@ func (r *report) markdown(w io.Writer) error {
 	p("- gRPC has no serial mode: its stream flow control always lets the plugin produce ahead of the host, so `--ring-depth` does not apply and gRPC runs at the pipelined chunk sizes only. " +
 		"A gRPC STATE_PUT streams the state to the plugin in 1 MiB messages whatever `state_chunk_size` is.\n")
 	p("- After its transfers each engine decodes 16 greedy tokens from slot 0 and from the restored slot 1; they matched in %d engine(s).\n\n", r.Verified)
-	p("![GB/s per configuration](state-transfer.svg)\n\n")
+	p("![GB/s per configuration](%s)\n\n", r.SVGName)
 
 	for _, pn := range r.Panels {
 		p("## %s — %s\n\n", transportName(pn.Transport), pn.Op)
-		p("| config | data plane | chunk | depth | GB/s median (best) | ratio to raw | host extra RSS MiB | plugin extra RSS MiB | CPU s/GB client · host · plugin | cores busy |\n")
-		p("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-		p("| raw socket (%d transfers) | — | — | — | %s | 1.00 | — | — | %s · — · — | %s |\n",
+		p("| config | data plane | chunk | depth | GB/s median (best) | ratio to raw | host extra RSS MiB | plugin extra RSS MiB | raw alongside GB/s | CPU s/GB client · host · plugin | cores busy |\n")
+		p("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		p("| raw socket (%d transfers) | — | — | — | %s | 1.00 | — | — | — | %s · — · — | %s |\n",
 			len(pn.Raw.GBps), rateCell(pn.Raw.GBps), num2(pn.Raw.CPU.perGB(pn.Raw.CPU.Bench)), num2(pn.Raw.CPU.cores()))
 		for _, row := range pn.Rows {
 			u := row.CPU
-			p("| %s | %s | %s | %s | %s | %.2f | %s | %s | %s · %s · %s | %s |\n", row.Config.label(), row.Config.Plane, chunkName(row.Config.Chunk),
-				depthName(row.Config), rateCell(row.GBps), pn.ratio(row), mibCell(row.HostMiB), mibCell(row.PluginMiB),
+			p("| %s | %s | %s | %s | %s | %.2f | %s | %s | %s | %s · %s · %s | %s |\n", row.Config.label(), row.Config.Plane, chunkName(row.Config.Chunk),
+				depthName(row.Config), rateCell(row.GBps), pn.ratio(row), mibCell(row.HostMiB), mibCell(row.PluginMiB), alongside(row.Alongside),
 				num2(u.perGB(u.Bench)), num2(u.perGB(u.Host)), num2(u.perGB(u.Plugin)), num2(u.cores()))
 		}
 		p("\n")
@@ -290,17 +308,20 @@ func (r *report) targets(p func(string, ...any)) {
 		}
 		p("- **%s**: throughput target met in %d of %d cases, RSS target in %d of %d.\n", plane, rate, n, rss, n)
 	}
-	p("\n| data plane | transport | direction | chunk | ratio to raw | target | host / plugin extra RSS MiB | target | met |\n")
-	p("|---|---|---|---:|---:|---:|---:|---:|---|\n")
+	p("\nCPU ceiling: the ratio the row would reach if client, host and plugin kept all %d CPUs busy at the CPU time per byte they used "+
+		"(%d ÷ CPU s/GB ÷ raw median). Below the target, no overlap of the stages can meet it on this machine at these per-byte costs.\n", r.Machine.NProc, r.Machine.NProc)
+	p("\n| data plane | transport | direction | chunk | ratio to raw | target | CPU ceiling | host / plugin extra RSS MiB | target | met |\n")
+	p("|---|---|---|---:|---:|---:|---:|---:|---:|---|\n")
 	for i := 0; i+1 < len(cs); i += 2 {
 		t, m := cs[i], cs[i+1]
 		if t.Missing {
-			p("| %s | %s | %s | %s | — | ≥ %.2f | — | ≤ %.0f | not measured |\n",
+			p("| %s | %s | %s | %s | — | ≥ %.2f | — | — | ≤ %.0f | not measured |\n",
 				t.Plane, transportName(t.Panel.Transport), t.Panel.Op, chunkName(t.Chunk), t.Limit, m.Limit)
 			continue
 		}
-		p("| %s | %s | %s | %s | %.2f | ≥ %.2f | %s / %s | ≤ %.0f | %s |\n",
-			t.Plane, transportName(t.Panel.Transport), t.Panel.Op, chunkName(t.Chunk), t.Got, t.Limit,
+		// Three decimals: a ratio that rounds to the target can still miss it.
+		p("| %s | %s | %s | %s | %.3f | ≥ %.2f | %s | %s / %s | ≤ %.0f | %s |\n",
+			t.Plane, transportName(t.Panel.Transport), t.Panel.Op, chunkName(t.Chunk), t.Got, t.Limit, num2(t.Ceiling),
 			mibCell(m.Got), mibCell(m.Got2), m.Limit, verdict(t.Met, m.Met))
 	}
 	// The targets name two chunk sizes; say where else memory goes past the
@@ -339,6 +360,14 @@ func verdict(ratioMet, rssMet bool) string {
 		return "no: GB/s"
 	}
 	return "no: GB/s, RSS"
+}
+
+// alongside is the median of the raw transfers run between a row's own.
+func alongside(xs []float64) string {
+	if len(xs) == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f", median(xs))
 }
 
 func num2(v float64) string {
