@@ -207,3 +207,39 @@ func TestGracefulShutdown(t *testing.T) {
 		t.Fatal("engine did not exit after SIGTERM")
 	}
 }
+
+// TestDeadlines: a connection idle past --idle-timeout is closed, and so is a
+// peer that stalls inside a request past --chunk-timeout; the engine keeps
+// serving, and a slow but moving transfer is not cut.
+func TestDeadlines(t *testing.T) {
+	e := startEngine(t, "--idle-timeout", "1s", "--chunk-timeout", "1s")
+	idle := rawConn(t, e.tcp)
+	stalled := rawConn(t, e.unix)
+	req := transport.AppendRequestHeader(nil, transport.RequestHeader{Op: transport.OpConfigure, KeyLen: 1, PayloadLen: 100})
+	stalled.Write(append(req, '0', '{')) // then nothing: the payload stalls
+	for name, c := range map[string]io.Reader{"idle": idle, "stalled": stalled} {
+		start := time.Now()
+		n, err := c.Read(make([]byte, 64))
+		if err != io.EOF || n != 0 {
+			t.Fatalf("%s connection: read %d bytes, %v; want EOF", name, n, err)
+		}
+		if d := time.Since(start); d > 10*time.Second {
+			t.Fatalf("%s connection closed only after %v", name, d)
+		}
+	}
+	// A payload that keeps moving, a piece every 400 ms, outlasts the 1 s
+	// chunk timeout in total and is served.
+	mc := rawConn(t, e.tcp)
+	body := []byte(`{"state_chunk_size":1048576}`)
+	req = transport.AppendRequestHeader(nil, transport.RequestHeader{Op: transport.OpConfigure, KeyLen: 1, PayloadLen: uint64(len(body))})
+	mc.Write(append(req, '0'))
+	for i := 0; i < len(body); i += 7 {
+		time.Sleep(400 * time.Millisecond)
+		mc.Write(body[i:min(i+7, len(body))])
+	}
+	hdr := make([]byte, 12)
+	if _, err := io.ReadFull(mc, hdr); err != nil || hdr[0] != 0 {
+		t.Fatalf("slow but moving request: % x %v", hdr, err)
+	}
+	mustOK(t, client(t, e.tcp), transport.OpInfo, "", nil)
+}
