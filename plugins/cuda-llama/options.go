@@ -18,11 +18,8 @@ package cudallama
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -231,41 +228,7 @@ func checkModelFile(model string) (string, error) {
 // modelIdentity is the alias (the option, else the file name without its
 // extension), the hex SHA-256 of the file and its absolute path.
 func modelIdentity(ctx context.Context, abs, alias string) (iface.ModelIdentity, error) {
-	hash, err := hashFile(ctx, abs)
-	if err != nil {
-		return iface.ModelIdentity{}, fmt.Errorf("hashing model %s: %w", abs, err)
-	}
-	if alias == "" {
-		base := filepath.Base(abs)
-		alias = strings.TrimSuffix(base, filepath.Ext(base))
-	}
-	return iface.ModelIdentity{Alias: alias, Hash: hash, Path: abs}, nil
-}
-
-func hashFile(ctx context.Context, path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, ctxReader{ctx, f}); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-// ctxReader stops a long read (hashing a multi-GB model) on cancellation.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
+	return iface.FileIdentity(ctx, abs, alias)
 }
 
 // llamaVersion is the version of LlamaModule linked into this binary: from

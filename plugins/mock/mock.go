@@ -10,11 +10,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -247,16 +243,10 @@ func modelIdentity(ctx context.Context, model string, o options) (iface.ModelIde
 			stateVersion, OptKVBytesPerToken, o.kvBytes, OptNCtx, o.nCtx))
 		id = iface.ModelIdentity{Alias: DefaultAlias, Hash: hex.EncodeToString(sum[:])}
 	} else {
-		abs, err := filepath.Abs(model)
-		if err != nil {
+		var err error
+		if id, err = iface.FileIdentity(ctx, model, ""); err != nil {
 			return id, fmt.Errorf("%w: model %q: %w", iface.ErrBadRequest, model, err)
 		}
-		hash, err := hashFile(ctx, abs)
-		if err != nil {
-			return id, fmt.Errorf("%w: model %q: %w", iface.ErrBadRequest, model, err)
-		}
-		base := filepath.Base(abs)
-		id = iface.ModelIdentity{Alias: strings.TrimSuffix(base, filepath.Ext(base)), Hash: hash, Path: abs}
 	}
 	if o.alias != "" {
 		id.Alias = o.alias
@@ -264,36 +254,6 @@ func modelIdentity(ctx context.Context, model string, o options) (iface.ModelIde
 	return id, nil
 }
 
-func hashFile(ctx context.Context, path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err != nil {
-		return "", err
-	} else if !st.Mode().IsRegular() {
-		return "", errors.New("not a regular file")
-	}
-	h := sha256.New()
-	if _, err := io.Copy(h, ctxReader{ctx, f}); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-// ctxReader stops a long read (hashing a multi-GB model file) on cancellation.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
-}
 
 // sleep waits d, or less if ctx ends first.
 func sleep(ctx context.Context, d time.Duration) error {
