@@ -254,7 +254,6 @@ func modelIdentity(ctx context.Context, model string, o options) (iface.ModelIde
 	return id, nil
 }
 
-
 // sleep waits d, or less if ctx ends first.
 func sleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
