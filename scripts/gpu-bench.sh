@@ -5,6 +5,7 @@
 #
 #   scripts/gpu-bench.sh build   # libggml-cuda for sm_90, GPU correctness tests, raw copy rate, sm_120 compile
 #   scripts/gpu-bench.sh bench   # hydra-bench on a 1.2 GB llama state (builds the sm_90 library if missing)
+#   scripts/gpu-bench.sh all     # both, in one command (~11 min on the H200; split it where a command is capped at 10)
 #
 # Results go to $OUT (default out/).
 set -uo pipefail
@@ -15,6 +16,9 @@ G=$PWD/gpu/run
 step() { echo; echo "=== $* ($(date -u +%T))"; }
 
 case ${1:-} in
+all)
+	"$0" build && "$0" bench
+	;;
 build)
 	rm -rf "$G" && mkdir -p "$G/src" && tar -xzf gpu/hydra-gpu.tar.gz -C "$G" && tar -xzf "$G/ollama-ggml-src.tar.gz" -C "$G/src" || exit 1
 	step "machine"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nproc; nvcc --version | tail -2; ldd --version | head -1
@@ -63,5 +67,5 @@ bench)
 		--backend-opt lib_dir="$G" --backend-opt n_gpu_layers=99 --backend-opt n_ctx=18688 --backend-opt n_threads=8 2>&1 | tail -60
 	;;
 *)
-	echo "usage: $0 build|bench" >&2; exit 2 ;;
+	echo "usage: $0 build|bench|all" >&2; exit 2 ;;
 esac
