@@ -359,18 +359,8 @@ func parseStatePut(g *globals, args []string, stderr io.Writer) (action, error) 
 		// Without a bar the *os.File goes to the client as is, which sends it
 		// with sendfile; the bar's tee costs that.
 		bar := out.newProgress(uint64(fi.Size()), fmt.Sprintf("→ slot %d", *slot))
-		resp, err := c.Do(ctx, transport.Request{
-			Op: transport.OpStatePut, Key: key, Trace: g.trace,
-			Payload: bar.teeTo(f), PayloadLen: uint64(fi.Size()),
-		})
-		bar.done(err)
+		resp, err := statePut(ctx, c, key, g.trace, bar.teeTo(f), uint64(fi.Size()), bar)
 		if err != nil {
-			return err
-		}
-		if err := resp.Err(); err != nil {
-			return err
-		}
-		if err := resp.Close(); err != nil {
 			return err
 		}
 		out.meta(resp.Meta)
@@ -430,4 +420,21 @@ func (o *output) transfer(n int64, elapsed time.Duration, dir, path string) {
 	o.set("gbps", float64(n)/max(elapsed.Seconds(), 1e-9)/1e9)
 	o.set("file", path)
 	o.notef("%d bytes %s %s in %.3fs (%s)", n, dir, path, elapsed.Seconds(), gbps(n, elapsed.Seconds()))
+}
+
+// statePut streams n bytes from r into the slot named by key and returns the
+// OK reply; bar (which r already feeds) is closed with the outcome.
+func statePut(ctx context.Context, c *transport.Client, key, trace string, r io.Reader, n uint64, bar *progress) (*transport.Response, error) {
+	resp, err := c.Do(ctx, transport.Request{Op: transport.OpStatePut, Key: key, Trace: trace, Payload: r, PayloadLen: n})
+	bar.done(err)
+	if err != nil {
+		return nil, err
+	}
+	if err := resp.Err(); err != nil {
+		return nil, err
+	}
+	if err := resp.Close(); err != nil {
+		return nil, err
+	}
+	return resp, nil
 }

@@ -97,18 +97,8 @@ func parseMigrate(g *globals, args []string, stderr io.Writer) (action, error) {
 		// The source's body is the destination's payload: the bytes cross
 		// through one 1 MiB copy buffer, never held whole.
 		bar := out.newProgress(get.PayloadLen, fmt.Sprintf("slot %d → slot %d", *slot, *toSlot))
-		put, err := dst.Do(ctx, transport.Request{
-			Op: transport.OpStatePut, Key: dstKey, Trace: g.trace,
-			Payload: bar.teeTo(get.Body), PayloadLen: get.PayloadLen,
-		})
-		bar.done(err)
+		put, err := statePut(ctx, dst, dstKey, g.trace, bar.teeTo(get.Body), get.PayloadLen, bar)
 		if err != nil {
-			return err
-		}
-		if err := put.Err(); err != nil {
-			return err
-		}
-		if err := put.Close(); err != nil {
 			return err
 		}
 		elapsed := time.Since(start)
