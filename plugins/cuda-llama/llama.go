@@ -70,9 +70,10 @@ func gpuDevice() (C.ggml_backend_dev_t, string) {
 
 // registerHostBufferAvailable reports whether the GPU backend offers
 // ggml_backend_register_host_buffer (ggml-cuda does, through
-// ggml_backend_reg_get_proc_address): it pins existing host memory for fast
-// DMA, the way to make the shared-memory data plane's ring pinned so that GPU
-// copies land in it at full speed. Not used yet; logged at load.
+// ggml_backend_reg_get_proc_address). It pins existing host memory, but only
+// with GGML_CUDA_REGISTER_HOST set and read-only for the device (it was made
+// for mmapped weights), so it cannot pin the data plane's ring as a copy
+// destination; that needs a writable cudaHostRegister. Logged at load.
 func registerHostBufferAvailable(dev C.ggml_backend_dev_t) bool {
 	if dev == nil {
 		return false
