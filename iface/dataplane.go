@@ -18,6 +18,15 @@ type ChunkWriter interface {
 	Commit(n int) error
 }
 
+// RegionWriter is a ChunkWriter whose buffers all lie in one mapping that
+// lives for the whole transfer (the shm ring). A GPU backend can pin that
+// region once per transfer, so its device copies land in the buffers at DMA
+// speed instead of through the driver's bounce buffer.
+type RegionWriter interface {
+	ChunkWriter
+	Region() []byte
+}
+
 type transferChunkKey struct{}
 
 // WithTransferChunk returns a context telling the data plane which chunk size

@@ -482,7 +482,10 @@ type shmWriter struct {
 	err      error
 }
 
-var _ ChunkWriter = (*shmWriter)(nil)
+var _ RegionWriter = (*shmWriter)(nil)
+
+// Region is the whole ring: every buffer Buffer returns lies inside it.
+func (w *shmWriter) Region() []byte { return w.t.ring.mem }
 
 func (w *shmWriter) Buffer() ([]byte, error) {
 	if w.err != nil {

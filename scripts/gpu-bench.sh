@@ -5,6 +5,7 @@
 #
 #   scripts/gpu-bench.sh build   # libggml-cuda for sm_90, GPU correctness tests, raw copy rate, sm_120 compile
 #   scripts/gpu-bench.sh bench   # hydra-bench on a 1.2 GB llama state (builds the sm_90 library if missing)
+#   scripts/gpu-bench.sh pin-ab  # STATE_GET of the 1.2 GB state with pin_ring=true vs false, same run (hydractl)
 #   scripts/gpu-bench.sh all     # both, in one command (~11 min on the H200; split it where a command is capped at 10)
 #
 # Results go to $OUT (default out/).
@@ -53,7 +54,7 @@ PY
 	step "sm_120 compile"
 	wait; tail -3 "$OUT/cuda120-build.log"; ls -la "$G"/sm120/libggml-cuda.so 2>&1
 	;;
-bench)
+pin-ab|bench)
 	if [[ ! -f $G/libggml-cuda.so ]]; then
 		rm -rf "$G" && mkdir -p "$G/src" && tar -xzf gpu/hydra-gpu.tar.gz -C "$G" && tar -xzf "$G/ollama-ggml-src.tar.gz" -C "$G/src" || exit 1
 		step "build libggml-cuda, sm_90"
@@ -61,6 +62,21 @@ bench)
 	fi
 	step "synthetic model: 32 layers, 1024 dim, 8 heads, 8 KV heads, f16 (128 KiB of KV per token)"
 	"$G/gguf-gen" -o "$G/synth.gguf" -layers 32 -embd 1024 -heads 8 -kv-heads 8 -ff 1024 -vocab 1024 -ctx 16384 -f16 || exit 1
+	if [[ $1 == pin-ab ]]; then
+		toks=$(python3 -c "print(','.join(str(3+(i*31)%250) for i in range(9200)))")
+		for pin in true false false true; do
+			sock=/tmp/hydra-pin-$pin.sock; rm -f "$sock"
+			"$G/hydra-engine" --rpc "unix://$sock" --backend "$G/hydra-plugin-cuda-llama" --model "$G/synth.gguf" --slots 1 \
+				--backend-opt n_ctx=9600 --backend-opt pin_ring=$pin --log-level debug > "$OUT/engine-pin-$pin.log" 2>&1 &
+			epid=$!
+			for _ in $(seq 100); do "$G/hydractl" --addr "unix://$sock" info >/dev/null 2>&1 && break; sleep 0.2; done
+			"$G/hydractl" --addr "unix://$sock" prefill --slot 0 --tokens "$toks" >/dev/null
+			for _ in 1 2 3; do echo -n "pin_ring=$pin unix: "; "$G/hydractl" --addr "unix://$sock" --no-progress state get --slot 0 -o /dev/null 2>&1 | tail -1; done
+			kill $epid; wait $epid
+		done
+		grep -o 'ring_pinned=[a-z]*' "$OUT"/engine-pin-*.log | sort | uniq -c
+		exit 0
+	fi
 	step "hydra-bench: 9,200 tokens → 1.206 GB state, TCP and Unix, STATE_GET and STATE_PUT"
 	"$G/hydra-bench" --bin "$G" --out "$OUT" --name gpu-h200 --reps "${REPS:-2}" \
 		--backend "$G/hydra-plugin-cuda-llama" --model "$G/synth.gguf" --prefill-tokens 9200 \

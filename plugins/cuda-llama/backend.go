@@ -70,6 +70,7 @@ type engine struct {
 	scratch int         // the sequence id re-evaluations borrow: nSlots
 	layout  stateLayout // state size as a function of cells
 	device  string      // the GPU in use, "" on CPU
+	pinRing bool        // pin the data plane's ring for DMA (option pin_ring)
 	slots   []*slot
 
 	mu  sync.Mutex // serialises every use of ctx
@@ -198,7 +199,7 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 		mdl.free()
 		return iface.BackendInfo{}, err
 	}
-	e := &engine{model: mdl, ctx: lc, nCtx: lc.nCtx(), scratch: nSlots, device: gpuName, slots: make([]*slot, nSlots)}
+	e := &engine{model: mdl, ctx: lc, nCtx: lc.nCtx(), scratch: nSlots, device: gpuName, pinRing: opts.pinRing, slots: make([]*slot, nSlots)}
 	for i := range e.slots {
 		e.slots[i] = &slot{stateSize: emptyState}
 	}
@@ -599,6 +600,15 @@ func (b *Backend) StateGet(ctx context.Context, i int, chunkSize int, w io.Write
 	if cw, ok := w.(iface.ChunkWriter); ok {
 		call.cw, mode = cw, 1
 	}
+	// On a GPU the chunks are copied synchronously into the writer's own
+	// buffers; pinning the ring they live in makes that a direct DMA.
+	pinned := false
+	if rw, ok := w.(iface.RegionWriter); ok && e.device != "" && e.pinRing {
+		if unpin := pinRegion(rw.Region()); unpin != nil {
+			defer unpin()
+			pinned = true
+		}
+	}
 	h := cgo.NewHandle(call)
 	defer h.Delete()
 	defer call.pin.Unpin()
@@ -606,7 +616,7 @@ func (b *Backend) StateGet(ctx context.Context, i int, chunkSize int, w io.Write
 	start := time.Now()
 	defer func() {
 		b.log.Debug("state get", "slot", i, "bytes", call.written, "chunk", chunkSize, "chunk_writer", call.cw != nil,
-			"pinned", e.ctx.pinnedStaging(), "elapsed", time.Since(start).String(), "error", call.err)
+			"pinned", e.ctx.pinnedStaging(), "ring_pinned", pinned, "elapsed", time.Since(start).String(), "error", call.err)
 	}()
 	e.mu.Lock()
 	n := C.hydra_state_save(e.ctx.io, e.ctx.c, C.llama_seq_id(i), C.uintptr_t(h), C.size_t(chunkSize), mode, &msg[0], C.size_t(len(msg)))

@@ -65,10 +65,11 @@ const (
 	OptLibDir        = "lib_dir" // where libggml-cuda.so is; default: beside the plugin binary
 	OptAlias         = "alias"   // model alias; default: the file name without .gguf
 	OptMmap          = "use_mmap"
+	OptPinRing       = "pin_ring" // on a GPU, pin the data plane's ring for DMA (default true)
 )
 
 var knownOptions = []string{OptAlias, OptCacheTypeK, OptCacheTypeV, OptFlashAttn, OptLibDir, OptNBatch, OptNCtx,
-	OptNGPULayers, OptNThreads, OptNThreadsBatch, OptNUBatch, OptMmap}
+	OptNGPULayers, OptNThreads, OptNThreadsBatch, OptNUBatch, OptMmap, OptPinRing}
 
 // Defaults and limits.
 const (
@@ -109,6 +110,7 @@ type options struct {
 	libDir                  string
 	alias                   string
 	mmap                    bool
+	pinRing                 bool
 }
 
 var cacheTypes = []string{"bf16", "f16", "f32", "q4_0", "q8_0"}
@@ -119,7 +121,7 @@ func parseOptions(m map[string]string) (options, error) {
 	// the model on a GPU they have little to do anyway.
 	threads := max(1, min(runtime.NumCPU()/2, 16))
 	o := options{nCtx: DefaultNCtx, nBatch: DefaultNBatch, nUBatch: DefaultNUBatch, nThreads: threads,
-		nThreadsBatch: -1, nGPULayers: -1, flashAttn: FlashOn, cacheTypeK: "f16", cacheTypeV: "f16", mmap: true}
+		nThreadsBatch: -1, nGPULayers: -1, flashAttn: FlashOn, cacheTypeK: "f16", cacheTypeV: "f16", mmap: true, pinRing: true}
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -171,8 +173,13 @@ func parseOptions(m map[string]string) (options, error) {
 				err = fmt.Errorf("%w: option %s: must not be empty", iface.ErrBadRequest, k)
 			}
 			o.alias = v
-		case OptMmap:
-			o.mmap, err = strconv.ParseBool(v)
+		case OptMmap, OptPinRing:
+			var b bool
+			if b, err = strconv.ParseBool(v); k == OptMmap {
+				o.mmap = b
+			} else {
+				o.pinRing = b
+			}
 			if err != nil {
 				err = fmt.Errorf("%w: option %s=%q: not a boolean", iface.ErrBadRequest, k, v)
 			}

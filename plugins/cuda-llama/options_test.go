@@ -20,8 +20,11 @@ import (
 func TestParseOptions(t *testing.T) {
 	o, err := parseOptions(nil)
 	if err != nil || o.nCtx != DefaultNCtx || o.flashAttn != FlashOn || o.nGPULayers != -1 || o.nThreadsBatch != o.nThreads ||
-		o.cacheTypeK != "f16" || !o.mmap {
+		o.cacheTypeK != "f16" || !o.mmap || !o.pinRing {
 		t.Fatalf("defaults %+v, %v", o, err)
+	}
+	if o, err := parseOptions(map[string]string{OptPinRing: "false"}); err != nil || o.pinRing {
+		t.Fatalf("pin_ring=false: %+v, %v", o, err)
 	}
 	o, err = parseOptions(map[string]string{OptNCtx: " 8192 ", OptFlashAttn: "off", OptNThreads: "3", OptNGPULayers: "0",
 		OptCacheTypeK: "Q8_0", OptAlias: "m", OptLibDir: "/opt/lib", OptMmap: "false", OptNBatch: "512", OptNUBatch: "128"})
@@ -37,6 +40,7 @@ func TestParseOptions(t *testing.T) {
 		{map[string]string{OptNCtx: "0"}, "out of range"},
 		{map[string]string{OptNCtx: "lots"}, "not an integer"},
 		{map[string]string{OptFlashAttn: "maybe"}, "on, off or auto"},
+		{map[string]string{OptPinRing: "maybe"}, "not a boolean"},
 		{map[string]string{OptCacheTypeV: "q2_k"}, "want one of"},
 		{map[string]string{OptCacheTypeV: "q4_0", OptFlashAttn: "off"}, "needs flash attention"},
 		{map[string]string{OptAlias: " "}, "must not be empty"},
