@@ -33,6 +33,10 @@ type Config struct {
 	MaxStateBytes uint64
 	// MaxJSONBytes caps every other payload (default 16 MiB).
 	MaxJSONBytes uint64
+	// SocketBuffer is the SO_SNDBUF/SO_RCVBUF asked for on accepted
+	// connections: 0 means DefaultUnixSocketBuffer on Unix sockets and the
+	// kernel's autotuning on TCP, < 0 the kernel's defaults everywhere.
+	SocketBuffer int
 }
 
 // Defaults.
@@ -316,6 +320,9 @@ func statusOf(err error) transport.Status {
 func (s *Server) serveConn(raw net.Conn) {
 	defer raw.Close()
 	log := s.log.With("remote", raw.RemoteAddr().String())
+	if err := setSockBuf(raw, sockBufSize(raw, s.cfg.SocketBuffer)); err != nil {
+		log.Warn("setting the socket buffers", "error", err)
+	}
 	dc := &deadlineConn{Conn: raw, readTimeout: s.cfg.ChunkTimeout, writeTimeout: s.cfg.ChunkTimeout}
 	br := bufio.NewReaderSize(dc, 64<<10)
 	bw := bufio.NewWriterSize(dc, 64<<10)

@@ -5,6 +5,7 @@
 #
 #   scripts/gpu-bench.sh build   # libggml-cuda for sm_90, GPU correctness tests, raw copy rate, sm_120 compile
 #   scripts/gpu-bench.sh bench   # hydra-bench on a 1.2 GB llama state (builds the sm_90 library if missing)
+#   scripts/gpu-bench.sh mock    # hydra-bench on the mock plugin (no CUDA build): the host pipeline with 16 cores
 #   scripts/gpu-bench.sh pin-ab  # STATE_GET of the 1.2 GB state with pin_ring=true vs false, same run (hydractl)
 #   scripts/gpu-bench.sh all     # both, in one command (~11 min on the H200; split it where a command is capped at 10)
 #
@@ -54,6 +55,12 @@ PY
 	step "sm_120 compile"
 	wait; tail -3 "$OUT/cuda120-build.log"; ls -la "$G"/sm120/libggml-cuda.so 2>&1
 	;;
+mock)
+	rm -rf "$G" && mkdir -p "$G" && tar -xzf gpu/hydra-gpu.tar.gz -C "$G" || exit 1
+	step "socket limits"; sysctl net.core.wmem_max net.core.rmem_max net.core.wmem_default net.ipv4.tcp_wmem 2>&1
+	step "hydra-bench, mock plugin: 1.206 GB state, TCP and Unix, STATE_GET and STATE_PUT"
+	"$G/hydra-bench" --bin "$G" --out "$OUT" --name mock-h200 --reps "${REPS:-3}" 2>&1 | tail -60
+	;;
 pin-ab|bench)
 	if [[ ! -f $G/libggml-cuda.so ]]; then
 		rm -rf "$G" && mkdir -p "$G/src" && tar -xzf gpu/hydra-gpu.tar.gz -C "$G" && tar -xzf "$G/ollama-ggml-src.tar.gz" -C "$G/src" || exit 1
@@ -77,11 +84,12 @@ pin-ab|bench)
 		grep -o 'ring_pinned=[a-z]*' "$OUT"/engine-pin-*.log | sort | uniq -c
 		exit 0
 	fi
+	step "socket limits"; sysctl net.core.wmem_max net.core.wmem_default 2>&1
 	step "hydra-bench: 9,200 tokens → 1.206 GB state, TCP and Unix, STATE_GET and STATE_PUT"
 	"$G/hydra-bench" --bin "$G" --out "$OUT" --name gpu-h200 --reps "${REPS:-2}" \
 		--backend "$G/hydra-plugin-cuda-llama" --model "$G/synth.gguf" --prefill-tokens 9200 \
 		--backend-opt lib_dir="$G" --backend-opt n_gpu_layers=99 --backend-opt n_ctx=18688 --backend-opt n_threads=8 2>&1 | tail -60
 	;;
 *)
-	echo "usage: $0 build|bench|all" >&2; exit 2 ;;
+	echo "usage: $0 build|bench|mock|pin-ab|all" >&2; exit 2 ;;
 esac

@@ -333,10 +333,19 @@ func (b *bench) runConfig(ctx context.Context, cfg engineConfig, tag string) err
 				return fmt.Errorf("PREFILL n_past %v, want %d", m["n_past"], b.nPast)
 			}
 		}
+		// The baseline is the idle peak, or the RSS when the window opens if
+		// that is lower: a plugin whose model load peaked above its resident
+		// size (cuda-llama) would otherwise show a negative extra.
+		baseH, baseP := idleH, idleP
 		if b.rep.PeakWindow {
 			if err := e.resetPeaks(); err != nil {
 				return err
 			}
+			startH, startP, err := e.peaks()
+			if err != nil {
+				return err
+			}
+			baseH, baseP = min(baseH, startH), min(baseP, startP)
 		}
 		rows := map[string]*result{}
 		raws := map[string]*result{}
@@ -369,7 +378,7 @@ func (b *bench) runConfig(ctx context.Context, cfg engineConfig, tag string) err
 		if err != nil {
 			return err
 		}
-		host, plugin := float64(hostPeak-idleH)/mib, float64(pluginPeak-idleP)/mib
+		host, plugin := float64(hostPeak-baseH)/mib, float64(pluginPeak-baseP)/mib
 		for _, tr := range transports {
 			p, row, raw := b.panels[tr+op], rows[tr], raws[tr]
 			row.HostMiB, row.PluginMiB, row.Alongside = host, plugin, raw.GBps

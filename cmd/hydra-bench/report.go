@@ -248,6 +248,7 @@ func (r *report) markdown(w io.Writer) error {
 		"(the kernel's sendfile on TCP; on a Unix socket Go copies through the client's 1 MiB buffer). %s\n", verifyNote(r.Mock))
 	p("- **raw socket**: an in-process server on the same kind of socket, speaking just enough framing for the same client code: " +
 		"it writes the same byte count from one reused 4 MiB buffer (GET) or reads and discards it (PUT). " +
+		"Its accepted connections get the engine's default socket buffers (4 MiB SO_SNDBUF/SO_RCVBUF on a Unix socket, autotuning on TCP), so both sides of a ratio use the same socket settings. " +
 		"Raw and engine transfers alternate (their order flips every rep), so load from elsewhere on the machine hits both; " +
 		"the raw row pools every raw transfer of its table.\n")
 	p("- GB/s = bytes / seconds / 1e9, from the request to the last reply byte (GET) or to the reply (PUT, sent after the restore). " +
@@ -255,7 +256,8 @@ func (r *report) markdown(w io.Writer) error {
 		"raw alongside = median of the raw transfers interleaved with that row's, which shows when the socket itself was slower or faster during that row.\n")
 	if r.PeakWindow {
 		p("- Extra RSS = VmHWM of the host (`hydra-engine`) and of the plugin process over the direction's transfers "+
-			"(peak reset with `/proc/PID/clear_refs` before the STATE_PUT runs and again after the prefill that precedes the STATE_GET runs), minus the same process's VmHWM when idle right after start "+
+			"(peak reset with `/proc/PID/clear_refs` before the STATE_PUT runs and again after the prefill that precedes the STATE_GET runs), minus the same process's VmHWM when idle right after start, or its RSS when the window opened where that is lower, "+
+			"as for a plugin whose model load peaked above its resident size "+
 			"(median idle: host %.1f MiB, plugin %.1f MiB). Both transports share one engine per configuration, so a direction's RSS is the same in both tables. "+
 			"What the STATE_PUT runs and the prefill left resident (the host's pooled shm ring, Go heap not yet returned) stays in the STATE_GET figure.\n",
 			r.IdleHostMiB, r.IdlePluginMiB)

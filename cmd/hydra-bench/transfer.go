@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hydra-engine/hydra-engine/host"
 	"github.com/hydra-engine/hydra-engine/transport"
 )
 
@@ -85,6 +86,12 @@ func (s *rawServer) serve() {
 }
 
 func (s *rawServer) handle(c net.Conn) {
+	// The engine's default socket buffers (host.DefaultUnixSocketBuffer):
+	// the baseline must not run on different socket settings.
+	if uc, ok := c.(*net.UnixConn); ok {
+		_ = uc.SetWriteBuffer(host.DefaultUnixSocketBuffer)
+		_ = uc.SetReadBuffer(host.DefaultUnixSocketBuffer)
+	}
 	buf := make([]byte, rawServerBuf)
 	for i := range buf {
 		buf[i] = byte(i) // resident, non-zero pages, like a real chunk buffer

@@ -40,6 +40,7 @@ type Config struct {
 	DataPlane      string            `mapstructure:"data_plane"`
 	RingDepth      int               `mapstructure:"ring_depth"`
 	StateChunkSize uint64            `mapstructure:"state_chunk_size"`
+	SocketBuffer   int               `mapstructure:"socket_buffer"`
 	BackendSHA256  string            `mapstructure:"backend_sha256"`
 	TLSCert        string            `mapstructure:"tls_cert"`
 	TLSKey         string            `mapstructure:"tls_key"`
@@ -82,6 +83,7 @@ var settings = []struct{ key, flag string }{
 	{"data_plane", "data-plane"},
 	{"ring_depth", "ring-depth"},
 	{"state_chunk_size", "state-chunk-size"},
+	{"socket_buffer", "socket-buffer"},
 	{"backend_sha256", "backend-sha256"},
 	{"tls_cert", "tls-cert"},
 	{"tls_key", "tls-key"},
@@ -130,6 +132,7 @@ func newFlagSet(d Config, configFile *string, printConfig, showVersion *bool) *f
 	fs.StringVar(&v.DataPlane, "data-plane", d.DataPlane, "how state bytes travel to and from the plugin: auto, shm or grpc")
 	fs.IntVar(&v.RingDepth, "ring-depth", d.RingDepth, "chunk buffers in flight on the shm data plane (1 = serial copy-then-send)")
 	fs.Uint64Var(&v.StateChunkSize, "state-chunk-size", d.StateChunkSize, "initial state_chunk_size in bytes (64 KiB to 64 MiB; CONFIGURE changes it)")
+	fs.IntVar(&v.SocketBuffer, "socket-buffer", d.SocketBuffer, "SO_SNDBUF/SO_RCVBUF in bytes for accepted connections; 0: 4 MiB on Unix sockets, kernel autotuning on TCP; -1: kernel defaults (capped by net.core.wmem_max/rmem_max)")
 	fs.StringVar(&v.BackendSHA256, "backend-sha256", d.BackendSHA256, "pin the plugin executable: refuse to launch it unless its SHA-256 (hex) matches")
 	fs.StringVar(&v.TLSCert, "tls-cert", d.TLSCert, "certificate (PEM) of the tls:// listeners")
 	fs.StringVar(&v.TLSKey, "tls-key", d.TLSKey, "private key (PEM) of the tls:// listeners")

@@ -132,7 +132,7 @@ func run(c *Config, logger hclog.Logger) error {
 	tun := host.NewTunables()
 	tun.SetStateChunkSize(c.StateChunkSize)
 	srv := host.NewServer(p.Backend, p.Info, tun, host.Config{
-		Logger: logger, Version: version, IdleTimeout: c.IdleTimeout, ChunkTimeout: c.ChunkTimeout,
+		Logger: logger, Version: version, IdleTimeout: c.IdleTimeout, ChunkTimeout: c.ChunkTimeout, SocketBuffer: c.SocketBuffer,
 	})
 	var wg sync.WaitGroup
 	for i, l := range listeners {
