@@ -68,7 +68,8 @@ var _ iface.Backend = (*Backend)(nil)
 // hot paths read them without locking; only the slots carry mutable state.
 type engine struct {
 	info    iface.BackendInfo
-	kvBytes int // fake KV bytes per token, a multiple of 8
+	kvBytes int    // fake KV bytes per token, a multiple of 8
+	pat     []byte // what cells' KV is cut from (newPattern)
 	nCtx    int
 	opDelay time.Duration
 	slots   []*slot
@@ -114,6 +115,7 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 			NCtx:    opts.nCtx,
 		},
 		kvBytes: opts.kvBytes,
+		pat:     newPattern(opts.kvBytes),
 		nCtx:    opts.nCtx,
 		opDelay: opts.opDelay,
 		slots:   make([]*slot, nSlots),

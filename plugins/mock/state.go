@@ -1,6 +1,7 @@
 package mock
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -16,7 +17,7 @@ import (
 // little-endian:
 //
 //	off 0   u32 magic = StateMagic (wire bytes "MOCK")
-//	off 4   u32 format version = 1
+//	off 4   u32 format version = 2
 //	off 8   i32 seq_id: the source slot, informational (a restore uses its target slot)
 //	off 12  u32 n_cells: the sequence's length
 //	off 16  u32 kv_bytes_per_token
@@ -24,20 +25,21 @@ import (
 //	        n_cells × kv_bytes_per_token bytes of fake KV (see below)
 //	        u64 checksum
 //
-// Cell i's KV is kv_bytes_per_token/8 u64 words w_j = s_j ^ (s_j >> 29) with
-// s_j = mix64(h_i ^ kvSalt) + j·golden, h_i being the running hash of tokens
-// 0..i: a function of the sequence up to and including the cell, as real KV
-// is, yet one add, shift and xor a word to generate.
+// Cell i's KV is its key k_i = mix64(h_i ^ kvSalt) as a u64, h_i being the
+// running hash of tokens 0..i, followed by kv_bytes_per_token−8 bytes of the
+// backend's pattern (see newPattern) from byte offset 8·(k_i >> 51) on. So the
+// KV is a function of the sequence up to and including the cell, as real KV
+// is, yet producing it is a memmove from a table that stays in cache and
+// checking it a memcmp: the mock moves bytes at memory speed, and a benchmark
+// of it measures the data plane, not the mock.
 //
-// The checksum folds every field in order, c = rotl(c, 5) ^ v, starting from
-// checksumSeed, where v is each header and cell field zero-extended to 64 bits
-// and each KV word; the stored value is mix64(c). A rotate-xor chain costs two
-// cycles a word, so it does not slow the stream; it is a check against
-// truncation and corruption, not an adversary (StatePut also compares every
-// byte against the regenerated state).
+// The checksum folds every header and cell field and every cell's key in
+// order, c = rotl(c, 5) ^ v, starting from checksumSeed, v zero-extended to 64
+// bits; the stored value is mix64(c). It catches a truncated or misordered
+// state; StatePut compares every KV byte with the regenerated one besides.
 const (
 	StateMagic   = 0x4B434F4D // "MOCK" in wire order
-	stateVersion = 1
+	stateVersion = 2
 
 	stateHeaderSize = 20
 	stateCellSize   = 8
@@ -45,6 +47,12 @@ const (
 	minStateSize    = stateHeaderSize + stateSumSize
 
 	checksumSeed = 0x6D6F636B2D73756D // "mock-sum"
+	patternSeed  = 0x6D6F636B2D706174 // "mock-pat"
+
+	// patternSpan is how far the cells' windows into the pattern may start
+	// from one another: 8192 offsets, the key's top 13 bits.
+	patternSpan  = 64 << 10
+	patternShift = 64 - 13
 
 	// putChunk bounds StatePut's buffers: big enough that per-read overhead
 	// vanishes, small enough to stay in cache.
@@ -52,8 +60,27 @@ const (
 )
 
 // StateSize is the exact size of the state of a sequence of n tokens.
-func StateSize(kvBytesPerToken, n int) int64 {
-	return minStateSize + int64(n)*(stateCellSize+int64(kvBytesPerToken))
+func StateSize(kvBytes, n int) int64 {
+	return minStateSize + int64(n)*(stateCellSize+int64(kvBytes))
+}
+
+// newPattern is the table cells' KV is cut from: kvBytes−8+patternSpan bytes,
+// word k being w = s ^ s>>29 with s = mix64(patternSeed) + k·golden.
+func newPattern(kvBytes int) []byte {
+	p := make([]byte, kvBytes-8+patternSpan)
+	s := mix64(patternSeed)
+	for k := 0; k+8 <= len(p); k += 8 {
+		binary.LittleEndian.PutUint64(p[k:], s^s>>29)
+		s += golden
+	}
+	return p
+}
+
+// cellKey is the key of the cell whose running hash is h, and where its
+// window into the pattern starts.
+func cellKey(h uint64) (key uint64, off int) {
+	key = mix64(h ^ kvSalt)
+	return key, int(key>>patternShift) * 8
 }
 
 // Phases of stateGen.
@@ -72,21 +99,21 @@ type stateGen struct {
 	tokens  []int32
 	seqID   int32
 	kvBytes int
-	kvWords int
+	pat     []byte
 
 	phase int
 	i     int    // cell being produced
-	j     int    // next KV word of cell i
+	j     int    // next KV byte of cell i
 	h     uint64 // running hash through cell i
-	s     uint64 // Weyl state of KV word j
+	win   []byte // cell i's window into pat: its KV from byte 8 on
 	c     uint64 // checksum so far
 
 	small [stateHeaderSize]byte // a field split across two Reads
 	pend  []byte                // what of small is still to be returned
 }
 
-func newStateGen(tokens []int32, seqID int32, kvBytes int) *stateGen {
-	return &stateGen{tokens: tokens, seqID: seqID, kvBytes: kvBytes, kvWords: kvBytes / 8, h: hashSeed, c: checksumSeed}
+func newStateGen(tokens []int32, seqID int32, kvBytes int, pat []byte) *stateGen {
+	return &stateGen{tokens: tokens, seqID: seqID, kvBytes: kvBytes, pat: pat, h: hashSeed, c: checksumSeed}
 }
 
 func (g *stateGen) size() int64 { return StateSize(g.kvBytes, len(g.tokens)) }
@@ -114,7 +141,7 @@ func (g *stateGen) Read(p []byte) (int, error) {
 		case phCells:
 			if g.i == len(g.tokens) {
 				// Park on a finished pseudo-cell −1 so phKV starts cell 0.
-				g.phase, g.i, g.j = phKV, -1, g.kvWords
+				g.phase, g.i, g.j = phKV, -1, g.kvBytes
 				continue
 			}
 			d := p[n:]
@@ -129,24 +156,23 @@ func (g *stateGen) Read(p []byte) (int, error) {
 				n += stateCellSize
 			}
 		case phKV:
-			if g.j == g.kvWords {
+			if g.j == g.kvBytes {
 				g.i++
 				if g.i == len(g.tokens) {
 					g.phase = phSum
 					continue
 				}
 				g.h = step(g.h, g.tokens[g.i])
-				g.s, g.j = mix64(g.h^kvSalt), 0
-			}
-			m := min(g.kvWords-g.j, (len(p)-n)/8)
-			if m == 0 {
-				// Less than a word of room: generate it aside.
-				g.fillWords(g.small[:8])
-				g.pend = g.small[:8]
+				key, off := cellKey(g.h)
+				g.fold(key)
+				g.win = g.pat[off : off+g.kvBytes-8]
+				binary.LittleEndian.PutUint64(g.small[:8], key)
+				g.pend, g.j = g.small[:8], 8
 				continue
 			}
-			g.fillWords(p[n : n+8*m])
-			n += 8 * m
+			k := copy(p[n:], g.win[g.j-8:])
+			g.j += k
+			n += k
 		case phSum:
 			binary.LittleEndian.PutUint64(g.small[:8], mix64(g.c))
 			g.pend = g.small[:8]
@@ -170,40 +196,6 @@ func (g *stateGen) putCell(d []byte) {
 	g.i++
 }
 
-// kvWord is the KV word at Weyl state s.
-func kvWord(s uint64) uint64 { return s ^ s>>29 }
-
-// fillWords writes the next len(d)/8 KV words of the current cell.
-func (g *stateGen) fillWords(d []byte) {
-	g.j += len(d) / 8
-	g.s, g.c = fillWords(d, g.s, g.c)
-}
-
-// fillWords is the hot loop of StateGet: it writes d's words from Weyl state
-// s on and folds them into the checksum c. Two words a turn and a frame of its
-// own (noinline: inlined into Read it spilled registers) keep it at the
-// checksum chain's speed, two cycles a word.
-//
-//go:noinline
-func fillWords(d []byte, s, c uint64) (uint64, uint64) {
-	for len(d) >= 16 {
-		s1 := s + golden
-		w0, w1 := kvWord(s), kvWord(s1)
-		binary.LittleEndian.PutUint64(d[0:8], w0)
-		binary.LittleEndian.PutUint64(d[8:16], w1)
-		c = bits.RotateLeft64(bits.RotateLeft64(c, 5)^w0, 5) ^ w1
-		s = s1 + golden
-		d = d[16:]
-	}
-	if len(d) >= 8 {
-		w := kvWord(s)
-		binary.LittleEndian.PutUint64(d[:8], w)
-		c = bits.RotateLeft64(c, 5) ^ w
-		s += golden
-	}
-	return s, c
-}
-
 // StateGet writes the slot's state to w in pieces of exactly chunkSize bytes
 // but the last, from one reused buffer, never holding the state in memory.
 func (b *Backend) StateGet(ctx context.Context, i int, chunkSize int, w io.Writer) (int64, error) {
@@ -219,7 +211,7 @@ func (b *Backend) StateGet(ctx context.Context, i int, chunkSize int, w io.Write
 	}
 	defer s.release()
 	toks, _ := s.snapshot()
-	g := newStateGen(toks, int32(i), e.kvBytes)
+	g := newStateGen(toks, int32(i), e.kvBytes, e.pat)
 	size := g.size()
 	if cw, ok := w.(iface.ChunkWriter); ok {
 		return writeChunks(ctx, g, size, cw)
@@ -315,7 +307,7 @@ func (b *Backend) StatePut(ctx context.Context, i int, tokens []int32, r io.Read
 }
 
 // restore parses a state for tokens from r in bounded pieces, checking every
-// field and regenerating each KV word to compare it with the one received.
+// field and comparing each KV byte with the regenerated one.
 // stop reports that r failed or ctx ended, so r must not be read further.
 func restore(ctx context.Context, e *engine, tokens []int32, r io.Reader, size int64, buf []byte) (int64, bool, error) {
 	if len(tokens) > e.nCtx {
@@ -395,33 +387,36 @@ func restore(ctx context.Context, e *engine, tokens []int32, r io.Reader, size i
 		}
 	}
 
-	kvWords := e.kvBytes / 8
+	cell, j := -1, e.kvBytes // parked on a finished pseudo-cell −1
 	h := uint64(hashSeed)
-	var s uint64           // Weyl state of KV word j of cell
-	cell, j := -1, kvWords // parked on a finished pseudo-cell −1
+	var key uint64
+	var win []byte // the cell's expected KV from byte 8 on
 	for off < sumStart {
 		p, stop, err := next(sumStart)
 		if err != nil {
 			return 0, stop, err
 		}
 		for len(p) > 0 {
-			if j == kvWords {
+			if j == e.kvBytes {
+				// Pieces and cells start on 8-byte boundaries: the key is whole.
 				cell++
 				h = step(h, tokens[cell])
-				s, j = mix64(h^kvSalt), 0
+				var o int
+				key, o = cellKey(h)
+				win, j = e.pat[o:o+e.kvBytes-8], 8
+				c = bits.RotateLeft64(c, 5) ^ key
+				if got := binary.LittleEndian.Uint64(p); got != key {
+					return 0, false, kvMismatch(cell, 0, kvStart+int64(cell)*int64(e.kvBytes), p[:8], binary.LittleEndian.AppendUint64(nil, key))
+				}
+				p = p[8:]
+				continue
 			}
-			m := min(kvWords-j, len(p)/8)
-			var bad int
-			bad, s, c = checkWords(p[:8*m], s, c)
-			if bad >= 0 {
-				got, exp := binary.LittleEndian.Uint64(p[8*bad:]), kvWord(s)
-				b := bits.TrailingZeros64(got^exp) / 8
-				at := int64(j+bad)*8 + int64(b)
-				return 0, false, badState("cell %d: KV byte %d differs (state offset %d): %#02x, want %#02x",
-					cell, at, kvStart+int64(cell)*int64(e.kvBytes)+at, byte(got>>(8*b)), byte(exp>>(8*b)))
+			m := min(e.kvBytes-j, len(p))
+			if exp := win[j-8 : j-8+m]; !bytes.Equal(p[:m], exp) {
+				return 0, false, kvMismatch(cell, j, kvStart+int64(cell)*int64(e.kvBytes)+int64(j), p[:m], exp)
 			}
 			j += m
-			p = p[8*m:]
+			p = p[m:]
 		}
 	}
 
@@ -435,22 +430,15 @@ func restore(ctx context.Context, e *engine, tokens []int32, r io.Reader, size i
 	return want, false, nil
 }
 
-// checkWords compares d's words with the KV words from Weyl state s on,
-// folding them into the checksum c: the hot loop of StatePut. It returns the
-// index of the first word that differs, or -1, with s and c at that word.
-//
-//go:noinline
-func checkWords(d []byte, s, c uint64) (int, uint64, uint64) {
-	d = d[:len(d)&^7]
-	for i := 0; i < len(d); i += 8 {
-		w := binary.LittleEndian.Uint64(d[i : i+8])
-		if w != kvWord(s) {
-			return i / 8, s, c
-		}
-		c = bits.RotateLeft64(c, 5) ^ w
-		s += golden
+// kvMismatch reports the first byte where got, cell's KV from byte j on
+// (state offset at), differs from exp.
+func kvMismatch(cell, j int, at int64, got, exp []byte) error {
+	b := 0
+	for b < len(got) && got[b] == exp[b] {
+		b++
 	}
-	return -1, s, c
+	return badState("cell %d: KV byte %d differs (state offset %d): %#02x, want %#02x",
+		cell, j+b, at+int64(b), got[b], exp[b])
 }
 
 // drain reads r to its end, returning how many bytes it held.

@@ -26,7 +26,7 @@ func referenceState(tokens []int32, seqID int32, kvBytes int) []byte {
 	c := uint64(checksumSeed)
 	fold := func(v uint64) { c = bits.RotateLeft64(c, 5) ^ v }
 	var out []byte
-	for _, v := range []uint32{0x4B434F4D, 1, uint32(seqID), uint32(len(tokens)), uint32(kvBytes)} {
+	for _, v := range []uint32{0x4B434F4D, 2, uint32(seqID), uint32(len(tokens)), uint32(kvBytes)} {
 		out = le.AppendUint32(out, v)
 		fold(uint64(v))
 	}
@@ -35,13 +35,18 @@ func referenceState(tokens []int32, seqID int32, kvBytes int) []byte {
 		fold(uint64(i))
 		fold(uint64(uint32(t)))
 	}
+	// The pattern's word k, from the format's description.
+	patWord := func(k int) uint64 {
+		s := mix64(patternSeed) + uint64(k)*golden
+		return s ^ s>>29
+	}
 	for i := range tokens {
-		seed := mix64(seqHash(tokens[:i+1]) ^ kvSalt)
-		for j := range kvBytes / 8 {
-			s := seed + uint64(j)*golden
-			w := s ^ s>>29
-			out = le.AppendUint64(out, w)
-			fold(w)
+		key := mix64(seqHash(tokens[:i+1]) ^ kvSalt)
+		out = le.AppendUint64(out, key)
+		fold(key)
+		start := int(key >> 51) // the window's first pattern word
+		for k := range kvBytes/8 - 1 {
+			out = le.AppendUint64(out, patWord(start+k))
 		}
 	}
 	return le.AppendUint64(out, mix64(c))
@@ -191,7 +196,7 @@ func TestStateGetMemory(t *testing.T) {
 }
 
 func stateReader(tokens []int32, seqID int32, kvBytes int) *stateGen {
-	return newStateGen(tokens, seqID, kvBytes)
+	return newStateGen(tokens, seqID, kvBytes, newPattern(kvBytes))
 }
 
 func TestStateRoundTrip(t *testing.T) {
