@@ -27,6 +27,19 @@ type RegionWriter interface {
 	Region() []byte
 }
 
+// ChunkReader is implemented by the StatePut readers of a data plane whose
+// chunks already lie in memory the plugin can read (the shared-memory ring):
+// a consumer that can work on the bytes where they are (compare them, copy
+// them to a device) takes each piece in place, which saves one copy of every
+// state byte. Consumers check for it with a type assertion; Read and Next may
+// be mixed.
+type ChunkReader interface {
+	io.Reader
+	// Next returns the next unread piece of the stream, never empty, valid
+	// until the following call to Next or Read; io.EOF after the last.
+	Next() ([]byte, error)
+}
+
 type transferChunkKey struct{}
 
 // WithTransferChunk returns a context telling the data plane which chunk size

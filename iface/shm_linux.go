@@ -590,6 +590,27 @@ func (r *shmReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+var _ ChunkReader = (*shmReader)(nil)
+
+// Next hands out the rest of the current ring buffer in place; the host gets
+// it back (FREE) when the following piece is asked for.
+func (r *shmReader) Next() ([]byte, error) {
+	if r.err != nil {
+		return nil, r.err
+	}
+	for len(r.cur) == 0 {
+		if r.done {
+			return nil, io.EOF
+		}
+		if r.err = r.next(); r.err != nil {
+			return nil, r.err
+		}
+	}
+	p := r.cur
+	r.cur = nil
+	return p, nil
+}
+
 // next frees the buffer just consumed and waits for the next one.
 func (r *shmReader) next() error {
 	if r.held {

@@ -270,21 +270,16 @@ func (b *Backend) StatePut(ctx context.Context, i int, tokens []int32, r io.Read
 			s.clear()
 		}
 	}
-	bufSize := int64(putChunk)
-	if size >= 0 && size < bufSize {
-		bufSize = (size + 7) &^ 7 // the body is read in whole words
-	}
-	rbuf := make([]byte, max(bufSize, 8))
-
+	src := newStateSource(ctx, r, size)
 	var consumed int64
 	stop := false
 	if err == nil {
-		consumed, stop, err = restore(ctx, e, tokens, r, size, rbuf)
+		consumed, stop, err = restore(e, tokens, src, size)
 	}
 	if stop {
 		return 0, err
 	}
-	trailing, derr := drain(ctx, r, rbuf)
+	trailing, derr := src.drain()
 	if err != nil {
 		return 0, err
 	}
@@ -306,10 +301,10 @@ func (b *Backend) StatePut(ctx context.Context, i int, tokens []int32, r io.Read
 	return consumed, nil
 }
 
-// restore parses a state for tokens from r in bounded pieces, checking every
-// field and comparing each KV byte with the regenerated one.
-// stop reports that r failed or ctx ended, so r must not be read further.
-func restore(ctx context.Context, e *engine, tokens []int32, r io.Reader, size int64, buf []byte) (int64, bool, error) {
+// restore parses a state for tokens from src, checking every field and
+// comparing each KV byte with the regenerated one. stop reports that the
+// reader failed or ctx ended, so it must not be read further.
+func restore(e *engine, tokens []int32, src *stateSource, size int64) (int64, bool, error) {
 	if len(tokens) > e.nCtx {
 		return 0, false, badState("%d tokens exceed n_ctx %d", len(tokens), e.nCtx)
 	}
@@ -323,8 +318,8 @@ func restore(ctx context.Context, e *engine, tokens []int32, r io.Reader, size i
 	}
 
 	var hdr [stateHeaderSize]byte
-	if n, err := io.ReadFull(r, hdr[:]); err != nil {
-		return 0, isStreamErr(err), readErr(err, int64(n))
+	if err := src.fill(hdr[:]); err != nil {
+		return 0, isStreamErr(err), src.readErr(err)
 	}
 	c := uint64(checksumSeed)
 	var fields [5]uint32
@@ -347,84 +342,58 @@ func restore(ctx context.Context, e *engine, tokens []int32, r io.Reader, size i
 	}
 	n := int64(len(tokens))
 	kvStart := stateHeaderSize + stateCellSize*n
-	sumStart := kvStart + n*int64(e.kvBytes)
-	want := sumStart + stateSumSize
+	want := kvStart + n*int64(e.kvBytes) + stateSumSize
 	if size < want {
 		return 0, false, badState("state of %d cells needs %d bytes, size is %d", nCells, want, size)
 	}
 
-	// next reads the piece [off, end) capped at len(buf). Pieces start at
-	// stateHeaderSize + k·len(buf), len(buf) a multiple of 8, so no cell, KV
-	// word or checksum straddles two pieces.
-	off := int64(stateHeaderSize)
-	next := func(end int64) ([]byte, bool, error) {
-		if err := ctx.Err(); err != nil {
-			return nil, true, err
+	var w [8]byte
+	for cell := range len(tokens) {
+		if err := src.fill(w[:]); err != nil {
+			return 0, isStreamErr(err), src.readErr(err)
 		}
-		p := buf[:min(int64(len(buf)), end-off)]
-		if k, err := io.ReadFull(r, p); err != nil {
-			return nil, isStreamErr(err), readErr(err, off+int64(k))
+		pos, tok := binary.LittleEndian.Uint32(w[:]), binary.LittleEndian.Uint32(w[4:])
+		if int32(pos) != int32(cell) {
+			return 0, false, badState("cell %d: pos %d, want %d", cell, int32(pos), cell)
 		}
-		off += int64(len(p))
-		return p, false, nil
+		if int32(tok) != tokens[cell] {
+			return 0, false, badState("cell %d: token %d, want tokens[%d] = %d", cell, int32(tok), cell, tokens[cell])
+		}
+		c = bits.RotateLeft64(c, 5) ^ uint64(pos)
+		c = bits.RotateLeft64(c, 5) ^ uint64(tok)
 	}
 
-	for cell := 0; off < kvStart; {
-		p, stop, err := next(kvStart)
-		if err != nil {
-			return 0, stop, err
-		}
-		for ; len(p) >= stateCellSize; p, cell = p[stateCellSize:], cell+1 {
-			pos, tok := binary.LittleEndian.Uint32(p), binary.LittleEndian.Uint32(p[4:])
-			if int32(pos) != int32(cell) {
-				return 0, false, badState("cell %d: pos %d, want %d", cell, int32(pos), cell)
-			}
-			if int32(tok) != tokens[cell] {
-				return 0, false, badState("cell %d: token %d, want tokens[%d] = %d", cell, int32(tok), cell, tokens[cell])
-			}
-			c = bits.RotateLeft64(c, 5) ^ uint64(pos)
-			c = bits.RotateLeft64(c, 5) ^ uint64(tok)
-		}
-	}
-
-	cell, j := -1, e.kvBytes // parked on a finished pseudo-cell −1
 	h := uint64(hashSeed)
-	var key uint64
-	var win []byte // the cell's expected KV from byte 8 on
-	for off < sumStart {
-		p, stop, err := next(sumStart)
-		if err != nil {
-			return 0, stop, err
+	for cell := range len(tokens) {
+		at := src.off
+		h = step(h, tokens[cell])
+		key, o := cellKey(h)
+		c = bits.RotateLeft64(c, 5) ^ key
+		if err := src.fill(w[:]); err != nil {
+			return 0, isStreamErr(err), src.readErr(err)
 		}
-		for len(p) > 0 {
-			if j == e.kvBytes {
-				// Pieces and cells start on 8-byte boundaries: the key is whole.
-				cell++
-				h = step(h, tokens[cell])
-				var o int
-				key, o = cellKey(h)
-				win, j = e.pat[o:o+e.kvBytes-8], 8
-				c = bits.RotateLeft64(c, 5) ^ key
-				if got := binary.LittleEndian.Uint64(p); got != key {
-					return 0, false, kvMismatch(cell, 0, kvStart+int64(cell)*int64(e.kvBytes), p[:8], binary.LittleEndian.AppendUint64(nil, key))
-				}
-				p = p[8:]
-				continue
+		if binary.LittleEndian.Uint64(w[:]) != key {
+			return 0, false, kvMismatch(cell, 0, at, w[:], binary.LittleEndian.AppendUint64(nil, key))
+		}
+		// The rest of the cell is compared where it lies: in the shm ring
+		// when the data plane offers it, so no byte is copied.
+		for win := e.pat[o : o+e.kvBytes-8]; len(win) > 0; {
+			at := src.off
+			p, err := src.piece(len(win))
+			if err != nil {
+				return 0, isStreamErr(err), src.readErr(err)
 			}
-			m := min(e.kvBytes-j, len(p))
-			if exp := win[j-8 : j-8+m]; !bytes.Equal(p[:m], exp) {
-				return 0, false, kvMismatch(cell, j, kvStart+int64(cell)*int64(e.kvBytes)+int64(j), p[:m], exp)
+			if !bytes.Equal(p, win[:len(p)]) {
+				return 0, false, kvMismatch(cell, e.kvBytes-len(win), at, p, win)
 			}
-			j += m
-			p = p[m:]
+			win = win[len(p):]
 		}
 	}
 
-	p, stop, err := next(want)
-	if err != nil {
-		return 0, stop, err
+	if err := src.fill(w[:]); err != nil {
+		return 0, isStreamErr(err), src.readErr(err)
 	}
-	if got, exp := binary.LittleEndian.Uint64(p), mix64(c); got != exp {
+	if got, exp := binary.LittleEndian.Uint64(w[:]), mix64(c); got != exp {
 		return 0, false, badState("checksum %#016x, want %#016x", got, exp)
 	}
 	return want, false, nil
@@ -441,24 +410,6 @@ func kvMismatch(cell, j int, at int64, got, exp []byte) error {
 		cell, j+b, at+int64(b), got[b], exp[b])
 }
 
-// drain reads r to its end, returning how many bytes it held.
-func drain(ctx context.Context, r io.Reader, buf []byte) (int64, error) {
-	var n int64
-	for {
-		if err := ctx.Err(); err != nil {
-			return n, err
-		}
-		k, err := r.Read(buf)
-		n += int64(k)
-		if err == io.EOF {
-			return n, nil
-		}
-		if err != nil {
-			return n, fmt.Errorf("mock: draining state: %w", err)
-		}
-	}
-}
-
 func badState(format string, args ...any) error {
 	return fmt.Errorf("%w: mock state: %s", iface.ErrBadRequest, fmt.Sprintf(format, args...))
 }
@@ -468,9 +419,84 @@ func isStreamErr(err error) bool {
 	return !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF)
 }
 
-func readErr(err error, off int64) error {
-	if isStreamErr(err) {
-		return fmt.Errorf("mock: reading state at offset %d: %w", off, err)
+// stateSource is StatePut's view of its reader: pieces in place when the
+// reader is an iface.ChunkReader (the shm ring), else read into one reused
+// buffer of putChunk bytes. It counts what it hands out, for error offsets.
+type stateSource struct {
+	ctx  context.Context
+	r    io.Reader
+	cr   iface.ChunkReader // nil: r is read into buf
+	buf  []byte
+	cur  []byte // what of the last piece is not handed out yet
+	rerr error  // an error r returned along with data, due after it
+	off  int64  // bytes handed out
+}
+
+func newStateSource(ctx context.Context, r io.Reader, size int64) *stateSource {
+	s := &stateSource{ctx: ctx, r: r}
+	if cr, ok := r.(iface.ChunkReader); ok {
+		s.cr = cr
+	} else {
+		s.buf = make([]byte, max(min(int64(putChunk), size), 8))
 	}
-	return fmt.Errorf("%w: mock state truncated at offset %d: %w", iface.ErrBadRequest, off, io.ErrUnexpectedEOF)
+	return s
+}
+
+// piece returns the next 1 to max bytes of the stream, valid until the next
+// call; io.EOF at its end.
+func (s *stateSource) piece(max int) ([]byte, error) {
+	for len(s.cur) == 0 {
+		if s.rerr != nil {
+			return nil, s.rerr
+		}
+		if err := s.ctx.Err(); err != nil {
+			return nil, err
+		}
+		if s.cr != nil {
+			s.cur, s.rerr = s.cr.Next()
+		} else {
+			var n int
+			n, s.rerr = s.r.Read(s.buf)
+			s.cur = s.buf[:n]
+		}
+	}
+	p := s.cur[:min(max, len(s.cur))]
+	s.cur = s.cur[len(p):]
+	s.off += int64(len(p))
+	return p, nil
+}
+
+// fill reads exactly len(p) bytes into p, across pieces.
+func (s *stateSource) fill(p []byte) error {
+	for len(p) > 0 {
+		q, err := s.piece(len(p))
+		if err != nil {
+			return err
+		}
+		p = p[copy(p, q):]
+	}
+	return nil
+}
+
+// drain reads to the end of the stream, returning how many bytes were left.
+func (s *stateSource) drain() (int64, error) {
+	start := s.off
+	for {
+		p, err := s.piece(1 << 30)
+		if err == io.EOF {
+			return s.off - start, nil
+		}
+		if err != nil {
+			return s.off - start + int64(len(p)), fmt.Errorf("mock: draining state: %w", err)
+		}
+	}
+}
+
+// readErr describes err from the reader at the current offset: a stream
+// failure, or a state that ends early.
+func (s *stateSource) readErr(err error) error {
+	if isStreamErr(err) {
+		return fmt.Errorf("mock: reading state at offset %d: %w", s.off, err)
+	}
+	return fmt.Errorf("%w: mock state truncated at offset %d: %w", iface.ErrBadRequest, s.off, io.ErrUnexpectedEOF)
 }

@@ -264,6 +264,31 @@ func (e *errAfter) Read(p []byte) (int, error) {
 	return k, err
 }
 
+// pieceReader is an iface.ChunkReader over r, handing out pieces of odd,
+// changing sizes from a buffer it overwrites on every call, as the shm ring's
+// buffers are reused: a consumer that kept a piece past the next call would
+// see other bytes.
+type pieceReader struct {
+	r    io.Reader
+	buf  [70000]byte
+	turn int
+}
+
+var _ iface.ChunkReader = (*pieceReader)(nil)
+
+func (p *pieceReader) Next() ([]byte, error) {
+	sizes := []int{1, 7, 13, 4099, 65537, 3, 70000}
+	p.turn++
+	clear(p.buf[:])
+	n, err := io.ReadAtLeast(p.r, p.buf[:sizes[p.turn%len(sizes)]], 1)
+	if n > 0 {
+		return p.buf[:n], nil
+	}
+	return nil, err
+}
+
+func (p *pieceReader) Read(b []byte) (int, error) { return p.r.Read(b) }
+
 // eofReader reports whether its reader was read to the end.
 type eofReader struct {
 	r   io.Reader
@@ -301,73 +326,83 @@ func TestStatePutFailures(t *testing.T) {
 	wideState := stateOf(t, wide, 0, 1<<16)
 	boom := errors.New("connection reset")
 
+	rd := func(b []byte) func() io.Reader { return func() io.Reader { return bytes.NewReader(b) } }
+	ea := func(b []byte, n int) func() io.Reader {
+		return func() io.Reader { return &errAfter{bytes.NewReader(b), n, boom} }
+	}
 	for _, tc := range []struct {
 		name   string
 		tokens []int32
-		r      io.Reader
+		r      func() io.Reader
 		size   int64
 		msg    string
 		isErr  error
 	}{
-		{"magic", toks, bytes.NewReader(flip(1)), 0, "magic", nil},
-		{"version", toks, bytes.NewReader(flip(4)), 0, "format version", nil},
-		{"seq_id", toks, bytes.NewReader(flip(9)), 0, "checksum", nil},
-		{"n_cells", toks, bytes.NewReader(flip(12)), 0, "n_cells", nil},
-		{"kv_bytes_per_token header", toks, bytes.NewReader(flip(16)), 0, "kv_bytes_per_token 0, this backend uses 64", nil},
-		{"cell pos", toks, bytes.NewReader(flip(20 + 8*3)), 0, "cell 3: pos", nil},
-		{"cell token", toks, bytes.NewReader(flip(20 + 8*5 + 4)), 0, "cell 5: token", nil},
-		{"kv first byte", toks, bytes.NewReader(flip(kvStart)), 0, "cell 0: KV byte 0 differs", nil},
-		{"kv", toks, bytes.NewReader(flip(kvStart + kv*7 + 13)), 0, "cell 7: KV byte 13 differs", nil},
-		{"kv last byte", toks, bytes.NewReader(flip(kvStart + kv*n - 1)), 0, fmt.Sprintf("cell %d: KV byte %d", n-1, kv-1), nil},
-		{"checksum", toks, bytes.NewReader(flip(len(state) - 1)), 0, "checksum", nil},
-		{"truncated in header", toks, bytes.NewReader(state[:10]), 0, "truncated at offset 10", io.ErrUnexpectedEOF},
-		{"truncated in cells", toks, bytes.NewReader(state[:30]), 0, "truncated at offset 30", io.ErrUnexpectedEOF},
-		{"truncated in kv", toks, bytes.NewReader(state[:len(state)-100]), 0, "truncated", io.ErrUnexpectedEOF},
-		{"truncated checksum", toks, bytes.NewReader(state[:len(state)-1]), 0, "truncated", io.ErrUnexpectedEOF},
-		{"empty", toks, bytes.NewReader(nil), 0, "truncated at offset 0", io.ErrUnexpectedEOF},
-		{"size below state", toks, bytes.NewReader(state), int64(len(state) - 1), "needs", nil},
-		{"size below minimum", toks, bytes.NewReader(state), 27, "below the smallest state", nil},
-		{"tokens mismatch", otherTokens, bytes.NewReader(state), 0, "cell 9: token", nil},
-		{"fewer tokens", toks[:n-1], bytes.NewReader(state), 0, "n_cells", nil},
-		{"token out of range", append(slices.Clone(toks[:n-1]), 300), bytes.NewReader(state), 0, "outside the vocabulary", nil},
-		{"tokens over n_ctx", make([]int32, 101), bytes.NewReader(state), 0, "exceed n_ctx", nil},
-		{"wrong kv_bytes_per_token", toks, bytes.NewReader(wideState), int64(len(wideState)), "kv_bytes_per_token 128, this backend uses 64", nil},
-		{"reader error", toks, &errAfter{bytes.NewReader(state), 1000, boom}, 0, "connection reset", boom},
-		{"reader error in header", toks, &errAfter{bytes.NewReader(state), 3, boom}, 0, "offset 3", boom},
+		{"magic", toks, rd(flip(1)), 0, "magic", nil},
+		{"version", toks, rd(flip(4)), 0, "format version", nil},
+		{"seq_id", toks, rd(flip(9)), 0, "checksum", nil},
+		{"n_cells", toks, rd(flip(12)), 0, "n_cells", nil},
+		{"kv_bytes_per_token header", toks, rd(flip(16)), 0, "kv_bytes_per_token 0, this backend uses 64", nil},
+		{"cell pos", toks, rd(flip(20 + 8*3)), 0, "cell 3: pos", nil},
+		{"cell token", toks, rd(flip(20 + 8*5 + 4)), 0, "cell 5: token", nil},
+		{"kv first byte", toks, rd(flip(kvStart)), 0, "cell 0: KV byte 0 differs", nil},
+		{"kv", toks, rd(flip(kvStart + kv*7 + 13)), 0, "cell 7: KV byte 13 differs", nil},
+		{"kv last byte", toks, rd(flip(kvStart + kv*n - 1)), 0, fmt.Sprintf("cell %d: KV byte %d", n-1, kv-1), nil},
+		{"checksum", toks, rd(flip(len(state) - 1)), 0, "checksum", nil},
+		{"truncated in header", toks, rd(state[:10]), 0, "truncated at offset 10", io.ErrUnexpectedEOF},
+		{"truncated in cells", toks, rd(state[:30]), 0, "truncated at offset 30", io.ErrUnexpectedEOF},
+		{"truncated in kv", toks, rd(state[:len(state)-100]), 0, "truncated", io.ErrUnexpectedEOF},
+		{"truncated checksum", toks, rd(state[:len(state)-1]), 0, "truncated", io.ErrUnexpectedEOF},
+		{"empty", toks, rd(nil), 0, "truncated at offset 0", io.ErrUnexpectedEOF},
+		{"size below state", toks, rd(state), int64(len(state) - 1), "needs", nil},
+		{"size below minimum", toks, rd(state), 27, "below the smallest state", nil},
+		{"tokens mismatch", otherTokens, rd(state), 0, "cell 9: token", nil},
+		{"fewer tokens", toks[:n-1], rd(state), 0, "n_cells", nil},
+		{"token out of range", append(slices.Clone(toks[:n-1]), 300), rd(state), 0, "outside the vocabulary", nil},
+		{"tokens over n_ctx", make([]int32, 101), rd(state), 0, "exceed n_ctx", nil},
+		{"wrong kv_bytes_per_token", toks, rd(wideState), int64(len(wideState)), "kv_bytes_per_token 128, this backend uses 64", nil},
+		{"reader error", toks, ea(state, 1000), 0, "connection reset", boom},
+		{"reader error in header", toks, ea(state, 3), 0, "offset 3", boom},
 	} {
-		// Each failure must leave the target slot empty, whatever it held.
-		prefillTokens(t, b, 0, toks)
-		size := tc.size
-		if size == 0 {
-			size = int64(len(state))
-		}
-		er := &eofReader{r: tc.r}
-		_, err := b.StatePut(context.Background(), 0, tc.tokens, er, size)
-		if err == nil || !strings.Contains(err.Error(), tc.msg) {
-			t.Errorf("%s: err = %v, want one mentioning %q", tc.name, err, tc.msg)
-			continue
-		}
-		if tc.isErr != boom && !errors.Is(err, iface.ErrBadRequest) {
-			t.Errorf("%s: %v is not ErrBadRequest", tc.name, err)
-		}
-		if tc.isErr != nil && !errors.Is(err, tc.isErr) {
-			t.Errorf("%s: %v does not wrap %v", tc.name, err, tc.isErr)
-		}
-		if tc.isErr == boom {
-			if errors.Is(err, iface.ErrBadRequest) {
-				t.Errorf("%s: a reader error classed as a bad request", tc.name)
+		for _, chunked := range []bool{false, true} {
+			// Each failure must leave the target slot empty, whatever it held.
+			prefillTokens(t, b, 0, toks)
+			size := tc.size
+			if size == 0 {
+				size = int64(len(state))
 			}
-		} else if !er.eof {
-			t.Errorf("%s: the reader was not drained", tc.name)
-		}
-		if si := slotInfo(t, b, 0); si.NPast != 0 || len(si.Tokens) != 0 || si.StateSize != minStateSize {
-			t.Errorf("%s: slot not empty after a failed restore: %+v", tc.name, si)
-		}
-		if si := slotInfo(t, b, 2); !slices.Equal(si.Tokens, neighbour.Tokens) {
-			t.Errorf("%s: another slot changed", tc.name)
-		}
-		if _, err := b.Decode(context.Background(), iface.DecodeRequest{NPredict: 1}, nil); !errors.Is(err, iface.ErrBadRequest) {
-			t.Errorf("%s: decode on the failed slot: %v", tc.name, err)
+			er := &eofReader{r: tc.r()}
+			var r io.Reader = er
+			if chunked {
+				r = &pieceReader{r: er} // the shm plane's in-place pieces
+			}
+			_, err := b.StatePut(context.Background(), 0, tc.tokens, r, size)
+			if err == nil || !strings.Contains(err.Error(), tc.msg) {
+				t.Errorf("%s (chunked %v): err = %v, want one mentioning %q", tc.name, chunked, err, tc.msg)
+				continue
+			}
+			if tc.isErr != boom && !errors.Is(err, iface.ErrBadRequest) {
+				t.Errorf("%s: %v is not ErrBadRequest", tc.name, err)
+			}
+			if tc.isErr != nil && !errors.Is(err, tc.isErr) {
+				t.Errorf("%s: %v does not wrap %v", tc.name, err, tc.isErr)
+			}
+			if tc.isErr == boom {
+				if errors.Is(err, iface.ErrBadRequest) {
+					t.Errorf("%s: a reader error classed as a bad request", tc.name)
+				}
+			} else if !er.eof {
+				t.Errorf("%s: the reader was not drained", tc.name)
+			}
+			if si := slotInfo(t, b, 0); si.NPast != 0 || len(si.Tokens) != 0 || si.StateSize != minStateSize {
+				t.Errorf("%s: slot not empty after a failed restore: %+v", tc.name, si)
+			}
+			if si := slotInfo(t, b, 2); !slices.Equal(si.Tokens, neighbour.Tokens) {
+				t.Errorf("%s: another slot changed", tc.name)
+			}
+			if _, err := b.Decode(context.Background(), iface.DecodeRequest{NPredict: 1}, nil); !errors.Is(err, iface.ErrBadRequest) {
+				t.Errorf("%s: decode on the failed slot: %v", tc.name, err)
+			}
 		}
 	}
 	t.Logf("example: %v", func() error {
@@ -391,10 +426,16 @@ func TestStatePutTrailing(t *testing.T) {
 		"large":  make([]byte, 3*putChunk+5),
 	} {
 		blob := append(slices.Clone(state), trailing...)
-		r := &eofReader{r: bytes.NewReader(blob)}
-		n, err := b.StatePut(context.Background(), 1, toks, r, int64(len(blob)))
-		if err != nil || n != int64(len(state)) || !r.eof {
-			t.Fatalf("%s: StatePut = %d, %v (drained %v)", name, n, err, r.eof)
+		for _, chunked := range []bool{false, true} {
+			r := &eofReader{r: bytes.NewReader(blob)}
+			var src io.Reader = r
+			if chunked {
+				src = &pieceReader{r: r}
+			}
+			n, err := b.StatePut(context.Background(), 1, toks, src, int64(len(blob)))
+			if err != nil || n != int64(len(state)) || !r.eof {
+				t.Fatalf("%s (chunked %v): StatePut = %d, %v (drained %v)", name, chunked, n, err, r.eof)
+			}
 		}
 		if si := slotInfo(t, b, 1); !slices.Equal(si.Tokens, toks) {
 			t.Fatalf("%s: slot holds %v", name, si.Tokens)
