@@ -73,7 +73,7 @@ loop:
 				werr = err
 				break loop
 			}
-			if err := t.ctrl.send(msgFree, k, 0); err != nil {
+			if err := t.ctrl.post(msgFree, k, 0); err != nil {
 				break loop // the plugin is gone; its result says why
 			}
 		case msgEnd:
@@ -150,7 +150,7 @@ func (c *GRPCClient) statePutShm(ctx context.Context, slot int, tokens []int32, 
 			rerr = err
 			break
 		}
-		if err := t.ctrl.send(msgFilled, uint32(k), uint64(n)); err != nil {
+		if err := t.ctrl.post(msgFilled, uint32(k), uint64(n)); err != nil {
 			pluginDone = true
 			break
 		}

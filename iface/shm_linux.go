@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -44,13 +45,25 @@ const ctrlMsgSize = 16
 // errShmAborted is the peer giving up on a transfer.
 var errShmAborted = errors.New("shm data plane: transfer aborted by the other side")
 
+// ctrlConn is one transfer's control socket. FILLED and FREE messages are
+// posted, and sent in batches of up to batch: the peer, when it waits, wakes
+// once a batch instead of once a buffer (a wake-up across processes costs
+// more than the 16-byte message). A side flushes what it holds before it
+// waits itself, so holding messages never deadlocks the pair; the messages
+// and their order are those of an unbatched sender.
 type ctrlConn struct {
-	c    *net.UnixConn
-	wbuf [ctrlMsgSize]byte
-	rbuf [ctrlMsgSize]byte
+	c     *net.UnixConn
+	raw   syscall.RawConn
+	batch int
+	held  [][ctrlMsgSize]byte
+	rbuf  [ctrlMsgSize]byte
 }
 
-func newCtrlConn(fd int) (*ctrlConn, error) {
+// ctrlBatch is how many messages a side holds back on a ring of depth
+// buffers: half the ring, so the peer always has the other half to work on.
+func ctrlBatch(depth int) int { return max(1, depth/2) }
+
+func newCtrlConn(fd int, depth int) (*ctrlConn, error) {
 	f := os.NewFile(uintptr(fd), "hydra-shm-ctrl")
 	defer f.Close()
 	c, err := net.FileConn(f)
@@ -62,21 +75,77 @@ func newCtrlConn(fd int) (*ctrlConn, error) {
 		c.Close()
 		return nil, fmt.Errorf("shm control socket is a %T", c)
 	}
-	return &ctrlConn{c: uc}, nil
-}
-
-func (c *ctrlConn) send(kind, k uint32, n uint64) error {
-	binary.LittleEndian.PutUint32(c.wbuf[0:], kind)
-	binary.LittleEndian.PutUint32(c.wbuf[4:], k)
-	binary.LittleEndian.PutUint64(c.wbuf[8:], n)
-	_, err := c.c.Write(c.wbuf[:])
-	return err
-}
-
-func (c *ctrlConn) recv() (kind, k uint32, n uint64, err error) {
-	m, err := c.c.Read(c.rbuf[:])
+	raw, err := uc.SyscallConn()
 	if err != nil {
-		return 0, 0, 0, err
+		uc.Close()
+		return nil, err
+	}
+	return &ctrlConn{c: uc, raw: raw, batch: ctrlBatch(depth)}, nil
+}
+
+// post queues a FILLED or FREE message, sending the queue once it holds a
+// batch.
+func (c *ctrlConn) post(kind, k uint32, n uint64) error {
+	var m [ctrlMsgSize]byte
+	binary.LittleEndian.PutUint32(m[0:], kind)
+	binary.LittleEndian.PutUint32(m[4:], k)
+	binary.LittleEndian.PutUint64(m[8:], n)
+	c.held = append(c.held, m)
+	if len(c.held) >= c.batch {
+		return c.flush()
+	}
+	return nil
+}
+
+// send sends a message now, after any held ones (END and ABORT).
+func (c *ctrlConn) send(kind, k uint32, n uint64) error {
+	if err := c.post(kind, k, n); err != nil {
+		return err
+	}
+	return c.flush()
+}
+
+// flush sends the held messages, in order.
+func (c *ctrlConn) flush() error {
+	for i := range c.held {
+		if _, err := c.c.Write(c.held[i][:]); err != nil {
+			c.held = append(c.held[:0], c.held[i:]...)
+			return err
+		}
+	}
+	c.held = c.held[:0]
+	return nil
+}
+
+// recv returns the next message. Messages still held are sent first if it
+// would have to wait.
+func (c *ctrlConn) recv() (kind, k uint32, n uint64, err error) {
+	m := -1
+	if len(c.held) > 0 {
+		// A message may already be there: take it without sending ours.
+		var rerr error
+		if err := c.raw.Read(func(fd uintptr) bool {
+			m, _, _, _, rerr = unix.Recvmsg(int(fd), c.rbuf[:], nil, unix.MSG_DONTWAIT)
+			return true
+		}); err != nil {
+			return 0, 0, 0, err
+		}
+		switch {
+		case rerr == unix.EAGAIN:
+			m = -1
+			if err := c.flush(); err != nil {
+				return 0, 0, 0, err
+			}
+		case rerr != nil:
+			return 0, 0, 0, rerr
+		case m == 0:
+			return 0, 0, 0, io.EOF // the peer closed its end
+		}
+	}
+	if m < 0 {
+		if m, err = c.c.Read(c.rbuf[:]); err != nil {
+			return 0, 0, 0, err
+		}
 	}
 	if m != ctrlMsgSize {
 		return 0, 0, 0, fmt.Errorf("shm control message of %d bytes", m)
@@ -229,7 +298,7 @@ func (h *ShmHost) begin(chunk, depth int) (*hostTransfer, error) {
 		r.close()
 		return nil, err
 	}
-	ctrl, err := newCtrlConn(a)
+	ctrl, err := newCtrlConn(a, depth)
 	if err != nil {
 		unix.Close(b)
 		r.close()
@@ -440,7 +509,7 @@ func (r *ShmReceiver) open(ctx context.Context, id uint64, chunk, depth int64) (
 	if err != nil {
 		return nil, err
 	}
-	ctrl, err := newCtrlConn(ctrlfd)
+	ctrl, err := newCtrlConn(ctrlfd, int(depth))
 	if err != nil {
 		unix.Close(memfd)
 		return nil, err
@@ -536,7 +605,7 @@ func (w *shmWriter) flush() error {
 	if w.err != nil || w.fill == 0 {
 		return w.err
 	}
-	if err := w.t.ctrl.send(msgFilled, uint32(w.seq%w.t.ring.depth), uint64(w.fill)); err != nil {
+	if err := w.t.ctrl.post(msgFilled, uint32(w.seq%w.t.ring.depth), uint64(w.fill)); err != nil {
 		w.err = fmt.Errorf("shm data plane: host gone: %w", err)
 		return w.err
 	}
@@ -615,7 +684,7 @@ func (r *shmReader) Next() ([]byte, error) {
 func (r *shmReader) next() error {
 	if r.held {
 		r.held = false
-		if err := r.t.ctrl.send(msgFree, r.k, 0); err != nil {
+		if err := r.t.ctrl.post(msgFree, r.k, 0); err != nil {
 			return fmt.Errorf("shm data plane: host gone: %w", err)
 		}
 	}

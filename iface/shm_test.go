@@ -48,7 +48,7 @@ func producer(data []byte, piece int, useChunk bool, sawChunk *bool) func(contex
 
 func TestShmStateGet(t *testing.T) {
 	data := randomBytes(10<<20 + 12345)
-	for _, depth := range []int{1, 2, 4} {
+	for _, depth := range []int{1, 2, 4, 8} {
 		for _, chunk := range []int{64 << 10, 1 << 20, 3<<20 + 7} {
 			for _, useChunk := range []bool{false, true} {
 				name := fmt.Sprintf("depth%d/chunk%d/chunkwriter=%v", depth, chunk, useChunk)
@@ -133,12 +133,32 @@ func TestShmStateGetBackendFails(t *testing.T) {
 }
 
 // consumer is a StatePut that reads everything and records it.
-func consumer(got *bytes.Buffer, piece int) func(context.Context, int, []int32, io.Reader, int64) (int64, error) {
+// consumer is a StatePut that copies the state into got, taking the ring's
+// pieces in place (ChunkReader) when useNext and the reader offers them.
+func consumer(got *bytes.Buffer, piece int, useNext ...bool) func(context.Context, int, []int32, io.Reader, int64) (int64, error) {
 	return func(ctx context.Context, slot int, toks []int32, r io.Reader, size int64) (int64, error) {
-		buf := make([]byte, piece)
-		n, err := io.CopyBuffer(got, r, buf)
-		if err != nil {
-			return n, err
+		var n int64
+		var err error
+		if cr, ok := r.(ChunkReader); ok && len(useNext) > 0 && useNext[0] {
+			for {
+				p, perr := cr.Next()
+				if perr == io.EOF {
+					break
+				}
+				if perr != nil {
+					return n, perr
+				}
+				if len(p) == 0 {
+					return n, errors.New("Next returned an empty piece")
+				}
+				got.Write(p)
+				n += int64(len(p))
+			}
+		} else {
+			buf := make([]byte, piece)
+			if n, err = io.CopyBuffer(got, r, buf); err != nil {
+				return n, err
+			}
 		}
 		if n != size {
 			return n, fmt.Errorf("%w: read %d of %d", ErrBadRequest, n, size)
@@ -149,22 +169,120 @@ func consumer(got *bytes.Buffer, piece int) func(context.Context, int, []int32, 
 
 func TestShmStatePut(t *testing.T) {
 	data := randomBytes(9<<20 + 333)
-	for _, depth := range []int{1, 3} {
+	for _, depth := range []int{1, 3, 4, 8} {
 		for _, chunk := range []int{0, 64 << 10, 2 << 20} {
-			t.Run(fmt.Sprintf("depth%d/chunk%d", depth, chunk), func(t *testing.T) {
-				var got bytes.Buffer
-				b := TestBackendShm(t, &fakeBackend{statePut: consumer(&got, 77_777)}, depth)
-				ctx := context.Background()
-				if chunk > 0 {
-					ctx = WithTransferChunk(ctx, chunk)
-				}
-				src := io.MultiReader(bytes.NewReader(data), bytes.NewReader([]byte("beyond size")))
-				n, err := b.StatePut(ctx, 1, []int32{1, 2}, src, int64(len(data)))
-				if err != nil || n != int64(len(data)) || !bytes.Equal(got.Bytes(), data) {
-					t.Fatalf("n=%d err=%v equal=%v", n, err, bytes.Equal(got.Bytes(), data))
-				}
-			})
+			for _, useNext := range []bool{false, true} {
+				t.Run(fmt.Sprintf("depth%d/chunk%d/next=%v", depth, chunk, useNext), func(t *testing.T) {
+					var got bytes.Buffer
+					b := TestBackendShm(t, &fakeBackend{statePut: consumer(&got, 77_777, useNext)}, depth)
+					ctx := context.Background()
+					if chunk > 0 {
+						ctx = WithTransferChunk(ctx, chunk)
+					}
+					src := io.MultiReader(bytes.NewReader(data), bytes.NewReader([]byte("beyond size")))
+					n, err := b.StatePut(ctx, 1, []int32{1, 2}, src, int64(len(data)))
+					if err != nil || n != int64(len(data)) || !bytes.Equal(got.Bytes(), data) {
+						t.Fatalf("n=%d err=%v equal=%v", n, err, bytes.Equal(got.Bytes(), data))
+					}
+				})
+			}
 		}
+	}
+}
+
+// TestCtrlBatching: posted messages wait for a batch, or for their sender to
+// wait itself, and arrive whole and in order.
+func TestCtrlBatching(t *testing.T) {
+	a, b, err := seqpacketPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := newCtrlConn(a, 6) // batch 3
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ca.close()
+	cb, err := newCtrlConn(b, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cb.close()
+	if ca.batch != 3 || cb.batch != 1 {
+		t.Fatalf("batches %d, %d; want 3, 1", ca.batch, cb.batch)
+	}
+	pending := func() bool { // does b have a message waiting?
+		cb.c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+		defer cb.c.SetReadDeadline(time.Time{})
+		_, _, _, err := cb.recv()
+		return err == nil
+	}
+	expect := func(kind, k uint32, n uint64) {
+		t.Helper()
+		gk, gi, gn, err := cb.recv()
+		if err != nil || gk != kind || gi != k || gn != n {
+			t.Fatalf("got (%d, %d, %d, %v), want (%d, %d, %d)", gk, gi, gn, err, kind, k, n)
+		}
+	}
+	for i := range 2 {
+		if err := ca.post(msgFree, uint32(i), uint64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if pending() {
+		t.Fatal("a message of an unfinished batch was sent")
+	}
+	if err := ca.post(msgFree, 2, 2); err != nil { // completes the batch
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		expect(msgFree, uint32(i), uint64(i))
+	}
+
+	// A sender about to wait sends what it holds first...
+	if err := ca.post(msgFilled, 7, 70); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		kind, k, n, err := ca.recv()
+		if err == nil && (kind != msgEnd || k != 0 || n != 5) {
+			err = fmt.Errorf("a received (%d, %d, %d)", kind, k, n)
+		}
+		got <- err
+	}()
+	expect(msgFilled, 7, 70)
+	if err := cb.send(msgEnd, 0, 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	// ...but not when a message is already there for it.
+	if err := cb.send(msgFree, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := ca.post(msgFilled, 8, 80); err != nil {
+		t.Fatal(err)
+	}
+	if kind, k, _, err := ca.recv(); err != nil || kind != msgFree || k != 1 {
+		t.Fatalf("a received (%d, %d, %v)", kind, k, err)
+	}
+	if pending() {
+		t.Fatal("a sent its held message though it did not wait")
+	}
+	// send flushes held messages before its own, in order.
+	if err := ca.send(msgAbort, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	expect(msgFilled, 8, 80)
+	expect(msgAbort, 0, 0)
+	// A peer that goes away ends a receive that flushed first.
+	if err := ca.post(msgFree, 3, 0); err != nil {
+		t.Fatal(err)
+	}
+	cb.close()
+	if _, _, _, err := ca.recv(); err == nil {
+		t.Fatal("recv from a closed peer succeeded")
 	}
 }
 
