@@ -67,14 +67,31 @@ loop:
 				werr = fmt.Errorf("shm data plane: bad buffer (%d, %d) from the plugin", k, n)
 				break loop
 			}
-			m, err := w.Write(t.ring.buf(int(k))[:n])
+			// Buffers the plugin has already filled after this one, next in
+			// the mapping, go out in the same write: one syscall, and one
+			// wake-up of the client, for several small chunks.
+			last, end := k, uint64(k)*uint64(t.ring.chunk)+n
+			for n == uint64(t.ring.chunk) && int(last)+1 < t.ring.depth {
+				m, ok, err := t.ctrl.poll()
+				if err != nil || !ok {
+					break // an error shows again at the next recv
+				}
+				if m.kind != msgFilled || m.k != last+1 || m.n > uint64(t.ring.chunk) {
+					t.ctrl.unpoll(m)
+					break
+				}
+				last, n, end = m.k, m.n, end+m.n
+			}
+			m, err := w.Write(t.ring.mem[uint64(k)*uint64(t.ring.chunk) : end])
 			written += int64(m)
 			if err != nil {
 				werr = err
 				break loop
 			}
-			if err := t.ctrl.post(msgFree, k, 0); err != nil {
-				break loop // the plugin is gone; its result says why
+			for j := k; j <= last; j++ {
+				if err := t.ctrl.post(msgFree, j, 0); err != nil {
+					break loop // the plugin is gone; its result says why
+				}
 			}
 		case msgEnd:
 			ended = uint64(written) == n

@@ -52,11 +52,12 @@ var errShmAborted = errors.New("shm data plane: transfer aborted by the other si
 // waits itself, so holding messages never deadlocks the pair; the messages
 // and their order are those of an unbatched sender.
 type ctrlConn struct {
-	c     *net.UnixConn
-	raw   syscall.RawConn
-	batch int
-	held  [][ctrlMsgSize]byte
-	rbuf  [ctrlMsgSize]byte
+	c      *net.UnixConn
+	raw    syscall.RawConn
+	batch  int
+	held   [][ctrlMsgSize]byte
+	unread *ctrlMsg // a message poll took and unpoll put back
+	rbuf   [ctrlMsgSize]byte
 }
 
 // ctrlBatch is how many messages a side holds back on a ring of depth
@@ -117,40 +118,71 @@ func (c *ctrlConn) flush() error {
 	return nil
 }
 
+// ctrlMsg is a decoded control message.
+type ctrlMsg struct {
+	kind, k uint32
+	n       uint64
+}
+
+// poll returns a message that has already arrived, without waiting: ok is
+// false when there is none.
+func (c *ctrlConn) poll() (m ctrlMsg, ok bool, err error) {
+	if c.unread != nil {
+		m, c.unread = *c.unread, nil
+		return m, true, nil
+	}
+	var n int
+	var rerr error
+	if err := c.raw.Read(func(fd uintptr) bool {
+		n, _, _, _, rerr = unix.Recvmsg(int(fd), c.rbuf[:], nil, unix.MSG_DONTWAIT)
+		return true
+	}); err != nil {
+		return m, false, err
+	}
+	switch {
+	case rerr == unix.EAGAIN:
+		return m, false, nil
+	case rerr != nil:
+		return m, false, rerr
+	case n == 0:
+		return m, false, io.EOF // the peer closed its end
+	}
+	m, err = c.decode(n)
+	return m, err == nil, err
+}
+
+// unpoll puts back a message poll returned, for the next poll or recv.
+func (c *ctrlConn) unpoll(m ctrlMsg) { c.unread = &m }
+
+func (c *ctrlConn) decode(n int) (ctrlMsg, error) {
+	if n != ctrlMsgSize {
+		return ctrlMsg{}, fmt.Errorf("shm control message of %d bytes", n)
+	}
+	return ctrlMsg{binary.LittleEndian.Uint32(c.rbuf[0:]), binary.LittleEndian.Uint32(c.rbuf[4:]), binary.LittleEndian.Uint64(c.rbuf[8:])}, nil
+}
+
 // recv returns the next message. Messages still held are sent first if it
 // would have to wait.
 func (c *ctrlConn) recv() (kind, k uint32, n uint64, err error) {
-	m := -1
-	if len(c.held) > 0 {
+	if len(c.held) > 0 || c.unread != nil {
 		// A message may already be there: take it without sending ours.
-		var rerr error
-		if err := c.raw.Read(func(fd uintptr) bool {
-			m, _, _, _, rerr = unix.Recvmsg(int(fd), c.rbuf[:], nil, unix.MSG_DONTWAIT)
-			return true
-		}); err != nil {
+		m, ok, err := c.poll()
+		if err != nil {
 			return 0, 0, 0, err
 		}
-		switch {
-		case rerr == unix.EAGAIN:
-			m = -1
-			if err := c.flush(); err != nil {
-				return 0, 0, 0, err
-			}
-		case rerr != nil:
-			return 0, 0, 0, rerr
-		case m == 0:
-			return 0, 0, 0, io.EOF // the peer closed its end
+		if ok {
+			return m.kind, m.k, m.n, nil
 		}
-	}
-	if m < 0 {
-		if m, err = c.c.Read(c.rbuf[:]); err != nil {
+		if err := c.flush(); err != nil {
 			return 0, 0, 0, err
 		}
 	}
-	if m != ctrlMsgSize {
-		return 0, 0, 0, fmt.Errorf("shm control message of %d bytes", m)
+	r, err := c.c.Read(c.rbuf[:])
+	if err != nil {
+		return 0, 0, 0, err
 	}
-	return binary.LittleEndian.Uint32(c.rbuf[0:]), binary.LittleEndian.Uint32(c.rbuf[4:]), binary.LittleEndian.Uint64(c.rbuf[8:]), nil
+	m, err := c.decode(r)
+	return m.kind, m.k, m.n, err
 }
 
 func (c *ctrlConn) close() { c.c.Close() }
