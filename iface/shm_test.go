@@ -10,6 +10,7 @@ import (
 	"io"
 	"sync"
 	"testing"
+	"testing/iotest"
 	"time"
 )
 
@@ -190,6 +191,46 @@ func TestShmStatePut(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestShmStatePutReaders: the host's reads land across buffer boundaries
+// whatever sizes the socket returns, data and EOF together included.
+func TestShmStatePutReaders(t *testing.T) {
+	data := randomBytes(3<<20 + 4321)
+	for name, wrap := range map[string]func(io.Reader) io.Reader{
+		"half":     iotest.HalfReader,
+		"data+eof": iotest.DataErrReader,
+		"one byte": func(r io.Reader) io.Reader { return io.LimitReader(iotest.OneByteReader(r), 200_000) },
+		"odd":      func(r io.Reader) io.Reader { return &oddReader{r: r} },
+	} {
+		for _, depth := range []int{1, 4} {
+			t.Run(fmt.Sprintf("%s/depth%d", name, depth), func(t *testing.T) {
+				src := data
+				if name == "one byte" {
+					src = data[:200_000]
+				}
+				var got bytes.Buffer
+				b := TestBackendShm(t, &fakeBackend{statePut: consumer(&got, 77_777, depth == 4)}, depth)
+				ctx := WithTransferChunk(context.Background(), 64<<10)
+				n, err := b.StatePut(ctx, 1, nil, wrap(bytes.NewReader(src)), int64(len(src)))
+				if err != nil || n != int64(len(src)) || !bytes.Equal(got.Bytes(), src) {
+					t.Fatalf("n=%d err=%v equal=%v", n, err, bytes.Equal(got.Bytes(), src))
+				}
+			})
+		}
+	}
+}
+
+// oddReader returns pieces of changing odd sizes.
+type oddReader struct {
+	r    io.Reader
+	turn int
+}
+
+func (o *oddReader) Read(p []byte) (int, error) {
+	sizes := []int{1, 65535, 7, 200_001, 65537, 3}
+	o.turn++
+	return o.r.Read(p[:min(len(p), sizes[o.turn%len(sizes)])])
 }
 
 // TestCtrlBatching: posted messages wait for a batch, or for their sender to
