@@ -297,7 +297,7 @@ func (r *report) targets(p func(string, ...any)) {
 	cs := r.checks()
 	p("## Targets\n\n")
 	p("Issue 3: pipelined STATE_GET and STATE_PUT ≥ %.2f of the raw socket on the same transport at 2 MiB chunks, ≥ %.2f at 256 KiB; "+
-		"extra RSS ≤ %.0f MiB per process. `shm` (depth %d) is what `--data-plane auto` picks for the mock; `grpc` is the portable fallback, shown for comparison.\n\n",
+		"extra RSS ≤ %.0f MiB per process. `shm` (depth %d) is what `--data-plane auto` picks for a plugin on the same host; `grpc` is the portable fallback, shown for comparison.\n\n",
 		targetRatio2M, targetRatio256K, targetExtraMiB, pipelineDepth)
 	for _, plane := range []string{"shm", "grpc"} {
 		var n, rate, rss int
