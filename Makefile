@@ -67,7 +67,7 @@ bench: build
 
 # Go micro-benchmarks (the mock's state generator, the client).
 bench-go:
-	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) ./plugins/mock/ ./transport/
+	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) ./plugins/mock/ ./transport/ ./iface/
 
 # The fault, vanishing-client, shutdown and load tests, SOAK times over.
 SOAK ?= 10

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Same-run A/B of two engine builds on the mock plugin: STATE_GET (hydractl
+# writing to /dev/null) and STATE_PUT (from a blob in /dev/shm) of a 1.2 GB
+# state, over a Unix socket and TCP, at 64 KiB, 256 KiB and 2 MiB chunks.
+# Engines alternate a b b a a b b a, so drift on a shared machine hits both.
+#
+#   scripts/engine-ab.sh DIR_A DIR_B [get|put|both]
+#
+# Each DIR holds hydra-engine and hydra-plugin-mock (e.g. built from two
+# commits with `go build -o DIR/ ./cmd/hydra-engine ./cmd/hydra-plugin-mock`);
+# hydractl is taken from DIR_B. Prints one line per engine, transport and
+# chunk size with the GB/s of each transfer.
+set -uo pipefail
+[[ $# -ge 2 ]] || { echo "usage: $0 DIR_A DIR_B [get|put|both]" >&2; exit 2; }
+A=$(cd "$1" && pwd) B=$(cd "$2" && pwd) OPS=${3:-both}
+C=$B/hydractl
+blob=/dev/shm/hydra-ab-$$.blob
+trap 'rm -f "$blob"' EXIT
+toks=$(python3 -c "print(','.join(str(3+(i*31)%250) for i in range(9200)))")
+rate() { grep -o '([0-9.]* GB/s)' | tr -d '()GB/s '; }
+for v in a b b a a b b a; do
+	dir=$A; [[ $v == b ]] && dir=$B
+	sock=/tmp/hydra-ab-$$-$v.sock port=$((39700 + RANDOM % 200)); rm -f "$sock"
+	"$dir/hydra-engine" --rpc "unix://$sock" --rpc "tcp://127.0.0.1:$port" --backend "$dir/hydra-plugin-mock" \
+		--backend-opt kv_bytes_per_token=131072 --slots 2 --log-level warn >"/tmp/hydra-ab-$$-$v.log" 2>&1 &
+	pid=$!
+	for _ in $(seq 100); do "$C" --addr "unix://$sock" info >/dev/null 2>&1 && break; sleep 0.1; done
+	"$C" --addr "unix://$sock" prefill --slot 0 --tokens "$toks" >/dev/null 2>&1 || { echo "engine $v: prefill failed" >&2; kill $pid; exit 1; }
+	[[ -f $blob ]] || "$C" --addr "unix://$sock" --no-progress state get --slot 0 -o "$blob" >/dev/null 2>&1
+	for chunk in 65536 262144 2097152; do
+		"$C" --addr "unix://$sock" configure "{\"state_chunk_size\":$chunk}" >/dev/null
+		for tr in "unix://$sock" "tcp://127.0.0.1:$port"; do
+			line="$v ${tr%%:*} chunk $chunk"
+			if [[ $OPS != put ]]; then
+				line+=" GET $(for _ in 1 2 3 4; do "$C" --addr "$tr" --no-progress state get --slot 0 -o /dev/null 2>&1 | rate; done | tr '\n' ' ')"
+			fi
+			if [[ $OPS != get ]]; then
+				line+=" PUT $(for _ in 1 2 3; do "$C" --addr "$tr" --no-progress state put --slot 1 -i "$blob" 2>&1 | rate; done | tr '\n' ' ')"
+			fi
+			echo "$line"
+		done
+	done
+	kill $pid; wait $pid 2>/dev/null
+done
