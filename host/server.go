@@ -320,7 +320,7 @@ func statusOf(err error) transport.Status {
 func (s *Server) serveConn(raw net.Conn) {
 	defer raw.Close()
 	log := s.log.With("remote", raw.RemoteAddr().String())
-	if err := setSockBuf(raw, sockBufSize(raw, s.cfg.SocketBuffer)); err != nil {
+	if err := SetSocketBuffers(raw, s.cfg.SocketBuffer); err != nil {
 		log.Warn("setting the socket buffers", "error", err)
 	}
 	dc := &deadlineConn{Conn: raw, readTimeout: s.cfg.ChunkTimeout, writeTimeout: s.cfg.ChunkTimeout}

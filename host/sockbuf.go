@@ -15,6 +15,13 @@ import (
 // switch that off.
 const DefaultUnixSocketBuffer = 4 << 20
 
+// SetSocketBuffers does to c what the engine does to every connection it
+// accepts, want being Config.SocketBuffer (0: the defaults). A benchmark's raw
+// baseline calls it so both sides of a ratio run on the same socket settings.
+func SetSocketBuffers(c net.Conn, want int) error {
+	return setSockBuf(c, sockBufSize(c, want))
+}
+
 // sockBufSize is the buffer to ask for on c, 0 for the kernel's own choice.
 // want is Config.SocketBuffer: 0 the defaults above, < 0 the kernel's
 // everywhere, > 0 that size on every connection.

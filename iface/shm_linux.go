@@ -522,20 +522,10 @@ type shmReader struct {
 }
 
 func (r *shmReader) Read(p []byte) (int, error) {
-	if r.err != nil {
-		return 0, r.err
-	}
-	for len(r.cur) == 0 {
-		if r.done {
-			return 0, io.EOF
-		}
-		if r.err = r.next(); r.err != nil {
-			return 0, r.err
-		}
-	}
-	n := copy(p, r.cur)
-	r.cur = r.cur[n:]
-	return n, nil
+	piece, err := r.Next()
+	n := copy(p, piece)
+	r.cur = piece[n:] // the rest is read next time, from the same buffer
+	return n, err
 }
 
 var _ ChunkReader = (*shmReader)(nil)

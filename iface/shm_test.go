@@ -138,11 +138,11 @@ func TestShmStateGetBackendFails(t *testing.T) {
 // consumer is a StatePut that reads everything and records it.
 // consumer is a StatePut that copies the state into got, taking the ring's
 // pieces in place (ChunkReader) when useNext and the reader offers them.
-func consumer(got *bytes.Buffer, piece int, useNext ...bool) func(context.Context, int, []int32, io.Reader, int64) (int64, error) {
+func consumer(got *bytes.Buffer, piece int, useNext bool) func(context.Context, int, []int32, io.Reader, int64) (int64, error) {
 	return func(ctx context.Context, slot int, toks []int32, r io.Reader, size int64) (int64, error) {
 		var n int64
 		var err error
-		if cr, ok := r.(ChunkReader); ok && len(useNext) > 0 && useNext[0] {
+		if cr, ok := r.(ChunkReader); ok && useNext {
 			for {
 				p, perr := cr.Next()
 				if perr == io.EOF {

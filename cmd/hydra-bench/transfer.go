@@ -86,12 +86,9 @@ func (s *rawServer) serve() {
 }
 
 func (s *rawServer) handle(c net.Conn) {
-	// The engine's default socket buffers (host.DefaultUnixSocketBuffer):
-	// the baseline must not run on different socket settings.
-	if uc, ok := c.(*net.UnixConn); ok {
-		_ = uc.SetWriteBuffer(host.DefaultUnixSocketBuffer)
-		_ = uc.SetReadBuffer(host.DefaultUnixSocketBuffer)
-	}
+	// The engine's default socket buffers: the baseline must not run on
+	// different socket settings.
+	_ = host.SetSocketBuffers(c, 0)
 	buf := make([]byte, rawServerBuf)
 	for i := range buf {
 		buf[i] = byte(i) // resident, non-zero pages, like a real chunk buffer
