@@ -1,6 +1,8 @@
 package host
 
 import (
+	"bufio"
+	"io"
 	"net"
 	"time"
 )
@@ -42,4 +44,24 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += int64(n)
 	return n, err
+}
+
+// payloadReader reads a request payload. bufio.Reader reads into its own
+// buffer whenever the caller asks for less than that buffer, so the tail of
+// every large read (a ring chunk of a STATE_PUT) would be read into it and
+// copied again, and the next chunk would start with a copy as well. Reads of
+// at least directRead bytes therefore go straight to the connection once the
+// buffered bytes are used up; small reads (headers, fields) stay buffered.
+type payloadReader struct {
+	br   *bufio.Reader
+	conn io.Reader
+}
+
+const directRead = 4 << 10
+
+func (r payloadReader) Read(p []byte) (int, error) {
+	if len(p) < directRead || r.br.Buffered() > 0 {
+		return r.br.Read(p)
+	}
+	return r.conn.Read(p)
 }

@@ -355,7 +355,7 @@ func (s *Server) serveConn(raw net.Conn) {
 		}
 		req := &request{
 			hdr: hdr, key: string(kt[:hdr.KeyLen]), trace: string(kt[hdr.KeyLen:]),
-			payload: &io.LimitedReader{R: br, N: int64(min(hdr.PayloadLen, 1<<62))},
+			payload: &io.LimitedReader{R: payloadReader{br, dc}, N: int64(min(hdr.PayloadLen, 1<<62))},
 		}
 		if hdr.PayloadLen > 1<<62 {
 			log.Warn("closing connection: payload length beyond any limit", "op", hdr.Op, "payload_len", hdr.PayloadLen)
