@@ -13,8 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The shm data plane's control socket: one SOCK_SEQPACKET pair per transfer
-// carrying 16-byte messages between host and plugin.
+// The shm data plane's control socket: one SOCK_SEQPACKET pair per transfer.
+// Each datagram carries one or more 16-byte messages.
 
 // Control message kinds; a message is [u32 kind][u32 buffer][u64 n].
 const (
@@ -26,24 +26,31 @@ const (
 
 const ctrlMsgSize = 16
 
+// ctrlMaxBatch bounds the messages of one datagram: half the deepest ring
+// (64) plus an END or ABORT, with room to spare. A datagram longer than the
+// receive buffer would be cut short, so both sides rely on it.
+const ctrlMaxBatch = 64
+
 // ctrlConn is one transfer's control socket. FILLED and FREE messages are
-// posted, and sent in batches of up to batch: the peer, when it waits, wakes
-// once a batch instead of once a buffer (a wake-up across processes costs
-// more than the 16-byte message). A side flushes what it holds before it
-// waits itself, so holding messages never deadlocks the pair; the messages
-// and their order are those of an unbatched sender.
+// posted, and sent in batches of up to batch messages in one datagram: the
+// peer, when it waits, wakes once a batch instead of once a buffer, and each
+// side makes one system call a batch (a wake-up across processes costs more
+// than the 16-byte message). A side flushes what it holds before it waits
+// itself, so holding messages never deadlocks the pair; the messages and
+// their order are those of an unbatched sender.
 type ctrlConn struct {
-	c      *net.UnixConn
-	raw    syscall.RawConn
-	batch  int
-	held   [][ctrlMsgSize]byte
-	unread *ctrlMsg // a message poll took and unpoll put back
-	rbuf   [ctrlMsgSize]byte
+	c     *net.UnixConn
+	raw   syscall.RawConn
+	batch int
+	held  []byte    // posted messages not yet sent
+	queue []ctrlMsg // received messages; queue[head:] not yet taken, in order
+	head  int
+	rbuf  [ctrlMaxBatch * ctrlMsgSize]byte
 }
 
 // ctrlBatch is how many messages a side holds back on a ring of depth
 // buffers: half the ring, so the peer always has the other half to work on.
-func ctrlBatch(depth int) int { return max(1, depth/2) }
+func ctrlBatch(depth int) int { return min(max(1, depth/2), ctrlMaxBatch-1) }
 
 func newCtrlConn(fd int, depth int) (*ctrlConn, error) {
 	f := os.NewFile(uintptr(fd), "hydra-shm-ctrl")
@@ -68,12 +75,10 @@ func newCtrlConn(fd int, depth int) (*ctrlConn, error) {
 // post queues a FILLED or FREE message, sending the queue once it holds a
 // batch.
 func (c *ctrlConn) post(kind, k uint32, n uint64) error {
-	var m [ctrlMsgSize]byte
-	binary.LittleEndian.PutUint32(m[0:], kind)
-	binary.LittleEndian.PutUint32(m[4:], k)
-	binary.LittleEndian.PutUint64(m[8:], n)
-	c.held = append(c.held, m)
-	if len(c.held) >= c.batch {
+	c.held = binary.LittleEndian.AppendUint32(c.held, kind)
+	c.held = binary.LittleEndian.AppendUint32(c.held, k)
+	c.held = binary.LittleEndian.AppendUint64(c.held, n)
+	if len(c.held) >= c.batch*ctrlMsgSize {
 		return c.flush()
 	}
 	return nil
@@ -87,13 +92,13 @@ func (c *ctrlConn) send(kind, k uint32, n uint64) error {
 	return c.flush()
 }
 
-// flush sends the held messages, in order.
+// flush sends the held messages, in order, in one datagram.
 func (c *ctrlConn) flush() error {
-	for i := range c.held {
-		if _, err := c.c.Write(c.held[i][:]); err != nil {
-			c.held = append(c.held[:0], c.held[i:]...)
-			return err
-		}
+	if len(c.held) == 0 {
+		return nil
+	}
+	if _, err := c.c.Write(c.held); err != nil {
+		return err
 	}
 	c.held = c.held[:0]
 	return nil
@@ -108,9 +113,8 @@ type ctrlMsg struct {
 // poll returns a message that has already arrived, without waiting: ok is
 // false when there is none.
 func (c *ctrlConn) poll() (m ctrlMsg, ok bool, err error) {
-	if c.unread != nil {
-		m, c.unread = *c.unread, nil
-		return m, true, nil
+	if c.queued() {
+		return c.pop(), true, nil
 	}
 	var n int
 	var rerr error
@@ -128,24 +132,44 @@ func (c *ctrlConn) poll() (m ctrlMsg, ok bool, err error) {
 	case n == 0:
 		return m, false, io.EOF // the peer closed its end
 	}
-	m, err = c.decode(n)
-	return m, err == nil, err
+	if err := c.decode(n); err != nil {
+		return m, false, err
+	}
+	return c.pop(), true, nil
 }
 
-// unpoll puts back a message poll returned, for the next poll or recv.
-func (c *ctrlConn) unpoll(m ctrlMsg) { c.unread = &m }
+// unpoll puts back the message poll just returned, for the next poll or recv.
+func (c *ctrlConn) unpoll(m ctrlMsg) {
+	c.head--
+	c.queue[c.head] = m
+}
 
-func (c *ctrlConn) decode(n int) (ctrlMsg, error) {
-	if n != ctrlMsgSize {
-		return ctrlMsg{}, fmt.Errorf("shm control message of %d bytes", n)
+func (c *ctrlConn) queued() bool { return c.head < len(c.queue) }
+
+func (c *ctrlConn) pop() ctrlMsg {
+	m := c.queue[c.head]
+	c.head++
+	return m
+}
+
+// decode queues the messages of a datagram of n bytes.
+func (c *ctrlConn) decode(n int) error {
+	if n == 0 || n%ctrlMsgSize != 0 || n > len(c.rbuf) {
+		return fmt.Errorf("shm control datagram of %d bytes", n)
 	}
-	return ctrlMsg{binary.LittleEndian.Uint32(c.rbuf[0:]), binary.LittleEndian.Uint32(c.rbuf[4:]), binary.LittleEndian.Uint64(c.rbuf[8:])}, nil
+	if !c.queued() {
+		c.queue, c.head = c.queue[:0], 0
+	}
+	for b := c.rbuf[:n]; len(b) > 0; b = b[ctrlMsgSize:] {
+		c.queue = append(c.queue, ctrlMsg{binary.LittleEndian.Uint32(b[0:]), binary.LittleEndian.Uint32(b[4:]), binary.LittleEndian.Uint64(b[8:])})
+	}
+	return nil
 }
 
 // recv returns the next message. Messages still held are sent first if it
 // would have to wait.
 func (c *ctrlConn) recv() (kind, k uint32, n uint64, err error) {
-	if len(c.held) > 0 || c.unread != nil {
+	if !c.queued() && len(c.held) > 0 {
 		// A message may already be there: take it without sending ours.
 		m, ok, err := c.poll()
 		if err != nil {
@@ -158,12 +182,17 @@ func (c *ctrlConn) recv() (kind, k uint32, n uint64, err error) {
 			return 0, 0, 0, err
 		}
 	}
-	r, err := c.c.Read(c.rbuf[:])
-	if err != nil {
-		return 0, 0, 0, err
+	if !c.queued() {
+		r, err := c.c.Read(c.rbuf[:])
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		if err := c.decode(r); err != nil {
+			return 0, 0, 0, err
+		}
 	}
-	m, err := c.decode(r)
-	return m.kind, m.k, m.n, err
+	m := c.pop()
+	return m.kind, m.k, m.n, nil
 }
 
 func (c *ctrlConn) close() { c.c.Close() }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"testing"
 	"testing/iotest"
@@ -434,5 +435,62 @@ func TestShmConcurrentTransfers(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+func TestCtrlBatchIsOneDatagram(t *testing.T) {
+	a, b, err := seqpacketPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := newCtrlConn(a, 8) // batch 4
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ca.close()
+	cb, err := newCtrlConn(b, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cb.close()
+	for i := range 3 {
+		if err := ca.post(msgFilled, uint32(i), uint64(10+i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ca.send(msgEnd, 0, 33); err != nil { // flushes the three with it
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1024)
+	n, err := cb.c.Read(buf)
+	if err != nil || n != 4*ctrlMsgSize {
+		t.Fatalf("first datagram: %d bytes, %v; want one of %d", n, err, 4*ctrlMsgSize)
+	}
+	// Sent again, the receiver hands them out one by one, in order, across
+	// poll and recv.
+	if _, err := ca.c.Write(buf[:n]); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	m, ok, err := cb.poll()
+	if !ok || err != nil || m != (ctrlMsg{msgFilled, 0, 10}) {
+		t.Fatalf("poll = %+v, %v, %v", m, ok, err)
+	}
+	cb.unpoll(m)
+	for i := range 3 {
+		kind, k, n, err := cb.recv()
+		if err != nil || kind != msgFilled || k != uint32(i) || n != uint64(10+i) {
+			t.Fatalf("message %d: (%d, %d, %d, %v)", i, kind, k, n, err)
+		}
+	}
+	if kind, _, n, err := cb.recv(); err != nil || kind != msgEnd || n != 33 {
+		t.Fatalf("end: (%d, %d, %v)", kind, n, err)
+	}
+	// A datagram that is not whole messages is an error, not a guess.
+	if _, err := ca.c.Write(buf[:ctrlMsgSize+3]); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := cb.recv(); err == nil || !strings.Contains(err.Error(), "19 bytes") {
+		t.Fatalf("recv of a 19-byte datagram: %v", err)
 	}
 }
