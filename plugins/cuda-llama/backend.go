@@ -667,7 +667,7 @@ func (b *Backend) StatePut(ctx context.Context, i int, tokens []int32, r io.Read
 		return 0, err
 	}
 
-	cr := &countReader{r: r}
+	cr := &countReader{r: readerFor(r)}
 	head, err := readStateHead(cr, tokens, e.model.nVocab, e.nCtx, e.layout, size)
 	if err != nil {
 		readErr = !errors.Is(err, iface.ErrBadRequest)
