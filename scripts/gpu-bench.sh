@@ -7,6 +7,7 @@
 #   scripts/gpu-bench.sh bench   # hydra-bench on a 1.2 GB llama state (builds the sm_90 library if missing)
 #   scripts/gpu-bench.sh mock    # hydra-bench on the mock plugin (no CUDA build): the host pipeline with 16 cores
 #   scripts/gpu-bench.sh pin-ab  # STATE_GET of the 1.2 GB state with pin_ring=true vs false, same run (hydractl)
+#   scripts/gpu-bench.sh copy-ab # STATE_PUT of it with copy_threads=4 vs 1, TCP and Unix, 256 KiB and 2 MiB (hydractl)
 #   scripts/gpu-bench.sh all     # both, in one command (~11 min on the H200; split it where a command is capped at 10)
 #
 # Results go to $OUT (default out/).
@@ -61,7 +62,7 @@ mock)
 	step "hydra-bench, mock plugin: 1.206 GB state, TCP and Unix, STATE_GET and STATE_PUT"
 	"$G/hydra-bench" --bin "$G" --out "$OUT" --name mock-h200 --reps "${REPS:-3}" 2>&1 | tail -60
 	;;
-pin-ab|bench)
+pin-ab|copy-ab|bench)
 	if [[ ! -f $G/libggml-cuda.so ]]; then
 		rm -rf "$G" && mkdir -p "$G/src" && tar -xzf gpu/hydra-gpu.tar.gz -C "$G" && tar -xzf "$G/ollama-ggml-src.tar.gz" -C "$G/src" || exit 1
 		step "build libggml-cuda, sm_90"
@@ -82,6 +83,29 @@ pin-ab|bench)
 			kill $epid; wait $epid
 		done
 		grep -o 'ring_pinned=[a-z]*' "$OUT"/engine-pin-*.log | sort | uniq -c
+		exit 0
+	fi
+	if [[ $1 == copy-ab ]]; then
+		toks=$(python3 -c "print(','.join(str(3+(i*31)%250) for i in range(9200)))")
+		blob=/dev/shm/hydra-copy-ab.blob
+		for th in 4 1 1 4 4 1; do
+			sock=/tmp/hydra-copy-$th.sock port=$((39600 + RANDOM % 200)); rm -f "$sock"
+			"$G/hydra-engine" --rpc "unix://$sock" --rpc "tcp://127.0.0.1:$port" --backend "$G/hydra-plugin-cuda-llama" --model "$G/synth.gguf" \
+				--slots 2 --backend-opt n_ctx=18688 --backend-opt copy_threads=$th --log-level warn > "$OUT/engine-copy-$th.log" 2>&1 &
+			epid=$!
+			for _ in $(seq 100); do "$G/hydractl" --addr "unix://$sock" info >/dev/null 2>&1 && break; sleep 0.2; done
+			"$G/hydractl" --addr "unix://$sock" prefill --slot 0 --tokens "$toks" >/dev/null
+			[[ -f $blob ]] || "$G/hydractl" --addr "unix://$sock" --no-progress state get --slot 0 -o "$blob" >/dev/null
+			for chunk in 262144 2097152; do
+				"$G/hydractl" --addr "unix://$sock" configure "{\"state_chunk_size\":$chunk}" >/dev/null
+				for tr in "unix://$sock" "tcp://127.0.0.1:$port"; do
+					echo "copy_threads=$th ${tr%%:*} chunk $chunk PUT $(for _ in 1 2 3; do "$G/hydractl" --addr "$tr" --no-progress state put --slot 1 -i "$blob" 2>&1 \
+						| grep -o '([0-9.]* GB/s)' | tr -d '()GB/s '; done | tr '\n' ' ')"
+				done
+			done
+			kill $epid; wait $epid
+		done
+		rm -f "$blob"
 		exit 0
 	fi
 	step "socket limits"; sysctl net.core.wmem_max net.core.wmem_default 2>&1

@@ -64,14 +64,15 @@ func New(logger hclog.Logger) *Backend {
 // backends the context already destroyed). The process exit reclaims them.
 // Should a context ever need freeing, free its scheduler first.
 type engine struct {
-	info    iface.BackendInfo
-	model   *model
-	nCtx    int
-	scratch int         // the sequence id re-evaluations borrow: nSlots
-	layout  stateLayout // state size as a function of cells
-	device  string      // the GPU in use, "" on CPU
-	pinRing bool        // pin the data plane's ring for DMA (option pin_ring)
-	slots   []*slot
+	info        iface.BackendInfo
+	model       *model
+	nCtx        int
+	scratch     int         // the sequence id re-evaluations borrow: nSlots
+	layout      stateLayout // state size as a function of cells
+	device      string      // the GPU in use, "" on CPU
+	pinRing     bool        // pin the data plane's ring for DMA (option pin_ring)
+	copyThreads int         // goroutines copying restores out of the ring (option copy_threads)
+	slots       []*slot
 
 	mu  sync.Mutex // serialises every use of ctx
 	ctx *lctx
@@ -199,7 +200,7 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 		mdl.free()
 		return iface.BackendInfo{}, err
 	}
-	e := &engine{model: mdl, ctx: lc, nCtx: lc.nCtx(), scratch: nSlots, device: gpuName, pinRing: opts.pinRing, slots: make([]*slot, nSlots)}
+	e := &engine{model: mdl, ctx: lc, nCtx: lc.nCtx(), scratch: nSlots, device: gpuName, pinRing: opts.pinRing, copyThreads: opts.copyThreads, slots: make([]*slot, nSlots)}
 	for i := range e.slots {
 		e.slots[i] = &slot{stateSize: emptyState}
 	}
@@ -667,7 +668,7 @@ func (b *Backend) StatePut(ctx context.Context, i int, tokens []int32, r io.Read
 		return 0, err
 	}
 
-	cr := &countReader{r: readerFor(r)}
+	cr := &countReader{r: readerFor(r, e.copyThreads)}
 	head, err := readStateHead(cr, tokens, e.model.nVocab, e.nCtx, e.layout, size)
 	if err != nil {
 		readErr = !errors.Is(err, iface.ErrBadRequest)

@@ -957,10 +957,11 @@ func (d *discardChunks) Buffer() ([]byte, error)     { return d.buf, nil }
 func (d *discardChunks) Commit(int) error            { return nil }
 
 // BenchmarkStatePut: /logits restores a PREFILL blob (state + logits: the
-// transfer alone) from an io.Reader, copied by one goroutine; /logits-pieces
-// the same blob from a ChunkReader in 2 MiB pieces, as the shm ring lends
-// them (pieceCopier's parallel copy); /reeval a STATE_GET blob, whose last
-// token is evaluated again (on CPU a decode step costs more than the copy).
+// transfer alone) from an io.Reader; /pieces the same blob from a
+// ChunkReader in 2 MiB pieces, as the shm ring lends them, copied into the
+// staging buffer by copy_threads goroutines; /reeval a STATE_GET blob, whose
+// last token is evaluated again (on CPU a decode step costs more than the
+// copy).
 func BenchmarkStatePut(b *testing.B) {
 	be, toks, logits := benchBackend(b)
 	state := stateOf(b, be, 0, 8<<20)
@@ -968,24 +969,25 @@ func BenchmarkStatePut(b *testing.B) {
 	for _, f := range logits {
 		withLogits = binary.LittleEndian.AppendUint32(withLogits, math.Float32bits(f))
 	}
-	for _, c := range []struct {
-		name string
-		blob []byte
-		r    func([]byte) io.Reader
-	}{
-		{"logits", withLogits, func(p []byte) io.Reader { return bytes.NewReader(p) }},
-		{"logits-pieces", withLogits, func(p []byte) io.Reader { return &pieces{b: p, size: 2 << 20} }},
-		{"reeval", state, func(p []byte) io.Reader { return bytes.NewReader(p) }},
-	} {
-		b.Run(c.name, func(b *testing.B) {
+	run := func(name string, blob []byte, r func([]byte) io.Reader) {
+		b.Run(name, func(b *testing.B) {
 			b.SetBytes(int64(len(state)))
 			for b.Loop() {
-				if _, err := be.StatePut(context.Background(), 1, toks, c.r(c.blob), int64(len(c.blob))); err != nil {
+				if _, err := be.StatePut(context.Background(), 1, toks, r(blob), int64(len(blob))); err != nil {
 					b.Fatal(err)
 				}
 			}
 		})
 	}
+	reader := func(p []byte) io.Reader { return bytes.NewReader(p) }
+	run("logits", withLogits, reader)
+	e := be.eng.Load()
+	defer func(n int) { e.copyThreads = n }(e.copyThreads)
+	for _, n := range []int{1, 4} {
+		e.copyThreads = n
+		run(fmt.Sprintf("pieces/copy_threads=%d", n), withLogits, func(p []byte) io.Reader { return &pieces{b: p, size: 2 << 20} })
+	}
+	run("reeval", state, reader)
 }
 
 // BenchmarkReferenceGetData is llama.cpp's llama_state_seq_get_data into a

@@ -65,19 +65,25 @@ const (
 	OptLibDir        = "lib_dir" // where libggml-cuda.so is; default: beside the plugin binary
 	OptAlias         = "alias"   // model alias; default: the file name without .gguf
 	OptMmap          = "use_mmap"
-	OptPinRing       = "pin_ring" // on a GPU, pin the data plane's ring for DMA (default true)
+	OptPinRing       = "pin_ring"     // on a GPU, pin the data plane's ring for DMA (default true)
+	OptCopyThreads   = "copy_threads" // goroutines copying a restore out of the data plane's ring (default 1)
 )
 
 var knownOptions = []string{OptAlias, OptCacheTypeK, OptCacheTypeV, OptFlashAttn, OptLibDir, OptNBatch, OptNCtx,
-	OptNGPULayers, OptNThreads, OptNThreadsBatch, OptNUBatch, OptMmap, OptPinRing}
+	OptNGPULayers, OptNThreads, OptNThreadsBatch, OptNUBatch, OptMmap, OptPinRing, OptCopyThreads}
 
 // Defaults and limits.
 const (
 	DefaultNCtx    = 4096
 	DefaultNBatch  = 2048
 	DefaultNUBatch = 512
-	maxNCtx        = 1 << 24
-	maxThreads     = 512
+	// DefaultCopyThreads: one memmove. On the H200 box four goroutines copy
+	// out of the ring at ~21 GB/s against ~6.5 for one, and make a restore
+	// alone 40% faster, but an end-to-end STATE_PUT is bound by the host's
+	// socket read there and gains nothing (docs/benchmarks/README.md).
+	DefaultCopyThreads = 1
+	maxNCtx            = 1 << 24
+	maxThreads         = 512
 	// MaxSlots: llama.cpp allows 256 sequences, one is our scratch sequence.
 	MaxSlots      = 255
 	DefaultNSlots = 4
@@ -111,6 +117,7 @@ type options struct {
 	alias                   string
 	mmap                    bool
 	pinRing                 bool
+	copyThreads             int
 }
 
 var cacheTypes = []string{"bf16", "f16", "f32", "q4_0", "q8_0"}
@@ -121,7 +128,8 @@ func parseOptions(m map[string]string) (options, error) {
 	// the model on a GPU they have little to do anyway.
 	threads := max(1, min(runtime.NumCPU()/2, 16))
 	o := options{nCtx: DefaultNCtx, nBatch: DefaultNBatch, nUBatch: DefaultNUBatch, nThreads: threads,
-		nThreadsBatch: -1, nGPULayers: -1, flashAttn: FlashOn, cacheTypeK: "f16", cacheTypeV: "f16", mmap: true, pinRing: true}
+		nThreadsBatch: -1, nGPULayers: -1, flashAttn: FlashOn, cacheTypeK: "f16", cacheTypeV: "f16", mmap: true, pinRing: true,
+		copyThreads: DefaultCopyThreads}
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -143,6 +151,8 @@ func parseOptions(m map[string]string) (options, error) {
 			o.nThreadsBatch, err = parseInt(k, v, 1, maxThreads)
 		case OptNGPULayers:
 			o.nGPULayers, err = parseInt(k, v, -1, 1<<16)
+		case OptCopyThreads:
+			o.copyThreads, err = parseInt(k, v, 1, 64)
 		case OptFlashAttn:
 			switch strings.ToLower(v) {
 			case "on", "true", "1", "enabled":

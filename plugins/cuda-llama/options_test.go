@@ -20,16 +20,16 @@ import (
 func TestParseOptions(t *testing.T) {
 	o, err := parseOptions(nil)
 	if err != nil || o.nCtx != DefaultNCtx || o.flashAttn != FlashOn || o.nGPULayers != -1 || o.nThreadsBatch != o.nThreads ||
-		o.cacheTypeK != "f16" || !o.mmap || !o.pinRing {
+		o.cacheTypeK != "f16" || !o.mmap || !o.pinRing || o.copyThreads != DefaultCopyThreads {
 		t.Fatalf("defaults %+v, %v", o, err)
 	}
 	if o, err := parseOptions(map[string]string{OptPinRing: "false"}); err != nil || o.pinRing {
 		t.Fatalf("pin_ring=false: %+v, %v", o, err)
 	}
 	o, err = parseOptions(map[string]string{OptNCtx: " 8192 ", OptFlashAttn: "off", OptNThreads: "3", OptNGPULayers: "0",
-		OptCacheTypeK: "Q8_0", OptAlias: "m", OptLibDir: "/opt/lib", OptMmap: "false", OptNBatch: "512", OptNUBatch: "128"})
+		OptCacheTypeK: "Q8_0", OptAlias: "m", OptLibDir: "/opt/lib", OptMmap: "false", OptNBatch: "512", OptNUBatch: "128", OptCopyThreads: "1"})
 	if err != nil || o.nCtx != 8192 || o.flashAttn != FlashOff || o.nThreads != 3 || o.nThreadsBatch != 3 || o.nGPULayers != 0 ||
-		o.cacheTypeK != "q8_0" || o.alias != "m" || o.libDir != "/opt/lib" || o.mmap || o.nBatch != 512 || o.nUBatch != 128 {
+		o.cacheTypeK != "q8_0" || o.alias != "m" || o.libDir != "/opt/lib" || o.mmap || o.nBatch != 512 || o.nUBatch != 128 || o.copyThreads != 1 {
 		t.Fatalf("parsed %+v, %v", o, err)
 	}
 	for _, tc := range []struct {
@@ -46,6 +46,7 @@ func TestParseOptions(t *testing.T) {
 		{map[string]string{OptAlias: " "}, "must not be empty"},
 		{map[string]string{OptMmap: "perhaps"}, "not a boolean"},
 		{map[string]string{OptNGPULayers: "-2"}, "out of range"},
+		{map[string]string{OptCopyThreads: "0"}, "out of range"},
 	} {
 		_, err := parseOptions(tc.opts)
 		if !errors.Is(err, iface.ErrBadRequest) || !strings.Contains(err.Error(), tc.msg) {

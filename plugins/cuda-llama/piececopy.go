@@ -9,19 +9,23 @@ import (
 )
 
 // pieceCopier reads a ChunkReader (the shm ring) with copies split across
-// goroutines. llama.cpp takes every KV row block as one contiguous read into
-// the staging buffer, so a restore is one long memmove out of the ring, and a
-// single core's memmove into memory it has not touched (~6 GB/s on the H200
-// box) is slower than the socket feeding the ring.
+// goroutines (option copy_threads). llama.cpp takes every KV row block as one
+// contiguous read into the staging buffer, so a restore is one long memmove
+// out of the ring, and a single core's memmove into memory it has not
+// touched (~6.5 GB/s on the H200 box) can be slower than the socket feeding
+// the ring. Where the host's socket read is the slower stage, as on the H200
+// box, the extra goroutines only cost CPU: the default is one.
 type pieceCopier struct {
-	cr   iface.ChunkReader
-	rest []byte // the unread part of the last piece
+	cr      iface.ChunkReader
+	threads int
+	rest    []byte // the unread part of the last piece
 }
 
-// readerFor returns r, or r wrapped in a pieceCopier when it lends its pieces.
-func readerFor(r io.Reader) io.Reader {
-	if cr, ok := r.(iface.ChunkReader); ok {
-		return &pieceCopier{cr: cr}
+// readerFor returns r, or r wrapped in a pieceCopier copying with up to
+// threads goroutines when it lends its pieces.
+func readerFor(r io.Reader, threads int) io.Reader {
+	if cr, ok := r.(iface.ChunkReader); ok && threads > 1 {
+		return &pieceCopier{cr: cr, threads: threads}
 	}
 	return r
 }
@@ -37,7 +41,7 @@ func (p *pieceCopier) Read(dst []byte) (int, error) {
 		}
 		p.rest = b
 	}
-	n := parallelCopy(dst, p.rest)
+	n := parallelCopy(dst, p.rest, p.threads)
 	p.rest = p.rest[n:]
 	return n, nil
 }
@@ -46,10 +50,10 @@ func (p *pieceCopier) Read(dst []byte) (int, error) {
 // it, waking helpers costs about what they save.
 const parallelMin = 512 << 10
 
-// parallelCopy is copy(dst, src) by up to four goroutines.
-func parallelCopy(dst, src []byte) int {
+// parallelCopy is copy(dst, src) by up to threads goroutines.
+func parallelCopy(dst, src []byte, threads int) int {
 	n := min(len(dst), len(src))
-	workers := min(4, runtime.GOMAXPROCS(0), n/(parallelMin/2))
+	workers := min(threads, runtime.GOMAXPROCS(0), n/(parallelMin/2))
 	if n < parallelMin || workers < 2 {
 		return copy(dst, src[:n])
 	}

@@ -6,13 +6,20 @@ import (
 	"testing"
 )
 
-// pieces is a ChunkReader over fixed-size pieces of b.
+// pieces is a ChunkReader over fixed-size pieces of b; Read copies out of
+// the current piece, as the shm ring's reader does.
 type pieces struct {
 	b    []byte
 	size int
+	rest []byte // what Read left of the current piece
 }
 
 func (p *pieces) Next() ([]byte, error) {
+	if len(p.rest) > 0 {
+		out := p.rest
+		p.rest = nil
+		return out, nil
+	}
 	if len(p.b) == 0 {
 		return nil, io.EOF
 	}
@@ -27,10 +34,9 @@ func (p *pieces) Read(dst []byte) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if len(b) > len(dst) {
-		p.b = append(b[len(dst):len(b):len(b)], p.b...) // test-only: put the rest back
-	}
-	return copy(dst, b), nil
+	n := copy(dst, b)
+	p.rest = b[n:]
+	return n, nil
 }
 
 func TestPieceCopierReadsInOrder(t *testing.T) {
@@ -39,7 +45,7 @@ func TestPieceCopierReadsInOrder(t *testing.T) {
 		src[i] = byte(i*31 + i>>11)
 	}
 	for _, piece := range []int{1000, 256 << 10, 2 << 20, 8 << 20} {
-		r := readerFor(&pieces{b: src, size: piece})
+		r := readerFor(&pieces{b: src, size: piece}, 4)
 		if _, ok := r.(*pieceCopier); !ok {
 			t.Fatalf("readerFor did not wrap a ChunkReader")
 		}
@@ -70,14 +76,14 @@ func TestParallelCopyEdges(t *testing.T) {
 			src[i] = byte(i%251 + 1)
 		}
 		dst := make([]byte, n+10)
-		if got := parallelCopy(dst, src); got != n {
+		if got := parallelCopy(dst, src, 4); got != n {
 			t.Fatalf("n=%d: copied %d", n, got)
 		}
 		if !bytes.Equal(dst[:n], src) || bytes.ContainsFunc(dst[n:], func(r rune) bool { return r != 0 }) {
 			t.Fatalf("n=%d: wrong bytes", n)
 		}
 		short := make([]byte, n/2)
-		if got := parallelCopy(short, src); got != n/2 || !bytes.Equal(short, src[:n/2]) {
+		if got := parallelCopy(short, src, 4); got != n/2 || !bytes.Equal(short, src[:n/2]) {
 			t.Fatalf("n=%d into %d: copied %d", n, n/2, got)
 		}
 	}
@@ -92,7 +98,7 @@ func BenchmarkParallelCopy(b *testing.B) {
 	b.SetBytes(int64(len(src)))
 	off := 0
 	for b.Loop() {
-		parallelCopy(dst[off:off+len(src)], src)
+		parallelCopy(dst[off:off+len(src)], src, 4)
 		off = (off + len(src)) % len(dst)
 	}
 }
