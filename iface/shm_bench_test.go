@@ -3,6 +3,7 @@
 package iface
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -95,4 +96,102 @@ func drainedSocket(b *testing.B) net.Conn {
 	b.Cleanup(func() { w.Close(); r.Close() })
 	go io.CopyBuffer(io.Discard, struct{ io.Reader }{r}, make([]byte, 1<<20))
 	return w
+}
+
+// BenchmarkShmStatePut is the restore direction over TCP loopback, in one
+// process: a client goroutine writes the state from a 4 MiB pattern buffer;
+// "raw" reads it into one reused 4 MiB buffer (hydra-bench's raw server);
+// "shm" reads it into the ring for a consumer that compares every piece with
+// the pattern in place (as the mock plugin verifies a restore), and
+// "shm-untouched" for one that takes the pieces without reading them. The
+// gap between the two shm rows is what the consumer's reading of the ring
+// costs the socket reader; run with -cpuprofile to see where the time goes.
+func BenchmarkShmStatePut(b *testing.B) {
+	const size = 512 << 20
+	pattern := make([]byte, 4<<20)
+	for i := range pattern {
+		pattern[i] = byte(i*7 + i>>13)
+	}
+	for _, chunk := range []int{256 << 10, 2 << 20} {
+		b.Run(fmt.Sprintf("raw/chunk=%dKiB", chunk>>10), func(b *testing.B) {
+			buf := make([]byte, 4<<20)
+			b.SetBytes(size)
+			for b.Loop() {
+				r := fedSocket(b, pattern, size)
+				for rem := size; rem > 0; {
+					n, err := r.Read(buf[:min(rem, len(buf))])
+					if err != nil {
+						b.Fatal(err)
+					}
+					rem -= n
+				}
+			}
+		})
+		for _, touch := range []bool{true, false} {
+			name := "shm"
+			if !touch {
+				name = "shm-untouched"
+			}
+			b.Run(fmt.Sprintf("%s/chunk=%dKiB/depth=4", name, chunk>>10), func(b *testing.B) {
+				consume := func(_ context.Context, _ int, _ []int32, r io.Reader, size int64) (int64, error) {
+					cr := r.(ChunkReader)
+					var n int64
+					for {
+						p, err := cr.Next()
+						if err == io.EOF {
+							return n, nil
+						} else if err != nil {
+							return n, err
+						}
+						off := int(n % int64(len(pattern)))
+						if touch && !bytes.Equal(p, pattern[off:off+len(p)]) {
+							return n, fmt.Errorf("bytes differ at %d", n)
+						}
+						n += int64(len(p))
+					}
+				}
+				be := TestBackendShm(b, &fakeBackend{statePut: consume}, 4)
+				ctx := WithTransferChunk(context.Background(), chunk)
+				b.SetBytes(size)
+				for b.Loop() {
+					r := fedSocket(b, pattern, size)
+					if n, err := be.StatePut(ctx, 0, nil, r, size); err != nil || n != size {
+						b.Fatalf("StatePut = %d, %v", n, err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// fedSocket is the read end of a TCP loopback connection whose other end a
+// goroutine fills with size bytes of the repeated pattern.
+func fedSocket(b *testing.B, pattern []byte, size int) net.Conn {
+	b.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		for rem := size; rem > 0; {
+			n, err := c.Write(pattern[:min(rem, len(pattern))])
+			if err != nil {
+				return
+			}
+			rem -= n
+		}
+		io.Copy(io.Discard, c) // until the reader closes
+	}()
+	r, err := ln.Accept()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { r.Close() })
+	return r
 }
