@@ -29,6 +29,8 @@ type GRPCClient struct {
 
 	shm      *ShmHost // shared-memory data plane, nil for gRPC streams
 	shmDepth int
+	// shmPeerCtrl is the control socket format the plugin reads (DataPlane).
+	shmPeerCtrl uint32
 }
 
 var _ Backend = (*GRPCClient)(nil)

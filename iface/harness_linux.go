@@ -3,6 +3,7 @@
 package iface
 
 import (
+	"context"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -27,6 +28,9 @@ func TestBackendShm(t testing.TB, impl Backend, depth int) Backend {
 	}
 	t.Cleanup(func() { host.Close(); recv.conn.Close() })
 	c := testBackendWith(t, &BackendPlugin{Impl: impl, Shm: recv}).(*GRPCClient)
+	if ok, err := c.DataPlane(context.Background()); err != nil || !ok {
+		t.Fatalf("DataPlane = %v, %v", ok, err)
+	}
 	c.UseShm(host, depth)
 	return c
 }

@@ -20,7 +20,8 @@ func (c *GRPCClient) UseShm(h *ShmHost, depth int) {
 	c.shm, c.shmDepth = h, max(depth, 1)
 }
 
-// DataPlane asks the plugin whether it serves the shared-memory calls.
+// DataPlane asks the plugin whether it serves the shared-memory calls, and
+// which control socket format it reads. Call it before UseShm.
 func (c *GRPCClient) DataPlane(ctx context.Context) (shm bool, err error) {
 	resp, err := c.client.DataPlane(ctx, &backendv1.DataPlaneRequest{})
 	if err != nil {
@@ -29,6 +30,7 @@ func (c *GRPCClient) DataPlane(ctx context.Context) (shm bool, err error) {
 		}
 		return false, fromStatus(err)
 	}
+	c.shmPeerCtrl = resp.GetCtrlVersion()
 	return resp.GetShm(), nil
 }
 
@@ -42,13 +44,14 @@ func (c *GRPCClient) stateGetShm(ctx context.Context, slot, chunk int, w io.Writ
 	if err != nil {
 		return 0, err
 	}
+	t.ctrl.multi = c.shmPeerCtrl >= ctrlVersion
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	resc := make(chan shmResult, 1)
 	go func() {
 		resp, err := c.client.StateGetShm(ctx, &backendv1.StateGetShmRequest{
 			Slot:     int64(slot),
-			Transfer: &backendv1.ShmTransfer{Id: t.id, ChunkSize: int64(chunk), Depth: int64(c.shmDepth)},
+			Transfer: c.shmTransfer(t, chunk),
 		})
 		resc <- shmResult{resp.GetWritten(), err}
 	}()
@@ -132,13 +135,14 @@ func (c *GRPCClient) statePutShm(ctx context.Context, slot int, tokens []int32, 
 	if err != nil {
 		return 0, err
 	}
+	t.ctrl.multi = c.shmPeerCtrl >= ctrlVersion
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	resc := make(chan shmResult, 1)
 	go func() {
 		resp, err := c.client.StatePutShm(ctx, &backendv1.StatePutShmRequest{
 			Slot: int64(slot), Tokens: tokens, Size: size,
-			Transfer: &backendv1.ShmTransfer{Id: t.id, ChunkSize: int64(chunk), Depth: int64(c.shmDepth)},
+			Transfer: c.shmTransfer(t, chunk),
 		})
 		resc <- shmResult{resp.GetConsumed(), err}
 	}()
@@ -193,6 +197,11 @@ func (c *GRPCClient) statePutShm(ctx context.Context, slot int, tokens []int32, 
 	return res.n, nil
 }
 
+// shmTransfer describes t to the plugin.
+func (c *GRPCClient) shmTransfer(t *hostTransfer, chunk int) *backendv1.ShmTransfer {
+	return &backendv1.ShmTransfer{Id: t.id, ChunkSize: int64(chunk), Depth: int64(c.shmDepth), CtrlVersion: ctrlVersion}
+}
+
 // shmPutChunk is the ring buffer size for restores: socket reads land in it
 // directly, so it only needs to be large enough to amortise the messages.
 func (c *GRPCClient) shmPutChunk() int {
@@ -205,7 +214,7 @@ func (c *GRPCClient) shmPutChunk() int {
 // Plugin side: GRPCServer over the shared-memory plane.
 
 func (s *GRPCServer) DataPlane(context.Context, *backendv1.DataPlaneRequest) (*backendv1.DataPlaneResponse, error) {
-	return &backendv1.DataPlaneResponse{Shm: s.Shm != nil}, nil
+	return &backendv1.DataPlaneResponse{Shm: s.Shm != nil, CtrlVersion: ctrlVersion}, nil
 }
 
 func (s *GRPCServer) StateGetShm(ctx context.Context, req *backendv1.StateGetShmRequest) (*backendv1.StateGetShmResponse, error) {
@@ -218,6 +227,7 @@ func (s *GRPCServer) StateGetShm(ctx context.Context, req *backendv1.StateGetShm
 		return nil, toStatus(err)
 	}
 	defer t.close()
+	t.ctrl.multi = tr.GetCtrlVersion() >= ctrlVersion
 	w := &shmWriter{t: t}
 	_, err = s.Impl.StateGet(ctx, int(req.GetSlot()), int(tr.GetChunkSize()), w)
 	if err == nil {
@@ -253,6 +263,7 @@ func (s *GRPCServer) StatePutShm(ctx context.Context, req *backendv1.StatePutShm
 		return nil, toStatus(err)
 	}
 	defer t.close()
+	t.ctrl.multi = tr.GetCtrlVersion() >= ctrlVersion
 	r := &shmReader{t: t, remain: req.GetSize()}
 	n, err := s.Impl.StatePut(ctx, int(req.GetSlot()), req.GetTokens(), r, req.GetSize())
 	if err == nil {

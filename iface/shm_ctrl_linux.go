@@ -26,15 +26,21 @@ const (
 
 const ctrlMsgSize = 16
 
+// ctrlVersion is the control socket format this package reads and, to a peer
+// that reads it too, writes: 1, up to ctrlMaxBatch messages per datagram.
+// Version 0 peers (before it) read and write one message per datagram; each
+// side learns the other's through gRPC (DataPlaneResponse and ShmTransfer).
+const ctrlVersion = 1
+
 // ctrlMaxBatch bounds the messages of one datagram: half the deepest ring
 // (64) plus an END or ABORT, with room to spare. A datagram longer than the
 // receive buffer would be cut short, so both sides rely on it.
 const ctrlMaxBatch = 64
 
 // ctrlConn is one transfer's control socket. FILLED and FREE messages are
-// posted, and sent in batches of up to batch messages in one datagram: the
-// peer, when it waits, wakes once a batch instead of once a buffer, and each
-// side makes one system call a batch (a wake-up across processes costs more
+// posted, and sent in batches of up to batch messages, in one datagram when
+// the peer reads ctrlVersion 1 (multi): the peer, when it waits, wakes once a
+// batch instead of once a buffer, and each side makes one system call a batch (a wake-up across processes costs more
 // than the 16-byte message). A side flushes what it holds before it waits
 // itself, so holding messages never deadlocks the pair; the messages and
 // their order are those of an unbatched sender.
@@ -42,6 +48,7 @@ type ctrlConn struct {
 	c     *net.UnixConn
 	raw   syscall.RawConn
 	batch int
+	multi bool      // the peer reads several messages per datagram
 	held  []byte    // posted messages not yet sent
 	queue []ctrlMsg // received messages; queue[head:] not yet taken, in order
 	head  int
@@ -92,13 +99,18 @@ func (c *ctrlConn) send(kind, k uint32, n uint64) error {
 	return c.flush()
 }
 
-// flush sends the held messages, in order, in one datagram.
+// flush sends the held messages, in order: in one datagram, or one each to
+// a version 0 peer.
 func (c *ctrlConn) flush() error {
-	if len(c.held) == 0 {
-		return nil
+	step := len(c.held)
+	if !c.multi {
+		step = ctrlMsgSize
 	}
-	if _, err := c.c.Write(c.held); err != nil {
-		return err
+	for off := 0; off < len(c.held); off += step {
+		if _, err := c.c.Write(c.held[off : off+step]); err != nil {
+			c.held = append(c.held[:0], c.held[off:]...)
+			return err
+		}
 	}
 	c.held = c.held[:0]
 	return nil

@@ -453,6 +453,24 @@ func TestCtrlBatchIsOneDatagram(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cb.close()
+	buf := make([]byte, 1024)
+
+	// To a version 0 peer every message is a datagram of its own.
+	for i := range 2 {
+		if err := ca.post(msgFree, uint32(i), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ca.flush(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if n, err := cb.c.Read(buf); err != nil || n != ctrlMsgSize {
+			t.Fatalf("version 0, datagram %d: %d bytes, %v", i, n, err)
+		}
+	}
+
+	ca.multi = true
 	for i := range 3 {
 		if err := ca.post(msgFilled, uint32(i), uint64(10+i)); err != nil {
 			t.Fatal(err)
@@ -461,7 +479,6 @@ func TestCtrlBatchIsOneDatagram(t *testing.T) {
 	if err := ca.send(msgEnd, 0, 33); err != nil { // flushes the three with it
 		t.Fatal(err)
 	}
-	buf := make([]byte, 1024)
 	n, err := cb.c.Read(buf)
 	if err != nil || n != 4*ctrlMsgSize {
 		t.Fatalf("first datagram: %d bytes, %v; want one of %d", n, err, 4*ctrlMsgSize)
@@ -492,5 +509,30 @@ func TestCtrlBatchIsOneDatagram(t *testing.T) {
 	}
 	if _, _, _, err := cb.recv(); err == nil || !strings.Contains(err.Error(), "19 bytes") {
 		t.Fatalf("recv of a 19-byte datagram: %v", err)
+	}
+}
+
+// Both sides learn the other's control format through gRPC; a host that
+// believes its plugin reads only one message per datagram (version 0, an
+// older plugin) sends them one by one, and transfers still work both ways.
+func TestShmCtrlVersionNegotiated(t *testing.T) {
+	data := randomBytes(3<<20 + 99)
+	var got bytes.Buffer
+	var saw bool
+	be := TestBackendShm(t, &fakeBackend{stateGet: producer(data, 100_003, true, &saw), statePut: consumer(&got, 77_777, true)}, 8).(*GRPCClient)
+	if be.shmPeerCtrl != ctrlVersion {
+		t.Fatalf("host learned control version %d, want %d", be.shmPeerCtrl, ctrlVersion)
+	}
+	for _, peer := range []uint32{ctrlVersion, 0} {
+		be.shmPeerCtrl = peer
+		var rec chunkRecorder
+		if n, err := be.StateGet(context.Background(), 0, 64<<10, &rec); err != nil || n != int64(len(data)) || !bytes.Equal(rec.data, data) {
+			t.Fatalf("peer version %d: StateGet n=%d err=%v", peer, n, err)
+		}
+		got.Reset()
+		ctx := WithTransferChunk(context.Background(), 64<<10)
+		if n, err := be.StatePut(ctx, 1, nil, bytes.NewReader(data), int64(len(data))); err != nil || n != int64(len(data)) || !bytes.Equal(got.Bytes(), data) {
+			t.Fatalf("peer version %d: StatePut n=%d err=%v", peer, n, err)
+		}
 	}
 }

@@ -1601,8 +1601,11 @@ func (*DataPlaneRequest) Descriptor() ([]byte, []int) {
 }
 
 type DataPlaneResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Shm           bool                   `protobuf:"varint,1,opt,name=shm,proto3" json:"shm,omitempty"` // the plugin received a shared-memory channel and serves *Shm calls
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Shm   bool                   `protobuf:"varint,1,opt,name=shm,proto3" json:"shm,omitempty"` // the plugin received a shared-memory channel and serves *Shm calls
+	// The shm control socket format the plugin reads: 0 one 16-byte message
+	// per datagram, 1 up to 64 messages per datagram.
+	CtrlVersion   uint32 `protobuf:"varint,2,opt,name=ctrl_version,json=ctrlVersion,proto3" json:"ctrl_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1644,6 +1647,13 @@ func (x *DataPlaneResponse) GetShm() bool {
 	return false
 }
 
+func (x *DataPlaneResponse) GetCtrlVersion() uint32 {
+	if x != nil {
+		return x.CtrlVersion
+	}
+	return 0
+}
+
 // ShmTransfer names the ring and control socket the host sent for one
 // transfer, and their geometry.
 type ShmTransfer struct {
@@ -1651,6 +1661,7 @@ type ShmTransfer struct {
 	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	ChunkSize     int64                  `protobuf:"varint,2,opt,name=chunk_size,json=chunkSize,proto3" json:"chunk_size,omitempty"`
 	Depth         int64                  `protobuf:"varint,3,opt,name=depth,proto3" json:"depth,omitempty"`
+	CtrlVersion   uint32                 `protobuf:"varint,4,opt,name=ctrl_version,json=ctrlVersion,proto3" json:"ctrl_version,omitempty"` // the control socket format the host reads, as DataPlaneResponse's
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1702,6 +1713,13 @@ func (x *ShmTransfer) GetChunkSize() int64 {
 func (x *ShmTransfer) GetDepth() int64 {
 	if x != nil {
 		return x.Depth
+	}
+	return 0
+}
+
+func (x *ShmTransfer) GetCtrlVersion() uint32 {
+	if x != nil {
+		return x.CtrlVersion
 	}
 	return 0
 }
@@ -1970,14 +1988,16 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\tquant_key\x18\x01 \x01(\tR\bquantKey\x12%\n" +
 	"\x0etensor_pattern\x18\x02 \x01(\tR\rtensorPattern\"\x13\n" +
 	"\x11SwapQuantResponse\"\x12\n" +
-	"\x10DataPlaneRequest\"%\n" +
+	"\x10DataPlaneRequest\"H\n" +
 	"\x11DataPlaneResponse\x12\x10\n" +
-	"\x03shm\x18\x01 \x01(\bR\x03shm\"R\n" +
+	"\x03shm\x18\x01 \x01(\bR\x03shm\x12!\n" +
+	"\fctrl_version\x18\x02 \x01(\rR\vctrlVersion\"u\n" +
 	"\vShmTransfer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1d\n" +
 	"\n" +
 	"chunk_size\x18\x02 \x01(\x03R\tchunkSize\x12\x14\n" +
-	"\x05depth\x18\x03 \x01(\x03R\x05depth\"c\n" +
+	"\x05depth\x18\x03 \x01(\x03R\x05depth\x12!\n" +
+	"\fctrl_version\x18\x04 \x01(\rR\vctrlVersion\"c\n" +
 	"\x12StateGetShmRequest\x12\x12\n" +
 	"\x04slot\x18\x01 \x01(\x03R\x04slot\x129\n" +
 	"\btransfer\x18\x02 \x01(\v2\x1d.hydra.backend.v1.ShmTransferR\btransfer\"/\n" +
