@@ -234,23 +234,30 @@ func (o *oddReader) Read(p []byte) (int, error) {
 	return o.r.Read(p[:min(len(p), sizes[o.turn%len(sizes)])])
 }
 
-// TestCtrlBatching: posted messages wait for a batch, or for their sender to
-// wait itself, and arrive whole and in order.
-func TestCtrlBatching(t *testing.T) {
+// ctrlPair is both ends of a control socket, for rings of depth da and db.
+func ctrlPair(t *testing.T, da, db int) (*ctrlConn, *ctrlConn) {
+	t.Helper()
 	a, b, err := seqpacketPair()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca, err := newCtrlConn(a, 6) // batch 3
+	ca, err := newCtrlConn(a, da)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ca.close()
-	cb, err := newCtrlConn(b, 1)
+	t.Cleanup(ca.close)
+	cb, err := newCtrlConn(b, db)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cb.close()
+	t.Cleanup(cb.close)
+	return ca, cb
+}
+
+// TestCtrlBatching: posted messages wait for a batch, or for their sender to
+// wait itself, and arrive whole and in order.
+func TestCtrlBatching(t *testing.T) {
+	ca, cb := ctrlPair(t, 6, 1) // batches 3 and 1
 	if ca.batch != 3 || cb.batch != 1 {
 		t.Fatalf("batches %d, %d; want 3, 1", ca.batch, cb.batch)
 	}
@@ -439,20 +446,7 @@ func TestShmConcurrentTransfers(t *testing.T) {
 }
 
 func TestCtrlBatchIsOneDatagram(t *testing.T) {
-	a, b, err := seqpacketPair()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := newCtrlConn(a, 8) // batch 4
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ca.close()
-	cb, err := newCtrlConn(b, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cb.close()
+	ca, cb := ctrlPair(t, 8, 1) // batch 4
 	buf := make([]byte, 1024)
 
 	// To a version 0 peer every message is a datagram of its own.
