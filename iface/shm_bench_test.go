@@ -8,7 +8,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // The shm data plane alone, in one process: a producer that commits ring
@@ -101,6 +104,10 @@ func drainedSocket(b *testing.B) net.Conn {
 // BenchmarkShmStatePut is the restore direction over TCP loopback, in one
 // process: a client goroutine writes the state from a 4 MiB pattern buffer;
 // "raw" reads it into one reused 4 MiB buffer (hydra-bench's raw server);
+// "splice" is a design not built: the reader splices chunks from the socket
+// into a pipe (page references, no copy) and a consumer reads the pipe into
+// its own chunk buffer and compares it, so the one copy runs on the
+// consumer's core;
 // "shm" reads it into the ring for a consumer that compares every piece with
 // the pattern in place (as the mock plugin verifies a restore), and
 // "shm-untouched" for one that takes the pieces without reading them. The
@@ -125,6 +132,12 @@ func BenchmarkShmStatePut(b *testing.B) {
 					}
 					rem -= n
 				}
+			}
+		})
+		b.Run(fmt.Sprintf("splice/chunk=%dKiB", chunk>>10), func(b *testing.B) {
+			b.SetBytes(size)
+			for b.Loop() {
+				spliceToConsumer(b, fedSocket(b, pattern, size), pattern, size, chunk)
 			}
 		})
 		for _, touch := range []bool{true, false} {
@@ -194,4 +207,63 @@ func fedSocket(b *testing.B, pattern []byte, size int) net.Conn {
 	}
 	b.Cleanup(func() { r.Close() })
 	return r
+}
+
+// spliceToConsumer moves size bytes from c through a pipe to a goroutine
+// that reads them chunk by chunk into one buffer and compares them with the
+// pattern.
+func spliceToConsumer(b *testing.B, c net.Conn, pattern []byte, size, chunk int) {
+	b.Helper()
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		b.Fatal(err)
+	}
+	pipeSize, _ := unix.FcntlInt(uintptr(p[1]), unix.F_SETPIPE_SZ, min(chunk, 1<<20))
+	if pipeSize <= 0 {
+		pipeSize = 64 << 10
+	}
+	done := make(chan error, 1)
+	go func() {
+		defer unix.Close(p[0])
+		buf := make([]byte, chunk)
+		for n := 0; n < size; {
+			want := min(chunk, size-n)
+			for got := 0; got < want; {
+				m, err := unix.Read(p[0], buf[got:want])
+				if err != nil || m == 0 {
+					done <- fmt.Errorf("pipe read after %d bytes: %v", n+got, err)
+					return
+				}
+				got += m
+			}
+			off := n % len(pattern)
+			if !bytes.Equal(buf[:want], pattern[off:off+want]) {
+				done <- fmt.Errorf("bytes differ at %d", n)
+				return
+			}
+			n += want
+		}
+		done <- nil
+	}()
+	raw, err := c.(syscall.Conn).SyscallConn()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for rem := size; rem > 0; {
+		var n int
+		var serr error
+		if err := raw.Read(func(fd uintptr) bool {
+			var m int64
+			m, serr = unix.Splice(int(fd), nil, p[1], nil, min(rem, pipeSize), unix.SPLICE_F_MOVE|unix.SPLICE_F_MORE)
+			n = int(m)
+			return serr != unix.EAGAIN
+		}); err != nil || serr != nil || n == 0 {
+			b.Fatalf("splice: %v, %v, %d", err, serr, n)
+		}
+		rem -= n
+	}
+	unix.Close(p[1])
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
 }
