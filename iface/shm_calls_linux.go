@@ -40,11 +40,10 @@ type shmResult struct {
 }
 
 func (c *GRPCClient) stateGetShm(ctx context.Context, slot, chunk int, w io.Writer) (int64, error) {
-	t, err := c.shm.begin(chunk, c.shmDepth)
+	t, err := c.shm.begin(chunk, c.shmDepth, c.shmPeerCtrl)
 	if err != nil {
 		return 0, err
 	}
-	t.ctrl.multi = c.shmPeerCtrl >= ctrlVersion
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	resc := make(chan shmResult, 1)
@@ -131,11 +130,10 @@ func (c *GRPCClient) statePutShm(ctx context.Context, slot int, tokens []int32, 
 		chunk = c.shmPutChunk()
 	}
 	chunk = int(min(int64(chunk), max(size, 1)))
-	t, err := c.shm.begin(chunk, c.shmDepth)
+	t, err := c.shm.begin(chunk, c.shmDepth, c.shmPeerCtrl)
 	if err != nil {
 		return 0, err
 	}
-	t.ctrl.multi = c.shmPeerCtrl >= ctrlVersion
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	resc := make(chan shmResult, 1)
@@ -222,12 +220,11 @@ func (s *GRPCServer) StateGetShm(ctx context.Context, req *backendv1.StateGetShm
 		return nil, toStatus(fmt.Errorf("%w: plugin has no shm data plane", ErrNotImplemented))
 	}
 	tr := req.GetTransfer()
-	t, err := s.Shm.open(ctx, tr.GetId(), tr.GetChunkSize(), tr.GetDepth())
+	t, err := s.Shm.open(ctx, tr)
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	defer t.close()
-	t.ctrl.multi = tr.GetCtrlVersion() >= ctrlVersion
 	w := &shmWriter{t: t}
 	_, err = s.Impl.StateGet(ctx, int(req.GetSlot()), int(tr.GetChunkSize()), w)
 	if err == nil {
@@ -258,12 +255,11 @@ func (s *GRPCServer) StatePutShm(ctx context.Context, req *backendv1.StatePutShm
 		return nil, toStatus(fmt.Errorf("%w: negative state size", ErrBadRequest))
 	}
 	tr := req.GetTransfer()
-	t, err := s.Shm.open(ctx, tr.GetId(), tr.GetChunkSize(), tr.GetDepth())
+	t, err := s.Shm.open(ctx, tr)
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	defer t.close()
-	t.ctrl.multi = tr.GetCtrlVersion() >= ctrlVersion
 	r := &shmReader{t: t, remain: req.GetSize()}
 	n, err := s.Impl.StatePut(ctx, int(req.GetSlot()), req.GetTokens(), r, req.GetSize())
 	if err == nil {

@@ -59,7 +59,9 @@ type ctrlConn struct {
 // buffers: half the ring, so the peer always has the other half to work on.
 func ctrlBatch(depth int) int { return min(max(1, depth/2), ctrlMaxBatch-1) }
 
-func newCtrlConn(fd int, depth int) (*ctrlConn, error) {
+// newCtrlConn wraps fd for a ring of depth buffers; peerCtrl is the
+// control format the other side reads (ctrlVersion or 0).
+func newCtrlConn(fd int, depth int, peerCtrl uint32) (*ctrlConn, error) {
 	f := os.NewFile(uintptr(fd), "hydra-shm-ctrl")
 	defer f.Close()
 	c, err := net.FileConn(f)
@@ -76,7 +78,7 @@ func newCtrlConn(fd int, depth int) (*ctrlConn, error) {
 		uc.Close()
 		return nil, err
 	}
-	return &ctrlConn{c: uc, raw: raw, batch: ctrlBatch(depth)}, nil
+	return &ctrlConn{c: uc, raw: raw, batch: ctrlBatch(depth), multi: peerCtrl >= ctrlVersion}, nil
 }
 
 // post queues a FILLED or FREE message, sending the queue once it holds a

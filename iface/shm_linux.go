@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	backendv1 "github.com/hydra-engine/hydra-engine/iface/proto/hydra/backend/v1"
 )
 
 // The shared-memory data plane. Per transfer the host creates (or reuses) a
@@ -166,8 +168,8 @@ func (h *ShmHost) ring(chunk, depth int) (*ring, error) {
 }
 
 // begin sets up a transfer and hands its ring and control socket to the
-// plugin.
-func (h *ShmHost) begin(chunk, depth int) (*hostTransfer, error) {
+// plugin, which reads control format peerCtrl.
+func (h *ShmHost) begin(chunk, depth int, peerCtrl uint32) (*hostTransfer, error) {
 	r, err := h.ring(chunk, depth)
 	if err != nil {
 		return nil, err
@@ -177,7 +179,7 @@ func (h *ShmHost) begin(chunk, depth int) (*hostTransfer, error) {
 		r.close()
 		return nil, err
 	}
-	ctrl, err := newCtrlConn(a, depth)
+	ctrl, err := newCtrlConn(a, depth, peerCtrl)
 	if err != nil {
 		unix.Close(b)
 		r.close()
@@ -380,7 +382,9 @@ type pluginTransfer struct {
 	stop func() bool
 }
 
-func (r *ShmReceiver) open(ctx context.Context, id uint64, chunk, depth int64) (*pluginTransfer, error) {
+// open takes the ring and control socket the host sent for tr.
+func (r *ShmReceiver) open(ctx context.Context, tr *backendv1.ShmTransfer) (*pluginTransfer, error) {
+	id, chunk, depth := tr.GetId(), tr.GetChunkSize(), tr.GetDepth()
 	if err := checkGeometry(chunk, depth); err != nil {
 		return nil, err
 	}
@@ -388,7 +392,7 @@ func (r *ShmReceiver) open(ctx context.Context, id uint64, chunk, depth int64) (
 	if err != nil {
 		return nil, err
 	}
-	ctrl, err := newCtrlConn(ctrlfd, int(depth))
+	ctrl, err := newCtrlConn(ctrlfd, int(depth), tr.GetCtrlVersion())
 	if err != nil {
 		unix.Close(memfd)
 		return nil, err

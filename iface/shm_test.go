@@ -234,19 +234,20 @@ func (o *oddReader) Read(p []byte) (int, error) {
 	return o.r.Read(p[:min(len(p), sizes[o.turn%len(sizes)])])
 }
 
-// ctrlPair is both ends of a control socket, for rings of depth da and db.
+// ctrlPair is both ends of a control socket, for rings of depth da and db,
+// each sending to its peer as to a version 0 one (a message per datagram).
 func ctrlPair(t *testing.T, da, db int) (*ctrlConn, *ctrlConn) {
 	t.Helper()
 	a, b, err := seqpacketPair()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca, err := newCtrlConn(a, da)
+	ca, err := newCtrlConn(a, da, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(ca.close)
-	cb, err := newCtrlConn(b, db)
+	cb, err := newCtrlConn(b, db, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
