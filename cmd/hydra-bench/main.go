@@ -413,7 +413,7 @@ func (b *bench) once(ctx context.Context, c *transport.Client, op string, e *eng
 	if op == opGet {
 		d, err = getOnce(ctx, c, b.size, b.buf)
 	} else {
-		d, err = putOnce(ctx, c, b.blob, b.size)
+		d, err = putOnce(ctx, c, b.blob, b.size, "1")
 	}
 	if err != nil {
 		return 0, u, err
@@ -439,14 +439,7 @@ func verifyRestore(ctx context.Context, c *transport.Client, blob *os.File) erro
 		if err != nil {
 			return err
 		}
-		if _, err := blob.Seek(0, io.SeekStart); err != nil {
-			return err
-		}
-		resp, err := c.Do(ctx, transport.Request{Op: transport.OpStatePut, Key: "0", Payload: blob, PayloadLen: uint64(st.Size())})
-		if err == nil {
-			err = errors.Join(resp.Close(), resp.Err())
-		}
-		if err != nil {
+		if _, err := putOnce(ctx, c, blob, uint64(st.Size()), "0"); err != nil {
 			return fmt.Errorf("STATE_PUT of the blob into slot 0: %w", err)
 		}
 		if err := sameAsFile(ctx, c, "0", blob); err != nil {

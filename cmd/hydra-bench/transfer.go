@@ -175,18 +175,18 @@ func getOnce(ctx context.Context, c *transport.Client, want uint64, buf []byte) 
 	return d, nil
 }
 
-// putOnce sends blob to slot 1 with STATE_PUT. The payload is the *os.File
+// putOnce sends blob to slot with STATE_PUT. The payload is the *os.File
 // itself, so transport.Client hands it to the connection's ReadFrom: sendfile
 // on TCP. It returns the time from the request to the reply, which the
 // engine sends after the plugin has verified and restored every byte.
-func putOnce(ctx context.Context, c *transport.Client, blob *os.File, size uint64) (time.Duration, error) {
+func putOnce(ctx context.Context, c *transport.Client, blob *os.File, size uint64, slot string) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, transferTimeout)
 	defer cancel()
 	if _, err := blob.Seek(0, io.SeekStart); err != nil {
 		return 0, err
 	}
 	start := time.Now()
-	resp, err := c.Do(ctx, transport.Request{Op: transport.OpStatePut, Key: "1", Payload: blob, PayloadLen: size})
+	resp, err := c.Do(ctx, transport.Request{Op: transport.OpStatePut, Key: slot, Payload: blob, PayloadLen: size})
 	if err != nil {
 		return 0, err
 	}
