@@ -70,15 +70,20 @@ pin-ab|copy-ab|bench)
 	fi
 	step "synthetic model: 32 layers, 1024 dim, 8 heads, 8 KV heads, f16 (128 KiB of KV per token)"
 	"$G/gguf-gen" -o "$G/synth.gguf" -layers 32 -embd 1024 -heads 8 -kv-heads 8 -ff 1024 -vocab 1024 -ctx 16384 -f16 || exit 1
+	toks=$(python3 -c "print(','.join(str(3+(i*31)%250) for i in range(9200)))")
+	# llama_engine SOCK LOG ARGS...: a llama engine on unix://SOCK (and ARGS),
+	# ready and with 9,200 tokens prefilled in slot 0; its pid in $epid.
+	llama_engine() {
+		local sock=$1 log=$2; shift 2; rm -f "$sock"
+		"$G/hydra-engine" --rpc "unix://$sock" --backend "$G/hydra-plugin-cuda-llama" --model "$G/synth.gguf" "$@" > "$log" 2>&1 &
+		epid=$!
+		for _ in $(seq 100); do "$G/hydractl" --addr "unix://$sock" info >/dev/null 2>&1 && break; sleep 0.2; done
+		"$G/hydractl" --addr "unix://$sock" prefill --slot 0 --tokens "$toks" >/dev/null
+	}
 	if [[ $1 == pin-ab ]]; then
-		toks=$(python3 -c "print(','.join(str(3+(i*31)%250) for i in range(9200)))")
 		for pin in true false false true; do
-			sock=/tmp/hydra-pin-$pin.sock; rm -f "$sock"
-			"$G/hydra-engine" --rpc "unix://$sock" --backend "$G/hydra-plugin-cuda-llama" --model "$G/synth.gguf" --slots 1 \
-				--backend-opt n_ctx=9600 --backend-opt pin_ring=$pin --log-level debug > "$OUT/engine-pin-$pin.log" 2>&1 &
-			epid=$!
-			for _ in $(seq 100); do "$G/hydractl" --addr "unix://$sock" info >/dev/null 2>&1 && break; sleep 0.2; done
-			"$G/hydractl" --addr "unix://$sock" prefill --slot 0 --tokens "$toks" >/dev/null
+			sock=/tmp/hydra-pin-$pin.sock
+			llama_engine "$sock" "$OUT/engine-pin-$pin.log" --slots 1 --backend-opt n_ctx=9600 --backend-opt pin_ring=$pin --log-level debug
 			for _ in 1 2 3; do echo -n "pin_ring=$pin unix: "; "$G/hydractl" --addr "unix://$sock" --no-progress state get --slot 0 -o /dev/null 2>&1 | tail -1; done
 			kill $epid; wait $epid
 		done
@@ -86,15 +91,11 @@ pin-ab|copy-ab|bench)
 		exit 0
 	fi
 	if [[ $1 == copy-ab ]]; then
-		toks=$(python3 -c "print(','.join(str(3+(i*31)%250) for i in range(9200)))")
 		blob=/dev/shm/hydra-copy-ab.blob
 		for th in 4 1 1 4 4 1; do
-			sock=/tmp/hydra-copy-$th.sock port=$((39600 + RANDOM % 200)); rm -f "$sock"
-			"$G/hydra-engine" --rpc "unix://$sock" --rpc "tcp://127.0.0.1:$port" --backend "$G/hydra-plugin-cuda-llama" --model "$G/synth.gguf" \
-				--slots 2 --backend-opt n_ctx=18688 --backend-opt copy_threads=$th --log-level warn > "$OUT/engine-copy-$th.log" 2>&1 &
-			epid=$!
-			for _ in $(seq 100); do "$G/hydractl" --addr "unix://$sock" info >/dev/null 2>&1 && break; sleep 0.2; done
-			"$G/hydractl" --addr "unix://$sock" prefill --slot 0 --tokens "$toks" >/dev/null
+			sock=/tmp/hydra-copy-$th.sock port=$((39600 + RANDOM % 200))
+			llama_engine "$sock" "$OUT/engine-copy-$th.log" --rpc "tcp://127.0.0.1:$port" \
+				--slots 2 --backend-opt n_ctx=18688 --backend-opt copy_threads=$th --log-level warn
 			[[ -f $blob ]] || "$G/hydractl" --addr "unix://$sock" --no-progress state get --slot 0 -o "$blob" >/dev/null
 			for chunk in 262144 2097152; do
 				"$G/hydractl" --addr "unix://$sock" configure "{\"state_chunk_size\":$chunk}" >/dev/null
