@@ -77,28 +77,32 @@ func committer(size int) func(context.Context, int, int, io.Writer) (int64, erro
 // goroutine discards, through a 1 MiB buffer, until the benchmark ends.
 func drainedSocket(b *testing.B) net.Conn {
 	b.Helper()
-	ln, err := net.Listen("unix", b.TempDir()+"/s")
+	r, w := connPair(b, "unix", b.TempDir()+"/s")
+	w.(*net.UnixConn).SetWriteBuffer(4 << 20) // as the engine's client connections
+	go io.CopyBuffer(io.Discard, struct{ io.Reader }{r}, make([]byte, 1<<20))
+	return w
+}
+
+// connPair is a connection on network: the dialled end and the accepted
+// one, both closed when the benchmark ends.
+func connPair(b *testing.B, network, addr string) (dialled, accepted net.Conn) {
+	b.Helper()
+	ln, err := net.Listen(network, addr)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
-	r, err := net.Dial("unix", ln.Addr().String())
+	dialled, err = net.Dial(network, ln.Addr().String())
 	if err != nil {
 		b.Fatal(err)
 	}
-	w := <-accepted
-	if w == nil {
-		b.Fatal("accept failed")
+	b.Cleanup(func() { dialled.Close() })
+	accepted, err = ln.Accept()
+	if err != nil {
+		b.Fatal(err)
 	}
-	w.(*net.UnixConn).SetWriteBuffer(4 << 20) // as the engine's client connections
-	b.Cleanup(func() { w.Close(); r.Close() })
-	go io.CopyBuffer(io.Discard, struct{ io.Reader }{r}, make([]byte, 1<<20))
-	return w
+	b.Cleanup(func() { accepted.Close() })
+	return dialled, accepted
 }
 
 // BenchmarkShmStatePut is the restore direction over TCP loopback, in one
@@ -181,16 +185,8 @@ func BenchmarkShmStatePut(b *testing.B) {
 // goroutine fills with size bytes of the repeated pattern.
 func fedSocket(b *testing.B, pattern []byte, size int) net.Conn {
 	b.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
+	c, r := connPair(b, "tcp", "127.0.0.1:0")
 	go func() {
-		c, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			return
-		}
 		defer c.Close()
 		for rem := size; rem > 0; {
 			n, err := c.Write(pattern[:min(rem, len(pattern))])
@@ -201,11 +197,6 @@ func fedSocket(b *testing.B, pattern []byte, size int) net.Conn {
 		}
 		io.Copy(io.Discard, c) // until the reader closes
 	}()
-	r, err := ln.Accept()
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { r.Close() })
 	return r
 }
 
