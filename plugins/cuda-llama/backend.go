@@ -157,7 +157,7 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 	}
 	hashDone := make(chan hashed, 1)
 	go func() {
-		id, err := modelIdentity(hashCtx, path, opts.alias)
+		id, err := iface.FileIdentity(hashCtx, path, opts.alias)
 		hashDone <- hashed{id, err}
 	}()
 

@@ -17,7 +17,6 @@
 package cudallama
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -240,12 +239,6 @@ func checkModelFile(model string) (string, error) {
 		return "", fmt.Errorf("%w: model %s is not a regular file", iface.ErrBadRequest, abs)
 	}
 	return abs, nil
-}
-
-// modelIdentity is the alias (the option, else the file name without its
-// extension), the hex SHA-256 of the file and its absolute path.
-func modelIdentity(ctx context.Context, abs, alias string) (iface.ModelIdentity, error) {
-	return iface.FileIdentity(ctx, abs, alias)
 }
 
 // llamaVersion is the version of LlamaModule linked into this binary: from

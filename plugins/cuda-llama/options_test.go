@@ -2,7 +2,6 @@ package cudallama
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -90,26 +89,6 @@ func TestCUDALibraryLookup(t *testing.T) {
 	}
 	if lib, err := cudaLibrary(dir); err != nil || lib != filepath.Join(dir, CUDALibrary) {
 		t.Fatalf("matching stamp: %q, %v", lib, err)
-	}
-}
-
-func TestModelIdentity(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "My-Model.Q4.gguf")
-	if err := os.WriteFile(p, []byte("abc"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	id, err := modelIdentity(context.Background(), p, "")
-	if err != nil || id.Alias != "My-Model.Q4" || id.Path != p ||
-		id.Hash != "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad" {
-		t.Fatalf("%+v, %v", id, err)
-	}
-	if id, _ := modelIdentity(context.Background(), p, "alias"); id.Alias != "alias" {
-		t.Fatalf("alias option: %+v", id)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if _, err := modelIdentity(ctx, p, ""); !errors.Is(err, context.Canceled) {
-		t.Fatalf("cancelled: %v", err)
 	}
 }
 
