@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"io"
 	"net"
+	"syscall"
 	"time"
 )
 
@@ -17,12 +18,28 @@ type deadlineConn struct {
 }
 
 func (c *deadlineConn) Read(p []byte) (int, error) {
-	if c.readTimeout > 0 {
-		if err := c.Conn.SetReadDeadline(time.Now().Add(c.readTimeout)); err != nil {
-			return 0, err
-		}
+	if err := c.armRead(); err != nil {
+		return 0, err
 	}
 	return c.Conn.Read(p)
+}
+
+func (c *deadlineConn) armRead() error {
+	if c.readTimeout > 0 {
+		return c.Conn.SetReadDeadline(time.Now().Add(c.readTimeout))
+	}
+	return nil
+}
+
+// rawSocket is the connection's socket when the kernel can splice from it
+// (TCP, Unix; not TLS, whose bytes need decrypting).
+func (c *deadlineConn) rawSocket() (syscall.RawConn, bool) {
+	switch conn := c.Conn.(type) {
+	case *net.TCPConn, *net.UnixConn:
+		raw, err := conn.(syscall.Conn).SyscallConn()
+		return raw, err == nil
+	}
+	return nil, false
 }
 
 func (c *deadlineConn) Write(p []byte) (int, error) {

@@ -1,9 +1,11 @@
 package host
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
+	"syscall"
 	"time"
 
 	"github.com/hydra-engine/hydra-engine/iface"
@@ -121,6 +123,56 @@ func (t *readTracker) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// socketTracker is a readTracker whose payload the data plane may splice
+// straight from the socket (iface.SocketSource).
+type socketTracker struct {
+	*readTracker
+	br   *bufio.Reader
+	conn *deadlineConn
+	raw  syscall.RawConn
+}
+
+var _ iface.SocketSource = (*socketTracker)(nil)
+
+// spliceable returns src as an iface.SocketSource when the request's payload
+// comes from a socket the kernel can splice from, else nil.
+func spliceable(req *request, src *readTracker) *socketTracker {
+	pr, ok := req.payload.R.(payloadReader)
+	if !ok || req.conn == nil {
+		return nil
+	}
+	raw, ok := req.conn.rawSocket()
+	if !ok {
+		return nil
+	}
+	return &socketTracker{readTracker: src, br: pr.br, conn: req.conn, raw: raw}
+}
+
+func (s *socketTracker) Buffered() int { return int(min(int64(s.br.Buffered()), s.r.N)) }
+
+func (s *socketTracker) ReadSocket(f func(fd uintptr) (int, bool, error)) error {
+	if s.br.Buffered() > 0 {
+		return errors.New("reading the socket under buffered payload bytes")
+	}
+	err := s.conn.armRead()
+	if err == nil {
+		var ferr error
+		err = s.raw.Read(func(fd uintptr) bool {
+			n, done, e := f(fd)
+			s.r.N -= int64(n)
+			ferr = e
+			return done
+		})
+		if err == nil {
+			err = ferr
+		}
+	}
+	if err != nil && s.err == nil {
+		s.err = err
+	}
+	return err
+}
+
 // handleStatePut restores a slot from a streamed v2 (or v1) blob. Any failure
 // leaves the slot empty.
 func (s *Server) handleStatePut(req *request, rp *replier) error {
@@ -139,7 +191,11 @@ func (s *Server) handleStatePut(req *request, rp *replier) error {
 	b, info := s.Backend()
 	start := time.Now()
 	src := &readTracker{r: req.payload}
-	consumed, err := s.restore(b, slot, src, req.payload.N)
+	var in io.Reader = src
+	if sock := spliceable(req, src); sock != nil {
+		in = sock
+	}
+	consumed, err := s.restore(b, slot, in, req.payload.N)
 	s.stats.transfer(true, int64(req.hdr.PayloadLen)-req.payload.N, time.Since(start), err)
 	if err != nil {
 		// Never leave a slot half-restored; the backend clears on failure, and

@@ -129,6 +129,7 @@ func (p *Plugin) useShm(ctx context.Context, b iface.Backend, opts PluginOptions
 		return nil
 	}
 	gc.UseShm(p.shm, max(opts.RingDepth, 1))
+	gc.NoSplice = opts.NoSplice
 	p.DataPlane = "shm"
 	return nil
 }
@@ -140,6 +141,9 @@ type PluginOptions struct {
 	DataPlane string
 	// RingDepth is the number of chunk buffers in flight on the shm plane.
 	RingDepth int
+	// NoSplice keeps STATE_PUTs from client sockets on the ring instead of
+	// splicing them into a pipe for the plugin.
+	NoSplice bool
 	// SHA256, when set (hex), pins the plugin executable: go-plugin hashes
 	// the file before it runs it and refuses a mismatch.
 	SHA256 string
@@ -199,7 +203,7 @@ func StartPlugin(ctx context.Context, spec PluginSpec, load iface.LoadRequest, o
 		shm.Close()
 		p.shm = nil
 	}
-	logger.Info("backend data plane", "backend", spec.Name, "data_plane", p.DataPlane, "ring_depth", opts.RingDepth)
+	logger.Info("backend data plane", "backend", spec.Name, "data_plane", p.DataPlane, "ring_depth", opts.RingDepth, "splice_put", p.DataPlane == "shm" && !opts.NoSplice)
 	info, err := b.Load(ctx, load)
 	if err != nil {
 		p.Kill()

@@ -239,6 +239,7 @@ type request struct {
 	key     string
 	trace   string
 	payload *io.LimitedReader
+	conn    *deadlineConn // the socket under payload, nil in tests
 }
 
 // readPayload reads the whole payload, which the caller has bounded.
@@ -356,6 +357,7 @@ func (s *Server) serveConn(raw net.Conn) {
 		req := &request{
 			hdr: hdr, key: string(kt[:hdr.KeyLen]), trace: string(kt[hdr.KeyLen:]),
 			payload: &io.LimitedReader{R: payloadReader{br, dc}, N: int64(min(hdr.PayloadLen, 1<<62))},
+			conn:    dc,
 		}
 		if hdr.PayloadLen > 1<<62 {
 			log.Warn("closing connection: payload length beyond any limit", "op", hdr.Op, "payload_len", hdr.PayloadLen)

@@ -55,3 +55,24 @@ func transferChunk(ctx context.Context) int {
 	n, _ := ctx.Value(transferChunkKey{}).(int)
 	return n
 }
+
+// SocketSource is implemented by StatePut sources whose bytes lie in a socket
+// (the client's TCP or Unix connection) once the few the source buffered are
+// read. The shm plane then splices them from the socket into a pipe the
+// plugin reads: the kernel moves page references, so the host never copies a
+// state byte, and the plugin's one read lands them where they belong.
+// Sources without a spliceable socket (TLS) do not implement it.
+type SocketSource interface {
+	io.Reader
+	// Buffered is how many bytes Read returns from memory before it reads
+	// the socket.
+	Buffered() int
+	// ReadSocket calls f with the socket's descriptor, again after the socket
+	// becomes readable each time f returns done false (as syscall.RawConn's
+	// Read), under the read deadline the source applies to each of its own
+	// reads. f returns the bytes it took off the socket, which the source
+	// counts as read, and the socket's error, if any (io.ErrUnexpectedEOF:
+	// the peer closed), which the source records as its own and returns.
+	// It fails if bytes are still buffered.
+	ReadSocket(f func(fd uintptr) (moved int, done bool, err error)) error
+}

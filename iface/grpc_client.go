@@ -31,6 +31,11 @@ type GRPCClient struct {
 	shmDepth int
 	// shmPeerCtrl is the control socket format the plugin reads (DataPlane).
 	shmPeerCtrl uint32
+	// shmPipe: the plugin takes restores through a pipe (DataPlane).
+	shmPipe bool
+	// NoSplice keeps restores from sockets on the ring instead of splicing
+	// them into a pipe for the plugin (for comparisons; splicing is faster).
+	NoSplice bool
 }
 
 var _ Backend = (*GRPCClient)(nil)

@@ -10,8 +10,6 @@ import (
 	"net"
 	"syscall"
 	"testing"
-
-	"golang.org/x/sys/unix"
 )
 
 // The shm data plane alone, in one process: a producer that commits ring
@@ -108,20 +106,57 @@ func connPair(b *testing.B, network, addr string) (dialled, accepted net.Conn) {
 // BenchmarkShmStatePut is the restore direction over TCP loopback, in one
 // process: a client goroutine writes the state from a 4 MiB pattern buffer;
 // "raw" reads it into one reused 4 MiB buffer (hydra-bench's raw server);
-// "splice" is a design not built: the reader splices chunks from the socket
-// into a pipe (page references, no copy) and a consumer reads the pipe into
-// its own chunk buffer and compares it, so the one copy runs on the
-// consumer's core;
+// "pipe" is the host's splice path: the socket is spliced into a pipe (page
+// references, no copy) and the plugin reads it into its own chunk buffer and
+// compares it with the pattern (as the mock verifies a restore), so the one
+// copy runs on the plugin's core;
 // "shm" reads it into the ring for a consumer that compares every piece with
-// the pattern in place (as the mock plugin verifies a restore), and
-// "shm-untouched" for one that takes the pieces without reading them. The
-// gap between the two shm rows is what the consumer's reading of the ring
-// costs the socket reader; run with -cpuprofile to see where the time goes.
+// the pattern in place, and "shm-untouched" for one that takes the pieces
+// without reading them. The gap between the two shm rows is what the
+// consumer's reading of the ring costs the socket reader; run with
+// -cpuprofile to see where the time goes.
 func BenchmarkShmStatePut(b *testing.B) {
 	const size = 512 << 20
 	pattern := make([]byte, 4<<20)
 	for i := range pattern {
 		pattern[i] = byte(i*7 + i>>13)
+	}
+	// compare checks a restore against the pattern: each piece in place when
+	// the reader offers them (the ring, unless untouched), else read into one
+	// chunk buffer.
+	compare := func(chunk int, touch bool) func(context.Context, int, []int32, io.Reader, int64) (int64, error) {
+		return func(_ context.Context, _ int, _ []int32, r io.Reader, size int64) (int64, error) {
+			cr, ok := r.(ChunkReader)
+			var buf []byte
+			if !ok {
+				buf = make([]byte, chunk)
+			}
+			var n int64
+			for {
+				var p []byte
+				var err error
+				if ok {
+					p, err = cr.Next()
+				} else {
+					var m int
+					m, err = r.Read(buf)
+					p = buf[:m]
+				}
+				if err == io.EOF {
+					return n, nil
+				} else if err != nil {
+					return n, err
+				}
+				for len(p) > 0 { // a piece may wrap around the pattern
+					off := int(n % int64(len(pattern)))
+					m := min(len(p), len(pattern)-off)
+					if touch && !bytes.Equal(p[:m], pattern[off:off+m]) {
+						return n, fmt.Errorf("bytes differ at %d", n)
+					}
+					p, n = p[m:], n+int64(m)
+				}
+			}
+		}
 	}
 	for _, chunk := range []int{256 << 10, 2 << 20} {
 		b.Run(fmt.Sprintf("raw/chunk=%dKiB", chunk>>10), func(b *testing.B) {
@@ -138,41 +173,22 @@ func BenchmarkShmStatePut(b *testing.B) {
 				}
 			}
 		})
-		b.Run(fmt.Sprintf("splice/chunk=%dKiB", chunk>>10), func(b *testing.B) {
-			b.SetBytes(size)
-			for b.Loop() {
-				spliceToConsumer(b, fedSocket(b, pattern, size), pattern, size, chunk)
-			}
-		})
-		for _, touch := range []bool{true, false} {
-			name := "shm"
-			if !touch {
-				name = "shm-untouched"
-			}
-			b.Run(fmt.Sprintf("%s/chunk=%dKiB/depth=4", name, chunk>>10), func(b *testing.B) {
-				consume := func(_ context.Context, _ int, _ []int32, r io.Reader, size int64) (int64, error) {
-					cr := r.(ChunkReader)
-					var n int64
-					for {
-						p, err := cr.Next()
-						if err == io.EOF {
-							return n, nil
-						} else if err != nil {
-							return n, err
-						}
-						off := int(n % int64(len(pattern)))
-						if touch && !bytes.Equal(p, pattern[off:off+len(p)]) {
-							return n, fmt.Errorf("bytes differ at %d", n)
-						}
-						n += int64(len(p))
-					}
-				}
-				be := TestBackendShm(b, &fakeBackend{statePut: consume}, 4)
+		for _, v := range []struct {
+			name        string
+			pipe, touch bool
+		}{{"pipe", true, true}, {"shm", false, true}, {"shm-untouched", false, false}} {
+			b.Run(fmt.Sprintf("%s/chunk=%dKiB/depth=4", v.name, chunk>>10), func(b *testing.B) {
+				be := TestBackendShm(b, &fakeBackend{statePut: compare(chunk, v.touch)}, 4)
+				be.(*GRPCClient).NoSplice = !v.pipe
 				ctx := WithTransferChunk(context.Background(), chunk)
 				b.SetBytes(size)
 				for b.Loop() {
-					r := fedSocket(b, pattern, size)
-					if n, err := be.StatePut(ctx, 0, nil, r, size); err != nil || n != size {
+					c := fedSocket(b, pattern, size)
+					raw, err := c.(syscall.Conn).SyscallConn()
+					if err != nil {
+						b.Fatal(err)
+					}
+					if n, err := be.StatePut(ctx, 0, nil, &sockSource{c: c, raw: raw}, size); err != nil || n != size {
 						b.Fatalf("StatePut = %d, %v", n, err)
 					}
 				}
@@ -198,63 +214,4 @@ func fedSocket(b *testing.B, pattern []byte, size int) net.Conn {
 		io.Copy(io.Discard, c) // until the reader closes
 	}()
 	return r
-}
-
-// spliceToConsumer moves size bytes from c through a pipe to a goroutine
-// that reads them chunk by chunk into one buffer and compares them with the
-// pattern.
-func spliceToConsumer(b *testing.B, c net.Conn, pattern []byte, size, chunk int) {
-	b.Helper()
-	var p [2]int
-	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
-		b.Fatal(err)
-	}
-	pipeSize, _ := unix.FcntlInt(uintptr(p[1]), unix.F_SETPIPE_SZ, min(chunk, 1<<20))
-	if pipeSize <= 0 {
-		pipeSize = 64 << 10
-	}
-	done := make(chan error, 1)
-	go func() {
-		defer unix.Close(p[0])
-		buf := make([]byte, chunk)
-		for n := 0; n < size; {
-			want := min(chunk, size-n)
-			for got := 0; got < want; {
-				m, err := unix.Read(p[0], buf[got:want])
-				if err != nil || m == 0 {
-					done <- fmt.Errorf("pipe read after %d bytes: %v", n+got, err)
-					return
-				}
-				got += m
-			}
-			off := n % len(pattern)
-			if !bytes.Equal(buf[:want], pattern[off:off+want]) {
-				done <- fmt.Errorf("bytes differ at %d", n)
-				return
-			}
-			n += want
-		}
-		done <- nil
-	}()
-	raw, err := c.(syscall.Conn).SyscallConn()
-	if err != nil {
-		b.Fatal(err)
-	}
-	for rem := size; rem > 0; {
-		var n int
-		var serr error
-		if err := raw.Read(func(fd uintptr) bool {
-			var m int64
-			m, serr = unix.Splice(int(fd), nil, p[1], nil, min(rem, pipeSize), unix.SPLICE_F_MOVE|unix.SPLICE_F_MORE)
-			n = int(m)
-			return serr != unix.EAGAIN
-		}); err != nil || serr != nil || n == 0 {
-			b.Fatalf("splice: %v, %v, %d", err, serr, n)
-		}
-		rem -= n
-	}
-	unix.Close(p[1])
-	if err := <-done; err != nil {
-		b.Fatal(err)
-	}
 }

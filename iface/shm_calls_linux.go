@@ -30,7 +30,7 @@ func (c *GRPCClient) DataPlane(ctx context.Context) (shm bool, err error) {
 		}
 		return false, fromStatus(err)
 	}
-	c.shmPeerCtrl = resp.GetCtrlVersion()
+	c.shmPeerCtrl, c.shmPipe = resp.GetCtrlVersion(), resp.GetPipePut()
 	return resp.GetShm(), nil
 }
 
@@ -130,6 +130,9 @@ func (c *GRPCClient) statePutShm(ctx context.Context, slot int, tokens []int32, 
 		chunk = c.shmPutChunk()
 	}
 	chunk = int(min(int64(chunk), max(size, 1)))
+	if src, ok := r.(SocketSource); ok && c.shmPipe && !c.NoSplice {
+		return c.statePutPipe(ctx, slot, tokens, src, size, chunk)
+	}
 	t, err := c.shm.begin(chunk, c.shmDepth, c.shmPeerCtrl)
 	if err != nil {
 		return 0, err
@@ -212,7 +215,7 @@ func (c *GRPCClient) shmPutChunk() int {
 // Plugin side: GRPCServer over the shared-memory plane.
 
 func (s *GRPCServer) DataPlane(context.Context, *backendv1.DataPlaneRequest) (*backendv1.DataPlaneResponse, error) {
-	return &backendv1.DataPlaneResponse{Shm: s.Shm != nil, CtrlVersion: ctrlVersion}, nil
+	return &backendv1.DataPlaneResponse{Shm: s.Shm != nil, CtrlVersion: ctrlVersion, PipePut: s.Shm != nil}, nil
 }
 
 func (s *GRPCServer) StateGetShm(ctx context.Context, req *backendv1.StateGetShmRequest) (*backendv1.StateGetShmResponse, error) {
@@ -220,6 +223,9 @@ func (s *GRPCServer) StateGetShm(ctx context.Context, req *backendv1.StateGetShm
 		return nil, toStatus(fmt.Errorf("%w: plugin has no shm data plane", ErrNotImplemented))
 	}
 	tr := req.GetTransfer()
+	if tr.GetPipe() {
+		return nil, toStatus(fmt.Errorf("%w: a state pipe carries restores only", ErrBadRequest))
+	}
 	t, err := s.Shm.open(ctx, tr)
 	if err != nil {
 		return nil, toStatus(err)
@@ -260,7 +266,13 @@ func (s *GRPCServer) StatePutShm(ctx context.Context, req *backendv1.StatePutShm
 		return nil, toStatus(err)
 	}
 	defer t.close()
-	r := &shmReader{t: t, remain: req.GetSize()}
+	var r interface {
+		io.Reader
+		drain() error
+	} = &shmReader{t: t, remain: req.GetSize()}
+	if t.pipe != nil {
+		r = &pipeReader{t: t, remain: req.GetSize()}
+	}
 	n, err := s.Impl.StatePut(ctx, int(req.GetSlot()), req.GetTokens(), r, req.GetSize())
 	if err == nil {
 		// Success means every byte arrived, as on the gRPC plane.

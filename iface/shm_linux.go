@@ -375,52 +375,76 @@ func (r *ShmReceiver) take(ctx context.Context, id uint64) (memfd, ctrlfd int, e
 	return p.memfd, p.ctrlfd, nil
 }
 
-// pluginTransfer is one transfer in flight on the plugin side.
+// pluginTransfer is one transfer in flight on the plugin side: a ring, or
+// for a piped restore the pipe (ring nil).
 type pluginTransfer struct {
 	ring *ring
+	pipe *os.File
 	ctrl *ctrlConn
 	stop func() bool
 }
 
-// open takes the ring and control socket the host sent for tr.
+// open takes the ring (or pipe) and control socket the host sent for tr.
 func (r *ShmReceiver) open(ctx context.Context, tr *backendv1.ShmTransfer) (*pluginTransfer, error) {
 	id, chunk, depth := tr.GetId(), tr.GetChunkSize(), tr.GetDepth()
 	if err := checkGeometry(chunk, depth); err != nil {
 		return nil, err
 	}
-	memfd, ctrlfd, err := r.take(ctx, id)
+	datafd, ctrlfd, err := r.take(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	ctrl, err := newCtrlConn(ctrlfd, int(depth), tr.GetCtrlVersion())
 	if err != nil {
-		unix.Close(memfd)
+		unix.Close(datafd)
 		return nil, err
 	}
+	t := &pluginTransfer{ctrl: ctrl}
+	if tr.GetPipe() {
+		t.pipe, err = openPipe(datafd)
+	} else {
+		t.ring, err = mapMemfd(datafd, chunk, depth)
+	}
+	if err != nil {
+		unix.Close(datafd)
+		ctrl.close()
+		return nil, err
+	}
+	// Cancelling the call unblocks a producer or consumer waiting on the host.
+	t.stop = context.AfterFunc(ctx, func() {
+		ctrl.c.SetDeadline(time.Unix(1, 0))
+		if t.pipe != nil {
+			t.pipe.SetReadDeadline(time.Unix(1, 0))
+		}
+	})
+	return t, nil
+}
+
+// mapMemfd maps the ring memfd the host sent and closes the descriptor (the
+// mapping keeps the memory).
+func mapMemfd(memfd int, chunk, depth int64) (*ring, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(memfd, &st); err != nil || st.Size < chunk*depth {
-		unix.Close(memfd)
-		ctrl.close()
 		return nil, fmt.Errorf("%w: shm ring smaller than %d × %d", ErrBadRequest, depth, chunk)
 	}
 	rg, err := mapRing(memfd, int(chunk), int(depth))
 	if err != nil {
-		unix.Close(memfd)
-		ctrl.close()
 		return nil, err
 	}
-	// The mapping keeps the memory; the descriptor is no longer needed.
 	unix.Close(memfd)
 	rg.fd = -1
-	// Cancelling the call unblocks a producer or consumer waiting on the host.
-	stop := context.AfterFunc(ctx, func() { ctrl.c.SetDeadline(time.Unix(1, 0)) })
-	return &pluginTransfer{ring: rg, ctrl: ctrl, stop: stop}, nil
+	return rg, nil
 }
 
 func (t *pluginTransfer) close() {
 	t.stop()
 	t.ctrl.close()
-	t.ring.close()
+	if t.ring != nil {
+		t.ring.close()
+	}
+	if t.pipe != nil {
+		t.pipe.Close()
+	}
 }
 
 // shmWriter fills the ring's buffers in order and hands each full one to the

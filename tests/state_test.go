@@ -42,7 +42,8 @@ var dataPlanes = []struct {
 	name  string
 	flags []string
 }{
-	{"shm", []string{"--data-plane", "shm"}},
+	{"shm", []string{"--data-plane", "shm"}}, // STATE_PUT spliced into a pipe
+	{"shm-ring", []string{"--data-plane", "shm", "--splice-put=false"}},
 	{"shm-serial", []string{"--data-plane", "shm", "--ring-depth", "1"}},
 	{"grpc", []string{"--data-plane", "grpc"}},
 }
@@ -100,7 +101,9 @@ func TestStatePutFailuresEmptyTheSlot(t *testing.T) {
 }
 
 func testStatePutFailuresEmptyTheSlot(t *testing.T, planeFlags []string) {
-	e := startEngine(t, append([]string{"--backend-opt", "kv_bytes_per_token=1024"}, planeFlags...)...)
+	// A state of a few MiB: most of it is still on the socket, beyond the
+	// host's buffer, when the backend refuses it, and must be drained.
+	e := startEngine(t, append([]string{"--backend-opt", "kv_bytes_per_token=131072"}, planeFlags...)...)
 	c := client(t, e.tcp)
 	mustOK(t, c, transport.OpPrefill, "0", chat("source"))
 	_, blob := getState(t, c, "0")

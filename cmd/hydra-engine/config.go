@@ -39,6 +39,7 @@ type Config struct {
 	ShutdownGrace  time.Duration     `mapstructure:"shutdown_grace"`
 	DataPlane      string            `mapstructure:"data_plane"`
 	RingDepth      int               `mapstructure:"ring_depth"`
+	SplicePut      bool              `mapstructure:"splice_put"`
 	StateChunkSize uint64            `mapstructure:"state_chunk_size"`
 	SocketBuffer   int               `mapstructure:"socket_buffer"`
 	BackendSHA256  string            `mapstructure:"backend_sha256"`
@@ -61,6 +62,7 @@ func defaultConfig() Config {
 		ShutdownGrace:  30 * time.Second,
 		DataPlane:      "auto",
 		RingDepth:      4,
+		SplicePut:      true,
 		StateChunkSize: host.DefaultStateChunkSize,
 	}
 }
@@ -82,6 +84,7 @@ var settings = []struct{ key, flag string }{
 	{"shutdown_grace", "shutdown-grace"},
 	{"data_plane", "data-plane"},
 	{"ring_depth", "ring-depth"},
+	{"splice_put", "splice-put"},
 	{"state_chunk_size", "state-chunk-size"},
 	{"socket_buffer", "socket-buffer"},
 	{"backend_sha256", "backend-sha256"},
@@ -131,6 +134,7 @@ func newFlagSet(d Config, configFile *string, printConfig, showVersion *bool) *f
 	fs.DurationVar(&v.ShutdownGrace, "shutdown-grace", d.ShutdownGrace, "on SIGTERM/SIGINT, let in-flight requests finish for this long")
 	fs.StringVar(&v.DataPlane, "data-plane", d.DataPlane, "how state bytes travel to and from the plugin: auto, shm or grpc")
 	fs.IntVar(&v.RingDepth, "ring-depth", d.RingDepth, "chunk buffers in flight on the shm data plane (1 = serial copy-then-send)")
+	fs.BoolVar(&v.SplicePut, "splice-put", d.SplicePut, "on the shm data plane, splice STATE_PUT bytes from TCP and Unix client sockets into a pipe the plugin reads, instead of reading them into the ring")
 	fs.Uint64Var(&v.StateChunkSize, "state-chunk-size", d.StateChunkSize, "initial state_chunk_size in bytes (64 KiB to 64 MiB; CONFIGURE changes it)")
 	fs.IntVar(&v.SocketBuffer, "socket-buffer", d.SocketBuffer, "SO_SNDBUF/SO_RCVBUF in bytes for accepted connections; 0: 4 MiB on Unix sockets, kernel autotuning on TCP; -1: kernel defaults (capped by net.core.wmem_max/rmem_max)")
 	fs.StringVar(&v.BackendSHA256, "backend-sha256", d.BackendSHA256, "pin the plugin executable: refuse to launch it unless its SHA-256 (hex) matches")

@@ -1605,7 +1605,10 @@ type DataPlaneResponse struct {
 	Shm   bool                   `protobuf:"varint,1,opt,name=shm,proto3" json:"shm,omitempty"` // the plugin received a shared-memory channel and serves *Shm calls
 	// The shm control socket format the plugin reads: 0 one 16-byte message
 	// per datagram, 1 up to 64 messages per datagram.
-	CtrlVersion   uint32 `protobuf:"varint,2,opt,name=ctrl_version,json=ctrlVersion,proto3" json:"ctrl_version,omitempty"`
+	CtrlVersion uint32 `protobuf:"varint,2,opt,name=ctrl_version,json=ctrlVersion,proto3" json:"ctrl_version,omitempty"`
+	// The plugin reads a StatePutShm whose transfer has pipe set: state bytes
+	// arrive through a pipe instead of the ring.
+	PipePut       bool `protobuf:"varint,3,opt,name=pipe_put,json=pipePut,proto3" json:"pipe_put,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1654,14 +1657,25 @@ func (x *DataPlaneResponse) GetCtrlVersion() uint32 {
 	return 0
 }
 
+func (x *DataPlaneResponse) GetPipePut() bool {
+	if x != nil {
+		return x.PipePut
+	}
+	return false
+}
+
 // ShmTransfer names the ring and control socket the host sent for one
 // transfer, and their geometry.
 type ShmTransfer struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	ChunkSize     int64                  `protobuf:"varint,2,opt,name=chunk_size,json=chunkSize,proto3" json:"chunk_size,omitempty"`
-	Depth         int64                  `protobuf:"varint,3,opt,name=depth,proto3" json:"depth,omitempty"`
-	CtrlVersion   uint32                 `protobuf:"varint,4,opt,name=ctrl_version,json=ctrlVersion,proto3" json:"ctrl_version,omitempty"` // the control socket format the host reads, as DataPlaneResponse's
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Id          uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	ChunkSize   int64                  `protobuf:"varint,2,opt,name=chunk_size,json=chunkSize,proto3" json:"chunk_size,omitempty"`
+	Depth       int64                  `protobuf:"varint,3,opt,name=depth,proto3" json:"depth,omitempty"`
+	CtrlVersion uint32                 `protobuf:"varint,4,opt,name=ctrl_version,json=ctrlVersion,proto3" json:"ctrl_version,omitempty"` // the control socket format the host reads, as DataPlaneResponse's
+	// StatePutShm only: the host sent the read end of a pipe instead of a ring
+	// memfd, and splices the client's socket into it. The control socket then
+	// carries only END or ABORT; chunk_size is the pipe's capacity and depth 1.
+	Pipe          bool `protobuf:"varint,5,opt,name=pipe,proto3" json:"pipe,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1722,6 +1736,13 @@ func (x *ShmTransfer) GetCtrlVersion() uint32 {
 		return x.CtrlVersion
 	}
 	return 0
+}
+
+func (x *ShmTransfer) GetPipe() bool {
+	if x != nil {
+		return x.Pipe
+	}
+	return false
 }
 
 type StateGetShmRequest struct {
@@ -1988,16 +2009,18 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\tquant_key\x18\x01 \x01(\tR\bquantKey\x12%\n" +
 	"\x0etensor_pattern\x18\x02 \x01(\tR\rtensorPattern\"\x13\n" +
 	"\x11SwapQuantResponse\"\x12\n" +
-	"\x10DataPlaneRequest\"H\n" +
+	"\x10DataPlaneRequest\"c\n" +
 	"\x11DataPlaneResponse\x12\x10\n" +
 	"\x03shm\x18\x01 \x01(\bR\x03shm\x12!\n" +
-	"\fctrl_version\x18\x02 \x01(\rR\vctrlVersion\"u\n" +
+	"\fctrl_version\x18\x02 \x01(\rR\vctrlVersion\x12\x19\n" +
+	"\bpipe_put\x18\x03 \x01(\bR\apipePut\"\x89\x01\n" +
 	"\vShmTransfer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1d\n" +
 	"\n" +
 	"chunk_size\x18\x02 \x01(\x03R\tchunkSize\x12\x14\n" +
 	"\x05depth\x18\x03 \x01(\x03R\x05depth\x12!\n" +
-	"\fctrl_version\x18\x04 \x01(\rR\vctrlVersion\"c\n" +
+	"\fctrl_version\x18\x04 \x01(\rR\vctrlVersion\x12\x12\n" +
+	"\x04pipe\x18\x05 \x01(\bR\x04pipe\"c\n" +
 	"\x12StateGetShmRequest\x12\x12\n" +
 	"\x04slot\x18\x01 \x01(\x03R\x04slot\x129\n" +
 	"\btransfer\x18\x02 \x01(\v2\x1d.hydra.backend.v1.ShmTransferR\btransfer\"/\n" +

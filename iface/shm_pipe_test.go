@@ -1,0 +1,276 @@
+//go:build linux
+
+package iface
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// sockSource is a SocketSource over the read end of a real socket, with
+// prefix standing in for bytes the host's bufio already holds.
+type sockSource struct {
+	prefix []byte
+	c      net.Conn
+	raw    syscall.RawConn
+	read   int64 // bytes taken, by Read or splice
+	err    error // the socket's first error, as the host records it
+}
+
+func (s *sockSource) Read(p []byte) (int, error) {
+	if len(s.prefix) > 0 {
+		n := copy(p, s.prefix)
+		s.prefix = s.prefix[n:]
+		s.read += int64(n)
+		return n, nil
+	}
+	n, err := s.c.Read(p)
+	s.read += int64(n)
+	if err != nil && s.err == nil {
+		s.err = err
+	}
+	return n, err
+}
+
+func (s *sockSource) Buffered() int { return len(s.prefix) }
+
+func (s *sockSource) ReadSocket(f func(uintptr) (int, bool, error)) error {
+	if len(s.prefix) > 0 {
+		return errors.New("buffered bytes first")
+	}
+	var ferr error
+	err := s.raw.Read(func(fd uintptr) bool {
+		n, done, e := f(fd)
+		s.read += int64(n)
+		ferr = e
+		return done
+	})
+	if err == nil {
+		err = ferr
+	}
+	if err != nil && s.err == nil {
+		s.err = err
+	}
+	return err
+}
+
+// feedSocket returns a sockSource reading data[len(prefix):] from a socket
+// on network ("tcp" or "unix") that a goroutine writes, then stops writing
+// after the first cut bytes of it (all when cut < 0): closing when hangUp,
+// else holding the connection open until the test ends.
+func feedSocket(t *testing.T, network string, data []byte, prefix, cut int, hangUp bool) *sockSource {
+	t.Helper()
+	addr := "127.0.0.1:0"
+	if network == "unix" {
+		addr = t.TempDir() + "/s"
+	}
+	ln, err := net.Listen(network, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	w, err := net.Dial(network, ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close(); r.Close() })
+	rest := data[prefix:]
+	if cut >= 0 {
+		rest = rest[:cut]
+	}
+	go func() {
+		w.Write(rest)
+		if hangUp {
+			w.Close()
+		}
+	}()
+	raw, err := r.(syscall.Conn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &sockSource{prefix: data[:prefix], c: r, raw: raw}
+}
+
+// readerKind is a StatePut that copies the state into got through Read, in
+// pieces of piece bytes, and records the reader's type.
+func readerKind(got *bytes.Buffer, kind *string, piece int) func(context.Context, int, []int32, io.Reader, int64) (int64, error) {
+	return func(ctx context.Context, slot int, toks []int32, r io.Reader, size int64) (int64, error) {
+		*kind = fmt.Sprintf("%T", r)
+		n, err := io.CopyBuffer(got, r, make([]byte, piece))
+		if err != nil {
+			return n, err
+		}
+		if n != size {
+			return n, fmt.Errorf("%w: read %d of %d", ErrBadRequest, n, size)
+		}
+		return n, nil
+	}
+}
+
+// TestShmPipePut: a restore from a socket is spliced into a pipe the plugin
+// reads, on TCP and Unix sockets, with and without buffered bytes first, for
+// states smaller and much larger than the pipe, and the bytes are right.
+func TestShmPipePut(t *testing.T) {
+	data := randomBytes(9<<20 + 333)
+	for _, network := range []string{"tcp", "unix"} {
+		for _, size := range []int{0, 1, 70_000, len(data)} {
+			for _, prefix := range []int{0, 1000} {
+				prefix := min(prefix, size)
+				t.Run(fmt.Sprintf("%s/size%d/buffered%d", network, size, prefix), func(t *testing.T) {
+					var got bytes.Buffer
+					var kind string
+					b := TestBackendShm(t, &fakeBackend{statePut: readerKind(&got, &kind, 100_003)}, 4)
+					src := feedSocket(t, network, data[:size], prefix, -1, false)
+					ctx := WithTransferChunk(context.Background(), 64<<10)
+					n, err := b.StatePut(ctx, 1, []int32{1}, src, int64(size))
+					if err != nil || n != int64(size) || !bytes.Equal(got.Bytes(), data[:size]) {
+						t.Fatalf("n=%d err=%v equal=%v", n, err, bytes.Equal(got.Bytes(), data[:size]))
+					}
+					if kind != "*iface.pipeReader" {
+						t.Fatalf("the plugin read through %s, not the pipe", kind)
+					}
+					if src.read != int64(size) {
+						t.Fatalf("the source counted %d bytes, want %d", src.read, size)
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestShmPipePutOptOut: NoSplice keeps socket restores on the ring, and a
+// source that is no socket never goes through the pipe.
+func TestShmPipePutOptOut(t *testing.T) {
+	data := randomBytes(3 << 20)
+	var got bytes.Buffer
+	var kind string
+	b := TestBackendShm(t, &fakeBackend{statePut: readerKind(&got, &kind, 65536)}, 4)
+	b.(*GRPCClient).NoSplice = true
+	if n, err := b.StatePut(context.Background(), 0, nil, feedSocket(t, "tcp", data, 0, -1, false), int64(len(data))); err != nil || n != int64(len(data)) {
+		t.Fatalf("NoSplice: n=%d err=%v", n, err)
+	}
+	if kind != "*iface.shmReader" {
+		t.Fatalf("NoSplice: the plugin read through %s, not the ring", kind)
+	}
+	b.(*GRPCClient).NoSplice = false
+	got.Reset()
+	if n, err := b.StatePut(context.Background(), 0, nil, bytes.NewReader(data), int64(len(data))); err != nil || n != int64(len(data)) || !bytes.Equal(got.Bytes(), data) {
+		t.Fatalf("plain reader: n=%d err=%v", n, err)
+	}
+	if kind != "*iface.shmReader" {
+		t.Fatalf("plain reader: the plugin read through %s, not the ring", kind)
+	}
+}
+
+// TestShmPipePutClientVanishes: the client hanging up mid-state fails the
+// restore with io.ErrUnexpectedEOF, the source records the socket's end (the
+// host closes the connection on it), and the plugin saw the failure before
+// StatePut returned.
+func TestShmPipePutClientVanishes(t *testing.T) {
+	data := randomBytes(4 << 20)
+	for _, network := range []string{"tcp", "unix"} {
+		t.Run(network, func(t *testing.T) {
+			var mu sync.Mutex
+			var pluginErr error
+			b := TestBackendShm(t, &fakeBackend{statePut: func(ctx context.Context, slot int, toks []int32, r io.Reader, size int64) (int64, error) {
+				_, err := io.Copy(io.Discard, r)
+				mu.Lock()
+				pluginErr = err
+				mu.Unlock()
+				return 0, fmt.Errorf("%w: %w", ErrBadRequest, err)
+			}}, 4)
+			src := feedSocket(t, network, data, 100, 3<<20, true)
+			_, err := b.StatePut(WithTransferChunk(context.Background(), 256<<10), 0, nil, src, int64(len(data)))
+			if !errors.Is(err, io.ErrUnexpectedEOF) {
+				t.Fatalf("err = %v, want io.ErrUnexpectedEOF", err)
+			}
+			if src.err == nil {
+				t.Fatal("the source did not record the client's end")
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !errors.Is(pluginErr, io.ErrUnexpectedEOF) {
+				t.Fatalf("the plugin saw %v, want io.ErrUnexpectedEOF", pluginErr)
+			}
+		})
+	}
+}
+
+// TestShmPipePutPluginStops: a plugin that fails after a few bytes, or
+// without reading any, closes the pipe; the host stops feeding at once (the
+// client keeps its connection open and would send more), returns the
+// plugin's error, and leaves the rest of the payload on the socket for the
+// host to drain.
+func TestShmPipePutPluginStops(t *testing.T) {
+	data := randomBytes(16 << 20)
+	for _, read := range []int{0, 100, 2 << 20} {
+		t.Run(fmt.Sprintf("after%d", read), func(t *testing.T) {
+			b := TestBackendShm(t, &fakeBackend{statePut: func(ctx context.Context, slot int, toks []int32, r io.Reader, size int64) (int64, error) {
+				io.ReadFull(r, make([]byte, read))
+				return 0, fmt.Errorf("%w: bad magic", ErrBadRequest)
+			}}, 4)
+			src := feedSocket(t, "tcp", data, 0, -1, false)
+			done := make(chan error, 1)
+			go func() {
+				_, err := b.StatePut(WithTransferChunk(context.Background(), 64<<10), 0, nil, src, int64(len(data)))
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if !errors.Is(err, ErrBadRequest) {
+					t.Fatalf("err = %v, want ErrBadRequest", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("StatePut still feeding a plugin that gave up")
+			}
+			if src.err != nil {
+				t.Fatalf("the client's socket was blamed: %v", src.err)
+			}
+			if src.read >= int64(len(data)) {
+				t.Fatalf("the host fed all %d bytes to a plugin that gave up", src.read)
+			}
+		})
+	}
+}
+
+// TestShmPipePutCancel: cancelling a restore whose plugin has stopped
+// reading (a full pipe) returns promptly.
+func TestShmPipePutCancel(t *testing.T) {
+	data := randomBytes(8 << 20)
+	started := make(chan struct{})
+	b := TestBackendShm(t, &fakeBackend{statePut: func(ctx context.Context, slot int, toks []int32, r io.Reader, size int64) (int64, error) {
+		io.ReadFull(r, make([]byte, 1000))
+		close(started)
+		<-ctx.Done()
+		return 0, ctx.Err()
+	}}, 4)
+	ctx, cancel := context.WithCancel(WithTransferChunk(context.Background(), 64<<10))
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.StatePut(ctx, 0, nil, feedSocket(t, "unix", data, 0, -1, false), int64(len(data)))
+		done <- err
+	}()
+	<-started
+	time.Sleep(50 * time.Millisecond) // let the pipe fill
+	cancel()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a cancelled restore succeeded")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("StatePut did not return after cancel")
+	}
+}
