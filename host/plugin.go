@@ -134,6 +134,12 @@ func (p *Plugin) useShm(ctx context.Context, b iface.Backend, opts PluginOptions
 	return nil
 }
 
+// splices reports whether b splices restores from sockets into a pipe.
+func splices(b iface.Backend) bool {
+	gc, ok := b.(*iface.GRPCClient)
+	return ok && gc.SplicesPuts()
+}
+
 // PluginOptions choose how the host talks to a plugin.
 type PluginOptions struct {
 	// DataPlane carries state bytes: "auto" (the fastest available), "shm"
@@ -203,7 +209,7 @@ func StartPlugin(ctx context.Context, spec PluginSpec, load iface.LoadRequest, o
 		shm.Close()
 		p.shm = nil
 	}
-	logger.Info("backend data plane", "backend", spec.Name, "data_plane", p.DataPlane, "ring_depth", opts.RingDepth, "splice_put", p.DataPlane == "shm" && !opts.NoSplice)
+	logger.Info("backend data plane", "backend", spec.Name, "data_plane", p.DataPlane, "ring_depth", opts.RingDepth, "splice_put", splices(b))
 	info, err := b.Load(ctx, load)
 	if err != nil {
 		p.Kill()

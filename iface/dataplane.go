@@ -76,3 +76,16 @@ type SocketSource interface {
 	// It fails if bytes are still buffered.
 	ReadSocket(f func(fd uintptr) (moved int, done bool, err error)) error
 }
+
+// PipePutter is implemented by backends that say whether they take shm
+// restores through a pipe (the host splices the client's socket into it)
+// rather than the ring. A pipe moves the one copy of each byte from the
+// host's socket reader to the backend's own read, which pays when the
+// backend's consumer is light (the mock compares bytes) and the host's reader
+// set the pace, but not when the backend's restore already keeps its core
+// busy (a GPU backend that also copies to the device): the ring lets the
+// host's core do the socket copy in parallel. Backends without the method
+// take pipes.
+type PipePutter interface {
+	AcceptsPipePut() bool
+}

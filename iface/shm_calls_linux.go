@@ -34,6 +34,10 @@ func (c *GRPCClient) DataPlane(ctx context.Context) (shm bool, err error) {
 	return resp.GetShm(), nil
 }
 
+// SplicesPuts reports whether restores from sockets go through a pipe: the
+// plugin takes them (DataPlane) and NoSplice is off.
+func (c *GRPCClient) SplicesPuts() bool { return c.shm != nil && c.shmPipe && !c.NoSplice }
+
 type shmResult struct {
 	n   int64
 	err error
@@ -131,7 +135,7 @@ func (c *GRPCClient) statePutShm(ctx context.Context, slot int, tokens []int32, 
 	}
 	chunk = int(min(int64(chunk), max(size, 1)))
 	if src, ok := r.(SocketSource); ok && c.shmPipe && !c.NoSplice {
-		return c.statePutPipe(ctx, slot, tokens, src, size, chunk)
+		return c.statePutPipe(ctx, slot, tokens, src, size)
 	}
 	t, err := c.shm.begin(chunk, c.shmDepth, c.shmPeerCtrl)
 	if err != nil {
@@ -215,7 +219,11 @@ func (c *GRPCClient) shmPutChunk() int {
 // Plugin side: GRPCServer over the shared-memory plane.
 
 func (s *GRPCServer) DataPlane(context.Context, *backendv1.DataPlaneRequest) (*backendv1.DataPlaneResponse, error) {
-	return &backendv1.DataPlaneResponse{Shm: s.Shm != nil, CtrlVersion: ctrlVersion, PipePut: s.Shm != nil}, nil
+	pipe := s.Shm != nil
+	if p, ok := s.Impl.(PipePutter); ok && !p.AcceptsPipePut() {
+		pipe = false
+	}
+	return &backendv1.DataPlaneResponse{Shm: s.Shm != nil, CtrlVersion: ctrlVersion, PipePut: pipe}, nil
 }
 
 func (s *GRPCServer) StateGetShm(ctx context.Context, req *backendv1.StateGetShmRequest) (*backendv1.StateGetShmResponse, error) {

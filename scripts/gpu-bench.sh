@@ -8,6 +8,7 @@
 #   scripts/gpu-bench.sh mock    # hydra-bench on the mock plugin (no CUDA build): the host pipeline with 16 cores
 #   scripts/gpu-bench.sh pin-ab  # STATE_GET of the 1.2 GB state with pin_ring=true vs false, same run (hydractl)
 #   scripts/gpu-bench.sh copy-ab # STATE_PUT of it with copy_threads=4 vs 1, TCP and Unix, 256 KiB and 2 MiB (hydractl)
+#   scripts/gpu-bench.sh splice-ab # the same with --splice-put=true vs false (pipe vs ring)
 #   scripts/gpu-bench.sh all     # both, in one command (~11 min on the H200; split it where a command is capped at 10)
 #
 # Results go to $OUT (default out/).
@@ -62,7 +63,7 @@ mock)
 	step "hydra-bench, mock plugin: 1.206 GB state, TCP and Unix, STATE_GET and STATE_PUT"
 	"$G/hydra-bench" --bin "$G" --out "$OUT" --name mock-h200 --reps "${REPS:-3}" 2>&1 | tail -60
 	;;
-pin-ab|copy-ab|bench)
+pin-ab|copy-ab|splice-ab|bench)
 	if [[ ! -f $G/libggml-cuda.so ]]; then
 		rm -rf "$G" && mkdir -p "$G/src" && tar -xzf gpu/hydra-gpu.tar.gz -C "$G" && tar -xzf "$G/ollama-ggml-src.tar.gz" -C "$G/src" || exit 1
 		step "build libggml-cuda, sm_90"
@@ -90,17 +91,20 @@ pin-ab|copy-ab|bench)
 		grep -o 'ring_pinned=[a-z]*' "$OUT"/engine-pin-*.log | sort | uniq -c
 		exit 0
 	fi
-	if [[ $1 == copy-ab ]]; then
-		blob=/dev/shm/hydra-copy-ab.blob
-		for th in 4 1 1 4 4 1; do
-			sock=/tmp/hydra-copy-$th.sock port=$((39600 + RANDOM % 200))
-			llama_engine "$sock" "$OUT/engine-copy-$th.log" --rpc "tcp://127.0.0.1:$port" \
-				--slots 2 --backend-opt n_ctx=18688 --backend-opt copy_threads=$th --log-level warn
+	if [[ $1 == copy-ab || $1 == splice-ab ]]; then
+		blob=/dev/shm/hydra-put-ab.blob
+		vals=(4 1 1 4 4 1)
+		[[ $1 == splice-ab ]] && vals=(true false false true true false)
+		for v in "${vals[@]}"; do
+			if [[ $1 == copy-ab ]]; then name=copy_threads=$v flag=(--backend-opt "copy_threads=$v"); else name=splice_put=$v flag=("--splice-put=$v"); fi
+			sock=/tmp/hydra-put-$v.sock port=$((39600 + RANDOM % 200))
+			llama_engine "$sock" "$OUT/engine-$name.log" --rpc "tcp://127.0.0.1:$port" \
+				--slots 2 --backend-opt n_ctx=18688 "${flag[@]}" --log-level warn
 			[[ -f $blob ]] || "$G/hydractl" --addr "unix://$sock" --no-progress state get --slot 0 -o "$blob" >/dev/null
 			for chunk in 262144 2097152; do
 				"$G/hydractl" --addr "unix://$sock" configure "{\"state_chunk_size\":$chunk}" >/dev/null
 				for tr in "unix://$sock" "tcp://127.0.0.1:$port"; do
-					echo "copy_threads=$th ${tr%%:*} chunk $chunk PUT $(for _ in 1 2 3; do "$G/hydractl" --addr "$tr" --no-progress state put --slot 1 -i "$blob" 2>&1 \
+					echo "$name ${tr%%:*} chunk $chunk PUT $(for _ in 1 2 3; do "$G/hydractl" --addr "$tr" --no-progress state put --slot 1 -i "$blob" 2>&1 \
 						| grep -o '([0-9.]* GB/s)' | tr -d '()GB/s '; done | tr '\n' ' ')"
 				done
 			done
@@ -116,5 +120,5 @@ pin-ab|copy-ab|bench)
 		--backend-opt lib_dir="$G" --backend-opt n_gpu_layers=99 --backend-opt n_ctx=18688 --backend-opt n_threads=8 2>&1 | tail -60
 	;;
 *)
-	echo "usage: $0 build|bench|mock|pin-ab|all" >&2; exit 2 ;;
+	echo "usage: $0 build|bench|mock|pin-ab|copy-ab|splice-ab|all" >&2; exit 2 ;;
 esac

@@ -634,6 +634,15 @@ func (b *Backend) StateGet(ctx context.Context, i int, chunkSize int, w io.Write
 	}
 }
 
+var _ iface.PipePutter = (*Backend)(nil)
+
+// AcceptsPipePut keeps restores on the shm ring. A pipe moves the socket copy
+// from the host's core to this plugin's, whose one thread also feeds
+// llama.cpp and the device, so it ends up slower (H200, 1.2 GB state, same
+// run, `scripts/gpu-bench.sh splice-ab`, medians pipe vs ring: TCP 2 MiB 4.07
+// vs 4.34 GB/s, Unix 2 MiB 2.7 vs 3.05).
+func (b *Backend) AcceptsPipePut() bool { return false }
+
 // StatePut restores the slot from r. The slot is emptied first, and on any
 // failure emptied again: never half-restored. The state's head is checked
 // against tokens before llama.cpp reads it; llama.cpp checks the rest (layer
