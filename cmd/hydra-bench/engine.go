@@ -49,7 +49,13 @@ func (c engineConfig) flags() []string {
 	if c.Plane == "grpc" {
 		return []string{"--data-plane", "grpc"}
 	}
-	return []string{"--data-plane", "shm", "--ring-depth", strconv.Itoa(c.Depth)}
+	f := []string{"--data-plane", "shm", "--ring-depth", strconv.Itoa(c.Depth)}
+	if c.Depth == 1 {
+		// Serial means the ring, one buffer: a spliced restore has no chunks
+		// to serialise.
+		f = append(f, "--splice-put=false")
+	}
+	return f
 }
 
 // engineProc is a running hydra-engine with its mock plugin child.
