@@ -135,7 +135,7 @@ func (c *GRPCClient) statePutShm(ctx context.Context, slot int, tokens []int32, 
 	}
 	chunk = int(min(int64(chunk), max(size, 1)))
 	if src, ok := r.(SocketSource); ok && c.shmPipe && !c.NoSplice {
-		return c.statePutPipe(ctx, slot, tokens, src, size, chunk)
+		return c.statePutPipe(ctx, slot, tokens, src, size)
 	}
 	t, err := c.shm.begin(chunk, c.shmDepth, c.shmPeerCtrl)
 	if err != nil {
@@ -277,12 +277,10 @@ func (s *GRPCServer) StatePutShm(ctx context.Context, req *backendv1.StatePutShm
 	var r interface {
 		io.Reader
 		drain() error
-		close()
 	} = &shmReader{t: t, remain: req.GetSize()}
 	if t.pipe != nil {
-		r = &pipeReader{t: t, chunk: int(tr.GetChunkSize()), depth: int(tr.GetDepth()), remain: req.GetSize()}
+		r = &pipeReader{t: t, remain: req.GetSize()}
 	}
-	defer r.close()
 	n, err := s.Impl.StatePut(ctx, int(req.GetSlot()), req.GetTokens(), r, req.GetSize())
 	if err == nil {
 		// Success means every byte arrived, as on the gRPC plane.

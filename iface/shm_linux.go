@@ -605,8 +605,6 @@ func (r *shmReader) next() error {
 	return nil
 }
 
-func (r *shmReader) close() {}
-
 // drain reads to the end so the host's feeding loop completes.
 func (r *shmReader) drain() error {
 	for r.err == nil && !r.done {

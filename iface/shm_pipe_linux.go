@@ -102,7 +102,7 @@ func (t *pipeTransfer) close() {
 }
 
 // statePutPipe is statePutShm through a pipe fed by splice from src.
-func (c *GRPCClient) statePutPipe(ctx context.Context, slot int, tokens []int32, src SocketSource, size int64, chunk int) (int64, error) {
+func (c *GRPCClient) statePutPipe(ctx context.Context, slot int, tokens []int32, src SocketSource, size int64) (int64, error) {
 	t, err := c.shm.beginPipe(c.shmPeerCtrl)
 	if err != nil {
 		return 0, err
@@ -118,7 +118,7 @@ func (c *GRPCClient) statePutPipe(ctx context.Context, slot int, tokens []int32,
 	go func() {
 		resp, err := c.client.StatePutShm(ctx, &backendv1.StatePutShmRequest{
 			Slot: int64(slot), Tokens: tokens, Size: size,
-			Transfer: &backendv1.ShmTransfer{Id: t.id, ChunkSize: int64(chunk), Depth: int64(c.shmDepth), CtrlVersion: ctrlVersion, Pipe: true},
+			Transfer: &backendv1.ShmTransfer{Id: t.id, ChunkSize: int64(t.size), Depth: 1, CtrlVersion: ctrlVersion, Pipe: true},
 		})
 		unblock()
 		resc <- shmResult{resp.GetConsumed(), err}
@@ -243,71 +243,23 @@ func openPipe(fd int) (*os.File, error) {
 }
 
 // pipeReader reads a piped restore: exactly remain bytes from the pipe, then
-// the host's END (io.EOF) or ABORT. Read reads the pipe straight into the
-// caller's buffer (one copy, where the backend wants the bytes). Next (the
-// ChunkReader a consumer takes to work on bytes in place, as the mock
-// compares them) starts a goroutine that reads the pipe ahead into depth
-// buffers of chunk bytes, so the copy out of the kernel and the consumer's
-// work run on two cores, as with the ring, where the host's reader made the
-// copy.
+// the host's END (io.EOF) or ABORT.
 type pipeReader struct {
-	t            *pluginTransfer
-	chunk, depth int
-	remain       int64
-	total        int64
-	err          error // the reader's end (io.EOF) or failure, once known
-
-	ra   *readAhead // nil until the first Next
-	cur  []byte     // the unread rest of the piece Next handed out last
-	held []byte     // that piece's buffer, returned to the goroutine on the next one
+	t      *pluginTransfer
+	remain int64
+	total  int64
+	err    error
 }
-
-// readAhead is the goroutine filling buffers from the pipe.
-type readAhead struct {
-	full chan pipePiece
-	free chan []byte
-	stop chan struct{}
-}
-
-type pipePiece struct {
-	b   []byte
-	err error
-}
-
-var _ ChunkReader = (*pipeReader)(nil)
 
 func (r *pipeReader) Read(p []byte) (int, error) {
-	if r.ra != nil {
-		if len(r.cur) == 0 {
-			if _, err := r.Next(); err != nil {
-				return 0, err
-			}
-			r.cur = r.held
-		}
-		n := copy(p, r.cur)
-		r.cur = r.cur[n:]
-		return n, nil
-	}
 	if r.err != nil {
 		return 0, r.err
 	}
-	n, err := r.readPipe(p)
-	r.err = err
-	if n > 0 {
-		return n, nil // the error, if any, comes with the next Read
-	}
-	return 0, err
-}
-
-// readPipe reads up to len(p) bytes, at most what the state still holds; at
-// its end, or when the host closed the pipe, it takes the host's closing
-// message: io.EOF after END with the right count, else an error.
-func (r *pipeReader) readPipe(p []byte) (int, error) {
 	if r.remain == 0 {
-		if err := r.end(); err != nil {
-			return 0, err
+		if r.err = r.end(); r.err == nil {
+			r.err = io.EOF
 		}
-		return 0, io.EOF
+		return 0, r.err
 	}
 	if len(p) == 0 {
 		return 0, nil
@@ -317,89 +269,14 @@ func (r *pipeReader) readPipe(p []byte) (int, error) {
 	r.total += int64(n)
 	switch {
 	case err == io.EOF: // closed early: the control socket says why
-		err = r.end()
+		r.err = r.end()
 	case err != nil:
-		err = fmt.Errorf("shm data plane: reading the state pipe: %w: %w", err, io.ErrUnexpectedEOF)
+		r.err = fmt.Errorf("shm data plane: reading the state pipe: %w: %w", err, io.ErrUnexpectedEOF)
 	}
-	return n, err
-}
-
-// Next returns the next piece, read ahead into one of depth buffers; the
-// buffer goes back to the read-ahead goroutine at the following call.
-func (r *pipeReader) Next() ([]byte, error) {
-	if r.ra == nil {
-		if r.err != nil {
-			return nil, r.err
-		}
-		r.startReadAhead()
+	if n > 0 {
+		return n, nil // the error, if any, comes with the next Read
 	}
-	if r.held != nil {
-		r.ra.free <- r.held[:cap(r.held)] // never blocks: the goroutine lent it
-		r.held, r.cur = nil, nil
-	}
-	if r.err != nil {
-		return nil, r.err
-	}
-	p := <-r.ra.full
-	if p.err != nil {
-		r.err = p.err
-		return nil, p.err
-	}
-	r.held = p.b
-	return p.b, nil
-}
-
-func (r *pipeReader) startReadAhead() {
-	ra := &readAhead{full: make(chan pipePiece, r.depth+1), free: make(chan []byte, r.depth), stop: make(chan struct{})}
-	for range r.depth {
-		ra.free <- make([]byte, r.chunk)
-	}
-	r.ra = ra
-	go func() {
-		for {
-			var buf []byte
-			select {
-			case buf = <-ra.free:
-			case <-ra.stop:
-				return
-			}
-			// Fill the buffer (fewer hand-offs than one per pipe read), but
-			// hand it over as soon as the state ends or the pipe fails.
-			n := 0
-			var err error
-			for n < len(buf) && err == nil {
-				var m int
-				m, err = r.readPipe(buf[n:])
-				n += m
-				if r.remain == 0 && err == nil {
-					break
-				}
-			}
-			if n > 0 {
-				ra.full <- pipePiece{b: buf[:n]} // room for depth pieces and the end
-			} else {
-				ra.free <- buf
-			}
-			if err == nil && r.remain == 0 {
-				_, err = r.readPipe(nil) // the end mark: io.EOF, or why not
-			}
-			if err != nil {
-				select {
-				case ra.full <- pipePiece{err: err}:
-				case <-ra.stop:
-				}
-				return
-			}
-		}
-	}()
-}
-
-// close stops the read-ahead goroutine, if any (it ends by itself at the end
-// of the state or once the transfer's pipe is closed).
-func (r *pipeReader) close() {
-	if r.ra != nil {
-		close(r.ra.stop)
-	}
+	return 0, r.err
 }
 
 // end takes the host's closing message.
@@ -420,15 +297,6 @@ func (r *pipeReader) end() error {
 
 // drain reads to the end so the host's feeding completes.
 func (r *pipeReader) drain() error {
-	if r.ra != nil {
-		for {
-			if _, err := r.Next(); err == io.EOF {
-				return nil
-			} else if err != nil {
-				return err
-			}
-		}
-	}
 	buf := make([]byte, 64<<10)
 	for {
 		if _, err := r.Read(buf); err == io.EOF {

@@ -1674,8 +1674,7 @@ type ShmTransfer struct {
 	CtrlVersion uint32                 `protobuf:"varint,4,opt,name=ctrl_version,json=ctrlVersion,proto3" json:"ctrl_version,omitempty"` // the control socket format the host reads, as DataPlaneResponse's
 	// StatePutShm only: the host sent the read end of a pipe instead of a ring
 	// memfd, and splices the client's socket into it. The control socket then
-	// carries only END or ABORT; the plugin may read ahead into depth buffers
-	// of chunk_size bytes.
+	// carries only END or ABORT; chunk_size is the pipe's capacity and depth 1.
 	Pipe          bool `protobuf:"varint,5,opt,name=pipe,proto3" json:"pipe,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
