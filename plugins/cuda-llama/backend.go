@@ -640,7 +640,7 @@ var _ iface.PipePutter = (*Backend)(nil)
 // from the host's core to this plugin's, whose one thread also feeds
 // llama.cpp and the device, so it ends up slower (H200, 1.2 GB state, same
 // run, `scripts/gpu-bench.sh splice-ab`, medians pipe vs ring: TCP 2 MiB 4.07
-// vs 4.34 GB/s, Unix 2 MiB 2.7 vs 3.05).
+// vs 4.34 GB/s, Unix 2 MiB 2.70 vs 3.07).
 func (b *Backend) AcceptsPipePut() bool { return false }
 
 // StatePut restores the slot from r. The slot is emptied first, and on any
