@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -32,6 +33,37 @@ func TestTLSListener(t *testing.T) {
 	}
 	if _, _, err := hydractl(t, "--addr", url, "info"); err == nil {
 		t.Fatal("a client that does not trust the engine's CA connected")
+	}
+}
+
+// TestTLSStateRoundTrip: a state of several MiB goes out and back in over
+// TLS, where the engine cannot splice the client's bytes and restores
+// through the shm ring.
+func TestTLSStateRoundTrip(t *testing.T) {
+	pki := testpki.New(t)
+	url := fmt.Sprintf("tls://127.0.0.1:%d", freePort(t))
+	startEngine(t, "--rpc", url, "--tls-cert", pki.ServerCert, "--tls-key", pki.ServerKey, "--backend-opt", "kv_bytes_per_token=65536")
+	tlsArgs := []string{"--addr", url, "--tls-ca", pki.CA}
+	toks := make([]string, 100)
+	for i := range toks {
+		toks[i] = fmt.Sprint(3 + i*7%250)
+	}
+	blob := filepath.Join(t.TempDir(), "state.blob")
+	for _, args := range [][]string{
+		{"prefill", "--slot", "0", "--tokens", strings.Join(toks, ",")},
+		{"--no-progress", "state", "get", "--slot", "0", "-o", blob},
+		{"--no-progress", "state", "put", "--slot", "1", "-i", blob},
+	} {
+		if out, errOut, err := hydractl(t, append(slices.Clone(tlsArgs), args...)...); err != nil {
+			t.Fatalf("hydractl %v: %v %s %s", args, err, out, errOut)
+		}
+	}
+	if st, err := os.Stat(blob); err != nil || st.Size() < 6<<20 {
+		t.Fatalf("state blob: %v, %v", st, err)
+	}
+	out, _, err := hydractl(t, append(slices.Clone(tlsArgs), "meta", "--slot", "1")...)
+	if err != nil || !strings.Contains(out, `"n_past":100`) {
+		t.Fatalf("slot 1 after the restore: %v %s", err, out)
 	}
 }
 
