@@ -182,15 +182,26 @@ func (c *GRPCClient) statePutShm(ctx context.Context, slot int, tokens []int32, 
 		}
 		inflight++
 	}
-	if rerr != nil {
-		// Tell the plugin, then wait for it: it fails and empties the slot
-		// before this returns, so the caller never races a running restore.
-		_ = t.ctrl.send(msgAbort, 0, 0)
-	} else if !pluginDone {
-		_ = t.ctrl.send(msgEnd, 0, uint64(sent))
-	}
+	endPut(t.ctrl, sent, rerr, pluginDone)
 	res := <-resc
 	t.finish(rerr == nil && res.err == nil)
+	return putResult(res, rerr, pluginDone)
+}
+
+// endPut tells the plugin how the feeding of a restore ended: ABORT when the
+// state's reader failed (the plugin then fails and empties the slot before
+// its call returns, so the caller, waiting for that call, never races a
+// running restore), END with the byte count unless the plugin stopped first.
+func endPut(ctrl *ctrlConn, sent int64, rerr error, pluginDone bool) {
+	if rerr != nil {
+		_ = ctrl.send(msgAbort, 0, 0)
+	} else if !pluginDone {
+		_ = ctrl.send(msgEnd, 0, uint64(sent))
+	}
+}
+
+// putResult is what a restore came to once the plugin's call returned.
+func putResult(res shmResult, rerr error, pluginDone bool) (int64, error) {
 	switch {
 	case rerr != nil:
 		return 0, rerr

@@ -586,11 +586,10 @@ func (r *shmReader) next() error {
 		}
 	}
 	kind, k, n, err := r.t.ctrl.recv()
+	if err := hostStopped(kind, err); err != nil {
+		return err
+	}
 	switch {
-	case err != nil:
-		return fmt.Errorf("shm data plane: host gone: %w: %w", err, io.ErrUnexpectedEOF)
-	case kind == msgAbort:
-		return fmt.Errorf("%w: %w", errShmAborted, io.ErrUnexpectedEOF)
 	case kind == msgEnd:
 		if r.remain != 0 {
 			return fmt.Errorf("shm data plane: host ended %d bytes short: %w", r.remain, io.ErrUnexpectedEOF)
@@ -602,6 +601,19 @@ func (r *shmReader) next() error {
 	}
 	r.cur, r.k, r.held = r.t.ring.buf(int(k))[:n], k, true
 	r.remain -= int64(n)
+	return nil
+}
+
+// hostStopped is the error of a restore whose control read failed (the host
+// is gone) or brought ABORT; nil for any other message. Both read as a state
+// cut short.
+func hostStopped(kind uint32, err error) error {
+	switch {
+	case err != nil:
+		return fmt.Errorf("shm data plane: host gone: %w: %w", err, io.ErrUnexpectedEOF)
+	case kind == msgAbort:
+		return fmt.Errorf("%w: %w", errShmAborted, io.ErrUnexpectedEOF)
+	}
 	return nil
 }
 

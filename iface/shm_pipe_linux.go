@@ -124,24 +124,9 @@ func (c *GRPCClient) statePutPipe(ctx context.Context, slot int, tokens []int32,
 		resc <- shmResult{resp.GetConsumed(), err}
 	}()
 	sent, rerr, pluginDone := t.feed(ctx, src, size)
-	if rerr != nil {
-		// Tell the plugin, then wait for it: it fails and empties the slot
-		// before this returns, so the caller never races a running restore.
-		_ = t.ctrl.send(msgAbort, 0, 0)
-	} else if !pluginDone {
-		_ = t.ctrl.send(msgEnd, 0, uint64(sent))
-	}
+	endPut(t.ctrl, sent, rerr, pluginDone)
 	t.w.Close() // after the message: the plugin's read sees the end only then
-	res := <-resc
-	switch {
-	case rerr != nil:
-		return 0, rerr
-	case res.err != nil:
-		return 0, fromStatus(res.err)
-	case pluginDone:
-		return 0, errors.New("shm data plane: plugin stopped reading before the end of the state")
-	}
-	return res.n, nil
+	return putResult(<-resc, rerr, pluginDone)
 }
 
 // feed moves size bytes of src into the pipe: what src buffered by writing
@@ -282,11 +267,10 @@ func (r *pipeReader) Read(p []byte) (int, error) {
 // end takes the host's closing message.
 func (r *pipeReader) end() error {
 	kind, _, n, err := r.t.ctrl.recv()
+	if err := hostStopped(kind, err); err != nil {
+		return err
+	}
 	switch {
-	case err != nil:
-		return fmt.Errorf("shm data plane: host gone: %w: %w", err, io.ErrUnexpectedEOF)
-	case kind == msgAbort:
-		return fmt.Errorf("%w: %w", errShmAborted, io.ErrUnexpectedEOF)
 	case kind != msgEnd:
 		return fmt.Errorf("shm data plane: unexpected message %d from the host", kind)
 	case r.remain != 0 || n != uint64(r.total):
