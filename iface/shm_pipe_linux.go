@@ -206,11 +206,17 @@ func (t *pipeTransfer) feed(ctx context.Context, src SocketSource, size int64) (
 	return sent, nil, false
 }
 
-// pipeFull reports whether a write to the pipe would block now.
+// pipeFull reports whether a write to the pipe would block now (a pipe
+// without reader is not full: the write fails at once).
 func pipeFull(fd int) bool {
 	p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
-	n, err := unix.Poll(p, 0)
-	return err == nil && n == 0
+	for {
+		n, err := unix.Poll(p, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		return err == nil && n == 0
+	}
 }
 
 // Plugin side.
