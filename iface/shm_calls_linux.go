@@ -56,6 +56,7 @@ func (c *GRPCClient) stateGetShm(ctx context.Context, slot, chunk int, w io.Writ
 			Slot:     int64(slot),
 			Transfer: c.shmTransfer(t, chunk),
 		})
+		t.failed(err)
 		resc <- shmResult{resp.GetWritten(), err}
 	}()
 	var written int64
@@ -149,6 +150,7 @@ func (c *GRPCClient) statePutShm(ctx context.Context, slot int, tokens []int32, 
 			Slot: int64(slot), Tokens: tokens, Size: size,
 			Transfer: c.shmTransfer(t, chunk),
 		})
+		t.failed(err)
 		resc <- shmResult{resp.GetConsumed(), err}
 	}()
 	var sent int64

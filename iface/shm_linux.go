@@ -199,6 +199,16 @@ func (h *ShmHost) begin(chunk, depth int, peerCtrl uint32) (*hostTransfer, error
 	return t, nil
 }
 
+// failed wakes a host waiting on the control socket once the transfer's call
+// failed: a plugin that failed before it took the ring and control socket
+// (they then wait unread in its receiver) sends nothing more. After a call
+// that succeeded every message the host needs is already there.
+func (t *hostTransfer) failed(err error) {
+	if err != nil {
+		t.ctrl.c.SetReadDeadline(time.Unix(1, 0))
+	}
+}
+
 // finish closes the control socket and keeps the ring for reuse when the
 // plugin is known to be done with it (the transfer's RPC returned cleanly).
 func (t *hostTransfer) finish(reuse bool) {

@@ -531,3 +531,56 @@ func TestShmCtrlVersionNegotiated(t *testing.T) {
 		}
 	}
 }
+
+// TestShmCallFailsBeforeTakingTheRing: a plugin whose shm call fails before
+// it took the transfer's descriptors (here: one that never reads them) must
+// not leave the host waiting for a control message that will never come.
+func TestShmCallFailsBeforeTakingTheRing(t *testing.T) {
+	host, pluginEnd, err := NewShmHost()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { host.Close(); pluginEnd.Close() })
+	data := randomBytes(8 << 20)
+	// The plugin serves no shm plane: its shm calls answer Unimplemented at
+	// once, while the descriptors wait unread in pluginEnd.
+	c := testBackendWith(t, &BackendPlugin{Impl: &fakeBackend{
+		stateGet: producer(data, 1<<20, true, nil),
+		statePut: consumer(new(bytes.Buffer), 1<<20, true),
+	}}).(*GRPCClient)
+	c.UseShm(host, 2)
+	c.NoSplice = true
+	done := make(chan error, 2)
+	go func() {
+		_, err := c.StateGet(context.Background(), 0, 1<<20, io.Discard)
+		done <- err
+	}()
+	go func() {
+		_, err := c.StatePut(WithTransferChunk(context.Background(), 1<<20), 0, nil, bytes.NewReader(data), int64(len(data)))
+		done <- err
+	}()
+	for range 2 {
+		select {
+		case err := <-done:
+			if !errors.Is(err, ErrNotImplemented) {
+				t.Fatalf("err = %v, want ErrNotImplemented", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the host still waits on a plugin whose call failed")
+		}
+	}
+	// The same through a pipe: the host stops feeding a pipe nobody reads.
+	c.NoSplice, c.shmPipe = false, true
+	go func() {
+		_, err := c.StatePut(context.Background(), 0, nil, feedSocket(t, "unix", data, 0, -1, false), int64(len(data)))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrNotImplemented) {
+			t.Fatalf("pipe: err = %v, want ErrNotImplemented", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the host still feeds the pipe of a plugin whose call failed")
+	}
+}
