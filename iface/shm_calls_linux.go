@@ -130,14 +130,14 @@ loop:
 }
 
 func (c *GRPCClient) statePutShm(ctx context.Context, slot int, tokens []int32, r io.Reader, size int64) (int64, error) {
+	if src, ok := r.(SocketSource); ok && c.SplicesPuts() {
+		return c.statePutPipe(ctx, slot, tokens, src, size)
+	}
 	chunk := transferChunk(ctx)
 	if chunk <= 0 {
 		chunk = c.shmPutChunk()
 	}
 	chunk = int(min(int64(chunk), max(size, 1)))
-	if src, ok := r.(SocketSource); ok && c.shmPipe && !c.NoSplice {
-		return c.statePutPipe(ctx, slot, tokens, src, size)
-	}
 	t, err := c.shm.begin(chunk, c.shmDepth, c.shmPeerCtrl)
 	if err != nil {
 		return 0, err

@@ -174,29 +174,40 @@ func (h *ShmHost) begin(chunk, depth int, peerCtrl uint32) (*hostTransfer, error
 	if err != nil {
 		return nil, err
 	}
+	id, ctrl, err := h.handOff(r.fd, depth, peerCtrl)
+	if err != nil {
+		r.close()
+		return nil, err
+	}
+	return &hostTransfer{h: h, id: id, ring: r, ctrl: ctrl}, nil
+}
+
+// handOff gives the plugin what a transfer needs: datafd (the ring's memfd,
+// or a piped restore's read end, which the caller keeps) and one end of a
+// fresh control socket, tagged with a new transfer id, over the fd-passing
+// socket. It returns the id and the host's end of the control socket, for a
+// ring of depth buffers whose peer reads control format peerCtrl.
+func (h *ShmHost) handOff(datafd, depth int, peerCtrl uint32) (uint64, *ctrlConn, error) {
 	a, b, err := seqpacketPair()
 	if err != nil {
-		r.close()
-		return nil, err
+		return 0, nil, err
 	}
+	defer unix.Close(b) // the plugin has its copy once the message is sent
 	ctrl, err := newCtrlConn(a, depth, peerCtrl)
 	if err != nil {
-		unix.Close(b)
-		r.close()
-		return nil, err
+		return 0, nil, err
 	}
-	t := &hostTransfer{h: h, id: h.nextID.Add(1), ring: r, ctrl: ctrl}
+	id := h.nextID.Add(1)
 	var idb [8]byte
-	binary.LittleEndian.PutUint64(idb[:], t.id)
+	binary.LittleEndian.PutUint64(idb[:], id)
 	h.sendMu.Lock()
-	_, _, err = h.conn.WriteMsgUnix(idb[:], unix.UnixRights(r.fd, b), nil)
+	_, _, err = h.conn.WriteMsgUnix(idb[:], unix.UnixRights(datafd, b), nil)
 	h.sendMu.Unlock()
-	unix.Close(b)
 	if err != nil {
-		t.finish(false)
-		return nil, fmt.Errorf("passing the shm ring to the plugin: %w", err)
+		ctrl.close()
+		return 0, nil, fmt.Errorf("passing transfer %d to the plugin: %w", id, err)
 	}
-	return t, nil
+	return id, ctrl, nil
 }
 
 // failed wakes a host waiting on the control socket once the transfer's call

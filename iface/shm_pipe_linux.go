@@ -4,7 +4,6 @@ package iface
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -68,32 +67,14 @@ func (h *ShmHost) beginPipe(peerCtrl uint32) (*pipeTransfer, error) {
 	if err != nil {
 		return nil, err
 	}
-	a, b, err := seqpacketPair()
+	defer unix.Close(pr) // the plugin has its copy once handed off
+	w := os.NewFile(uintptr(pw), "hydra-state-pipe")
+	id, ctrl, err := h.handOff(pr, 1, peerCtrl)
 	if err != nil {
-		unix.Close(pr)
-		unix.Close(pw)
+		w.Close()
 		return nil, err
 	}
-	ctrl, err := newCtrlConn(a, 1, peerCtrl)
-	if err != nil {
-		unix.Close(b)
-		unix.Close(pr)
-		unix.Close(pw)
-		return nil, err
-	}
-	t := &pipeTransfer{id: h.nextID.Add(1), w: os.NewFile(uintptr(pw), "hydra-state-pipe"), ctrl: ctrl, size: size}
-	var idb [8]byte
-	binary.LittleEndian.PutUint64(idb[:], t.id)
-	h.sendMu.Lock()
-	_, _, err = h.conn.WriteMsgUnix(idb[:], unix.UnixRights(pr, b), nil)
-	h.sendMu.Unlock()
-	unix.Close(pr)
-	unix.Close(b)
-	if err != nil {
-		t.close()
-		return nil, fmt.Errorf("passing the state pipe to the plugin: %w", err)
-	}
-	return t, nil
+	return &pipeTransfer{id: id, w: w, ctrl: ctrl, size: size}, nil
 }
 
 func (t *pipeTransfer) close() {

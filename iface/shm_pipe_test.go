@@ -103,19 +103,13 @@ func feedSocket(t *testing.T, network string, data []byte, prefix, cut int, hang
 	return &sockSource{prefix: data[:prefix], c: r, raw: raw}
 }
 
-// readerKind is a StatePut that copies the state into got through Read, in
-// pieces of piece bytes, and records the reader's type.
+// readerKind is consumer reading through Read, in pieces of piece bytes,
+// that also records the reader's type.
 func readerKind(got *bytes.Buffer, kind *string, piece int) func(context.Context, int, []int32, io.Reader, int64) (int64, error) {
+	read := consumer(got, piece, false)
 	return func(ctx context.Context, slot int, toks []int32, r io.Reader, size int64) (int64, error) {
 		*kind = fmt.Sprintf("%T", r)
-		n, err := io.CopyBuffer(got, r, make([]byte, piece))
-		if err != nil {
-			return n, err
-		}
-		if n != size {
-			return n, fmt.Errorf("%w: read %d of %d", ErrBadRequest, n, size)
-		}
-		return n, nil
+		return read(ctx, slot, toks, r, size)
 	}
 }
 
