@@ -111,8 +111,16 @@ func (c *GRPCClient) statePutPipe(ctx context.Context, slot int, tokens []int32,
 }
 
 // feed moves size bytes of src into the pipe: what src buffered by writing
-// it, the rest by splicing. rerr is src failing or ending early (or the
-// transfer being cancelled); pluginDone the plugin no longer reading.
+// it, the rest by splicing, at most half the pipe a call. A splice holds the
+// pipe's lock while it takes the socket's data, and the plugin's read needs
+// it too: an uncapped splice, which goes on while the client keeps sending,
+// starves the reader. H200, mock, `scripts/engine-ab.sh`, TCP medians at
+// 64 KiB / 256 KiB / 2 MiB chunks: uncapped 4.92 / 4.63 / 4.65 GB/s, 256 KiB
+// a call 5.11 / 5.22 / 5.00; a second run, 64 KiB a call 3.39 / 3.58 / 3.42,
+// 128 KiB 4.11 / 3.78 / 3.81, 256 KiB 4.88 / 4.71 / 4.42, 512 KiB 4.67 /
+// 5.00 / 4.78, and over Unix 512 KiB the best of the four at every chunk
+// size. rerr is src failing or ending early (or the transfer being
+// cancelled); pluginDone the plugin no longer reading.
 func (t *pipeTransfer) feed(ctx context.Context, src SocketSource, size int64) (sent int64, rerr error, pluginDone bool) {
 	short := func(err error) error {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
@@ -147,7 +155,7 @@ func (t *pipeTransfer) feed(ctx context.Context, src SocketSource, size int64) (
 		room := false
 		err := src.ReadSocket(func(sfd uintptr) (int, bool, error) {
 			for {
-				n, err := unix.Splice(int(sfd), nil, pfd, nil, int(min(size-sent, 1<<30)),
+				n, err := unix.Splice(int(sfd), nil, pfd, nil, int(min(size-sent, int64(t.size/2))),
 					unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK|unix.SPLICE_F_MORE)
 				switch {
 				case err == unix.EINTR:
