@@ -77,15 +77,17 @@ type SocketSource interface {
 	ReadSocket(f func(fd uintptr) (moved int, done bool, err error)) error
 }
 
-// PipePutter is implemented by backends that say whether they take shm
-// restores through a pipe (the host splices the client's socket into it)
-// rather than the ring. A pipe moves the one copy of each byte from the
-// host's socket reader to the backend's own read, which pays when the
-// backend's consumer is light (the mock compares bytes) and the host's reader
-// set the pace, but not when the backend's restore already keeps its core
-// busy (a GPU backend that also copies to the device): the ring lets the
-// host's core do the socket copy in parallel. Backends without the method
-// take pipes.
+// PipePutter is implemented by backends that say for which shm restores they
+// take a pipe (the host splices the client's socket into it) rather than the
+// ring: PipePutMaxChunk is the largest state_chunk_size at which they do, 0
+// for none, < 0 for any. A pipe moves the one copy of each byte from the
+// host's socket reader to the backend's own read and has no chunks; the ring
+// costs a message and a wake-up a chunk. The pipe pays when the backend's
+// consumer is light (the mock compares bytes), or when chunks are small; a
+// backend whose restore already keeps its core busy (a GPU backend that also
+// copies to the device) does better on a ring of large chunks, whose socket
+// copy the host's core makes in parallel. Backends without the method take
+// pipes at any chunk size.
 type PipePutter interface {
-	AcceptsPipePut() bool
+	PipePutMaxChunk() int
 }

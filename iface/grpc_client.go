@@ -31,8 +31,10 @@ type GRPCClient struct {
 	shmDepth int
 	// shmPeerCtrl is the control socket format the plugin reads (DataPlane).
 	shmPeerCtrl uint32
-	// shmPipe: the plugin takes restores through a pipe (DataPlane).
-	shmPipe bool
+	// shmPipe: the plugin takes restores through a pipe (DataPlane), at
+	// chunk sizes up to shmPipeMax (0: any).
+	shmPipe    bool
+	shmPipeMax int64
 	// NoSplice keeps restores from sockets on the ring instead of splicing
 	// them into a pipe for the plugin (for comparisons; splicing is faster).
 	NoSplice bool

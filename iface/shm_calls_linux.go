@@ -30,13 +30,22 @@ func (c *GRPCClient) DataPlane(ctx context.Context) (shm bool, err error) {
 		}
 		return false, fromStatus(err)
 	}
-	c.shmPeerCtrl, c.shmPipe = resp.GetCtrlVersion(), resp.GetPipePut()
+	c.shmPeerCtrl, c.shmPipe, c.shmPipeMax = resp.GetCtrlVersion(), resp.GetPipePut(), resp.GetPipePutMaxChunk()
 	return resp.GetShm(), nil
 }
 
-// SplicesPuts reports whether restores from sockets go through a pipe: the
-// plugin takes them (DataPlane) and NoSplice is off.
+// SplicesPuts reports whether restores from sockets may go through a pipe:
+// the plugin takes them (DataPlane) and NoSplice is off.
 func (c *GRPCClient) SplicesPuts() bool { return c.shm != nil && c.shmPipe && !c.NoSplice }
+
+// splicesAt reports whether a restore from a socket at state_chunk_size
+// chunk (0: unset, the ring's default) goes through a pipe.
+func (c *GRPCClient) splicesAt(chunk int) bool {
+	if chunk <= 0 {
+		chunk = c.shmPutChunk()
+	}
+	return c.SplicesPuts() && (c.shmPipeMax <= 0 || int64(chunk) <= c.shmPipeMax)
+}
 
 type shmResult struct {
 	n   int64
@@ -130,7 +139,7 @@ loop:
 }
 
 func (c *GRPCClient) statePutShm(ctx context.Context, slot int, tokens []int32, r io.Reader, size int64) (int64, error) {
-	if src, ok := r.(SocketSource); ok && c.SplicesPuts() {
+	if src, ok := r.(SocketSource); ok && c.splicesAt(transferChunk(ctx)) {
 		return c.statePutPipe(ctx, slot, tokens, src, size)
 	}
 	chunk := transferChunk(ctx)
@@ -232,11 +241,13 @@ func (c *GRPCClient) shmPutChunk() int {
 // Plugin side: GRPCServer over the shared-memory plane.
 
 func (s *GRPCServer) DataPlane(context.Context, *backendv1.DataPlaneRequest) (*backendv1.DataPlaneResponse, error) {
-	pipe := s.Shm != nil
-	if p, ok := s.Impl.(PipePutter); ok && !p.AcceptsPipePut() {
-		pipe = false
+	pipe, pipeMax := s.Shm != nil, 0
+	if p, ok := s.Impl.(PipePutter); ok {
+		pipeMax = p.PipePutMaxChunk()
+		pipe = pipe && pipeMax != 0
+		pipeMax = max(pipeMax, 0)
 	}
-	return &backendv1.DataPlaneResponse{Shm: s.Shm != nil, CtrlVersion: ctrlVersion, PipePut: pipe}, nil
+	return &backendv1.DataPlaneResponse{Shm: s.Shm != nil, CtrlVersion: ctrlVersion, PipePut: pipe, PipePutMaxChunk: int64(pipeMax)}, nil
 }
 
 func (s *GRPCServer) StateGetShm(ctx context.Context, req *backendv1.StateGetShmRequest) (*backendv1.StateGetShmResponse, error) {

@@ -149,11 +149,17 @@ func TestShmPipePut(t *testing.T) {
 // ringOnly is a backend that declines pipes.
 type ringOnly struct{ *fakeBackend }
 
-func (ringOnly) AcceptsPipePut() bool { return false }
+func (ringOnly) PipePutMaxChunk() int { return 0 }
+
+// smallPipes is a backend that takes pipes at chunks up to 1 MiB.
+type smallPipes struct{ *fakeBackend }
+
+func (smallPipes) PipePutMaxChunk() int { return 1 << 20 }
 
 // TestShmPipePutOptOut: NoSplice keeps socket restores on the ring, as does
-// a backend that declines pipes, and a source that is no socket never goes
-// through the pipe.
+// a backend that declines pipes, or one that takes them only up to a chunk
+// size for larger chunks, and a source that is no socket never goes through
+// the pipe.
 func TestShmPipePutOptOut(t *testing.T) {
 	data := randomBytes(3 << 20)
 	var got bytes.Buffer
@@ -164,6 +170,24 @@ func TestShmPipePutOptOut(t *testing.T) {
 	}
 	if kind != "*iface.shmReader" {
 		t.Fatalf("declining backend: the plugin read through %s, not the ring", kind)
+	}
+	got.Reset()
+	sb := TestBackendShm(t, smallPipes{&fakeBackend{statePut: readerKind(&got, &kind, 65536)}}, 4)
+	for _, tc := range []struct {
+		chunk int
+		want  string
+	}{{256 << 10, "*iface.pipeReader"}, {1 << 20, "*iface.pipeReader"}, {2 << 20, "*iface.shmReader"}, {0, "*iface.shmReader"}} {
+		got.Reset()
+		ctx := context.Background()
+		if tc.chunk > 0 {
+			ctx = WithTransferChunk(ctx, tc.chunk)
+		}
+		if n, err := sb.StatePut(ctx, 0, nil, feedSocket(t, "tcp", data, 0, -1, false), int64(len(data))); err != nil || n != int64(len(data)) || !bytes.Equal(got.Bytes(), data) {
+			t.Fatalf("pipes up to 1 MiB, chunk %d: n=%d err=%v", tc.chunk, n, err)
+		}
+		if kind != tc.want {
+			t.Fatalf("pipes up to 1 MiB, chunk %d: the plugin read through %s, want %s", tc.chunk, kind, tc.want)
+		}
 	}
 	got.Reset()
 	b := TestBackendShm(t, &fakeBackend{statePut: readerKind(&got, &kind, 65536)}, 4)

@@ -187,6 +187,10 @@ func testLlamaStateRoundTrip(t *testing.T, planeFlags []string) {
 		if pm["restored"] != true || num(t, pm, "n_past") != nPast {
 			t.Fatalf("STATE_PUT meta %v", pm)
 		}
+		// Engine 2 restores at 256 KiB chunks (on the shm plane through the
+		// pipe its socket is spliced into: the plugin takes pipes up to
+		// 1 MiB), engine 1 at 64 MiB (through the ring).
+		configureChunk(t, c2, 256<<10)
 		mustOK(t, c2, transport.OpStatePut, "1", blob)
 		mustOK(t, c2, transport.OpStatePut, "0", blob)
 		// Restored into the same slot id elsewhere, the state re-saves byte for
@@ -224,6 +228,11 @@ func testLlamaStateRoundTrip(t *testing.T, planeFlags []string) {
 	if want := fmt.Sprintf("chunk_writer=%v", shm); !strings.Contains(e1.logs.String(), want) {
 		t.Errorf("the plugin's state get log does not say %s", want)
 	}
+	// The plugin takes spliced restores (at chunks up to 1 MiB) unless told not to.
+	splice := shm && !slices.Contains(planeFlags, "--splice-put=false")
+	if want := fmt.Sprintf("splice_put=%v", splice); !strings.Contains(e1.logs.String(), want) {
+		t.Errorf("the engine's data plane log does not say %s", want)
+	}
 }
 
 // TestLlamaStatePutFailures: malformed, truncated and mismatched blobs each
@@ -238,6 +247,9 @@ func TestLlamaStatePutFailures(t *testing.T) {
 func testLlamaStatePutFailures(t *testing.T, planeFlags []string) {
 	e := startLlama(t, 3, planeFlags...)
 	c := client(t, e.tcp)
+	// 256 KiB chunks: on the shm plane these restores go through the pipe
+	// (the plugin takes pipes up to 1 MiB), with --splice-put=false the ring.
+	configureChunk(t, c, 256<<10)
 	mustOK(t, c, transport.OpPrefill, "0", chat("the source of the state"))
 	m, blob := getState(t, c, "0")
 	n := int(num(t, m, "n_past"))
@@ -299,10 +311,18 @@ func testLlamaStatePutFailures(t *testing.T, planeFlags []string) {
 
 // TestLlamaStatePutClientVanishes: a client that disconnects mid-payload
 // leaves the slot empty (the plugin's reader fails mid-state); the engine
-// serves the next client.
+// serves the next client. At 2 MiB chunks the restore goes through the shm
+// ring, at 256 KiB through the pipe.
 func TestLlamaStatePutClientVanishes(t *testing.T) {
+	for _, chunk := range []int{2 << 20, 256 << 10} {
+		t.Run(fmt.Sprintf("chunk%dKiB", chunk>>10), func(t *testing.T) { testLlamaStatePutClientVanishes(t, chunk) })
+	}
+}
+
+func testLlamaStatePutClientVanishes(t *testing.T, chunk int) {
 	e := startLlama(t, 2)
 	c := client(t, e.unix)
+	configureChunk(t, c, chunk)
 	mustOK(t, c, transport.OpPrefill, "0", chat(strings.Repeat("state ", 100)))
 	_, blob := getState(t, c, "0")
 	mustOK(t, c, transport.OpPrefill, "1", chat("to be replaced")) // so an empty slot 1 means the failed restore emptied it

@@ -636,12 +636,16 @@ func (b *Backend) StateGet(ctx context.Context, i int, chunkSize int, w io.Write
 
 var _ iface.PipePutter = (*Backend)(nil)
 
-// AcceptsPipePut keeps restores on the shm ring. A pipe moves the socket copy
-// from the host's core to this plugin's, whose one thread also feeds
-// llama.cpp and the device, so it ends up slower (H200, 1.2 GB state, same
-// run, `scripts/gpu-bench.sh splice-ab`, medians pipe vs ring: TCP 2 MiB 4.07
-// vs 4.34 GB/s, Unix 2 MiB 2.70 vs 3.07).
-func (b *Backend) AcceptsPipePut() bool { return false }
+// PipePutMaxChunk keeps restores at chunks above 1 MiB (the pipe's size) on
+// the shm ring. This plugin's one restore thread also feeds llama.cpp and the
+// device, so taking the socket copy over from the host's core only pays
+// where the ring's per-chunk messages and wake-ups cost more. H200, 1.2 GB
+// state, `scripts/gpu-bench.sh splice-ab`, medians of the same run, pipe vs
+// ring: with pipes at every chunk size, TCP 256 KiB 4.46 vs 3.89 GB/s, 2 MiB
+// 4.43 vs 4.79, Unix 256 KiB 3.00 vs 2.80, 2 MiB 3.18 vs 3.34; with this
+// limit, on a machine drifting by ±20 % during the run, TCP 256 KiB 3.13 vs
+// 3.17, Unix 256 KiB 2.14 vs 2.00.
+func (b *Backend) PipePutMaxChunk() int { return 1 << 20 }
 
 // StatePut restores the slot from r. The slot is emptied first, and on any
 // failure emptied again: never half-restored. The state's head is checked

@@ -1608,9 +1608,12 @@ type DataPlaneResponse struct {
 	CtrlVersion uint32 `protobuf:"varint,2,opt,name=ctrl_version,json=ctrlVersion,proto3" json:"ctrl_version,omitempty"`
 	// The plugin reads a StatePutShm whose transfer has pipe set: state bytes
 	// arrive through a pipe instead of the ring.
-	PipePut       bool `protobuf:"varint,3,opt,name=pipe_put,json=pipePut,proto3" json:"pipe_put,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PipePut bool `protobuf:"varint,3,opt,name=pipe_put,json=pipePut,proto3" json:"pipe_put,omitempty"`
+	// With pipe_put: the largest state_chunk_size at which the plugin takes a
+	// restore through a pipe; above it the host uses the ring. 0: any.
+	PipePutMaxChunk int64 `protobuf:"varint,4,opt,name=pipe_put_max_chunk,json=pipePutMaxChunk,proto3" json:"pipe_put_max_chunk,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *DataPlaneResponse) Reset() {
@@ -1662,6 +1665,13 @@ func (x *DataPlaneResponse) GetPipePut() bool {
 		return x.PipePut
 	}
 	return false
+}
+
+func (x *DataPlaneResponse) GetPipePutMaxChunk() int64 {
+	if x != nil {
+		return x.PipePutMaxChunk
+	}
+	return 0
 }
 
 // ShmTransfer names the ring and control socket the host sent for one
@@ -2009,11 +2019,12 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\tquant_key\x18\x01 \x01(\tR\bquantKey\x12%\n" +
 	"\x0etensor_pattern\x18\x02 \x01(\tR\rtensorPattern\"\x13\n" +
 	"\x11SwapQuantResponse\"\x12\n" +
-	"\x10DataPlaneRequest\"c\n" +
+	"\x10DataPlaneRequest\"\x90\x01\n" +
 	"\x11DataPlaneResponse\x12\x10\n" +
 	"\x03shm\x18\x01 \x01(\bR\x03shm\x12!\n" +
 	"\fctrl_version\x18\x02 \x01(\rR\vctrlVersion\x12\x19\n" +
-	"\bpipe_put\x18\x03 \x01(\bR\apipePut\"\x89\x01\n" +
+	"\bpipe_put\x18\x03 \x01(\bR\apipePut\x12+\n" +
+	"\x12pipe_put_max_chunk\x18\x04 \x01(\x03R\x0fpipePutMaxChunk\"\x89\x01\n" +
 	"\vShmTransfer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1d\n" +
 	"\n" +
