@@ -134,10 +134,17 @@ func (p *Plugin) useShm(ctx context.Context, b iface.Backend, opts PluginOptions
 	return nil
 }
 
-// splices reports whether b splices restores from sockets into a pipe.
-func splices(b iface.Backend) bool {
+// splices describes how b takes restores from sockets: "false" (the ring),
+// "true" (a pipe at every chunk size) or "up to N-byte chunks".
+func splices(b iface.Backend) string {
 	gc, ok := b.(*iface.GRPCClient)
-	return ok && gc.SplicesPuts()
+	switch {
+	case !ok || !gc.SplicesPuts():
+		return "false"
+	case gc.SplicePutMaxChunk() > 0:
+		return fmt.Sprintf("up to %d-byte chunks", gc.SplicePutMaxChunk())
+	}
+	return "true"
 }
 
 // PluginOptions choose how the host talks to a plugin.

@@ -38,6 +38,10 @@ func (c *GRPCClient) DataPlane(ctx context.Context) (shm bool, err error) {
 // the plugin takes them (DataPlane) and NoSplice is off.
 func (c *GRPCClient) SplicesPuts() bool { return c.shm != nil && c.shmPipe && !c.NoSplice }
 
+// SplicePutMaxChunk is the largest state_chunk_size at which the plugin
+// takes spliced restores, 0 for any (DataPlane).
+func (c *GRPCClient) SplicePutMaxChunk() int64 { return c.shmPipeMax }
+
 // splicesAt reports whether a restore from a socket at state_chunk_size
 // chunk (0: unset, the ring's default) goes through a pipe.
 func (c *GRPCClient) splicesAt(chunk int) bool {

@@ -33,6 +33,8 @@ func (c *GRPCClient) UseShm(h *ShmHost, depth int) {}
 
 func (c *GRPCClient) SplicesPuts() bool { return false }
 
+func (c *GRPCClient) SplicePutMaxChunk() int64 { return 0 }
+
 func (c *GRPCClient) DataPlane(ctx context.Context) (bool, error) { return false, nil }
 
 func (c *GRPCClient) stateGetShm(ctx context.Context, slot, chunk int, w io.Writer) (int64, error) {

@@ -228,9 +228,12 @@ func testLlamaStateRoundTrip(t *testing.T, planeFlags []string) {
 	if want := fmt.Sprintf("chunk_writer=%v", shm); !strings.Contains(e1.logs.String(), want) {
 		t.Errorf("the plugin's state get log does not say %s", want)
 	}
-	// The plugin takes spliced restores (at chunks up to 1 MiB) unless told not to.
-	splice := shm && !slices.Contains(planeFlags, "--splice-put=false")
-	if want := fmt.Sprintf("splice_put=%v", splice); !strings.Contains(e1.logs.String(), want) {
+	// The plugin takes spliced restores at chunks up to 1 MiB unless told not to.
+	want := `splice_put=false`
+	if shm && !slices.Contains(planeFlags, "--splice-put=false") {
+		want = `splice_put="up to 1048576-byte chunks"`
+	}
+	if !strings.Contains(e1.logs.String(), want) {
 		t.Errorf("the engine's data plane log does not say %s", want)
 	}
 }
