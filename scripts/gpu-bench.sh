@@ -8,7 +8,7 @@
 #   scripts/gpu-bench.sh mock    # hydra-bench on the mock plugin (no CUDA build): the host pipeline with 16 cores
 #   scripts/gpu-bench.sh pin-ab  # STATE_GET of the 1.2 GB state with pin_ring=true vs false, same run (hydractl)
 #   scripts/gpu-bench.sh copy-ab # STATE_PUT of it with copy_threads=4 vs 1, TCP and Unix, 256 KiB and 2 MiB (hydractl)
-#   scripts/gpu-bench.sh splice-ab # the same with --splice-put=true vs false (pipe vs ring)
+#   scripts/gpu-bench.sh splice-ab # the same with --splice-put=true vs false (pipe vs ring; the llama plugin takes the pipe only at chunks up to 1 MiB, so its 2 MiB rows compare the ring with itself)
 #   scripts/gpu-bench.sh all     # both, in one command (~11 min on the H200; split it where a command is capped at 10)
 #
 # Results go to $OUT (default out/).
