@@ -42,12 +42,9 @@ func (c *GRPCClient) SplicesPuts() bool { return c.shm != nil && c.shmPipe && !c
 // takes spliced restores, 0 for any (DataPlane).
 func (c *GRPCClient) SplicePutMaxChunk() int64 { return c.shmPipeMax }
 
-// splicesAt reports whether a restore from a socket at state_chunk_size
-// chunk (0: unset, the ring's default) goes through a pipe.
+// splicesAt reports whether a restore from a socket whose ring would have
+// chunk-byte buffers goes through a pipe instead.
 func (c *GRPCClient) splicesAt(chunk int) bool {
-	if chunk <= 0 {
-		chunk = c.shmPutChunk()
-	}
 	return c.SplicesPuts() && (c.shmPipeMax <= 0 || int64(chunk) <= c.shmPipeMax)
 }
 
@@ -143,12 +140,12 @@ loop:
 }
 
 func (c *GRPCClient) statePutShm(ctx context.Context, slot int, tokens []int32, r io.Reader, size int64) (int64, error) {
-	if src, ok := r.(SocketSource); ok && c.splicesAt(transferChunk(ctx)) {
-		return c.statePutPipe(ctx, slot, tokens, src, size)
-	}
 	chunk := transferChunk(ctx)
 	if chunk <= 0 {
 		chunk = c.shmPutChunk()
+	}
+	if src, ok := r.(SocketSource); ok && c.splicesAt(chunk) {
+		return c.statePutPipe(ctx, slot, tokens, src, size)
 	}
 	chunk = int(min(int64(chunk), max(size, 1)))
 	t, err := c.shm.begin(chunk, c.shmDepth, c.shmPeerCtrl)

@@ -40,10 +40,11 @@ const ctrlMaxBatch = 64
 // ctrlConn is one transfer's control socket. FILLED and FREE messages are
 // posted, and sent in batches of up to batch messages, in one datagram when
 // the peer reads ctrlVersion 1 (multi): the peer, when it waits, wakes once a
-// batch instead of once a buffer, and each side makes one system call a batch (a wake-up across processes costs more
-// than the 16-byte message). A side flushes what it holds before it waits
-// itself, so holding messages never deadlocks the pair; the messages and
-// their order are those of an unbatched sender.
+// batch instead of once a buffer, and each side makes one system call a
+// batch (a wake-up across processes costs more than the 16-byte message). A
+// side flushes what it holds before it waits itself, so holding messages
+// never deadlocks the pair; the messages and their order are those of an
+// unbatched sender.
 type ctrlConn struct {
 	c     *net.UnixConn
 	raw   syscall.RawConn
