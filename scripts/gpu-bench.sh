@@ -9,6 +9,7 @@
 #   scripts/gpu-bench.sh pin-ab  # STATE_GET of the 1.2 GB state with pin_ring=true vs false, same run (hydractl)
 #   scripts/gpu-bench.sh copy-ab # STATE_PUT of it with copy_threads=4 vs 1, TCP and Unix, 256 KiB and 2 MiB (hydractl)
 #   scripts/gpu-bench.sh splice-ab # the same with --splice-put=true vs false (pipe vs ring; the llama plugin takes the pipe only at chunks up to 1 MiB, so its 2 MiB rows compare the ring with itself)
+#   scripts/gpu-bench.sh plugin-ab PLUGIN... # STATE_PUT with llama plugin binaries of different builds, same run (a b … b a, TCP and Unix, 256 KiB and 2 MiB)
 #   scripts/gpu-bench.sh all     # both, in one command (~11 min on the H200; split it where a command is capped at 10)
 #
 # Results go to $OUT (default out/).
@@ -63,7 +64,7 @@ mock)
 	step "hydra-bench, mock plugin: 1.206 GB state, TCP and Unix, STATE_GET and STATE_PUT"
 	"$G/hydra-bench" --bin "$G" --out "$OUT" --name mock-h200 --reps "${REPS:-3}" 2>&1 | tail -60
 	;;
-pin-ab|copy-ab|splice-ab|bench)
+pin-ab|copy-ab|splice-ab|plugin-ab|bench)
 	if [[ ! -f $G/libggml-cuda.so ]]; then
 		rm -rf "$G" && mkdir -p "$G/src" && tar -xzf gpu/hydra-gpu.tar.gz -C "$G" && tar -xzf "$G/ollama-ggml-src.tar.gz" -C "$G/src" || exit 1
 		step "build libggml-cuda, sm_90"
@@ -76,7 +77,7 @@ pin-ab|copy-ab|splice-ab|bench)
 	# ready and with 9,200 tokens prefilled in slot 0; its pid in $epid.
 	llama_engine() {
 		local sock=$1 log=$2; shift 2; rm -f "$sock"
-		"$G/hydra-engine" --rpc "unix://$sock" --backend "$G/hydra-plugin-cuda-llama" --model "$G/synth.gguf" "$@" > "$log" 2>&1 &
+		"$G/hydra-engine" --rpc "unix://$sock" --backend "${plugin:-$G/hydra-plugin-cuda-llama}" --model "$G/synth.gguf" "$@" > "$log" 2>&1 &
 		epid=$!
 		for _ in $(seq 100); do "$G/hydractl" --addr "unix://$sock" info >/dev/null 2>&1 && break; sleep 0.2; done
 		"$G/hydractl" --addr "unix://$sock" prefill --slot 0 --tokens "$toks" >/dev/null
@@ -91,15 +92,26 @@ pin-ab|copy-ab|splice-ab|bench)
 		grep -o 'ring_pinned=[a-z]*' "$OUT"/engine-pin-*.log | sort | uniq -c
 		exit 0
 	fi
-	if [[ $1 == copy-ab || $1 == splice-ab ]]; then
+	if [[ $1 == copy-ab || $1 == splice-ab || $1 == plugin-ab ]]; then
 		blob=/dev/shm/hydra-put-ab.blob
 		vals=(4 1 1 4 4 1)
 		[[ $1 == splice-ab ]] && vals=(true false false true true false)
+		if [[ $1 == plugin-ab ]]; then
+			# Plugin binaries as arguments, named a, b, ...: a b … b a.
+			shift; plugins=("$@") names=(a b c d e f) vals=()
+			[[ ${#plugins[@]} -ge 2 ]] || { echo "plugin-ab: give two plugin binaries or more" >&2; exit 2; }
+			for ((i = 0; i < ${#plugins[@]}; i++)); do vals+=("$i"); done
+			for ((i = ${#plugins[@]} - 1; i >= 0; i--)); do vals+=("$i"); done
+			for ((i = 0; i < ${#plugins[@]}; i++)); do echo "${names[i]} = ${plugins[i]}"; done
+		fi
 		for v in "${vals[@]}"; do
-			if [[ $1 == copy-ab ]]; then name=copy_threads=$v flag=(--backend-opt "copy_threads=$v"); else name=splice_put=$v flag=("--splice-put=$v"); fi
+			plugin=
+			if [[ $1 == copy-ab ]]; then name=copy_threads=$v flag=(--backend-opt "copy_threads=$v")
+			elif [[ $1 == splice-ab ]]; then name=splice_put=$v flag=("--splice-put=$v")
+			else name=${names[v]} plugin=$(realpath "${plugins[v]}") flag=(--backend-opt "lib_dir=$G" --log-level debug); fi
 			sock=/tmp/hydra-put-$v.sock port=$((39600 + RANDOM % 200))
 			llama_engine "$sock" "$OUT/engine-$name.log" --rpc "tcp://127.0.0.1:$port" \
-				--slots 2 --backend-opt n_ctx=18688 "${flag[@]}" --log-level warn
+				--slots 2 --backend-opt n_ctx=18688 --log-level warn "${flag[@]}"
 			[[ -f $blob ]] || "$G/hydractl" --addr "unix://$sock" --no-progress state get --slot 0 -o "$blob" >/dev/null
 			for chunk in 262144 2097152; do
 				"$G/hydractl" --addr "unix://$sock" configure "{\"state_chunk_size\":$chunk}" >/dev/null
@@ -111,6 +123,7 @@ pin-ab|copy-ab|splice-ab|bench)
 			kill $epid; wait $epid
 		done
 		rm -f "$blob"
+		grep -ho 'ring_pinned=[a-z]*\|ring=[0-9]*' "$OUT"/engine-*.log 2>/dev/null | sort | uniq -c
 		exit 0
 	fi
 	step "socket limits"; sysctl net.core.wmem_max net.core.wmem_default 2>&1
@@ -120,5 +133,5 @@ pin-ab|copy-ab|splice-ab|bench)
 		--backend-opt lib_dir="$G" --backend-opt n_gpu_layers=99 --backend-opt n_ctx=18688 --backend-opt n_threads=8 2>&1 | tail -60
 	;;
 *)
-	echo "usage: $0 build|bench|mock|pin-ab|copy-ab|splice-ab|all" >&2; exit 2 ;;
+	echo "usage: $0 build|bench|mock|pin-ab|copy-ab|splice-ab|plugin-ab PLUGIN...|all" >&2; exit 2 ;;
 esac

@@ -21,7 +21,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -76,6 +75,24 @@ type engine struct {
 
 	mu  sync.Mutex // serialises every use of ctx
 	ctx *lctx
+
+	ringMu sync.Mutex // held by the restore using ring
+	ring   *mirror    // the restore ring (prefetch_linux.go), kept across restores
+}
+
+// newRing maps a restore ring of size bytes, pinned for DMA on a GPU (both
+// mappings of the mirror). Pinning can fail (a driver limit); the uploads
+// then go through the driver's bounce buffer, slower, and the restore log
+// says ring_pinned=false.
+func (e *engine) newRing(size int) (*mirror, error) {
+	m, err := newMirror(size)
+	if err != nil {
+		return nil, err
+	}
+	if e.device != "" {
+		m.unpin = pinRegion(m.mem)
+	}
+	return m, nil
 }
 
 // slot is one sequence. mu guards the fields and is held briefly, so Slot
@@ -681,32 +698,45 @@ func (b *Backend) StatePut(ctx context.Context, i int, tokens []int32, r io.Read
 		return 0, err
 	}
 
-	cr := &countReader{r: readerFor(r, e.copyThreads)}
+	cr := readerFor(r, e.copyThreads)
 	head, err := readStateHead(cr, tokens, e.model.nVocab, e.nCtx, e.layout, size)
 	if err != nil {
 		readErr = !errors.Is(err, iface.ErrBadRequest)
 		return 0, err
 	}
-	call := &loadCall{ctx: ctx, r: io.MultiReader(bytes.NewReader(head.raw), cr), remaining: size}
+	// The restore ring is the engine's, one restore at a time; the
+	// prefetcher reads the payload ahead into it from here on.
+	e.ringMu.Lock()
+	pf, err := startPrefetch(ctx, io.MultiReader(bytes.NewReader(head.raw), cr), size, e.ring, e.newRing)
+	if err != nil {
+		e.ringMu.Unlock()
+		return 0, err
+	}
 	start := time.Now()
+	stopped, ringSize, ringPinned := false, 0, false
 	defer func() {
-		b.log.Debug("state put", "slot", i, "bytes", n, "cells", head.cells, "elapsed", time.Since(start).String(), "error", err)
+		b.log.Debug("state put", "slot", i, "bytes", n, "cells", head.cells, "ring", ringSize, "ring_pinned", ringPinned,
+			"elapsed", time.Since(start).String(), "error", err)
 	}()
+	stop := func() { // before r is read anywhere else, and before returning
+		if !stopped {
+			stopped = true
+			e.ring = pf.close()
+			ringSize, ringPinned = e.ring.size, e.ring.unpin != nil
+			e.ringMu.Unlock()
+		}
+	}
+	defer stop()
+	call := &loadCall{pf: pf}
 	h := cgo.NewHandle(call)
 	defer h.Delete()
 	var msg [512]C.char
-	var leftover []byte
 	e.mu.Lock()
 	clearLlamaError()
-	got := C.hydra_state_load(e.ctx.io, e.ctx.c, C.llama_seq_id(i), C.uintptr_t(h), &msg[0], C.size_t(len(msg)))
+	got := C.hydra_state_load(e.ctx.c, C.llama_seq_id(i), C.uintptr_t(h), &msg[0], C.size_t(len(msg)))
 	if got >= 0 {
 		if np := e.ctx.nPos(i); np != head.cells {
 			err = fmt.Errorf("restored %d positions, the state's head announced %d", np, head.cells)
-		} else {
-			var p *C.uint8_t
-			var k C.size_t
-			C.hydra_state_load_leftover(e.ctx.io, &p, &k)
-			leftover = C.GoBytes(unsafe.Pointer(p), C.int(k))
 		}
 	}
 	llamaErr := lastLlamaError()
@@ -721,13 +751,15 @@ func (b *Backend) StatePut(ctx context.Context, i int, tokens []int32, r io.Read
 		return 0, err
 	}
 	n = int64(got)
+	if err := pf.releaseTo(n); err != nil {
+		return 0, err
+	}
 
 	// What follows the state: logits to adopt, or anything else to skip.
 	var logits []float32
 	if trailing := size - n; trailing == int64(4*e.model.nVocab) && e.model.nVocab > 0 {
 		raw := make([]byte, trailing)
-		k := copy(raw, leftover)
-		if _, err := io.ReadFull(call.r, raw[k:]); err != nil {
+		if k, err := io.ReadFull(pf, raw); err != nil {
 			readErr = true
 			return 0, truncated(n+int64(k), err)
 		}
@@ -736,6 +768,7 @@ func (b *Backend) StatePut(ctx context.Context, i int, tokens []int32, r io.Read
 			logits[j] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*j:]))
 		}
 	}
+	stop()
 	drain(r)
 	if head.cells > 0 && logits == nil {
 		if logits, err = e.reevaluate(i, tokens); err != nil {
@@ -774,18 +807,6 @@ func (e *engine) reevaluate(i int, tokens []int32) ([]float32, error) {
 	}
 	c.logitsInto(logits)
 	return logits, nil
-}
-
-// countReader counts what it reads.
-type countReader struct {
-	r io.Reader
-	n int64
-}
-
-func (c *countReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
 }
 
 // drain reads r to its end: the StatePut contract, so the host's stream stays

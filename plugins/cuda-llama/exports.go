@@ -107,45 +107,34 @@ func hydraSaveBuffer(h C.uintptr_t, commit C.size_t, p **C.uint8_t, n *C.size_t)
 	return 0
 }
 
-// loadCall is one StatePut: where the state's bytes come from.
+// loadCall is one StatePut: the restore ring its bytes come through.
 type loadCall struct {
-	ctx       context.Context
-	r         io.Reader // the state (its checked head replayed first), then any trailing bytes
-	remaining int64     // bytes r may still give (the payload's size)
-	pulled    int64
-	err       error
+	pf  *prefetcher
+	err error
 }
 
-// hydraLoadFill reads at least need and at most max bytes into dst; -1 on
+// hydraLoadNext releases the release bytes C++ took since its last call and
+// lends it the unread bytes in the restore ring, at least need of them; 1 on
 // error (kept in loadCall).
 //
-//export hydraLoadFill
-func hydraLoadFill(h C.uintptr_t, dst unsafe.Pointer, need, max C.size_t) (ret C.int64_t) {
+//export hydraLoadNext
+func hydraLoadNext(h C.uintptr_t, release, need C.size_t, p **C.uint8_t, n *C.size_t) (ret C.int) {
 	l := cgo.Handle(h).Value().(*loadCall)
 	defer func() {
 		if r := recover(); r != nil {
 			l.err = recovered(r)
-			ret = -1
+			ret = 1
 		}
 	}()
-	if err := l.ctx.Err(); err != nil {
-		l.err = err
-		return -1
-	}
-	if int64(need) > l.remaining {
-		l.err = fmt.Errorf("%w: state truncated at offset %d: llama.cpp needs %d bytes more than the payload holds: %w",
-			iface.ErrBadRequest, l.pulled+l.remaining, int64(need)-l.remaining, io.ErrUnexpectedEOF)
-		return -1
-	}
-	m := min(int64(max), l.remaining)
-	n, err := io.ReadAtLeast(l.r, unsafe.Slice((*byte)(dst), int(m)), int(need))
-	l.remaining -= int64(n)
-	l.pulled += int64(n)
+	b, err := l.pf.next(int(release), int(need))
 	if err != nil {
-		l.err = truncated(l.pulled, err)
-		return -1
+		l.err = err
+		return 1
 	}
-	return C.int64_t(n)
+	// Not Go memory: the ring is an mmap, and C may hold pointers into it.
+	*p = (*C.uint8_t)(unsafe.Pointer(unsafe.SliceData(b)))
+	*n = C.size_t(len(b))
+	return 0
 }
 
 // hydraLog receives llama.cpp's and ggml's log output.

@@ -12,9 +12,10 @@
 //     flight: the GPU fills one while Go sends the other, an event per chunk
 //     says when it is complete. No CUDA symbol is used: it is all ggml.
 //
-// Restores pull the bytes llama.cpp asks for (one contiguous block per layer)
-// into one reused staging block, pinned on a GPU, so the upload is a fast
-// pinned host-to-device copy.
+// Restores take the bytes llama.cpp asks for (one contiguous block per layer)
+// in place from the Go side's restore ring (prefetch_linux.go), which a
+// goroutine fills ahead while the block before is uploaded; pinned on a GPU,
+// so the upload is a fast pinned host-to-device copy.
 //
 // These internal interfaces change between llama.cpp versions; the module is
 // pinned in go.mod and the byte-identity tests catch a drift.
@@ -37,17 +38,13 @@
 extern "C" {
 int hydraSaveDeliver(uintptr_t h, void * p, size_t n);
 int hydraSaveBuffer(uintptr_t h, size_t commit, uint8_t ** p, size_t * n);
-int64_t hydraLoadFill(uintptr_t h, void * dst, size_t need, size_t max);
+int hydraLoadNext(uintptr_t h, size_t release, size_t need, uint8_t ** p, size_t * n);
 void hydraLog(int level, char * text);
 }
 
 namespace {
 
 constexpr size_t kMiB = 1 << 20;
-// Bytes a restore reads past what llama.cpp asked for: enough to batch its
-// many small field reads into few Go calls, small enough that moving the
-// unread rest to the front of the block before the next big read is cheap.
-constexpr size_t kReadAhead = 256 << 10;
 
 // go_error unwinds llama.cpp's serialisation after a Go callback failed; the
 // Go side holds the real error.
@@ -76,8 +73,6 @@ struct hydra_io {
     bool warned_pageable = false;
     std::map<ggml_backend_dev_t, dev_state> devs;
     staging save[2];
-    staging load;
-    size_t load_pos = 0, load_len = 0;
 };
 
 namespace {
@@ -310,16 +305,29 @@ private:
     }
 };
 
-// load_reader serves llama.cpp's reads from the staging block, refilled
-// through Go.
+// load_reader serves llama.cpp's reads in place from the Go side's restore
+// ring: each pointer stays valid until the next read, as llama.cpp expects.
 class load_reader : public llama_io_read_i {
 public:
-    load_reader(hydra_io * io, uintptr_t h) : io(io), h(h) { io->load_pos = io->load_len = 0; }
+    explicit load_reader(uintptr_t h) : h(h) {}
 
     const uint8_t * read(size_t size) override {
-        ensure(size);
-        const uint8_t * p = io->load.ptr + io->load_pos;
-        io->load_pos += size;
+        if (avail < size) {
+            // Hand back what was taken since the last call, get at least
+            // size bytes (usually more: what the ring holds already).
+            uint8_t * p = nullptr;
+            size_t n = 0;
+            if (hydraLoadNext(h, taken, size, &p, &n) != 0 || p == nullptr || n < size) {
+                throw go_error();
+            }
+            cur = p;
+            avail = n;
+            taken = 0;
+        }
+        const uint8_t * p = cur;
+        cur += size;
+        avail -= size;
+        taken += size;
         consumed += size;
         return p;
     }
@@ -329,29 +337,9 @@ public:
     size_t n_bytes() override { return consumed; }
 
 private:
-    hydra_io * io;
     uintptr_t h;
-    size_t consumed = 0;
-
-    void ensure(size_t size) {
-        staging & s = io->load;
-        const size_t avail = io->load_len - io->load_pos;
-        if (avail >= size) {
-            return;
-        }
-        if (io->load_pos > 0) {
-            memmove(s.ptr, s.ptr + io->load_pos, avail);
-            io->load_pos = 0;
-            io->load_len = avail;
-        }
-        reserve(io, s, std::max(size + kReadAhead, kMiB), avail);
-        const size_t need = size - avail;
-        const int64_t n = hydraLoadFill(h, s.ptr + avail, need, std::min(s.cap - avail, need + kReadAhead));
-        if (n < 0) {
-            throw go_error();
-        }
-        io->load_len = avail + (size_t) n;
-    }
+    const uint8_t * cur = nullptr;
+    size_t avail = 0, taken = 0, consumed = 0;
 };
 
 void set_err(char * err, size_t err_len, const char * msg) {
@@ -398,9 +386,8 @@ int64_t hydra_state_save(hydra_io * io, struct llama_context * ctx, llama_seq_id
     }
 }
 
-int64_t hydra_state_load(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, uintptr_t handle,
-                         char * err, size_t err_len) {
-    load_reader r(io, handle);
+int64_t hydra_state_load(struct llama_context * ctx, llama_seq_id seq, uintptr_t handle, char * err, size_t err_len) {
+    load_reader r(handle);
     try {
         llama_synchronize(ctx);
         llama_memory_t mem = llama_get_memory(ctx);
@@ -413,11 +400,6 @@ int64_t hydra_state_load(hydra_io * io, struct llama_context * ctx, llama_seq_id
         set_err(err, err_len, e.what());
         return -1;
     }
-}
-
-void hydra_state_load_leftover(hydra_io * io, const uint8_t ** p, size_t * n) {
-    *p = io->load.ptr + io->load_pos;
-    *n = io->load_len - io->load_pos;
 }
 
 void hydra_log_install(void) { llama_log_set(log_cb, nullptr); }

@@ -33,16 +33,11 @@ int hydra_io_pinned(const hydra_io * io);
 int64_t hydra_state_save(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, uintptr_t handle,
                          size_t chunk, int chunk_writer, char * err, size_t err_len);
 
-// hydra_state_load restores sequence seq from bytes pulled through the Go
-// callback hydraLoadFill (into a reused, pinned on GPU, staging block).
-// Returns the state bytes llama.cpp consumed, or -1 with a message in err; on
-// failure the sequence may be half-restored and the caller must clear it.
-int64_t hydra_state_load(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, uintptr_t handle,
-                         char * err, size_t err_len);
-
-// hydra_state_load_leftover returns the bytes the last load pulled past the
-// end of the state (read-ahead), valid until the next load.
-void hydra_state_load_leftover(hydra_io * io, const uint8_t ** p, size_t * n);
+// hydra_state_load restores sequence seq from bytes the Go callback
+// hydraLoadNext lends in place (the restore ring, pinned on a GPU). Returns
+// the state bytes llama.cpp consumed, or -1 with a message in err; on failure
+// the sequence may be half-restored and the caller must clear it.
+int64_t hydra_state_load(struct llama_context * ctx, llama_seq_id seq, uintptr_t handle, char * err, size_t err_len);
 
 // hydra_log_install routes llama.cpp's and ggml's logs to the Go callback
 // hydraLog.

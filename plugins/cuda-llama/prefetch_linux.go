@@ -1,0 +1,221 @@
+package cudallama
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/hydra-engine/hydra-engine/iface"
+)
+
+// prefetcher reads a restore's bytes ahead, on a goroutine of its own, into a
+// mirror ring, while llama.cpp's thread takes them block by block (one K or V
+// block per layer, contiguous) and uploads each to the device. Without it
+// that one thread alternated between reading the data plane and a
+// synchronous upload, and the data plane idled during every upload.
+//
+// The ring holds the block being uploaded plus slack bytes read ahead: the
+// upload is much faster than the data plane, so a little read-ahead covers
+// it. A block larger than the ring grows it (rings are kept across restores,
+// so that happens once per block size).
+type prefetcher struct {
+	src  io.Reader
+	grow func(size int) (*mirror, error) // a new ring; the prefetcher closes the old one
+
+	mu      sync.Mutex
+	data    sync.Cond // the consumer's: w reached want, or the producer stopped
+	space   sync.Cond // the producer's: room freed, a growth asked for, or stop
+	ring    *mirror
+	w       int64 // stream bytes read into the ring
+	r       int64 // stream bytes the consumer released
+	left    int64 // bytes src may still give
+	want    int64 // the consumer waits until w ≥ want
+	growTo  int   // ring size the consumer waits for (the producer swaps rings)
+	err     error // why the producer stopped: io.EOF once the payload is read
+	stop    bool
+	ctxErr  error // the restore's context ended
+	done    chan struct{}
+	stopCtx func() bool
+}
+
+// Ring sizes: at least minRing, and a block plus max(minSlack, block/4) of
+// read-ahead, in whole MiB.
+const (
+	minRing  = 8 << 20
+	minSlack = 4 << 20
+)
+
+// startPrefetch reads size bytes of src into ring (nil: a new one from grow)
+// until close. ctx ending wakes a waiting consumer with its error.
+func startPrefetch(ctx context.Context, src io.Reader, size int64, ring *mirror, grow func(int) (*mirror, error)) (*prefetcher, error) {
+	if ring == nil {
+		var err error
+		if ring, err = grow(minRing); err != nil {
+			return nil, err
+		}
+	}
+	p := &prefetcher{src: src, grow: grow, ring: ring, left: size, done: make(chan struct{})}
+	p.data.L, p.space.L = &p.mu, &p.mu
+	p.stopCtx = context.AfterFunc(ctx, func() {
+		p.mu.Lock()
+		p.ctxErr = ctx.Err()
+		p.data.Broadcast()
+		p.mu.Unlock()
+	})
+	go p.run()
+	return p, nil
+}
+
+func (p *prefetcher) run() {
+	defer close(p.done)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for {
+		for !p.stop && p.growTo == 0 && p.left > 0 && p.w-p.r == int64(p.ring.size) {
+			p.space.Wait()
+		}
+		switch {
+		case p.stop:
+			return
+		case p.growTo > 0:
+			p.swap()
+			continue
+		case p.left == 0:
+			p.finish(io.EOF)
+			return
+		}
+		buf := p.ring.span(p.w, int(min(int64(p.ring.size)-(p.w-p.r), p.left)))
+		p.mu.Unlock()
+		n, err := p.src.Read(buf)
+		p.mu.Lock()
+		p.w += int64(n)
+		p.left -= int64(n)
+		if p.w >= p.want {
+			p.data.Signal()
+		}
+		switch {
+		case err == nil || (errors.Is(err, io.EOF) && p.left == 0):
+		case errors.Is(err, io.EOF):
+			p.finish(io.ErrUnexpectedEOF)
+			return
+		default:
+			p.finish(err)
+			return
+		}
+	}
+}
+
+// finish records why the producer stopped and wakes the consumer.
+func (p *prefetcher) finish(err error) {
+	p.err = err
+	p.data.Broadcast()
+}
+
+// swap moves the unreleased bytes into a ring of growTo bytes. Called by the
+// producer, so no read is landing in the old ring; the consumer is waiting in
+// next and holds no pointer into it.
+func (p *prefetcher) swap() {
+	size := p.growTo
+	p.growTo = 0
+	n, err := p.grow(size)
+	if err != nil {
+		p.finish(fmt.Errorf("growing the restore ring to %d bytes: %w", size, err))
+		p.stop = true
+		return
+	}
+	k := int(p.w - p.r)
+	copy(n.span(p.r, k), p.ring.span(p.r, k))
+	_ = p.ring.close()
+	p.ring = n
+	p.data.Broadcast()
+}
+
+// next releases the release bytes the consumer is done with and returns the
+// unreleased bytes read so far, at least need of them, contiguous. They stay
+// valid until the next call.
+func (p *prefetcher) next(release, need int) ([]byte, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if int64(release) > p.w-p.r {
+		return nil, fmt.Errorf("restore ring: releasing %d bytes, %d were handed out", release, p.w-p.r)
+	}
+	p.r += int64(release)
+	p.space.Signal()
+	return p.wait(need)
+}
+
+func (p *prefetcher) wait(need int) ([]byte, error) {
+	if have := p.w - p.r; int64(need) > have+p.left {
+		return nil, fmt.Errorf("%w: state truncated at offset %d: llama.cpp needs %d bytes more than the payload holds: %w",
+			iface.ErrBadRequest, p.w+p.left, int64(need)-have-p.left, io.ErrUnexpectedEOF)
+	}
+	// Grow while the producer runs (it swaps the rings): a block must fit,
+	// and the read-ahead beside it is what overlaps its upload.
+	if slack := max(minSlack, need/4); need+slack > p.ring.size && p.err == nil {
+		p.growTo = (need + slack + 1<<20 - 1) &^ (1<<20 - 1)
+		p.space.Signal()
+	}
+	want := p.r + int64(need)
+	p.want = want
+	for (p.w < want || p.growTo > 0) && p.err == nil && p.ctxErr == nil {
+		p.data.Wait()
+	}
+	p.want = 0
+	switch {
+	case p.ctxErr != nil:
+		return nil, p.ctxErr
+	case p.w < want:
+		return nil, truncated(p.w, p.err)
+	}
+	// A growth still pending means the producer stopped before it swapped
+	// (and never will): what it read fits the ring as it is.
+	p.growTo = 0
+	return p.ring.span(p.r, int(p.w-p.r)), nil
+}
+
+// releaseTo marks the first off bytes of the stream consumed.
+func (p *prefetcher) releaseTo(off int64) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if off < p.r || off > p.w {
+		return fmt.Errorf("restore ring: consumed up to %d, read %d, released %d", off, p.w, p.r)
+	}
+	p.r = off
+	p.space.Signal()
+	return nil
+}
+
+// Read reads on after what was released, releasing what it returns.
+func (p *prefetcher) Read(b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.w == p.r && p.left == 0 {
+		return 0, io.EOF
+	}
+	avail, err := p.wait(1)
+	if err != nil {
+		return 0, err
+	}
+	n := copy(b, avail)
+	p.r += int64(n)
+	p.space.Signal()
+	return n, nil
+}
+
+// close stops the producer, waiting for a read in progress to return (the
+// data plane's reader must not outlive the restore), and returns the ring,
+// to be kept for the next restore.
+func (p *prefetcher) close() *mirror {
+	p.stopCtx()
+	p.mu.Lock()
+	p.stop = true
+	p.space.Broadcast()
+	p.mu.Unlock()
+	<-p.done
+	return p.ring
+}

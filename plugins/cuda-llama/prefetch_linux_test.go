@@ -1,0 +1,226 @@
+package cudallama
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/hydra-engine/hydra-engine/iface"
+)
+
+func TestMirrorWraps(t *testing.T) {
+	m, err := newMirror(1 << 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.close()
+	// A span over the end of the memory continues at its start.
+	copy(m.span(1<<16-3, 6), "abcdef")
+	if got := string(m.span(0, 3)); got != "def" {
+		t.Fatalf("the ring's start holds %q, want %q", got, "def")
+	}
+	if got := string(m.span(3*(1<<16)-3, 6)); got != "abcdef" {
+		t.Fatalf("span at a later lap holds %q", got)
+	}
+	if _, err := newMirror(1000); err == nil {
+		t.Fatal("a size that is not whole pages was accepted")
+	}
+}
+
+// choppy returns at most max bytes a Read, at random, as a socket or pipe
+// does.
+type choppy struct {
+	r   io.Reader
+	max int
+	rng *rand.Rand
+}
+
+func (c *choppy) Read(p []byte) (int, error) {
+	if len(p) > c.max {
+		p = p[:1+c.rng.IntN(c.max)]
+	}
+	return c.r.Read(p)
+}
+
+// grows counts the rings a prefetcher asks for.
+type grows struct{ sizes []int }
+
+func (g *grows) grow(n int) (*mirror, error) {
+	g.sizes = append(g.sizes, n)
+	return newMirror(n)
+}
+
+// consume reads the stream as llama.cpp's reader does: a field or a block at
+// a time, the pointer valid until the next call, releasing what it took.
+func consume(t *testing.T, p *prefetcher, reads []int) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	var avail []byte
+	taken := 0
+	for _, n := range reads {
+		if len(avail) < n {
+			var err error
+			if avail, err = p.next(taken, n); err != nil {
+				t.Fatalf("next(%d, %d) after %d bytes: %v", taken, n, out.Len(), err)
+			}
+			taken = 0
+		}
+		out.Write(avail[:n])
+		avail = avail[n:]
+		taken += n
+	}
+	if err := p.releaseTo(int64(out.Len())); err != nil {
+		t.Fatal(err)
+	}
+	return out.Bytes()
+}
+
+func TestPrefetchStream(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	src := make([]byte, 96<<20)
+	for i := range src {
+		src[i] = byte(rng.Uint32())
+	}
+	// A state's reads: fields, then blocks larger than the first ring
+	// (growth), then trailing bytes read with Read.
+	var reads []int
+	total := 0
+	for total < len(src)-(4<<20) {
+		n := 4 + rng.IntN(9)
+		if rng.IntN(3) == 0 {
+			n = 1<<20 + rng.IntN(11<<20)
+		}
+		n = min(n, len(src)-(4<<20)-total)
+		reads = append(reads, n)
+		total += n
+	}
+	var g grows
+	for _, max := range []int{1 << 10, 64 << 10, 1 << 20, 8 << 20} {
+		g.sizes = nil
+		p, err := startPrefetch(context.Background(), &choppy{r: bytes.NewReader(src), max: max, rng: rng}, int64(len(src)), nil, g.grow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := consume(t, p, reads)
+		rest, err := io.ReadAll(p)
+		ring := p.close()
+		if err != nil {
+			t.Fatalf("reads of %d: trailing bytes: %v", max, err)
+		}
+		if !bytes.Equal(append(got, rest...), src) {
+			t.Fatalf("reads of %d: the stream came out different", max)
+		}
+		if len(g.sizes) < 2 || ring.size != g.sizes[len(g.sizes)-1] || ring.size < 11<<20+minSlack {
+			t.Fatalf("reads of %d: rings %v, kept %d", max, g.sizes, ring.size)
+		}
+		ring.close()
+	}
+}
+
+func TestPrefetchKeepsRing(t *testing.T) {
+	m, err := newMirror(16 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g grows
+	src := bytes.Repeat([]byte{7}, 40<<20)
+	p, err := startPrefetch(context.Background(), bytes.NewReader(src), int64(len(src)), m, g.grow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := consume(t, p, []int{8, 10 << 20, 12, 10 << 20})
+	rest, err := io.ReadAll(p)
+	if ring := p.close(); ring != m || len(g.sizes) != 0 || err != nil || !bytes.Equal(append(got, rest...), src) {
+		t.Fatalf("a ring large enough was replaced (%v) or the bytes differ", g.sizes)
+	}
+	m.close()
+}
+
+func TestPrefetchShortPayload(t *testing.T) {
+	var g grows
+	src := bytes.Repeat([]byte{1}, 1000)
+	// The payload announced 1000 bytes: a read past them fails at once.
+	p, _ := startPrefetch(context.Background(), bytes.NewReader(src), 1000, nil, g.grow)
+	if _, err := p.next(0, 600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := p.next(600, 401)
+	if !errors.Is(err, iface.ErrBadRequest) || !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("reading past the payload: %v", err)
+	}
+	p.close().close()
+
+	// The source ends before the payload does: truncated, a bad request.
+	p, _ = startPrefetch(context.Background(), bytes.NewReader(src), 5000, nil, g.grow)
+	_, err = p.next(0, 2000)
+	if !errors.Is(err, iface.ErrBadRequest) || !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("a source ending early: %v", err)
+	}
+	p.close().close()
+}
+
+type failing struct{ after int }
+
+var errBroken = errors.New("connection reset")
+
+func (f *failing) Read(p []byte) (int, error) {
+	if f.after == 0 {
+		return 0, errBroken
+	}
+	n := min(len(p), f.after)
+	f.after -= n
+	return n, nil
+}
+
+func TestPrefetchSourceError(t *testing.T) {
+	var g grows
+	p, _ := startPrefetch(context.Background(), &failing{after: 3000}, 1<<20, nil, g.grow)
+	if _, err := p.next(0, 3000); err != nil {
+		t.Fatal(err)
+	}
+	_, err := p.next(0, 3001)
+	if !errors.Is(err, errBroken) || errors.Is(err, iface.ErrBadRequest) {
+		t.Fatalf("a failing source: %v", err)
+	}
+	if _, err := p.next(3001, 1); err == nil {
+		t.Fatal("released more than was handed out")
+	}
+	p.close().close()
+}
+
+// stalled blocks in Read until released, then fails.
+type stalled struct{ release chan struct{} }
+
+func (s *stalled) Read(p []byte) (int, error) {
+	<-s.release
+	return 0, errBroken
+}
+
+func TestPrefetchCancel(t *testing.T) {
+	var g grows
+	ctx, cancel := context.WithCancel(context.Background())
+	src := &stalled{release: make(chan struct{})}
+	p, _ := startPrefetch(ctx, src, 1<<20, nil, g.grow)
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		cancel()
+	}()
+	if _, err := p.next(0, 10); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a cancelled restore: %v", err)
+	}
+	// close waits for the read in progress: the data plane's reader must not
+	// be used after the restore returns.
+	closed := make(chan *mirror)
+	go func() { closed <- p.close() }()
+	select {
+	case <-closed:
+		t.Fatal("close returned while the producer was still reading")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(src.release)
+	(<-closed).close()
+}
