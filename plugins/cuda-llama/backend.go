@@ -77,15 +77,20 @@ type engine struct {
 	ctx *lctx
 
 	ringMu sync.Mutex // held by the restore using ring
-	ring   *mirror    // the restore ring (prefetch_linux.go), kept across restores
+	ring   *mirror    // the restore ring (prefetch_linux.go), kept across restores up to keepRing bytes
 }
 
-// newRing maps a restore ring of size bytes, pinned for DMA on a GPU (both
-// mappings of the mirror). Pinning can fail (a driver limit); the uploads
-// then go through the driver's bounce buffer, slower, and the restore log
-// says ring_pinned=false.
-func (e *engine) newRing(size int) (*mirror, error) {
-	m, err := newMirror(size)
+// keepRing is the largest restore ring kept for the next restore. Mapping
+// and pinning one costs milliseconds; a larger ring (a state of long
+// sequences on a large model) would hold its pinned memory for good.
+const keepRing = 64 << 20
+
+// newRing maps a restore ring, pinned for DMA on a GPU (both mappings of
+// the mirror). Pinning can fail (a driver limit); the uploads then go
+// through the driver's bounce buffer, slower, and the restore log says
+// ring_pinned=false.
+func (e *engine) newRing(size, tail int) (*mirror, error) {
+	m, err := newMirror(size, tail)
 	if err != nil {
 		return nil, err
 	}
@@ -328,15 +333,22 @@ func (e *engine) measureLayout() (stateLayout, error) {
 		return stateLayout{}, fmt.Errorf("an empty sequence's state is %d bytes, want %d: not a single-stream KV cache", s, emptyState)
 	}
 	var sizes [2]int64
+	var row int64
 	for i := range sizes {
 		if err := c.decode(e.scratch, []int32{0}, i, false); err != nil {
 			return stateLayout{}, fmt.Errorf("warming up: %w", err)
 		}
 		sizes[i] = c.stateSize(e.scratch)
+		if i == 0 {
+			var err error
+			if row, err = maxRow(c.stateData(e.scratch)); err != nil {
+				return stateLayout{}, fmt.Errorf("reading a one-cell state: %w", err)
+			}
+		}
 	}
-	l := stateLayout{PerCell: sizes[1] - sizes[0]}
+	l := stateLayout{PerCell: sizes[1] - sizes[0], MaxRow: row}
 	l.Base = sizes[0] - l.PerCell
-	if l.PerCell <= cellMetaSize || l.Base <= emptyState {
+	if l.PerCell <= cellMetaSize || l.Base <= emptyState || l.MaxRow <= 0 || l.MaxRow > l.PerCell {
 		return stateLayout{}, fmt.Errorf("unexpected state sizes %d and %d for 1 and 2 cells", sizes[0], sizes[1])
 	}
 	return l, nil
@@ -707,8 +719,10 @@ func (b *Backend) StatePut(ctx context.Context, i int, tokens []int32, r io.Read
 	// The restore ring is the engine's, one restore at a time; the
 	// prefetcher reads the payload ahead into it from here on.
 	e.ringMu.Lock()
-	pf, err := startPrefetch(ctx, io.MultiReader(bytes.NewReader(head.raw), cr), size, e.ring, e.newRing)
+	block := int(min(int64(head.cells)*e.layout.MaxRow, size))
+	pf, err := startPrefetch(ctx, io.MultiReader(bytes.NewReader(head.raw), cr), size, e.ring, block, e.newRing)
 	if err != nil {
+		e.ring = nil // startPrefetch closed it when it failed to replace it
 		e.ringMu.Unlock()
 		return 0, err
 	}
@@ -723,6 +737,10 @@ func (b *Backend) StatePut(ctx context.Context, i int, tokens []int32, r io.Read
 			stopped = true
 			e.ring = pf.close()
 			ringSize, ringPinned = e.ring.size, e.ring.unpin != nil
+			if e.ring.size > keepRing {
+				_ = e.ring.close()
+				e.ring = nil
+			}
 			e.ringMu.Unlock()
 		}
 	}

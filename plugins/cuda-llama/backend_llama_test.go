@@ -277,6 +277,9 @@ func TestStateBytesMatchLlama(t *testing.T) {
 				if si.StateSize != int64(len(ref)) || si.StateSize != e.layout.size(si.NPast) {
 					t.Fatalf("slot %d: StateSize %d, llama.cpp's %d, layout's %d", slot, si.StateSize, len(ref), e.layout.size(si.NPast))
 				}
+				if row, err := maxRow(ref); err != nil || (si.NPast > 0 && row != e.layout.MaxRow) {
+					t.Fatalf("slot %d: largest row %d (%v), the layout's %d", slot, row, err, e.layout.MaxRow)
+				}
 				chunks := []int{1, 7, 4093, 64<<10 - 1, 64 << 10, 64<<10 + 1, 1<<20 + 3, 64 << 20}
 				if slot == 2 && cfg.name == "flash" {
 					t.Logf("slot %d: %d tokens, %d-byte state", slot, si.NPast, len(ref))

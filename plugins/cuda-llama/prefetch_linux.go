@@ -18,11 +18,11 @@ import (
 //
 // The ring holds the block being uploaded plus slack bytes read ahead: the
 // upload is much faster than the data plane, so a little read-ahead covers
-// it. A block larger than the ring grows it (rings are kept across restores,
-// so that happens once per block size).
+// it. The caller predicts the largest block (from the state's cell count);
+// a larger one grows the ring mid-restore.
 type prefetcher struct {
 	src  io.Reader
-	grow func(size int) (*mirror, error) // a new ring; the prefetcher closes the old one
+	grow func(size, tail int) (*mirror, error) // a new ring; the prefetcher closes the old one
 
 	mu      sync.Mutex
 	data    sync.Cond // the consumer's: w reached want, or the producer stopped
@@ -32,7 +32,7 @@ type prefetcher struct {
 	r       int64 // stream bytes the consumer released
 	left    int64 // bytes src may still give
 	want    int64 // the consumer waits until w ≥ want
-	growTo  int   // ring size the consumer waits for (the producer swaps rings)
+	growTo  [2]int // ring size and tail the consumer waits for (the producer swaps rings)
 	err     error // why the producer stopped: io.EOF once the payload is read
 	stop    bool
 	ctxErr  error // the restore's context ended
@@ -40,19 +40,41 @@ type prefetcher struct {
 	stopCtx func() bool
 }
 
-// Ring sizes: at least minRing, and a block plus max(minSlack, block/4) of
-// read-ahead, in whole MiB.
-const (
-	minRing  = 8 << 20
-	minSlack = 4 << 20
-)
+// minSlack is the least read-ahead beside a block: at the H200's ~5 GB/s
+// data plane and ~40 GB/s pinned upload, a 19 MB block's upload lasts for
+// ~2.5 MB of reading.
+const minSlack = 4 << 20
 
-// startPrefetch reads size bytes of src into ring (nil: a new one from grow)
-// until close. ctx ending wakes a waiting consumer with its error.
-func startPrefetch(ctx context.Context, src io.Reader, size int64, ring *mirror, grow func(int) (*mirror, error)) (*prefetcher, error) {
-	if ring == nil {
+// ringDims is the ring for blocks of up to block bytes: a tail that holds
+// the block, and the block plus max(minSlack, block/4) of read-ahead, in
+// whole MiB.
+func ringDims(block int) (size, tail int) {
+	const mib = 1 << 20
+	block = max(block, 1)
+	size = (block + max(minSlack, block/4) + mib - 1) &^ (mib - 1)
+	tail = (block + mib - 1) &^ (mib - 1)
+	return size, tail
+}
+
+// fits reports whether m serves blocks of up to block bytes as ringDims
+// would have it.
+func fits(m *mirror, block int) bool {
+	size, tail := ringDims(block)
+	return m != nil && m.size >= size && m.tail >= tail
+}
+
+// startPrefetch reads size bytes of src into ring until close. block is the
+// largest read expected; a ring that does not fit it is replaced first
+// (closed, then a new one from grow, so the two never add up).
+func startPrefetch(ctx context.Context, src io.Reader, size int64, ring *mirror, block int, grow func(size, tail int) (*mirror, error)) (*prefetcher, error) {
+	if !fits(ring, block) {
+		s, t := ringDims(block)
+		if ring != nil {
+			s, t = max(s, ring.size), max(t, ring.tail)
+			_ = ring.close()
+		}
 		var err error
-		if ring, err = grow(minRing); err != nil {
+		if ring, err = grow(s, t); err != nil {
 			return nil, err
 		}
 	}
@@ -73,20 +95,21 @@ func (p *prefetcher) run() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for {
-		for !p.stop && p.growTo == 0 && p.left > 0 && p.w-p.r == int64(p.ring.size) {
+		for !p.stop && p.growTo[0] == 0 && p.left > 0 && p.w-p.r == int64(p.ring.size) {
 			p.space.Wait()
 		}
 		switch {
 		case p.stop:
 			return
-		case p.growTo > 0:
+		case p.growTo[0] > 0:
 			p.swap()
 			continue
 		case p.left == 0:
 			p.finish(io.EOF)
 			return
 		}
-		buf := p.ring.span(p.w, int(min(int64(p.ring.size)-(p.w-p.r), p.left)))
+		free := int64(p.ring.size) - (p.w - p.r)
+		buf := p.ring.span(p.w, int(min(free, p.left, int64(p.ring.contig(p.w)))))
 		p.mu.Unlock()
 		n, err := p.src.Read(buf)
 		p.mu.Lock()
@@ -113,20 +136,23 @@ func (p *prefetcher) finish(err error) {
 	p.data.Broadcast()
 }
 
-// swap moves the unreleased bytes into a ring of growTo bytes. Called by the
-// producer, so no read is landing in the old ring; the consumer is waiting in
-// next and holds no pointer into it.
+// swap moves the unreleased bytes into a ring of growTo's dimensions. Called
+// by the producer, so no read is landing in the old ring; the consumer is
+// waiting in next and holds no pointer into it.
 func (p *prefetcher) swap() {
-	size := p.growTo
-	p.growTo = 0
-	n, err := p.grow(size)
+	size, tail := p.growTo[0], p.growTo[1]
+	p.growTo = [2]int{}
+	n, err := p.grow(size, tail)
 	if err != nil {
 		p.finish(fmt.Errorf("growing the restore ring to %d bytes: %w", size, err))
 		p.stop = true
 		return
 	}
-	k := int(p.w - p.r)
-	copy(n.span(p.r, k), p.ring.span(p.r, k))
+	for off := p.r; off < p.w; {
+		k := min(int(p.w-off), p.ring.contig(off), n.contig(off))
+		copy(n.span(off, k), p.ring.span(off, k))
+		off += int64(k)
+	}
 	_ = p.ring.close()
 	p.ring = n
 	p.data.Broadcast()
@@ -151,15 +177,21 @@ func (p *prefetcher) wait(need int) ([]byte, error) {
 		return nil, fmt.Errorf("%w: state truncated at offset %d: llama.cpp needs %d bytes more than the payload holds: %w",
 			iface.ErrBadRequest, p.w+p.left, int64(need)-have-p.left, io.ErrUnexpectedEOF)
 	}
-	// Grow while the producer runs (it swaps the rings): a block must fit,
-	// and the read-ahead beside it is what overlaps its upload.
-	if slack := max(minSlack, need/4); need+slack > p.ring.size && p.err == nil {
-		p.growTo = (need + slack + 1<<20 - 1) &^ (1<<20 - 1)
-		p.space.Signal()
+	// Grow: a block must fit the tail, and the read-ahead beside it is what
+	// overlaps its upload. A running producer swaps the rings (no read may
+	// land in the old one); a stopped one never touches the ring again.
+	if !fits(p.ring, need) {
+		s, t := ringDims(need)
+		p.growTo = [2]int{max(s, p.ring.size), max(t, p.ring.tail)}
+		if p.err == nil {
+			p.space.Signal()
+		} else {
+			p.swap()
+		}
 	}
 	want := p.r + int64(need)
 	p.want = want
-	for (p.w < want || p.growTo > 0) && p.err == nil && p.ctxErr == nil {
+	for (p.w < want || p.growTo[0] > 0) && p.err == nil && p.ctxErr == nil {
 		p.data.Wait()
 	}
 	p.want = 0
@@ -168,11 +200,13 @@ func (p *prefetcher) wait(need int) ([]byte, error) {
 		return nil, p.ctxErr
 	case p.w < want:
 		return nil, truncated(p.w, p.err)
+	case p.ring.contig(p.r) < need: // the growth failed
+		return nil, p.err
 	}
 	// A growth still pending means the producer stopped before it swapped
 	// (and never will): what it read fits the ring as it is.
-	p.growTo = 0
-	return p.ring.span(p.r, int(p.w-p.r)), nil
+	p.growTo = [2]int{}
+	return p.ring.span(p.r, min(int(p.w-p.r), p.ring.contig(p.r))), nil
 }
 
 // releaseTo marks the first off bytes of the stream consumed.

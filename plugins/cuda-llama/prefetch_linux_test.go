@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
+	"os"
 	"testing"
 	"time"
 
@@ -13,21 +14,27 @@ import (
 )
 
 func TestMirrorWraps(t *testing.T) {
-	m, err := newMirror(1 << 16)
+	page := os.Getpagesize()
+	m, err := newMirror(4*page, page)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.close()
 	// A span over the end of the memory continues at its start.
-	copy(m.span(1<<16-3, 6), "abcdef")
+	copy(m.span(int64(4*page-3), 6), "abcdef")
 	if got := string(m.span(0, 3)); got != "def" {
 		t.Fatalf("the ring's start holds %q, want %q", got, "def")
 	}
-	if got := string(m.span(3*(1<<16)-3, 6)); got != "abcdef" {
+	if got := string(m.span(int64(3*4*page-3), 6)); got != "abcdef" {
 		t.Fatalf("span at a later lap holds %q", got)
 	}
-	if _, err := newMirror(1000); err == nil {
-		t.Fatal("a size that is not whole pages was accepted")
+	if got := m.contig(int64(4*page - 3)); got != page+3 {
+		t.Fatalf("contig at the end: %d, want %d", got, page+3)
+	}
+	for _, d := range [][2]int{{1000, 1000}, {page, 2 * page}, {2 * page, 0}} {
+		if _, err := newMirror(d[0], d[1]); err == nil {
+			t.Fatalf("a mirror of %d with a tail of %d was accepted", d[0], d[1])
+		}
 	}
 }
 
@@ -49,9 +56,9 @@ func (c *choppy) Read(p []byte) (int, error) {
 // grows counts the rings a prefetcher asks for.
 type grows struct{ sizes []int }
 
-func (g *grows) grow(n int) (*mirror, error) {
-	g.sizes = append(g.sizes, n)
-	return newMirror(n)
+func (g *grows) grow(size, tail int) (*mirror, error) {
+	g.sizes = append(g.sizes, size)
+	return newMirror(size, tail)
 }
 
 // consume reads the stream as llama.cpp's reader does: a field or a block at
@@ -101,7 +108,8 @@ func TestPrefetchStream(t *testing.T) {
 	var g grows
 	for _, max := range []int{1 << 10, 64 << 10, 1 << 20, 8 << 20} {
 		g.sizes = nil
-		p, err := startPrefetch(context.Background(), &choppy{r: bytes.NewReader(src), max: max, rng: rng}, int64(len(src)), nil, g.grow)
+		// Predicted blocks of 1 MiB: the larger ones grow the ring mid-stream.
+		p, err := startPrefetch(context.Background(), &choppy{r: bytes.NewReader(src), max: max, rng: rng}, int64(len(src)), nil, 1<<20, g.grow)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,7 +122,7 @@ func TestPrefetchStream(t *testing.T) {
 		if !bytes.Equal(append(got, rest...), src) {
 			t.Fatalf("reads of %d: the stream came out different", max)
 		}
-		if len(g.sizes) < 2 || ring.size != g.sizes[len(g.sizes)-1] || ring.size < 11<<20+minSlack {
+		if len(g.sizes) < 2 || ring.size != g.sizes[len(g.sizes)-1] || ring.tail < 11<<20 || ring.size < ring.tail+minSlack {
 			t.Fatalf("reads of %d: rings %v, kept %d", max, g.sizes, ring.size)
 		}
 		ring.close()
@@ -122,13 +130,13 @@ func TestPrefetchStream(t *testing.T) {
 }
 
 func TestPrefetchKeepsRing(t *testing.T) {
-	m, err := newMirror(16 << 20)
+	m, err := newMirror(ringDims(10 << 20))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var g grows
 	src := bytes.Repeat([]byte{7}, 40<<20)
-	p, err := startPrefetch(context.Background(), bytes.NewReader(src), int64(len(src)), m, g.grow)
+	p, err := startPrefetch(context.Background(), bytes.NewReader(src), int64(len(src)), m, 10<<20, g.grow)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,13 +146,65 @@ func TestPrefetchKeepsRing(t *testing.T) {
 		t.Fatalf("a ring large enough was replaced (%v) or the bytes differ", g.sizes)
 	}
 	m.close()
+
+	// A ring too small for the predicted blocks is replaced before the
+	// restore starts.
+	small, _ := newMirror(ringDims(1 << 20))
+	p, err = startPrefetch(context.Background(), bytes.NewReader(src), int64(len(src)), small, 10<<20, g.grow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if small.mem != nil || len(g.sizes) != 1 {
+		t.Fatalf("the small ring was not replaced first: %v", g.sizes)
+	}
+	got = consume(t, p, []int{10 << 20, 10 << 20})
+	if ring := p.close(); len(g.sizes) != 1 || !bytes.Equal(got, src[:20<<20]) {
+		t.Fatalf("rings %v; bytes equal: %v", g.sizes, bytes.Equal(got, src[:20<<20]))
+	} else {
+		ring.close()
+	}
+}
+
+// A block larger than the ring's tail, asked for once the producer has
+// read the whole payload: the consumer grows the ring itself.
+func TestPrefetchGrowsAfterTheEnd(t *testing.T) {
+	var g grows
+	src := make([]byte, 8<<20)
+	for i := range src {
+		src[i] = byte(i * 7)
+	}
+	// A ring of 5 MiB with a 1 MiB tail.
+	p, err := startPrefetch(context.Background(), bytes.NewReader(src), int64(len(src)), nil, 1<<10, g.grow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.next(0, 4<<20); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.next(4<<20, 1); err != nil {
+		t.Fatal(err)
+	}
+	for { // until the producer has read the rest, wrapping around the ring
+		p.mu.Lock()
+		done := p.err != nil
+		p.mu.Unlock()
+		if done {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	b, err := p.next(0, 4<<20)
+	if err != nil || len(b) < 4<<20 || !bytes.Equal(b[:4<<20], src[4<<20:]) || len(g.sizes) != 2 {
+		t.Fatalf("rings %v, %d bytes, %v", g.sizes, len(b), err)
+	}
+	p.close().close()
 }
 
 func TestPrefetchShortPayload(t *testing.T) {
 	var g grows
 	src := bytes.Repeat([]byte{1}, 1000)
 	// The payload announced 1000 bytes: a read past them fails at once.
-	p, _ := startPrefetch(context.Background(), bytes.NewReader(src), 1000, nil, g.grow)
+	p, _ := startPrefetch(context.Background(), bytes.NewReader(src), 1000, nil, 1000, g.grow)
 	if _, err := p.next(0, 600); err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +215,7 @@ func TestPrefetchShortPayload(t *testing.T) {
 	p.close().close()
 
 	// The source ends before the payload does: truncated, a bad request.
-	p, _ = startPrefetch(context.Background(), bytes.NewReader(src), 5000, nil, g.grow)
+	p, _ = startPrefetch(context.Background(), bytes.NewReader(src), 5000, nil, 1000, g.grow)
 	_, err = p.next(0, 2000)
 	if !errors.Is(err, iface.ErrBadRequest) || !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("a source ending early: %v", err)
@@ -178,7 +238,7 @@ func (f *failing) Read(p []byte) (int, error) {
 
 func TestPrefetchSourceError(t *testing.T) {
 	var g grows
-	p, _ := startPrefetch(context.Background(), &failing{after: 3000}, 1<<20, nil, g.grow)
+	p, _ := startPrefetch(context.Background(), &failing{after: 3000}, 1<<20, nil, 1000, g.grow)
 	if _, err := p.next(0, 3000); err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +264,7 @@ func TestPrefetchCancel(t *testing.T) {
 	var g grows
 	ctx, cancel := context.WithCancel(context.Background())
 	src := &stalled{release: make(chan struct{})}
-	p, _ := startPrefetch(ctx, src, 1<<20, nil, g.grow)
+	p, _ := startPrefetch(ctx, src, 1<<20, nil, 1000, g.grow)
 	go func() {
 		time.Sleep(20 * time.Millisecond)
 		cancel()

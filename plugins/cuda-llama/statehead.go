@@ -33,10 +33,12 @@ const (
 )
 
 // stateLayout is the size of a sequence's state as a function of its cells:
-// emptyState for none, Base + cells×PerCell otherwise. It is measured at load
-// (stateLayout of the model, see Backend.Load).
+// emptyState for none, Base + cells×PerCell otherwise; and MaxRow, the
+// largest block llama.cpp reads in one piece per cell (a layer's K or V row,
+// or a transposed V's element), which sizes the restore ring. It is
+// measured at load (stateLayout of the model, see Backend.Load).
 type stateLayout struct {
-	Base, PerCell int64
+	Base, PerCell, MaxRow int64
 }
 
 func (l stateLayout) size(cells int) int64 {
@@ -112,6 +114,123 @@ func readStateHead(r io.Reader, tokens []int32, nVocab, nCtx int, layout stateLa
 		seen[pos] = true
 	}
 	return h, nil
+}
+
+// maxRow walks a state written as above and returns its largest row (see
+// stateLayout.MaxRow), checking that the rows account for every byte.
+func maxRow(state []byte) (int64, error) {
+	off := 0
+	take := func(n int) ([]byte, error) {
+		if n < 0 || len(state)-off < n {
+			return nil, fmt.Errorf("a state of %d bytes ends at offset %d, %d more expected", len(state), off, n)
+		}
+		b := state[off : off+n]
+		off += n
+		return b, nil
+	}
+	u32 := func() (int64, error) {
+		b, err := take(4)
+		if err != nil {
+			return 0, err
+		}
+		return int64(binary.LittleEndian.Uint32(b)), nil
+	}
+	u64 := func() (int64, error) {
+		b, err := take(8)
+		if err != nil {
+			return 0, err
+		}
+		v := binary.LittleEndian.Uint64(b)
+		if v > 1<<40 {
+			return 0, fmt.Errorf("row size %d at offset %d", v, off-8)
+		}
+		return int64(v), nil
+	}
+	var row int64
+	// rows skips cells rows of n bytes each.
+	rows := func(cells, n int64) error {
+		if n > 0 && cells > int64(len(state)-off)/n {
+			return fmt.Errorf("%d rows of %d bytes at offset %d overrun a state of %d bytes", cells, n, off, len(state))
+		}
+		row = max(row, n)
+		_, err := take(int(cells * n))
+		return err
+	}
+	streams, err := u32()
+	if err != nil {
+		return 0, err
+	}
+	for range streams {
+		cells, err := u32()
+		if err != nil || cells == 0 {
+			if err != nil {
+				return 0, err
+			}
+			continue
+		}
+		for range cells {
+			if _, err := take(4); err != nil { // pos
+				return 0, err
+			}
+			nSeq, err := u32()
+			if err != nil {
+				return 0, err
+			}
+			if _, err := take(int(4 * nSeq)); err != nil {
+				return 0, err
+			}
+		}
+		vTrans, err := u32()
+		if err != nil {
+			return 0, err
+		}
+		layers, err := u32()
+		if err != nil {
+			return 0, err
+		}
+		for range layers { // K: type, row size, rows
+			if _, err := take(4); err != nil {
+				return 0, err
+			}
+			n, err := u64()
+			if err == nil {
+				err = rows(cells, n)
+			}
+			if err != nil {
+				return 0, err
+			}
+		}
+		for range layers { // V
+			if _, err := take(4); err != nil {
+				return 0, err
+			}
+			if vTrans == 0 {
+				n, err := u64()
+				if err == nil {
+					err = rows(cells, n)
+				}
+				if err != nil {
+					return 0, err
+				}
+				continue
+			}
+			el, err := u32()
+			if err != nil {
+				return 0, err
+			}
+			embd, err := u32()
+			if err != nil {
+				return 0, err
+			}
+			if err := rows(embd*cells, el); err != nil {
+				return 0, err
+			}
+		}
+	}
+	if off != len(state) {
+		return 0, fmt.Errorf("a state of %d bytes holds %d after its last layer", len(state), len(state)-off)
+	}
+	return row, nil
 }
 
 // truncated describes a state that ended early (io.ErrUnexpectedEOF, a bad

@@ -1,0 +1,71 @@
+package cudallama
+
+import (
+	"encoding/binary"
+	"testing"
+)
+
+// synthState writes a state as llama.cpp does (see statehead.go): cells
+// cells, K rows of kRow bytes per layer, then V rows of vRow bytes or, with
+// vElem > 0, a transposed V of embd rows of vElem-byte elements.
+func synthState(cells, layers int, kRow, vRow, vElem, embd int) []byte {
+	var b []byte
+	u32 := func(v int) { b = binary.LittleEndian.AppendUint32(b, uint32(v)) }
+	u64 := func(v int) { b = binary.LittleEndian.AppendUint64(b, uint64(v)) }
+	u32(1)
+	u32(cells)
+	for i := range cells {
+		u32(i)
+		u32(1)
+		u32(0)
+	}
+	u32(min(vElem, 1))
+	u32(layers)
+	for range layers {
+		u32(1)
+		u64(kRow)
+		b = append(b, make([]byte, cells*kRow)...)
+	}
+	for range layers {
+		u32(1)
+		if vElem == 0 {
+			u64(vRow)
+			b = append(b, make([]byte, cells*vRow)...)
+			continue
+		}
+		u32(vElem)
+		u32(embd)
+		b = append(b, make([]byte, embd*cells*vElem)...)
+	}
+	return b
+}
+
+func TestMaxRow(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		state []byte
+		want  int64
+	}{
+		{"rows", synthState(3, 2, 256, 512, 0, 0), 512},
+		{"transposed V", synthState(5, 3, 128, 0, 2, 64), 128},
+		{"empty", []byte{1, 0, 0, 0, 0, 0, 0, 0}, 0},
+	} {
+		got, err := maxRow(c.state)
+		if err != nil || got != c.want {
+			t.Errorf("%s: %d, %v; want %d", c.name, got, err, c.want)
+		}
+	}
+	good := synthState(2, 2, 64, 64, 0, 0)
+	huge := synthState(1, 1, 64, 64, 0, 0)
+	binary.LittleEndian.PutUint64(huge[8+12+8+4:], 1<<39) // the K row size
+	for name, bad := range map[string][]byte{
+		"truncated":     good[:len(good)-1],
+		"trailing byte": append(append([]byte{}, good...), 0),
+		"huge row":      huge,
+		"no layers":     good[:8+24+4],
+	} {
+		if _, err := maxRow(bad); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
