@@ -9,7 +9,7 @@
 #   scripts/gpu-bench.sh pin-ab  # STATE_GET of the 1.2 GB state with pin_ring=true vs false, same run (hydractl)
 #   scripts/gpu-bench.sh copy-ab # STATE_PUT of it with copy_threads=4 vs 1, TCP and Unix, 256 KiB and 2 MiB (hydractl)
 #   scripts/gpu-bench.sh splice-ab # the same with --splice-put=true vs false (pipe vs ring; the llama plugin takes the pipe only at chunks up to 1 MiB, so its 2 MiB rows compare the ring with itself)
-#   scripts/gpu-bench.sh plugin-ab PLUGIN... # STATE_PUT with llama plugin binaries of different builds, same run (a b … b a, TCP and Unix, 256 KiB and 2 MiB)
+#   scripts/gpu-bench.sh plugin-ab PLUGIN... # STATE_PUT with llama plugin binaries of different builds, same run (a b … b a, ROUNDS times; TCP and Unix; CHUNKS, default "262144 2097152")
 #   scripts/gpu-bench.sh all     # both, in one command (~11 min on the H200; split it where a command is capped at 10)
 #
 # Results go to $OUT (default out/).
@@ -100,8 +100,10 @@ pin-ab|copy-ab|splice-ab|plugin-ab|bench)
 			# Plugin binaries as arguments, named a, b, ...: a b … b a.
 			shift; plugins=("$@") names=(a b c d e f) vals=()
 			[[ ${#plugins[@]} -ge 2 ]] || { echo "plugin-ab: give two plugin binaries or more" >&2; exit 2; }
-			for ((i = 0; i < ${#plugins[@]}; i++)); do vals+=("$i"); done
-			for ((i = ${#plugins[@]} - 1; i >= 0; i--)); do vals+=("$i"); done
+			for ((r = 0; r < ${ROUNDS:-1}; r++)); do
+				for ((i = 0; i < ${#plugins[@]}; i++)); do vals+=("$i"); done
+				for ((i = ${#plugins[@]} - 1; i >= 0; i--)); do vals+=("$i"); done
+			done
 			for ((i = 0; i < ${#plugins[@]}; i++)); do echo "${names[i]} = ${plugins[i]}"; done
 		fi
 		for v in "${vals[@]}"; do
@@ -113,7 +115,7 @@ pin-ab|copy-ab|splice-ab|plugin-ab|bench)
 			llama_engine "$sock" "$OUT/engine-$name.log" --rpc "tcp://127.0.0.1:$port" \
 				--slots 2 --backend-opt n_ctx=18688 --log-level warn "${flag[@]}"
 			[[ -f $blob ]] || "$G/hydractl" --addr "unix://$sock" --no-progress state get --slot 0 -o "$blob" >/dev/null
-			for chunk in 262144 2097152; do
+			for chunk in ${CHUNKS:-262144 2097152}; do
 				"$G/hydractl" --addr "unix://$sock" configure "{\"state_chunk_size\":$chunk}" >/dev/null
 				for tr in "unix://$sock" "tcp://127.0.0.1:$port"; do
 					echo "$name ${tr%%:*} chunk $chunk PUT $(for _ in 1 2 3; do "$G/hydractl" --addr "$tr" --no-progress state put --slot 1 -i "$blob" 2>&1 \

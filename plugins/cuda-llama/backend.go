@@ -666,14 +666,12 @@ func (b *Backend) StateGet(ctx context.Context, i int, chunkSize int, w io.Write
 var _ iface.PipePutter = (*Backend)(nil)
 
 // PipePutMaxChunk keeps restores at chunks above 1 MiB (the pipe's size) on
-// the shm ring. This plugin's one restore thread also feeds llama.cpp and the
-// device, so taking the socket copy over from the host's core only pays
-// where the ring's per-chunk messages and wake-ups cost more. H200, 1.2 GB
-// state, `scripts/gpu-bench.sh splice-ab`, medians of the same run, pipe vs
-// ring: with pipes at every chunk size, TCP 256 KiB 4.46 vs 3.89 GB/s, 2 MiB
-// 4.43 vs 4.79, Unix 256 KiB 3.00 vs 2.80, 2 MiB 3.18 vs 3.34; with this
-// limit, on a machine drifting by ±20 % during the run, TCP 256 KiB 3.13 vs
-// 3.17, Unix 256 KiB 2.14 vs 2.00.
+// the shm ring. Through the pipe the plugin makes the socket copy itself
+// (the prefetcher's read); that pays where the ring's per-chunk messages and
+// wake-ups cost more than the host's copy saves. H200, 1.2 GB state,
+// `scripts/gpu-bench.sh plugin-ab`, medians of 12 STATE_PUTs in one run, this
+// rule vs pipes at every chunk size: 2 MiB TCP 4.40 vs 4.59 GB/s, Unix 3.12
+// vs 2.73 (docs/benchmarks/README.md, 16 and 18).
 func (b *Backend) PipePutMaxChunk() int { return 1 << 20 }
 
 // StatePut restores the slot from r. The slot is emptied first, and on any

@@ -28,12 +28,12 @@ type prefetcher struct {
 	data    sync.Cond // the consumer's: w reached want, or the producer stopped
 	space   sync.Cond // the producer's: room freed, a growth asked for, or stop
 	ring    *mirror
-	w       int64 // stream bytes read into the ring
-	r       int64 // stream bytes the consumer released
-	left    int64 // bytes src may still give
-	want    int64 // the consumer waits until w ≥ want
+	w       int64  // stream bytes read into the ring
+	r       int64  // stream bytes the consumer released
+	left    int64  // bytes src may still give
+	want    int64  // the consumer waits until w ≥ want
 	growTo  [2]int // ring size and tail the consumer waits for (the producer swaps rings)
-	err     error // why the producer stopped: io.EOF once the payload is read
+	err     error  // why the producer stopped: io.EOF once the payload is read
 	stop    bool
 	ctxErr  error // the restore's context ended
 	done    chan struct{}
