@@ -24,7 +24,9 @@ FUZZ_TARGETS := \
 	./host:FuzzParseConfigure \
 	./host:FuzzParsePrefill \
 	./host:FuzzParseDecode \
-	./host:FuzzParseSwapQuant
+	./host:FuzzParseSwapQuant \
+	./plugins/cuda-llama:FuzzReadStateHead \
+	./plugins/cuda-llama:FuzzMaxRow
 
 .PHONY: all build run test vet unit fuzz-brief fuzz bench bench-go soak proto clean
 

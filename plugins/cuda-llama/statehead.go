@@ -119,118 +119,89 @@ func readStateHead(r io.Reader, tokens []int32, nVocab, nCtx int, layout stateLa
 // maxRow walks a state written as above and returns its largest row (see
 // stateLayout.MaxRow), checking that the rows account for every byte.
 func maxRow(state []byte) (int64, error) {
-	off := 0
-	take := func(n int) ([]byte, error) {
-		if n < 0 || len(state)-off < n {
-			return nil, fmt.Errorf("a state of %d bytes ends at offset %d, %d more expected", len(state), off, n)
-		}
-		b := state[off : off+n]
-		off += n
-		return b, nil
-	}
-	u32 := func() (int64, error) {
-		b, err := take(4)
-		if err != nil {
-			return 0, err
-		}
-		return int64(binary.LittleEndian.Uint32(b)), nil
-	}
-	u64 := func() (int64, error) {
-		b, err := take(8)
-		if err != nil {
-			return 0, err
-		}
-		v := binary.LittleEndian.Uint64(b)
-		if v > 1<<40 {
-			return 0, fmt.Errorf("row size %d at offset %d", v, off-8)
-		}
-		return int64(v), nil
-	}
+	w := &stateWalker{b: state}
 	var row int64
-	// rows skips cells rows of n bytes each.
-	rows := func(cells, n int64) error {
-		if n > 0 && cells > int64(len(state)-off)/n {
-			return fmt.Errorf("%d rows of %d bytes at offset %d overrun a state of %d bytes", cells, n, off, len(state))
+	// rows skips n rows of size bytes each.
+	rows := func(n, size int64) {
+		row = max(row, size)
+		if size > 0 && n > int64(len(w.b)-w.off)/size {
+			w.fail(fmt.Errorf("%d rows of %d bytes at offset %d overrun a state of %d bytes", n, size, w.off, len(w.b)))
 		}
-		row = max(row, n)
-		_, err := take(int(cells * n))
-		return err
+		w.skip(n * size)
 	}
-	streams, err := u32()
-	if err != nil {
-		return 0, err
-	}
-	for range streams {
-		cells, err := u32()
-		if err != nil || cells == 0 {
-			if err != nil {
-				return 0, err
-			}
+	// The loops stop at the first error: the counts come from the state.
+	for st, streams := int64(0), w.u32(); st < streams && w.err == nil; st++ {
+		cells := w.u32()
+		for c := int64(0); c < cells && w.err == nil; c++ { // pos, n_seq_id, seq_ids
+			w.skip(4)
+			w.skip(4 * w.u32())
+		}
+		if cells == 0 {
 			continue
 		}
-		for range cells {
-			if _, err := take(4); err != nil { // pos
-				return 0, err
-			}
-			nSeq, err := u32()
-			if err != nil {
-				return 0, err
-			}
-			if _, err := take(int(4 * nSeq)); err != nil {
-				return 0, err
-			}
-		}
-		vTrans, err := u32()
-		if err != nil {
-			return 0, err
-		}
-		layers, err := u32()
-		if err != nil {
-			return 0, err
-		}
-		for range layers { // K: type, row size, rows
-			if _, err := take(4); err != nil {
-				return 0, err
-			}
-			n, err := u64()
-			if err == nil {
-				err = rows(cells, n)
-			}
-			if err != nil {
-				return 0, err
-			}
-		}
-		for range layers { // V
-			if _, err := take(4); err != nil {
-				return 0, err
-			}
-			if vTrans == 0 {
-				n, err := u64()
-				if err == nil {
-					err = rows(cells, n)
-				}
-				if err != nil {
-					return 0, err
-				}
+		vTrans, layers := w.u32(), w.u32()
+		for l := int64(0); l < 2*layers && w.err == nil; l++ { // K then V: type, row size, rows
+			w.skip(4)
+			if l < layers || vTrans == 0 {
+				rows(cells, w.u64())
 				continue
 			}
-			el, err := u32()
-			if err != nil {
-				return 0, err
-			}
-			embd, err := u32()
-			if err != nil {
-				return 0, err
-			}
-			if err := rows(embd*cells, el); err != nil {
-				return 0, err
-			}
+			el, embd := w.u32(), w.u32() // transposed V: rows of elements
+			rows(embd*cells, el)
 		}
 	}
-	if off != len(state) {
-		return 0, fmt.Errorf("a state of %d bytes holds %d after its last layer", len(state), len(state)-off)
+	if w.err == nil && w.off != len(state) {
+		w.fail(fmt.Errorf("a state of %d bytes holds %d after its last layer", len(state), len(state)-w.off))
 	}
-	return row, nil
+	return row, w.err
+}
+
+// stateWalker reads a state's fields; after the first error every read
+// gives 0 and the error stays.
+type stateWalker struct {
+	b   []byte
+	off int
+	err error
+}
+
+func (w *stateWalker) fail(err error) {
+	if w.err == nil {
+		w.err = err
+	}
+}
+
+func (w *stateWalker) take(n int64) []byte {
+	if w.err == nil && (n < 0 || int64(len(w.b)-w.off) < n) {
+		w.fail(fmt.Errorf("a state of %d bytes ends at offset %d, %d more expected", len(w.b), w.off, n))
+	}
+	if w.err != nil {
+		return nil
+	}
+	b := w.b[w.off : w.off+int(n)]
+	w.off += int(n)
+	return b
+}
+
+func (w *stateWalker) skip(n int64) { w.take(n) }
+
+func (w *stateWalker) u32() int64 {
+	if b := w.take(4); b != nil {
+		return int64(binary.LittleEndian.Uint32(b))
+	}
+	return 0
+}
+
+func (w *stateWalker) u64() int64 {
+	b := w.take(8)
+	if b == nil {
+		return 0
+	}
+	v := binary.LittleEndian.Uint64(b)
+	if v > 1<<40 {
+		w.fail(fmt.Errorf("row size %d at offset %d", v, w.off-8))
+		return 0
+	}
+	return int64(v)
 }
 
 // truncated describes a state that ended early (io.ErrUnexpectedEOF, a bad

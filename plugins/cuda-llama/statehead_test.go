@@ -1,6 +1,7 @@
 package cudallama
 
 import (
+	"bytes"
 	"encoding/binary"
 	"testing"
 )
@@ -49,6 +50,7 @@ func TestMaxRow(t *testing.T) {
 		{"rows", synthState(3, 2, 256, 512, 0, 0), 512},
 		{"transposed V", synthState(5, 3, 128, 0, 2, 64), 128},
 		{"empty", []byte{1, 0, 0, 0, 0, 0, 0, 0}, 0},
+		{"an empty stream first", append([]byte{2, 0, 0, 0, 0, 0, 0, 0}, synthState(2, 1, 64, 32, 0, 0)[4:]...), 64},
 	} {
 		got, err := maxRow(c.state)
 		if err != nil || got != c.want {
@@ -68,4 +70,43 @@ func TestMaxRow(t *testing.T) {
 			t.Errorf("%s: accepted", name)
 		}
 	}
+}
+
+// FuzzReadStateHead feeds client bytes to the head check, which runs before
+// llama.cpp sees a byte: no panic, and what it accepts is what it promises.
+func FuzzReadStateHead(f *testing.F) {
+	f.Add(synthState(3, 1, 8, 8, 0, 0), 3)
+	f.Add(synthState(1, 2, 4, 0, 2, 3), 1)
+	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0}, 0)
+	f.Add([]byte{1, 0, 0, 0, 255, 255, 255, 255}, 2)
+	layout := stateLayout{Base: 16, PerCell: 12 + 2*8, MaxRow: 8}
+	f.Fuzz(func(t *testing.T, state []byte, ntok int) {
+		ntok = min(max(ntok, 0), 64)
+		tokens := make([]int32, ntok)
+		for i := range tokens {
+			tokens[i] = int32(i % 7)
+		}
+		h, err := readStateHead(bytes.NewReader(state), tokens, 7, 64, layout, int64(len(state)))
+		if err != nil {
+			return
+		}
+		if h.cells != ntok || !bytes.HasPrefix(state, h.raw) || len(h.raw) != 8+12*h.cells*min(h.cells, 1) {
+			t.Fatalf("accepted %d cells for %d tokens, head of %d bytes", h.cells, ntok, len(h.raw))
+		}
+		if layout.size(h.cells) > int64(len(state)) {
+			t.Fatalf("accepted %d cells in a payload of %d bytes", h.cells, len(state))
+		}
+	})
+}
+
+// FuzzMaxRow: no panic, and a row no larger than the state.
+func FuzzMaxRow(f *testing.F) {
+	f.Add(synthState(3, 2, 256, 512, 0, 0))
+	f.Add(synthState(5, 3, 128, 0, 2, 64))
+	f.Fuzz(func(t *testing.T, state []byte) {
+		row, err := maxRow(state)
+		if err == nil && row > int64(len(state)) {
+			t.Fatalf("row of %d bytes in a state of %d", row, len(state))
+		}
+	})
 }
