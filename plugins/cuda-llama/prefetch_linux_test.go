@@ -290,18 +290,26 @@ func TestPrefetchCancel(t *testing.T) {
 // BenchmarkPipeRead measures what the prefetcher's read(2) from the spliced
 // restore pipe costs by where the bytes land: a hot 1 MiB buffer (as the
 // mock reads), a restore ring of 24 MiB cycled through (as this plugin does:
-// memfd pages, mapped twice). A writer goroutine fills the pipe from a hot
-// buffer; run with -cpu 2 or more.
+// memfd pages, mapped twice), Go heap of the same size, a 1 MiB ring. A
+// writer goroutine fills the pipe from a hot buffer; run with -cpu 2 or more.
 func BenchmarkPipeRead(b *testing.B) {
 	ring, err := newMirror(ringDims(20 << 20))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer ring.close()
+	small, err := newMirror(1<<20, 1<<20)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer small.close()
+	// The Go heap (anonymous memory) and a small ring tell the size of the
+	// destination from its kind (memfd pages, mapped twice).
 	for _, c := range []struct {
 		name string
 		dst  []byte
-	}{{"hot-1MiB", make([]byte, 1<<20)}, {"ring-24MiB", ring.mem[:ring.size]}} {
+	}{{"hot-1MiB", make([]byte, 1<<20)}, {"ring-24MiB", ring.mem[:ring.size]},
+		{"heap-24MiB", make([]byte, ring.size)}, {"ring-1MiB", small.mem[:small.size]}} {
 		b.Run(c.name, func(b *testing.B) {
 			r, w, err := os.Pipe()
 			if err != nil {
