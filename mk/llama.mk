@@ -44,10 +44,12 @@ tiny-model:
 vet-llama:
 	$(LLAMA_ENV) $(GO) vet $(LLAMA_GOFLAGS) $(LLAMA_PKGS) ./tests/
 
-# The plugin's tests on real llama.cpp (CPU), then the end-to-end ones
+# The plugin's tests on real llama.cpp (CPU), again with streamed restores
+# (every K/V block uploaded piece by piece), then the end-to-end ones
 # (tests/llama_test.go: engine + plugin processes over real sockets).
 test-llama: vet-llama
 	$(LLAMA_ENV) $(GO) test $(LLAMA_GOFLAGS) -count=1 -timeout 10m $(LLAMA_PKGS)
+	HYDRA_TEST_STREAM_RESTORE=1 $(LLAMA_ENV) $(GO) test $(LLAMA_GOFLAGS) -count=1 -timeout 10m ./plugins/cuda-llama/
 	$(LLAMA_ENV) $(GO) test $(LLAMA_GOFLAGS) -count=1 -timeout 10m -run '^TestLlama' ./tests/
 
 # STATE_GET/STATE_PUT throughput of the plugin on CPU (a 32 MiB state).

@@ -71,7 +71,10 @@ type engine struct {
 	device      string      // the GPU in use, "" on CPU
 	pinRing     bool        // pin the data plane's ring for DMA (option pin_ring)
 	copyThreads int         // goroutines copying restores out of the ring (option copy_threads)
-	slots       []*slot
+	// streamMin: restores upload blocks of at least this many bytes piece by
+	// piece from a small ring (option stream_restore, shim.cpp); 0: never.
+	streamMin int64
+	slots     []*slot
 
 	mu  sync.Mutex // serialises every use of ctx
 	ctx *lctx
@@ -79,6 +82,22 @@ type engine struct {
 	ringMu sync.Mutex // held by the restore using ring
 	ring   *mirror    // the restore ring (prefetch_linux.go), kept across restores up to keepRing bytes
 }
+
+// streamRing is the largest read a streamed restore takes from its ring:
+// shim.cpp's pieces (1 MiB), with room to spare.
+const streamRing = 2 << 20
+
+// The smallest block a restore streams: with stream_restore=true every
+// block over 1 MiB; with auto (the default) only those a kept ring would
+// not hold, where the mirror's memory (about 2.25× the block, pinned) is the
+// larger cost. H200, 1.2 GB state of 18.8 MB blocks, medians of 6 STATE_PUTs
+// in one run, streamed vs mirror: TCP 256 KiB 4.89 vs 5.26 GB/s, 2 MiB 4.45
+// vs 4.75; Unix 3.13 vs 3.08, 3.33 vs 3.40 (docs/benchmarks/README.md, 19).
+// Tests lower them to stream the tiny models' blocks.
+var (
+	streamMinBlock int64 = 1 << 20
+	streamAutoMin  int64 = keepRing
+)
 
 // keepRing is the largest restore ring kept for the next restore. Mapping
 // and pinning one costs milliseconds; a larger ring (a state of long
@@ -222,7 +241,14 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 		mdl.free()
 		return iface.BackendInfo{}, err
 	}
-	e := &engine{model: mdl, ctx: lc, nCtx: lc.nCtx(), scratch: nSlots, device: gpuName, pinRing: opts.pinRing, copyThreads: opts.copyThreads, slots: make([]*slot, nSlots)}
+	e := &engine{model: mdl, ctx: lc, nCtx: lc.nCtx(), scratch: nSlots, device: gpuName, pinRing: opts.pinRing, copyThreads: opts.copyThreads,
+		slots: make([]*slot, nSlots)}
+	switch opts.streamRestore {
+	case "on":
+		e.streamMin = streamMinBlock
+	case "auto":
+		e.streamMin = streamAutoMin
+	}
 	for i := range e.slots {
 		e.slots[i] = &slot{stateSize: emptyState}
 	}
@@ -343,6 +369,15 @@ func (e *engine) measureLayout() (stateLayout, error) {
 			var err error
 			if row, err = maxRow(c.stateData(e.scratch)); err != nil {
 				return stateLayout{}, fmt.Errorf("reading a one-cell state: %w", err)
+			}
+			// Streaming needs the KV buffers' hooks; not worth them when
+			// no block can reach the threshold.
+			if maxBlock := row * int64(e.nCtx); e.streamMin > 0 && maxBlock >= e.streamMin {
+				if _, err := c.enableStream(e.scratch, maxBlock, e.streamMin); err != nil {
+					return stateLayout{}, err
+				}
+			} else {
+				e.streamMin = 0
 			}
 		}
 	}
@@ -718,6 +753,10 @@ func (b *Backend) StatePut(ctx context.Context, i int, tokens []int32, r io.Read
 	// prefetcher reads the payload ahead into it from here on.
 	e.ringMu.Lock()
 	block := int(min(int64(head.cells)*e.layout.MaxRow, size))
+	streamed := e.streamMin > 0 && int64(block) >= e.streamMin
+	if streamed {
+		block = min(block, streamRing) // only pieces and small fields need the ring
+	}
 	pf, err := startPrefetch(ctx, io.MultiReader(bytes.NewReader(head.raw), cr), size, e.ring, block, e.newRing)
 	if err != nil {
 		e.ring = nil // startPrefetch closed it when it failed to replace it
@@ -727,7 +766,7 @@ func (b *Backend) StatePut(ctx context.Context, i int, tokens []int32, r io.Read
 	start := time.Now()
 	stopped, ringSize, ringPinned := false, 0, false
 	defer func() {
-		b.log.Debug("state put", "slot", i, "bytes", n, "cells", head.cells, "ring", ringSize, "ring_pinned", ringPinned,
+		b.log.Debug("state put", "slot", i, "bytes", n, "cells", head.cells, "streamed", streamed, "ring", ringSize, "ring_pinned", ringPinned,
 			"elapsed", time.Since(start).String(), "error", err)
 	}()
 	stop := func() { // before r is read anywhere else, and before returning
@@ -749,7 +788,7 @@ func (b *Backend) StatePut(ctx context.Context, i int, tokens []int32, r io.Read
 	var msg [512]C.char
 	e.mu.Lock()
 	clearLlamaError()
-	got := C.hydra_state_load(e.ctx.c, C.llama_seq_id(i), C.uintptr_t(h), &msg[0], C.size_t(len(msg)))
+	got := C.hydra_state_load(e.ctx.io, e.ctx.c, C.llama_seq_id(i), C.uintptr_t(h), &msg[0], C.size_t(len(msg)))
 	if got >= 0 {
 		if np := e.ctx.nPos(i); np != head.cells {
 			err = fmt.Errorf("restored %d positions, the state's head announced %d", np, head.cells)

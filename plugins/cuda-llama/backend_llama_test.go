@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -37,12 +38,23 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	modelDir = dir
+	if streamTests {
+		// The test models' K/V blocks are a few KiB: stream them all (field
+		// reads are at most 8 bytes).
+		streamMinBlock = 64
+	}
+	streamAutoMin = 64 << 10 // the tiny models' blocks stay on the mirror under auto
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
 
 var models sync.Map // name → path
+
+// streamTests runs every test with streamed restores (option
+// stream_restore): HYDRA_TEST_STREAM_RESTORE=1, as make test-llama's second
+// pass does.
+var streamTests = os.Getenv("HYDRA_TEST_STREAM_RESTORE") == "1"
 
 // modelFile generates the model once per test binary.
 func modelFile(t testing.TB, name string, c gguf.Config) string {
@@ -95,6 +107,9 @@ func TestDevice(t *testing.T) {
 func load(t testing.TB, model string, nSlots int, opts map[string]string) *Backend {
 	t.Helper()
 	o := map[string]string{OptNThreads: "1", OptNCtx: "2048"}
+	if streamTests {
+		o[OptStreamRestore] = "true"
+	}
 	for k, v := range opts {
 		o[k] = v
 	}
@@ -1034,5 +1049,113 @@ func TestRestoreIntoFullCache(t *testing.T) {
 	}
 	if si := slotInfo(t, b, 0); si.NPast != 100 || si.StateSize != int64(len(state)) {
 		t.Fatalf("slot %+v", si)
+	}
+}
+
+// TestStreamedRestore: with stream_restore, restores upload the K/V blocks
+// piece by piece through the swapped set_tensor; the restored slot re-saves to
+// the same bytes and decodes alike, into a fragmented cache (llama.cpp's
+// per-row scatter path) as into an empty one, with transposed V too; a state
+// cut inside a block fails cleanly and leaves the slot empty.
+func TestStreamedRestore(t *testing.T) {
+	defer func(n, a int64) { streamMinBlock, streamAutoMin = n, a }(streamMinBlock, streamAutoMin)
+	streamMinBlock = 64
+
+	// auto streams only blocks of streamAutoMin bytes or more.
+	src := load(t, tiny(t), 1, nil)
+	prefill(t, src, 0, story)
+	si := slotInfo(t, src, 0)
+	state := stateOf(t, src, 0, 64<<10)
+	for _, min := range []int64{1 << 20, 64} {
+		streamAutoMin = min
+		b := load(t, tiny(t), 2, map[string]string{OptStreamRestore: "auto"})
+		e := b.eng.Load()
+		blocks0, _ := e.ctx.streamed()
+		if _, err := b.StatePut(context.Background(), 1, si.Tokens, bytes.NewReader(state), int64(len(state))); err != nil {
+			t.Fatal(err)
+		}
+		if blocks, _ := e.ctx.streamed(); (blocks > blocks0) != (min == 64) {
+			t.Fatalf("auto with a %d-byte threshold streamed %d blocks", min, blocks-blocks0)
+		}
+		if again := stateOf(t, b, 1, 1<<20); !bytes.Equal(normSeq(again), normSeq(state)) {
+			t.Fatalf("auto with a %d-byte threshold: the restored state re-saves differently", min)
+		}
+	}
+
+	for _, flash := range []string{"on", "off"} {
+		t.Run("flash="+flash, func(t *testing.T) {
+			opts := map[string]string{OptFlashAttn: flash}
+			src := load(t, tiny(t), 2, opts)
+			prefill(t, src, 0, story)
+			si := slotInfo(t, src, 0)
+			state := stateOf(t, src, 0, 64<<10)
+			want, wantRes := decode(t, src, 0, 12, iface.SamplerParams{})
+
+			opts[OptStreamRestore] = "true"
+			for _, fragmented := range []bool{false, true} {
+				b := load(t, tiny(t), 3, opts)
+				if fragmented {
+					// Slots 0 and 1 take turns a token at a time, a prefill
+					// of slot 2 fills the rest, slot 1 goes: its free cells
+					// alternate with slot 0's, and llama.cpp scatters the
+					// restore over them, a tensor set a row.
+					optsSmall := map[string]string{OptNCtx: "256"}
+					for k, v := range opts {
+						optsSmall[k] = v
+					}
+					b = load(t, tiny(t), 3, optsSmall)
+					prefillTokens(t, b, 0, []int32{7})
+					prefillTokens(t, b, 1, []int32{9})
+					// Hot, seeded sampling a token at a time: an end of
+					// sequence is drawn rarely, and not twice in a row.
+					for i := range 200 {
+						sp := iface.SamplerParams{Temperature: 2, Seed: uint64(i + 1)}
+						decode(t, b, i%2, 1, sp)
+					}
+					used := slotInfo(t, b, 0).NPast + slotInfo(t, b, 1).NPast
+					if holes := slotInfo(t, b, 1).NPast; holes < si.NPast+1 {
+						t.Fatalf("slot 1 took %d cells, fewer than the %d the restore needs", holes, si.NPast+1)
+					}
+					if rest := 256 - used; rest > 0 {
+						prefillTokens(t, b, 2, make([]int32, rest))
+					}
+					if err := b.ClearSlot(context.Background(), 1); err != nil {
+						t.Fatal(err)
+					}
+				}
+				e := b.eng.Load()
+				blocks0, sets0 := e.ctx.streamed()
+				// One byte a read: pieces never line up with blocks.
+				n, err := b.StatePut(context.Background(), 1, si.Tokens, iotest.OneByteReader(bytes.NewReader(state)), int64(len(state)))
+				if err != nil || n != int64(len(state)) {
+					t.Fatalf("fragmented %v: StatePut = %d, %v", fragmented, n, err)
+				}
+				blocks, sets := e.ctx.streamed()
+				if blocks == blocks0 {
+					t.Fatalf("fragmented %v: no block was streamed", fragmented)
+				}
+				if fragmented && sets-sets0 <= blocks-blocks0 {
+					t.Fatalf("the restore into alternating free cells was not scattered: %d blocks in %d tensor sets", blocks-blocks0, sets-sets0)
+				}
+				if again := stateOf(t, b, 1, 1<<20); !bytes.Equal(normSeq(again), normSeq(state)) {
+					t.Fatalf("fragmented %v: the restored state re-saves differently", fragmented)
+				}
+				if toks, res := decode(t, b, 1, 12, iface.SamplerParams{}); !slices.Equal(toks, want) || res != wantRes {
+					t.Fatalf("fragmented %v: decoded %v, want %v", fragmented, toks, want)
+				}
+				// Cut in the middle of the last layer's block: a bad request,
+				// the slot empty, the engine still restoring.
+				cut := state[:len(state)-40]
+				if _, err := b.StatePut(context.Background(), 1, si.Tokens, bytes.NewReader(cut), int64(len(cut))); !errors.Is(err, iface.ErrBadRequest) {
+					t.Fatalf("fragmented %v: a cut state: %v", fragmented, err)
+				}
+				if got := slotInfo(t, b, 1); got.NPast != 0 {
+					t.Fatalf("fragmented %v: a failed restore left %d positions", fragmented, got.NPast)
+				}
+				if _, err := b.StatePut(context.Background(), 1, si.Tokens, bytes.NewReader(state), int64(len(state))); err != nil {
+					t.Fatalf("fragmented %v: restoring after a failure: %v", fragmented, err)
+				}
+			}
+		})
 	}
 }

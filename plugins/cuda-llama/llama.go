@@ -372,6 +372,27 @@ func (c *lctx) stateData(seq int) []byte {
 
 func (c *lctx) pinnedStaging() bool { return C.hydra_io_pinned(c.io) != 0 }
 
+// streamed counts the blocks streamed restores uploaded and the tensor sets
+// llama.cpp made of them.
+func (c *lctx) streamed() (blocks, sets uint64) {
+	var s C.uint64_t
+	b := C.hydra_io_streamed(c.io, &s)
+	return uint64(b), uint64(s)
+}
+
+// enableStream turns streamed restores on (shim.cpp): seq must hold a cell,
+// whose save names the KV cache's buffers; maxBlock is the largest block a
+// restore may read, minBlock the smallest one streamed. Returns the number
+// of KV buffers.
+func (c *lctx) enableStream(seq int, maxBlock, minBlock int64) (int, error) {
+	var msg [512]C.char
+	n := C.hydra_io_stream(c.io, c.c, C.llama_seq_id(seq), C.size_t(maxBlock), C.size_t(minBlock), &msg[0], C.size_t(len(msg)))
+	if n < 0 {
+		return 0, fmt.Errorf("streamed restores: %s", C.GoString(&msg[0]))
+	}
+	return int(n), nil
+}
+
 // sampler narrows candidates with llama.cpp's top-k and top-p and applies the
 // temperature; the draw itself is pick's (sampling.go).
 type sampler struct {

@@ -64,12 +64,13 @@ const (
 	OptLibDir        = "lib_dir" // where libggml-cuda.so is; default: beside the plugin binary
 	OptAlias         = "alias"   // model alias; default: the file name without .gguf
 	OptMmap          = "use_mmap"
-	OptPinRing       = "pin_ring"     // on a GPU, pin the data plane's ring for DMA (default true)
-	OptCopyThreads   = "copy_threads" // goroutines copying a restore out of the data plane's ring (default 1)
+	OptPinRing       = "pin_ring"       // on a GPU, pin the data plane's ring for DMA (default true)
+	OptCopyThreads   = "copy_threads"   // goroutines copying a restore out of the data plane's ring (default 1)
+	OptStreamRestore = "stream_restore" // auto (default), true, false: upload restore blocks piece by piece as they arrive (see shim.cpp)
 )
 
 var knownOptions = []string{OptAlias, OptCacheTypeK, OptCacheTypeV, OptFlashAttn, OptLibDir, OptNBatch, OptNCtx,
-	OptNGPULayers, OptNThreads, OptNThreadsBatch, OptNUBatch, OptMmap, OptPinRing, OptCopyThreads}
+	OptNGPULayers, OptNThreads, OptNThreadsBatch, OptNUBatch, OptMmap, OptPinRing, OptCopyThreads, OptStreamRestore}
 
 // Defaults and limits.
 const (
@@ -117,6 +118,7 @@ type options struct {
 	mmap                    bool
 	pinRing                 bool
 	copyThreads             int
+	streamRestore           string // "auto", "on" or "off"
 }
 
 var cacheTypes = []string{"bf16", "f16", "f32", "q4_0", "q8_0"}
@@ -128,7 +130,7 @@ func parseOptions(m map[string]string) (options, error) {
 	threads := max(1, min(runtime.NumCPU()/2, 16))
 	o := options{nCtx: DefaultNCtx, nBatch: DefaultNBatch, nUBatch: DefaultNUBatch, nThreads: threads,
 		nThreadsBatch: -1, nGPULayers: -1, flashAttn: FlashOn, cacheTypeK: "f16", cacheTypeV: "f16", mmap: true, pinRing: true,
-		copyThreads: DefaultCopyThreads}
+		copyThreads: DefaultCopyThreads, streamRestore: "auto"}
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -182,9 +184,20 @@ func parseOptions(m map[string]string) (options, error) {
 				err = fmt.Errorf("%w: option %s: must not be empty", iface.ErrBadRequest, k)
 			}
 			o.alias = v
+		case OptStreamRestore:
+			if strings.EqualFold(v, "auto") {
+				o.streamRestore = "auto"
+				break
+			}
+			var b bool
+			if b, err = strconv.ParseBool(v); err != nil {
+				err = fmt.Errorf("%w: option %s=%q: want auto, true or false", iface.ErrBadRequest, k, v)
+			}
+			o.streamRestore = map[bool]string{true: "on", false: "off"}[b]
 		case OptMmap, OptPinRing:
 			var b bool
-			if b, err = strconv.ParseBool(v); k == OptMmap {
+			b, err = strconv.ParseBool(v)
+			if k == OptMmap {
 				o.mmap = b
 			} else {
 				o.pinRing = b

@@ -25,6 +25,17 @@ func TestParseOptions(t *testing.T) {
 	if o, err := parseOptions(map[string]string{OptPinRing: "false"}); err != nil || o.pinRing {
 		t.Fatalf("pin_ring=false: %+v, %v", o, err)
 	}
+	if o.streamRestore != "auto" {
+		t.Fatalf("stream_restore defaults to %q", o.streamRestore)
+	}
+	for v, want := range map[string]string{"true": "on", "false": "off", "AUTO": "auto", "0": "off"} {
+		if o, err := parseOptions(map[string]string{OptStreamRestore: v}); err != nil || o.streamRestore != want {
+			t.Fatalf("stream_restore=%s: %q, %v", v, o.streamRestore, err)
+		}
+	}
+	if _, err := parseOptions(map[string]string{OptStreamRestore: "yes please"}); err == nil {
+		t.Fatal("stream_restore took a non-boolean")
+	}
 	o, err = parseOptions(map[string]string{OptNCtx: " 8192 ", OptFlashAttn: "off", OptNThreads: "3", OptNGPULayers: "0",
 		OptCacheTypeK: "Q8_0", OptAlias: "m", OptLibDir: "/opt/lib", OptMmap: "false", OptNBatch: "512", OptNUBatch: "128", OptCopyThreads: "1"})
 	if err != nil || o.nCtx != 8192 || o.flashAttn != FlashOff || o.nThreads != 3 || o.nThreadsBatch != 3 || o.nGPULayers != 0 ||

@@ -17,6 +17,13 @@
 // goroutine fills ahead while the block before is uploaded; pinned on a GPU,
 // so the upload is a fast pinned host-to-device copy.
 //
+// Streamed restores (hydra_io_stream) go further: llama.cpp hands each big
+// block's pointer only to ggml_backend_tensor_set, in stream order, so a big
+// read returns an address in a reserved, inaccessible region, and the KV
+// buffers' set_tensor, swapped for the restore, uploads that range of the
+// payload piece by piece as it arrives in the ring. The ring then holds
+// pieces, not blocks: small, and hot in the cache.
+//
 // These internal interfaces change between llama.cpp versions; the module is
 // pinned in go.mod and the byte-identity tests catch a drift.
 
@@ -33,6 +40,11 @@
 
 #include "llama-io.h"
 #include "llama-memory.h"
+// ggml's internal buffer interface, for streamed restores (below). Not on the
+// include path the build sets: reached from llama.cpp/src in the same module.
+#include "../../../ml/backend/ggml/ggml/src/ggml-backend-impl.h"
+
+#include <sys/mman.h>
 
 // Exported by the Go side (stream.go, log.go).
 extern "C" {
@@ -73,6 +85,13 @@ struct hydra_io {
     bool warned_pageable = false;
     std::map<ggml_backend_dev_t, dev_state> devs;
     staging save[2];
+    // Streamed restores: the KV cache's buffers (from a save) and the
+    // reserved region big reads point into.
+    std::vector<ggml_backend_buffer_t> kv_bufs;
+    uint8_t * fake = nullptr;
+    size_t fake_size = 0;
+    size_t stream_min = 0;
+    uint64_t streamed = 0, streamed_sets = 0; // blocks streamed so far, and the tensor sets they took
 };
 
 namespace {
@@ -305,24 +324,33 @@ private:
     }
 };
 
+// kStreamPiece is the most one upload of a streamed restore takes from the
+// ring (the smallest read streamed is hydra_io's stream_min).
+constexpr size_t kStreamPiece = 1 << 20;
+
+typedef void (*set_tensor_fn)(ggml_backend_buffer_t, ggml_tensor *, const void *, size_t, size_t);
+
 // load_reader serves llama.cpp's reads in place from the Go side's restore
 // ring: each pointer stays valid until the next read, as llama.cpp expects.
+// Streaming, a read of at least kStreamMin bytes returns a reserved address
+// instead, and upload() takes those bytes from the ring as llama.cpp's
+// tensor sets for that range come in.
 class load_reader : public llama_io_read_i {
 public:
-    explicit load_reader(uintptr_t h) : h(h) {}
+    load_reader(hydra_io * io, uintptr_t h, bool stream) : io(io), h(h), stream(stream) {}
 
     const uint8_t * read(size_t size) override {
+        check_block_done();
+        if (stream && size >= io->stream_min && size <= io->fake_size) {
+            block = io->fake;
+            block_len = size;
+            block_done = 0;
+            consumed += size;
+            io->streamed++;
+            return block;
+        }
         if (avail < size) {
-            // Hand back what was taken since the last call, get at least
-            // size bytes (usually more: what the ring holds already).
-            uint8_t * p = nullptr;
-            size_t n = 0;
-            if (hydraLoadNext(h, taken, size, &p, &n) != 0 || p == nullptr || n < size) {
-                throw go_error();
-            }
-            cur = p;
-            avail = n;
-            taken = 0;
+            more(size);
         }
         const uint8_t * p = cur;
         cur += size;
@@ -332,14 +360,145 @@ public:
         return p;
     }
 
-    void read_to(void * dst, size_t size) override { memcpy(dst, read(size), size); }
+    // read_to copies: never a streamed block, whose address is not memory.
+    void read_to(void * dst, size_t size) override {
+        check_block_done();
+        uint8_t * d = (uint8_t *) dst;
+        consumed += size;
+        while (size > 0) {
+            if (avail == 0) {
+                more(std::min(size, kStreamPiece));
+            }
+            const size_t k = std::min(avail, size);
+            memcpy(d, cur, k);
+            cur += k;
+            avail -= k;
+            taken += k;
+            d += k;
+            size -= k;
+        }
+    }
 
     size_t n_bytes() override { return consumed; }
 
+    // owns reports whether data points into the streamed block.
+    bool owns(const void * data) const {
+        const uint8_t * p = (const uint8_t *) data;
+        return block != nullptr && p >= block && p < block + block_len;
+    }
+
+    // upload sets t's bytes [off, off+size) from the streamed block at data,
+    // which must continue it where the last upload stopped.
+    void upload(set_tensor_fn orig, ggml_backend_buffer_t buf, ggml_tensor * t, const void * data, size_t off, size_t size) {
+        if ((const uint8_t *) data != block + block_done || size > block_len - block_done) {
+            throw std::runtime_error("hydra: llama.cpp set a streamed block out of order");
+        }
+        io->streamed_sets++;
+        while (size > 0) {
+            if (avail == 0) {
+                more(std::min(size, kStreamPiece));
+            }
+            const size_t k = std::min(avail, size);
+            orig(buf, t, cur, off, k);
+            cur += k;
+            avail -= k;
+            taken += k;
+            off += k;
+            size -= k;
+            block_done += k;
+        }
+    }
+
+    // check_block_done fails a restore whose streamed block was not set in
+    // full before llama.cpp read on: its bytes would be skipped.
+    void check_block_done() {
+        if (block != nullptr && block_done != block_len) {
+            throw std::runtime_error("hydra: llama.cpp read on before setting a streamed block in full");
+        }
+        block = nullptr;
+    }
+
 private:
+    hydra_io * io;
     uintptr_t h;
+    bool stream;
     const uint8_t * cur = nullptr;
     size_t avail = 0, taken = 0, consumed = 0;
+    const uint8_t * block = nullptr; // the streamed block, in io->fake
+    size_t block_len = 0, block_done = 0;
+
+    // more hands back what was taken since the last call and gets at least
+    // size bytes (usually more: what the ring holds already).
+    void more(size_t size) {
+        uint8_t * p = nullptr;
+        size_t n = 0;
+        if (hydraLoadNext(h, taken, size, &p, &n) != 0 || p == nullptr || n < size) {
+            throw go_error();
+        }
+        cur = p;
+        avail = n;
+        taken = 0;
+    }
+};
+
+// The restore in progress and the set_tensor functions its hooks replaced.
+// Restores are serialised by the Go side (the engine's context lock).
+load_reader * g_reader = nullptr;
+std::vector<std::pair<ggml_backend_buffer_t, set_tensor_fn>> g_hooked;
+
+void hooked_set_tensor(ggml_backend_buffer_t buf, ggml_tensor * t, const void * data, size_t off, size_t size) {
+    set_tensor_fn orig = nullptr;
+    for (auto & h : g_hooked) {
+        if (h.first == buf) {
+            orig = h.second;
+        }
+    }
+    if (orig == nullptr) {
+        throw std::runtime_error("hydra: set_tensor hook on a buffer it does not know");
+    }
+    if (g_reader != nullptr && g_reader->owns(data)) {
+        g_reader->upload(orig, buf, t, data, off, size);
+        return;
+    }
+    orig(buf, t, data, off, size);
+}
+
+// set_tensor_hooks swaps the KV buffers' set_tensor for the restore's
+// lifetime, and puts them back however it ends.
+struct set_tensor_hooks {
+    set_tensor_hooks(hydra_io * io, load_reader * r) {
+        g_reader = r;
+        for (ggml_backend_buffer_t b : io->kv_bufs) {
+            g_hooked.emplace_back(b, b->iface.set_tensor);
+            b->iface.set_tensor = hooked_set_tensor;
+        }
+    }
+    ~set_tensor_hooks() {
+        for (auto & h : g_hooked) {
+            h.first->iface.set_tensor = h.second;
+        }
+        g_hooked.clear();
+        g_reader = nullptr;
+    }
+};
+
+// buffer_collector is a save that keeps nothing but the buffers of the
+// tensors it is given: the KV cache's.
+class buffer_collector : public llama_io_write_i {
+public:
+    std::vector<ggml_backend_buffer_t> bufs;
+    void write(const void *, size_t size) override { total += size; }
+    void write_tensor(const ggml_tensor * t, size_t, size_t size) override {
+        ggml_backend_buffer_t b = t->view_src != nullptr ? t->view_src->buffer : t->buffer;
+        if (b != nullptr && std::find(bufs.begin(), bufs.end(), b) == bufs.end()) {
+            bufs.push_back(b);
+        }
+        total += size;
+    }
+    size_t n_bytes() override { return total; }
+
+private:
+    size_t total = 0;
 };
 
 void set_err(char * err, size_t err_len, const char * msg) {
@@ -367,6 +526,11 @@ hydra_io * hydra_io_new(ggml_backend_dev_t gpu) {
 
 int hydra_io_pinned(const hydra_io * io) { return io->pinned ? 1 : 0; }
 
+uint64_t hydra_io_streamed(const hydra_io * io, uint64_t * sets) {
+    *sets = io->streamed_sets;
+    return io->streamed;
+}
+
 int64_t hydra_state_save(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, uintptr_t handle,
                          size_t chunk, int chunk_writer, char * err, size_t err_len) {
     save_writer w(io, handle, chunk, chunk_writer != 0);
@@ -386,16 +550,58 @@ int64_t hydra_state_save(hydra_io * io, struct llama_context * ctx, llama_seq_id
     }
 }
 
-int64_t hydra_state_load(struct llama_context * ctx, llama_seq_id seq, uintptr_t handle, char * err, size_t err_len) {
-    load_reader r(handle);
+int64_t hydra_state_load(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, uintptr_t handle, char * err, size_t err_len) {
+    const bool stream = io->fake != nullptr && !io->kv_bufs.empty();
+    load_reader r(io, handle, stream);
     try {
         llama_synchronize(ctx);
         llama_memory_t mem = llama_get_memory(ctx);
         if (mem == nullptr) {
             throw std::runtime_error("the context has no memory module");
         }
-        mem->state_read(r, seq, 0);
+        if (stream) {
+            set_tensor_hooks hooks(io, &r);
+            mem->state_read(r, seq, 0);
+        } else {
+            mem->state_read(r, seq, 0);
+        }
+        r.check_block_done();
         return (int64_t) r.n_bytes();
+    } catch (const std::exception & e) {
+        set_err(err, err_len, e.what());
+        return -1;
+    }
+}
+
+int hydra_io_stream(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, size_t max_block, size_t min_block,
+                    char * err, size_t err_len) {
+    try {
+        buffer_collector c;
+        llama_synchronize(ctx);
+        llama_memory_t mem = llama_get_memory(ctx);
+        if (mem == nullptr) {
+            throw std::runtime_error("the context has no memory module");
+        }
+        mem->state_write(c, seq, 0);
+        if (c.bufs.empty()) {
+            throw std::runtime_error("a one-cell save set no tensor: nothing to stream into");
+        }
+        const size_t page = 1 << 16;
+        const size_t size = (max_block + page - 1) / page * page;
+        // Address space only: nothing may touch it, and a stray access faults
+        // instead of reading garbage.
+        void * p = mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) {
+            throw std::runtime_error("reserving address space for streamed restores failed");
+        }
+        if (io->fake != nullptr) {
+            munmap(io->fake, io->fake_size);
+        }
+        io->fake = (uint8_t *) p;
+        io->fake_size = size;
+        io->kv_bufs = c.bufs;
+        io->stream_min = std::max<size_t>(min_block, 1);
+        return (int) c.bufs.size();
     } catch (const std::exception & e) {
         set_err(err, err_len, e.what());
         return -1;

@@ -24,6 +24,11 @@ hydra_io * hydra_io_new(ggml_backend_dev_t gpu);
 // pinned (from the GPU's host buffer type).
 int hydra_io_pinned(const hydra_io * io);
 
+// hydra_io_streamed counts the blocks streamed restores have uploaded piece
+// by piece, and in sets the tensor sets llama.cpp made of them (one a block,
+// or one a row where it scatters a block over non-contiguous cells).
+uint64_t hydra_io_streamed(const hydra_io * io, uint64_t * sets);
+
 // hydra_state_save streams sequence seq's state, the bytes
 // llama_state_seq_get_data would produce, in pieces of at most chunk bytes.
 // With chunk_writer 0 the pieces are staged in buffers the shim owns and handed
@@ -37,7 +42,15 @@ int64_t hydra_state_save(hydra_io * io, struct llama_context * ctx, llama_seq_id
 // hydraLoadNext lends in place (the restore ring, pinned on a GPU). Returns
 // the state bytes llama.cpp consumed, or -1 with a message in err; on failure
 // the sequence may be half-restored and the caller must clear it.
-int64_t hydra_state_load(struct llama_context * ctx, llama_seq_id seq, uintptr_t handle, char * err, size_t err_len);
+int64_t hydra_state_load(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, uintptr_t handle, char * err, size_t err_len);
+
+// hydra_io_stream turns streamed restores on for ctx: it saves sequence seq
+// (which must hold at least one cell) to learn the KV cache's buffers and
+// reserves max_block bytes of address space for big reads to point into;
+// reads of min_block bytes or more are streamed. Returns the number of
+// buffers, or -1 with a message in err.
+int hydra_io_stream(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, size_t max_block, size_t min_block,
+                    char * err, size_t err_len);
 
 // hydra_log_install routes llama.cpp's and ggml's logs to the Go callback
 // hydraLog.
