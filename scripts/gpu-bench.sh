@@ -9,6 +9,7 @@
 #   scripts/gpu-bench.sh pin-ab  # STATE_GET of the 1.2 GB state with pin_ring=true vs false, same run (hydractl)
 #   scripts/gpu-bench.sh copy-ab # STATE_PUT of it with copy_threads=4 vs 1, TCP and Unix, 256 KiB and 2 MiB (hydractl)
 #   scripts/gpu-bench.sh splice-ab # the same with --splice-put=true vs false (pipe vs ring; the llama plugin takes the pipe only at chunks up to 1 MiB, so its 2 MiB rows compare the ring with itself)
+#   scripts/gpu-bench.sh stream-ab # the same with stream_restore=false vs true (the whole block held vs uploaded piece by piece)
 #   scripts/gpu-bench.sh plugin-ab PLUGIN... # STATE_PUT with llama plugin binaries of different builds, same run (a b … b a, ROUNDS times; TCP and Unix; CHUNKS, default "262144 2097152")
 #   scripts/gpu-bench.sh all     # both, in one command (~11 min on the H200; split it where a command is capped at 10)
 #
@@ -64,7 +65,7 @@ mock)
 	step "hydra-bench, mock plugin: 1.206 GB state, TCP and Unix, STATE_GET and STATE_PUT"
 	"$G/hydra-bench" --bin "$G" --out "$OUT" --name mock-h200 --reps "${REPS:-3}" 2>&1 | tail -60
 	;;
-pin-ab|copy-ab|splice-ab|plugin-ab|bench)
+pin-ab|copy-ab|splice-ab|stream-ab|plugin-ab|bench)
 	if [[ ! -f $G/libggml-cuda.so ]]; then
 		rm -rf "$G" && mkdir -p "$G/src" && tar -xzf gpu/hydra-gpu.tar.gz -C "$G" && tar -xzf "$G/ollama-ggml-src.tar.gz" -C "$G/src" || exit 1
 		step "build libggml-cuda, sm_90"
@@ -92,10 +93,11 @@ pin-ab|copy-ab|splice-ab|plugin-ab|bench)
 		grep -o 'ring_pinned=[a-z]*' "$OUT"/engine-pin-*.log | sort | uniq -c
 		exit 0
 	fi
-	if [[ $1 == copy-ab || $1 == splice-ab || $1 == plugin-ab ]]; then
+	if [[ $1 == copy-ab || $1 == splice-ab || $1 == stream-ab || $1 == plugin-ab ]]; then
 		blob=/dev/shm/hydra-put-ab.blob
 		vals=(4 1 1 4 4 1)
 		[[ $1 == splice-ab ]] && vals=(true false false true true false)
+		[[ $1 == stream-ab ]] && vals=(false true true false)
 		if [[ $1 == plugin-ab ]]; then
 			# Plugin binaries as arguments, named a, b, ...: a b … b a.
 			shift; plugins=("$@") names=(a b c d e f) vals=()
@@ -110,6 +112,7 @@ pin-ab|copy-ab|splice-ab|plugin-ab|bench)
 			plugin=
 			if [[ $1 == copy-ab ]]; then name=copy_threads=$v flag=(--backend-opt "copy_threads=$v")
 			elif [[ $1 == splice-ab ]]; then name=splice_put=$v flag=("--splice-put=$v")
+			elif [[ $1 == stream-ab ]]; then name=stream_restore=$v flag=(--backend-opt "stream_restore=$v")
 			else name=${names[v]} plugin=$(realpath "${plugins[v]}") flag=(--backend-opt "lib_dir=$G" --log-level debug); fi
 			sock=/tmp/hydra-put-$v.sock port=$((39600 + RANDOM % 200))
 			llama_engine "$sock" "$OUT/engine-$name.log" --rpc "tcp://127.0.0.1:$port" \
@@ -135,5 +138,5 @@ pin-ab|copy-ab|splice-ab|plugin-ab|bench)
 		--backend-opt lib_dir="$G" --backend-opt n_gpu_layers=99 --backend-opt n_ctx=18688 --backend-opt n_threads=8 2>&1 | tail -60
 	;;
 *)
-	echo "usage: $0 build|bench|mock|pin-ab|copy-ab|splice-ab|plugin-ab PLUGIN...|all" >&2; exit 2 ;;
+	echo "usage: $0 build|bench|mock|pin-ab|copy-ab|splice-ab|stream-ab|plugin-ab PLUGIN...|all" >&2; exit 2 ;;
 esac
