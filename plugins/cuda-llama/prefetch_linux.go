@@ -63,16 +63,23 @@ func fits(m *mirror, block int) bool {
 	return m != nil && m.size >= size && m.tail >= tail
 }
 
+// grownDims is the ring replacing m (nil: none) for blocks of up to block
+// bytes: rings only grow, so alternating restores do not remap them.
+func grownDims(m *mirror, block int) (size, tail int) {
+	size, tail = ringDims(block)
+	if m != nil {
+		size, tail = max(size, m.size), max(tail, m.tail)
+	}
+	return size, tail
+}
+
 // startPrefetch reads size bytes of src into ring until close. block is the
 // largest read expected; a ring that does not fit it is replaced first
 // (closed, then a new one from grow, so the two never add up).
 func startPrefetch(ctx context.Context, src io.Reader, size int64, ring *mirror, block int, grow func(size, tail int) (*mirror, error)) (*prefetcher, error) {
 	if !fits(ring, block) {
-		s, t := ringDims(block)
-		if ring != nil {
-			s, t = max(s, ring.size), max(t, ring.tail)
-			_ = ring.close()
-		}
+		s, t := grownDims(ring, block)
+		_ = ring.close() // nil-safe
 		var err error
 		if ring, err = grow(s, t); err != nil {
 			return nil, err
@@ -181,8 +188,8 @@ func (p *prefetcher) wait(need int) ([]byte, error) {
 	// overlaps its upload. A running producer swaps the rings (no read may
 	// land in the old one); a stopped one never touches the ring again.
 	if !fits(p.ring, need) {
-		s, t := ringDims(need)
-		p.growTo = [2]int{max(s, p.ring.size), max(t, p.ring.tail)}
+		s, t := grownDims(p.ring, need)
+		p.growTo = [2]int{s, t}
 		if p.err == nil {
 			p.space.Signal()
 		} else {
