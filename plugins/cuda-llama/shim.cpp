@@ -35,6 +35,7 @@
 #include <cstring>
 #include <map>
 #include <new>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
@@ -92,6 +93,8 @@ struct hydra_io {
     size_t fake_size = 0;
     size_t stream_min = 0;
     uint64_t streamed = 0, streamed_sets = 0; // blocks streamed so far, and the tensor sets they took
+
+    bool streams() const { return fake != nullptr && !kv_bufs.empty(); }
 };
 
 namespace {
@@ -332,16 +335,16 @@ typedef void (*set_tensor_fn)(ggml_backend_buffer_t, ggml_tensor *, const void *
 
 // load_reader serves llama.cpp's reads in place from the Go side's restore
 // ring: each pointer stays valid until the next read, as llama.cpp expects.
-// Streaming, a read of at least kStreamMin bytes returns a reserved address
-// instead, and upload() takes those bytes from the ring as llama.cpp's
-// tensor sets for that range come in.
+// Streaming, a read of at least io->stream_min bytes returns a reserved
+// address instead, and upload() takes those bytes from the ring as
+// llama.cpp's tensor sets for that range come in.
 class load_reader : public llama_io_read_i {
 public:
-    load_reader(hydra_io * io, uintptr_t h, bool stream) : io(io), h(h), stream(stream) {}
+    load_reader(hydra_io * io, uintptr_t h) : io(io), h(h) {}
 
     const uint8_t * read(size_t size) override {
         check_block_done();
-        if (stream && size >= io->stream_min && size <= io->fake_size) {
+        if (io->streams() && size >= io->stream_min && size <= io->fake_size) {
             block = io->fake;
             block_len = size;
             block_done = 0;
@@ -363,20 +366,12 @@ public:
     // read_to copies: never a streamed block, whose address is not memory.
     void read_to(void * dst, size_t size) override {
         check_block_done();
-        uint8_t * d = (uint8_t *) dst;
         consumed += size;
-        while (size > 0) {
-            if (avail == 0) {
-                more(std::min(size, kStreamPiece));
-            }
-            const size_t k = std::min(avail, size);
-            memcpy(d, cur, k);
-            cur += k;
-            avail -= k;
-            taken += k;
+        uint8_t * d = (uint8_t *) dst;
+        pieces(size, [&](const uint8_t * p, size_t k) {
+            memcpy(d, p, k);
             d += k;
-            size -= k;
-        }
+        });
     }
 
     size_t n_bytes() override { return consumed; }
@@ -394,19 +389,11 @@ public:
             throw std::runtime_error("hydra: llama.cpp set a streamed block out of order");
         }
         io->streamed_sets++;
-        while (size > 0) {
-            if (avail == 0) {
-                more(std::min(size, kStreamPiece));
-            }
-            const size_t k = std::min(avail, size);
-            orig(buf, t, cur, off, k);
-            cur += k;
-            avail -= k;
-            taken += k;
+        pieces(size, [&](const uint8_t * p, size_t k) {
+            orig(buf, t, p, off, k);
             off += k;
-            size -= k;
             block_done += k;
-        }
+        });
     }
 
     // check_block_done fails a restore whose streamed block was not set in
@@ -421,7 +408,6 @@ public:
 private:
     hydra_io * io;
     uintptr_t h;
-    bool stream;
     const uint8_t * cur = nullptr;
     size_t avail = 0, taken = 0, consumed = 0;
     const uint8_t * block = nullptr; // the streamed block, in io->fake
@@ -438,6 +424,23 @@ private:
         cur = p;
         avail = n;
         taken = 0;
+    }
+
+    // pieces takes the next size bytes of the stream from the ring in
+    // contiguous pieces of at most kStreamPiece (fewer once the ring holds
+    // more), handing each to f(p, k) before the ring may reuse it.
+    template <typename F> void pieces(size_t size, F && f) {
+        while (size > 0) {
+            if (avail == 0) {
+                more(std::min(size, kStreamPiece));
+            }
+            const size_t k = std::min(avail, size);
+            f(cur, k);
+            cur += k;
+            avail -= k;
+            taken += k;
+            size -= k;
+        }
     }
 };
 
@@ -511,6 +514,17 @@ void log_cb(ggml_log_level level, const char * text, void * /* user */) {
     hydraLog((int) level, (char *) text);
 }
 
+// memory_of finishes ctx's queued work, as llama.cpp's own state calls do,
+// and returns its memory module.
+llama_memory_t memory_of(struct llama_context * ctx) {
+    llama_synchronize(ctx);
+    llama_memory_t mem = llama_get_memory(ctx);
+    if (mem == nullptr) {
+        throw std::runtime_error("the context has no memory module");
+    }
+    return mem;
+}
+
 } // namespace
 
 extern "C" {
@@ -551,20 +565,14 @@ int64_t hydra_state_save(hydra_io * io, struct llama_context * ctx, llama_seq_id
 }
 
 int64_t hydra_state_load(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, uintptr_t handle, char * err, size_t err_len) {
-    const bool stream = io->fake != nullptr && !io->kv_bufs.empty();
-    load_reader r(io, handle, stream);
+    load_reader r(io, handle);
     try {
-        llama_synchronize(ctx);
-        llama_memory_t mem = llama_get_memory(ctx);
-        if (mem == nullptr) {
-            throw std::runtime_error("the context has no memory module");
+        llama_memory_t mem = memory_of(ctx);
+        std::optional<set_tensor_hooks> hooks;
+        if (io->streams()) {
+            hooks.emplace(io, &r);
         }
-        if (stream) {
-            set_tensor_hooks hooks(io, &r);
-            mem->state_read(r, seq, 0);
-        } else {
-            mem->state_read(r, seq, 0);
-        }
+        mem->state_read(r, seq, 0);
         r.check_block_done();
         return (int64_t) r.n_bytes();
     } catch (const std::exception & e) {
@@ -577,12 +585,7 @@ int hydra_io_stream(hydra_io * io, struct llama_context * ctx, llama_seq_id seq,
                     char * err, size_t err_len) {
     try {
         buffer_collector c;
-        llama_synchronize(ctx);
-        llama_memory_t mem = llama_get_memory(ctx);
-        if (mem == nullptr) {
-            throw std::runtime_error("the context has no memory module");
-        }
-        mem->state_write(c, seq, 0);
+        memory_of(ctx)->state_write(c, seq, 0);
         if (c.bufs.empty()) {
             throw std::runtime_error("a one-cell save set no tensor: nothing to stream into");
         }
