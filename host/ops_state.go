@@ -156,16 +156,9 @@ func (s *socketTracker) ReadSocket(f func(fd uintptr) (int, bool, error)) error 
 	}
 	err := s.conn.armRead()
 	if err == nil {
-		var ferr error
-		err = s.raw.Read(func(fd uintptr) bool {
-			n, done, e := f(fd)
-			s.r.N -= int64(n)
-			ferr = e
-			return done
-		})
-		if err == nil {
-			err = ferr
-		}
+		var n int64
+		n, err = iface.ReadRawConn(s.raw, f)
+		s.r.N -= n
 	}
 	if err != nil && s.err == nil {
 		s.err = err

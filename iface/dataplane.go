@@ -3,6 +3,7 @@ package iface
 import (
 	"context"
 	"io"
+	"syscall"
 )
 
 // ChunkWriter is implemented by the StateGet writers of a data plane that
@@ -75,6 +76,25 @@ type SocketSource interface {
 	// the peer closed), which the source records as its own and returns.
 	// It fails if bytes are still buffered.
 	ReadSocket(f func(fd uintptr) (moved int, done bool, err error)) error
+}
+
+// ReadRawConn is the loop of a SocketSource's ReadSocket over its socket's
+// RawConn: f again each time the socket becomes readable while it returns
+// done false. It returns the bytes f took, and f's error, else the
+// RawConn's.
+func ReadRawConn(raw syscall.RawConn, f func(fd uintptr) (moved int, done bool, err error)) (int64, error) {
+	var n int64
+	var ferr error
+	err := raw.Read(func(fd uintptr) bool {
+		k, done, e := f(fd)
+		n += int64(k)
+		ferr = e
+		return done
+	})
+	if err == nil {
+		err = ferr
+	}
+	return n, err
 }
 
 // PipePutter is implemented by backends that say for which shm restores they

@@ -46,16 +46,8 @@ func (s *sockSource) ReadSocket(f func(uintptr) (int, bool, error)) error {
 	if len(s.prefix) > 0 {
 		return errors.New("buffered bytes first")
 	}
-	var ferr error
-	err := s.raw.Read(func(fd uintptr) bool {
-		n, done, e := f(fd)
-		s.read += int64(n)
-		ferr = e
-		return done
-	})
-	if err == nil {
-		err = ferr
-	}
+	n, err := ReadRawConn(s.raw, f)
+	s.read += n
 	if err != nil && s.err == nil {
 		s.err = err
 	}
