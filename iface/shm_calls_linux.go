@@ -70,12 +70,13 @@ func (c *GRPCClient) stateGetShm(ctx context.Context, slot, chunk int, w io.Writ
 		resc <- shmResult{resp.GetWritten(), err}
 	}()
 	var written int64
-	var werr error
+	var werr, cerr error // cerr: why the control loop stopped short of END
 	ended := false
 loop:
 	for {
 		kind, k, n, err := t.ctrl.recv()
 		if err != nil {
+			cerr = err
 			break // the plugin closed its end: its result says why
 		}
 		switch kind {
@@ -117,6 +118,7 @@ loop:
 			}
 			break loop
 		default: // msgAbort: the plugin failed; its result says why
+			cerr = fmt.Errorf("control message %d", kind)
 			break loop
 		}
 	}
@@ -132,7 +134,9 @@ loop:
 	case res.err != nil:
 		return written, fromStatus(res.err)
 	case !ended:
-		return written, errors.New("shm data plane: plugin finished without ending the transfer")
+		// Say what ended the control loop: a rare, not yet explained case
+		// (docs/benchmarks/README.md, "Where the remaining gap is").
+		return written, fmt.Errorf("shm data plane: plugin finished without ending the transfer (control socket: %v)", cerr)
 	case res.n != written:
 		return written, fmt.Errorf("shm data plane: plugin wrote %d bytes, host received %d", res.n, written)
 	}

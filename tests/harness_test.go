@@ -136,6 +136,9 @@ func startEngine(t testing.TB, extra ...string) *engine {
 }
 
 func (e *engine) stop(t testing.TB) {
+	if t.Failed() {
+		t.Logf("ENGINE LOG\n%s", e.logs)
+	}
 	if e.cmd.ProcessState != nil {
 		return
 	}
