@@ -19,6 +19,7 @@ const (
 	metricTransferSeconds = "hydra_engine_state_transfer_seconds"
 	metricTransferBytes   = "hydra_engine_state_transfer_bytes"
 	metricTransferFailed  = "hydra_engine_state_transfer_failures_total"
+	metricTransferWait    = "hydra_engine_state_transfer_backend_wait_seconds_total"
 	metricChunkSize       = "hydra_engine_state_chunk_size_bytes"
 	metricRestarts        = "hydra_engine_plugin_restarts_total"
 	metricSlots           = "hydra_engine_slots"
@@ -43,8 +44,8 @@ type metrics struct {
 	tokensPerSecond *prometheus.HistogramVec
 	httpRequests    *prometheus.CounterVec
 
-	requests, requestSeconds, transferFailed, chunkSize, restarts *prometheus.Desc
-	slots, slotsBusy, tokens, tokenSeconds, info                  *prometheus.Desc
+	requests, requestSeconds, transferFailed, transferWait, chunkSize, restarts *prometheus.Desc
+	slots, slotsBusy, tokens, tokenSeconds, info                                *prometheus.Desc
 }
 
 func newMetrics(s *Server) *metrics {
@@ -77,6 +78,9 @@ func newMetrics(s *Server) *metrics {
 			"Time spent serving Hydra RPC requests, by op and reply status.", []string{"op", "status"}, nil),
 		transferFailed: prometheus.NewDesc(metricTransferFailed,
 			"State transfers that failed.", []string{"direction"}, nil),
+		transferWait: prometheus.NewDesc(metricTransferWait,
+			"Time completed state transfers spent waiting on the backend plugin (shm data plane); the rest of "+
+				metricTransferSeconds+"_sum is socket work or waiting on the client.", []string{"direction"}, nil),
 		chunkSize: prometheus.NewDesc(metricChunkSize,
 			"state_chunk_size the next state transfer uses (CONFIGURE).", nil, nil),
 		restarts: prometheus.NewDesc(metricRestarts,
@@ -127,7 +131,7 @@ func (m *metrics) Tokens(phase string, n int, d time.Duration) {
 }
 
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.requests, m.requestSeconds, m.transferFailed, m.chunkSize,
+	for _, d := range []*prometheus.Desc{m.requests, m.requestSeconds, m.transferFailed, m.transferWait, m.chunkSize,
 		m.restarts, m.slots, m.slotsBusy, m.tokens, m.tokenSeconds, m.info} {
 		ch <- d
 	}
@@ -148,6 +152,8 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	get, put := s.stats.Transfers()
 	ch <- prometheus.MustNewConstMetric(m.transferFailed, prometheus.CounterValue, float64(get.Failed), "get")
 	ch <- prometheus.MustNewConstMetric(m.transferFailed, prometheus.CounterValue, float64(put.Failed), "put")
+	ch <- prometheus.MustNewConstMetric(m.transferWait, prometheus.CounterValue, get.BackendWait, "get")
+	ch <- prometheus.MustNewConstMetric(m.transferWait, prometheus.CounterValue, put.BackendWait, "put")
 	ch <- prometheus.MustNewConstMetric(m.chunkSize, prometheus.GaugeValue, float64(s.tun.StateChunkSize()))
 	ch <- prometheus.MustNewConstMetric(m.restarts, prometheus.CounterValue, float64(s.stats.PluginRestarts()))
 	ch <- prometheus.MustNewConstMetric(m.slots, prometheus.GaugeValue, float64(s.slots.count()))

@@ -2,6 +2,7 @@ package host
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -56,9 +57,10 @@ func (s *Server) streamBlob(rp *replier, b iface.Backend, si iface.SlotInfo, m *
 	start := time.Now()
 	cw := &countingWriter{w: rp.w}
 	hl := &holdLast{w: cw, remain: si.StateSize}
+	var trace iface.TransferTrace
 	_, err := cw.Write(hdr)
 	if err == nil {
-		_, err = b.StateGet(s.ctx, si.Slot, s.tun.StateChunkSize(), hl)
+		_, err = b.StateGet(iface.WithTransferTrace(s.ctx, &trace), si.Slot, s.tun.StateChunkSize(), hl)
 	}
 	if err == nil && hl.remain != 0 {
 		err = fmt.Errorf("backend wrote %d state bytes, announced %d", si.StateSize-hl.remain, si.StateSize)
@@ -75,7 +77,7 @@ func (s *Server) streamBlob(rp *replier, b iface.Backend, si iface.SlotInfo, m *
 	if err == nil {
 		err = rp.w.Flush()
 	}
-	s.stats.transfer(false, cw.n, time.Since(start), err)
+	s.transferDone(rp, false, si.Slot, cw.n, time.Since(start), trace, err)
 	if err != nil {
 		return errFatal{fmt.Errorf("streaming slot %d state: %w", si.Slot, err)}
 	}
@@ -188,8 +190,9 @@ func (s *Server) handleStatePut(req *request, rp *replier) error {
 	if sock := spliceable(req, src); sock != nil {
 		in = sock
 	}
-	consumed, err := s.restore(b, slot, in, req.payload.N)
-	s.stats.transfer(true, int64(req.hdr.PayloadLen)-req.payload.N, time.Since(start), err)
+	var trace iface.TransferTrace
+	consumed, err := s.restore(iface.WithTransferTrace(s.ctx, &trace), b, slot, in, req.payload.N)
+	s.transferDone(rp, true, slot, int64(req.hdr.PayloadLen)-req.payload.N, time.Since(start), trace, err)
 	if err != nil {
 		// Never leave a slot half-restored; the backend clears on failure, and
 		// this covers a backend that died on the way.
@@ -216,8 +219,16 @@ func (s *Server) handleStatePut(req *request, rp *replier) error {
 		add("n_past", si.NPast).identity(info.Model).bytes(), nil)
 }
 
+// transferDone counts a state transfer, and logs it at debug level with the
+// share of its time the host waited on the backend (TransferTrace).
+func (s *Server) transferDone(rp *replier, put bool, slot int, bytes int64, d time.Duration, trace iface.TransferTrace, err error) {
+	s.stats.transfer(put, bytes, d, trace.BackendWait, err)
+	s.log.Debug("state transfer", "direction", direction(put), "network", rp.network, "slot", slot, "bytes", bytes, "chunk", s.tun.StateChunkSize(),
+		"seconds", d.Seconds(), "backend_wait_seconds", trace.BackendWait.Seconds(), "error", err)
+}
+
 // restore parses the wrapper and hands the rest of the payload to the backend.
-func (s *Server) restore(b iface.Backend, slot int, src io.Reader, total int64) (int64, error) {
+func (s *Server) restore(ctx context.Context, b iface.Backend, slot int, src io.Reader, total int64) (int64, error) {
 	bh, err := ReadBlobHeader(src, total)
 	if err != nil {
 		if errors.Is(err, errBlob) {
@@ -225,7 +236,7 @@ func (s *Server) restore(b iface.Backend, slot int, src io.Reader, total int64) 
 		}
 		return 0, fmt.Errorf("%w: %w", errBlob, err)
 	}
-	ctx := iface.WithTransferChunk(s.ctx, s.tun.StateChunkSize())
+	ctx = iface.WithTransferChunk(ctx, s.tun.StateChunkSize())
 	return b.StatePut(ctx, slot, bh.Tokens, src, total-bh.Size)
 }
 

@@ -258,9 +258,10 @@ func (e errFatal) Unwrap() error { return e.err }
 
 // replier writes one response. Every reply is fully framed.
 type replier struct {
-	w      *bufio.Writer
-	sent   bool
-	status transport.Status
+	w       *bufio.Writer
+	sent    bool
+	status  transport.Status
+	network string // the client's socket ("tcp", "unix"), for logs
 }
 
 // header writes the response header and meta; payloadLen bytes must follow.
@@ -363,7 +364,7 @@ func (s *Server) serveConn(raw net.Conn) {
 			log.Warn("closing connection: payload length beyond any limit", "op", hdr.Op, "payload_len", hdr.PayloadLen)
 			return
 		}
-		rp := &replier{w: bw}
+		rp := &replier{w: bw, network: raw.LocalAddr().Network()}
 		start := time.Now()
 		err = s.dispatch(req, rp)
 		if err == nil && !rp.sent {

@@ -14,6 +14,10 @@ type TransferStats struct {
 	Bytes   uint64        // payload bytes of completed transfers
 	Seconds float64       // time spent in completed transfers
 	Last    time.Duration // duration of the last completed transfer
+	// BackendWait is the part of Seconds the host spent waiting on the
+	// backend (iface.TransferTrace): near Seconds, the backend set the pace;
+	// near 0, the socket (or the client) did.
+	BackendWait float64
 }
 
 // RequestKey identifies a request counter: the op and the reply's status.
@@ -88,7 +92,7 @@ func (s *Stats) Requests() map[RequestKey]RequestStats {
 	return out
 }
 
-func (s *Stats) transfer(put bool, bytes int64, d time.Duration, err error) {
+func (s *Stats) transfer(put bool, bytes int64, d, backendWait time.Duration, err error) {
 	s.mu.Lock()
 	t := &s.get
 	if put {
@@ -100,6 +104,7 @@ func (s *Stats) transfer(put bool, bytes int64, d time.Duration, err error) {
 		t.Count++
 		t.Bytes += uint64(bytes)
 		t.Seconds += d.Seconds()
+		t.BackendWait += backendWait.Seconds()
 		t.Last = d
 	}
 	o := s.observer

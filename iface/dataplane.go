@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"syscall"
+	"time"
 )
 
 // ChunkWriter is implemented by the StateGet writers of a data plane that
@@ -55,6 +56,51 @@ func WithTransferChunk(ctx context.Context, n int) context.Context {
 func transferChunk(ctx context.Context) int {
 	n, _ := ctx.Value(transferChunkKey{}).(int)
 	return n
+}
+
+type transferTraceKey struct{}
+
+// TransferTrace collects where a state transfer's time went on the host's
+// side of the data plane, so an operator can tell which end set the pace.
+// BackendWait is the time the host spent waiting on the plugin: for a ring
+// STATE_GET for a filled buffer, for a ring STATE_PUT for a free one, for a
+// piped STATE_PUT for room in the pipe (it wakes as soon as a page is
+// free, so a plugin slower than the socket shows there as many short waits
+// between small splices, less than the time it costs). The rest of a
+// transfer is the host's socket work or waiting on the client. The gRPC
+// plane leaves it 0 (its flow control does not show who waited).
+type TransferTrace struct {
+	BackendWait time.Duration
+}
+
+// WithTransferTrace returns a context on which the data plane records the
+// transfer it carries into t. t is written until the call returns.
+func WithTransferTrace(ctx context.Context, t *TransferTrace) context.Context {
+	return context.WithValue(ctx, transferTraceKey{}, t)
+}
+
+// waitClock times the host's waits on the plugin into a TransferTrace; its
+// methods do nothing without one.
+type waitClock struct{ t *TransferTrace }
+
+func traceOf(ctx context.Context) waitClock {
+	t, _ := ctx.Value(transferTraceKey{}).(*TransferTrace)
+	return waitClock{t}
+}
+
+// since adds the time since start (from now()) to BackendWait.
+func (c waitClock) since(start time.Time) {
+	if c.t != nil {
+		c.t.BackendWait += time.Since(start)
+	}
+}
+
+// now is the start of a wait, the zero time without a trace.
+func (c waitClock) now() time.Time {
+	if c.t == nil {
+		return time.Time{}
+	}
+	return time.Now()
 }
 
 // SocketSource is implemented by StatePut sources whose bytes lie in a socket

@@ -72,9 +72,12 @@ func (c *GRPCClient) stateGetShm(ctx context.Context, slot, chunk int, w io.Writ
 	var written int64
 	var werr, cerr error // cerr: why the control loop stopped short of END
 	ended := false
+	clock := traceOf(ctx)
 loop:
 	for {
+		waited := clock.now()
 		kind, k, n, err := t.ctrl.recv()
+		clock.since(waited)
 		if err != nil {
 			cerr = err
 			break // the plugin closed its end: its result says why
@@ -170,13 +173,18 @@ func (c *GRPCClient) statePutShm(ctx context.Context, slot int, tokens []int32, 
 	var sent int64
 	var rerr error
 	pluginDone := false
+	clock := traceOf(ctx)
 	for seq, inflight := 0, 0; sent < size; seq++ {
-		for inflight == t.ring.depth && !pluginDone {
-			kind, _, _, err := t.ctrl.recv()
-			if err != nil || kind != msgFree {
-				pluginDone = true // stopped reading: failed or finished early
+		if inflight == t.ring.depth {
+			waited := clock.now()
+			for inflight == t.ring.depth && !pluginDone {
+				kind, _, _, err := t.ctrl.recv()
+				if err != nil || kind != msgFree {
+					pluginDone = true // stopped reading: failed or finished early
+				}
+				inflight--
 			}
-			inflight--
+			clock.since(waited)
 		}
 		if pluginDone {
 			break

@@ -56,13 +56,28 @@ type ctrlConn struct {
 	rbuf  [ctrlMaxBatch * ctrlMsgSize]byte
 }
 
-// ctrlBatch is how many messages a side holds back on a ring of depth
-// buffers: half the ring, so the peer always has the other half to work on.
-func ctrlBatch(depth int) int { return min(max(1, depth/2), ctrlMaxBatch-1) }
+// ctrlBatchBytes is the most ring bytes a batch holds back. A message a
+// buffer costs the peer a wake-up a buffer, which matters at small chunks;
+// at large ones the held buffer is the cost: with half of a 4-deep ring of
+// 2 MiB held, the plugin saw the state in 4 MiB steps and the host had only
+// the other half to fill while a bursty consumer (llama.cpp, one 19 MB block
+// at a time) caught up.
+const ctrlBatchBytes = 1 << 20
 
-// newCtrlConn wraps fd for a ring of depth buffers; peerCtrl is the
-// control format the other side reads (ctrlVersion or 0).
-func newCtrlConn(fd int, depth int, peerCtrl uint32) (*ctrlConn, error) {
+// ctrlBatch is how many messages a side holds back on a ring of depth
+// buffers of chunk bytes: up to half the ring, so the peer always has the
+// other half to work on, and no more than ctrlBatchBytes of buffers.
+func ctrlBatch(depth, chunk int) int {
+	n := max(1, depth/2)
+	if chunk > 0 {
+		n = min(n, max(1, ctrlBatchBytes/chunk))
+	}
+	return min(n, ctrlMaxBatch-1)
+}
+
+// newCtrlConn wraps fd for a ring of depth buffers of chunk bytes; peerCtrl
+// is the control format the other side reads (ctrlVersion or 0).
+func newCtrlConn(fd int, depth, chunk int, peerCtrl uint32) (*ctrlConn, error) {
 	f := os.NewFile(uintptr(fd), "hydra-shm-ctrl")
 	defer f.Close()
 	c, err := net.FileConn(f)
@@ -79,7 +94,7 @@ func newCtrlConn(fd int, depth int, peerCtrl uint32) (*ctrlConn, error) {
 		uc.Close()
 		return nil, err
 	}
-	return &ctrlConn{c: uc, raw: raw, batch: ctrlBatch(depth), multi: peerCtrl >= ctrlVersion}, nil
+	return &ctrlConn{c: uc, raw: raw, batch: ctrlBatch(depth, chunk), multi: peerCtrl >= ctrlVersion}, nil
 }
 
 // post queues a FILLED or FREE message, sending the queue once it holds a

@@ -174,7 +174,7 @@ func (h *ShmHost) begin(chunk, depth int, peerCtrl uint32) (*hostTransfer, error
 	if err != nil {
 		return nil, err
 	}
-	id, ctrl, err := h.handOff(r.fd, depth, peerCtrl)
+	id, ctrl, err := h.handOff(r.fd, depth, chunk, peerCtrl)
 	if err != nil {
 		r.close()
 		return nil, err
@@ -186,14 +186,15 @@ func (h *ShmHost) begin(chunk, depth int, peerCtrl uint32) (*hostTransfer, error
 // or a piped restore's read end, which the caller keeps) and one end of a
 // fresh control socket, tagged with a new transfer id, over the fd-passing
 // socket. It returns the id and the host's end of the control socket, for a
-// ring of depth buffers whose peer reads control format peerCtrl.
-func (h *ShmHost) handOff(datafd, depth int, peerCtrl uint32) (uint64, *ctrlConn, error) {
+// ring of depth buffers of chunk bytes (0 for a pipe) whose peer reads
+// control format peerCtrl.
+func (h *ShmHost) handOff(datafd, depth, chunk int, peerCtrl uint32) (uint64, *ctrlConn, error) {
 	a, b, err := seqpacketPair()
 	if err != nil {
 		return 0, nil, err
 	}
 	defer unix.Close(b) // the plugin has its copy once the message is sent
-	ctrl, err := newCtrlConn(a, depth, peerCtrl)
+	ctrl, err := newCtrlConn(a, depth, chunk, peerCtrl)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -415,7 +416,7 @@ func (r *ShmReceiver) open(ctx context.Context, tr *backendv1.ShmTransfer) (*plu
 	if err != nil {
 		return nil, err
 	}
-	ctrl, err := newCtrlConn(ctrlfd, int(depth), tr.GetCtrlVersion())
+	ctrl, err := newCtrlConn(ctrlfd, int(depth), int(chunk), tr.GetCtrlVersion())
 	if err != nil {
 		unix.Close(datafd)
 		return nil, err

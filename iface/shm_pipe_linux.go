@@ -69,7 +69,7 @@ func (h *ShmHost) beginPipe(peerCtrl uint32) (*pipeTransfer, error) {
 	}
 	defer unix.Close(pr) // the plugin has its copy once handed off
 	w := os.NewFile(uintptr(pw), "hydra-state-pipe")
-	id, ctrl, err := h.handOff(pr, 1, peerCtrl)
+	id, ctrl, err := h.handOff(pr, 1, 0, peerCtrl)
 	if err != nil {
 		w.Close()
 		return nil, err
@@ -143,6 +143,7 @@ func (t *pipeTransfer) feed(ctx context.Context, src SocketSource, size int64) (
 	if err != nil {
 		return sent, err, false
 	}
+	clock := traceOf(ctx)
 	var pfd int
 	raw.Control(func(fd uintptr) { pfd = int(fd) }) // t.w stays open until feed returns
 	for sent < size {
@@ -187,7 +188,10 @@ func (t *pipeTransfer) feed(ctx context.Context, src SocketSource, size int64) (
 		case err != nil:
 			return sent, short(err), false
 		case full:
-			if err := raw.Write(func(fd uintptr) bool { return !pipeFull(int(fd)) }); err != nil {
+			waited := clock.now()
+			err := raw.Write(func(fd uintptr) bool { return !pipeFull(int(fd)) })
+			clock.since(waited)
+			if err != nil {
 				return sent, ctx.Err(), true
 			}
 		}

@@ -194,6 +194,49 @@ func TestShmStatePut(t *testing.T) {
 	}
 }
 
+// TestShmTransferTrace: the time the host waits on a slow plugin lands in
+// the transfer's trace, within the transfer's time: for a filled buffer on a
+// STATE_GET, for a free one on a ring STATE_PUT; a transfer without a trace
+// works.
+func TestShmTransferTrace(t *testing.T) {
+	const pause = 30 * time.Millisecond
+	data := randomBytes(3<<20 + 5)
+	slowGet := func(ctx context.Context, slot, chunk int, w io.Writer) (int64, error) {
+		time.Sleep(pause) // before the first byte
+		n, err := w.Write(data)
+		return int64(n), err
+	}
+	slowPut := func(ctx context.Context, slot int, tokens []int32, r io.Reader, size int64) (int64, error) {
+		time.Sleep(pause) // with the ring full
+		n, err := io.Copy(io.Discard, r)
+		return n, err
+	}
+	b := TestBackendShm(t, &fakeBackend{stateGet: slowGet, statePut: slowPut}, 1)
+	for _, traced := range []bool{true, false} {
+		var tr TransferTrace
+		ctx := context.Background()
+		if traced {
+			ctx = WithTransferTrace(ctx, &tr)
+		}
+		start := time.Now()
+		var rec chunkRecorder
+		if n, err := b.StateGet(ctx, 0, 1<<20, &rec); err != nil || n != int64(len(data)) {
+			t.Fatalf("StateGet = %d, %v", n, err)
+		}
+		if elapsed := time.Since(start); traced && (tr.BackendWait < pause || tr.BackendWait > elapsed) {
+			t.Fatalf("GET: backend wait %v, want between %v and the transfer's %v", tr.BackendWait, pause, elapsed)
+		}
+		tr = TransferTrace{}
+		start = time.Now()
+		if n, err := b.StatePut(WithTransferChunk(ctx, 1<<20), 1, nil, bytes.NewReader(data), int64(len(data))); err != nil || n != int64(len(data)) {
+			t.Fatalf("StatePut = %d, %v", n, err)
+		}
+		if elapsed := time.Since(start); traced && (tr.BackendWait < pause*2/3 || tr.BackendWait > elapsed) {
+			t.Fatalf("PUT: backend wait %v, want about %v and no more than the transfer's %v", tr.BackendWait, pause, elapsed)
+		}
+	}
+}
+
 // TestShmStatePutReaders: the host's reads land across buffer boundaries
 // whatever sizes the socket returns, data and EOF together included.
 func TestShmStatePutReaders(t *testing.T) {
@@ -234,25 +277,38 @@ func (o *oddReader) Read(p []byte) (int, error) {
 	return o.r.Read(p[:min(len(p), sizes[o.turn%len(sizes)])])
 }
 
-// ctrlPair is both ends of a control socket, for rings of depth da and db,
-// each sending to its peer as to a version 0 one (a message per datagram).
+// ctrlPair is both ends of a control socket, for rings of depth da and db
+// of 64 KiB buffers, each sending to its peer as to a version 0 one (a
+// message per datagram).
 func ctrlPair(t *testing.T, da, db int) (*ctrlConn, *ctrlConn) {
 	t.Helper()
 	a, b, err := seqpacketPair()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca, err := newCtrlConn(a, da, 0)
+	ca, err := newCtrlConn(a, da, 64<<10, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(ca.close)
-	cb, err := newCtrlConn(b, db, 0)
+	cb, err := newCtrlConn(b, db, 64<<10, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(cb.close)
 	return ca, cb
+}
+
+// TestCtrlBatchSize: half the ring, but no more than ctrlBatchBytes of it.
+func TestCtrlBatchSize(t *testing.T) {
+	for _, c := range []struct{ depth, chunk, want int }{
+		{1, 64 << 10, 1}, {4, 64 << 10, 2}, {4, 256 << 10, 2}, {4, 512 << 10, 2}, {4, 1 << 20, 1},
+		{4, 2 << 20, 1}, {4, 64 << 20, 1}, {64, 64 << 10, 16}, {64, 1024, 32}, {128, 1024, 63}, {8, 0, 4},
+	} {
+		if got := ctrlBatch(c.depth, c.chunk); got != c.want {
+			t.Errorf("ctrlBatch(%d, %d) = %d, want %d", c.depth, c.chunk, got, c.want)
+		}
+	}
 }
 
 // TestCtrlBatching: posted messages wait for a batch, or for their sender to

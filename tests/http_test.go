@@ -570,6 +570,8 @@ func TestHTTPMetrics(t *testing.T) {
 		{`hydra_engine_state_transfer_seconds_sum{direction="put"}`, 1e-9},
 		{`hydra_engine_state_transfer_bytes_sum{direction="put"}`, float64(len(blob))},
 		{`hydra_engine_state_transfer_bytes_count{direction="get"}`, 2},
+		// A STATE_GET on the shm plane waits for the plugin's first chunk at least.
+		{`hydra_engine_state_transfer_backend_wait_seconds_total{direction="get"}`, 1e-9},
 		{`hydra_engine_tokens_total{phase="prefill"}`, 1},
 		{`hydra_engine_tokens_total{phase="decode"}`, 13},
 		{`hydra_engine_token_seconds_total{phase="decode"}`, 1e-9},
@@ -584,6 +586,12 @@ func TestHTTPMetrics(t *testing.T) {
 	}
 	if v := m[`hydra_engine_state_transfer_bytes_sum{direction="put"}`]; v != float64(len(blob)) {
 		t.Errorf("put bytes %v, want %d", v, len(blob))
+	}
+	for _, dir := range []string{"get", "put"} {
+		wait, ok := m[`hydra_engine_state_transfer_backend_wait_seconds_total{direction="`+dir+`"}`]
+		if sum := m[`hydra_engine_state_transfer_seconds_sum{direction="`+dir+`"}`]; !ok || wait > sum {
+			t.Errorf("%s: backend wait %v s (present %v) beyond the transfers' %v s", dir, wait, ok, sum)
+		}
 	}
 	if m[`hydra_engine_state_chunk_size_bytes`] != 65536 || m[`hydra_engine_slots_busy`] != 0 ||
 		m[`hydra_engine_state_transfer_failures_total{direction="put"}`] != 0 {

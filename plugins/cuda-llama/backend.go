@@ -765,14 +765,16 @@ func (b *Backend) StatePut(ctx context.Context, i int, tokens []int32, r io.Read
 	}
 	start := time.Now()
 	stopped, ringSize, ringPinned := false, 0, false
+	var waitData, waitSpace time.Duration
 	defer func() {
 		b.log.Debug("state put", "slot", i, "bytes", n, "cells", head.cells, "streamed", streamed, "ring", ringSize, "ring_pinned", ringPinned,
-			"elapsed", time.Since(start).String(), "error", err)
+			"elapsed", time.Since(start).String(), "wait_data", waitData.String(), "wait_space", waitSpace.String(), "error", err)
 	}()
 	stop := func() { // before r is read anywhere else, and before returning
 		if !stopped {
 			stopped = true
 			e.ring = pf.close()
+			waitData, waitSpace = pf.waits()
 			ringSize, ringPinned = e.ring.size, e.ring.unpin != nil
 			if e.ring.size > keepRing {
 				_ = e.ring.close()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/hydra-engine/hydra-engine/iface"
 )
@@ -38,6 +39,11 @@ type prefetcher struct {
 	ctxErr  error // the restore's context ended
 	done    chan struct{}
 	stopCtx func() bool
+
+	// Where the restore's time went, for its log line: the consumer waiting
+	// for bytes (the data plane set the pace) and the producer waiting for
+	// room (the uploads did).
+	waitData, waitSpace time.Duration
 }
 
 // minSlack is the least read-ahead beside a block: at the H200's ~5 GB/s
@@ -102,8 +108,12 @@ func (p *prefetcher) run() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for {
-		for !p.stop && p.growTo[0] == 0 && p.left > 0 && p.w-p.r == int64(p.ring.size) {
-			p.space.Wait()
+		if p.w-p.r == int64(p.ring.size) {
+			start := time.Now()
+			for !p.stop && p.growTo[0] == 0 && p.left > 0 && p.w-p.r == int64(p.ring.size) {
+				p.space.Wait()
+			}
+			p.waitSpace += time.Since(start)
 		}
 		switch {
 		case p.stop:
@@ -198,8 +208,12 @@ func (p *prefetcher) wait(need int) ([]byte, error) {
 	}
 	want := p.r + int64(need)
 	p.want = want
-	for (p.w < want || p.growTo[0] > 0) && p.err == nil && p.ctxErr == nil {
-		p.data.Wait()
+	if p.w < want || p.growTo[0] > 0 {
+		start := time.Now()
+		for (p.w < want || p.growTo[0] > 0) && p.err == nil && p.ctxErr == nil {
+			p.data.Wait()
+		}
+		p.waitData += time.Since(start)
 	}
 	p.want = 0
 	switch {
@@ -260,3 +274,7 @@ func (p *prefetcher) close() *mirror {
 	<-p.done
 	return p.ring
 }
+
+// waits returns how long the consumer waited for bytes and the producer for
+// room; call it after close.
+func (p *prefetcher) waits() (data, space time.Duration) { return p.waitData, p.waitSpace }
