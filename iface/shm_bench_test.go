@@ -114,7 +114,11 @@ func connPair(b *testing.B, network, addr string) (dialled, accepted net.Conn) {
 // the pattern in place, and "shm-untouched" for one that takes the pieces
 // without reading them. The gap between the two shm rows is what the
 // consumer's reading of the ring costs the socket reader; run with
-// -cpuprofile to see where the time goes.
+// -cpuprofile to see where the time goes. "pipe-into-N" reads the pipe into
+// a ring of N bytes, cycled through, as the llama plugin's prefetcher reads
+// into its restore ring: what the size of the reader's destination costs
+// (H200, 2 MiB row: 1 MiB 5.07–5.17 GB/s, 6 MiB 4.62–4.95, 24 MiB
+// 3.36–3.77, raw 3.76–4.92; docs/benchmarks/README.md, 20).
 func BenchmarkShmStatePut(b *testing.B) {
 	const size = 512 << 20
 	pattern := make([]byte, 4<<20)
@@ -176,9 +180,15 @@ func BenchmarkShmStatePut(b *testing.B) {
 		for _, v := range []struct {
 			name        string
 			pipe, touch bool
-		}{{"pipe", true, true}, {"shm", false, true}, {"shm-untouched", false, false}} {
+			sink        int // read into a ring of this many bytes instead of comparing
+		}{{"pipe", true, true, 0}, {"shm", false, true, 0}, {"shm-untouched", false, false, 0},
+			{"pipe-into-1MiB", true, false, 1 << 20}, {"pipe-into-6MiB", true, false, 6 << 20}, {"pipe-into-24MiB", true, false, 24 << 20}} {
 			b.Run(fmt.Sprintf("%s/chunk=%dKiB/depth=4", v.name, chunk>>10), func(b *testing.B) {
-				be := TestBackendShm(b, &fakeBackend{statePut: compare(chunk, v.touch)}, 4)
+				put := compare(chunk, v.touch)
+				if v.sink > 0 {
+					put = sink(v.sink)
+				}
+				be := TestBackendShm(b, &fakeBackend{statePut: put}, 4)
 				be.(*GRPCClient).NoSplice = !v.pipe
 				ctx := WithTransferChunk(context.Background(), chunk)
 				b.SetBytes(size)
@@ -194,6 +204,32 @@ func BenchmarkShmStatePut(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// sink is a restore that reads the state into a ring of size bytes, as the
+// llama plugin's prefetcher reads it into its restore ring (1 MiB reads):
+// with the pipe, how much the size of the reader's destination costs.
+func sink(size int) func(context.Context, int, []int32, io.Reader, int64) (int64, error) {
+	return func(_ context.Context, _ int, _ []int32, r io.Reader, total int64) (int64, error) {
+		ring := make([]byte, size)
+		for i := range ring {
+			ring[i] = 1 // resident
+		}
+		var n int64
+		for off := 0; n < total; {
+			m, err := r.Read(ring[off:min(off+1<<20, size)])
+			n += int64(m)
+			if off += m; off == size {
+				off = 0
+			}
+			if err == io.EOF {
+				break
+			} else if err != nil {
+				return n, err
+			}
+		}
+		return n, nil
 	}
 }
 

@@ -11,6 +11,8 @@
 #   scripts/gpu-bench.sh splice-ab # the same with --splice-put=true vs false (pipe vs ring; the llama plugin takes the pipe only at chunks up to 1 MiB, so its 2 MiB rows compare the ring with itself)
 #   scripts/gpu-bench.sh stream-ab # the same with stream_restore=false vs true (the whole block held vs uploaded piece by piece)
 #   scripts/gpu-bench.sh plugin-ab PLUGIN... # STATE_PUT with llama plugin binaries of different builds, same run (a b … b a, ROUNDS times; TCP and Unix; CHUNKS, default "262144 2097152")
+#   scripts/gpu-bench.sh variant-ab NAME=DIR[:FLAGS]... # STATE_PUT and STATE_GET (OPS) with engine and plugin builds from DIR and engine FLAGS, same run, debug logs in $OUT
+#   SAVE_LIB=1 ...             # after building libggml-cuda, put it in $OUT/libcache (xz, 15 MiB parts); carried back as gpu/libcache, later calls skip the build
 #   scripts/gpu-bench.sh all     # both, in one command (~11 min on the H200; split it where a command is capped at 10)
 #
 # Results go to $OUT (default out/).
@@ -65,11 +67,24 @@ mock)
 	step "hydra-bench, mock plugin: 1.206 GB state, TCP and Unix, STATE_GET and STATE_PUT"
 	"$G/hydra-bench" --bin "$G" --out "$OUT" --name mock-h200 --reps "${REPS:-3}" 2>&1 | tail -60
 	;;
-pin-ab|copy-ab|splice-ab|stream-ab|plugin-ab|bench)
+pin-ab|copy-ab|splice-ab|stream-ab|plugin-ab|variant-ab|bench)
 	if [[ ! -f $G/libggml-cuda.so ]]; then
 		rm -rf "$G" && mkdir -p "$G/src" && tar -xzf gpu/hydra-gpu.tar.gz -C "$G" && tar -xzf "$G/ollama-ggml-src.tar.gz" -C "$G/src" || exit 1
-		step "build libggml-cuda, sm_90"
-		plugins/cuda-llama/build-cuda.sh "$G/src" "$G" 90 build/cuda90 "" > "$OUT/cuda90-build.log" 2>&1 || { tail -30 "$OUT/cuda90-build.log"; exit 1; }
+		if compgen -G "gpu/libcache/libggml-cuda.part-*" >/dev/null; then
+			# A library built by an earlier call (SAVE_LIB=1), carried back: the
+			# ~3 min build is most of a short A/B's device time.
+			step "libggml-cuda from gpu/libcache"
+			cat gpu/libcache/libggml-cuda.part-* | xz -dc | tar -x -C "$G" || exit 1
+		else
+			step "build libggml-cuda, sm_90"
+			plugins/cuda-llama/build-cuda.sh "$G/src" "$G" 90 build/cuda90 "" > "$OUT/cuda90-build.log" 2>&1 || { tail -30 "$OUT/cuda90-build.log"; exit 1; }
+			if [[ ${SAVE_LIB:-} == 1 ]]; then
+				# Back through $OUT in parts of 15 MiB (its per-file limit is 16).
+				mkdir -p "$OUT/libcache" && (cd "$G" && tar -c libggml-cuda.so libggml-base.so* hydra-ggml.version | xz -T0 -6) \
+					| split -b 15M -d - "$OUT/libcache/libggml-cuda.part-"
+				ls -la "$G/libggml-cuda.so" "$OUT"/libcache/
+			fi
+		fi
 	fi
 	step "synthetic model: 32 layers, 1024 dim, 8 heads, 8 KV heads, f16 (128 KiB of KV per token)"
 	"$G/gguf-gen" -o "$G/synth.gguf" -layers 32 -embd 1024 -heads 8 -kv-heads 8 -ff 1024 -vocab 1024 -ctx 16384 -f16 || exit 1
@@ -91,6 +106,52 @@ pin-ab|copy-ab|splice-ab|stream-ab|plugin-ab|bench)
 			kill $epid; wait $epid
 		done
 		grep -o 'ring_pinned=[a-z]*' "$OUT"/engine-pin-*.log | sort | uniq -c
+		exit 0
+	fi
+	if [[ $1 == variant-ab ]]; then
+		# Variants as arguments, NAME=DIR[:FLAGS]: DIR's hydra-engine and
+		# hydra-plugin-cuda-llama where it has them (else the pack's), engine
+		# FLAGS added; run a b … b a, ROUNDS times. Each engine logs at debug
+		# level: the host's "state transfer" lines carry backend_wait_seconds,
+		# the plugin's "state put" lines its prefetcher's waits.
+		shift; specs=("$@") order=()
+		[[ ${#specs[@]} -ge 2 ]] || { echo "variant-ab: give two variants or more" >&2; exit 2; }
+		for ((r = 0; r < ${ROUNDS:-1}; r++)); do
+			for ((i = 0; i < ${#specs[@]}; i++)); do order+=("$i"); done
+			for ((i = ${#specs[@]} - 1; i >= 0; i--)); do order+=("$i"); done
+		done
+		blob=/dev/shm/hydra-variant-ab.blob
+		for v in "${order[@]}"; do
+			spec=${specs[v]} name=${spec%%=*} rest=${spec#*=} dir=${rest%%:*} flags=
+			[[ $rest == *:* ]] && flags=${rest#*:}
+			engine=$G/hydra-engine plugin=$G/hydra-plugin-cuda-llama
+			[[ -x $dir/hydra-engine ]] && engine=$(realpath "$dir/hydra-engine")
+			[[ -x $dir/hydra-plugin-cuda-llama ]] && plugin=$(realpath "$dir/hydra-plugin-cuda-llama")
+			sock=/tmp/hydra-variant-$v.sock port=$((39600 + RANDOM % 200)) log=$OUT/engine-$name.log
+			rm -f "$sock"
+			# shellcheck disable=SC2086 # FLAGS are words
+			"$engine" --rpc "unix://$sock" --rpc "tcp://127.0.0.1:$port" --backend "$plugin" --model "$G/synth.gguf" \
+				--slots 2 --backend-opt lib_dir="$G" --backend-opt n_ctx=18688 --log-level debug $flags >> "$log" 2>&1 &
+			epid=$!
+			for _ in $(seq 100); do "$G/hydractl" --addr "unix://$sock" info >/dev/null 2>&1 && break; sleep 0.2; done
+			"$G/hydractl" --addr "unix://$sock" prefill --slot 0 --tokens "$toks" >/dev/null
+			[[ -f $blob ]] || "$G/hydractl" --addr "unix://$sock" --no-progress state get --slot 0 -o "$blob" >/dev/null
+			for chunk in ${CHUNKS:-262144 2097152}; do
+				"$G/hydractl" --addr "unix://$sock" configure "{\"state_chunk_size\":$chunk}" >/dev/null
+				for tr in "unix://$sock" "tcp://127.0.0.1:$port"; do
+					for op in ${OPS:-put get}; do
+						echo "$name ${tr%%:*} chunk $chunk $op $(for _ in 1 2 3; do
+							if [[ $op == put ]]; then "$G/hydractl" --addr "$tr" --no-progress state put --slot 1 -i "$blob" 2>&1
+							else "$G/hydractl" --addr "$tr" --no-progress state get --slot 0 -o /dev/null 2>&1; fi \
+								| grep -o '([0-9.]* GB/s)' | tr -d '()GB/s '; done | tr '\n' ' ')"
+					done
+				done
+			done
+			kill $epid; wait $epid
+		done
+		rm -f "$blob"
+		step "where the time went (scripts/variant-ab-summary.py)"
+		python3 scripts/variant-ab-summary.py "$OUT"
 		exit 0
 	fi
 	if [[ $1 == copy-ab || $1 == splice-ab || $1 == stream-ab || $1 == plugin-ab ]]; then
@@ -138,5 +199,5 @@ pin-ab|copy-ab|splice-ab|stream-ab|plugin-ab|bench)
 		--backend-opt lib_dir="$G" --backend-opt n_gpu_layers=99 --backend-opt n_ctx=18688 --backend-opt n_threads=8 2>&1 | tail -60
 	;;
 *)
-	echo "usage: $0 build|bench|mock|pin-ab|copy-ab|splice-ab|stream-ab|plugin-ab PLUGIN...|all" >&2; exit 2 ;;
+	echo "usage: $0 build|bench|mock|pin-ab|copy-ab|splice-ab|stream-ab|plugin-ab PLUGIN...|variant-ab NAME=DIR[:FLAGS]...|all" >&2; exit 2 ;;
 esac
