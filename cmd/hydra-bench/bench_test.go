@@ -22,7 +22,7 @@ func fixture() *report {
 		Payload:    1206000000, NPast: 9204, State: backendSpec{kvBytes: fullKVBytes}.describe(), Mock: true, SVGName: "state-transfer.svg", Reps: 3, PeakWindow: true,
 		IdleHostMiB: 17, IdlePluginMiB: 14, Verified: 12, Duration: 3 * time.Minute,
 	}
-	cpu := cpuUse{Bench: 0.6, Host: 0.5, Plugin: 0.4, Wall: 0.9, Bytes: 3 * 1206000000}
+	cpu := cpuUse{Bench: 0.6, Host: 0.5, Plugin: 0.4, Wall: 0.9, Bytes: 3 * 1206000000, EngineSec: 0.9, BackendWait: 0.18}
 	for _, tr := range transports {
 		for _, op := range []string{opGet, opPut} {
 			p := &panel{Transport: tr, Op: op, Raw: result{Raw: true, GBps: []float64{3.9, 4.0, 4.1}, CPU: cpu}}
@@ -58,10 +58,11 @@ func TestMarkdown(t *testing.T) {
 		"| memory | 23.5 GiB |",
 		"## TCP loopback — STATE_GET",
 		"## Unix socket — STATE_PUT",
-		"| raw socket (3 transfers) | — | — | — | 4.00 (4.10) | 1.00 | — | — | — | 0.17 · — · — | 1.67 |",
-		"| seed emulation (serial) | shm | 256 KiB | 1 | 1.00 (1.20) | 0.25 | 9.0 | 8.0 | 4.10 | 0.17 · 0.14 · 0.11 | 1.67 |",
+		"| raw socket (3 transfers) | — | — | — | 4.00 (4.10) | 1.00 | — | — | — | 0.17 · — · — | 1.67 | — |",
+		"| seed emulation (serial) | shm | 256 KiB | 1 | 1.00 (1.20) | 0.25 | 9.0 | 8.0 | 4.10 | 0.17 · 0.14 · 0.11 | 1.67 | 20 % |",
 		"| pipelined | shm | 2 MiB | 4 | 3.80 (4.00) | 0.95 | 9.0 | 8.0 |",
 		"| gRPC stream | grpc | 64 KiB | — | 0.50 (0.70) | 0.12 |",
+		"| 0.17 · 0.14 · 0.11 | 1.67 | — |\n", // gRPC: no clock
 		// Targets, computed: 2 MiB passes, 256 KiB misses on GB/s.
 		// CPU ceiling: 2 CPUs / (1.5 CPU s per 3.618 GB) / 4 GB/s = 1.21.
 		"| shm | TCP loopback | STATE_GET | 2 MiB | 0.950 | ≥ 0.90 | 1.21 | 9.0 / 8.0 | ≤ 64 | yes |",
@@ -85,6 +86,34 @@ func TestMarkdown(t *testing.T) {
 	}
 	if n := strings.Count(md, "| pipelined | shm |"); n != 4*len(pipelinedChunks) {
 		t.Errorf("%d pipelined shm rows, want %d", n, 4*len(pipelinedChunks))
+	}
+}
+
+// TestParseTransferClock reads the engine's transfer clock for one
+// direction out of a /metrics page, and fails on a page without it.
+func TestParseTransferClock(t *testing.T) {
+	page := `# HELP hydra_engine_state_transfer_backend_wait_seconds_total Time ...
+# TYPE hydra_engine_state_transfer_backend_wait_seconds_total counter
+hydra_engine_state_transfer_backend_wait_seconds_total{direction="get"} 0.25
+hydra_engine_state_transfer_backend_wait_seconds_total{direction="put"} 1e-3
+hydra_engine_state_transfer_seconds_bucket{direction="put",le="+Inf"} 4
+hydra_engine_state_transfer_seconds_sum{direction="get"} 2.5
+hydra_engine_state_transfer_seconds_count{direction="get"} 2
+hydra_engine_state_transfer_seconds_sum{direction="put"} 3
+hydra_engine_state_transfer_seconds_count{direction="put"} 4
+`
+	if c, err := parseTransferClock(page, opGet); err != nil || c != (transferClock{count: 2, total: 2.5, wait: 0.25}) {
+		t.Errorf("get: %+v, %v", c, err)
+	}
+	if c, err := parseTransferClock(page, opPut); err != nil || c != (transferClock{count: 4, total: 3, wait: 0.001}) {
+		t.Errorf("put: %+v, %v", c, err)
+	}
+	// No transfer yet: no histogram, the counter at 0.
+	if c, err := parseTransferClock("hydra_engine_state_transfer_backend_wait_seconds_total{direction=\"put\"} 0\n", opPut); err != nil || c != (transferClock{}) {
+		t.Errorf("before the first transfer: %+v, %v", c, err)
+	}
+	if _, err := parseTransferClock("go_goroutines 7\n", opGet); err == nil {
+		t.Error("a page of an engine without the clock parsed")
 	}
 }
 

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -63,6 +66,7 @@ type engineProc struct {
 	cmd       *exec.Cmd
 	args      []string
 	tcp, unix string
+	http      string // host:port of its /metrics
 	pluginPID int
 	logs      *tailBuffer
 	done      chan struct{} // closed when the process has exited
@@ -78,13 +82,18 @@ func startEngine(ctx context.Context, bin, sockDir string, backend backendSpec, 
 	if err != nil {
 		return nil, err
 	}
+	httpPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
 	e := &engineProc{
 		tcp:  fmt.Sprintf("tcp://127.0.0.1:%d", port),
 		unix: "unix://" + filepath.Join(sockDir, "engine.sock"),
+		http: fmt.Sprintf("127.0.0.1:%d", httpPort),
 		logs: &tailBuffer{max: 64 << 10},
 		done: make(chan struct{}),
 	}
-	e.args = append(append([]string{"--rpc", e.tcp, "--rpc", e.unix}, backend.args(bin)...),
+	e.args = append(append([]string{"--rpc", e.tcp, "--rpc", e.unix, "--http", e.http}, backend.args(bin)...),
 		append([]string{"--slots", "2", "--log-level", "warn"}, extra...)...)
 	e.cmd = exec.Command(filepath.Join(bin, "hydra-engine"), e.args...)
 	e.cmd.Stdout, e.cmd.Stderr = e.logs, e.logs
@@ -179,6 +188,80 @@ func (e *engineProc) cpu() (host, plugin float64) {
 	host, _ = cpuSeconds(h)
 	plugin, _ = cpuSeconds(p)
 	return host, plugin
+}
+
+// transferClock is what the engine's /metrics say of its completed
+// transfers in one direction: how many, the seconds they took and the part
+// of them the host spent waiting on the plugin.
+type transferClock struct{ count, total, wait float64 }
+
+// transferClockAfter returns the engine's transfer clock for op once it
+// counts more than n transfers: a STATE_GET's client has its last byte
+// before the engine has counted the transfer.
+func (e *engineProc) transferClockAfter(ctx context.Context, op string, n float64) (transferClock, error) {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		c, err := e.transferClock(ctx, op)
+		if err != nil || c.count > n {
+			return c, err
+		}
+		if time.Now().After(deadline) {
+			return c, fmt.Errorf("engine /metrics: the %s transfer was not counted within 2 s", op)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// transferClock reads the engine's transfer clock for op from /metrics.
+func (e *engineProc) transferClock(ctx context.Context, op string) (transferClock, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+e.http+"/metrics", nil)
+	if err != nil {
+		return transferClock{}, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return transferClock{}, fmt.Errorf("engine /metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return transferClock{}, fmt.Errorf("engine /metrics: %w", err)
+	}
+	return parseTransferClock(string(body), op)
+}
+
+// parseTransferClock reads a transfer clock out of a /metrics text
+// exposition.
+func parseTransferClock(text, op string) (transferClock, error) {
+	dir := `{direction="get"}`
+	if op == opPut {
+		dir = `{direction="put"}`
+	}
+	var c transferClock
+	want := map[string]*float64{
+		"hydra_engine_state_transfer_seconds_count" + dir:              &c.count,
+		"hydra_engine_state_transfer_seconds_sum" + dir:                &c.total,
+		"hydra_engine_state_transfer_backend_wait_seconds_total" + dir: &c.wait,
+	}
+	waitSeen := false
+	for _, line := range strings.Split(text, "\n") {
+		name, value, ok := strings.Cut(line, " ")
+		if v, known := want[name]; known && ok {
+			var err error
+			if *v, err = strconv.ParseFloat(strings.TrimSpace(value), 64); err != nil {
+				return transferClock{}, fmt.Errorf("engine /metrics: %s: %w", name, err)
+			}
+			waitSeen = waitSeen || v == &c.wait
+		}
+	}
+	// The histogram appears with its first transfer; the wait counter is
+	// always there, unless the engine predates it.
+	if !waitSeen {
+		return transferClock{}, fmt.Errorf("engine /metrics has no hydra_engine_state_transfer_backend_wait_seconds_total%s", dir)
+	}
+	return c, nil
 }
 
 // resetPeaks starts a new VmHWM window in both processes.

@@ -385,9 +385,9 @@ func (b *bench) runConfig(ctx context.Context, cfg engineConfig, tag string) err
 			p.Rows = append(p.Rows, *row)
 			p.Raw.GBps = append(p.Raw.GBps, raw.GBps...)
 			p.Raw.CPU.add(raw.CPU)
-			fmt.Fprintf(b.log, "%-7s %-23s %-4s %s %-7s %-4s %5.2f GB/s (raw %5.2f)  cores %.2f (raw %.2f)  extra RSS host %5.1f plugin %5.1f MiB\n",
+			fmt.Fprintf(b.log, "%-7s %-23s %-4s %s %-7s %-4s %5.2f GB/s (raw %5.2f)  cores %.2f (raw %.2f)  extra RSS host %5.1f plugin %5.1f MiB  host waits on plugin %s\n",
 				tag, cfg.label(), cfg.Plane, op, chunkName(cfg.Chunk), tr, median(row.GBps), median(raw.GBps),
-				row.CPU.cores(), raw.CPU.cores(), host, plugin)
+				row.CPU.cores(), raw.CPU.cores(), host, plugin, percentCell(cfg, row.CPU.waitShare()))
 		}
 	}
 	if err := verifyRestore(ctx, ctl, b.blobIfComparable()); err != nil {
@@ -404,7 +404,12 @@ func (b *bench) runConfig(ctx context.Context, cfg engineConfig, tag string) err
 func (b *bench) once(ctx context.Context, c *transport.Client, op string, e *engineProc) (float64, cpuUse, error) {
 	var u cpuUse
 	var h0, p0 float64
+	var c0 transferClock
 	if e != nil {
+		var err error
+		if c0, err = e.transferClock(ctx, op); err != nil {
+			return 0, u, err
+		}
 		h0, p0 = e.cpu()
 	}
 	b0 := selfCPU()
@@ -422,6 +427,11 @@ func (b *bench) once(ctx context.Context, c *transport.Client, op string, e *eng
 	if e != nil {
 		h1, p1 := e.cpu()
 		u.Host, u.Plugin = h1-h0, p1-p0
+		c1, err := e.transferClockAfter(ctx, op, c0.count)
+		if err != nil {
+			return 0, u, err
+		}
+		u.EngineSec, u.BackendWait = c1.total-c0.total, c1.wait-c0.wait
 	}
 	u.Wall, u.Bytes = d.Seconds(), float64(b.size)
 	return gbps(b.size, d), u, nil

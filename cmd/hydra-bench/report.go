@@ -41,6 +41,9 @@ type result struct {
 type cpuUse struct {
 	Bench, Host, Plugin float64 // CPU seconds: this process (client; raw server too), engine host, plugin
 	Wall, Bytes         float64
+	// The engine's own clock of its transfers (/metrics): seconds, and the
+	// part the host waited on the plugin.
+	EngineSec, BackendWait float64
 }
 
 func (c *cpuUse) add(o cpuUse) {
@@ -49,6 +52,26 @@ func (c *cpuUse) add(o cpuUse) {
 	c.Plugin += o.Plugin
 	c.Wall += o.Wall
 	c.Bytes += o.Bytes
+	c.EngineSec += o.EngineSec
+	c.BackendWait += o.BackendWait
+}
+
+// waitShare is the part of the engine's transfer time the host spent
+// waiting on the plugin, NaN where the engine clocked none.
+func (c cpuUse) waitShare() float64 {
+	if c.EngineSec <= 0 {
+		return math.NaN()
+	}
+	return c.BackendWait / c.EngineSec
+}
+
+// percentCell formats a share as a percentage, "—" on the gRPC plane (no
+// clock there) or where there was none.
+func percentCell(c engineConfig, share float64) string {
+	if c.Plane == "grpc" || math.IsNaN(share) {
+		return "—"
+	}
+	return fmt.Sprintf("%.0f %%", 100*share)
 }
 
 // perGB is CPU seconds x per GB moved.
@@ -268,6 +291,10 @@ func (r *report) markdown(w io.Writer) error {
 	p("- CPU s/GB: CPU time (user + system, from getrusage for this process and `/proc/PID/stat` for the engine's two) per GB moved; "+
 		"\"client\" is the benchmark process, which on a raw row is the raw server as well. cores busy = all that CPU time / wall time: "+
 		"with %d CPUs, a figure near %d means the transfer was waiting for CPU, not for the socket.\n", r.Machine.NProc, r.Machine.NProc)
+	p("- host waits on plugin: the part of the engine's own time for the row's transfers (its /metrics, " +
+		"`hydra_engine_state_transfer_backend_wait_seconds_total` over `hydra_engine_state_transfer_seconds_sum`) the host spent waiting on the plugin: " +
+		"for a filled buffer on STATE_GET, for a free one or room in the pipe on STATE_PUT. Near 100 %%, the plugin set the pace; near 0, the host's socket side or the client did. " +
+		"A piped STATE_PUT's host wakes as soon as a page of the pipe is free, so there a slow plugin shows as less wait than it costs. The gRPC plane records none.\n")
 	p("- gRPC has no serial mode: its stream flow control always lets the plugin produce ahead of the host, so `--ring-depth` does not apply and gRPC runs at the pipelined chunk sizes only. " +
 		"A gRPC STATE_PUT streams the state to the plugin in 1 MiB messages whatever `state_chunk_size` is.\n")
 	p("- After its transfers each engine decodes 16 greedy tokens from slot 0 and from the restored slot 1; they matched in %d engine(s).\n\n", r.Verified)
@@ -275,15 +302,15 @@ func (r *report) markdown(w io.Writer) error {
 
 	for _, pn := range r.Panels {
 		p("## %s — %s\n\n", transportName(pn.Transport), pn.Op)
-		p("| config | data plane | chunk | depth | GB/s median (best) | ratio to raw | host extra RSS MiB | plugin extra RSS MiB | raw alongside GB/s | CPU s/GB client · host · plugin | cores busy |\n")
-		p("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-		p("| raw socket (%d transfers) | — | — | — | %s | 1.00 | — | — | — | %s · — · — | %s |\n",
+		p("| config | data plane | chunk | depth | GB/s median (best) | ratio to raw | host extra RSS MiB | plugin extra RSS MiB | raw alongside GB/s | CPU s/GB client · host · plugin | cores busy | host waits on plugin |\n")
+		p("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		p("| raw socket (%d transfers) | — | — | — | %s | 1.00 | — | — | — | %s · — · — | %s | — |\n",
 			len(pn.Raw.GBps), rateCell(pn.Raw.GBps), num2(pn.Raw.CPU.perGB(pn.Raw.CPU.Bench)), num2(pn.Raw.CPU.cores()))
 		for _, row := range pn.Rows {
 			u := row.CPU
-			p("| %s | %s | %s | %s | %s | %.2f | %s | %s | %s | %s · %s · %s | %s |\n", row.Config.label(), row.Config.Plane, chunkName(row.Config.Chunk),
+			p("| %s | %s | %s | %s | %s | %.2f | %s | %s | %s | %s · %s · %s | %s | %s |\n", row.Config.label(), row.Config.Plane, chunkName(row.Config.Chunk),
 				depthName(row.Config), rateCell(row.GBps), pn.ratio(row), mibCell(row.HostMiB), mibCell(row.PluginMiB), alongside(row.Alongside),
-				num2(u.perGB(u.Bench)), num2(u.perGB(u.Host)), num2(u.perGB(u.Plugin)), num2(u.cores()))
+				num2(u.perGB(u.Bench)), num2(u.perGB(u.Host)), num2(u.perGB(u.Plugin)), num2(u.cores()), percentCell(row.Config, u.waitShare()))
 		}
 		p("\n")
 	}
