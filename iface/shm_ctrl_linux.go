@@ -58,10 +58,10 @@ type ctrlConn struct {
 
 // ctrlBatchBytes is the most ring bytes a batch holds back. A message a
 // buffer costs the peer a wake-up a buffer, which matters at small chunks;
-// at large ones the held buffer is the cost: with half of a 4-deep ring of
-// 2 MiB held, the plugin saw the state in 4 MiB steps and the host had only
-// the other half to fill while a bursty consumer (llama.cpp, one 19 MB block
-// at a time) caught up.
+// at large ones the held buffers are the cost: with half of a 4-deep ring of
+// 2 MiB held, the peer learnt of the state in 4 MiB steps, a whole buffer
+// late. H200, llama plugin, 2 MiB: STATE_PUT over TCP +5 %, STATE_GET over
+// TCP +6 % (docs/benchmarks/README.md, 20).
 const ctrlBatchBytes = 1 << 20
 
 // ctrlBatch is how many messages a side holds back on a ring of depth
