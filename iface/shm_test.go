@@ -199,7 +199,7 @@ func TestShmStatePut(t *testing.T) {
 // STATE_GET, for a free one on a ring STATE_PUT; a transfer without a trace
 // works.
 func TestShmTransferTrace(t *testing.T) {
-	const pause = 30 * time.Millisecond
+	const pause = 60 * time.Millisecond
 	data := randomBytes(3<<20 + 5)
 	slowGet := func(ctx context.Context, slot, chunk int, w io.Writer) (int64, error) {
 		time.Sleep(pause) // before the first byte
@@ -223,15 +223,17 @@ func TestShmTransferTrace(t *testing.T) {
 		if n, err := b.StateGet(ctx, 0, 1<<20, &rec); err != nil || n != int64(len(data)) {
 			t.Fatalf("StateGet = %d, %v", n, err)
 		}
-		if elapsed := time.Since(start); traced && (tr.BackendWait < pause || tr.BackendWait > elapsed) {
-			t.Fatalf("GET: backend wait %v, want between %v and the transfer's %v", tr.BackendWait, pause, elapsed)
+		// Bounds with room for a loaded machine: the host may start waiting
+		// late, never wait longer than the transfer.
+		if elapsed := time.Since(start); traced && (tr.BackendWait < pause/2 || tr.BackendWait > elapsed) {
+			t.Fatalf("GET: backend wait %v, want about %v and no more than the transfer's %v", tr.BackendWait, pause, elapsed)
 		}
 		tr = TransferTrace{}
 		start = time.Now()
 		if n, err := b.StatePut(WithTransferChunk(ctx, 1<<20), 1, nil, bytes.NewReader(data), int64(len(data))); err != nil || n != int64(len(data)) {
 			t.Fatalf("StatePut = %d, %v", n, err)
 		}
-		if elapsed := time.Since(start); traced && (tr.BackendWait < pause*2/3 || tr.BackendWait > elapsed) {
+		if elapsed := time.Since(start); traced && (tr.BackendWait < pause/3 || tr.BackendWait > elapsed) {
 			t.Fatalf("PUT: backend wait %v, want about %v and no more than the transfer's %v", tr.BackendWait, pause, elapsed)
 		}
 	}
