@@ -89,18 +89,46 @@ pin-ab|copy-ab|splice-ab|stream-ab|plugin-ab|variant-ab|bench)
 	step "synthetic model: 32 layers, 1024 dim, 8 heads, 8 KV heads, f16 (128 KiB of KV per token)"
 	"$G/gguf-gen" -o "$G/synth.gguf" -layers 32 -embd 1024 -heads 8 -kv-heads 8 -ff 1024 -vocab 1024 -ctx 16384 -f16 || exit 1
 	toks=$(python3 -c "print(','.join(str(3+(i*31)%250) for i in range(9200)))")
-	# llama_engine SOCK LOG ARGS...: a llama engine on unix://SOCK (and ARGS),
-	# ready and with 9,200 tokens prefilled in slot 0; its pid in $epid.
+	# llama_engine SOCK LOG ARGS...: a llama engine ($engine, default the
+	# pack's, on $plugin, likewise) on unix://SOCK (and ARGS), logging to the
+	# end of LOG, ready and with 9,200 tokens prefilled in slot 0; its pid in
+	# $epid.
 	llama_engine() {
 		local sock=$1 log=$2; shift 2; rm -f "$sock"
-		"$G/hydra-engine" --rpc "unix://$sock" --backend "${plugin:-$G/hydra-plugin-cuda-llama}" --model "$G/synth.gguf" "$@" > "$log" 2>&1 &
+		"${engine:-$G/hydra-engine}" --rpc "unix://$sock" --backend "${plugin:-$G/hydra-plugin-cuda-llama}" --model "$G/synth.gguf" "$@" >> "$log" 2>&1 &
 		epid=$!
 		for _ in $(seq 100); do "$G/hydractl" --addr "unix://$sock" info >/dev/null 2>&1 && break; sleep 0.2; done
 		"$G/hydractl" --addr "unix://$sock" prefill --slot 0 --tokens "$toks" >/dev/null
 	}
+	# ab_order N: order=(0 1 … N-1 N-1 … 0), ROUNDS times (default once).
+	ab_order() {
+		order=()
+		for ((r = 0; r < ${ROUNDS:-1}; r++)); do
+			for ((i = 0; i < $1; i++)); do order+=("$i"); done
+			for ((i = $1 - 1; i >= 0; i--)); do order+=("$i"); done
+		done
+	}
+	# transfers NAME SOCK PORT BLOB OP...: for each of CHUNKS, over Unix and
+	# TCP, a line of NAME's GB/s for 3 transfers of each OP (PUT of BLOB into
+	# slot 1, or GET of slot 0), as hydractl timed them.
+	transfers() {
+		local name=$1 sock=$2 port=$3 blob=$4 chunk tr op; shift 4
+		for chunk in ${CHUNKS:-262144 2097152}; do
+			"$G/hydractl" --addr "unix://$sock" configure "{\"state_chunk_size\":$chunk}" >/dev/null
+			for tr in "unix://$sock" "tcp://127.0.0.1:$port"; do
+				for op in "$@"; do
+					echo "$name ${tr%%:*} chunk $chunk $op $(for _ in 1 2 3; do
+						if [[ ${op,,} == put ]]; then "$G/hydractl" --addr "$tr" --no-progress state put --slot 1 -i "$blob" 2>&1
+						else "$G/hydractl" --addr "$tr" --no-progress state get --slot 0 -o /dev/null 2>&1; fi \
+							| grep -o '([0-9.]* GB/s)' | tr -d '()GB/s '; done | tr '\n' ' ')"
+				done
+			done
+		done
+	}
 	if [[ $1 == pin-ab ]]; then
 		for pin in true false false true; do
 			sock=/tmp/hydra-pin-$pin.sock
+			: > "$OUT/engine-pin-$pin.log"
 			llama_engine "$sock" "$OUT/engine-pin-$pin.log" --slots 1 --backend-opt n_ctx=9600 --backend-opt pin_ring=$pin --log-level debug
 			for _ in 1 2 3; do echo -n "pin_ring=$pin unix: "; "$G/hydractl" --addr "unix://$sock" --no-progress state get --slot 0 -o /dev/null 2>&1 | tail -1; done
 			kill $epid; wait $epid
@@ -114,12 +142,9 @@ pin-ab|copy-ab|splice-ab|stream-ab|plugin-ab|variant-ab|bench)
 		# FLAGS added; run a b … b a, ROUNDS times. Each engine logs at debug
 		# level: the host's "state transfer" lines carry backend_wait_seconds,
 		# the plugin's "state put" lines its prefetcher's waits.
-		shift; specs=("$@") order=()
+		shift; specs=("$@")
 		[[ ${#specs[@]} -ge 2 ]] || { echo "variant-ab: give two variants or more" >&2; exit 2; }
-		for ((r = 0; r < ${ROUNDS:-1}; r++)); do
-			for ((i = 0; i < ${#specs[@]}; i++)); do order+=("$i"); done
-			for ((i = ${#specs[@]} - 1; i >= 0; i--)); do order+=("$i"); done
-		done
+		ab_order ${#specs[@]}
 		blob=/dev/shm/hydra-variant-ab.blob
 		for v in "${order[@]}"; do
 			spec=${specs[v]} name=${spec%%=*} rest=${spec#*=} dir=${rest%%:*} flags=
@@ -127,26 +152,13 @@ pin-ab|copy-ab|splice-ab|stream-ab|plugin-ab|variant-ab|bench)
 			engine=$G/hydra-engine plugin=$G/hydra-plugin-cuda-llama
 			[[ -x $dir/hydra-engine ]] && engine=$(realpath "$dir/hydra-engine")
 			[[ -x $dir/hydra-plugin-cuda-llama ]] && plugin=$(realpath "$dir/hydra-plugin-cuda-llama")
-			sock=/tmp/hydra-variant-$v.sock port=$((39600 + RANDOM % 200)) log=$OUT/engine-$name.log
-			rm -f "$sock"
+			sock=/tmp/hydra-variant-$v.sock port=$((39600 + RANDOM % 200))
 			# shellcheck disable=SC2086 # FLAGS are words
-			"$engine" --rpc "unix://$sock" --rpc "tcp://127.0.0.1:$port" --backend "$plugin" --model "$G/synth.gguf" \
-				--slots 2 --backend-opt lib_dir="$G" --backend-opt n_ctx=18688 --log-level debug $flags >> "$log" 2>&1 &
-			epid=$!
-			for _ in $(seq 100); do "$G/hydractl" --addr "unix://$sock" info >/dev/null 2>&1 && break; sleep 0.2; done
-			"$G/hydractl" --addr "unix://$sock" prefill --slot 0 --tokens "$toks" >/dev/null
+			llama_engine "$sock" "$OUT/engine-$name.log" --rpc "tcp://127.0.0.1:$port" \
+				--slots 2 --backend-opt lib_dir="$G" --backend-opt n_ctx=18688 --log-level debug $flags
 			[[ -f $blob ]] || "$G/hydractl" --addr "unix://$sock" --no-progress state get --slot 0 -o "$blob" >/dev/null
-			for chunk in ${CHUNKS:-262144 2097152}; do
-				"$G/hydractl" --addr "unix://$sock" configure "{\"state_chunk_size\":$chunk}" >/dev/null
-				for tr in "unix://$sock" "tcp://127.0.0.1:$port"; do
-					for op in ${OPS:-put get}; do
-						echo "$name ${tr%%:*} chunk $chunk $op $(for _ in 1 2 3; do
-							if [[ $op == put ]]; then "$G/hydractl" --addr "$tr" --no-progress state put --slot 1 -i "$blob" 2>&1
-							else "$G/hydractl" --addr "$tr" --no-progress state get --slot 0 -o /dev/null 2>&1; fi \
-								| grep -o '([0-9.]* GB/s)' | tr -d '()GB/s '; done | tr '\n' ' ')"
-					done
-				done
-			done
+			# shellcheck disable=SC2086 # OPS are words
+			transfers "$name" "$sock" "$port" "$blob" ${OPS:-put get}
 			kill $epid; wait $epid
 		done
 		rm -f "$blob"
@@ -161,12 +173,10 @@ pin-ab|copy-ab|splice-ab|stream-ab|plugin-ab|variant-ab|bench)
 		[[ $1 == stream-ab ]] && vals=(false true true false)
 		if [[ $1 == plugin-ab ]]; then
 			# Plugin binaries as arguments, named a, b, ...: a b … b a.
-			shift; plugins=("$@") names=(a b c d e f) vals=()
+			shift; plugins=("$@") names=(a b c d e f)
 			[[ ${#plugins[@]} -ge 2 ]] || { echo "plugin-ab: give two plugin binaries or more" >&2; exit 2; }
-			for ((r = 0; r < ${ROUNDS:-1}; r++)); do
-				for ((i = 0; i < ${#plugins[@]}; i++)); do vals+=("$i"); done
-				for ((i = ${#plugins[@]} - 1; i >= 0; i--)); do vals+=("$i"); done
-			done
+			ab_order ${#plugins[@]}
+			vals=("${order[@]}")
 			for ((i = 0; i < ${#plugins[@]}; i++)); do echo "${names[i]} = ${plugins[i]}"; done
 		fi
 		for v in "${vals[@]}"; do
@@ -176,16 +186,11 @@ pin-ab|copy-ab|splice-ab|stream-ab|plugin-ab|variant-ab|bench)
 			elif [[ $1 == stream-ab ]]; then name=stream_restore=$v flag=(--backend-opt "stream_restore=$v")
 			else name=${names[v]} plugin=$(realpath "${plugins[v]}") flag=(--backend-opt "lib_dir=$G" --log-level debug); fi
 			sock=/tmp/hydra-put-$v.sock port=$((39600 + RANDOM % 200))
+			: > "$OUT/engine-$name.log"
 			llama_engine "$sock" "$OUT/engine-$name.log" --rpc "tcp://127.0.0.1:$port" \
 				--slots 2 --backend-opt n_ctx=18688 --log-level warn "${flag[@]}"
 			[[ -f $blob ]] || "$G/hydractl" --addr "unix://$sock" --no-progress state get --slot 0 -o "$blob" >/dev/null
-			for chunk in ${CHUNKS:-262144 2097152}; do
-				"$G/hydractl" --addr "unix://$sock" configure "{\"state_chunk_size\":$chunk}" >/dev/null
-				for tr in "unix://$sock" "tcp://127.0.0.1:$port"; do
-					echo "$name ${tr%%:*} chunk $chunk PUT $(for _ in 1 2 3; do "$G/hydractl" --addr "$tr" --no-progress state put --slot 1 -i "$blob" 2>&1 \
-						| grep -o '([0-9.]* GB/s)' | tr -d '()GB/s '; done | tr '\n' ' ')"
-				done
-			done
+			transfers "$name" "$sock" "$port" "$blob" PUT
 			kill $epid; wait $epid
 		done
 		rm -f "$blob"
