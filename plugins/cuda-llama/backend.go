@@ -373,7 +373,7 @@ func (e *engine) measureLayout() (stateLayout, error) {
 			// Streaming needs the KV buffers' hooks; not worth them when
 			// no block can reach the threshold.
 			if maxBlock := row * int64(e.nCtx); e.streamMin > 0 && maxBlock >= e.streamMin {
-				if _, err := c.enableStream(e.scratch, maxBlock, e.streamMin); err != nil {
+				if err := c.enableStream(e.scratch, maxBlock, e.streamMin); err != nil {
 					return stateLayout{}, err
 				}
 			} else {

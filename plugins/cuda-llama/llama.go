@@ -382,15 +382,13 @@ func (c *lctx) streamed() (blocks, sets uint64) {
 
 // enableStream turns streamed restores on (shim.cpp): seq must hold a cell,
 // whose save names the KV cache's buffers; maxBlock is the largest block a
-// restore may read, minBlock the smallest one streamed. Returns the number
-// of KV buffers.
-func (c *lctx) enableStream(seq int, maxBlock, minBlock int64) (int, error) {
+// restore may read, minBlock the smallest one streamed.
+func (c *lctx) enableStream(seq int, maxBlock, minBlock int64) error {
 	var msg [512]C.char
-	n := C.hydra_io_stream(c.io, c.c, C.llama_seq_id(seq), C.size_t(maxBlock), C.size_t(minBlock), &msg[0], C.size_t(len(msg)))
-	if n < 0 {
-		return 0, fmt.Errorf("streamed restores: %s", C.GoString(&msg[0]))
+	if C.hydra_io_stream(c.io, c.c, C.llama_seq_id(seq), C.size_t(maxBlock), C.size_t(minBlock), &msg[0], C.size_t(len(msg))) < 0 {
+		return fmt.Errorf("streamed restores: %s", C.GoString(&msg[0]))
 	}
-	return int(n), nil
+	return nil
 }
 
 // sampler narrows candidates with llama.cpp's top-k and top-p and applies the

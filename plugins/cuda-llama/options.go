@@ -189,11 +189,15 @@ func parseOptions(m map[string]string) (options, error) {
 				o.streamRestore = "auto"
 				break
 			}
-			var b bool
-			if b, err = strconv.ParseBool(v); err != nil {
+			on, perr := strconv.ParseBool(v)
+			switch {
+			case perr != nil:
 				err = fmt.Errorf("%w: option %s=%q: want auto, true or false", iface.ErrBadRequest, k, v)
+			case on:
+				o.streamRestore = "on"
+			default:
+				o.streamRestore = "off"
 			}
-			o.streamRestore = map[bool]string{true: "on", false: "off"}[b]
 		case OptMmap, OptPinRing:
 			var b bool
 			b, err = strconv.ParseBool(v)
