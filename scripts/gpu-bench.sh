@@ -4,7 +4,7 @@
 # the binaries, the test binaries and the ggml sources in gpu/hydra-gpu.tar.gz.
 #
 #   scripts/gpu-bench.sh build   # libggml-cuda for sm_90, GPU correctness tests, raw copy rate, sm_120 compile
-#   scripts/gpu-bench.sh bench   # hydra-bench on a 1.2 GB llama state (builds the sm_90 library if missing; RUNS=N tables in a row)
+#   scripts/gpu-bench.sh bench   # hydra-bench on a 1.2 GB llama state (builds the sm_90 library if missing; RUNS=N tables in a row; BENCH_OPTS=key=value: one more --backend-opt)
 #   scripts/gpu-bench.sh mock    # hydra-bench on the mock plugin (no CUDA build): the host pipeline with 16 cores
 #   scripts/gpu-bench.sh pin-ab  # STATE_GET of the 1.2 GB state with pin_ring=true vs false, same run (hydractl)
 #   scripts/gpu-bench.sh copy-ab # STATE_PUT of it with copy_threads=4 vs 1, TCP and Unix, 256 KiB and 2 MiB (hydractl)
@@ -207,7 +207,8 @@ pin-ab|copy-ab|splice-ab|stream-ab|plugin-ab|variant-ab|bench)
 		step "hydra-bench ($name): 9,200 tokens → 1.206 GB state, TCP and Unix, STATE_GET and STATE_PUT"
 		"$G/hydra-bench" --bin "$G" --out "$OUT" --name "$name" --reps "${REPS:-2}" \
 			--backend "$G/hydra-plugin-cuda-llama" --model "$G/synth.gguf" --prefill-tokens 9200 \
-			--backend-opt lib_dir="$G" --backend-opt n_gpu_layers=99 --backend-opt n_ctx=18688 --backend-opt n_threads=8 2>&1 | tail -60
+			--backend-opt lib_dir="$G" --backend-opt n_gpu_layers=99 --backend-opt n_ctx=18688 --backend-opt n_threads=8 \
+			${BENCH_OPTS:+--backend-opt "$BENCH_OPTS"} 2>&1 | tail -60
 		grep -h '^- \*\*shm\*\*' "$OUT/$name.md" 2>/dev/null
 	done
 	;;

@@ -203,6 +203,13 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 	}()
 
 	gpuDev, gpuName := b.loadGPU(opts)
+	if gpuDev != nil && opts.cudaSync != "auto" {
+		if err := setCUDASync(opts.cudaSync); err != nil {
+			b.log.Warn("CUDA keeps its default way of waiting: " + err.Error())
+		} else {
+			b.log.Info("CUDA waits for the GPU: "+opts.cudaSync, OptCUDASync, opts.cudaSync)
+		}
+	}
 	nGPU := opts.nGPULayers
 	switch {
 	case gpuDev == nil && nGPU > 0:

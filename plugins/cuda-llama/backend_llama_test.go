@@ -102,6 +102,19 @@ func TestDevice(t *testing.T) {
 	case e.device != "" && !e.ctx.pinnedStaging():
 		t.Fatal("on a GPU, but the staging buffers are not pinned")
 	}
+	if e.device == "" {
+		return
+	}
+	// cuda_sync on a context already in use (the model loaded, a state
+	// streamed): each mode reads back, and the state still streams.
+	for _, m := range []string{"yield", "block", "spin", "auto"} {
+		if err := setCUDASync(m); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(stateOf(t, b, 0, 256<<10), state) {
+			t.Fatalf("cuda_sync=%s: state differs", m)
+		}
+	}
 }
 
 func load(t testing.TB, model string, nSlots int, opts map[string]string) *Backend {

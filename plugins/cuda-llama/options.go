@@ -67,10 +67,11 @@ const (
 	OptPinRing       = "pin_ring"       // on a GPU, pin the data plane's ring for DMA (default true)
 	OptCopyThreads   = "copy_threads"   // goroutines copying a restore out of the data plane's ring (default 1)
 	OptStreamRestore = "stream_restore" // auto (default), true, false: upload restore blocks piece by piece as they arrive (see shim.cpp)
+	OptCUDASync      = "cuda_sync"      // how a thread waits for the GPU: auto (CUDA's default), spin, yield, block
 )
 
 var knownOptions = []string{OptAlias, OptCacheTypeK, OptCacheTypeV, OptFlashAttn, OptLibDir, OptNBatch, OptNCtx,
-	OptNGPULayers, OptNThreads, OptNThreadsBatch, OptNUBatch, OptMmap, OptPinRing, OptCopyThreads, OptStreamRestore}
+	OptNGPULayers, OptNThreads, OptNThreadsBatch, OptNUBatch, OptMmap, OptPinRing, OptCopyThreads, OptStreamRestore, OptCUDASync}
 
 // Defaults and limits.
 const (
@@ -119,6 +120,7 @@ type options struct {
 	pinRing                 bool
 	copyThreads             int
 	streamRestore           string // "auto", "on" or "off"
+	cudaSync                string // "auto", "spin", "yield" or "block"
 }
 
 var cacheTypes = []string{"bf16", "f16", "f32", "q4_0", "q8_0"}
@@ -130,7 +132,7 @@ func parseOptions(m map[string]string) (options, error) {
 	threads := max(1, min(runtime.NumCPU()/2, 16))
 	o := options{nCtx: DefaultNCtx, nBatch: DefaultNBatch, nUBatch: DefaultNUBatch, nThreads: threads,
 		nThreadsBatch: -1, nGPULayers: -1, flashAttn: FlashOn, cacheTypeK: "f16", cacheTypeV: "f16", mmap: true, pinRing: true,
-		copyThreads: DefaultCopyThreads, streamRestore: "auto"}
+		copyThreads: DefaultCopyThreads, streamRestore: "auto", cudaSync: "auto"}
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -197,6 +199,13 @@ func parseOptions(m map[string]string) (options, error) {
 				o.streamRestore = "on"
 			default:
 				o.streamRestore = "off"
+			}
+		case OptCUDASync:
+			switch m := strings.ToLower(v); m {
+			case "auto", "spin", "yield", "block":
+				o.cudaSync = m
+			default:
+				err = fmt.Errorf("%w: option %s=%q: want auto, spin, yield or block", iface.ErrBadRequest, k, v)
 			}
 		case OptMmap, OptPinRing:
 			var b bool

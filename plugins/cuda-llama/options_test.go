@@ -36,6 +36,17 @@ func TestParseOptions(t *testing.T) {
 	if _, err := parseOptions(map[string]string{OptStreamRestore: "yes please"}); err == nil {
 		t.Fatal("stream_restore took a non-boolean")
 	}
+	if o.cudaSync != "auto" {
+		t.Fatalf("cuda_sync defaults to %q", o.cudaSync)
+	}
+	for _, v := range []string{"spin", "Yield", "BLOCK", "auto"} {
+		if o, err := parseOptions(map[string]string{OptCUDASync: v}); err != nil || o.cudaSync != strings.ToLower(v) {
+			t.Fatalf("cuda_sync=%s: %q, %v", v, o.cudaSync, err)
+		}
+	}
+	if _, err := parseOptions(map[string]string{OptCUDASync: "blocking-ish"}); err == nil || !strings.Contains(err.Error(), "spin, yield or block") {
+		t.Fatalf("cuda_sync took an unknown mode: %v", err)
+	}
 	o, err = parseOptions(map[string]string{OptNCtx: " 8192 ", OptFlashAttn: "off", OptNThreads: "3", OptNGPULayers: "0",
 		OptCacheTypeK: "Q8_0", OptAlias: "m", OptLibDir: "/opt/lib", OptMmap: "false", OptNBatch: "512", OptNUBatch: "128", OptCopyThreads: "1"})
 	if err != nil || o.nCtx != 8192 || o.flashAttn != FlashOff || o.nThreads != 3 || o.nThreadsBatch != 3 || o.nGPULayers != 0 ||
