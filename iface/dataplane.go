@@ -42,6 +42,15 @@ type ChunkReader interface {
 	Next() ([]byte, error)
 }
 
+// RegionReader is a ChunkReader whose pieces all lie in one mapping that
+// lives for the whole transfer (the shm ring): a GPU backend can pin it
+// once and upload each piece to the device straight from the buffer the
+// host read it into.
+type RegionReader interface {
+	ChunkReader
+	Region() []byte
+}
+
 type transferChunkKey struct{}
 
 // WithTransferChunk returns a context telling the data plane which chunk size

@@ -578,7 +578,10 @@ func (r *shmReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-var _ ChunkReader = (*shmReader)(nil)
+var _ RegionReader = (*shmReader)(nil)
+
+// Region is the ring's mapping, where every piece Next returns lies.
+func (r *shmReader) Region() []byte { return r.t.ring.mem }
 
 // Next hands out the rest of the current ring buffer in place; the host gets
 // it back (FREE) when the following piece is asked for.

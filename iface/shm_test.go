@@ -13,6 +13,7 @@ import (
 	"testing"
 	"testing/iotest"
 	"time"
+	"unsafe"
 )
 
 // producer is a StateGet that writes data in pieces of the given size,
@@ -136,9 +137,9 @@ func TestShmStateGetBackendFails(t *testing.T) {
 	}
 }
 
-// consumer is a StatePut that reads everything and records it.
 // consumer is a StatePut that copies the state into got, taking the ring's
-// pieces in place (ChunkReader) when useNext and the reader offers them.
+// pieces in place (ChunkReader) when useNext and the reader offers them; a
+// RegionReader's pieces must lie in its region.
 func consumer(got *bytes.Buffer, piece int, useNext bool) func(context.Context, int, []int32, io.Reader, int64) (int64, error) {
 	return func(ctx context.Context, slot int, toks []int32, r io.Reader, size int64) (int64, error) {
 		var n int64
@@ -155,6 +156,9 @@ func consumer(got *bytes.Buffer, piece int, useNext bool) func(context.Context, 
 				if len(p) == 0 {
 					return n, errors.New("Next returned an empty piece")
 				}
+				if rr, ok := r.(RegionReader); ok && !within(p, rr.Region()) {
+					return n, errors.New("a piece outside the reader's region")
+				}
 				got.Write(p)
 				n += int64(len(p))
 			}
@@ -169,6 +173,13 @@ func consumer(got *bytes.Buffer, piece int, useNext bool) func(context.Context, 
 		}
 		return n, nil
 	}
+}
+
+// within reports whether p lies in region.
+func within(p, region []byte) bool {
+	lo := uintptr(unsafe.Pointer(unsafe.SliceData(region)))
+	a := uintptr(unsafe.Pointer(unsafe.SliceData(p)))
+	return a >= lo && a+uintptr(len(p)) <= lo+uintptr(len(region))
 }
 
 func TestShmStatePut(t *testing.T) {

@@ -74,6 +74,11 @@ type engine struct {
 	// streamMin: restores upload blocks of at least this many bytes piece by
 	// piece from a small ring (option stream_restore, shim.cpp); 0: never.
 	streamMin int64
+	// inPlace: restores from the shm plane take its buffers where they are
+	// and stream blocks of streamMinBlock bytes or more straight from them
+	// (option restore_in_place, inplace_linux.go).
+	inPlace   bool
+	canStream bool // the KV buffers' hooks are ready (enableStream)
 	slots     []*slot
 
 	mu  sync.Mutex // serialises every use of ctx
@@ -249,7 +254,7 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 		return iface.BackendInfo{}, err
 	}
 	e := &engine{model: mdl, ctx: lc, nCtx: lc.nCtx(), scratch: nSlots, device: gpuName, pinRing: opts.pinRing, copyThreads: opts.copyThreads,
-		slots: make([]*slot, nSlots)}
+		inPlace: opts.restoreInPlace && (gpuName == "" || opts.pinRing), slots: make([]*slot, nSlots)}
 	switch opts.streamRestore {
 	case "on":
 		e.streamMin = streamMinBlock
@@ -378,13 +383,16 @@ func (e *engine) measureLayout() (stateLayout, error) {
 				return stateLayout{}, fmt.Errorf("reading a one-cell state: %w", err)
 			}
 			// Streaming needs the KV buffers' hooks; not worth them when
-			// no block can reach the threshold.
-			if maxBlock := row * int64(e.nCtx); e.streamMin > 0 && maxBlock >= e.streamMin {
-				if err := c.enableStream(e.scratch, maxBlock, e.streamMin); err != nil {
+			// no block can reach a threshold.
+			maxBlock := row * int64(e.nCtx)
+			if e.streamMin > maxBlock {
+				e.streamMin = 0
+			}
+			if e.streamMin > 0 || (e.inPlace && maxBlock >= streamMinBlock) {
+				if err := c.enableStream(e.scratch, maxBlock); err != nil {
 					return stateLayout{}, err
 				}
-			} else {
-				e.streamMin = 0
+				e.canStream = true
 			}
 		}
 	}
@@ -750,54 +758,42 @@ func (b *Backend) StatePut(ctx context.Context, i int, tokens []int32, r io.Read
 		return 0, err
 	}
 
-	cr := readerFor(r, e.copyThreads)
+	// The shm plane's buffers are lent to llama.cpp in place; any other
+	// reader is read ahead into the engine's restore ring.
+	rr, _ := r.(iface.RegionReader)
+	if !e.inPlace {
+		rr = nil
+	}
+	cr := r
+	if rr == nil {
+		cr = readerFor(r, e.copyThreads)
+	}
 	head, err := readStateHead(cr, tokens, e.model.nVocab, e.nCtx, e.layout, size)
 	if err != nil {
 		readErr = !errors.Is(err, iface.ErrBadRequest)
 		return 0, err
 	}
-	// The restore ring is the engine's, one restore at a time; the
-	// prefetcher reads the payload ahead into it from here on.
-	e.ringMu.Lock()
-	block := int(min(int64(head.cells)*e.layout.MaxRow, size))
-	streamed := e.streamMin > 0 && int64(block) >= e.streamMin
-	if streamed {
-		block = min(block, streamRing) // only pieces and small fields need the ring
-	}
-	pf, err := startPrefetch(ctx, io.MultiReader(bytes.NewReader(head.raw), cr), size, e.ring, block, e.newRing)
+	run, err := e.restoreRun(ctx, rr, cr, head, size)
 	if err != nil {
-		e.ring = nil // startPrefetch closed it when it failed to replace it
-		e.ringMu.Unlock()
 		return 0, err
 	}
 	start := time.Now()
-	stopped, ringSize, ringPinned := false, 0, false
-	var waitData, waitSpace time.Duration
 	defer func() {
-		b.log.Debug("state put", "slot", i, "bytes", n, "cells", head.cells, "streamed", streamed, "ring", ringSize, "ring_pinned", ringPinned,
-			"elapsed", time.Since(start).String(), "wait_data", waitData.String(), "wait_space", waitSpace.String(), "error", err)
+		b.log.Debug("state put", "slot", i, "bytes", n, "cells", head.cells, "in_place", run.inPlace, "streamed", run.streamMin > 0,
+			"ring", run.ringSize, "ring_pinned", run.pinned, "elapsed", time.Since(start).String(),
+			"wait_data", run.waitData.String(), "wait_space", run.waitSpace.String(), "error", err)
 	}()
-	stop := func() { // before r is read anywhere else, and before returning
-		if !stopped {
-			stopped = true
-			e.ring = pf.close()
-			waitData, waitSpace = pf.waits()
-			ringSize, ringPinned = e.ring.size, e.ring.unpin != nil
-			if e.ring.size > keepRing {
-				_ = e.ring.close()
-				e.ring = nil
-			}
-			e.ringMu.Unlock()
-		}
-	}
+	stop := run.stop // before r is read anywhere else, and before returning
 	defer stop()
+	pf := run.src
 	call := &loadCall{pf: pf}
 	h := cgo.NewHandle(call)
 	defer h.Delete()
 	var msg [512]C.char
 	e.mu.Lock()
 	clearLlamaError()
-	got := C.hydra_state_load(e.ctx.io, e.ctx.c, C.llama_seq_id(i), C.uintptr_t(h), &msg[0], C.size_t(len(msg)))
+	got := C.hydra_state_load(e.ctx.io, e.ctx.c, C.llama_seq_id(i), C.uintptr_t(h), C.size_t(run.streamMin), C.size_t(run.pieceMin),
+		&msg[0], C.size_t(len(msg)))
 	if got >= 0 {
 		if np := e.ctx.nPos(i); np != head.cells {
 			err = fmt.Errorf("restored %d positions, the state's head announced %d", np, head.cells)
@@ -844,6 +840,91 @@ func (b *Backend) StatePut(ctx context.Context, i int, tokens []int32, r io.Read
 	e.mu.Unlock()
 	s.set(slices.Clone(tokens), logits, stateSize)
 	return n, nil
+}
+
+// restoreRun is where llama.cpp's reader takes a restore's bytes from, and
+// what the restore's log line says of it.
+type restoreRun struct {
+	src                 restoreSource
+	streamMin, pieceMin int64 // hydra_state_load's: reads streamed, and their least piece
+	inPlace             bool
+	ringSize            int
+	pinned              bool
+	waitData, waitSpace time.Duration
+	stop                func() // ends the source and fills in the waits; idempotent
+}
+
+// streamPiece is the least piece a streamed restore uploads from the restore
+// ring (shim.cpp's kStreamPiece); lent in place, a piece is what a buffer holds.
+const streamPiece = 1 << 20
+
+// restoreRun sets up the bytes after head (read from cr) for llama.cpp: the
+// shm plane's buffers in place when rr is set (pinned first on a GPU; if
+// that fails, the restore ring after all), else the engine's restore ring,
+// which a prefetcher fills ahead from cr.
+func (e *engine) restoreRun(ctx context.Context, rr iface.RegionReader, cr io.Reader, head stateHead, size int64) (*restoreRun, error) {
+	run := &restoreRun{pieceMin: streamPiece}
+	if rr != nil {
+		var unpin func()
+		if e.device != "" {
+			unpin = pinRegion(rr.Region())
+		}
+		if e.device == "" || unpin != nil {
+			ip, err := newInPlace(rr, head.raw, size)
+			if err != nil {
+				if unpin != nil {
+					unpin()
+				}
+				return nil, err
+			}
+			run.src, run.inPlace, run.pinned = ip, true, unpin != nil
+			if e.canStream {
+				run.streamMin, run.pieceMin = streamMinBlock, 1
+			}
+			stopped := false
+			run.stop = func() {
+				if !stopped {
+					stopped = true
+					ip.close()
+					run.waitData = ip.waitData
+					if unpin != nil {
+						unpin()
+					}
+				}
+			}
+			return run, nil
+		}
+	}
+	// The restore ring is the engine's, one restore at a time; the
+	// prefetcher reads the payload ahead into it from here on.
+	e.ringMu.Lock()
+	block := int(min(int64(head.cells)*e.layout.MaxRow, size))
+	if e.canStream && e.streamMin > 0 && int64(block) >= e.streamMin {
+		run.streamMin = e.streamMin
+		block = min(block, streamRing) // only pieces and small fields need the ring
+	}
+	pf, err := startPrefetch(ctx, io.MultiReader(bytes.NewReader(head.raw), cr), size, e.ring, block, e.newRing)
+	if err != nil {
+		e.ring = nil // startPrefetch closed it when it failed to replace it
+		e.ringMu.Unlock()
+		return nil, err
+	}
+	run.src = pf
+	stopped := false
+	run.stop = func() {
+		if !stopped {
+			stopped = true
+			e.ring = pf.close()
+			run.waitData, run.waitSpace = pf.waits()
+			run.ringSize, run.pinned = e.ring.size, e.ring.unpin != nil
+			if e.ring.size > keepRing {
+				_ = e.ring.close()
+				e.ring = nil
+			}
+			e.ringMu.Unlock()
+		}
+	}
+	return run, nil
 }
 
 // reevaluate computes the logits after a restored sequence's last token, which

@@ -1172,3 +1172,58 @@ func TestStreamedRestore(t *testing.T) {
 		})
 	}
 }
+
+// TestRestoreInPlace: a restore from a RegionReader (the shm plane's ring)
+// takes its buffers in place, streamed or not, whatever the buffers' size
+// against the state's fields and blocks, with each buffer overwritten once
+// freed; it restores exactly what a plain reader does. A cut state fails as
+// a bad request and leaves the slot empty; with restore_in_place=false the
+// buffers are read, not taken in place.
+func TestRestoreInPlace(t *testing.T) {
+	defer func(n int64) { streamMinBlock = n }(streamMinBlock)
+	for _, flash := range []string{"on", "off"} {
+		src := load(t, tiny(t), 1, map[string]string{OptFlashAttn: flash})
+		prefill(t, src, 0, story)
+		si := slotInfo(t, src, 0)
+		state := stateOf(t, src, 0, 64<<10)
+		want, _ := decode(t, src, 0, 12, iface.SamplerParams{})
+		for _, min := range []int64{1 << 20, 64} { // the tiny model's blocks: never streamed, streamed
+			streamMinBlock = min
+			b := load(t, tiny(t), 2, map[string]string{OptFlashAttn: flash})
+			e := b.eng.Load()
+			for _, chunk := range []int{4 << 10, 7777, 64 << 10} {
+				name := fmt.Sprintf("flash %s, stream from %d, chunk %d", flash, min, chunk)
+				blocks0, _ := e.ctx.streamed()
+				ring := newFakeRing(t, state, chunk, 4)
+				n, err := b.StatePut(context.Background(), 1, si.Tokens, ring, int64(len(state)))
+				if err != nil || n != int64(len(state)) || ring.nexts == 0 {
+					t.Fatalf("%s: StatePut = %d, %v (pieces taken in place: %d)", name, n, err, ring.nexts)
+				}
+				if blocks, _ := e.ctx.streamed(); (blocks > blocks0) != (min == 64) {
+					t.Fatalf("%s: %d blocks streamed", name, blocks-blocks0)
+				}
+				if again := stateOf(t, b, 1, 1<<20); !bytes.Equal(normSeq(again), normSeq(state)) {
+					t.Fatalf("%s: the restored state re-saves differently", name)
+				}
+				if toks, _ := decode(t, b, 1, 12, iface.SamplerParams{}); !slices.Equal(toks, want) {
+					t.Fatalf("%s: decoded %v, want %v", name, toks, want)
+				}
+				cut := newFakeRing(t, state[:len(state)-40], chunk, 4)
+				if _, err := b.StatePut(context.Background(), 1, si.Tokens, cut, int64(len(state)-40)); !errors.Is(err, iface.ErrBadRequest) {
+					t.Fatalf("%s: a cut state: %v", name, err)
+				}
+				if got := slotInfo(t, b, 1); got.NPast != 0 {
+					t.Fatalf("%s: a failed restore left %d positions", name, got.NPast)
+				}
+			}
+		}
+	}
+	b := load(t, tiny(t), 2, map[string]string{OptRestoreInPlace: "false"})
+	src := load(t, tiny(t), 1, nil)
+	prefill(t, src, 0, story)
+	state := stateOf(t, src, 0, 64<<10)
+	ring := newFakeRing(t, state, 4<<10, 4)
+	if _, err := b.StatePut(context.Background(), 1, slotInfo(t, src, 0).Tokens, ring, int64(len(state))); err != nil || ring.nexts != 0 {
+		t.Fatalf("restore_in_place=false: %v (pieces taken in place: %d)", err, ring.nexts)
+	}
+}

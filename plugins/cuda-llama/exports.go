@@ -109,7 +109,7 @@ func hydraSaveBuffer(h C.uintptr_t, commit C.size_t, p **C.uint8_t, n *C.size_t)
 
 // loadCall is one StatePut: the restore ring its bytes come through.
 type loadCall struct {
-	pf  *prefetcher
+	pf  restoreSource
 	err error
 }
 

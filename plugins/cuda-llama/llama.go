@@ -380,12 +380,12 @@ func (c *lctx) streamed() (blocks, sets uint64) {
 	return uint64(b), uint64(s)
 }
 
-// enableStream turns streamed restores on (shim.cpp): seq must hold a cell,
-// whose save names the KV cache's buffers; maxBlock is the largest block a
-// restore may read, minBlock the smallest one streamed.
-func (c *lctx) enableStream(seq int, maxBlock, minBlock int64) error {
+// enableStream makes streamed restores possible (shim.cpp): seq must hold a
+// cell, whose save names the KV cache's buffers; maxBlock is the largest
+// block a restore may read.
+func (c *lctx) enableStream(seq int, maxBlock int64) error {
 	var msg [512]C.char
-	if C.hydra_io_stream(c.io, c.c, C.llama_seq_id(seq), C.size_t(maxBlock), C.size_t(minBlock), &msg[0], C.size_t(len(msg))) < 0 {
+	if C.hydra_io_stream(c.io, c.c, C.llama_seq_id(seq), C.size_t(maxBlock), &msg[0], C.size_t(len(msg))) < 0 {
 		return fmt.Errorf("streamed restores: %s", C.GoString(&msg[0]))
 	}
 	return nil

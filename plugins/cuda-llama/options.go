@@ -52,26 +52,27 @@ const (
 
 // Option keys understood by Load (--backend-opt key=value).
 const (
-	OptNCtx          = "n_ctx"           // KV cells shared by all slots (unified cache); each slot may use them all
-	OptNBatch        = "n_batch"         // tokens per llama_decode call in a prefill
-	OptNUBatch       = "n_ubatch"        // physical batch
-	OptNThreads      = "n_threads"       // CPU threads for generation; default half the CPUs, at most 16
-	OptNThreadsBatch = "n_threads_batch" // CPU threads for prompt processing
-	OptNGPULayers    = "n_gpu_layers"    // layers on the GPU; -1 = all (when a GPU is present)
-	OptFlashAttn     = "flash_attn"      // on (default), off, auto
-	OptCacheTypeK    = "cache_type_k"    // KV cache element type: f16 (default), f32, bf16, q8_0, q4_0
-	OptCacheTypeV    = "cache_type_v"
-	OptLibDir        = "lib_dir" // where libggml-cuda.so is; default: beside the plugin binary
-	OptAlias         = "alias"   // model alias; default: the file name without .gguf
-	OptMmap          = "use_mmap"
-	OptPinRing       = "pin_ring"       // on a GPU, pin the data plane's ring for DMA (default true)
-	OptCopyThreads   = "copy_threads"   // goroutines copying a restore out of the data plane's ring (default 1)
-	OptStreamRestore = "stream_restore" // auto (default), true, false: upload restore blocks piece by piece as they arrive (see shim.cpp)
-	OptCUDASync      = "cuda_sync"      // how a thread waits for the GPU: auto (CUDA's default), spin, yield, block
+	OptNCtx           = "n_ctx"           // KV cells shared by all slots (unified cache); each slot may use them all
+	OptNBatch         = "n_batch"         // tokens per llama_decode call in a prefill
+	OptNUBatch        = "n_ubatch"        // physical batch
+	OptNThreads       = "n_threads"       // CPU threads for generation; default half the CPUs, at most 16
+	OptNThreadsBatch  = "n_threads_batch" // CPU threads for prompt processing
+	OptNGPULayers     = "n_gpu_layers"    // layers on the GPU; -1 = all (when a GPU is present)
+	OptFlashAttn      = "flash_attn"      // on (default), off, auto
+	OptCacheTypeK     = "cache_type_k"    // KV cache element type: f16 (default), f32, bf16, q8_0, q4_0
+	OptCacheTypeV     = "cache_type_v"
+	OptLibDir         = "lib_dir" // where libggml-cuda.so is; default: beside the plugin binary
+	OptAlias          = "alias"   // model alias; default: the file name without .gguf
+	OptMmap           = "use_mmap"
+	OptPinRing        = "pin_ring"         // on a GPU, pin the data plane's ring for DMA (default true)
+	OptCopyThreads    = "copy_threads"     // goroutines copying a restore out of the data plane's ring (default 1)
+	OptStreamRestore  = "stream_restore"   // auto (default), true, false: upload restore blocks piece by piece as they arrive (see shim.cpp)
+	OptCUDASync       = "cuda_sync"        // how a thread waits for the GPU: auto (CUDA's default), spin, yield, block
+	OptRestoreInPlace = "restore_in_place" // take restores from the shm ring's buffers where they are (default true)
 )
 
 var knownOptions = []string{OptAlias, OptCacheTypeK, OptCacheTypeV, OptFlashAttn, OptLibDir, OptNBatch, OptNCtx,
-	OptNGPULayers, OptNThreads, OptNThreadsBatch, OptNUBatch, OptMmap, OptPinRing, OptCopyThreads, OptStreamRestore, OptCUDASync}
+	OptNGPULayers, OptNThreads, OptNThreadsBatch, OptNUBatch, OptMmap, OptPinRing, OptCopyThreads, OptStreamRestore, OptCUDASync, OptRestoreInPlace}
 
 // Defaults and limits.
 const (
@@ -121,6 +122,7 @@ type options struct {
 	copyThreads             int
 	streamRestore           string // "auto", "on" or "off"
 	cudaSync                string // "auto", "spin", "yield" or "block"
+	restoreInPlace          bool
 }
 
 var cacheTypes = []string{"bf16", "f16", "f32", "q4_0", "q8_0"}
@@ -132,7 +134,7 @@ func parseOptions(m map[string]string) (options, error) {
 	threads := max(1, min(runtime.NumCPU()/2, 16))
 	o := options{nCtx: DefaultNCtx, nBatch: DefaultNBatch, nUBatch: DefaultNUBatch, nThreads: threads,
 		nThreadsBatch: -1, nGPULayers: -1, flashAttn: FlashOn, cacheTypeK: "f16", cacheTypeV: "f16", mmap: true, pinRing: true,
-		copyThreads: DefaultCopyThreads, streamRestore: "auto", cudaSync: "auto"}
+		copyThreads: DefaultCopyThreads, streamRestore: "auto", cudaSync: "auto", restoreInPlace: true}
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -207,13 +209,16 @@ func parseOptions(m map[string]string) (options, error) {
 			default:
 				err = fmt.Errorf("%w: option %s=%q: want auto, spin, yield or block", iface.ErrBadRequest, k, v)
 			}
-		case OptMmap, OptPinRing:
+		case OptMmap, OptPinRing, OptRestoreInPlace:
 			var b bool
 			b, err = strconv.ParseBool(v)
-			if k == OptMmap {
+			switch k {
+			case OptMmap:
 				o.mmap = b
-			} else {
+			case OptPinRing:
 				o.pinRing = b
+			default:
+				o.restoreInPlace = b
 			}
 			if err != nil {
 				err = fmt.Errorf("%w: option %s=%q: not a boolean", iface.ErrBadRequest, k, v)

@@ -91,7 +91,6 @@ struct hydra_io {
     std::vector<ggml_backend_buffer_t> kv_bufs;
     uint8_t * fake = nullptr;
     size_t fake_size = 0;
-    size_t stream_min = 0;
     uint64_t streamed = 0, streamed_sets = 0; // blocks streamed so far, and the tensor sets they took
 
     bool streams() const { return fake != nullptr && !kv_bufs.empty(); }
@@ -327,24 +326,30 @@ private:
     }
 };
 
-// kStreamPiece is the most one upload of a streamed restore takes from the
-// ring (the smallest read streamed is hydra_io's stream_min).
+// kStreamPiece is the least one upload of a streamed restore asks the ring
+// for (it takes more when the ring holds more), unless the restore says
+// otherwise: a restore lent the data plane's buffers in place takes each as
+// it comes.
 constexpr size_t kStreamPiece = 1 << 20;
 
 typedef void (*set_tensor_fn)(ggml_backend_buffer_t, ggml_tensor *, const void *, size_t, size_t);
 
 // load_reader serves llama.cpp's reads in place from the Go side's restore
 // ring: each pointer stays valid until the next read, as llama.cpp expects.
-// Streaming, a read of at least io->stream_min bytes returns a reserved
-// address instead, and upload() takes those bytes from the ring as
-// llama.cpp's tensor sets for that range come in.
+// Streaming (stream_min > 0), a read of at least stream_min bytes returns a
+// reserved address instead, and upload() takes those bytes from the ring as
+// llama.cpp's tensor sets for that range come in, in pieces of at least
+// piece_min bytes where the stream has them.
 class load_reader : public llama_io_read_i {
 public:
-    load_reader(hydra_io * io, uintptr_t h) : io(io), h(h) {}
+    load_reader(hydra_io * io, uintptr_t h, size_t stream_min, size_t piece_min)
+        : io(io), h(h), stream_min(io->streams() ? stream_min : 0), piece_min(std::max<size_t>(piece_min, 1)) {}
+
+    bool streaming() const { return stream_min > 0; }
 
     const uint8_t * read(size_t size) override {
         check_block_done();
-        if (io->streams() && size >= io->stream_min && size <= io->fake_size) {
+        if (streaming() && size >= stream_min && size <= io->fake_size) {
             block = io->fake;
             block_len = size;
             block_done = 0;
@@ -408,6 +413,7 @@ public:
 private:
     hydra_io * io;
     uintptr_t h;
+    size_t stream_min, piece_min;
     const uint8_t * cur = nullptr;
     size_t avail = 0, taken = 0, consumed = 0;
     const uint8_t * block = nullptr; // the streamed block, in io->fake
@@ -427,12 +433,12 @@ private:
     }
 
     // pieces takes the next size bytes of the stream from the ring in
-    // contiguous pieces of at most kStreamPiece (fewer once the ring holds
-    // more), handing each to f(p, k) before the ring may reuse it.
+    // contiguous pieces of at least piece_min bytes (where the stream still
+    // holds that many), handing each to f(p, k) before the ring may reuse it.
     template <typename F> void pieces(size_t size, F && f) {
         while (size > 0) {
             if (avail == 0) {
-                more(std::min(size, kStreamPiece));
+                more(std::min(size, piece_min));
             }
             const size_t k = std::min(avail, size);
             f(cur, k);
@@ -564,12 +570,13 @@ int64_t hydra_state_save(hydra_io * io, struct llama_context * ctx, llama_seq_id
     }
 }
 
-int64_t hydra_state_load(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, uintptr_t handle, char * err, size_t err_len) {
-    load_reader r(io, handle);
+int64_t hydra_state_load(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, uintptr_t handle,
+                         size_t stream_min, size_t piece_min, char * err, size_t err_len) {
+    load_reader r(io, handle, stream_min, piece_min);
     try {
         llama_memory_t mem = memory_of(ctx);
         std::optional<set_tensor_hooks> hooks;
-        if (io->streams()) {
+        if (r.streaming()) {
             hooks.emplace(io, &r);
         }
         mem->state_read(r, seq, 0);
@@ -581,8 +588,7 @@ int64_t hydra_state_load(hydra_io * io, struct llama_context * ctx, llama_seq_id
     }
 }
 
-int hydra_io_stream(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, size_t max_block, size_t min_block,
-                    char * err, size_t err_len) {
+int hydra_io_stream(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, size_t max_block, char * err, size_t err_len) {
     try {
         buffer_collector c;
         memory_of(ctx)->state_write(c, seq, 0);
@@ -603,7 +609,6 @@ int hydra_io_stream(hydra_io * io, struct llama_context * ctx, llama_seq_id seq,
         io->fake = (uint8_t *) p;
         io->fake_size = size;
         io->kv_bufs = c.bufs;
-        io->stream_min = std::max<size_t>(min_block, 1);
         return (int) c.bufs.size();
     } catch (const std::exception & e) {
         set_err(err, err_len, e.what());

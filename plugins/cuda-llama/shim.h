@@ -39,18 +39,20 @@ int64_t hydra_state_save(hydra_io * io, struct llama_context * ctx, llama_seq_id
                          size_t chunk, int chunk_writer, char * err, size_t err_len);
 
 // hydra_state_load restores sequence seq from bytes the Go callback
-// hydraLoadNext lends in place (the restore ring, pinned on a GPU). Returns
-// the state bytes llama.cpp consumed, or -1 with a message in err; on failure
-// the sequence may be half-restored and the caller must clear it.
-int64_t hydra_state_load(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, uintptr_t handle, char * err, size_t err_len);
+// hydraLoadNext lends in place (the restore ring or the data plane's buffers,
+// pinned on a GPU). With stream_min > 0 (and hydra_io_stream done) reads of
+// at least stream_min bytes are streamed, uploaded in pieces of at least
+// piece_min bytes where the stream holds them. Returns the state bytes
+// llama.cpp consumed, or -1 with a message in err; on failure the sequence
+// may be half-restored and the caller must clear it.
+int64_t hydra_state_load(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, uintptr_t handle,
+                         size_t stream_min, size_t piece_min, char * err, size_t err_len);
 
-// hydra_io_stream turns streamed restores on for ctx: it saves sequence seq
-// (which must hold at least one cell) to learn the KV cache's buffers and
-// reserves max_block bytes of address space for big reads to point into;
-// reads of min_block bytes or more are streamed. Returns the number of
-// buffers, or -1 with a message in err.
-int hydra_io_stream(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, size_t max_block, size_t min_block,
-                    char * err, size_t err_len);
+// hydra_io_stream makes streamed restores possible for ctx: it saves
+// sequence seq (which must hold at least one cell) to learn the KV cache's
+// buffers and reserves max_block bytes of address space for big reads to
+// point into. Returns the number of buffers, or -1 with a message in err.
+int hydra_io_stream(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, size_t max_block, char * err, size_t err_len);
 
 // hydra_log_install routes llama.cpp's and ggml's logs to the Go callback
 // hydraLog.
