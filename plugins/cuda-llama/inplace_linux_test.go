@@ -18,15 +18,15 @@ import (
 // pointers into it), each overwritten with garbage once freed (the host
 // fills it again), as the shm plane's reader hands them out.
 type fakeRing struct {
-	src    []byte
-	chunk  int
-	mem    []byte
-	bufs   [][]byte
-	k      int
-	held   []byte // the current buffer
-	cur    []byte // its unread rest
-	err    error  // returned once src is spent, instead of io.EOF
-	nexts  int    // calls of Next (not through Read): pieces taken in place
+	src   []byte
+	chunk int
+	mem   []byte
+	bufs  [][]byte
+	k     int
+	held  []byte // the current buffer
+	cur   []byte // its unread rest
+	err   error  // returned once src is spent, instead of io.EOF
+	nexts int    // calls of Next (not through Read): pieces taken in place
 }
 
 func newFakeRing(t testing.TB, src []byte, chunk, depth int) *fakeRing {
