@@ -228,6 +228,11 @@ func testLlamaStateRoundTrip(t *testing.T, planeFlags []string) {
 	if want := fmt.Sprintf("chunk_writer=%v", shm); !strings.Contains(e1.logs.String(), want) {
 		t.Errorf("the plugin's state get log does not say %s", want)
 	}
+	// Engine 1's restores come through the ring, whose buffers the plugin
+	// takes in place (restore_in_place).
+	if got := strings.Contains(e1.logs.String(), "in_place=true"); got != shm {
+		t.Errorf("the plugin's state put log says in_place=true: %v, want %v", got, shm)
+	}
 	// The plugin takes spliced restores at chunks up to 1 MiB unless told not to.
 	want := `splice_put=false`
 	if shm && !slices.Contains(planeFlags, "--splice-put=false") {

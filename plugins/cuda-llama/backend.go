@@ -858,13 +858,20 @@ type restoreRun struct {
 // ring (shim.cpp's kStreamPiece); lent in place, a piece is what a buffer holds.
 const streamPiece = 1 << 20
 
+// maxInPlaceRegion is the largest data plane ring a restore takes in place.
+// On a GPU the ring is pinned for each restore, which for the 256 MiB ring
+// of 64 MiB chunks cost more than the copy it saves (H200, 1.2 GB state:
+// in place 2.06 GB/s over TCP, 2.17 over Unix, against 2.74 and 2.76 with
+// the restore ring in an earlier run, docs/benchmarks/README.md, 22).
+const maxInPlaceRegion = 64 << 20
+
 // restoreRun sets up the bytes after head (read from cr) for llama.cpp: the
 // shm plane's buffers in place when rr is set (pinned first on a GPU; if
 // that fails, the restore ring after all), else the engine's restore ring,
 // which a prefetcher fills ahead from cr.
 func (e *engine) restoreRun(ctx context.Context, rr iface.RegionReader, cr io.Reader, head stateHead, size int64) (*restoreRun, error) {
 	run := &restoreRun{pieceMin: streamPiece}
-	if rr != nil {
+	if rr != nil && len(rr.Region()) <= maxInPlaceRegion {
 		var unpin func()
 		if e.device != "" {
 			unpin = pinRegion(rr.Region())

@@ -1177,8 +1177,8 @@ func TestStreamedRestore(t *testing.T) {
 // takes its buffers in place, streamed or not, whatever the buffers' size
 // against the state's fields and blocks, with each buffer overwritten once
 // freed; it restores exactly what a plain reader does. A cut state fails as
-// a bad request and leaves the slot empty; with restore_in_place=false the
-// buffers are read, not taken in place.
+// a bad request and leaves the slot empty. With restore_in_place=false, or a
+// ring over maxInPlaceRegion, the buffers are read, not taken in place.
 func TestRestoreInPlace(t *testing.T) {
 	defer func(n int64) { streamMinBlock = n }(streamMinBlock)
 	for _, flash := range []string{"on", "off"} {
@@ -1218,12 +1218,19 @@ func TestRestoreInPlace(t *testing.T) {
 			}
 		}
 	}
-	b := load(t, tiny(t), 2, map[string]string{OptRestoreInPlace: "false"})
 	src := load(t, tiny(t), 1, nil)
 	prefill(t, src, 0, story)
 	state := stateOf(t, src, 0, 64<<10)
+	toks := slotInfo(t, src, 0).Tokens
+	b := load(t, tiny(t), 2, map[string]string{OptRestoreInPlace: "false"})
 	ring := newFakeRing(t, state, 4<<10, 4)
-	if _, err := b.StatePut(context.Background(), 1, slotInfo(t, src, 0).Tokens, ring, int64(len(state))); err != nil || ring.nexts != 0 {
+	if _, err := b.StatePut(context.Background(), 1, toks, ring, int64(len(state))); err != nil || ring.nexts != 0 {
 		t.Fatalf("restore_in_place=false: %v (pieces taken in place: %d)", err, ring.nexts)
+	}
+	// A ring over maxInPlaceRegion (too costly to pin a restore) is read.
+	b = load(t, tiny(t), 2, nil)
+	ring = newFakeRing(t, state, maxInPlaceRegion/4+4<<10, 4)
+	if _, err := b.StatePut(context.Background(), 1, toks, ring, int64(len(state))); err != nil || ring.nexts != 0 {
+		t.Fatalf("a %d-byte ring: %v (pieces taken in place: %d)", len(ring.mem), err, ring.nexts)
 	}
 }
