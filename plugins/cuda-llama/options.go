@@ -66,7 +66,7 @@ const (
 	OptMmap           = "use_mmap"
 	OptPinRing        = "pin_ring"         // on a GPU, pin the data plane's ring for DMA (default true)
 	OptCopyThreads    = "copy_threads"     // goroutines copying a restore out of the data plane's ring (default 1)
-	OptStreamRestore  = "stream_restore"   // auto (default), true, false: upload restore blocks piece by piece as they arrive (see shim.cpp)
+	OptStreamRestore  = "stream_restore"   // auto (default), true, false: upload blocks restored through the restore ring piece by piece as they arrive (see shim.cpp)
 	OptCUDASync       = "cuda_sync"        // how a thread waits for the GPU: auto (CUDA's default), spin, yield, block
 	OptRestoreInPlace = "restore_in_place" // take restores from the shm ring's buffers where they are (default true)
 )
