@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
 
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/gguf"
@@ -990,9 +991,11 @@ func (d *discardChunks) Commit(int) error            { return nil }
 // BenchmarkStatePut: /logits restores a PREFILL blob (state + logits: the
 // transfer alone) from an io.Reader; /pieces the same blob from a
 // ChunkReader in 2 MiB pieces, as the shm ring lends them, copied into the
-// staging buffer by copy_threads goroutines; /reeval a STATE_GET blob, whose
-// last token is evaluated again (on CPU a decode step costs more than the
-// copy).
+// staging buffer by copy_threads goroutines; /ring from 2 MiB pieces of a
+// mapping (the shm ring, as if the host's fills cost nothing), read into the
+// restore ring or taken in place (restore_in_place); /reeval a
+// STATE_GET blob, whose last token is evaluated again (on CPU a decode step
+// costs more than the copy).
 func BenchmarkStatePut(b *testing.B) {
 	be, toks, logits := benchBackend(b)
 	state := stateOf(b, be, 0, 8<<20)
@@ -1017,6 +1020,19 @@ func BenchmarkStatePut(b *testing.B) {
 	for _, n := range []int{1, 4} {
 		e.copyThreads = n
 		run(fmt.Sprintf("pieces/copy_threads=%d", n), withLogits, func(p []byte) io.Reader { return &pieces{b: p, size: 2 << 20} })
+	}
+	e.copyThreads = 1
+	defer func(v bool) { e.inPlace = v }(e.inPlace)
+	mapped, err := unix.Mmap(-1, 0, len(withLogits), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer unix.Munmap(mapped)
+	copy(mapped, withLogits)
+	ring := &fakeRing{chunk: 2 << 20, lend: true}
+	for _, v := range []bool{false, true} {
+		e.inPlace = v && e.canStream
+		run(fmt.Sprintf("ring/in_place=%v", v), mapped, func([]byte) io.Reader { return ring.reset(mapped) })
 	}
 	run("reeval", state, reader)
 }
