@@ -107,15 +107,16 @@ func hydraSaveBuffer(h C.uintptr_t, commit C.size_t, p **C.uint8_t, n *C.size_t)
 	return 0
 }
 
-// loadCall is one StatePut: the restore ring its bytes come through.
+// loadCall is one StatePut: where its bytes come from (the data plane's
+// buffers in place, or the restore ring).
 type loadCall struct {
 	pf  restoreSource
 	err error
 }
 
 // hydraLoadNext releases the release bytes C++ took since its last call and
-// lends it the unread bytes in the restore ring, at least need of them; 1 on
-// error (kept in loadCall).
+// lends it the unread bytes that follow, at least need of them, contiguous;
+// 1 on error (kept in loadCall).
 //
 //export hydraLoadNext
 func hydraLoadNext(h C.uintptr_t, release, need C.size_t, p **C.uint8_t, n *C.size_t) (ret C.int) {
@@ -131,7 +132,8 @@ func hydraLoadNext(h C.uintptr_t, release, need C.size_t, p **C.uint8_t, n *C.si
 		l.err = err
 		return 1
 	}
-	// Not Go memory: the ring is an mmap, and C may hold pointers into it.
+	// Not Go memory: the rings and the staging buffer are mmaps, and C may
+	// hold pointers into them.
 	*p = (*C.uint8_t)(unsafe.Pointer(unsafe.SliceData(b)))
 	*n = C.size_t(len(b))
 	return 0
