@@ -91,7 +91,7 @@ GPU_STAGE := gpu/stage
 .PHONY: gpu-pack
 gpu-pack: cuda-src
 	@rm -rf $(GPU_STAGE) && mkdir -p $(GPU_STAGE)
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(GPU_STAGE)/ ./cmd/hydra-engine ./cmd/hydra-plugin-mock ./cmd/hydra-bench ./cmd/gguf-gen ./cmd/hydractl
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(GPU_STAGE)/ ./cmd/hydra-engine ./cmd/hydra-plugin-mock ./cmd/hydra-bench ./cmd/gguf-gen ./cmd/hydractl ./cmd/recv-bench
 	$(LLAMA_ENV) $(GO) build $(LLAMA_GOFLAGS) -ldflags '$(LDFLAGS)' -o $(GPU_STAGE)/ ./cmd/hydra-plugin-cuda-llama
 	$(LLAMA_ENV) $(GO) test $(LLAMA_GOFLAGS) -ldflags '-s -w' -c -o $(GPU_STAGE)/cuda-llama.test ./plugins/cuda-llama
 	$(LLAMA_ENV) $(GO) test $(LLAMA_GOFLAGS) -ldflags '-s -w' -c -o $(GPU_STAGE)/tests.test ./tests

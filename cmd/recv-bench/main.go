@@ -1,0 +1,307 @@
+// Command recv-bench measures how fast a Go process receives a file sent
+// over TCP loopback (sendfile) with the receive loops the engine's STATE_PUT
+// could use, each receiver in a child process of its own, variants
+// alternating so that noise from the machine hits them alike. It separates
+// what the host's ring mechanics cost from what a plugin beside it costs
+// (docs/benchmarks/README.md, 22):
+//
+//	recv-bench [-n 8] [-variants serve,ring-4x2048,...] FILE
+//
+// Variants:
+//
+//	serve        one 4 MiB buffer, every read at its start (hydra-bench's raw server)
+//	serve-seq    the same buffer, each read after the last one, wrapping
+//	ring-NxK     io.ReadFull of N slots of K KiB in turn, as the host fills its
+//	             shm ring: a memfd mapping, a read deadline armed before every
+//	             read and a 16-byte datagram per slot; suffixes -heap (Go
+//	             memory), -nodl (no deadline), -nomsg (no datagram) drop one
+//	hot-NxK      reads into a 256 KiB buffer, each copied into the ring's slot
+package main
+
+import (
+	"encoding/binary"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+const rawBuf = 4 << 20
+
+type variant struct {
+	name        string
+	ring        bool // a ring of slots instead of one buffer
+	seq         bool // serve-seq
+	hot         bool
+	slots, slot int
+	heap        bool
+	deadline    bool
+	msgs        bool
+}
+
+func parseVariant(name string) (variant, error) {
+	v := variant{name: name}
+	switch {
+	case name == "serve":
+		return v, nil
+	case name == "serve-seq":
+		v.seq = true
+		return v, nil
+	case strings.HasPrefix(name, "ring-"), strings.HasPrefix(name, "hot-"):
+	default:
+		return v, fmt.Errorf("unknown variant %q", name)
+	}
+	parts := strings.Split(name, "-")
+	v.ring, v.hot, v.deadline, v.msgs = true, parts[0] == "hot", true, true
+	var kib int
+	if _, err := fmt.Sscanf(parts[1], "%dx%d", &v.slots, &kib); err != nil || v.slots < 1 || kib < 1 {
+		return v, fmt.Errorf("variant %q: want %s-NxKIB", name, parts[0])
+	}
+	v.slot = kib << 10
+	for _, p := range parts[2:] {
+		switch p {
+		case "heap":
+			v.heap = true
+		case "nodl":
+			v.deadline = false
+		case "nomsg":
+			v.msgs = false
+		default:
+			return v, fmt.Errorf("variant %q: unknown suffix %q", name, p)
+		}
+	}
+	return v, nil
+}
+
+// receiver reads one transfer of size bytes from c.
+type receiver func(c net.Conn, size int64) error
+
+func (v variant) receiver() (receiver, error) {
+	if !v.ring {
+		buf := make([]byte, rawBuf)
+		for i := range buf {
+			buf[i] = byte(i)
+		}
+		return func(c net.Conn, size int64) error {
+			off := 0
+			for rem := size; rem > 0; {
+				n, err := c.Read(buf[off:min(int64(off)+rem, rawBuf)])
+				if err != nil {
+					return err
+				}
+				rem -= int64(n)
+				if off += n; !v.seq || off == rawBuf {
+					off = 0
+				}
+			}
+			return nil
+		}, nil
+	}
+	mem := make([]byte, v.slots*v.slot)
+	if !v.heap {
+		fd, err := syscall.Open(fmt.Sprintf("/dev/shm/recv-bench-%d", os.Getpid()), syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL, 0o600)
+		if err != nil {
+			return nil, err
+		}
+		syscall.Unlink(fmt.Sprintf("/dev/shm/recv-bench-%d", os.Getpid()))
+		if err := syscall.Ftruncate(fd, int64(len(mem))); err != nil {
+			return nil, err
+		}
+		if mem, err = syscall.Mmap(fd, 0, len(mem), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED); err != nil {
+			return nil, err
+		}
+	}
+	sp, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET, 0)
+	if err != nil {
+		return nil, err
+	}
+	go func() { // the plugin's end of the control socket, drained
+		b := make([]byte, 64)
+		for {
+			if _, err := syscall.Read(sp[1], b); err != nil {
+				return
+			}
+		}
+	}()
+	hot := make([]byte, 256<<10)
+	msg := make([]byte, 16)
+	return func(c net.Conn, size int64) error {
+		r := io.Reader(c)
+		if v.deadline {
+			r = deadlineReader{c}
+		}
+		for k, rem := 0, size; rem > 0; k++ {
+			buf := mem[(k%v.slots)*v.slot:][:min(rem, int64(v.slot))]
+			if v.hot {
+				for got := 0; got < len(buf); {
+					m, err := r.Read(hot[:min(len(buf)-got, len(hot))])
+					if err != nil {
+						return err
+					}
+					got += copy(buf[got:], hot[:m])
+				}
+			} else if _, err := io.ReadFull(r, buf); err != nil {
+				return err
+			}
+			if v.msgs {
+				if _, err := syscall.Write(sp[0], msg); err != nil {
+					return err
+				}
+			}
+			rem -= int64(len(buf))
+		}
+		return nil
+	}, nil
+}
+
+// deadlineReader arms a read deadline before every read, as the host does.
+type deadlineReader struct{ c net.Conn }
+
+func (d deadlineReader) Read(p []byte) (int, error) {
+	if err := d.c.SetReadDeadline(time.Now().Add(time.Minute)); err != nil {
+		return 0, err
+	}
+	return d.c.Read(p)
+}
+
+// serve is a child: each transfer is an 8-byte length, then the bytes; one
+// byte back when they are all in.
+func serve(v variant, addr string) error {
+	recv, err := v.receiver()
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	fmt.Println(ln.Addr())
+	c, err := ln.Accept()
+	if err != nil {
+		return err
+	}
+	var hdr [8]byte
+	for {
+		if _, err := io.ReadFull(c, hdr[:]); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		if err := recv(c, int64(binary.LittleEndian.Uint64(hdr[:]))); err != nil {
+			return err
+		}
+		if _, err := c.Write([]byte{1}); err != nil {
+			return err
+		}
+	}
+}
+
+func send(c net.Conn, f *os.File, size int64) (float64, error) {
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return 0, err
+	}
+	var hdr [8]byte
+	binary.LittleEndian.PutUint64(hdr[:], uint64(size))
+	start := time.Now()
+	if _, err := c.Write(hdr[:]); err != nil {
+		return 0, err
+	}
+	if _, err := io.Copy(c, io.LimitReader(f, size)); err != nil { // sendfile
+		return 0, err
+	}
+	if _, err := io.ReadFull(c, hdr[:1]); err != nil {
+		return 0, err
+	}
+	return float64(size) / time.Since(start).Seconds() / 1e9, nil
+}
+
+func main() {
+	child := flag.String("serve", "", "run as the receiving child of this variant")
+	listen := flag.String("listen", "127.0.0.1:0", "the child's address")
+	n := flag.Int("n", 8, "transfers per variant")
+	list := flag.String("variants", "serve,serve-seq,ring-4x2048,ring-4x2048-heap,ring-4x2048-nodl,ring-4x2048-nomsg,hot-4x2048", "variants, comma-separated")
+	flag.Parse()
+	if err := run(*child, *listen, *n, *list, flag.Args()); err != nil {
+		fmt.Fprintln(os.Stderr, "recv-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(child, listen string, n int, list string, args []string) error {
+	if child != "" {
+		v, err := parseVariant(child)
+		if err != nil {
+			return err
+		}
+		return serve(v, listen)
+	}
+	if len(args) != 1 {
+		return errors.New("usage: recv-bench [-n N] [-variants V,...] FILE")
+	}
+	f, err := os.Open(args[0])
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	names := strings.Split(list, ",")
+	conns := make([]net.Conn, len(names))
+	for i, name := range names {
+		if _, err := parseVariant(name); err != nil {
+			return err
+		}
+		cmd := exec.Command(os.Args[0], "-serve", name)
+		cmd.Stderr = os.Stderr
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return err
+		}
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+		var addr string
+		if _, err := fmt.Fscanln(out, &addr); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if conns[i], err = net.Dial("tcp", addr); err != nil {
+			return err
+		}
+		defer conns[i].Close()
+	}
+	res := make([][]float64, len(names))
+	for range n {
+		for i := range names {
+			v, err := send(conns[i], f, st.Size())
+			if err != nil {
+				return fmt.Errorf("%s: %w", names[i], err)
+			}
+			res[i] = append(res[i], v)
+		}
+	}
+	fmt.Printf("%d transfers of %d bytes per variant, TCP loopback, sendfile sender\n", n, st.Size())
+	base := median(res[0])
+	for i, name := range names {
+		fmt.Printf("%-22s median %5.2f GB/s  ratio to %s %.2f  all %.2f\n", name, median(res[i]), names[0], median(res[i])/base, res[i])
+	}
+	return nil
+}
+
+func median(v []float64) float64 {
+	s := slices.Sorted(slices.Values(v))
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
