@@ -4,7 +4,7 @@
 # the binaries, the test binaries and the ggml sources in gpu/hydra-gpu.tar.gz.
 #
 #   scripts/gpu-bench.sh build   # libggml-cuda for sm_90, GPU correctness tests, raw copy rate, sm_120 compile
-#   scripts/gpu-bench.sh bench   # hydra-bench on a 1.2 GB llama state (builds the sm_90 library if missing; RUNS=N tables in a row; BENCH_OPTS=key=value: one more --backend-opt)
+#   scripts/gpu-bench.sh bench   # hydra-bench on a 1.2 GB llama state (builds the sm_90 library if missing; RUNS=N tables in a row; BENCH_OPTS=key=value: one more --backend-opt; TARGETS_ONLY=1: only the rows the targets name, e.g. with REPS=8)
 #   scripts/gpu-bench.sh mock    # hydra-bench on the mock plugin (no CUDA build): the host pipeline with 16 cores
 #   scripts/gpu-bench.sh recv    # recv-bench on a 1.2 GB file, twice (no CUDA build): the host's receive loop against a raw one
 #   scripts/gpu-bench.sh pin-ab  # STATE_GET of the 1.2 GB state with pin_ring=true vs false, same run (hydractl)
@@ -215,7 +215,7 @@ pin-ab|copy-ab|splice-ab|stream-ab|plugin-ab|variant-ab|bench)
 		"$G/hydra-bench" --bin "$G" --out "$OUT" --name "$name" --reps "${REPS:-2}" \
 			--backend "$G/hydra-plugin-cuda-llama" --model "$G/synth.gguf" --prefill-tokens 9200 \
 			--backend-opt lib_dir="$G" --backend-opt n_gpu_layers=99 --backend-opt n_ctx=18688 --backend-opt n_threads=8 \
-			${BENCH_OPTS:+--backend-opt "$BENCH_OPTS"} 2>&1 | tail -60
+			${BENCH_OPTS:+--backend-opt "$BENCH_OPTS"} ${TARGETS_ONLY:+--targets-only} 2>&1 | tail -60
 		grep -h '^- \*\*shm\*\*' "$OUT/$name.md" 2>/dev/null
 	done
 	;;

@@ -13,8 +13,11 @@ import (
 // fixture is a report with fixed numbers: the raw socket at 4 GB/s
 // everywhere, shm pipelined at 3.8 GB/s (0.95 of raw) but only 3.0 at
 // 256 KiB (0.75), gRPC at 0.5, and the 64 MiB rings over the RSS limit.
-func fixture() *report {
-	r := &report{
+func fixture() *report { return fixtureOf(false) }
+
+// fixtureOf is fixture, of a --targets-only run when targetsOnly.
+func fixtureOf(targetsOnly bool) *report {
+	r := &report{TargetsOnly: targetsOnly,
 		Machine: machine{NProc: 2, CPU: "Test CPU", Memory: "24684084 kB", Kernel: "6.0", Go: "go1.26.0",
 			Date: "2026-01-01 00:00 UTC", LoadStart: "0.1 0.2 0.3", LoadEnd: "0.4 0.5 0.6"},
 		Command:    "bin/hydra-bench --bin bin --out docs/benchmarks",
@@ -26,7 +29,7 @@ func fixture() *report {
 	for _, tr := range transports {
 		for _, op := range []string{opGet, opPut} {
 			p := &panel{Transport: tr, Op: op, Raw: result{Raw: true, GBps: []float64{3.9, 4.0, 4.1}, CPU: cpu}}
-			for _, c := range plan() {
+			for _, c := range plan(r.TargetsOnly) {
 				v, rss := 3.8, 9.0
 				switch {
 				case c.Plane == "grpc":
@@ -91,6 +94,35 @@ func TestMarkdown(t *testing.T) {
 
 // TestParseTransferClock reads the engine's transfer clock for one
 // direction out of a /metrics page, and fails on a page without it.
+// TestMarkdownTargetsOnly: a --targets-only run says so, counts only what it
+// measured, and still draws its chart.
+func TestMarkdownTargetsOnly(t *testing.T) {
+	r := fixtureOf(true)
+	var b bytes.Buffer
+	if err := r.markdown(&b); err != nil {
+		t.Fatal(err)
+	}
+	md := b.String()
+	for _, want := range []string{
+		"**Targets only** (`--targets-only`)",
+		"- **shm**: throughput target met in 4 of 8 cases, RSS target in 8 of 8.",
+		"- **grpc**: not measured.",
+		"| grpc | TCP loopback | STATE_GET | 2 MiB | — | ≥ 0.90 | — | — | ≤ 64 | not measured |",
+		"| pipelined | shm | 2 MiB | 4 | 3.80 (4.00) | 0.95 |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q", want)
+		}
+	}
+	if strings.Contains(md, "seed emulation") {
+		t.Error("a targets-only report shows the serial rows")
+	}
+	b.Reset()
+	if err := r.svg(&b); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestParseTransferClock(t *testing.T) {
 	page := `# HELP hydra_engine_state_transfer_backend_wait_seconds_total Time ...
 # TYPE hydra_engine_state_transfer_backend_wait_seconds_total counter
@@ -209,7 +241,11 @@ func TestStats(t *testing.T) {
 }
 
 func TestPlan(t *testing.T) {
-	cs := plan()
+	if cs := plan(true); len(cs) != 2 || cs[0] != (engineConfig{Plane: "shm", Depth: pipelineDepth, Chunk: seedChunk}) ||
+		cs[1] != (engineConfig{Plane: "shm", Depth: pipelineDepth, Chunk: 2 << 20}) {
+		t.Errorf("targets only: %+v", cs)
+	}
+	cs := plan(false)
 	if len(cs) != 2+2*len(pipelinedChunks) {
 		t.Fatalf("%d configurations", len(cs))
 	}

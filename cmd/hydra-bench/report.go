@@ -142,6 +142,7 @@ type report struct {
 	Mock          bool
 	Reps          int
 	Quick         bool
+	TargetsOnly   bool // only the configurations the targets name ran
 	PeakWindow    bool // peak RSS was reset after the prefill and between directions
 	IdleHostMiB   float64
 	IdlePluginMiB float64
@@ -239,6 +240,9 @@ func (r *report) markdown(w io.Writer) error {
 	if r.Quick {
 		p("> **Quick run** (`--quick`): a smaller state and %d rep(s), a smoke test only. These numbers are not the benchmark.\n\n", r.Reps)
 	}
+	if r.TargetsOnly {
+		p("> **Targets only** (`--targets-only`): the pipelined shm configurations the targets name, %d transfers each; the others were not run.\n\n", r.Reps)
+	}
 	m := r.Machine
 	engineGo := ""
 	if m.EngineGo != "" && m.EngineGo != m.Go {
@@ -329,11 +333,15 @@ func (r *report) targets(p func(string, ...any)) {
 	for _, plane := range []string{"shm", "grpc"} {
 		var n, rate, rss int
 		for i := 0; i+1 < len(cs); i += 2 {
-			if t, m := cs[i], cs[i+1]; t.Plane == plane {
+			if t, m := cs[i], cs[i+1]; t.Plane == plane && !t.Missing {
 				n++
 				rate += b2i(t.Met)
 				rss += b2i(m.Met)
 			}
+		}
+		if n == 0 {
+			p("- **%s**: not measured.\n", plane)
+			continue
 		}
 		p("- **%s**: throughput target met in %d of %d cases, RSS target in %d of %d.\n", plane, rate, n, rss, n)
 	}
