@@ -26,7 +26,8 @@ FUZZ_TARGETS := \
 	./host:FuzzParseDecode \
 	./host:FuzzParseSwapQuant \
 	./plugins/cuda-llama:FuzzReadStateHead \
-	./plugins/cuda-llama:FuzzMaxRow
+	./plugins/cuda-llama:FuzzMaxRow \
+	./plugins/cuda-llama:FuzzInPlace
 
 .PHONY: all build run test vet unit fuzz-brief fuzz bench bench-go soak proto clean
 

@@ -226,3 +226,78 @@ func TestInPlaceShortPayload(t *testing.T) {
 	}
 	s.close()
 }
+
+// FuzzInPlace drives inPlace as llama.cpp's reader could: reads of any size
+// (contiguous, staged across buffers when they must be) and streamed blocks
+// taken piece by piece, over rings of any buffer size and depth whose freed
+// buffers are overwritten, after a head of any length. Whatever the
+// pattern, the bytes come out as they went in, a read past the payload is a
+// bad request, and the rest reads back with Read.
+func FuzzInPlace(f *testing.F) {
+	f.Add([]byte{0, 0, 0, 1, 2, 3, 4})
+	f.Add([]byte{255, 40, 2, 200, 201, 7, 9, 250, 251, 252})
+	f.Add([]byte{3, 255, 1, 100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		if len(ops) < 3 {
+			return
+		}
+		src := make([]byte, 20_000)
+		for i := range src {
+			src[i] = byte(i*31 + i>>8)
+		}
+		chunk, head, depth := 1+int(ops[0])*16, min(int(ops[1])*97, len(src)), 1+int(ops[2]%4)
+		ring := newFakeRing(t, src[head:], chunk, depth)
+		s, err := newInPlace(ring, src[:head], int64(len(src)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.close()
+		var out []byte
+		var avail []byte
+		taken := 0
+		for _, op := range ops[3:] {
+			n := 1 + int(op>>1)*41
+			if len(out)+n > len(src) { // past the payload
+				if len(avail) < n {
+					if _, err := s.next(taken, n); !errors.Is(err, iface.ErrBadRequest) {
+						t.Fatalf("a read of %d past the payload at %d: %v", n, len(out), err)
+					}
+					return
+				}
+				continue
+			}
+			if op&1 == 0 { // read(n)
+				if len(avail) < n {
+					if avail, err = s.next(taken, n); err != nil {
+						t.Fatalf("next(%d, %d) at %d: %v", taken, n, len(out), err)
+					}
+					taken = 0
+				}
+				out = append(out, avail[:n]...)
+				avail, taken = avail[n:], taken+n
+				continue
+			}
+			for size := n; size > 0; { // a streamed block
+				if len(avail) == 0 {
+					if avail, err = s.next(taken, 1); err != nil {
+						t.Fatalf("piece at %d: %v", len(out), err)
+					}
+					taken = 0
+				}
+				k := min(len(avail), size)
+				out = append(out, avail[:k]...)
+				avail, taken, size = avail[k:], taken+k, size-k
+			}
+		}
+		if err := s.releaseTo(int64(len(out))); err != nil {
+			t.Fatal(err)
+		}
+		rest, err := io.ReadAll(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(append(out, rest...), src) {
+			t.Fatalf("chunk %d, head %d, depth %d: the stream came out different", chunk, head, depth)
+		}
+	})
+}
