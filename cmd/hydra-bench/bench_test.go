@@ -50,13 +50,24 @@ func fixtureOf(targetsOnly bool) *report {
 	return r
 }
 
-func TestMarkdown(t *testing.T) {
+// markdownOf renders r and checks that it says each of wants.
+func markdownOf(t *testing.T, r *report, wants ...string) string {
+	t.Helper()
 	var b bytes.Buffer
-	if err := fixture().markdown(&b); err != nil {
+	if err := r.markdown(&b); err != nil {
 		t.Fatal(err)
 	}
 	md := b.String()
-	for _, want := range []string{
+	for _, want := range wants {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q", want)
+		}
+	}
+	return md
+}
+
+func TestMarkdown(t *testing.T) {
+	md := markdownOf(t, fixture(),
 		"| command | `bin/hydra-bench --bin bin --out docs/benchmarks` |",
 		"| memory | 23.5 GiB |",
 		"## TCP loopback — STATE_GET",
@@ -75,11 +86,7 @@ func TestMarkdown(t *testing.T) {
 		"shm, depth 4, chunk 64 MiB STATE_GET (host 257.0, plugin 256.0 MiB)",
 		"--rpc tcp://127.0.0.1:PORT --rpc unix:///TMP/engine.sock --backend BIN/hydra-plugin-mock",
 		"they matched in 12 engine(s)",
-	} {
-		if !strings.Contains(md, want) {
-			t.Errorf("markdown lacks %q", want)
-		}
-	}
+	)
 	if strings.Contains(md, "Quick run") {
 		t.Error("a full run is marked quick")
 	}
@@ -98,27 +105,17 @@ func TestMarkdown(t *testing.T) {
 // measured, and still draws its chart.
 func TestMarkdownTargetsOnly(t *testing.T) {
 	r := fixtureOf(true)
-	var b bytes.Buffer
-	if err := r.markdown(&b); err != nil {
-		t.Fatal(err)
-	}
-	md := b.String()
-	for _, want := range []string{
+	md := markdownOf(t, r,
 		"**Targets only** (`--targets-only`)",
 		"- **shm**: throughput target met in 4 of 8 cases, RSS target in 8 of 8.",
 		"- **grpc**: not measured.",
 		"| grpc | TCP loopback | STATE_GET | 2 MiB | — | ≥ 0.90 | — | — | ≤ 64 | not measured |",
 		"| pipelined | shm | 2 MiB | 4 | 3.80 (4.00) | 0.95 |",
-	} {
-		if !strings.Contains(md, want) {
-			t.Errorf("markdown lacks %q", want)
-		}
-	}
+	)
 	if strings.Contains(md, "seed emulation") {
 		t.Error("a targets-only report shows the serial rows")
 	}
-	b.Reset()
-	if err := r.svg(&b); err != nil {
+	if err := r.svg(io.Discard); err != nil {
 		t.Fatal(err)
 	}
 }
