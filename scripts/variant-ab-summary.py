@@ -7,8 +7,9 @@ One line per variant, transport, chunk size and direction, for each run of
 consecutive transfers with those: median GB/s, the median share of a transfer
 the host waited on the plugin (the host's "state transfer" lines), and for
 restores the llama plugin's prefetcher: the share llama.cpp's thread waited
-for bytes (the data plane set the pace) and the share the reader waited for
-room (the uploads did), from its "state put" lines.
+for bytes (the data plane set the pace), the share the reader waited for
+room (the uploads did) and the share spent re-evaluating the last token
+after the bytes (where logged), from its "state put" lines.
 """
 import glob
 import re
@@ -46,7 +47,8 @@ def main(d):
             elif 'state put:' in line and 'wait_data=' in line:
                 g = fields(line)
                 el = seconds(g['elapsed'])
-                plug.append((seconds(g['wait_data']) / el, seconds(g['wait_space']) / el))
+                plug.append((seconds(g['wait_data']) / el, seconds(g['wait_space']) / el,
+                             seconds(g['reeval']) / el if 'reeval' in g else float('nan')))
         runs = []
         for h in host:
             if runs and runs[-1][0][0] == h[0]:
@@ -61,8 +63,10 @@ def main(d):
                 p = plug[pi:pi + n]
                 pi += n
                 if p and len(run) > 1:
-                    extra = '  plugin waits: data %3.0f%%  room %3.0f%%' % (
-                        100 * st.median(x[0] for x in p), 100 * st.median(x[1] for x in p))
+                    re_ = st.median(x[2] for x in p)
+                    extra = '  plugin waits: data %3.0f%%  room %3.0f%%  reeval %s' % (
+                        100 * st.median(x[0] for x in p), 100 * st.median(x[1] for x in p),
+                        '  —' if re_ != re_ else '%3.0f%%' % (100 * re_))
             if n < 2:
                 continue  # the benchmark's set-up transfers
             print('%-10s %-4s %8d %-3s %5.2f GB/s  host waits on plugin %3.0f%%%s' % (

@@ -778,10 +778,11 @@ func (b *Backend) StatePut(ctx context.Context, i int, tokens []int32, r io.Read
 		return 0, err
 	}
 	start := time.Now()
+	var reeval time.Duration // re-evaluating the last token, part of elapsed
 	defer func() {
 		b.log.Debug("state put", "slot", i, "bytes", n, "cells", head.cells, "in_place", run.inPlace, "streamed", run.streamMin > 0,
 			"ring", run.ringSize, "ring_pinned", run.pinned, "elapsed", time.Since(start).String(),
-			"wait_data", run.waitData.String(), "wait_space", run.waitSpace.String(), "error", err)
+			"wait_data", run.waitData.String(), "wait_space", run.waitSpace.String(), "reeval", reeval.String(), "error", err)
 	}()
 	stop := run.stop // before r is read anywhere else, and before returning
 	defer stop()
@@ -831,7 +832,10 @@ func (b *Backend) StatePut(ctx context.Context, i int, tokens []int32, r io.Read
 	stop()
 	drain(r)
 	if head.cells > 0 && logits == nil {
-		if logits, err = e.reevaluate(i, tokens); err != nil {
+		t := time.Now()
+		logits, err = e.reevaluate(i, tokens)
+		reeval = time.Since(t)
+		if err != nil {
 			return 0, err
 		}
 	}
