@@ -89,7 +89,7 @@ type engine struct {
 }
 
 // streamRing is the largest read a streamed restore takes from its ring:
-// shim.cpp's pieces (1 MiB), with room to spare.
+// streamPiece, with room to spare.
 const streamRing = 2 << 20
 
 // The smallest block a restore streams: with stream_restore=true every
@@ -859,7 +859,8 @@ type restoreRun struct {
 }
 
 // streamPiece is the least piece a streamed restore uploads from the restore
-// ring (shim.cpp's kStreamPiece); lent in place, a piece is what a buffer holds.
+// ring (hydra_state_load's piece_min; it takes more when the ring holds
+// more); lent in place, a piece is what a buffer holds.
 const streamPiece = 1 << 20
 
 // maxInPlaceRegion is the largest data plane ring a restore takes in place.
@@ -892,17 +893,13 @@ func (e *engine) restoreRun(ctx context.Context, rr iface.RegionReader, cr io.Re
 			if e.canStream {
 				run.streamMin, run.pieceMin = streamMinBlock, 1
 			}
-			stopped := false
-			run.stop = func() {
-				if !stopped {
-					stopped = true
-					ip.close()
-					run.waitData = ip.waitData
-					if unpin != nil {
-						unpin()
-					}
+			run.stop = sync.OnceFunc(func() {
+				ip.close()
+				run.waitData = ip.waitData
+				if unpin != nil {
+					unpin()
 				}
-			}
+			})
 			return run, nil
 		}
 	}
@@ -921,20 +918,16 @@ func (e *engine) restoreRun(ctx context.Context, rr iface.RegionReader, cr io.Re
 		return nil, err
 	}
 	run.src = pf
-	stopped := false
-	run.stop = func() {
-		if !stopped {
-			stopped = true
-			e.ring = pf.close()
-			run.waitData, run.waitSpace = pf.waits()
-			run.ringSize, run.pinned = e.ring.size, e.ring.unpin != nil
-			if e.ring.size > keepRing {
-				_ = e.ring.close()
-				e.ring = nil
-			}
-			e.ringMu.Unlock()
+	run.stop = sync.OnceFunc(func() {
+		e.ring = pf.close()
+		run.waitData, run.waitSpace = pf.waits()
+		run.ringSize, run.pinned = e.ring.size, e.ring.unpin != nil
+		if e.ring.size > keepRing {
+			_ = e.ring.close()
+			e.ring = nil
 		}
-	}
+		e.ringMu.Unlock()
+	})
 	return run, nil
 }
 

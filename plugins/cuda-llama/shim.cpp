@@ -326,12 +326,6 @@ private:
     }
 };
 
-// kStreamPiece is the least one upload of a streamed restore asks the ring
-// for (it takes more when the ring holds more), unless the restore says
-// otherwise: a restore lent the data plane's buffers in place takes each as
-// it comes.
-constexpr size_t kStreamPiece = 1 << 20;
-
 typedef void (*set_tensor_fn)(ggml_backend_buffer_t, ggml_tensor *, const void *, size_t, size_t);
 
 // load_reader serves llama.cpp's reads in place from the Go side's restore
