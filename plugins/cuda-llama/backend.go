@@ -79,7 +79,10 @@ type engine struct {
 	// (option restore_in_place, inplace_linux.go).
 	inPlace   bool
 	canStream bool // the KV buffers' hooks are ready (enableStream)
-	slots     []*slot
+	// eagerLogits: a restore without logits re-evaluates its last token
+	// before STATE_PUT answers, not in the first decode (restore_logits).
+	eagerLogits bool
+	slots       []*slot
 
 	mu  sync.Mutex // serialises every use of ctx
 	ctx *lctx
@@ -128,7 +131,8 @@ func (e *engine) newRing(size, tail int) (*mirror, error) {
 // answers while an operation runs; busy turns a second concurrent operation
 // on the slot into ErrBusy should a caller break the one-op-per-slot rule.
 // tokens and logits describe what the KV holds: the logits are the
-// next-token distribution after the last token, nil when the slot is empty.
+// next-token distribution after the last token, nil when the slot is empty
+// or a restore left them to the first decode (restore_logits=lazy).
 type slot struct {
 	mu        sync.Mutex
 	busy      bool
@@ -254,7 +258,7 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 		return iface.BackendInfo{}, err
 	}
 	e := &engine{model: mdl, ctx: lc, nCtx: lc.nCtx(), scratch: nSlots, device: gpuName, pinRing: opts.pinRing, copyThreads: opts.copyThreads,
-		inPlace: opts.restoreInPlace && (gpuName == "" || opts.pinRing), slots: make([]*slot, nSlots)}
+		inPlace: opts.restoreInPlace && (gpuName == "" || opts.pinRing), eagerLogits: opts.eagerLogits, slots: make([]*slot, nSlots)}
 	switch opts.streamRestore {
 	case "on":
 		e.streamMin = streamMinBlock
@@ -587,8 +591,18 @@ func (b *Backend) Decode(ctx context.Context, req iface.DecodeRequest, emit func
 	}
 	defer s.release()
 	toks, logits, _ := s.snapshot()
-	if len(toks) == 0 || logits == nil {
+	if len(toks) == 0 {
 		return iface.DecodeResult{}, fmt.Errorf("%w: slot is empty (slot %d)", iface.ErrBadRequest, req.Slot)
+	}
+	if logits == nil { // restored without logits (restore_logits=lazy)
+		t := time.Now()
+		if logits, err = e.reevaluate(req.Slot, toks); err != nil {
+			return iface.DecodeResult{}, e.failed(req.Slot, s, err)
+		}
+		b.log.Debug("decode re-evaluated the restored last token", "slot", req.Slot, "reeval", time.Since(t).String())
+		s.mu.Lock()
+		s.logits = logits
+		s.mu.Unlock()
 	}
 	var smp *sampler
 	if !greedy(req.Sampler) {
@@ -729,7 +743,8 @@ func (b *Backend) PipePutMaxChunk() int { return 1 << 20 }
 // against tokens before llama.cpp reads it; llama.cpp checks the rest (layer
 // count, types, row sizes). Trailing bytes that are exactly the logits
 // (NVocab f32) are adopted; otherwise the last token is re-evaluated, since the
-// state holds no logits. r is read to its end, except after a read error.
+// state holds no logits: by the first decode (restore_logits=lazy, the
+// default), or here (eager). r is read to its end, except after a read error.
 func (b *Backend) StatePut(ctx context.Context, i int, tokens []int32, r io.Reader, size int64) (n int64, err error) {
 	e, s, err := b.slot(i)
 	if err != nil {
@@ -831,7 +846,7 @@ func (b *Backend) StatePut(ctx context.Context, i int, tokens []int32, r io.Read
 	}
 	stop()
 	drain(r)
-	if head.cells > 0 && logits == nil {
+	if head.cells > 0 && logits == nil && e.eagerLogits {
 		t := time.Now()
 		logits, err = e.reevaluate(i, tokens)
 		reeval = time.Since(t)

@@ -435,9 +435,16 @@ func TestRoundTrip(t *testing.T) {
 
 // TestRestoredLogits: a state followed by exactly NVocab f32 logits (a
 // PREFILL blob) restores with those logits; other trailing bytes are skipped
-// and the last token re-evaluated.
+// and the last token re-evaluated: by the first decode (restore_logits=lazy,
+// the default) or within StatePut (eager).
 func TestRestoredLogits(t *testing.T) {
-	b := load(t, tiny(t), 3, nil)
+	for _, mode := range []string{"lazy", "eager"} {
+		t.Run(mode, func(t *testing.T) { testRestoredLogits(t, mode) })
+	}
+}
+
+func testRestoredLogits(t *testing.T, mode string) {
+	b := load(t, tiny(t), 3, map[string]string{OptRestoreLogits: mode})
 	res := prefill(t, b, 0, story)
 	state := stateOf(t, b, 0, 1<<20)
 	toks := res.Slot.Tokens
@@ -462,6 +469,17 @@ func TestRestoredLogits(t *testing.T) {
 		n, err := b.StatePut(context.Background(), 1, toks, r, int64(len(blob)))
 		if err != nil || n != int64(len(state)) || !r.eof {
 			t.Fatalf("%s: StatePut = %d, %v (drained %v)", name, n, err, r.eof)
+		}
+		_, l, _ := b.eng.Load().slots[1].snapshot()
+		if adopted := name == "prefill logits"; (l == nil) != (mode == "lazy" && !adopted) {
+			t.Fatalf("%s, restore_logits=%s: slot holds logits %v after StatePut", name, mode, l != nil)
+		}
+		// The slot answers as restored before its logits are computed.
+		if si := slotInfo(t, b, 1); si.NPast != len(toks) || si.StateSize != int64(len(state)) {
+			t.Fatalf("%s: slot %+v", name, si)
+		}
+		if got := stateOf(t, b, 1, 1<<20); !bytes.Equal(normSeq(got), normSeq(state)) {
+			t.Fatalf("%s: the restored state re-saves differently", name)
 		}
 		if got, _ := decode(t, b, 1, 12, iface.SamplerParams{}); !slices.Equal(got, want) {
 			t.Fatalf("%s: decoded %v, want %v", name, got, want)
@@ -1049,9 +1067,16 @@ func BenchmarkReferenceGetData(b *testing.B) {
 
 // TestRestoreIntoFullCache: a state that fills the KV cache's last free
 // cells leaves none for the scratch re-evaluation; the last token is then
-// re-evaluated in place, giving the same next-token distribution.
+// re-evaluated in place, giving the same next-token distribution, within
+// StatePut (restore_logits=eager) or by the first decode (lazy).
 func TestRestoreIntoFullCache(t *testing.T) {
-	b := load(t, tiny(t), 2, map[string]string{OptNCtx: "256"})
+	for _, mode := range []string{"lazy", "eager"} {
+		t.Run(mode, func(t *testing.T) { testRestoreIntoFullCache(t, mode) })
+	}
+}
+
+func testRestoreIntoFullCache(t *testing.T, mode string) {
+	b := load(t, tiny(t), 2, map[string]string{OptNCtx: "256", OptRestoreLogits: mode})
 	toks := make([]int32, 100)
 	for i := range toks {
 		toks[i] = int32(5 + (i*37)%400)
@@ -1064,6 +1089,15 @@ func TestRestoreIntoFullCache(t *testing.T) {
 	}
 	if _, err := b.StatePut(context.Background(), 0, toks, bytes.NewReader(state), int64(len(state))); err != nil {
 		t.Fatal(err)
+	}
+	if mode == "lazy" {
+		if _, l, _ := b.eng.Load().slots[0].snapshot(); l != nil {
+			t.Fatal("restore_logits=lazy: StatePut computed the logits")
+		}
+		// A decode of no tokens computes them and emits nothing.
+		if got, res := decode(t, b, 0, 0, iface.SamplerParams{}); len(got) != 0 || res.NPast != 100 {
+			t.Fatalf("decode of 0 tokens: %v %+v", got, res)
+		}
 	}
 	_, got, _ := b.eng.Load().slots[0].snapshot()
 	if argmax(got) != argmax(want) {

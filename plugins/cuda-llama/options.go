@@ -69,10 +69,14 @@ const (
 	OptStreamRestore  = "stream_restore"   // auto (default), true, false: upload blocks restored through the restore ring piece by piece as they arrive (see shim.cpp)
 	OptCUDASync       = "cuda_sync"        // how a thread waits for the GPU: auto (CUDA's default), spin, yield, block
 	OptRestoreInPlace = "restore_in_place" // take restores from the shm ring's buffers where they are (default true)
+	// OptRestoreLogits: when a restored state carries no logits, compute them
+	// by the first DECODE that needs them (lazy, the default, as the reference
+	// engine's "just restored" flag does) or within STATE_PUT (eager).
+	OptRestoreLogits = "restore_logits"
 )
 
 var knownOptions = []string{OptAlias, OptCacheTypeK, OptCacheTypeV, OptFlashAttn, OptLibDir, OptNBatch, OptNCtx,
-	OptNGPULayers, OptNThreads, OptNThreadsBatch, OptNUBatch, OptMmap, OptPinRing, OptCopyThreads, OptStreamRestore, OptCUDASync, OptRestoreInPlace}
+	OptNGPULayers, OptNThreads, OptNThreadsBatch, OptNUBatch, OptMmap, OptPinRing, OptCopyThreads, OptStreamRestore, OptCUDASync, OptRestoreInPlace, OptRestoreLogits}
 
 // Defaults and limits.
 const (
@@ -123,6 +127,7 @@ type options struct {
 	streamRestore           string // "auto", "on" or "off"
 	cudaSync                string // "auto", "spin", "yield" or "block"
 	restoreInPlace          bool
+	eagerLogits             bool // restore_logits=eager
 }
 
 var cacheTypes = []string{"bf16", "f16", "f32", "q4_0", "q8_0"}
@@ -208,6 +213,15 @@ func parseOptions(m map[string]string) (options, error) {
 				o.cudaSync = m
 			default:
 				err = fmt.Errorf("%w: option %s=%q: want auto, spin, yield or block", iface.ErrBadRequest, k, v)
+			}
+		case OptRestoreLogits:
+			switch strings.ToLower(v) {
+			case "lazy":
+				o.eagerLogits = false
+			case "eager":
+				o.eagerLogits = true
+			default:
+				err = fmt.Errorf("%w: option %s=%q: want lazy or eager", iface.ErrBadRequest, k, v)
 			}
 		case OptMmap, OptPinRing, OptRestoreInPlace:
 			var b bool

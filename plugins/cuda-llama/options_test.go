@@ -47,6 +47,14 @@ func TestParseOptions(t *testing.T) {
 	if _, err := parseOptions(map[string]string{OptCUDASync: "blocking-ish"}); err == nil || !strings.Contains(err.Error(), "spin, yield or block") {
 		t.Fatalf("cuda_sync took an unknown mode: %v", err)
 	}
+	if o.eagerLogits {
+		t.Fatal("restore_logits defaults to eager")
+	}
+	for v, want := range map[string]bool{"lazy": false, "Eager": true, " LAZY ": false} {
+		if o, err := parseOptions(map[string]string{OptRestoreLogits: v}); err != nil || o.eagerLogits != want {
+			t.Fatalf("restore_logits=%q: eager %v, %v", v, o.eagerLogits, err)
+		}
+	}
 	o, err = parseOptions(map[string]string{OptNCtx: " 8192 ", OptFlashAttn: "off", OptNThreads: "3", OptNGPULayers: "0",
 		OptCacheTypeK: "Q8_0", OptAlias: "m", OptLibDir: "/opt/lib", OptMmap: "false", OptNBatch: "512", OptNUBatch: "128", OptCopyThreads: "1"})
 	if err != nil || o.nCtx != 8192 || o.flashAttn != FlashOff || o.nThreads != 3 || o.nThreadsBatch != 3 || o.nGPULayers != 0 ||
@@ -68,6 +76,7 @@ func TestParseOptions(t *testing.T) {
 		{map[string]string{OptMmap: "perhaps"}, "not a boolean"},
 		{map[string]string{OptNGPULayers: "-2"}, "out of range"},
 		{map[string]string{OptCopyThreads: "0"}, "out of range"},
+		{map[string]string{OptRestoreLogits: "later"}, "lazy or eager"},
 	} {
 		_, err := parseOptions(tc.opts)
 		if !errors.Is(err, iface.ErrBadRequest) || !strings.Contains(err.Error(), tc.msg) {
