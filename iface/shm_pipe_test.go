@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -200,23 +201,28 @@ func TestShmPipePutOptOut(t *testing.T) {
 	}
 }
 
-// TestShmPipePutClientVanishes: the client hanging up mid-state fails the
-// restore with io.ErrUnexpectedEOF, the source records the socket's end (the
+// TestShmPipePutClientVanishes: the client hanging up mid-state, on the pipe
+// or the ring, fails the restore with io.ErrUnexpectedEOF, the source records the socket's end (the
 // host closes the connection on it), and the plugin saw the failure before
 // StatePut returned.
 func TestShmPipePutClientVanishes(t *testing.T) {
 	data := randomBytes(4 << 20)
-	for _, network := range []string{"tcp", "unix"} {
+	for _, network := range []string{"tcp", "unix", "tcp-ring", "unix-ring"} {
 		t.Run(network, func(t *testing.T) {
 			var mu sync.Mutex
 			var pluginErr error
-			b := TestBackendShm(t, &fakeBackend{statePut: func(ctx context.Context, slot int, toks []int32, r io.Reader, size int64) (int64, error) {
+			fb := &fakeBackend{statePut: func(ctx context.Context, slot int, toks []int32, r io.Reader, size int64) (int64, error) {
 				_, err := io.Copy(io.Discard, r)
 				mu.Lock()
 				pluginErr = err
 				mu.Unlock()
 				return 0, fmt.Errorf("%w: %w", ErrBadRequest, err)
-			}}, 4)
+			}}
+			var backend Backend = fb
+			if ring := strings.HasSuffix(network, "-ring"); ring {
+				network, backend = strings.TrimSuffix(network, "-ring"), ringOnly{fb} // the host fills the ring from the socket
+			}
+			b := TestBackendShm(t, backend, 4)
 			src := feedSocket(t, network, data, 100, 3<<20, true)
 			_, err := b.StatePut(WithTransferChunk(context.Background(), 256<<10), 0, nil, src, int64(len(data)))
 			if !errors.Is(err, io.ErrUnexpectedEOF) {

@@ -14,7 +14,13 @@
 //	ring-NxK     io.ReadFull of N slots of K KiB in turn, as the host fills its
 //	             shm ring: a memfd mapping, a read deadline armed before every
 //	             read and a 16-byte datagram per slot; suffixes -heap (Go
-//	             memory), -nodl (no deadline), -nomsg (no datagram) drop one
+//	             memory), -nodl (no deadline), -nomsg (no datagram) drop one;
+//	             -lowatN sets SO_RCVLOWAT to N KiB (less for a payload's
+//	             tail), so the reader wakes for N KiB at least, not each segment;
+//	             -poll fills each slot inside the socket's RawConn.Read with
+//	             non-blocking reads and, when the socket is empty, a blocking
+//	             poll(2) on the goroutine's thread (its timeout the deadline):
+//	             no netpoller park and wake-up, no deadline armed per read
 //	hot-NxK      reads into a 256 KiB buffer, each copied into the ring's slot
 package main
 
@@ -31,6 +37,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 const rawBuf = 4 << 20
@@ -44,6 +52,8 @@ type variant struct {
 	heap        bool
 	deadline    bool
 	msgs        bool
+	lowat       int // SO_RCVLOWAT in bytes; 0: the kernel's 1
+	poll        bool
 }
 
 func parseVariant(name string) (variant, error) {
@@ -73,7 +83,14 @@ func parseVariant(name string) (variant, error) {
 			v.deadline = false
 		case "nomsg":
 			v.msgs = false
+		case "poll":
+			v.poll, v.deadline = true, false
 		default:
+			var kib int
+			if _, err := fmt.Sscanf(p, "lowat%d", &kib); err == nil && kib > 0 && p == fmt.Sprintf("lowat%d", kib) {
+				v.lowat = kib << 10
+				continue
+			}
 			return v, fmt.Errorf("variant %q: unknown suffix %q", name, p)
 		}
 	}
@@ -137,6 +154,13 @@ func (v variant) receiver() (receiver, error) {
 		if v.deadline {
 			r = deadlineReader{c}
 		}
+		if v.lowat > 0 {
+			lr, err := newLowatReader(c, r, size, v.lowat)
+			if err != nil {
+				return err
+			}
+			r = lr
+		}
 		for k, rem := 0, size; rem > 0; k++ {
 			buf := mem[(k%v.slots)*v.slot:][:min(rem, int64(v.slot))]
 			if v.hot {
@@ -146,6 +170,10 @@ func (v variant) receiver() (receiver, error) {
 						return err
 					}
 					got += copy(buf[got:], hot[:m])
+				}
+			} else if v.poll {
+				if err := pollFill(c, buf); err != nil {
+					return err
 				}
 			} else if _, err := io.ReadFull(r, buf); err != nil {
 				return err
@@ -169,6 +197,103 @@ func (d deadlineReader) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	return d.c.Read(p)
+}
+
+// lowatReader keeps SO_RCVLOWAT at min(lowat, bytes still to come) while it
+// reads a payload of known size: epoll then wakes the reader once that much
+// is queued, and a tail shorter than lowat still wakes it.
+type lowatReader struct {
+	raw      syscall.RawConn
+	r        io.Reader
+	rem      int64
+	cur, max int
+}
+
+func newLowatReader(c net.Conn, r io.Reader, size int64, lowat int) (*lowatReader, error) {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil, fmt.Errorf("SO_RCVLOWAT needs a socket, not %T", c)
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	l := &lowatReader{raw: raw, r: r, rem: size, max: lowat}
+	return l, l.set(int(min(int64(lowat), size)))
+}
+
+func (l *lowatReader) set(v int) error {
+	v = max(v, 1)
+	var serr error
+	if err := l.raw.Control(func(fd uintptr) {
+		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVLOWAT, v)
+	}); err != nil {
+		return err
+	}
+	l.cur = v
+	return serr
+}
+
+func (l *lowatReader) Read(p []byte) (int, error) {
+	if int64(l.cur) > l.rem {
+		if err := l.set(int(l.rem)); err != nil {
+			return 0, err
+		}
+	}
+	n, err := l.r.Read(p)
+	l.rem -= int64(n)
+	if l.rem <= 0 && l.cur != 1 {
+		if serr := l.set(1); err == nil {
+			err = serr // the next payload's header must not wait
+		}
+	}
+	return n, err
+}
+
+// pollFill fills buf from c's socket within one RawConn.Read: non-blocking
+// reads while the socket has bytes, a blocking poll(2) on this thread when it
+// has none, so the netpoller never parks the goroutine.
+func pollFill(c net.Conn, buf []byte) error {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return fmt.Errorf("-poll needs a socket, not %T", c)
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	got := 0
+	var rerr error
+	if err := raw.Read(func(fd uintptr) bool {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		for got < len(buf) {
+			n, err := unix.Read(int(fd), buf[got:])
+			switch {
+			case n > 0:
+				got += n
+			case err == unix.EAGAIN || err == unix.EINTR:
+				k, perr := unix.Poll(pfd, int(time.Minute/time.Millisecond))
+				if perr != nil && perr != unix.EINTR {
+					rerr = perr
+					return true
+				}
+				if k == 0 && perr == nil {
+					rerr = os.ErrDeadlineExceeded
+					return true
+				}
+			case err != nil:
+				rerr = err
+				return true
+			default:
+				rerr = io.ErrUnexpectedEOF
+				return true
+			}
+		}
+		return true
+	}); err != nil {
+		return err
+	}
+	return rerr
 }
 
 // serve is a child: each transfer is an 8-byte length, then the bytes; one

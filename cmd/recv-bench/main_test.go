@@ -4,6 +4,7 @@ import (
 	"net"
 	"os"
 	"testing"
+	"time"
 )
 
 func TestParseVariant(t *testing.T) {
@@ -13,12 +14,14 @@ func TestParseVariant(t *testing.T) {
 		"ring-4x2048":          {name: "ring-4x2048", ring: true, slots: 4, slot: 2 << 20, deadline: true, msgs: true},
 		"ring-2x512-heap-nodl": {name: "ring-2x512-heap-nodl", ring: true, slots: 2, slot: 512 << 10, heap: true, msgs: true},
 		"hot-4x1024-nomsg":     {name: "hot-4x1024-nomsg", ring: true, hot: true, slots: 4, slot: 1 << 20, deadline: true},
+		"ring-2x64-poll":       {name: "ring-2x64-poll", ring: true, slots: 2, slot: 64 << 10, msgs: true, poll: true},
+		"ring-4x2048-lowat512": {name: "ring-4x2048-lowat512", ring: true, slots: 4, slot: 2 << 20, deadline: true, msgs: true, lowat: 512 << 10},
 	} {
 		if got, err := parseVariant(name); err != nil || got != want {
 			t.Errorf("%s: %+v, %v; want %+v", name, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", "raw", "ring", "ring-0x2048", "ring-4x", "ring-4x2048-fast", "hot-x"} {
+	for _, bad := range []string{"", "raw", "ring", "ring-0x2048", "ring-4x", "ring-4x2048-fast", "hot-x", "ring-4x2048-lowat0", "ring-4x2048-lowat", "ring-4x2048-lowat5x"} {
 		if _, err := parseVariant(bad); err == nil {
 			t.Errorf("%q was accepted", bad)
 		}
@@ -26,33 +29,66 @@ func TestParseVariant(t *testing.T) {
 }
 
 // TestReceivers: every kind of receive loop takes a transfer whole, over a
-// real socket, and the next one after it.
+// real TCP socket, and the next one after it; the sender waits for each
+// transfer's acknowledgement, so a loop that waited for more than the
+// payload's tail (SO_RCVLOWAT) would hang until the deadline.
 func TestReceivers(t *testing.T) {
 	if _, err := os.Stat("/dev/shm"); err != nil {
 		t.Skip("no /dev/shm")
 	}
-	for _, name := range []string{"serve", "serve-seq", "ring-3x64", "ring-3x64-heap-nodl-nomsg", "hot-2x300"} {
-		v, _ := parseVariant(name)
+	for _, name := range []string{"serve", "serve-seq", "ring-3x64", "ring-3x64-heap-nodl-nomsg", "hot-2x300", "ring-3x64-lowat256", "ring-2x2048-lowat1024-nodl", "ring-3x64-poll", "ring-4x2048-poll-nomsg"} {
+		v, err := parseVariant(name)
+		if err != nil {
+			t.Fatal(err)
+		}
 		recv, err := v.receiver()
 		if err != nil {
 			t.Fatal(err)
 		}
-		a, b := net.Pipe()
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := ln.Accept()
+		ln.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
 		const size = 5<<20 + 123
+		sent := make(chan error, 1)
 		go func() {
-			buf := make([]byte, 100_000)
+			buf, ack := make([]byte, 100_000), make([]byte, 1)
 			for range 2 {
 				for rem := size; rem > 0; rem -= len(buf[:min(rem, len(buf))]) {
-					a.Write(buf[:min(rem, len(buf))])
+					if _, err := a.Write(buf[:min(rem, len(buf))]); err != nil {
+						sent <- err
+						return
+					}
+				}
+				if _, err := a.Read(ack); err != nil {
+					sent <- err
+					return
 				}
 			}
-			a.Close()
+			sent <- nil
 		}()
+		b.SetDeadline(time.Now().Add(20 * time.Second))
 		for i := range 2 {
 			if err := recv(b, size); err != nil {
 				t.Fatalf("%s, transfer %d: %v", name, i, err)
 			}
+			if _, err := b.Write([]byte{1}); err != nil {
+				t.Fatal(err)
+			}
 		}
+		if err := <-sent; err != nil {
+			t.Fatalf("%s: sender: %v", name, err)
+		}
+		a.Close()
 		b.Close()
 	}
 }
