@@ -156,19 +156,10 @@ func (s *socketTracker) ReadSocket(f func(fd uintptr) (int, bool, error)) error 
 	if s.br.Buffered() > 0 {
 		return errors.New("reading the socket under buffered payload bytes")
 	}
-	// A fresh deadline before every wait for the socket, as for each Read.
 	err := s.conn.armRead()
 	if err == nil {
 		var n int64
-		n, err = iface.ReadRawConn(s.raw, func(fd uintptr) (int, bool, error) {
-			moved, done, err := f(fd)
-			if !done && err == nil {
-				if err = s.conn.armRead(); err != nil {
-					done = true
-				}
-			}
-			return moved, done, err
-		})
+		n, err = iface.ReadRawConn(s.raw, f)
 		s.r.N -= n
 	}
 	if err != nil && s.err == nil {

@@ -116,8 +116,7 @@ func (c waitClock) now() time.Time {
 // (the client's TCP or Unix connection) once the few the source buffered are
 // read. The shm plane then splices them from the socket into a pipe the
 // plugin reads: the kernel moves page references, so the host never copies a
-// state byte, and the plugin's one read lands them where they belong. On the
-// ring it reads them into the ring's buffers itself (fillFromSocket).
+// state byte, and the plugin's one read lands them where they belong.
 // Sources without a spliceable socket (TLS) do not implement it.
 type SocketSource interface {
 	io.Reader
@@ -126,8 +125,8 @@ type SocketSource interface {
 	Buffered() int
 	// ReadSocket calls f with the socket's descriptor, again after the socket
 	// becomes readable each time f returns done false (as syscall.RawConn's
-	// Read), each wait under the read deadline the source applies to each of
-	// its own reads. f returns the bytes it took off the socket, which the source
+	// Read), under the read deadline the source applies to each of its own
+	// reads. f returns the bytes it took off the socket, which the source
 	// counts as read, and the socket's error, if any (io.ErrUnexpectedEOF:
 	// the peer closed), which the source records as its own and returns.
 	// It fails if bytes are still buffered.

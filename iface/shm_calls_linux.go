@@ -151,9 +151,8 @@ func (c *GRPCClient) statePutShm(ctx context.Context, slot int, tokens []int32, 
 	if chunk <= 0 {
 		chunk = c.shmPutChunk()
 	}
-	sock, _ := r.(SocketSource)
-	if sock != nil && c.splicesAt(chunk) {
-		return c.statePutPipe(ctx, slot, tokens, sock, size)
+	if src, ok := r.(SocketSource); ok && c.splicesAt(chunk) {
+		return c.statePutPipe(ctx, slot, tokens, src, size)
 	}
 	chunk = int(min(int64(chunk), max(size, 1)))
 	t, err := c.shm.begin(chunk, c.shmDepth, c.shmPeerCtrl)
@@ -192,13 +191,7 @@ func (c *GRPCClient) statePutShm(ctx context.Context, slot int, tokens []int32, 
 		}
 		k := seq % t.ring.depth
 		n := int(min(int64(t.ring.chunk), size-sent))
-		var m int
-		var err error
-		if sock != nil {
-			m, err = fillFromSocket(sock, t.ring.buf(k)[:n])
-		} else {
-			m, err = io.ReadFull(r, t.ring.buf(k)[:n])
-		}
+		m, err := io.ReadFull(r, t.ring.buf(k)[:n])
 		sent += int64(m)
 		if err != nil {
 			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
