@@ -98,3 +98,19 @@ gpu-pack: cuda-src
 	cp $(BIN)/ollama-ggml-src.tar.gz $(GPU_STAGE)/
 	tar -czf gpu/hydra-gpu.tar.gz -C $(GPU_STAGE) .
 	@ls -la gpu/hydra-gpu.tar.gz
+
+# gpu/prof.tar.gz: scripts/perf-recv.sh with what it needs on a GPU box
+# without Go or perf: unstripped engine, mock plugin, hydractl and recv-bench
+# (perf names their Go functions), and this machine's perf with its shared
+# libraries and loader, run through that loader so the box's own libc does
+# not matter.
+PERF ?= $(shell command -v perf)
+.PHONY: gpu-perf-pack
+gpu-perf-pack:
+	@test -n "$(PERF)" || (echo "gpu-perf-pack: no perf here (apt-get install linux-perf)" && exit 1)
+	@rm -rf gpu/prof && mkdir -p gpu/prof/lib
+	CGO_ENABLED=0 $(GO) build -trimpath -o gpu/prof/ ./cmd/hydra-engine ./cmd/hydra-plugin-mock ./cmd/hydractl ./cmd/recv-bench
+	cp scripts/perf-recv.sh scripts/perf-agg.awk $(PERF) gpu/prof/
+	cp -L $$(ldd $(PERF) | awk '$$3 ~ /^\// {print $$3}') /lib64/ld-linux-x86-64.so.2 gpu/prof/lib/
+	tar -czf gpu/prof.tar.gz -C gpu prof
+	@ls -la gpu/prof.tar.gz

@@ -4,7 +4,7 @@
 # the binaries, the test binaries and the ggml sources in gpu/hydra-gpu.tar.gz.
 #
 #   scripts/gpu-bench.sh build   # libggml-cuda for sm_90, GPU correctness tests, raw copy rate, sm_120 compile
-#   scripts/gpu-bench.sh bench   # hydra-bench on a 1.2 GB llama state (builds the sm_90 library if missing; RUNS=N tables in a row; BENCH_OPTS=key=value: one more --backend-opt; TARGETS_ONLY=1: only the rows the targets name, e.g. with REPS=8)
+#   scripts/gpu-bench.sh bench   # hydra-bench on a 1.2 GB llama state (builds the sm_90 library if missing; RUNS=N tables in a row; BENCH_OPTS=key=value: one more --backend-opt; TARGETS_ONLY=1: only the rows the targets name, e.g. with REPS=8; with RUNS>1 scripts/targets-summary.py sums the tables up)
 #   scripts/gpu-bench.sh mock    # hydra-bench on the mock plugin (no CUDA build): the host pipeline with 16 cores
 #   scripts/gpu-bench.sh recv    # recv-bench on a 1.2 GB file, twice (no CUDA build): the host's receive loop against a raw one
 #   scripts/gpu-bench.sh pin-ab  # STATE_GET of the 1.2 GB state with pin_ring=true vs false, same run (hydractl)
@@ -218,6 +218,10 @@ pin-ab|copy-ab|splice-ab|stream-ab|plugin-ab|variant-ab|bench)
 			${BENCH_OPTS:+--backend-opt "$BENCH_OPTS"} ${TARGETS_ONLY:+--targets-only} 2>&1 | tail -60
 		grep -h '^- \*\*shm\*\*' "$OUT/$name.md" 2>/dev/null
 	done
+	if ((${RUNS:-1} > 1)); then
+		step "the targets over the $RUNS tables (scripts/targets-summary.py)"
+		python3 scripts/targets-summary.py "$OUT"/gpu-h200.md "$OUT"/gpu-h200-[0-9]*.md | tee "$OUT/targets-summary.txt"
+	fi
 	;;
 *)
 	echo "usage: $0 build|bench|mock|recv|pin-ab|copy-ab|splice-ab|stream-ab|plugin-ab PLUGIN...|variant-ab NAME=DIR[:FLAGS]...|all" >&2; exit 2 ;;

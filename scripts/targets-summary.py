@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""Issue 3's targets over several hydra-bench tables of one code.
+
+    scripts/targets-summary.py TABLE.md...
+
+Runs of one code on one machine (and more so on two fresh machines) differ
+by more than a target's margin, so a verdict takes several tables. For each
+case of the shm plane the tables' target rows name (transport, direction,
+chunk), it prints the ratio to raw of every table, their median, and in how
+many tables the ratio met its target; then how many cases meet their target
+at the median.
+"""
+import re
+import statistics
+import sys
+
+
+def rows(path):
+    """(case, ratio, target) for each measured shm row of a table's targets."""
+    out = []
+    for line in open(path, encoding='utf-8'):
+        cells = [c.strip() for c in line.strip().strip('|').split('|')]
+        if len(cells) != 10 or cells[0] != 'shm':
+            continue
+        try:
+            ratio = float(cells[4])
+        except ValueError:
+            continue  # not measured
+        target = float(re.sub(r'[^0-9.]', '', cells[5]))
+        out.append(((cells[1], cells[2], cells[3]), ratio, target))
+    return out
+
+
+def main(paths):
+    if not paths:
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    cases, targets = {}, {}
+    for p in paths:
+        found = rows(p)
+        if not found:
+            print(f'{p}: no measured shm target rows', file=sys.stderr)
+            return 1
+        for case, ratio, target in found:
+            cases.setdefault(case, []).append(ratio)
+            targets[case] = target
+    met_at_median = 0
+    print(f'{len(paths)} tables: ' + ', '.join(paths))
+    for case, ratios in cases.items():
+        med, target = statistics.median(ratios), targets[case]
+        met = sum(r >= target for r in ratios)
+        met_at_median += med >= target
+        print('%-13s %-9s %-8s  %s  median %.3f (>= %.2f: %s)  met in %d of %d' % (
+            *case, ' '.join('%.3f' % r for r in ratios), med, target, 'yes' if med >= target else 'no', met, len(ratios)))
+    per_table = [sum(r >= t for _, r, t in rows(p)) for p in paths]
+    print(f'cases met at the median: {met_at_median} of {len(cases)}; per table: ' +
+          ', '.join(f'{m} of {len(rows(p))}' for m, p in zip(per_table, paths)))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv[1:]))
