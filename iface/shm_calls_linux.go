@@ -137,8 +137,8 @@ loop:
 	case res.err != nil:
 		return written, fromStatus(res.err)
 	case !ended:
-		// Say what ended the control loop: a rare, not yet explained case
-		// (docs/benchmarks/README.md, "Where the remaining gap is").
+		// Say what ended the control loop. Once seen when a read raced the
+		// plugin's END and close (ctrlConn.recv looks twice since).
 		return written, fmt.Errorf("shm data plane: plugin finished without ending the transfer (control socket: %v)", cerr)
 	case res.n != written:
 		return written, fmt.Errorf("shm data plane: plugin wrote %d bytes, host received %d", res.n, written)
