@@ -178,10 +178,19 @@ func TestLoad(t *testing.T) {
 		}
 	}
 	c.Close()
+	// One goroutine over the baseline is not ours: in about 1 % of runs
+	// (4 of 400 before this allowance, also at the eighth session's code)
+	// go_goroutines, runtime.NumGoroutine, stayed one above it for the whole
+	// wait while goroutine profiles of the engine (net/http/pprof, added for
+	// the investigation) at the baseline and at the failure listed the same
+	// 25 goroutines: the runtime counted one the profiles leave out. A leak
+	// of the load's own (64 connections, 4 streams, ~10,000 requests) is
+	// more than one. With the allowance: 400 runs, none failed.
+	const runtimeSlack = 1
 	settle := time.Now().Add(10 * time.Second)
 	for {
 		g, fds, rings := engineCounts(t, e, httpAddr)
-		if g <= baseG && fds <= baseFD && rings <= 4 {
+		if g <= baseG+runtimeSlack && fds <= baseFD && rings <= 4 {
 			t.Logf("goroutines %d (baseline %d), fds %d (baseline %d) besides %d pooled shm rings", g, baseG, fds, baseFD, rings)
 			return
 		}
