@@ -918,6 +918,11 @@ func (e *engine) restoreRun(ctx context.Context, rr iface.RegionReader, cr io.Re
 			return run, nil
 		}
 	}
+	if rr != nil {
+		// Not in place after all (a ring too large, or pinning failed): the
+		// plane's reader, still as it was, copies as any other would.
+		cr = readerFor(cr, e.copyThreads)
+	}
 	// The restore ring is the engine's, one restore at a time; the
 	// prefetcher reads the payload ahead into it from here on.
 	e.ringMu.Lock()

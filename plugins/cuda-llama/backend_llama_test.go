@@ -1283,4 +1283,14 @@ func TestRestoreInPlace(t *testing.T) {
 	if _, err := b.StatePut(context.Background(), 1, toks, ring, int64(len(state))); err != nil || ring.nexts != 0 {
 		t.Fatalf("a %d-byte ring: %v (pieces taken in place: %d)", len(ring.mem), err, ring.nexts)
 	}
+	// Read as any reader is: with copy_threads, through the piece copier
+	// (which takes the ring's pieces), restoring the same state.
+	b = load(t, tiny(t), 2, map[string]string{OptCopyThreads: "4"})
+	ring = newFakeRing(t, state, maxInPlaceRegion/4+4<<10, 4)
+	if _, err := b.StatePut(context.Background(), 1, toks, ring, int64(len(state))); err != nil || ring.nexts == 0 {
+		t.Fatalf("a %d-byte ring, copy_threads=4: %v (pieces taken: %d)", len(ring.mem), err, ring.nexts)
+	}
+	if again := stateOf(t, b, 1, 1<<20); !bytes.Equal(normSeq(again), normSeq(state)) {
+		t.Fatal("a large ring, copy_threads=4: the restored state re-saves differently")
+	}
 }
