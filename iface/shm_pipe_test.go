@@ -202,9 +202,9 @@ func TestShmPipePutOptOut(t *testing.T) {
 }
 
 // TestShmPipePutClientVanishes: the client hanging up mid-state, on the pipe
-// or the ring, fails the restore with io.ErrUnexpectedEOF, the source records the socket's end (the
-// host closes the connection on it), and the plugin saw the failure before
-// StatePut returned.
+// or the ring, fails the restore with io.ErrUnexpectedEOF, the source
+// records the socket's end (the host closes the connection on it), and the
+// plugin saw the failure before StatePut returned.
 func TestShmPipePutClientVanishes(t *testing.T) {
 	data := randomBytes(4 << 20)
 	for _, network := range []string{"tcp", "unix", "tcp-ring", "unix-ring"} {
@@ -219,7 +219,7 @@ func TestShmPipePutClientVanishes(t *testing.T) {
 				return 0, fmt.Errorf("%w: %w", ErrBadRequest, err)
 			}}
 			var backend Backend = fb
-			if ring := strings.HasSuffix(network, "-ring"); ring {
+			if strings.HasSuffix(network, "-ring") {
 				network, backend = strings.TrimSuffix(network, "-ring"), ringOnly{fb} // the host fills the ring from the socket
 			}
 			b := TestBackendShm(t, backend, 4)

@@ -35,12 +35,13 @@ def main(paths):
     if not paths:
         print(__doc__.strip(), file=sys.stderr)
         return 2
-    cases, targets = {}, {}
+    cases, targets, tables = {}, {}, []
     for p in paths:
         found = rows(p)
         if not found:
             print(f'{p}: no measured shm target rows', file=sys.stderr)
             return 1
+        tables.append(found)
         for case, ratio, target in found:
             cases.setdefault(case, []).append(ratio)
             targets[case] = target
@@ -52,9 +53,8 @@ def main(paths):
         met_at_median += med >= target
         print('%-13s %-9s %-8s  %s  median %.3f (>= %.2f: %s)  met in %d of %d' % (
             *case, ' '.join('%.3f' % r for r in ratios), med, target, 'yes' if med >= target else 'no', met, len(ratios)))
-    per_table = [sum(r >= t for _, r, t in rows(p)) for p in paths]
     print(f'cases met at the median: {met_at_median} of {len(cases)}; per table: ' +
-          ', '.join(f'{m} of {len(rows(p))}' for m, p in zip(per_table, paths)))
+          ', '.join(f'{sum(r >= t for _, r, t in found)} of {len(found)}' for found in tables))
     return 0
 
 
