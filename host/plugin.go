@@ -129,7 +129,7 @@ func (p *Plugin) useShm(ctx context.Context, b iface.Backend, opts PluginOptions
 		return nil
 	}
 	gc.UseShm(p.shm, max(opts.RingDepth, 1))
-	gc.NoSplice = opts.NoSplice
+	gc.NoSplice, gc.SplicePipes = opts.NoSplice, opts.SplicePipes
 	p.DataPlane = "shm"
 	return nil
 }
@@ -157,6 +157,9 @@ type PluginOptions struct {
 	// NoSplice keeps STATE_PUTs from client sockets on the ring instead of
 	// splicing them into a pipe for the plugin.
 	NoSplice bool
+	// SplicePipes is how many pipes a spliced STATE_PUT fills in turn (0:
+	// iface.DefaultSplicePipes), where the plugin reads that many.
+	SplicePipes int
 	// SHA256, when set (hex), pins the plugin executable: go-plugin hashes
 	// the file before it runs it and refuses a mismatch.
 	SHA256 string
@@ -216,7 +219,7 @@ func StartPlugin(ctx context.Context, spec PluginSpec, load iface.LoadRequest, o
 		shm.Close()
 		p.shm = nil
 	}
-	logger.Info("backend data plane", "backend", spec.Name, "data_plane", p.DataPlane, "ring_depth", opts.RingDepth, "splice_put", splices(b))
+	logger.Info("backend data plane", "backend", spec.Name, "data_plane", p.DataPlane, "ring_depth", opts.RingDepth, "splice_put", splices(b), "splice_pipes", opts.SplicePipes)
 	info, err := b.Load(ctx, load)
 	if err != nil {
 		p.Kill()

@@ -35,9 +35,14 @@ type GRPCClient struct {
 	// chunk sizes up to shmPipeMax (0: any).
 	shmPipe    bool
 	shmPipeMax int64
+	// shmPipes is the most pipes the plugin reads a restore from in turn.
+	shmPipes int
 	// NoSplice keeps restores from sockets on the ring instead of splicing
 	// them into a pipe for the plugin (for comparisons; splicing is faster).
 	NoSplice bool
+	// SplicePipes is how many pipes a spliced restore fills in turn, where
+	// the plugin reads that many; 0 means DefaultSplicePipes.
+	SplicePipes int
 }
 
 var _ Backend = (*GRPCClient)(nil)

@@ -31,6 +31,7 @@ func (c *GRPCClient) DataPlane(ctx context.Context) (shm bool, err error) {
 		return false, fromStatus(err)
 	}
 	c.shmPeerCtrl, c.shmPipe, c.shmPipeMax = resp.GetCtrlVersion(), resp.GetPipePut(), resp.GetPipePutMaxChunk()
+	c.shmPipes = int(min(max(resp.GetPipePutMaxPipes(), 1), MaxSplicePipes))
 	return resp.GetShm(), nil
 }
 
@@ -260,7 +261,7 @@ func (s *GRPCServer) DataPlane(context.Context, *backendv1.DataPlaneRequest) (*b
 		pipe = pipe && pipeMax != 0
 		pipeMax = max(pipeMax, 0)
 	}
-	return &backendv1.DataPlaneResponse{Shm: s.Shm != nil, CtrlVersion: ctrlVersion, PipePut: pipe, PipePutMaxChunk: int64(pipeMax)}, nil
+	return &backendv1.DataPlaneResponse{Shm: s.Shm != nil, CtrlVersion: ctrlVersion, PipePut: pipe, PipePutMaxChunk: int64(pipeMax), PipePutMaxPipes: MaxSplicePipes}, nil
 }
 
 func (s *GRPCServer) StateGetShm(ctx context.Context, req *backendv1.StateGetShmRequest) (*backendv1.StateGetShmResponse, error) {
@@ -315,7 +316,7 @@ func (s *GRPCServer) StatePutShm(ctx context.Context, req *backendv1.StatePutShm
 		io.Reader
 		drain() error
 	} = &shmReader{t: t, remain: req.GetSize()}
-	if t.pipe != nil {
+	if t.pipes != nil {
 		r = &pipeReader{t: t, remain: req.GetSize()}
 	}
 	n, err := s.Impl.StatePut(ctx, int(req.GetSlot()), req.GetTokens(), r, req.GetSize())

@@ -174,7 +174,7 @@ func (h *ShmHost) begin(chunk, depth int, peerCtrl uint32) (*hostTransfer, error
 	if err != nil {
 		return nil, err
 	}
-	id, ctrl, err := h.handOff(r.fd, depth, chunk, peerCtrl)
+	id, ctrl, err := h.handOff([]int{r.fd}, depth, chunk, peerCtrl)
 	if err != nil {
 		r.close()
 		return nil, err
@@ -182,13 +182,13 @@ func (h *ShmHost) begin(chunk, depth int, peerCtrl uint32) (*hostTransfer, error
 	return &hostTransfer{h: h, id: id, ring: r, ctrl: ctrl}, nil
 }
 
-// handOff gives the plugin what a transfer needs: datafd (the ring's memfd,
-// or a piped restore's read end, which the caller keeps) and one end of a
+// handOff gives the plugin what a transfer needs: datafds (the ring's memfd,
+// or a piped restore's read ends, which the caller keeps) and one end of a
 // fresh control socket, tagged with a new transfer id, over the fd-passing
 // socket. It returns the id and the host's end of the control socket, for a
-// ring of depth buffers of chunk bytes (0 for a pipe) whose peer reads
+// ring of depth buffers of chunk bytes (0 for pipes) whose peer reads
 // control format peerCtrl.
-func (h *ShmHost) handOff(datafd, depth, chunk int, peerCtrl uint32) (uint64, *ctrlConn, error) {
+func (h *ShmHost) handOff(datafds []int, depth, chunk int, peerCtrl uint32) (uint64, *ctrlConn, error) {
 	a, b, err := seqpacketPair()
 	if err != nil {
 		return 0, nil, err
@@ -202,7 +202,7 @@ func (h *ShmHost) handOff(datafd, depth, chunk int, peerCtrl uint32) (uint64, *c
 	var idb [8]byte
 	binary.LittleEndian.PutUint64(idb[:], id)
 	h.sendMu.Lock()
-	_, _, err = h.conn.WriteMsgUnix(idb[:], unix.UnixRights(datafd, b), nil)
+	_, _, err = h.conn.WriteMsgUnix(idb[:], unix.UnixRights(append(datafds[:len(datafds):len(datafds)], b)...), nil)
 	h.sendMu.Unlock()
 	if err != nil {
 		ctrl.close()
@@ -247,9 +247,16 @@ type ShmReceiver struct {
 
 type shmPending struct {
 	ready   chan struct{}
-	memfd   int
+	datafds []int // the ring's memfd or the pipes' read ends; nil until they arrive
 	ctrlfd  int
 	arrived time.Time
+}
+
+func (p *shmPending) closeFDs() {
+	for _, fd := range p.datafds {
+		unix.Close(fd)
+	}
+	unix.Close(p.ctrlfd)
 }
 
 // shmReceiverFromEnv returns the receiver for the socket the host passed, or
@@ -285,7 +292,7 @@ func newShmReceiver(fd int) (*ShmReceiver, error) {
 
 func (r *ShmReceiver) run() {
 	var idb [8]byte
-	oob := make([]byte, unix.CmsgSpace(2*4))
+	oob := make([]byte, unix.CmsgSpace((MaxSplicePipes+1)*4))
 	for {
 		n, oobn, _, _, err := r.conn.ReadMsgUnix(idb[:], oob)
 		if err == nil && n != 8 {
@@ -299,7 +306,7 @@ func (r *ShmReceiver) run() {
 			r.mu.Lock()
 			r.err = fmt.Errorf("shm data plane socket: %w", err)
 			for id, p := range r.pending {
-				if p.memfd < 0 {
+				if p.datafds == nil {
 					close(p.ready)
 					delete(r.pending, id)
 				}
@@ -307,7 +314,7 @@ func (r *ShmReceiver) run() {
 			r.mu.Unlock()
 			return
 		}
-		r.deliver(binary.LittleEndian.Uint64(idb[:]), fds[0], fds[1])
+		r.deliver(binary.LittleEndian.Uint64(idb[:]), fds[:len(fds)-1], fds[len(fds)-1])
 	}
 }
 
@@ -324,11 +331,11 @@ func parseRights(oob []byte) ([]int, error) {
 		}
 		fds = append(fds, f...)
 	}
-	if len(fds) != 2 {
+	if len(fds) < 2 || len(fds) > MaxSplicePipes+1 {
 		for _, fd := range fds {
 			unix.Close(fd)
 		}
-		return nil, fmt.Errorf("shm handoff carried %d descriptors, want 2", len(fds))
+		return nil, fmt.Errorf("shm handoff carried %d descriptors, want 2 to %d", len(fds), MaxSplicePipes+1)
 	}
 	for _, fd := range fds {
 		unix.CloseOnExec(fd)
@@ -339,14 +346,13 @@ func parseRights(oob []byte) ([]int, error) {
 // staleHandoff is how long fds wait for the call that names them.
 const staleHandoff = time.Minute
 
-func (r *ShmReceiver) deliver(id uint64, memfd, ctrlfd int) {
+func (r *ShmReceiver) deliver(id uint64, datafds []int, ctrlfd int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := time.Now()
 	for oid, p := range r.pending { // a call that never came: drop its fds
-		if p.memfd >= 0 && now.Sub(p.arrived) > staleHandoff {
-			unix.Close(p.memfd)
-			unix.Close(p.ctrlfd)
+		if p.datafds != nil && now.Sub(p.arrived) > staleHandoff {
+			p.closeFDs()
 			delete(r.pending, oid)
 		}
 	}
@@ -355,20 +361,20 @@ func (r *ShmReceiver) deliver(id uint64, memfd, ctrlfd int) {
 		p = &shmPending{ready: make(chan struct{})}
 		r.pending[id] = p
 	}
-	p.memfd, p.ctrlfd, p.arrived = memfd, ctrlfd, now
+	p.datafds, p.ctrlfd, p.arrived = datafds, ctrlfd, now
 	close(p.ready)
 }
 
 // take waits for transfer id's fds.
-func (r *ShmReceiver) take(ctx context.Context, id uint64) (memfd, ctrlfd int, err error) {
+func (r *ShmReceiver) take(ctx context.Context, id uint64) (datafds []int, ctrlfd int, err error) {
 	r.mu.Lock()
 	p, ok := r.pending[id]
 	if !ok {
 		if r.err != nil {
 			r.mu.Unlock()
-			return -1, -1, r.err
+			return nil, -1, r.err
 		}
-		p = &shmPending{ready: make(chan struct{}), memfd: -1, ctrlfd: -1}
+		p = &shmPending{ready: make(chan struct{}), ctrlfd: -1}
 		r.pending[id] = p
 	}
 	r.mu.Unlock()
@@ -384,26 +390,25 @@ func (r *ShmReceiver) take(ctx context.Context, id uint64) (memfd, ctrlfd int, e
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.pending, id)
-	if err == nil && p.memfd < 0 {
+	if err == nil && p.datafds == nil {
 		err = r.err
 	}
 	if err != nil {
-		if p.memfd >= 0 {
-			unix.Close(p.memfd)
-			unix.Close(p.ctrlfd)
+		if p.datafds != nil {
+			p.closeFDs()
 		}
-		return -1, -1, err
+		return nil, -1, err
 	}
-	return p.memfd, p.ctrlfd, nil
+	return p.datafds, p.ctrlfd, nil
 }
 
 // pluginTransfer is one transfer in flight on the plugin side: a ring, or
-// for a piped restore the pipe (ring nil).
+// for a piped restore its pipes (ring nil).
 type pluginTransfer struct {
-	ring *ring
-	pipe *os.File
-	ctrl *ctrlConn
-	stop func() bool
+	ring  *ring
+	pipes []*os.File
+	ctrl  *ctrlConn
+	stop  func() bool
 }
 
 // open takes the ring (or pipe) and control socket the host sent for tr.
@@ -412,31 +417,41 @@ func (r *ShmReceiver) open(ctx context.Context, tr *backendv1.ShmTransfer) (*plu
 	if err := checkGeometry(chunk, depth); err != nil {
 		return nil, err
 	}
-	datafd, ctrlfd, err := r.take(ctx, id)
+	datafds, ctrlfd, err := r.take(ctx, id)
 	if err != nil {
 		return nil, err
+	}
+	closeData := func() {
+		for _, fd := range datafds {
+			unix.Close(fd)
+		}
 	}
 	ctrl, err := newCtrlConn(ctrlfd, int(depth), int(chunk), tr.GetCtrlVersion())
 	if err != nil {
-		unix.Close(datafd)
+		closeData()
 		return nil, err
 	}
 	t := &pluginTransfer{ctrl: ctrl}
-	if tr.GetPipe() {
-		t.pipe, err = openPipe(datafd)
-	} else {
-		t.ring, err = mapMemfd(datafd, chunk, depth)
+	switch {
+	case tr.GetPipe() && int64(len(datafds)) == depth:
+		t.pipes, err = openPipes(datafds)
+	case tr.GetPipe():
+		err = fmt.Errorf("%w: the host sent %d pipes for a restore from %d", ErrBadRequest, len(datafds), depth)
+	case len(datafds) != 1:
+		err = fmt.Errorf("%w: the host sent %d descriptors for a ring", ErrBadRequest, len(datafds))
+	default:
+		t.ring, err = mapMemfd(datafds[0], chunk, depth)
 	}
 	if err != nil {
-		unix.Close(datafd)
+		closeData()
 		ctrl.close()
 		return nil, err
 	}
 	// Cancelling the call unblocks a producer or consumer waiting on the host.
 	t.stop = context.AfterFunc(ctx, func() {
 		ctrl.c.SetDeadline(time.Unix(1, 0))
-		if t.pipe != nil {
-			t.pipe.SetReadDeadline(time.Unix(1, 0))
+		for _, p := range t.pipes {
+			p.SetReadDeadline(time.Unix(1, 0))
 		}
 	})
 	return t, nil
@@ -464,8 +479,8 @@ func (t *pluginTransfer) close() {
 	if t.ring != nil {
 		t.ring.close()
 	}
-	if t.pipe != nil {
-		t.pipe.Close()
+	for _, p := range t.pipes {
+		p.Close()
 	}
 }
 

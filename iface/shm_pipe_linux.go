@@ -29,9 +29,9 @@ import (
 // pipeTransfer is one piped restore on the host side.
 type pipeTransfer struct {
 	id   uint64
-	w    *os.File // the pipe's write end, in the poller (non-blocking)
+	w    []*os.File // the pipes' write ends, in the poller (non-blocking)
 	ctrl *ctrlConn
-	size int // the pipe's capacity
+	size int // a pipe's capacity
 }
 
 // pipeSize is the capacity a transfer's pipe asks for: the default
@@ -60,31 +60,54 @@ func newPipe() (r, w, size int, err error) {
 	return p[0], p[1], size, nil
 }
 
-// beginPipe sets up a piped restore and hands the pipe's read end and a
-// control socket to the plugin.
-func (h *ShmHost) beginPipe(peerCtrl uint32) (*pipeTransfer, error) {
-	pr, pw, size, err := newPipe()
-	if err != nil {
+// beginPipe sets up a piped restore through n pipes and hands their read
+// ends and a control socket to the plugin.
+func (h *ShmHost) beginPipe(n int, peerCtrl uint32) (*pipeTransfer, error) {
+	t := &pipeTransfer{}
+	var rs []int
+	defer func() { // the plugin has its copies once handed off
+		for _, fd := range rs {
+			unix.Close(fd)
+		}
+	}()
+	for range n {
+		pr, pw, size, err := newPipe()
+		if err != nil {
+			t.closePipes()
+			return nil, err
+		}
+		rs = append(rs, pr)
+		t.w = append(t.w, os.NewFile(uintptr(pw), "hydra-state-pipe"))
+		if t.size == 0 || size < t.size {
+			t.size = size
+		}
+	}
+	var err error
+	if t.id, t.ctrl, err = h.handOff(rs, n, 0, peerCtrl); err != nil {
+		t.closePipes()
 		return nil, err
 	}
-	defer unix.Close(pr) // the plugin has its copy once handed off
-	w := os.NewFile(uintptr(pw), "hydra-state-pipe")
-	id, ctrl, err := h.handOff(pr, 1, 0, peerCtrl)
-	if err != nil {
+	return t, nil
+}
+
+func (t *pipeTransfer) closePipes() {
+	for _, w := range t.w {
 		w.Close()
-		return nil, err
 	}
-	return &pipeTransfer{id: id, w: w, ctrl: ctrl, size: size}, nil
 }
 
 func (t *pipeTransfer) close() {
-	t.w.Close()
+	t.closePipes()
 	t.ctrl.close()
 }
 
-// statePutPipe is statePutShm through a pipe fed by splice from src.
+// statePutPipe is statePutShm through pipes fed by splice from src.
 func (c *GRPCClient) statePutPipe(ctx context.Context, slot int, tokens []int32, src SocketSource, size int64) (int64, error) {
-	t, err := c.shm.beginPipe(c.shmPeerCtrl)
+	n := c.SplicePipes
+	if n <= 0 {
+		n = DefaultSplicePipes
+	}
+	t, err := c.shm.beginPipe(max(1, min(n, c.shmPipes, MaxSplicePipes)), c.shmPeerCtrl)
 	if err != nil {
 		return 0, err
 	}
@@ -93,40 +116,117 @@ func (c *GRPCClient) statePutPipe(ctx context.Context, slot int, tokens []int32,
 	defer cancel()
 	// A plugin that returned, or a cancelled transfer, must not leave the
 	// feeder waiting for room in a pipe nobody reads.
-	unblock := func() { t.w.SetWriteDeadline(time.Unix(1, 0)) }
+	unblock := func() {
+		for _, w := range t.w {
+			w.SetWriteDeadline(time.Unix(1, 0))
+		}
+	}
 	defer context.AfterFunc(ctx, unblock)()
 	resc := make(chan shmResult, 1)
 	go func() {
 		resp, err := c.client.StatePutShm(ctx, &backendv1.StatePutShmRequest{
 			Slot: int64(slot), Tokens: tokens, Size: size,
-			Transfer: &backendv1.ShmTransfer{Id: t.id, ChunkSize: int64(t.size), Depth: 1, CtrlVersion: ctrlVersion, Pipe: true},
+			Transfer: &backendv1.ShmTransfer{Id: t.id, ChunkSize: int64(t.size), Depth: int64(len(t.w)), CtrlVersion: ctrlVersion, Pipe: true},
 		})
 		unblock()
 		resc <- shmResult{resp.GetConsumed(), err}
 	}()
 	sent, rerr, pluginDone := t.feed(ctx, src, size)
 	endPut(t.ctrl, sent, rerr, pluginDone)
-	t.w.Close() // after the message: the plugin's read sees the end only then
+	t.closePipes() // after the message: the plugin's read sees the end only then
 	return putResult(<-resc, rerr, pluginDone)
 }
 
-// feed moves size bytes of src into the pipe: what src buffered by writing
-// it, the rest by splicing, at most half the pipe a call. A splice holds the
+// pipeCursor tracks where the next bytes of a piped restore go. With one
+// pipe they all go to it and the plugin reads them as they come. With more,
+// segments of half a pipe go to the pipes in turn, and the plugin learns of
+// each pipe's bytes from a FILLED message: when a segment is complete, and
+// before the host waits for room in a full pipe (the plugin must then empty
+// it: a pipe holds a page reference a socket buffer, so small writes by the
+// client can fill it with far fewer bytes than a segment).
+type pipeCursor struct {
+	t       *pipeTransfer
+	k       int   // the pipe being filled
+	pending int64 // bytes in it the plugin has not been told of
+	segLeft int64 // room left in the segment
+}
+
+func (t *pipeTransfer) cursor() *pipeCursor {
+	return &pipeCursor{t: t, segLeft: int64(t.size / 2)}
+}
+
+// limit caps a write of want bytes to the current segment.
+func (c *pipeCursor) limit(want int64) int64 {
+	if len(c.t.w) == 1 {
+		return want
+	}
+	return min(want, c.segLeft)
+}
+
+// wrote records n bytes put in the current pipe, moving to the next pipe at
+// the end of a segment.
+func (c *pipeCursor) wrote(n int) error {
+	if len(c.t.w) == 1 {
+		return nil
+	}
+	c.pending += int64(n)
+	if c.segLeft -= int64(n); c.segLeft > 0 {
+		return nil
+	}
+	if err := c.announce(); err != nil {
+		return err
+	}
+	c.k = (c.k + 1) % len(c.t.w)
+	c.segLeft = int64(c.t.size / 2)
+	return nil
+}
+
+// announce tells the plugin of the current pipe's pending bytes.
+func (c *pipeCursor) announce() error {
+	if c.pending == 0 {
+		return nil
+	}
+	if err := c.t.ctrl.send(msgFilled, uint32(c.k), uint64(c.pending)); err != nil {
+		return err
+	}
+	c.pending = 0
+	return nil
+}
+
+// feed moves size bytes of src into the pipes: what src buffered by writing
+// it, the rest by splicing, at most half a pipe a call. A splice holds the
 // pipe's lock while it takes the socket's data, and the plugin's read needs
 // it too: an uncapped splice, which goes on while the client keeps sending,
-// starves the reader. H200, mock, `scripts/engine-ab.sh`, TCP medians at
-// 64 KiB / 256 KiB / 2 MiB chunks: uncapped 4.92 / 4.63 / 4.65 GB/s, 256 KiB
-// a call 5.11 / 5.22 / 5.00; a second run, 64 KiB a call 3.39 / 3.58 / 3.42,
-// 128 KiB 4.11 / 3.78 / 3.81, 256 KiB 4.88 / 4.71 / 4.42, 512 KiB 4.67 /
-// 5.00 / 4.78, and over Unix 512 KiB the best of the four at every chunk
-// size. rerr is src failing or ending early (or the transfer being
-// cancelled); pluginDone the plugin no longer reading.
+// starves the reader. H200, mock, one pipe, `scripts/engine-ab.sh`, TCP
+// medians at 64 KiB / 256 KiB / 2 MiB chunks: uncapped 4.92 / 4.63 / 4.65
+// GB/s, 256 KiB a call 5.11 / 5.22 / 5.00; a second run, 64 KiB a call 3.39
+// / 3.58 / 3.42, 128 KiB 4.11 / 3.78 / 3.81, 256 KiB 4.88 / 4.71 / 4.42,
+// 512 KiB 4.67 / 5.00 / 4.78, and over Unix 512 KiB the best of the four at
+// every chunk size. rerr is src failing or ending early (or the transfer
+// being cancelled); pluginDone the plugin no longer reading.
 func (t *pipeTransfer) feed(ctx context.Context, src SocketSource, size int64) (sent int64, rerr error, pluginDone bool) {
 	short := func(err error) error {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			return fmt.Errorf("state reader ended after %d of %d bytes: %w", sent, size, io.ErrUnexpectedEOF)
 		}
 		return err
+	}
+	cur := t.cursor()
+	clock := traceOf(ctx)
+	fds := make([]int, len(t.w)) // not Fd(): that would make them blocking
+	for i, w := range t.w {
+		raw, err := w.SyscallConn()
+		if err != nil {
+			return sent, err, false
+		}
+		raw.Control(func(fd uintptr) { fds[i] = int(fd) }) // t.w stays open until feed returns
+	}
+	// A control socket the plugin closed means it stopped reading.
+	told := func() (error, bool) {
+		if cur.announce() != nil {
+			return ctx.Err(), true
+		}
+		return nil, false
 	}
 	if b := min(int64(src.Buffered()), size); b > 0 {
 		buf := make([]byte, b)
@@ -135,19 +235,38 @@ func (t *pipeTransfer) feed(ctx context.Context, src SocketSource, size int64) (
 		if err != nil {
 			return sent, short(err), false
 		}
-		if _, err := t.w.Write(buf); err != nil {
-			return sent, ctx.Err(), true
+		for len(buf) > 0 {
+			piece := buf[:cur.limit(int64(len(buf)))]
+			if len(t.w) > 1 {
+				// Without waiting: the plugin reads this pipe only once told.
+				w, werr := unix.Write(fds[cur.k], piece)
+				switch {
+				case werr == unix.EAGAIN:
+					if err, done := told(); done {
+						return sent, err, true
+					}
+					if err := waitRoom(t.w[cur.k], clock); err != nil {
+						return sent, ctx.Err(), true
+					}
+					continue
+				case werr == unix.EINTR:
+					continue
+				case werr != nil:
+					return sent, ctx.Err(), true
+				}
+				piece = piece[:w]
+			} else if _, err := t.w[0].Write(piece); err != nil {
+				return sent, ctx.Err(), true
+			}
+			buf = buf[len(piece):]
+			if cur.wrote(len(piece)) != nil {
+				return sent, ctx.Err(), true
+			}
 		}
 	}
-	raw, err := t.w.SyscallConn()
-	if err != nil {
-		return sent, err, false
-	}
-	clock := traceOf(ctx)
-	var pfd int
-	raw.Control(func(fd uintptr) { pfd = int(fd) }) // t.w stays open until feed returns
 	for sent < size {
 		moved, full, gone := 0, false, false
+		pfd, want := fds[cur.k], cur.limit(min(size-sent, int64(t.size/2)))
 		// EAGAIN means a full pipe or an empty socket. Only this loop writes
 		// to the pipe, so once it was seen with room it keeps it, and EAGAIN
 		// then means the socket (the plugin may have emptied the pipe between
@@ -156,7 +275,7 @@ func (t *pipeTransfer) feed(ctx context.Context, src SocketSource, size int64) (
 		room := false
 		err := src.ReadSocket(func(sfd uintptr) (int, bool, error) {
 			for {
-				n, err := unix.Splice(int(sfd), nil, pfd, nil, int(min(size-sent, int64(t.size/2))),
+				n, err := unix.Splice(int(sfd), nil, pfd, nil, int(want),
 					unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK|unix.SPLICE_F_MORE)
 				switch {
 				case err == unix.EINTR:
@@ -182,21 +301,40 @@ func (t *pipeTransfer) feed(ctx context.Context, src SocketSource, size int64) (
 			}
 		})
 		sent += int64(moved)
+		if moved > 0 && cur.wrote(moved) != nil {
+			return sent, ctx.Err(), true
+		}
 		switch {
 		case gone:
 			return sent, ctx.Err(), true
 		case err != nil:
 			return sent, short(err), false
 		case full:
-			waited := clock.now()
-			err := raw.Write(func(fd uintptr) bool { return !pipeFull(int(fd)) })
-			clock.since(waited)
-			if err != nil {
+			if err, done := told(); done {
+				return sent, err, true
+			}
+			if err := waitRoom(t.w[cur.k], clock); err != nil {
 				return sent, ctx.Err(), true
 			}
 		}
 	}
+	if err, done := told(); done { // the last segment's bytes
+		return sent, err, true
+	}
 	return sent, nil, false
+}
+
+// waitRoom waits in the poller until pipe w has room (an error: the
+// transfer was cancelled or the plugin returned).
+func waitRoom(w *os.File, clock waitClock) error {
+	raw, err := w.SyscallConn()
+	if err != nil {
+		return err
+	}
+	waited := clock.now()
+	err = raw.Write(func(fd uintptr) bool { return !pipeFull(int(fd)) })
+	clock.since(waited)
+	return err
 }
 
 // pipeFull reports whether a write to the pipe would block now (a pipe
@@ -214,24 +352,33 @@ func pipeFull(fd int) bool {
 
 // Plugin side.
 
-// openPipe makes the pipe fd of transfer tr a reader in the poller.
-func openPipe(fd int) (*os.File, error) {
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
-		return nil, fmt.Errorf("%w: the shm transfer's descriptor is not a pipe", ErrBadRequest)
+// openPipes makes the pipe fds of a transfer readers in the poller.
+func openPipes(fds []int) ([]*os.File, error) {
+	for _, fd := range fds {
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
+			return nil, fmt.Errorf("%w: the shm transfer's descriptor is not a pipe", ErrBadRequest)
+		}
+		if err := unix.SetNonblock(fd, true); err != nil {
+			return nil, err
+		}
 	}
-	if err := unix.SetNonblock(fd, true); err != nil {
-		return nil, err
+	pipes := make([]*os.File, len(fds))
+	for i, fd := range fds {
+		pipes[i] = os.NewFile(uintptr(fd), "hydra-state-pipe")
 	}
-	return os.NewFile(uintptr(fd), "hydra-state-pipe"), nil
+	return pipes, nil
 }
 
-// pipeReader reads a piped restore: exactly remain bytes from the pipe, then
-// the host's END (io.EOF) or ABORT.
+// pipeReader reads a piped restore: exactly remain bytes from the pipes (one
+// as the bytes come, or several in the order the host's FILLED messages
+// give), then the host's END (io.EOF) or ABORT.
 type pipeReader struct {
 	t      *pluginTransfer
 	remain int64
 	total  int64
+	k      int   // the pipe being read
+	told   int64 // with several pipes: bytes pipe k holds for us, not read yet
 	err    error
 }
 
@@ -248,12 +395,27 @@ func (r *pipeReader) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	n, err := r.t.pipe.Read(p[:min(int64(len(p)), r.remain)])
+	want := min(int64(len(p)), r.remain)
+	multi := len(r.t.pipes) > 1
+	if multi {
+		if r.told == 0 {
+			if r.err = r.next(); r.err != nil {
+				return 0, r.err
+			}
+		}
+		want = min(want, r.told)
+	}
+	n, err := r.t.pipes[r.k].Read(p[:want])
 	r.remain -= int64(n)
 	r.total += int64(n)
+	if multi {
+		r.told -= int64(n)
+	}
 	switch {
 	case err == io.EOF: // closed early: the control socket says why
-		r.err = r.end()
+		if r.err = r.end(); r.err == nil {
+			r.err = fmt.Errorf("shm data plane: the state pipe closed after %d bytes: %w", r.total, io.ErrUnexpectedEOF)
+		}
 	case err != nil:
 		r.err = fmt.Errorf("shm data plane: reading the state pipe: %w: %w", err, io.ErrUnexpectedEOF)
 	}
@@ -261,6 +423,25 @@ func (r *pipeReader) Read(p []byte) (int, error) {
 		return n, nil // the error, if any, comes with the next Read
 	}
 	return 0, r.err
+}
+
+// next takes the host's word of where the next bytes are: FILLED(k, n), pipe
+// k holds n more.
+func (r *pipeReader) next() error {
+	kind, k, n, err := r.t.ctrl.recv()
+	if err := hostStopped(kind, err); err != nil {
+		return err
+	}
+	switch {
+	case kind == msgEnd:
+		return fmt.Errorf("shm data plane: host ended after %d bytes, %d short: %w", n, r.remain, io.ErrUnexpectedEOF)
+	case kind != msgFilled:
+		return fmt.Errorf("shm data plane: unexpected message %d from the host", kind)
+	case int(k) >= len(r.t.pipes) || n == 0 || n > uint64(r.remain):
+		return fmt.Errorf("shm data plane: host announced %d bytes in pipe %d of %d, %d to come", n, k, len(r.t.pipes), r.remain)
+	}
+	r.k, r.told = int(k), int64(n)
+	return nil
 }
 
 // end takes the host's closing message.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -97,44 +98,120 @@ func feedSocket(t *testing.T, network string, data []byte, prefix, cut int, hang
 }
 
 // readerKind is consumer reading through Read, in pieces of piece bytes,
-// that also records the reader's type.
+// that also records the reader's type (and for a pipe reader, "/N pipes").
 func readerKind(got *bytes.Buffer, kind *string, piece int) func(context.Context, int, []int32, io.Reader, int64) (int64, error) {
 	read := consumer(got, piece, false)
 	return func(ctx context.Context, slot int, toks []int32, r io.Reader, size int64) (int64, error) {
 		*kind = fmt.Sprintf("%T", r)
+		if pr, ok := r.(*pipeReader); ok {
+			*kind += fmt.Sprintf("/%d pipes", len(pr.t.pipes))
+		}
 		return read(ctx, slot, toks, r, size)
 	}
 }
 
-// TestShmPipePut: a restore from a socket is spliced into a pipe the plugin
-// reads, on TCP and Unix sockets, with and without buffered bytes first, for
-// states smaller and much larger than the pipe, and the bytes are right.
+// TestShmPipePut: a restore from a socket is spliced into one pipe or
+// several in turn that the plugin reads, on TCP and Unix sockets, with and
+// without buffered bytes first, for states smaller and much larger than a
+// pipe, and the bytes are right.
 func TestShmPipePut(t *testing.T) {
 	data := randomBytes(9<<20 + 333)
-	for _, network := range []string{"tcp", "unix"} {
-		for _, size := range []int{0, 1, 70_000, len(data)} {
-			for i, prefix := range []int{0, min(1000, size)} {
-				if i > 0 && prefix == 0 {
-					continue
+	for _, pipes := range []int{1, 2, 3, MaxSplicePipes} {
+		for _, network := range []string{"tcp", "unix"} {
+			for _, size := range []int{0, 1, 70_000, len(data)} {
+				for i, prefix := range []int{0, min(1000, size), min(600<<10, size)} {
+					if i > 0 && prefix <= 1 {
+						continue
+					}
+					t.Run(fmt.Sprintf("pipes%d/%s/size%d/buffered%d", pipes, network, size, prefix), func(t *testing.T) {
+						var got bytes.Buffer
+						var kind string
+						b := TestBackendShm(t, &fakeBackend{statePut: readerKind(&got, &kind, 100_003)}, 4)
+						b.(*GRPCClient).SplicePipes = pipes
+						src := feedSocket(t, network, data[:size], prefix, -1, false)
+						ctx := WithTransferChunk(context.Background(), 64<<10)
+						n, err := b.StatePut(ctx, 1, []int32{1}, src, int64(size))
+						if err != nil || n != int64(size) || !bytes.Equal(got.Bytes(), data[:size]) {
+							t.Fatalf("n=%d err=%v equal=%v", n, err, bytes.Equal(got.Bytes(), data[:size]))
+						}
+						if want := fmt.Sprintf("*iface.pipeReader/%d pipes", pipes); kind != want {
+							t.Fatalf("the plugin read through %s, want %s", kind, want)
+						}
+						if src.read != int64(size) {
+							t.Fatalf("the source counted %d bytes, want %d", src.read, size)
+						}
+					})
 				}
-				t.Run(fmt.Sprintf("%s/size%d/buffered%d", network, size, prefix), func(t *testing.T) {
-					var got bytes.Buffer
-					var kind string
-					b := TestBackendShm(t, &fakeBackend{statePut: readerKind(&got, &kind, 100_003)}, 4)
-					src := feedSocket(t, network, data[:size], prefix, -1, false)
-					ctx := WithTransferChunk(context.Background(), 64<<10)
-					n, err := b.StatePut(ctx, 1, []int32{1}, src, int64(size))
-					if err != nil || n != int64(size) || !bytes.Equal(got.Bytes(), data[:size]) {
-						t.Fatalf("n=%d err=%v equal=%v", n, err, bytes.Equal(got.Bytes(), data[:size]))
-					}
-					if kind != "*iface.pipeReader" {
-						t.Fatalf("the plugin read through %s, not the pipe", kind)
-					}
-					if src.read != int64(size) {
-						t.Fatalf("the source counted %d bytes, want %d", src.read, size)
-					}
-				})
 			}
+		}
+	}
+}
+
+// TestShmPipePutDefaults: the plugin says how many pipes it reads, the host
+// fills DefaultSplicePipes of them unless told otherwise, and never more
+// than the plugin reads (an older plugin reads one).
+func TestShmPipePutDefaults(t *testing.T) {
+	data := randomBytes(3 << 20)
+	for _, tc := range []struct{ ask, plugin, want int }{{0, MaxSplicePipes, DefaultSplicePipes}, {3, MaxSplicePipes, 3}, {9, MaxSplicePipes, MaxSplicePipes}, {0, 1, 1}, {4, 2, 2}} {
+		var got bytes.Buffer
+		var kind string
+		b := TestBackendShm(t, &fakeBackend{statePut: readerKind(&got, &kind, 1<<20)}, 4)
+		c := b.(*GRPCClient)
+		if c.shmPipes != MaxSplicePipes {
+			t.Fatalf("DataPlane: the plugin reads %d pipes, want %d", c.shmPipes, MaxSplicePipes)
+		}
+		c.SplicePipes, c.shmPipes = tc.ask, tc.plugin
+		n, err := b.StatePut(WithTransferChunk(context.Background(), 256<<10), 0, nil, feedSocket(t, "unix", data, 0, -1, false), int64(len(data)))
+		if err != nil || n != int64(len(data)) || !bytes.Equal(got.Bytes(), data) {
+			t.Fatalf("%+v: n=%d err=%v", tc, n, err)
+		}
+		if want := fmt.Sprintf("*iface.pipeReader/%d pipes", tc.want); kind != want {
+			t.Fatalf("%+v: the plugin read through %s, want %s", tc, kind, want)
+		}
+	}
+}
+
+// TestShmPipePutSmallWrites: a client writing in small pieces fills a pipe
+// with far fewer bytes than its capacity (a pipe holds a page reference a
+// socket buffer: 256 of them in a 1 MiB pipe). With several pipes the plugin
+// reads one only once told of its bytes, so the host must tell before it
+// waits for room in a full pipe, not only at the end of a segment.
+func TestShmPipePutSmallWrites(t *testing.T) {
+	data := randomBytes(300_000)
+	for _, pipes := range []int{1, 2} {
+		var got bytes.Buffer
+		var kind string
+		b := TestBackendShm(t, &fakeBackend{statePut: readerKind(&got, &kind, 1<<20)}, 4)
+		b.(*GRPCClient).SplicePipes = pipes
+		dir := t.TempDir()
+		ln, err := net.Listen("unix", dir+"/s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := net.Dial("unix", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := ln.Accept()
+		ln.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			for p := data; len(p) > 0; p = p[min(100, len(p)):] {
+				if _, err := w.Write(p[:min(100, len(p))]); err != nil {
+					return
+				}
+			}
+		}()
+		raw, _ := r.(syscall.Conn).SyscallConn()
+		ctx, cancel := context.WithTimeout(WithTransferChunk(context.Background(), 256<<10), 20*time.Second)
+		n, err := b.StatePut(ctx, 0, nil, &sockSource{c: r, raw: raw}, int64(len(data)))
+		cancel()
+		w.Close()
+		r.Close()
+		if err != nil || n != int64(len(data)) || !bytes.Equal(got.Bytes(), data) {
+			t.Fatalf("%d pipes: n=%d err=%v equal=%v", pipes, n, err, bytes.Equal(got.Bytes(), data))
 		}
 	}
 }
@@ -169,7 +246,7 @@ func TestShmPipePutOptOut(t *testing.T) {
 	for _, tc := range []struct {
 		chunk int
 		want  string
-	}{{256 << 10, "*iface.pipeReader"}, {1 << 20, "*iface.pipeReader"}, {2 << 20, "*iface.shmReader"}, {0, "*iface.shmReader"}} {
+	}{{256 << 10, "*iface.pipeReader/2 pipes"}, {1 << 20, "*iface.pipeReader/2 pipes"}, {2 << 20, "*iface.shmReader"}, {0, "*iface.shmReader"}} {
 		got.Reset()
 		ctx := context.Background()
 		if tc.chunk > 0 {
@@ -306,3 +383,93 @@ func TestShmPipePutCancel(t *testing.T) {
 		t.Fatal("StatePut did not return after cancel")
 	}
 }
+
+// TestPipeReaderMessages: with several pipes the plugin reads the state in
+// the order the host's FILLED messages give, and a message that does not fit
+// (a pipe it has not got, more bytes than are to come, none, a message of
+// another kind, an early END or an ABORT) fails the read with a clear error.
+func TestPipeReaderMessages(t *testing.T) {
+	type msg struct {
+		kind, k uint32
+		n       uint64
+		data    string // written to pipe k first
+	}
+	for _, tc := range []struct {
+		name string
+		msgs []msg
+		want string // the bytes read; or the error's text
+		err  error
+	}{
+		{"order", []msg{{msgFilled, 1, 3, "abc"}, {msgFilled, 0, 2, "de"}, {msgFilled, 1, 1, "f"}, {msgEnd, 0, 6, ""}}, "abcdef", nil},
+		{"no such pipe", []msg{{msgFilled, 2, 3, "abc"}}, "pipe 2 of 2", nil},
+		{"too many bytes", []msg{{msgFilled, 0, 7, "abcdefg"}}, "announced 7 bytes", nil},
+		{"no bytes", []msg{{msgFilled, 0, 0, ""}}, "announced 0 bytes", nil},
+		{"free", []msg{{msgFree, 0, 3, ""}}, "unexpected message 2", nil},
+		{"early end", []msg{{msgFilled, 0, 3, "abc"}, {msgEnd, 0, 3, ""}}, "", io.ErrUnexpectedEOF},
+		{"abort", []msg{{msgFilled, 0, 3, "abc"}, {msgAbort, 0, 0, ""}}, "", errShmAborted},
+		{"end miscounted", []msg{{msgFilled, 0, 6, "abcdef"}, {msgEnd, 0, 5, ""}}, "", io.ErrUnexpectedEOF},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var fds []int
+			var ws []*os.File
+			for range 2 {
+				r, w, _, err := newPipe()
+				if err != nil {
+					t.Fatal(err)
+				}
+				fds = append(fds, r)
+				ws = append(ws, os.NewFile(uintptr(w), "w"))
+			}
+			defer func() {
+				for _, w := range ws {
+					w.Close()
+				}
+			}()
+			pipes, err := openPipes(fds)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, b, err := seqpacketPair()
+			if err != nil {
+				t.Fatal(err)
+			}
+			host, err := newCtrlConn(a, 2, 0, ctrlVersion)
+			if err != nil {
+				t.Fatal(err)
+			}
+			plugin, err := newCtrlConn(b, 2, 0, ctrlVersion)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pt := &pluginTransfer{pipes: pipes, ctrl: plugin, stop: func() bool { return true }}
+			defer pt.close()
+			defer host.close()
+			for _, m := range tc.msgs {
+				if m.data != "" {
+					ws[m.k%2].WriteString(m.data)
+				}
+				if err := host.send(m.kind, m.k, m.n); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r := &pipeReader{t: pt, remain: 6}
+			got, err := io.ReadAll(io.LimitReader(readerFunc(r.Read), 100))
+			switch {
+			case tc.err != nil:
+				if !errors.Is(err, tc.err) {
+					t.Fatalf("got %q, err %v; want %v", got, err, tc.err)
+				}
+			case tc.want == "abcdef":
+				if err != nil || string(got) != tc.want {
+					t.Fatalf("got %q, err %v; want %q", got, err, tc.want)
+				}
+			case err == nil || !strings.Contains(err.Error(), tc.want):
+				t.Fatalf("got %q, err %v; want an error saying %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+type readerFunc func([]byte) (int, error)
+
+func (f readerFunc) Read(p []byte) (int, error) { return f(p) }

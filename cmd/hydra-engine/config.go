@@ -17,6 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/hydra-engine/hydra-engine/host"
+	"github.com/hydra-engine/hydra-engine/iface"
 )
 
 // Config is the engine's configuration. Each setting comes from, in rising
@@ -40,6 +41,7 @@ type Config struct {
 	DataPlane      string            `mapstructure:"data_plane"`
 	RingDepth      int               `mapstructure:"ring_depth"`
 	SplicePut      bool              `mapstructure:"splice_put"`
+	SplicePipes    int               `mapstructure:"splice_pipes"`
 	StateChunkSize uint64            `mapstructure:"state_chunk_size"`
 	SocketBuffer   int               `mapstructure:"socket_buffer"`
 	BackendSHA256  string            `mapstructure:"backend_sha256"`
@@ -63,6 +65,7 @@ func defaultConfig() Config {
 		DataPlane:      "auto",
 		RingDepth:      4,
 		SplicePut:      true,
+		SplicePipes:    iface.DefaultSplicePipes,
 		StateChunkSize: host.DefaultStateChunkSize,
 	}
 }
@@ -85,6 +88,7 @@ var settings = []struct{ key, flag string }{
 	{"data_plane", "data-plane"},
 	{"ring_depth", "ring-depth"},
 	{"splice_put", "splice-put"},
+	{"splice_pipes", "splice-pipes"},
 	{"state_chunk_size", "state-chunk-size"},
 	{"socket_buffer", "socket-buffer"},
 	{"backend_sha256", "backend-sha256"},
@@ -135,6 +139,7 @@ func newFlagSet(d Config, configFile *string, printConfig, showVersion *bool) *f
 	fs.StringVar(&v.DataPlane, "data-plane", d.DataPlane, "how state bytes travel to and from the plugin: auto, shm or grpc")
 	fs.IntVar(&v.RingDepth, "ring-depth", d.RingDepth, "chunk buffers in flight on the shm data plane (1 = serial copy-then-send)")
 	fs.BoolVar(&v.SplicePut, "splice-put", d.SplicePut, "on the shm data plane, splice STATE_PUT bytes from TCP and Unix client sockets into a pipe the plugin reads, instead of reading them into the ring")
+	fs.IntVar(&v.SplicePipes, "splice-pipes", d.SplicePipes, "pipes a spliced STATE_PUT fills in turn (1 to 4; the plugin reads one while the host fills another), where the plugin reads that many")
 	fs.Uint64Var(&v.StateChunkSize, "state-chunk-size", d.StateChunkSize, "initial state_chunk_size in bytes (64 KiB to 64 MiB; CONFIGURE changes it)")
 	fs.IntVar(&v.SocketBuffer, "socket-buffer", d.SocketBuffer, "SO_SNDBUF/SO_RCVBUF in bytes for accepted connections; 0: 4 MiB on Unix sockets, kernel autotuning on TCP; -1: kernel defaults (capped by net.core.wmem_max/rmem_max)")
 	fs.StringVar(&v.BackendSHA256, "backend-sha256", d.BackendSHA256, "pin the plugin executable: refuse to launch it unless its SHA-256 (hex) matches")
@@ -323,6 +328,9 @@ func (c *Config) validate() error {
 	}
 	if c.RingDepth < 1 || c.RingDepth > 64 {
 		return fmt.Errorf("ring_depth must be in [1, 64], got %d", c.RingDepth)
+	}
+	if c.SplicePipes < 1 || c.SplicePipes > iface.MaxSplicePipes {
+		return fmt.Errorf("splice_pipes must be in [1, %d], got %d", iface.MaxSplicePipes, c.SplicePipes)
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		return fmt.Errorf("log_format must be text or json, got %q", c.LogFormat)

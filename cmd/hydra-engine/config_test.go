@@ -38,7 +38,8 @@ func TestConfigDefaults(t *testing.T) {
 	c := inv.cfg
 	if c.RPC[0] != "tcp://127.0.0.1:9510" || c.Slots != 4 || c.IdleTimeout != 120*time.Second ||
 		c.ChunkTimeout != 900*time.Second || c.ShutdownGrace != 30*time.Second || c.DataPlane != "auto" ||
-		c.RingDepth != 4 || c.Backend != "mock" || c.LogFormat != "text" || c.LogLevel != "info" || c.HTTP != "" {
+		c.RingDepth != 4 || c.Backend != "mock" || c.LogFormat != "text" || c.LogLevel != "info" || c.HTTP != "" ||
+		!c.SplicePut || c.SplicePipes != 2 {
 		t.Errorf("defaults changed: %+v", c)
 	}
 }
@@ -100,11 +101,11 @@ backend_opts:
 
 	// Every flag keeps its own value (two of one type in one command line).
 	inv, err = parseInvocation([]string{"--log-level", "warn", "--backend", "/opt/p", "--slots", "5", "--ring-depth", "3",
-		"--idle-timeout", "1s", "--shutdown-grace", "2s"}, envOf(nil), io.Discard)
+		"--splice-pipes", "1", "--idle-timeout", "1s", "--shutdown-grace", "2s"}, envOf(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := inv.cfg; c.LogLevel != "warn" || c.Backend != "/opt/p" || c.Slots != 5 || c.RingDepth != 3 ||
+	if c := inv.cfg; c.LogLevel != "warn" || c.Backend != "/opt/p" || c.Slots != 5 || c.RingDepth != 3 || c.SplicePipes != 1 ||
 		c.IdleTimeout != time.Second || c.ShutdownGrace != 2*time.Second || c.HTTP != "" || c.LogFormat != "text" {
 		t.Errorf("flags of one type mixed up: %+v", c)
 	}
@@ -135,6 +136,8 @@ func TestConfigErrors(t *testing.T) {
 		{args: []string{"--slots", "0"}, want: "slots must be at least 1"},
 		{args: []string{"--data-plane", "rdma"}, want: "data_plane must be auto, shm or grpc"},
 		{args: []string{"--ring-depth", "65"}, want: "ring_depth must be in [1, 64]"},
+		{args: []string{"--splice-pipes", "0"}, want: "splice_pipes must be in [1, 4]"},
+		{env: map[string]string{"HYDRA_SPLICE_PIPES": "5"}, want: "splice_pipes must be in [1, 4]"},
 		{args: []string{"--log-format", "xml"}, want: "log_format"},
 		{args: []string{"--log-level", "loud"}, want: "log_level"},
 		{args: []string{"--state-chunk-size", "1024"}, want: "state_chunk_size must be in"},

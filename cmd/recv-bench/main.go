@@ -22,6 +22,13 @@
 //	             poll(2) on the goroutine's thread (its timeout the deadline):
 //	             no netpoller park and wake-up, no deadline armed per read
 //	hot-NxK      reads into a 256 KiB buffer, each copied into the ring's slot
+//	pipe-N       splices the socket into N pipes of 1 MiB (at most half a pipe
+//	             a call, as the host's piped STATE_PUT), a consumer goroutine
+//	             reading them into a 16 MiB buffer as the llama plugin's
+//	             restore ring does; with N > 1 the pipes take 512 KiB segments
+//	             in turn and a datagram says each segment is complete, so the
+//	             consumer reads a pipe the splicer is not filling (-nomsg:
+//	             the consumer reads each segment as it arrives, no datagrams)
 package main
 
 import (
@@ -54,6 +61,7 @@ type variant struct {
 	msgs        bool
 	lowat       int // SO_RCVLOWAT in bytes; 0: the kernel's 1
 	poll        bool
+	pipes       int // pipe-N
 }
 
 func parseVariant(name string) (variant, error) {
@@ -65,6 +73,8 @@ func parseVariant(name string) (variant, error) {
 		v.seq = true
 		return v, nil
 	case strings.HasPrefix(name, "ring-"), strings.HasPrefix(name, "hot-"):
+	case strings.HasPrefix(name, "pipe-"):
+		return parsePipeVariant(v)
 	default:
 		return v, fmt.Errorf("unknown variant %q", name)
 	}
@@ -101,6 +111,9 @@ func parseVariant(name string) (variant, error) {
 type receiver func(c net.Conn, size int64) error
 
 func (v variant) receiver() (receiver, error) {
+	if v.pipes > 0 {
+		return v.pipeReceiver()
+	}
 	if !v.ring {
 		buf := make([]byte, rawBuf)
 		for i := range buf {

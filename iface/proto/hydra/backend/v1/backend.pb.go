@@ -1612,6 +1612,9 @@ type DataPlaneResponse struct {
 	// With pipe_put: the largest state_chunk_size at which the plugin takes a
 	// restore through a pipe; above it the host uses the ring. 0: any.
 	PipePutMaxChunk int64 `protobuf:"varint,4,opt,name=pipe_put_max_chunk,json=pipePutMaxChunk,proto3" json:"pipe_put_max_chunk,omitempty"`
+	// With pipe_put: the most pipes the plugin reads a restore from in turn
+	// (ShmTransfer.depth); 0 or 1: one pipe.
+	PipePutMaxPipes int64 `protobuf:"varint,5,opt,name=pipe_put_max_pipes,json=pipePutMaxPipes,proto3" json:"pipe_put_max_pipes,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -1674,6 +1677,13 @@ func (x *DataPlaneResponse) GetPipePutMaxChunk() int64 {
 	return 0
 }
 
+func (x *DataPlaneResponse) GetPipePutMaxPipes() int64 {
+	if x != nil {
+		return x.PipePutMaxPipes
+	}
+	return 0
+}
+
 // ShmTransfer names the ring and control socket the host sent for one
 // transfer, and their geometry.
 type ShmTransfer struct {
@@ -1682,9 +1692,12 @@ type ShmTransfer struct {
 	ChunkSize   int64                  `protobuf:"varint,2,opt,name=chunk_size,json=chunkSize,proto3" json:"chunk_size,omitempty"`
 	Depth       int64                  `protobuf:"varint,3,opt,name=depth,proto3" json:"depth,omitempty"`
 	CtrlVersion uint32                 `protobuf:"varint,4,opt,name=ctrl_version,json=ctrlVersion,proto3" json:"ctrl_version,omitempty"` // the control socket format the host reads, as DataPlaneResponse's
-	// StatePutShm only: the host sent the read end of a pipe instead of a ring
-	// memfd, and splices the client's socket into it. The control socket then
-	// carries only END or ABORT; chunk_size is the pipe's capacity and depth 1.
+	// StatePutShm only: the host sent the read ends of depth pipes instead of a
+	// ring memfd, and splices the client's socket into them. chunk_size is a
+	// pipe's capacity. With one pipe the control socket carries only END or
+	// ABORT after the last byte; with more, the host fills them in turn and
+	// sends FILLED(k, n) once pipe k holds n more bytes of the state, in the
+	// state's order, before END or ABORT.
 	Pipe          bool `protobuf:"varint,5,opt,name=pipe,proto3" json:"pipe,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2019,12 +2032,13 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\tquant_key\x18\x01 \x01(\tR\bquantKey\x12%\n" +
 	"\x0etensor_pattern\x18\x02 \x01(\tR\rtensorPattern\"\x13\n" +
 	"\x11SwapQuantResponse\"\x12\n" +
-	"\x10DataPlaneRequest\"\x90\x01\n" +
+	"\x10DataPlaneRequest\"\xbd\x01\n" +
 	"\x11DataPlaneResponse\x12\x10\n" +
 	"\x03shm\x18\x01 \x01(\bR\x03shm\x12!\n" +
 	"\fctrl_version\x18\x02 \x01(\rR\vctrlVersion\x12\x19\n" +
 	"\bpipe_put\x18\x03 \x01(\bR\apipePut\x12+\n" +
-	"\x12pipe_put_max_chunk\x18\x04 \x01(\x03R\x0fpipePutMaxChunk\"\x89\x01\n" +
+	"\x12pipe_put_max_chunk\x18\x04 \x01(\x03R\x0fpipePutMaxChunk\x12+\n" +
+	"\x12pipe_put_max_pipes\x18\x05 \x01(\x03R\x0fpipePutMaxPipes\"\x89\x01\n" +
 	"\vShmTransfer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1d\n" +
 	"\n" +
