@@ -228,17 +228,15 @@ func testLlamaStateRoundTrip(t *testing.T, planeFlags []string) {
 	if want := fmt.Sprintf("chunk_writer=%v", shm); !strings.Contains(e1.logs.String(), want) {
 		t.Errorf("the plugin's state get log does not say %s", want)
 	}
-	// Engine 1's restores come through the host's pipes, or with
-	// --splice-put=false through the ring, whose buffers the plugin takes in
-	// place (restore_in_place).
-	ring := shm && slices.Contains(planeFlags, "--splice-put=false")
-	if got := strings.Contains(e1.logs.String(), "in_place=true"); got != ring {
-		t.Errorf("the plugin's state put log says in_place=true: %v, want %v", got, ring)
+	// Engine 1's restores come through the ring, whose buffers the plugin
+	// takes in place (restore_in_place).
+	if got := strings.Contains(e1.logs.String(), "in_place=true"); got != shm {
+		t.Errorf("the plugin's state put log says in_place=true: %v, want %v", got, shm)
 	}
-	// The plugin takes spliced restores at every chunk size unless told not to.
+	// The plugin takes spliced restores at chunks up to 1 MiB unless told not to.
 	want := `splice_put=false`
 	if shm && !slices.Contains(planeFlags, "--splice-put=false") {
-		want = `splice_put=true`
+		want = `splice_put="up to 1048576-byte chunks"`
 	}
 	if !strings.Contains(e1.logs.String(), want) {
 		t.Errorf("the engine's data plane log does not say %s", want)
@@ -257,8 +255,8 @@ func TestLlamaStatePutFailures(t *testing.T) {
 func testLlamaStatePutFailures(t *testing.T, planeFlags []string) {
 	e := startLlama(t, 3, planeFlags...)
 	c := client(t, e.tcp)
-	// On the shm plane these restores go through the pipes, with
-	// --splice-put=false the ring.
+	// 256 KiB chunks: on the shm plane these restores go through the pipe
+	// (the plugin takes pipes up to 1 MiB), with --splice-put=false the ring.
 	configureChunk(t, c, 256<<10)
 	mustOK(t, c, transport.OpPrefill, "0", chat("the source of the state"))
 	m, blob := getState(t, c, "0")

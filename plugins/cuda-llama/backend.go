@@ -729,15 +729,14 @@ func (b *Backend) StateGet(ctx context.Context, i int, chunkSize int, w io.Write
 
 var _ iface.PipePutter = (*Backend)(nil)
 
-// PipePutMaxChunk takes restores from sockets through the host's pipes at
-// every chunk size (a pipe has no chunks): the plugin makes the socket copy
-// itself (the prefetcher's read) while the host's core only splices. With
-// one pipe that lost at 2 MiB to the ring (plugin-ab, H200: TCP 4.40 ring vs
-// 4.59 pipe, Unix 3.12 vs 2.73; docs/benchmarks/README.md, 16 and 18), so it
-// took pipes up to 1 MiB only; with two pipes in turn (24), variant-ab,
-// medians of four engines: TCP 2 MiB 5.79 GB/s through the pipes against
-// 4.21–4.33 on the ring in place, Unix 2.88 against 2.98–3.02.
-func (b *Backend) PipePutMaxChunk() int { return -1 }
+// PipePutMaxChunk keeps restores at chunks above 1 MiB (the pipe's size) on
+// the shm ring. Through the pipe the plugin makes the socket copy itself
+// (the prefetcher's read); that pays where the ring's per-chunk messages and
+// wake-ups cost more than the host's copy saves. H200, 1.2 GB state,
+// `scripts/gpu-bench.sh plugin-ab`, medians of 12 STATE_PUTs in one run, this
+// rule vs pipes at every chunk size: 2 MiB TCP 4.40 vs 4.59 GB/s, Unix 3.12
+// vs 2.73 (docs/benchmarks/README.md, 16 and 18).
+func (b *Backend) PipePutMaxChunk() int { return 1 << 20 }
 
 // StatePut restores the slot from r. The slot is emptied first, and on any
 // failure emptied again: never half-restored. The state's head is checked
