@@ -221,13 +221,6 @@ func (t *pipeTransfer) feed(ctx context.Context, src SocketSource, size int64) (
 		}
 		raw.Control(func(fd uintptr) { fds[i] = int(fd) }) // t.w stays open until feed returns
 	}
-	// A control socket the plugin closed means it stopped reading.
-	told := func() (error, bool) {
-		if cur.announce() != nil {
-			return ctx.Err(), true
-		}
-		return nil, false
-	}
 	if b := min(int64(src.Buffered()), size); b > 0 {
 		buf := make([]byte, b)
 		m, err := io.ReadFull(src, buf)
@@ -242,8 +235,9 @@ func (t *pipeTransfer) feed(ctx context.Context, src SocketSource, size int64) (
 				w, werr := unix.Write(fds[cur.k], piece)
 				switch {
 				case werr == unix.EAGAIN:
-					if err, done := told(); done {
-						return sent, err, true
+					// A control socket the plugin closed: it stopped reading.
+					if cur.announce() != nil {
+						return sent, ctx.Err(), true
 					}
 					if err := waitRoom(t.w[cur.k], clock); err != nil {
 						return sent, ctx.Err(), true
@@ -310,16 +304,16 @@ func (t *pipeTransfer) feed(ctx context.Context, src SocketSource, size int64) (
 		case err != nil:
 			return sent, short(err), false
 		case full:
-			if err, done := told(); done {
-				return sent, err, true
+			if cur.announce() != nil {
+				return sent, ctx.Err(), true
 			}
 			if err := waitRoom(t.w[cur.k], clock); err != nil {
 				return sent, ctx.Err(), true
 			}
 		}
 	}
-	if err, done := told(); done { // the last segment's bytes
-		return sent, err, true
+	if cur.announce() != nil { // the last segment's bytes
+		return sent, ctx.Err(), true
 	}
 	return sent, nil, false
 }
