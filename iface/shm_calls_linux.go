@@ -156,12 +156,20 @@ func (c *GRPCClient) statePutShm(ctx context.Context, slot int, tokens []int32, 
 		return c.statePutPipe(ctx, slot, tokens, src, size)
 	}
 	chunk = int(min(int64(chunk), max(size, 1)))
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if src, ok := r.(SocketSource); ok && !c.NoSplice && size > 0 {
+		rl, err := startRelay(ctx, src, size)
+		if err != nil {
+			return 0, err
+		}
+		defer rl.stop()
+		r = rl
+	}
 	t, err := c.shm.begin(chunk, c.shmDepth, c.shmPeerCtrl)
 	if err != nil {
 		return 0, err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	resc := make(chan shmResult, 1)
 	go func() {
 		resp, err := c.client.StatePutShm(ctx, &backendv1.StatePutShmRequest{

@@ -26,12 +26,17 @@ import (
 // 0.24–0.28 CPU-s/GB against the raw reader's 0.20). The control socket
 // carries only the host's END(total) or ABORT, after the last byte.
 
+// pipeSet is the pipes a spliced restore fills in turn, host side.
+type pipeSet struct {
+	w    []*os.File // the pipes' write ends, in the poller (non-blocking)
+	size int        // a pipe's capacity
+}
+
 // pipeTransfer is one piped restore on the host side.
 type pipeTransfer struct {
+	pipeSet
 	id   uint64
-	w    []*os.File // the pipes' write ends, in the poller (non-blocking)
 	ctrl *ctrlConn
-	size int // a pipe's capacity
 }
 
 // pipeSize is the capacity a transfer's pipe asks for: the default
@@ -60,29 +65,39 @@ func newPipe() (r, w, size int, err error) {
 	return p[0], p[1], size, nil
 }
 
+// newPipeSet makes n pipes: their read ends, and the set of write ends.
+func newPipeSet(n int) (rs []int, ps pipeSet, err error) {
+	for range n {
+		pr, pw, size, err := newPipe()
+		if err != nil {
+			for _, fd := range rs {
+				unix.Close(fd)
+			}
+			ps.closePipes()
+			return nil, pipeSet{}, err
+		}
+		rs = append(rs, pr)
+		ps.w = append(ps.w, os.NewFile(uintptr(pw), "hydra-state-pipe"))
+		if ps.size == 0 || size < ps.size {
+			ps.size = size
+		}
+	}
+	return rs, ps, nil
+}
+
 // beginPipe sets up a piped restore through n pipes and hands their read
 // ends and a control socket to the plugin.
 func (h *ShmHost) beginPipe(n int, peerCtrl uint32) (*pipeTransfer, error) {
-	t := &pipeTransfer{}
-	var rs []int
+	rs, ps, err := newPipeSet(n)
+	if err != nil {
+		return nil, err
+	}
 	defer func() { // the plugin has its copies once handed off
 		for _, fd := range rs {
 			unix.Close(fd)
 		}
 	}()
-	for range n {
-		pr, pw, size, err := newPipe()
-		if err != nil {
-			t.closePipes()
-			return nil, err
-		}
-		rs = append(rs, pr)
-		t.w = append(t.w, os.NewFile(uintptr(pw), "hydra-state-pipe"))
-		if t.size == 0 || size < t.size {
-			t.size = size
-		}
-	}
-	var err error
+	t := &pipeTransfer{pipeSet: ps}
 	if t.id, t.ctrl, err = h.handOff(rs, n, 0, peerCtrl); err != nil {
 		t.closePipes()
 		return nil, err
@@ -90,8 +105,8 @@ func (h *ShmHost) beginPipe(n int, peerCtrl uint32) (*pipeTransfer, error) {
 	return t, nil
 }
 
-func (t *pipeTransfer) closePipes() {
-	for _, w := range t.w {
+func (ps *pipeSet) closePipes() {
+	for _, w := range ps.w {
 		w.Close()
 	}
 }
@@ -131,7 +146,9 @@ func (c *GRPCClient) statePutPipe(ctx context.Context, slot int, tokens []int32,
 		unblock()
 		resc <- shmResult{resp.GetConsumed(), err}
 	}()
-	sent, rerr, pluginDone := t.feed(ctx, src, size)
+	sent, rerr, pluginDone := t.feed(ctx, src, size, func(k int, n int64) error {
+		return t.ctrl.send(msgFilled, uint32(k), uint64(n))
+	})
 	endPut(t.ctrl, sent, rerr, pluginDone)
 	t.closePipes() // after the message: the plugin's read sees the end only then
 	return putResult(<-resc, rerr, pluginDone)
@@ -145,14 +162,15 @@ func (c *GRPCClient) statePutPipe(ctx context.Context, slot int, tokens []int32,
 // it: a pipe holds a page reference a socket buffer, so small writes by the
 // client can fill it with far fewer bytes than a segment).
 type pipeCursor struct {
-	t       *pipeTransfer
+	t       *pipeSet
+	tell    func(k int, n int64) error
 	k       int   // the pipe being filled
 	pending int64 // bytes in it the plugin has not been told of
 	segLeft int64 // room left in the segment
 }
 
-func (t *pipeTransfer) cursor() *pipeCursor {
-	return &pipeCursor{t: t, segLeft: int64(t.size / 2)}
+func (ps *pipeSet) cursor(tell func(k int, n int64) error) *pipeCursor {
+	return &pipeCursor{t: ps, tell: tell, segLeft: int64(ps.size / 2)}
 }
 
 // limit caps a write of want bytes to the current segment.
@@ -181,12 +199,12 @@ func (c *pipeCursor) wrote(n int) error {
 	return nil
 }
 
-// announce tells the plugin of the current pipe's pending bytes.
+// announce tells the reader of the current pipe's pending bytes.
 func (c *pipeCursor) announce() error {
 	if c.pending == 0 {
 		return nil
 	}
-	if err := c.t.ctrl.send(msgFilled, uint32(c.k), uint64(c.pending)); err != nil {
+	if err := c.tell(c.k, c.pending); err != nil {
 		return err
 	}
 	c.pending = 0
@@ -203,15 +221,16 @@ func (c *pipeCursor) announce() error {
 // / 3.58 / 3.42, 128 KiB 4.11 / 3.78 / 3.81, 256 KiB 4.88 / 4.71 / 4.42,
 // 512 KiB 4.67 / 5.00 / 4.78, and over Unix 512 KiB the best of the four at
 // every chunk size. rerr is src failing or ending early (or the transfer
-// being cancelled); pluginDone the plugin no longer reading.
-func (t *pipeTransfer) feed(ctx context.Context, src SocketSource, size int64) (sent int64, rerr error, pluginDone bool) {
+// being cancelled); pluginDone the reader no longer reading. With more than
+// one pipe, tell says pipe k holds n more bytes (an error: the reader is gone).
+func (t *pipeSet) feed(ctx context.Context, src SocketSource, size int64, tell func(k int, n int64) error) (sent int64, rerr error, pluginDone bool) {
 	short := func(err error) error {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			return fmt.Errorf("state reader ended after %d of %d bytes: %w", sent, size, io.ErrUnexpectedEOF)
 		}
 		return err
 	}
-	cur := t.cursor()
+	cur := t.cursor(tell)
 	clock := traceOf(ctx)
 	fds := make([]int, len(t.w)) // not Fd(): that would make them blocking
 	for i, w := range t.w {

@@ -318,18 +318,26 @@ func TestShmPipePutClientVanishes(t *testing.T) {
 }
 
 // TestShmPipePutPluginStops: a plugin that fails after a few bytes, or
-// without reading any, closes the pipe; the host stops feeding at once (the
-// client keeps its connection open and would send more), returns the
-// plugin's error, and leaves the rest of the payload on the socket for the
-// host to drain.
+// without reading any, closes the pipe (or, on the ring, stops freeing
+// buffers); the host stops feeding at once (the client keeps its connection
+// open and would send more), returns the plugin's error, and leaves the rest
+// of the payload on the socket for the host to drain.
 func TestShmPipePutPluginStops(t *testing.T) {
 	data := randomBytes(16 << 20)
-	for _, read := range []int{0, 100, 2 << 20} {
-		t.Run(fmt.Sprintf("after%d", read), func(t *testing.T) {
-			b := TestBackendShm(t, &fakeBackend{statePut: func(ctx context.Context, slot int, toks []int32, r io.Reader, size int64) (int64, error) {
-				io.ReadFull(r, make([]byte, read))
+	for _, tc := range []struct {
+		read int
+		ring bool
+	}{{0, false}, {100, false}, {2 << 20, false}, {0, true}, {100, true}, {5 << 20, true}} {
+		t.Run(fmt.Sprintf("after%d/ring=%v", tc.read, tc.ring), func(t *testing.T) {
+			fb := &fakeBackend{statePut: func(ctx context.Context, slot int, toks []int32, r io.Reader, size int64) (int64, error) {
+				io.ReadFull(r, make([]byte, tc.read))
 				return 0, fmt.Errorf("%w: bad magic", ErrBadRequest)
-			}}, 4)
+			}}
+			var backend Backend = fb
+			if tc.ring {
+				backend = ringOnly{fb} // through the host's relay
+			}
+			b := TestBackendShm(t, backend, 4)
 			src := feedSocket(t, "tcp", data, 0, -1, false)
 			done := make(chan error, 1)
 			go func() {
@@ -355,16 +363,28 @@ func TestShmPipePutPluginStops(t *testing.T) {
 }
 
 // TestShmPipePutCancel: cancelling a restore whose plugin has stopped
-// reading (a full pipe) returns promptly.
+// reading (a full pipe, or a full ring behind the host's relay) returns
+// promptly.
 func TestShmPipePutCancel(t *testing.T) {
-	data := randomBytes(8 << 20)
+	for _, ring := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ring=%v", ring), func(t *testing.T) { testShmPipePutCancel(t, ring) })
+	}
+}
+
+func testShmPipePutCancel(t *testing.T, ring bool) {
+	data := randomBytes(16 << 20)
 	started := make(chan struct{})
-	b := TestBackendShm(t, &fakeBackend{statePut: func(ctx context.Context, slot int, toks []int32, r io.Reader, size int64) (int64, error) {
+	fb := &fakeBackend{statePut: func(ctx context.Context, slot int, toks []int32, r io.Reader, size int64) (int64, error) {
 		io.ReadFull(r, make([]byte, 1000))
 		close(started)
 		<-ctx.Done()
 		return 0, ctx.Err()
-	}}, 4)
+	}}
+	var backend Backend = fb
+	if ring {
+		backend = ringOnly{fb}
+	}
+	b := TestBackendShm(t, backend, 4)
 	ctx, cancel := context.WithCancel(WithTransferChunk(context.Background(), 64<<10))
 	done := make(chan error, 1)
 	go func() {
@@ -473,3 +493,74 @@ func TestPipeReaderMessages(t *testing.T) {
 type readerFunc func([]byte) (int, error)
 
 func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
+
+// TestShmRelay: a restore from a socket onto the ring goes through the
+// host's relay (pipes it splices into and reads out of), on TCP and Unix
+// sockets, with and without buffered bytes first, and the bytes are right;
+// as do a client's small writes, which fill a pipe with far fewer bytes than
+// a segment.
+func TestShmRelay(t *testing.T) {
+	data := randomBytes(9<<20 + 333)
+	for _, network := range []string{"tcp", "unix"} {
+		for _, size := range []int{1, 70_000, len(data)} {
+			for i, prefix := range []int{0, min(1000, size), min(600<<10, size)} {
+				if i > 0 && prefix <= 1 {
+					continue
+				}
+				t.Run(fmt.Sprintf("%s/size%d/buffered%d", network, size, prefix), func(t *testing.T) {
+					var got bytes.Buffer
+					var kind string
+					b := TestBackendShm(t, ringOnly{&fakeBackend{statePut: readerKind(&got, &kind, 100_003)}}, 4)
+					src := feedSocket(t, network, data[:size], prefix, -1, false)
+					n, err := b.StatePut(WithTransferChunk(context.Background(), 2<<20), 1, []int32{1}, src, int64(size))
+					if err != nil || n != int64(size) || !bytes.Equal(got.Bytes(), data[:size]) {
+						t.Fatalf("n=%d err=%v equal=%v", n, err, bytes.Equal(got.Bytes(), data[:size]))
+					}
+					if kind != "*iface.shmReader" {
+						t.Fatalf("the plugin read through %s, not the ring", kind)
+					}
+					if src.read != int64(size) {
+						t.Fatalf("the source counted %d bytes, want %d", src.read, size)
+					}
+				})
+			}
+		}
+	}
+	t.Run("small writes", func(t *testing.T) {
+		small := data[:300_000]
+		ln, err := net.Listen("unix", t.TempDir()+"/s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := net.Dial("unix", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := ln.Accept()
+		ln.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		defer r.Close()
+		go func() {
+			for p := small; len(p) > 0; p = p[min(100, len(p)):] {
+				if _, err := w.Write(p[:min(100, len(p))]); err != nil {
+					return
+				}
+			}
+		}()
+		raw, _ := r.(syscall.Conn).SyscallConn()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		rl, err := startRelay(ctx, &sockSource{c: r, raw: raw}, int64(len(small)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rl.stop()
+		got, err := io.ReadAll(io.LimitReader(rl, int64(len(small))))
+		if err != nil || !bytes.Equal(got, small) {
+			t.Fatalf("read %d bytes, err %v, equal %v", len(got), err, bytes.Equal(got, small))
+		}
+	})
+}

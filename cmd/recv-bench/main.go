@@ -28,7 +28,11 @@
 //	             restore ring does; with N > 1 the pipes take 512 KiB segments
 //	             in turn and a datagram says each segment is complete, so the
 //	             consumer reads a pipe the splicer is not filling (-nomsg:
-//	             the consumer reads each segment as it arrives, no datagrams)
+//	             the consumer reads each segment as it arrives, no datagrams;
+//	             -relay: the consumer copies into a ring of 4 × 2 MiB in
+//	             shared memory, a 16-byte datagram a slot, and learns of the
+//	             segments through a channel: the host's ring fill, its copy
+//	             moved off the thread that reads the socket)
 package main
 
 import (
@@ -62,6 +66,7 @@ type variant struct {
 	lowat       int // SO_RCVLOWAT in bytes; 0: the kernel's 1
 	poll        bool
 	pipes       int // pipe-N
+	relay       bool
 }
 
 func parseVariant(name string) (variant, error) {
@@ -136,30 +141,15 @@ func (v variant) receiver() (receiver, error) {
 	}
 	mem := make([]byte, v.slots*v.slot)
 	if !v.heap {
-		fd, err := syscall.Open(fmt.Sprintf("/dev/shm/recv-bench-%d", os.Getpid()), syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL, 0o600)
-		if err != nil {
-			return nil, err
-		}
-		syscall.Unlink(fmt.Sprintf("/dev/shm/recv-bench-%d", os.Getpid()))
-		if err := syscall.Ftruncate(fd, int64(len(mem))); err != nil {
-			return nil, err
-		}
-		if mem, err = syscall.Mmap(fd, 0, len(mem), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED); err != nil {
+		var err error
+		if mem, err = shmMap(len(mem)); err != nil {
 			return nil, err
 		}
 	}
-	sp, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET, 0)
+	sp, err := drainedCtrl()
 	if err != nil {
 		return nil, err
 	}
-	go func() { // the plugin's end of the control socket, drained
-		b := make([]byte, 64)
-		for {
-			if _, err := syscall.Read(sp[1], b); err != nil {
-				return
-			}
-		}
-	}()
 	hot := make([]byte, 256<<10)
 	msg := make([]byte, 16)
 	return func(c net.Conn, size int64) error {
@@ -200,6 +190,39 @@ func (v variant) receiver() (receiver, error) {
 		}
 		return nil
 	}, nil
+}
+
+// shmMap maps size bytes of shared memory, as the host's ring.
+func shmMap(size int) ([]byte, error) {
+	name := fmt.Sprintf("/dev/shm/recv-bench-%d", os.Getpid())
+	fd, err := syscall.Open(name, syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer syscall.Close(fd)
+	syscall.Unlink(name)
+	if err := syscall.Ftruncate(fd, int64(size)); err != nil {
+		return nil, err
+	}
+	return syscall.Mmap(fd, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+}
+
+// drainedCtrl is a control socket pair whose plugin end a goroutine drains:
+// the host end takes a datagram a slot, as the host's does.
+func drainedCtrl() ([2]int, error) {
+	sp, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET, 0)
+	if err != nil {
+		return [2]int{}, err
+	}
+	go func() {
+		b := make([]byte, 64)
+		for {
+			if _, err := syscall.Read(sp[1], b); err != nil {
+				return
+			}
+		}
+	}()
+	return [2]int{sp[0], sp[1]}, nil
 }
 
 // deadlineReader arms a read deadline before every read, as the host does.

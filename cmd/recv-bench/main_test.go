@@ -19,12 +19,13 @@ func TestParseVariant(t *testing.T) {
 		"pipe-1":               {name: "pipe-1", pipes: 1},
 		"pipe-2":               {name: "pipe-2", pipes: 2, msgs: true},
 		"pipe-2-nomsg":         {name: "pipe-2-nomsg", pipes: 2},
+		"pipe-2-relay":         {name: "pipe-2-relay", pipes: 2, msgs: true, relay: true},
 	} {
 		if got, err := parseVariant(name); err != nil || got != want {
 			t.Errorf("%s: %+v, %v; want %+v", name, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", "raw", "ring", "ring-0x2048", "ring-4x", "ring-4x2048-fast", "hot-x", "ring-4x2048-lowat0", "ring-4x2048-lowat", "ring-4x2048-lowat5x", "pipe-0", "pipe-x", "pipe-02", "pipe-1-nomsg", "pipe-2-fast"} {
+	for _, bad := range []string{"", "raw", "ring", "ring-0x2048", "ring-4x", "ring-4x2048-fast", "hot-x", "ring-4x2048-lowat0", "ring-4x2048-lowat", "ring-4x2048-lowat5x", "pipe-0", "pipe-x", "pipe-02", "pipe-1-nomsg", "pipe-2-fast", "pipe-1-relay", "pipe-2-nomsg-relay"} {
 		if _, err := parseVariant(bad); err == nil {
 			t.Errorf("%q was accepted", bad)
 		}
@@ -39,7 +40,7 @@ func TestReceivers(t *testing.T) {
 	if _, err := os.Stat("/dev/shm"); err != nil {
 		t.Skip("no /dev/shm")
 	}
-	for _, name := range []string{"serve", "serve-seq", "ring-3x64", "ring-3x64-heap-nodl-nomsg", "hot-2x300", "ring-3x64-lowat256", "ring-2x2048-lowat1024-nodl", "ring-3x64-poll", "ring-4x2048-poll-nomsg", "pipe-1", "pipe-2", "pipe-2-nomsg", "pipe-3"} {
+	for _, name := range []string{"serve", "serve-seq", "ring-3x64", "ring-3x64-heap-nodl-nomsg", "hot-2x300", "ring-3x64-lowat256", "ring-2x2048-lowat1024-nodl", "ring-3x64-poll", "ring-4x2048-poll-nomsg", "pipe-1", "pipe-2", "pipe-2-nomsg", "pipe-3", "pipe-2-relay"} {
 		v, err := parseVariant(name)
 		if err != nil {
 			t.Fatal(err)

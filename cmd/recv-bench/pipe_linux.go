@@ -17,6 +17,8 @@ const (
 	pipeCap    = 1 << 20   // the host's pipeSize
 	pipeSeg    = 512 << 10 // a segment with more than one pipe: half a pipe
 	consumeBuf = 16 << 20  // the llama plugin's restore ring, read into in turn
+	relaySlots = 4         // -relay: the host's ring at depth 4 and 2 MiB chunks
+	relaySlot  = 2 << 20
 )
 
 func parsePipeVariant(v variant) (variant, error) {
@@ -26,10 +28,19 @@ func parsePipeVariant(v variant) (variant, error) {
 	}
 	v.msgs = v.pipes > 1
 	for _, p := range parts[2:] {
-		if p != "nomsg" || v.pipes == 1 {
+		switch {
+		case v.pipes == 1:
+			return v, fmt.Errorf("variant %q: unknown suffix %q", v.name, p)
+		case p == "nomsg":
+			v.msgs = false
+		case p == "relay":
+			v.relay = true
+		default:
 			return v, fmt.Errorf("variant %q: unknown suffix %q", v.name, p)
 		}
-		v.msgs = false
+	}
+	if v.relay && !v.msgs {
+		return v, fmt.Errorf("variant %q: a relay needs to be told of the segments", v.name)
 	}
 	return v, nil
 }
@@ -54,20 +65,37 @@ func (v variant) pipeReceiver() (receiver, error) {
 		return nil, err
 	}
 	buf := make([]byte, consumeBuf)
+	slot, segs := len(buf), make(chan int64, 2*v.pipes)
+	var ctrl [2]int
+	if v.relay {
+		if buf, err = shmMap(relaySlots * relaySlot); err != nil {
+			return nil, err
+		}
+		if ctrl, err = drainedCtrl(); err != nil {
+			return nil, err
+		}
+		slot = relaySlot
+	}
 	// consume reads size bytes: from the one pipe as they come, or segment
-	// by segment from the pipes in turn (after each segment's datagram).
+	// by segment from the pipes in turn (after each segment's datagram, or
+	// for a relay its word on the channel).
 	consume := func(size int64) error {
-		off, msg := 0, make([]byte, 8)
+		off, msg, slotMsg := 0, make([]byte, 8), make([]byte, 16)
 		for k, rem := 0, size; rem > 0; k++ {
 			seg := rem
 			if v.pipes > 1 {
 				seg = min(rem, pipeSeg)
 			}
 			if v.msgs {
-				if _, err := unix.Read(sp[1], msg); err != nil {
+				var n int64
+				if v.relay {
+					n = <-segs
+				} else if _, err := unix.Read(sp[1], msg); err != nil {
 					return err
+				} else {
+					n = int64(binary.LittleEndian.Uint64(msg))
 				}
-				if n := int64(binary.LittleEndian.Uint64(msg)); n != seg {
+				if n != seg {
 					return fmt.Errorf("segment %d: told %d bytes, want %d", k, n, seg)
 				}
 			}
@@ -76,7 +104,8 @@ func (v variant) pipeReceiver() (receiver, error) {
 				if off == len(buf) {
 					off = 0
 				}
-				n, err := unix.Read(fd, buf[off:off+int(min(seg, int64(len(buf)-off)))])
+				end := min(len(buf), (off/slot+1)*slot) // the end of the slot
+				n, err := unix.Read(fd, buf[off:off+int(min(seg, int64(end-off)))])
 				switch {
 				case err == unix.EINTR:
 					continue
@@ -88,6 +117,11 @@ func (v variant) pipeReceiver() (receiver, error) {
 				off += n
 				seg -= int64(n)
 				rem -= int64(n)
+				if v.relay && (off%slot == 0 || rem == 0) {
+					if _, err := unix.Write(ctrl[0], slotMsg); err != nil {
+						return err
+					}
+				}
 			}
 		}
 		return nil
@@ -149,6 +183,10 @@ func (v variant) pipeReceiver() (receiver, error) {
 				seg := sent % pipeSeg
 				if seg == 0 {
 					seg = pipeSeg
+				}
+				if v.relay {
+					segs <- seg
+					continue
 				}
 				binary.LittleEndian.PutUint64(msg, uint64(seg))
 				if _, err := unix.Write(sp[0], msg); err != nil {
