@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"syscall"
 	"time"
 
@@ -148,6 +149,15 @@ func spliceable(req *request, src *readTracker) *socketTracker {
 		return nil
 	}
 	return &socketTracker{readTracker: src, br: pr.br, conn: req.conn, raw: raw}
+}
+
+// SocketNetwork says which kind of socket the payload is in
+// (iface.SocketNetworker): the shm plane relays TCP restores only.
+func (s *socketTracker) SocketNetwork() string {
+	if _, ok := s.conn.Conn.(*net.UnixConn); ok {
+		return "unix"
+	}
+	return "tcp"
 }
 
 func (s *socketTracker) Buffered() int { return int(min(int64(s.br.Buffered()), s.r.N)) }

@@ -50,6 +50,9 @@ func TestSocketTrackerAccounting(t *testing.T) {
 	if st == nil {
 		t.Fatal("a TCP payload is not offered for splicing")
 	}
+	if n := st.SocketNetwork(); n != "tcp" {
+		t.Fatalf("a TCP payload says its socket is %q", n)
+	}
 	var got []byte
 	if b := st.Buffered(); b > 0 {
 		if err := st.ReadSocket(func(uintptr) (int, bool, error) { return 0, true, nil }); err == nil {
@@ -96,6 +99,32 @@ func TestSocketTrackerAccounting(t *testing.T) {
 	boom := errors.New("connection reset")
 	if err := st.ReadSocket(func(uintptr) (int, bool, error) { return 0, true, boom }); !errors.Is(err, boom) || !errors.Is(src.err, boom) {
 		t.Fatalf("ReadSocket = %v, recorded %v", err, src.err)
+	}
+}
+
+// TestSocketNetworkUnix: a payload on a Unix socket says so (the shm plane
+// relays only TCP restores onto the ring).
+func TestSocketNetworkUnix(t *testing.T) {
+	ln, err := net.Listen("unix", t.TempDir()+"/s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("unix", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	server, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	dc := &deadlineConn{Conn: server}
+	req := &request{payload: &io.LimitedReader{R: payloadReader{bufio.NewReader(dc), dc}, N: 10}, conn: dc}
+	st := spliceable(req, &readTracker{r: req.payload})
+	if st == nil || st.SocketNetwork() != "unix" {
+		t.Fatalf("a Unix socket payload: %v", st)
 	}
 }
 

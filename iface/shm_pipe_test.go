@@ -20,12 +20,16 @@ import (
 // sockSource is a SocketSource over the read end of a real socket, with
 // prefix standing in for bytes the host's bufio already holds.
 type sockSource struct {
-	prefix []byte
-	c      net.Conn
-	raw    syscall.RawConn
-	read   int64 // bytes taken, by Read or splice
-	err    error // the socket's first error, as the host records it
+	prefix  []byte
+	c       net.Conn
+	raw     syscall.RawConn
+	network string // what SocketNetwork says
+	read    int64  // bytes taken, by Read or splice
+	spliced int64  // of them, by ReadSocket
+	err     error  // the socket's first error, as the host records it
 }
+
+func (s *sockSource) SocketNetwork() string { return s.network }
 
 func (s *sockSource) Read(p []byte) (int, error) {
 	if len(s.prefix) > 0 {
@@ -50,6 +54,7 @@ func (s *sockSource) ReadSocket(f func(uintptr) (int, bool, error)) error {
 	}
 	n, err := ReadRawConn(s.raw, f)
 	s.read += n
+	s.spliced += n
 	if err != nil && s.err == nil {
 		s.err = err
 	}
@@ -94,7 +99,7 @@ func feedSocket(t *testing.T, network string, data []byte, prefix, cut int, hang
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &sockSource{prefix: data[:prefix], c: r, raw: raw}
+	return &sockSource{prefix: data[:prefix], c: r, raw: raw, network: network}
 }
 
 // readerKind is consumer reading through Read, in pieces of piece bytes,
@@ -494,11 +499,11 @@ type readerFunc func([]byte) (int, error)
 
 func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
 
-// TestShmRelay: a restore from a socket onto the ring goes through the
-// host's relay (pipes it splices into and reads out of), on TCP and Unix
-// sockets, with and without buffered bytes first, and the bytes are right;
-// as do a client's small writes, which fill a pipe with far fewer bytes than
-// a segment.
+// TestShmRelay: a restore from a TCP socket onto the ring goes through the
+// host's relay (pipes it splices into and reads out of), one from a Unix
+// socket is read by the host itself, with and without buffered bytes first,
+// and the bytes are right; a client's small writes, which fill a pipe with
+// far fewer bytes than a segment, come through the relay too.
 func TestShmRelay(t *testing.T) {
 	data := randomBytes(9<<20 + 333)
 	for _, network := range []string{"tcp", "unix"} {
@@ -521,6 +526,10 @@ func TestShmRelay(t *testing.T) {
 					}
 					if src.read != int64(size) {
 						t.Fatalf("the source counted %d bytes, want %d", src.read, size)
+					}
+					// TCP through the relay, Unix read by the host itself.
+					if relayed := src.spliced > 0; relayed != (network == "tcp" && size > prefix) {
+						t.Fatalf("%d of %d bytes relayed", src.spliced, size)
 					}
 				})
 			}
@@ -553,7 +562,7 @@ func TestShmRelay(t *testing.T) {
 		raw, _ := r.(syscall.Conn).SyscallConn()
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		rl, err := startRelay(ctx, &sockSource{c: r, raw: raw}, int64(len(small)))
+		rl, err := startRelay(ctx, &sockSource{c: r, raw: raw, network: "unix"}, int64(len(small)))
 		if err != nil {
 			t.Fatal(err)
 		}

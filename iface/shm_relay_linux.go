@@ -17,8 +17,17 @@ import (
 // pipes, and the ring's fill reads them out: the one copy of each byte, into
 // the ring, then runs on another thread than the socket's receive work,
 // which a single reader did in turn with it. recv-bench on the H200 (TCP,
-// docs/benchmarks/README.md, 24): the host-like ring loop 4.58 / 4.38 GB/s,
-// the same ring filled through a relay 6.07 / 6.11.
+// docs/benchmarks/README.md, 25): the host-like ring loop 4.58 / 4.38 GB/s,
+// the same ring filled through a relay 6.07 / 6.11. In the engine it pays on
+// TCP and loses on Unix sockets (SocketNetworker), so only TCP is relayed.
+
+// socketNetwork is what src says its socket is, "" when it does not say.
+func socketNetwork(src SocketSource) string {
+	if n, ok := src.(SocketNetworker); ok {
+		return n.SocketNetwork()
+	}
+	return ""
+}
 
 // relayPipes is how many pipes a relay fills in turn (feed tells a reader
 // of segments only with more than one).
