@@ -105,22 +105,7 @@ func TestSocketTrackerAccounting(t *testing.T) {
 // TestSocketNetworkUnix: a payload on a Unix socket says so (the shm plane
 // relays only TCP restores onto the ring).
 func TestSocketNetworkUnix(t *testing.T) {
-	ln, err := net.Listen("unix", t.TempDir()+"/s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	client, err := net.Dial("unix", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	server, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer server.Close()
-	dc := &deadlineConn{Conn: server}
+	dc := &deadlineConn{Conn: acceptedPair(t, "unix", t.TempDir()+"/s")}
 	req := &request{payload: &io.LimitedReader{R: payloadReader{bufio.NewReader(dc), dc}, N: 10}, conn: dc}
 	st := spliceable(req, &readTracker{r: req.payload})
 	if st == nil || st.SocketNetwork() != "unix" {

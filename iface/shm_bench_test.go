@@ -82,8 +82,8 @@ func drainedSocket(b *testing.B) net.Conn {
 }
 
 // connPair is a connection on network: the dialled end and the accepted
-// one, both closed when the benchmark ends.
-func connPair(b *testing.B, network, addr string) (dialled, accepted net.Conn) {
+// one, both closed when the test or benchmark ends.
+func connPair(b testing.TB, network, addr string) (dialled, accepted net.Conn) {
 	b.Helper()
 	ln, err := net.Listen(network, addr)
 	if err != nil {

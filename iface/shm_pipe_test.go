@@ -67,24 +67,7 @@ func (s *sockSource) ReadSocket(f func(uintptr) (int, bool, error)) error {
 // else holding the connection open until the test ends.
 func feedSocket(t *testing.T, network string, data []byte, prefix, cut int, hangUp bool) *sockSource {
 	t.Helper()
-	addr := "127.0.0.1:0"
-	if network == "unix" {
-		addr = t.TempDir() + "/s"
-	}
-	ln, err := net.Listen(network, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	w, err := net.Dial(network, ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { w.Close(); r.Close() })
+	w, src := sockPair(t, network)
 	rest := data[prefix:]
 	if cut >= 0 {
 		rest = rest[:cut]
@@ -95,11 +78,40 @@ func feedSocket(t *testing.T, network string, data []byte, prefix, cut int, hang
 			w.Close()
 		}
 	}()
+	src.prefix = data[:prefix]
+	return src
+}
+
+// sockPair connects a client to a server socket on network ("tcp" or
+// "unix"), both closed when the test ends, and returns the client and a
+// sockSource reading the server's end.
+func sockPair(t *testing.T, network string) (net.Conn, *sockSource) {
+	t.Helper()
+	addr := "127.0.0.1:0"
+	if network == "unix" {
+		addr = t.TempDir() + "/s"
+	}
+	w, r := connPair(t, network, addr)
 	raw, err := r.(syscall.Conn).SyscallConn()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &sockSource{prefix: data[:prefix], c: r, raw: raw, network: network}
+	return w, &sockSource{c: r, raw: raw, network: network}
+}
+
+// trickleSocket is a sockSource on a Unix socket whose client writes data in
+// 100-byte pieces: each a socket buffer, so a 1 MiB pipe (256 of them) fills
+// with 25,600 bytes.
+func trickleSocket(t *testing.T, data []byte) *sockSource {
+	w, src := sockPair(t, "unix")
+	go func() {
+		for p := data; len(p) > 0; p = p[min(100, len(p)):] {
+			if _, err := w.Write(p[:min(100, len(p))]); err != nil {
+				return
+			}
+		}
+	}()
+	return src
 }
 
 // readerKind is consumer reading through Read, in pieces of piece bytes,
@@ -188,33 +200,9 @@ func TestShmPipePutSmallWrites(t *testing.T) {
 		var kind string
 		b := TestBackendShm(t, &fakeBackend{statePut: readerKind(&got, &kind, 1<<20)}, 4)
 		b.(*GRPCClient).SplicePipes = pipes
-		dir := t.TempDir()
-		ln, err := net.Listen("unix", dir+"/s")
-		if err != nil {
-			t.Fatal(err)
-		}
-		w, err := net.Dial("unix", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := ln.Accept()
-		ln.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		go func() {
-			for p := data; len(p) > 0; p = p[min(100, len(p)):] {
-				if _, err := w.Write(p[:min(100, len(p))]); err != nil {
-					return
-				}
-			}
-		}()
-		raw, _ := r.(syscall.Conn).SyscallConn()
 		ctx, cancel := context.WithTimeout(WithTransferChunk(context.Background(), 256<<10), 20*time.Second)
-		n, err := b.StatePut(ctx, 0, nil, &sockSource{c: r, raw: raw}, int64(len(data)))
+		n, err := b.StatePut(ctx, 0, nil, trickleSocket(t, data), int64(len(data)))
 		cancel()
-		w.Close()
-		r.Close()
 		if err != nil || n != int64(len(data)) || !bytes.Equal(got.Bytes(), data) {
 			t.Fatalf("%d pipes: n=%d err=%v equal=%v", pipes, n, err, bytes.Equal(got.Bytes(), data))
 		}
@@ -537,32 +525,9 @@ func TestShmRelay(t *testing.T) {
 	}
 	t.Run("small writes", func(t *testing.T) {
 		small := data[:300_000]
-		ln, err := net.Listen("unix", t.TempDir()+"/s")
-		if err != nil {
-			t.Fatal(err)
-		}
-		w, err := net.Dial("unix", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := ln.Accept()
-		ln.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer w.Close()
-		defer r.Close()
-		go func() {
-			for p := small; len(p) > 0; p = p[min(100, len(p)):] {
-				if _, err := w.Write(p[:min(100, len(p))]); err != nil {
-					return
-				}
-			}
-		}()
-		raw, _ := r.(syscall.Conn).SyscallConn()
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		rl, err := startRelay(ctx, &sockSource{c: r, raw: raw, network: "unix"}, int64(len(small)))
+		rl, err := startRelay(ctx, trickleSocket(t, small), int64(len(small)))
 		if err != nil {
 			t.Fatal(err)
 		}
