@@ -114,10 +114,12 @@ func (c waitClock) now() time.Time {
 
 // SocketSource is implemented by StatePut sources whose bytes lie in a socket
 // (the client's TCP or Unix connection) once the few the source buffered are
-// read. The shm plane then splices them from the socket into a pipe the
+// read. The shm plane then splices them from the socket into pipes the
 // plugin reads: the kernel moves page references, so the host never copies a
-// state byte, and the plugin's one read lands them where they belong.
-// Sources without a spliceable socket (TLS) do not implement it.
+// state byte, and the plugin's one read lands them where they belong. For a
+// restore that goes to the ring instead, the host splices a TCP socket into
+// pipes of its own and copies them into the ring on another thread (the
+// relay). Sources without a spliceable socket (TLS) do not implement it.
 type SocketSource interface {
 	io.Reader
 	// Buffered is how many bytes Read returns from memory before it reads
