@@ -61,7 +61,10 @@ func startRelay(ctx context.Context, src SocketSource, size int64) (*relay, erro
 	for _, fd := range rs { // non-blocking, as newPipe made them
 		r.r = append(r.r, os.NewFile(uintptr(fd), "hydra-relay-pipe"))
 	}
-	ctx, r.cancel = context.WithCancel(ctx)
+	// The feeder's waits for room are waits on the ring's fill, not on the
+	// plugin: the fill's own waits for free buffers are the plugin's, and
+	// the trace has one writer.
+	ctx, r.cancel = context.WithCancel(WithTransferTrace(ctx, nil))
 	unblock := context.AfterFunc(ctx, func() {
 		for _, w := range ps.w {
 			w.SetWriteDeadline(time.Unix(1, 0))

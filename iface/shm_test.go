@@ -248,6 +248,25 @@ func TestShmTransferTrace(t *testing.T) {
 			t.Fatalf("PUT: backend wait %v, want about %v and no more than the transfer's %v", tr.BackendWait, pause, elapsed)
 		}
 	}
+	// Through the host's relay (a TCP source onto the ring) the ring's
+	// waits for free buffers are recorded as before; the relay's feeder,
+	// whose waits are on the ring's fill, not on the plugin, records none.
+	big := randomBytes(8 << 20)
+	rb := TestBackendShm(t, ringOnly{&fakeBackend{statePut: slowPut}}, 1)
+	for range 3 {
+		var tr TransferTrace
+		start := time.Now()
+		src := feedSocket(t, "tcp", big, 0, -1, false)
+		if n, err := rb.StatePut(WithTransferChunk(WithTransferTrace(context.Background(), &tr), 1<<20), 1, nil, src, int64(len(big))); err != nil || n != int64(len(big)) {
+			t.Fatalf("relayed StatePut = %d, %v", n, err)
+		}
+		if src.spliced == 0 {
+			t.Fatal("the TCP restore was not relayed")
+		}
+		if elapsed := time.Since(start); tr.BackendWait < pause/3 || tr.BackendWait > elapsed {
+			t.Fatalf("relayed PUT: backend wait %v, want about %v and no more than the transfer's %v", tr.BackendWait, pause, elapsed)
+		}
+	}
 }
 
 // TestShmStatePutReaders: the host's reads land across buffer boundaries
