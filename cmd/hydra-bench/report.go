@@ -268,7 +268,7 @@ func (r *report) markdown(w io.Writer) error {
 		plugin = "the backend plugin"
 	}
 	p("- Every engine configuration runs in a fresh `hydra-engine` process with %s as a separate process: "+
-		"`hydra-engine %s` plus `--data-plane shm --ring-depth D` (and `--splice-put=false` at depth 1, so serial STATE_PUTs go through the one-buffer ring; pipelined ones are spliced into a pipe where the plugin takes them) or `--data-plane grpc`. "+
+		"`hydra-engine %s` plus `--data-plane shm --ring-depth D` (and `--splice-put=false` at depth 1, so serial STATE_PUTs go through the one-buffer ring; pipelined ones are spliced into the plugin's pipes where it takes them at that chunk size, else, from TCP, through the host's relay into the ring) or `--data-plane grpc`. "+
 		"`state_chunk_size` is set with CONFIGURE; the STATE_PUT runs come first, then slot 0 is prefilled for the STATE_GET runs.\n", plugin, strings.Join(redactAddrs(r.EngineArgs), " "))
 	p("- STATE_GET reads slot 0; the client reads the reply body into one reused 1 MiB buffer. "+
 		"STATE_PUT restores slot 1 from a file holding slot 0's blob, sent with `transport.Client.Do` and the `*os.File` as payload "+
