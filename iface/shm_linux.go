@@ -253,9 +253,7 @@ type shmPending struct {
 }
 
 func (p *shmPending) closeFDs() {
-	for _, fd := range p.datafds {
-		unix.Close(fd)
-	}
+	closeFDs(p.datafds)
 	unix.Close(p.ctrlfd)
 }
 
@@ -332,9 +330,7 @@ func parseRights(oob []byte) ([]int, error) {
 		fds = append(fds, f...)
 	}
 	if len(fds) < 2 || len(fds) > MaxSplicePipes+1 {
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
+		closeFDs(fds)
 		return nil, fmt.Errorf("shm handoff carried %d descriptors, want 2 to %d", len(fds), MaxSplicePipes+1)
 	}
 	for _, fd := range fds {
@@ -421,14 +417,9 @@ func (r *ShmReceiver) open(ctx context.Context, tr *backendv1.ShmTransfer) (*plu
 	if err != nil {
 		return nil, err
 	}
-	closeData := func() {
-		for _, fd := range datafds {
-			unix.Close(fd)
-		}
-	}
 	ctrl, err := newCtrlConn(ctrlfd, int(depth), int(chunk), tr.GetCtrlVersion())
 	if err != nil {
-		closeData()
+		closeFDs(datafds)
 		return nil, err
 	}
 	t := &pluginTransfer{ctrl: ctrl}
@@ -443,7 +434,7 @@ func (r *ShmReceiver) open(ctx context.Context, tr *backendv1.ShmTransfer) (*plu
 		t.ring, err = mapMemfd(datafds[0], chunk, depth)
 	}
 	if err != nil {
-		closeData()
+		closeFDs(datafds)
 		ctrl.close()
 		return nil, err
 	}

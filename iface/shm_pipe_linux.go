@@ -23,8 +23,10 @@ import (
 // destination. With the ring, the host's socket read was the only copy on its
 // side but ran on one core at about the rate of the client's writes, so it
 // set the pace (measured on the H200: the host's reader a full core at
-// 0.24–0.28 CPU-s/GB against the raw reader's 0.20). The control socket
-// carries only the host's END(total) or ABORT, after the last byte.
+// 0.24–0.28 CPU-s/GB against the raw reader's 0.20). With one pipe the
+// control socket carries only the host's END(total) or ABORT, after the last
+// byte; with several (DefaultSplicePipes) also a FILLED(k, n) for each run of
+// bytes the host put in pipe k.
 
 // pipeSet is the pipes a spliced restore fills in turn, host side.
 type pipeSet struct {
@@ -70,9 +72,7 @@ func newPipeSet(n int) (rs []int, ps pipeSet, err error) {
 	for range n {
 		pr, pw, size, err := newPipe()
 		if err != nil {
-			for _, fd := range rs {
-				unix.Close(fd)
-			}
+			closeFDs(rs)
 			ps.closePipes()
 			return nil, pipeSet{}, err
 		}
@@ -92,11 +92,7 @@ func (h *ShmHost) beginPipe(n int, peerCtrl uint32) (*pipeTransfer, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer func() { // the plugin has its copies once handed off
-		for _, fd := range rs {
-			unix.Close(fd)
-		}
-	}()
+	defer closeFDs(rs) // the plugin has its copies once handed off
 	t := &pipeTransfer{pipeSet: ps}
 	if t.id, t.ctrl, err = h.handOff(rs, n, 0, peerCtrl); err != nil {
 		t.closePipes()
@@ -111,6 +107,21 @@ func (ps *pipeSet) closePipes() {
 	}
 }
 
+// unblock makes a feeder waiting for room in a pipe give up (its reader
+// returned, or the transfer was cancelled).
+func (ps *pipeSet) unblock() {
+	for _, w := range ps.w {
+		w.SetWriteDeadline(time.Unix(1, 0))
+	}
+}
+
+// closeFDs closes raw descriptors not (or no longer) owned by an os.File.
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
 func (t *pipeTransfer) close() {
 	t.closePipes()
 	t.ctrl.close()
@@ -122,7 +133,7 @@ func (c *GRPCClient) statePutPipe(ctx context.Context, slot int, tokens []int32,
 	if n <= 0 {
 		n = DefaultSplicePipes
 	}
-	t, err := c.shm.beginPipe(max(1, min(n, c.shmPipes, MaxSplicePipes)), c.shmPeerCtrl)
+	t, err := c.shm.beginPipe(max(1, min(n, c.shmPipes)), c.shmPeerCtrl) // shmPipes: 0 before DataPlane
 	if err != nil {
 		return 0, err
 	}
@@ -131,19 +142,14 @@ func (c *GRPCClient) statePutPipe(ctx context.Context, slot int, tokens []int32,
 	defer cancel()
 	// A plugin that returned, or a cancelled transfer, must not leave the
 	// feeder waiting for room in a pipe nobody reads.
-	unblock := func() {
-		for _, w := range t.w {
-			w.SetWriteDeadline(time.Unix(1, 0))
-		}
-	}
-	defer context.AfterFunc(ctx, unblock)()
+	defer context.AfterFunc(ctx, t.unblock)()
 	resc := make(chan shmResult, 1)
 	go func() {
 		resp, err := c.client.StatePutShm(ctx, &backendv1.StatePutShmRequest{
 			Slot: int64(slot), Tokens: tokens, Size: size,
 			Transfer: &backendv1.ShmTransfer{Id: t.id, ChunkSize: int64(t.size), Depth: int64(len(t.w)), CtrlVersion: ctrlVersion, Pipe: true},
 		})
-		unblock()
+		t.unblock()
 		resc <- shmResult{resp.GetConsumed(), err}
 	}()
 	sent, rerr, pluginDone := t.feed(ctx, src, size, func(k int, n int64) error {
@@ -248,31 +254,26 @@ func (t *pipeSet) feed(ctx context.Context, src SocketSource, size int64, tell f
 			return sent, short(err), false
 		}
 		for len(buf) > 0 {
-			piece := buf[:cur.limit(int64(len(buf)))]
-			if len(t.w) > 1 {
-				// Without waiting: the plugin reads this pipe only once told.
-				w, werr := unix.Write(fds[cur.k], piece)
-				switch {
-				case werr == unix.EAGAIN:
-					// A control socket the plugin closed: it stopped reading.
-					if cur.announce() != nil {
-						return sent, ctx.Err(), true
-					}
-					if err := waitRoom(t.w[cur.k], clock); err != nil {
-						return sent, ctx.Err(), true
-					}
-					continue
-				case werr == unix.EINTR:
-					continue
-				case werr != nil:
+			// Without waiting in the write: with several pipes the plugin
+			// reads this one only once told of its bytes.
+			w, werr := unix.Write(fds[cur.k], buf[:cur.limit(int64(len(buf)))])
+			switch {
+			case werr == unix.EAGAIN:
+				// A control socket the plugin closed: it stopped reading.
+				if cur.announce() != nil {
 					return sent, ctx.Err(), true
 				}
-				piece = piece[:w]
-			} else if _, err := t.w[0].Write(piece); err != nil {
+				if err := waitRoom(t.w[cur.k], clock); err != nil {
+					return sent, ctx.Err(), true
+				}
+				continue
+			case werr == unix.EINTR:
+				continue
+			case werr != nil:
 				return sent, ctx.Err(), true
 			}
-			buf = buf[len(piece):]
-			if cur.wrote(len(piece)) != nil {
+			buf = buf[w:]
+			if cur.wrote(w) != nil {
 				return sent, ctx.Err(), true
 			}
 		}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"time"
 )
 
 // The host's relay for restores on the ring. When a state comes from a
@@ -65,11 +64,7 @@ func startRelay(ctx context.Context, src SocketSource, size int64) (*relay, erro
 	// plugin: the fill's own waits for free buffers are the plugin's, and
 	// the trace has one writer.
 	ctx, r.cancel = context.WithCancel(WithTransferTrace(ctx, nil))
-	unblock := context.AfterFunc(ctx, func() {
-		for _, w := range ps.w {
-			w.SetWriteDeadline(time.Unix(1, 0))
-		}
-	})
+	unblock := context.AfterFunc(ctx, r.ps.unblock)
 	go func() {
 		defer close(r.done)
 		defer unblock()
