@@ -245,12 +245,18 @@ type lowatReader struct {
 	cur, max int
 }
 
-func newLowatReader(c net.Conn, r io.Reader, size int64, lowat int) (*lowatReader, error) {
+// rawConn is c's socket for a variant that works on it directly (what names
+// the variant, for the error).
+func rawConn(c net.Conn, what string) (syscall.RawConn, error) {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
-		return nil, fmt.Errorf("SO_RCVLOWAT needs a socket, not %T", c)
+		return nil, fmt.Errorf("%s needs a socket, not %T", what, c)
 	}
-	raw, err := sc.SyscallConn()
+	return sc.SyscallConn()
+}
+
+func newLowatReader(c net.Conn, r io.Reader, size int64, lowat int) (*lowatReader, error) {
+	raw, err := rawConn(c, "SO_RCVLOWAT")
 	if err != nil {
 		return nil, err
 	}
@@ -290,11 +296,7 @@ func (l *lowatReader) Read(p []byte) (int, error) {
 // reads while the socket has bytes, a blocking poll(2) on this thread when it
 // has none, so the netpoller never parks the goroutine.
 func pollFill(c net.Conn, buf []byte) error {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return fmt.Errorf("-poll needs a socket, not %T", c)
-	}
-	raw, err := sc.SyscallConn()
+	raw, err := rawConn(c, "-poll")
 	if err != nil {
 		return err
 	}

@@ -128,11 +128,7 @@ func (v variant) pipeReceiver() (receiver, error) {
 	}
 	msg := make([]byte, 8)
 	return func(c net.Conn, size int64) error {
-		sc, ok := c.(syscall.Conn)
-		if !ok {
-			return fmt.Errorf("pipe variants need a socket, not %T", c)
-		}
-		raw, err := sc.SyscallConn()
+		raw, err := rawConn(c, "pipe variants")
 		if err != nil {
 			return err
 		}
