@@ -99,6 +99,19 @@ gpu-pack: cuda-src
 	tar -czf gpu/hydra-gpu.tar.gz -C $(GPU_STAGE) .
 	@ls -la gpu/hydra-gpu.tar.gz
 
+# gpu/hydra-gpu.tar.gz, bench modes only (bench, variant-ab and the other
+# A/Bs, recv): no test binaries or mock, so that it and gpu/libcache (a
+# libggml-cuda an earlier call saved with SAVE_LIB=1, ~44 MB) fit in one
+# device call's carry (64 MiB) and the call skips the ~3.5 min CUDA build.
+.PHONY: gpu-pack-bench
+gpu-pack-bench: cuda-src
+	@rm -rf $(GPU_STAGE) && mkdir -p $(GPU_STAGE)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(GPU_STAGE)/ ./cmd/hydra-engine ./cmd/hydra-bench ./cmd/gguf-gen ./cmd/hydractl ./cmd/recv-bench
+	$(LLAMA_ENV) $(GO) build $(LLAMA_GOFLAGS) -ldflags '$(LDFLAGS)' -o $(GPU_STAGE)/ ./cmd/hydra-plugin-cuda-llama
+	cp $(BIN)/ollama-ggml-src.tar.gz $(GPU_STAGE)/
+	tar -cf - -C $(GPU_STAGE) . | xz -T0 -6 > gpu/hydra-gpu.tar.gz
+	@ls -la gpu/hydra-gpu.tar.gz
+
 # gpu/prof.tar.gz: scripts/perf-recv.sh with what it needs on a GPU box
 # without Go or perf: unstripped engine, mock plugin, hydractl and recv-bench
 # (perf names their Go functions), and this machine's perf with its shared

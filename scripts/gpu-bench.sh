@@ -4,7 +4,7 @@
 # the binaries, the test binaries and the ggml sources in gpu/hydra-gpu.tar.gz.
 #
 #   scripts/gpu-bench.sh build   # libggml-cuda for sm_90, GPU correctness tests, raw copy rate, sm_120 compile
-#   scripts/gpu-bench.sh bench   # hydra-bench on a 1.2 GB llama state (builds the sm_90 library if missing; RUNS=N tables in a row; BENCH_OPTS=key=value: one more --backend-opt; TARGETS_ONLY=1: only the rows the targets name, e.g. with REPS=8; with RUNS>1 scripts/targets-summary.py sums the tables up)
+#   scripts/gpu-bench.sh bench   # hydra-bench on a 1.2 GB llama state (builds the sm_90 library if missing; RUNS=N tables in a row; BENCH_OPTS=key=value: one more --backend-opt; BENCH_ARGS: more hydra-bench flags, e.g. "--ring-depth 4"; TARGETS_ONLY=1: only the rows the targets name, e.g. with REPS=8; with RUNS>1 scripts/targets-summary.py sums the tables up)
 #   scripts/gpu-bench.sh mock    # hydra-bench on the mock plugin (no CUDA build): the host pipeline with 16 cores
 #   scripts/gpu-bench.sh recv    # recv-bench on a 1.2 GB file, twice (no CUDA build): the host's receive loop against a raw one
 #   scripts/gpu-bench.sh pin-ab  # STATE_GET of the 1.2 GB state with pin_ring=true vs false, same run (hydractl)
@@ -29,7 +29,7 @@ all)
 	"$0" build && "$0" bench
 	;;
 build)
-	rm -rf "$G" && mkdir -p "$G/src" && tar -xzf gpu/hydra-gpu.tar.gz -C "$G" && tar -xzf "$G/ollama-ggml-src.tar.gz" -C "$G/src" || exit 1
+	rm -rf "$G" && mkdir -p "$G/src" && tar -xf gpu/hydra-gpu.tar.gz -C "$G" && tar -xzf "$G/ollama-ggml-src.tar.gz" -C "$G/src" || exit 1
 	step "machine"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nproc; nvcc --version | tail -2; ldd --version | head -1
 	step "build libggml-cuda, sm_90"
 	start=$(date +%s)
@@ -63,20 +63,20 @@ PY
 	wait; tail -3 "$OUT/cuda120-build.log"; ls -la "$G"/sm120/libggml-cuda.so 2>&1
 	;;
 mock)
-	rm -rf "$G" && mkdir -p "$G" && tar -xzf gpu/hydra-gpu.tar.gz -C "$G" || exit 1
+	rm -rf "$G" && mkdir -p "$G" && tar -xf gpu/hydra-gpu.tar.gz -C "$G" || exit 1
 	step "socket limits"; sysctl net.core.wmem_max net.core.rmem_max net.core.wmem_default net.ipv4.tcp_wmem 2>&1
 	step "hydra-bench, mock plugin: 1.206 GB state, TCP and Unix, STATE_GET and STATE_PUT"
 	"$G/hydra-bench" --bin "$G" --out "$OUT" --name mock-h200 --reps "${REPS:-3}" 2>&1 | tail -60
 	;;
 recv)
-	rm -rf "$G" && mkdir -p "$G" && tar -xzf gpu/hydra-gpu.tar.gz -C "$G" || exit 1
+	rm -rf "$G" && mkdir -p "$G" && tar -xf gpu/hydra-gpu.tar.gz -C "$G" || exit 1
 	head -c 1206010394 /dev/zero > /tmp/recv-bench.blob && cat /tmp/recv-bench.blob > /dev/null
 	for _ in 1 2; do "$G/recv-bench" ${VARIANTS:+-variants "$VARIANTS"} /tmp/recv-bench.blob; done 2>&1 | tee "$OUT/recv-bench.txt"
 	rm -f /tmp/recv-bench.blob
 	;;
 pin-ab|copy-ab|splice-ab|stream-ab|plugin-ab|variant-ab|bench)
 	if [[ ! -f $G/libggml-cuda.so ]]; then
-		rm -rf "$G" && mkdir -p "$G/src" && tar -xzf gpu/hydra-gpu.tar.gz -C "$G" && tar -xzf "$G/ollama-ggml-src.tar.gz" -C "$G/src" || exit 1
+		rm -rf "$G" && mkdir -p "$G/src" && tar -xf gpu/hydra-gpu.tar.gz -C "$G" && tar -xzf "$G/ollama-ggml-src.tar.gz" -C "$G/src" || exit 1
 		if compgen -G "gpu/libcache/libggml-cuda.part-*" >/dev/null; then
 			# A library built by an earlier call (SAVE_LIB=1), carried back: the
 			# ~3 min build is most of a short A/B's device time.
@@ -215,7 +215,7 @@ pin-ab|copy-ab|splice-ab|stream-ab|plugin-ab|variant-ab|bench)
 		"$G/hydra-bench" --bin "$G" --out "$OUT" --name "$name" --reps "${REPS:-2}" \
 			--backend "$G/hydra-plugin-cuda-llama" --model "$G/synth.gguf" --prefill-tokens 9200 \
 			--backend-opt lib_dir="$G" --backend-opt n_gpu_layers=99 --backend-opt n_ctx=18688 --backend-opt n_threads=8 \
-			${BENCH_OPTS:+--backend-opt "$BENCH_OPTS"} ${TARGETS_ONLY:+--targets-only} 2>&1 | tail -60
+			${BENCH_OPTS:+--backend-opt "$BENCH_OPTS"} ${TARGETS_ONLY:+--targets-only} ${BENCH_ARGS:-} 2>&1 | tail -60
 		grep -h '^- \*\*shm\*\*' "$OUT/$name.md" 2>/dev/null
 	done
 	if ((${RUNS:-1} > 1)); then
