@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -128,10 +129,18 @@ func (p *Plugin) useShm(ctx context.Context, b iface.Backend, opts PluginOptions
 		}
 		return nil
 	}
-	gc.UseShm(p.shm, max(opts.RingDepth, 1))
+	gc.UseShm(p.shm, max(opts.RingDepth, 0))
 	gc.NoSplice, gc.SplicePipes = opts.NoSplice, opts.SplicePipes
 	p.DataPlane = "shm"
 	return nil
+}
+
+// ringDepthName is a configured ring depth for the log.
+func ringDepthName(depth int) string {
+	if depth <= 0 {
+		return "auto"
+	}
+	return strconv.Itoa(depth)
 }
 
 // splices describes how b takes restores from sockets: "false" (the ring),
@@ -152,7 +161,8 @@ type PluginOptions struct {
 	// DataPlane carries state bytes: "auto" (the fastest available), "shm"
 	// (shared-memory ring beside gRPC) or "grpc" (gRPC streams).
 	DataPlane string
-	// RingDepth is the number of chunk buffers in flight on the shm plane.
+	// RingDepth is the number of chunk buffers in flight on the shm plane;
+	// 0 is auto (iface.RingDepth).
 	RingDepth int
 	// NoSplice keeps STATE_PUTs from client sockets on the ring instead of
 	// splicing them into a pipe for the plugin.
@@ -219,7 +229,7 @@ func StartPlugin(ctx context.Context, spec PluginSpec, load iface.LoadRequest, o
 		shm.Close()
 		p.shm = nil
 	}
-	logger.Info("backend data plane", "backend", spec.Name, "data_plane", p.DataPlane, "ring_depth", opts.RingDepth, "splice_put", splices(b), "splice_pipes", opts.SplicePipes)
+	logger.Info("backend data plane", "backend", spec.Name, "data_plane", p.DataPlane, "ring_depth", ringDepthName(opts.RingDepth), "splice_put", splices(b), "splice_pipes", opts.SplicePipes)
 	info, err := b.Load(ctx, load)
 	if err != nil {
 		p.Kill()

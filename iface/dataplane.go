@@ -196,3 +196,37 @@ const (
 	DefaultSplicePipes = 2
 	MaxSplicePipes     = 4 // the most a plugin reads (DataPlaneResponse)
 )
+
+// Ring depth on the shm plane. A configured depth above 0 is used as is (1:
+// the seed engine's serial copy-then-send). Depth 0, the default, is auto:
+// DefaultRingDepth buffers, or at chunks under 1 MiB as many as hold
+// AutoRingBytes, so that small chunks keep as many bytes in flight as 1 MiB
+// ones; every buffer costs the host a message and a wake-up, and a deeper
+// ring lets it send several filled buffers in one write. H200, llama
+// plugin, STATE_GET at 256 KiB to hydractl (variant-ab, four runs of three
+// transfers each): Unix 6.75–7.88 GB/s at depth 4, 8.00–9.19 at 8,
+// 8.31–10.58 at 16; TCP 5.84–6.46, 6.08–7.27, 5.38–6.73
+// (docs/benchmarks/README.md, 26).
+const (
+	DefaultRingDepth = 4
+	MaxRingDepth     = 64 // the deepest ring a plugin maps (checkGeometry)
+	AutoRingBytes    = 4 << 20
+)
+
+// RingDepth is the number of chunk-byte buffers of a transfer's ring for a
+// configured depth (0: auto, above). size > 0 is the state's size where it
+// is known (a restore): auto never makes the ring deeper than the state
+// needs.
+func RingDepth(depth, chunk int, size int64) int {
+	if depth > 0 {
+		return min(depth, MaxRingDepth)
+	}
+	d := DefaultRingDepth
+	if chunk > 0 {
+		d = max(d, (AutoRingBytes+chunk-1)/chunk)
+	}
+	if size > 0 && chunk > 0 {
+		d = min(d, int(max((size+int64(chunk)-1)/int64(chunk), DefaultRingDepth)))
+	}
+	return min(d, MaxRingDepth)
+}

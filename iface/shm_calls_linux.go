@@ -15,9 +15,10 @@ import (
 
 // UseShm routes StateGet and StatePut through h with depth buffers in flight
 // (1 = serial: the plugin fills a chunk only once the host has sent the
-// previous one). Call it before the client is used concurrently.
+// previous one; 0 = auto, RingDepth). Call it before the client is used
+// concurrently.
 func (c *GRPCClient) UseShm(h *ShmHost, depth int) {
-	c.shm, c.shmDepth = h, max(depth, 1)
+	c.shm, c.shmDepth = h, max(depth, 0)
 }
 
 // DataPlane asks the plugin whether it serves the shared-memory calls, and
@@ -55,7 +56,7 @@ type shmResult struct {
 }
 
 func (c *GRPCClient) stateGetShm(ctx context.Context, slot, chunk int, w io.Writer) (int64, error) {
-	t, err := c.shm.begin(chunk, c.shmDepth, c.shmPeerCtrl)
+	t, err := c.shm.begin(chunk, RingDepth(c.shmDepth, chunk, 0), c.shmPeerCtrl)
 	if err != nil {
 		return 0, err
 	}
@@ -65,7 +66,7 @@ func (c *GRPCClient) stateGetShm(ctx context.Context, slot, chunk int, w io.Writ
 	go func() {
 		resp, err := c.client.StateGetShm(ctx, &backendv1.StateGetShmRequest{
 			Slot:     int64(slot),
-			Transfer: c.shmTransfer(t, chunk),
+			Transfer: shmTransfer(t),
 		})
 		t.failed(err)
 		resc <- shmResult{resp.GetWritten(), err}
@@ -166,7 +167,7 @@ func (c *GRPCClient) statePutShm(ctx context.Context, slot int, tokens []int32, 
 		defer rl.stop()
 		r = rl
 	}
-	t, err := c.shm.begin(chunk, c.shmDepth, c.shmPeerCtrl)
+	t, err := c.shm.begin(chunk, RingDepth(c.shmDepth, chunk, size), c.shmPeerCtrl)
 	if err != nil {
 		return 0, err
 	}
@@ -174,7 +175,7 @@ func (c *GRPCClient) statePutShm(ctx context.Context, slot int, tokens []int32, 
 	go func() {
 		resp, err := c.client.StatePutShm(ctx, &backendv1.StatePutShmRequest{
 			Slot: int64(slot), Tokens: tokens, Size: size,
-			Transfer: c.shmTransfer(t, chunk),
+			Transfer: shmTransfer(t),
 		})
 		t.failed(err)
 		resc <- shmResult{resp.GetConsumed(), err}
@@ -246,9 +247,9 @@ func putResult(res shmResult, rerr error, pluginDone bool) (int64, error) {
 	return res.n, nil
 }
 
-// shmTransfer describes t to the plugin.
-func (c *GRPCClient) shmTransfer(t *hostTransfer, chunk int) *backendv1.ShmTransfer {
-	return &backendv1.ShmTransfer{Id: t.id, ChunkSize: int64(chunk), Depth: int64(c.shmDepth), CtrlVersion: ctrlVersion}
+// shmTransfer describes t's ring to the plugin.
+func shmTransfer(t *hostTransfer) *backendv1.ShmTransfer {
+	return &backendv1.ShmTransfer{Id: t.id, ChunkSize: int64(t.ring.chunk), Depth: int64(t.ring.depth), CtrlVersion: ctrlVersion}
 }
 
 // shmPutChunk is the ring buffer size for restores: socket reads land in it

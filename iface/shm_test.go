@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -51,7 +52,7 @@ func producer(data []byte, piece int, useChunk bool, sawChunk *bool) func(contex
 
 func TestShmStateGet(t *testing.T) {
 	data := randomBytes(10<<20 + 12345)
-	for _, depth := range []int{1, 2, 4, 8} {
+	for _, depth := range []int{0, 1, 2, 4, 8} {
 		for _, chunk := range []int{64 << 10, 1 << 20, 3<<20 + 7} {
 			for _, useChunk := range []bool{false, true} {
 				name := fmt.Sprintf("depth%d/chunk%d/chunkwriter=%v", depth, chunk, useChunk)
@@ -68,8 +69,8 @@ func TestShmStateGet(t *testing.T) {
 					}
 					// Consecutive filled buffers may go out in one write,
 					// never more than the ring holds.
-					if rec.maxChunk() > chunk*depth {
-						t.Fatalf("host wrote %d bytes at once, the ring is %d × %d", rec.maxChunk(), depth, chunk)
+					if d := RingDepth(depth, chunk, 0); rec.maxChunk() > chunk*d {
+						t.Fatalf("host wrote %d bytes at once, the ring is %d × %d", rec.maxChunk(), d, chunk)
 					}
 				})
 			}
@@ -93,6 +94,59 @@ func TestShmRingReuse(t *testing.T) {
 	defer h.poolMu.Unlock()
 	if len(h.pool) != 2 {
 		t.Fatalf("%d idle rings, want 2 (one per geometry)", len(h.pool))
+	}
+}
+
+func TestRingDepth(t *testing.T) {
+	for _, c := range []struct {
+		depth, chunk int
+		size         int64
+		want         int
+	}{
+		{4, 64 << 10, 0, 4}, {1, 64 << 10, 0, 1}, {16, 64 << 20, 0, 16}, {100, 1 << 20, 0, MaxRingDepth}, // as configured
+		{0, 2 << 20, 0, 4}, {0, 1 << 20, 0, 4}, {0, 64 << 20, 0, 4}, // auto: 4 from 1 MiB up
+		{0, 512 << 10, 0, 8}, {0, 256 << 10, 0, 16}, {0, 100_000, 0, 42}, {0, 64 << 10, 0, 64}, {0, 4 << 10, 0, MaxRingDepth},
+		{0, 64 << 10, 100_000, 4}, {0, 64 << 10, 640 << 10, 10}, {0, 64 << 10, 1 << 30, 64}, // a restore's size bounds auto
+		{3, 64 << 10, 100_000, 3},
+	} {
+		if got := RingDepth(c.depth, c.chunk, c.size); got != c.want {
+			t.Errorf("RingDepth(%d, %d, %d) = %d, want %d", c.depth, c.chunk, c.size, got, c.want)
+		}
+	}
+}
+
+// TestShmAutoRingDepth: with depth 0 the plugin maps RingDepth's ring (its
+// Region is chunk × depth), for STATE_GET by chunk size, for STATE_PUT also
+// bounded by the state's size.
+func TestShmAutoRingDepth(t *testing.T) {
+	data := randomBytes(5<<20 + 17)
+	var regions []int
+	produce := producer(data, 1<<20, true, nil)
+	fb := &fakeBackend{
+		stateGet: func(ctx context.Context, slot, chunk int, w io.Writer) (int64, error) {
+			regions = append(regions, len(w.(RegionWriter).Region()))
+			return produce(ctx, slot, chunk, w)
+		},
+		statePut: func(ctx context.Context, slot int, tokens []int32, r io.Reader, size int64) (int64, error) {
+			regions = append(regions, len(r.(RegionReader).Region()))
+			return io.Copy(io.Discard, r)
+		},
+	}
+	b := TestBackendShm(t, fb, 0)
+	for _, chunk := range []int{64 << 10, 256 << 10, 2 << 20} {
+		var rec chunkRecorder
+		if _, err := b.StateGet(context.Background(), 0, chunk, &rec); err != nil || !bytes.Equal(rec.data, data) {
+			t.Fatalf("STATE_GET at %d: %v", chunk, err)
+		}
+	}
+	ctx := WithTransferChunk(context.Background(), 64<<10)
+	for _, size := range []int{100_000, len(data)} {
+		if n, err := b.StatePut(ctx, 1, nil, bytes.NewReader(data[:size]), int64(size)); err != nil || n != int64(size) {
+			t.Fatalf("STATE_PUT of %d: %d, %v", size, n, err)
+		}
+	}
+	if want := []int{64 * 64 << 10, 16 * 256 << 10, 4 * 2 << 20, 4 * 64 << 10, 64 * 64 << 10}; !slices.Equal(regions, want) {
+		t.Fatalf("ring sizes %v, want %v", regions, want)
 	}
 }
 
@@ -184,7 +238,7 @@ func within(p, region []byte) bool {
 
 func TestShmStatePut(t *testing.T) {
 	data := randomBytes(9<<20 + 333)
-	for _, depth := range []int{1, 3, 4, 8} {
+	for _, depth := range []int{0, 1, 3, 4, 8} {
 		for _, chunk := range []int{0, 64 << 10, 2 << 20} {
 			for _, useNext := range []bool{false, true} {
 				t.Run(fmt.Sprintf("depth%d/chunk%d/next=%v", depth, chunk, useNext), func(t *testing.T) {

@@ -29,7 +29,7 @@ func fixtureOf(targetsOnly bool) *report {
 	for _, tr := range transports {
 		for _, op := range []string{opGet, opPut} {
 			p := &panel{Transport: tr, Op: op, Raw: result{Raw: true, GBps: []float64{3.9, 4.0, 4.1}, CPU: cpu}}
-			for _, c := range plan(r.TargetsOnly) {
+			for _, c := range plan(r.TargetsOnly, r.Depth) {
 				v, rss := 3.8, 9.0
 				switch {
 				case c.Plane == "grpc":
@@ -74,7 +74,9 @@ func TestMarkdown(t *testing.T) {
 		"## Unix socket — STATE_PUT",
 		"| raw socket (3 transfers) | — | — | — | 4.00 (4.10) | 1.00 | — | — | — | 0.17 · — · — | 1.67 | — |",
 		"| seed emulation (serial) | shm | 256 KiB | 1 | 1.00 (1.20) | 0.25 | 9.0 | 8.0 | 4.10 | 0.17 · 0.14 · 0.11 | 1.67 | 20 % |",
-		"| pipelined | shm | 2 MiB | 4 | 3.80 (4.00) | 0.95 | 9.0 | 8.0 |",
+		"| pipelined | shm | 2 MiB | auto: 4 | 3.80 (4.00) | 0.95 | 9.0 | 8.0 |",
+		"| pipelined | shm | 256 KiB | auto: 16 | 3.00 (3.20) | 0.75 |", "| pipelined | shm | 64 KiB | auto: 64 |",
+		"`shm` (depth auto: 4 buffers, more at chunks under 1 MiB to keep 4 MiB in flight)",
 		"| gRPC stream | grpc | 64 KiB | — | 0.50 (0.70) | 0.12 |",
 		"| 0.17 · 0.14 · 0.11 | 1.67 | — |\n", // gRPC: no clock
 		// Targets, computed: 2 MiB passes, 256 KiB misses on GB/s.
@@ -83,7 +85,7 @@ func TestMarkdown(t *testing.T) {
 		"| shm | Unix socket | STATE_PUT | 256 KiB | 0.750 | ≥ 0.80 | 1.21 | 9.0 / 8.0 | ≤ 64 | no: GB/s |",
 		"- **shm**: throughput target met in 4 of 8 cases, RSS target in 8 of 8.",
 		"- **grpc**: throughput target met in 0 of 8 cases, RSS target in 8 of 8.",
-		"shm, depth 4, chunk 64 MiB STATE_GET (host 257.0, plugin 256.0 MiB)",
+		"shm, depth auto: 4, chunk 64 MiB STATE_GET (host 257.0, plugin 256.0 MiB)",
 		"--rpc tcp://127.0.0.1:PORT --rpc unix:///TMP/engine.sock --backend BIN/hydra-plugin-mock",
 		"they matched in 12 engine(s)",
 	)
@@ -110,7 +112,7 @@ func TestMarkdownTargetsOnly(t *testing.T) {
 		"- **shm**: throughput target met in 4 of 8 cases, RSS target in 8 of 8.",
 		"- **grpc**: not measured.",
 		"| grpc | TCP loopback | STATE_GET | 2 MiB | — | ≥ 0.90 | — | — | ≤ 64 | not measured |",
-		"| pipelined | shm | 2 MiB | 4 | 3.80 (4.00) | 0.95 |",
+		"| pipelined | shm | 2 MiB | auto: 4 | 3.80 (4.00) | 0.95 |",
 	)
 	if strings.Contains(md, "seed emulation") {
 		t.Error("a targets-only report shows the serial rows")
@@ -170,7 +172,7 @@ func TestSVG(t *testing.T) {
 		t.Fatalf("root element %q, want svg", root)
 	}
 	svg := b.String()
-	for _, want := range []string{"TCP loopback — STATE_GET", "Unix socket — STATE_PUT", "shm pipelined (depth 4)",
+	for _, want := range []string{"TCP loopback — STATE_GET", "Unix socket — STATE_PUT", "shm pipelined (depth auto)",
 		"shm serial (depth 1)", "gRPC stream", "raw socket (4.00 GB/s)", "256 KiB", "64 MiB"} {
 		if !strings.Contains(svg, want) {
 			t.Errorf("SVG lacks %q", want)
@@ -238,11 +240,18 @@ func TestStats(t *testing.T) {
 }
 
 func TestPlan(t *testing.T) {
-	if cs := plan(true); len(cs) != 2 || cs[0] != (engineConfig{Plane: "shm", Depth: pipelineDepth, Chunk: seedChunk}) ||
-		cs[1] != (engineConfig{Plane: "shm", Depth: pipelineDepth, Chunk: 2 << 20}) {
+	if cs := plan(true, 0); len(cs) != 2 || cs[0] != (engineConfig{Plane: "shm", Depth: 0, Chunk: seedChunk}) ||
+		cs[1] != (engineConfig{Plane: "shm", Depth: 0, Chunk: 2 << 20}) {
 		t.Errorf("targets only: %+v", cs)
 	}
-	cs := plan(false)
+	if cs := plan(true, 4); cs[0].Depth != 4 || !strings.Contains(strings.Join(cs[0].flags(), " "), "--ring-depth 4") || depthName(cs[0]) != "4" {
+		t.Errorf("targets only at depth 4: %+v, flags %q", cs, cs[0].flags())
+	}
+	if c := (engineConfig{Plane: "shm", Chunk: seedChunk}); c.label() != "pipelined" || depthName(c) != "auto: 16" ||
+		!strings.Contains(strings.Join(c.flags(), " "), "--ring-depth 0") {
+		t.Errorf("auto depth at 256 KiB: label %q, depth %q, flags %q", c.label(), depthName(c), c.flags())
+	}
+	cs := plan(false, pipelineDepth)
 	if len(cs) != 2+2*len(pipelinedChunks) {
 		t.Fatalf("%d configurations", len(cs))
 	}

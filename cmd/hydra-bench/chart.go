@@ -27,10 +27,17 @@ type series struct {
 	match func(engineConfig) bool
 }
 
-var chartSeries = []series{
-	{"shm serial (depth 1)", func(c engineConfig) bool { return c.Plane == "shm" && c.Depth == 1 }},
-	{fmt.Sprintf("shm pipelined (depth %d)", pipelineDepth), func(c engineConfig) bool { return c.Plane == "shm" && c.Depth > 1 }},
-	{"gRPC stream", func(c engineConfig) bool { return c.Plane == "grpc" }},
+// chartSeries are the bars of a panel; depth is the pipelined runs'.
+func chartSeries(depth int) []series {
+	pipelined := "shm pipelined (depth auto)"
+	if depth > 0 {
+		pipelined = fmt.Sprintf("shm pipelined (depth %d)", depth)
+	}
+	return []series{
+		{"shm serial (depth 1)", func(c engineConfig) bool { return c.Plane == "shm" && c.Depth == 1 }},
+		{pipelined, func(c engineConfig) bool { return c.Plane == "shm" && c.Depth != 1 }},
+		{"gRPC stream", func(c engineConfig) bool { return c.Plane == "grpc" }},
+	}
 }
 
 // svg writes state-transfer.svg: one panel per transport × direction, bars
@@ -44,7 +51,7 @@ func (r *report) svg(w io.Writer) error {
 		grid[i] = make([]*plot.Plot, cols)
 	}
 	for i, pn := range r.Panels {
-		p, err := panelPlot(pn)
+		p, err := panelPlot(pn, r.Depth)
 		if err != nil {
 			return err
 		}
@@ -70,7 +77,7 @@ func (r *report) svg(w io.Writer) error {
 	return err
 }
 
-func panelPlot(pn *panel) (*plot.Plot, error) {
+func panelPlot(pn *panel, depth int) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("%s — %s", transportName(pn.Transport), pn.Op)
 	p.Y.Label.Text = "GB/s (median)"
@@ -88,7 +95,8 @@ func panelPlot(pn *panel) (*plot.Plot, error) {
 
 	barWidth := vg.Points(18)
 	top := median(pn.Raw.GBps)
-	for si, s := range chartSeries {
+	all := chartSeries(depth)
+	for si, s := range all {
 		vals := make([]float64, len(pipelinedChunks))
 		have := make([]bool, len(pipelinedChunks))
 		for _, row := range pn.Rows {
@@ -115,7 +123,7 @@ func panelPlot(pn *panel) (*plot.Plot, error) {
 				return nil, err
 			}
 			bc.XMin = float64(k)
-			bc.Offset = barWidth * vg.Length(si-(len(chartSeries)-1)/2)
+			bc.Offset = barWidth * vg.Length(si-(len(all)-1)/2)
 			bc.Color = plotutil.Color(si)
 			bc.LineStyle.Width = 0
 			p.Add(bc)

@@ -22,7 +22,7 @@ import (
 // engineConfig is what one engine process is started with.
 type engineConfig struct {
 	Plane string // --data-plane: "shm" or "grpc"
-	Depth int    // --ring-depth on shm (1 = serial copy-then-send); 0 on grpc, where it does not apply
+	Depth int    // --ring-depth on shm (1 = serial copy-then-send, 0 = auto); 0 on grpc, where it does not apply
 	Chunk int    // state_chunk_size, set with CONFIGURE before the prefill
 }
 
@@ -44,7 +44,7 @@ func (c engineConfig) String() string {
 	if c.Plane == "grpc" {
 		return fmt.Sprintf("grpc, chunk %s", chunkName(c.Chunk))
 	}
-	return fmt.Sprintf("shm, depth %d, chunk %s", c.Depth, chunkName(c.Chunk))
+	return fmt.Sprintf("shm, depth %s, chunk %s", depthName(c), chunkName(c.Chunk))
 }
 
 // flags are the configuration's engine flags.

@@ -28,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/transport"
 )
 
@@ -43,8 +44,9 @@ const (
 // pipelinedChunks are the chunk sizes of the pipelined runs, on both planes.
 var pipelinedChunks = []int{64 << 10, 256 << 10, 2 << 20, 8 << 20, 64 << 20}
 
-// pipelineDepth is the ring depth of the pipelined shm runs.
-const pipelineDepth = 4
+// pipelineDepth is the default ring depth of the pipelined shm runs: the
+// engine's own default, auto (iface.RingDepth).
+const pipelineDepth = 0
 
 // transports are the client sockets, in table order.
 var transports = []string{"tcp", "unix"}
@@ -53,13 +55,14 @@ var transports = []string{"tcp", "unix"}
 // serial mode (its stream flow control always overlaps producer and sender),
 // so it runs at the pipelined chunk sizes only. targetsOnly keeps the rows
 // issue 3's targets name: pipelined shm at 256 KiB and 2 MiB.
-func plan(targetsOnly bool) []engineConfig {
+// depth is the pipelined runs' --ring-depth (0: auto).
+func plan(targetsOnly bool, depth int) []engineConfig {
 	if targetsOnly {
-		return []engineConfig{{Plane: "shm", Depth: pipelineDepth, Chunk: seedChunk}, {Plane: "shm", Depth: pipelineDepth, Chunk: 2 << 20}}
+		return []engineConfig{{Plane: "shm", Depth: depth, Chunk: seedChunk}, {Plane: "shm", Depth: depth, Chunk: 2 << 20}}
 	}
 	cs := []engineConfig{{Plane: "shm", Depth: 1, Chunk: seedChunk}, {Plane: "shm", Depth: 1, Chunk: 2 << 20}}
 	for _, c := range pipelinedChunks {
-		cs = append(cs, engineConfig{Plane: "shm", Depth: pipelineDepth, Chunk: c})
+		cs = append(cs, engineConfig{Plane: "shm", Depth: depth, Chunk: c})
 	}
 	for _, c := range pipelinedChunks {
 		cs = append(cs, engineConfig{Plane: "grpc", Chunk: c})
@@ -72,6 +75,7 @@ type options struct {
 	reps     int
 	quick    bool
 	targets  bool   // --targets-only
+	depth    int    // --ring-depth of the pipelined runs
 	name     string // output files' base name
 	backend  backendSpec
 }
@@ -85,6 +89,7 @@ func main() {
 	fs.BoolVar(&o.quick, "quick", false, "smoke test: a ~150 MB state (kv_bytes_per_token=16384) and 1 rep unless --reps is given")
 	fs.StringVar(&o.name, "name", "state-transfer", "base name of the .md and .svg written to --out")
 	fs.BoolVar(&o.targets, "targets-only", false, "run only the configurations the targets name (pipelined shm at 256 KiB and 2 MiB): with a high --reps, a sharper verdict in the time of a full table")
+	fs.IntVar(&o.depth, "ring-depth", pipelineDepth, "--ring-depth of the pipelined shm runs (0: the engine's default, auto; e.g. 4 to compare the two)")
 	fs.StringVar(&o.backend.plugin, "backend", "", "plugin executable instead of BIN/hydra-plugin-mock (e.g. hydra-plugin-cuda-llama)")
 	fs.StringVar(&o.backend.model, "model", "", "model file for --backend")
 	fs.Var((*listFlag)(&o.backend.opts), "backend-opt", "backend option key=value for --backend (repeatable)")
@@ -98,6 +103,10 @@ func main() {
 	fs.Visit(func(f *flag.Flag) { repsSet = repsSet || f.Name == "reps" })
 	if o.quick && !repsSet {
 		o.reps = 1
+	}
+	if o.depth < 0 || o.depth == 1 || o.depth > iface.MaxRingDepth {
+		fmt.Fprintf(os.Stderr, "hydra-bench: --ring-depth must be 0 or in [2, %d] (depth 1 is the serial runs')\n", iface.MaxRingDepth)
+		os.Exit(2)
 	}
 	if o.reps < 1 {
 		fmt.Fprintln(os.Stderr, "hydra-bench: --reps must be at least 1")
@@ -161,7 +170,7 @@ func run(ctx context.Context, o options, command string, log io.Writer) error {
 	} else {
 		b.prompt = tokenPrompt(o.backend.tokens)
 	}
-	b.rep = &report{Machine: machineInfo(o.bin), Command: command, State: b.o.backend.describe(), Mock: b.o.backend.mock(), SVGName: o.name + ".svg", Reps: o.reps, Quick: o.quick, TargetsOnly: o.targets}
+	b.rep = &report{Machine: machineInfo(o.bin), Command: command, State: b.o.backend.describe(), Mock: b.o.backend.mock(), SVGName: o.name + ".svg", Reps: o.reps, Quick: o.quick, TargetsOnly: o.targets, Depth: o.depth}
 	for _, tr := range transports {
 		for _, op := range []string{opGet, opPut} {
 			p := &panel{Transport: tr, Op: op, Raw: result{Raw: true, HostMiB: math.NaN(), PluginMiB: math.NaN()}}
@@ -186,7 +195,7 @@ func run(ctx context.Context, o options, command string, log io.Writer) error {
 		return fmt.Errorf("raw socket servers: %w", err)
 	}
 
-	cfgs := plan(o.targets)
+	cfgs := plan(o.targets, o.depth)
 	for i, cfg := range cfgs {
 		if err := b.runConfig(ctx, cfg, fmt.Sprintf("[%d/%d]", i+1, len(cfgs))); err != nil {
 			return fmt.Errorf("%s: %w", cfg, err)

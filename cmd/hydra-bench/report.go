@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hydra-engine/hydra-engine/iface"
 )
 
 // Targets of issue 3, checked on the pipelined rows.
@@ -143,6 +145,7 @@ type report struct {
 	Reps          int
 	Quick         bool
 	TargetsOnly   bool // only the configurations the targets name ran
+	Depth         int  // the pipelined shm runs' --ring-depth (0: auto)
 	PeakWindow    bool // peak RSS was reset after the prefill and between directions
 	IdleHostMiB   float64
 	IdlePluginMiB float64
@@ -171,10 +174,21 @@ func chunkName(n int) string {
 }
 
 func depthName(c engineConfig) string {
-	if c.Depth == 0 {
+	switch {
+	case c.Plane == "grpc":
 		return "—"
+	case c.Depth == 0:
+		return fmt.Sprintf("auto: %d", iface.RingDepth(0, c.Chunk, 0))
 	}
 	return fmt.Sprint(c.Depth)
+}
+
+// pipelinedDepthName names the pipelined runs' ring depth in prose.
+func pipelinedDepthName(depth int) string {
+	if depth == 0 {
+		return fmt.Sprintf("auto: %d buffers, more at chunks under 1 MiB to keep %d MiB in flight", iface.DefaultRingDepth, iface.AutoRingBytes>>20)
+	}
+	return fmt.Sprint(depth)
 }
 
 func mibCell(v float64) string {
@@ -328,8 +342,8 @@ func (r *report) targets(p func(string, ...any)) {
 	cs := r.checks()
 	p("## Targets\n\n")
 	p("Issue 3: pipelined STATE_GET and STATE_PUT ≥ %.2f of the raw socket on the same transport at 2 MiB chunks, ≥ %.2f at 256 KiB; "+
-		"extra RSS ≤ %.0f MiB per process. `shm` (depth %d) is what `--data-plane auto` picks for a plugin on the same host; `grpc` is the portable fallback, shown for comparison.\n\n",
-		targetRatio2M, targetRatio256K, targetExtraMiB, pipelineDepth)
+		"extra RSS ≤ %.0f MiB per process. `shm` (depth %s) is what `--data-plane auto` picks for a plugin on the same host; `grpc` is the portable fallback, shown for comparison.\n\n",
+		targetRatio2M, targetRatio256K, targetExtraMiB, pipelinedDepthName(r.Depth))
 	for _, plane := range []string{"shm", "grpc"} {
 		var n, rate, rss int
 		for i := 0; i+1 < len(cs); i += 2 {

@@ -63,7 +63,7 @@ func defaultConfig() Config {
 		ChunkTimeout:   host.DefaultChunkTimeout,
 		ShutdownGrace:  30 * time.Second,
 		DataPlane:      "auto",
-		RingDepth:      4,
+		RingDepth:      0, // auto
 		SplicePut:      true,
 		SplicePipes:    iface.DefaultSplicePipes,
 		StateChunkSize: host.DefaultStateChunkSize,
@@ -137,7 +137,7 @@ func newFlagSet(d Config, configFile *string, printConfig, showVersion *bool) *f
 	fs.DurationVar(&v.ChunkTimeout, "chunk-timeout", d.ChunkTimeout, "cut a peer that stalls this long inside a request or reply")
 	fs.DurationVar(&v.ShutdownGrace, "shutdown-grace", d.ShutdownGrace, "on SIGTERM/SIGINT, let in-flight requests finish for this long")
 	fs.StringVar(&v.DataPlane, "data-plane", d.DataPlane, "how state bytes travel to and from the plugin: auto, shm or grpc")
-	fs.IntVar(&v.RingDepth, "ring-depth", d.RingDepth, "chunk buffers in flight on the shm data plane (1 = serial copy-then-send)")
+	fs.IntVar(&v.RingDepth, "ring-depth", d.RingDepth, "chunk buffers in flight on the shm data plane: 0 = auto (4, or at chunks under 1 MiB as many as hold 4 MiB), 1 = serial copy-then-send, up to 64")
 	fs.BoolVar(&v.SplicePut, "splice-put", d.SplicePut, "on the shm data plane, splice STATE_PUT bytes from TCP and Unix client sockets into pipes the plugin reads, or (TCP, restores onto the ring) into the host's own pipes copied into the ring on a second thread, instead of reading them into the ring")
 	fs.IntVar(&v.SplicePipes, "splice-pipes", d.SplicePipes, "pipes a spliced STATE_PUT fills in turn (1 to 4; the plugin reads one while the host fills another), where the plugin reads that many")
 	fs.Uint64Var(&v.StateChunkSize, "state-chunk-size", d.StateChunkSize, "initial state_chunk_size in bytes (64 KiB to 64 MiB; CONFIGURE changes it)")
@@ -326,8 +326,8 @@ func (c *Config) validate() error {
 	default:
 		return fmt.Errorf("data_plane must be auto, shm or grpc, got %q", c.DataPlane)
 	}
-	if c.RingDepth < 1 || c.RingDepth > 64 {
-		return fmt.Errorf("ring_depth must be in [1, 64], got %d", c.RingDepth)
+	if c.RingDepth < 0 || c.RingDepth > iface.MaxRingDepth {
+		return fmt.Errorf("ring_depth must be 0 (auto) or in [1, %d], got %d", iface.MaxRingDepth, c.RingDepth)
 	}
 	if c.SplicePipes < 1 || c.SplicePipes > iface.MaxSplicePipes {
 		return fmt.Errorf("splice_pipes must be in [1, %d], got %d", iface.MaxSplicePipes, c.SplicePipes)

@@ -38,7 +38,7 @@ func TestConfigDefaults(t *testing.T) {
 	c := inv.cfg
 	if c.RPC[0] != "tcp://127.0.0.1:9510" || c.Slots != 4 || c.IdleTimeout != 120*time.Second ||
 		c.ChunkTimeout != 900*time.Second || c.ShutdownGrace != 30*time.Second || c.DataPlane != "auto" ||
-		c.RingDepth != 4 || c.Backend != "mock" || c.LogFormat != "text" || c.LogLevel != "info" || c.HTTP != "" ||
+		c.RingDepth != 0 || c.Backend != "mock" || c.LogFormat != "text" || c.LogLevel != "info" || c.HTTP != "" ||
 		!c.SplicePut || c.SplicePipes != 2 {
 		t.Errorf("defaults changed: %+v", c)
 	}
@@ -135,7 +135,8 @@ func TestConfigErrors(t *testing.T) {
 		{args: []string{"--backend-opt", "=v"}, want: "not key=value"},
 		{args: []string{"--slots", "0"}, want: "slots must be at least 1"},
 		{args: []string{"--data-plane", "rdma"}, want: "data_plane must be auto, shm or grpc"},
-		{args: []string{"--ring-depth", "65"}, want: "ring_depth must be in [1, 64]"},
+		{args: []string{"--ring-depth", "65"}, want: "ring_depth must be 0 (auto) or in [1, 64]"},
+		{args: []string{"--ring-depth", "-1"}, want: "ring_depth must be 0 (auto) or in [1, 64]"},
 		{args: []string{"--splice-pipes", "0"}, want: "splice_pipes must be in [1, 4]"},
 		{env: map[string]string{"HYDRA_SPLICE_PIPES": "5"}, want: "splice_pipes must be in [1, 4]"},
 		{args: []string{"--log-format", "xml"}, want: "log_format"},
