@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Issue 5's GPU run, on a machine with the CUDA toolkit and CMake but no Go
 # (the `device` H200 box). Run `make gpu-pack` on a Go machine first: it puts
-# the binaries, the test binaries and the ggml sources in gpu/hydra-gpu.tar.gz.
+# the binaries, the test binaries and the ggml sources in gpu/hydra-gpu.tar.gz
+# (`make gpu-pack-bench`: the bench modes' binaries only, small enough to
+# carry beside gpu/libcache, a library saved by an earlier SAVE_LIB=1 call).
 #
 #   scripts/gpu-bench.sh build   # libggml-cuda for sm_90, GPU correctness tests, raw copy rate, sm_120 compile
 #   scripts/gpu-bench.sh bench   # hydra-bench on a 1.2 GB llama state (builds the sm_90 library if missing; RUNS=N tables in a row; BENCH_OPTS=key=value: one more --backend-opt; BENCH_ARGS: more hydra-bench flags, e.g. "--ring-depth 4"; TARGETS_ONLY=1: only the rows the targets name, e.g. with REPS=8; with RUNS>1 scripts/targets-summary.py sums the tables up)
