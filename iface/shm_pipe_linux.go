@@ -259,11 +259,7 @@ func (t *pipeSet) feed(ctx context.Context, src SocketSource, size int64, tell f
 			w, werr := unix.Write(fds[cur.k], buf[:cur.limit(int64(len(buf)))])
 			switch {
 			case werr == unix.EAGAIN:
-				// A control socket the plugin closed: it stopped reading.
-				if cur.announce() != nil {
-					return sent, ctx.Err(), true
-				}
-				if err := waitRoom(t.w[cur.k], clock); err != nil {
+				if cur.waitRoom(clock) != nil {
 					return sent, ctx.Err(), true
 				}
 				continue
@@ -324,10 +320,7 @@ func (t *pipeSet) feed(ctx context.Context, src SocketSource, size int64, tell f
 		case err != nil:
 			return sent, short(err), false
 		case full:
-			if cur.announce() != nil {
-				return sent, ctx.Err(), true
-			}
-			if err := waitRoom(t.w[cur.k], clock); err != nil {
+			if cur.waitRoom(clock) != nil {
 				return sent, ctx.Err(), true
 			}
 		}
@@ -338,10 +331,15 @@ func (t *pipeSet) feed(ctx context.Context, src SocketSource, size int64, tell f
 	return sent, nil, false
 }
 
-// waitRoom waits in the poller until pipe w has room (an error: the
-// transfer was cancelled or the plugin returned).
-func waitRoom(w *os.File, clock waitClock) error {
-	raw, err := w.SyscallConn()
+// waitRoom waits in the poller until the current pipe has room, having told
+// its reader of the bytes it holds first (the reader must empty it, see
+// pipeCursor). An error: the reader is gone (a control socket the plugin
+// closed) or the transfer was cancelled.
+func (c *pipeCursor) waitRoom(clock waitClock) error {
+	if err := c.announce(); err != nil {
+		return err
+	}
+	raw, err := c.t.w[c.k].SyscallConn()
 	if err != nil {
 		return err
 	}
