@@ -222,7 +222,7 @@ func drainedCtrl() ([2]int, error) {
 			}
 		}
 	}()
-	return [2]int{sp[0], sp[1]}, nil
+	return sp, nil
 }
 
 // deadlineReader arms a read deadline before every read, as the host does.
