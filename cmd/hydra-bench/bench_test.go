@@ -101,8 +101,6 @@ func TestMarkdown(t *testing.T) {
 	}
 }
 
-// TestParseTransferClock reads the engine's transfer clock for one
-// direction out of a /metrics page, and fails on a page without it.
 // TestMarkdownTargetsOnly: a --targets-only run says so, counts only what it
 // measured, and still draws its chart.
 func TestMarkdownTargetsOnly(t *testing.T) {
@@ -122,6 +120,8 @@ func TestMarkdownTargetsOnly(t *testing.T) {
 	}
 }
 
+// TestParseTransferClock reads the engine's transfer clock for one
+// direction out of a /metrics page, and fails on a page without it.
 func TestParseTransferClock(t *testing.T) {
 	page := `# HELP hydra_engine_state_transfer_backend_wait_seconds_total Time ...
 # TYPE hydra_engine_state_transfer_backend_wait_seconds_total counter

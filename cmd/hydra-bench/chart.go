@@ -143,7 +143,7 @@ func panelPlot(pn *panel, depth int) (*plot.Plot, error) {
 		line.Width = vg.Points(1.5)
 		line.Dashes = []vg.Length{vg.Points(6), vg.Points(3)}
 		p.Add(line)
-		p.Legend.Add(fmt.Sprintf("raw socket (%.2f GB/s)", raw), line)
+		p.Legend.Add(fmt.Sprintf("%s (%.2f GB/s)", rawLabel(len(pn.RawAlso) > 0, pn.Raw.RawKind), raw), line)
 	}
 	p.Y.Min = 0
 	p.Y.Max = top * 1.45 // headroom for the legend above the bars

@@ -78,9 +78,13 @@ type options struct {
 	depth    int    // --ring-depth of the pipelined runs
 	name     string // output files' base name
 	backend  backendSpec
+	raws     []string // --raw-server: raw server kinds, the first the ratios' baseline
 }
 
 func main() {
+	if spec := os.Getenv(rawProcEnv); spec != "" {
+		os.Exit(serveRawProcess(spec, os.Stdin, os.Stdout))
+	}
 	var o options
 	fs := flag.NewFlagSet("hydra-bench", flag.ExitOnError)
 	fs.StringVar(&o.bin, "bin", "bin", "directory holding the built hydra-engine and hydra-plugin-mock")
@@ -94,6 +98,7 @@ func main() {
 	fs.StringVar(&o.backend.model, "model", "", "model file for --backend")
 	fs.Var((*listFlag)(&o.backend.opts), "backend-opt", "backend option key=value for --backend (repeatable)")
 	fs.IntVar(&o.backend.tokens, "prefill-tokens", 9200, "with --backend: raw token ids to prefill (sets the state size)")
+	rawServers := fs.String("raw-server", rawInProc, "raw socket servers, comma-separated, the first the ratios' baseline: "+rawInProc+" (in this process) or "+rawOwnProc+" (a process of its own)")
 	fs.Parse(os.Args[1:])
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "hydra-bench: unexpected arguments %q\n", fs.Args())
@@ -106,6 +111,11 @@ func main() {
 	}
 	if o.depth < 0 || o.depth == 1 || o.depth > iface.MaxRingDepth {
 		fmt.Fprintf(os.Stderr, "hydra-bench: --ring-depth must be 0 or in [2, %d] (depth 1 is the serial runs')\n", iface.MaxRingDepth)
+		os.Exit(2)
+	}
+	var err error
+	if o.raws, err = parseRawKinds(*rawServers); err != nil {
+		fmt.Fprintln(os.Stderr, "hydra-bench: --raw-server:", err)
 		os.Exit(2)
 	}
 	if o.reps < 1 {
@@ -133,8 +143,8 @@ type bench struct {
 	nPast int64
 	buf   []byte // the GET client's reused read buffer
 
-	raw    map[string]*transport.Client // raw-socket clients by transport
-	panels map[string]*panel            // by transport + op
+	raws   []rawSide         // by kind, the baseline first
+	panels map[string]*panel // by transport + op
 	rep    *report
 	idleH  []float64 // idle VmHWM of each engine, MiB
 	idleP  []float64
@@ -158,7 +168,6 @@ func run(ctx context.Context, o options, command string, log io.Writer) error {
 	b := &bench{
 		o: o, log: log, tmp: tmp,
 		buf:    make([]byte, clientReadBuf),
-		raw:    map[string]*transport.Client{},
 		panels: map[string]*panel{},
 	}
 	if b.o.backend.mock() {
@@ -173,7 +182,10 @@ func run(ctx context.Context, o options, command string, log io.Writer) error {
 	b.rep = &report{Machine: machineInfo(o.bin), Command: command, State: b.o.backend.describe(), Mock: b.o.backend.mock(), SVGName: o.name + ".svg", Reps: o.reps, Quick: o.quick, TargetsOnly: o.targets, Depth: o.depth}
 	for _, tr := range transports {
 		for _, op := range []string{opGet, opPut} {
-			p := &panel{Transport: tr, Op: op, Raw: result{Raw: true, HostMiB: math.NaN(), PluginMiB: math.NaN()}}
+			p := &panel{Transport: tr, Op: op, Raw: result{Raw: true, RawKind: o.raws[0], HostMiB: math.NaN(), PluginMiB: math.NaN()}}
+			for _, k := range o.raws[1:] {
+				p.RawAlso = append(p.RawAlso, result{Raw: true, RawKind: k, HostMiB: math.NaN(), PluginMiB: math.NaN()})
+			}
 			b.panels[tr+op] = p
 			b.rep.Panels = append(b.rep.Panels, p)
 		}
@@ -184,13 +196,8 @@ func run(ctx context.Context, o options, command string, log io.Writer) error {
 		return fmt.Errorf("setup: %w", err)
 	}
 	defer b.blob.Close()
-	servers, err := b.startRaw(ctx)
-	for _, s := range servers {
-		defer s.close()
-	}
-	for _, c := range b.raw {
-		defer c.Close()
-	}
+	err = b.startRaw(ctx)
+	defer b.closeRaw()
 	if err != nil {
 		return fmt.Errorf("raw socket servers: %w", err)
 	}
@@ -274,24 +281,45 @@ func (b *bench) setup(ctx context.Context) error {
 	return nil
 }
 
+// rawSide is one kind of raw server, on each transport, with a client each.
+type rawSide struct {
+	kind    string
+	servers map[string]rawBaseline
+	clients map[string]*transport.Client
+}
+
 // startRaw starts the baseline servers and dials a client to each.
-func (b *bench) startRaw(ctx context.Context) ([]*rawServer, error) {
-	var servers []*rawServer
-	for _, tr := range transports {
-		url := "tcp://127.0.0.1:0"
-		if tr == "unix" {
-			url = "unix://" + filepath.Join(b.tmp, "raw.sock")
-		}
-		s, err := startRawServer(url, b.size)
-		if err != nil {
-			return servers, err
-		}
-		servers = append(servers, s)
-		if b.raw[tr], err = transport.DialClient(ctx, s.url); err != nil {
-			return servers, err
+func (b *bench) startRaw(ctx context.Context) error {
+	for _, kind := range b.o.raws {
+		side := rawSide{kind: kind, servers: map[string]rawBaseline{}, clients: map[string]*transport.Client{}}
+		b.raws = append(b.raws, side)
+		for _, tr := range transports {
+			url := "tcp://127.0.0.1:0"
+			if tr == "unix" {
+				url = "unix://" + filepath.Join(b.tmp, "raw-"+kind+".sock")
+			}
+			s, err := startRaw(kind, url, b.size)
+			if err != nil {
+				return err
+			}
+			side.servers[tr] = s
+			if side.clients[tr], err = transport.DialClient(ctx, s.addr()); err != nil {
+				return err
+			}
 		}
 	}
-	return servers, nil
+	return nil
+}
+
+func (b *bench) closeRaw() {
+	for _, side := range b.raws {
+		for _, c := range side.clients {
+			c.Close()
+		}
+		for _, s := range side.servers {
+			s.close()
+		}
+	}
 }
 
 // runConfig measures one configuration in a fresh engine: CONFIGURE the
@@ -363,21 +391,33 @@ func (b *bench) runConfig(ctx context.Context, cfg engineConfig, tag string) err
 			baseH, baseP = min(baseH, startH), min(baseP, startP)
 		}
 		rows := map[string]*result{}
-		raws := map[string]*result{}
+		raws := map[string][]*result{} // by transport, in b.raws' order
 		for _, tr := range transports {
-			rows[tr], raws[tr] = &result{Config: cfg}, &result{Raw: true}
+			rows[tr] = &result{Config: cfg}
+			for range b.raws {
+				raws[tr] = append(raws[tr], &result{Raw: true})
+			}
 		}
+		// Turns rotate every rep (the raw servers, then the engine), so each
+		// takes every place in the order as often as the reps allow.
+		turns := len(b.raws) + 1
 		for rep := range b.o.reps {
 			for _, tr := range transports {
-				for k := range 2 {
-					engineTurn := (k == 0) == (rep%2 == 1)
-					c, into, proc := b.raw[tr], raws[tr], (*engineProc)(nil)
+				for k := range turns {
+					i := (k + rep) % turns // i < len(b.raws): that raw server; else the engine
+					engineTurn := i == len(b.raws)
+					var c *transport.Client
+					var into *result
+					var proc *engineProc
+					var server rawBaseline
 					if engineTurn {
 						c, into, proc = clients[tr], rows[tr], e
+					} else {
+						c, into, server = b.raws[i].clients[tr], raws[tr][i], b.raws[i].servers[tr]
 					}
-					v, u, err := b.once(ctx, c, op, proc)
+					v, u, err := b.once(ctx, c, op, proc, server)
 					if err != nil {
-						who := "raw socket"
+						who := b.raws[min(i, len(b.raws)-1)].kind + " raw socket"
 						if engineTurn {
 							who = "engine"
 							err = errors.Join(err, e.exited())
@@ -395,13 +435,19 @@ func (b *bench) runConfig(ctx context.Context, cfg engineConfig, tag string) err
 		}
 		host, plugin := float64(hostPeak-baseH)/mib, float64(pluginPeak-baseP)/mib
 		for _, tr := range transports {
-			p, row, raw := b.panels[tr+op], rows[tr], raws[tr]
+			p, row, raw := b.panels[tr+op], rows[tr], raws[tr][0]
 			row.HostMiB, row.PluginMiB, row.Alongside = host, plugin, raw.GBps
 			p.Rows = append(p.Rows, *row)
 			p.Raw.GBps = append(p.Raw.GBps, raw.GBps...)
 			p.Raw.CPU.add(raw.CPU)
-			fmt.Fprintf(b.log, "%-7s %-23s %-4s %s %-7s %-4s %5.2f GB/s (raw %5.2f)  cores %.2f (raw %.2f)  extra RSS host %5.1f plugin %5.1f MiB  host waits on plugin %s\n",
-				tag, cfg.label(), cfg.Plane, op, chunkName(cfg.Chunk), tr, median(row.GBps), median(raw.GBps),
+			also := ""
+			for j, r := range raws[tr][1:] {
+				p.RawAlso[j].GBps = append(p.RawAlso[j].GBps, r.GBps...)
+				p.RawAlso[j].CPU.add(r.CPU)
+				also += fmt.Sprintf(", %s %5.2f", b.raws[j+1].kind, median(r.GBps))
+			}
+			fmt.Fprintf(b.log, "%-7s %-23s %-4s %s %-7s %-4s %5.2f GB/s (raw %5.2f%s)  cores %.2f (raw %.2f)  extra RSS host %5.1f plugin %5.1f MiB  host waits on plugin %s\n",
+				tag, cfg.label(), cfg.Plane, op, chunkName(cfg.Chunk), tr, median(row.GBps), median(raw.GBps), also,
 				row.CPU.cores(), raw.CPU.cores(), host, plugin, percentCell(cfg, row.CPU.waitShare()))
 		}
 	}
@@ -413,10 +459,11 @@ func (b *bench) runConfig(ctx context.Context, cfg engineConfig, tag string) err
 }
 
 // once runs one transfer in direction op and returns its GB/s and the CPU
-// time it took: of this process (client, and the server of a raw transfer)
-// and, when e is set, of the engine's host and plugin processes. On two
-// cores the sum over wall time shows whether the machine was the limit.
-func (b *bench) once(ctx context.Context, c *transport.Client, op string, e *engineProc) (float64, cpuUse, error) {
+// time it took: of this process (client, and an in-process raw server), of
+// raw, when that is a server process, and, when e is set, of the engine's
+// host and plugin processes. On two cores the sum over wall time shows
+// whether the machine was the limit.
+func (b *bench) once(ctx context.Context, c *transport.Client, op string, e *engineProc, raw rawBaseline) (float64, cpuUse, error) {
 	var u cpuUse
 	var h0, p0 float64
 	var c0 transferClock
@@ -426,6 +473,10 @@ func (b *bench) once(ctx context.Context, c *transport.Client, op string, e *eng
 			return 0, u, err
 		}
 		h0, p0 = e.cpu()
+	}
+	var r0 float64
+	if raw != nil {
+		r0 = raw.cpu()
 	}
 	b0 := selfCPU()
 	var d time.Duration
@@ -439,6 +490,9 @@ func (b *bench) once(ctx context.Context, c *transport.Client, op string, e *eng
 		return 0, u, err
 	}
 	u.Bench = selfCPU() - b0
+	if raw != nil {
+		u.Bench += raw.cpu() - r0
+	}
 	if e != nil {
 		h1, p1 := e.cpu()
 		u.Host, u.Plugin = h1-h0, p1-p0

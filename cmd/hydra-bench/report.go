@@ -32,6 +32,7 @@ type machine struct {
 type result struct {
 	Config             engineConfig // zero for the raw socket
 	Raw                bool
+	RawKind            string    // a raw row's server: rawInProc or rawOwnProc
 	GBps               []float64 // one per transfer
 	Alongside          []float64 // the raw transfers interleaved with these (engine rows)
 	HostMiB, PluginMiB float64   // extra peak RSS over the idle engine; NaN: not measured
@@ -95,19 +96,65 @@ func (c cpuUse) cores() float64 {
 // panel is one transport × direction: the raw baseline and every
 // configuration.
 type panel struct {
-	Transport string // "tcp" or "unix"
-	Op        string // opGet or opPut
-	Raw       result
+	Transport string   // "tcp" or "unix"
+	Op        string   // opGet or opPut
+	Raw       result   // the baseline of the ratios
+	RawAlso   []result // other raw servers, shown beside it (--raw-server)
 	Rows      []result
 }
 
 // ratio is a row's median over the raw median of its panel.
-func (p *panel) ratio(r result) float64 {
-	raw := median(p.Raw.GBps)
-	if raw == 0 {
+func (p *panel) ratio(r result) float64 { return ratioTo(r, p.Raw) }
+
+// ratioTo is r's median over raw's.
+func ratioTo(r, raw result) float64 {
+	m := median(raw.GBps)
+	if m == 0 {
 		return math.NaN()
 	}
-	return median(r.GBps) / raw
+	return median(r.GBps) / m
+}
+
+// multiRaw reports whether the tables have more than one raw server.
+func (r *report) multiRaw() bool { return len(r.Panels) > 0 && len(r.Panels[0].RawAlso) > 0 }
+
+// rawLabel names a raw row; the kind only where there are several.
+func rawLabel(multi bool, kind string) string {
+	switch {
+	case !multi:
+		return "raw socket"
+	case kind == rawOwnProc:
+		return "raw, server process"
+	}
+	return "raw, in-process server"
+}
+
+// rawMethod says where the baseline's server runs.
+func (r *report) rawMethod() string {
+	if len(r.Panels) > 0 && r.Panels[0].Raw.RawKind == rawOwnProc {
+		return "a server in a process of its own (hydra-bench started again), as the engine is a process apart from its client,"
+	}
+	return "an in-process server"
+}
+
+// rawAlsoMethod describes the other raw servers, if any.
+func (r *report) rawAlsoMethod() string {
+	if !r.multiRaw() {
+		return ""
+	}
+	s := " Beside the baseline, the same server"
+	for i, raw := range r.Panels[0].RawAlso {
+		if i > 0 {
+			s += " and"
+		}
+		if raw.RawKind == rawOwnProc {
+			s += " in a process of its own"
+		} else {
+			s += " inside the benchmark process (goroutines of the client's process, sharing its scheduler and cores)"
+		}
+	}
+	return s + " ran in the same rotation; its row's ratio is to the baseline, and the Targets table gives the engine's ratio to it too. " +
+		"A server process's CPU time (from `/proc/PID/stat`, 10 ms ticks) is added to the client's on its rows."
 }
 
 // cpuCeiling is the ratio to raw that row would reach if its three
@@ -205,6 +252,7 @@ func rateCell(xs []float64) string {
 // check is one computed target.
 type check struct {
 	Panel      *panel
+	Row        result // the row checked (throughput checks)
 	Plane      string
 	Chunk      int
 	What       string // "throughput" or "rss"
@@ -227,6 +275,7 @@ func (r *report) checks() []check {
 				row, ok := p.find(plane, t.chunk)
 				c := check{Panel: p, Plane: plane, Chunk: t.chunk, What: "throughput", Limit: t.ratio, Missing: !ok}
 				if ok {
+					c.Row = row
 					c.Got = p.ratio(row)
 					c.Met = c.Got >= t.ratio
 					c.Ceiling = p.cpuCeiling(row, r.Machine.NProc)
@@ -287,11 +336,11 @@ func (r *report) markdown(w io.Writer) error {
 	p("- STATE_GET reads slot 0; the client reads the reply body into one reused 1 MiB buffer. "+
 		"STATE_PUT restores slot 1 from a file holding slot 0's blob, sent with `transport.Client.Do` and the `*os.File` as payload "+
 		"(the kernel's sendfile on TCP; on a Unix socket Go copies through the client's 1 MiB buffer). %s\n", verifyNote(r.Mock))
-	p("- **raw socket**: an in-process server on the same kind of socket, speaking just enough framing for the same client code: " +
-		"it writes the same byte count from one reused 4 MiB buffer (GET) or reads and discards it (PUT). " +
-		"Its accepted connections get the engine's default socket buffers (4 MiB SO_SNDBUF/SO_RCVBUF on a Unix socket, autotuning on TCP), so both sides of a ratio use the same socket settings. " +
-		"Raw and engine transfers alternate (their order flips every rep), so load from elsewhere on the machine hits both; " +
-		"the raw row pools every raw transfer of its table.\n")
+	p("- **raw socket**: %s on the same kind of socket, speaking just enough framing for the same client code: "+
+		"it writes the same byte count from one reused 4 MiB buffer (GET) or reads and discards it (PUT). "+
+		"Its accepted connections get the engine's default socket buffers (4 MiB SO_SNDBUF/SO_RCVBUF on a Unix socket, autotuning on TCP), so both sides of a ratio use the same socket settings. "+
+		"Raw and engine transfers alternate (their order rotates every rep), so load from elsewhere on the machine hits both; "+
+		"the raw row pools every raw transfer of its table.%s\n", r.rawMethod(), r.rawAlsoMethod())
 	p("- GB/s = bytes / seconds / 1e9, from the request to the last reply byte (GET) or to the reply (PUT, sent after the restore). " +
 		"Cells are median (best) of the reps. ratio = engine median / raw median of the same table (all its raw transfers); " +
 		"raw alongside = median of the raw transfers interleaved with that row's, which shows when the socket itself was slower or faster during that row.\n")
@@ -322,8 +371,10 @@ func (r *report) markdown(w io.Writer) error {
 		p("## %s — %s\n\n", transportName(pn.Transport), pn.Op)
 		p("| config | data plane | chunk | depth | GB/s median (best) | ratio to raw | host extra RSS MiB | plugin extra RSS MiB | raw alongside GB/s | CPU s/GB client · host · plugin | cores busy | host waits on plugin |\n")
 		p("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-		p("| raw socket (%d transfers) | — | — | — | %s | 1.00 | — | — | — | %s · — · — | %s | — |\n",
-			len(pn.Raw.GBps), rateCell(pn.Raw.GBps), num2(pn.Raw.CPU.perGB(pn.Raw.CPU.Bench)), num2(pn.Raw.CPU.cores()))
+		for _, raw := range append([]result{pn.Raw}, pn.RawAlso...) {
+			p("| %s (%d transfers) | — | — | — | %s | %.2f | — | — | — | %s · — · — | %s | — |\n",
+				rawLabel(r.multiRaw(), raw.RawKind), len(raw.GBps), rateCell(raw.GBps), pn.ratio(raw), num2(raw.CPU.perGB(raw.CPU.Bench)), num2(raw.CPU.cores()))
+		}
 		for _, row := range pn.Rows {
 			u := row.CPU
 			p("| %s | %s | %s | %s | %s | %.2f | %s | %s | %s | %s · %s · %s | %s | %s |\n", row.Config.label(), row.Config.Plane, chunkName(row.Config.Chunk),
@@ -361,19 +412,32 @@ func (r *report) targets(p func(string, ...any)) {
 	}
 	p("\nCPU ceiling: the ratio the row would reach if client, host and plugin kept all %d CPUs busy at the CPU time per byte they used "+
 		"(%d ÷ CPU s/GB ÷ raw median). Below the target, no overlap of the stages can meet it on this machine at these per-byte costs.\n", r.Machine.NProc, r.Machine.NProc)
-	p("\n| data plane | transport | direction | chunk | ratio to raw | target | CPU ceiling | host / plugin extra RSS MiB | target | met |\n")
-	p("|---|---|---|---:|---:|---:|---:|---:|---:|---|\n")
+	var alsoHead, alsoRule, alsoNone string
+	if r.multiRaw() {
+		for _, raw := range r.Panels[0].RawAlso {
+			alsoHead += " ratio to " + rawLabel(true, raw.RawKind) + " |"
+			alsoRule += "---:|"
+			alsoNone += " — |"
+		}
+		p("\nThe verdicts are against the first raw server (%s); the ratios to the other are beside them, for comparison.\n", rawLabel(true, r.Panels[0].Raw.RawKind))
+	}
+	p("\n| data plane | transport | direction | chunk | ratio to raw | target | CPU ceiling | host / plugin extra RSS MiB | target | met |%s\n", alsoHead)
+	p("|---|---|---|---:|---:|---:|---:|---:|---:|---|%s\n", alsoRule)
 	for i := 0; i+1 < len(cs); i += 2 {
 		t, m := cs[i], cs[i+1]
 		if t.Missing {
-			p("| %s | %s | %s | %s | — | ≥ %.2f | — | — | ≤ %.0f | not measured |\n",
-				t.Plane, transportName(t.Panel.Transport), t.Panel.Op, chunkName(t.Chunk), t.Limit, m.Limit)
+			p("| %s | %s | %s | %s | — | ≥ %.2f | — | — | ≤ %.0f | not measured |%s\n",
+				t.Plane, transportName(t.Panel.Transport), t.Panel.Op, chunkName(t.Chunk), t.Limit, m.Limit, alsoNone)
 			continue
 		}
 		// Three decimals: a ratio that rounds to the target can still miss it.
-		p("| %s | %s | %s | %s | %.3f | ≥ %.2f | %s | %s / %s | ≤ %.0f | %s |\n",
+		also := ""
+		for _, raw := range t.Panel.RawAlso {
+			also += fmt.Sprintf(" %.3f |", ratioTo(t.Row, raw))
+		}
+		p("| %s | %s | %s | %s | %.3f | ≥ %.2f | %s | %s / %s | ≤ %.0f | %s |%s\n",
 			t.Plane, transportName(t.Panel.Transport), t.Panel.Op, chunkName(t.Chunk), t.Got, t.Limit, num2(t.Ceiling),
-			mibCell(m.Got), mibCell(m.Got2), m.Limit, verdict(t.Met, m.Met))
+			mibCell(m.Got), mibCell(m.Got2), m.Limit, verdict(t.Met, m.Met), also)
 	}
 	// The targets name two chunk sizes; say where else memory goes past the
 	// limit, since extra memory is meant to be O(chunk × depth).
