@@ -460,8 +460,8 @@ func (b *bench) runConfig(ctx context.Context, cfg engineConfig, tag string) err
 
 // once runs one transfer in direction op and returns its GB/s and the CPU
 // time it took: of this process (client, and an in-process raw server), of
-// raw, when that is a server process, and, when e is set, of the engine's
-// host and plugin processes. On two cores the sum over wall time shows
+// raw, when that is a server process (as Host), and, when e is set, of the
+// engine's host and plugin processes. On two cores the sum over wall time shows
 // whether the machine was the limit.
 func (b *bench) once(ctx context.Context, c *transport.Client, op string, e *engineProc, raw rawBaseline) (float64, cpuUse, error) {
 	var u cpuUse
@@ -491,7 +491,7 @@ func (b *bench) once(ctx context.Context, c *transport.Client, op string, e *eng
 	}
 	u.Bench = selfCPU() - b0
 	if raw != nil {
-		u.Bench += raw.cpu() - r0
+		u.Host = raw.cpu() - r0 // a server process's; 0 in-process
 	}
 	if e != nil {
 		h1, p1 := e.cpu()

@@ -99,7 +99,8 @@ func TestMarkdownTwoRaws(t *testing.T) {
 	}
 	md := markdownOf(t, r,
 		"| raw, in-process server (3 transfers) | — | — | — | 4.00 (4.10) | 1.00 |",
-		"| raw, server process (3 transfers) | — | — | — | 4.40 (4.60) | 1.10 |",
+		"| raw, server process (3 transfers) | — | — | — | 4.40 (4.60) | 1.10 | — | — | — | 0.17 · 0.14 · — |",
+		"| raw, in-process server (3 transfers) | — | — | — | 4.00 (4.10) | 1.00 | — | — | — | 0.17 · — · — |",
 		"the same server in a process of its own ran in the same rotation",
 		"| target | met | ratio to raw, server process |",
 		// 3.8 / 4.4 and 3.0 / 4.4.

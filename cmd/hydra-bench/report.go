@@ -154,7 +154,7 @@ func (r *report) rawAlsoMethod() string {
 		}
 	}
 	return s + " ran in the same rotation; its row's ratio is to the baseline, and the Targets table gives the engine's ratio to it too. " +
-		"A server process's CPU time (from `/proc/PID/stat`, 10 ms ticks) is added to the client's on its rows."
+		"A server process's CPU time (from `/proc/PID/stat`, 10 ms ticks) is in the host column of its rows."
 }
 
 // cpuCeiling is the ratio to raw that row would reach if its three
@@ -356,7 +356,7 @@ func (r *report) markdown(w io.Writer) error {
 			"so for STATE_GET it includes the STATE_PUT runs and the prefill before it) minus the same process's VmHWM when idle right after start.\n")
 	}
 	p("- CPU s/GB: CPU time (user + system, from getrusage for this process and `/proc/PID/stat` for the engine's two) per GB moved; "+
-		"\"client\" is the benchmark process, which on a raw row is the raw server as well. cores busy = all that CPU time / wall time: "+
+		"\"client\" is the benchmark process, which on a raw row is the raw server as well unless that runs in a process of its own. cores busy = all that CPU time / wall time: "+
 		"with %d CPUs, a figure near %d means the transfer was waiting for CPU, not for the socket.\n", r.Machine.NProc, r.Machine.NProc)
 	p("- host waits on plugin: the part of the engine's own time for the row's transfers (its /metrics, " +
 		"`hydra_engine_state_transfer_backend_wait_seconds_total` over `hydra_engine_state_transfer_seconds_sum`) the host spent waiting on the plugin: " +
@@ -372,8 +372,12 @@ func (r *report) markdown(w io.Writer) error {
 		p("| config | data plane | chunk | depth | GB/s median (best) | ratio to raw | host extra RSS MiB | plugin extra RSS MiB | raw alongside GB/s | CPU s/GB client · host · plugin | cores busy | host waits on plugin |\n")
 		p("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, raw := range append([]result{pn.Raw}, pn.RawAlso...) {
-			p("| %s (%d transfers) | — | — | — | %s | %.2f | — | — | — | %s · — · — | %s | — |\n",
-				rawLabel(r.multiRaw(), raw.RawKind), len(raw.GBps), rateCell(raw.GBps), pn.ratio(raw), num2(raw.CPU.perGB(raw.CPU.Bench)), num2(raw.CPU.cores()))
+			server := "—" // an in-process server's CPU is the client's
+			if raw.RawKind == rawOwnProc {
+				server = num2(raw.CPU.perGB(raw.CPU.Host))
+			}
+			p("| %s (%d transfers) | — | — | — | %s | %.2f | — | — | — | %s · %s · — | %s | — |\n",
+				rawLabel(r.multiRaw(), raw.RawKind), len(raw.GBps), rateCell(raw.GBps), pn.ratio(raw), num2(raw.CPU.perGB(raw.CPU.Bench)), server, num2(raw.CPU.cores()))
 		}
 		for _, row := range pn.Rows {
 			u := row.CPU
