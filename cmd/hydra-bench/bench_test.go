@@ -28,7 +28,7 @@ func fixtureOf(targetsOnly bool) *report {
 	cpu := cpuUse{Bench: 0.6, Host: 0.5, Plugin: 0.4, Wall: 0.9, Bytes: 3 * 1206000000, EngineSec: 0.9, BackendWait: 0.18}
 	for _, tr := range transports {
 		for _, op := range []string{opGet, opPut} {
-			p := &panel{Transport: tr, Op: op, Raw: result{Raw: true, GBps: []float64{3.9, 4.0, 4.1}, CPU: cpu}}
+			p := &panel{Transport: tr, Op: op, Raw: result{RawKind: rawInProc, GBps: []float64{3.9, 4.0, 4.1}, CPU: cpu}}
 			for _, c := range plan(r.TargetsOnly, r.Depth) {
 				v, rss := 3.8, 9.0
 				switch {

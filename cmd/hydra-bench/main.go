@@ -182,9 +182,9 @@ func run(ctx context.Context, o options, command string, log io.Writer) error {
 	b.rep = &report{Machine: machineInfo(o.bin), Command: command, State: b.o.backend.describe(), Mock: b.o.backend.mock(), SVGName: o.name + ".svg", Reps: o.reps, Quick: o.quick, TargetsOnly: o.targets, Depth: o.depth}
 	for _, tr := range transports {
 		for _, op := range []string{opGet, opPut} {
-			p := &panel{Transport: tr, Op: op, Raw: result{Raw: true, RawKind: o.raws[0], HostMiB: math.NaN(), PluginMiB: math.NaN()}}
+			p := &panel{Transport: tr, Op: op, Raw: result{RawKind: o.raws[0], HostMiB: math.NaN(), PluginMiB: math.NaN()}}
 			for _, k := range o.raws[1:] {
-				p.RawAlso = append(p.RawAlso, result{Raw: true, RawKind: k, HostMiB: math.NaN(), PluginMiB: math.NaN()})
+				p.RawAlso = append(p.RawAlso, result{RawKind: k, HostMiB: math.NaN(), PluginMiB: math.NaN()})
 			}
 			b.panels[tr+op] = p
 			b.rep.Panels = append(b.rep.Panels, p)
@@ -394,8 +394,8 @@ func (b *bench) runConfig(ctx context.Context, cfg engineConfig, tag string) err
 		raws := map[string][]*result{} // by transport, in b.raws' order
 		for _, tr := range transports {
 			rows[tr] = &result{Config: cfg}
-			for range b.raws {
-				raws[tr] = append(raws[tr], &result{Raw: true})
+			for _, side := range b.raws {
+				raws[tr] = append(raws[tr], &result{RawKind: side.kind})
 			}
 		}
 		// Turns rotate every rep (the raw servers, then the engine), so each
@@ -417,12 +417,10 @@ func (b *bench) runConfig(ctx context.Context, cfg engineConfig, tag string) err
 					}
 					v, u, err := b.once(ctx, c, op, proc, server)
 					if err != nil {
-						who := b.raws[min(i, len(b.raws)-1)].kind + " raw socket"
 						if engineTurn {
-							who = "engine"
-							err = errors.Join(err, e.exited())
+							return fmt.Errorf("engine %s over %s: %w", op, tr, errors.Join(err, e.exited()))
 						}
-						return fmt.Errorf("%s %s over %s: %w", who, op, tr, err)
+						return fmt.Errorf("%s raw socket %s over %s: %w", into.RawKind, op, tr, err)
 					}
 					into.GBps = append(into.GBps, v)
 					into.CPU.add(u)

@@ -95,7 +95,7 @@ func TestMarkdownTwoRaws(t *testing.T) {
 	r := fixtureOf(true)
 	for _, p := range r.Panels {
 		p.Raw.RawKind = rawInProc
-		p.RawAlso = []result{{Raw: true, RawKind: rawOwnProc, GBps: []float64{4.3, 4.4, 4.6}, CPU: p.Raw.CPU}}
+		p.RawAlso = []result{{RawKind: rawOwnProc, GBps: []float64{4.3, 4.4, 4.6}, CPU: p.Raw.CPU}}
 	}
 	md := markdownOf(t, r,
 		"| raw, in-process server (3 transfers) | — | — | — | 4.00 (4.10) | 1.00 |",

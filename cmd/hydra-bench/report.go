@@ -31,12 +31,11 @@ type machine struct {
 // result is one table row: one configuration, transport and direction.
 type result struct {
 	Config             engineConfig // zero for the raw socket
-	Raw                bool
-	RawKind            string    // a raw row's server: rawInProc or rawOwnProc
-	GBps               []float64 // one per transfer
-	Alongside          []float64 // the raw transfers interleaved with these (engine rows)
-	HostMiB, PluginMiB float64   // extra peak RSS over the idle engine; NaN: not measured
-	CPU                cpuUse    // summed over the transfers
+	RawKind            string       // a raw row's server, rawInProc or rawOwnProc; "" for an engine row
+	GBps               []float64    // one per transfer
+	Alongside          []float64    // the raw transfers interleaved with these (engine rows)
+	HostMiB, PluginMiB float64      // extra peak RSS over the idle engine; NaN: not measured
+	CPU                cpuUse       // summed over the transfers
 }
 
 // cpuUse is the CPU time transfers took, per process, with their bytes and
@@ -137,23 +136,17 @@ func (r *report) rawMethod() string {
 	return "an in-process server"
 }
 
-// rawAlsoMethod describes the other raw servers, if any.
+// rawAlsoMethod describes the other raw server, if any (there are two
+// kinds, so at most one other).
 func (r *report) rawAlsoMethod() string {
 	if !r.multiRaw() {
 		return ""
 	}
-	s := " Beside the baseline, the same server"
-	for i, raw := range r.Panels[0].RawAlso {
-		if i > 0 {
-			s += " and"
-		}
-		if raw.RawKind == rawOwnProc {
-			s += " in a process of its own"
-		} else {
-			s += " inside the benchmark process (goroutines of the client's process, sharing its scheduler and cores)"
-		}
+	where := " inside the benchmark process (goroutines of the client's process, sharing its scheduler and cores)"
+	if r.Panels[0].RawAlso[0].RawKind == rawOwnProc {
+		where = " in a process of its own"
 	}
-	return s + " ran in the same rotation; its row's ratio is to the baseline, and the Targets table gives the engine's ratio to it too. " +
+	return " Beside the baseline, the same server" + where + " ran in the same rotation; its row's ratio is to the baseline, and the Targets table gives the engine's ratio to it too. " +
 		"A server process's CPU time (from `/proc/PID/stat`, 10 ms ticks) is in the host column of its rows."
 }
 
