@@ -111,10 +111,12 @@ func (h *holdLast) Write(p []byte) (int, error) {
 }
 
 // readTracker remembers the first error of the socket side of a STATE_PUT,
-// to tell a vanished client (close the connection) from bad bytes (reply).
+// to tell a vanished client (close the connection) from bad bytes (reply),
+// and when the payload's last byte came in.
 type readTracker struct {
-	r   *io.LimitedReader
-	err error
+	r    *io.LimitedReader
+	err  error
+	last time.Time // when r.N reached 0
 }
 
 func (t *readTracker) Read(p []byte) (int, error) {
@@ -123,7 +125,22 @@ func (t *readTracker) Read(p []byte) (int, error) {
 		// io.EOF before the announced length is the peer hanging up.
 		t.err = err
 	}
+	t.read(n)
 	return n, err
+}
+
+func (t *readTracker) read(n int) {
+	if n > 0 && t.r.N == 0 {
+		t.last = time.Now()
+	}
+}
+
+// sinceLast is how long ago the payload's last byte came in (0 if it has not).
+func (t *readTracker) sinceLast() time.Duration {
+	if t.last.IsZero() {
+		return 0
+	}
+	return time.Since(t.last)
 }
 
 // socketTracker is a readTracker whose payload the data plane may splice
@@ -171,6 +188,7 @@ func (s *socketTracker) ReadSocket(f func(fd uintptr) (int, bool, error)) error 
 		var n int64
 		n, err = iface.ReadRawConn(s.raw, f)
 		s.r.N -= n
+		s.read(int(n))
 	}
 	if err != nil && s.err == nil {
 		s.err = err
@@ -202,6 +220,7 @@ func (s *Server) handleStatePut(req *request, rp *replier) error {
 	}
 	var trace iface.TransferTrace
 	consumed, err := s.restore(iface.WithTransferTrace(s.ctx, &trace), b, slot, in, req.payload.N)
+	trace.AfterPayload = src.sinceLast()
 	s.transferDone(rp, true, slot, int64(req.hdr.PayloadLen)-req.payload.N, time.Since(start), trace, err)
 	if err != nil {
 		// Never leave a slot half-restored; the backend clears on failure, and
@@ -234,7 +253,7 @@ func (s *Server) handleStatePut(req *request, rp *replier) error {
 func (s *Server) transferDone(rp *replier, put bool, slot int, bytes int64, d time.Duration, trace iface.TransferTrace, err error) {
 	s.stats.transfer(put, bytes, d, trace.BackendWait, err)
 	s.log.Debug("state transfer", "direction", direction(put), "network", rp.network, "slot", slot, "bytes", bytes, "chunk", s.tun.StateChunkSize(),
-		"seconds", d.Seconds(), "backend_wait_seconds", trace.BackendWait.Seconds(), "error", err)
+		"seconds", d.Seconds(), "backend_wait_seconds", trace.BackendWait.Seconds(), "after_payload_seconds", trace.AfterPayload.Seconds(), "error", err)
 }
 
 // restore parses the wrapper and hands the rest of the payload to the backend.

@@ -88,6 +88,11 @@ func TestSocketTrackerAccounting(t *testing.T) {
 	if !bytes.Equal(got, payload) {
 		t.Fatal("payload bytes differ")
 	}
+	// The last byte came in through ReadSocket: the trace's AfterPayload
+	// counts from there.
+	if src.last.IsZero() || src.sinceLast() <= 0 || src.sinceLast() > time.Minute {
+		t.Fatalf("last payload byte at %v (%v ago)", src.last, src.sinceLast())
+	}
 	next := make([]byte, 4)
 	if _, err := io.ReadFull(br, next); err != nil || string(next) != "NEXT" {
 		t.Fatalf("the next request reads %q, %v", next, err)
@@ -123,5 +128,26 @@ func TestSpliceableNeedsAKernelSocket(t *testing.T) {
 	req := &request{payload: &io.LimitedReader{R: payloadReader{bufio.NewReader(dc), dc}, N: 10}, conn: dc}
 	if st := spliceable(req, &readTracker{r: req.payload}); st != nil {
 		t.Fatal("an in-memory connection was offered for splicing")
+	}
+}
+
+// TestReadTrackerLast: the time of the payload's last byte is taken when the
+// announced length is used up by Read, not before, and never for a payload
+// cut short.
+func TestReadTrackerLast(t *testing.T) {
+	tr := &readTracker{r: &io.LimitedReader{R: bytes.NewReader(make([]byte, 10)), N: 10}}
+	if d := tr.sinceLast(); d != 0 {
+		t.Fatalf("sinceLast before any read: %v", d)
+	}
+	p := make([]byte, 6)
+	if _, err := tr.Read(p); err != nil || !tr.last.IsZero() {
+		t.Fatalf("after 6 of 10 bytes: %v, last %v", err, tr.last)
+	}
+	if n, err := tr.Read(p); n != 4 || err != nil || tr.last.IsZero() {
+		t.Fatalf("after 10 of 10 bytes: %d, %v, last %v", n, err, tr.last)
+	}
+	cut := &readTracker{r: &io.LimitedReader{R: bytes.NewReader(make([]byte, 3)), N: 10}}
+	if _, err := io.ReadFull(cut, make([]byte, 10)); err == nil || !cut.last.IsZero() || cut.err == nil {
+		t.Fatalf("a payload cut short: %v, last %v, recorded %v", err, cut.last, cut.err)
 	}
 }

@@ -80,6 +80,9 @@ type transferTraceKey struct{}
 // plane leaves it 0 (its flow control does not show who waited).
 type TransferTrace struct {
 	BackendWait time.Duration
+	// AfterPayload (STATE_PUT, set by the host) is how long the restore took
+	// after the payload's last byte came in: the plugin finishing the state.
+	AfterPayload time.Duration
 }
 
 // WithTransferTrace returns a context on which the data plane records the

@@ -746,6 +746,7 @@ func (b *Backend) PipePutMaxChunk() int { return 1 << 20 }
 // state holds no logits: by the first decode (restore_logits=lazy, the
 // default), or here (eager). r is read to its end, except after a read error.
 func (b *Backend) StatePut(ctx context.Context, i int, tokens []int32, r io.Reader, size int64) (n int64, err error) {
+	entered := time.Now()
 	e, s, err := b.slot(i)
 	if err != nil {
 		drain(r)
@@ -793,11 +794,17 @@ func (b *Backend) StatePut(ctx context.Context, i int, tokens []int32, r io.Read
 		return 0, err
 	}
 	start := time.Now()
+	var loaded time.Time     // llama.cpp done with the bytes
 	var reeval time.Duration // re-evaluating the last token, part of elapsed
 	defer func() {
+		after := time.Duration(0)
+		if !loaded.IsZero() {
+			after = time.Since(loaded)
+		}
 		b.log.Debug("state put", "slot", i, "bytes", n, "cells", head.cells, "in_place", run.inPlace, "streamed", run.streamMin > 0,
-			"ring", run.ringSize, "ring_pinned", run.pinned, "elapsed", time.Since(start).String(),
-			"wait_data", run.waitData.String(), "wait_space", run.waitSpace.String(), "reeval", reeval.String(), "error", err)
+			"ring", run.ringSize, "ring_pinned", run.pinned, "setup", start.Sub(entered).String(), "elapsed", time.Since(start).String(),
+			"wait_data", run.waitData.String(), "wait_space", run.waitSpace.String(), "after_load", after.String(),
+			"reeval", reeval.String(), "error", err)
 	}()
 	stop := run.stop // before r is read anywhere else, and before returning
 	defer stop()
@@ -817,6 +824,7 @@ func (b *Backend) StatePut(ctx context.Context, i int, tokens []int32, r io.Read
 	}
 	llamaErr := lastLlamaError()
 	e.mu.Unlock()
+	loaded = time.Now()
 	switch {
 	case got < 0 && call.err != nil:
 		readErr = !errors.Is(call.err, iface.ErrBadRequest) // a failed reader or cancellation: stop reading
