@@ -5,16 +5,24 @@
 // what the host's ring mechanics cost from what a plugin beside it costs
 // (docs/benchmarks/README.md, 22):
 //
-//	recv-bench [-n 8] [-variants serve,ring-4x2048,...] FILE
+//	recv-bench [-n 8] [-net tcp|unix] [-variants serve,ring-4x2048,...] FILE
+//
+// Over TCP the sender uses sendfile; over a Unix socket (-net unix) it copies
+// the file through a 1 MiB buffer, as hydra-bench's client does, and the
+// receiver's end gets the engine's 4 MiB socket buffers.
 //
 // Variants:
 //
 //	serve        one 4 MiB buffer, every read at its start (hydra-bench's raw server)
 //	serve-seq    the same buffer, each read after the last one, wrapping
+//	serve-shm    serve with the buffer in a memfd mapping, as the host's ring
 //	ring-NxK     io.ReadFull of N slots of K KiB in turn, as the host fills its
 //	             shm ring: a memfd mapping, a read deadline armed before every
 //	             read and a 16-byte datagram per slot; suffixes -heap (Go
-//	             memory), -nodl (no deadline), -nomsg (no datagram) drop one;
+//	             memory), -thp / -nothp (anonymous memory with
+//	             MADV_HUGEPAGE / MADV_NOHUGEPAGE: does a copy into 4 KiB pages
+//	             cost the receive loop?), -nodl (no deadline), -nomsg (no
+//	             datagram) drop one;
 //	             -lowatN sets SO_RCVLOWAT to N KiB (less for a payload's
 //	             tail), so the reader wakes for N KiB at least, not each segment;
 //	             -poll fills each slot inside the socket's RawConn.Read with
@@ -58,9 +66,11 @@ type variant struct {
 	name        string
 	ring        bool // a ring of slots instead of one buffer
 	seq         bool // serve-seq
+	shm         bool // serve-shm
 	hot         bool
 	slots, slot int
 	heap        bool
+	thp         int // anonymous memory: 1 MADV_HUGEPAGE, -1 MADV_NOHUGEPAGE
 	deadline    bool
 	msgs        bool
 	lowat       int // SO_RCVLOWAT in bytes; 0: the kernel's 1
@@ -76,6 +86,9 @@ func parseVariant(name string) (variant, error) {
 		return v, nil
 	case name == "serve-seq":
 		v.seq = true
+		return v, nil
+	case name == "serve-shm":
+		v.shm = true
 		return v, nil
 	case strings.HasPrefix(name, "ring-"), strings.HasPrefix(name, "hot-"):
 	case strings.HasPrefix(name, "pipe-"):
@@ -94,6 +107,10 @@ func parseVariant(name string) (variant, error) {
 		switch p {
 		case "heap":
 			v.heap = true
+		case "thp":
+			v.thp = 1
+		case "nothp":
+			v.thp = -1
 		case "nodl":
 			v.deadline = false
 		case "nomsg":
@@ -121,9 +138,16 @@ func (v variant) receiver() (receiver, error) {
 	}
 	if !v.ring {
 		buf := make([]byte, rawBuf)
+		if v.shm {
+			var err error
+			if buf, err = shmMap(rawBuf); err != nil {
+				return nil, err
+			}
+		}
 		for i := range buf {
 			buf[i] = byte(i)
 		}
+		fmt.Fprintf(os.Stderr, "%s: %s\n", v.name, hugePages())
 		return func(c net.Conn, size int64) error {
 			off := 0
 			for rem := size; rem > 0; {
@@ -139,12 +163,9 @@ func (v variant) receiver() (receiver, error) {
 			return nil
 		}, nil
 	}
-	mem := make([]byte, v.slots*v.slot)
-	if !v.heap {
-		var err error
-		if mem, err = shmMap(len(mem)); err != nil {
-			return nil, err
-		}
+	mem, err := v.ringMem(v.slots * v.slot)
+	if err != nil {
+		return nil, err
 	}
 	sp, err := drainedCtrl()
 	if err != nil {
@@ -190,6 +211,52 @@ func (v variant) receiver() (receiver, error) {
 		}
 		return nil
 	}, nil
+}
+
+// ringMem is a ring's memory, in the kind of pages the variant names, faulted
+// in; stderr says how much of it the kernel gave huge pages.
+func (v variant) ringMem(size int) ([]byte, error) {
+	var mem []byte
+	var err error
+	switch {
+	case v.heap:
+		mem = make([]byte, size)
+	case v.thp != 0:
+		if mem, err = syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON); err != nil {
+			return nil, err
+		}
+		advice := unix.MADV_HUGEPAGE
+		if v.thp < 0 {
+			advice = unix.MADV_NOHUGEPAGE
+		}
+		if err := unix.Madvise(mem, advice); err != nil {
+			return nil, fmt.Errorf("madvise: %w", err)
+		}
+	default:
+		if mem, err = shmMap(size); err != nil {
+			return nil, err
+		}
+	}
+	for i := range mem {
+		mem[i] = byte(i)
+	}
+	fmt.Fprintf(os.Stderr, "%s: %s\n", v.name, hugePages())
+	return mem, nil
+}
+
+// hugePages is this process's huge page use, from /proc/self/smaps_rollup.
+func hugePages() string {
+	b, err := os.ReadFile("/proc/self/smaps_rollup")
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "AnonHugePages:") || strings.HasPrefix(l, "ShmemPmdMapped:") {
+			out = append(out, strings.Join(strings.Fields(l), " "))
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // shmMap maps size bytes of shared memory, as the host's ring.
@@ -336,12 +403,12 @@ func pollFill(c net.Conn, buf []byte) error {
 
 // serve is a child: each transfer is an 8-byte length, then the bytes; one
 // byte back when they are all in.
-func serve(v variant, addr string) error {
+func serve(v variant, network, addr string) error {
 	recv, err := v.receiver()
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", addr)
+	ln, err := net.Listen(network, addr)
 	if err != nil {
 		return err
 	}
@@ -349,6 +416,15 @@ func serve(v variant, addr string) error {
 	c, err := ln.Accept()
 	if err != nil {
 		return err
+	}
+	if uc, ok := c.(*net.UnixConn); ok {
+		// The engine's default socket buffers on a Unix socket.
+		if err := uc.SetReadBuffer(4 << 20); err != nil {
+			return err
+		}
+		if err := uc.SetWriteBuffer(4 << 20); err != nil {
+			return err
+		}
 	}
 	var hdr [8]byte
 	for {
@@ -367,7 +443,7 @@ func serve(v variant, addr string) error {
 	}
 }
 
-func send(c net.Conn, f *os.File, size int64) (float64, error) {
+func send(c net.Conn, f *os.File, size int64, buf []byte) (float64, error) {
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return 0, err
 	}
@@ -377,7 +453,8 @@ func send(c net.Conn, f *os.File, size int64) (float64, error) {
 	if _, err := c.Write(hdr[:]); err != nil {
 		return 0, err
 	}
-	if _, err := io.Copy(c, io.LimitReader(f, size)); err != nil { // sendfile
+	// sendfile on TCP; on a Unix socket through the buffer (no ReaderFrom).
+	if _, err := io.CopyBuffer(c, io.LimitReader(f, size), buf); err != nil {
 		return 0, err
 	}
 	if _, err := io.ReadFull(c, hdr[:1]); err != nil {
@@ -388,23 +465,33 @@ func send(c net.Conn, f *os.File, size int64) (float64, error) {
 
 func main() {
 	child := flag.String("serve", "", "run as the receiving child of this variant")
-	listen := flag.String("listen", "127.0.0.1:0", "the child's address")
+	listen := flag.String("listen", "", "the child's address (default: a free TCP port, or a Unix socket in a temporary directory)")
+	network := flag.String("net", "tcp", "tcp or unix")
 	n := flag.Int("n", 8, "transfers per variant")
 	list := flag.String("variants", "serve,serve-seq,ring-4x2048,ring-4x2048-heap,ring-4x2048-nodl,ring-4x2048-nomsg,hot-4x2048", "variants, comma-separated")
 	flag.Parse()
-	if err := run(*child, *listen, *n, *list, flag.Args()); err != nil {
+	if err := run(*child, *network, *listen, *n, *list, flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "recv-bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(child, listen string, n int, list string, args []string) error {
+func run(child, network, listen string, n int, list string, args []string) error {
+	if network != "tcp" && network != "unix" {
+		return fmt.Errorf("-net %q: want tcp or unix", network)
+	}
 	if child != "" {
 		v, err := parseVariant(child)
 		if err != nil {
 			return err
 		}
-		return serve(v, listen)
+		if listen == "" {
+			if network == "unix" {
+				return errors.New("-serve -net unix needs -listen PATH")
+			}
+			listen = "127.0.0.1:0"
+		}
+		return serve(v, network, listen)
 	}
 	if len(args) != 1 {
 		return errors.New("usage: recv-bench [-n N] [-variants V,...] FILE")
@@ -420,11 +507,20 @@ func run(child, listen string, n int, list string, args []string) error {
 	}
 	names := strings.Split(list, ",")
 	conns := make([]net.Conn, len(names))
+	dir, err := os.MkdirTemp("", "recv-bench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
 	for i, name := range names {
 		if _, err := parseVariant(name); err != nil {
 			return err
 		}
-		cmd := exec.Command(os.Args[0], "-serve", name)
+		at := "127.0.0.1:0"
+		if network == "unix" {
+			at = fmt.Sprintf("%s/%d.sock", dir, i)
+		}
+		cmd := exec.Command(os.Args[0], "-net", network, "-listen", at, "-serve", name)
 		cmd.Stderr = os.Stderr
 		out, err := cmd.StdoutPipe()
 		if err != nil {
@@ -438,22 +534,27 @@ func run(child, listen string, n int, list string, args []string) error {
 		if _, err := fmt.Fscanln(out, &addr); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		if conns[i], err = net.Dial("tcp", addr); err != nil {
+		if conns[i], err = net.Dial(network, addr); err != nil {
 			return err
 		}
 		defer conns[i].Close()
 	}
 	res := make([][]float64, len(names))
+	buf := make([]byte, 1<<20)
 	for range n {
 		for i := range names {
-			v, err := send(conns[i], f, st.Size())
+			v, err := send(conns[i], f, st.Size(), buf)
 			if err != nil {
 				return fmt.Errorf("%s: %w", names[i], err)
 			}
 			res[i] = append(res[i], v)
 		}
 	}
-	fmt.Printf("%d transfers of %d bytes per variant, TCP loopback, sendfile sender\n", n, st.Size())
+	how := "TCP loopback, sendfile sender"
+	if network == "unix" {
+		how = "Unix socket, sender copying through a 1 MiB buffer"
+	}
+	fmt.Printf("%d transfers of %d bytes per variant, %s\n", n, st.Size(), how)
 	base := median(res[0])
 	for i, name := range names {
 		fmt.Printf("%-22s median %5.2f GB/s  ratio to %s %.2f  all %.2f\n", name, median(res[i]), names[0], median(res[i])/base, res[i])

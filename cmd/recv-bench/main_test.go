@@ -15,6 +15,9 @@ func TestParseVariant(t *testing.T) {
 		"ring-2x512-heap-nodl": {name: "ring-2x512-heap-nodl", ring: true, slots: 2, slot: 512 << 10, heap: true, msgs: true},
 		"hot-4x1024-nomsg":     {name: "hot-4x1024-nomsg", ring: true, hot: true, slots: 4, slot: 1 << 20, deadline: true},
 		"ring-2x64-poll":       {name: "ring-2x64-poll", ring: true, slots: 2, slot: 64 << 10, msgs: true, poll: true},
+		"serve-shm":            {name: "serve-shm", shm: true},
+		"ring-4x2048-thp":      {name: "ring-4x2048-thp", ring: true, slots: 4, slot: 2 << 20, deadline: true, msgs: true, thp: 1},
+		"ring-4x2048-nothp":    {name: "ring-4x2048-nothp", ring: true, slots: 4, slot: 2 << 20, deadline: true, msgs: true, thp: -1},
 		"ring-4x2048-lowat512": {name: "ring-4x2048-lowat512", ring: true, slots: 4, slot: 2 << 20, deadline: true, msgs: true, lowat: 512 << 10},
 		"pipe-1":               {name: "pipe-1", pipes: 1},
 		"pipe-2":               {name: "pipe-2", pipes: 2, msgs: true},
@@ -33,15 +36,25 @@ func TestParseVariant(t *testing.T) {
 }
 
 // TestReceivers: every kind of receive loop takes a transfer whole, over a
-// real TCP socket, and the next one after it; the sender waits for each
+// real TCP socket (and the ring and serve loops over a Unix socket), and the
+// next one after it; the sender waits for each
 // transfer's acknowledgement, so a loop that waited for more than the
 // payload's tail (SO_RCVLOWAT) would hang until the deadline.
 func TestReceivers(t *testing.T) {
 	if _, err := os.Stat("/dev/shm"); err != nil {
 		t.Skip("no /dev/shm")
 	}
-	for _, name := range []string{"serve", "serve-seq", "ring-3x64", "ring-3x64-heap-nodl-nomsg", "hot-2x300", "ring-3x64-lowat256", "ring-2x2048-lowat1024-nodl", "ring-3x64-poll", "ring-4x2048-poll-nomsg", "pipe-1", "pipe-2", "pipe-2-nomsg", "pipe-3", "pipe-2-relay"} {
-		v, err := parseVariant(name)
+	type tc struct{ network, name string }
+	var cases []tc
+	for _, name := range []string{"serve", "serve-seq", "serve-shm", "ring-3x64", "ring-3x64-heap-nodl-nomsg", "ring-3x64-thp", "ring-3x64-nothp-nodl", "hot-2x300", "ring-3x64-lowat256", "ring-2x2048-lowat1024-nodl", "ring-3x64-poll", "ring-4x2048-poll-nomsg", "pipe-1", "pipe-2", "pipe-2-nomsg", "pipe-3", "pipe-2-relay"} {
+		cases = append(cases, tc{"tcp", name})
+	}
+	for _, name := range []string{"serve", "serve-shm", "ring-3x64", "ring-4x2048-heap", "ring-3x64-thp", "ring-3x64-poll"} {
+		cases = append(cases, tc{"unix", name})
+	}
+	for _, c := range cases {
+		name := c.network + "/" + c.name
+		v, err := parseVariant(c.name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -49,11 +62,15 @@ func TestReceivers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		at := "127.0.0.1:0"
+		if c.network == "unix" {
+			at = t.TempDir() + "/s"
+		}
+		ln, err := net.Listen(c.network, at)
 		if err != nil {
 			t.Fatal(err)
 		}
-		a, err := net.Dial("tcp", ln.Addr().String())
+		a, err := net.Dial(c.network, ln.Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
