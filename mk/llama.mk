@@ -99,17 +99,18 @@ gpu-pack: cuda-src
 	tar -czf gpu/hydra-gpu.tar.gz -C $(GPU_STAGE) .
 	@ls -la gpu/hydra-gpu.tar.gz
 
-# gpu/hydra-gpu.tar.gz, bench modes only (bench, variant-ab and the other
-# A/Bs, recv): no test binaries or mock, so that it and gpu/libcache (a
+# gpu/hydra-gpu.tar.gz, bench modes only (bench, mock, variant-ab and the
+# other A/Bs, recv): no test binaries, xz -9e (its large dictionary takes a
+# third off the Go binaries, alike), so that it and gpu/libcache (a
 # libggml-cuda an earlier call saved with SAVE_LIB=1, ~44 MB) fit in one
 # device call's carry (64 MiB) and the call skips the ~3.5 min CUDA build.
 .PHONY: gpu-pack-bench
 gpu-pack-bench: cuda-src
 	@rm -rf $(GPU_STAGE) && mkdir -p $(GPU_STAGE)
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(GPU_STAGE)/ ./cmd/hydra-engine ./cmd/hydra-bench ./cmd/gguf-gen ./cmd/hydractl ./cmd/recv-bench
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(GPU_STAGE)/ ./cmd/hydra-engine ./cmd/hydra-plugin-mock ./cmd/hydra-bench ./cmd/gguf-gen ./cmd/hydractl ./cmd/recv-bench
 	$(LLAMA_ENV) $(GO) build $(LLAMA_GOFLAGS) -ldflags '$(LDFLAGS)' -o $(GPU_STAGE)/ ./cmd/hydra-plugin-cuda-llama
 	cp $(BIN)/ollama-ggml-src.tar.gz $(GPU_STAGE)/
-	tar -cf - -C $(GPU_STAGE) . | xz -T0 -6 > gpu/hydra-gpu.tar.gz
+	tar -cf - -C $(GPU_STAGE) . | xz -T0 -9e > gpu/hydra-gpu.tar.gz
 	@ls -la gpu/hydra-gpu.tar.gz
 
 # gpu/prof.tar.gz: scripts/perf-recv.sh with what it needs on a GPU box
@@ -127,3 +128,11 @@ gpu-perf-pack:
 	cp -L $$(ldd $(PERF) | awk '$$3 ~ /^\// {print $$3}') /lib64/ld-linux-x86-64.so.2 gpu/prof/lib/
 	tar -czf gpu/prof.tar.gz -C gpu prof
 	@ls -la gpu/prof.tar.gz
+
+# gpu/perf-tools.tar.xz: the same perf, libraries and scripts without the
+# binaries (~8 MB), to carry beside gpu-pack-bench's pack and gpu/libcache:
+# scripts/perf-recv.sh on the llama plugin (BIN, PLUGIN, PLUGIN_ARGS).
+.PHONY: gpu-perf-tools
+gpu-perf-tools: gpu-perf-pack
+	tar -cf - -C gpu/prof perf lib perf-recv.sh perf-agg.awk | xz -T0 -9e > gpu/perf-tools.tar.xz
+	@ls -la gpu/perf-tools.tar.xz

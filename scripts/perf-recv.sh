@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Where the receiving side of a TCP STATE_PUT spends its CPU: recv-bench's
+# Where the receiving side of a STATE_PUT spends its CPU: recv-bench's
 # receive loops (no engine) and the engine on the mock plugin, each under a
 # system-wide `perf record` (cpu-clock at 1999 Hz plus syscall tracepoints),
 # reported as CPU seconds and system calls per GB for every process, and the
@@ -13,8 +13,17 @@
 #   tar -xzf gpu/prof.tar.gz -C /tmp && /tmp/prof/perf-recv.sh
 # VARIANTS="serve ring-4x2048 …" (recv-bench's), N=6 transfers each;
 # ENGINE_SPLICE="false true" (--splice-put values, "" for none); GMP="0 4"
-# (GOMAXPROCS of the engine, 0 = Go's default). Results in $OUT (default out/).
+# (GOMAXPROCS of the engine, 0 = Go's default); NET=unix: over a Unix socket
+# (recv-bench -net unix, the engine on unix://), else TCP loopback. Another
+# plugin than the mock: BIN (a directory with hydra-engine, hydractl and
+# recv-bench, e.g. a `make gpu-pack-bench` unpacked, stripped: kernel symbols
+# only), PLUGIN (its path) and PLUGIN_ARGS (engine flags: --model, its
+# --backend-opt). Scheduler switches count as sched_switch per process. Results
+# in $OUT (default out/).
 D=$(cd "$(dirname "$0")" && pwd)
+BIN=${BIN:-$D}
+PLUGIN=${PLUGIN:-$BIN/hydra-plugin-mock}
+PLUGIN_ARGS=${PLUGIN_ARGS---backend-opt kv_bytes_per_token=131072}
 OUT=${OUT:-out}; mkdir -p "$OUT"
 if [[ -x $D/lib/ld-linux-x86-64.so.2 ]]; then
 	P() { "$D/lib/ld-linux-x86-64.so.2" --library-path "$D/lib" "$D/perf" "$@"; } # the pack's perf
@@ -23,7 +32,7 @@ else
 fi
 echo "perf_event_paranoid $(cat /proc/sys/kernel/perf_event_paranoid), kptr_restrict $(cat /proc/sys/kernel/kptr_restrict)"
 # No write(2) tracepoint: perf's own writes would trace themselves.
-EV="-e cpu-clock/freq=1999/ -e syscalls:sys_enter_read -e syscalls:sys_enter_epoll_pwait -e syscalls:sys_enter_futex -e syscalls:sys_enter_sendmsg -e syscalls:sys_enter_setsockopt -e syscalls:sys_enter_splice --exclude-perf"
+EV="-e cpu-clock/freq=1999/ -e sched:sched_switch -e syscalls:sys_enter_read -e syscalls:sys_enter_epoll_pwait -e syscalls:sys_enter_futex -e syscalls:sys_enter_sendmsg -e syscalls:sys_enter_setsockopt -e syscalls:sys_enter_splice --exclude-perf"
 B=/tmp/perf-recv.blob; head -c 1206010394 /dev/zero > $B; cat $B > /dev/null
 # rep NAME TRANSFERS: $OUT/NAME.txt from $OUT/NAME.data.
 rep() {
@@ -34,21 +43,24 @@ rep() {
 	rm -f "$OUT/$1.data" "$OUT/$1.data.old" "$OUT/$1.syms" "$OUT/$1.procs"
 }
 for v in ${VARIANTS-serve ring-4x2048 ring-4x2048-nodl ring-4x2048-nomsg ring-4x2048-poll}; do
-	P record -a $EV -o "$OUT/$v.data" -- "$D/recv-bench" -n "${N:-6}" -variants "$v" $B 2>&1 | grep -v '^\['
+	P record -a $EV -o "$OUT/$v.data" -- "$BIN/recv-bench" -net "${NET:-tcp}" -n "${N:-6}" -variants "$v" $B 2>&1 | grep -v '^\['
 	rep "$v" "${N:-6}"
 done
-H=$D/hydractl
+H=$BIN/hydractl
+A=tcp://127.0.0.1:9611
+[[ ${NET:-tcp} == unix ]] && A=unix:///tmp/perf-recv-engine.sock && rm -f /tmp/perf-recv-engine.sock
 toks=$(python3 -c "print(','.join(str(3+(i*31)%250) for i in range(9200)))")
 for sp in ${ENGINE_SPLICE-false true}; do for g in ${GMP:-0}; do
 	ge=(); [[ $g != 0 ]] && ge=(GOMAXPROCS=$g)
-	env "${ge[@]}" "$D/hydra-engine" --rpc tcp://127.0.0.1:9611 --backend "$D/hydra-plugin-mock" --backend-opt kv_bytes_per_token=131072 \
+	# shellcheck disable=SC2086 # PLUGIN_ARGS are words
+	env "${ge[@]}" "$BIN/hydra-engine" --rpc "$A" --backend "$PLUGIN" $PLUGIN_ARGS \
 		--slots 2 --log-level warn --splice-put="$sp" > "$OUT/engine-$sp-$g.log" 2>&1 &
 	e=$!
-	for _ in $(seq 50); do "$H" --addr tcp://127.0.0.1:9611 info > /dev/null 2>&1 && break; sleep 0.2; done
-	"$H" --addr tcp://127.0.0.1:9611 prefill --slot 0 --tokens "$toks" > /dev/null
-	"$H" --addr tcp://127.0.0.1:9611 --no-progress state get --slot 0 -o /tmp/perf-recv-engine.blob 2>&1 | tail -1
+	for _ in $(seq 150); do "$H" --addr $A info > /dev/null 2>&1 && break; sleep 0.2; done
+	"$H" --addr $A prefill --slot 0 --tokens "$toks" > /dev/null
+	"$H" --addr $A --no-progress state get --slot 0 -o /tmp/perf-recv-engine.blob 2>&1 | tail -1
 	name=engine-splice-$sp-gomaxprocs$g
-	P record -a $EV -o "$OUT/$name.data" -- bash -c "for i in 1 2 3 4 5 6; do $H --addr tcp://127.0.0.1:9611 --no-progress state put --slot 1 -i /tmp/perf-recv-engine.blob 2>&1 | tail -1; done"
+	P record -a $EV -o "$OUT/$name.data" -- bash -c "for i in 1 2 3 4 5 6; do $H --addr $A --no-progress state put --slot 1 -i /tmp/perf-recv-engine.blob 2>&1 | tail -1; done"
 	rep "$name" 6
 	kill $e; wait $e
 done; done
