@@ -79,6 +79,7 @@ type options struct {
 	name     string // output files' base name
 	backend  backendSpec
 	raws     []string // --raw-server: raw server kinds, the first the ratios' baseline
+	blocking bool     // --client-sends blocking: Unix-socket writes are blocking write(2)s
 }
 
 func main() {
@@ -98,6 +99,7 @@ func main() {
 	fs.StringVar(&o.backend.model, "model", "", "model file for --backend")
 	fs.Var((*listFlag)(&o.backend.opts), "backend-opt", "backend option key=value for --backend (repeatable)")
 	fs.IntVar(&o.backend.tokens, "prefill-tokens", 9200, "with --backend: raw token ids to prefill (sets the state size)")
+	sends := fs.String("client-sends", "poller", "how the client writes to a Unix socket, to the raw servers and the engine alike: poller (Go's, parking on the runtime's poller when the socket is full) or blocking (blocking write(2)s, as a C# or Python client sends)")
 	rawServers := fs.String("raw-server", rawInProc, "raw socket servers, comma-separated, the first the ratios' baseline: "+rawInProc+" (in this process) or "+rawOwnProc+" (a process of its own)")
 	fs.Parse(os.Args[1:])
 	if fs.NArg() > 0 {
@@ -111,6 +113,14 @@ func main() {
 	}
 	if o.depth < 0 || o.depth == 1 || o.depth > iface.MaxRingDepth {
 		fmt.Fprintf(os.Stderr, "hydra-bench: --ring-depth must be 0 or in [2, %d] (depth 1 is the serial runs')\n", iface.MaxRingDepth)
+		os.Exit(2)
+	}
+	switch *sends {
+	case "poller":
+	case "blocking":
+		o.blocking = true
+	default:
+		fmt.Fprintf(os.Stderr, "hydra-bench: --client-sends %q: want poller or blocking\n", *sends)
 		os.Exit(2)
 	}
 	var err error
@@ -179,7 +189,7 @@ func run(ctx context.Context, o options, command string, log io.Writer) error {
 	} else {
 		b.prompt = tokenPrompt(o.backend.tokens)
 	}
-	b.rep = &report{Machine: machineInfo(o.bin), Command: command, State: b.o.backend.describe(), Mock: b.o.backend.mock(), SVGName: o.name + ".svg", Reps: o.reps, Quick: o.quick, TargetsOnly: o.targets, Depth: o.depth}
+	b.rep = &report{Machine: machineInfo(o.bin), Command: command, State: b.o.backend.describe(), Mock: b.o.backend.mock(), SVGName: o.name + ".svg", Reps: o.reps, Quick: o.quick, TargetsOnly: o.targets, Depth: o.depth, BlockingSends: o.blocking}
 	for _, tr := range transports {
 		for _, op := range []string{opGet, opPut} {
 			p := &panel{Transport: tr, Op: op, Raw: result{RawKind: o.raws[0], HostMiB: math.NaN(), PluginMiB: math.NaN()}}
@@ -303,7 +313,7 @@ func (b *bench) startRaw(ctx context.Context) error {
 				return err
 			}
 			side.servers[tr] = s
-			if side.clients[tr], err = transport.DialClient(ctx, s.addr()); err != nil {
+			if side.clients[tr], err = dialClient(ctx, s.addr(), b.o.blocking); err != nil {
 				return err
 			}
 		}
@@ -351,7 +361,7 @@ func (b *bench) runConfig(ctx context.Context, cfg engineConfig, tag string) err
 		if tr == "unix" {
 			url = e.unix
 		}
-		c, err := transport.DialClient(ctx, url)
+		c, err := dialClient(ctx, url, b.o.blocking)
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestBlockingConn: writes larger than the socket's buffer go through whole,
+// in order, while the reader is slow; afterwards the socket is non-blocking
+// again, so a Go read on it still obeys its deadline instead of hanging.
+func TestBlockingConn(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	const size = 8 << 20
+	got, done := make(chan []byte, 1), make(chan struct{})
+	defer close(done)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- nil
+			return
+		}
+		defer c.Close()
+		var b bytes.Buffer
+		buf := make([]byte, 64<<10)
+		for b.Len() < size {
+			time.Sleep(time.Millisecond) // slow: the writer must block
+			n, err := c.Read(buf)
+			if err != nil {
+				break
+			}
+			b.Write(buf[:n])
+		}
+		got <- b.Bytes()
+		<-done
+	}()
+	conn, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bc, err := newBlockingConn(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bc.Close()
+	want := make([]byte, size)
+	for i := range want {
+		want[i] = byte(i * 7)
+	}
+	if n, err := bc.Write(want); n != len(want) || err != nil {
+		t.Fatalf("Write: %d, %v", n, err)
+	}
+	if b := <-got; !bytes.Equal(b, want) {
+		t.Fatalf("the reader got %d bytes, not the %d written", len(b), len(want))
+	}
+	bc.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if _, err := bc.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a read after blocking writes: %v, want the deadline", err)
+	}
+	if _, err := newBlockingConn(&net.TCPConn{}); err == nil {
+		t.Fatal("a TCP connection was given blocking sends")
+	}
+}
+
+// TestBlockingClientPut: a STATE_PUT and a STATE_GET through a client with
+// blocking sends, against the raw server over a Unix socket.
+func TestBlockingClientPut(t *testing.T) {
+	dir := t.TempDir()
+	const size = 3<<20 + 17
+	s, err := startRawServer("unix://"+filepath.Join(dir, "raw.sock"), size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	ctx := context.Background()
+	c, err := dialClient(ctx, s.addr(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	blob, err := os.Create(filepath.Join(dir, "blob"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blob.Close()
+	if _, err := blob.Write(make([]byte, size)); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := putOnce(ctx, c, blob, size, "1"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := getOnce(ctx, c, size, make([]byte, 1<<20)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
