@@ -465,7 +465,7 @@ func send(c net.Conn, f *os.File, size int64, buf []byte) (float64, error) {
 
 func main() {
 	child := flag.String("serve", "", "run as the receiving child of this variant")
-	listen := flag.String("listen", "", "the child's address (default: a free TCP port, or a Unix socket in a temporary directory)")
+	listen := flag.String("listen", "", "the child's address (-serve; the parent passes a free TCP port, or a Unix socket in its temporary directory)")
 	network := flag.String("net", "tcp", "tcp or unix")
 	n := flag.Int("n", 8, "transfers per variant")
 	list := flag.String("variants", "serve,serve-seq,ring-4x2048,ring-4x2048-heap,ring-4x2048-nodl,ring-4x2048-nomsg,hot-4x2048", "variants, comma-separated")
@@ -494,7 +494,7 @@ func run(child, network, listen string, n int, list string, args []string) error
 		return serve(v, network, listen)
 	}
 	if len(args) != 1 {
-		return errors.New("usage: recv-bench [-n N] [-variants V,...] FILE")
+		return errors.New("usage: recv-bench [-n N] [-net tcp|unix] [-variants V,...] FILE")
 	}
 	f, err := os.Open(args[0])
 	if err != nil {
