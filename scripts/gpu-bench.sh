@@ -6,7 +6,7 @@
 # carry beside gpu/libcache, a library saved by an earlier SAVE_LIB=1 call).
 #
 #   scripts/gpu-bench.sh build   # libggml-cuda for sm_90, GPU correctness tests, raw copy rate, sm_120 compile
-#   scripts/gpu-bench.sh bench   # hydra-bench on a 1.2 GB llama state (builds the sm_90 library if missing; RUNS=N tables in a row; BENCH_OPTS=key=value: one more --backend-opt; BENCH_ARGS: more hydra-bench flags, e.g. "--ring-depth 4"; TARGETS_ONLY=1: only the rows the targets name, e.g. with REPS=8; with RUNS>1 scripts/targets-summary.py sums the tables up)
+#   scripts/gpu-bench.sh bench   # hydra-bench on a 1.2 GB llama state (builds the sm_90 library if missing; RUNS=N tables in a row; BENCH_OPTS=key=value: one more --backend-opt; BENCH_ARGS: more hydra-bench flags, e.g. "--ring-depth 4"; TARGETS_ONLY=1: only the rows the targets name, e.g. with REPS=8; with RUNS>1 scripts/targets-summary.py sums the tables up; CLIENT_CPUS=LIST: hydra-bench under taskset, e.g. with BENCH_ARGS="--raw-server process --server-cpus 2-15")
 #   scripts/gpu-bench.sh mock    # hydra-bench on the mock plugin (no CUDA build): the host pipeline with 16 cores (RUNS, REPS, TARGETS_ONLY, BENCH_ARGS as for bench)
 #   scripts/gpu-bench.sh recv    # recv-bench on a 1.2 GB file, twice (no CUDA build): the host's receive loop against a raw one (VARIANTS; NET=unix: over a Unix socket)
 #   scripts/gpu-bench.sh pin-ab  # STATE_GET of the 1.2 GB state with pin_ring=true vs false, same run (hydractl)
@@ -71,7 +71,8 @@ mock)
 		name=mock-h200
 		((run > 1)) && name=mock-h200-$run
 		step "hydra-bench ($name), mock plugin: 1.206 GB state, TCP and Unix, STATE_GET and STATE_PUT"
-		"$G/hydra-bench" --bin "$G" --out "$OUT" --name "$name" --reps "${REPS:-3}" ${TARGETS_ONLY:+--targets-only} ${BENCH_ARGS:-} 2>&1 | tail -60
+		# shellcheck disable=SC2086 # CLIENT_CPUS is one word or none
+		${CLIENT_CPUS:+taskset -c $CLIENT_CPUS} "$G/hydra-bench" --bin "$G" --out "$OUT" --name "$name" --reps "${REPS:-3}" ${TARGETS_ONLY:+--targets-only} ${BENCH_ARGS:-} 2>&1 | tail -60
 	done
 	if ((${RUNS:-1} > 1)); then
 		step "the targets over the $RUNS tables (scripts/targets-summary.py)"
@@ -222,7 +223,8 @@ pin-ab|copy-ab|splice-ab|stream-ab|plugin-ab|variant-ab|bench)
 		name=gpu-h200
 		((run > 1)) && name=gpu-h200-$run
 		step "hydra-bench ($name): 9,200 tokens → 1.206 GB state, TCP and Unix, STATE_GET and STATE_PUT"
-		"$G/hydra-bench" --bin "$G" --out "$OUT" --name "$name" --reps "${REPS:-2}" \
+		# shellcheck disable=SC2086 # CLIENT_CPUS is one word or none
+		${CLIENT_CPUS:+taskset -c $CLIENT_CPUS} "$G/hydra-bench" --bin "$G" --out "$OUT" --name "$name" --reps "${REPS:-2}" \
 			--backend "$G/hydra-plugin-cuda-llama" --model "$G/synth.gguf" --prefill-tokens 9200 \
 			--backend-opt lib_dir="$G" --backend-opt n_gpu_layers=99 --backend-opt n_ctx=18688 --backend-opt n_threads=8 \
 			${BENCH_OPTS:+--backend-opt "$BENCH_OPTS"} ${TARGETS_ONLY:+--targets-only} ${BENCH_ARGS:-} 2>&1 | tail -60

@@ -74,10 +74,10 @@ type engineProc struct {
 }
 
 // startEngine starts bin/hydra-engine on the mock plugin binary with the
-// given extra flags, listening on a free TCP port and a Unix socket in
+// given extra flags (on cpus, when set: --server-cpus), listening on a free TCP port and a Unix socket in
 // sockDir, and waits until INFO answers on both (the engine listens before
 // it loads the plugin, so a bare connect proves nothing).
-func startEngine(ctx context.Context, bin, sockDir string, backend backendSpec, extra []string) (*engineProc, error) {
+func startEngine(ctx context.Context, bin, sockDir string, backend backendSpec, extra []string, cpus string) (*engineProc, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -95,7 +95,7 @@ func startEngine(ctx context.Context, bin, sockDir string, backend backendSpec, 
 	}
 	e.args = append(append([]string{"--rpc", e.tcp, "--rpc", e.unix, "--http", e.http}, backend.args(bin)...),
 		append([]string{"--slots", "2", "--log-level", "warn"}, extra...)...)
-	e.cmd = exec.Command(filepath.Join(bin, "hydra-engine"), e.args...)
+	e.cmd = command(cpus, filepath.Join(bin, "hydra-engine"), e.args...)
 	e.cmd.Stdout, e.cmd.Stderr = e.logs, e.logs
 	// An interrupted benchmark must not leave 1 GB engines behind; the engine
 	// takes its plugin's process group down with it.

@@ -80,6 +80,7 @@ type options struct {
 	backend  backendSpec
 	raws     []string // --raw-server: raw server kinds, the first the ratios' baseline
 	blocking bool     // --client-sends blocking: Unix-socket writes are blocking write(2)s
+	cpus     string   // --server-cpus: taskset CPU list of the engines and the raw server process
 }
 
 func main() {
@@ -100,6 +101,7 @@ func main() {
 	fs.Var((*listFlag)(&o.backend.opts), "backend-opt", "backend option key=value for --backend (repeatable)")
 	fs.IntVar(&o.backend.tokens, "prefill-tokens", 9200, "with --backend: raw token ids to prefill (sets the state size)")
 	sends := fs.String("client-sends", "poller", "how the client writes to a Unix socket, to the raw servers and the engine alike: poller (Go's, parking on the runtime's poller when the socket is full) or blocking (blocking write(2)s, as a C# or Python client sends)")
+	fs.StringVar(&o.cpus, "server-cpus", "", "run the engines (and their plugins) and the raw server process on these CPUs, a taskset list (e.g. 2-15); run hydra-bench itself under taskset to place the client")
 	rawServers := fs.String("raw-server", rawInProc, "raw socket servers, comma-separated, the first the ratios' baseline: "+rawInProc+" (in this process) or "+rawOwnProc+" (a process of its own)")
 	fs.Parse(os.Args[1:])
 	if fs.NArg() > 0 {
@@ -121,6 +123,10 @@ func main() {
 		o.blocking = true
 	default:
 		fmt.Fprintf(os.Stderr, "hydra-bench: --client-sends %q: want poller or blocking\n", *sends)
+		os.Exit(2)
+	}
+	if err := checkCPUList(o.cpus); err != nil {
+		fmt.Fprintln(os.Stderr, "hydra-bench: --server-cpus:", err)
 		os.Exit(2)
 	}
 	var err error
@@ -190,6 +196,9 @@ func run(ctx context.Context, o options, command string, log io.Writer) error {
 		b.prompt = tokenPrompt(o.backend.tokens)
 	}
 	b.rep = &report{Machine: machineInfo(o.bin), Command: command, State: b.o.backend.describe(), Mock: b.o.backend.mock(), SVGName: o.name + ".svg", Reps: o.reps, Quick: o.quick, TargetsOnly: o.targets, Depth: o.depth, BlockingSends: o.blocking}
+	if o.cpus != "" {
+		b.rep.Machine.Affinity = fmt.Sprintf("client (this process%s): %s; engines, their plugins and the raw server process: %s", rawInProcNote(o.raws), ownCPUs(), o.cpus)
+	}
 	for _, tr := range transports {
 		for _, op := range []string{opGet, opPut} {
 			p := &panel{Transport: tr, Op: op, Raw: result{RawKind: o.raws[0], HostMiB: math.NaN(), PluginMiB: math.NaN()}}
@@ -244,7 +253,7 @@ func (b *bench) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	e, err := startEngine(ctx, b.o.bin, dir, b.o.backend, nil)
+	e, err := startEngine(ctx, b.o.bin, dir, b.o.backend, nil, b.o.cpus)
 	if err != nil {
 		return err
 	}
@@ -308,7 +317,7 @@ func (b *bench) startRaw(ctx context.Context) error {
 			if tr == "unix" {
 				url = "unix://" + filepath.Join(b.tmp, "raw-"+kind+".sock")
 			}
-			s, err := startRaw(kind, url, b.size)
+			s, err := startRaw(kind, url, b.size, b.o.cpus)
 			if err != nil {
 				return err
 			}
@@ -344,7 +353,7 @@ func (b *bench) runConfig(ctx context.Context, cfg engineConfig, tag string) err
 	if err != nil {
 		return err
 	}
-	e, err := startEngine(ctx, b.o.bin, dir, b.o.backend, cfg.flags())
+	e, err := startEngine(ctx, b.o.bin, dir, b.o.backend, cfg.flags(), b.o.cpus)
 	if err != nil {
 		return err
 	}

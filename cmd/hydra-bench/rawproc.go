@@ -45,10 +45,11 @@ func parseRawKinds(s string) ([]string, error) {
 	return kinds, nil
 }
 
-// startRaw starts a raw server of kind on url.
-func startRaw(kind, url string, size uint64) (rawBaseline, error) {
+// startRaw starts a raw server of kind on url; a server process runs on
+// cpus when set (--server-cpus).
+func startRaw(kind, url string, size uint64, cpus string) (rawBaseline, error) {
 	if kind == rawOwnProc {
-		return startRawProcess(url, size)
+		return startRawProcess(url, size, cpus)
 	}
 	return startRawServer(url, size)
 }
@@ -92,12 +93,12 @@ type rawProcess struct {
 	done  chan struct{}
 }
 
-func startRawProcess(url string, size uint64) (*rawProcess, error) {
+func startRawProcess(url string, size uint64, cpus string) (*rawProcess, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(self)
+	cmd := command(cpus, self)
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d", rawProcEnv, url, size))
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}

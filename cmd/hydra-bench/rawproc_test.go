@@ -50,7 +50,7 @@ func TestRawProcess(t *testing.T) {
 	if _, err := blob.Write(make([]byte, size)); err != nil {
 		t.Fatal(err)
 	}
-	p, err := startRaw(rawOwnProc, "unix://"+filepath.Join(dir, "raw.sock"), size)
+	p, err := startRaw(rawOwnProc, "unix://"+filepath.Join(dir, "raw.sock"), size, "")
 	if err != nil {
 		t.Fatal(err)
 	}

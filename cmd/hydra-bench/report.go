@@ -22,6 +22,7 @@ const (
 
 type machine struct {
 	NProc               int
+	Affinity            string // --server-cpus: where the client and the receivers ran
 	CPU, Memory, Kernel string
 	Go, EngineGo        string
 	Date                string
@@ -317,6 +318,9 @@ func (r *report) markdown(w io.Writer) error {
 	p("| command | `%s` |\n", r.Command)
 	p("| date | %s |\n", m.Date)
 	p("| CPUs (`nproc`) | %d |\n", m.NProc)
+	if m.Affinity != "" {
+		p("| CPU affinity (`--server-cpus`) | %s |\n", m.Affinity)
+	}
 	p("| CPU | %s |\n", orUnknown(m.CPU))
 	p("| memory | %s |\n", orUnknown(memName(m.Memory)))
 	p("| kernel | %s |\n", orUnknown(m.Kernel))

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"fmt"
+	"os/exec"
+	"regexp"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// --server-cpus: the engines and the raw server process run under
+// `taskset -c LIST`, so the receivers can be kept off the client's CPUs
+// (run hydra-bench itself under taskset for the client's): on a VM, where the
+// kernel places the two ends of a socket is one more thing that differs
+// between runs. The plugin inherits its engine's CPUs.
+
+var cpuListRE = regexp.MustCompile(`^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$`)
+
+// checkCPUList validates a taskset CPU list and that taskset is there.
+func checkCPUList(list string) error {
+	if list == "" {
+		return nil
+	}
+	if !cpuListRE.MatchString(list) {
+		return fmt.Errorf("%q is not a CPU list (e.g. 2-15 or 0,2,4-7)", list)
+	}
+	if _, err := exec.LookPath("taskset"); err != nil {
+		return fmt.Errorf("pinning to CPUs %s needs taskset (util-linux): %w", list, err)
+	}
+	return nil
+}
+
+// command is exec.Command(name, args...), under `taskset -c cpus` when cpus
+// is set (taskset execs name, which keeps the process ID).
+func command(cpus, name string, args ...string) *exec.Cmd {
+	if cpus == "" {
+		return exec.Command(name, args...)
+	}
+	return exec.Command("taskset", append([]string{"-c", cpus, name}, args...)...)
+}
+
+// ownCPUs is this process's CPU affinity as a list (0-3,8).
+func ownCPUs() string {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	var parts []string
+	for cpu := 0; cpu < 1024; {
+		if !set.IsSet(cpu) {
+			cpu++
+			continue
+		}
+		end := cpu
+		for end+1 < 1024 && set.IsSet(end+1) {
+			end++
+		}
+		if end == cpu {
+			parts = append(parts, fmt.Sprint(cpu))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d-%d", cpu, end))
+		}
+		cpu = end + 1
+	}
+	return strings.Join(parts, ",")
+}
+
+// rawInProcNote names the in-process raw server beside the client, which
+// runs on the client's CPUs.
+func rawInProcNote(raws []string) string {
+	for _, k := range raws {
+		if k == rawInProc {
+			return ", with the in-process raw server"
+		}
+	}
+	return ""
+}
