@@ -5,6 +5,7 @@ import (
 	"encoding/xml"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -262,5 +263,22 @@ func TestPlan(t *testing.T) {
 		if c.Plane == "grpc" && (c.Depth != 0 || strings.Contains(strings.Join(c.flags(), " "), "ring-depth")) {
 			t.Errorf("gRPC configuration %+v has a ring depth", c)
 		}
+	}
+}
+
+// TestEngineFlags: --engine-arg flags come first, so a configuration's own
+// (the serial rows' --splice-put=false) win; the user's list is not changed.
+func TestEngineFlags(t *testing.T) {
+	user := []string{"--splice-put=true", "--socket-buffer=-1"}
+	got := engineFlags(user, engineConfig{Plane: "shm", Depth: 1})
+	want := []string{"--splice-put=true", "--socket-buffer=-1", "--data-plane", "shm", "--ring-depth", "1", "--splice-put=false"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("%q, want %q", got, want)
+	}
+	if got := engineFlags(user, engineConfig{Plane: "grpc"}); !slices.Equal(got, []string{"--splice-put=true", "--socket-buffer=-1", "--data-plane", "grpc"}) {
+		t.Fatalf("grpc: %q", got)
+	}
+	if len(user) != 2 || user[1] != "--socket-buffer=-1" {
+		t.Fatalf("the user's flags changed: %q", user)
 	}
 }

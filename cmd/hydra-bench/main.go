@@ -24,6 +24,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -81,6 +82,7 @@ type options struct {
 	raws     []string // --raw-server: raw server kinds, the first the ratios' baseline
 	blocking bool     // --client-sends blocking: Unix-socket writes are blocking write(2)s
 	cpus     string   // --server-cpus: taskset CPU list of the engines and the raw server process
+	engine   []string // --engine-arg: more flags for every engine, before each configuration's own
 }
 
 func main() {
@@ -101,6 +103,7 @@ func main() {
 	fs.Var((*listFlag)(&o.backend.opts), "backend-opt", "backend option key=value for --backend (repeatable)")
 	fs.IntVar(&o.backend.tokens, "prefill-tokens", 9200, "with --backend: raw token ids to prefill (sets the state size)")
 	sends := fs.String("client-sends", "poller", "how the client writes to a Unix socket, to the raw servers and the engine alike: poller (Go's, parking on the runtime's poller when the socket is full) or blocking (blocking write(2)s, as a C# or Python client sends)")
+	fs.Var((*listFlag)(&o.engine), "engine-arg", "one more flag for every hydra-engine, e.g. --engine-arg=--splice-put=false (repeatable; a configuration's own flags, such as the serial rows' --splice-put=false, come after and win)")
 	fs.StringVar(&o.cpus, "server-cpus", "", "run the engines (and their plugins) and the raw server process on these CPUs, a taskset list (e.g. 2-15); run hydra-bench itself under taskset to place the client")
 	rawServers := fs.String("raw-server", rawInProc, "raw socket servers, comma-separated, the first the ratios' baseline: "+rawInProc+" (in this process) or "+rawOwnProc+" (a process of its own)")
 	fs.Parse(os.Args[1:])
@@ -253,7 +256,7 @@ func (b *bench) setup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	e, err := startEngine(ctx, b.o.bin, dir, b.o.backend, nil, b.o.cpus)
+	e, err := startEngine(ctx, b.o.bin, dir, b.o.backend, b.o.engine, b.o.cpus)
 	if err != nil {
 		return err
 	}
@@ -353,7 +356,7 @@ func (b *bench) runConfig(ctx context.Context, cfg engineConfig, tag string) err
 	if err != nil {
 		return err
 	}
-	e, err := startEngine(ctx, b.o.bin, dir, b.o.backend, cfg.flags(), b.o.cpus)
+	e, err := startEngine(ctx, b.o.bin, dir, b.o.backend, engineFlags(b.o.engine, cfg), b.o.cpus)
 	if err != nil {
 		return err
 	}
@@ -689,4 +692,10 @@ func quoteArgs(args []string) []string {
 		out[i] = a
 	}
 	return out
+}
+
+// engineFlags is a configuration's engine flags after the --engine-arg ones,
+// so that the configuration's own win (the serial rows' --splice-put=false).
+func engineFlags(user []string, cfg engineConfig) []string {
+	return append(slices.Clone(user), cfg.flags()...)
 }
