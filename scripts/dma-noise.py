@@ -9,8 +9,8 @@ a restore from the shm ring: MODE dma uploads only; write+dma has the CPU
 write each piece first (the host's copy from the socket) and then uploads it;
 write only writes; sleep does nothing but wake as often (one wake-up a
 piece); spin does nothing, busily, never sleeping. Run it in the background
-of recv-bench to see whether the
-uploads slow the socket's two ends (docs/benchmarks/README.md, 31).
+of recv-bench to see whether such a neighbour slows the socket's two ends
+(docs/benchmarks/README.md, 33).
 """
 import signal
 import sys

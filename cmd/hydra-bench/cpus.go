@@ -4,9 +4,7 @@ import (
 	"fmt"
 	"os/exec"
 	"regexp"
-	"strings"
-
-	"golang.org/x/sys/unix"
+	"slices"
 )
 
 // --server-cpus: the engines and the raw server process run under
@@ -40,39 +38,16 @@ func command(cpus, name string, args ...string) *exec.Cmd {
 	return exec.Command("taskset", append([]string{"-c", cpus, name}, args...)...)
 }
 
-// ownCPUs is this process's CPU affinity as a list (0-3,8).
+// ownCPUs is this process's CPU affinity as the kernel lists it (0-3,8).
 func ownCPUs() string {
-	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &set); err != nil {
-		return "unknown (" + err.Error() + ")"
-	}
-	var parts []string
-	for cpu := 0; cpu < 1024; {
-		if !set.IsSet(cpu) {
-			cpu++
-			continue
-		}
-		end := cpu
-		for end+1 < 1024 && set.IsSet(end+1) {
-			end++
-		}
-		if end == cpu {
-			parts = append(parts, fmt.Sprint(cpu))
-		} else {
-			parts = append(parts, fmt.Sprintf("%d-%d", cpu, end))
-		}
-		cpu = end + 1
-	}
-	return strings.Join(parts, ",")
+	return orUnknown(firstField("/proc/self/status", "Cpus_allowed_list"))
 }
 
 // rawInProcNote names the in-process raw server beside the client, which
 // runs on the client's CPUs.
 func rawInProcNote(raws []string) string {
-	for _, k := range raws {
-		if k == rawInProc {
-			return ", with the in-process raw server"
-		}
+	if slices.Contains(raws, rawInProc) {
+		return ", with the in-process raw server"
 	}
 	return ""
 }

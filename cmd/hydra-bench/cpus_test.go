@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -51,17 +50,7 @@ func TestRawProcessPinned(t *testing.T) {
 	}
 	defer p.close()
 	rp := p.(*rawProcess)
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(rp.cmd.Process.Pid) + "/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var allowed string
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "Cpus_allowed_list:"); ok {
-			allowed = strings.TrimSpace(v)
-		}
-	}
-	if allowed != cpu {
+	if allowed := firstField("/proc/"+strconv.Itoa(rp.cmd.Process.Pid)+"/status", "Cpus_allowed_list"); allowed != cpu {
 		t.Fatalf("the raw server process runs on CPUs %q, want %q", allowed, cpu)
 	}
 }

@@ -74,9 +74,10 @@ type engineProc struct {
 }
 
 // startEngine starts bin/hydra-engine on the mock plugin binary with the
-// given extra flags (on cpus, when set: --server-cpus), listening on a free TCP port and a Unix socket in
-// sockDir, and waits until INFO answers on both (the engine listens before
-// it loads the plugin, so a bare connect proves nothing).
+// given extra flags (on cpus when set: --server-cpus), listening on a free
+// TCP port and a Unix socket in sockDir, and waits until INFO answers on both
+// (the engine listens before it loads the plugin, so a bare connect proves
+// nothing).
 func startEngine(ctx context.Context, bin, sockDir string, backend backendSpec, extra []string, cpus string) (*engineProc, error) {
 	port, err := freePort()
 	if err != nil {
