@@ -79,10 +79,10 @@ type options struct {
 	depth    int    // --ring-depth of the pipelined runs
 	name     string // output files' base name
 	backend  backendSpec
-	raws     []string // --raw-server: raw server kinds, the first the ratios' baseline
-	blocking bool     // --client-sends blocking: Unix-socket writes are blocking write(2)s
-	cpus     string   // --server-cpus: taskset CPU list of the engines and the raw server process
-	engine   []string // --engine-arg: more flags for every engine, before each configuration's own
+	raws     []string   // --raw-server: raw server kinds, the first the ratios' baseline
+	client   clientOpts // --client-sends, --client-sockbuf
+	cpus     string     // --server-cpus: taskset CPU list of the engines and the raw server process
+	engine   []string   // --engine-arg: more flags for every engine, before each configuration's own
 }
 
 func main() {
@@ -103,6 +103,7 @@ func main() {
 	fs.Var((*listFlag)(&o.backend.opts), "backend-opt", "backend option key=value for --backend (repeatable)")
 	fs.IntVar(&o.backend.tokens, "prefill-tokens", 9200, "with --backend: raw token ids to prefill (sets the state size)")
 	sends := fs.String("client-sends", "poller", "how the client writes to a Unix socket, to the raw servers and the engine alike: poller (Go's, parking on the runtime's poller when the socket is full) or blocking (blocking write(2)s, as a C# or Python client sends)")
+	fs.IntVar(&o.client.sockbuf, "client-sockbuf", 0, "SO_SNDBUF/SO_RCVBUF in bytes the client asks for on its Unix sockets, to the raw servers and the engine alike (0: the kernel's default, net.core.wmem_default, as a C# or Python client that sets none; the kernel caps it at net.core.wmem_max)")
 	fs.Var((*listFlag)(&o.engine), "engine-arg", "one more flag for every hydra-engine, e.g. --engine-arg=--splice-put=false (repeatable; a configuration's own flags, such as the serial rows' --splice-put=false, come after and win)")
 	fs.StringVar(&o.cpus, "server-cpus", "", "run the engines (and their plugins) and the raw server process on these CPUs, a taskset list (e.g. 2-15); run hydra-bench itself under taskset to place the client")
 	rawServers := fs.String("raw-server", rawInProc, "raw socket servers, comma-separated, the first the ratios' baseline: "+rawInProc+" (in this process) or "+rawOwnProc+" (a process of its own)")
@@ -123,9 +124,13 @@ func main() {
 	switch *sends {
 	case "poller":
 	case "blocking":
-		o.blocking = true
+		o.client.blocking = true
 	default:
 		fmt.Fprintf(os.Stderr, "hydra-bench: --client-sends %q: want poller or blocking\n", *sends)
+		os.Exit(2)
+	}
+	if o.client.sockbuf < 0 {
+		fmt.Fprintln(os.Stderr, "hydra-bench: --client-sockbuf must be 0 (the kernel's default) or a byte count")
 		os.Exit(2)
 	}
 	if err := checkCPUList(o.cpus); err != nil {
@@ -198,7 +203,13 @@ func run(ctx context.Context, o options, command string, log io.Writer) error {
 	} else {
 		b.prompt = tokenPrompt(o.backend.tokens)
 	}
-	b.rep = &report{Machine: machineInfo(o.bin), Command: command, State: b.o.backend.describe(), Mock: b.o.backend.mock(), SVGName: o.name + ".svg", Reps: o.reps, Quick: o.quick, TargetsOnly: o.targets, Depth: o.depth, BlockingSends: o.blocking}
+	b.rep = &report{Machine: machineInfo(o.bin), Command: command, State: b.o.backend.describe(), Mock: b.o.backend.mock(), SVGName: o.name + ".svg", Reps: o.reps, Quick: o.quick, TargetsOnly: o.targets, Depth: o.depth, Client: o.client}
+	if o.client.sockbuf > 0 {
+		if b.rep.ClientSndBuf, err = sendBuffer(o.client.sockbuf); err != nil {
+			fmt.Fprintln(os.Stderr, "hydra-bench: --client-sockbuf:", err)
+			os.Exit(1)
+		}
+	}
 	if o.cpus != "" {
 		b.rep.Machine.Affinity = fmt.Sprintf("client (this process%s): %s; engines, their plugins and the raw server process: %s", rawInProcNote(o.raws), ownCPUs(), o.cpus)
 	}
@@ -325,7 +336,7 @@ func (b *bench) startRaw(ctx context.Context) error {
 				return err
 			}
 			side.servers[tr] = s
-			if side.clients[tr], err = dialClient(ctx, s.addr(), b.o.blocking); err != nil {
+			if side.clients[tr], err = dialClient(ctx, s.addr(), b.o.client); err != nil {
 				return err
 			}
 		}
@@ -373,7 +384,7 @@ func (b *bench) runConfig(ctx context.Context, cfg engineConfig, tag string) err
 		if tr == "unix" {
 			url = e.unix
 		}
-		c, err := dialClient(ctx, url, b.o.blocking)
+		c, err := dialClient(ctx, url, b.o.client)
 		if err != nil {
 			return err
 		}

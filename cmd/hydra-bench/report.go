@@ -185,10 +185,11 @@ type report struct {
 	Mock          bool
 	Reps          int
 	Quick         bool
-	TargetsOnly   bool // only the configurations the targets name ran
-	Depth         int  // the pipelined shm runs' --ring-depth (0: auto)
-	BlockingSends bool // --client-sends blocking
-	PeakWindow    bool // peak RSS was reset after the prefill and between directions
+	TargetsOnly   bool       // only the configurations the targets name ran
+	Depth         int        // the pipelined shm runs' --ring-depth (0: auto)
+	Client        clientOpts // --client-sends, --client-sockbuf
+	ClientSndBuf  int        // the SO_SNDBUF getsockopt gave for --client-sockbuf
+	PeakWindow    bool       // peak RSS was reset after the prefill and between directions
 	IdleHostMiB   float64
 	IdlePluginMiB float64
 	Verified      int // engines whose slot 1 decoded like slot 0
@@ -196,12 +197,17 @@ type report struct {
 	Duration      time.Duration
 }
 
-// sendsNote says how the client writes to a Unix socket (--client-sends).
-func sendsNote(blocking bool) string {
-	if blocking {
-		return ", in blocking write(2)s as a C# or Python client sends (`--client-sends blocking`), to the raw servers and the engine alike"
+// sendsNote says how the client writes to a Unix socket (--client-sends,
+// --client-sockbuf).
+func (r *report) sendsNote() string {
+	s := ", parking on Go's poller when the socket is full"
+	if r.Client.blocking {
+		s = ", in blocking write(2)s as a C# or Python client sends (`--client-sends blocking`), to the raw servers and the engine alike"
 	}
-	return ", parking on Go's poller when the socket is full"
+	if r.Client.sockbuf > 0 {
+		s += fmt.Sprintf("; its Unix sockets ask for %d-byte SO_SNDBUF/SO_RCVBUF (`--client-sockbuf`; getsockopt gives %d), where a client that sets none has the kernel's default", r.Client.sockbuf, r.ClientSndBuf)
+	}
+	return s
 }
 
 func transportName(tr string) string {
@@ -341,7 +347,7 @@ func (r *report) markdown(w io.Writer) error {
 		"`state_chunk_size` is set with CONFIGURE; the STATE_PUT runs come first, then slot 0 is prefilled for the STATE_GET runs.\n", plugin, strings.Join(redactAddrs(r.EngineArgs), " "))
 	p("- STATE_GET reads slot 0; the client reads the reply body into one reused 1 MiB buffer. "+
 		"STATE_PUT restores slot 1 from a file holding slot 0's blob, sent with `transport.Client.Do` and the `*os.File` as payload "+
-		"(the kernel's sendfile on TCP; on a Unix socket Go copies through the client's 1 MiB buffer%s). %s\n", sendsNote(r.BlockingSends), verifyNote(r.Mock))
+		"(the kernel's sendfile on TCP; on a Unix socket Go copies through the client's 1 MiB buffer%s). %s\n", r.sendsNote(), verifyNote(r.Mock))
 	p("- **raw socket**: %s on the same kind of socket, speaking just enough framing for the same client code: "+
 		"it writes the same byte count from one reused 4 MiB buffer (GET) or reads and discards it (PUT). "+
 		"Its accepted connections get the engine's default socket buffers (4 MiB SO_SNDBUF/SO_RCVBUF on a Unix socket, autotuning on TCP), so both sides of a ratio use the same socket settings. "+

@@ -56,22 +56,66 @@ func (c blockingConn) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// dialClient dials url for the benchmark's client; with blocking, a Unix
-// socket's writes are blockingConn's.
-func dialClient(ctx context.Context, url string, blocking bool) (*transport.Client, error) {
-	if !blocking || !strings.HasPrefix(url, "unix://") {
+// clientOpts is how the benchmark's client treats its Unix sockets, to the
+// raw servers and the engine alike.
+type clientOpts struct {
+	blocking bool // --client-sends blocking: writes are blockingConn's
+	sockbuf  int  // --client-sockbuf: SO_SNDBUF/SO_RCVBUF asked for (0: the kernel's default)
+}
+
+// dialClient dials url for the benchmark's client, a Unix socket as o says.
+func dialClient(ctx context.Context, url string, o clientOpts) (*transport.Client, error) {
+	if !strings.HasPrefix(url, "unix://") || (!o.blocking && o.sockbuf == 0) {
 		return transport.DialClient(ctx, url)
 	}
 	conn, err := transport.Dial(ctx, url)
 	if err != nil {
 		return nil, err
 	}
-	bc, err := newBlockingConn(conn)
+	c, err := unixClientConn(conn, o)
 	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("%s: %w", url, err)
 	}
-	return transport.NewClient(bc), nil
+	return transport.NewClient(c), nil
+}
+
+func unixClientConn(conn net.Conn, o clientOpts) (net.Conn, error) {
+	if o.sockbuf > 0 {
+		uc, ok := conn.(*net.UnixConn)
+		if !ok {
+			return nil, fmt.Errorf("a %T, not a Unix socket", conn)
+		}
+		if err := uc.SetWriteBuffer(o.sockbuf); err != nil {
+			return nil, err
+		}
+		if err := uc.SetReadBuffer(o.sockbuf); err != nil {
+			return nil, err
+		}
+	}
+	if !o.blocking {
+		return conn, nil
+	}
+	return newBlockingConn(conn)
+}
+
+// sendBuffer is the SO_SNDBUF the kernel gave a Unix socket of this host
+// asked for want bytes (0: none asked), as getsockopt reports it (twice what
+// it counts as payload room): the kernel caps requests at net.core.wmem_max,
+// so the table says what the client really had.
+func sendBuffer(want int) (int, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fds[0])
+	defer unix.Close(fds[1])
+	if want > 0 {
+		if err := unix.SetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_SNDBUF, want); err != nil {
+			return 0, err
+		}
+	}
+	return unix.GetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_SNDBUF)
 }
 
 func newBlockingConn(conn net.Conn) (blockingConn, error) {

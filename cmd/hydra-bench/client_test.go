@@ -7,8 +7,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestBlockingConn: writes larger than the socket's buffer go through whole,
@@ -72,9 +75,10 @@ func TestBlockingConn(t *testing.T) {
 	}
 }
 
-// TestBlockingClientPut: a STATE_PUT and a STATE_GET through a client with
-// blocking sends, against the raw server over a Unix socket.
-func TestBlockingClientPut(t *testing.T) {
+// TestClientPut: a STATE_PUT and a STATE_GET through clients with blocking
+// sends, asked-for socket buffers and both, against the raw server over a
+// Unix socket.
+func TestClientPut(t *testing.T) {
 	dir := t.TempDir()
 	const size = 3<<20 + 17
 	s, err := startRawServer("unix://"+filepath.Join(dir, "raw.sock"), size)
@@ -82,12 +86,6 @@ func TestBlockingClientPut(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.close()
-	ctx := context.Background()
-	c, err := dialClient(ctx, s.addr(), true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	blob, err := os.Create(filepath.Join(dir, "blob"))
 	if err != nil {
 		t.Fatal(err)
@@ -96,12 +94,71 @@ func TestBlockingClientPut(t *testing.T) {
 	if _, err := blob.Write(make([]byte, size)); err != nil {
 		t.Fatal(err)
 	}
-	for range 2 {
-		if _, err := putOnce(ctx, c, blob, size, "1"); err != nil {
+	ctx := context.Background()
+	for _, o := range []clientOpts{{blocking: true}, {sockbuf: 64 << 10}, {blocking: true, sockbuf: 1 << 20}} {
+		c, err := dialClient(ctx, s.addr(), o)
+		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := getOnce(ctx, c, size, make([]byte, 1<<20)); err != nil {
+		for range 2 {
+			if _, err := putOnce(ctx, c, blob, size, "1"); err != nil {
+				t.Fatalf("%+v: %v", o, err)
+			}
+			if _, err := getOnce(ctx, c, size, make([]byte, 1<<20)); err != nil {
+				t.Fatalf("%+v: %v", o, err)
+			}
+		}
+		c.Close()
+	}
+}
+
+// TestClientSockBuf: --client-sockbuf reaches the client's socket, and the
+// report's figure (sendBuffer) is what that socket has.
+func TestClientSockBuf(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			defer c.Close()
+			c.Read(make([]byte, 1))
+		}
+	}()
+	sndbuf := func(c net.Conn) int {
+		raw, err := c.(syscall.Conn).SyscallConn()
+		if err != nil {
 			t.Fatal(err)
 		}
+		var n int
+		var serr error
+		if err := raw.Control(func(fd uintptr) { n, serr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF) }); err != nil || serr != nil {
+			t.Fatal(err, serr)
+		}
+		return n
+	}
+	const want = 64 << 10 // under any net.core.wmem_max; the kernel doubles it
+	for _, o := range []clientOpts{{sockbuf: want}, {blocking: true, sockbuf: want}} {
+		conn, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := unixClientConn(conn, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := sndbuf(c)
+		if got != 2*want {
+			t.Errorf("%+v: SO_SNDBUF %d, want %d", o, got, 2*want)
+		}
+		if rep, err := sendBuffer(want); err != nil || rep != got {
+			t.Errorf("sendBuffer(%d) = %d, %v; the socket has %d", want, rep, err, got)
+		}
+		if _, blocking := c.(blockingConn); blocking != o.blocking {
+			t.Errorf("%+v: a %T", o, c)
+		}
+		c.Close()
 	}
 }
