@@ -130,7 +130,7 @@ func (p *Plugin) useShm(ctx context.Context, b iface.Backend, opts PluginOptions
 		return nil
 	}
 	gc.UseShm(p.shm, max(opts.RingDepth, 0))
-	gc.NoSplice, gc.SplicePipes = opts.NoSplice, opts.SplicePipes
+	gc.NoSplice, gc.SplicePipes, gc.RelayUnix = opts.NoSplice, opts.SplicePipes, opts.RelayUnix
 	p.DataPlane = "shm"
 	return nil
 }
@@ -170,6 +170,9 @@ type PluginOptions struct {
 	// SplicePipes is how many pipes a spliced STATE_PUT fills in turn (0:
 	// iface.DefaultSplicePipes), where the plugin reads that many.
 	SplicePipes int
+	// RelayUnix relays STATE_PUTs from Unix sockets onto the ring through
+	// the host's pipes, as TCP ones are (iface.GRPCClient.RelayUnix).
+	RelayUnix bool
 	// SHA256, when set (hex), pins the plugin executable: go-plugin hashes
 	// the file before it runs it and refuses a mismatch.
 	SHA256 string
@@ -229,7 +232,7 @@ func StartPlugin(ctx context.Context, spec PluginSpec, load iface.LoadRequest, o
 		shm.Close()
 		p.shm = nil
 	}
-	logger.Info("backend data plane", "backend", spec.Name, "data_plane", p.DataPlane, "ring_depth", ringDepthName(opts.RingDepth), "splice_put", splices(b), "splice_pipes", opts.SplicePipes)
+	logger.Info("backend data plane", "backend", spec.Name, "data_plane", p.DataPlane, "ring_depth", ringDepthName(opts.RingDepth), "splice_put", splices(b), "splice_pipes", opts.SplicePipes, "relay_unix", opts.RelayUnix)
 	info, err := b.Load(ctx, load)
 	if err != nil {
 		p.Kill()

@@ -43,6 +43,10 @@ type GRPCClient struct {
 	// SplicePipes is how many pipes a spliced restore fills in turn, where
 	// the plugin reads that many; 0 means DefaultSplicePipes.
 	SplicePipes int
+	// RelayUnix relays restores onto the ring from Unix sockets too, as
+	// from TCP ones (shm_relay_linux.go), for comparisons: the host then
+	// drains the socket by splicing, which returns the sender's buffer sooner.
+	RelayUnix bool
 }
 
 var _ Backend = (*GRPCClient)(nil)

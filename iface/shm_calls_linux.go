@@ -159,7 +159,7 @@ func (c *GRPCClient) statePutShm(ctx context.Context, slot int, tokens []int32, 
 	chunk = int(min(int64(chunk), max(size, 1)))
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if src, ok := r.(SocketSource); ok && !c.NoSplice && size > 0 && socketNetwork(src) == "tcp" {
+	if src, ok := r.(SocketSource); ok && !c.NoSplice && size > 0 && c.relays(socketNetwork(src)) {
 		rl, err := startRelay(ctx, src, size)
 		if err != nil {
 			return 0, err

@@ -489,12 +489,13 @@ func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
 
 // TestShmRelay: a restore from a TCP socket onto the ring goes through the
 // host's relay (pipes it splices into and reads out of), one from a Unix
-// socket is read by the host itself, with and without buffered bytes first,
-// and the bytes are right; a client's small writes, which fill a pipe with
-// far fewer bytes than a segment, come through the relay too.
+// socket is read by the host itself unless RelayUnix is set, with and without
+// buffered bytes first, and the bytes are right; a client's small writes,
+// which fill a pipe with far fewer bytes than a segment, come through the
+// relay too.
 func TestShmRelay(t *testing.T) {
 	data := randomBytes(9<<20 + 333)
-	for _, network := range []string{"tcp", "unix"} {
+	for _, network := range []string{"tcp", "unix", "unix+relay"} {
 		for _, size := range []int{1, 70_000, len(data)} {
 			for i, prefix := range []int{0, min(1000, size), min(600<<10, size)} {
 				if i > 0 && prefix <= 1 {
@@ -504,7 +505,9 @@ func TestShmRelay(t *testing.T) {
 					var got bytes.Buffer
 					var kind string
 					b := TestBackendShm(t, ringOnly{&fakeBackend{statePut: readerKind(&got, &kind, 100_003)}}, 4)
-					src := feedSocket(t, network, data[:size], prefix, -1, false)
+					relayUnix := network == "unix+relay"
+					b.(*GRPCClient).RelayUnix = relayUnix
+					src := feedSocket(t, strings.TrimSuffix(network, "+relay"), data[:size], prefix, -1, false)
 					n, err := b.StatePut(WithTransferChunk(context.Background(), 2<<20), 1, []int32{1}, src, int64(size))
 					if err != nil || n != int64(size) || !bytes.Equal(got.Bytes(), data[:size]) {
 						t.Fatalf("n=%d err=%v equal=%v", n, err, bytes.Equal(got.Bytes(), data[:size]))
@@ -515,8 +518,9 @@ func TestShmRelay(t *testing.T) {
 					if src.read != int64(size) {
 						t.Fatalf("the source counted %d bytes, want %d", src.read, size)
 					}
-					// TCP through the relay, Unix read by the host itself.
-					if relayed := src.spliced > 0; relayed != (network == "tcp" && size > prefix) {
+					// TCP through the relay, Unix read by the host itself
+					// unless RelayUnix.
+					if relayed := src.spliced > 0; relayed != ((network == "tcp" || relayUnix) && size > prefix) {
 						t.Fatalf("%d of %d bytes relayed", src.spliced, size)
 					}
 				})

@@ -18,7 +18,16 @@ import (
 // which a single reader did in turn with it. recv-bench on the H200 (TCP,
 // docs/benchmarks/README.md, 25): the host-like ring loop 4.58 / 4.38 GB/s,
 // the same ring filled through a relay 6.07 / 6.11. In the engine it pays on
-// TCP and loses on Unix sockets (SocketNetworker), so only TCP is relayed.
+// TCP and loses on Unix sockets (SocketNetworker), so only TCP is relayed
+// unless RelayUnix asks for Unix sockets too (hydra-bench tables u1–u4: Unix
+// restores at 2 MiB 0.85 / 0.87 of raw relayed against 1.00 / 0.92 read by
+// the host, at twice its CPU per GB; docs/benchmarks/README.md 37).
+
+// relays says whether a restore onto the ring from a socket of this network
+// goes through the relay: TCP always, Unix with RelayUnix.
+func (c *GRPCClient) relays(network string) bool {
+	return network == "tcp" || (network == "unix" && c.RelayUnix)
+}
 
 // socketNetwork is what src says its socket is, "" when it does not say.
 func socketNetwork(src SocketSource) string {

@@ -6,6 +6,7 @@
 #   B  hydra-bench (the client) on CPUs 0-1, the engines and a raw server process on 2-15
 #   C  every engine with --splice-put=false (Unix restores at 256 KiB onto the host's ring, not the plugin's pipes)
 #   D  the client on CPU 3 alone (with its hyperthread siblings, if any, left empty), the rest as B
+#   R  every engine with --relay-unix (Unix restores onto the ring through the host's relay, as TCP ones; 37)
 #   S  the client's Unix sockets ask for 4 MiB SO_SNDBUF/SO_RCVBUF (--client-sockbuf)
 # e.g. scripts/gpu-table-ab.sh A S S A A S S A   (~40 s a table after the pack is unpacked)
 # Needs the bench pack (make gpu-pack-bench) and gpu/libcache, as gpu-bench.sh bench.
@@ -32,6 +33,7 @@ for v in "$@"; do
 	B) args=(CLIENT_CPUS=0-1 BENCH_ARGS="--raw-server process --server-cpus 2-15") ;;
 	C) args=(BENCH_ARGS=--engine-arg=--splice-put=false) ;;
 	D) args=(CLIENT_CPUS=3 BENCH_ARGS="--raw-server process --server-cpus $(others)") ;;
+	R) args=(BENCH_ARGS=--engine-arg=--relay-unix) ;;
 	S) args=(BENCH_ARGS="--client-sockbuf 4194304") ;;
 	*) echo "unknown variant $v" >&2; exit 2 ;;
 	esac

@@ -42,6 +42,7 @@ type Config struct {
 	RingDepth      int               `mapstructure:"ring_depth"`
 	SplicePut      bool              `mapstructure:"splice_put"`
 	SplicePipes    int               `mapstructure:"splice_pipes"`
+	RelayUnix      bool              `mapstructure:"relay_unix"`
 	StateChunkSize uint64            `mapstructure:"state_chunk_size"`
 	SocketBuffer   int               `mapstructure:"socket_buffer"`
 	BackendSHA256  string            `mapstructure:"backend_sha256"`
@@ -89,6 +90,7 @@ var settings = []struct{ key, flag string }{
 	{"ring_depth", "ring-depth"},
 	{"splice_put", "splice-put"},
 	{"splice_pipes", "splice-pipes"},
+	{"relay_unix", "relay-unix"},
 	{"state_chunk_size", "state-chunk-size"},
 	{"socket_buffer", "socket-buffer"},
 	{"backend_sha256", "backend-sha256"},
@@ -139,6 +141,7 @@ func newFlagSet(d Config, configFile *string, printConfig, showVersion *bool) *f
 	fs.StringVar(&v.DataPlane, "data-plane", d.DataPlane, "how state bytes travel to and from the plugin: auto, shm or grpc")
 	fs.IntVar(&v.RingDepth, "ring-depth", d.RingDepth, "chunk buffers in flight on the shm data plane: 0 = auto (4, or at chunks under 1 MiB as many as hold 4 MiB), 1 = serial copy-then-send, up to 64")
 	fs.BoolVar(&v.SplicePut, "splice-put", d.SplicePut, "on the shm data plane, splice STATE_PUT bytes from TCP and Unix client sockets into pipes the plugin reads, or (TCP, restores onto the ring) into the host's own pipes copied into the ring on a second thread, instead of reading them into the ring")
+	fs.BoolVar(&v.RelayUnix, "relay-unix", d.RelayUnix, "on the shm data plane, relay STATE_PUTs from Unix sockets onto the ring through the host's own pipes (spliced from the socket, copied into the ring on a second thread), as TCP ones are, where the plugin does not take pipes at that chunk size; off: the host reads the socket into the ring (for comparisons, docs/benchmarks/README.md 25, 37)")
 	fs.IntVar(&v.SplicePipes, "splice-pipes", d.SplicePipes, "pipes a spliced STATE_PUT fills in turn (1 to 4; the plugin reads one while the host fills another), where the plugin reads that many")
 	fs.Uint64Var(&v.StateChunkSize, "state-chunk-size", d.StateChunkSize, "initial state_chunk_size in bytes (64 KiB to 64 MiB; CONFIGURE changes it)")
 	fs.IntVar(&v.SocketBuffer, "socket-buffer", d.SocketBuffer, "SO_SNDBUF/SO_RCVBUF in bytes for accepted connections; 0: 4 MiB on Unix sockets, kernel autotuning on TCP; -1: kernel defaults (capped by net.core.wmem_max/rmem_max)")

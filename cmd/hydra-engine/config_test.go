@@ -39,7 +39,7 @@ func TestConfigDefaults(t *testing.T) {
 	if c.RPC[0] != "tcp://127.0.0.1:9510" || c.Slots != 4 || c.IdleTimeout != 120*time.Second ||
 		c.ChunkTimeout != 900*time.Second || c.ShutdownGrace != 30*time.Second || c.DataPlane != "auto" ||
 		c.RingDepth != 0 || c.Backend != "mock" || c.LogFormat != "text" || c.LogLevel != "info" || c.HTTP != "" ||
-		!c.SplicePut || c.SplicePipes != 2 {
+		!c.SplicePut || c.SplicePipes != 2 || c.RelayUnix {
 		t.Errorf("defaults changed: %+v", c)
 	}
 }
@@ -101,11 +101,11 @@ backend_opts:
 
 	// Every flag keeps its own value (two of one type in one command line).
 	inv, err = parseInvocation([]string{"--log-level", "warn", "--backend", "/opt/p", "--slots", "5", "--ring-depth", "3",
-		"--splice-pipes", "1", "--idle-timeout", "1s", "--shutdown-grace", "2s"}, envOf(nil), io.Discard)
+		"--splice-pipes", "1", "--idle-timeout", "1s", "--shutdown-grace", "2s", "--relay-unix"}, envOf(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := inv.cfg; c.LogLevel != "warn" || c.Backend != "/opt/p" || c.Slots != 5 || c.RingDepth != 3 || c.SplicePipes != 1 ||
+	if c := inv.cfg; c.LogLevel != "warn" || c.Backend != "/opt/p" || c.Slots != 5 || c.RingDepth != 3 || c.SplicePipes != 1 || !c.RelayUnix ||
 		c.IdleTimeout != time.Second || c.ShutdownGrace != 2*time.Second || c.HTTP != "" || c.LogFormat != "text" {
 		t.Errorf("flags of one type mixed up: %+v", c)
 	}
