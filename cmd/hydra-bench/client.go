@@ -80,6 +80,8 @@ func dialClient(ctx context.Context, url string, o clientOpts) (*transport.Clien
 	return transport.NewClient(c), nil
 }
 
+// unixClientConn is conn with o's socket buffers and, with o.blocking, its
+// writes blockingConn's.
 func unixClientConn(conn net.Conn, o clientOpts) (net.Conn, error) {
 	if o.sockbuf > 0 {
 		uc, ok := conn.(*net.UnixConn)
@@ -99,10 +101,10 @@ func unixClientConn(conn net.Conn, o clientOpts) (net.Conn, error) {
 	return newBlockingConn(conn)
 }
 
-// sendBuffer is the SO_SNDBUF the kernel gave a Unix socket of this host
-// asked for want bytes (0: none asked), as getsockopt reports it (twice what
-// it counts as payload room): the kernel caps requests at net.core.wmem_max,
-// so the table says what the client really had.
+// sendBuffer is the SO_SNDBUF getsockopt reports for a Unix socket of this
+// host asked for want bytes (0: none asked). The kernel doubles a request for
+// its bookkeeping and caps it at net.core.wmem_max, so the table says what
+// the client really had.
 func sendBuffer(want int) (int, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
 	if err != nil {

@@ -14,16 +14,24 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestBlockingConn: writes larger than the socket's buffer go through whole,
-// in order, while the reader is slow; afterwards the socket is non-blocking
-// again, so a Go read on it still obeys its deadline instead of hanging.
-func TestBlockingConn(t *testing.T) {
+// unixListener listens on a Unix socket in a test directory, closed at the
+// test's end.
+func unixListener(t *testing.T) (net.Listener, string) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "s")
 	ln, err := net.Listen("unix", path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	t.Cleanup(func() { ln.Close() })
+	return ln, path
+}
+
+// TestBlockingConn: writes larger than the socket's buffer go through whole,
+// in order, while the reader is slow; afterwards the socket is non-blocking
+// again, so a Go read on it still obeys its deadline instead of hanging.
+func TestBlockingConn(t *testing.T) {
+	ln, path := unixListener(t)
 	const size = 8 << 20
 	got, done := make(chan []byte, 1), make(chan struct{})
 	defer close(done)
@@ -115,12 +123,7 @@ func TestClientPut(t *testing.T) {
 // TestClientSockBuf: --client-sockbuf reaches the client's socket, and the
 // report's figure (sendBuffer) is what that socket has.
 func TestClientSockBuf(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "s")
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	ln, path := unixListener(t)
 	go func() {
 		if c, err := ln.Accept(); err == nil {
 			defer c.Close()
