@@ -8,7 +8,7 @@
 #   scripts/gpu-bench.sh build   # libggml-cuda for sm_90, GPU correctness tests, raw copy rate, sm_120 compile
 #   scripts/gpu-bench.sh bench   # hydra-bench on a 1.2 GB llama state (builds the sm_90 library if missing; RUNS=N tables in a row; BENCH_OPTS=key=value: one more --backend-opt; BENCH_ARGS: more hydra-bench flags, e.g. "--ring-depth 4"; TARGETS_ONLY=1: only the rows the targets name, e.g. with REPS=8; with RUNS>1 scripts/targets-summary.py sums the tables up; CLIENT_CPUS=LIST: hydra-bench under taskset, e.g. with BENCH_ARGS="--raw-server process --server-cpus 2-15")
 #   scripts/gpu-bench.sh mock    # hydra-bench on the mock plugin (no CUDA build): the host pipeline with 16 cores (RUNS, REPS, TARGETS_ONLY, BENCH_ARGS as for bench)
-#   scripts/gpu-bench.sh recv    # recv-bench on a 1.2 GB file, twice (no CUDA build): the host's receive loop against a raw one (VARIANTS; NET=unix: over a Unix socket)
+#   scripts/gpu-bench.sh recv    # recv-bench on a 1.2 GB file, twice (no CUDA build): the host's receive loop against a raw one (VARIANTS; NET=unix: over a Unix socket; SOCKBUF=N: the sender asks for that SO_SNDBUF)
 #   scripts/gpu-bench.sh pin-ab  # STATE_GET of the 1.2 GB state with pin_ring=true vs false, same run (hydractl)
 #   scripts/gpu-bench.sh copy-ab # STATE_PUT of it with copy_threads=4 vs 1, TCP and Unix, 256 KiB and 2 MiB (hydractl)
 #   scripts/gpu-bench.sh splice-ab # the same with --splice-put=true vs false (pipe vs ring; the llama plugin takes the pipe only at chunks up to 1 MiB, so its 2 MiB rows compare the ring with itself)
@@ -82,7 +82,7 @@ mock)
 recv)
 	rm -rf "$G" && mkdir -p "$G" && tar -xf gpu/hydra-gpu.tar.gz -C "$G" || exit 1
 	head -c 1206010394 /dev/zero > /tmp/recv-bench.blob && cat /tmp/recv-bench.blob > /dev/null
-	for _ in 1 2; do "$G/recv-bench" ${NET:+-net "$NET"} ${VARIANTS:+-variants "$VARIANTS"} /tmp/recv-bench.blob; done 2>&1 | tee "$OUT/recv-bench.txt"
+	for _ in 1 2; do "$G/recv-bench" ${NET:+-net "$NET"} ${SOCKBUF:+-sockbuf "$SOCKBUF"} ${VARIANTS:+-variants "$VARIANTS"} /tmp/recv-bench.blob; done 2>&1 | tee "$OUT/recv-bench.txt"
 	rm -f /tmp/recv-bench.blob
 	;;
 pin-ab|copy-ab|splice-ab|stream-ab|plugin-ab|variant-ab|bench)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/xml"
 	"io"
-	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -205,18 +204,6 @@ func TestStatusKB(t *testing.T) {
 	}
 	if _, err := statusKB("VmHWM:\t12 pages\n", "VmHWM"); err == nil {
 		t.Error("a value without kB parsed")
-	}
-}
-
-func TestStatCPU(t *testing.T) {
-	// The command name may contain spaces and parentheses.
-	stat := "4242 (hydra (x) y) S 1 4242 4242 0 -1 4194560 1000 0 0 0 250 130 0 0 20 0 9 0 100 1262000000 4969 18446744073709551615"
-	got, err := statCPU(stat)
-	if err != nil || math.Abs(got-3.8) > 1e-9 {
-		t.Fatalf("statCPU = %v, %v; want 3.8", got, err)
-	}
-	if _, err := statCPU("4242 (x) S 1"); err == nil {
-		t.Error("a short stat line parsed")
 	}
 }
 

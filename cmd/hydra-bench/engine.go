@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hydra-engine/hydra-engine/internal/proccpu"
 	"github.com/hydra-engine/hydra-engine/transport"
 )
 
@@ -186,8 +187,8 @@ func (e *engineProc) peaks() (host, plugin int64, err error) {
 // that is gone reads as 0, and the transfer's own error reports why.
 func (e *engineProc) cpu() (host, plugin float64) {
 	h, p := e.pids()
-	host, _ = cpuSeconds(h)
-	plugin, _ = cpuSeconds(p)
+	host, _ = proccpu.Of(h)
+	plugin, _ = proccpu.Of(p)
 	return host, plugin
 }
 

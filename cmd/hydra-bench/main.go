@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/internal/proccpu"
 	"github.com/hydra-engine/hydra-engine/transport"
 )
 
@@ -509,7 +510,7 @@ func (b *bench) once(ctx context.Context, c *transport.Client, op string, e *eng
 	if raw != nil {
 		r0 = raw.cpu()
 	}
-	b0 := selfCPU()
+	b0 := proccpu.Self()
 	var d time.Duration
 	var err error
 	if op == opGet {
@@ -520,7 +521,7 @@ func (b *bench) once(ctx context.Context, c *transport.Client, op string, e *eng
 	if err != nil {
 		return 0, u, err
 	}
-	u.Bench = selfCPU() - b0
+	u.Bench = proccpu.Self() - b0
 	if raw != nil {
 		u.Host = raw.cpu() - r0 // a server process's; 0 in-process
 	}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/hydra-engine/hydra-engine/internal/proccpu"
 )
 
 // A raw server in a process of its own: hydra-bench started again with
@@ -58,7 +60,7 @@ func startRaw(kind, url string, size uint64, cpus string) (rawBaseline, error) {
 type rawBaseline interface {
 	addr() string
 	// cpu is the CPU time the server has used in a process of its own; 0
-	// for one inside this process (selfCPU counts it).
+	// for one inside this process (proccpu.Self counts it).
 	cpu() float64
 	close()
 }
@@ -135,7 +137,7 @@ func startRawProcess(url string, size uint64, cpus string) (*rawProcess, error) 
 func (p *rawProcess) addr() string { return p.url }
 
 func (p *rawProcess) cpu() float64 {
-	s, err := cpuSeconds(p.cmd.Process.Pid)
+	s, err := proccpu.Of(p.cmd.Process.Pid)
 	if err != nil {
 		return 0
 	}

@@ -5,11 +5,14 @@
 // what the host's ring mechanics cost from what a plugin beside it costs
 // (docs/benchmarks/README.md, 22):
 //
-//	recv-bench [-n 8] [-net tcp|unix] [-variants serve,ring-4x2048,...] FILE
+//	recv-bench [-n 8] [-net tcp|unix] [-sockbuf N] [-variants serve,ring-4x2048,...] FILE
 //
 // Over TCP the sender uses sendfile; over a Unix socket (-net unix) it copies
 // the file through a 1 MiB buffer, as hydra-bench's client does, and the
-// receiver's end gets the engine's 4 MiB socket buffers.
+// receiver's end gets the engine's 4 MiB socket buffers. On a Unix socket
+// what the sender may have in flight is its own send buffer (-sockbuf; the
+// kernel's default, ~208 KiB, unless asked). Each variant's line gives the
+// receiver's and the sender's CPU seconds per GB over all its transfers.
 //
 // Variants:
 //
@@ -58,6 +61,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hydra-engine/hydra-engine/internal/proccpu"
 )
 
 const rawBuf = 4 << 20
@@ -468,15 +473,16 @@ func main() {
 	listen := flag.String("listen", "", "the child's address (-serve; the parent passes a free TCP port, or a Unix socket in its temporary directory)")
 	network := flag.String("net", "tcp", "tcp or unix")
 	n := flag.Int("n", 8, "transfers per variant")
+	sockbuf := flag.Int("sockbuf", 0, "over a Unix socket, the SO_SNDBUF the sender asks for (0: the kernel's default, as a client that sets none)")
 	list := flag.String("variants", "serve,serve-seq,ring-4x2048,ring-4x2048-heap,ring-4x2048-nodl,ring-4x2048-nomsg,hot-4x2048", "variants, comma-separated")
 	flag.Parse()
-	if err := run(*child, *network, *listen, *n, *list, flag.Args()); err != nil {
+	if err := run(*child, *network, *listen, *n, *sockbuf, *list, flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "recv-bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(child, network, listen string, n int, list string, args []string) error {
+func run(child, network, listen string, n, sockbuf int, list string, args []string) error {
 	if network != "tcp" && network != "unix" {
 		return fmt.Errorf("-net %q: want tcp or unix", network)
 	}
@@ -507,6 +513,7 @@ func run(child, network, listen string, n int, list string, args []string) error
 	}
 	names := strings.Split(list, ",")
 	conns := make([]net.Conn, len(names))
+	pids := make([]int, len(names))
 	dir, err := os.MkdirTemp("", "recv-bench")
 	if err != nil {
 		return err
@@ -530,6 +537,7 @@ func run(child, network, listen string, n int, list string, args []string) error
 			return err
 		}
 		defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+		pids[i] = cmd.Process.Pid
 		var addr string
 		if _, err := fmt.Fscanln(out, &addr); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
@@ -538,26 +546,50 @@ func run(child, network, listen string, n int, list string, args []string) error
 			return err
 		}
 		defer conns[i].Close()
+		if uc, ok := conns[i].(*net.UnixConn); ok && sockbuf > 0 {
+			if err := uc.SetWriteBuffer(sockbuf); err != nil {
+				return err
+			}
+		}
 	}
 	res := make([][]float64, len(names))
+	// CPU seconds over all of a variant's transfers: the sender's (this
+	// process does nothing else meanwhile) and its receiving child's.
+	sendCPU, recvCPU := make([]float64, len(names)), make([]float64, len(names))
 	buf := make([]byte, 1<<20)
 	for range n {
 		for i := range names {
+			s0 := proccpu.Self()
+			r0, err := proccpu.Of(pids[i])
+			if err != nil {
+				return err
+			}
 			v, err := send(conns[i], f, st.Size(), buf)
 			if err != nil {
 				return fmt.Errorf("%s: %w", names[i], err)
 			}
+			r1, err := proccpu.Of(pids[i])
+			if err != nil {
+				return err
+			}
+			sendCPU[i] += proccpu.Self() - s0
+			recvCPU[i] += r1 - r0
 			res[i] = append(res[i], v)
 		}
 	}
 	how := "TCP loopback, sendfile sender"
 	if network == "unix" {
 		how = "Unix socket, sender copying through a 1 MiB buffer"
+		if sockbuf > 0 {
+			how += fmt.Sprintf(", its SO_SNDBUF asked for %d bytes", sockbuf)
+		}
 	}
 	fmt.Printf("%d transfers of %d bytes per variant, %s\n", n, st.Size(), how)
 	base := median(res[0])
+	gb := float64(n) * float64(st.Size()) / 1e9
 	for i, name := range names {
-		fmt.Printf("%-22s median %5.2f GB/s  ratio to %s %.2f  all %.2f\n", name, median(res[i]), names[0], median(res[i])/base, res[i])
+		fmt.Printf("%-22s median %5.2f GB/s  ratio to %s %.2f  CPU-s/GB receiver %.3f sender %.3f  all %.2f\n",
+			name, median(res[i]), names[0], median(res[i])/base, recvCPU[i]/gb, sendCPU[i]/gb, res[i])
 	}
 	return nil
 }

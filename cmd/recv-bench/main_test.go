@@ -1,8 +1,12 @@
 package main
 
 import (
+	"io"
 	"net"
 	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 )
@@ -120,5 +124,51 @@ func TestMedian(t *testing.T) {
 	}
 	if m := median([]float64{4, 1, 2, 3}); m != 2.5 {
 		t.Fatal(m)
+	}
+}
+
+// childEnv makes the test binary run recv-bench's main, so that run's
+// receiving children (os.Args[0] -serve ...) are recv-bench.
+const childEnv = "RECV_BENCH_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestRun: the whole tool over a Unix socket, children and all, with an
+// asked-for send buffer: every variant's line has its throughput and both
+// CPU figures.
+func TestRun(t *testing.T) {
+	t.Setenv(childEnv, "1")
+	file := filepath.Join(t.TempDir(), "blob")
+	if err := os.WriteFile(file, make([]byte, 8<<20+5), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout := os.Stdout
+	os.Stdout = w
+	err = run("", "unix", "", 2, 1<<20, "serve,ring-2x1024", []string{file})
+	os.Stdout = stdout
+	w.Close()
+	out, _ := io.ReadAll(r)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[0], "its SO_SNDBUF asked for 1048576 bytes") {
+		t.Fatalf("output:\n%s", out)
+	}
+	line := regexp.MustCompile(`^\S+ +median +[0-9.]+ GB/s  ratio to serve [0-9.]+  CPU-s/GB receiver [0-9.]+ sender [0-9.]+  all \[`)
+	for _, l := range lines[1:] {
+		if !line.MatchString(l) {
+			t.Errorf("line %q", l)
+		}
 	}
 }
