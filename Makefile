@@ -29,7 +29,7 @@ FUZZ_TARGETS := \
 	./plugins/cuda-llama:FuzzMaxRow \
 	./plugins/cuda-llama:FuzzInPlace
 
-.PHONY: all build run test vet unit fuzz-brief fuzz bench bench-go soak proto clean
+.PHONY: all build run test vet unit race fuzz-brief fuzz bench bench-go soak proto clean
 
 all: build
 
@@ -43,7 +43,7 @@ MODEL ?=
 run: build $(if $(filter cuda-llama,$(BACKEND)),build-llama)
 	$(BIN)/hydra-engine --rpc $(RPC) --http 127.0.0.1:8080 --backend $(BACKEND) $(if $(MODEL),--model $(MODEL)) $(ARGS)
 
-test: vet unit fuzz-brief test-llama
+test: vet unit race fuzz-brief test-llama
 
 vet:
 	@test -z "$$(gofmt -l . | tee /dev/stderr)" || (echo "gofmt: files above need formatting" && exit 1)
@@ -51,6 +51,12 @@ vet:
 
 unit:
 	$(GO) test -count=1 -timeout 15m ./...
+
+# All tests again under the race detector; the end-to-end tests then build
+# the engine, the mock plugin and hydractl with it too (tests/race_on_test.go)
+# and fail on a race report in the engine's or the plugin's output.
+race:
+	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 30m ./...
 
 # Each fuzz target briefly, from its checked-in corpus.
 fuzz-brief:

@@ -91,7 +91,7 @@ func TestPluginCrash(t *testing.T) {
 	if processGroup(t, pid) != pid {
 		t.Fatalf("plugin %d is not the leader of its own process group", pid)
 	}
-	kill := func(after time.Duration) {
+	kill := func(pid int, after time.Duration) {
 		time.Sleep(after)
 		syscall.Kill(pid, syscall.SIGKILL)
 	}
@@ -101,7 +101,7 @@ func TestPluginCrash(t *testing.T) {
 		op transport.Op
 		p  []byte
 	}{{transport.OpPrefill, chat("crash me")}, {transport.OpDecode, []byte(`{"n_predict":50,"messages":[{"role":"user","content":"x"}]}`)}} {
-		go kill(100 * time.Millisecond)
+		go kill(pid, 100*time.Millisecond)
 		st, m, _ := call(t, client(t, e.tcp), tc.op, "0", tc.p)
 		if st == transport.StatusOK || m["error"] == "" {
 			t.Fatalf("%v across a plugin crash: %v %v", tc.op, st, m)
@@ -121,7 +121,7 @@ func TestPluginCrash(t *testing.T) {
 	h, _ := transport.ParseResponseHeader(hdr)
 	io.ReadFull(rc, make([]byte, h.MetaLen))
 	io.ReadFull(rc, make([]byte, 1<<20)) // the transfer is under way, the client slow
-	kill(0)
+	kill(pid, 0)
 	n, err := io.Copy(io.Discard, rc)
 	if err == nil && uint64(n)+1<<20 >= h.PayloadLen {
 		t.Fatalf("STATE_GET completed (%d of %d bytes) although the plugin died", n+1<<20, h.PayloadLen)
@@ -136,7 +136,7 @@ func TestPluginCrash(t *testing.T) {
 	req = transport.AppendRequestHeader(nil, transport.RequestHeader{Op: transport.OpStatePut, KeyLen: 1, PayloadLen: uint64(len(blob))})
 	pc.Write(append(req, '2'))
 	pc.Write(blob[:len(blob)/3])
-	kill(200 * time.Millisecond)
+	kill(pid, 200*time.Millisecond)
 	go pc.Write(blob[len(blob)/3:])
 	hdr2, meta, _ := exchange(t, pc, nil)
 	if hdr2[0] != byte(transport.StatusError) || !bytes.Contains(meta, []byte("error")) {
@@ -199,9 +199,9 @@ func TestGracefulShutdown(t *testing.T) {
 		t.Fatalf("in-flight STATE_GET got %d of %d bytes: %v", int64(got)+rest, resp.PayloadLen, err)
 	}
 	select {
-	case err := <-e.exited:
-		if err != nil {
-			t.Fatalf("engine exit: %v\n%s", err, e.logs)
+	case <-e.exited:
+		if e.waitErr != nil {
+			t.Fatalf("engine exit: %v\n%s", e.waitErr, e.logs)
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("engine did not exit after SIGTERM")

@@ -41,9 +41,15 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/hydra-engine", "./cmd/hydra-plugin-mock", "./cmd/hydractl")
+	build, cgo := []string{"build", "-o", dir + "/"}, "CGO_ENABLED=0"
+	if raceBuild {
+		// go test -race: the processes under test get the detector too (it
+		// needs cgo); a race in one fails the test that ran it (engine.stop).
+		build, cgo = append(build, "-race"), "CGO_ENABLED=1"
+	}
+	cmd := exec.Command("go", append(build, "./cmd/hydra-engine", "./cmd/hydra-plugin-mock", "./cmd/hydractl")...)
 	cmd.Dir = ".."
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Env = append(os.Environ(), cgo)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building binaries: %v\n%s", err, out)
 		return 1
@@ -76,7 +82,10 @@ type engine struct {
 	tcp    string
 	unix   string
 	logs   *syncBuffer
-	exited chan error
+	// exited is closed once the process has exited; waitErr is then its
+	// exit error (read it only after <-exited).
+	exited  chan struct{}
+	waitErr error
 }
 
 func freePort(t testing.TB) int {
@@ -102,7 +111,7 @@ func startEngine(t testing.TB, extra ...string) *engine {
 		tcp:    fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t)),
 		unix:   "unix://" + filepath.Join(sockDir, "engine.sock"),
 		logs:   &syncBuffer{},
-		exited: make(chan error, 1),
+		exited: make(chan struct{}),
 	}
 	args := append([]string{"--rpc", e.tcp, "--rpc", e.unix, "--backend", filepath.Join(binDir, "hydra-plugin-mock"),
 		"--log-level", "debug", "--shutdown-grace", "5s"}, extra...)
@@ -111,7 +120,7 @@ func startEngine(t testing.TB, extra ...string) *engine {
 	if err := e.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() { e.exited <- e.cmd.Wait() }()
+	go func() { e.waitErr = e.cmd.Wait(); close(e.exited) }()
 	t.Cleanup(func() { e.stop(t) })
 	deadline := time.Now().Add(20 * time.Second)
 	for _, u := range []string{e.tcp, e.unix} {
@@ -122,8 +131,8 @@ func startEngine(t testing.TB, extra ...string) *engine {
 				break
 			}
 			select {
-			case err := <-e.exited:
-				t.Fatalf("engine exited during start: %v\n%s", err, e.logs)
+			case <-e.exited:
+				t.Fatalf("engine exited during start: %v\n%s", e.waitErr, e.logs)
 			default:
 			}
 			if time.Now().After(deadline) {
@@ -136,17 +145,26 @@ func startEngine(t testing.TB, extra ...string) *engine {
 }
 
 func (e *engine) stop(t testing.TB) {
+	defer func() {
+		// A race detector's report from the engine or its plugin (whose
+		// stderr the engine logs), in a -race build.
+		if strings.Contains(e.logs.String(), "WARNING: DATA RACE") {
+			t.Errorf("a data race in the engine or its plugin\n%s", e.logs)
+		}
+	}()
 	if t.Failed() {
 		t.Logf("ENGINE LOG\n%s", e.logs)
 	}
-	if e.cmd.ProcessState != nil {
+	select {
+	case <-e.exited: // the test stopped it
 		return
+	default:
 	}
 	_ = e.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case err := <-e.exited:
-		if err != nil {
-			t.Errorf("engine exit: %v\n%s", err, e.logs)
+	case <-e.exited:
+		if e.waitErr != nil {
+			t.Errorf("engine exit: %v\n%s", e.waitErr, e.logs)
 		}
 	case <-time.After(15 * time.Second):
 		_ = e.cmd.Process.Kill()

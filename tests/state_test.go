@@ -241,12 +241,18 @@ func testLargeStateStreams(t *testing.T, planeFlags []string) {
 		}
 		pr, pw := io.Pipe()
 		c2 := client(t, e.tcp)
-		go func() { _, err := io.Copy(pw, resp.Body); pw.CloseWithError(err) }()
+		copied := make(chan struct{})
+		go func() {
+			defer close(copied)
+			_, err := io.Copy(pw, resp.Body)
+			pw.CloseWithError(err)
+		}()
 		put, err := c2.Do(ctxT(t), transport.Request{Op: transport.OpStatePut, Key: "1", Payload: pr, PayloadLen: resp.PayloadLen})
 		if err != nil || put.Status != transport.StatusOK {
 			t.Fatalf("STATE_PUT: %v %+v", err, put)
 		}
 		put.Close()
+		<-copied // c is the copier's until its body is read to the end
 		a, _ := mustOK(t, c, transport.OpStateMeta, "0", nil)
 		b, _ := mustOK(t, c2, transport.OpStateMeta, "1", nil)
 		if a["n_past"] != b["n_past"] || a["state_size"] != b["state_size"] {
