@@ -78,10 +78,10 @@ func (s *syncBuffer) String() string {
 
 // engine is a running hydra-engine process serving TCP and a Unix socket.
 type engine struct {
-	cmd    *exec.Cmd
-	tcp    string
-	unix   string
-	logs   *syncBuffer
+	cmd  *exec.Cmd
+	tcp  string
+	unix string
+	logs *syncBuffer
 	// exited is closed once the process has exited; waitErr is then its
 	// exit error (read it only after <-exited).
 	exited  chan struct{}
