@@ -97,3 +97,20 @@ func TestSocketBuffers(t *testing.T) {
 		t.Errorf("TCP SO_SNDBUF after asking 64 KiB: %d, want %d", got, 128<<10)
 	}
 }
+
+func TestParseSysctlInt(t *testing.T) {
+	if n, err := parseSysctlInt("212992\n"); n != 212992 || err != nil {
+		t.Fatalf("212992: %d, %v", n, err)
+	}
+	for _, bad := range []string{"", "x", "0", "-5", "1 2"} {
+		if _, err := parseSysctlInt(bad); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+	// On Linux the real file reads as a positive count.
+	if _, err := os.Stat(wmemDefault); err == nil {
+		if n, err := UnixClientSendBuffer(); n <= 0 || err != nil {
+			t.Fatalf("UnixClientSendBuffer: %d, %v", n, err)
+		}
+	}
+}

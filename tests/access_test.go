@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -123,5 +124,32 @@ func TestUnixSocketMode(t *testing.T) {
 	}
 	if st.Mode().Perm() != 0o600 {
 		t.Fatalf("socket mode %v, want 0600", st.Mode().Perm())
+	}
+}
+
+// TestClientSendBufferHint: serving a Unix socket, the engine says at start
+// when clients that set no SO_SNDBUF will send through a window smaller than
+// 4 MiB (net.core.wmem_default), and only then.
+func TestClientSendBufferHint(t *testing.T) {
+	b, err := os.ReadFile("/proc/sys/net/core/wmem_default")
+	if err != nil {
+		t.Skip("no net.core.wmem_default here:", err)
+	}
+	wmem, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := startEngine(t)
+	// The sockets take connections from listen(2) on; the hint comes before
+	// the engine logs that it serves them.
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(e.logs.String(), "serving Hydra RPC"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no \"serving Hydra RPC\" logged\n%s", e.logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	hinted := strings.Contains(e.logs.String(), "net.core.wmem_default in flight")
+	if want := wmem < 4<<20; hinted != want {
+		t.Fatalf("wmem_default %d: hint logged %v, want %v\n%s", wmem, hinted, want, e.logs)
 	}
 }

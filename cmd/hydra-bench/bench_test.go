@@ -18,7 +18,7 @@ func fixture() *report { return fixtureOf(false) }
 // fixtureOf is fixture, of a --targets-only run when targetsOnly.
 func fixtureOf(targetsOnly bool) *report {
 	r := &report{TargetsOnly: targetsOnly,
-		Machine: machine{NProc: 2, CPU: "Test CPU", Memory: "24684084 kB", Kernel: "6.0", Go: "go1.26.0",
+		Machine: machine{NProc: 2, CPU: "Test CPU", Memory: "24684084 kB", Kernel: "6.0", WmemDefault: "212992", WmemMax: "4194304", Go: "go1.26.0",
 			Date: "2026-01-01 00:00 UTC", LoadStart: "0.1 0.2 0.3", LoadEnd: "0.4 0.5 0.6"},
 		Command:    "bin/hydra-bench --bin bin --out docs/benchmarks",
 		EngineArgs: []string{"--rpc", "tcp://127.0.0.1:41234", "--rpc", "unix:///tmp/x/engine.sock", "--backend", "/abs/bin/hydra-plugin-mock", "--slots", "2"},
@@ -70,6 +70,7 @@ func TestMarkdown(t *testing.T) {
 	md := markdownOf(t, fixture(),
 		"| command | `bin/hydra-bench --bin bin --out docs/benchmarks` |",
 		"| memory | 23.5 GiB |",
+		"| net.core.wmem_default / wmem_max | 212992 / 4194304 (",
 		"## TCP loopback — STATE_GET",
 		"## Unix socket — STATE_PUT",
 		"| raw socket (3 transfers) | — | — | — | 4.00 (4.10) | 1.00 | — | — | — | 0.17 · — · — | 1.67 | — |",

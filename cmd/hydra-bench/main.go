@@ -651,8 +651,13 @@ func machineInfo(bin string) machine {
 		Date:      time.Now().UTC().Format("2006-01-02 15:04 MST"),
 		LoadStart: loadAvg(),
 	}
-	if k, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
-		m.Kernel = strings.TrimSpace(string(k))
+	for _, f := range []struct {
+		path string
+		to   *string
+	}{{"/proc/sys/kernel/osrelease", &m.Kernel}, {"/proc/sys/net/core/wmem_default", &m.WmemDefault}, {"/proc/sys/net/core/wmem_max", &m.WmemMax}} {
+		if b, err := os.ReadFile(f.path); err == nil {
+			*f.to = strings.TrimSpace(string(b))
+		}
 	}
 	if bi, err := buildinfo.ReadFile(filepath.Join(bin, "hydra-engine")); err == nil {
 		m.EngineGo = bi.GoVersion

@@ -24,6 +24,8 @@ type machine struct {
 	NProc               int
 	Affinity            string // --server-cpus: where the client and the receivers ran
 	CPU, Memory, Kernel string
+	WmemDefault         string // net.core.wmem_default: a Unix-socket client's send buffer unless it sets one
+	WmemMax             string // net.core.wmem_max: the most SO_SNDBUF may ask for
 	Go, EngineGo        string
 	Date                string
 	LoadStart, LoadEnd  string
@@ -330,6 +332,7 @@ func (r *report) markdown(w io.Writer) error {
 	p("| CPU | %s |\n", orUnknown(m.CPU))
 	p("| memory | %s |\n", orUnknown(memName(m.Memory)))
 	p("| kernel | %s |\n", orUnknown(m.Kernel))
+	p("| net.core.wmem_default / wmem_max | %s / %s (the first is the client's send buffer on a Unix socket unless `--client-sockbuf` sets one) |\n", orUnknown(m.WmemDefault), orUnknown(m.WmemMax))
 	p("| Go | %s%s |\n", m.Go, engineGo)
 	p("| load average at start → end | %s → %s |\n", m.LoadStart, m.LoadEnd)
 	p("| bytes per transfer | %d (%.3f GB): v2 blob of %s, n_past %d |\n",

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -134,6 +135,12 @@ func run(c *Config, logger hclog.Logger) error {
 	srv := host.NewServer(p.Backend, p.Info, tun, host.Config{
 		Logger: logger, Version: version, IdleTimeout: c.IdleTimeout, ChunkTimeout: c.ChunkTimeout, SocketBuffer: c.SocketBuffer,
 	})
+	for _, u := range c.RPC {
+		if strings.HasPrefix(u, "unix://") {
+			hintClientSendBuffer(logger)
+			break
+		}
+	}
 	var wg sync.WaitGroup
 	for i, l := range listeners {
 		logger.Info("serving Hydra RPC", "url", c.RPC[i], "addr", l.Addr().String())
@@ -161,4 +168,16 @@ func run(c *Config, logger hclog.Logger) error {
 	hwg.Wait()
 	wg.Wait()
 	return err
+}
+
+// hintClientSendBuffer says, once, when Unix-socket clients that set no
+// SO_SNDBUF will send STATE_PUTs through the kernel's small default window:
+// an operator can raise net.core.wmem_default; the clients need no change.
+func hintClientSendBuffer(logger hclog.Logger) {
+	n, err := host.UnixClientSendBuffer()
+	if err != nil || n >= host.DefaultUnixSocketBuffer {
+		return
+	}
+	logger.Info("Unix-socket clients that set no SO_SNDBUF send STATE_PUTs with net.core.wmem_default in flight; "+
+		"raising it speeds them up (see docs/operators.md)", "wmem_default", n, "suggested", host.DefaultUnixSocketBuffer)
 }
