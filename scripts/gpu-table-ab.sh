@@ -1,12 +1,14 @@
 #!/bin/bash
 # On the GPU box: hydra-bench --targets-only tables (REPS=8) of variants in the
 # order given, then scripts/targets-summary.py over all of them, tables in
-# $OUT/<n><variant>/. Variants (fourteenth session, docs/benchmarks/README.md 35, 36):
+# $OUT/<n><variant>/. Variants (fourteenth session, docs/benchmarks/README.md 35–37, 40):
 #   A  the defaults
 #   B  hydra-bench (the client) on CPUs 0-1, the engines and a raw server process on 2-15
 #   C  every engine with --splice-put=false (Unix restores at 256 KiB onto the host's ring, not the plugin's pipes)
 #   D  the client on CPU 3 alone (with its hyperthread siblings, if any, left empty), the rest as B
 #   R  every engine with --relay-unix (Unix restores onto the ring through the host's relay, as TCP ones; 37)
+#   W  the defaults on a host with net.core.wmem_default 4194304 (the client's
+#      send buffer, since it sets none; docs/operators.md), restored after
 #   S  the client's Unix sockets ask for 4 MiB SO_SNDBUF/SO_RCVBUF (--client-sockbuf)
 # e.g. scripts/gpu-table-ab.sh A S S A A S S A   (~40 s a table after the pack is unpacked)
 # Needs the bench pack (make gpu-pack-bench) and gpu/libcache, as gpu-bench.sh bench.
@@ -35,10 +37,16 @@ for v in "$@"; do
 	D) args=(CLIENT_CPUS=3 BENCH_ARGS="--raw-server process --server-cpus $(others)") ;;
 	R) args=(BENCH_ARGS=--engine-arg=--relay-unix) ;;
 	S) args=(BENCH_ARGS="--client-sockbuf 4194304") ;;
+	W) args=() ;;
 	*) echo "unknown variant $v" >&2; exit 2 ;;
 	esac
 	echo "$i$v: ${args[*]}"
+	wmem=$(cat /proc/sys/net/core/wmem_default)
+	if [[ $v == W ]]; then
+		echo 4194304 > /proc/sys/net/core/wmem_default || { echo "cannot set net.core.wmem_default" >&2; exit 1; }
+	fi
 	env OUT="$o" TARGETS_ONLY=1 REPS=8 "${args[@]}" scripts/gpu-bench.sh bench > "$o/log" 2>&1
+	echo "$wmem" > /proc/sys/net/core/wmem_default 2>/dev/null
 	mkdir -p "$OUT/$i$v" && cp "$o"/*.md "$OUT/$i$v/" || { tail -20 "$o/log"; exit 1; }
 	echo "$i$v: $(grep -o 'throughput target met in [0-9]* of [0-9]*' "$o"/*.md) ($(date -u +%T))"
 done
