@@ -76,8 +76,8 @@ const wmemDefault = "/proc/sys/net/core/wmem_default"
 // machine has when it sets none (net.core.wmem_default): on a Unix stream
 // socket all a sender may have in flight. With the kernel's usual ~208 KiB a
 // STATE_PUT's sender stalls whenever the engine falls ~50 µs behind; with
-// DefaultUnixSocketBuffer it moved 10–15 % more on the H200 and ~30 % more on
-// a 2-core box, to the engine and a raw socket alike (docs/operators.md).
+// 4–8 MiB it moved 10–15 % more on the H200 (more to the engine than to a raw
+// socket) and ~30 % more on a 2-core box (docs/operators.md).
 func UnixClientSendBuffer() (int, error) {
 	b, err := os.ReadFile(wmemDefault)
 	if err != nil {
