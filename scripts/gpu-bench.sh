@@ -25,6 +25,26 @@ OUT=${OUT:-out}
 mkdir -p "$OUT"
 G=$PWD/gpu/run
 step() { echo; echo "=== $* ($(date -u +%T))"; }
+# tables NAME WHAT REPS ARGS...: RUNS (default 1) hydra-bench tables
+# NAME.md, NAME-2.md, … with ARGS, CLIENT_CPUS, TARGETS_ONLY and BENCH_ARGS,
+# then, with RUNS > 1, scripts/targets-summary.py over them.
+tables() {
+	local base=$1 what=$2 reps=$3 name run
+	shift 3
+	for ((run = 1; run <= ${RUNS:-1}; run++)); do
+		name=$base
+		((run > 1)) && name=$base-$run
+		step "hydra-bench ($name), $what, TCP and Unix, STATE_GET and STATE_PUT"
+		# shellcheck disable=SC2086 # CLIENT_CPUS is one word or none
+		${CLIENT_CPUS:+taskset -c $CLIENT_CPUS} "$G/hydra-bench" --bin "$G" --out "$OUT" --name "$name" --reps "$reps" \
+			"$@" ${TARGETS_ONLY:+--targets-only} ${BENCH_ARGS:-} 2>&1 | tail -60
+		grep -h '^- \*\*shm\*\*' "$OUT/$name.md" 2>/dev/null
+	done
+	if ((${RUNS:-1} > 1)); then
+		step "the targets over the $RUNS tables (scripts/targets-summary.py)"
+		python3 scripts/targets-summary.py "$OUT/$base.md" "$OUT/$base"-[0-9]*.md | tee "$OUT/targets-summary.txt"
+	fi
+}
 
 case ${1:-} in
 all)
@@ -67,17 +87,7 @@ PY
 mock)
 	rm -rf "$G" && mkdir -p "$G" && tar -xf gpu/hydra-gpu.tar.gz -C "$G" || exit 1
 	step "socket limits"; sysctl net.core.wmem_max net.core.rmem_max net.core.wmem_default net.ipv4.tcp_wmem 2>&1
-	for ((run = 1; run <= ${RUNS:-1}; run++)); do
-		name=mock-h200
-		((run > 1)) && name=mock-h200-$run
-		step "hydra-bench ($name), mock plugin: 1.206 GB state, TCP and Unix, STATE_GET and STATE_PUT"
-		# shellcheck disable=SC2086 # CLIENT_CPUS is one word or none
-		${CLIENT_CPUS:+taskset -c $CLIENT_CPUS} "$G/hydra-bench" --bin "$G" --out "$OUT" --name "$name" --reps "${REPS:-3}" ${TARGETS_ONLY:+--targets-only} ${BENCH_ARGS:-} 2>&1 | tail -60
-	done
-	if ((${RUNS:-1} > 1)); then
-		step "the targets over the $RUNS tables (scripts/targets-summary.py)"
-		python3 scripts/targets-summary.py "$OUT"/mock-h200.md "$OUT"/mock-h200-[0-9]*.md | tee "$OUT/targets-summary.txt"
-	fi
+	tables mock-h200 "mock plugin: 1.206 GB state" "${REPS:-3}"
 	;;
 recv)
 	rm -rf "$G" && mkdir -p "$G" && tar -xf gpu/hydra-gpu.tar.gz -C "$G" || exit 1
@@ -219,21 +229,10 @@ pin-ab|copy-ab|splice-ab|stream-ab|plugin-ab|variant-ab|bench)
 	# RUNS=N measures N tables after one build (gpu-h200.md, gpu-h200-2.md, …):
 	# runs of one code on one machine differ by more than a target's margin
 	# (docs/benchmarks/README.md), and the build is most of a call's time.
-	for ((run = 1; run <= ${RUNS:-1}; run++)); do
-		name=gpu-h200
-		((run > 1)) && name=gpu-h200-$run
-		step "hydra-bench ($name): 9,200 tokens → 1.206 GB state, TCP and Unix, STATE_GET and STATE_PUT"
-		# shellcheck disable=SC2086 # CLIENT_CPUS is one word or none
-		${CLIENT_CPUS:+taskset -c $CLIENT_CPUS} "$G/hydra-bench" --bin "$G" --out "$OUT" --name "$name" --reps "${REPS:-2}" \
-			--backend "$G/hydra-plugin-cuda-llama" --model "$G/synth.gguf" --prefill-tokens 9200 \
-			--backend-opt lib_dir="$G" --backend-opt n_gpu_layers=99 --backend-opt n_ctx=18688 --backend-opt n_threads=8 \
-			${BENCH_OPTS:+--backend-opt "$BENCH_OPTS"} ${TARGETS_ONLY:+--targets-only} ${BENCH_ARGS:-} 2>&1 | tail -60
-		grep -h '^- \*\*shm\*\*' "$OUT/$name.md" 2>/dev/null
-	done
-	if ((${RUNS:-1} > 1)); then
-		step "the targets over the $RUNS tables (scripts/targets-summary.py)"
-		python3 scripts/targets-summary.py "$OUT"/gpu-h200.md "$OUT"/gpu-h200-[0-9]*.md | tee "$OUT/targets-summary.txt"
-	fi
+	tables gpu-h200 "9,200 tokens → 1.206 GB state" "${REPS:-2}" \
+		--backend "$G/hydra-plugin-cuda-llama" --model "$G/synth.gguf" --prefill-tokens 9200 \
+		--backend-opt lib_dir="$G" --backend-opt n_gpu_layers=99 --backend-opt n_ctx=18688 --backend-opt n_threads=8 \
+		${BENCH_OPTS:+--backend-opt "$BENCH_OPTS"}
 	;;
 *)
 	echo "usage: $0 build|bench|mock|recv|pin-ab|copy-ab|splice-ab|stream-ab|plugin-ab PLUGIN...|variant-ab NAME=DIR[:FLAGS]...|all" >&2; exit 2 ;;

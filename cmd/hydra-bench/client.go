@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hydra-engine/hydra-engine/host"
 	"github.com/hydra-engine/hydra-engine/transport"
 )
 
@@ -88,10 +89,7 @@ func unixClientConn(conn net.Conn, o clientOpts) (net.Conn, error) {
 		if !ok {
 			return nil, fmt.Errorf("a %T, not a Unix socket", conn)
 		}
-		if err := uc.SetWriteBuffer(o.sockbuf); err != nil {
-			return nil, err
-		}
-		if err := uc.SetReadBuffer(o.sockbuf); err != nil {
+		if err := host.SetSocketBuffers(uc, o.sockbuf); err != nil {
 			return nil, err
 		}
 	}

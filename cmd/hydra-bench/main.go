@@ -207,8 +207,7 @@ func run(ctx context.Context, o options, command string, log io.Writer) error {
 	b.rep = &report{Machine: machineInfo(o.bin), Command: command, State: b.o.backend.describe(), Mock: b.o.backend.mock(), SVGName: o.name + ".svg", Reps: o.reps, Quick: o.quick, TargetsOnly: o.targets, Depth: o.depth, Client: o.client}
 	if o.client.sockbuf > 0 {
 		if b.rep.ClientSndBuf, err = sendBuffer(o.client.sockbuf); err != nil {
-			fmt.Fprintln(os.Stderr, "hydra-bench: --client-sockbuf:", err)
-			os.Exit(1)
+			return fmt.Errorf("--client-sockbuf: %w", err)
 		}
 	}
 	if o.cpus != "" {

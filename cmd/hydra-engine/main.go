@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -135,8 +134,8 @@ func run(c *Config, logger hclog.Logger) error {
 	srv := host.NewServer(p.Backend, p.Info, tun, host.Config{
 		Logger: logger, Version: version, IdleTimeout: c.IdleTimeout, ChunkTimeout: c.ChunkTimeout, SocketBuffer: c.SocketBuffer,
 	})
-	for _, u := range c.RPC {
-		if strings.HasPrefix(u, "unix://") {
+	for _, l := range listeners {
+		if l.Addr().Network() == "unix" {
 			hintClientSendBuffer(logger)
 			break
 		}

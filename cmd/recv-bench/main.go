@@ -62,6 +62,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hydra-engine/hydra-engine/host"
 	"github.com/hydra-engine/hydra-engine/internal/proccpu"
 )
 
@@ -422,14 +423,9 @@ func serve(v variant, network, addr string) error {
 	if err != nil {
 		return err
 	}
-	if uc, ok := c.(*net.UnixConn); ok {
-		// The engine's default socket buffers on a Unix socket.
-		if err := uc.SetReadBuffer(4 << 20); err != nil {
-			return err
-		}
-		if err := uc.SetWriteBuffer(4 << 20); err != nil {
-			return err
-		}
+	// The engine's default socket buffers (4 MiB on a Unix socket).
+	if err := host.SetSocketBuffers(c, 0); err != nil {
+		return err
 	}
 	var hdr [8]byte
 	for {
