@@ -5,10 +5,15 @@
 #   A  the defaults
 #   B  hydra-bench (the client) on CPUs 0-1, the engines and a raw server process on 2-15
 #   C  every engine with --splice-put=false (Unix restores at 256 KiB onto the host's ring, not the plugin's pipes)
+#   E  every engine with --splice-put=false and a ring depth of 4 at every chunk
+#      size: Unix restores at 256 KiB land in a 1 MiB ring the core can keep in
+#      cache, beside 2 MiB ones in an 8 MiB ring (39, 42)
 #   D  the client on CPU 3 alone (with its hyperthread siblings, if any, left empty), the rest as B
 #   R  every engine with --relay-unix (Unix restores onto the ring through the host's relay, as TCP ones; 37)
 #   W  the defaults on a host with net.core.wmem_default 4194304 (the client's
 #      send buffer, since it sets none; docs/operators.md), restored after
+#   X  the same with net.core.wmem_default 8388608 (the window S gives: the
+#      kernel doubles an SO_SNDBUF request, not the sysctl)
 #   S  the client's Unix sockets ask for 4 MiB SO_SNDBUF/SO_RCVBUF (--client-sockbuf)
 # e.g. scripts/gpu-table-ab.sh A S S A A S S A   (~40 s a table after the pack is unpacked)
 # Needs the bench pack (make gpu-pack-bench) and gpu/libcache, as gpu-bench.sh bench.
@@ -34,16 +39,19 @@ for v in "$@"; do
 	A) args=() ;;
 	B) args=(CLIENT_CPUS=0-1 BENCH_ARGS="--raw-server process --server-cpus 2-15") ;;
 	C) args=(BENCH_ARGS=--engine-arg=--splice-put=false) ;;
+	E) args=(BENCH_ARGS="--ring-depth 4 --engine-arg=--splice-put=false") ;;
 	D) args=(CLIENT_CPUS=3 BENCH_ARGS="--raw-server process --server-cpus $(others)") ;;
 	R) args=(BENCH_ARGS=--engine-arg=--relay-unix) ;;
 	S) args=(BENCH_ARGS="--client-sockbuf 4194304") ;;
-	W) args=() ;;
+	W | X) args=() ;;
 	*) echo "unknown variant $v" >&2; exit 2 ;;
 	esac
 	echo "$i$v: ${args[*]}"
 	wmem=$(cat /proc/sys/net/core/wmem_default)
-	if [[ $v == W ]]; then
-		echo 4194304 > /proc/sys/net/core/wmem_default || { echo "cannot set net.core.wmem_default" >&2; exit 1; }
+	if [[ $v == [WX] ]]; then
+		size=4194304
+		[[ $v == X ]] && size=8388608
+		echo $size > /proc/sys/net/core/wmem_default || { echo "cannot set net.core.wmem_default" >&2; exit 1; }
 	fi
 	env OUT="$o" TARGETS_ONLY=1 REPS=8 "${args[@]}" scripts/gpu-bench.sh bench > "$o/log" 2>&1
 	echo "$wmem" > /proc/sys/net/core/wmem_default 2>/dev/null
