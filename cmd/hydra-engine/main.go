@@ -178,5 +178,5 @@ func hintClientSendBuffer(logger hclog.Logger) {
 		return
 	}
 	logger.Info("Unix-socket clients that set no SO_SNDBUF send STATE_PUTs with net.core.wmem_default in flight; "+
-		"raising it speeds them up (see docs/operators.md)", "wmem_default", n, "suggested", host.DefaultUnixSocketBuffer)
+		"raising it can speed them up (see docs/operators.md)", "wmem_default", n, "suggested", host.DefaultUnixSocketBuffer)
 }
