@@ -1,14 +1,14 @@
 #!/bin/bash
 # On the GPU box: hydra-bench --targets-only tables (REPS=8) of variants in the
 # order given, then scripts/targets-summary.py over all of them, tables in
-# $OUT/<n><variant>/. Variants (fourteenth session, docs/benchmarks/README.md 35–37, 40):
+# $OUT/<n><variant>/. Variants (docs/benchmarks/README.md 35–37, 40, 41, 43):
 #   A  the defaults
 #   B  hydra-bench (the client) on CPUs 0-1, the engines and a raw server process on 2-15
 #   C  every engine with --splice-put=false (Unix restores at 256 KiB onto the host's ring, not the plugin's pipes)
+#   D  the client on CPU 3 alone (with its hyperthread siblings, if any, left empty), the rest as B
 #   E  every engine with --splice-put=false and a ring depth of 4 at every chunk
 #      size: Unix restores at 256 KiB land in a 1 MiB ring the core can keep in
-#      cache, beside 2 MiB ones in an 8 MiB ring (39, 42)
-#   D  the client on CPU 3 alone (with its hyperthread siblings, if any, left empty), the rest as B
+#      cache, beside 2 MiB ones in an 8 MiB ring (39, 43)
 #   R  every engine with --relay-unix (Unix restores onto the ring through the host's relay, as TCP ones; 37)
 #   W  the defaults on a host with net.core.wmem_default 4194304 (the client's
 #      send buffer, since it sets none; docs/operators.md), restored after
@@ -39,19 +39,18 @@ for v in "$@"; do
 	A) args=() ;;
 	B) args=(CLIENT_CPUS=0-1 BENCH_ARGS="--raw-server process --server-cpus 2-15") ;;
 	C) args=(BENCH_ARGS=--engine-arg=--splice-put=false) ;;
-	E) args=(BENCH_ARGS="--ring-depth 4 --engine-arg=--splice-put=false") ;;
 	D) args=(CLIENT_CPUS=3 BENCH_ARGS="--raw-server process --server-cpus $(others)") ;;
+	E) args=(BENCH_ARGS="--ring-depth 4 --engine-arg=--splice-put=false") ;;
 	R) args=(BENCH_ARGS=--engine-arg=--relay-unix) ;;
 	S) args=(BENCH_ARGS="--client-sockbuf 4194304") ;;
-	W | X) args=() ;;
+	W) args=() size=4194304 ;;
+	X) args=() size=8388608 ;;
 	*) echo "unknown variant $v" >&2; exit 2 ;;
 	esac
 	echo "$i$v: ${args[*]}"
 	wmem=$(cat /proc/sys/net/core/wmem_default)
 	if [[ $v == [WX] ]]; then
-		size=4194304
-		[[ $v == X ]] && size=8388608
-		echo $size > /proc/sys/net/core/wmem_default || { echo "cannot set net.core.wmem_default" >&2; exit 1; }
+		echo "$size" > /proc/sys/net/core/wmem_default || { echo "cannot set net.core.wmem_default" >&2; exit 1; }
 	fi
 	env OUT="$o" TARGETS_ONLY=1 REPS=8 "${args[@]}" scripts/gpu-bench.sh bench > "$o/log" 2>&1
 	echo "$wmem" > /proc/sys/net/core/wmem_default 2>/dev/null
