@@ -130,7 +130,7 @@ func (p *Plugin) useShm(ctx context.Context, b iface.Backend, opts PluginOptions
 		return nil
 	}
 	gc.UseShm(p.shm, max(opts.RingDepth, 0))
-	gc.NoSplice, gc.SplicePipes, gc.RelayUnix = opts.NoSplice, opts.SplicePipes, opts.RelayUnix
+	gc.NoSplice, gc.SplicePipes, gc.RelayUnix, gc.PutWarm = opts.NoSplice, opts.SplicePipes, opts.RelayUnix, opts.PutWarm
 	p.DataPlane = "shm"
 	return nil
 }
@@ -173,6 +173,10 @@ type PluginOptions struct {
 	// RelayUnix relays STATE_PUTs from Unix sockets onto the ring through
 	// the host's pipes, as TCP ones are (iface.GRPCClient.RelayUnix).
 	RelayUnix bool
+	// PutWarm is how many bytes of the ring ahead a STATE_PUT read from the
+	// client's socket into the ring keeps cached while the socket is empty
+	// (iface.GRPCClient.PutWarm); 0: none.
+	PutWarm int
 	// SHA256, when set (hex), pins the plugin executable: go-plugin hashes
 	// the file before it runs it and refuses a mismatch.
 	SHA256 string
@@ -232,7 +236,7 @@ func StartPlugin(ctx context.Context, spec PluginSpec, load iface.LoadRequest, o
 		shm.Close()
 		p.shm = nil
 	}
-	logger.Info("backend data plane", "backend", spec.Name, "data_plane", p.DataPlane, "ring_depth", ringDepthName(opts.RingDepth), "splice_put", splices(b), "splice_pipes", opts.SplicePipes, "relay_unix", opts.RelayUnix)
+	logger.Info("backend data plane", "backend", spec.Name, "data_plane", p.DataPlane, "ring_depth", ringDepthName(opts.RingDepth), "splice_put", splices(b), "splice_pipes", opts.SplicePipes, "relay_unix", opts.RelayUnix, "put_warm_kib", opts.PutWarm>>10)
 	info, err := b.Load(ctx, load)
 	if err != nil {
 		p.Kill()

@@ -183,6 +183,11 @@ type PipePutter interface {
 	PipePutMaxChunk() int
 }
 
+// DefaultPutWarm is how much of the ring a restore the host reads from its
+// socket into the ring keeps cached ahead (GRPCClient.PutWarm,
+// shm_warm_linux.go).
+const DefaultPutWarm = 1 << 20
+
 // Two pipes filled in turn (DefaultSplicePipes) beat one: a splice into a
 // pipe and the plugin's read out of it take the same pipe mutex, and the
 // read holds it while it copies, so with one pipe the host's splice spins

@@ -47,6 +47,10 @@ type GRPCClient struct {
 	// from TCP ones (shm_relay_linux.go), for comparisons: the host then
 	// drains the socket by splicing, which returns the sender's buffer sooner.
 	RelayUnix bool
+	// PutWarm is how many bytes of the ring past where the next ones land
+	// a restore read by the host from its socket keeps in the reading core's
+	// cache while the socket is empty (shm_warm_linux.go); 0: none.
+	PutWarm int
 }
 
 var _ Backend = (*GRPCClient)(nil)

@@ -184,6 +184,11 @@ func (c *GRPCClient) statePutShm(ctx context.Context, slot int, tokens []int32, 
 	var rerr error
 	pluginDone := false
 	clock := traceOf(ctx)
+	var warm *warmer
+	wsrc, _ := r.(SocketSource)
+	if c.PutWarm > 0 && wsrc != nil && t.ring.depth > 1 {
+		warm = &warmer{mem: t.ring.mem[:t.ring.size()], ahead: min(c.PutWarm, t.ring.size()-t.ring.chunk)}
+	}
 	for seq, inflight := 0, 0; sent < size; seq++ {
 		if inflight == t.ring.depth {
 			waited := clock.now()
@@ -201,7 +206,13 @@ func (c *GRPCClient) statePutShm(ctx context.Context, slot int, tokens []int32, 
 		}
 		k := seq % t.ring.depth
 		n := int(min(int64(t.ring.chunk), size-sent))
-		m, err := io.ReadFull(r, t.ring.buf(k)[:n])
+		var m int
+		var err error
+		if warm != nil {
+			m, err = fillWarm(wsrc, t.ring.buf(k)[:n], warm, k*t.ring.chunk)
+		} else {
+			m, err = io.ReadFull(r, t.ring.buf(k)[:n])
+		}
 		sent += int64(m)
 		if err != nil {
 			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {

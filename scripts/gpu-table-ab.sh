@@ -1,7 +1,7 @@
 #!/bin/bash
 # On the GPU box: hydra-bench --targets-only tables (REPS=8) of variants in the
 # order given, then scripts/targets-summary.py over all of them, tables in
-# $OUT/<n><variant>/. Variants (docs/benchmarks/README.md 35–37, 40, 41, 43):
+# $OUT/<n><variant>/. Variants (docs/benchmarks/README.md 35–37, 40, 41, 43, 45):
 #   A  the defaults
 #   B  hydra-bench (the client) on CPUs 0-1, the engines and a raw server process on 2-15
 #   C  every engine with --splice-put=false (Unix restores at 256 KiB onto the host's ring, not the plugin's pipes)
@@ -9,6 +9,8 @@
 #   E  every engine with --splice-put=false and a ring depth of 4 at every chunk
 #      size: Unix restores at 256 KiB land in a 1 MiB ring the core can keep in
 #      cache, beside 2 MiB ones in an 8 MiB ring (39, 43)
+#   O  every engine with --put-warm-kib=0 (Unix restores onto the ring without
+#      warming its next bytes: the default before 45)
 #   R  every engine with --relay-unix (Unix restores onto the ring through the host's relay, as TCP ones; 37)
 #   W  the defaults on a host with net.core.wmem_default 4194304 (the client's
 #      send buffer, since it sets none; docs/operators.md), restored after
@@ -41,6 +43,7 @@ for v in "$@"; do
 	C) args=(BENCH_ARGS=--engine-arg=--splice-put=false) ;;
 	D) args=(CLIENT_CPUS=3 BENCH_ARGS="--raw-server process --server-cpus $(others)") ;;
 	E) args=(BENCH_ARGS="--ring-depth 4 --engine-arg=--splice-put=false") ;;
+	O) args=(BENCH_ARGS=--engine-arg=--put-warm-kib=0) ;;
 	R) args=(BENCH_ARGS=--engine-arg=--relay-unix) ;;
 	S) args=(BENCH_ARGS="--client-sockbuf 4194304") ;;
 	W) args=() size=4194304 ;;

@@ -241,6 +241,10 @@ func testLlamaStateRoundTrip(t *testing.T, planeFlags []string) {
 	if !strings.Contains(e1.logs.String(), want) {
 		t.Errorf("the engine's data plane log does not say %s", want)
 	}
+	// Restores the host reads into the ring warm it ahead by default.
+	if want := "put_warm_kib=1024"; shm && !strings.Contains(e1.logs.String(), want) {
+		t.Errorf("the engine's data plane log does not say %s", want)
+	}
 }
 
 // TestLlamaStatePutFailures: malformed, truncated and mismatched blobs each

@@ -43,6 +43,7 @@ type Config struct {
 	SplicePut      bool              `mapstructure:"splice_put"`
 	SplicePipes    int               `mapstructure:"splice_pipes"`
 	RelayUnix      bool              `mapstructure:"relay_unix"`
+	PutWarmKiB     int               `mapstructure:"put_warm_kib"`
 	StateChunkSize uint64            `mapstructure:"state_chunk_size"`
 	SocketBuffer   int               `mapstructure:"socket_buffer"`
 	BackendSHA256  string            `mapstructure:"backend_sha256"`
@@ -67,9 +68,14 @@ func defaultConfig() Config {
 		RingDepth:      0, // auto
 		SplicePut:      true,
 		SplicePipes:    iface.DefaultSplicePipes,
+		PutWarmKiB:     iface.DefaultPutWarm >> 10,
 		StateChunkSize: host.DefaultStateChunkSize,
 	}
 }
+
+// maxPutWarmKiB bounds put_warm_kib at the largest ring (64 MiB chunks):
+// more than a ring holds is never warmed.
+const maxPutWarmKiB = 64 << 10
 
 // settings pairs each configuration key with its flag, in the order
 // --print-config shows them. The environment variable is HYDRA_ + KEY.
@@ -91,6 +97,7 @@ var settings = []struct{ key, flag string }{
 	{"splice_put", "splice-put"},
 	{"splice_pipes", "splice-pipes"},
 	{"relay_unix", "relay-unix"},
+	{"put_warm_kib", "put-warm-kib"},
 	{"state_chunk_size", "state-chunk-size"},
 	{"socket_buffer", "socket-buffer"},
 	{"backend_sha256", "backend-sha256"},
@@ -142,6 +149,7 @@ func newFlagSet(d Config, configFile *string, printConfig, showVersion *bool) *f
 	fs.IntVar(&v.RingDepth, "ring-depth", d.RingDepth, "chunk buffers in flight on the shm data plane: 0 = auto (4, or at chunks under 1 MiB as many as hold 4 MiB), 1 = serial copy-then-send, up to 64")
 	fs.BoolVar(&v.SplicePut, "splice-put", d.SplicePut, "on the shm data plane, splice STATE_PUT bytes from TCP and Unix client sockets into pipes the plugin reads, or (TCP, restores onto the ring) into the host's own pipes copied into the ring on a second thread, instead of reading them into the ring")
 	fs.BoolVar(&v.RelayUnix, "relay-unix", d.RelayUnix, "on the shm data plane, relay STATE_PUTs from Unix sockets onto the ring through the host's own pipes (spliced from the socket, copied into the ring on a second thread), as TCP ones are, where the plugin does not take pipes at that chunk size; off: the host reads the socket into the ring (for comparisons, docs/benchmarks/README.md 25, 37)")
+	fs.IntVar(&v.PutWarmKiB, "put-warm-kib", d.PutWarmKiB, "on the shm data plane, KiB of the ring a STATE_PUT read from the client's socket into the ring (Unix sockets) keeps in the reading core's cache ahead of the bytes, loaded while the socket is empty (0 to 65536; 0: off)")
 	fs.IntVar(&v.SplicePipes, "splice-pipes", d.SplicePipes, "pipes a spliced STATE_PUT fills in turn (1 to 4; the plugin reads one while the host fills another), where the plugin reads that many")
 	fs.Uint64Var(&v.StateChunkSize, "state-chunk-size", d.StateChunkSize, "initial state_chunk_size in bytes (64 KiB to 64 MiB; CONFIGURE changes it)")
 	fs.IntVar(&v.SocketBuffer, "socket-buffer", d.SocketBuffer, "SO_SNDBUF/SO_RCVBUF in bytes for accepted connections; 0: 4 MiB on Unix sockets, kernel autotuning on TCP; -1: kernel defaults (capped by net.core.wmem_max/rmem_max)")
@@ -331,6 +339,9 @@ func (c *Config) validate() error {
 	}
 	if c.RingDepth < 0 || c.RingDepth > iface.MaxRingDepth {
 		return fmt.Errorf("ring_depth must be 0 (auto) or in [1, %d], got %d", iface.MaxRingDepth, c.RingDepth)
+	}
+	if c.PutWarmKiB < 0 || c.PutWarmKiB > maxPutWarmKiB {
+		return fmt.Errorf("put_warm_kib must be in [0, %d], got %d", maxPutWarmKiB, c.PutWarmKiB)
 	}
 	if c.SplicePipes < 1 || c.SplicePipes > iface.MaxSplicePipes {
 		return fmt.Errorf("splice_pipes must be in [1, %d], got %d", iface.MaxSplicePipes, c.SplicePipes)

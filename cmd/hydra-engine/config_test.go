@@ -39,7 +39,7 @@ func TestConfigDefaults(t *testing.T) {
 	if c.RPC[0] != "tcp://127.0.0.1:9510" || c.Slots != 4 || c.IdleTimeout != 120*time.Second ||
 		c.ChunkTimeout != 900*time.Second || c.ShutdownGrace != 30*time.Second || c.DataPlane != "auto" ||
 		c.RingDepth != 0 || c.Backend != "mock" || c.LogFormat != "text" || c.LogLevel != "info" || c.HTTP != "" ||
-		!c.SplicePut || c.SplicePipes != 2 || c.RelayUnix {
+		!c.SplicePut || c.SplicePipes != 2 || c.RelayUnix || c.PutWarmKiB != 1024 {
 		t.Errorf("defaults changed: %+v", c)
 	}
 }
@@ -101,11 +101,11 @@ backend_opts:
 
 	// Every flag keeps its own value (two of one type in one command line).
 	inv, err = parseInvocation([]string{"--log-level", "warn", "--backend", "/opt/p", "--slots", "5", "--ring-depth", "3",
-		"--splice-pipes", "1", "--idle-timeout", "1s", "--shutdown-grace", "2s", "--relay-unix"}, envOf(nil), io.Discard)
+		"--splice-pipes", "1", "--idle-timeout", "1s", "--shutdown-grace", "2s", "--relay-unix", "--put-warm-kib", "0"}, envOf(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := inv.cfg; c.LogLevel != "warn" || c.Backend != "/opt/p" || c.Slots != 5 || c.RingDepth != 3 || c.SplicePipes != 1 || !c.RelayUnix ||
+	if c := inv.cfg; c.LogLevel != "warn" || c.Backend != "/opt/p" || c.Slots != 5 || c.RingDepth != 3 || c.SplicePipes != 1 || !c.RelayUnix || c.PutWarmKiB != 0 ||
 		c.IdleTimeout != time.Second || c.ShutdownGrace != 2*time.Second || c.HTTP != "" || c.LogFormat != "text" {
 		t.Errorf("flags of one type mixed up: %+v", c)
 	}
@@ -139,6 +139,8 @@ func TestConfigErrors(t *testing.T) {
 		{args: []string{"--ring-depth", "-1"}, want: "ring_depth must be 0 (auto) or in [1, 64]"},
 		{args: []string{"--splice-pipes", "0"}, want: "splice_pipes must be in [1, 4]"},
 		{env: map[string]string{"HYDRA_SPLICE_PIPES": "5"}, want: "splice_pipes must be in [1, 4]"},
+		{args: []string{"--put-warm-kib", "-1"}, want: "put_warm_kib must be in [0, 65536]"},
+		{env: map[string]string{"HYDRA_PUT_WARM_KIB": "65537"}, want: "put_warm_kib must be in [0, 65536]"},
 		{args: []string{"--log-format", "xml"}, want: "log_format"},
 		{args: []string{"--log-level", "loud"}, want: "log_level"},
 		{args: []string{"--state-chunk-size", "1024"}, want: "state_chunk_size must be in"},

@@ -116,7 +116,7 @@ func run(c *Config, logger hclog.Logger) error {
 	// The supervisor relaunches a plugin that dies (counted in /metrics); a
 	// plugin that fails at start fails the engine.
 	sv, err := host.StartSupervised(ctx, spec, iface.LoadRequest{Model: c.Model, NSlots: c.Slots, Options: c.BackendOpts},
-		host.PluginOptions{DataPlane: c.DataPlane, RingDepth: c.RingDepth, NoSplice: !c.SplicePut, SplicePipes: c.SplicePipes, RelayUnix: c.RelayUnix, SHA256: c.BackendSHA256}, logger)
+		host.PluginOptions{DataPlane: c.DataPlane, RingDepth: c.RingDepth, NoSplice: !c.SplicePut, SplicePipes: c.SplicePipes, RelayUnix: c.RelayUnix, PutWarm: c.PutWarmKiB << 10, SHA256: c.BackendSHA256}, logger)
 	if err != nil {
 		if ctx.Err() != nil { // SIGTERM/SIGINT while loading: a clean stop
 			logger.Info("stopped while starting the backend", "error", err)

@@ -31,7 +31,13 @@
 //	             -poll fills each slot inside the socket's RawConn.Read with
 //	             non-blocking reads and, when the socket is empty, a blocking
 //	             poll(2) on the goroutine's thread (its timeout the deadline):
-//	             no netpoller park and wake-up, no deadline armed per read
+//	             no netpoller park and wake-up, no deadline armed per read;
+//	             -warmN fills each slot with non-blocking reads inside the
+//	             socket's RawConn.Read and, while the socket is empty, reads
+//	             one byte a cache line of the ring up to N KiB past where the
+//	             next bytes land (16 KiB between tries), then parks: does a
+//	             destination the receiving core already caches make its copy
+//	             as cheap as serve's, if the warming is done while it waits?
 //	hot-NxK      reads into a 256 KiB buffer, each copied into the ring's slot
 //	pipe-N       splices the socket into N pipes of 1 MiB (at most half a pipe
 //	             a call, as the host's piped STATE_PUT), a consumer goroutine
@@ -81,6 +87,7 @@ type variant struct {
 	msgs        bool
 	lowat       int // SO_RCVLOWAT in bytes; 0: the kernel's 1
 	poll        bool
+	warm        int // bytes kept cached ahead of the write position; 0: none
 	pipes       int // pipe-N
 	relay       bool
 }
@@ -125,6 +132,10 @@ func parseVariant(name string) (variant, error) {
 			v.poll, v.deadline = true, false
 		default:
 			var kib int
+			if _, err := fmt.Sscanf(p, "warm%d", &kib); err == nil && kib > 0 && p == fmt.Sprintf("warm%d", kib) {
+				v.warm, v.deadline = kib<<10, false
+				continue
+			}
 			if _, err := fmt.Sscanf(p, "lowat%d", &kib); err == nil && kib > 0 && p == fmt.Sprintf("lowat%d", kib) {
 				v.lowat = kib << 10
 				continue
@@ -191,9 +202,15 @@ func (v variant) receiver() (receiver, error) {
 			}
 			r = lr
 		}
+		w := &warmer{mem: mem, ahead: v.warm}
 		for k, rem := 0, size; rem > 0; k++ {
-			buf := mem[(k%v.slots)*v.slot:][:min(rem, int64(v.slot))]
-			if v.hot {
+			at := (k % v.slots) * v.slot
+			buf := mem[at:][:min(rem, int64(v.slot))]
+			if v.warm > 0 {
+				if err := warmFill(c, buf, w, at); err != nil {
+					return err
+				}
+			} else if v.hot {
 				for got := 0; got < len(buf); {
 					m, err := r.Read(hot[:min(len(buf)-got, len(hot))])
 					if err != nil {
@@ -391,6 +408,69 @@ func pollFill(c net.Conn, buf []byte) error {
 				if k == 0 && perr == nil {
 					rerr = os.ErrDeadlineExceeded
 					return true
+				}
+			case err != nil:
+				rerr = err
+				return true
+			default:
+				rerr = io.ErrUnexpectedEOF
+				return true
+			}
+		}
+		return true
+	}); err != nil {
+		return err
+	}
+	return rerr
+}
+
+// warmer keeps the ring's next bytes in the receiving core's cache.
+type warmer struct {
+	mem   []byte
+	ahead int
+	pos   int  // ring bytes warmed past the write position, from it
+	at    int  // the write position pos counts from
+	sink  byte // keeps the loads
+}
+
+// touch loads one byte a cache line of up to step more bytes ahead of the
+// write position at (an offset into the ring); false when ahead are warm.
+func (w *warmer) touch(at, step int) bool {
+	if at != w.at {
+		w.pos = max(w.pos-(at-w.at+len(w.mem))%len(w.mem), 0)
+		w.at = at
+	}
+	if w.pos >= w.ahead {
+		return false
+	}
+	end := min(w.pos+step, w.ahead)
+	for p := w.pos; p < end; p += 64 {
+		w.sink += w.mem[(at+p)%len(w.mem)]
+	}
+	w.pos = end
+	return true
+}
+
+// warmFill fills buf (at bytes into w's ring) from c's socket within one
+// RawConn.Read: non-blocking reads while the socket has bytes; while it has
+// none, w warms the bytes ahead, and the goroutine parks once they are.
+func warmFill(c net.Conn, buf []byte, w *warmer, at int) error {
+	raw, err := rawConn(c, "-warm")
+	if err != nil {
+		return err
+	}
+	got := 0
+	var rerr error
+	if err := raw.Read(func(fd uintptr) bool {
+		for got < len(buf) {
+			n, err := unix.Read(int(fd), buf[got:])
+			switch {
+			case n > 0:
+				got += n
+			case err == unix.EINTR:
+			case err == unix.EAGAIN:
+				if !w.touch(at+got, 16<<10) {
+					return false
 				}
 			case err != nil:
 				rerr = err

@@ -50,10 +50,10 @@ func TestReceivers(t *testing.T) {
 	}
 	type tc struct{ network, name string }
 	var cases []tc
-	for _, name := range []string{"serve", "serve-seq", "serve-shm", "ring-3x64", "ring-3x64-heap-nodl-nomsg", "ring-3x64-thp", "ring-3x64-nothp-nodl", "hot-2x300", "ring-3x64-lowat256", "ring-2x2048-lowat1024-nodl", "ring-3x64-poll", "ring-4x2048-poll-nomsg", "pipe-1", "pipe-2", "pipe-2-nomsg", "pipe-3", "pipe-2-relay"} {
+	for _, name := range []string{"serve", "serve-seq", "serve-shm", "ring-3x64", "ring-3x64-heap-nodl-nomsg", "ring-3x64-thp", "ring-3x64-nothp-nodl", "hot-2x300", "ring-3x64-lowat256", "ring-2x2048-lowat1024-nodl", "ring-3x64-poll", "ring-4x2048-poll-nomsg", "ring-3x64-warm100", "pipe-1", "pipe-2", "pipe-2-nomsg", "pipe-3", "pipe-2-relay"} {
 		cases = append(cases, tc{"tcp", name})
 	}
-	for _, name := range []string{"serve", "serve-shm", "ring-3x64", "ring-4x2048-heap", "ring-3x64-thp", "ring-3x64-poll"} {
+	for _, name := range []string{"serve", "serve-shm", "ring-3x64", "ring-4x2048-heap", "ring-3x64-thp", "ring-3x64-poll", "ring-4x2048-warm512-nomsg"} {
 		cases = append(cases, tc{"unix", name})
 	}
 	for _, c := range cases {

@@ -1,0 +1,93 @@
+//go:build linux
+
+package iface
+
+import (
+	"io"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// A restore onto the ring that the host reads from the client's socket
+// itself (Unix sockets; TCP ones go through the relay) warms the ring's next
+// bytes while the socket is empty (GRPCClient.PutWarm). A raw receiver copies
+// into the same few bytes again and again, which its core caches; the ring's
+// 8 MiB, read by the GPU between the host's writes, is not cached when the
+// next bytes land, so the host's copy out of the socket is dearer, and with a
+// client's small send window (a Unix socket's ~208 KiB by default) the
+// receiver's pace is the sender's. Loading the next bytes while waiting takes
+// that cost off the copy: H200, llama plugin, Unix STATE_PUT at 2 MiB,
+// hydra-bench tables on three machines, 0.911–1.015 of raw (median 0.96) in
+// 17 tables with 1 MiB warmed against 0.869–0.995 (0.92) in 14 without,
+// alternating with them; the client's CPU per GB 0.26–0.31 against
+// 0.28–0.32, the host's 0.24–0.30 against 0.17–0.21 (docs/benchmarks/
+// README.md, 45). DefaultPutWarm is in dataplane.go.
+
+// warmer keeps a ring's next bytes in the reading core's cache.
+type warmer struct {
+	mem   []byte
+	ahead int
+	pos   int  // bytes warmed past the write position at
+	at    int  // the write position pos counts from (an offset into mem)
+	sink  byte // keeps the loads
+}
+
+// touch loads one byte a cache line of up to step more bytes ahead of the
+// write position at; false once ahead bytes are warm.
+func (w *warmer) touch(at, step int) bool {
+	if at != w.at {
+		w.pos = max(w.pos-(at-w.at+len(w.mem))%len(w.mem), 0)
+		w.at = at
+	}
+	if w.pos >= w.ahead {
+		return false
+	}
+	end := min(w.pos+step, w.ahead)
+	for p := w.pos; p < end; p += 64 {
+		w.sink += w.mem[(at+p)%len(w.mem)]
+	}
+	w.pos = end
+	return true
+}
+
+// fillWarm fills buf, at bytes into w's ring, from src: bytes src holds in
+// memory first, then non-blocking reads of its socket, warming the bytes
+// ahead whenever the socket is empty and waiting on it once they are warm.
+// It returns the bytes it filled, with io.ErrUnexpectedEOF if the peer closed
+// first.
+func fillWarm(src SocketSource, buf []byte, w *warmer, at int) (int, error) {
+	got := 0
+	for got < len(buf) && src.Buffered() > 0 {
+		n, err := src.Read(buf[got:min(len(buf), got+src.Buffered())])
+		got += n
+		if err != nil {
+			return got, err
+		}
+	}
+	if got == len(buf) {
+		return got, nil
+	}
+	err := src.ReadSocket(func(fd uintptr) (int, bool, error) {
+		moved := 0
+		for got < len(buf) {
+			n, err := unix.Read(int(fd), buf[got:])
+			switch {
+			case n > 0:
+				got += n
+				moved += n
+			case err == unix.EINTR:
+			case err == unix.EAGAIN:
+				if !w.touch(at+got, 16<<10) {
+					return moved, false, nil
+				}
+			case err != nil:
+				return moved, true, os.NewSyscallError("read", err)
+			default:
+				return moved, true, io.ErrUnexpectedEOF
+			}
+		}
+		return moved, true, nil
+	})
+	return got, err
+}
