@@ -9,6 +9,7 @@ import (
 	"io"
 
 	backendv1 "github.com/hydra-engine/hydra-engine/iface/proto/hydra/backend/v1"
+	"github.com/hydra-engine/hydra-engine/internal/ringwarm"
 )
 
 // Host side: GRPCClient over the shared-memory plane.
@@ -184,10 +185,11 @@ func (c *GRPCClient) statePutShm(ctx context.Context, slot int, tokens []int32, 
 	var rerr error
 	pluginDone := false
 	clock := traceOf(ctx)
-	var warm *warmer
+	var warm *ringwarm.Warmer
 	wsrc, _ := r.(SocketSource)
 	if c.PutWarm > 0 && wsrc != nil && t.ring.depth > 1 {
-		warm = &warmer{mem: t.ring.mem[:t.ring.size()], ahead: min(c.PutWarm, t.ring.size()-t.ring.chunk)}
+		// At most the ring less a buffer: never round to the bytes being written.
+		warm = ringwarm.New(t.ring.mem[:t.ring.size()], min(c.PutWarm, t.ring.size()-t.ring.chunk))
 	}
 	for seq, inflight := 0, 0; sent < size; seq++ {
 		if inflight == t.ring.depth {

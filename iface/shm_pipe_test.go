@@ -272,12 +272,13 @@ func TestShmPipePutOptOut(t *testing.T) {
 }
 
 // TestShmPipePutClientVanishes: the client hanging up mid-state, on the pipe
-// or the ring, fails the restore with io.ErrUnexpectedEOF, the source
+// or the ring (through the relay, or read by the host warming the ring
+// ahead), fails the restore with io.ErrUnexpectedEOF, the source
 // records the socket's end (the host closes the connection on it), and the
 // plugin saw the failure before StatePut returned.
 func TestShmPipePutClientVanishes(t *testing.T) {
 	data := randomBytes(4 << 20)
-	for _, network := range []string{"tcp", "unix", "tcp-ring", "unix-ring"} {
+	for _, network := range []string{"tcp", "unix", "tcp-ring", "unix-ring", "tcp-warm", "unix-warm"} {
 		t.Run(network, func(t *testing.T) {
 			var mu sync.Mutex
 			var pluginErr error
@@ -289,10 +290,14 @@ func TestShmPipePutClientVanishes(t *testing.T) {
 				return 0, fmt.Errorf("%w: %w", ErrBadRequest, err)
 			}}
 			var backend Backend = fb
-			if strings.HasSuffix(network, "-ring") {
-				network, backend = strings.TrimSuffix(network, "-ring"), ringOnly{fb} // the host fills the ring from the socket
+			warm := strings.HasSuffix(network, "-warm")
+			if strings.HasSuffix(network, "-ring") || warm {
+				network, backend = network[:strings.IndexByte(network, '-')], ringOnly{fb} // the host fills the ring from the socket
 			}
 			b := TestBackendShm(t, backend, 4)
+			if warm {
+				b.(*GRPCClient).PutWarm, b.(*GRPCClient).NoSplice = DefaultPutWarm, true
+			}
 			src := feedSocket(t, network, data, 100, 3<<20, true)
 			_, err := b.StatePut(WithTransferChunk(context.Background(), 256<<10), 0, nil, src, int64(len(data)))
 			if !errors.Is(err, io.ErrUnexpectedEOF) {
@@ -312,16 +317,18 @@ func TestShmPipePutClientVanishes(t *testing.T) {
 
 // TestShmPipePutPluginStops: a plugin that fails after a few bytes, or
 // without reading any, closes the pipe (or, on the ring, stops freeing
-// buffers); the host stops feeding at once (the client keeps its connection
+// buffers, which the host fills through its relay or, warm, reads into
+// itself); the host stops feeding at once (the client keeps its connection
 // open and would send more), returns the plugin's error, and leaves the rest
 // of the payload on the socket for the host to drain.
 func TestShmPipePutPluginStops(t *testing.T) {
 	data := randomBytes(16 << 20)
 	for _, tc := range []struct {
-		read int
-		ring bool
-	}{{0, false}, {100, false}, {2 << 20, false}, {0, true}, {100, true}, {5 << 20, true}} {
-		t.Run(fmt.Sprintf("after%d/ring=%v", tc.read, tc.ring), func(t *testing.T) {
+		read       int
+		ring, warm bool
+	}{{0, false, false}, {100, false, false}, {2 << 20, false, false}, {0, true, false}, {100, true, false}, {5 << 20, true, false},
+		{0, true, true}, {5 << 20, true, true}} {
+		t.Run(fmt.Sprintf("after%d/ring=%v/warm=%v", tc.read, tc.ring, tc.warm), func(t *testing.T) {
 			fb := &fakeBackend{statePut: func(ctx context.Context, slot int, toks []int32, r io.Reader, size int64) (int64, error) {
 				io.ReadFull(r, make([]byte, tc.read))
 				return 0, fmt.Errorf("%w: bad magic", ErrBadRequest)
@@ -331,6 +338,9 @@ func TestShmPipePutPluginStops(t *testing.T) {
 				backend = ringOnly{fb} // through the host's relay
 			}
 			b := TestBackendShm(t, backend, 4)
+			if tc.warm {
+				b.(*GRPCClient).PutWarm, b.(*GRPCClient).NoSplice = DefaultPutWarm, true
+			}
 			src := feedSocket(t, "tcp", data, 0, -1, false)
 			done := make(chan error, 1)
 			go func() {

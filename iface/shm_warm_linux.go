@@ -7,6 +7,8 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hydra-engine/hydra-engine/internal/ringwarm"
 )
 
 // A restore onto the ring that the host reads from the client's socket
@@ -24,39 +26,12 @@ import (
 // 0.28–0.32, the host's 0.24–0.30 against 0.17–0.21 (docs/benchmarks/
 // README.md, 45). DefaultPutWarm is in dataplane.go.
 
-// warmer keeps a ring's next bytes in the reading core's cache.
-type warmer struct {
-	mem   []byte
-	ahead int
-	pos   int  // bytes warmed past the write position at
-	at    int  // the write position pos counts from (an offset into mem)
-	sink  byte // keeps the loads
-}
-
-// touch loads one byte a cache line of up to step more bytes ahead of the
-// write position at; false once ahead bytes are warm.
-func (w *warmer) touch(at, step int) bool {
-	if at != w.at {
-		w.pos = max(w.pos-(at-w.at+len(w.mem))%len(w.mem), 0)
-		w.at = at
-	}
-	if w.pos >= w.ahead {
-		return false
-	}
-	end := min(w.pos+step, w.ahead)
-	for p := w.pos; p < end; p += 64 {
-		w.sink += w.mem[(at+p)%len(w.mem)]
-	}
-	w.pos = end
-	return true
-}
-
-// fillWarm fills buf, at bytes into w's ring, from src: bytes src holds in
+// fillWarm fills buf, at bytes into w's ring (ringwarm), from src: bytes src holds in
 // memory first, then non-blocking reads of its socket, warming the bytes
 // ahead whenever the socket is empty and waiting on it once they are warm.
 // It returns the bytes it filled, with io.ErrUnexpectedEOF if the peer closed
 // first.
-func fillWarm(src SocketSource, buf []byte, w *warmer, at int) (int, error) {
+func fillWarm(src SocketSource, buf []byte, w *ringwarm.Warmer, at int) (int, error) {
 	got := 0
 	for got < len(buf) && src.Buffered() > 0 {
 		n, err := src.Read(buf[got:min(len(buf), got+src.Buffered())])
@@ -78,7 +53,7 @@ func fillWarm(src SocketSource, buf []byte, w *warmer, at int) (int, error) {
 				moved += n
 			case err == unix.EINTR:
 			case err == unix.EAGAIN:
-				if !w.touch(at+got, 16<<10) {
+				if !w.Touch(at+got, 16<<10) {
 					return moved, false, nil
 				}
 			case err != nil:

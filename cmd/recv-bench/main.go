@@ -70,6 +70,7 @@ import (
 
 	"github.com/hydra-engine/hydra-engine/host"
 	"github.com/hydra-engine/hydra-engine/internal/proccpu"
+	"github.com/hydra-engine/hydra-engine/internal/ringwarm"
 )
 
 const rawBuf = 4 << 20
@@ -202,12 +203,12 @@ func (v variant) receiver() (receiver, error) {
 			}
 			r = lr
 		}
-		w := &warmer{mem: mem, ahead: v.warm}
+		w := ringwarm.New(mem, v.warm)
 		for k, rem := 0, size; rem > 0; k++ {
 			at := (k % v.slots) * v.slot
 			buf := mem[at:][:min(rem, int64(v.slot))]
 			if v.warm > 0 {
-				if err := warmFill(c, buf, w, at); err != nil {
+				if err := rawFill(c, buf, "-warm", warmEmpty(w, at)); err != nil {
 					return err
 				}
 			} else if v.hot {
@@ -219,7 +220,7 @@ func (v variant) receiver() (receiver, error) {
 					got += copy(buf[got:], hot[:m])
 				}
 			} else if v.poll {
-				if err := pollFill(c, buf); err != nil {
+				if err := rawFill(c, buf, "-poll", pollEmpty); err != nil {
 					return err
 				}
 			} else if _, err := io.ReadFull(r, buf); err != nil {
@@ -382,80 +383,12 @@ func (l *lowatReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// pollFill fills buf from c's socket within one RawConn.Read: non-blocking
-// reads while the socket has bytes, a blocking poll(2) on this thread when it
-// has none, so the netpoller never parks the goroutine.
-func pollFill(c net.Conn, buf []byte) error {
-	raw, err := rawConn(c, "-poll")
-	if err != nil {
-		return err
-	}
-	got := 0
-	var rerr error
-	if err := raw.Read(func(fd uintptr) bool {
-		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		for got < len(buf) {
-			n, err := unix.Read(int(fd), buf[got:])
-			switch {
-			case n > 0:
-				got += n
-			case err == unix.EAGAIN || err == unix.EINTR:
-				k, perr := unix.Poll(pfd, int(time.Minute/time.Millisecond))
-				if perr != nil && perr != unix.EINTR {
-					rerr = perr
-					return true
-				}
-				if k == 0 && perr == nil {
-					rerr = os.ErrDeadlineExceeded
-					return true
-				}
-			case err != nil:
-				rerr = err
-				return true
-			default:
-				rerr = io.ErrUnexpectedEOF
-				return true
-			}
-		}
-		return true
-	}); err != nil {
-		return err
-	}
-	return rerr
-}
-
-// warmer keeps the ring's next bytes in the receiving core's cache.
-type warmer struct {
-	mem   []byte
-	ahead int
-	pos   int  // ring bytes warmed past the write position, from it
-	at    int  // the write position pos counts from
-	sink  byte // keeps the loads
-}
-
-// touch loads one byte a cache line of up to step more bytes ahead of the
-// write position at (an offset into the ring); false when ahead are warm.
-func (w *warmer) touch(at, step int) bool {
-	if at != w.at {
-		w.pos = max(w.pos-(at-w.at+len(w.mem))%len(w.mem), 0)
-		w.at = at
-	}
-	if w.pos >= w.ahead {
-		return false
-	}
-	end := min(w.pos+step, w.ahead)
-	for p := w.pos; p < end; p += 64 {
-		w.sink += w.mem[(at+p)%len(w.mem)]
-	}
-	w.pos = end
-	return true
-}
-
-// warmFill fills buf (at bytes into w's ring) from c's socket within one
-// RawConn.Read: non-blocking reads while the socket has bytes; while it has
-// none, w warms the bytes ahead, and the goroutine parks once they are.
-func warmFill(c net.Conn, buf []byte, w *warmer, at int) error {
-	raw, err := rawConn(c, "-warm")
+// rawFill fills buf from c's socket within one RawConn.Read: non-blocking
+// reads while the socket has bytes; when it has none, empty(got) says what
+// to do: wait (park the goroutine on the netpoller until the socket is
+// readable), try again at once, or fail.
+func rawFill(c net.Conn, buf []byte, what string, empty func(fd uintptr, got int) (wait bool, err error)) error {
+	raw, err := rawConn(c, what)
 	if err != nil {
 		return err
 	}
@@ -469,7 +402,12 @@ func warmFill(c net.Conn, buf []byte, w *warmer, at int) error {
 				got += n
 			case err == unix.EINTR:
 			case err == unix.EAGAIN:
-				if !w.touch(at+got, 16<<10) {
+				wait, eerr := empty(fd, got)
+				if eerr != nil {
+					rerr = eerr
+					return true
+				}
+				if wait {
 					return false
 				}
 			case err != nil:
@@ -485,6 +423,27 @@ func warmFill(c net.Conn, buf []byte, w *warmer, at int) error {
 		return err
 	}
 	return rerr
+}
+
+// pollEmpty waits for an empty socket in a blocking poll(2) on the
+// goroutine's thread (a minute at most, as the deadline), so the netpoller
+// never parks the goroutine.
+func pollEmpty(fd uintptr, _ int) (bool, error) {
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	k, err := unix.Poll(pfd, int(time.Minute/time.Millisecond))
+	switch {
+	case err != nil && err != unix.EINTR:
+		return false, err
+	case k == 0 && err == nil:
+		return false, os.ErrDeadlineExceeded
+	}
+	return false, nil
+}
+
+// warmEmpty has w load 16 KiB more of the ring past the bytes' next place
+// (at + got) while the socket is empty, and waits once the ring is warm.
+func warmEmpty(w *ringwarm.Warmer, at int) func(uintptr, int) (bool, error) {
+	return func(_ uintptr, got int) (bool, error) { return !w.Touch(at+got, 16<<10), nil }
 }
 
 // serve is a child: each transfer is an 8-byte length, then the bytes; one
