@@ -20,10 +20,10 @@ import (
 // client's small send window (a Unix socket's ~208 KiB by default) the
 // receiver's pace is the sender's. Loading the next bytes while waiting takes
 // that cost off the copy: H200, llama plugin, Unix STATE_PUT at 2 MiB,
-// hydra-bench tables on three machines, 0.911–1.015 of raw (median 0.96) in
+// hydra-bench tables on three machines, 0.911–1.015 of raw (median 0.968) in
 // 17 tables with 1 MiB warmed against 0.869–0.995 (0.92) in 14 without,
 // alternating with them; the client's CPU per GB 0.26–0.31 against
-// 0.28–0.32, the host's 0.24–0.30 against 0.17–0.21 (docs/benchmarks/
+// 0.27–0.32, the host's 0.24–0.30 against 0.17–0.21 (docs/benchmarks/
 // README.md, 45). DefaultPutWarm is in dataplane.go.
 
 // fillWarm fills buf, at bytes into w's ring (ringwarm), from src: bytes src holds in
