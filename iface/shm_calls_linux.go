@@ -187,9 +187,9 @@ func (c *GRPCClient) statePutShm(ctx context.Context, slot int, tokens []int32, 
 	clock := traceOf(ctx)
 	var warm *ringwarm.Warmer
 	wsrc, _ := r.(SocketSource)
-	if c.PutWarm > 0 && wsrc != nil && t.ring.depth > 1 {
-		// At most the ring less a buffer: never round to the bytes being written.
-		warm = ringwarm.New(t.ring.mem[:t.ring.size()], min(c.PutWarm, t.ring.size()-t.ring.chunk))
+	// At most the ring less a buffer: never round to the bytes being written.
+	if ahead := min(c.PutWarm, t.ring.size()-t.ring.chunk); ahead > 0 && wsrc != nil {
+		warm = ringwarm.New(t.ring.mem, ahead)
 	}
 	for seq, inflight := 0, 0; sent < size; seq++ {
 		if inflight == t.ring.depth {

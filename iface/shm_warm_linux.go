@@ -2,14 +2,7 @@
 
 package iface
 
-import (
-	"io"
-	"os"
-
-	"golang.org/x/sys/unix"
-
-	"github.com/hydra-engine/hydra-engine/internal/ringwarm"
-)
+import "github.com/hydra-engine/hydra-engine/internal/ringwarm"
 
 // A restore onto the ring that the host reads from the client's socket
 // itself (Unix sockets; TCP ones go through the relay) warms the ring's next
@@ -43,26 +36,7 @@ func fillWarm(src SocketSource, buf []byte, w *ringwarm.Warmer, at int) (int, er
 	if got == len(buf) {
 		return got, nil
 	}
-	err := src.ReadSocket(func(fd uintptr) (int, bool, error) {
-		moved := 0
-		for got < len(buf) {
-			n, err := unix.Read(int(fd), buf[got:])
-			switch {
-			case n > 0:
-				got += n
-				moved += n
-			case err == unix.EINTR:
-			case err == unix.EAGAIN:
-				if !w.Touch(at+got, 16<<10) {
-					return moved, false, nil
-				}
-			case err != nil:
-				return moved, true, os.NewSyscallError("read", err)
-			default:
-				return moved, true, io.ErrUnexpectedEOF
-			}
-		}
-		return moved, true, nil
-	})
+	touch := func(got int) (bool, error) { return !w.Touch(at+got, 16<<10), nil }
+	err := src.ReadSocket(func(fd uintptr) (int, bool, error) { return ringwarm.Fill(fd, buf, &got, touch) })
 	return got, err
 }

@@ -73,8 +73,8 @@ func defaultConfig() Config {
 	}
 }
 
-// maxPutWarmKiB bounds put_warm_kib at the largest ring (64 MiB chunks):
-// more than a ring holds is never warmed.
+// maxPutWarmKiB bounds put_warm_kib at the largest chunk, 64 MiB (the host
+// never warms more than its ring less one buffer in any case).
 const maxPutWarmKiB = 64 << 10
 
 // settings pairs each configuration key with its flag, in the order

@@ -383,10 +383,10 @@ func (l *lowatReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// rawFill fills buf from c's socket within one RawConn.Read: non-blocking
-// reads while the socket has bytes; when it has none, empty(got) says what
-// to do: wait (park the goroutine on the netpoller until the socket is
-// readable), try again at once, or fail.
+// rawFill fills buf from c's socket within one RawConn.Read
+// (ringwarm.Fill): non-blocking reads while the socket has bytes; when it has
+// none, empty(fd, got) says what to do: wait (park the goroutine on the
+// netpoller until the socket is readable), try again at once, or fail.
 func rawFill(c net.Conn, buf []byte, what string, empty func(fd uintptr, got int) (wait bool, err error)) error {
 	raw, err := rawConn(c, what)
 	if err != nil {
@@ -395,30 +395,9 @@ func rawFill(c net.Conn, buf []byte, what string, empty func(fd uintptr, got int
 	got := 0
 	var rerr error
 	if err := raw.Read(func(fd uintptr) bool {
-		for got < len(buf) {
-			n, err := unix.Read(int(fd), buf[got:])
-			switch {
-			case n > 0:
-				got += n
-			case err == unix.EINTR:
-			case err == unix.EAGAIN:
-				wait, eerr := empty(fd, got)
-				if eerr != nil {
-					rerr = eerr
-					return true
-				}
-				if wait {
-					return false
-				}
-			case err != nil:
-				rerr = err
-				return true
-			default:
-				rerr = io.ErrUnexpectedEOF
-				return true
-			}
-		}
-		return true
+		_, done, err := ringwarm.Fill(fd, buf, &got, func(got int) (bool, error) { return empty(fd, got) })
+		rerr = err
+		return done
 	}); err != nil {
 		return err
 	}

@@ -1,7 +1,15 @@
 // Package ringwarm keeps the next bytes of a ring buffer in the reading
 // core's cache while a socket reader waits, so the kernel's copy into them
-// lands in cached memory (iface/shm_warm_linux.go; recv-bench -warmN).
+// lands in cached memory (iface/shm_warm_linux.go; recv-bench -warmN), and
+// holds the non-blocking read loop such a reader runs (Fill).
 package ringwarm
+
+import (
+	"io"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
 
 // Warmer loads the bytes of a ring ahead of a write position.
 type Warmer struct {
@@ -35,4 +43,35 @@ func (w *Warmer) Touch(at, step int) bool {
 	}
 	w.pos = end
 	return true
+}
+
+// Fill reads the non-blocking socket fd into buf[*got:] until buf is full,
+// as a RawConn.Read callback does: it returns what this call read, and done
+// false when the caller should wait for the socket to become readable and
+// call again. When the socket is empty, empty(*got) says whether to wait
+// (a Warmer's Touch returning false: the ring ahead is loaded) or to read
+// again at once, or fails the fill. The peer's close is io.ErrUnexpectedEOF.
+func Fill(fd uintptr, buf []byte, got *int, empty func(got int) (wait bool, err error)) (moved int, done bool, err error) {
+	for *got < len(buf) {
+		n, err := unix.Read(int(fd), buf[*got:])
+		switch {
+		case n > 0:
+			*got += n
+			moved += n
+		case err == unix.EINTR:
+		case err == unix.EAGAIN:
+			wait, eerr := empty(*got)
+			if eerr != nil {
+				return moved, true, eerr
+			}
+			if wait {
+				return moved, false, nil
+			}
+		case err != nil:
+			return moved, true, os.NewSyscallError("read", err)
+		default:
+			return moved, true, io.ErrUnexpectedEOF
+		}
+	}
+	return moved, true, nil
 }
