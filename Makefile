@@ -7,6 +7,7 @@ LDFLAGS   := -s -w -X main.version=$(VERSION)
 export CGO_ENABLED ?= 0
 
 RPC       ?= tcp://127.0.0.1:9510
+HTTP      ?= 127.0.0.1:8080
 BACKEND   ?= mock
 # A count, not a duration: with -fuzztime as a duration Go 1.26's fuzz
 # coordinator can report its own deadline as a failure under CPU contention
@@ -20,7 +21,7 @@ FUZZ_TARGETS := \
 	./transport:FuzzParseRequestHeader \
 	./transport:FuzzParseResponseHeader \
 	./transport:FuzzParseDecodeFrames \
-	./host:FuzzReadBlobHeader \
+	./transport:FuzzReadBlobHeader \
 	./host:FuzzParseConfigure \
 	./host:FuzzParsePrefill \
 	./host:FuzzParseDecode \
@@ -29,7 +30,7 @@ FUZZ_TARGETS := \
 	./plugins/cuda-llama:FuzzMaxRow \
 	./plugins/cuda-llama:FuzzInPlace
 
-.PHONY: all build run test vet unit race fuzz-brief fuzz bench bench-go soak proto clean
+.PHONY: all build run test vet staticcheck unit race fuzz-brief fuzz bench bench-test bench-go soak proto clean
 
 all: build
 
@@ -37,17 +38,24 @@ build:
 	@mkdir -p $(BIN)
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/hydra-engine ./cmd/hydra-plugin-mock ./cmd/hydractl
 
-# The engine on BACKEND (mock), Hydra RPC on 127.0.0.1:9510, HTTP on :8080.
+# The engine on BACKEND (mock), Hydra RPC on RPC (tcp://127.0.0.1:9510), HTTP on
+# HTTP (127.0.0.1:8080; make run HTTP=:9090, or HTTP= for none).
 # make run BACKEND=cuda-llama MODEL=bin/tiny.gguf builds the llama plugin first.
 MODEL ?=
 run: build $(if $(filter cuda-llama,$(BACKEND)),build-llama)
-	$(BIN)/hydra-engine --rpc $(RPC) --http 127.0.0.1:8080 --backend $(BACKEND) $(if $(MODEL),--model $(MODEL)) $(ARGS)
+	$(BIN)/hydra-engine --rpc $(RPC) --http '$(HTTP)' --backend $(BACKEND) $(if $(MODEL),--model $(MODEL)) $(ARGS)
 
-test: vet unit race fuzz-brief test-llama
+test: vet staticcheck unit race fuzz-brief test-llama bench-test
 
 vet:
 	@test -z "$$(gofmt -l . | tee /dev/stderr)" || (echo "gofmt: files above need formatting" && exit 1)
 	$(GO) vet ./...
+
+# staticcheck from the module proxy, pinned; the llama plugin's cgo files too.
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+staticcheck:
+	$(GO) run $(STATICCHECK) ./...
+	$(LLAMA_ENV) $(GO) run $(STATICCHECK) -tags llama ./plugins/cuda-llama/... ./cmd/hydra-plugin-cuda-llama ./tests/
 
 unit:
 	$(GO) test -count=1 -timeout 15m ./...
@@ -70,12 +78,17 @@ fuzz-brief:
 fuzz:
 	@$(MAKE) --no-print-directory fuzz-brief FUZZTIME=$(LONGFUZZ)
 
-# The state-transfer benchmark: raw socket vs serial vs pipelined, both data
-# planes, TCP and Unix; writes docs/benchmarks/state-transfer.{md,svg}.
-# BENCH_ARGS=--quick for a smoke run.
+# The state-transfer benchmark: raw socket vs both data planes, TCP and Unix;
+# writes docs/benchmarks/state-transfer.{md,svg}. hydra-bench is built from
+# the bench/ module. BENCH_ARGS=--quick for a smoke run,
+# BENCH_ARGS="--targets-only --reps 8" for the targets' rows only.
 bench: build
-	$(GO) build -trimpath -o $(BIN)/ ./cmd/hydra-bench
+	cd bench && $(GO) build -trimpath -o $(CURDIR)/$(BIN)/ ./cmd/hydra-bench
 	$(BIN)/hydra-bench --bin $(BIN) --out docs/benchmarks $(BENCH_ARGS)
+
+# The bench/ module (a module of its own, outside ./... here): vet and tests.
+bench-test:
+	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 # Go micro-benchmarks (the mock's state generator, the client).
 bench-go:

@@ -54,13 +54,20 @@ func parseConfigure(payload []byte) (configureRequest, []string, error) {
 	if !ok {
 		return req, nil, errors.New("config_json must be a JSON object")
 	}
+	// json.Number is a string type, so the decoder below would take a
+	// string for state_chunk_size; the C++ engine reads a number only.
+	if v, ok := obj["state_chunk_size"]; ok {
+		if _, isNum := v.(json.Number); !isNum {
+			return req, nil, fmt.Errorf("state_chunk_size must be a number, got %s", jsonKind(v))
+		}
+	}
 	var md mapstructure.Metadata
 	d, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{Result: &req, Metadata: &md})
 	if err != nil {
 		return req, nil, err
 	}
 	if err := d.Decode(obj); err != nil {
-		return req, nil, fmt.Errorf("config_json: %w", err)
+		return req, nil, fmt.Errorf("config_json: %s", oneLine(err))
 	}
 	if v := req.Temperature; v != nil && (*v < 0 || math.IsNaN(*v)) {
 		return req, nil, fmt.Errorf("temperature must be >= 0, got %v", *v)
@@ -81,6 +88,44 @@ func parseConfigure(payload []byte) (configureRequest, []string, error) {
 	}
 	sort.Strings(md.Unused)
 	return req, md.Unused, nil
+}
+
+// jsonKind names the JSON type of a decoded value, for errors.
+func jsonKind(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "a boolean"
+	case string:
+		return "a string"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "an object"
+	}
+	return "a number"
+}
+
+// oneLine renders err on a single line, for a log line and an error meta.
+// mapstructure reports every bad key of a request at once, joined under a
+// header, one per line; those become "; "-separated.
+func oneLine(err error) string {
+	var joined interface{ Unwrap() []error }
+	if errors.As(err, &joined) {
+		parts := make([]string, 0, len(joined.Unwrap()))
+		for _, e := range joined.Unwrap() {
+			parts = append(parts, oneLine(e))
+		}
+		return strings.Join(parts, "; ")
+	}
+	var lines []string
+	for _, l := range strings.Split(err.Error(), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	return strings.Join(lines, "; ")
 }
 
 // chunkSizeFromNumber converts like the C++ engine's get<size_t>: negative

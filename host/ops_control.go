@@ -17,25 +17,27 @@ func (s *Server) handleConfigure(req *request, rp *replier) error {
 	}
 	parsed, ignored, err := parseConfigure(payload)
 	if err != nil {
-		s.log.Warn(fmt.Sprintf("CONFIGURE failed to parse config_json (slot %d): %v", slot, err))
-		return rp.fail(transport.StatusError, err.Error())
+		// One line, in the log as in the reply, however many keys were bad.
+		msg := oneLine(err)
+		s.log.Warn(fmt.Sprintf("CONFIGURE failed to parse config_json (slot %d): %s", slot, msg))
+		return rp.fail(transport.StatusError, msg)
 	}
 	res := parsed.apply(s.tun, ignored)
-	m := newMeta().add("success", true)
+	m := transport.NewMeta().Add("success", true)
 	if res.ChunkRequested != "" {
 		s.log.Info(fmt.Sprintf("CONFIGURE state_chunk_size requested=%s applied=%d (slot %d)", res.ChunkRequested, res.ChunkApplied, slot))
-		m.add("state_chunk_size_applied", res.ChunkApplied)
+		m.Add("state_chunk_size_applied", res.ChunkApplied)
 	} else {
 		s.log.Info(fmt.Sprintf("CONFIGURE received (slot %d)", slot))
 	}
 	if res.Params != nil {
-		m.add("params_applied", res.Params)
+		m.Add("params_applied", res.Params)
 	}
 	if len(res.Ignored) > 0 {
 		s.log.Info("CONFIGURE ignored unknown keys", "keys", res.Ignored)
-		m.add("ignored_keys", res.Ignored)
+		m.Add("ignored_keys", res.Ignored)
 	}
-	return rp.reply(transport.StatusOK, m.bytes(), nil)
+	return rp.reply(transport.StatusOK, m.Bytes(), nil)
 }
 
 // handleInfo describes the engine. The key is ignored.
@@ -44,14 +46,14 @@ func (s *Server) handleInfo(req *request, rp *replier) error {
 	caps := []string{"prefill", "decode", "state_transfer", "expert_mode", "model_hash"}
 	caps = append(caps, info.Capabilities...)
 	mode := s.tun.ExpertMode()
-	m := newMeta().add("engine", "hydra-engine").add("version", s.cfg.Version).add("capabilities", caps).
-		add("preset_aliases", []string{}).add("solo_active", mode == "solo").add("rpc_backend_active", false).
-		add("mode", mode).add("peer_addr", "").add("peer_reachable", false).add("layer_split", "").
-		add("combined_head_attached", false).add("pipeline_capable", false).
-		add("backend", info.Name).add("backend_version", info.Version).add("n_slots", info.NSlots).
-		add("n_ctx", info.NCtx).add("n_vocab", info.NVocab).add("state_chunk_size", s.tun.StateChunkSize()).
-		identity(info.Model)
-	return rp.reply(transport.StatusOK, m.bytes(), nil)
+	m := transport.NewMeta().Add("engine", "hydra-engine").Add("version", s.cfg.Version).Add("capabilities", caps).
+		Add("preset_aliases", []string{}).Add("solo_active", mode == "solo").Add("rpc_backend_active", false).
+		Add("mode", mode).Add("peer_addr", "").Add("peer_reachable", false).Add("layer_split", "").
+		Add("combined_head_attached", false).Add("pipeline_capable", false).
+		Add("backend", info.Name).Add("backend_version", info.Version).Add("n_slots", info.NSlots).
+		Add("n_ctx", info.NCtx).Add("n_vocab", info.NVocab).Add("state_chunk_size", s.tun.StateChunkSize()).
+		AddFields(info.Model)
+	return rp.reply(transport.StatusOK, m.Bytes(), nil)
 }
 
 // handleSetExpertMode asks the backend for "solo" or "combined" (exact).
@@ -62,16 +64,16 @@ func (s *Server) handleSetExpertMode(req *request, rp *replier) error {
 	}
 	mode := string(payload)
 	if mode != "solo" && mode != "combined" {
-		return rp.reply(transport.StatusError, newMeta().add("success", false).
-			add("error", "expert_mode must be 'solo' or 'combined'").bytes(), nil)
+		return rp.reply(transport.StatusError, transport.NewMeta().Add("success", false).
+			Add("error", "expert_mode must be 'solo' or 'combined'").Bytes(), nil)
 	}
 	b, _ := s.Backend()
 	active, err := b.SetExpertMode(s.ctx, mode)
 	if err != nil {
-		return rp.reply(statusOf(err), newMeta().add("success", false).add("error", err.Error()).bytes(), nil)
+		return rp.reply(statusOf(err), transport.NewMeta().Add("success", false).Add("error", err.Error()).Bytes(), nil)
 	}
 	s.tun.setExpertMode(active)
-	return rp.reply(transport.StatusOK, newMeta().add("success", true).add("mode", active).bytes(), nil)
+	return rp.reply(transport.StatusOK, transport.NewMeta().Add("success", true).Add("mode", active).Bytes(), nil)
 }
 
 // parseSwapQuant splits a SWAP_QUANT payload: u16 quant_key_len, quant_key,
@@ -95,12 +97,12 @@ func (s *Server) handleSwapQuant(req *request, rp *replier) error {
 	}
 	key, pattern, err := parseSwapQuant(payload)
 	if err != nil {
-		return rp.reply(transport.StatusError, newMeta().add("success", false).add("error", err.Error()).bytes(), nil)
+		return rp.reply(transport.StatusError, transport.NewMeta().Add("success", false).Add("error", err.Error()).Bytes(), nil)
 	}
 	b, _ := s.Backend()
 	if err := b.SwapQuant(s.ctx, key, pattern); err != nil {
-		return rp.reply(statusOf(err), newMeta().add("success", false).add("error", err.Error()).bytes(), nil)
+		return rp.reply(statusOf(err), transport.NewMeta().Add("success", false).Add("error", err.Error()).Bytes(), nil)
 	}
-	return rp.reply(transport.StatusOK, newMeta().add("success", true).add("quant_key", key).
-		add("tensor_pattern", pattern).bytes(), nil)
+	return rp.reply(transport.StatusOK, transport.NewMeta().Add("success", true).Add("quant_key", key).
+		Add("tensor_pattern", pattern).Bytes(), nil)
 }

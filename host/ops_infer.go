@@ -14,14 +14,14 @@ import (
 	"github.com/hydra-engine/hydra-engine/transport"
 )
 
-// chatMessage is an OpenAI chat message; content is a string, an array of
-// parts, or null.
-type chatMessage struct {
+// ChatMessage is an OpenAI chat message, as PREFILL and the HTTP chat
+// completions take it; content is a string, an array of parts, or null.
+type ChatMessage struct {
 	Role    string          `json:"role"`
 	Content json.RawMessage `json:"content"`
 }
 
-func (m chatMessage) text() (string, error) {
+func (m ChatMessage) text() (string, error) {
 	c := bytes.TrimSpace(m.Content)
 	if len(c) == 0 || string(c) == "null" {
 		return "", nil
@@ -48,7 +48,8 @@ func (m chatMessage) text() (string, error) {
 	return sb.String(), nil
 }
 
-func toMessages(in []chatMessage) ([]iface.Message, error) {
+// ToMessages checks chat messages and converts them for the backend.
+func ToMessages(in []ChatMessage) ([]iface.Message, error) {
 	out := make([]iface.Message, len(in))
 	for i, m := range in {
 		if m.Role == "" {
@@ -95,7 +96,7 @@ func parsePrefill(p []byte, slot int) (iface.PrefillRequest, error) {
 	}
 	if isJSONObject(p) {
 		var body struct {
-			Messages []chatMessage `json:"messages"`
+			Messages []ChatMessage `json:"messages"`
 			Model    string        `json:"model"`
 		}
 		jerr := json.Unmarshal(p, &body)
@@ -103,7 +104,7 @@ func parsePrefill(p []byte, slot int) (iface.PrefillRequest, error) {
 			if len(body.Messages) == 0 {
 				return req, errors.New("PREFILL request has no messages")
 			}
-			msgs, err := toMessages(body.Messages)
+			msgs, err := ToMessages(body.Messages)
 			if err != nil {
 				return req, err
 			}
@@ -164,10 +165,10 @@ func (s *Server) handlePrefill(req *request, rp *replier) error {
 		nTok = len(res.Slot.Tokens)
 	}
 	s.stats.tokens(PhasePrefill, nTok, elapsed)
-	m := newMeta().add("n_past", res.Slot.NPast).add("state_size", res.Slot.StateSize).
-		add("logits_size", len(logits)).add("tokens_processed", nTok).
-		add("prefill_ms", float64(elapsed.Microseconds())/1000).identity(info.Model).
-		add("model_fallback", res.ModelFallback)
+	m := transport.NewMeta().Add("n_past", res.Slot.NPast).Add("state_size", res.Slot.StateSize).
+		Add("logits_size", len(logits)).Add("tokens_processed", nTok).
+		Add("prefill_ms", float64(elapsed.Microseconds())/1000).AddFields(info.Model).
+		Add("model_fallback", res.ModelFallback)
 	return s.streamBlob(rp, b, res.Slot, m, logits, func() { release(after) })
 }
 
@@ -185,7 +186,7 @@ func parseDecode(p []byte, slot int, sampler iface.SamplerParams) (decodeRequest
 	if isJSONObject(p) {
 		var body struct {
 			NPredict    *int64        `json:"n_predict"`
-			Messages    []chatMessage `json:"messages"`
+			Messages    []ChatMessage `json:"messages"`
 			Temperature *float32      `json:"temperature"`
 			TopK        *int32        `json:"top_k"`
 			TopP        *float32      `json:"top_p"`
@@ -202,7 +203,7 @@ func parseDecode(p []byte, slot int, sampler iface.SamplerParams) (decodeRequest
 		}
 		d.nPredict = int(*body.NPredict)
 		if body.Messages != nil {
-			msgs, err := toMessages(body.Messages)
+			msgs, err := ToMessages(body.Messages)
 			if err != nil {
 				return d, err
 			}
@@ -297,7 +298,7 @@ func (s *Server) handleDecode(req *request, rp *replier) error {
 	if len(frames) > 0 {
 		frames[len(frames)-1] |= 0x01 // the last frame is the final one
 	}
-	m := newMeta().add("tokens_generated", res.TokensGenerated).add("n_past", res.NPast).
-		add("stop_reason", res.StopReason).add("text", text.String())
-	return rp.reply(transport.StatusOK, m.bytes(), frames)
+	m := transport.NewMeta().Add("tokens_generated", res.TokensGenerated).Add("n_past", res.NPast).
+		Add("stop_reason", res.StopReason).Add("text", text.String())
+	return rp.reply(transport.StatusOK, m.Bytes(), frames)
 }

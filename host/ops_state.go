@@ -12,6 +12,7 @@ import (
 
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/transport"
+	"github.com/hydra-engine/hydra-engine/transport/shm"
 )
 
 // slotKey parses a slot op's key, replying ERROR when it is not a number.
@@ -40,7 +41,7 @@ func (s *Server) handleStateGet(req *request, rp *replier) error {
 	if err != nil {
 		return rp.failErr(err)
 	}
-	return s.streamBlob(rp, b, si, newMeta().add("n_past", si.NPast).add("state_size", si.StateSize).identity(info.Model),
+	return s.streamBlob(rp, b, si, transport.NewMeta().Add("n_past", si.NPast).Add("state_size", si.StateSize).AddFields(info.Model),
 		nil, func() { release(nil) })
 }
 
@@ -49,19 +50,19 @@ func (s *Server) handleStateGet(req *request, rp *replier) error {
 // has finished and release has freed the slot, so a client that has the whole
 // payload never finds the slot still busy. A failure after the header closes
 // the connection: the client sees EOF before the announced payload length.
-func (s *Server) streamBlob(rp *replier, b iface.Backend, si iface.SlotInfo, m *meta, trailer []byte, release func()) error {
-	hdr := AppendBlobHeader(make([]byte, 0, blobHeaderSize(len(si.Tokens))), si.NPast, si.Tokens)
+func (s *Server) streamBlob(rp *replier, b iface.Backend, si iface.SlotInfo, m *transport.Meta, trailer []byte, release func()) error {
+	hdr := transport.AppendBlobHeader(make([]byte, 0, transport.BlobHeaderSize(len(si.Tokens))), si.NPast, si.Tokens)
 	total := int64(len(hdr)) + si.StateSize + int64(len(trailer))
-	if err := rp.header(transport.StatusOK, m.bytes(), uint64(total)); err != nil {
+	if err := rp.header(transport.StatusOK, m.Bytes(), uint64(total)); err != nil {
 		return err
 	}
 	start := time.Now()
 	cw := &countingWriter{w: rp.w}
 	hl := &holdLast{w: cw, remain: si.StateSize}
-	var trace iface.TransferTrace
+	var trace shm.TransferTrace
 	_, err := cw.Write(hdr)
 	if err == nil {
-		_, err = b.StateGet(iface.WithTransferTrace(s.ctx, &trace), si.Slot, s.tun.StateChunkSize(), hl)
+		_, err = b.StateGet(shm.WithTransferTrace(s.ctx, &trace), si.Slot, s.tun.StateChunkSize(), hl)
 	}
 	if err == nil && hl.remain != 0 {
 		err = fmt.Errorf("backend wrote %d state bytes, announced %d", si.StateSize-hl.remain, si.StateSize)
@@ -144,7 +145,7 @@ func (t *readTracker) sinceLast() time.Duration {
 }
 
 // socketTracker is a readTracker whose payload the data plane may splice
-// straight from the socket (iface.SocketSource).
+// straight from the socket (shm.SocketSource).
 type socketTracker struct {
 	*readTracker
 	br   *bufio.Reader
@@ -152,9 +153,9 @@ type socketTracker struct {
 	raw  syscall.RawConn
 }
 
-var _ iface.SocketSource = (*socketTracker)(nil)
+var _ shm.SocketSource = (*socketTracker)(nil)
 
-// spliceable returns src as an iface.SocketSource when the request's payload
+// spliceable returns src as an shm.SocketSource when the request's payload
 // comes from a socket the kernel can splice from, else nil.
 func spliceable(req *request, src *readTracker) *socketTracker {
 	pr, ok := req.payload.R.(payloadReader)
@@ -168,9 +169,9 @@ func spliceable(req *request, src *readTracker) *socketTracker {
 	return &socketTracker{readTracker: src, br: pr.br, conn: req.conn, raw: raw}
 }
 
-// SocketNetwork says which kind of socket the payload is in
-// (iface.SocketNetworker): the shm plane relays TCP restores only.
-func (s *socketTracker) SocketNetwork() string {
+// Network says which kind of socket the payload is in: the shm plane relays
+// TCP restores only.
+func (s *socketTracker) Network() string {
 	if _, ok := s.conn.Conn.(*net.UnixConn); ok {
 		return "unix"
 	}
@@ -186,7 +187,7 @@ func (s *socketTracker) ReadSocket(f func(fd uintptr) (int, bool, error)) error 
 	err := s.conn.armRead()
 	if err == nil {
 		var n int64
-		n, err = iface.ReadRawConn(s.raw, f)
+		n, err = shm.ReadRawConn(s.raw, f)
 		s.r.N -= n
 		s.read(int(n))
 	}
@@ -218,8 +219,8 @@ func (s *Server) handleStatePut(req *request, rp *replier) error {
 	if sock := spliceable(req, src); sock != nil {
 		in = sock
 	}
-	var trace iface.TransferTrace
-	consumed, err := s.restore(iface.WithTransferTrace(s.ctx, &trace), b, slot, in, req.payload.N)
+	var trace shm.TransferTrace
+	consumed, err := s.restore(shm.WithTransferTrace(s.ctx, &trace), b, slot, in, req.payload.N)
 	trace.AfterPayload = src.sinceLast()
 	s.transferDone(rp, true, slot, int64(req.hdr.PayloadLen)-req.payload.N, time.Since(start), trace, err)
 	if err != nil {
@@ -244,13 +245,13 @@ func (s *Server) handleStatePut(req *request, rp *replier) error {
 		return rp.failErr(err)
 	}
 	after = &si
-	return rp.reply(transport.StatusOK, newMeta().add("restored", true).add("bytes", consumed).
-		add("n_past", si.NPast).identity(info.Model).bytes(), nil)
+	return rp.reply(transport.StatusOK, transport.NewMeta().Add("restored", true).Add("bytes", consumed).
+		Add("n_past", si.NPast).AddFields(info.Model).Bytes(), nil)
 }
 
 // transferDone counts a state transfer, and logs it at debug level with the
 // share of its time the host waited on the backend (TransferTrace).
-func (s *Server) transferDone(rp *replier, put bool, slot int, bytes int64, d time.Duration, trace iface.TransferTrace, err error) {
+func (s *Server) transferDone(rp *replier, put bool, slot int, bytes int64, d time.Duration, trace shm.TransferTrace, err error) {
 	s.stats.transfer(put, bytes, d, trace.BackendWait, err)
 	s.log.Debug("state transfer", "direction", direction(put), "network", rp.network, "slot", slot, "bytes", bytes, "chunk", s.tun.StateChunkSize(),
 		"seconds", d.Seconds(), "backend_wait_seconds", trace.BackendWait.Seconds(), "after_payload_seconds", trace.AfterPayload.Seconds(), "error", err)
@@ -258,14 +259,14 @@ func (s *Server) transferDone(rp *replier, put bool, slot int, bytes int64, d ti
 
 // restore parses the wrapper and hands the rest of the payload to the backend.
 func (s *Server) restore(ctx context.Context, b iface.Backend, slot int, src io.Reader, total int64) (int64, error) {
-	bh, err := ReadBlobHeader(src, total)
+	bh, err := transport.ReadBlobHeader(src, total)
 	if err != nil {
-		if errors.Is(err, errBlob) {
+		if errors.Is(err, transport.ErrMalformedBlob) {
 			return 0, err
 		}
-		return 0, fmt.Errorf("%w: %w", errBlob, err)
+		return 0, fmt.Errorf("%w: %w", transport.ErrMalformedBlob, err)
 	}
-	ctx = iface.WithTransferChunk(ctx, s.tun.StateChunkSize())
+	ctx = shm.WithTransferChunk(ctx, s.tun.StateChunkSize())
 	return b.StatePut(ctx, slot, bh.Tokens, src, total-bh.Size)
 }
 
@@ -281,7 +282,7 @@ func (s *Server) handleStateMeta(req *request, rp *replier) error {
 		return rp.failErr(err)
 	}
 	_, info := s.Backend()
-	return rp.reply(transport.StatusOK, newMeta().add("slot_id", slot).add("n_past", st.nPast).
-		add("state_size", st.stateSize).add("is_processing", st.use == slotProcessing).
-		add("is_transferring", st.use == slotTransferring).identity(info.Model).bytes(), nil)
+	return rp.reply(transport.StatusOK, transport.NewMeta().Add("slot_id", slot).Add("n_past", st.nPast).
+		Add("state_size", st.stateSize).Add("is_processing", st.use == slotProcessing).
+		Add("is_transferring", st.use == slotTransferring).AddFields(info.Model).Bytes(), nil)
 }

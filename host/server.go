@@ -128,6 +128,17 @@ func (s *Server) Tunables() *Tunables { return s.tun }
 // Stats returns the transfer counters.
 func (s *Server) Stats() *Stats { return s.stats }
 
+// Config returns the server's configuration, defaults filled in.
+func (s *Server) Config() Config { return s.cfg }
+
+// RPCActive reports whether the server accepts Hydra RPC connections: it
+// has a listener and is not shutting down.
+func (s *Server) RPCActive() bool {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	return !s.isStopping() && len(s.listeners) > 0
+}
+
 // Backend returns the current backend and what it reported at load.
 func (s *Server) Backend() (iface.Backend, iface.BackendInfo) {
 	s.mu.RLock()
@@ -297,7 +308,7 @@ func (r *replier) reply(st transport.Status, meta, payload []byte) error {
 
 // fail replies with status and {"error":msg}.
 func (r *replier) fail(st transport.Status, msg string) error {
-	return r.reply(st, errorMeta(msg), nil)
+	return r.reply(st, transport.ErrorMeta(msg), nil)
 }
 
 // failErr replies to a backend or slot error with the status it maps to.

@@ -40,12 +40,6 @@ func (t *slotTable) reset(n int) {
 	t.mu.Unlock()
 }
 
-func (t *slotTable) count() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.slots)
-}
-
 // acquire marks slot as used, failing with ErrNoSlot or ErrBusy.
 func (t *slotTable) acquire(slot int, use slotUse) error {
 	t.mu.Lock()
@@ -103,15 +97,76 @@ func (t *slotTable) get(slot int) (slotState, error) {
 	return t.slots[slot], nil
 }
 
-// busyCount counts slots in use.
-func (t *slotTable) busyCount() int {
+// The slot surface of HTTP and other front ends (host/httpapi): they take
+// slots from the same table as the Hydra RPC ops, as processing, so the two
+// never run on one slot at once.
+
+// SlotView is the host's cached view of a slot: what holds it, and the
+// sequence figures cached after its last operation.
+type SlotView struct {
+	Processing   bool // held by PREFILL, DECODE or a front end's completion
+	Transferring bool // held by STATE_GET or STATE_PUT
+	NPast        int
+	StateSize    int64
+}
+
+// Slots returns a view of every slot, taken at one instant; it never waits
+// for a busy slot.
+func (s *Server) Slots() []SlotView {
+	t := s.slots
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	n := 0
-	for _, s := range t.slots {
-		if s.use != slotIdle {
-			n++
+	out := make([]SlotView, len(t.slots))
+	for i, st := range t.slots {
+		out[i] = st.view()
+	}
+	return out
+}
+
+func (st slotState) view() SlotView {
+	return SlotView{Processing: st.use == slotProcessing, Transferring: st.use == slotTransferring,
+		NPast: st.nPast, StateSize: st.stateSize}
+}
+
+// AcquireSlot takes slot as processing; it fails with iface.ErrNoSlot or
+// iface.ErrBusy. ReleaseSlot gives it back.
+func (s *Server) AcquireSlot(slot int) error { return s.slots.acquire(slot, slotProcessing) }
+
+// AcquireIdleSlot takes the idle slot that rank scores lowest (ties: the
+// lowest slot id) as processing, or fails with iface.ErrBusy when none is
+// idle. rank is called with the table locked: it must not call back into s.
+func (s *Server) AcquireIdleSlot(rank func(slot int, v SlotView) int64) (int, error) {
+	t := s.slots
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	best, bestRank := -1, int64(0)
+	for i, st := range t.slots {
+		if st.use != slotIdle {
+			continue
+		}
+		if r := rank(i, st.view()); best < 0 || r < bestRank {
+			best, bestRank = i, r
 		}
 	}
-	return n
+	if best < 0 {
+		return 0, fmt.Errorf("%w: all %d slots are busy", iface.ErrBusy, len(t.slots))
+	}
+	t.slots[best].use = slotProcessing
+	return best, nil
 }
+
+// ReleaseSlot gives back a slot taken with AcquireSlot or AcquireIdleSlot,
+// first refreshing its cached n_past and state size from the backend (they
+// stay as they were if the backend cannot say).
+func (s *Server) ReleaseSlot(slot int) {
+	b, _ := s.Backend()
+	var after *iface.SlotInfo
+	if si, err := b.Slot(s.ctx, slot); err == nil {
+		after = &si
+	}
+	s.slots.release(slot, after)
+}
+
+// ParseSlotKey reads a slot id as the Hydra RPC keys are read (the C++
+// engine's std::stoi), for front ends that name slots the same way.
+func ParseSlotKey(key string) (int, error) { return parseSlotKey(key) }

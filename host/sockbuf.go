@@ -75,10 +75,8 @@ const wmemDefault = "/proc/sys/net/core/wmem_default"
 // UnixClientSendBuffer is the send buffer a Unix-socket client of this
 // machine has when it sets none (net.core.wmem_default): on a Unix stream
 // socket all a sender may have in flight. With the kernel's usual ~208 KiB a
-// STATE_PUT's sender stalls whenever the engine falls ~50 µs behind. A client
-// asking 4 MiB moved 10–15 % more on two H200 machines; wmem_default at 4 MiB
-// moved 14 % more on one, no more than the noise on two others, and ~30 % more
-// on a 2-core box (docs/operators.md).
+// STATE_PUT's sender stalls whenever the engine falls ~50 µs behind, so the
+// engine hints at raising it (docs/operators.md).
 func UnixClientSendBuffer() (int, error) {
 	b, err := os.ReadFile(wmemDefault)
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 )
 
 // TestSocketTrackerAccounting: a STATE_PUT payload handed to the data plane
-// as an iface.SocketSource gives its buffered bytes first, then the socket;
+// as an shm.SocketSource gives its buffered bytes first, then the socket;
 // bytes taken off the socket count against the payload, so the request that
 // follows it on the connection is read intact.
 func TestSocketTrackerAccounting(t *testing.T) {
@@ -50,7 +50,7 @@ func TestSocketTrackerAccounting(t *testing.T) {
 	if st == nil {
 		t.Fatal("a TCP payload is not offered for splicing")
 	}
-	if n := st.SocketNetwork(); n != "tcp" {
+	if n := st.Network(); n != "tcp" {
 		t.Fatalf("a TCP payload says its socket is %q", n)
 	}
 	var got []byte
@@ -113,7 +113,7 @@ func TestSocketNetworkUnix(t *testing.T) {
 	dc := &deadlineConn{Conn: acceptedPair(t, "unix", t.TempDir()+"/s")}
 	req := &request{payload: &io.LimitedReader{R: payloadReader{bufio.NewReader(dc), dc}, N: 10}, conn: dc}
 	st := spliceable(req, &readTracker{r: req.payload})
-	if st == nil || st.SocketNetwork() != "unix" {
+	if st == nil || st.Network() != "unix" {
 		t.Fatalf("a Unix socket payload: %v", st)
 	}
 }

@@ -15,7 +15,7 @@ type TransferStats struct {
 	Seconds float64       // time spent in completed transfers
 	Last    time.Duration // duration of the last completed transfer
 	// BackendWait is the part of Seconds the host spent waiting on the
-	// backend (iface.TransferTrace): near Seconds, the backend set the pace;
+	// backend (shm.TransferTrace): near Seconds, the backend set the pace;
 	// near 0, the socket (or the client) did.
 	BackendWait float64
 }
@@ -114,6 +114,14 @@ func (s *Stats) transfer(put bool, bytes int64, d, backendWait time.Duration, er
 	}
 }
 
+// direction names a transfer's direction in logs and metrics.
+func direction(put bool) string {
+	if put {
+		return "put"
+	}
+	return "get"
+}
+
 // Transfers returns the STATE_GET and STATE_PUT counters.
 func (s *Stats) Transfers() (get, put TransferStats) {
 	s.mu.Lock()
@@ -141,6 +149,10 @@ func (s *Stats) PluginRestarts() uint64 {
 	defer s.mu.Unlock()
 	return s.restarts
 }
+
+// CountTokens counts a prefill or decode of n tokens that took d, for a
+// front end (HTTP completions) that runs them outside the Hydra RPC ops.
+func (s *Stats) CountTokens(phase string, n int, d time.Duration) { s.tokens(phase, n, d) }
 
 // tokens counts a prefill or decode of n tokens that took d. Empty ones
 // (n_predict 0, an immediate EOS) say nothing about speed and are skipped.

@@ -25,9 +25,9 @@ import (
 // The status message is the error's full text, so the host sees what the
 // plugin said.
 
-// toStatus converts an error returned by a Backend implementation into the
+// ToStatus converts an error returned by a Backend implementation into the
 // gRPC status error the server returns.
-func toStatus(err error) error {
+func ToStatus(err error) error {
 	if err == nil {
 		return nil
 	}
@@ -56,10 +56,10 @@ func toStatus(err error) error {
 	return status.Error(code, err.Error())
 }
 
-// fromStatus converts an error from a gRPC call back into one that matches
+// FromStatus converts an error from a gRPC call back into one that matches
 // the sentinel it was mapped from (errors.Is) and whose text is the plugin's
 // message. Errors that are not gRPC status errors are returned unchanged.
-func fromStatus(err error) error {
+func FromStatus(err error) error {
 	if err == nil {
 		return nil
 	}

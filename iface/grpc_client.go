@@ -22,43 +22,23 @@ const DefaultPutPieceSize = 1 << 20
 type GRPCClient struct {
 	client backendv1.BackendClient
 
-	// PutPieceSize is the data carried per StatePut message; 0 means
-	// DefaultPutPieceSize. Values above what one message can carry under
-	// MaxMessageSize are lowered to fit.
-	PutPieceSize int
-
-	shm      *ShmHost // shared-memory data plane, nil for gRPC streams
-	shmDepth int
-	// shmPeerCtrl is the control socket format the plugin reads (DataPlane).
-	shmPeerCtrl uint32
-	// shmPipe: the plugin takes restores through a pipe (DataPlane), at
-	// chunk sizes up to shmPipeMax (0: any).
-	shmPipe    bool
-	shmPipeMax int64
-	// shmPipes is the most pipes the plugin reads a restore from in turn.
-	shmPipes int
-	// NoSplice keeps restores from sockets on the ring instead of splicing
-	// them into a pipe for the plugin (for comparisons; splicing is faster).
-	NoSplice bool
-	// SplicePipes is how many pipes a spliced restore fills in turn, where
-	// the plugin reads that many; 0 means DefaultSplicePipes.
-	SplicePipes int
-	// RelayUnix relays restores onto the ring from Unix sockets too, as
-	// from TCP ones (shm_relay_linux.go), for comparisons: the host then
-	// drains the socket by splicing, which returns the sender's buffer sooner.
-	RelayUnix bool
-	// PutWarm is how many bytes of the ring past where the next ones land
-	// a restore read by the host from its socket keeps in the reading core's
-	// cache while the socket is empty (shm_warm_linux.go); 0: none.
-	PutWarm int
+	conn grpc.ClientConnInterface
+	// putPiece is the data carried per StatePut message, a test hook; 0
+	// means DefaultPutPieceSize. Values above what one message can carry
+	// under MaxMessageSize are lowered to fit.
+	putPiece int
 }
 
 var _ Backend = (*GRPCClient)(nil)
 
 // NewGRPCClient returns a Backend talking to the plugin served on conn.
 func NewGRPCClient(conn grpc.ClientConnInterface) *GRPCClient {
-	return &GRPCClient{client: backendv1.NewBackendClient(conn)}
+	return &GRPCClient{client: backendv1.NewBackendClient(conn), conn: conn}
 }
+
+// Conn is the plugin connection, for a data plane that adds calls of its own
+// (transport/shm).
+func (c *GRPCClient) Conn() grpc.ClientConnInterface { return c.conn }
 
 func (c *GRPCClient) Load(ctx context.Context, req LoadRequest) (BackendInfo, error) {
 	resp, err := c.client.Load(ctx, &backendv1.LoadRequest{
@@ -67,7 +47,7 @@ func (c *GRPCClient) Load(ctx context.Context, req LoadRequest) (BackendInfo, er
 		Options: req.Options,
 	})
 	if err != nil {
-		return BackendInfo{}, fromStatus(err)
+		return BackendInfo{}, FromStatus(err)
 	}
 	return backendInfoFromPB(resp.GetInfo()), nil
 }
@@ -75,7 +55,7 @@ func (c *GRPCClient) Load(ctx context.Context, req LoadRequest) (BackendInfo, er
 func (c *GRPCClient) Info(ctx context.Context) (BackendInfo, error) {
 	resp, err := c.client.Info(ctx, &backendv1.InfoRequest{})
 	if err != nil {
-		return BackendInfo{}, fromStatus(err)
+		return BackendInfo{}, FromStatus(err)
 	}
 	return backendInfoFromPB(resp.GetInfo()), nil
 }
@@ -83,14 +63,14 @@ func (c *GRPCClient) Info(ctx context.Context) (BackendInfo, error) {
 func (c *GRPCClient) Slot(ctx context.Context, slot int) (SlotInfo, error) {
 	resp, err := c.client.Slot(ctx, &backendv1.SlotRequest{Slot: int64(slot)})
 	if err != nil {
-		return SlotInfo{}, fromStatus(err)
+		return SlotInfo{}, FromStatus(err)
 	}
 	return slotInfoFromPB(resp.GetSlot()), nil
 }
 
 func (c *GRPCClient) ClearSlot(ctx context.Context, slot int) error {
 	_, err := c.client.ClearSlot(ctx, &backendv1.ClearSlotRequest{Slot: int64(slot)})
-	return fromStatus(err)
+	return FromStatus(err)
 }
 
 func (c *GRPCClient) Prefill(ctx context.Context, req PrefillRequest) (PrefillResult, error) {
@@ -108,7 +88,7 @@ func (c *GRPCClient) Prefill(ctx context.Context, req PrefillRequest) (PrefillRe
 		Model:    req.Model,
 	})
 	if err != nil {
-		return PrefillResult{}, fromStatus(err)
+		return PrefillResult{}, FromStatus(err)
 	}
 	return PrefillResult{
 		Slot:          slotInfoFromPB(resp.GetSlot()),
@@ -133,7 +113,7 @@ func (c *GRPCClient) Decode(ctx context.Context, req DecodeRequest, emit func(To
 		},
 	})
 	if err != nil {
-		return DecodeResult{}, fromStatus(err)
+		return DecodeResult{}, FromStatus(err)
 	}
 	var result *backendv1.DecodeResult
 	for {
@@ -142,7 +122,7 @@ func (c *GRPCClient) Decode(ctx context.Context, req DecodeRequest, emit func(To
 			break
 		}
 		if err != nil {
-			return DecodeResult{}, fromStatus(err)
+			return DecodeResult{}, FromStatus(err)
 		}
 		switch ev := msg.GetEvent().(type) {
 		case *backendv1.DecodeResponse_Token:
@@ -173,14 +153,11 @@ func (c *GRPCClient) Decode(ctx context.Context, req DecodeRequest, emit func(To
 // StateGet copies the streamed state to w and returns the bytes written to w.
 // chunkSize <= 0 asks for the largest chunks a message can carry.
 func (c *GRPCClient) StateGet(ctx context.Context, slot int, chunkSize int, w io.Writer) (int64, error) {
-	if c.shm != nil && chunkSize > 0 {
-		return c.stateGetShm(ctx, slot, chunkSize, w)
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := c.client.StateGet(ctx, &backendv1.StateGetRequest{Slot: int64(slot), ChunkSize: int64(chunkSize)})
 	if err != nil {
-		return 0, fromStatus(err)
+		return 0, FromStatus(err)
 	}
 	var n int64
 	for {
@@ -189,7 +166,7 @@ func (c *GRPCClient) StateGet(ctx context.Context, slot int, chunkSize int, w io
 			return n, nil
 		}
 		if err != nil {
-			return n, fromStatus(err)
+			return n, FromStatus(err)
 		}
 		data := msg.GetData()
 		m, werr := w.Write(data)
@@ -213,10 +190,7 @@ func (c *GRPCClient) StatePut(ctx context.Context, slot int, tokens []int32, r i
 	if size < 0 {
 		return 0, fmt.Errorf("%w: negative state size %d", ErrBadRequest, size)
 	}
-	if c.shm != nil {
-		return c.statePutShm(ctx, slot, tokens, r, size)
-	}
-	piece := c.PutPieceSize
+	piece := c.putPiece
 	if piece <= 0 {
 		piece = DefaultPutPieceSize
 	}
@@ -226,7 +200,7 @@ func (c *GRPCClient) StatePut(ctx context.Context, slot int, tokens []int32, r i
 	defer cancel()
 	stream, err := c.client.StatePut(ctx)
 	if err != nil {
-		return 0, fromStatus(err)
+		return 0, FromStatus(err)
 	}
 	err = stream.Send(&backendv1.StatePutRequest{Msg: &backendv1.StatePutRequest_Header{
 		Header: &backendv1.StatePutHeader{Slot: int64(slot), Tokens: tokens, Size: size},
@@ -234,7 +208,7 @@ func (c *GRPCClient) StatePut(ctx context.Context, slot int, tokens []int32, r i
 	// Send returns io.EOF once the plugin has ended the call (e.g. it
 	// rejected the slot without reading); CloseAndRecv then yields its status.
 	if err != nil && !errors.Is(err, io.EOF) {
-		return 0, fromStatus(err)
+		return 0, FromStatus(err)
 	}
 
 	var buf []byte
@@ -248,7 +222,7 @@ func (c *GRPCClient) StatePut(ctx context.Context, slot int, tokens []int32, r i
 			// its own buffer before returning.
 			err = stream.Send(&backendv1.StatePutRequest{Msg: &backendv1.StatePutRequest_Data{Data: buf[:n]}})
 			if err != nil && !errors.Is(err, io.EOF) {
-				return 0, fromStatus(err)
+				return 0, FromStatus(err)
 			}
 			sent += int64(n)
 		}
@@ -266,7 +240,7 @@ func (c *GRPCClient) StatePut(ctx context.Context, slot int, tokens []int32, r i
 
 	resp, err := stream.CloseAndRecv()
 	if err != nil {
-		return 0, fromStatus(err)
+		return 0, FromStatus(err)
 	}
 	return resp.GetConsumed(), nil
 }
@@ -274,12 +248,12 @@ func (c *GRPCClient) StatePut(ctx context.Context, slot int, tokens []int32, r i
 func (c *GRPCClient) SetExpertMode(ctx context.Context, mode string) (string, error) {
 	resp, err := c.client.SetExpertMode(ctx, &backendv1.SetExpertModeRequest{Mode: mode})
 	if err != nil {
-		return "", fromStatus(err)
+		return "", FromStatus(err)
 	}
 	return resp.GetMode(), nil
 }
 
 func (c *GRPCClient) SwapQuant(ctx context.Context, quantKey, tensorPattern string) error {
 	_, err := c.client.SwapQuant(ctx, &backendv1.SwapQuantRequest{QuantKey: quantKey, TensorPattern: tensorPattern})
-	return fromStatus(err)
+	return FromStatus(err)
 }

@@ -20,8 +20,6 @@ const maxChunk = MaxMessageSize - 64
 type GRPCServer struct {
 	backendv1.UnimplementedBackendServer
 	Impl Backend
-	// Shm receives the host's shared-memory rings; nil serves gRPC streams only.
-	Shm *ShmReceiver
 }
 
 var _ backendv1.BackendServer = (*GRPCServer)(nil)
@@ -33,7 +31,7 @@ func (s *GRPCServer) Load(ctx context.Context, req *backendv1.LoadRequest) (*bac
 		Options: req.GetOptions(),
 	})
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, ToStatus(err)
 	}
 	return &backendv1.LoadResponse{Info: backendInfoToPB(info)}, nil
 }
@@ -41,7 +39,7 @@ func (s *GRPCServer) Load(ctx context.Context, req *backendv1.LoadRequest) (*bac
 func (s *GRPCServer) Info(ctx context.Context, _ *backendv1.InfoRequest) (*backendv1.InfoResponse, error) {
 	info, err := s.Impl.Info(ctx)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, ToStatus(err)
 	}
 	return &backendv1.InfoResponse{Info: backendInfoToPB(info)}, nil
 }
@@ -49,14 +47,14 @@ func (s *GRPCServer) Info(ctx context.Context, _ *backendv1.InfoRequest) (*backe
 func (s *GRPCServer) Slot(ctx context.Context, req *backendv1.SlotRequest) (*backendv1.SlotResponse, error) {
 	si, err := s.Impl.Slot(ctx, int(req.GetSlot()))
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, ToStatus(err)
 	}
 	return &backendv1.SlotResponse{Slot: slotInfoToPB(si)}, nil
 }
 
 func (s *GRPCServer) ClearSlot(ctx context.Context, req *backendv1.ClearSlotRequest) (*backendv1.ClearSlotResponse, error) {
 	if err := s.Impl.ClearSlot(ctx, int(req.GetSlot())); err != nil {
-		return nil, toStatus(err)
+		return nil, ToStatus(err)
 	}
 	return &backendv1.ClearSlotResponse{}, nil
 }
@@ -76,7 +74,7 @@ func (s *GRPCServer) Prefill(ctx context.Context, req *backendv1.PrefillRequest)
 		Model:    req.GetModel(),
 	})
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, ToStatus(err)
 	}
 	return &backendv1.PrefillResponse{
 		Slot:          slotInfoToPB(res.Slot),
@@ -100,7 +98,7 @@ func (s *GRPCServer) Decode(req *backendv1.DecodeRequest, stream grpc.ServerStre
 		// A failed Send means the host is gone or gave up (its emit failed and
 		// it cancelled); fromStatus turns that into context.Canceled for the
 		// backend.
-		return fromStatus(stream.Send(&backendv1.DecodeResponse{
+		return FromStatus(stream.Send(&backendv1.DecodeResponse{
 			Event: &backendv1.DecodeResponse_Token{Token: &backendv1.Token{
 				Id:      t.ID,
 				Text:    []byte(t.Text),
@@ -109,9 +107,9 @@ func (s *GRPCServer) Decode(req *backendv1.DecodeRequest, stream grpc.ServerStre
 		}))
 	})
 	if err != nil {
-		return toStatus(err)
+		return ToStatus(err)
 	}
-	return toStatus(stream.Send(&backendv1.DecodeResponse{
+	return ToStatus(stream.Send(&backendv1.DecodeResponse{
 		Event: &backendv1.DecodeResponse_Result{Result: &backendv1.DecodeResult{
 			TokensGenerated: int64(res.TokensGenerated),
 			NPast:           int64(res.NPast),
@@ -127,7 +125,7 @@ func (s *GRPCServer) StateGet(req *backendv1.StateGetRequest, stream grpc.Server
 	}
 	w := &stateWriter{stream: stream, chunk: int(chunk)}
 	_, err := s.Impl.StateGet(stream.Context(), int(req.GetSlot()), int(chunk), w)
-	return toStatus(err)
+	return ToStatus(err)
 }
 
 // stateWriter sends each Write as StateGetResponse messages of at most chunk
@@ -145,7 +143,7 @@ func (w *stateWriter) Write(p []byte) (int, error) {
 	for n < len(p) {
 		end := min(len(p), n+w.chunk)
 		if err := w.stream.Send(&backendv1.StateGetResponse{Data: p[n:end]}); err != nil {
-			return n, fromStatus(err)
+			return n, FromStatus(err)
 		}
 		n = end
 	}
@@ -156,28 +154,28 @@ func (s *GRPCServer) StatePut(stream grpc.ClientStreamingServer[backendv1.StateP
 	first, err := stream.Recv()
 	if err != nil {
 		if errors.Is(err, io.EOF) {
-			return toStatus(fmt.Errorf("%w: StatePut stream without a header", ErrBadRequest))
+			return ToStatus(fmt.Errorf("%w: StatePut stream without a header", ErrBadRequest))
 		}
-		return toStatus(fromStatus(err))
+		return ToStatus(FromStatus(err))
 	}
 	hdr := first.GetHeader()
 	if hdr == nil {
-		return toStatus(fmt.Errorf("%w: StatePut stream must start with a header", ErrBadRequest))
+		return ToStatus(fmt.Errorf("%w: StatePut stream must start with a header", ErrBadRequest))
 	}
 	if hdr.GetSize() < 0 {
-		return toStatus(fmt.Errorf("%w: negative state size %d", ErrBadRequest, hdr.GetSize()))
+		return ToStatus(fmt.Errorf("%w: negative state size %d", ErrBadRequest, hdr.GetSize()))
 	}
 	r := &stateReader{stream: stream, size: hdr.GetSize()}
 	consumed, err := s.Impl.StatePut(stream.Context(), int(hdr.GetSlot()), hdr.GetTokens(), r, hdr.GetSize())
 	if err != nil {
-		return toStatus(err)
+		return ToStatus(err)
 	}
 	// The contract has the backend read r to its end; finish it for one that
 	// stopped early, so a success always means the host's bytes all arrived.
 	if _, err := io.Copy(io.Discard, r); err != nil {
-		return toStatus(err)
+		return ToStatus(err)
 	}
-	return toStatus(stream.SendAndClose(&backendv1.StatePutResponse{Consumed: consumed}))
+	return ToStatus(stream.SendAndClose(&backendv1.StatePutResponse{Consumed: consumed}))
 }
 
 // stateReader reads the data messages of a StatePut stream. It holds exactly
@@ -210,7 +208,7 @@ func (r *stateReader) Read(p []byte) (int, error) {
 				r.err = io.EOF
 			}
 		case err != nil:
-			r.err = fromStatus(err)
+			r.err = FromStatus(err)
 		case msg.GetHeader() != nil:
 			r.err = fmt.Errorf("%w: StatePut header repeated mid-stream", ErrBadRequest)
 		default:
@@ -231,14 +229,14 @@ func (r *stateReader) Read(p []byte) (int, error) {
 func (s *GRPCServer) SetExpertMode(ctx context.Context, req *backendv1.SetExpertModeRequest) (*backendv1.SetExpertModeResponse, error) {
 	mode, err := s.Impl.SetExpertMode(ctx, req.GetMode())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, ToStatus(err)
 	}
 	return &backendv1.SetExpertModeResponse{Mode: mode}, nil
 }
 
 func (s *GRPCServer) SwapQuant(ctx context.Context, req *backendv1.SwapQuantRequest) (*backendv1.SwapQuantResponse, error) {
 	if err := s.Impl.SwapQuant(ctx, req.GetQuantKey(), req.GetTensorPattern()); err != nil {
-		return nil, toStatus(err)
+		return nil, ToStatus(err)
 	}
 	return &backendv1.SwapQuantResponse{}, nil
 }

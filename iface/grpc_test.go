@@ -453,7 +453,7 @@ func TestStatePut(t *testing.T) {
 	for _, piece := range []int{0, 100_003, 3 * MiB} {
 		t.Run(fmt.Sprintf("piece=%d", piece), func(t *testing.T) {
 			// The harness server keeps gRPC's 4 MiB receive limit.
-			b.(*GRPCClient).PutPieceSize = piece
+			b.putPiece = piece
 			r := bytes.NewReader(blob)
 			consumed, err := b.StatePut(context.Background(), 2, tokens, r, int64(len(blob)))
 			if err != nil {
@@ -471,7 +471,7 @@ func TestStatePut(t *testing.T) {
 			}
 		})
 	}
-	b.(*GRPCClient).PutPieceSize = 0
+	b.putPiece = 0
 
 	t.Run("reader longer than size", func(t *testing.T) {
 		// Only size bytes are sent; the rest stays in the host's reader.

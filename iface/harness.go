@@ -15,12 +15,14 @@ import (
 // The in-process server is go-plugin's default one, whose receive limit is
 // gRPC's stock 4 MiB rather than MaxMessageSize; the client's StatePut
 // pieces (DefaultPutPieceSize) and ordinary requests stay far below it.
-func TestBackend(t testing.TB, impl Backend) Backend {
+func TestBackend(t testing.TB, impl Backend) *GRPCClient {
 	t.Helper()
-	return testBackendWith(t, &BackendPlugin{Impl: impl})
+	return TestBackendPlugin(t, &BackendPlugin{Impl: impl})
 }
 
-func testBackendWith(t testing.TB, p *BackendPlugin) Backend {
+// TestBackendPlugin is TestBackend for a BackendPlugin of the caller's (one
+// with Extend set, for a data plane's tests).
+func TestBackendPlugin(t testing.TB, p *BackendPlugin) *GRPCClient {
 	t.Helper()
 	client, server := plugin.TestPluginGRPCConn(t, false, map[string]plugin.Plugin{
 		PluginName: p,
@@ -39,9 +41,9 @@ func testBackendWith(t testing.TB, p *BackendPlugin) Backend {
 	if err != nil {
 		t.Fatalf("dispense %s: %v", PluginName, err)
 	}
-	b, ok := raw.(Backend)
+	b, ok := raw.(*GRPCClient)
 	if !ok {
-		t.Fatalf("dispense %s: got %T, not a Backend", PluginName, raw)
+		t.Fatalf("dispense %s: got %T, not a *GRPCClient", PluginName, raw)
 	}
 	return b
 }

@@ -49,9 +49,9 @@ type BackendPlugin struct {
 	plugin.NetRPCUnsupportedPlugin
 	// Impl is the implementation served; set on the plugin side only.
 	Impl Backend
-	// Shm is the plugin side of the shared-memory data plane, if the host
-	// passed one.
-	Shm *ShmReceiver
+	// Extend, if set, wraps the adapter before it is registered, so a data
+	// plane (transport/shm) can answer its own calls.
+	Extend func(*GRPCServer) backendv1.BackendServer
 }
 
 var _ plugin.GRPCPlugin = (*BackendPlugin)(nil)
@@ -61,7 +61,11 @@ func (p *BackendPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
 	if p.Impl == nil {
 		return errors.New("iface: BackendPlugin served without an Impl")
 	}
-	backendv1.RegisterBackendServer(s, &GRPCServer{Impl: p.Impl, Shm: p.Shm})
+	var srv backendv1.BackendServer = &GRPCServer{Impl: p.Impl}
+	if p.Extend != nil {
+		srv = p.Extend(srv.(*GRPCServer))
+	}
+	backendv1.RegisterBackendServer(s, srv)
 	return nil
 }
 
@@ -86,21 +90,30 @@ func NewPluginLogger(name string) hclog.Logger {
 	})
 }
 
-// Serve runs b as a backend plugin; a plugin's main calls it and it returns
-// when the host is done with the plugin. logger nil means
-// NewPluginLogger("backend").
-func Serve(b Backend, logger hclog.Logger) {
-	plugin.Serve(serveConfig(b, logger))
+// ServeOptions configure Serve.
+type ServeOptions struct {
+	// Logger is the plugin's logger; nil means NewPluginLogger("backend").
+	Logger hclog.Logger
+	// Extend wraps the gRPC adapter (BackendPlugin.Extend): plugins pass
+	// shm.Extend so state bytes can travel through shared memory.
+	Extend func(*GRPCServer) backendv1.BackendServer
 }
 
-func serveConfig(b Backend, logger hclog.Logger) *plugin.ServeConfig {
+// Serve runs b as a backend plugin; a plugin's main calls it and it returns
+// when the host is done with the plugin.
+func Serve(b Backend, opts ServeOptions) {
+	plugin.Serve(serveConfig(b, opts))
+}
+
+func serveConfig(b Backend, opts ServeOptions) *plugin.ServeConfig {
+	logger := opts.Logger
 	if logger == nil {
 		logger = NewPluginLogger(PluginName)
 	}
 	return &plugin.ServeConfig{
 		HandshakeConfig: Handshake,
 		VersionedPlugins: map[int]plugin.PluginSet{
-			ProtocolVersion: {PluginName: &BackendPlugin{Impl: b, Shm: shmReceiverFromEnv()}},
+			ProtocolVersion: {PluginName: &BackendPlugin{Impl: b, Extend: opts.Extend}},
 		},
 		GRPCServer: newGRPCServer,
 		Logger:     logger,
@@ -142,7 +155,7 @@ func NewClientConfig(cmd *exec.Cmd, logger hclog.Logger) *plugin.ClientConfig {
 
 // Dispense connects to the plugin c runs (starting it if needed) and returns
 // its Backend.
-func Dispense(c *plugin.Client) (Backend, error) {
+func Dispense(c *plugin.Client) (*GRPCClient, error) {
 	rpc, err := c.Client()
 	if err != nil {
 		return nil, fmt.Errorf("connect to backend plugin: %w", err)
@@ -151,9 +164,9 @@ func Dispense(c *plugin.Client) (Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dispense backend plugin: %w", err)
 	}
-	b, ok := raw.(Backend)
+	b, ok := raw.(*GRPCClient)
 	if !ok {
-		return nil, fmt.Errorf("dispense backend plugin: got %T, not an iface.Backend", raw)
+		return nil, fmt.Errorf("dispense backend plugin: got %T, not an iface.GRPCClient", raw)
 	}
 	return b, nil
 }

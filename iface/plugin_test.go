@@ -16,12 +16,12 @@ import (
 // serveInProcess runs impl under Serve's real configuration (plugin.Serve in
 // go-plugin's test mode, which skips only the cookie check and the stdout
 // handshake line) and connects to it with NewClientConfig's configuration.
-func serveInProcess(t *testing.T, impl Backend) Backend {
+func serveInProcess(t *testing.T, impl Backend) *GRPCClient {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	reattach := make(chan *plugin.ReattachConfig, 1)
 	closed := make(chan struct{})
-	cfg := serveConfig(impl, hclog.NewNullLogger())
+	cfg := serveConfig(impl, ServeOptions{Logger: hclog.NewNullLogger()})
 	cfg.Test = &plugin.ServeTestConfig{Context: ctx, ReattachConfigCh: reattach, CloseCh: closed}
 	go plugin.Serve(cfg)
 
@@ -75,7 +75,7 @@ func TestClientConfig(t *testing.T) {
 	if Handshake.ProtocolVersion != ProtocolVersion || Handshake.MagicCookieKey == "" || Handshake.MagicCookieValue == "" {
 		t.Errorf("Handshake = %+v", Handshake)
 	}
-	scfg := serveConfig(&fakeBackend{}, nil)
+	scfg := serveConfig(&fakeBackend{}, ServeOptions{})
 	if scfg.Logger == nil || scfg.GRPCServer == nil || scfg.HandshakeConfig != Handshake {
 		t.Errorf("serve config incomplete: %+v", scfg)
 	}
@@ -126,7 +126,7 @@ func TestServeLargeMessages(t *testing.T) {
 		t.Errorf("StateGet: n=%d chunks=%v", n, w.chunks)
 	}
 
-	b.(*GRPCClient).PutPieceSize = chunk
+	b.putPiece = chunk
 	consumed, err := b.StatePut(context.Background(), 0, nil, bytes.NewReader(state), chunk)
 	if err != nil {
 		t.Fatalf("StatePut with %d-byte pieces: %v", chunk, err)

@@ -44,12 +44,11 @@ tiny-model:
 vet-llama:
 	$(LLAMA_ENV) $(GO) vet $(LLAMA_GOFLAGS) $(LLAMA_PKGS) ./tests/
 
-# The plugin's tests on real llama.cpp (CPU), again with streamed restores
-# (every K/V block uploaded piece by piece), then the end-to-end ones
-# (tests/llama_test.go: engine + plugin processes over real sockets).
+# The plugin's tests on real llama.cpp (CPU; the restore tests run with K/V
+# blocks held and streamed), then the end-to-end ones (tests/llama_test.go:
+# engine + plugin processes over real sockets).
 test-llama: vet-llama
 	$(LLAMA_ENV) $(GO) test $(LLAMA_GOFLAGS) -count=1 -timeout 10m $(LLAMA_PKGS)
-	HYDRA_TEST_STREAM_RESTORE=1 $(LLAMA_ENV) $(GO) test $(LLAMA_GOFLAGS) -count=1 -timeout 10m ./plugins/cuda-llama/
 	$(LLAMA_ENV) $(GO) test $(LLAMA_GOFLAGS) -count=1 -timeout 10m -run '^TestLlama' ./tests/
 
 # STATE_GET/STATE_PUT throughput of the plugin on CPU (a 32 MiB state).
@@ -84,14 +83,15 @@ cuda:
 	plugins/cuda-llama/build-cuda.sh "$(OLLAMA_DIR)" "$(LLAMA_LIB_DIR)" "$(CUDA_ARCHS)" "$(CUDA_BUILD)" "$(LLAMA_VERSION)"
 endif
 
-# gpu/hydra-gpu.tar.gz: everything scripts/gpu-bench.sh needs on a GPU box
+# gpu/hydra-gpu.tar.gz: everything bench/scripts/gpu-bench.sh needs on a GPU box
 # without Go: the engine, the llama plugin, hydra-bench, gguf-gen, the plugin's
 # and the end-to-end tests compiled, and the ggml sources for make cuda.
 GPU_STAGE := gpu/stage
 .PHONY: gpu-pack
 gpu-pack: cuda-src
 	@rm -rf $(GPU_STAGE) && mkdir -p $(GPU_STAGE)
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(GPU_STAGE)/ ./cmd/hydra-engine ./cmd/hydra-plugin-mock ./cmd/hydra-bench ./cmd/gguf-gen ./cmd/hydractl ./cmd/recv-bench
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(GPU_STAGE)/ ./cmd/hydra-engine ./cmd/hydra-plugin-mock ./cmd/gguf-gen ./cmd/hydractl
+	cd bench && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(CURDIR)/$(GPU_STAGE)/ ./cmd/hydra-bench ./cmd/recv-bench
 	$(LLAMA_ENV) $(GO) build $(LLAMA_GOFLAGS) -ldflags '$(LDFLAGS)' -o $(GPU_STAGE)/ ./cmd/hydra-plugin-cuda-llama
 	$(LLAMA_ENV) $(GO) test $(LLAMA_GOFLAGS) -ldflags '-s -w' -c -o $(GPU_STAGE)/cuda-llama.test ./plugins/cuda-llama
 	$(LLAMA_ENV) $(GO) test $(LLAMA_GOFLAGS) -ldflags '-s -w' -c -o $(GPU_STAGE)/tests.test ./tests
@@ -107,13 +107,14 @@ gpu-pack: cuda-src
 .PHONY: gpu-pack-bench
 gpu-pack-bench: cuda-src
 	@rm -rf $(GPU_STAGE) && mkdir -p $(GPU_STAGE)
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(GPU_STAGE)/ ./cmd/hydra-engine ./cmd/hydra-plugin-mock ./cmd/hydra-bench ./cmd/gguf-gen ./cmd/hydractl ./cmd/recv-bench
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(GPU_STAGE)/ ./cmd/hydra-engine ./cmd/hydra-plugin-mock ./cmd/gguf-gen ./cmd/hydractl
+	cd bench && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(CURDIR)/$(GPU_STAGE)/ ./cmd/hydra-bench ./cmd/recv-bench
 	$(LLAMA_ENV) $(GO) build $(LLAMA_GOFLAGS) -ldflags '$(LDFLAGS)' -o $(GPU_STAGE)/ ./cmd/hydra-plugin-cuda-llama
 	cp $(BIN)/ollama-ggml-src.tar.gz $(GPU_STAGE)/
 	tar -cf - -C $(GPU_STAGE) . | xz -T0 -9e > gpu/hydra-gpu.tar.gz
 	@ls -la gpu/hydra-gpu.tar.gz
 
-# gpu/prof.tar.gz: scripts/perf-recv.sh with what it needs on a GPU box
+# gpu/prof.tar.gz: bench/scripts/perf-recv.sh with what it needs on a GPU box
 # without Go or perf: unstripped engine, mock plugin, hydractl and recv-bench
 # (perf names their Go functions), and this machine's perf with its shared
 # libraries and loader, run through that loader so the box's own libc does
@@ -123,15 +124,16 @@ PERF ?= $(shell command -v perf)
 gpu-perf-pack:
 	@test -n "$(PERF)" || (echo "gpu-perf-pack: no perf here (apt-get install linux-perf)" && exit 1)
 	@rm -rf gpu/prof && mkdir -p gpu/prof/lib
-	CGO_ENABLED=0 $(GO) build -trimpath -o gpu/prof/ ./cmd/hydra-engine ./cmd/hydra-plugin-mock ./cmd/hydractl ./cmd/recv-bench
-	cp scripts/perf-recv.sh scripts/perf-agg.awk $(PERF) gpu/prof/
+	CGO_ENABLED=0 $(GO) build -trimpath -o gpu/prof/ ./cmd/hydra-engine ./cmd/hydra-plugin-mock ./cmd/hydractl
+	cd bench && CGO_ENABLED=0 $(GO) build -trimpath -o $(CURDIR)/gpu/prof/ ./cmd/recv-bench
+	cp bench/scripts/perf-recv.sh bench/scripts/perf-agg.awk $(PERF) gpu/prof/
 	cp -L $$(ldd $(PERF) | awk '$$3 ~ /^\// {print $$3}') /lib64/ld-linux-x86-64.so.2 gpu/prof/lib/
 	tar -czf gpu/prof.tar.gz -C gpu prof
 	@ls -la gpu/prof.tar.gz
 
 # gpu/perf-tools.tar.xz: the same perf, libraries and scripts without the
 # binaries (~8 MB), to carry beside gpu-pack-bench's pack and gpu/libcache:
-# scripts/perf-recv.sh on the llama plugin (BIN, PLUGIN, PLUGIN_ARGS).
+# bench/scripts/perf-recv.sh on the llama plugin (BIN, PLUGIN, PLUGIN_ARGS).
 .PHONY: gpu-perf-tools
 gpu-perf-tools: gpu-perf-pack
 	tar -cf - -C gpu/prof perf lib perf-recv.sh perf-agg.awk | xz -T0 -9e > gpu/perf-tools.tar.xz

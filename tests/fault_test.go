@@ -142,7 +142,7 @@ func TestPluginCrash(t *testing.T) {
 	if hdr2[0] != byte(transport.StatusError) || !bytes.Contains(meta, []byte("error")) {
 		t.Fatalf("STATE_PUT across a plugin crash: % x %s", hdr2, meta)
 	}
-	pid = waitRelaunch(t, e, pid)
+	waitRelaunch(t, e, pid)
 
 	// After the relaunches: slots empty, tunables kept, engine serving.
 	c2 := client(t, e.unix)

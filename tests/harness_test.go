@@ -8,16 +8,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/hydra-engine/hydra-engine/internal/enginetest"
 	"github.com/hydra-engine/hydra-engine/transport"
 )
 
@@ -41,47 +39,24 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	build, cgo := []string{"build", "-o", dir + "/"}, "CGO_ENABLED=0"
-	if raceBuild {
-		// go test -race: the processes under test get the detector too (it
-		// needs cgo); a race in one fails the test that ran it (engine.stop).
-		build, cgo = append(build, "-race"), "CGO_ENABLED=1"
-	}
-	cmd := exec.Command("go", append(build, "./cmd/hydra-engine", "./cmd/hydra-plugin-mock", "./cmd/hydractl")...)
-	cmd.Dir = ".."
-	cmd.Env = append(os.Environ(), cgo)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building binaries: %v\n%s", err, out)
+	// go test -race: the processes under test get the detector too; a race
+	// in one fails the test that ran it (engine.stop).
+	if err := enginetest.Build(dir, enginetest.BuildOptions{Race: raceBuild}); err != nil {
+		fmt.Fprintf(os.Stderr, "building binaries: %v\n", err)
 		return 1
 	}
 	binDir = dir
 	return m.Run()
 }
 
-// syncBuffer collects a process's output safely.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// engine is a running hydra-engine process serving TCP and a Unix socket.
+// engine is a running hydra-engine process serving TCP and a Unix socket
+// (internal/enginetest's, with the fields the tests read).
 type engine struct {
+	e    *enginetest.Engine
 	cmd  *exec.Cmd
 	tcp  string
 	unix string
-	logs *syncBuffer
+	logs *enginetest.Log
 	// exited is closed once the process has exited; waitErr is then its
 	// exit error (read it only after <-exited).
 	exited  chan struct{}
@@ -89,12 +64,11 @@ type engine struct {
 }
 
 func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := enginetest.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // startEngine starts an engine on the separate mock plugin binary with extra
@@ -102,45 +76,22 @@ func freePort(t testing.TB) int {
 // expected) when the test ends.
 func startEngine(t testing.TB, extra ...string) *engine {
 	t.Helper()
-	sockDir, err := os.MkdirTemp("", "he") // short: sun_path is 108 bytes
+	return startWith(t, enginetest.Config{Args: extra})
+}
+
+// startWith starts the engine cfg says (Bin and the test's flags filled in).
+func startWith(t testing.TB, cfg enginetest.Config) *engine {
+	t.Helper()
+	cfg.Bin = binDir
+	cfg.Args = append([]string{"--log-level", "debug", "--shutdown-grace", "5s"}, cfg.Args...)
+	cfg.StopTimeout = 15 * time.Second
+	ee, err := enginetest.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(sockDir) })
-	e := &engine{
-		tcp:    fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t)),
-		unix:   "unix://" + filepath.Join(sockDir, "engine.sock"),
-		logs:   &syncBuffer{},
-		exited: make(chan struct{}),
-	}
-	args := append([]string{"--rpc", e.tcp, "--rpc", e.unix, "--backend", filepath.Join(binDir, "hydra-plugin-mock"),
-		"--log-level", "debug", "--shutdown-grace", "5s"}, extra...)
-	e.cmd = exec.Command(filepath.Join(binDir, "hydra-engine"), args...)
-	e.cmd.Stdout, e.cmd.Stderr = e.logs, e.logs
-	if err := e.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { e.waitErr = e.cmd.Wait(); close(e.exited) }()
+	e := &engine{e: ee, cmd: ee.Cmd, tcp: ee.TCP, unix: ee.Unix, logs: ee.Logs, exited: make(chan struct{})}
+	go func() { <-ee.Done(); e.waitErr = ee.WaitErr(); close(e.exited) }()
 	t.Cleanup(func() { e.stop(t) })
-	deadline := time.Now().Add(20 * time.Second)
-	for _, u := range []string{e.tcp, e.unix} {
-		for {
-			c, err := transport.Dial(context.Background(), u)
-			if err == nil {
-				c.Close()
-				break
-			}
-			select {
-			case <-e.exited:
-				t.Fatalf("engine exited during start: %v\n%s", e.waitErr, e.logs)
-			default:
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("engine did not listen on %s: %v\n%s", u, err, e.logs)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
 	return e
 }
 
@@ -157,18 +108,12 @@ func (e *engine) stop(t testing.TB) {
 	}
 	select {
 	case <-e.exited: // the test stopped it
+		_ = e.e.Stop() // its socket directory
 		return
 	default:
 	}
-	_ = e.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-e.exited:
-		if e.waitErr != nil {
-			t.Errorf("engine exit: %v\n%s", e.waitErr, e.logs)
-		}
-	case <-time.After(15 * time.Second):
-		_ = e.cmd.Process.Kill()
-		t.Errorf("engine did not stop on SIGTERM\n%s", e.logs)
+	if err := e.e.Stop(); err != nil {
+		t.Errorf("engine exit: %v\n%s", err, e.logs)
 	}
 }
 
@@ -261,20 +206,6 @@ func hydractl(t testing.TB, args ...string) (string, string, error) {
 // ready.
 func startHTTPEngine(t testing.TB, extra ...string) (*engine, string) {
 	t.Helper()
-	base := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
-	e := startEngine(t, append([]string{"--http", strings.TrimPrefix(base, "http://")}, extra...)...)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get(base + "/health")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return e, base
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("HTTP %s not ready: %v\n%s", base, err, e.logs)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	e := startWith(t, enginetest.Config{HTTP: true, Args: extra})
+	return e, "http://" + e.e.HTTP
 }

@@ -223,26 +223,22 @@ func testLlamaStateRoundTrip(t *testing.T, planeFlags []string) {
 		}
 	}
 	// On the shared-memory data plane the plugin writes the state straight
-	// into the ring's buffers (iface.ChunkWriter), not through Write.
+	// into the ring's buffers (shm.ChunkWriter), not through Write.
 	shm := slices.Contains(planeFlags, "shm")
 	if want := fmt.Sprintf("chunk_writer=%v", shm); !strings.Contains(e1.logs.String(), want) {
 		t.Errorf("the plugin's state get log does not say %s", want)
 	}
 	// Engine 1's restores come through the ring, whose buffers the plugin
-	// takes in place (restore_in_place).
+	// takes in place.
 	if got := strings.Contains(e1.logs.String(), "in_place=true"); got != shm {
 		t.Errorf("the plugin's state put log says in_place=true: %v, want %v", got, shm)
 	}
-	// The plugin takes spliced restores at chunks up to 1 MiB unless told not to.
+	// The plugin takes spliced restores at chunks up to 1 MiB.
 	want := `splice_put=false`
-	if shm && !slices.Contains(planeFlags, "--splice-put=false") {
+	if shm {
 		want = `splice_put="up to 1048576-byte chunks"`
 	}
 	if !strings.Contains(e1.logs.String(), want) {
-		t.Errorf("the engine's data plane log does not say %s", want)
-	}
-	// Restores the host reads into the ring warm it ahead by default.
-	if want := "put_warm_kib=1024"; shm && !strings.Contains(e1.logs.String(), want) {
 		t.Errorf("the engine's data plane log does not say %s", want)
 	}
 }
@@ -260,7 +256,7 @@ func testLlamaStatePutFailures(t *testing.T, planeFlags []string) {
 	e := startLlama(t, 3, planeFlags...)
 	c := client(t, e.tcp)
 	// 256 KiB chunks: on the shm plane these restores go through the pipe
-	// (the plugin takes pipes up to 1 MiB), with --splice-put=false the ring.
+	// (the plugin takes pipes up to 1 MiB).
 	configureChunk(t, c, 256<<10)
 	mustOK(t, c, transport.OpPrefill, "0", chat("the source of the state"))
 	m, blob := getState(t, c, "0")

@@ -42,9 +42,7 @@ var dataPlanes = []struct {
 	name  string
 	flags []string
 }{
-	{"shm", []string{"--data-plane", "shm"}}, // STATE_PUT spliced into a pipe
-	{"shm-ring", []string{"--data-plane", "shm", "--splice-put=false"}},
-	{"shm-serial", []string{"--data-plane", "shm", "--ring-depth", "1"}},
+	{"shm", []string{"--data-plane", "shm"}}, // the mock's STATE_PUTs spliced into pipes, the llama plugin's at 2 MiB onto the ring
 	{"grpc", []string{"--data-plane", "grpc"}},
 }
 

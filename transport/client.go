@@ -225,7 +225,7 @@ func (c *Client) sendPayload(req Request) error {
 		return err
 	}
 	if uint64(n) < req.PayloadLen {
-		return fmt.Errorf("Payload ended after %d of PayloadLen %d bytes", n, req.PayloadLen)
+		return fmt.Errorf("payload ended after %d of PayloadLen %d bytes", n, req.PayloadLen)
 	}
 	return nil
 }

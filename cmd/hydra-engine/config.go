@@ -17,7 +17,6 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/hydra-engine/hydra-engine/host"
-	"github.com/hydra-engine/hydra-engine/iface"
 )
 
 // Config is the engine's configuration. Each setting comes from, in rising
@@ -39,11 +38,6 @@ type Config struct {
 	ChunkTimeout   time.Duration     `mapstructure:"chunk_timeout"`
 	ShutdownGrace  time.Duration     `mapstructure:"shutdown_grace"`
 	DataPlane      string            `mapstructure:"data_plane"`
-	RingDepth      int               `mapstructure:"ring_depth"`
-	SplicePut      bool              `mapstructure:"splice_put"`
-	SplicePipes    int               `mapstructure:"splice_pipes"`
-	RelayUnix      bool              `mapstructure:"relay_unix"`
-	PutWarmKiB     int               `mapstructure:"put_warm_kib"`
 	StateChunkSize uint64            `mapstructure:"state_chunk_size"`
 	SocketBuffer   int               `mapstructure:"socket_buffer"`
 	BackendSHA256  string            `mapstructure:"backend_sha256"`
@@ -65,17 +59,55 @@ func defaultConfig() Config {
 		ChunkTimeout:   host.DefaultChunkTimeout,
 		ShutdownGrace:  30 * time.Second,
 		DataPlane:      "auto",
-		RingDepth:      0, // auto
-		SplicePut:      true,
-		SplicePipes:    iface.DefaultSplicePipes,
-		PutWarmKiB:     iface.DefaultPutWarm >> 10,
 		StateChunkSize: host.DefaultStateChunkSize,
 	}
 }
 
-// maxPutWarmKiB bounds put_warm_kib at the largest chunk, 64 MiB (the host
-// never warms more than its ring less one buffer in any case).
-const maxPutWarmKiB = 64 << 10
+// removedSettings are settings that earlier versions had: each is refused
+// with its reason, from the file, the environment and the command line, so an
+// operator's old configuration fails clearly instead of as a typo.
+var removedSettings = map[string]string{
+	"ring_depth":   "the shm data plane sizes its ring itself",
+	"splice_put":   "restores from TCP and Unix sockets are always spliced where the plugin takes pipes",
+	"splice_pipes": "a spliced restore always fills two pipes in turn",
+	"relay_unix":   "restores from Unix sockets are never relayed",
+	"put_warm_kib": "the restore ring is always warmed ahead of the socket's copy",
+}
+
+// removedError is the error for a removed setting given as key (or its flag).
+func removedError(key, as string) error {
+	return fmt.Errorf("%s is no longer a setting: %s (docs/design/data-plane.md)", as, removedSettings[key])
+}
+
+// checkRemovedFlags refuses removed settings on the command line, before
+// the flag package would call them undefined.
+func checkRemovedFlags(args []string) error {
+	for _, a := range args {
+		if a == "--" {
+			return nil
+		}
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		key := strings.ReplaceAll(name, "-", "_")
+		if _, ok := removedSettings[key]; ok && strings.HasPrefix(a, "-") {
+			return removedError(key, "--"+name)
+		}
+	}
+	return nil
+}
+
+// checkRemovedKeys refuses removed settings in a file's layer or the
+// environment.
+func checkRemovedKeys(layer map[string]any, getenv func(string) (string, bool)) error {
+	for key := range removedSettings {
+		if _, ok := layer[key]; ok {
+			return removedError(key, key)
+		}
+		if _, ok := getenv(envName(key)); ok {
+			return removedError(key, envName(key))
+		}
+	}
+	return nil
+}
 
 // settings pairs each configuration key with its flag, in the order
 // --print-config shows them. The environment variable is HYDRA_ + KEY.
@@ -93,11 +125,6 @@ var settings = []struct{ key, flag string }{
 	{"chunk_timeout", "chunk-timeout"},
 	{"shutdown_grace", "shutdown-grace"},
 	{"data_plane", "data-plane"},
-	{"ring_depth", "ring-depth"},
-	{"splice_put", "splice-put"},
-	{"splice_pipes", "splice-pipes"},
-	{"relay_unix", "relay-unix"},
-	{"put_warm_kib", "put-warm-kib"},
 	{"state_chunk_size", "state-chunk-size"},
 	{"socket_buffer", "socket-buffer"},
 	{"backend_sha256", "backend-sha256"},
@@ -146,11 +173,6 @@ func newFlagSet(d Config, configFile *string, printConfig, showVersion *bool) *f
 	fs.DurationVar(&v.ChunkTimeout, "chunk-timeout", d.ChunkTimeout, "cut a peer that stalls this long inside a request or reply")
 	fs.DurationVar(&v.ShutdownGrace, "shutdown-grace", d.ShutdownGrace, "on SIGTERM/SIGINT, let in-flight requests finish for this long")
 	fs.StringVar(&v.DataPlane, "data-plane", d.DataPlane, "how state bytes travel to and from the plugin: auto, shm or grpc")
-	fs.IntVar(&v.RingDepth, "ring-depth", d.RingDepth, "chunk buffers in flight on the shm data plane: 0 = auto (4, or at chunks under 1 MiB as many as hold 4 MiB), 1 = serial copy-then-send, up to 64")
-	fs.BoolVar(&v.SplicePut, "splice-put", d.SplicePut, "on the shm data plane, splice STATE_PUT bytes from TCP and Unix client sockets into pipes the plugin reads, or (TCP, restores onto the ring) into the host's own pipes copied into the ring on a second thread, instead of reading them into the ring")
-	fs.BoolVar(&v.RelayUnix, "relay-unix", d.RelayUnix, "on the shm data plane, relay STATE_PUTs from Unix sockets onto the ring through the host's own pipes (spliced from the socket, copied into the ring on a second thread), as TCP ones are, where the plugin does not take pipes at that chunk size; off: the host reads the socket into the ring (for comparisons, docs/benchmarks/README.md 25, 37)")
-	fs.IntVar(&v.PutWarmKiB, "put-warm-kib", d.PutWarmKiB, "on the shm data plane, KiB of the ring a STATE_PUT read from the client's socket into the ring (Unix sockets) keeps in the reading core's cache ahead of the bytes, loaded while the socket is empty (0 to 65536; 0: off)")
-	fs.IntVar(&v.SplicePipes, "splice-pipes", d.SplicePipes, "pipes a spliced STATE_PUT fills in turn (1 to 4; the plugin reads one while the host fills another), where the plugin reads that many")
 	fs.Uint64Var(&v.StateChunkSize, "state-chunk-size", d.StateChunkSize, "initial state_chunk_size in bytes (64 KiB to 64 MiB; CONFIGURE changes it)")
 	fs.IntVar(&v.SocketBuffer, "socket-buffer", d.SocketBuffer, "SO_SNDBUF/SO_RCVBUF in bytes for accepted connections; 0: 4 MiB on Unix sockets, kernel autotuning on TCP; -1: kernel defaults (capped by net.core.wmem_max/rmem_max)")
 	fs.StringVar(&v.BackendSHA256, "backend-sha256", d.BackendSHA256, "pin the plugin executable: refuse to launch it unless its SHA-256 (hex) matches")
@@ -164,9 +186,13 @@ func newFlagSet(d Config, configFile *string, printConfig, showVersion *bool) *f
 }
 
 // parseInvocation builds the configuration from the command line args, the
-// environment (getenv) and the config file they name.
+// environment (getenv) and the config file they name: defaults < file <
+// environment < flags.
 func parseInvocation(args []string, getenv func(string) (string, bool), stderr io.Writer) (*invocation, error) {
 	inv := &invocation{cfg: defaultConfig(), sources: map[string]string{}}
+	if err := checkRemovedFlags(args); err != nil {
+		return nil, err
+	}
 	var configFile string
 	fs := newFlagSet(inv.cfg, &configFile, &inv.printConfig, &inv.showVersion)
 	fs.SetOutput(stderr)
@@ -179,20 +205,44 @@ func parseInvocation(args []string, getenv func(string) (string, bool), stderr i
 	for _, st := range settings {
 		inv.sources[st.key] = "default"
 	}
-
 	if configFile == "" {
 		configFile, _ = getenv(envConfigFile)
 	}
-	if configFile != "" {
-		layer, err := readConfigFile(configFile)
-		if err != nil {
-			return nil, err
-		}
-		if err := inv.apply(layer, func(string) string { return "file " + configFile }, true); err != nil {
-			return nil, fmt.Errorf("config file %s: %w", configFile, err)
+	if err := inv.applyFile(configFile, getenv); err != nil {
+		return nil, err
+	}
+	if err := inv.applyEnv(getenv); err != nil {
+		return nil, err
+	}
+	if err := inv.applyFlags(fs); err != nil {
+		return nil, err
+	}
+	if err := inv.cfg.validate(); err != nil {
+		return nil, err
+	}
+	return inv, nil
+}
+
+// applyFile applies the YAML file at path, if any.
+func (inv *invocation) applyFile(path string, getenv func(string) (string, bool)) error {
+	var layer map[string]any
+	if path != "" {
+		var err error
+		if layer, err = readConfigFile(path); err != nil {
+			return err
 		}
 	}
+	if err := checkRemovedKeys(layer, getenv); err != nil {
+		return err
+	}
+	if err := inv.apply(layer, func(string) string { return "file " + path }, true); err != nil {
+		return fmt.Errorf("config file %s: %w", path, err)
+	}
+	return nil
+}
 
+// applyEnv applies the HYDRA_* variables.
+func (inv *invocation) applyEnv(getenv func(string) (string, bool)) error {
 	env := map[string]any{}
 	for _, st := range settings {
 		if v, ok := getenv(envName(st.key)); ok {
@@ -200,9 +250,13 @@ func parseInvocation(args []string, getenv func(string) (string, bool), stderr i
 		}
 	}
 	if err := inv.apply(env, func(k string) string { return "env " + envName(k) }, false); err != nil {
-		return nil, fmt.Errorf("environment: %w", err)
+		return fmt.Errorf("environment: %w", err)
 	}
+	return nil
+}
 
+// applyFlags applies the flags given on the command line.
+func (inv *invocation) applyFlags(fs *flag.FlagSet) error {
 	flags := map[string]any{}
 	flagOf := map[string]string{}
 	fs.Visit(func(f *flag.Flag) {
@@ -214,12 +268,9 @@ func parseInvocation(args []string, getenv func(string) (string, bool), stderr i
 		}
 	})
 	if err := inv.apply(flags, func(k string) string { return "flag --" + flagOf[k] }, false); err != nil {
-		return nil, fmt.Errorf("flags: %w", err)
+		return fmt.Errorf("flags: %w", err)
 	}
-	if err := inv.cfg.validate(); err != nil {
-		return nil, err
-	}
-	return inv, nil
+	return nil
 }
 
 // readConfigFile reads a YAML mapping of settings; an empty file is none.
@@ -336,15 +387,6 @@ func (c *Config) validate() error {
 	case "auto", "shm", "grpc":
 	default:
 		return fmt.Errorf("data_plane must be auto, shm or grpc, got %q", c.DataPlane)
-	}
-	if c.RingDepth < 0 || c.RingDepth > iface.MaxRingDepth {
-		return fmt.Errorf("ring_depth must be 0 (auto) or in [1, %d], got %d", iface.MaxRingDepth, c.RingDepth)
-	}
-	if c.PutWarmKiB < 0 || c.PutWarmKiB > maxPutWarmKiB {
-		return fmt.Errorf("put_warm_kib must be in [0, %d], got %d", maxPutWarmKiB, c.PutWarmKiB)
-	}
-	if c.SplicePipes < 1 || c.SplicePipes > iface.MaxSplicePipes {
-		return fmt.Errorf("splice_pipes must be in [1, %d], got %d", iface.MaxSplicePipes, c.SplicePipes)
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		return fmt.Errorf("log_format must be text or json, got %q", c.LogFormat)

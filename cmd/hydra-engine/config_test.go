@@ -38,8 +38,7 @@ func TestConfigDefaults(t *testing.T) {
 	c := inv.cfg
 	if c.RPC[0] != "tcp://127.0.0.1:9510" || c.Slots != 4 || c.IdleTimeout != 120*time.Second ||
 		c.ChunkTimeout != 900*time.Second || c.ShutdownGrace != 30*time.Second || c.DataPlane != "auto" ||
-		c.RingDepth != 0 || c.Backend != "mock" || c.LogFormat != "text" || c.LogLevel != "info" || c.HTTP != "" ||
-		!c.SplicePut || c.SplicePipes != 2 || c.RelayUnix || c.PutWarmKiB != 1024 {
+		c.Backend != "mock" || c.LogFormat != "text" || c.LogLevel != "info" || c.HTTP != "" {
 		t.Errorf("defaults changed: %+v", c)
 	}
 }
@@ -51,7 +50,7 @@ http: 127.0.0.1:8081
 slots: 8
 model: /models/file.gguf
 idle_timeout: 1m
-ring_depth: 2
+state_chunk_size: 1048576
 backend_opts:
   kv_bytes_per_token: 131072
   alias: from-file
@@ -82,7 +81,7 @@ backend_opts:
 		{"data_plane: env over default", c.DataPlane, "grpc", "env HYDRA_DATA_PLANE"},
 		{"model: file over default", c.Model, "/models/file.gguf", "file " + file},
 		{"idle_timeout: file", c.IdleTimeout, time.Minute, "file " + file},
-		{"ring_depth: file", c.RingDepth, 2, "file " + file},
+		{"state_chunk_size: file", c.StateChunkSize, uint64(1 << 20), "file " + file},
 		{"chunk_timeout: flag", c.ChunkTimeout, 5 * time.Minute, "flag --chunk-timeout"},
 		{"shutdown_grace: default", c.ShutdownGrace, 30 * time.Second, "default"},
 		{"backend_opts merge key by key", c.BackendOpts,
@@ -100,12 +99,12 @@ backend_opts:
 	}
 
 	// Every flag keeps its own value (two of one type in one command line).
-	inv, err = parseInvocation([]string{"--log-level", "warn", "--backend", "/opt/p", "--slots", "5", "--ring-depth", "3",
-		"--splice-pipes", "1", "--idle-timeout", "1s", "--shutdown-grace", "2s", "--relay-unix", "--put-warm-kib", "0"}, envOf(nil), io.Discard)
+	inv, err = parseInvocation([]string{"--log-level", "warn", "--backend", "/opt/p", "--slots", "5", "--socket-buffer", "3",
+		"--idle-timeout", "1s", "--shutdown-grace", "2s"}, envOf(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := inv.cfg; c.LogLevel != "warn" || c.Backend != "/opt/p" || c.Slots != 5 || c.RingDepth != 3 || c.SplicePipes != 1 || !c.RelayUnix || c.PutWarmKiB != 0 ||
+	if c := inv.cfg; c.LogLevel != "warn" || c.Backend != "/opt/p" || c.Slots != 5 || c.SocketBuffer != 3 ||
 		c.IdleTimeout != time.Second || c.ShutdownGrace != 2*time.Second || c.HTTP != "" || c.LogFormat != "text" {
 		t.Errorf("flags of one type mixed up: %+v", c)
 	}
@@ -135,12 +134,11 @@ func TestConfigErrors(t *testing.T) {
 		{args: []string{"--backend-opt", "=v"}, want: "not key=value"},
 		{args: []string{"--slots", "0"}, want: "slots must be at least 1"},
 		{args: []string{"--data-plane", "rdma"}, want: "data_plane must be auto, shm or grpc"},
-		{args: []string{"--ring-depth", "65"}, want: "ring_depth must be 0 (auto) or in [1, 64]"},
-		{args: []string{"--ring-depth", "-1"}, want: "ring_depth must be 0 (auto) or in [1, 64]"},
-		{args: []string{"--splice-pipes", "0"}, want: "splice_pipes must be in [1, 4]"},
-		{env: map[string]string{"HYDRA_SPLICE_PIPES": "5"}, want: "splice_pipes must be in [1, 4]"},
-		{args: []string{"--put-warm-kib", "-1"}, want: "put_warm_kib must be in [0, 65536]"},
-		{env: map[string]string{"HYDRA_PUT_WARM_KIB": "65537"}, want: "put_warm_kib must be in [0, 65536]"},
+		{args: []string{"--ring-depth", "4"}, want: "--ring-depth is no longer a setting: the shm data plane sizes its ring itself"},
+		{args: []string{"--splice-put=false"}, want: "--splice-put is no longer a setting"},
+		{args: []string{"-relay-unix"}, want: "--relay-unix is no longer a setting"},
+		{file: "splice_pipes: 2\n", want: "splice_pipes is no longer a setting"},
+		{env: map[string]string{"HYDRA_PUT_WARM_KIB": "0"}, want: "HYDRA_PUT_WARM_KIB is no longer a setting"},
 		{args: []string{"--log-format", "xml"}, want: "log_format"},
 		{args: []string{"--log-level", "loud"}, want: "log_level"},
 		{args: []string{"--state-chunk-size", "1024"}, want: "state_chunk_size must be in"},

@@ -17,9 +17,12 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hydra-engine/hydra-engine/host"
+	"github.com/hydra-engine/hydra-engine/host/httpapi"
+	"github.com/hydra-engine/hydra-engine/host/pluginproc"
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/plugins/mock"
 	"github.com/hydra-engine/hydra-engine/transport"
+	"github.com/hydra-engine/hydra-engine/transport/shm"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -27,9 +30,9 @@ var version = "dev"
 
 func main() {
 	// The engine binary doubles as its embedded mock backend plugin.
-	if len(os.Args) == 3 && os.Args[1] == host.EmbeddedPluginArg && os.Args[2] == "mock" {
+	if len(os.Args) == 3 && os.Args[1] == pluginproc.EmbeddedPluginArg && os.Args[2] == "mock" {
 		logger := hclog.New(&hclog.LoggerOptions{Name: "mock", JSONFormat: true, Output: os.Stderr, Level: hclog.Trace})
-		iface.Serve(mock.New(logger), logger)
+		iface.Serve(mock.New(logger), iface.ServeOptions{Logger: logger, Extend: shm.Extend})
 		return
 	}
 	inv, err := parseInvocation(os.Args[1:], os.LookupEnv, os.Stderr)
@@ -62,7 +65,7 @@ func main() {
 }
 
 func run(c *Config, logger hclog.Logger) error {
-	spec, err := host.ResolvePlugin(c.Backend, c.PluginDir)
+	spec, err := pluginproc.ResolvePlugin(c.Backend, c.PluginDir)
 	if err != nil {
 		return err
 	}
@@ -89,7 +92,7 @@ func run(c *Config, logger hclog.Logger) error {
 		}
 		listeners = append(listeners, l)
 	}
-	startup := host.NewStartup()
+	startup := httpapi.NewStartup()
 	errc := make(chan error, len(listeners)+1)
 	var hs *http.Server
 	if c.HTTP != "" {
@@ -107,16 +110,16 @@ func run(c *Config, logger hclog.Logger) error {
 			}
 		}()
 	}
-	startup.SetStage(host.StageListening)
+	startup.SetStage(httpapi.StageListening)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	startup.SetStage(host.StageLoading)
+	startup.SetStage(httpapi.StageLoading)
 	logger.Info("starting backend", "backend", spec.Name, "path", spec.Path, "options", c.BackendOpts)
 	// The supervisor relaunches a plugin that dies (counted in /metrics); a
 	// plugin that fails at start fails the engine.
-	sv, err := host.StartSupervised(ctx, spec, iface.LoadRequest{Model: c.Model, NSlots: c.Slots, Options: c.BackendOpts},
-		host.PluginOptions{DataPlane: c.DataPlane, RingDepth: c.RingDepth, NoSplice: !c.SplicePut, SplicePipes: c.SplicePipes, RelayUnix: c.RelayUnix, PutWarm: c.PutWarmKiB << 10, SHA256: c.BackendSHA256}, logger)
+	sv, err := pluginproc.StartSupervised(ctx, spec, iface.LoadRequest{Model: c.Model, NSlots: c.Slots, Options: c.BackendOpts},
+		pluginproc.Options{DataPlane: c.DataPlane, SHA256: c.BackendSHA256}, logger)
 	if err != nil {
 		if ctx.Err() != nil { // SIGTERM/SIGINT while loading: a clean stop
 			logger.Info("stopped while starting the backend", "error", err)
@@ -126,7 +129,7 @@ func run(c *Config, logger hclog.Logger) error {
 	}
 	defer sv.Close()
 	p := sv.Plugin()
-	startup.SetStage(host.StageLoaded)
+	startup.SetStage(httpapi.StageLoaded)
 	logger.Info("backend loaded", "backend", p.Info.Name, "model", p.Info.Model.Alias, "hash", p.Info.Model.Hash, "slots", p.Info.NSlots)
 
 	tun := host.NewTunables()
@@ -147,7 +150,7 @@ func run(c *Config, logger hclog.Logger) error {
 		go func() { defer wg.Done(); errc <- srv.Serve(l) }()
 	}
 	sv.Watch(srv)
-	startup.Ready(srv.HTTPHandler())
+	startup.Ready(httpapi.Handler(srv))
 
 	select {
 	case <-ctx.Done():

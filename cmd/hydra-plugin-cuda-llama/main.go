@@ -12,6 +12,7 @@ import (
 
 	"github.com/hydra-engine/hydra-engine/iface"
 	cudallama "github.com/hydra-engine/hydra-engine/plugins/cuda-llama"
+	"github.com/hydra-engine/hydra-engine/transport/shm"
 )
 
 func main() {
@@ -24,5 +25,5 @@ func main() {
 	if !cudallama.Linked {
 		logger.Error(cudallama.ErrNotLinked.Error())
 	}
-	iface.Serve(cudallama.New(logger), logger)
+	iface.Serve(cudallama.New(logger), iface.ServeOptions{Logger: logger, Extend: shm.Extend})
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/plugins/mock"
+	"github.com/hydra-engine/hydra-engine/transport/shm"
 )
 
 func main() {
@@ -18,5 +19,5 @@ func main() {
 		Output:     os.Stderr,
 		Level:      hclog.Trace,
 	})
-	iface.Serve(mock.New(logger), logger)
+	iface.Serve(mock.New(logger), iface.ServeOptions{Logger: logger, Extend: shm.Extend})
 }

@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hydra-engine/hydra-engine/transport"
@@ -19,140 +22,266 @@ import (
 // C++ engine, and the coordinator sends "0".
 const engineKey = "0"
 
-// parseCommand parses a command line after the command name into an action.
-func parseCommand(g *globals, name string, args []string, stderr io.Writer) (action, error) {
+// parseCommand parses a command line after the command name into an action,
+// and returns the command's full name ("state get") for reports.
+func parseCommand(g *globals, name string, args []string) (action, string, error) {
+	var parse func(*globals, []string) (action, error)
 	switch name {
 	case "info":
-		return parseInfo(g, args, stderr)
+		parse = parseInfo
 	case "meta":
-		return parseMeta(g, args, stderr)
+		parse = parseMeta
 	case "configure":
-		return parseConfigure(g, args, stderr)
+		parse = parseConfigure
 	case "prefill":
-		return parsePrefill(g, args, stderr)
+		parse = parsePrefill
 	case "decode":
-		return parseDecode(g, args, stderr)
+		parse = parseDecode
 	case "state":
-		if len(args) == 0 {
-			return nil, usagef("state needs a subcommand: get or put")
-		}
-		switch args[0] {
-		case "get":
-			return parseStateGet(g, args[1:], stderr)
-		case "put":
-			return parseStatePut(g, args[1:], stderr)
-		}
-		return nil, usagef("unknown state subcommand %q (want get or put)", args[0])
+		return parseState(g, args)
 	case "migrate":
-		return parseMigrate(g, args, stderr)
+		parse = parseMigrate
 	case "bench":
-		return parseBench(g, args, stderr)
+		parse = parseBench
 	case "expert-mode":
-		return parseExpertMode(g, args, stderr)
+		parse = parseExpertMode
 	case "swap-quant":
-		return parseSwapQuant(g, args, stderr)
+		parse = parseSwapQuant
+	default:
+		return nil, name, usagef("unknown command %q", name)
 	}
-	return nil, usagef("unknown command %q", name)
+	act, err := parse(g, args)
+	return act, name, ofCommand(err, name)
 }
+
+// ofCommand ties a usage error that names no command to command name, so
+// the report points at that command's --help.
+func ofCommand(err error, name string) error {
+	if ue, ok := err.(usageError); ok && ue.cmd == "" {
+		ue.cmd = name
+		return ue
+	}
+	return err
+}
+
+// parseState parses "state [global flags] get|put ...": global flags may come
+// between "state" and its subcommand too.
+func parseState(g *globals, args []string) (action, string, error) {
+	fs := newFlagSet(g, "state", "state get --slot S -o FILE\n       hydractl state put --slot S -i FILE")
+	if err := fs.FlagSet.Parse(args); err != nil {
+		return nil, "state", fs.parseError(err)
+	}
+	if fs.NArg() == 0 {
+		return nil, "state", fs.usagef("state needs a subcommand: get or put")
+	}
+	sub, rest := fs.Arg(0), fs.Args()[1:]
+	switch sub {
+	case "get":
+		act, err := parseStateGet(g, rest)
+		return act, "state get", ofCommand(err, "state get")
+	case "put":
+		act, err := parseStatePut(g, rest)
+		return act, "state put", ofCommand(err, "state put")
+	}
+	return nil, "state", fs.usagef("unknown state subcommand %q (want get or put)", sub)
+}
+
+// flagSet is a command's flags, which include the global ones.
+type flagSet struct {
+	*flag.FlagSet
+	synopsis string
+}
+
+// globalFlags names the flags globals.register adds.
+var globalFlags = func() map[string]bool {
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	(&globals{}).register(fs)
+	m := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) { m[f.Name] = true })
+	return m
+}()
 
 // newFlagSet returns a command's flag set, which also takes the global flags.
-func newFlagSet(g *globals, name, synopsis string, stderr io.Writer) *flag.FlagSet {
+// It prints nothing itself: help and errors are the caller's to report.
+func newFlagSet(g *globals, name, synopsis string) *flagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: hydractl %s\n\nFlags:\n", synopsis)
-		fs.PrintDefaults()
-	}
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	g.register(fs)
-	return fs
+	return &flagSet{fs, synopsis}
 }
 
-// parseArgs parses args into fs and requires exactly want positional
-// arguments, named by what in the error.
-func parseArgs(fs *flag.FlagSet, args []string, want int, what string) error {
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() != want {
-		if want == 0 {
-			return usagef("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
+// usage is the command's usage text: synopsis, its own flags, the global ones.
+func (fs *flagSet) usage() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "usage: hydractl %s\n", fs.synopsis)
+	own := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+	own.SetOutput(&b)
+	fs.VisitAll(func(f *flag.Flag) {
+		if globalFlags[f.Name] {
+			return
 		}
-		return usagef("%s: want %s, got %d argument(s)", fs.Name(), what, fs.NArg())
+		own.Var(f.Value, f.Name, f.Usage)
+		if strings.Contains(f.Usage, "(default ") {
+			// The text says what the default is: not the flag's sentinel.
+			own.Lookup(f.Name).DefValue = reflect.New(reflect.TypeOf(f.Value).Elem()).Interface().(flag.Value).String()
+		} else {
+			own.Lookup(f.Name).DefValue = f.DefValue
+		}
+	})
+	if flagCount(own) > 0 {
+		b.WriteString("\nFlags:\n")
+		own.PrintDefaults()
 	}
-	return nil
+	b.WriteString(globalUsage)
+	return b.String()
+}
+
+func flagCount(fs *flag.FlagSet) int {
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	return n
+}
+
+// globalUsage ends every command's usage.
+const globalUsage = `
+Global flags, also accepted here (hydractl help tells more):
+  --addr URL      ` + addrHelpText + ` (default ` + defaultAddr + `)
+  --trace ID, --timeout D, --json, --no-progress, --tls-ca FILE, --tls-cert FILE, --tls-key FILE, --tls-server-name NAME
+`
+
+// usagef is a usage error of this command.
+func (fs *flagSet) usagef(format string, args ...any) error {
+	return usageError{cmd: fs.Name(), msg: fmt.Sprintf(format, args...)}
+}
+
+// parseError turns a flag package error into help or a usage error.
+func (fs *flagSet) parseError(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return helpRequest{fs.usage()}
+	}
+	return fs.usagef("%s: %v", fs.Name(), err)
+}
+
+// parse parses args, flags and positional arguments in any order (flags may
+// follow the arguments; "--" ends the flags), and requires exactly want
+// positional arguments, named by what in the error. It returns them.
+func (fs *flagSet) parse(args []string, want int, what string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.FlagSet.Parse(args); err != nil {
+			return nil, fs.parseError(err)
+		}
+		rest := fs.Args()
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			pos = append(pos, rest...)
+			break
+		}
+		if len(rest) == 0 {
+			break
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+	if len(pos) != want {
+		if want == 0 {
+			return nil, fs.usagef("%s: unexpected argument %q", fs.Name(), pos[0])
+		}
+		return nil, fs.usagef("%s: want %s, got %d argument(s)", fs.Name(), what, len(pos))
+	}
+	return pos, nil
+}
+
+// isSet reports whether the flag name was given on the command line.
+func (fs *flagSet) isSet(name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // slotFlag adds --slot.
-func slotFlag(fs *flag.FlagSet) *int {
-	return fs.Int("slot", 0, "slot `id`")
+func slotFlag(fs *flagSet) *int {
+	return fs.Int("slot", 0, "slot `id` (required)")
 }
 
-// slotKey validates a slot id and returns it as a request key.
-func slotKey(slot int) (string, error) {
+// requireSlot checks that --slot was given and is a slot id, and returns it
+// as a request key: no command guesses which slot was meant.
+func requireSlot(fs *flagSet, slot int) (string, error) {
+	if !fs.isSet("slot") {
+		return "", fs.usagef("%s needs --slot S", fs.Name())
+	}
+	return slotKey(fs, "--slot", slot)
+}
+
+// slotKey validates a slot id given by flag and returns it as a request key.
+func slotKey(fs *flagSet, flagName string, slot int) (string, error) {
 	if slot < 0 {
-		return "", usagef("--slot must be >= 0, got %d", slot)
+		return "", fs.usagef("%s must be >= 0, got %d", flagName, slot)
 	}
 	return strconv.Itoa(slot), nil
 }
 
 // setFlags names the flags given on the command line.
-func setFlags(fs *flag.FlagSet) map[string]bool {
+func setFlags(fs *flagSet) map[string]bool {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	return set
 }
 
-func parseInfo(g *globals, args []string, stderr io.Writer) (action, error) {
-	fs := newFlagSet(g, "info", "info", stderr)
-	if err := parseArgs(fs, args, 0, ""); err != nil {
+func parseInfo(g *globals, args []string) (action, error) {
+	fs := newFlagSet(g, "info", "info")
+	if _, err := fs.parse(args, 0, ""); err != nil {
 		return nil, err
 	}
 	return metaOnly(g, transport.OpInfo, engineKey, nil), nil
 }
 
-func parseMeta(g *globals, args []string, stderr io.Writer) (action, error) {
-	fs := newFlagSet(g, "meta", "meta --slot S", stderr)
+func parseMeta(g *globals, args []string) (action, error) {
+	fs := newFlagSet(g, "meta", "meta --slot S")
 	slot := slotFlag(fs)
-	if err := parseArgs(fs, args, 0, ""); err != nil {
+	if _, err := fs.parse(args, 0, ""); err != nil {
 		return nil, err
 	}
-	key, err := slotKey(*slot)
+	key, err := requireSlot(fs, *slot)
 	if err != nil {
 		return nil, err
 	}
 	return metaOnly(g, transport.OpStateMeta, key, nil), nil
 }
 
-func parseConfigure(g *globals, args []string, stderr io.Writer) (action, error) {
-	fs := newFlagSet(g, "configure", "configure JSON", stderr)
-	if err := parseArgs(fs, args, 1, "one JSON argument"); err != nil {
+func parseConfigure(g *globals, args []string) (action, error) {
+	fs := newFlagSet(g, "configure", "configure JSON")
+	pos, err := fs.parse(args, 1, "one JSON argument")
+	if err != nil {
 		return nil, err
 	}
-	payload, err := configurePayload(fs.Arg(0))
+	payload, err := configurePayload(pos[0])
 	if err != nil {
 		return nil, err
 	}
 	return metaOnly(g, transport.OpConfigure, engineKey, payload), nil
 }
 
-func parseExpertMode(g *globals, args []string, stderr io.Writer) (action, error) {
-	fs := newFlagSet(g, "expert-mode", "expert-mode solo|combined", stderr)
-	if err := parseArgs(fs, args, 1, "solo or combined"); err != nil {
+func parseExpertMode(g *globals, args []string) (action, error) {
+	fs := newFlagSet(g, "expert-mode", "expert-mode solo|combined")
+	pos, err := fs.parse(args, 1, "solo or combined")
+	if err != nil {
 		return nil, err
 	}
-	mode := fs.Arg(0)
+	mode := pos[0]
 	if mode != "solo" && mode != "combined" {
-		return nil, usagef("expert-mode: want solo or combined, got %q", mode)
+		return nil, fs.usagef("expert-mode: want solo or combined, got %q", mode)
 	}
 	return metaOnly(g, transport.OpSetExpertMode, engineKey, []byte(mode)), nil
 }
 
-func parseSwapQuant(g *globals, args []string, stderr io.Writer) (action, error) {
-	fs := newFlagSet(g, "swap-quant", "swap-quant KEY PATTERN", stderr)
-	if err := parseArgs(fs, args, 2, "KEY and PATTERN"); err != nil {
+func parseSwapQuant(g *globals, args []string) (action, error) {
+	fs := newFlagSet(g, "swap-quant", "swap-quant KEY PATTERN")
+	pos, err := fs.parse(args, 2, "KEY and PATTERN")
+	if err != nil {
 		return nil, err
 	}
-	payload, err := swapQuantPayload(fs.Arg(0), fs.Arg(1))
+	payload, err := swapQuantPayload(pos[0], pos[1])
 	if err != nil {
 		return nil, err
 	}
@@ -191,17 +320,17 @@ func roundTrip(ctx context.Context, c *transport.Client, g *globals, op transpor
 	return resp, body, nil
 }
 
-func parsePrefill(g *globals, args []string, stderr io.Writer) (action, error) {
-	fs := newFlagSet(g, "prefill", "prefill --slot S (--messages JSON | --text TEXT | --tokens 1,2,3) [-o FILE]", stderr)
+func parsePrefill(g *globals, args []string) (action, error) {
+	fs := newFlagSet(g, "prefill", "prefill --slot S (--messages JSON | --text TEXT | --tokens 1,2,3) [-o FILE]")
 	slot := slotFlag(fs)
 	messages := fs.String("messages", "", "chat messages as a JSON array, or a whole request `JSON` object with \"messages\"")
 	text := fs.String("text", "", "prompt `TEXT`, sent as one user message")
 	tokens := fs.String("tokens", "", "raw token ids, comma-separated (`1,2,3`)")
 	outPath := fs.String("o", "", "write the returned state blob to `FILE`")
-	if err := parseArgs(fs, args, 0, ""); err != nil {
+	if _, err := fs.parse(args, 0, ""); err != nil {
 		return nil, err
 	}
-	key, err := slotKey(*slot)
+	key, err := requireSlot(fs, *slot)
 	if err != nil {
 		return nil, err
 	}
@@ -243,19 +372,19 @@ func parsePrefill(g *globals, args []string, stderr io.Writer) (action, error) {
 	}, nil
 }
 
-func parseDecode(g *globals, args []string, stderr io.Writer) (action, error) {
-	fs := newFlagSet(g, "decode", "decode --slot S --n N", stderr)
+func parseDecode(g *globals, args []string) (action, error) {
+	fs := newFlagSet(g, "decode", "decode --slot S [--n N]")
 	slot := slotFlag(fs)
 	n := fs.Int("n", 16, "tokens to generate (`N`)")
-	if err := parseArgs(fs, args, 0, ""); err != nil {
+	if _, err := fs.parse(args, 0, ""); err != nil {
 		return nil, err
 	}
-	key, err := slotKey(*slot)
+	key, err := requireSlot(fs, *slot)
 	if err != nil {
 		return nil, err
 	}
 	if *n < 0 {
-		return nil, usagef("--n must be >= 0, got %d", *n)
+		return nil, fs.usagef("--n must be >= 0, got %d", *n)
 	}
 	payload := decodePayload(*n)
 	return func(ctx context.Context, c *transport.Client, out *output) error {
@@ -293,19 +422,19 @@ func parseDecode(g *globals, args []string, stderr io.Writer) (action, error) {
 	}, nil
 }
 
-func parseStateGet(g *globals, args []string, stderr io.Writer) (action, error) {
-	fs := newFlagSet(g, "state get", "state get --slot S -o FILE", stderr)
+func parseStateGet(g *globals, args []string) (action, error) {
+	fs := newFlagSet(g, "state get", "state get --slot S -o FILE")
 	slot := slotFlag(fs)
 	outPath := fs.String("o", "", "write the state blob to `FILE` (required)")
-	if err := parseArgs(fs, args, 0, ""); err != nil {
+	if _, err := fs.parse(args, 0, ""); err != nil {
 		return nil, err
 	}
-	key, err := slotKey(*slot)
+	key, err := requireSlot(fs, *slot)
 	if err != nil {
 		return nil, err
 	}
 	if *outPath == "" {
-		return nil, usagef("state get needs -o FILE")
+		return nil, fs.usagef("state get needs -o FILE")
 	}
 	return func(ctx context.Context, c *transport.Client, out *output) error {
 		start := time.Now()
@@ -328,19 +457,19 @@ func parseStateGet(g *globals, args []string, stderr io.Writer) (action, error) 
 	}, nil
 }
 
-func parseStatePut(g *globals, args []string, stderr io.Writer) (action, error) {
-	fs := newFlagSet(g, "state put", "state put --slot S -i FILE", stderr)
+func parseStatePut(g *globals, args []string) (action, error) {
+	fs := newFlagSet(g, "state put", "state put --slot S -i FILE")
 	slot := slotFlag(fs)
 	inPath := fs.String("i", "", "read the state blob from `FILE` (required)")
-	if err := parseArgs(fs, args, 0, ""); err != nil {
+	if _, err := fs.parse(args, 0, ""); err != nil {
 		return nil, err
 	}
-	key, err := slotKey(*slot)
+	key, err := requireSlot(fs, *slot)
 	if err != nil {
 		return nil, err
 	}
 	if *inPath == "" {
-		return nil, usagef("state put needs -i FILE")
+		return nil, fs.usagef("state put needs -i FILE")
 	}
 	return func(ctx context.Context, c *transport.Client, out *output) error {
 		f, err := os.Open(*inPath)

@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,6 +27,13 @@ const (
 	defaultTimeout = 10 * time.Minute
 )
 
+// addrHelpText describes an engine address; addrHelp is the same for flag
+// help, where `URL` names the flag's argument.
+const (
+	addrHelpText = "engine address: tcp://HOST:PORT, HOST:PORT, unix:///PATH or tls://HOST:PORT"
+	addrHelp     = "engine `URL`: tcp://HOST:PORT, HOST:PORT, unix:///PATH or tls://HOST:PORT"
+)
+
 const usage = `usage: hydractl [--addr URL] [--trace ID] [--timeout D] [--json] [--no-progress] COMMAND [flags] [args]
 
 Commands:
@@ -33,18 +42,19 @@ Commands:
   configure JSON                              engine tunables, e.g. '{"state_chunk_size":2097152}' (CONFIGURE)
   prefill --slot S (--messages JSON | --text TEXT | --tokens 1,2,3) [-o FILE]
                                               evaluate a prompt; -o saves the returned state blob (PREFILL)
-  decode --slot S --n N                       generate N tokens from the slot's KV (DECODE)
+  decode --slot S [--n N]                     generate N (default 16) tokens from the slot's KV (DECODE)
   state get --slot S -o FILE                  stream the slot's state blob to FILE (STATE_GET)
   state put --slot S -i FILE                  restore the slot from a state blob file (STATE_PUT)
   migrate [--from URL] --to URL --slot S [--to-slot T] [--force]
                                               stream a slot's state from one engine into another,
-                                              STATE_GET into STATE_PUT, without a file (the source keeps it)
+                                              STATE_GET into STATE_PUT, without a file (the source keeps it;
+                                              an empty source slot is refused)
   bench --slot S [--rounds N] [--to-slot T]   STATE_GET/STATE_PUT round trips of the slot's state, in GB/s
   expert-mode solo|combined                   switch the expert mode (SET_EXPERT_MODE)
   swap-quant KEY PATTERN                      swap tensor quantisation (SWAP_QUANT)
 
 Global flags (also accepted after the command):
-  --addr URL      engine address: tcp://HOST:PORT, HOST:PORT, unix:///PATH or tls://HOST:PORT (default ` + defaultAddr + `)
+  --addr URL      ` + addrHelpText + ` (default ` + defaultAddr + `)
   --trace ID      trace id sent with the request, for the engine's logs
   --timeout D     limit for the whole command, e.g. 30s; 0 disables (default 10m)
   --json          print one JSON object on stdout: {"command","ok",…,"meta"} (errors too), no notes
@@ -52,8 +62,9 @@ Global flags (also accepted after the command):
   --tls-ca FILE, --tls-cert FILE, --tls-key FILE, --tls-server-name NAME
                   for tls://HOST:PORT engines: the CA to trust, a client certificate (mutual TLS)
 
+Every command takes -h/--help (also: hydractl help COMMAND), printed on stdout.
 The reply's meta JSON goes to stdout; sizes, throughput and decoded text to stderr.
-Exit status: 0 OK, 1 error or non-OK reply, 2 usage error.
+Exit status: 0 OK, 1 error or non-OK reply, 2 usage error (with --json also a JSON object on stdout).
 `
 
 func main() {
@@ -89,7 +100,7 @@ func (g *globals) dial(ctx context.Context, addr string) (*transport.Client, err
 // register adds the global flags to fs, with their current values as defaults,
 // so they may also follow the command name.
 func (g *globals) register(fs *flag.FlagSet) {
-	fs.StringVar(&g.addr, "addr", g.addr, "engine address: tcp://HOST:PORT, HOST:PORT or unix:///PATH")
+	fs.StringVar(&g.addr, "addr", g.addr, addrHelp)
 	fs.StringVar(&g.trace, "trace", g.trace, "trace id sent with the request")
 	fs.DurationVar(&g.timeout, "timeout", g.timeout, "limit for the whole command; 0 disables")
 	fs.BoolVar(&g.json, "json", g.json, "print one JSON object on stdout (result or error) instead of meta and notes")
@@ -173,48 +184,80 @@ func (o *output) printJSON(name string, err error) {
 	fmt.Fprintf(o.stdout, "%s\n", b)
 }
 
-// usageError is a bad command line: exit status 2.
-type usageError struct{ msg string }
+// usageError is a bad command line: exit status 2. cmd names the command
+// whose usage it breaks ("" for the global line).
+type usageError struct{ cmd, msg string }
 
 func (e usageError) Error() string { return e.msg }
 
 func usagef(format string, args ...any) error {
-	return usageError{fmt.Sprintf(format, args...)}
+	return usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// helpRequest is -h/--help: text is the usage to print on stdout, exit 0.
+type helpRequest struct{ text string }
+
+func (h helpRequest) Error() string { return "help requested" }
+
+// wantsJSON scans a command line for --json before it is parsed, so that a
+// line that fails to parse still reports in JSON. The last --json[=BOOL]
+// before a "--" wins.
+func wantsJSON(args []string) bool {
+	on := false
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || name != "json" {
+			continue
+		}
+		if !hasVal {
+			on = true
+		} else if b, err := strconv.ParseBool(val); err == nil {
+			on = b
+		}
+	}
+	return on
 }
 
 // run is main without the process: it returns the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
 	g := &globals{addr: defaultAddr, timeout: defaultTimeout}
-	fs := flag.NewFlagSet("hydractl", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, usage) }
-	g.register(fs)
+	jsonOut := wantsJSON(args)
+	fs := newFlagSet(g, "", "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, usage)
 			return 0
 		}
-		return 2
+		return usageFailed(stdout, stderr, jsonOut, "", usageError{msg: err.Error()})
 	}
 	if fs.NArg() == 0 {
+		if jsonOut {
+			return usageFailed(stdout, stderr, true, "", usagef("no command given"))
+		}
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
 	name, rest := fs.Arg(0), fs.Args()[1:]
 	if name == "help" {
-		fmt.Fprint(stdout, usage)
-		return 0
-	}
-
-	act, err := parseCommand(g, name, rest, stderr)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+		if len(rest) == 0 {
+			fmt.Fprint(stdout, usage)
 			return 0
 		}
-		var ue usageError
-		if errors.As(err, &ue) {
-			fmt.Fprintf(stderr, "hydractl: %s\nRun 'hydractl help' for usage.\n", ue.msg)
+		// hydractl help COMMAND [SUBCOMMAND] is COMMAND [SUBCOMMAND] --help.
+		name, rest = rest[0], append(slices.Clone(rest[1:]), "--help")
+	}
+
+	act, full, err := parseCommand(g, name, rest)
+	if err != nil {
+		var h helpRequest
+		if errors.As(err, &h) {
+			fmt.Fprint(stdout, h.text)
+			return 0
 		}
-		return 2 // flag errors were already printed by the FlagSet
+		return usageFailed(stdout, stderr, jsonOut || g.json, full, err)
 	}
 
 	ctx := context.Background()
@@ -223,19 +266,37 @@ func run(args []string, stdout, stderr io.Writer) int {
 		ctx, cancel = context.WithTimeout(ctx, g.timeout)
 		defer cancel()
 	}
-	if name == "state" {
-		name += " " + rest[0]
-	}
 	out := &output{stdout: stdout, stderr: stderr, json: g.json, progress: !g.noProgress && isTerminal(stderr)}
 	err = execute(ctx, g, act, out)
 	if g.json {
-		out.printJSON(name, err)
+		out.printJSON(full, err)
 	}
 	if err != nil {
-		reportError(stderr, name, err)
+		reportError(stderr, full, err)
 		return 1
 	}
 	return 0
+}
+
+// usageFailed reports a bad command line for command name ("" before one is
+// known): on stderr with a pointer to the usage, and with --json also as the
+// usual JSON object on stdout. It returns exit status 2.
+func usageFailed(stdout, stderr io.Writer, jsonOut bool, name string, err error) int {
+	msg, hint := err.Error(), "hydractl help"
+	var ue usageError
+	if errors.As(err, &ue) && ue.cmd != "" {
+		hint = "hydractl " + ue.cmd + " --help"
+	}
+	if jsonOut {
+		obj := map[string]any{"ok": false, "error": msg, "usage_error": true}
+		if name != "" {
+			obj["command"] = name
+		}
+		b, _ := json.Marshal(obj)
+		fmt.Fprintf(stdout, "%s\n", b)
+	}
+	fmt.Fprintf(stderr, "hydractl: %s\nRun '%s' for usage.\n", msg, hint)
+	return 2
 }
 
 // execute dials the engine and runs act.

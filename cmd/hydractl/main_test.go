@@ -11,7 +11,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/hydra-engine/hydra-engine/transport"
@@ -121,21 +123,24 @@ func TestRunUsage(t *testing.T) {
 		err  string
 	}{
 		{args: nil, code: 2, err: "usage: hydractl"},
-		{args: []string{"-h"}, code: 0},
 		{args: []string{"--bogus", "info"}, code: 2, err: "flag provided but not defined"},
+		{args: []string{"info", "--bogus"}, code: 2, err: "info: flag provided but not defined: -bogus\nRun 'hydractl info --help'"},
 		{args: []string{"frobnicate"}, code: 2, err: `unknown command "frobnicate"`},
 		{args: []string{"info", "extra"}, code: 2, err: `unexpected argument "extra"`},
 		{args: []string{"meta", "--slot", "-1"}, code: 2, err: "--slot must be >= 0"},
-		{args: []string{"meta", "-h"}, code: 0, err: "usage: hydractl meta --slot S"},
 		{args: []string{"configure"}, code: 2, err: "want one JSON argument"},
+		{args: []string{"configure", "{}", "{}"}, code: 2, err: "want one JSON argument, got 2"},
 		{args: []string{"prefill", "--slot", "0"}, code: 2, err: "exactly one of"},
-		{args: []string{"decode", "--n", "-3"}, code: 2, err: "--n must be >= 0"},
+		{args: []string{"decode", "--slot", "0", "--n", "-3"}, code: 2, err: "--n must be >= 0"},
 		{args: []string{"state"}, code: 2, err: "get or put"},
 		{args: []string{"state", "copy"}, code: 2, err: `unknown state subcommand "copy"`},
 		{args: []string{"state", "get", "--slot", "0"}, code: 2, err: "needs -o FILE"},
-		{args: []string{"state", "put"}, code: 2, err: "needs -i FILE"},
+		{args: []string{"state", "put", "--slot", "1"}, code: 2, err: "needs -i FILE"},
 		{args: []string{"expert-mode", "Solo"}, code: 2, err: "want solo or combined"},
 		{args: []string{"swap-quant", "Q6_K"}, code: 2, err: "want KEY and PATTERN"},
+		{args: []string{"migrate", "--slot", "0"}, code: 2, err: "needs --to URL"},
+		{args: []string{"migrate", "--slot", "0", "--to", "tcp://x:1", "--to-slot", "-1"}, code: 2, err: "--to-slot must be >= 0"},
+		{args: []string{"bench", "--slot", "0", "--rounds", "0"}, code: 2, err: "--rounds must be >= 1"},
 		{args: []string{"--addr", "ftp://x:1", "info"}, code: 1, err: `unknown scheme "ftp"`},
 	} {
 		var stdout, stderr bytes.Buffer
@@ -153,8 +158,24 @@ func TestRunUsage(t *testing.T) {
 	}
 }
 
-// fakeEngine serves Hydra RPC on a Unix socket with canned replies.
+// fake is a Hydra RPC engine on a Unix socket with canned replies; it
+// records the ops it is sent.
+type fake struct {
+	addr      string
+	blob      []byte
+	metaNPast int // n_past of STATE_META replies
+	getNPast  int // n_past of STATE_GET replies
+
+	mu  sync.Mutex
+	ops []string // "OP key", in order
+}
+
+// fakeEngine starts a fake whose slots all hold blob at n_past 3.
 func fakeEngine(t *testing.T, blob []byte) string {
+	return startFake(t, &fake{blob: blob, metaNPast: 3, getNPast: 3}).addr
+}
+
+func startFake(t *testing.T, f *fake) *fake {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "e.sock")
 	l, err := transport.Listen("unix://" + path)
@@ -168,13 +189,21 @@ func fakeEngine(t *testing.T, blob []byte) string {
 			if err != nil {
 				return
 			}
-			go serveFake(conn, blob)
+			go f.serve(conn)
 		}
 	}()
-	return "unix://" + path
+	f.addr = "unix://" + path
+	return f
 }
 
-func serveFake(conn net.Conn, blob []byte) {
+// received returns the ops the fake was sent.
+func (f *fake) received() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.ops)
+}
+
+func (f *fake) serve(conn net.Conn) {
 	defer conn.Close()
 	br := bufio.NewReader(conn)
 	for {
@@ -186,18 +215,24 @@ func serveFake(conn net.Conn, blob []byte) {
 		if err != nil {
 			return
 		}
+		f.mu.Lock()
+		f.ops = append(f.ops, h.Op.String()+" "+key)
+		f.mu.Unlock()
 		payload := make([]byte, h.PayloadLen)
 		if _, err := io.ReadFull(br, payload); err != nil {
 			return
 		}
+		blob := f.blob
 		status, meta, body := transport.StatusOK, "", []byte(nil)
 		switch {
 		case key == "9":
 			status, meta = transport.StatusNotFound, `{"error":"invalid slot ID"}`
 		case h.Op == transport.OpInfo:
 			meta = fmt.Sprintf(`{"engine":"fake","trace":%q}`, trace)
+		case h.Op == transport.OpStateMeta:
+			meta = fmt.Sprintf(`{"slot_id":%s,"n_past":%d,"state_size":%d,"is_processing":false,"is_transferring":false}`, key, f.metaNPast, len(blob))
 		case h.Op == transport.OpStateGet:
-			meta, body = fmt.Sprintf(`{"n_past":3,"state_size":%d}`, len(blob)), blob
+			meta, body = fmt.Sprintf(`{"n_past":%d,"state_size":%d}`, f.getNPast, len(blob)), blob
 		case h.Op == transport.OpStatePut:
 			meta = fmt.Sprintf(`{"restored":true,"bytes":%d,"crc":%d}`, len(payload), crc32.ChecksumIEEE(payload))
 		case h.Op == transport.OpPrefill:
@@ -273,7 +308,7 @@ func TestRunAgainstFakeEngine(t *testing.T) {
 	if got, _ := os.ReadFile(filepath.Join(dir, "p.blob")); !bytes.Equal(got, blob) {
 		t.Fatal("prefill blob not saved")
 	}
-	if code, _, errOut = hydractl("--addr", addr, "prefill", "--tokens", "1,2"); code != 0 || !strings.Contains(errOut, "not saved") {
+	if code, _, errOut = hydractl("--addr", addr, "prefill", "--slot", "0", "--tokens", "1,2"); code != 0 || !strings.Contains(errOut, "not saved") {
 		t.Fatalf("prefill without -o: %d %q", code, errOut)
 	}
 

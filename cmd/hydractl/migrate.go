@@ -21,6 +21,12 @@ type slotMeta struct {
 	ModelHash      string `json:"model_hash"`
 }
 
+// emptySlotError refuses to migrate an empty slot: its state would only
+// empty the destination slot.
+func emptySlotError(slot int, stateSize int64) error {
+	return fmt.Errorf("source slot %d is empty (n_past 0, %d state bytes): nothing to migrate, and the destination is left as it is; prefill the slot first", slot, stateSize)
+}
+
 // stateMeta asks for a slot's STATE_META.
 func stateMeta(ctx context.Context, c *transport.Client, g *globals, key string) (slotMeta, []byte, error) {
 	resp, _, err := roundTrip(ctx, c, g, transport.OpStateMeta, key, nil)
@@ -34,46 +40,52 @@ func stateMeta(ctx context.Context, c *transport.Client, g *globals, key string)
 	return m, resp.Meta, nil
 }
 
-func parseMigrate(g *globals, args []string, stderr io.Writer) (action, error) {
-	fs := newFlagSet(g, "migrate", "migrate [--from URL] --to URL --slot S [--to-slot T] [--force]", stderr)
-	from := fs.String("from", "", "source engine `URL` (default --addr)")
-	to := fs.String("to", "", "destination engine `URL` (required)")
+func parseMigrate(g *globals, args []string) (action, error) {
+	fs := newFlagSet(g, "migrate", "migrate [--from URL] --to URL --slot S [--to-slot T] [--force]")
+	from := fs.String("from", "", "source "+addrHelp+" (default --addr)")
+	to := fs.String("to", "", "destination "+addrHelp+" (required)")
 	slot := slotFlag(fs)
 	toSlot := fs.Int("to-slot", -1, "destination slot `id` (default --slot)")
 	force := fs.Bool("force", false, "migrate even when the engines report different model hashes")
-	if err := parseArgs(fs, args, 0, ""); err != nil {
+	if _, err := fs.parse(args, 0, ""); err != nil {
 		return nil, err
 	}
 	if *to == "" {
-		return nil, usagef("migrate needs --to URL")
+		return nil, fs.usagef("migrate needs --to URL")
+	}
+	srcKey, err := requireSlot(fs, *slot)
+	if err != nil {
+		return nil, err
 	}
 	if *from != "" {
 		g.addr = *from // the command's own connection is the source
 	}
-	if *toSlot < 0 {
+	if !fs.isSet("to-slot") {
 		*toSlot = *slot
 	}
-	srcKey, err := slotKey(*slot)
-	if err != nil {
-		return nil, err
-	}
-	dstKey, err := slotKey(*toSlot)
+	dstKey, err := slotKey(fs, "--to-slot", *toSlot)
 	if err != nil {
 		return nil, err
 	}
 	return func(ctx context.Context, src *transport.Client, out *output) error {
+		// The source is checked before the destination is even dialled: an
+		// empty slot's state would empty the destination slot, and a
+		// missing one is the source's error.
+		sm, smRaw, err := stateMeta(ctx, src, g, srcKey)
+		if err != nil {
+			return fmt.Errorf("source slot %d: %w", *slot, err)
+		}
+		if sm.NPast == 0 {
+			return emptySlotError(*slot, sm.StateSize)
+		}
 		dst, err := g.dial(ctx, *to)
 		if err != nil {
 			return fmt.Errorf("--to %s: %w", *to, err)
 		}
 		defer dst.Close()
 
-		// Check both ends first: a refused STATE_PUT would only be known
-		// after the whole state had crossed the network.
-		sm, smRaw, err := stateMeta(ctx, src, g, srcKey)
-		if err != nil {
-			return fmt.Errorf("source slot %d: %w", *slot, err)
-		}
+		// Check the destination too: a refused STATE_PUT would only be
+		// known after the whole state had crossed the network.
 		dm, _, err := stateMeta(ctx, dst, g, dstKey)
 		if err != nil {
 			return fmt.Errorf("destination slot %d: %w", *toSlot, err)
@@ -93,6 +105,13 @@ func parseMigrate(g *globals, args []string, stderr io.Writer) (action, error) {
 		}
 		if err := get.Err(); err != nil {
 			return err
+		}
+		// The slot may have been emptied since STATE_META: its reply says so
+		// before a byte reaches the destination.
+		var gm slotMeta
+		if json.Unmarshal(get.Meta, &gm) == nil && gm.NPast == 0 {
+			get.Close()
+			return emptySlotError(*slot, gm.StateSize)
 		}
 		// The source's body is the destination's payload: the bytes cross
 		// through one 1 MiB copy buffer, never held whole.
@@ -114,25 +133,25 @@ func parseMigrate(g *globals, args []string, stderr io.Writer) (action, error) {
 	}, nil
 }
 
-func parseBench(g *globals, args []string, stderr io.Writer) (action, error) {
-	fs := newFlagSet(g, "bench", "bench --slot S [--rounds N] [--to-slot T]", stderr)
+func parseBench(g *globals, args []string) (action, error) {
+	fs := newFlagSet(g, "bench", "bench --slot S [--rounds N] [--to-slot T]")
 	slot := slotFlag(fs)
 	rounds := fs.Int("rounds", 5, "round trips (`N`)")
 	toSlot := fs.Int("to-slot", -1, "slot the state is put back into (default --slot: the slot ends as it began)")
-	if err := parseArgs(fs, args, 0, ""); err != nil {
+	if _, err := fs.parse(args, 0, ""); err != nil {
 		return nil, err
 	}
 	if *rounds < 1 {
-		return nil, usagef("--rounds must be >= 1, got %d", *rounds)
+		return nil, fs.usagef("--rounds must be >= 1, got %d", *rounds)
 	}
-	if *toSlot < 0 {
-		*toSlot = *slot
-	}
-	key, err := slotKey(*slot)
+	key, err := requireSlot(fs, *slot)
 	if err != nil {
 		return nil, err
 	}
-	putKey, err := slotKey(*toSlot)
+	if !fs.isSet("to-slot") {
+		*toSlot = *slot
+	}
+	putKey, err := slotKey(fs, "--to-slot", *toSlot)
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"runtime/cgo"
 	"slices"
@@ -25,6 +26,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/transport/shm"
 )
 
 // Linked reports whether llama.cpp is compiled in (build tag "llama", cgo).
@@ -63,22 +65,16 @@ func New(logger hclog.Logger) *Backend {
 // backends the context already destroyed). The process exit reclaims them.
 // Should a context ever need freeing, free its scheduler first.
 type engine struct {
-	info        iface.BackendInfo
-	model       *model
-	nCtx        int
-	scratch     int         // the sequence id re-evaluations borrow: nSlots
-	layout      stateLayout // state size as a function of cells
-	device      string      // the GPU in use, "" on CPU
-	pinRing     bool        // pin the data plane's ring for DMA (option pin_ring)
-	copyThreads int         // goroutines copying restores out of the ring (option copy_threads)
-	// streamMin: restores upload blocks of at least this many bytes piece by
-	// piece from a small ring (option stream_restore, shim.cpp); 0: never.
-	streamMin int64
-	// inPlace: restores from the shm plane take its buffers where they are
-	// and stream blocks of streamMinBlock bytes or more straight from them
-	// (option restore_in_place, inplace_linux.go).
-	inPlace   bool
-	canStream bool // the KV buffers' hooks are ready (enableStream)
+	info    iface.BackendInfo
+	model   *model
+	nCtx    int
+	scratch int         // the sequence id re-evaluations borrow: nSlots
+	layout  stateLayout // state size as a function of cells
+	device  string      // the GPU in use, "" on CPU
+	// The smallest K/V block a restore uploads piece by piece (shim.cpp),
+	// taken in place and through the restore ring; 0 where no block of this
+	// model and n_ctx reaches the threshold, so the KV buffers are not hooked.
+	streamInPlaceMin, streamRingMin int64
 	// eagerLogits: a restore without logits re-evaluates its last token
 	// before STATE_PUT answers, not in the first decode (restore_logits).
 	eagerLogits bool
@@ -91,20 +87,18 @@ type engine struct {
 	ring   *mirror    // the restore ring (prefetch_linux.go), kept across restores up to keepRing bytes
 }
 
-// streamRing is the largest read a streamed restore takes from its ring:
-// streamPiece, with room to spare.
-const streamRing = 2 << 20
+// streamedRingBlock is the largest read a streamed restore takes from its
+// restore ring: streamPiece, with room to spare.
+const streamedRingBlock = 2 << 20
 
-// The smallest block a restore streams: with stream_restore=true every
-// block over 1 MiB; with auto (the default) only those a kept ring would
-// not hold, where the mirror's memory (about 2.25× the block, pinned) is the
-// larger cost. H200, 1.2 GB state of 18.8 MB blocks, medians of 6 STATE_PUTs
-// in one run, streamed vs mirror: TCP 256 KiB 4.89 vs 5.26 GB/s, 2 MiB 4.45
-// vs 4.75; Unix 3.13 vs 3.08, 3.33 vs 3.40 (docs/benchmarks/README.md, 19).
-// Tests lower them to stream the tiny models' blocks.
+// The smallest K/V block a restore streams: in place every block of 1 MiB or
+// more, as its pieces are the data plane's own buffers and nothing is copied;
+// through the restore ring only blocks a kept ring would not hold, as holding
+// a block is faster than an upload per piece (docs/design/llama-restore.md).
+// Tests lower both.
 var (
-	streamMinBlock int64 = 1 << 20
-	streamAutoMin  int64 = keepRing
+	inPlaceStreamMin int64 = 1 << 20
+	ringStreamMin    int64 = keepRing
 )
 
 // keepRing is the largest restore ring kept for the next restore. Mapping
@@ -177,66 +171,139 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 	if b.eng.Load() != nil {
 		return iface.BackendInfo{}, fmt.Errorf("%w: the cuda-llama backend is already loaded", iface.ErrBadRequest)
 	}
-	opts, err := parseOptions(req.Options)
-	if err != nil {
-		return iface.BackendInfo{}, err
-	}
-	nSlots := req.NSlots
-	switch {
-	case nSlots == 0:
-		nSlots = DefaultNSlots
-	case nSlots < 0 || nSlots > MaxSlots:
-		return iface.BackendInfo{}, fmt.Errorf("%w: n_slots %d out of range [1, %d]", iface.ErrBadRequest, nSlots, MaxSlots)
-	}
-	path, err := checkModelFile(req.Model)
+	opts, nSlots, path, err := checkLoadRequest(req)
 	if err != nil {
 		return iface.BackendInfo{}, err
 	}
 	start := time.Now()
+	b.initLlama()
+	// Hash the model while llama.cpp loads it: both read the whole file.
+	hashCtx, cancelHash := context.WithCancel(ctx)
+	defer cancelHash()
+	identity := hashModel(hashCtx, path, opts.alias)
+
+	gpuDev, gpuName := b.loadGPU(opts)
+	nGPU := b.gpuLayers(opts.nGPULayers, gpuDev != nil)
+	mdl, err := loadSupportedModel(path, opts, nGPU)
+	if err != nil {
+		return iface.BackendInfo{}, err
+	}
+	lc, err := newContext(mdl, contextParamsFor(opts, nSlots), gpuDev)
+	if err != nil {
+		mdl.free()
+		return iface.BackendInfo{}, err
+	}
+	e := newEngine(mdl, lc, nSlots, gpuName, opts)
+	if e.layout, err = e.measureLayout(); err != nil {
+		return iface.BackendInfo{}, err
+	}
+	id, err := identity()
+	if err != nil {
+		return iface.BackendInfo{}, err
+	}
+	e.info = iface.BackendInfo{
+		Name:    Name,
+		Version: Version + "+ollama." + llamaVersion(), // the llama.cpp/ggml source
+		Model:   id,
+		NSlots:  nSlots,
+		NVocab:  mdl.nVocab,
+		NCtx:    e.nCtx,
+	}
+	b.eng.Store(e)
+	b.logLoaded(e, opts, nGPU, registerHostBufferAvailable(gpuDev), time.Since(start))
+	return e.info, nil
+}
+
+// checkLoadRequest parses the options and checks the slot count and the
+// model file before anything is loaded.
+func checkLoadRequest(req iface.LoadRequest) (opts options, nSlots int, path string, err error) {
+	if opts, err = parseOptions(req.Options); err != nil {
+		return options{}, 0, "", err
+	}
+	switch nSlots = req.NSlots; {
+	case nSlots == 0:
+		nSlots = DefaultNSlots
+	case nSlots < 0 || nSlots > MaxSlots:
+		return options{}, 0, "", fmt.Errorf("%w: n_slots %d out of range [1, %d]", iface.ErrBadRequest, nSlots, MaxSlots)
+	}
+	if path, err = checkModelFile(req.Model); err != nil {
+		return options{}, 0, "", err
+	}
+	return opts, nSlots, path, nil
+}
+
+// checkModelFile resolves the model path and checks it is a readable regular
+// file, so that a typo fails with a clear error rather than llama.cpp's.
+func checkModelFile(model string) (string, error) {
+	if model == "" {
+		return "", fmt.Errorf("%w: the cuda-llama backend needs a model: --model PATH to a GGUF file", iface.ErrBadRequest)
+	}
+	abs, err := filepath.Abs(model)
+	if err != nil {
+		return "", fmt.Errorf("%w: model %q: %w", iface.ErrBadRequest, model, err)
+	}
+	st, err := os.Stat(abs)
+	if err != nil {
+		return "", fmt.Errorf("%w: model: %w", iface.ErrBadRequest, err)
+	}
+	if !st.Mode().IsRegular() {
+		return "", fmt.Errorf("%w: model %s is not a regular file", iface.ErrBadRequest, abs)
+	}
+	return abs, nil
+}
+
+// initLlama routes llama.cpp's log to this backend's and initialises it.
+func (b *Backend) initLlama() {
 	llamaLog.Lock()
 	llamaLog.log = b.relog
 	llamaLog.Unlock()
 	initLlama()
+}
 
-	// Hash the model while llama.cpp loads it: both read the whole file.
-	hashCtx, cancelHash := context.WithCancel(ctx)
-	defer cancelHash()
+// hashModel starts hashing the model file; the function returned waits for
+// its identity.
+func hashModel(ctx context.Context, path, alias string) func() (iface.ModelIdentity, error) {
 	type hashed struct {
 		id  iface.ModelIdentity
 		err error
 	}
-	hashDone := make(chan hashed, 1)
+	done := make(chan hashed, 1)
 	go func() {
-		id, err := iface.FileIdentity(hashCtx, path, opts.alias)
-		hashDone <- hashed{id, err}
+		id, err := iface.FileIdentity(ctx, path, alias)
+		done <- hashed{id, err}
 	}()
+	return func() (iface.ModelIdentity, error) {
+		h := <-done
+		return h.id, h.err
+	}
+}
 
-	gpuDev, gpuName := b.loadGPU(opts)
-	if gpuDev != nil && opts.cudaSync != "auto" {
-		if err := setCUDASync(opts.cudaSync); err != nil {
-			b.log.Warn("CUDA keeps its default way of waiting: " + err.Error())
-		} else {
-			b.log.Info("CUDA waits for the GPU: "+opts.cudaSync, OptCUDASync, opts.cudaSync)
-		}
-	}
-	nGPU := opts.nGPULayers
+// gpuLayers is the n_gpu_layers llama.cpp gets: none without a GPU, every
+// layer for -1.
+func (b *Backend) gpuLayers(n int, gpu bool) int {
 	switch {
-	case gpuDev == nil && nGPU > 0:
-		b.log.Warn("n_gpu_layers ignored: no GPU backend", "n_gpu_layers", nGPU)
-		nGPU = 0
-	case gpuDev == nil:
-		nGPU = 0
-	case nGPU < 0:
-		nGPU = math.MaxInt32 // every layer
+	case !gpu && n > 0:
+		b.log.Warn("n_gpu_layers ignored: no GPU backend", "n_gpu_layers", n)
+		return 0
+	case !gpu:
+		return 0
+	case n < 0:
+		return math.MaxInt32
 	}
+	return n
+}
+
+// loadSupportedModel loads the model and refuses one whose KV state the
+// plugin cannot stream or whose heads a quantized cache cannot hold.
+func loadSupportedModel(path string, opts options, nGPU int) (*model, error) {
 	clearLlamaError()
 	mdl, err := loadModel(path, modelParams{nGPULayers: nGPU, mmap: opts.mmap})
 	if err != nil {
-		return iface.BackendInfo{}, err
+		return nil, err
 	}
 	if why := mdl.unsupportedMemory(); why != "" {
 		mdl.free()
-		return iface.BackendInfo{}, fmt.Errorf("%w: %s is %s: its KV state is not a plain attention cache, which the cuda-llama backend's state streaming supports so far",
+		return nil, fmt.Errorf("%w: %s is %s: its KV state is not a plain attention cache, which the cuda-llama backend's state streaming supports so far",
 			iface.ErrBadRequest, path, why)
 	}
 	// ggml quantizes cache rows in blocks of 32 values and asserts (aborts
@@ -244,56 +311,53 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 	for _, ct := range []string{opts.cacheTypeK, opts.cacheTypeV} {
 		if hd := mdl.headDim(); isQuantized(ct) && hd%32 != 0 {
 			mdl.free()
-			return iface.BackendInfo{}, fmt.Errorf("%w: a %s KV cache needs a head size that is a multiple of 32; this model's is %d",
+			return nil, fmt.Errorf("%w: a %s KV cache needs a head size that is a multiple of 32; this model's is %d",
 				iface.ErrBadRequest, ct, hd)
 		}
 	}
-	lc, err := newContext(mdl, contextParams{
+	return mdl, nil
+}
+
+// contextParamsFor is the context for nSlots slots and the scratch sequence.
+func contextParamsFor(opts options, nSlots int) contextParams {
+	return contextParams{
 		nCtx: opts.nCtx, nBatch: opts.nBatch, nUBatch: opts.nUBatch, nSeqMax: nSlots + 1,
 		nThreads: opts.nThreads, nThreadsBatch: opts.nThreadsBatch, flashAttn: opts.flashAttn,
 		typeK: opts.cacheTypeK, typeV: opts.cacheTypeV,
-	}, gpuDev)
-	if err != nil {
-		mdl.free()
-		return iface.BackendInfo{}, err
 	}
-	e := &engine{model: mdl, ctx: lc, nCtx: lc.nCtx(), scratch: nSlots, device: gpuName, pinRing: opts.pinRing, copyThreads: opts.copyThreads,
-		inPlace: opts.restoreInPlace && (gpuName == "" || opts.pinRing), eagerLogits: opts.eagerLogits, slots: make([]*slot, nSlots)}
-	switch opts.streamRestore {
-	case "on":
-		e.streamMin = streamMinBlock
-	case "auto":
-		e.streamMin = streamAutoMin
-	}
+}
+
+// newEngine is the engine of a loaded model and context, its slots empty.
+func newEngine(mdl *model, lc *lctx, nSlots int, device string, opts options) *engine {
+	e := &engine{model: mdl, ctx: lc, nCtx: lc.nCtx(), scratch: nSlots, device: device,
+		eagerLogits: opts.eagerLogits, slots: make([]*slot, nSlots)}
 	for i := range e.slots {
 		e.slots[i] = &slot{stateSize: emptyState}
 	}
-	if e.layout, err = e.measureLayout(); err != nil {
-		return iface.BackendInfo{}, err
+	return e
+}
+
+func flashName(mode int) string {
+	switch mode {
+	case FlashOn:
+		return "on"
+	case FlashOff:
+		return "off"
 	}
-	h := <-hashDone
-	if h.err != nil {
-		return iface.BackendInfo{}, h.err
-	}
-	e.info = iface.BackendInfo{
-		Name:    Name,
-		Version: Version + "+ollama." + llamaVersion(), // the llama.cpp/ggml source
-		Model:   h.id,
-		NSlots:  nSlots,
-		NVocab:  mdl.nVocab,
-		NCtx:    e.nCtx,
-	}
-	b.eng.Store(e)
+	return "auto"
+}
+
+func (b *Backend) logLoaded(e *engine, opts options, nGPU int, registerHost bool, took time.Duration) {
 	device := "CPU"
-	if gpuName != "" {
-		device = gpuName
+	if e.device != "" {
+		device = e.device
 	}
-	b.log.Info("cuda-llama backend loaded", "model", mdl.desc(), "model_alias", h.id.Alias, "model_hash", h.id.Hash,
-		"model_path", path, "device", device, "n_gpu_layers", nGPU, "n_layer", mdl.nLayer(), "n_slots", nSlots,
-		"n_ctx", e.nCtx, "n_vocab", mdl.nVocab, "flash_attn", flashName(opts.flashAttn), "cache_type_k", opts.cacheTypeK,
+	m := e.model
+	b.log.Info("cuda-llama backend loaded", "model", m.desc(), "model_alias", e.info.Model.Alias, "model_hash", e.info.Model.Hash,
+		"model_path", e.info.Model.Path, "device", device, "n_gpu_layers", nGPU, "n_layer", m.nLayer(), "n_slots", len(e.slots),
+		"n_ctx", e.nCtx, "n_vocab", m.nVocab, "flash_attn", flashName(opts.flashAttn), "cache_type_k", opts.cacheTypeK,
 		"cache_type_v", opts.cacheTypeV, "kv_bytes_per_token", e.layout.PerCell,
-		"register_host_buffer", registerHostBufferAvailable(gpuDev), "load_time", time.Since(start).Round(time.Millisecond).String())
-	return e.info, nil
+		"register_host_buffer", registerHost, "load_time", took.Round(time.Millisecond).String())
 }
 
 // gpuLoad remembers the one ggml_backend_load of a process: registering the
@@ -386,17 +450,8 @@ func (e *engine) measureLayout() (stateLayout, error) {
 			if row, err = maxRow(c.stateData(e.scratch)); err != nil {
 				return stateLayout{}, fmt.Errorf("reading a one-cell state: %w", err)
 			}
-			// Streaming needs the KV buffers' hooks; not worth them when
-			// no block can reach a threshold.
-			maxBlock := row * int64(e.nCtx)
-			if e.streamMin > maxBlock {
-				e.streamMin = 0
-			}
-			if e.streamMin > 0 || (e.inPlace && maxBlock >= streamMinBlock) {
-				if err := c.enableStream(e.scratch, maxBlock); err != nil {
-					return stateLayout{}, err
-				}
-				e.canStream = true
+			if err := e.enableStreaming(row); err != nil {
+				return stateLayout{}, err
 			}
 		}
 	}
@@ -406,6 +461,25 @@ func (e *engine) measureLayout() (stateLayout, error) {
 		return stateLayout{}, fmt.Errorf("unexpected state sizes %d and %d for 1 and 2 cells", sizes[0], sizes[1])
 	}
 	return l, nil
+}
+
+// enableStreaming sets the streaming thresholds that a block of this model
+// (at most row × n_ctx bytes) can reach, and hooks the KV buffers if any
+// can: the hooks cost nothing a restore that streams nothing would use.
+// Needs e.mu and a cell in the scratch sequence.
+func (e *engine) enableStreaming(row int64) error {
+	maxBlock := row * int64(e.nCtx)
+	reachable := func(threshold int64) int64 {
+		if threshold > maxBlock {
+			return 0
+		}
+		return threshold
+	}
+	e.streamInPlaceMin, e.streamRingMin = reachable(inPlaceStreamMin), reachable(ringStreamMin)
+	if e.streamInPlaceMin == 0 && e.streamRingMin == 0 {
+		return nil
+	}
+	return e.ctx.enableStream(e.scratch, maxBlock)
 }
 
 // Info returns what Load returned.
@@ -590,76 +664,40 @@ func (b *Backend) Decode(ctx context.Context, req iface.DecodeRequest, emit func
 		return iface.DecodeResult{}, err
 	}
 	defer s.release()
-	toks, logits, _ := s.snapshot()
-	if len(toks) == 0 {
-		return iface.DecodeResult{}, fmt.Errorf("%w: slot is empty (slot %d)", iface.ErrBadRequest, req.Slot)
-	}
-	if logits == nil { // restored without logits (restore_logits=lazy)
-		t := time.Now()
-		if logits, err = e.reevaluate(req.Slot, toks); err != nil {
-			return iface.DecodeResult{}, e.failed(req.Slot, s, err)
-		}
-		b.log.Debug("decode re-evaluated the restored last token", "slot", req.Slot, "reeval", time.Since(t).String())
-		s.mu.Lock()
-		s.logits = logits
-		s.mu.Unlock()
+	logits, nPast, err := b.decodeStart(e, req.Slot, s)
+	if err != nil {
+		return iface.DecodeResult{}, err
 	}
 	var smp *sampler
 	if !greedy(req.Sampler) {
 		smp = newSampler(req.Sampler, e.model.nVocab)
 		defer smp.free()
 	}
-	res := iface.DecodeResult{NPast: len(toks)}
-	defer func() {
-		e.mu.Lock()
-		size := e.ctx.stateSize(req.Slot)
-		e.mu.Unlock()
-		s.mu.Lock()
-		s.stateSize = size
-		s.mu.Unlock()
-	}()
+	defer e.updateStateSize(req.Slot, s)
+	res := iface.DecodeResult{NPast: nPast}
 	for {
-		switch {
-		case res.TokensGenerated >= req.NPredict:
-			res.StopReason = StopLength
-			return res, nil
-		case res.NPast >= e.nCtx:
-			res.StopReason = StopNTokensLimit
+		if stop := e.stopBefore(res, req.NPredict); stop != "" {
+			res.StopReason = stop
 			return res, nil
 		}
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		var tok int32
-		if smp == nil {
-			tok = int32(argmax(logits))
-		} else {
-			tok = smp.sample(logits, uniform(req.Sampler.Seed, res.NPast))
-		}
+		tok := smp.next(logits, req.Sampler.Seed, res.NPast)
 		lp := logprob(logits, int(tok))
 		if e.model.isEOG(tok) {
 			res.StopReason = StopEOS
 			return res, nil
 		}
-		e.mu.Lock()
-		err := e.ctx.decode(req.Slot, []int32{tok}, res.NPast, true)
-		if err == nil {
-			e.ctx.logitsInto(logits) // the slot's own buffer: we hold the slot
-		}
-		e.mu.Unlock()
+		err := e.appendToken(req.Slot, s, tok, res.NPast, logits)
 		if errors.Is(err, errKVFull) {
 			b.log.Warn("KV cache full: the slots' sequences fill n_ctx together", "slot", req.Slot, "n_ctx", e.nCtx)
 			res.StopReason = StopNTokensLimit
 			return res, nil
 		}
 		if err != nil {
-			// The KV may or may not hold the token: start the slot afresh
-			// rather than guess.
-			return res, e.failed(req.Slot, s, err)
+			return res, err
 		}
-		s.mu.Lock()
-		s.tokens = append(s.tokens, tok)
-		s.mu.Unlock()
 		res.TokensGenerated++
 		res.NPast++
 		if emit != nil {
@@ -668,6 +706,82 @@ func (b *Backend) Decode(ctx context.Context, req iface.DecodeRequest, emit func
 			}
 		}
 	}
+}
+
+// decodeStart returns the slot's logits and length, computing the logits
+// first when a restore left them to the first decode (restore_logits=lazy).
+func (b *Backend) decodeStart(e *engine, i int, s *slot) ([]float32, int, error) {
+	toks, logits, _ := s.snapshot()
+	if len(toks) == 0 {
+		return nil, 0, fmt.Errorf("%w: slot is empty (slot %d)", iface.ErrBadRequest, i)
+	}
+	if logits != nil {
+		return logits, len(toks), nil
+	}
+	t := time.Now()
+	logits, err := e.reevaluate(i, toks)
+	if err != nil {
+		return nil, 0, e.failed(i, s, err)
+	}
+	b.log.Debug("decode re-evaluated the restored last token", "slot", i, "reeval", time.Since(t).String())
+	s.mu.Lock()
+	s.logits = logits
+	s.mu.Unlock()
+	return logits, len(toks), nil
+}
+
+// stopBefore is why a decode that has produced res stops before its next
+// token: n_predict reached or the context full; "" to go on.
+func (e *engine) stopBefore(res iface.DecodeResult, nPredict int) string {
+	switch {
+	case res.TokensGenerated >= nPredict:
+		return StopLength
+	case res.NPast >= e.nCtx:
+		return StopNTokensLimit
+	}
+	return ""
+}
+
+// next picks the token at position pos from logits: the arg-max for a nil
+// (greedy) sampler, else a draw derived from the seed and the position.
+func (smp *sampler) next(logits []float32, seed uint64, pos int) int32 {
+	if smp == nil {
+		return int32(argmax(logits))
+	}
+	return smp.sample(logits, uniform(seed, pos))
+}
+
+// appendToken evaluates tok at position pos in slot i, writes the logits after it
+// into logits (the slot's own buffer: the caller holds the slot) and adds it
+// to the slot. errKVFull leaves the slot as it was; any other failure
+// empties it, as the KV may or may not hold the token.
+func (e *engine) appendToken(i int, s *slot, tok int32, pos int, logits []float32) error {
+	e.mu.Lock()
+	err := e.ctx.decode(i, []int32{tok}, pos, true)
+	if err == nil {
+		e.ctx.logitsInto(logits)
+	}
+	e.mu.Unlock()
+	switch {
+	case errors.Is(err, errKVFull):
+		return err
+	case err != nil:
+		return e.failed(i, s, err)
+	}
+	s.mu.Lock()
+	s.tokens = append(s.tokens, tok)
+	s.mu.Unlock()
+	return nil
+}
+
+// updateStateSize records the slot's state size after it changed.
+func (e *engine) updateStateSize(i int, s *slot) {
+	e.mu.Lock()
+	size := e.ctx.stateSize(i)
+	e.mu.Unlock()
+	s.mu.Lock()
+	s.stateSize = size
+	s.mu.Unlock()
 }
 
 // StateGet streams the slot's state, the bytes llama_state_seq_get_data gives,
@@ -691,13 +805,13 @@ func (b *Backend) StateGet(ctx context.Context, i int, chunkSize int, w io.Write
 	}
 	call := &saveCall{ctx: ctx, w: w}
 	mode := C.int(0)
-	if cw, ok := w.(iface.ChunkWriter); ok {
+	if cw, ok := w.(shm.ChunkWriter); ok {
 		call.cw, mode = cw, 1
 	}
 	// On a GPU the chunks are copied synchronously into the writer's own
 	// buffers; pinning the ring they live in makes that a direct DMA.
 	pinned := false
-	if rw, ok := w.(iface.RegionWriter); ok && e.device != "" && e.pinRing {
+	if rw, ok := w.(shm.RegionWriter); ok && e.device != "" {
 		if unpin := pinRegion(rw.Region()); unpin != nil {
 			defer unpin()
 			pinned = true
@@ -727,15 +841,12 @@ func (b *Backend) StateGet(ctx context.Context, i int, chunkSize int, w io.Write
 	}
 }
 
-var _ iface.PipePutter = (*Backend)(nil)
+var _ shm.PipePutter = (*Backend)(nil)
 
 // PipePutMaxChunk keeps restores at chunks above 1 MiB (the pipe's size) on
-// the shm ring. Through the pipe the plugin makes the socket copy itself
-// (the prefetcher's read); that pays where the ring's per-chunk messages and
-// wake-ups cost more than the host's copy saves. H200, 1.2 GB state,
-// `scripts/gpu-bench.sh plugin-ab`, medians of 12 STATE_PUTs in one run, this
-// rule vs pipes at every chunk size: 2 MiB TCP 4.40 vs 4.59 GB/s, Unix 3.12
-// vs 2.73 (docs/benchmarks/README.md, 16 and 18).
+// the shm ring, where they are taken in place: through the pipe the plugin
+// makes the socket copy itself, which pays only where the ring's per-chunk
+// messages and wake-ups cost more than the host's copy saves.
 func (b *Backend) PipePutMaxChunk() int { return 1 << 20 }
 
 // StatePut restores the slot from r. The slot is emptied first, and on any
@@ -745,128 +856,160 @@ func (b *Backend) PipePutMaxChunk() int { return 1 << 20 }
 // (NVocab f32) are adopted; otherwise the last token is re-evaluated, since the
 // state holds no logits: by the first decode (restore_logits=lazy, the
 // default), or here (eager). r is read to its end, except after a read error.
-func (b *Backend) StatePut(ctx context.Context, i int, tokens []int32, r io.Reader, size int64) (n int64, err error) {
+func (b *Backend) StatePut(ctx context.Context, i int, tokens []int32, r io.Reader, size int64) (int64, error) {
 	entered := time.Now()
 	e, s, err := b.slot(i)
-	if err != nil {
-		drain(r)
-		return 0, err
+	if err == nil {
+		err = s.acquire(i)
 	}
-	if err := s.acquire(i); err != nil {
+	if err != nil {
 		drain(r)
 		return 0, err
 	}
 	defer s.release()
-	readErr := false
-	defer func() {
-		if err != nil {
-			e.failed(i, s, nil)
-			if !readErr {
-				drain(r)
-			}
+	p := &statePut{e: e, i: i, s: s, tokens: tokens, r: r, size: size, entered: entered, log: b.log}
+	n, err := p.restore(ctx)
+	if err != nil {
+		e.failed(i, s, nil)
+		if !p.stopReading {
+			drain(r)
 		}
-	}()
+		return 0, err
+	}
+	return n, nil
+}
+
+// statePut is one StatePut under way: its request, and what its steps
+// found, for the next steps and the debug line.
+type statePut struct {
+	e       *engine
+	i       int
+	s       *slot
+	tokens  []int32
+	r       io.Reader
+	size    int64
+	entered time.Time
+	log     hclog.Logger
+
+	head stateHead
+	run  *restoreRun
+	// stopReading: r failed or the restore was cancelled, so r must not be
+	// drained.
+	stopReading   bool
+	start, loaded time.Time     // llama.cpp started and finished reading
+	reeval        time.Duration // re-evaluating the last token (eager)
+}
+
+// restore empties the slot, then checks the head, sets up the source,
+// lets llama.cpp load the state, adopts trailing logits or computes them
+// (eager) and fills the slot. On failure the caller empties the slot again.
+func (p *statePut) restore(ctx context.Context) (n int64, err error) {
+	e := p.e
 	e.mu.Lock()
-	e.clearLocked(i, s)
+	e.clearLocked(p.i, p.s)
 	e.mu.Unlock()
 	if err := ctx.Err(); err != nil {
-		readErr = true // cancelled: stop reading
+		p.stopReading = true
 		return 0, err
 	}
-
-	// The shm plane's buffers are lent to llama.cpp in place; any other
-	// reader is read ahead into the engine's restore ring.
-	rr, _ := r.(iface.RegionReader)
-	if !e.inPlace {
-		rr = nil
-	}
-	cr := r
-	if rr == nil {
-		cr = readerFor(r, e.copyThreads)
-	}
-	head, err := readStateHead(cr, tokens, e.model.nVocab, e.nCtx, e.layout, size)
-	if err != nil {
-		readErr = !errors.Is(err, iface.ErrBadRequest)
+	if p.head, err = readStateHead(p.r, p.tokens, e.model.nVocab, e.nCtx, e.layout, p.size); err != nil {
+		p.stopReading = !errors.Is(err, iface.ErrBadRequest)
 		return 0, err
 	}
-	run, err := e.restoreRun(ctx, rr, cr, head, size)
+	if p.run, err = e.restoreRun(ctx, p.r, p.head, p.size); err != nil {
+		return 0, err
+	}
+	p.start = time.Now()
+	defer func() { p.logDone(n, err) }()
+	defer p.run.stop() // before r is read anywhere else, and before returning
+	if n, err = p.load(); err != nil {
+		return 0, err
+	}
+	logits, err := p.trailingLogits(n)
 	if err != nil {
 		return 0, err
 	}
-	start := time.Now()
-	var loaded time.Time     // llama.cpp done with the bytes
-	var reeval time.Duration // re-evaluating the last token, part of elapsed
-	defer func() {
-		after := time.Duration(0)
-		if !loaded.IsZero() {
-			after = time.Since(loaded)
+	p.run.stop()
+	drain(p.r)
+	if p.head.cells > 0 && logits == nil && e.eagerLogits {
+		t := time.Now()
+		logits, err = e.reevaluate(p.i, p.tokens)
+		if p.reeval = time.Since(t); err != nil {
+			return 0, err
 		}
-		b.log.Debug("state put", "slot", i, "bytes", n, "cells", head.cells, "in_place", run.inPlace, "streamed", run.streamMin > 0,
-			"ring", run.ringSize, "ring_pinned", run.pinned, "setup", start.Sub(entered).String(), "elapsed", time.Since(start).String(),
-			"wait_data", run.waitData.String(), "wait_space", run.waitSpace.String(), "after_load", after.String(),
-			"reeval", reeval.String(), "error", err)
-	}()
-	stop := run.stop // before r is read anywhere else, and before returning
-	defer stop()
-	pf := run.src
-	call := &loadCall{pf: pf}
+	}
+	e.mu.Lock()
+	stateSize := e.ctx.stateSize(p.i)
+	e.mu.Unlock()
+	p.s.set(slices.Clone(p.tokens), logits, stateSize)
+	return n, nil
+}
+
+// load lets llama.cpp read the state from the run's source and checks that
+// it restored the positions the head announced; it returns the state's
+// bytes, and releases them from the source.
+func (p *statePut) load() (int64, error) {
+	e := p.e
+	call := &loadCall{pf: p.run.src}
 	h := cgo.NewHandle(call)
 	defer h.Delete()
 	var msg [512]C.char
+	var err error
 	e.mu.Lock()
 	clearLlamaError()
-	got := C.hydra_state_load(e.ctx.io, e.ctx.c, C.llama_seq_id(i), C.uintptr_t(h), C.size_t(run.streamMin), C.size_t(run.pieceMin),
+	got := C.hydra_state_load(e.ctx.io, e.ctx.c, C.llama_seq_id(p.i), C.uintptr_t(h), C.size_t(p.run.streamMin), C.size_t(p.run.pieceMin),
 		&msg[0], C.size_t(len(msg)))
 	if got >= 0 {
-		if np := e.ctx.nPos(i); np != head.cells {
-			err = fmt.Errorf("restored %d positions, the state's head announced %d", np, head.cells)
+		if np := e.ctx.nPos(p.i); np != p.head.cells {
+			err = fmt.Errorf("restored %d positions, the state's head announced %d", np, p.head.cells)
 		}
 	}
 	llamaErr := lastLlamaError()
 	e.mu.Unlock()
-	loaded = time.Now()
+	p.loaded = time.Now()
 	switch {
 	case got < 0 && call.err != nil:
-		readErr = !errors.Is(call.err, iface.ErrBadRequest) // a failed reader or cancellation: stop reading
+		p.stopReading = !errors.Is(call.err, iface.ErrBadRequest) // a failed reader or cancellation
 		return 0, call.err
 	case got < 0:
 		return 0, fmt.Errorf("%w: llama.cpp refused the state: %s%s", iface.ErrBadRequest, C.GoString(&msg[0]), llamaErr)
 	case err != nil:
 		return 0, err
 	}
-	n = int64(got)
-	if err := pf.releaseTo(n); err != nil {
-		return 0, err
-	}
+	return int64(got), p.run.src.releaseTo(int64(got))
+}
 
-	// What follows the state: logits to adopt, or anything else to skip.
-	var logits []float32
-	if trailing := size - n; trailing == int64(4*e.model.nVocab) && e.model.nVocab > 0 {
-		raw := make([]byte, trailing)
-		if k, err := io.ReadFull(pf, raw); err != nil {
-			readErr = true
-			return 0, truncated(n+int64(k), err)
-		}
-		logits = make([]float32, e.model.nVocab)
-		for j := range logits {
-			logits[j] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*j:]))
-		}
+// trailingLogits reads what follows the n bytes of state: exactly n_vocab
+// f32 are the logits to adopt; nil otherwise (the rest is drained).
+func (p *statePut) trailingLogits(n int64) ([]float32, error) {
+	nVocab := p.e.model.nVocab
+	if trailing := p.size - n; trailing != int64(4*nVocab) || nVocab == 0 {
+		return nil, nil
 	}
-	stop()
-	drain(r)
-	if head.cells > 0 && logits == nil && e.eagerLogits {
-		t := time.Now()
-		logits, err = e.reevaluate(i, tokens)
-		reeval = time.Since(t)
-		if err != nil {
-			return 0, err
-		}
+	raw := make([]byte, 4*nVocab)
+	if k, err := io.ReadFull(p.run.src, raw); err != nil {
+		p.stopReading = true
+		return nil, truncated(n+int64(k), err)
 	}
-	e.mu.Lock()
-	stateSize := e.ctx.stateSize(i)
-	e.mu.Unlock()
-	s.set(slices.Clone(tokens), logits, stateSize)
-	return n, nil
+	logits := make([]float32, nVocab)
+	for j := range logits {
+		logits[j] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*j:]))
+	}
+	return logits, nil
+}
+
+// logDone writes the restore's debug line: how it read and where the time
+// went (see the README).
+func (p *statePut) logDone(n int64, err error) {
+	after := time.Duration(0)
+	if !p.loaded.IsZero() {
+		after = time.Since(p.loaded)
+	}
+	run := p.run
+	p.log.Debug("state put", "slot", p.i, "bytes", n, "cells", p.head.cells, "in_place", run.inPlace, "streamed", run.streamMin > 0,
+		"ring", run.ringSize, "ring_pinned", run.pinned, "setup", p.start.Sub(p.entered).String(), "elapsed", time.Since(p.start).String(),
+		"wait_data", run.waitData.String(), "wait_space", run.waitSpace.String(), "after_load", after.String(),
+		"reeval", p.reeval.String(), "error", err)
 }
 
 // restoreRun is where llama.cpp's reader takes a restore's bytes from, and
@@ -886,60 +1029,67 @@ type restoreRun struct {
 // more); lent in place, a piece is what a buffer holds.
 const streamPiece = 1 << 20
 
-// maxInPlaceRegion is the largest data plane ring a restore takes in place.
-// On a GPU the ring is pinned for each restore, which for the 256 MiB ring
-// of 64 MiB chunks cost more than the copy it saves (H200, 1.2 GB state:
-// in place 2.06 GB/s over TCP, 2.17 over Unix, against 2.74 and 2.76 with
-// the restore ring in an earlier run, docs/benchmarks/README.md, 22).
+// maxInPlaceRegion is the largest data plane ring a restore takes in place:
+// on a GPU the ring is pinned for each restore, which for larger rings costs
+// more than the copy into the restore ring it saves.
 const maxInPlaceRegion = 64 << 20
 
-// restoreRun sets up the bytes after head (read from cr) for llama.cpp: the
-// shm plane's buffers in place when rr is set (pinned first on a GPU; if
-// that fails, the restore ring after all), else the engine's restore ring,
-// which a prefetcher fills ahead from cr.
-func (e *engine) restoreRun(ctx context.Context, rr iface.RegionReader, cr io.Reader, head stateHead, size int64) (*restoreRun, error) {
+// restoreRun sets up the bytes after head (read from r) for llama.cpp: the
+// shm plane's buffers in place when r lends them (pinned first on a GPU),
+// else the engine's restore ring, which a prefetcher fills ahead from r.
+func (e *engine) restoreRun(ctx context.Context, r io.Reader, head stateHead, size int64) (*restoreRun, error) {
+	if rr, ok := r.(shm.RegionReader); ok && len(rr.Region()) <= maxInPlaceRegion {
+		run, err := e.inPlaceRun(rr, head, size)
+		if run != nil || err != nil {
+			return run, err
+		}
+		// Pinning failed: the plane's reader, still as it was, is read
+		// into the restore ring as any other.
+	}
+	return e.ringRun(ctx, r, head, size)
+}
+
+// inPlaceRun lends llama.cpp the data plane's buffers, pinned on a GPU for
+// the restore; nil, nil when pinning fails.
+func (e *engine) inPlaceRun(rr shm.RegionReader, head stateHead, size int64) (*restoreRun, error) {
+	var unpin func()
+	if e.device != "" {
+		if unpin = pinRegion(rr.Region()); unpin == nil {
+			return nil, nil
+		}
+	}
+	ip, err := newInPlace(rr, head.raw, size)
+	if err != nil {
+		if unpin != nil {
+			unpin()
+		}
+		return nil, err
+	}
+	run := &restoreRun{src: ip, inPlace: true, pinned: unpin != nil, pieceMin: streamPiece}
+	if e.streamInPlaceMin > 0 {
+		run.streamMin, run.pieceMin = e.streamInPlaceMin, 1
+	}
+	run.stop = sync.OnceFunc(func() {
+		ip.close()
+		run.waitData = ip.waitData
+		if unpin != nil {
+			unpin()
+		}
+	})
+	return run, nil
+}
+
+// ringRun reads the payload ahead into the engine's restore ring, one
+// restore at a time, sized for the largest block unless that is streamed.
+func (e *engine) ringRun(ctx context.Context, r io.Reader, head stateHead, size int64) (*restoreRun, error) {
 	run := &restoreRun{pieceMin: streamPiece}
-	if rr != nil && len(rr.Region()) <= maxInPlaceRegion {
-		var unpin func()
-		if e.device != "" {
-			unpin = pinRegion(rr.Region())
-		}
-		if e.device == "" || unpin != nil {
-			ip, err := newInPlace(rr, head.raw, size)
-			if err != nil {
-				if unpin != nil {
-					unpin()
-				}
-				return nil, err
-			}
-			run.src, run.inPlace, run.pinned = ip, true, unpin != nil
-			if e.canStream {
-				run.streamMin, run.pieceMin = streamMinBlock, 1
-			}
-			run.stop = sync.OnceFunc(func() {
-				ip.close()
-				run.waitData = ip.waitData
-				if unpin != nil {
-					unpin()
-				}
-			})
-			return run, nil
-		}
-	}
-	if rr != nil {
-		// Not in place after all (a ring too large, or pinning failed): the
-		// plane's reader, still as it was, copies as any other would.
-		cr = readerFor(cr, e.copyThreads)
-	}
-	// The restore ring is the engine's, one restore at a time; the
-	// prefetcher reads the payload ahead into it from here on.
 	e.ringMu.Lock()
 	block := int(min(int64(head.cells)*e.layout.MaxRow, size))
-	if e.canStream && e.streamMin > 0 && int64(block) >= e.streamMin {
-		run.streamMin = e.streamMin
-		block = min(block, streamRing) // only pieces and small fields need the ring
+	if e.streamRingMin > 0 && int64(block) >= e.streamRingMin {
+		run.streamMin = e.streamRingMin
+		block = min(block, streamedRingBlock) // only pieces and small fields need the ring
 	}
-	pf, err := startPrefetch(ctx, io.MultiReader(bytes.NewReader(head.raw), cr), size, e.ring, block, e.newRing)
+	pf, err := startPrefetch(ctx, io.MultiReader(bytes.NewReader(head.raw), r), size, e.ring, block, e.newRing)
 	if err != nil {
 		e.ring = nil // startPrefetch closed it when it failed to replace it
 		e.ringMu.Unlock()
@@ -948,7 +1098,7 @@ func (e *engine) restoreRun(ctx context.Context, rr iface.RegionReader, cr io.Re
 	run.src = pf
 	run.stop = sync.OnceFunc(func() {
 		e.ring = pf.close()
-		run.waitData, run.waitSpace = pf.waits()
+		run.waitData, run.waitSpace = pf.waitData, pf.waitSpace
 		run.ringSize, run.pinned = e.ring.size, e.ring.unpin != nil
 		if e.ring.size > keepRing {
 			_ = e.ring.close()

@@ -39,12 +39,6 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	modelDir = dir
-	if streamTests {
-		// The test models' K/V blocks are a few KiB: stream them all (field
-		// reads are at most 8 bytes).
-		streamMinBlock = 64
-	}
-	streamAutoMin = 64 << 10 // the tiny models' blocks stay on the mirror under auto
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -52,10 +46,22 @@ func TestMain(m *testing.M) {
 
 var models sync.Map // name → path
 
-// streamTests runs every test with streamed restores (option
-// stream_restore): HYDRA_TEST_STREAM_RESTORE=1, as make test-llama's second
-// pass does.
-var streamTests = os.Getenv("HYDRA_TEST_STREAM_RESTORE") == "1"
+// streamBlocks sets the streaming thresholds, in place and through the
+// restore ring, for the backends t loads from now on: the test models' K/V
+// blocks are a few KiB (and field reads at most 8 bytes), so 64 streams
+// every block and 1 MiB none.
+func streamBlocks(t testing.TB, inPlace, ring int64) {
+	oldInPlace, oldRing := inPlaceStreamMin, ringStreamMin
+	inPlaceStreamMin, ringStreamMin = inPlace, ring
+	t.Cleanup(func() { inPlaceStreamMin, ringStreamMin = oldInPlace, oldRing })
+}
+
+// restoreModes are the two ways a restore can take the test models' K/V
+// blocks, for tests that run both: held whole, or streamed piece by piece.
+var restoreModes = []struct {
+	name   string
+	stream int64 // the streaming thresholds
+}{{"held", 1 << 20}, {"streamed", 64}}
 
 // modelFile generates the model once per test binary.
 func modelFile(t testing.TB, name string, c gguf.Config) string {
@@ -103,27 +109,11 @@ func TestDevice(t *testing.T) {
 	case e.device != "" && !e.ctx.pinnedStaging():
 		t.Fatal("on a GPU, but the staging buffers are not pinned")
 	}
-	if e.device == "" {
-		return
-	}
-	// cuda_sync on a context already in use (the model loaded, a state
-	// streamed): each mode reads back, and the state still streams.
-	for _, m := range []string{"yield", "block", "spin", "auto"} {
-		if err := setCUDASync(m); err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(stateOf(t, b, 0, 256<<10), state) {
-			t.Fatalf("cuda_sync=%s: state differs", m)
-		}
-	}
 }
 
 func load(t testing.TB, model string, nSlots int, opts map[string]string) *Backend {
 	t.Helper()
 	o := map[string]string{OptNThreads: "1", OptNCtx: "2048"}
-	if streamTests {
-		o[OptStreamRestore] = "true"
-	}
 	for k, v := range opts {
 		o[k] = v
 	}
@@ -196,7 +186,7 @@ func (w *recorder) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// chunkWriter is an iface.ChunkWriter over buffers of bufSize bytes, like the
+// chunkWriter is an shm.ChunkWriter over buffers of bufSize bytes, like the
 // shared-memory ring's (whose buffers need not match the chunk size).
 type chunkWriter struct {
 	recorder
@@ -349,30 +339,52 @@ func TestStateBytesMatchLlama(t *testing.T) {
 // TestRoundTrip: prefill → decode → STATE_GET → restore (same slot after a
 // clear, another slot, another backend with another slot count) → greedy and
 // seeded decodes equal the uninterrupted ones, and the restored state re-saves
-// to the same bytes.
+// to the same bytes; with the K/V blocks held and streamed.
 func TestRoundTrip(t *testing.T) {
-	const first, cont = 6, 30
-	seeded := iface.SamplerParams{Temperature: 0.9, TopK: 40, TopP: 0.95, Seed: 7}
+	for _, mode := range restoreModes {
+		t.Run(mode.name, func(t *testing.T) {
+			streamBlocks(t, mode.stream, mode.stream)
+			testRoundTrip(t)
+		})
+	}
+}
 
+// saved is a sequence's state and how the source continued it.
+type saved struct {
+	si             iface.SlotInfo
+	state          []byte
+	greedy, seeded []int32
+	greedyRes      iface.DecodeResult
+	seededParams   iface.SamplerParams
+	first, cont    int
+}
+
+// roundTripSource decodes a sequence, saves it and records how it goes on,
+// greedy and seeded (in a slot of its own restored from the state).
+func roundTripSource(t *testing.T) saved {
+	sv := saved{first: 6, cont: 30, seededParams: iface.SamplerParams{Temperature: 0.9, TopK: 40, TopP: 0.95, Seed: 7}}
 	ref := load(t, tiny(t), 2, nil)
 	prefill(t, ref, 0, story)
-	decode(t, ref, 0, first, iface.SamplerParams{})
-	si := slotInfo(t, ref, 0)
-	state := stateOf(t, ref, 0, 64<<10)
-	if !bytes.Equal(state, reference(t, ref, 0)) {
+	decode(t, ref, 0, sv.first, iface.SamplerParams{})
+	sv.si = slotInfo(t, ref, 0)
+	sv.state = stateOf(t, ref, 0, 64<<10)
+	if !bytes.Equal(sv.state, reference(t, ref, 0)) {
 		t.Fatal("streamed state differs from llama.cpp's")
 	}
-	want, wantRes := decode(t, ref, 0, cont, iface.SamplerParams{})
-	// The seeded reference continues from the same point, in a slot of its own.
-	if _, err := ref.StatePut(context.Background(), 1, si.Tokens, bytes.NewReader(state), int64(len(state))); err != nil {
+	sv.greedy, sv.greedyRes = decode(t, ref, 0, sv.cont, iface.SamplerParams{})
+	if _, err := ref.StatePut(context.Background(), 1, sv.si.Tokens, bytes.NewReader(sv.state), int64(len(sv.state))); err != nil {
 		t.Fatal(err)
 	}
-	wantSeeded, _ := decode(t, ref, 1, cont, seeded)
-	t.Logf("greedy %v (%s); seeded %v", want, wantRes.StopReason, wantSeeded)
-	if slices.Equal(want, wantSeeded) {
+	sv.seeded, _ = decode(t, ref, 1, sv.cont, sv.seededParams)
+	t.Logf("greedy %v (%s); seeded %v", sv.greedy, sv.greedyRes.StopReason, sv.seeded)
+	if slices.Equal(sv.greedy, sv.seeded) {
 		t.Log("note: the seeded decode equals the greedy one")
 	}
+	return sv
+}
 
+func testRoundTrip(t *testing.T) {
+	sv := roundTripSource(t)
 	a := load(t, tiny(t), 3, nil)
 	other := load(t, tiny(t), 5, nil)
 	prefill(t, a, 1, "another sequence, so the restored one lands elsewhere in the cache")
@@ -393,43 +405,50 @@ func TestRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		n, err := tc.b.StatePut(context.Background(), tc.slot, si.Tokens, bytes.NewReader(state), int64(len(state)))
-		if err != nil || n != int64(len(state)) {
-			t.Fatalf("%s: StatePut = %d, %v", tc.name, n, err)
-		}
-		got := slotInfo(t, tc.b, tc.slot)
-		if got.NPast != si.NPast || !slices.Equal(got.Tokens, si.Tokens) || got.StateSize != si.StateSize {
-			t.Fatalf("%s: restored slot %+v, want %+v", tc.name, got, si)
-		}
-		again := stateOf(t, tc.b, tc.slot, 1<<20)
-		if !bytes.Equal(normSeq(again), normSeq(state)) {
-			t.Fatalf("%s: the restored state re-saves differently", tc.name)
-		}
-		if tc.slot == 0 && !bytes.Equal(again, state) {
-			t.Fatalf("%s: same slot id, yet different bytes", tc.name)
-		}
-		toks, res := decode(t, tc.b, tc.slot, cont, iface.SamplerParams{})
-		if !slices.Equal(toks, want) || res != wantRes {
-			t.Fatalf("%s: decoded %v (%+v), want %v (%+v)", tc.name, toks, res, want, wantRes)
-		}
-		// And seeded sampling continues alike from a fresh restore.
-		if _, err := tc.b.StatePut(context.Background(), tc.slot, si.Tokens, bytes.NewReader(state), int64(len(state))); err != nil {
-			t.Fatal(err)
-		}
-		if toks, _ := decode(t, tc.b, tc.slot, cont, seeded); !slices.Equal(toks, wantSeeded) {
-			t.Fatalf("%s: seeded decode %v, want %v", tc.name, toks, wantSeeded)
-		}
+		checkRoundTrip(t, tc.name, tc.b, tc.slot, sv)
 	}
 
 	// A seeded decode split in two equals one in one go: the draw depends on
 	// the seed and the position only.
-	if _, err := a.StatePut(context.Background(), 2, si.Tokens, bytes.NewReader(state), int64(len(state))); err != nil {
+	if _, err := a.StatePut(context.Background(), 2, sv.si.Tokens, bytes.NewReader(sv.state), int64(len(sv.state))); err != nil {
 		t.Fatal(err)
 	}
-	h1, _ := decode(t, a, 2, cont/2, seeded)
-	h2, _ := decode(t, a, 2, cont-cont/2, seeded)
-	if !slices.Equal(append(h1, h2...), wantSeeded) {
-		t.Fatalf("split seeded decode %v, want %v", append(h1, h2...), wantSeeded)
+	h1, _ := decode(t, a, 2, sv.cont/2, sv.seededParams)
+	h2, _ := decode(t, a, 2, sv.cont-sv.cont/2, sv.seededParams)
+	if !slices.Equal(append(h1, h2...), sv.seeded) {
+		t.Fatalf("split seeded decode %v, want %v", append(h1, h2...), sv.seeded)
+	}
+}
+
+// checkRoundTrip restores sv into b's slot and checks the slot, its re-saved
+// bytes, and greedy and seeded decodes from it.
+func checkRoundTrip(t *testing.T, name string, b *Backend, slot int, sv saved) {
+	t.Helper()
+	n, err := b.StatePut(context.Background(), slot, sv.si.Tokens, bytes.NewReader(sv.state), int64(len(sv.state)))
+	if err != nil || n != int64(len(sv.state)) {
+		t.Fatalf("%s: StatePut = %d, %v", name, n, err)
+	}
+	got := slotInfo(t, b, slot)
+	if got.NPast != sv.si.NPast || !slices.Equal(got.Tokens, sv.si.Tokens) || got.StateSize != sv.si.StateSize {
+		t.Fatalf("%s: restored slot %+v, want %+v", name, got, sv.si)
+	}
+	again := stateOf(t, b, slot, 1<<20)
+	if !bytes.Equal(normSeq(again), normSeq(sv.state)) {
+		t.Fatalf("%s: the restored state re-saves differently", name)
+	}
+	if slot == 0 && !bytes.Equal(again, sv.state) {
+		t.Fatalf("%s: same slot id, yet different bytes", name)
+	}
+	toks, res := decode(t, b, slot, sv.cont, iface.SamplerParams{})
+	if !slices.Equal(toks, sv.greedy) || res != sv.greedyRes {
+		t.Fatalf("%s: decoded %v (%+v), want %v (%+v)", name, toks, res, sv.greedy, sv.greedyRes)
+	}
+	// And seeded sampling continues alike from a fresh restore.
+	if _, err := b.StatePut(context.Background(), slot, sv.si.Tokens, bytes.NewReader(sv.state), int64(len(sv.state))); err != nil {
+		t.Fatal(err)
+	}
+	if toks, _ := decode(t, b, slot, sv.cont, sv.seededParams); !slices.Equal(toks, sv.seeded) {
+		t.Fatalf("%s: seeded decode %v, want %v", name, toks, sv.seeded)
 	}
 }
 
@@ -541,59 +560,77 @@ func (e *eofReader) Read(p []byte) (int, error) {
 
 // TestStatePutFailures: every malformed, truncated or mismatched state fails
 // with a reason, leaves the slot empty and other slots untouched, drains the
-// reader (unless the reader itself failed), and the backend serves on.
+// reader (unless the reader itself failed), and the backend serves on; with
+// the K/V blocks held and streamed.
 func TestStatePutFailures(t *testing.T) {
-	b := load(t, tiny(t), 3, nil)
-	prefill(t, b, 0, story)
-	si := slotInfo(t, b, 0)
-	toks, n := si.Tokens, si.NPast
-	state := stateOf(t, b, 0, 1<<20)
-	prefill(t, b, 2, "a bystander")
-	bystander := stateOf(t, b, 2, 1<<20)
+	for _, mode := range restoreModes {
+		t.Run(mode.name, func(t *testing.T) {
+			streamBlocks(t, mode.stream, mode.stream)
+			testStatePutFailures(t)
+		})
+	}
+}
 
+// putFailure is a StatePut that must fail.
+type putFailure struct {
+	name   string
+	tokens []int32
+	r      io.Reader
+	size   int64 // 0: the good state's
+	msg    string
+	isErr  error // also matched with errors.Is; errReaderFailed: a reader failure, not a bad request
+}
+
+var errReaderFailed = errors.New("connection reset")
+
+// putFailures are the failing restores of b's slot 0, whose good state (of
+// toks) is state.
+func putFailures(t *testing.T, toks []int32, state []byte) []putFailure {
+	n := len(toks)
 	dataStart := 8 + n*cellMetaSize // v_trans, n_layer, then layer 0's K type
-	le32 := func(s []byte, off int, v uint32) []byte {
-		s = bytes.Clone(s)
+	le32 := func(off int, v uint32) io.Reader {
+		s := bytes.Clone(state)
 		binary.LittleEndian.PutUint32(s[off:], v)
-		return s
+		return bytes.NewReader(s)
 	}
 	other := load(t, modelFile(t, "wide", func() gguf.Config { c := gguf.Tiny(); c.Embd, c.Heads, c.KVHeads = 128, 8, 4; return c }()), 1, nil)
 	prefillTokens(t, other, 0, toks)
 	otherState := stateOf(t, other, 0, 1<<20)
-	fewer := toks[:n-1]
-	boom := errors.New("connection reset")
 	bad := slices.Clone(toks)
 	bad[3] = 100000
-
-	for _, tc := range []struct {
-		name   string
-		tokens []int32
-		r      io.Reader
-		size   int64
-		msg    string
-		isErr  error // also matched with errors.Is; boom: a reader failure, not a bad request
-	}{
+	cut := func(k int) io.Reader { return bytes.NewReader(state[:k]) }
+	return []putFailure{
 		{"empty", toks, bytes.NewReader(nil), 0, "truncated at offset 0", io.ErrUnexpectedEOF},
-		{"truncated in header", toks, bytes.NewReader(state[:5]), 0, "truncated at offset 5", io.ErrUnexpectedEOF},
-		{"truncated in cells", toks, bytes.NewReader(state[:30]), 0, "truncated at offset 30", io.ErrUnexpectedEOF},
-		{"truncated in KV", toks, bytes.NewReader(state[:len(state)/2]), 0, "truncated", io.ErrUnexpectedEOF},
-		{"last byte missing", toks, bytes.NewReader(state[:len(state)-1]), 0, "truncated", io.ErrUnexpectedEOF},
+		{"truncated in header", toks, cut(5), 0, "truncated at offset 5", io.ErrUnexpectedEOF},
+		{"truncated in cells", toks, cut(30), 0, "truncated at offset 30", io.ErrUnexpectedEOF},
+		{"truncated in KV", toks, cut(len(state) / 2), 0, "truncated", io.ErrUnexpectedEOF},
+		{"last byte missing", toks, cut(len(state) - 1), 0, "truncated", io.ErrUnexpectedEOF},
 		{"size below state", toks, bytes.NewReader(state), int64(len(state) - 1), "needs", nil},
-		{"two streams", toks, bytes.NewReader(le32(state, 0, 2)), 0, "2 KV streams", nil},
-		{"fewer tokens", fewer, bytes.NewReader(state), 0, fmt.Sprintf("%d cells, the blob header %d tokens", n, n-1), nil},
-		{"cells over n_ctx", make([]int32, 5000), bytes.NewReader(le32(state, 4, 5000)), 0, "n_ctx is", nil},
+		{"two streams", toks, le32(0, 2), 0, "2 KV streams", nil},
+		{"fewer tokens", toks[:n-1], bytes.NewReader(state), 0, fmt.Sprintf("%d cells, the blob header %d tokens", n, n-1), nil},
+		{"cells over n_ctx", make([]int32, 5000), le32(4, 5000), 0, "n_ctx is", nil},
 		{"token outside vocab", bad, bytes.NewReader(state), 0, "outside the vocabulary", nil},
-		{"cell of two sequences", toks, bytes.NewReader(le32(state, 8+3*cellMetaSize+4, 2)), 0, "cell 3 belongs to 2 sequences", nil},
-		{"position out of range", toks, bytes.NewReader(le32(state, 8+5*cellMetaSize, uint32(n))), 0, "cell 5: position", nil},
-		{"position repeated", toks, bytes.NewReader(le32(state, 8+5*cellMetaSize, 4)), 0, "position 4 repeated", nil},
-		{"v_trans flipped", toks, bytes.NewReader(le32(state, dataStart, 1)), 0, "V transposition", nil},
-		{"layer count", toks, bytes.NewReader(le32(state, dataStart+4, 3)), 0, "layer count", nil},
-		{"key type", toks, bytes.NewReader(le32(state, dataStart+8, 0)), 0, "key type", nil},
-		{"key row size", toks, bytes.NewReader(le32(state, dataStart+12, 7)), 0, "key row size", nil},
+		{"cell of two sequences", toks, le32(8+3*cellMetaSize+4, 2), 0, "cell 3 belongs to 2 sequences", nil},
+		{"position out of range", toks, le32(8+5*cellMetaSize, uint32(n)), 0, "cell 5: position", nil},
+		{"position repeated", toks, le32(8+5*cellMetaSize, 4), 0, "position 4 repeated", nil},
+		{"v_trans flipped", toks, le32(dataStart, 1), 0, "V transposition", nil},
+		{"layer count", toks, le32(dataStart+4, 3), 0, "layer count", nil},
+		{"key type", toks, le32(dataStart+8, 0), 0, "key type", nil},
+		{"key row size", toks, le32(dataStart+12, 7), 0, "key row size", nil},
 		{"another model's state", toks, bytes.NewReader(otherState), int64(len(otherState)), "row size", nil},
-		{"reader error", toks, &errAfter{bytes.NewReader(state), len(state) / 2, boom}, 0, "connection reset", boom},
-		{"reader error in head", toks, &errAfter{bytes.NewReader(state), 3, boom}, 0, "offset 3", boom},
-	} {
+		{"reader error", toks, &errAfter{bytes.NewReader(state), len(state) / 2, errReaderFailed}, 0, "connection reset", errReaderFailed},
+		{"reader error in head", toks, &errAfter{bytes.NewReader(state), 3, errReaderFailed}, 0, "offset 3", errReaderFailed},
+	}
+}
+
+func testStatePutFailures(t *testing.T) {
+	b := load(t, tiny(t), 3, nil)
+	prefill(t, b, 0, story)
+	toks := slotInfo(t, b, 0).Tokens
+	state := stateOf(t, b, 0, 1<<20)
+	prefill(t, b, 2, "a bystander")
+	bystander := stateOf(t, b, 2, 1<<20)
+	for _, tc := range putFailures(t, toks, state) {
 		prefill(t, b, 0, story) // each failure must empty the slot, whatever it held
 		size := tc.size
 		if size == 0 {
@@ -605,49 +642,60 @@ func TestStatePutFailures(t *testing.T) {
 			t.Errorf("%s: err = %v, want one mentioning %q", tc.name, err, tc.msg)
 			continue
 		}
-		if tc.isErr != nil && !errors.Is(err, tc.isErr) {
-			t.Errorf("%s: %v does not wrap %v", tc.name, err, tc.isErr)
-		}
-		if tc.isErr == boom {
-			if errors.Is(err, iface.ErrBadRequest) {
-				t.Errorf("%s: a reader failure classed as a bad request", tc.name)
-			}
-		} else {
-			if !errors.Is(err, iface.ErrBadRequest) {
-				t.Errorf("%s: %v is not ErrBadRequest", tc.name, err)
-			}
-			if !er.eof {
-				t.Errorf("%s: the reader was not drained", tc.name)
-			}
-		}
-		if si := slotInfo(t, b, 0); si.NPast != 0 || len(si.Tokens) != 0 || si.StateSize != emptyState {
-			t.Errorf("%s: slot not empty after a failed restore: %+v", tc.name, si)
-		}
-		if got := reference(t, b, 0); len(got) != emptyState {
-			t.Errorf("%s: llama.cpp still holds %d bytes of state for the slot", tc.name, len(got))
-		}
-		if !bytes.Equal(stateOf(t, b, 2, 1<<20), bystander) {
-			t.Errorf("%s: another slot changed", tc.name)
-		}
-		if _, err := b.Decode(context.Background(), iface.DecodeRequest{NPredict: 1}, nil); !errors.Is(err, iface.ErrBadRequest) {
-			t.Errorf("%s: decode on the failed slot: %v", tc.name, err)
-		}
-		t.Logf("%s: %v", tc.name, err)
+		checkPutFailed(t, b, tc, err, er.eof, bystander)
 	}
+	checkServesAfterFailures(t, b, toks, state)
+}
 
-	// Cancelled: stops reading, empties the slot.
+// checkPutFailed checks what a failed restore of slot 0 left: the error's
+// class, the reader drained unless it failed, the slot empty, slot 2 (the
+// bystander's) as it was.
+func checkPutFailed(t *testing.T, b *Backend, tc putFailure, err error, drained bool, bystander []byte) {
+	t.Helper()
+	if tc.isErr != nil && !errors.Is(err, tc.isErr) {
+		t.Errorf("%s: %v does not wrap %v", tc.name, err, tc.isErr)
+	}
+	if tc.isErr == errReaderFailed {
+		if errors.Is(err, iface.ErrBadRequest) {
+			t.Errorf("%s: a reader failure classed as a bad request", tc.name)
+		}
+	} else {
+		if !errors.Is(err, iface.ErrBadRequest) {
+			t.Errorf("%s: %v is not ErrBadRequest", tc.name, err)
+		}
+		if !drained {
+			t.Errorf("%s: the reader was not drained", tc.name)
+		}
+	}
+	if si := slotInfo(t, b, 0); si.NPast != 0 || len(si.Tokens) != 0 || si.StateSize != emptyState {
+		t.Errorf("%s: slot not empty after a failed restore: %+v", tc.name, si)
+	}
+	if got := reference(t, b, 0); len(got) != emptyState {
+		t.Errorf("%s: llama.cpp still holds %d bytes of state for the slot", tc.name, len(got))
+	}
+	if !bytes.Equal(stateOf(t, b, 2, 1<<20), bystander) {
+		t.Errorf("%s: another slot changed", tc.name)
+	}
+	if _, err := b.Decode(context.Background(), iface.DecodeRequest{NPredict: 1}, nil); !errors.Is(err, iface.ErrBadRequest) {
+		t.Errorf("%s: decode on the failed slot: %v", tc.name, err)
+	}
+	t.Logf("%s: %v", tc.name, err)
+}
+
+// checkServesAfterFailures: a cancelled restore stops reading and empties
+// the slot, a bad slot still drains the reader, and after all that the good
+// state restores and decodes.
+func checkServesAfterFailures(t *testing.T, b *Backend, toks []int32, state []byte) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	prefill(t, b, 0, story)
 	if _, err := b.StatePut(ctx, 0, toks, bytes.NewReader(state), int64(len(state))); !errors.Is(err, context.Canceled) || slotInfo(t, b, 0).NPast != 0 {
 		t.Fatalf("cancelled StatePut: %v", err)
 	}
-	// A bad slot still drains the reader.
 	r := &eofReader{r: bytes.NewReader(state)}
 	if _, err := b.StatePut(context.Background(), 9, toks, r, int64(len(state))); !errors.Is(err, iface.ErrNoSlot) || !r.eof {
 		t.Fatalf("bad slot: %v (drained %v)", err, r.eof)
 	}
-	// After all that, the good state restores and the slot works.
 	if _, err := b.StatePut(context.Background(), 0, toks, bytes.NewReader(state), int64(len(state))); err != nil {
 		t.Fatal(err)
 	}
@@ -749,7 +797,14 @@ func TestPrefillAndDecode(t *testing.T) {
 	if dres.NPast != len(toks)+len(ids) {
 		t.Fatalf("n_past %d", dres.NPast)
 	}
+	checkPrefillRejects(t, b, msgs)
+	checkContextLimit(t, b)
+	checkEmitError(t, b)
+}
 
+// checkPrefillRejects: invalid prompts are bad requests that leave slot 0 as
+// it was; another model's alias falls back to the resident one.
+func checkPrefillRejects(t *testing.T, b *Backend, msgs []iface.Message) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name string
@@ -775,8 +830,13 @@ func TestPrefillAndDecode(t *testing.T) {
 	if res, err := b.Prefill(ctx, iface.PrefillRequest{Slot: 1, Tokens: []int32{5}, Model: "llama-70b"}); err != nil || !res.ModelFallback {
 		t.Fatalf("other alias: fallback=%v err=%v", res.ModelFallback, err)
 	}
+}
 
-	// The context limit: a slot stops at n_ctx.
+// checkContextLimit: a slot of b (n_ctx 256) stops decoding at n_ctx; the
+// cells are shared, so a full cache refuses another slot's prefill; decodes
+// of an empty slot, of a negative count and of a missing slot are refused.
+func checkContextLimit(t *testing.T, b *Backend) {
+	ctx := context.Background()
 	if err := b.ClearSlot(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -784,12 +844,12 @@ func TestPrefillAndDecode(t *testing.T) {
 		t.Fatal(err)
 	}
 	prefillTokens(t, b, 2, make([]int32, 250))
-	ids, dres = decode(t, b, 2, 20, iface.SamplerParams{})
+	ids, dres := decode(t, b, 2, 20, iface.SamplerParams{})
 	if dres.StopReason != StopNTokensLimit || dres.NPast != 256 || len(ids) != 6 {
 		t.Fatalf("decode to the context's end: %d tokens, %+v", len(ids), dres)
 	}
 	// The cells are shared: slot 2 holds them all, so slot 0 cannot prefill.
-	_, err = b.Prefill(ctx, iface.PrefillRequest{Slot: 0, Tokens: make([]int32, 10)})
+	_, err := b.Prefill(ctx, iface.PrefillRequest{Slot: 0, Tokens: make([]int32, 10)})
 	if !errors.Is(err, iface.ErrBadRequest) || !strings.Contains(err.Error(), "shared by all slots") || slotInfo(t, b, 0).NPast != 0 {
 		t.Fatalf("prefill into a full cache: %v", err)
 	}
@@ -802,7 +862,12 @@ func TestPrefillAndDecode(t *testing.T) {
 	if _, err := b.Slot(ctx, 3); !errors.Is(err, iface.ErrNoSlot) {
 		t.Fatalf("slot 3: %v", err)
 	}
-	// An emit error stops the decode with it; what was emitted stays.
+}
+
+// checkEmitError: an emit error stops the decode with it; what was emitted
+// stays.
+func checkEmitError(t *testing.T, b *Backend) {
+	ctx := context.Background()
 	_ = b.ClearSlot(ctx, 2)
 	prefillTokens(t, b, 1, []int32{7, 8, 9})
 	stop := errors.New("client gone")
@@ -903,6 +968,7 @@ func TestLoadErrors(t *testing.T) {
 		{"not a GGUF", iface.LoadRequest{Model: junk}, "could not load model", false},
 		{"too many slots", iface.LoadRequest{Model: tiny(t), NSlots: 300}, "n_slots 300", true},
 		{"unknown option", iface.LoadRequest{Model: tiny(t), Options: map[string]string{"n_ctxx": "5"}}, `unknown option "n_ctxx"`, true},
+		{"removed option", iface.LoadRequest{Model: tiny(t), Options: map[string]string{"copy_threads": "4"}}, `option "copy_threads" was removed`, true},
 		{"lib_dir without a library", iface.LoadRequest{Model: tiny(t), Options: map[string]string{OptLibDir: "/nonexistent"}}, "", false},
 	} {
 		b := New(testLogger())
@@ -1007,13 +1073,10 @@ func (d *discardChunks) Buffer() ([]byte, error)     { return d.buf, nil }
 func (d *discardChunks) Commit(int) error            { return nil }
 
 // BenchmarkStatePut: /logits restores a PREFILL blob (state + logits: the
-// transfer alone) from an io.Reader; /pieces the same blob from a
-// ChunkReader in 2 MiB pieces, as the shm ring lends them, copied into the
-// staging buffer by copy_threads goroutines; /ring from 2 MiB pieces of a
-// mapping (the shm ring, as if the host's fills cost nothing), read into the
-// restore ring or taken in place (restore_in_place); /reeval a
-// STATE_GET blob, whose last token is evaluated again (on CPU a decode step
-// costs more than the copy).
+// transfer alone) from an io.Reader; /ring from 2 MiB pieces of a mapping
+// (the shm ring, as if the host's fills cost nothing), read into the restore
+// ring or taken in place; /reeval a STATE_GET blob, whose last token is
+// evaluated again (on CPU a decode step costs more than the copy).
 func BenchmarkStatePut(b *testing.B) {
 	be, toks, logits := benchBackend(b)
 	state := stateOf(b, be, 0, 8<<20)
@@ -1033,25 +1096,16 @@ func BenchmarkStatePut(b *testing.B) {
 	}
 	reader := func(p []byte) io.Reader { return bytes.NewReader(p) }
 	run("logits", withLogits, reader)
-	e := be.eng.Load()
-	defer func(n int) { e.copyThreads = n }(e.copyThreads)
-	for _, n := range []int{1, 4} {
-		e.copyThreads = n
-		run(fmt.Sprintf("pieces/copy_threads=%d", n), withLogits, func(p []byte) io.Reader { return &pieces{b: p, size: 2 << 20} })
-	}
-	e.copyThreads = 1
-	defer func(v bool) { e.inPlace = v }(e.inPlace)
 	mapped, err := unix.Mmap(-1, 0, len(withLogits), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer unix.Munmap(mapped)
 	copy(mapped, withLogits)
-	ring := &fakeRing{chunk: 2 << 20, lend: true}
-	for _, v := range []bool{false, true} {
-		e.inPlace = v && e.canStream
-		run(fmt.Sprintf("ring/in_place=%v", v), mapped, func([]byte) io.Reader { return ring.reset(mapped) })
-	}
+	ring := func() *fakeRing { return &fakeRing{src: mapped, all: mapped, chunk: 2 << 20, lend: true} }
+	// Hidden behind a plain io.Reader, the ring is read as any other reader.
+	run("ring/in_place=false", mapped, func([]byte) io.Reader { return struct{ io.Reader }{ring()} })
+	run("ring/in_place=true", mapped, func([]byte) io.Reader { return ring() })
 	run("reeval", state, reader)
 }
 
@@ -1115,182 +1169,185 @@ func testRestoreIntoFullCache(t *testing.T, mode string) {
 	}
 }
 
-// TestStreamedRestore: with stream_restore, restores upload the K/V blocks
-// piece by piece through the swapped set_tensor; the restored slot re-saves to
-// the same bytes and decodes alike, into a fragmented cache (llama.cpp's
-// per-row scatter path) as into an empty one, with transposed V too; a state
-// cut inside a block fails cleanly and leaves the slot empty.
+// TestStreamedRestore: restores through the restore ring stream the K/V
+// blocks at or over its threshold, piece by piece through the swapped
+// set_tensor; the restored slot re-saves to the same bytes and decodes alike,
+// into a fragmented cache (llama.cpp's per-row scatter path) as into an
+// empty one, with transposed V too; a state cut inside a block fails cleanly
+// and leaves the slot empty.
 func TestStreamedRestore(t *testing.T) {
-	defer func(n, a int64) { streamMinBlock, streamAutoMin = n, a }(streamMinBlock, streamAutoMin)
-	streamMinBlock = 64
+	t.Run("threshold", testStreamThreshold)
+	for _, flash := range []string{"on", "off"} {
+		t.Run("flash="+flash, func(t *testing.T) {
+			for _, fragmented := range []bool{false, true} {
+				testStreamedRestore(t, flash, fragmented)
+			}
+		})
+	}
+}
 
-	// auto streams only blocks of streamAutoMin bytes or more.
+// testStreamThreshold: only blocks of the threshold or more are streamed.
+func testStreamThreshold(t *testing.T) {
 	src := load(t, tiny(t), 1, nil)
 	prefill(t, src, 0, story)
 	si := slotInfo(t, src, 0)
 	state := stateOf(t, src, 0, 64<<10)
-	for _, min := range []int64{1 << 20, 64} {
-		streamAutoMin = min
-		b := load(t, tiny(t), 2, map[string]string{OptStreamRestore: "auto"})
+	for _, threshold := range []int64{1 << 20, 64} {
+		streamBlocks(t, 1<<20, threshold)
+		b := load(t, tiny(t), 2, nil)
 		e := b.eng.Load()
 		blocks0, _ := e.ctx.streamed()
 		if _, err := b.StatePut(context.Background(), 1, si.Tokens, bytes.NewReader(state), int64(len(state))); err != nil {
 			t.Fatal(err)
 		}
-		if blocks, _ := e.ctx.streamed(); (blocks > blocks0) != (min == 64) {
-			t.Fatalf("auto with a %d-byte threshold streamed %d blocks", min, blocks-blocks0)
+		if blocks, _ := e.ctx.streamed(); (blocks > blocks0) != (threshold == 64) {
+			t.Fatalf("a %d-byte threshold streamed %d blocks", threshold, blocks-blocks0)
 		}
 		if again := stateOf(t, b, 1, 1<<20); !bytes.Equal(normSeq(again), normSeq(state)) {
-			t.Fatalf("auto with a %d-byte threshold: the restored state re-saves differently", min)
+			t.Fatalf("a %d-byte threshold: the restored state re-saves differently", threshold)
 		}
 	}
+}
 
-	for _, flash := range []string{"on", "off"} {
-		t.Run("flash="+flash, func(t *testing.T) {
-			opts := map[string]string{OptFlashAttn: flash}
-			src := load(t, tiny(t), 2, opts)
-			prefill(t, src, 0, story)
-			si := slotInfo(t, src, 0)
-			state := stateOf(t, src, 0, 64<<10)
-			want, wantRes := decode(t, src, 0, 12, iface.SamplerParams{})
+func testStreamedRestore(t *testing.T, flash string, fragmented bool) {
+	opts := map[string]string{OptFlashAttn: flash}
+	src := load(t, tiny(t), 2, opts)
+	prefill(t, src, 0, story)
+	si := slotInfo(t, src, 0)
+	state := stateOf(t, src, 0, 64<<10)
+	want, wantRes := decode(t, src, 0, 12, iface.SamplerParams{})
 
-			opts[OptStreamRestore] = "true"
-			for _, fragmented := range []bool{false, true} {
-				b := load(t, tiny(t), 3, opts)
-				if fragmented {
-					// Slots 0 and 1 take turns a token at a time, a prefill
-					// of slot 2 fills the rest, slot 1 goes: its free cells
-					// alternate with slot 0's, and llama.cpp scatters the
-					// restore over them, a tensor set a row.
-					optsSmall := map[string]string{OptNCtx: "256"}
-					for k, v := range opts {
-						optsSmall[k] = v
-					}
-					b = load(t, tiny(t), 3, optsSmall)
-					prefillTokens(t, b, 0, []int32{7})
-					prefillTokens(t, b, 1, []int32{9})
-					// Hot, seeded sampling a token at a time: an end of
-					// sequence is drawn rarely, and not twice in a row.
-					for i := range 200 {
-						sp := iface.SamplerParams{Temperature: 2, Seed: uint64(i + 1)}
-						decode(t, b, i%2, 1, sp)
-					}
-					used := slotInfo(t, b, 0).NPast + slotInfo(t, b, 1).NPast
-					if holes := slotInfo(t, b, 1).NPast; holes < si.NPast+1 {
-						t.Fatalf("slot 1 took %d cells, fewer than the %d the restore needs", holes, si.NPast+1)
-					}
-					if rest := 256 - used; rest > 0 {
-						prefillTokens(t, b, 2, make([]int32, rest))
-					}
-					if err := b.ClearSlot(context.Background(), 1); err != nil {
-						t.Fatal(err)
-					}
-				}
-				e := b.eng.Load()
-				blocks0, sets0 := e.ctx.streamed()
-				// One byte a read: pieces never line up with blocks.
-				n, err := b.StatePut(context.Background(), 1, si.Tokens, iotest.OneByteReader(bytes.NewReader(state)), int64(len(state)))
-				if err != nil || n != int64(len(state)) {
-					t.Fatalf("fragmented %v: StatePut = %d, %v", fragmented, n, err)
-				}
-				blocks, sets := e.ctx.streamed()
-				if blocks == blocks0 {
-					t.Fatalf("fragmented %v: no block was streamed", fragmented)
-				}
-				if fragmented && sets-sets0 <= blocks-blocks0 {
-					t.Fatalf("the restore into alternating free cells was not scattered: %d blocks in %d tensor sets", blocks-blocks0, sets-sets0)
-				}
-				if again := stateOf(t, b, 1, 1<<20); !bytes.Equal(normSeq(again), normSeq(state)) {
-					t.Fatalf("fragmented %v: the restored state re-saves differently", fragmented)
-				}
-				if toks, res := decode(t, b, 1, 12, iface.SamplerParams{}); !slices.Equal(toks, want) || res != wantRes {
-					t.Fatalf("fragmented %v: decoded %v, want %v", fragmented, toks, want)
-				}
-				// Cut in the middle of the last layer's block: a bad request,
-				// the slot empty, the engine still restoring.
-				cut := state[:len(state)-40]
-				if _, err := b.StatePut(context.Background(), 1, si.Tokens, bytes.NewReader(cut), int64(len(cut))); !errors.Is(err, iface.ErrBadRequest) {
-					t.Fatalf("fragmented %v: a cut state: %v", fragmented, err)
-				}
-				if got := slotInfo(t, b, 1); got.NPast != 0 {
-					t.Fatalf("fragmented %v: a failed restore left %d positions", fragmented, got.NPast)
-				}
-				if _, err := b.StatePut(context.Background(), 1, si.Tokens, bytes.NewReader(state), int64(len(state))); err != nil {
-					t.Fatalf("fragmented %v: restoring after a failure: %v", fragmented, err)
-				}
-			}
-		})
+	streamBlocks(t, 64, 64)
+	var b *Backend
+	if fragmented {
+		b = fragmentedTarget(t, opts, si.NPast+1)
+	} else {
+		b = load(t, tiny(t), 3, opts)
 	}
+	e := b.eng.Load()
+	blocks0, sets0 := e.ctx.streamed()
+	// One byte a read: pieces never line up with blocks.
+	n, err := b.StatePut(context.Background(), 1, si.Tokens, iotest.OneByteReader(bytes.NewReader(state)), int64(len(state)))
+	if err != nil || n != int64(len(state)) {
+		t.Fatalf("fragmented %v: StatePut = %d, %v", fragmented, n, err)
+	}
+	blocks, sets := e.ctx.streamed()
+	if blocks == blocks0 {
+		t.Fatalf("fragmented %v: no block was streamed", fragmented)
+	}
+	if fragmented && sets-sets0 <= blocks-blocks0 {
+		t.Fatalf("the restore into alternating free cells was not scattered: %d blocks in %d tensor sets", blocks-blocks0, sets-sets0)
+	}
+	if again := stateOf(t, b, 1, 1<<20); !bytes.Equal(normSeq(again), normSeq(state)) {
+		t.Fatalf("fragmented %v: the restored state re-saves differently", fragmented)
+	}
+	if toks, res := decode(t, b, 1, 12, iface.SamplerParams{}); !slices.Equal(toks, want) || res != wantRes {
+		t.Fatalf("fragmented %v: decoded %v, want %v", fragmented, toks, want)
+	}
+	// Cut in the middle of the last layer's block: a bad request, the slot
+	// empty, the engine still restoring.
+	cut := state[:len(state)-40]
+	if _, err := b.StatePut(context.Background(), 1, si.Tokens, bytes.NewReader(cut), int64(len(cut))); !errors.Is(err, iface.ErrBadRequest) {
+		t.Fatalf("fragmented %v: a cut state: %v", fragmented, err)
+	}
+	if got := slotInfo(t, b, 1); got.NPast != 0 {
+		t.Fatalf("fragmented %v: a failed restore left %d positions", fragmented, got.NPast)
+	}
+	if _, err := b.StatePut(context.Background(), 1, si.Tokens, bytes.NewReader(state), int64(len(state))); err != nil {
+		t.Fatalf("fragmented %v: restoring after a failure: %v", fragmented, err)
+	}
+}
+
+// fragmentedTarget is a backend (n_ctx 256) whose free cells, at least need
+// of them, alternate with slot 0's: slots 0 and 1 take turns a token at a
+// time, a prefill of slot 2 fills the rest, slot 1 goes. llama.cpp then
+// scatters a restore into slot 1 over them, a tensor set a row.
+func fragmentedTarget(t *testing.T, opts map[string]string, need int) *Backend {
+	small := map[string]string{OptNCtx: "256"}
+	for k, v := range opts {
+		small[k] = v
+	}
+	b := load(t, tiny(t), 3, small)
+	prefillTokens(t, b, 0, []int32{7})
+	prefillTokens(t, b, 1, []int32{9})
+	// Hot, seeded sampling a token at a time: an end of sequence is drawn
+	// rarely, and not twice in a row.
+	for i := range 200 {
+		decode(t, b, i%2, 1, iface.SamplerParams{Temperature: 2, Seed: uint64(i + 1)})
+	}
+	used := slotInfo(t, b, 0).NPast + slotInfo(t, b, 1).NPast
+	if holes := slotInfo(t, b, 1).NPast; holes < need {
+		t.Fatalf("slot 1 took %d cells, fewer than the %d the restore needs", holes, need)
+	}
+	if rest := 256 - used; rest > 0 {
+		prefillTokens(t, b, 2, make([]int32, rest))
+	}
+	if err := b.ClearSlot(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // TestRestoreInPlace: a restore from a RegionReader (the shm plane's ring)
 // takes its buffers in place, streamed or not, whatever the buffers' size
 // against the state's fields and blocks, with each buffer overwritten once
 // freed; it restores exactly what a plain reader does. A cut state fails as
-// a bad request and leaves the slot empty. With restore_in_place=false, or a
-// ring over maxInPlaceRegion, the buffers are read, not taken in place.
+// a bad request and leaves the slot empty. A ring over maxInPlaceRegion is
+// read into the restore ring instead.
 func TestRestoreInPlace(t *testing.T) {
-	defer func(n int64) { streamMinBlock = n }(streamMinBlock)
 	for _, flash := range []string{"on", "off"} {
-		src := load(t, tiny(t), 1, map[string]string{OptFlashAttn: flash})
-		prefill(t, src, 0, story)
-		si := slotInfo(t, src, 0)
-		state := stateOf(t, src, 0, 64<<10)
-		want, _ := decode(t, src, 0, 12, iface.SamplerParams{})
-		for _, min := range []int64{1 << 20, 64} { // the tiny model's blocks: never streamed, streamed
-			streamMinBlock = min
-			b := load(t, tiny(t), 2, map[string]string{OptFlashAttn: flash})
-			e := b.eng.Load()
-			for _, chunk := range []int{4 << 10, 7777, 64 << 10} {
-				name := fmt.Sprintf("flash %s, stream from %d, chunk %d", flash, min, chunk)
-				blocks0, _ := e.ctx.streamed()
-				ring := newFakeRing(t, state, chunk, 4)
-				n, err := b.StatePut(context.Background(), 1, si.Tokens, ring, int64(len(state)))
-				if err != nil || n != int64(len(state)) || ring.nexts == 0 {
-					t.Fatalf("%s: StatePut = %d, %v (pieces taken in place: %d)", name, n, err, ring.nexts)
-				}
-				if blocks, _ := e.ctx.streamed(); (blocks > blocks0) != (min == 64) {
-					t.Fatalf("%s: %d blocks streamed", name, blocks-blocks0)
-				}
-				if again := stateOf(t, b, 1, 1<<20); !bytes.Equal(normSeq(again), normSeq(state)) {
-					t.Fatalf("%s: the restored state re-saves differently", name)
-				}
-				if toks, _ := decode(t, b, 1, 12, iface.SamplerParams{}); !slices.Equal(toks, want) {
-					t.Fatalf("%s: decoded %v, want %v", name, toks, want)
-				}
-				cut := newFakeRing(t, state[:len(state)-40], chunk, 4)
-				if _, err := b.StatePut(context.Background(), 1, si.Tokens, cut, int64(len(state)-40)); !errors.Is(err, iface.ErrBadRequest) {
-					t.Fatalf("%s: a cut state: %v", name, err)
-				}
-				if got := slotInfo(t, b, 1); got.NPast != 0 {
-					t.Fatalf("%s: a failed restore left %d positions", name, got.NPast)
-				}
-			}
+		for _, mode := range restoreModes {
+			t.Run("flash="+flash+"/"+mode.name, func(t *testing.T) {
+				streamBlocks(t, mode.stream, ringStreamMin)
+				testRestoreInPlace(t, flash, mode.stream == 64)
+			})
 		}
 	}
 	src := load(t, tiny(t), 1, nil)
 	prefill(t, src, 0, story)
 	state := stateOf(t, src, 0, 64<<10)
 	toks := slotInfo(t, src, 0).Tokens
-	b := load(t, tiny(t), 2, map[string]string{OptRestoreInPlace: "false"})
-	ring := newFakeRing(t, state, 4<<10, 4)
-	if _, err := b.StatePut(context.Background(), 1, toks, ring, int64(len(state))); err != nil || ring.nexts != 0 {
-		t.Fatalf("restore_in_place=false: %v (pieces taken in place: %d)", err, ring.nexts)
-	}
-	// A ring over maxInPlaceRegion (too costly to pin a restore) is read.
-	b = load(t, tiny(t), 2, nil)
-	ring = newFakeRing(t, state, maxInPlaceRegion/4+4<<10, 4)
+	b := load(t, tiny(t), 2, nil)
+	ring := newFakeRing(t, state, maxInPlaceRegion/4+4<<10, 4)
 	if _, err := b.StatePut(context.Background(), 1, toks, ring, int64(len(state))); err != nil || ring.nexts != 0 {
 		t.Fatalf("a %d-byte ring: %v (pieces taken in place: %d)", len(ring.mem), err, ring.nexts)
 	}
-	// Read as any reader is: with copy_threads, through the piece copier
-	// (which takes the ring's pieces), restoring the same state.
-	b = load(t, tiny(t), 2, map[string]string{OptCopyThreads: "4"})
-	ring = newFakeRing(t, state, maxInPlaceRegion/4+4<<10, 4)
-	if _, err := b.StatePut(context.Background(), 1, toks, ring, int64(len(state))); err != nil || ring.nexts == 0 {
-		t.Fatalf("a %d-byte ring, copy_threads=4: %v (pieces taken: %d)", len(ring.mem), err, ring.nexts)
-	}
 	if again := stateOf(t, b, 1, 1<<20); !bytes.Equal(normSeq(again), normSeq(state)) {
-		t.Fatal("a large ring, copy_threads=4: the restored state re-saves differently")
+		t.Fatal("a large ring: the restored state re-saves differently")
+	}
+}
+
+func testRestoreInPlace(t *testing.T, flash string, streamed bool) {
+	src := load(t, tiny(t), 1, map[string]string{OptFlashAttn: flash})
+	prefill(t, src, 0, story)
+	si := slotInfo(t, src, 0)
+	state := stateOf(t, src, 0, 64<<10)
+	want, _ := decode(t, src, 0, 12, iface.SamplerParams{})
+	b := load(t, tiny(t), 2, map[string]string{OptFlashAttn: flash})
+	e := b.eng.Load()
+	for _, chunk := range []int{4 << 10, 7777, 64 << 10} {
+		name := fmt.Sprintf("chunk %d", chunk)
+		blocks0, _ := e.ctx.streamed()
+		ring := newFakeRing(t, state, chunk, 4)
+		n, err := b.StatePut(context.Background(), 1, si.Tokens, ring, int64(len(state)))
+		if err != nil || n != int64(len(state)) || ring.nexts == 0 {
+			t.Fatalf("%s: StatePut = %d, %v (pieces taken in place: %d)", name, n, err, ring.nexts)
+		}
+		if blocks, _ := e.ctx.streamed(); (blocks > blocks0) != streamed {
+			t.Fatalf("%s: %d blocks streamed", name, blocks-blocks0)
+		}
+		if again := stateOf(t, b, 1, 1<<20); !bytes.Equal(normSeq(again), normSeq(state)) {
+			t.Fatalf("%s: the restored state re-saves differently", name)
+		}
+		if toks, _ := decode(t, b, 1, 12, iface.SamplerParams{}); !slices.Equal(toks, want) {
+			t.Fatalf("%s: decoded %v, want %v", name, toks, want)
+		}
+		cut := newFakeRing(t, state[:len(state)-40], chunk, 4)
+		if _, err := b.StatePut(context.Background(), 1, si.Tokens, cut, int64(len(state)-40)); !errors.Is(err, iface.ErrBadRequest) {
+			t.Fatalf("%s: a cut state: %v", name, err)
+		}
+		if got := slotInfo(t, b, 1); got.NPast != 0 {
+			t.Fatalf("%s: a failed restore left %d positions", name, got.NPast)
+		}
 	}
 }

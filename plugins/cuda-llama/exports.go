@@ -20,15 +20,15 @@ import (
 	"runtime/cgo"
 	"unsafe"
 
-	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/transport/shm"
 )
 
 // saveCall is one StateGet: where the chunks go.
 type saveCall struct {
 	ctx     context.Context
 	w       io.Writer
-	cw      iface.ChunkWriter // w as a ChunkWriter, or nil
-	pin     runtime.Pinner    // pins the ChunkWriter buffer C++ is filling
+	cw      shm.ChunkWriter // w as a ChunkWriter, or nil
+	pin     runtime.Pinner  // pins the ChunkWriter buffer C++ is filling
 	written int64
 	err     error
 }

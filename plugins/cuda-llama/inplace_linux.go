@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/transport/shm"
 )
 
 // restoreSource lends a restore's bytes to llama.cpp's reader (shim.cpp's
@@ -44,7 +45,7 @@ const minStage = 2 << 20
 // The prefetcher's restore ring is what a reader that cannot be lent in
 // place (a pipe, the gRPC plane) gets instead.
 type inPlace struct {
-	cr    iface.ChunkReader
+	cr    shm.ChunkReader
 	stage []byte // mmap'd, not Go memory: C keeps pointers into it
 
 	lent    []byte // what the reader was last lent
@@ -57,7 +58,7 @@ type inPlace struct {
 
 // newInPlace serves size bytes: head (already read from cr, in Go memory,
 // so it is staged), then the rest of cr.
-func newInPlace(cr iface.ChunkReader, head []byte, size int64) (*inPlace, error) {
+func newInPlace(cr shm.ChunkReader, head []byte, size int64) (*inPlace, error) {
 	if int64(len(head)) > size {
 		return nil, fmt.Errorf("restore: a %d-byte head in a %d-byte payload", len(head), size)
 	}

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/transport/shm"
 )
 
 // fakeRing is a data plane's RegionReader: src cut into buffers of chunk
@@ -31,7 +32,7 @@ type fakeRing struct {
 	// memory), no buffer filled nor overwritten: a host whose work costs
 	// the reader nothing, for benchmarks.
 	lend bool
-	all  []byte // src as reset
+	all  []byte // src as given, when lent
 }
 
 func newFakeRing(t testing.TB, src []byte, chunk, depth int) *fakeRing {
@@ -44,12 +45,6 @@ func newFakeRing(t testing.TB, src []byte, chunk, depth int) *fakeRing {
 	for i := range depth {
 		r.bufs = append(r.bufs, mem[i*chunk:(i+1)*chunk])
 	}
-	return r
-}
-
-// reset makes r serve src from the start.
-func (r *fakeRing) reset(src []byte) *fakeRing {
-	r.src, r.all, r.k, r.held, r.cur, r.nexts = src, src, 0, nil, nil, 0
 	return r
 }
 
@@ -101,7 +96,7 @@ func (r *fakeRing) Region() []byte {
 	return r.mem
 }
 
-var _ iface.RegionReader = (*fakeRing)(nil)
+var _ shm.RegionReader = (*fakeRing)(nil)
 
 // inRing reports whether p lies in one of r's buffers.
 func (r *fakeRing) inRing(p []byte) bool {

@@ -19,6 +19,7 @@ package cudallama
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -52,44 +53,43 @@ const (
 
 // Option keys understood by Load (--backend-opt key=value).
 const (
-	OptNCtx           = "n_ctx"           // KV cells shared by all slots (unified cache); each slot may use them all
-	OptNBatch         = "n_batch"         // tokens per llama_decode call in a prefill
-	OptNUBatch        = "n_ubatch"        // physical batch
-	OptNThreads       = "n_threads"       // CPU threads for generation; default half the CPUs, at most 16
-	OptNThreadsBatch  = "n_threads_batch" // CPU threads for prompt processing
-	OptNGPULayers     = "n_gpu_layers"    // layers on the GPU; -1 = all (when a GPU is present)
-	OptFlashAttn      = "flash_attn"      // on (default), off, auto
-	OptCacheTypeK     = "cache_type_k"    // KV cache element type: f16 (default), f32, bf16, q8_0, q4_0
-	OptCacheTypeV     = "cache_type_v"
-	OptLibDir         = "lib_dir" // where libggml-cuda.so is; default: beside the plugin binary
-	OptAlias          = "alias"   // model alias; default: the file name without .gguf
-	OptMmap           = "use_mmap"
-	OptPinRing        = "pin_ring"         // on a GPU, pin the data plane's ring for DMA (default true)
-	OptCopyThreads    = "copy_threads"     // goroutines copying a restore out of the data plane's ring (default 1)
-	OptStreamRestore  = "stream_restore"   // auto (default), true, false: upload blocks restored through the restore ring piece by piece as they arrive (see shim.cpp)
-	OptCUDASync       = "cuda_sync"        // how a thread waits for the GPU: auto (CUDA's default), spin, yield, block
-	OptRestoreInPlace = "restore_in_place" // take restores from the shm ring's buffers where they are (default true)
-	// OptRestoreLogits: when a restored state carries no logits, compute them
-	// by the first DECODE that needs them (lazy, the default, as the reference
-	// engine's "just restored" flag does) or within STATE_PUT (eager).
+	OptNCtx          = "n_ctx"           // KV cells shared by all slots (unified cache); each slot may use them all
+	OptNBatch        = "n_batch"         // tokens per llama_decode call in a prefill
+	OptNUBatch       = "n_ubatch"        // physical batch
+	OptNThreads      = "n_threads"       // CPU threads for generation; default half the CPUs, at most 16
+	OptNThreadsBatch = "n_threads_batch" // CPU threads for prompt processing
+	OptNGPULayers    = "n_gpu_layers"    // layers on the GPU; -1 = all (when a GPU is present)
+	OptFlashAttn     = "flash_attn"      // on (default), off, auto
+	OptCacheTypeK    = "cache_type_k"    // KV cache element type: f16 (default), f32, bf16, q8_0, q4_0
+	OptCacheTypeV    = "cache_type_v"
+	OptLibDir        = "lib_dir" // where libggml-cuda.so is; default: beside the plugin binary
+	OptAlias         = "alias"   // model alias; default: the file name without .gguf
+	OptMmap          = "use_mmap"
+	// OptRestoreLogits: a restored state without logits has its last token
+	// evaluated again by the slot's first DECODE (lazy, the default, so
+	// STATE_PUT answers once the bytes are in) or within STATE_PUT (eager,
+	// for a caller that wants the reply to mean the slot decodes at once).
 	OptRestoreLogits = "restore_logits"
 )
 
-var knownOptions = []string{OptAlias, OptCacheTypeK, OptCacheTypeV, OptFlashAttn, OptLibDir, OptNBatch, OptNCtx,
-	OptNGPULayers, OptNThreads, OptNThreadsBatch, OptNUBatch, OptMmap, OptPinRing, OptCopyThreads, OptStreamRestore, OptCUDASync, OptRestoreInPlace, OptRestoreLogits}
+// removedOptions are the experiment switches that were settled: each is
+// refused with what the plugin now always does (docs/design/llama-restore.md
+// has the measurements), so that a deployment still passing one learns it.
+var removedOptions = map[string]string{
+	"pin_ring":         "on a GPU the shared-memory ring is always pinned for DMA while a transfer uses it",
+	"copy_threads":     "a restore not taken in place is copied out of the ring by one thread",
+	"stream_restore":   "restores through the restore ring stream only K/V blocks of 64 MiB or more",
+	"cuda_sync":        "CUDA waits for the GPU its default way",
+	"restore_in_place": "restores on the shared-memory ring are always taken in place (rings up to 64 MiB)",
+}
 
 // Defaults and limits.
 const (
 	DefaultNCtx    = 4096
 	DefaultNBatch  = 2048
 	DefaultNUBatch = 512
-	// DefaultCopyThreads: one memmove. On the H200 box four goroutines copy
-	// out of the ring at ~21 GB/s against ~6.5 for one, and make a restore
-	// alone 40% faster, but an end-to-end STATE_PUT is bound by the host's
-	// socket read there and gains nothing (docs/benchmarks/README.md).
-	DefaultCopyThreads = 1
-	maxNCtx            = 1 << 24
-	maxThreads         = 512
+	maxNCtx        = 1 << 24
+	maxThreads     = 512
 	// MaxSlots: llama.cpp allows 256 sequences, one is our scratch sequence.
 	MaxSlots      = 255
 	DefaultNSlots = 4
@@ -102,16 +102,6 @@ const (
 	FlashOn   = 1
 )
 
-func flashName(mode int) string {
-	switch mode {
-	case FlashOn:
-		return "on"
-	case FlashOff:
-		return "off"
-	}
-	return "auto"
-}
-
 // options are the parsed load options.
 type options struct {
 	nCtx, nBatch, nUBatch   int
@@ -122,125 +112,43 @@ type options struct {
 	libDir                  string
 	alias                   string
 	mmap                    bool
-	pinRing                 bool
-	copyThreads             int
-	streamRestore           string // "auto", "on" or "off"
-	cudaSync                string // "auto", "spin", "yield" or "block"
-	restoreInPlace          bool
 	eagerLogits             bool // restore_logits=eager
 }
 
 var cacheTypes = []string{"bf16", "f16", "f32", "q4_0", "q8_0"}
 
+// optionParsers set an option's field from its trimmed value, one per key.
+var optionParsers = map[string]func(o *options, key, v string) error{
+	OptNCtx:          intField(func(o *options) *int { return &o.nCtx }, 1, maxNCtx),
+	OptNBatch:        intField(func(o *options) *int { return &o.nBatch }, 1, maxNCtx),
+	OptNUBatch:       intField(func(o *options) *int { return &o.nUBatch }, 1, maxNCtx),
+	OptNThreads:      intField(func(o *options) *int { return &o.nThreads }, 1, maxThreads),
+	OptNThreadsBatch: intField(func(o *options) *int { return &o.nThreadsBatch }, 1, maxThreads),
+	OptNGPULayers:    intField(func(o *options) *int { return &o.nGPULayers }, -1, 1<<16),
+	OptFlashAttn:     parseFlashAttn,
+	OptCacheTypeK:    cacheTypeField(func(o *options) *string { return &o.cacheTypeK }),
+	OptCacheTypeV:    cacheTypeField(func(o *options) *string { return &o.cacheTypeV }),
+	OptLibDir:        nonEmptyField(func(o *options) *string { return &o.libDir }),
+	OptAlias:         nonEmptyField(func(o *options) *string { return &o.alias }),
+	OptMmap:          boolField(func(o *options) *bool { return &o.mmap }),
+	OptRestoreLogits: parseRestoreLogits,
+}
+
+// defaultOptions are the options before any key is applied. Half the CPUs:
+// ggml's threads spin at their barriers, and crowding the Go runtime out of
+// cores slows everything.
+func defaultOptions() options {
+	return options{nCtx: DefaultNCtx, nBatch: DefaultNBatch, nUBatch: DefaultNUBatch,
+		nThreads: max(1, min(runtime.NumCPU()/2, 16)), nThreadsBatch: -1, nGPULayers: -1,
+		flashAttn: FlashOn, cacheTypeK: "f16", cacheTypeV: "f16", mmap: true}
+}
+
+// parseOptions applies m's keys in sorted order (so the first error reported
+// does not depend on map order) over the defaults.
 func parseOptions(m map[string]string) (options, error) {
-	// Half the CPUs: ggml's threads spin at their barriers, and crowding the
-	// Go runtime (sockets, the data plane) out of cores slows everything; with
-	// the model on a GPU they have little to do anyway.
-	threads := max(1, min(runtime.NumCPU()/2, 16))
-	o := options{nCtx: DefaultNCtx, nBatch: DefaultNBatch, nUBatch: DefaultNUBatch, nThreads: threads,
-		nThreadsBatch: -1, nGPULayers: -1, flashAttn: FlashOn, cacheTypeK: "f16", cacheTypeV: "f16", mmap: true, pinRing: true,
-		copyThreads: DefaultCopyThreads, streamRestore: "auto", cudaSync: "auto", restoreInPlace: true}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys) // the first error reported does not depend on map order
-	for _, k := range keys {
-		v := strings.TrimSpace(m[k])
-		var err error
-		switch k {
-		case OptNCtx:
-			o.nCtx, err = parseInt(k, v, 1, maxNCtx)
-		case OptNBatch:
-			o.nBatch, err = parseInt(k, v, 1, maxNCtx)
-		case OptNUBatch:
-			o.nUBatch, err = parseInt(k, v, 1, maxNCtx)
-		case OptNThreads:
-			o.nThreads, err = parseInt(k, v, 1, maxThreads)
-		case OptNThreadsBatch:
-			o.nThreadsBatch, err = parseInt(k, v, 1, maxThreads)
-		case OptNGPULayers:
-			o.nGPULayers, err = parseInt(k, v, -1, 1<<16)
-		case OptCopyThreads:
-			o.copyThreads, err = parseInt(k, v, 1, 64)
-		case OptFlashAttn:
-			switch strings.ToLower(v) {
-			case "on", "true", "1", "enabled":
-				o.flashAttn = FlashOn
-			case "off", "false", "0", "disabled":
-				o.flashAttn = FlashOff
-			case "auto":
-				o.flashAttn = FlashAuto
-			default:
-				err = fmt.Errorf("%w: option %s=%q: want on, off or auto", iface.ErrBadRequest, k, v)
-			}
-		case OptCacheTypeK, OptCacheTypeV:
-			t := strings.ToLower(v)
-			if !slices.Contains(cacheTypes, t) {
-				err = fmt.Errorf("%w: option %s=%q: want one of %s", iface.ErrBadRequest, k, v, strings.Join(cacheTypes, ", "))
-			} else if k == OptCacheTypeK {
-				o.cacheTypeK = t
-			} else {
-				o.cacheTypeV = t
-			}
-		case OptLibDir:
-			if v == "" {
-				err = fmt.Errorf("%w: option %s: must not be empty", iface.ErrBadRequest, k)
-			}
-			o.libDir = v
-		case OptAlias:
-			if v == "" {
-				err = fmt.Errorf("%w: option %s: must not be empty", iface.ErrBadRequest, k)
-			}
-			o.alias = v
-		case OptStreamRestore:
-			if strings.EqualFold(v, "auto") {
-				o.streamRestore = "auto"
-				break
-			}
-			on, perr := strconv.ParseBool(v)
-			switch {
-			case perr != nil:
-				err = fmt.Errorf("%w: option %s=%q: want auto, true or false", iface.ErrBadRequest, k, v)
-			case on:
-				o.streamRestore = "on"
-			default:
-				o.streamRestore = "off"
-			}
-		case OptCUDASync:
-			switch m := strings.ToLower(v); m {
-			case "auto", "spin", "yield", "block":
-				o.cudaSync = m
-			default:
-				err = fmt.Errorf("%w: option %s=%q: want auto, spin, yield or block", iface.ErrBadRequest, k, v)
-			}
-		case OptRestoreLogits:
-			switch strings.ToLower(v) {
-			case "lazy":
-				o.eagerLogits = false
-			case "eager":
-				o.eagerLogits = true
-			default:
-				err = fmt.Errorf("%w: option %s=%q: want lazy or eager", iface.ErrBadRequest, k, v)
-			}
-		case OptMmap, OptPinRing, OptRestoreInPlace:
-			var b bool
-			b, err = strconv.ParseBool(v)
-			switch k {
-			case OptMmap:
-				o.mmap = b
-			case OptPinRing:
-				o.pinRing = b
-			default:
-				o.restoreInPlace = b
-			}
-			if err != nil {
-				err = fmt.Errorf("%w: option %s=%q: not a boolean", iface.ErrBadRequest, k, v)
-			}
-		default:
-			err = fmt.Errorf("%w: unknown option %q (known: %s)", iface.ErrBadRequest, k, strings.Join(knownOptions, ", "))
-		}
-		if err != nil {
+	o := defaultOptions()
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if err := applyOption(&o, k, strings.TrimSpace(m[k])); err != nil {
 			return options{}, err
 		}
 	}
@@ -251,6 +159,84 @@ func parseOptions(m map[string]string) (options, error) {
 		return options{}, fmt.Errorf("%w: a quantized V cache (%s=%s) needs flash attention", iface.ErrBadRequest, OptCacheTypeV, o.cacheTypeV)
 	}
 	return o, nil
+}
+
+// applyOption sets key's field; a removed or unknown key is an error.
+func applyOption(o *options, key, v string) error {
+	if now, ok := removedOptions[key]; ok {
+		return fmt.Errorf("%w: option %q was removed: %s; drop it from the configuration", iface.ErrBadRequest, key, now)
+	}
+	parse, ok := optionParsers[key]
+	if !ok {
+		known := slices.Sorted(maps.Keys(optionParsers))
+		return fmt.Errorf("%w: unknown option %q (known: %s)", iface.ErrBadRequest, key, strings.Join(known, ", "))
+	}
+	return parse(o, key, v)
+}
+
+func intField(field func(*options) *int, lo, hi int) func(*options, string, string) error {
+	return func(o *options, key, v string) (err error) {
+		*field(o), err = parseInt(key, v, lo, hi)
+		return err
+	}
+}
+
+func boolField(field func(*options) *bool) func(*options, string, string) error {
+	return func(o *options, key, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("%w: option %s=%q: not a boolean", iface.ErrBadRequest, key, v)
+		}
+		*field(o) = b
+		return nil
+	}
+}
+
+func nonEmptyField(field func(*options) *string) func(*options, string, string) error {
+	return func(o *options, key, v string) error {
+		if v == "" {
+			return fmt.Errorf("%w: option %s: must not be empty", iface.ErrBadRequest, key)
+		}
+		*field(o) = v
+		return nil
+	}
+}
+
+func cacheTypeField(field func(*options) *string) func(*options, string, string) error {
+	return func(o *options, key, v string) error {
+		t := strings.ToLower(v)
+		if !slices.Contains(cacheTypes, t) {
+			return fmt.Errorf("%w: option %s=%q: want one of %s", iface.ErrBadRequest, key, v, strings.Join(cacheTypes, ", "))
+		}
+		*field(o) = t
+		return nil
+	}
+}
+
+func parseFlashAttn(o *options, key, v string) error {
+	switch strings.ToLower(v) {
+	case "on", "true", "1", "enabled":
+		o.flashAttn = FlashOn
+	case "off", "false", "0", "disabled":
+		o.flashAttn = FlashOff
+	case "auto":
+		o.flashAttn = FlashAuto
+	default:
+		return fmt.Errorf("%w: option %s=%q: want on, off or auto", iface.ErrBadRequest, key, v)
+	}
+	return nil
+}
+
+func parseRestoreLogits(o *options, key, v string) error {
+	switch strings.ToLower(v) {
+	case "lazy":
+		o.eagerLogits = false
+	case "eager":
+		o.eagerLogits = true
+	default:
+		return fmt.Errorf("%w: option %s=%q: want lazy or eager", iface.ErrBadRequest, key, v)
+	}
+	return nil
 }
 
 func isQuantized(t string) bool { return strings.HasPrefix(t, "q") }
@@ -264,26 +250,6 @@ func parseInt(key, v string, lo, hi int) (int, error) {
 		return 0, fmt.Errorf("%w: option %s=%d: out of range [%d, %d]", iface.ErrBadRequest, key, n, lo, hi)
 	}
 	return int(n), nil
-}
-
-// checkModelFile resolves the model path and checks it is a readable regular
-// file, so that a typo fails with a clear error rather than llama.cpp's.
-func checkModelFile(model string) (string, error) {
-	if model == "" {
-		return "", fmt.Errorf("%w: the cuda-llama backend needs a model: --model PATH to a GGUF file", iface.ErrBadRequest)
-	}
-	abs, err := filepath.Abs(model)
-	if err != nil {
-		return "", fmt.Errorf("%w: model %q: %w", iface.ErrBadRequest, model, err)
-	}
-	st, err := os.Stat(abs)
-	if err != nil {
-		return "", fmt.Errorf("%w: model: %w", iface.ErrBadRequest, err)
-	}
-	if !st.Mode().IsRegular() {
-		return "", fmt.Errorf("%w: model %s is not a regular file", iface.ErrBadRequest, abs)
-	}
-	return abs, nil
 }
 
 // llamaVersion is the version of LlamaModule linked into this binary: from

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"os"
@@ -19,36 +20,8 @@ import (
 func TestParseOptions(t *testing.T) {
 	o, err := parseOptions(nil)
 	if err != nil || o.nCtx != DefaultNCtx || o.flashAttn != FlashOn || o.nGPULayers != -1 || o.nThreadsBatch != o.nThreads ||
-		o.cacheTypeK != "f16" || !o.mmap || !o.pinRing || o.copyThreads != DefaultCopyThreads {
+		o.cacheTypeK != "f16" || !o.mmap || o.eagerLogits {
 		t.Fatalf("defaults %+v, %v", o, err)
-	}
-	if o, err := parseOptions(map[string]string{OptPinRing: "false"}); err != nil || o.pinRing {
-		t.Fatalf("pin_ring=false: %+v, %v", o, err)
-	}
-	if o.streamRestore != "auto" {
-		t.Fatalf("stream_restore defaults to %q", o.streamRestore)
-	}
-	for v, want := range map[string]string{"true": "on", "false": "off", "AUTO": "auto", "0": "off"} {
-		if o, err := parseOptions(map[string]string{OptStreamRestore: v}); err != nil || o.streamRestore != want {
-			t.Fatalf("stream_restore=%s: %q, %v", v, o.streamRestore, err)
-		}
-	}
-	if _, err := parseOptions(map[string]string{OptStreamRestore: "yes please"}); err == nil {
-		t.Fatal("stream_restore took a non-boolean")
-	}
-	if o.cudaSync != "auto" {
-		t.Fatalf("cuda_sync defaults to %q", o.cudaSync)
-	}
-	for _, v := range []string{"spin", "Yield", "BLOCK", "auto"} {
-		if o, err := parseOptions(map[string]string{OptCUDASync: v}); err != nil || o.cudaSync != strings.ToLower(v) {
-			t.Fatalf("cuda_sync=%s: %q, %v", v, o.cudaSync, err)
-		}
-	}
-	if _, err := parseOptions(map[string]string{OptCUDASync: "blocking-ish"}); err == nil || !strings.Contains(err.Error(), "spin, yield or block") {
-		t.Fatalf("cuda_sync took an unknown mode: %v", err)
-	}
-	if o.eagerLogits {
-		t.Fatal("restore_logits defaults to eager")
 	}
 	for v, want := range map[string]bool{"lazy": false, "Eager": true, " LAZY ": false} {
 		if o, err := parseOptions(map[string]string{OptRestoreLogits: v}); err != nil || o.eagerLogits != want {
@@ -56,9 +29,9 @@ func TestParseOptions(t *testing.T) {
 		}
 	}
 	o, err = parseOptions(map[string]string{OptNCtx: " 8192 ", OptFlashAttn: "off", OptNThreads: "3", OptNGPULayers: "0",
-		OptCacheTypeK: "Q8_0", OptAlias: "m", OptLibDir: "/opt/lib", OptMmap: "false", OptNBatch: "512", OptNUBatch: "128", OptCopyThreads: "1"})
+		OptCacheTypeK: "Q8_0", OptAlias: "m", OptLibDir: "/opt/lib", OptMmap: "false", OptNBatch: "512", OptNUBatch: "128"})
 	if err != nil || o.nCtx != 8192 || o.flashAttn != FlashOff || o.nThreads != 3 || o.nThreadsBatch != 3 || o.nGPULayers != 0 ||
-		o.cacheTypeK != "q8_0" || o.alias != "m" || o.libDir != "/opt/lib" || o.mmap || o.nBatch != 512 || o.nUBatch != 128 || o.copyThreads != 1 {
+		o.cacheTypeK != "q8_0" || o.alias != "m" || o.libDir != "/opt/lib" || o.mmap || o.nBatch != 512 || o.nUBatch != 128 {
 		t.Fatalf("parsed %+v, %v", o, err)
 	}
 	for _, tc := range []struct {
@@ -69,18 +42,33 @@ func TestParseOptions(t *testing.T) {
 		{map[string]string{OptNCtx: "0"}, "out of range"},
 		{map[string]string{OptNCtx: "lots"}, "not an integer"},
 		{map[string]string{OptFlashAttn: "maybe"}, "on, off or auto"},
-		{map[string]string{OptPinRing: "maybe"}, "not a boolean"},
 		{map[string]string{OptCacheTypeV: "q2_k"}, "want one of"},
 		{map[string]string{OptCacheTypeV: "q4_0", OptFlashAttn: "off"}, "needs flash attention"},
 		{map[string]string{OptAlias: " "}, "must not be empty"},
 		{map[string]string{OptMmap: "perhaps"}, "not a boolean"},
 		{map[string]string{OptNGPULayers: "-2"}, "out of range"},
-		{map[string]string{OptCopyThreads: "0"}, "out of range"},
 		{map[string]string{OptRestoreLogits: "later"}, "lazy or eager"},
 	} {
 		_, err := parseOptions(tc.opts)
 		if !errors.Is(err, iface.ErrBadRequest) || !strings.Contains(err.Error(), tc.msg) {
 			t.Errorf("%v: %v, want ErrBadRequest mentioning %q", tc.opts, err, tc.msg)
+		}
+	}
+}
+
+// A settled experiment switch is refused as removed, whatever its value,
+// not taken for a typo nor ignored; the unknown-option list leaves it out.
+func TestRemovedOptions(t *testing.T) {
+	for _, key := range []string{"pin_ring", "copy_threads", "stream_restore", "cuda_sync", "restore_in_place"} {
+		_, err := parseOptions(map[string]string{key: "true", OptNCtx: "1024"})
+		if !errors.Is(err, iface.ErrBadRequest) || !strings.Contains(err.Error(), fmt.Sprintf("option %q was removed", key)) {
+			t.Errorf("%s: %v, want ErrBadRequest saying it was removed", key, err)
+		}
+	}
+	_, err := parseOptions(map[string]string{"nctx": "1"})
+	for key := range removedOptions {
+		if strings.Contains(err.Error(), key) {
+			t.Errorf("the known options name %s: %v", key, err)
 		}
 	}
 }

@@ -46,9 +46,9 @@ type prefetcher struct {
 	waitData, waitSpace time.Duration
 }
 
-// minSlack is the least read-ahead beside a block: at the H200's ~5 GB/s
-// data plane and ~40 GB/s pinned upload, a 19 MB block's upload lasts for
-// ~2.5 MB of reading.
+// minSlack is the least read-ahead beside a block: a pinned upload is
+// several times faster than the data plane, so a few MiB of reading covers
+// the upload of a block.
 const minSlack = 4 << 20
 
 // ringDims is the ring for blocks of up to block bytes: a tail that holds
@@ -274,7 +274,3 @@ func (p *prefetcher) close() *mirror {
 	<-p.done
 	return p.ring
 }
-
-// waits returns how long the consumer waited for bytes and the producer for
-// room; call it after close.
-func (p *prefetcher) waits() (data, space time.Duration) { return p.waitData, p.waitSpace }

@@ -13,16 +13,17 @@
 //     says when it is complete. No CUDA symbol is used: it is all ggml.
 //
 // Restores take the bytes llama.cpp asks for (one contiguous block per layer)
-// in place from the Go side's restore ring (prefetch_linux.go), which a
-// goroutine fills ahead while the block before is uploaded; pinned on a GPU,
-// so the upload is a fast pinned host-to-device copy.
+// where the Go side lends them (hydraLoadNext): the data plane's own buffers
+// (inplace_linux.go) or the restore ring a goroutine fills ahead
+// (prefetch_linux.go); pinned on a GPU, so uploads are pinned host-to-device
+// copies.
 //
-// Streamed restores (hydra_io_stream) go further: llama.cpp hands each big
-// block's pointer only to ggml_backend_tensor_set, in stream order, so a big
-// read returns an address in a reserved, inaccessible region, and the KV
-// buffers' set_tensor, swapped for the restore, uploads that range of the
-// payload piece by piece as it arrives in the ring. The ring then holds
-// pieces, not blocks: small, and hot in the cache.
+// Streamed restores (hydra_io_stream) upload big blocks piece by piece:
+// llama.cpp hands each big block's pointer only to ggml_backend_tensor_set,
+// in stream order, so a big read returns an address in a reserved,
+// inaccessible region, and the KV buffers' set_tensor, swapped for the
+// restore, uploads that range of the payload from the lent pieces as they
+// arrive. Which blocks stream is the Go side's choice (stream_min).
 //
 // These internal interfaces change between llama.cpp versions; the module is
 // pinned in go.mod and the byte-identity tests catch a drift.
@@ -47,7 +48,7 @@
 
 #include <sys/mman.h>
 
-// Exported by the Go side (stream.go, log.go).
+// Exported by the Go side (exports.go).
 extern "C" {
 int hydraSaveDeliver(uintptr_t h, void * p, size_t n);
 int hydraSaveBuffer(uintptr_t h, size_t commit, uint8_t ** p, size_t * n);

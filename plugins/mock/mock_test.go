@@ -345,8 +345,11 @@ func TestLoadOptions(t *testing.T) {
 	if err != nil || info.NSlots != 3 || info.NCtx != 100 || info.Model.Alias != "tiny" {
 		t.Fatalf("info %+v, err %v", info, err)
 	}
+}
 
-	// Without a model file the identity follows the state-shaping options only.
+// Without a model file the identity follows the state-shaping options only.
+func TestIdentityFromOptions(t *testing.T) {
+	ctx := context.Background()
 	id := func(opts map[string]string) iface.ModelIdentity {
 		info, err := New(nil).Load(ctx, iface.LoadRequest{NSlots: 1, Options: opts})
 		if err != nil {
@@ -367,8 +370,11 @@ func TestLoadOptions(t *testing.T) {
 	if got := id(map[string]string{OptKVBytesPerToken: "64", OptNCtx: "64"}); got.Hash == base.Hash {
 		t.Fatal("n_ctx did not change the identity")
 	}
+}
 
-	// With a model file the identity is the file's.
+// With a model file the identity is the file's.
+func TestIdentityFromFile(t *testing.T) {
+	ctx := context.Background()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "tiny-model.Q4_K_M.gguf")
 	content := []byte("not really a gguf")
@@ -376,7 +382,7 @@ func TestLoadOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256(content)
-	info, err = New(nil).Load(ctx, iface.LoadRequest{Model: path})
+	info, err := New(nil).Load(ctx, iface.LoadRequest{Model: path})
 	want := iface.ModelIdentity{Alias: "tiny-model.Q4_K_M", Hash: hex.EncodeToString(sum[:]), Path: path}
 	if err != nil || info.Model != want {
 		t.Fatalf("model identity %+v (err %v), want %+v", info.Model, err, want)

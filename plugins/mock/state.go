@@ -11,6 +11,7 @@ import (
 	"slices"
 
 	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/transport/shm"
 )
 
 // The per-sequence state, loosely modelled on llama.cpp's. All fields are
@@ -213,7 +214,7 @@ func (b *Backend) StateGet(ctx context.Context, i int, chunkSize int, w io.Write
 	toks, _ := s.snapshot()
 	g := newStateGen(toks, int32(i), e.kvBytes, e.pat)
 	size := g.size()
-	if cw, ok := w.(iface.ChunkWriter); ok {
+	if cw, ok := w.(shm.ChunkWriter); ok {
 		return writeChunks(ctx, g, size, cw)
 	}
 	buf := make([]byte, min(int64(chunkSize), size))
@@ -237,7 +238,7 @@ func (b *Backend) StateGet(ctx context.Context, i int, chunkSize int, w io.Write
 
 // writeChunks generates the state straight into the data plane's buffers,
 // saving the copy a Write would make.
-func writeChunks(ctx context.Context, g *stateGen, size int64, cw iface.ChunkWriter) (int64, error) {
+func writeChunks(ctx context.Context, g *stateGen, size int64, cw shm.ChunkWriter) (int64, error) {
 	var done int64
 	for done < size {
 		if err := ctx.Err(); err != nil {
@@ -305,98 +306,167 @@ func (b *Backend) StatePut(ctx context.Context, i int, tokens []int32, r io.Read
 // comparing each KV byte with the regenerated one. stop reports that the
 // reader failed or ctx ended, so it must not be read further.
 func restore(e *engine, tokens []int32, src *stateSource, size int64) (int64, bool, error) {
+	if err := checkRestoreRequest(e, tokens, size); err != nil {
+		return 0, false, err
+	}
+	r := &restorer{e: e, tokens: tokens, src: src, c: checksumSeed}
+	want, err := r.header(size)
+	if err == nil {
+		err = r.cells()
+	}
+	if err == nil {
+		err = r.kv()
+	}
+	if err == nil {
+		err = r.checksum()
+	}
+	if err != nil {
+		return 0, r.stop, err
+	}
+	return want, false, nil
+}
+
+// checkRestoreRequest checks what StatePut was given before reading a byte.
+func checkRestoreRequest(e *engine, tokens []int32, size int64) error {
 	if len(tokens) > e.nCtx {
-		return 0, false, badState("%d tokens exceed n_ctx %d", len(tokens), e.nCtx)
+		return badState("%d tokens exceed n_ctx %d", len(tokens), e.nCtx)
 	}
 	for k, t := range tokens {
 		if t < 0 || t > EOS {
-			return 0, false, badState("tokens[%d] = %d is outside the vocabulary [0, %d]", k, t, EOS)
+			return badState("tokens[%d] = %d is outside the vocabulary [0, %d]", k, t, EOS)
 		}
 	}
 	if size < minStateSize {
-		return 0, false, badState("size %d is below the smallest state (%d bytes)", size, minStateSize)
+		return badState("size %d is below the smallest state (%d bytes)", size, minStateSize)
 	}
+	return nil
+}
 
-	var hdr [stateHeaderSize]byte
-	if err := src.fill(hdr[:]); err != nil {
-		return 0, isStreamErr(err), src.readErr(err)
+// restorer reads a state in order, header, cells, KV and checksum, folding
+// every field into the checksum as it goes.
+type restorer struct {
+	e      *engine
+	tokens []int32
+	src    *stateSource
+	c      uint64 // the checksum so far
+	stop   bool   // the reader failed or ctx ended: read no further
+}
+
+func (r *restorer) fold(v uint64) { r.c = bits.RotateLeft64(r.c, 5) ^ v }
+
+// fill reads len(p) bytes, noting whether a failure was the reader's.
+func (r *restorer) fill(p []byte) error {
+	if err := r.src.fill(p); err != nil {
+		r.stop = isStreamErr(err)
+		return r.src.readErr(err)
 	}
-	c := uint64(checksumSeed)
+	return nil
+}
+
+// header checks the header against the backend and the request, and
+// returns the state's size without trailing bytes.
+func (r *restorer) header(size int64) (int64, error) {
+	var hdr [stateHeaderSize]byte
+	if err := r.fill(hdr[:]); err != nil {
+		return 0, err
+	}
 	var fields [5]uint32
 	for k := range fields {
 		fields[k] = binary.LittleEndian.Uint32(hdr[4*k:])
-		c = bits.RotateLeft64(c, 5) ^ uint64(fields[k])
+		r.fold(uint64(fields[k]))
 	}
 	magic, version, nCells, kvBytes := fields[0], fields[1], fields[3], fields[4]
 	switch {
 	case magic != StateMagic:
-		return 0, false, badState("header: magic %#08x, want %#08x", magic, StateMagic)
+		return 0, badState("header: magic %#08x, want %#08x", magic, StateMagic)
 	case version != stateVersion:
-		return 0, false, badState("header: format version %d, want %d", version, stateVersion)
-	case kvBytes != uint32(e.kvBytes):
-		return 0, false, badState("header: kv_bytes_per_token %d, this backend uses %d", kvBytes, e.kvBytes)
-	case uint64(nCells) > uint64(e.nCtx):
-		return 0, false, badState("header: n_cells %d exceeds n_ctx %d", nCells, e.nCtx)
-	case int(nCells) != len(tokens):
-		return 0, false, badState("header: n_cells %d, but %d tokens were given", nCells, len(tokens))
+		return 0, badState("header: format version %d, want %d", version, stateVersion)
+	case kvBytes != uint32(r.e.kvBytes):
+		return 0, badState("header: kv_bytes_per_token %d, this backend uses %d", kvBytes, r.e.kvBytes)
+	case uint64(nCells) > uint64(r.e.nCtx):
+		return 0, badState("header: n_cells %d exceeds n_ctx %d", nCells, r.e.nCtx)
+	case int(nCells) != len(r.tokens):
+		return 0, badState("header: n_cells %d, but %d tokens were given", nCells, len(r.tokens))
 	}
-	n := int64(len(tokens))
-	kvStart := stateHeaderSize + stateCellSize*n
-	want := kvStart + n*int64(e.kvBytes) + stateSumSize
+	n := int64(len(r.tokens))
+	want := stateHeaderSize + stateCellSize*n + n*int64(r.e.kvBytes) + stateSumSize
 	if size < want {
-		return 0, false, badState("state of %d cells needs %d bytes, size is %d", nCells, want, size)
+		return 0, badState("state of %d cells needs %d bytes, size is %d", nCells, want, size)
 	}
+	return want, nil
+}
 
-	var w [8]byte
-	for cell := range len(tokens) {
-		if err := src.fill(w[:]); err != nil {
-			return 0, isStreamErr(err), src.readErr(err)
+// cells checks that cell i holds position i and tokens[i].
+func (r *restorer) cells() error {
+	var w [stateCellSize]byte
+	for cell, want := range r.tokens {
+		if err := r.fill(w[:]); err != nil {
+			return err
 		}
 		pos, tok := binary.LittleEndian.Uint32(w[:]), binary.LittleEndian.Uint32(w[4:])
 		if int32(pos) != int32(cell) {
-			return 0, false, badState("cell %d: pos %d, want %d", cell, int32(pos), cell)
+			return badState("cell %d: pos %d, want %d", cell, int32(pos), cell)
 		}
-		if int32(tok) != tokens[cell] {
-			return 0, false, badState("cell %d: token %d, want tokens[%d] = %d", cell, int32(tok), cell, tokens[cell])
+		if int32(tok) != want {
+			return badState("cell %d: token %d, want tokens[%d] = %d", cell, int32(tok), cell, want)
 		}
-		c = bits.RotateLeft64(c, 5) ^ uint64(pos)
-		c = bits.RotateLeft64(c, 5) ^ uint64(tok)
+		r.fold(uint64(pos))
+		r.fold(uint64(tok))
 	}
+	return nil
+}
 
+// kv compares every cell's KV, its key and then its window into the
+// pattern, with the one the tokens up to it give.
+func (r *restorer) kv() error {
 	h := uint64(hashSeed)
-	for cell := range len(tokens) {
-		at := src.off
-		h = step(h, tokens[cell])
+	var w [8]byte
+	for cell, tok := range r.tokens {
+		at := r.src.off
+		h = step(h, tok)
 		key, o := cellKey(h)
-		c = bits.RotateLeft64(c, 5) ^ key
-		if err := src.fill(w[:]); err != nil {
-			return 0, isStreamErr(err), src.readErr(err)
+		r.fold(key)
+		if err := r.fill(w[:]); err != nil {
+			return err
 		}
 		if binary.LittleEndian.Uint64(w[:]) != key {
-			return 0, false, kvMismatch(cell, 0, at, w[:], binary.LittleEndian.AppendUint64(nil, key))
+			return kvMismatch(cell, 0, at, w[:], binary.LittleEndian.AppendUint64(nil, key))
 		}
-		// The rest of the cell is compared where it lies: in the shm ring
-		// when the data plane offers it, so no byte is copied.
-		for win := e.pat[o : o+e.kvBytes-8]; len(win) > 0; {
-			at := src.off
-			p, err := src.piece(len(win))
-			if err != nil {
-				return 0, isStreamErr(err), src.readErr(err)
-			}
-			if !bytes.Equal(p, win[:len(p)]) {
-				return 0, false, kvMismatch(cell, e.kvBytes-len(win), at, p, win)
-			}
-			win = win[len(p):]
+		if err := r.window(cell, r.e.pat[o:o+r.e.kvBytes-8]); err != nil {
+			return err
 		}
 	}
+	return nil
+}
 
-	if err := src.fill(w[:]); err != nil {
-		return 0, isStreamErr(err), src.readErr(err)
+// window compares the rest of a cell's KV with win where it lies: in the
+// shm ring when the data plane offers it, so no byte is copied.
+func (r *restorer) window(cell int, win []byte) error {
+	for len(win) > 0 {
+		at := r.src.off
+		p, err := r.src.piece(len(win))
+		if err != nil {
+			r.stop = isStreamErr(err)
+			return r.src.readErr(err)
+		}
+		if !bytes.Equal(p, win[:len(p)]) {
+			return kvMismatch(cell, r.e.kvBytes-len(win), at, p, win)
+		}
+		win = win[len(p):]
 	}
-	if got, exp := binary.LittleEndian.Uint64(w[:]), mix64(c); got != exp {
-		return 0, false, badState("checksum %#016x, want %#016x", got, exp)
+	return nil
+}
+
+// checksum compares the stored checksum with the one folded so far.
+func (r *restorer) checksum() error {
+	var w [stateSumSize]byte
+	if err := r.fill(w[:]); err != nil {
+		return err
 	}
-	return want, false, nil
+	if got, exp := binary.LittleEndian.Uint64(w[:]), mix64(r.c); got != exp {
+		return badState("checksum %#016x, want %#016x", got, exp)
+	}
+	return nil
 }
 
 // kvMismatch reports the first byte where got, cell's KV from byte j on
@@ -420,12 +490,12 @@ func isStreamErr(err error) bool {
 }
 
 // stateSource is StatePut's view of its reader: pieces in place when the
-// reader is an iface.ChunkReader (the shm ring), else read into one reused
+// reader is an shm.ChunkReader (the shm ring), else read into one reused
 // buffer of putChunk bytes. It counts what it hands out, for error offsets.
 type stateSource struct {
 	ctx  context.Context
 	r    io.Reader
-	cr   iface.ChunkReader // nil: r is read into buf
+	cr   shm.ChunkReader // nil: r is read into buf
 	buf  []byte
 	cur  []byte // what of the last piece is not handed out yet
 	rerr error  // an error r returned along with data, due after it
@@ -434,7 +504,7 @@ type stateSource struct {
 
 func newStateSource(ctx context.Context, r io.Reader, size int64) *stateSource {
 	s := &stateSource{ctx: ctx, r: r}
-	if cr, ok := r.(iface.ChunkReader); ok {
+	if cr, ok := r.(shm.ChunkReader); ok {
 		s.cr = cr
 	} else {
 		s.buf = make([]byte, max(min(int64(putChunk), size), 8))

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/transport/shm"
 )
 
 // referenceState builds a state the slow, obvious way from the format's
@@ -264,7 +265,7 @@ func (e *errAfter) Read(p []byte) (int, error) {
 	return k, err
 }
 
-// pieceReader is an iface.ChunkReader over r, handing out pieces of odd,
+// pieceReader is an shm.ChunkReader over r, handing out pieces of odd,
 // changing sizes from a buffer it overwrites on every call, as the shm ring's
 // buffers are reused: a consumer that kept a piece past the next call would
 // see other bytes.
@@ -274,7 +275,7 @@ type pieceReader struct {
 	turn int
 }
 
-var _ iface.ChunkReader = (*pieceReader)(nil)
+var _ shm.ChunkReader = (*pieceReader)(nil)
 
 func (p *pieceReader) Next() ([]byte, error) {
 	sizes := []int{1, 7, 13, 4099, 65537, 3, 70000}
@@ -303,17 +304,62 @@ func (e *eofReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// mockPutFailure is a StatePut that must fail.
+type mockPutFailure struct {
+	name   string
+	tokens []int32
+	r      func() io.Reader
+	size   int64 // 0: the good state's
+	msg    string
+	isErr  error // also matched with errors.Is; errReaderFailed: a reader failure, not a bad request
+}
+
+var errReaderFailed = errors.New("connection reset")
+
+// TestStatePutFailures: every malformed, truncated or mismatched state
+// fails with a reason, from a plain reader and from in-place pieces alike,
+// leaves the slot empty and other slots untouched, and drains the reader
+// unless the reader itself failed.
 func TestStatePutFailures(t *testing.T) {
 	const kv = 64
-	opts := map[string]string{OptKVBytesPerToken: fmt.Sprint(kv), OptNCtx: "100"}
-	b := newLoaded(t, 3, opts)
+	b := newLoaded(t, 3, map[string]string{OptKVBytesPerToken: fmt.Sprint(kv), OptNCtx: "100"})
 	toks := Tokenize("forty-odd tokens of prompt for the state tests")
-	n := len(toks)
 	prefillTokens(t, b, 0, toks)
 	state := stateOf(t, b, 0, 1<<16)
-	kvStart := 20 + 8*n
 	neighbour := prefillTokens(t, b, 2, []int32{5, 6, 7}).Slot
+	for _, tc := range mockPutFailures(t, kv, toks, state) {
+		for _, chunked := range []bool{false, true} {
+			// Each failure must leave the target slot empty, whatever it held.
+			prefillTokens(t, b, 0, toks)
+			size := tc.size
+			if size == 0 {
+				size = int64(len(state))
+			}
+			er := &eofReader{r: tc.r()}
+			var r io.Reader = er
+			if chunked {
+				r = &pieceReader{r: er} // the shm plane's in-place pieces
+			}
+			_, err := b.StatePut(context.Background(), 0, tc.tokens, r, size)
+			if err == nil || !strings.Contains(err.Error(), tc.msg) {
+				t.Errorf("%s (chunked %v): err = %v, want one mentioning %q", tc.name, chunked, err, tc.msg)
+				continue
+			}
+			checkMockPutFailed(t, b, tc, err, er.eof, neighbour.Tokens)
+		}
+	}
+	kvStart := 20 + 8*len(toks)
+	bad := slices.Clone(state)
+	bad[kvStart+kv*7+13] ^= 0x40
+	_, err := b.StatePut(context.Background(), 0, toks, bytes.NewReader(bad), int64(len(state)))
+	t.Logf("example: %v", err)
+}
 
+// mockPutFailures are the failing restores of state, a state of toks with
+// kv bytes per token.
+func mockPutFailures(t *testing.T, kv int, toks []int32, state []byte) []mockPutFailure {
+	n := len(toks)
+	kvStart := 20 + 8*n
 	flip := func(off int) []byte {
 		s := slices.Clone(state)
 		s[off] ^= 0x40
@@ -324,20 +370,11 @@ func TestStatePutFailures(t *testing.T) {
 	wide := newLoaded(t, 1, map[string]string{OptKVBytesPerToken: "128"})
 	prefillTokens(t, wide, 0, toks)
 	wideState := stateOf(t, wide, 0, 1<<16)
-	boom := errors.New("connection reset")
-
 	rd := func(b []byte) func() io.Reader { return func() io.Reader { return bytes.NewReader(b) } }
 	ea := func(b []byte, n int) func() io.Reader {
-		return func() io.Reader { return &errAfter{bytes.NewReader(b), n, boom} }
+		return func() io.Reader { return &errAfter{bytes.NewReader(b), n, errReaderFailed} }
 	}
-	for _, tc := range []struct {
-		name   string
-		tokens []int32
-		r      func() io.Reader
-		size   int64
-		msg    string
-		isErr  error
-	}{
+	return []mockPutFailure{
 		{"magic", toks, rd(flip(1)), 0, "magic", nil},
 		{"version", toks, rd(flip(4)), 0, "format version", nil},
 		{"seq_id", toks, rd(flip(9)), 0, "checksum", nil},
@@ -361,54 +398,38 @@ func TestStatePutFailures(t *testing.T) {
 		{"token out of range", append(slices.Clone(toks[:n-1]), 300), rd(state), 0, "outside the vocabulary", nil},
 		{"tokens over n_ctx", make([]int32, 101), rd(state), 0, "exceed n_ctx", nil},
 		{"wrong kv_bytes_per_token", toks, rd(wideState), int64(len(wideState)), "kv_bytes_per_token 128, this backend uses 64", nil},
-		{"reader error", toks, ea(state, 1000), 0, "connection reset", boom},
-		{"reader error in header", toks, ea(state, 3), 0, "offset 3", boom},
-	} {
-		for _, chunked := range []bool{false, true} {
-			// Each failure must leave the target slot empty, whatever it held.
-			prefillTokens(t, b, 0, toks)
-			size := tc.size
-			if size == 0 {
-				size = int64(len(state))
-			}
-			er := &eofReader{r: tc.r()}
-			var r io.Reader = er
-			if chunked {
-				r = &pieceReader{r: er} // the shm plane's in-place pieces
-			}
-			_, err := b.StatePut(context.Background(), 0, tc.tokens, r, size)
-			if err == nil || !strings.Contains(err.Error(), tc.msg) {
-				t.Errorf("%s (chunked %v): err = %v, want one mentioning %q", tc.name, chunked, err, tc.msg)
-				continue
-			}
-			if tc.isErr != boom && !errors.Is(err, iface.ErrBadRequest) {
-				t.Errorf("%s: %v is not ErrBadRequest", tc.name, err)
-			}
-			if tc.isErr != nil && !errors.Is(err, tc.isErr) {
-				t.Errorf("%s: %v does not wrap %v", tc.name, err, tc.isErr)
-			}
-			if tc.isErr == boom {
-				if errors.Is(err, iface.ErrBadRequest) {
-					t.Errorf("%s: a reader error classed as a bad request", tc.name)
-				}
-			} else if !er.eof {
-				t.Errorf("%s: the reader was not drained", tc.name)
-			}
-			if si := slotInfo(t, b, 0); si.NPast != 0 || len(si.Tokens) != 0 || si.StateSize != minStateSize {
-				t.Errorf("%s: slot not empty after a failed restore: %+v", tc.name, si)
-			}
-			if si := slotInfo(t, b, 2); !slices.Equal(si.Tokens, neighbour.Tokens) {
-				t.Errorf("%s: another slot changed", tc.name)
-			}
-			if _, err := b.Decode(context.Background(), iface.DecodeRequest{NPredict: 1}, nil); !errors.Is(err, iface.ErrBadRequest) {
-				t.Errorf("%s: decode on the failed slot: %v", tc.name, err)
-			}
-		}
+		{"reader error", toks, ea(state, 1000), 0, "connection reset", errReaderFailed},
+		{"reader error in header", toks, ea(state, 3), 0, "offset 3", errReaderFailed},
 	}
-	t.Logf("example: %v", func() error {
-		_, err := b.StatePut(context.Background(), 0, toks, bytes.NewReader(flip(kvStart+kv*7+13)), int64(len(state)))
-		return err
-	}())
+}
+
+// checkMockPutFailed checks what a failed restore of slot 0 left: the
+// error's class, the reader drained unless it failed, the slot empty, slot
+// 2 still holding neighbour.
+func checkMockPutFailed(t *testing.T, b *Backend, tc mockPutFailure, err error, drained bool, neighbour []int32) {
+	t.Helper()
+	if tc.isErr != errReaderFailed && !errors.Is(err, iface.ErrBadRequest) {
+		t.Errorf("%s: %v is not ErrBadRequest", tc.name, err)
+	}
+	if tc.isErr != nil && !errors.Is(err, tc.isErr) {
+		t.Errorf("%s: %v does not wrap %v", tc.name, err, tc.isErr)
+	}
+	if tc.isErr == errReaderFailed {
+		if errors.Is(err, iface.ErrBadRequest) {
+			t.Errorf("%s: a reader error classed as a bad request", tc.name)
+		}
+	} else if !drained {
+		t.Errorf("%s: the reader was not drained", tc.name)
+	}
+	if si := slotInfo(t, b, 0); si.NPast != 0 || len(si.Tokens) != 0 || si.StateSize != minStateSize {
+		t.Errorf("%s: slot not empty after a failed restore: %+v", tc.name, si)
+	}
+	if si := slotInfo(t, b, 2); !slices.Equal(si.Tokens, neighbour) {
+		t.Errorf("%s: another slot changed", tc.name)
+	}
+	if _, err := b.Decode(context.Background(), iface.DecodeRequest{NPredict: 1}, nil); !errors.Is(err, iface.ErrBadRequest) {
+		t.Errorf("%s: decode on the failed slot: %v", tc.name, err)
+	}
 }
 
 func TestStatePutTrailing(t *testing.T) {

@@ -1,0 +1,181 @@
+// Package httpapi is the engine's HTTP side (protocol §8): /health,
+// /version, the models list, /slots, the OpenAI-compatible chat and text
+// completions with server-sent events, and Prometheus /metrics; plus Startup,
+// the handler that answers while the engine is still loading.
+//
+// It serves a host.Server through the small surface host exports for front
+// ends: the backend, the tunables' defaults, Stats, and slots taken from the
+// same table as the Hydra RPC ops (a busy slot is BUSY over RPC and 503
+// here).
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/hydra-engine/hydra-engine/host"
+	"github.com/hydra-engine/hydra-engine/iface"
+)
+
+// api is the HTTP side of one server.
+type api struct {
+	s       *host.Server
+	log     hclog.Logger
+	metrics *metrics
+
+	mu    sync.Mutex
+	tasks map[int]slotTask // the last HTTP completion of each slot, for /slots
+	next  int64            // id of the next task
+}
+
+// slotTask describes the last HTTP completion run on a slot.
+type slotTask struct {
+	id        int64
+	nPrompt   int
+	nDecoded  int
+	nRemain   int // tokens still allowed when it ended; -1 unbounded
+	processed time.Time
+}
+
+// Handler serves s's HTTP side. Call it once per server: it builds the
+// Prometheus registry behind /metrics and installs it as s's Stats observer.
+func Handler(s *host.Server) http.Handler {
+	a := &api{s: s, log: s.Config().Logger.Named("http"), tasks: map[int]slotTask{}}
+	a.metrics = newMetrics(s)
+	s.Stats().SetObserver(a.metrics)
+
+	mux := http.NewServeMux()
+	handle := func(pattern string, h http.HandlerFunc) {
+		c := a.metrics.httpRequests.MustCurryWith(prometheus.Labels{"handler": pattern})
+		mux.Handle(pattern, promhttp.InstrumentHandlerCounter(c, h))
+	}
+	handle("GET /health", a.health)
+	handle("GET /version", a.version)
+	handle("GET /slots", a.listSlots)
+	handle("GET /slots/{id}/state/meta", a.stateMeta)
+	handle("POST /slots/{id}", a.slotAction)
+	handle("GET /v1/models", a.models)
+	handle("GET /models", a.models)
+	handle("POST /v1/chat/completions", a.chatCompletions)
+	handle("POST /chat/completions", a.chatCompletions)
+	handle("POST /v1/completions", a.textCompletions)
+	handle("POST /completions", a.textCompletions)
+	mux.Handle("GET /metrics", a.metrics.handler())
+	return mux
+}
+
+// healthBody is /health's reply (§8, the later form).
+type healthBody struct {
+	Status       string `json:"status"`
+	StartupStage int    `json:"startup_stage"`
+	HasModel     bool   `json:"has_model"`
+	ModelName    string `json:"model_name"`
+	RPCActive    bool   `json:"rpc_active"`
+	Error        string `json:"error,omitempty"`
+}
+
+// health asks the backend for its Info, so a dead or restarting plugin
+// turns the probe to 503 rather than hiding behind a live host. The reason
+// goes to the log, not to the prober: it names the plugin's socket.
+func (a *api) health(w http.ResponseWriter, r *http.Request) {
+	b, info := a.s.Backend()
+	body := healthBody{Status: "ok", StartupStage: StageReady, HasModel: info.Model.Alias != "" || info.Model.Hash != "",
+		ModelName: info.Model.Alias, RPCActive: a.s.RPCActive()}
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	if _, err := b.Info(ctx); err != nil {
+		a.log.Debug("health: the backend does not answer", "error", err)
+		body.Status, body.Error, body.HasModel = "unavailable", "the backend is not answering", false
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusServiceUnavailable, body)
+		return
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+func (a *api) version(w http.ResponseWriter, r *http.Request) {
+	_, info := a.s.Backend()
+	writeJSON(w, http.StatusOK, struct {
+		Version        string `json:"version"`
+		Engine         string `json:"engine"`
+		Backend        string `json:"backend"`
+		BackendVersion string `json:"backend_version"`
+	}{a.s.Config().Version, "hydra-engine", info.Name, info.Version})
+}
+
+func (a *api) models(w http.ResponseWriter, r *http.Request) {
+	_, info := a.s.Backend()
+	type modelMeta struct {
+		iface.ModelIdentity
+		Backend string `json:"backend"`
+		NCtx    int    `json:"n_ctx"`
+		NVocab  int    `json:"n_vocab"`
+	}
+	type model struct {
+		ID      string    `json:"id"`
+		Object  string    `json:"object"`
+		Created int64     `json:"created"`
+		OwnedBy string    `json:"owned_by"`
+		Meta    modelMeta `json:"meta"`
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Object string  `json:"object"`
+		Data   []model `json:"data"`
+	}{"list", []model{{ID: info.Model.Alias, Object: "model", OwnedBy: "hydra-engine",
+		Meta: modelMeta{ModelIdentity: info.Model, Backend: info.Name, NCtx: info.NCtx, NVocab: info.NVocab}}}})
+}
+
+// writeJSON writes v as the whole JSON reply.
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		code, b = http.StatusInternalServerError, []byte(`{"error":"encoding the reply failed"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// writeError writes the flat {"error":msg} of the llama-engine endpoints
+// (/slots…); the OpenAI ones use writeAPIError.
+func writeError(w http.ResponseWriter, code int, msg string) {
+	if code == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, code, map[string]string{"error": msg})
+}
+
+// statusOf maps a slot or backend error to an HTTP status.
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, iface.ErrNoSlot), errors.Is(err, iface.ErrBadRequest):
+		return http.StatusBadRequest
+	case errors.Is(err, iface.ErrBusy):
+		return http.StatusServiceUnavailable
+	case errors.Is(err, iface.ErrNotImplemented):
+		return http.StatusNotImplemented
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// clientMessage is what a client is told of a failed step: the error's own
+// text when it is about the request (a bad slot, a busy one, an unsupported
+// feature, a request the backend refused), else only which step failed. An
+// internal failure's text can name the plugin's socket or files; it goes to
+// the log instead.
+func (a *api) clientMessage(step string, err error) string {
+	if statusOf(err) != http.StatusInternalServerError {
+		return err.Error()
+	}
+	a.log.Error("HTTP request failed", "step", step, "error", err)
+	return step + " failed: internal error in the engine or its backend (the engine log has the details)"
+}

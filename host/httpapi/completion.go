@@ -1,0 +1,382 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/hydra-engine/hydra-engine/host"
+	"github.com/hydra-engine/hydra-engine/iface"
+)
+
+// A completion runs in steps: the body is validated, a slot taken from the
+// host's table, the prompt prefilled into it before any reply byte, then
+// decoded; with "stream":true every token the backend emits goes out at once
+// as a server-sent event.
+
+func (a *api) chatCompletions(w http.ResponseWriter, r *http.Request) { a.complete(w, r, true) }
+func (a *api) textCompletions(w http.ResponseWriter, r *http.Request) { a.complete(w, r, false) }
+
+// usage is OpenAI's token count.
+type usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+// timings is llama-server's, which the coordinator reads.
+type timings struct {
+	PromptN             int     `json:"prompt_n"`
+	PromptMS            float64 `json:"prompt_ms"`
+	PromptPerTokenMS    float64 `json:"prompt_per_token_ms"`
+	PromptPerSecond     float64 `json:"prompt_per_second"`
+	PredictedN          int     `json:"predicted_n"`
+	PredictedMS         float64 `json:"predicted_ms"`
+	PredictedPerTokenMS float64 `json:"predicted_per_token_ms"`
+	PredictedPerSecond  float64 `json:"predicted_per_second"`
+}
+
+func newTimings(nPrompt int, prompt time.Duration, nPred int, pred time.Duration) *timings {
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	per := func(n int, d time.Duration) (perToken, perSecond float64) {
+		if n > 0 && d > 0 {
+			return ms(d) / float64(n), float64(n) / d.Seconds()
+		}
+		return 0, 0
+	}
+	t := &timings{PromptN: nPrompt, PromptMS: ms(prompt), PredictedN: nPred, PredictedMS: ms(pred)}
+	t.PromptPerTokenMS, t.PromptPerSecond = per(nPrompt, prompt)
+	t.PredictedPerTokenMS, t.PredictedPerSecond = per(nPred, pred)
+	return t
+}
+
+// message and choice cover both response shapes; nil fields are omitted.
+type message struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+type choice struct {
+	Index        int      `json:"index"`
+	Message      *message `json:"message,omitempty"` // chat, whole reply
+	Delta        *message `json:"delta,omitempty"`   // chat, streamed chunk
+	Text         *string  `json:"text,omitempty"`    // text completion
+	Logprobs     any      `json:"logprobs"`
+	FinishReason *string  `json:"finish_reason"`
+}
+
+type completionBody struct {
+	ID                string   `json:"id"`
+	Object            string   `json:"object"`
+	Created           int64    `json:"created"`
+	Model             string   `json:"model"`
+	SystemFingerprint string   `json:"system_fingerprint"`
+	Choices           []choice `json:"choices"`
+	Usage             *usage   `json:"usage,omitempty"`
+	Timings           *timings `json:"timings,omitempty"`
+	IDSlot            *int     `json:"id_slot,omitempty"`
+}
+
+// finishReason maps a backend stop reason to OpenAI's.
+func finishReason(stop string) string {
+	if stop == "eos" {
+		return "stop"
+	}
+	return "length" // "length", "n_tokens_limit"
+}
+
+// errStopString ends a decode whose text reached a stop string.
+var errStopString = errors.New("stop string reached")
+
+// completionRun is one completion in flight, holding its slot.
+type completionRun struct {
+	a    *api
+	ctx  context.Context // the request's: cancelled when the client goes
+	b    iface.Backend
+	info iface.BackendInfo
+	c    completion
+	slot int
+
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	body    completionBody // the fields every reply and chunk shares
+	started bool           // SSE headers sent
+
+	nPrompt  int           // tokens in the slot after the prefill
+	prompt   time.Duration // the prefill's time
+	nPredict int           // tokens the decode may generate
+}
+
+// complete runs one completion. Until the decode starts streaming, a
+// failure is the reply; after that it is a final error event.
+func (a *api) complete(w http.ResponseWriter, r *http.Request, chat bool) {
+	b, info := a.s.Backend()
+	c, err := a.readCompletion(w, r, chat, info)
+	if err != nil {
+		writeAPIError(w, a.apiErrorOf("reading the request", err))
+		return
+	}
+	slot, err := a.takeSlot(c.slot)
+	if err != nil {
+		writeAPIError(w, a.apiErrorOf("taking a slot", err))
+		return
+	}
+	defer a.s.ReleaseSlot(slot)
+	rn := &completionRun{a: a, ctx: r.Context(), b: b, info: info, c: c, slot: slot,
+		w: w, rc: http.NewResponseController(w), body: newCompletionBody(c, info)}
+	if err := rn.prefill(); err != nil {
+		writeAPIError(w, a.apiErrorOf("evaluating the prompt", err))
+		return
+	}
+	rn.generate()
+}
+
+// readCompletion reads and validates the body against the engine's defaults.
+func (a *api) readCompletion(w http.ResponseWriter, r *http.Request, chat bool, info iface.BackendInfo) (completion, error) {
+	body, err := readBody(w, r, a.s.Config().MaxJSONBytes)
+	if err != nil {
+		return completion{}, err
+	}
+	tun := a.s.Tunables()
+	return parseCompletion(body, chat, tun.Sampler(), tun.NPredict(), info)
+}
+
+// takeSlot takes the slot asked for, or an idle one for slot -1.
+func (a *api) takeSlot(slot int) (int, error) {
+	if slot < 0 {
+		return a.acquireIdle()
+	}
+	return slot, a.s.AcquireSlot(slot)
+}
+
+// newCompletionBody fills the fields every reply and chunk of c shares.
+func newCompletionBody(c completion, info iface.BackendInfo) completionBody {
+	body := completionBody{ID: newCompletionID(c.chat), Object: "text_completion", Created: time.Now().Unix(),
+		Model: info.Model.Alias, SystemFingerprint: fingerprint(info)}
+	switch {
+	case c.chat && c.stream:
+		body.Object = "chat.completion.chunk"
+	case c.chat:
+		body.Object = "chat.completion"
+	}
+	return body
+}
+
+// prefill evaluates the prompt into the slot. It runs before any byte of the
+// reply, so a bad prompt gets a real HTTP status even when streaming.
+func (rn *completionRun) prefill() error {
+	rn.c.prefill.Slot = rn.slot
+	start := time.Now()
+	res, err := rn.b.Prefill(rn.ctx, rn.c.prefill)
+	if err != nil {
+		return err
+	}
+	rn.prompt = time.Since(start)
+	rn.nPrompt = len(res.Slot.Tokens)
+	rn.a.s.Stats().CountTokens(host.PhasePrefill, rn.nPrompt, rn.prompt)
+	rn.nPredict = rn.c.nPredict
+	if rn.nPredict < 0 { // until EOS or the context is full
+		rn.nPredict = math.MaxInt32
+		if rn.info.NCtx > 0 {
+			rn.nPredict = max(rn.info.NCtx-res.Slot.NPast, 0)
+		}
+	}
+	return nil
+}
+
+// generate decodes and replies: one JSON body, or the rest of the stream.
+func (rn *completionRun) generate() {
+	taskID := rn.a.beginTask(rn.slot, rn.nPrompt, rn.nPredict)
+	if rn.c.stream {
+		if err := rn.startStream(); err != nil {
+			return // the client is gone
+		}
+	}
+	start := time.Now()
+	text, nGen, reason, err := rn.decode()
+	elapsed := time.Since(start)
+	rn.a.endTask(rn.slot, taskID, nGen, rn.nPredict)
+	if err != nil {
+		if rn.ctx.Err() == nil { // else the client went away: nobody to tell
+			rn.fail(err)
+		}
+		return
+	}
+	rn.a.s.Stats().CountTokens(host.PhaseDecode, nGen, elapsed)
+	u := &usage{PromptTokens: rn.nPrompt, CompletionTokens: nGen, TotalTokens: rn.nPrompt + nGen}
+	tm := newTimings(rn.nPrompt, rn.prompt, nGen, elapsed)
+	if rn.c.stream {
+		rn.finishStream(reason, u, tm)
+		return
+	}
+	rn.reply(text, reason, u, tm)
+}
+
+// reply writes a whole (non-streamed) completion.
+func (rn *completionRun) reply(text, reason string, u *usage, tm *timings) {
+	ch := choice{FinishReason: &reason}
+	if rn.c.chat {
+		ch.Message = &message{Role: "assistant", Content: &text}
+	} else {
+		ch.Text = &text
+	}
+	slot := rn.slot
+	rn.body.Choices, rn.body.Usage, rn.body.Timings, rn.body.IDSlot = []choice{ch}, u, tm, &slot
+	writeJSON(rn.w, http.StatusOK, rn.body)
+}
+
+func newCompletionID(chat bool) string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	if chat {
+		return "chatcmpl-" + hex.EncodeToString(b[:])
+	}
+	return "cmpl-" + hex.EncodeToString(b[:])
+}
+
+// fingerprint names the backend and model that answered, as OpenAI's
+// system_fingerprint names a configuration.
+func fingerprint(info iface.BackendInfo) string {
+	h := info.Model.Hash
+	if len(h) > 12 {
+		h = h[:12]
+	}
+	return fmt.Sprintf("%s-%s-%s", info.Name, info.Version, h)
+}
+
+// decode generates up to nPredict tokens into the slot, streaming them when
+// asked, and returns the text shown, the tokens generated and OpenAI's
+// finish_reason. nPredict 0 (the coordinator's prefill-only call) decodes
+// nothing.
+func (rn *completionRun) decode() (string, int, string, error) {
+	if rn.nPredict == 0 {
+		return "", 0, "length", nil
+	}
+	ts := &textStream{stops: rn.c.stops}
+	var text strings.Builder
+	n := 0
+	req := iface.DecodeRequest{Slot: rn.slot, NPredict: rn.nPredict, Sampler: rn.c.sampler}
+	res, err := rn.b.Decode(rn.ctx, req, func(t iface.Token) error {
+		n++
+		out, stopped := ts.push(t.Text)
+		text.WriteString(out)
+		if rn.c.stream && out != "" {
+			if err := rn.chunk(out, nil); err != nil {
+				return err
+			}
+		}
+		if stopped {
+			return errStopString
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errStopString):
+		return text.String(), n, "stop", nil
+	case err != nil:
+		return text.String(), n, "", err
+	}
+	rest := ts.flush()
+	text.WriteString(rest)
+	if rn.c.stream && rest != "" {
+		if err := rn.chunk(rest, nil); err != nil {
+			return text.String(), n, "", err
+		}
+	}
+	return text.String(), n, finishReason(res.StopReason), nil
+}
+
+// startStream sends the SSE headers and, for chat, the role-only first
+// chunk OpenAI clients expect.
+func (rn *completionRun) startStream() error {
+	h := rn.w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no") // keep reverse proxies from batching events
+	rn.w.WriteHeader(http.StatusOK)
+	rn.started = true
+	if !rn.c.chat {
+		return rn.rc.Flush()
+	}
+	empty := ""
+	return rn.event(rn.chunkBody(&message{Role: "assistant", Content: &empty}, nil, nil))
+}
+
+// chunkBody is one streamed chunk with a delta (chat) or text.
+func (rn *completionRun) chunkBody(delta *message, text *string, reason *string) completionBody {
+	b := rn.body
+	ch := choice{Delta: delta, Text: text, FinishReason: reason}
+	if rn.c.chat && delta == nil {
+		ch.Delta = &message{}
+	}
+	b.Choices = []choice{ch}
+	return b
+}
+
+// chunk streams a piece of generated text.
+func (rn *completionRun) chunk(s string, reason *string) error {
+	if rn.c.chat {
+		return rn.event(rn.chunkBody(&message{Content: &s}, nil, reason))
+	}
+	return rn.event(rn.chunkBody(nil, &s, reason))
+}
+
+// finishStream sends the chunk carrying finish_reason (with llama-server's
+// timings), the usage chunk if asked for, and [DONE].
+func (rn *completionRun) finishStream(reason string, u *usage, tm *timings) {
+	var last completionBody
+	if rn.c.chat {
+		last = rn.chunkBody(nil, nil, &reason)
+	} else {
+		empty := ""
+		last = rn.chunkBody(nil, &empty, &reason)
+	}
+	slot := rn.slot
+	last.Timings, last.IDSlot = tm, &slot
+	if rn.event(last) != nil {
+		return
+	}
+	if rn.c.includeUsage {
+		ub := rn.body
+		ub.Choices, ub.Usage = []choice{}, u
+		if rn.event(ub) != nil {
+			return
+		}
+	}
+	if _, err := rn.w.Write([]byte("data: [DONE]\n\n")); err == nil {
+		_ = rn.rc.Flush()
+	}
+}
+
+// fail reports a failed decode: as the reply when nothing was sent yet, else
+// as a final {"error":…} event, which OpenAI clients raise as an APIError.
+// Either way the client learns what failed, the log why (clientMessage).
+func (rn *completionRun) fail(err error) {
+	e := rn.a.apiErrorOf("generating the completion", err)
+	if !rn.started {
+		writeAPIError(rn.w, e)
+		return
+	}
+	_ = rn.event(map[string]*apiError{"error": e})
+}
+
+// event writes one SSE event and flushes it to the client.
+func (rn *completionRun) event(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 0, len(b)+8)
+	buf = append(append(append(buf, "data: "...), b...), "\n\n"...)
+	if _, err := rn.w.Write(buf); err != nil {
+		return err
+	}
+	return rn.rc.Flush()
+}

@@ -1,0 +1,166 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+)
+
+// decodeJSON decodes a request body into v, a pointer to a struct, and
+// words a failure for the client: which field, what it expected, where the
+// JSON broke. encoding/json's own messages name the Go types it decodes into
+// ("…of type []host.ChatMessage"), which mean nothing to a client and show
+// the engine's insides.
+func decodeJSON(body []byte, v any) error {
+	if err := json.Unmarshal(body, v); err != nil {
+		return badRequest("%s", jsonErrorText(err, reflect.TypeOf(v)))
+	}
+	return nil
+}
+
+// jsonErrorText says in JSON terms why decoding into root failed.
+func jsonErrorText(err error, root reflect.Type) string {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Sprintf("request body is not valid JSON: %s (at offset %d)", se.Error(), se.Offset)
+	case errors.As(err, &te):
+		return typeErrorText(te, root)
+	default:
+		return "request body could not be decoded as JSON"
+	}
+}
+
+// typeErrorText words a value of the wrong JSON type.
+func typeErrorText(te *json.UnmarshalTypeError, root reflect.Type) string {
+	got := jsonValueText(te.Value)
+	if te.Field == "" {
+		return "request body must be a JSON object, got " + got
+	}
+	want := indirect(te.Type)
+	if ft := indirect(fieldType(root, te.Field)); ft != nil && ft != want &&
+		(ft.Kind() == reflect.Slice || ft.Kind() == reflect.Array) && indirect(ft.Elem()) == want {
+		return fmt.Sprintf("field %s: expected an array of %s, got an element that is %s", te.Field, jsonPlural(want), got)
+	}
+	if isInteger(want) {
+		if num, ok := strings.CutPrefix(te.Value, "number "); ok && !strings.ContainsAny(num, ".eE") {
+			return fmt.Sprintf("field %s: %s is out of range", te.Field, num)
+		}
+		return fmt.Sprintf("field %s: expected an integer, got %s", te.Field, got)
+	}
+	return fmt.Sprintf("field %s: expected %s, got %s", te.Field, jsonKindText(want), got)
+}
+
+// jsonValueText names the JSON value UnmarshalTypeError.Value describes:
+// "string", "number", "number 1.5", "bool", "array", "object".
+func jsonValueText(v string) string {
+	if num, ok := strings.CutPrefix(v, "number "); ok {
+		return num
+	}
+	switch v {
+	case "string":
+		return "a string"
+	case "number":
+		return "a number"
+	case "bool":
+		return "a boolean"
+	case "array":
+		return "an array"
+	case "object":
+		return "an object"
+	}
+	return "a value of another type"
+}
+
+// jsonKindText names the JSON value a Go type decodes from.
+func jsonKindText(t reflect.Type) string {
+	switch {
+	case t == nil:
+		return "a value of another type"
+	case isInteger(t):
+		return "an integer"
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	}
+	return "a value of another type"
+}
+
+// jsonPlural is jsonKindText for "an array of …".
+func jsonPlural(t reflect.Type) string {
+	s := jsonKindText(t)
+	for _, article := range []string{"a ", "an "} {
+		if rest, ok := strings.CutPrefix(s, article); ok {
+			return rest + "s"
+		}
+	}
+	return s
+}
+
+func isInteger(t reflect.Type) bool {
+	if t == nil {
+		return false
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return true
+	}
+	return false
+}
+
+// indirect looks through pointers.
+func indirect(t reflect.Type) reflect.Type {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t
+}
+
+// fieldType is the Go type at a dotted JSON field path (as
+// UnmarshalTypeError.Field gives it) below t, looking through pointers and
+// array elements; nil when the path leads nowhere.
+func fieldType(t reflect.Type, path string) reflect.Type {
+	for name := range strings.SplitSeq(path, ".") {
+		t = indirect(t)
+		for t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+			t = indirect(t.Elem())
+		}
+		if t == nil || t.Kind() != reflect.Struct {
+			return nil
+		}
+		f, ok := jsonField(t, name)
+		if !ok {
+			return nil
+		}
+		t = f.Type
+	}
+	return t
+}
+
+// jsonField finds the field of struct t that JSON key name decodes into.
+func jsonField(t reflect.Type, name string) (reflect.StructField, bool) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		key, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if key == "" {
+			key = f.Name
+		}
+		if f.IsExported() && strings.EqualFold(key, name) {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
+}

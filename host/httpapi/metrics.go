@@ -1,0 +1,190 @@
+package httpapi
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/hydra-engine/hydra-engine/host"
+)
+
+// Metric names. The transfer histograms carry a "direction" label (get, put)
+// and seconds buckets fine enough to sit beside the coordinator's
+// hydra_save_kv_rpc_seconds on one dashboard. GET counts every state the
+// engine streams out: STATE_GET and the blob of a PREFILL reply.
+const (
+	metricRequests        = "hydra_engine_requests_total"
+	metricRequestSeconds  = "hydra_engine_request_seconds_total"
+	metricTransferSeconds = "hydra_engine_state_transfer_seconds"
+	metricTransferBytes   = "hydra_engine_state_transfer_bytes"
+	metricTransferFailed  = "hydra_engine_state_transfer_failures_total"
+	metricTransferWait    = "hydra_engine_state_transfer_backend_wait_seconds_total"
+	metricChunkSize       = "hydra_engine_state_chunk_size_bytes"
+	metricRestarts        = "hydra_engine_plugin_restarts_total"
+	metricSlots           = "hydra_engine_slots"
+	metricSlotsBusy       = "hydra_engine_slots_busy"
+	metricTokens          = "hydra_engine_tokens_total"
+	metricTokenSeconds    = "hydra_engine_token_seconds_total"
+	metricTokensPerSecond = "hydra_engine_tokens_per_second"
+	metricInfo            = "hydra_engine_info"
+	metricHTTPRequests    = "hydra_engine_http_requests_total"
+)
+
+// metrics is the engine's Prometheus side, on a registry of its own (no
+// global state, so tests and several servers in one process do not clash).
+// Counters and gauges are read from the server's Stats, slots and tunables at
+// scrape time; histograms are fed per event as its host.StatsObserver.
+type metrics struct {
+	s   *host.Server
+	reg *prometheus.Registry
+
+	transferSeconds *prometheus.HistogramVec
+	transferBytes   *prometheus.HistogramVec
+	tokensPerSecond *prometheus.HistogramVec
+	httpRequests    *prometheus.CounterVec
+
+	requests, requestSeconds, transferFailed, transferWait, chunkSize, restarts *prometheus.Desc
+	slots, slotsBusy, tokens, tokenSeconds, info                                *prometheus.Desc
+}
+
+func newMetrics(s *host.Server) *metrics {
+	m := &metrics{
+		s:   s,
+		reg: prometheus.NewRegistry(),
+		transferSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    metricTransferSeconds,
+			Help:    "Duration of completed state transfers (get: STATE_GET and PREFILL blobs, put: STATE_PUT).",
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2, 4, 8, 15, 30, 60, 120, 300},
+		}, []string{"direction"}),
+		transferBytes: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    metricTransferBytes,
+			Help:    "Payload bytes of completed state transfers.",
+			Buckets: prometheus.ExponentialBuckets(64<<10, 4, 9), // 64 KiB … 4 GiB
+		}, []string{"direction"}),
+		tokensPerSecond: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    metricTokensPerSecond,
+			Help:    "Throughput of each prefill or decode, in tokens per second.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 20), // 1 … 524288
+		}, []string{"phase"}),
+		httpRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricHTTPRequests,
+			Help: "HTTP requests by route and status code.",
+		}, []string{"handler", "code"}),
+		requests: prometheus.NewDesc(metricRequests,
+			"Hydra RPC requests by op and reply status (ABORTED: the connection was cut mid-request).",
+			[]string{"op", "status"}, nil),
+		requestSeconds: prometheus.NewDesc(metricRequestSeconds,
+			"Time spent serving Hydra RPC requests, by op and reply status.", []string{"op", "status"}, nil),
+		transferFailed: prometheus.NewDesc(metricTransferFailed,
+			"State transfers that failed.", []string{"direction"}, nil),
+		transferWait: prometheus.NewDesc(metricTransferWait,
+			"Time completed state transfers spent waiting on the backend plugin (shm data plane); the rest of "+
+				metricTransferSeconds+"_sum is socket work or waiting on the client.", []string{"direction"}, nil),
+		chunkSize: prometheus.NewDesc(metricChunkSize,
+			"state_chunk_size the next state transfer uses (CONFIGURE).", nil, nil),
+		restarts: prometheus.NewDesc(metricRestarts,
+			"Relaunches of the backend plugin.", nil, nil),
+		slots: prometheus.NewDesc(metricSlots,
+			"Slots (sequences) of the backend.", nil, nil),
+		slotsBusy: prometheus.NewDesc(metricSlotsBusy,
+			"Slots held by an operation (processing or transferring).", nil, nil),
+		tokens: prometheus.NewDesc(metricTokens,
+			"Tokens prefilled or decoded; divide its rate by hydra_engine_token_seconds_total's for tokens per second.",
+			[]string{"phase"}, nil),
+		tokenSeconds: prometheus.NewDesc(metricTokenSeconds,
+			"Time spent prefilling or decoding.", []string{"phase"}, nil),
+		info: prometheus.NewDesc(metricInfo,
+			"The engine's version, backend and resident model (value 1).",
+			[]string{"version", "backend", "backend_version", "model_alias", "model_hash"}, nil),
+	}
+	m.reg.MustRegister(m, m.transferSeconds, m.transferBytes, m.tokensPerSecond, m.httpRequests,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// handler serves the registry in the Prometheus text (or OpenMetrics) format.
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg, EnableOpenMetrics: true})
+}
+
+// direction is a transfer's "direction" label.
+func direction(put bool) string {
+	if put {
+		return "put"
+	}
+	return "get"
+}
+
+// Transfer observes a completed transfer; failures are counted by Stats.
+func (m *metrics) Transfer(put bool, bytes int64, d time.Duration, err error) {
+	if err != nil {
+		return
+	}
+	dir := direction(put)
+	m.transferSeconds.WithLabelValues(dir).Observe(d.Seconds())
+	m.transferBytes.WithLabelValues(dir).Observe(float64(bytes))
+}
+
+// Tokens observes one prefill or decode.
+func (m *metrics) Tokens(phase string, n int, d time.Duration) {
+	m.tokensPerSecond.WithLabelValues(phase).Observe(float64(n) / d.Seconds())
+}
+
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{m.requests, m.requestSeconds, m.transferFailed, m.transferWait, m.chunkSize,
+		m.restarts, m.slots, m.slotsBusy, m.tokens, m.tokenSeconds, m.info} {
+		ch <- d
+	}
+}
+
+// Collect reads the running totals at scrape time.
+func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+	m.collectRequests(ch)
+	m.collectTransfers(ch)
+	s := m.s
+	ch <- prometheus.MustNewConstMetric(m.chunkSize, prometheus.GaugeValue, float64(s.Tunables().StateChunkSize()))
+	ch <- prometheus.MustNewConstMetric(m.restarts, prometheus.CounterValue, float64(s.Stats().PluginRestarts()))
+	slots, busy := s.Slots(), 0
+	for _, v := range slots {
+		if v.Processing || v.Transferring {
+			busy++
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(m.slots, prometheus.GaugeValue, float64(len(slots)))
+	ch <- prometheus.MustNewConstMetric(m.slotsBusy, prometheus.GaugeValue, float64(busy))
+	prefill, decode := s.Stats().Tokens()
+	for phase, t := range map[string]host.TokenStats{host.PhasePrefill: prefill, host.PhaseDecode: decode} {
+		ch <- prometheus.MustNewConstMetric(m.tokens, prometheus.CounterValue, float64(t.Tokens), phase)
+		ch <- prometheus.MustNewConstMetric(m.tokenSeconds, prometheus.CounterValue, t.Seconds, phase)
+	}
+	_, info := s.Backend()
+	ch <- prometheus.MustNewConstMetric(m.info, prometheus.GaugeValue, 1,
+		s.Config().Version, info.Name, info.Version, info.Model.Alias, info.Model.Hash)
+}
+
+// collectRequests reads the Hydra RPC request counters.
+func (m *metrics) collectRequests(ch chan<- prometheus.Metric) {
+	for k, v := range m.s.Stats().Requests() {
+		st := k.Status.String()
+		if k.Aborted {
+			st = "ABORTED"
+		}
+		op := k.Op.String()
+		ch <- prometheus.MustNewConstMetric(m.requests, prometheus.CounterValue, float64(v.Count), op, st)
+		ch <- prometheus.MustNewConstMetric(m.requestSeconds, prometheus.CounterValue, v.Seconds, op, st)
+	}
+}
+
+// collectTransfers reads the state transfer counters.
+func (m *metrics) collectTransfers(ch chan<- prometheus.Metric) {
+	get, put := m.s.Stats().Transfers()
+	for dir, t := range map[string]host.TransferStats{"get": get, "put": put} {
+		ch <- prometheus.MustNewConstMetric(m.transferFailed, prometheus.CounterValue, float64(t.Failed), dir)
+		ch <- prometheus.MustNewConstMetric(m.transferWait, prometheus.CounterValue, t.BackendWait, dir)
+	}
+}
+
+var _ host.StatsObserver = (*metrics)(nil)

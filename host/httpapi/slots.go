@@ -1,0 +1,160 @@
+package httpapi
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"time"
+
+	"github.com/hydra-engine/hydra-engine/host"
+	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/transport"
+)
+
+// slotStatus is one element of /slots: llama-server's fields that mean
+// something here, plus the host's view (n_past, state size, transferring).
+type slotStatus struct {
+	ID             int         `json:"id"`
+	IDTask         int64       `json:"id_task"`
+	NCtx           int         `json:"n_ctx"`
+	Speculative    bool        `json:"speculative"`
+	IsProcessing   bool        `json:"is_processing"`
+	IsTransferring bool        `json:"is_transferring"`
+	NPast          int         `json:"n_past"`
+	StateSize      int64       `json:"state_size"`
+	NPromptTokens  int         `json:"n_prompt_tokens"`
+	NextToken      []nextToken `json:"next_token"`
+}
+
+type nextToken struct {
+	HasNextToken bool `json:"has_next_token"`
+	HasNewLine   bool `json:"has_new_line"`
+	NRemain      int  `json:"n_remain"`
+	NDecoded     int  `json:"n_decoded"`
+}
+
+// listSlots answers from the slot table, so it never waits for a busy slot.
+// The task fields describe the slot's last HTTP completion (id_task -1: none).
+func (a *api) listSlots(w http.ResponseWriter, r *http.Request) {
+	_, info := a.s.Backend()
+	views := a.s.Slots()
+	out := make([]slotStatus, len(views))
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i, v := range views {
+		ss := slotStatus{ID: i, IDTask: -1, NCtx: info.NCtx, IsProcessing: v.Processing,
+			IsTransferring: v.Transferring, NPast: v.NPast, StateSize: v.StateSize}
+		nt := nextToken{NRemain: -1}
+		if t, ok := a.tasks[i]; ok {
+			ss.IDTask, ss.NPromptTokens = t.id, t.nPrompt
+			nt.NRemain, nt.NDecoded = t.nRemain, t.nDecoded
+		}
+		ss.NextToken = []nextToken{nt}
+		out[i] = ss
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// pathSlot reads {id} like the RPC keys are read and returns the slot's
+// view; a bad or unknown id is §8's 400 {"error":"invalid slot ID"}.
+func (a *api) pathSlot(w http.ResponseWriter, r *http.Request) (int, host.SlotView, bool) {
+	slot, err := host.ParseSlotKey(r.PathValue("id"))
+	views := a.s.Slots()
+	if err != nil || slot < 0 || slot >= len(views) {
+		writeError(w, http.StatusBadRequest, iface.ErrNoSlot.Error())
+		return 0, host.SlotView{}, false
+	}
+	return slot, views[slot], true
+}
+
+// stateMeta is STATE_META over HTTP, with the model identity the
+// coordinator's cross-model guard reads.
+func (a *api) stateMeta(w http.ResponseWriter, r *http.Request) {
+	slot, v, ok := a.pathSlot(w, r)
+	if !ok {
+		return
+	}
+	_, info := a.s.Backend()
+	m := transport.NewMeta().Add("slot_id", slot).Add("n_past", v.NPast).Add("state_size", v.StateSize).
+		Add("is_processing", v.Processing).Add("is_transferring", v.Transferring).AddFields(info.Model)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(append(m.Bytes(), '\n'))
+}
+
+// slotAction runs POST /slots/{id}?action=…; only erase exists here (state
+// moves over Hydra RPC, not through llama-server's save/restore files).
+func (a *api) slotAction(w http.ResponseWriter, r *http.Request) {
+	slot, _, ok := a.pathSlot(w, r)
+	if !ok {
+		return
+	}
+	if action := r.URL.Query().Get("action"); action != "erase" {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid action %q: only erase is supported", action))
+		return
+	}
+	if err := a.s.AcquireSlot(slot); err != nil {
+		writeError(w, statusOf(err), err.Error())
+		return
+	}
+	defer a.s.ReleaseSlot(slot)
+	nErased := 0
+	if views := a.s.Slots(); slot < len(views) { // a backend restart may have shrunk the table
+		nErased = views[slot].NPast // held now: no operation changes it
+	}
+	b, _ := a.s.Backend()
+	if err := b.ClearSlot(r.Context(), slot); err != nil {
+		writeError(w, statusOf(err), a.clientMessage("erasing the slot", err))
+		return
+	}
+	a.mu.Lock()
+	delete(a.tasks, slot)
+	a.mu.Unlock()
+	writeJSON(w, http.StatusOK, struct {
+		IDSlot  int `json:"id_slot"`
+		NErased int `json:"n_erased"`
+	}{slot, nErased})
+}
+
+// acquireIdle takes an idle slot for a completion that named none, as
+// processing. It prefers an empty slot, then the one HTTP used least
+// recently, and only then a slot HTTP never used: those hold sequences put
+// there over Hydra RPC, which the coordinator may still want.
+func (a *api) acquireIdle() (int, error) {
+	a.mu.Lock()
+	used := make(map[int]int64, len(a.tasks))
+	for i, t := range a.tasks {
+		used[i] = t.processed.UnixNano()
+	}
+	a.mu.Unlock()
+	return a.s.AcquireIdleSlot(func(slot int, v host.SlotView) int64 {
+		switch last, ok := used[slot]; {
+		case v.NPast == 0:
+			return math.MinInt64
+		case ok:
+			return last
+		default:
+			return math.MaxInt64
+		}
+	})
+}
+
+// beginTask records a completion on slot for /slots and returns its id.
+func (a *api) beginTask(slot, nPrompt, nRemain int) int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	id := a.next
+	a.next++
+	a.tasks[slot] = slotTask{id: id, nPrompt: nPrompt, nRemain: nRemain, processed: time.Now()}
+	return id
+}
+
+// endTask records how the completion id on slot ended, unless a later one
+// took its place.
+func (a *api) endTask(slot int, id int64, nDecoded, nPredict int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if t, ok := a.tasks[slot]; ok && t.id == id {
+		t.nDecoded, t.nRemain, t.processed = nDecoded, max(nPredict-nDecoded, 0), time.Now()
+		a.tasks[slot] = t
+	}
+}

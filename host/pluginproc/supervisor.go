@@ -1,0 +1,156 @@
+package pluginproc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/hydra-engine/hydra-engine/host"
+	"github.com/hydra-engine/hydra-engine/iface"
+)
+
+// Supervisor keeps a backend plugin running: go-plugin does not restart a
+// plugin that dies, so the supervisor notices the exit, answers requests with
+// a clear error meanwhile, and relaunches with exponential backoff (the model
+// is loaded again). Slots come back empty; the host's tunables are untouched.
+type Supervisor struct {
+	spec PluginSpec
+	load iface.LoadRequest
+	opts Options
+	log  hclog.Logger
+
+	// Backoff bounds between relaunch attempts; PollInterval is how often
+	// the plugin process is checked.
+	MinBackoff, MaxBackoff, PollInterval time.Duration
+
+	mu       sync.Mutex
+	cur      *Plugin
+	watching bool
+	ctx      context.Context
+	cancel   context.CancelFunc
+	done     chan struct{}
+}
+
+// StartSupervised launches the first plugin; a failure here is returned, not
+// retried, so a misconfigured engine fails fast at start.
+func StartSupervised(ctx context.Context, spec PluginSpec, load iface.LoadRequest, opts Options, logger hclog.Logger) (*Supervisor, error) {
+	p, err := StartPlugin(ctx, spec, load, opts, logger)
+	if err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	return &Supervisor{
+		spec: spec, load: load, opts: opts, log: logger,
+		MinBackoff: 500 * time.Millisecond, MaxBackoff: 30 * time.Second, PollInterval: 100 * time.Millisecond,
+		cur: p, ctx: sctx, cancel: cancel, done: make(chan struct{}),
+	}, nil
+}
+
+// Plugin returns the plugin running now.
+func (sv *Supervisor) Plugin() *Plugin {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	return sv.cur
+}
+
+// Watch relaunches the plugin into srv whenever it exits, until Close.
+func (sv *Supervisor) Watch(srv *host.Server) {
+	sv.mu.Lock()
+	sv.watching = true
+	sv.mu.Unlock()
+	go func() {
+		defer close(sv.done)
+		t := time.NewTicker(sv.PollInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-sv.ctx.Done():
+				return
+			case <-t.C:
+			}
+			p := sv.Plugin()
+			if !p.Exited() {
+				continue
+			}
+			sv.restart(srv, p)
+		}
+	}()
+}
+
+func (sv *Supervisor) restart(srv *host.Server, dead *Plugin) {
+	sv.log.Error("backend plugin exited; relaunching", "backend", dead.Spec.Name)
+	srv.SetBackend(downBackend{name: dead.Spec.Name}, dead.Info)
+	dead.Kill() // reap its process group and data plane
+	backoff := sv.MinBackoff
+	for attempt := 1; ; attempt++ {
+		p, err := StartPlugin(sv.ctx, sv.spec, sv.load, sv.opts, sv.log)
+		if err == nil {
+			sv.mu.Lock()
+			sv.cur = p
+			sv.mu.Unlock()
+			srv.SetBackend(p.Backend, p.Info)
+			srv.Stats().PluginRestart()
+			sv.log.Info("backend plugin relaunched", "backend", p.Spec.Name, "attempt", attempt)
+			return
+		}
+		if sv.ctx.Err() != nil {
+			return
+		}
+		sv.log.Error("relaunching backend plugin failed", "attempt", attempt, "retry_in", backoff, "error", err)
+		select {
+		case <-sv.ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, sv.MaxBackoff)
+	}
+}
+
+// Close stops watching and kills the plugin.
+func (sv *Supervisor) Close() {
+	sv.cancel()
+	sv.mu.Lock()
+	watching := sv.watching
+	sv.mu.Unlock()
+	if watching {
+		<-sv.done
+	}
+	sv.Plugin().Kill()
+}
+
+// errBackendDown answers requests while the plugin is being relaunched.
+var errBackendDown = errors.New("backend is restarting after a crash")
+
+// downBackend stands in for a dead plugin: slots are empty, everything else
+// fails with a clear error.
+type downBackend struct{ name string }
+
+func (d downBackend) err() error { return fmt.Errorf("%s: %w", d.name, errBackendDown) }
+
+func (d downBackend) Load(context.Context, iface.LoadRequest) (iface.BackendInfo, error) {
+	return iface.BackendInfo{}, d.err()
+}
+func (d downBackend) Info(context.Context) (iface.BackendInfo, error) {
+	return iface.BackendInfo{}, d.err()
+}
+func (d downBackend) Slot(_ context.Context, slot int) (iface.SlotInfo, error) {
+	return iface.SlotInfo{Slot: slot}, nil
+}
+func (d downBackend) ClearSlot(context.Context, int) error { return nil }
+func (d downBackend) Prefill(context.Context, iface.PrefillRequest) (iface.PrefillResult, error) {
+	return iface.PrefillResult{}, d.err()
+}
+func (d downBackend) Decode(context.Context, iface.DecodeRequest, func(iface.Token) error) (iface.DecodeResult, error) {
+	return iface.DecodeResult{}, d.err()
+}
+func (d downBackend) StateGet(context.Context, int, int, io.Writer) (int64, error) { return 0, d.err() }
+func (d downBackend) StatePut(_ context.Context, _ int, _ []int32, r io.Reader, _ int64) (int64, error) {
+	return 0, d.err()
+}
+func (d downBackend) SetExpertMode(context.Context, string) (string, error) { return "", d.err() }
+func (d downBackend) SwapQuant(context.Context, string, string) error       { return d.err() }

@@ -1,0 +1,323 @@
+//go:build linux
+
+package shm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/hydra-engine/hydra-engine/iface"
+	backendv1 "github.com/hydra-engine/hydra-engine/iface/proto/hydra/backend/v1"
+)
+
+// Client is the host's Backend for a plugin that serves the shared-memory
+// plane: StateGet and StatePut move their bytes through the rings and pipes
+// of its Host, every other call (and a StateGet without a chunk size) goes
+// over gRPC as the embedded client's.
+type Client struct {
+	*iface.GRPCClient
+	rpc  backendv1.BackendClient
+	host *Host
+	// What the plugin takes (DataPlane): restores through pipes, at chunk
+	// sizes up to pipeMax (0: any), from up to pipes pipes in turn.
+	pipe    bool
+	pipeMax int64
+	pipes   int
+
+	// Test hooks, set by Connect to the product's behaviour: depth buffers
+	// in flight (0: ringDepth's auto rule, 1: serial), restores from sockets
+	// kept on the ring (noSplice), and how far ahead a restore read into the
+	// ring warms it (warm, 0: off).
+	depth    int
+	noSplice bool
+	warm     int
+}
+
+var _ iface.Backend = (*Client)(nil)
+
+// ErrNotServed is Connect's answer for a plugin that does not serve the
+// shared-memory plane (started without the socket, or speaking another
+// control format): the caller uses gRPC streams.
+var ErrNotServed = errors.New("shm data plane: not served by the plugin")
+
+// Connect asks the plugin behind gc whether it serves the shared-memory plane
+// and returns the Backend that uses h for it, or ErrNotServed.
+func Connect(ctx context.Context, gc *iface.GRPCClient, h *Host) (*Client, error) {
+	rpc := backendv1.NewBackendClient(gc.Conn())
+	resp, err := rpc.DataPlane(ctx, &backendv1.DataPlaneRequest{})
+	switch {
+	case errors.Is(iface.FromStatus(err), iface.ErrNotImplemented):
+		return nil, ErrNotServed
+	case err != nil:
+		return nil, iface.FromStatus(err)
+	case !resp.GetShm() || resp.GetCtrlVersion() != ctrlVersion:
+		return nil, ErrNotServed
+	}
+	return &Client{
+		GRPCClient: gc, rpc: rpc, host: h,
+		pipe: resp.GetPipePut(), pipeMax: resp.GetPipePutMaxChunk(),
+		pipes: int(min(max(resp.GetPipePutMaxPipes(), 1), splicePipes)),
+		warm:  putWarm,
+	}, nil
+}
+
+// Splices describes how the plugin takes restores from sockets, for the
+// engine's startup log: "false" (the ring), "true" (a pipe at every chunk
+// size) or "up to N-byte chunks".
+func (c *Client) Splices() string {
+	switch {
+	case !c.splices():
+		return "false"
+	case c.pipeMax > 0:
+		return fmt.Sprintf("up to %d-byte chunks", c.pipeMax)
+	}
+	return "true"
+}
+
+func (c *Client) splices() bool { return c.pipe && !c.noSplice }
+
+// splicesAt reports whether a restore from a socket whose ring would have
+// chunk-byte buffers goes through a pipe instead.
+func (c *Client) splicesAt(chunk int) bool {
+	return c.splices() && (c.pipeMax <= 0 || int64(chunk) <= c.pipeMax)
+}
+
+// StateGet streams the slot's state to w through a ring of chunkSize-byte
+// buffers; chunkSize <= 0 asks for gRPC messages as large as they go.
+func (c *Client) StateGet(ctx context.Context, slot int, chunkSize int, w io.Writer) (int64, error) {
+	if chunkSize <= 0 {
+		return c.GRPCClient.StateGet(ctx, slot, chunkSize, w)
+	}
+	return c.stateGetShm(ctx, slot, chunkSize, w)
+}
+
+// StatePut restores size bytes of r into the slot: spliced from the client's
+// socket into pipes the plugin reads where it takes them, else through the
+// ring.
+func (c *Client) StatePut(ctx context.Context, slot int, tokens []int32, r io.Reader, size int64) (int64, error) {
+	if size < 0 {
+		return 0, fmt.Errorf("%w: negative state size %d", iface.ErrBadRequest, size)
+	}
+	return c.statePutShm(ctx, slot, tokens, r, size)
+}
+
+type shmResult struct {
+	n   int64
+	err error
+}
+
+func (c *Client) stateGetShm(ctx context.Context, slot, chunk int, w io.Writer) (int64, error) {
+	t, err := c.host.begin(chunk, ringDepth(c.depth, chunk, 0))
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	resc := make(chan shmResult, 1)
+	go func() {
+		resp, err := c.rpc.StateGetShm(ctx, &backendv1.StateGetShmRequest{
+			Slot:     int64(slot),
+			Transfer: shmTransfer(t),
+		})
+		t.failed(err)
+		resc <- shmResult{resp.GetWritten(), err}
+	}()
+	var written int64
+	var werr, cerr error // cerr: why the control loop stopped short of END
+	ended := false
+	clock := traceOf(ctx)
+loop:
+	for {
+		waited := clock.now()
+		kind, k, n, err := t.ctrl.recv()
+		clock.since(waited)
+		if err != nil {
+			cerr = err
+			break // the plugin closed its end: its result says why
+		}
+		switch kind {
+		case msgFilled:
+			if int(k) >= t.ring.depth || n > uint64(t.ring.chunk) {
+				werr = fmt.Errorf("shm data plane: bad buffer (%d, %d) from the plugin", k, n)
+				break loop
+			}
+			// Buffers the plugin has already filled after this one, next in
+			// the mapping, go out in the same write: one syscall, and one
+			// wake-up of the client, for several small chunks.
+			last, end := k, uint64(k)*uint64(t.ring.chunk)+n
+			for n == uint64(t.ring.chunk) && int(last)+1 < t.ring.depth {
+				m, ok, err := t.ctrl.poll()
+				if err != nil || !ok {
+					break // an error shows again at the next recv
+				}
+				if m.kind != msgFilled || m.k != last+1 || m.n > uint64(t.ring.chunk) {
+					t.ctrl.unpoll(m)
+					break
+				}
+				last, n, end = m.k, m.n, end+m.n
+			}
+			m, err := w.Write(t.ring.mem[uint64(k)*uint64(t.ring.chunk) : end])
+			written += int64(m)
+			if err != nil {
+				werr = err
+				break loop
+			}
+			for j := k; j <= last; j++ {
+				if err := t.ctrl.post(msgFree, j, 0); err != nil {
+					break loop // the plugin is gone; its result says why
+				}
+			}
+		case msgEnd:
+			ended = uint64(written) == n
+			if !ended {
+				werr = fmt.Errorf("shm data plane: plugin announced %d bytes, sent %d", n, written)
+			}
+			break loop
+		default: // msgAbort: the plugin failed; its result says why
+			cerr = fmt.Errorf("control message %d", kind)
+			break loop
+		}
+	}
+	if werr != nil {
+		_ = t.ctrl.send(msgAbort, 0, 0)
+		cancel()
+	}
+	res := <-resc
+	t.finish(werr == nil && res.err == nil && ended)
+	switch {
+	case werr != nil:
+		return written, werr
+	case res.err != nil:
+		return written, iface.FromStatus(res.err)
+	case !ended:
+		// Say what ended the control loop. Once seen when a read raced the
+		// plugin's END and close (ctrlConn.recv looks twice since).
+		return written, fmt.Errorf("shm data plane: plugin finished without ending the transfer (control socket: %v)", cerr)
+	case res.n != written:
+		return written, fmt.Errorf("shm data plane: plugin wrote %d bytes, host received %d", res.n, written)
+	}
+	return written, nil
+}
+
+func (c *Client) statePutShm(ctx context.Context, slot int, tokens []int32, r io.Reader, size int64) (int64, error) {
+	chunk := transferChunk(ctx)
+	if chunk <= 0 {
+		chunk = putChunk
+	}
+	if src, ok := r.(SocketSource); ok && c.splicesAt(chunk) {
+		return c.statePutPipe(ctx, slot, tokens, src, size)
+	}
+	chunk = int(min(int64(chunk), max(size, 1)))
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if src, ok := r.(SocketSource); ok && !c.noSplice && size > 0 && src.Network() == "tcp" {
+		rl, err := startRelay(ctx, src, size)
+		if err != nil {
+			return 0, err
+		}
+		defer rl.stop()
+		r = rl
+	}
+	t, err := c.host.begin(chunk, ringDepth(c.depth, chunk, size))
+	if err != nil {
+		return 0, err
+	}
+	resc := make(chan shmResult, 1)
+	go func() {
+		resp, err := c.rpc.StatePutShm(ctx, &backendv1.StatePutShmRequest{
+			Slot: int64(slot), Tokens: tokens, Size: size,
+			Transfer: shmTransfer(t),
+		})
+		t.failed(err)
+		resc <- shmResult{resp.GetConsumed(), err}
+	}()
+	var sent int64
+	var rerr error
+	pluginDone := false
+	clock := traceOf(ctx)
+	var warm *warmer
+	wsrc, _ := r.(SocketSource)
+	// At most the ring less a buffer: never round to the bytes being written.
+	if ahead := min(c.warm, t.ring.size()-t.ring.chunk); ahead > 0 && wsrc != nil {
+		warm = newWarmer(t.ring.mem, ahead)
+	}
+	for seq, inflight := 0, 0; sent < size; seq++ {
+		if inflight == t.ring.depth {
+			waited := clock.now()
+			for inflight == t.ring.depth && !pluginDone {
+				kind, _, _, err := t.ctrl.recv()
+				if err != nil || kind != msgFree {
+					pluginDone = true // stopped reading: failed or finished early
+				}
+				inflight--
+			}
+			clock.since(waited)
+		}
+		if pluginDone {
+			break
+		}
+		k := seq % t.ring.depth
+		n := int(min(int64(t.ring.chunk), size-sent))
+		var m int
+		var err error
+		if warm != nil {
+			m, err = fillWarm(wsrc, t.ring.buf(k)[:n], warm, k*t.ring.chunk)
+		} else {
+			m, err = io.ReadFull(r, t.ring.buf(k)[:n])
+		}
+		sent += int64(m)
+		if err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				err = fmt.Errorf("state reader ended after %d of %d bytes: %w", sent, size, io.ErrUnexpectedEOF)
+			}
+			rerr = err
+			break
+		}
+		if err := t.ctrl.post(msgFilled, uint32(k), uint64(n)); err != nil {
+			pluginDone = true
+			break
+		}
+		inflight++
+	}
+	endPut(t.ctrl, sent, rerr, pluginDone)
+	res := <-resc
+	t.finish(rerr == nil && res.err == nil)
+	return putResult(res, rerr, pluginDone)
+}
+
+// endPut tells the plugin how the feeding of a restore ended: ABORT when the
+// state's reader failed (the plugin then fails and empties the slot before
+// its call returns, so the caller, waiting for that call, never races a
+// running restore), END with the byte count unless the plugin stopped first.
+func endPut(ctrl *ctrlConn, sent int64, rerr error, pluginDone bool) {
+	if rerr != nil {
+		_ = ctrl.send(msgAbort, 0, 0)
+	} else if !pluginDone {
+		_ = ctrl.send(msgEnd, 0, uint64(sent))
+	}
+}
+
+// putResult is what a restore came to once the plugin's call returned.
+func putResult(res shmResult, rerr error, pluginDone bool) (int64, error) {
+	switch {
+	case rerr != nil:
+		return 0, rerr
+	case res.err != nil:
+		return 0, iface.FromStatus(res.err)
+	case pluginDone:
+		return 0, errors.New("shm data plane: plugin stopped reading before the end of the state")
+	}
+	return res.n, nil
+}
+
+// shmTransfer describes t's ring to the plugin.
+func shmTransfer(t *hostTransfer) *backendv1.ShmTransfer {
+	return &backendv1.ShmTransfer{Id: t.id, ChunkSize: int64(t.ring.chunk), Depth: int64(t.ring.depth), CtrlVersion: ctrlVersion}
+}
+
+// putChunk is the ring buffer size for restores the host was given no chunk
+// size for: socket reads land in it directly, so it only needs to be large
+// enough to amortise the messages.
+const putChunk = 4 << 20
