@@ -108,6 +108,8 @@ type shmResult struct {
 	err error
 }
 
+// stateGetShm streams the slot's state through a ring: the plugin fills
+// buffers, the host writes them to w and frees them, until END.
 func (c *Client) stateGetShm(ctx context.Context, slot, chunk int, w io.Writer) (int64, error) {
 	t, err := c.host.begin(chunk, ringDepth(c.depth, chunk, 0))
 	if err != nil {
@@ -124,83 +126,103 @@ func (c *Client) stateGetShm(ctx context.Context, slot, chunk int, w io.Writer) 
 		t.failed(err)
 		resc <- shmResult{resp.GetWritten(), err}
 	}()
-	var written int64
-	var werr, cerr error // cerr: why the control loop stopped short of END
-	ended := false
-	clock := traceOf(ctx)
-loop:
-	for {
-		waited := clock.now()
-		kind, k, n, err := t.ctrl.recv()
-		clock.since(waited)
-		if err != nil {
-			cerr = err
-			break // the plugin closed its end: its result says why
-		}
-		switch kind {
-		case msgFilled:
-			if int(k) >= t.ring.depth || n > uint64(t.ring.chunk) {
-				werr = fmt.Errorf("shm data plane: bad buffer (%d, %d) from the plugin", k, n)
-				break loop
-			}
-			// Buffers the plugin has already filled after this one, next in
-			// the mapping, go out in the same write: one syscall, and one
-			// wake-up of the client, for several small chunks.
-			last, end := k, uint64(k)*uint64(t.ring.chunk)+n
-			for n == uint64(t.ring.chunk) && int(last)+1 < t.ring.depth {
-				m, ok, err := t.ctrl.poll()
-				if err != nil || !ok {
-					break // an error shows again at the next recv
-				}
-				if m.kind != msgFilled || m.k != last+1 || m.n > uint64(t.ring.chunk) {
-					t.ctrl.unpoll(m)
-					break
-				}
-				last, n, end = m.k, m.n, end+m.n
-			}
-			m, err := w.Write(t.ring.mem[uint64(k)*uint64(t.ring.chunk) : end])
-			written += int64(m)
-			if err != nil {
-				werr = err
-				break loop
-			}
-			for j := k; j <= last; j++ {
-				if err := t.ctrl.post(msgFree, j, 0); err != nil {
-					break loop // the plugin is gone; its result says why
-				}
-			}
-		case msgEnd:
-			ended = uint64(written) == n
-			if !ended {
-				werr = fmt.Errorf("shm data plane: plugin announced %d bytes, sent %d", n, written)
-			}
-			break loop
-		default: // msgAbort: the plugin failed; its result says why
-			cerr = fmt.Errorf("control message %d", kind)
-			break loop
-		}
-	}
-	if werr != nil {
+	g := t.sendFilled(traceOf(ctx), w)
+	if g.werr != nil {
 		_ = t.ctrl.send(msgAbort, 0, 0)
 		cancel()
 	}
 	res := <-resc
-	t.finish(werr == nil && res.err == nil && ended)
-	switch {
-	case werr != nil:
-		return written, werr
-	case res.err != nil:
-		return written, iface.FromStatus(res.err)
-	case !ended:
-		// Say what ended the control loop. Once seen when a read raced the
-		// plugin's END and close (ctrlConn.recv looks twice since).
-		return written, fmt.Errorf("shm data plane: plugin finished without ending the transfer (control socket: %v)", cerr)
-	case res.n != written:
-		return written, fmt.Errorf("shm data plane: plugin wrote %d bytes, host received %d", res.n, written)
-	}
-	return written, nil
+	t.finish(g.werr == nil && res.err == nil && g.ended)
+	return g.written, g.result(res)
 }
 
+// getLoop is how a STATE_GET's control loop ended: the bytes written to the
+// client, werr (the host's own failure: the client's socket, a bad message),
+// cerr (why the loop stopped short of END) and whether END came and matched.
+type getLoop struct {
+	written    int64
+	werr, cerr error
+	ended      bool
+}
+
+// sendFilled writes each buffer the plugin reports filled to w and frees
+// it, until END, ABORT or a failure.
+func (t *hostTransfer) sendFilled(clock waitClock, w io.Writer) (g getLoop) {
+	for {
+		waited := clock.now()
+		kind, k, n, err := t.ctrl.recv()
+		clock.since(waited)
+		switch {
+		case err != nil:
+			g.cerr = err // the plugin closed its end: its result says why
+			return g
+		case kind == msgEnd:
+			if g.ended = uint64(g.written) == n; !g.ended {
+				g.werr = fmt.Errorf("shm data plane: plugin announced %d bytes, sent %d", n, g.written)
+			}
+			return g
+		case kind != msgFilled: // msgAbort: the plugin failed; its result says why
+			g.cerr = fmt.Errorf("control message %d", kind)
+			return g
+		case int(k) >= t.ring.depth || n > uint64(t.ring.chunk):
+			g.werr = fmt.Errorf("shm data plane: bad buffer (%d, %d) from the plugin", k, n)
+			return g
+		}
+		last, end := t.filledRun(k, n)
+		m, err := w.Write(t.ring.mem[uint64(k)*uint64(t.ring.chunk) : end])
+		g.written += int64(m)
+		if err != nil {
+			g.werr = err
+			return g
+		}
+		for j := k; j <= last; j++ {
+			if t.ctrl.post(msgFree, j, 0) != nil {
+				return g // the plugin is gone; its result says why
+			}
+		}
+	}
+}
+
+// filledRun extends buffer k (n bytes) with the buffers the plugin has
+// already filled after it, next in the mapping, so they go out in one write:
+// one syscall, and one wake-up of the client, for several small chunks. It
+// returns the last buffer of the run and the end of its bytes in the ring.
+func (t *hostTransfer) filledRun(k uint32, n uint64) (last uint32, end uint64) {
+	chunk := uint64(t.ring.chunk)
+	last, end = k, uint64(k)*chunk+n
+	for n == chunk && int(last)+1 < t.ring.depth {
+		m, ok, err := t.ctrl.poll()
+		if err != nil || !ok {
+			break // an error shows again at the next recv
+		}
+		if m.kind != msgFilled || m.k != last+1 || m.n > chunk {
+			t.ctrl.unpoll(m)
+			break
+		}
+		last, n, end = m.k, m.n, end+m.n
+	}
+	return last, end
+}
+
+// result is the STATE_GET's outcome once the plugin's call returned.
+func (g getLoop) result(res shmResult) error {
+	switch {
+	case g.werr != nil:
+		return g.werr
+	case res.err != nil:
+		return iface.FromStatus(res.err)
+	case !g.ended:
+		// Say what ended the control loop (a read once raced the plugin's
+		// END and close; ctrlConn.recv looks twice since).
+		return fmt.Errorf("shm data plane: plugin finished without ending the transfer (control socket: %v)", g.cerr)
+	case res.n != g.written:
+		return fmt.Errorf("shm data plane: plugin wrote %d bytes, host received %d", res.n, g.written)
+	}
+	return nil
+}
+
+// statePutShm restores size bytes of r into the slot: through pipes where
+// the plugin takes them from r's socket, else through a ring.
 func (c *Client) statePutShm(ctx context.Context, slot int, tokens []int32, r io.Reader, size int64) (int64, error) {
 	chunk := transferChunk(ctx)
 	if chunk <= 0 {
@@ -233,16 +255,29 @@ func (c *Client) statePutShm(ctx context.Context, slot int, tokens []int32, r io
 		t.failed(err)
 		resc <- shmResult{resp.GetConsumed(), err}
 	}()
-	var sent int64
-	var rerr error
-	pluginDone := false
-	clock := traceOf(ctx)
-	var warm *warmer
-	wsrc, _ := r.(SocketSource)
-	// At most the ring less a buffer: never round to the bytes being written.
-	if ahead := min(c.warm, t.ring.size()-t.ring.chunk); ahead > 0 && wsrc != nil {
-		warm = newWarmer(t.ring.mem, ahead)
+	sent, rerr, pluginDone := t.fillRing(traceOf(ctx), c.ringFiller(r, t), size)
+	endPut(t.ctrl, sent, rerr, pluginDone)
+	res := <-resc
+	t.finish(rerr == nil && res.err == nil)
+	return putResult(res, rerr, pluginDone)
+}
+
+// ringFiller returns how buffers of t's ring are filled from r: a socket
+// read by the host warms the ring ahead of its copy (at most the ring less a
+// buffer, never round to the bytes being written), anything else is read.
+func (c *Client) ringFiller(r io.Reader, t *hostTransfer) func(buf []byte, at int) (int, error) {
+	src, ok := r.(SocketSource)
+	if ahead := min(c.warm, t.ring.size()-t.ring.chunk); ahead > 0 && ok {
+		warm := newWarmer(t.ring.mem, ahead)
+		return func(buf []byte, at int) (int, error) { return fillWarm(src, buf, warm, at) }
 	}
+	return func(buf []byte, _ int) (int, error) { return io.ReadFull(r, buf) }
+}
+
+// fillRing fills the ring's buffers in turn with fill and posts each to the
+// plugin, waiting for a free buffer when all are in flight. rerr is the
+// reader failing or ending early; pluginDone the plugin no longer reading.
+func (t *hostTransfer) fillRing(clock waitClock, fill func(buf []byte, at int) (int, error), size int64) (sent int64, rerr error, pluginDone bool) {
 	for seq, inflight := 0, 0; sent < size; seq++ {
 		if inflight == t.ring.depth {
 			waited := clock.now()
@@ -256,35 +291,24 @@ func (c *Client) statePutShm(ctx context.Context, slot int, tokens []int32, r io
 			clock.since(waited)
 		}
 		if pluginDone {
-			break
+			return sent, nil, true
 		}
 		k := seq % t.ring.depth
 		n := int(min(int64(t.ring.chunk), size-sent))
-		var m int
-		var err error
-		if warm != nil {
-			m, err = fillWarm(wsrc, t.ring.buf(k)[:n], warm, k*t.ring.chunk)
-		} else {
-			m, err = io.ReadFull(r, t.ring.buf(k)[:n])
-		}
+		m, err := fill(t.ring.buf(k)[:n], k*t.ring.chunk)
 		sent += int64(m)
 		if err != nil {
 			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 				err = fmt.Errorf("state reader ended after %d of %d bytes: %w", sent, size, io.ErrUnexpectedEOF)
 			}
-			rerr = err
-			break
+			return sent, err, false
 		}
-		if err := t.ctrl.post(msgFilled, uint32(k), uint64(n)); err != nil {
-			pluginDone = true
-			break
+		if t.ctrl.post(msgFilled, uint32(k), uint64(n)) != nil {
+			return sent, nil, true
 		}
 		inflight++
 	}
-	endPut(t.ctrl, sent, rerr, pluginDone)
-	res := <-resc
-	t.finish(rerr == nil && res.err == nil)
-	return putResult(res, rerr, pluginDone)
+	return sent, nil, false
 }
 
 // endPut tells the plugin how the feeding of a restore ended: ABORT when the

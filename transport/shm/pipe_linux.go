@@ -228,13 +228,9 @@ func (t *pipeSet) feed(ctx context.Context, src SocketSource, size int64, tell f
 	}
 	cur := t.cursor(tell)
 	clock := traceOf(ctx)
-	fds := make([]int, len(t.w)) // not Fd(): that would make them blocking
-	for i, w := range t.w {
-		raw, err := w.SyscallConn()
-		if err != nil {
-			return sent, err, false
-		}
-		raw.Control(func(fd uintptr) { fds[i] = int(fd) }) // t.w stays open until feed returns
+	fds, err := t.fds()
+	if err != nil {
+		return 0, err, false
 	}
 	if b := min(int64(src.Buffered()), size); b > 0 {
 		buf := make([]byte, b)
@@ -243,73 +239,22 @@ func (t *pipeSet) feed(ctx context.Context, src SocketSource, size int64, tell f
 		if err != nil {
 			return sent, short(err), false
 		}
-		for len(buf) > 0 {
-			// Without waiting in the write: with several pipes the plugin
-			// reads this one only once told of its bytes.
-			w, werr := unix.Write(fds[cur.k], buf[:cur.limit(int64(len(buf)))])
-			switch {
-			case werr == unix.EAGAIN:
-				if cur.waitRoom(clock) != nil {
-					return sent, ctx.Err(), true
-				}
-				continue
-			case werr == unix.EINTR:
-				continue
-			case werr != nil:
-				return sent, ctx.Err(), true
-			}
-			buf = buf[w:]
-			if cur.wrote(w) != nil {
-				return sent, ctx.Err(), true
-			}
+		if cur.write(fds, buf, clock) != nil {
+			return sent, ctx.Err(), true
 		}
 	}
 	for sent < size {
-		moved, full, gone := 0, false, false
-		pfd, want := fds[cur.k], cur.limit(min(size-sent, int64(t.size/2)))
-		// EAGAIN means a full pipe or an empty socket. Only this loop writes
-		// to the pipe, so once it was seen with room it keeps it, and EAGAIN
-		// then means the socket (the plugin may have emptied the pipe between
-		// the splice and the look: waiting on the socket then could wait for
-		// bytes that have long arrived).
-		room := false
-		err := src.ReadSocket(func(sfd uintptr) (int, bool, error) {
-			for {
-				n, err := unix.Splice(int(sfd), nil, pfd, nil, int(want),
-					unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK|unix.SPLICE_F_MORE)
-				switch {
-				case err == unix.EINTR:
-					continue
-				case err == unix.EAGAIN && room:
-					return 0, false, nil // the socket: wait for it
-				case err == unix.EAGAIN:
-					if full = pipeFull(pfd); full {
-						return 0, true, nil
-					}
-					room = true
-					continue
-				case err == unix.EPIPE: // the plugin closed the pipe
-					gone = true
-					return 0, true, nil
-				case err != nil:
-					return 0, true, os.NewSyscallError("splice", err)
-				case n == 0:
-					return 0, true, io.ErrUnexpectedEOF // the client closed its end
-				}
-				moved = int(n)
-				return moved, true, nil
-			}
-		})
-		sent += int64(moved)
-		if moved > 0 && cur.wrote(moved) != nil {
+		s := spliceOnce(src, fds[cur.k], cur.limit(min(size-sent, int64(t.size/2))))
+		sent += int64(s.moved)
+		if s.moved > 0 && cur.wrote(s.moved) != nil {
 			return sent, ctx.Err(), true
 		}
 		switch {
-		case gone:
+		case s.gone:
 			return sent, ctx.Err(), true
-		case err != nil:
-			return sent, short(err), false
-		case full:
+		case s.err != nil:
+			return sent, short(s.err), false
+		case s.full:
 			if cur.waitRoom(clock) != nil {
 				return sent, ctx.Err(), true
 			}
@@ -319,6 +264,91 @@ func (t *pipeSet) feed(ctx context.Context, src SocketSource, size int64, tell f
 		return sent, ctx.Err(), true
 	}
 	return sent, nil, false
+}
+
+// fds are the pipes' write ends as raw descriptors, for splice and write
+// (not Fd(): that would make them blocking; t.w stays open while feed runs).
+func (t *pipeSet) fds() ([]int, error) {
+	fds := make([]int, len(t.w))
+	for i, w := range t.w {
+		raw, err := w.SyscallConn()
+		if err != nil {
+			return nil, err
+		}
+		raw.Control(func(fd uintptr) { fds[i] = int(fd) })
+	}
+	return fds, nil
+}
+
+// write puts buf, bytes the source held in memory, into the pipes without
+// waiting in the write (with several pipes the plugin reads one only once
+// told of its bytes). An error: the reader is gone.
+func (c *pipeCursor) write(fds []int, buf []byte, clock waitClock) error {
+	for len(buf) > 0 {
+		w, werr := unix.Write(fds[c.k], buf[:c.limit(int64(len(buf)))])
+		switch {
+		case werr == unix.EAGAIN:
+			if err := c.waitRoom(clock); err != nil {
+				return err
+			}
+			continue
+		case werr == unix.EINTR:
+			continue
+		case werr != nil:
+			return werr
+		}
+		buf = buf[w:]
+		if err := c.wrote(w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// spliced is what one spliceOnce did: bytes moved, the pipe found full, the
+// plugin gone (EPIPE), or the socket's error.
+type spliced struct {
+	moved      int
+	full, gone bool
+	err        error
+}
+
+// spliceOnce splices up to want bytes from src's socket into the pipe pfd,
+// waiting for the socket when it is empty. EAGAIN means a full pipe or an
+// empty socket. Only this loop writes to the pipe, so once it was seen with
+// room it keeps it, and EAGAIN then means the socket (the plugin may have
+// emptied the pipe between the splice and the look: waiting on the socket
+// then could wait for bytes that have long arrived).
+func spliceOnce(src SocketSource, pfd int, want int64) (s spliced) {
+	room := false
+	s.err = src.ReadSocket(func(sfd uintptr) (int, bool, error) {
+		for {
+			n, err := unix.Splice(int(sfd), nil, pfd, nil, int(want),
+				unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK|unix.SPLICE_F_MORE)
+			switch {
+			case err == unix.EINTR:
+				continue
+			case err == unix.EAGAIN && room:
+				return 0, false, nil // the socket: wait for it
+			case err == unix.EAGAIN:
+				if s.full = pipeFull(pfd); s.full {
+					return 0, true, nil
+				}
+				room = true
+				continue
+			case err == unix.EPIPE: // the plugin closed the pipe
+				s.gone = true
+				return 0, true, nil
+			case err != nil:
+				return 0, true, os.NewSyscallError("splice", err)
+			case n == 0:
+				return 0, true, io.ErrUnexpectedEOF // the client closed its end
+			}
+			s.moved = int(n)
+			return s.moved, true, nil
+		}
+	})
+	return s
 }
 
 // waitRoom waits in the poller until the current pipe has room, having told
