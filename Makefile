@@ -40,9 +40,10 @@ build:
 
 # The engine on BACKEND (mock), Hydra RPC on RPC (tcp://127.0.0.1:9510), HTTP on
 # HTTP (127.0.0.1:8080; make run HTTP=:9090, or HTTP= for none).
-# make run BACKEND=cuda-llama MODEL=bin/tiny.gguf builds the llama plugin first.
-MODEL ?=
-run: build $(if $(filter cuda-llama,$(BACKEND)),build-llama)
+# make run BACKEND=cuda-llama builds the llama plugin first and, without a
+# MODEL, runs the tests' tiny random-weight model (bin/tiny.gguf).
+MODEL ?= $(if $(filter cuda-llama,$(BACKEND)),$(BIN)/tiny.gguf)
+run: build $(if $(filter cuda-llama,$(BACKEND)),build-llama $(if $(filter $(BIN)/tiny.gguf,$(MODEL)),$(BIN)/tiny.gguf))
 	$(BIN)/hydra-engine --rpc $(RPC) --http '$(HTTP)' --backend $(BACKEND) $(if $(MODEL),--model $(MODEL)) $(ARGS)
 
 test: vet staticcheck unit race fuzz-brief test-llama bench-test

@@ -37,7 +37,8 @@ build-llama:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/gguf-gen
 
 # bin/tiny.gguf, the tests' random-weight model: make run BACKEND=cuda-llama MODEL=bin/tiny.gguf
-tiny-model:
+tiny-model: $(BIN)/tiny.gguf
+$(BIN)/tiny.gguf:
 	@mkdir -p $(BIN)
 	$(GO) run ./cmd/gguf-gen -o $(BIN)/tiny.gguf
 

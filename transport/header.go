@@ -1,5 +1,6 @@
-// Package transport implements the Hydra RPC wire framing (see
-// ../shared/hydra-protocol.md §1) and the listeners and client used to carry it.
+// Package transport implements the Hydra RPC wire (framing, the state blob
+// wrapper, reply meta; docs/protocol.md) and the listeners and client used to
+// carry it.
 package transport
 
 import (
