@@ -64,6 +64,8 @@ func main() {
 	}
 }
 
+// run serves c's backend plugin over Hydra RPC and HTTP until a signal or a
+// failed listener stops it, then shuts everything down within the grace.
 func run(c *Config, logger hclog.Logger) error {
 	spec, err := pluginproc.ResolvePlugin(c.Backend, c.PluginDir)
 	if err != nil {
@@ -71,55 +73,25 @@ func run(c *Config, logger hclog.Logger) error {
 	}
 	// Listen before loading, so a taken port fails fast; HTTP answers 503
 	// with the startup stage while the model loads (§8).
-	var listeners []net.Listener
-	defer func() {
-		for _, l := range listeners {
-			l.Close()
-		}
-	}()
-	var lopts []transport.Option
-	if c.TLSCert != "" {
-		tc, err := transport.ServerTLSConfig(c.TLSCert, c.TLSKey, c.TLSClientCA)
-		if err != nil {
-			return err
-		}
-		lopts = append(lopts, transport.WithTLS(tc))
-	}
-	for _, u := range c.RPC {
-		l, err := transport.Listen(u, lopts...)
-		if err != nil {
-			return fmt.Errorf("rpc %s: %w", u, err)
-		}
-		listeners = append(listeners, l)
+	listeners, err := listenRPC(c)
+	defer closeListeners(listeners)
+	if err != nil {
+		return err
 	}
 	startup := httpapi.NewStartup()
 	errc := make(chan error, len(listeners)+1)
-	var hs *http.Server
-	if c.HTTP != "" {
-		hl, err := net.Listen("tcp", c.HTTP)
-		if err != nil {
-			return fmt.Errorf("http %s: %w", c.HTTP, err)
-		}
-		// No write timeout: a streamed completion lasts as long as it decodes.
-		hs = &http.Server{Handler: startup, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: c.IdleTimeout}
+	hs, err := serveStartupHTTP(c, logger, startup, errc)
+	if err != nil {
+		return err
+	}
+	if hs != nil {
 		defer hs.Close()
-		logger.Info("serving HTTP", "addr", hl.Addr().String())
-		go func() {
-			if err := hs.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errc <- err
-			}
-		}()
 	}
 	startup.SetStage(httpapi.StageListening)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	startup.SetStage(httpapi.StageLoading)
-	logger.Info("starting backend", "backend", spec.Name, "path", spec.Path, "options", c.BackendOpts)
-	// The supervisor relaunches a plugin that dies (counted in /metrics); a
-	// plugin that fails at start fails the engine.
-	sv, err := pluginproc.StartSupervised(ctx, spec, iface.LoadRequest{Model: c.Model, NSlots: c.Slots, Options: c.BackendOpts},
-		pluginproc.Options{DataPlane: c.DataPlane, SHA256: c.BackendSHA256}, logger)
+	sv, err := startBackend(ctx, c, spec, startup, logger)
 	if err != nil {
 		if ctx.Err() != nil { // SIGTERM/SIGINT while loading: a clean stop
 			logger.Info("stopped while starting the backend", "error", err)
@@ -128,10 +100,90 @@ func run(c *Config, logger hclog.Logger) error {
 		return err
 	}
 	defer sv.Close()
+
+	srv, rpc := serveRPC(c, logger, sv.Plugin(), listeners, errc)
+	sv.Watch(srv)
+	startup.Ready(httpapi.Handler(srv))
+
+	err = waitForStop(ctx, c, logger, errc)
+	shutdown(c, hs, srv, rpc)
+	return err
+}
+
+// listenRPC opens a listener for every --rpc URL, with TLS when a
+// certificate is configured, and returns those it opened even on failure so
+// the caller closes them.
+func listenRPC(c *Config) ([]net.Listener, error) {
+	var lopts []transport.Option
+	if c.TLSCert != "" {
+		tc, err := transport.ServerTLSConfig(c.TLSCert, c.TLSKey, c.TLSClientCA)
+		if err != nil {
+			return nil, err
+		}
+		lopts = append(lopts, transport.WithTLS(tc))
+	}
+	var listeners []net.Listener
+	for _, u := range c.RPC {
+		l, err := transport.Listen(u, lopts...)
+		if err != nil {
+			return listeners, fmt.Errorf("rpc %s: %w", u, err)
+		}
+		listeners = append(listeners, l)
+	}
+	return listeners, nil
+}
+
+// closeListeners closes every listener, the engine's last step on any return.
+func closeListeners(listeners []net.Listener) {
+	for _, l := range listeners {
+		l.Close()
+	}
+}
+
+// serveStartupHTTP starts the HTTP server, when one is configured, on the
+// startup handler that reports the loading stage until the engine is ready;
+// a failure of the server is sent on errc.
+func serveStartupHTTP(c *Config, logger hclog.Logger, startup *httpapi.Startup, errc chan<- error) (*http.Server, error) {
+	if c.HTTP == "" {
+		return nil, nil
+	}
+	hl, err := net.Listen("tcp", c.HTTP)
+	if err != nil {
+		return nil, fmt.Errorf("http %s: %w", c.HTTP, err)
+	}
+	// No write timeout: a streamed completion lasts as long as it decodes.
+	hs := &http.Server{Handler: startup, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: c.IdleTimeout}
+	logger.Info("serving HTTP", "addr", hl.Addr().String())
+	go func() {
+		if err := hs.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- err
+		}
+	}()
+	return hs, nil
+}
+
+// startBackend launches the backend plugin under a supervisor and loads the
+// model, moving the startup stage from loading to loaded.
+func startBackend(ctx context.Context, c *Config, spec pluginproc.PluginSpec, startup *httpapi.Startup, logger hclog.Logger) (*pluginproc.Supervisor, error) {
+	startup.SetStage(httpapi.StageLoading)
+	logger.Info("starting backend", "backend", spec.Name, "path", spec.Path, "options", c.BackendOpts)
+	// The supervisor relaunches a plugin that dies (counted in /metrics); a
+	// plugin that fails at start fails the engine.
+	sv, err := pluginproc.StartSupervised(ctx, spec, iface.LoadRequest{Model: c.Model, NSlots: c.Slots, Options: c.BackendOpts},
+		pluginproc.Options{DataPlane: c.DataPlane, SHA256: c.BackendSHA256}, logger)
+	if err != nil {
+		return nil, err
+	}
 	p := sv.Plugin()
 	startup.SetStage(httpapi.StageLoaded)
 	logger.Info("backend loaded", "backend", p.Info.Name, "model", p.Info.Model.Alias, "hash", p.Info.Model.Hash, "slots", p.Info.NSlots)
+	return sv, nil
+}
 
+// serveRPC builds the Hydra server on the loaded plugin and serves it on
+// every listener, sending each listener's end on errc; the returned group
+// waits for them all.
+func serveRPC(c *Config, logger hclog.Logger, p *pluginproc.Plugin, listeners []net.Listener, errc chan<- error) (*host.Server, *sync.WaitGroup) {
 	tun := host.NewTunables()
 	tun.SetStateChunkSize(c.StateChunkSize)
 	srv := host.NewServer(p.Backend, p.Info, tun, host.Config{
@@ -149,16 +201,25 @@ func run(c *Config, logger hclog.Logger) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); errc <- srv.Serve(l) }()
 	}
-	sv.Watch(srv)
-	startup.Ready(httpapi.Handler(srv))
+	return srv, &wg
+}
 
+// waitForStop blocks until a signal asks the engine to stop or a listener
+// ends, and returns that listener's error.
+func waitForStop(ctx context.Context, c *Config, logger hclog.Logger, errc <-chan error) error {
 	select {
 	case <-ctx.Done():
 		logger.Info("shutting down", "grace", c.ShutdownGrace)
-	case err = <-errc:
+		return nil
+	case err := <-errc:
 		logger.Error("listener failed", "error", err)
+		return err
 	}
-	// HTTP requests (streamed completions) and RPC requests share the grace.
+}
+
+// shutdown gives HTTP requests (streamed completions) and RPC requests one
+// shared grace to finish, and waits for both servers to stop.
+func shutdown(c *Config, hs *http.Server, srv *host.Server, rpc *sync.WaitGroup) {
 	var hwg sync.WaitGroup
 	if hs != nil {
 		gctx, cancel := context.WithTimeout(context.Background(), c.ShutdownGrace)
@@ -168,8 +229,7 @@ func run(c *Config, logger hclog.Logger) error {
 	}
 	srv.Shutdown(c.ShutdownGrace)
 	hwg.Wait()
-	wg.Wait()
-	return err
+	rpc.Wait()
 }
 
 // hintClientSendBuffer says, once, when Unix-socket clients that set no
