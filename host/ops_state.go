@@ -46,26 +46,30 @@ func (s *Server) handleStateGet(req *request, rp *replier) error {
 }
 
 // streamBlob replies OK with meta and the v2 blob of si, followed by trailer
-// (PREFILL's logits). The state's last byte is held back until the backend
-// has finished and release has freed the slot, so a client that has the whole
-// payload never finds the slot still busy. A failure after the header closes
-// the connection: the client sees EOF before the announced payload length.
+// (PREFILL's logits). The reply starts with the backend's first state byte,
+// so a backend that fails before producing any gets a proper error reply.
+// The state's last byte is held back until the backend has finished and
+// release has freed the slot, so a client that has the whole payload never
+// finds the slot still busy. A failure after the reply started closes the
+// connection: the client sees EOF before the announced payload length.
 func (s *Server) streamBlob(rp *replier, b iface.Backend, si iface.SlotInfo, m *transport.Meta, trailer []byte, release func()) error {
 	hdr := transport.AppendBlobHeader(make([]byte, 0, transport.BlobHeaderSize(len(si.Tokens))), si.NPast, si.Tokens)
 	total := int64(len(hdr)) + si.StateSize + int64(len(trailer))
-	if err := rp.header(transport.StatusOK, m.Bytes(), uint64(total)); err != nil {
-		return err
-	}
 	start := time.Now()
 	cw := &countingWriter{w: rp.w}
-	hl := &holdLast{w: cw, remain: si.StateSize}
+	lr := &lazyReply{rp: rp, meta: m.Bytes(), payloadLen: uint64(total), first: hdr, w: cw}
+	hl := &holdLast{w: lr, remain: si.StateSize}
 	var trace shm.TransferTrace
-	_, err := cw.Write(hdr)
-	if err == nil {
-		_, err = b.StateGet(shm.WithTransferTrace(s.ctx, &trace), si.Slot, s.tun.StateChunkSize(), hl)
+	_, err := b.StateGet(shm.WithTransferTrace(s.ctx, &trace), si.Slot, s.tun.StateChunkSize(), hl)
+	if err != nil && !lr.started {
+		s.transferDone(rp, false, si.Slot, 0, time.Since(start), trace, err)
+		return rp.failErr(err)
 	}
 	if err == nil && hl.remain != 0 {
 		err = fmt.Errorf("backend wrote %d state bytes, announced %d", si.StateSize-hl.remain, si.StateSize)
+	}
+	if err == nil {
+		err = lr.start()
 	}
 	if err == nil {
 		release()
@@ -84,6 +88,36 @@ func (s *Server) streamBlob(rp *replier, b iface.Backend, si iface.SlotInfo, m *
 		return errFatal{fmt.Errorf("streaming slot %d state: %w", si.Slot, err)}
 	}
 	return nil
+}
+
+// lazyReply writes the OK reply's header and first bytes just before the
+// first Write passes through (or at start).
+type lazyReply struct {
+	rp         *replier
+	meta       []byte
+	payloadLen uint64
+	first      []byte
+	w          io.Writer
+	started    bool
+}
+
+func (l *lazyReply) start() error {
+	if l.started {
+		return nil
+	}
+	l.started = true
+	if err := l.rp.header(transport.StatusOK, l.meta, l.payloadLen); err != nil {
+		return err
+	}
+	_, err := l.w.Write(l.first)
+	return err
+}
+
+func (l *lazyReply) Write(p []byte) (int, error) {
+	if err := l.start(); err != nil {
+		return 0, err
+	}
+	return l.w.Write(p)
 }
 
 // holdLast passes writes through but for the very last byte of remain.

@@ -19,7 +19,8 @@ const maxChunk = MaxMessageSize - 64
 // runs in the plugin process.
 type GRPCServer struct {
 	backendv1.UnimplementedBackendServer
-	Impl Backend
+	Impl  Backend
+	slots slotGate
 }
 
 var _ backendv1.BackendServer = (*GRPCServer)(nil)
@@ -53,6 +54,11 @@ func (s *GRPCServer) Slot(ctx context.Context, req *backendv1.SlotRequest) (*bac
 }
 
 func (s *GRPCServer) ClearSlot(ctx context.Context, req *backendv1.ClearSlotRequest) (*backendv1.ClearSlotResponse, error) {
+	leave, err := s.EnterSlot(ctx, int(req.GetSlot()))
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	defer leave()
 	if err := s.Impl.ClearSlot(ctx, int(req.GetSlot())); err != nil {
 		return nil, ToStatus(err)
 	}
@@ -67,6 +73,11 @@ func (s *GRPCServer) Prefill(ctx context.Context, req *backendv1.PrefillRequest)
 			msgs[i] = Message{Role: m.GetRole(), Content: m.GetContent()}
 		}
 	}
+	leave, err := s.EnterSlot(ctx, int(req.GetSlot()))
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	defer leave()
 	res, err := s.Impl.Prefill(ctx, PrefillRequest{
 		Slot:     int(req.GetSlot()),
 		Messages: msgs,
@@ -84,6 +95,11 @@ func (s *GRPCServer) Prefill(ctx context.Context, req *backendv1.PrefillRequest)
 }
 
 func (s *GRPCServer) Decode(req *backendv1.DecodeRequest, stream grpc.ServerStreamingServer[backendv1.DecodeResponse]) error {
+	leave, err := s.EnterSlot(stream.Context(), int(req.GetSlot()))
+	if err != nil {
+		return ToStatus(err)
+	}
+	defer leave()
 	sp := req.GetSampler()
 	res, err := s.Impl.Decode(stream.Context(), DecodeRequest{
 		Slot:     int(req.GetSlot()),
@@ -123,8 +139,13 @@ func (s *GRPCServer) StateGet(req *backendv1.StateGetRequest, stream grpc.Server
 	if chunk <= 0 || chunk > maxChunk {
 		chunk = maxChunk
 	}
+	leave, err := s.EnterSlot(stream.Context(), int(req.GetSlot()))
+	if err != nil {
+		return ToStatus(err)
+	}
+	defer leave()
 	w := &stateWriter{stream: stream, chunk: int(chunk)}
-	_, err := s.Impl.StateGet(stream.Context(), int(req.GetSlot()), int(chunk), w)
+	_, err = s.Impl.StateGet(stream.Context(), int(req.GetSlot()), int(chunk), w)
 	return ToStatus(err)
 }
 
@@ -165,6 +186,11 @@ func (s *GRPCServer) StatePut(stream grpc.ClientStreamingServer[backendv1.StateP
 	if hdr.GetSize() < 0 {
 		return ToStatus(fmt.Errorf("%w: negative state size %d", ErrBadRequest, hdr.GetSize()))
 	}
+	leave, err := s.EnterSlot(stream.Context(), int(hdr.GetSlot()))
+	if err != nil {
+		return ToStatus(err)
+	}
+	defer leave()
 	r := &stateReader{stream: stream, size: hdr.GetSize()}
 	consumed, err := s.Impl.StatePut(stream.Context(), int(hdr.GetSlot()), hdr.GetTokens(), r, hdr.GetSize())
 	if err != nil {

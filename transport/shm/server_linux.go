@@ -52,6 +52,12 @@ func (s *server) StateGetShm(ctx context.Context, req *backendv1.StateGetShmRequ
 		return nil, iface.ToStatus(err)
 	}
 	defer t.close()
+	leave, err := s.EnterSlot(ctx, int(req.GetSlot()))
+	if err != nil {
+		_ = t.ctrl.send(msgAbort, 0, 0)
+		return nil, iface.ToStatus(err)
+	}
+	defer leave()
 	w := &shmWriter{t: t}
 	_, err = s.Impl.StateGet(ctx, int(req.GetSlot()), int(tr.GetChunkSize()), w)
 	if err == nil {
@@ -79,12 +85,17 @@ func (s *server) StatePutShm(ctx context.Context, req *backendv1.StatePutShmRequ
 	if req.GetSize() < 0 {
 		return nil, iface.ToStatus(fmt.Errorf("%w: negative state size", iface.ErrBadRequest))
 	}
-	tr := req.GetTransfer()
-	t, err := s.recv.open(ctx, tr)
+	t, err := s.recv.open(ctx, req.GetTransfer())
 	if err != nil {
 		return nil, iface.ToStatus(err)
 	}
 	defer t.close()
+	leave, err := s.EnterSlot(ctx, int(req.GetSlot()))
+	if err != nil {
+		_ = t.ctrl.send(msgAbort, 0, 0)
+		return nil, iface.ToStatus(err)
+	}
+	defer leave()
 	var r interface {
 		io.Reader
 		drain() error
