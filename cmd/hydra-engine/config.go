@@ -25,41 +25,54 @@ import (
 // given by a higher layer replaces the lower one; backend_opts merge key by
 // key. See docs/operators.md.
 type Config struct {
-	RPC            []string          `mapstructure:"rpc"`
-	HTTP           string            `mapstructure:"http"`
-	Backend        string            `mapstructure:"backend"`
-	PluginDir      string            `mapstructure:"plugin_dir"`
-	BackendOpts    map[string]string `mapstructure:"backend_opts"`
-	Slots          int               `mapstructure:"slots"`
-	Model          string            `mapstructure:"model"`
-	LogFormat      string            `mapstructure:"log_format"`
-	LogLevel       string            `mapstructure:"log_level"`
-	IdleTimeout    time.Duration     `mapstructure:"idle_timeout"`
-	ChunkTimeout   time.Duration     `mapstructure:"chunk_timeout"`
-	ShutdownGrace  time.Duration     `mapstructure:"shutdown_grace"`
-	DataPlane      string            `mapstructure:"data_plane"`
-	StateChunkSize uint64            `mapstructure:"state_chunk_size"`
-	SocketBuffer   int               `mapstructure:"socket_buffer"`
-	BackendSHA256  string            `mapstructure:"backend_sha256"`
-	TLSCert        string            `mapstructure:"tls_cert"`
-	TLSKey         string            `mapstructure:"tls_key"`
-	TLSClientCA    string            `mapstructure:"tls_client_ca"`
+	RPC             []string          `mapstructure:"rpc"`
+	HTTP            string            `mapstructure:"http"`
+	Backend         string            `mapstructure:"backend"`
+	PluginDir       string            `mapstructure:"plugin_dir"`
+	BackendOpts     map[string]string `mapstructure:"backend_opts"`
+	Slots           int               `mapstructure:"slots"`
+	Model           string            `mapstructure:"model"`
+	LogFormat       string            `mapstructure:"log_format"`
+	LogLevel        string            `mapstructure:"log_level"`
+	IdleTimeout     time.Duration     `mapstructure:"idle_timeout"`
+	ChunkTimeout    time.Duration     `mapstructure:"chunk_timeout"`
+	ShutdownGrace   time.Duration     `mapstructure:"shutdown_grace"`
+	DataPlane       string            `mapstructure:"data_plane"`
+	StateChunkSize  uint64            `mapstructure:"state_chunk_size"`
+	SocketBuffer    int               `mapstructure:"socket_buffer"`
+	BackendSHA256   string            `mapstructure:"backend_sha256"`
+	TLSCert         string            `mapstructure:"tls_cert"`
+	TLSKey          string            `mapstructure:"tls_key"`
+	TLSClientCA     string            `mapstructure:"tls_client_ca"`
+	RPCAllow        []string          `mapstructure:"rpc_allow"`
+	RPCInsecure     bool              `mapstructure:"rpc_insecure"`
+	APIKey          []string          `mapstructure:"api_key"`
+	APIKeyFile      string            `mapstructure:"api_key_file"`
+	PublicMetrics   bool              `mapstructure:"public_metrics"`
+	MaxConns        int               `mapstructure:"max_conns"`
+	PayloadBudget   uint64            `mapstructure:"payload_budget"`
+	MinTransferRate uint64            `mapstructure:"min_transfer_rate"`
 }
 
 // defaultConfig is what an engine started with no configuration runs with.
 func defaultConfig() Config {
 	return Config{
-		RPC:            []string{"tcp://127.0.0.1:9510"},
-		Backend:        "mock",
-		BackendOpts:    map[string]string{},
-		Slots:          4,
-		LogFormat:      "text",
-		LogLevel:       "info",
-		IdleTimeout:    host.DefaultIdleTimeout,
-		ChunkTimeout:   host.DefaultChunkTimeout,
-		ShutdownGrace:  30 * time.Second,
-		DataPlane:      "auto",
-		StateChunkSize: host.DefaultStateChunkSize,
+		RPC:             []string{"tcp://127.0.0.1:9510"},
+		Backend:         "mock",
+		BackendOpts:     map[string]string{},
+		RPCAllow:        []string{},
+		APIKey:          []string{},
+		Slots:           4,
+		LogFormat:       "text",
+		LogLevel:        "info",
+		IdleTimeout:     host.DefaultIdleTimeout,
+		ChunkTimeout:    host.DefaultChunkTimeout,
+		ShutdownGrace:   30 * time.Second,
+		DataPlane:       "auto",
+		StateChunkSize:  host.DefaultStateChunkSize,
+		MaxConns:        host.DefaultMaxConns,
+		PayloadBudget:   host.DefaultPayloadBudget,
+		MinTransferRate: host.DefaultMinTransferRate,
 	}
 }
 
@@ -131,6 +144,14 @@ var settings = []struct{ key, flag string }{
 	{"tls_cert", "tls-cert"},
 	{"tls_key", "tls-key"},
 	{"tls_client_ca", "tls-client-ca"},
+	{"rpc_allow", "rpc-allow"},
+	{"rpc_insecure", "rpc-insecure"},
+	{"api_key", "api-key"},
+	{"api_key_file", "api-key-file"},
+	{"public_metrics", "public-metrics"},
+	{"max_conns", "max-conns"},
+	{"payload_budget", "payload-budget"},
+	{"min_transfer_rate", "min-transfer-rate"},
 }
 
 func envName(key string) string { return "HYDRA_" + strings.ToUpper(key) }
@@ -159,7 +180,7 @@ func newFlagSet(d Config, configFile *string, printConfig, showVersion *bool) *f
 	fs := flag.NewFlagSet("hydra-engine", flag.ContinueOnError)
 	// Each flag needs storage of its own: Get reads it back after Parse.
 	v := d
-	var rpc, opts listFlag
+	var rpc, opts, allow, keys listFlag
 	fs.Var(&rpc, "rpc", "Hydra RPC listener URL, tcp://HOST:PORT or unix:///PATH (repeatable; default "+strings.Join(d.RPC, ",")+")")
 	fs.StringVar(&v.HTTP, "http", d.HTTP, "HTTP listen address for /health, /slots, /metrics and the OpenAI API (empty: off)")
 	fs.StringVar(&v.Backend, "backend", d.Backend, "backend plugin: a name (hydra-plugin-NAME in --plugin-dir or beside this binary) or a path")
@@ -179,6 +200,14 @@ func newFlagSet(d Config, configFile *string, printConfig, showVersion *bool) *f
 	fs.StringVar(&v.TLSCert, "tls-cert", d.TLSCert, "certificate (PEM) of the tls:// listeners")
 	fs.StringVar(&v.TLSKey, "tls-key", d.TLSKey, "private key (PEM) of the tls:// listeners")
 	fs.StringVar(&v.TLSClientCA, "tls-client-ca", d.TLSClientCA, "CA (PEM) that tls:// clients' certificates must chain to (mutual TLS); empty: no client certificates")
+	fs.Var(&allow, "rpc-allow", "peer addresses or CIDR prefixes allowed on the tcp:// and tls:// RPC listeners (repeatable or comma-separated; empty: any peer)")
+	fs.BoolVar(&v.RPCInsecure, "rpc-insecure", d.RPCInsecure, "allow an RPC listener reachable from other hosts without --rpc-allow or client certificates")
+	fs.Var(&keys, "api-key", "API key HTTP clients must send as Authorization: Bearer KEY (repeatable; /health stays open)")
+	fs.StringVar(&v.APIKeyFile, "api-key-file", d.APIKeyFile, "file of API keys, one per line, added to --api-key")
+	fs.BoolVar(&v.PublicMetrics, "public-metrics", d.PublicMetrics, "serve /metrics without an API key")
+	fs.IntVar(&v.MaxConns, "max-conns", d.MaxConns, "connections open at once per listener (RPC and HTTP); more are answered busy and closed")
+	fs.Uint64Var(&v.PayloadBudget, "payload-budget", d.PayloadBudget, "bytes of request payloads buffered in memory at once, over all connections and HTTP bodies")
+	fs.Uint64Var(&v.MinTransferRate, "min-transfer-rate", d.MinTransferRate, "bytes per second a request or reply must move at least, averaged over 10 s; 0: no minimum")
 	fs.StringVar(configFile, "config", "", "YAML configuration file (default $"+envConfigFile+"; flags and HYDRA_* variables override it)")
 	fs.BoolVar(printConfig, "print-config", false, "print the effective configuration as YAML, with each value's source, and exit")
 	fs.BoolVar(showVersion, "version", false, "print the version and exit")
@@ -292,8 +321,11 @@ func (inv *invocation) apply(layer map[string]any, source func(key string) strin
 	if len(layer) == 0 {
 		return nil
 	}
-	if _, ok := layer["rpc"]; ok {
-		inv.cfg.RPC = nil // a list replaces, where mapstructure would overwrite element-wise
+	// A list replaces, where mapstructure would overwrite element-wise.
+	for key, list := range map[string]*[]string{"rpc": &inv.cfg.RPC, "rpc_allow": &inv.cfg.RPCAllow, "api_key": &inv.cfg.APIKey} {
+		if _, ok := layer[key]; ok {
+			*list = nil
+		}
 	}
 	dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
 		Result:           &inv.cfg,

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -103,7 +104,7 @@ func run(c *Config, logger hclog.Logger) error {
 
 	srv, rpc := serveRPC(c, logger, sv.Plugin(), listeners, errc)
 	sv.Watch(srv)
-	startup.Ready(httpapi.Handler(srv))
+	startup.Ready(httpapi.Handler(srv, httpapi.Options{APIKeys: c.APIKey, PublicMetrics: c.PublicMetrics}))
 
 	err = waitForStop(ctx, c, logger, errc)
 	shutdown(c, hs, srv, rpc)
@@ -188,6 +189,7 @@ func serveRPC(c *Config, logger hclog.Logger, p *pluginproc.Plugin, listeners []
 	tun.SetStateChunkSize(c.StateChunkSize)
 	srv := host.NewServer(p.Backend, p.Info, tun, host.Config{
 		Logger: logger, Version: version, IdleTimeout: c.IdleTimeout, ChunkTimeout: c.ChunkTimeout, SocketBuffer: c.SocketBuffer,
+		MaxConns: c.MaxConns, PayloadBudget: c.PayloadBudget, MinTransferRate: transferRate(c.MinTransferRate),
 	})
 	for _, l := range listeners {
 		if l.Addr().Network() == "unix" {
@@ -202,6 +204,15 @@ func serveRPC(c *Config, logger hclog.Logger, p *pluginproc.Plugin, listeners []
 		go func() { defer wg.Done(); errc <- srv.Serve(l) }()
 	}
 	return srv, &wg
+}
+
+// transferRate is the host's minimum transfer rate for the setting's value
+// (0: none).
+func transferRate(v uint64) int64 {
+	if v == 0 {
+		return -1
+	}
+	return int64(min(v, math.MaxInt64))
 }
 
 // waitForStop blocks until a signal asks the engine to stop or a listener

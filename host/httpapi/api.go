@@ -45,9 +45,18 @@ type slotTask struct {
 	processed time.Time
 }
 
+// Options configure the HTTP side.
+type Options struct {
+	// APIKeys, when there are any, are required as "Authorization: Bearer
+	// KEY" on every path but /health (and /metrics with PublicMetrics).
+	APIKeys []string
+	// PublicMetrics serves /metrics without a key.
+	PublicMetrics bool
+}
+
 // Handler serves s's HTTP side. Call it once per server: it builds the
 // Prometheus registry behind /metrics and installs it as s's Stats observer.
-func Handler(s *host.Server) http.Handler {
+func Handler(s *host.Server, opts Options) http.Handler {
 	a := &api{s: s, log: s.Config().Logger.Named("http"), tasks: map[int]slotTask{}}
 	a.metrics = newMetrics(s)
 	s.Stats().SetObserver(a.metrics)

@@ -93,7 +93,7 @@ func serve(t *testing.T, b iface.Backend, info iface.BackendInfo, log hclog.Logg
 	t.Helper()
 	s := host.NewServer(b, info, nil, host.Config{Logger: log})
 	t.Cleanup(s.Close)
-	return s, Handler(s)
+	return s, Handler(s, Options{})
 }
 
 func post(h http.Handler, path, body string) *httptest.ResponseRecorder {
