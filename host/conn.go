@@ -8,6 +8,8 @@ import (
 	"net"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/transport"
 )
@@ -19,13 +21,27 @@ type request struct {
 	trace   string
 	payload *io.LimitedReader
 	conn    *deadlineConn // the socket under payload, nil in tests
+	release func()        // gives back the payload budget readPayload took
 }
 
-// readPayload reads the whole payload, which the caller has bounded.
-func (r *request) readPayload() ([]byte, error) {
-	b := make([]byte, r.payload.N)
-	_, err := io.ReadFull(r.payload, b)
-	return b, err
+// readPayload reads the whole payload, which dispatch has bounded, once the
+// payload budget admitted it. A refusal (the budget stayed short, or the
+// payload exceeds it) is replied and returned with ok false; err is then
+// the reply's error.
+func (s *Server) readPayload(req *request, rp *replier) (payload []byte, ok bool, err error) {
+	release, err := s.AdmitPayload(s.ctx, uint64(req.payload.N))
+	switch {
+	case errors.Is(err, ErrBudgetBusy):
+		return nil, false, rp.fail(transport.StatusBusy, fmt.Sprintf("%v: %v", req.hdr.Op, err))
+	case err != nil:
+		return nil, false, rp.fail(transport.StatusError, fmt.Sprintf("%v payload of %d bytes: %v", req.hdr.Op, req.payload.N, err))
+	}
+	req.release = release
+	b := make([]byte, req.payload.N)
+	if _, err := io.ReadFull(req.payload, b); err != nil {
+		return nil, false, errFatal{err}
+	}
+	return b, true, nil
 }
 
 // errFatal marks a failure after which the connection cannot stay in sync:
@@ -98,78 +114,133 @@ func statusOf(err error) transport.Status {
 	}
 }
 
+// maxDrain is the most of a refused request's payload the connection reads
+// and throws away to stay usable: twice the largest JSON payload, so every
+// refused control request and a malformed state of a few MiB keep their
+// connection as they always did. Beyond it (a payload announced past every
+// limit) the connection is closed once the reply is out, so the refusal
+// costs neither side the transfer; a client that sends the whole payload
+// before reading finds its send failing and the reply waiting. BUSY
+// refusals are drained whatever their size: the request was valid, and its
+// client may retry on the same connection.
+const maxDrain = 2 * DefaultMaxJSONBytes
+
 func (s *Server) serveConn(raw net.Conn) {
 	defer raw.Close()
 	log := s.log.With("remote", raw.RemoteAddr().String())
 	if err := SetSocketBuffers(raw, s.cfg.SocketBuffer); err != nil {
 		log.Warn("setting the socket buffers", "error", err)
 	}
-	dc := &deadlineConn{Conn: raw, readTimeout: s.cfg.ChunkTimeout, writeTimeout: s.cfg.ChunkTimeout}
+	dc := newDeadlineConn(raw, s.minRate())
 	br := bufio.NewReaderSize(dc, 64<<10)
 	bw := bufio.NewWriterSize(dc, 64<<10)
-	var hb [transport.RequestHeaderSize]byte
 	for {
-		// Between requests only the idle timeout applies.
-		dc.readTimeout = 0
-		if err := raw.SetReadDeadline(time.Now().Add(s.cfg.IdleTimeout)); err != nil {
+		req, ok := s.nextRequest(dc, br, log)
+		if !ok || !s.serveRequest(req, bw, log) {
 			return
 		}
-		if s.isStopping() {
-			return
-		}
-		if _, err := io.ReadFull(br, hb[:]); err != nil {
-			if !errors.Is(err, io.EOF) && !s.isStopping() {
-				log.Debug("connection closed while waiting for a request", "error", err)
-			}
-			return
-		}
-		dc.readTimeout = s.cfg.ChunkTimeout
-		hdr, err := transport.ParseRequestHeader(hb[:])
-		if err != nil {
-			log.Warn("closing connection", "error", err, "bytes", fmt.Sprintf("% x", hb[:4]))
-			return
-		}
-		kt := make([]byte, int(hdr.KeyLen)+int(hdr.TraceLen))
-		if _, err := io.ReadFull(br, kt); err != nil {
-			log.Debug("connection closed inside a request", "error", err)
-			return
-		}
-		req := &request{
-			hdr: hdr, key: string(kt[:hdr.KeyLen]), trace: string(kt[hdr.KeyLen:]),
-			payload: &io.LimitedReader{R: payloadReader{br, dc}, N: int64(min(hdr.PayloadLen, 1<<62))},
-			conn:    dc,
-		}
-		if hdr.PayloadLen > 1<<62 {
-			log.Warn("closing connection: payload length beyond any limit", "op", hdr.Op, "payload_len", hdr.PayloadLen)
-			return
-		}
-		rp := &replier{w: bw, network: raw.LocalAddr().Network()}
-		start := time.Now()
-		err = s.dispatch(req, rp)
-		if err == nil && !rp.sent {
-			err = errFatal{fmt.Errorf("host: %v sent no reply", hdr.Op)}
-		}
-		s.stats.request(hdr.Op, rp.status, err != nil, time.Since(start))
-		if err != nil {
-			log.Warn("request aborted, closing connection", "op", hdr.Op, "key", req.key, "trace", req.trace, "error", err)
-			return
-		}
-		// The reply goes out first, so a client refused early learns it
-		// before sending the rest.
-		if err := bw.Flush(); err != nil {
-			log.Debug("connection closed while replying", "op", hdr.Op, "error", err)
-			return
-		}
-		// Whatever the handler left unread is drained, so a refused or
-		// unknown request never desyncs the connection.
-		if req.payload.N > 0 {
-			if _, err := io.Copy(io.Discard, req.payload); err != nil {
-				log.Debug("connection closed while draining a payload", "op", hdr.Op, "error", err)
-				return
-			}
-		}
-		log.Trace("request served", "op", hdr.Op, "key", req.key, "trace", req.trace, "elapsed", time.Since(start))
 	}
+}
+
+// minRate is the configured minimum transfer rate (0: the default).
+func (s *Server) minRate() MinRate {
+	rate := s.cfg.MinTransferRate
+	if rate == 0 {
+		rate = DefaultMinTransferRate
+	}
+	return NewMinRate(rate, RateWindow(s.cfg.ChunkTimeout))
+}
+
+// nextRequest waits under the idle timeout for the next request and reads
+// its header, key and trace; the request's deadlines start with its first
+// byte. false: the connection is to be closed.
+func (s *Server) nextRequest(dc *deadlineConn, br *bufio.Reader, log hclog.Logger) (*request, bool) {
+	dc.endRequest()
+	if err := dc.Conn.SetReadDeadline(time.Now().Add(s.cfg.IdleTimeout)); err != nil || s.isStopping() {
+		return nil, false
+	}
+	if _, err := br.Peek(1); err != nil {
+		if !errors.Is(err, io.EOF) && !s.isStopping() {
+			log.Debug("connection closed while waiting for a request", "error", err)
+		}
+		return nil, false
+	}
+	dc.beginRequest(s.cfg.ChunkTimeout)
+	var hb [transport.RequestHeaderSize]byte
+	if _, err := io.ReadFull(br, hb[:]); err != nil {
+		log.Debug("connection closed inside a request header", "error", err)
+		return nil, false
+	}
+	hdr, err := transport.ParseRequestHeader(hb[:])
+	if err != nil {
+		log.Warn("closing connection", "error", err, "bytes", fmt.Sprintf("% x", hb[:4]))
+		return nil, false
+	}
+	kt := make([]byte, int(hdr.KeyLen)+int(hdr.TraceLen))
+	if _, err := io.ReadFull(br, kt); err != nil {
+		log.Debug("connection closed inside a request", "error", err)
+		return nil, false
+	}
+	if hdr.PayloadLen > 1<<62 {
+		log.Warn("closing connection: payload length beyond any limit", "op", hdr.Op, "payload_len", hdr.PayloadLen)
+		return nil, false
+	}
+	req := &request{
+		hdr: hdr, key: string(kt[:hdr.KeyLen]), trace: string(kt[hdr.KeyLen:]),
+		payload: &io.LimitedReader{R: payloadReader{br, dc}, N: int64(hdr.PayloadLen)},
+		conn:    dc,
+	}
+	dc.payload = req.payload
+	return req, true
+}
+
+// serveRequest dispatches req, flushes its reply and disposes of what the
+// handler left of the payload. false: the connection is to be closed.
+func (s *Server) serveRequest(req *request, bw *bufio.Writer, log hclog.Logger) bool {
+	op := req.hdr.Op
+	rp := &replier{w: bw, network: req.conn.LocalAddr().Network()}
+	start := time.Now()
+	err := s.dispatch(req, rp)
+	if req.release != nil {
+		req.release()
+	}
+	if err == nil && !rp.sent {
+		err = errFatal{fmt.Errorf("host: %v sent no reply", op)}
+	}
+	s.stats.request(op, rp.status, err != nil, time.Since(start))
+	if err != nil {
+		log.Warn("request aborted, closing connection", "op", op, "key", req.key, "trace", req.trace, "error", err)
+		return false
+	}
+	// The reply goes out first, so a client refused early learns it
+	// before sending the rest.
+	if err := bw.Flush(); err != nil {
+		log.Debug("connection closed while replying", "op", op, "error", err)
+		return false
+	}
+	if !s.drain(req, rp.status, log) {
+		return false
+	}
+	log.Trace("request served", "op", op, "key", req.key, "trace", req.trace, "elapsed", time.Since(start))
+	return true
+}
+
+// drain reads and discards whatever the handler left of the payload, so a
+// refused or unknown request never desyncs the connection; false when the
+// rest is beyond maxDrain (and the reply not BUSY) or the client went away.
+func (s *Server) drain(req *request, st transport.Status, log hclog.Logger) bool {
+	if req.payload.N == 0 {
+		return true
+	}
+	if req.payload.N > maxDrain && st != transport.StatusBusy {
+		log.Debug("closing connection instead of draining a refused payload", "op", req.hdr.Op, "status", st, "unread", req.payload.N)
+		return false
+	}
+	if _, err := io.Copy(io.Discard, req.payload); err != nil {
+		log.Debug("connection closed while draining a payload", "op", req.hdr.Op, "error", err)
+		return false
+	}
+	return true
 }
 
 // dispatch runs one request. A returned error closes the connection.

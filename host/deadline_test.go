@@ -3,9 +3,16 @@ package host
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"io"
 	"math/rand/v2"
+	"net"
+	"os"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/hydra-engine/hydra-engine/transport/shm"
 )
 
 // trickle hands out at most max bytes per Read, as a socket does, and counts
@@ -73,5 +80,154 @@ func TestPayloadReaderBypassesBufferForChunks(t *testing.T) {
 	}
 	if _, err := r.Read(p); err != io.EOF {
 		t.Fatalf("after the stream: %v, want EOF", err)
+	}
+}
+
+// tcpPair is a connected loopback TCP pair: the server side wrapped in a
+// deadlineConn at rate bytes/s over window, inside a request.
+func tcpPair(t *testing.T, rate int64, window time.Duration) (*deadlineConn, net.Conn) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	cli, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close(); srv.Close() })
+	dc := newDeadlineConn(srv, NewMinRate(rate, window))
+	dc.beginRequest(time.Minute)
+	return dc, cli
+}
+
+// send writes n bytes of p every period until stop closes.
+func send(c net.Conn, n int, period time.Duration, stop <-chan struct{}) {
+	p := make([]byte, n)
+	for {
+		select {
+		case <-stop:
+			return
+		case <-time.After(period):
+		}
+		if _, err := c.Write(p); err != nil {
+			return
+		}
+	}
+}
+
+func TestMinRateCutsTrickle(t *testing.T) {
+	const window = 300 * time.Millisecond
+	dc, cli := tcpPair(t, 1000, window) // 300 bytes due per window
+	stop := make(chan struct{})
+	defer close(stop)
+	go send(cli, 1, 20*time.Millisecond, stop) // 50 bytes/s, each read well within the stall limit
+	start := time.Now()
+	_, err := io.Copy(io.Discard, dc)
+	var re *RateError
+	if !errors.As(err, &re) || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("trickle ended with %v, want a RateError", err)
+	}
+	t.Logf("cut after %v: %v", time.Since(start).Round(time.Millisecond), err)
+	if d := time.Since(start); d > 20*window {
+		t.Fatalf("cut only after %v", d)
+	}
+}
+
+func TestMinRateNeverCapsAMovingTransfer(t *testing.T) {
+	const window = 100 * time.Millisecond
+	dc, cli := tcpPair(t, 1000, window) // 100 bytes due per window
+	go func() {
+		p := make([]byte, 100)
+		for range 60 { // 6 KB at 10 KB/s: six times the windows' due, 6 windows long
+			time.Sleep(10 * time.Millisecond)
+			cli.Write(p)
+		}
+		cli.Close()
+	}()
+	n, err := io.Copy(io.Discard, dc)
+	if err != nil || n != 6000 {
+		t.Fatalf("read %d bytes, %v", n, err)
+	}
+}
+
+func TestMinRateIgnoresHostTime(t *testing.T) {
+	const window = 100 * time.Millisecond
+	dc, cli := tcpPair(t, 1<<20, window)
+	p := make([]byte, 10)
+	cli.Write(p)
+	if _, err := io.ReadFull(dc, p); err != nil {
+		t.Fatal(err)
+	}
+	// The host is busy elsewhere (the backend) for several windows while
+	// the client has sent everything it can.
+	cli.Write(p)
+	time.Sleep(5 * window)
+	if _, err := io.ReadFull(dc, p); err != nil {
+		t.Fatalf("after host time: %v", err)
+	}
+}
+
+func TestMinRateCutsAReaderThatStopsReading(t *testing.T) {
+	const window = 200 * time.Millisecond
+	dc, _ := tcpPair(t, 1<<20, window) // the client never reads
+	big := make([]byte, 64<<20)
+	start := time.Now()
+	_, err := dc.Write(big)
+	var re *RateError
+	if !errors.As(err, &re) {
+		t.Fatalf("write to a stalled reader: %v, want a RateError", err)
+	}
+	t.Logf("write cut after %v: %v", time.Since(start).Round(time.Millisecond), err)
+}
+
+// TestMinRateCountsRawReads: reads through rawSocket (the data plane's
+// splices) count as the payload's remaining count drops.
+func TestMinRateCountsRawReads(t *testing.T) {
+	const window = 300 * time.Millisecond
+	dc, cli := tcpPair(t, 1000, window)
+	dc.payload = &io.LimitedReader{N: 1 << 20}
+	raw, ok := dc.rawSocket()
+	if !ok {
+		t.Fatal("no raw socket")
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go send(cli, 1, 20*time.Millisecond, stop)
+	buf := make([]byte, 4096)
+	var err error
+	for err == nil {
+		if err = dc.armRead(); err != nil {
+			break
+		}
+		var n int64
+		n, err = shm.ReadRawConn(raw, func(fd uintptr) (int, bool, error) {
+			k, rerr := syscall.Read(int(fd), buf)
+			if rerr == syscall.EAGAIN {
+				return 0, false, nil
+			}
+			return max(k, 0), true, rerr
+		})
+		dc.payload.N -= n
+	}
+	var re *RateError
+	if !errors.As(err, &re) {
+		t.Fatalf("raw trickle ended with %v, want a RateError", err)
+	}
+}
+
+func TestMinRateOff(t *testing.T) {
+	m := NewMinRate(-1, time.Second)
+	if d := m.Deadline(time.Now()); !d.IsZero() {
+		t.Fatalf("deadline %v with the rate off", d)
+	}
+	m.Done(0, time.Hour)
+	if m.Exceeded() {
+		t.Fatal("exceeded with the rate off")
 	}
 }

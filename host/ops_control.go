@@ -11,9 +11,9 @@ import (
 // effect is engine-wide); a bad request changes nothing.
 func (s *Server) handleConfigure(req *request, rp *replier) error {
 	slot := engineKey(req.key)
-	payload, err := req.readPayload()
-	if err != nil {
-		return errFatal{err}
+	payload, ok, err := s.readPayload(req, rp)
+	if !ok {
+		return err
 	}
 	parsed, ignored, err := parseConfigure(payload)
 	if err != nil {
@@ -40,9 +40,23 @@ func (s *Server) handleConfigure(req *request, rp *replier) error {
 	return rp.reply(transport.StatusOK, m.Bytes(), nil)
 }
 
-// handleInfo describes the engine. The key is ignored.
+// DownBackend is implemented by a stand-in for a backend that is not there,
+// such as pluginproc's while it relaunches a dead plugin: Down says why.
+type DownBackend interface {
+	Down() error
+}
+
+// handleInfo describes the engine. The key is ignored. While the backend is
+// down INFO answers ERROR with the reason and no backend details: a
+// coordinator then treats the engine as unusable until a later poll, as it
+// would a failed INFO, instead of routing work by stale model details.
 func (s *Server) handleInfo(req *request, rp *replier) error {
-	_, info := s.Backend()
+	b, info := s.Backend()
+	if d, ok := b.(DownBackend); ok {
+		return rp.reply(transport.StatusError, transport.NewMeta().Add("error", d.Down().Error()).
+			Add("engine", "hydra-engine").Add("version", s.cfg.Version).Add("backend", info.Name).
+			Add("backend_available", false).Bytes(), nil)
+	}
 	caps := []string{"prefill", "decode", "state_transfer", "expert_mode", "model_hash"}
 	caps = append(caps, info.Capabilities...)
 	mode := s.tun.ExpertMode()
@@ -58,9 +72,9 @@ func (s *Server) handleInfo(req *request, rp *replier) error {
 
 // handleSetExpertMode asks the backend for "solo" or "combined" (exact).
 func (s *Server) handleSetExpertMode(req *request, rp *replier) error {
-	payload, err := req.readPayload()
-	if err != nil {
-		return errFatal{err}
+	payload, ok, err := s.readPayload(req, rp)
+	if !ok {
+		return err
 	}
 	mode := string(payload)
 	if mode != "solo" && mode != "combined" {
@@ -91,9 +105,9 @@ func parseSwapQuant(p []byte) (key, pattern string, err error) {
 
 // handleSwapQuant forwards to the backend; most answer NOT_IMPLEMENTED.
 func (s *Server) handleSwapQuant(req *request, rp *replier) error {
-	payload, err := req.readPayload()
-	if err != nil {
-		return errFatal{err}
+	payload, ok, err := s.readPayload(req, rp)
+	if !ok {
+		return err
 	}
 	key, pattern, err := parseSwapQuant(payload)
 	if err != nil {

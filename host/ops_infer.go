@@ -130,21 +130,24 @@ func (s *Server) handlePrefill(req *request, rp *replier) error {
 	if !ok {
 		return err
 	}
-	payload, err := req.readPayload()
-	if err != nil {
-		return errFatal{err}
+	payload, ok, err := s.readPayload(req, rp)
+	if !ok {
+		return err
 	}
 	preq, err := parsePrefill(payload, slot)
 	if err != nil {
 		return rp.fail(transport.StatusError, err.Error())
 	}
-	if err := s.slots.acquire(slot, slotProcessing); err != nil {
+	lease, err := s.slots.acquire(slot, slotProcessing)
+	if err != nil {
 		return rp.failErr(err)
 	}
 	var after *iface.SlotInfo
-	release := s.slots.releaseOnce(slot)
-	defer func() { release(after) }()
-	b, info := s.Backend()
+	defer func() { lease.release(after) }()
+	b, info, err := s.backendFor(lease)
+	if err != nil {
+		return rp.failErr(err)
+	}
 	start := time.Now()
 	res, err := b.Prefill(s.ctx, preq)
 	if err != nil {
@@ -155,7 +158,7 @@ func (s *Server) handlePrefill(req *request, rp *replier) error {
 	}
 	elapsed := time.Since(start)
 	after = &res.Slot
-	s.slots.update(slot, res.Slot)
+	lease.update(res.Slot)
 	logits := make([]byte, 0, 4*len(res.Logits))
 	for _, f := range res.Logits {
 		logits = binary.LittleEndian.AppendUint32(logits, math.Float32bits(f))
@@ -169,7 +172,7 @@ func (s *Server) handlePrefill(req *request, rp *replier) error {
 		Add("logits_size", len(logits)).Add("tokens_processed", nTok).
 		Add("prefill_ms", float64(elapsed.Microseconds())/1000).AddFields(info.Model).
 		Add("model_fallback", res.ModelFallback)
-	return s.streamBlob(rp, b, res.Slot, m, logits, func() { release(after) })
+	return s.streamBlob(rp, b, res.Slot, m, logits, func() { lease.release(after) })
 }
 
 // decodeRequest is a parsed DECODE.
@@ -255,20 +258,24 @@ func (s *Server) handleDecode(req *request, rp *replier) error {
 	if !ok {
 		return err
 	}
-	payload, err := req.readPayload()
-	if err != nil {
-		return errFatal{err}
+	payload, ok, err := s.readPayload(req, rp)
+	if !ok {
+		return err
 	}
 	dreq, err := parseDecode(payload, slot, s.tun.Sampler())
 	if err != nil {
 		return rp.fail(transport.StatusError, err.Error())
 	}
-	if err := s.slots.acquire(slot, slotProcessing); err != nil {
+	lease, err := s.slots.acquire(slot, slotProcessing)
+	if err != nil {
 		return rp.failErr(err)
 	}
 	var after *iface.SlotInfo
-	defer func() { s.slots.release(slot, after) }()
-	b, _ := s.Backend()
+	defer func() { lease.release(after) }()
+	b, _, err := s.backendFor(lease)
+	if err != nil {
+		return rp.failErr(err)
+	}
 	defer func() {
 		if si, err := b.Slot(s.ctx, slot); err == nil {
 			after = &si

@@ -31,18 +31,21 @@ func (s *Server) handleStateGet(req *request, rp *replier) error {
 	if !ok {
 		return err
 	}
-	if err := s.slots.acquire(slot, slotTransferring); err != nil {
+	lease, err := s.slots.acquire(slot, slotTransferring)
+	if err != nil {
 		return rp.failErr(err)
 	}
-	release := s.slots.releaseOnce(slot)
-	defer release(nil)
-	b, info := s.Backend()
+	defer lease.release(nil)
+	b, info, err := s.backendFor(lease)
+	if err != nil {
+		return rp.failErr(err)
+	}
 	si, err := b.Slot(s.ctx, slot)
 	if err != nil {
 		return rp.failErr(err)
 	}
 	return s.streamBlob(rp, b, si, transport.NewMeta().Add("n_past", si.NPast).Add("state_size", si.StateSize).AddFields(info.Model),
-		nil, func() { release(nil) })
+		nil, func() { lease.release(nil) })
 }
 
 // streamBlob replies OK with meta and the v2 blob of si, followed by trailer
@@ -241,12 +244,16 @@ func (s *Server) handleStatePut(req *request, rp *replier) error {
 	if req.hdr.PayloadLen > s.cfg.MaxStateBytes {
 		return rp.fail(transport.StatusError, fmt.Sprintf("state payload of %d bytes exceeds the %d-byte limit", req.hdr.PayloadLen, s.cfg.MaxStateBytes))
 	}
-	if err := s.slots.acquire(slot, slotTransferring); err != nil {
+	lease, err := s.slots.acquire(slot, slotTransferring)
+	if err != nil {
 		return rp.failErr(err)
 	}
 	var after *iface.SlotInfo
-	defer func() { s.slots.release(slot, after) }()
-	b, info := s.Backend()
+	defer func() { lease.release(after) }()
+	b, info, err := s.backendFor(lease)
+	if err != nil {
+		return rp.failErr(err)
+	}
 	start := time.Now()
 	src := &readTracker{r: req.payload}
 	var in io.Reader = src
@@ -254,7 +261,7 @@ func (s *Server) handleStatePut(req *request, rp *replier) error {
 		in = sock
 	}
 	var trace shm.TransferTrace
-	consumed, err := s.restore(shm.WithTransferTrace(s.ctx, &trace), b, slot, in, req.payload.N)
+	consumed, err := s.restore(shm.WithTransferTrace(s.ctx, &trace), b, info, slot, in, req.payload.N)
 	trace.AfterPayload = src.sinceLast()
 	s.transferDone(rp, true, slot, int64(req.hdr.PayloadLen)-req.payload.N, time.Since(start), trace, err)
 	if err != nil {
@@ -292,8 +299,10 @@ func (s *Server) transferDone(rp *replier, put bool, slot int, bytes int64, d ti
 }
 
 // restore parses the wrapper and hands the rest of the payload to the backend.
-func (s *Server) restore(ctx context.Context, b iface.Backend, slot int, src io.Reader, total int64) (int64, error) {
-	bh, err := transport.ReadBlobHeader(src, total)
+// A wrapper claiming more tokens than the backend's context holds is refused
+// before anything is allocated for them.
+func (s *Server) restore(ctx context.Context, b iface.Backend, info iface.BackendInfo, slot int, src io.Reader, total int64) (int64, error) {
+	bh, err := transport.ReadBlobHeader(src, total, info.NCtx)
 	if err != nil {
 		if errors.Is(err, transport.ErrMalformedBlob) {
 			return 0, err

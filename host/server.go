@@ -77,15 +77,19 @@ func (c *Config) fill() {
 	if c.MaxJSONBytes == 0 {
 		c.MaxJSONBytes = DefaultMaxJSONBytes
 	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = DefaultMaxConns
+	}
 }
 
 // Server serves the Hydra RPC protocol over any number of listeners.
 type Server struct {
-	cfg   Config
-	log   hclog.Logger
-	tun   *Tunables
-	slots *slotTable
-	stats *Stats
+	cfg    Config
+	log    hclog.Logger
+	tun    *Tunables
+	slots  *slotTable
+	stats  *Stats
+	budget *payloadBudget
 
 	mu      sync.RWMutex
 	backend iface.Backend
@@ -113,6 +117,7 @@ func NewServer(b iface.Backend, info iface.BackendInfo, tun *Tunables, cfg Confi
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, tun: tun, slots: newSlotTable(info.NSlots), stats: newStats(),
+		budget:  newPayloadBudget(cfg.PayloadBudget),
 		backend: b, info: info, ctx: ctx, cancel: cancel, stopping: make(chan struct{}),
 		conns: map[net.Conn]struct{}{}, listeners: map[net.Listener]struct{}{},
 	}
@@ -166,56 +171,107 @@ func (s *Server) SetBackend(b iface.Backend, info iface.BackendInfo) {
 	s.refreshSlots()
 }
 
-// Serve accepts connections on l until Close; each gets its own goroutine.
+// Serve accepts connections on l until the listener closes, and serves each
+// in its own goroutine. A failing Accept is retried with backoff
+// (acceptRetry); a connection beyond cfg.MaxConns open on l is answered BUSY
+// and closed (connLimit). It returns nil once Shutdown closed l, and the
+// listener's error when something else closed it.
 func (s *Server) Serve(l net.Listener) error {
-	s.connMu.Lock()
-	if s.isStopping() {
-		s.connMu.Unlock()
+	if !s.addListener(l) {
 		return net.ErrClosed
 	}
-	s.listeners[l] = struct{}{}
-	s.connMu.Unlock()
-	defer func() {
-		s.connMu.Lock()
-		delete(s.listeners, l)
-		s.connMu.Unlock()
-	}()
+	defer s.removeListener(l)
+	log := s.log.With("listener", l.Addr().String())
+	limit := newConnLimit(s.cfg.MaxConns)
+	retry := &acceptRetry{log: log}
 	for {
 		c, err := l.Accept()
 		if err != nil {
 			if s.isStopping() {
 				return nil
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				time.Sleep(10 * time.Millisecond)
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				return err
 			}
-			return err
+			s.stats.acceptError()
+			if !s.pause(retry.failed(err)) {
+				return nil
+			}
+			continue
 		}
-		s.connMu.Lock()
-		if s.isStopping() {
-			s.connMu.Unlock()
-			c.Close()
+		retry.succeeded()
+		if !limit.take() {
+			s.stats.connRefused()
+			limit.refuse(c, log)
+			continue
+		}
+		if !s.track(c, limit.release) {
 			return nil
 		}
-		s.conns[c] = struct{}{}
-		s.wg.Add(1)
-		s.connMu.Unlock()
-		go func() {
-			defer s.wg.Done()
-			s.serveConn(c)
-			s.connMu.Lock()
-			delete(s.conns, c)
-			s.connMu.Unlock()
-		}()
 	}
+}
+
+func (s *Server) addListener(l net.Listener) bool {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	if s.isStopping() {
+		return false
+	}
+	s.listeners[l] = struct{}{}
+	return true
+}
+
+func (s *Server) removeListener(l net.Listener) {
+	s.connMu.Lock()
+	delete(s.listeners, l)
+	s.connMu.Unlock()
+}
+
+// pause waits d, or until a shutdown starts; false then.
+func (s *Server) pause(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-s.stopping:
+		return false
+	}
+}
+
+// track registers c and serves it in a goroutine of its own, calling
+// release when it is done; false (c closed, released) when the server is
+// stopping.
+func (s *Server) track(c net.Conn, release func()) bool {
+	s.connMu.Lock()
+	if s.isStopping() {
+		s.connMu.Unlock()
+		c.Close()
+		release()
+		return false
+	}
+	s.conns[c] = struct{}{}
+	s.wg.Add(1)
+	s.connMu.Unlock()
+	s.stats.connOpened(1)
+	go func() {
+		defer s.wg.Done()
+		s.serveConn(c)
+		s.connMu.Lock()
+		delete(s.conns, c)
+		s.connMu.Unlock()
+		s.stats.connOpened(-1)
+		release()
+	}()
+	return true
 }
 
 // Shutdown stops accepting, lets connections finish the request they are
 // in for up to grace (idle ones close at once), then cancels what is left
-// and closes every connection.
-func (s *Server) Shutdown(grace time.Duration) {
+// and closes every connection. It returns how many requests the grace cut
+// short: the connections still open when it ran out, since the idle ones
+// were woken at its start and each connection serves one request at a time.
+func (s *Server) Shutdown(grace time.Duration) (cut int) {
 	s.connMu.Lock()
 	s.stopOnce.Do(func() { close(s.stopping) })
 	for l := range s.listeners {
@@ -229,11 +285,14 @@ func (s *Server) Shutdown(grace time.Duration) {
 	s.connMu.Unlock()
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
+	t := time.NewTimer(grace)
+	defer t.Stop()
 	select {
 	case <-done:
-	case <-time.After(grace):
+	case <-t.C:
 		s.cancel()
 		s.connMu.Lock()
+		cut = len(s.conns)
 		for c := range s.conns {
 			c.Close()
 		}
@@ -241,6 +300,7 @@ func (s *Server) Shutdown(grace time.Duration) {
 		<-done
 	}
 	s.cancel()
+	return cut
 }
 
 func (s *Server) isStopping() bool {

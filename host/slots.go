@@ -1,6 +1,7 @@
 package host
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 
@@ -21,68 +22,126 @@ const (
 // calling into the backend concurrently with the operation that holds it.
 type slotState struct {
 	use       slotUse
+	owner     uint64 // the holding lease's generation; 0 when idle
 	nPast     int
 	stateSize int64
 }
 
+// errSlotsSuspended refuses acquisitions while a backend is being swapped.
+var errSlotsSuspended = errors.New("backend is being replaced; retry")
+
 // slotTable serialises operations per slot: one at a time, others get BUSY.
+// Every acquisition gets a generation of its own, never reused, and only the
+// lease holding that generation may release or update the slot: a request
+// that outlives a reset of the table (a backend restart) cannot free or
+// overwrite a slot that a newer request holds.
 type slotTable struct {
-	mu    sync.Mutex
-	slots []slotState
+	mu        sync.Mutex
+	slots     []slotState
+	gen       uint64 // the last generation handed out
+	suspended bool   // between suspend and reset: acquisitions fail
 }
 
 func newSlotTable(n int) *slotTable { return &slotTable{slots: make([]slotState, n)} }
 
-// reset empties the table for n slots (a backend was (re)loaded).
+// reset empties the table for n slots (a backend was (re)loaded) and lets
+// acquisitions in again. Every lease taken before it is void.
 func (t *slotTable) reset(n int) {
 	t.mu.Lock()
 	t.slots = make([]slotState, n)
+	t.suspended = false
 	t.mu.Unlock()
 }
 
+// suspend empties every slot at once and refuses acquisitions until the next
+// reset. Every lease taken before it is void.
+func (t *slotTable) suspend() {
+	t.mu.Lock()
+	t.slots = make([]slotState, len(t.slots))
+	t.suspended = true
+	t.mu.Unlock()
+}
+
+// slotLease is one acquisition of a slot. Its release acts once, and only
+// while the slot is still held by this lease.
+type slotLease struct {
+	t    *slotTable
+	slot int
+	gen  uint64
+	once sync.Once
+}
+
 // acquire marks slot as used, failing with ErrNoSlot or ErrBusy.
-func (t *slotTable) acquire(slot int, use slotUse) error {
+func (t *slotTable) acquire(slot int, use slotUse) (*slotLease, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if slot < 0 || slot >= len(t.slots) {
-		return iface.ErrNoSlot
+		return nil, iface.ErrNoSlot
+	}
+	if t.suspended {
+		return nil, errSlotsSuspended
 	}
 	if t.slots[slot].use != slotIdle {
 		what := "processing"
 		if t.slots[slot].use == slotTransferring {
 			what = "transferring"
 		}
-		return fmt.Errorf("%w: slot %d is %s", iface.ErrBusy, slot, what)
+		return nil, fmt.Errorf("%w: slot %d is %s", iface.ErrBusy, slot, what)
 	}
-	t.slots[slot].use = use
-	return nil
+	return t.take(slot, use), nil
 }
 
-// release frees slot; a non-nil info refreshes the cached sequence figures.
-func (t *slotTable) release(slot int, info *iface.SlotInfo) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if slot < 0 || slot >= len(t.slots) {
-		return // the table was reset under us (backend restart)
-	}
-	t.slots[slot].use = slotIdle
-	if info != nil {
-		t.slots[slot].nPast, t.slots[slot].stateSize = info.NPast, info.StateSize
+// take marks slot as held by a new lease; t.mu is held.
+func (t *slotTable) take(slot int, use slotUse) *slotLease {
+	t.gen++
+	t.slots[slot].use, t.slots[slot].owner = use, t.gen
+	return &slotLease{t: t, slot: slot, gen: t.gen}
+}
+
+// heldLocked reports whether l still holds its slot; t.mu is held.
+func (l *slotLease) heldLocked() bool {
+	return l.slot < len(l.t.slots) && l.t.slots[l.slot].owner == l.gen
+}
+
+// held reports whether l still holds its slot (no reset came in between).
+func (l *slotLease) held() bool {
+	l.t.mu.Lock()
+	defer l.t.mu.Unlock()
+	return l.heldLocked()
+}
+
+// release frees the slot, on the first call only and only if l still holds
+// it; a non-nil info refreshes the cached sequence figures.
+func (l *slotLease) release(info *iface.SlotInfo) {
+	l.once.Do(func() {
+		l.t.mu.Lock()
+		defer l.t.mu.Unlock()
+		if !l.heldLocked() {
+			return // the table was reset under us (backend restart)
+		}
+		st := &l.t.slots[l.slot]
+		st.use, st.owner = slotIdle, 0
+		if info != nil {
+			st.nPast, st.stateSize = info.NPast, info.StateSize
+		}
+	})
+}
+
+// update refreshes the cached figures of the slot l holds.
+func (l *slotLease) update(info iface.SlotInfo) {
+	l.t.mu.Lock()
+	defer l.t.mu.Unlock()
+	if l.heldLocked() {
+		l.t.slots[l.slot].nPast, l.t.slots[l.slot].stateSize = info.NPast, info.StateSize
 	}
 }
 
-// releaseOnce returns a release of slot that acts only on its first call, so
-// a handler can free the slot early and still defer the release.
-func (t *slotTable) releaseOnce(slot int) func(*iface.SlotInfo) {
-	var once sync.Once
-	return func(info *iface.SlotInfo) { once.Do(func() { t.release(slot, info) }) }
-}
-
-// update refreshes the cached figures of a held slot.
+// update refreshes the cached figures of an idle slot (the server's refresh
+// after a load); a held slot's figures are its holder's to set.
 func (t *slotTable) update(slot int, info iface.SlotInfo) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if slot >= 0 && slot < len(t.slots) {
+	if slot >= 0 && slot < len(t.slots) && t.slots[slot].use == slotIdle {
 		t.slots[slot].nPast, t.slots[slot].stateSize = info.NPast, info.StateSize
 	}
 }
@@ -96,6 +155,29 @@ func (t *slotTable) get(slot int) (slotState, error) {
 	}
 	return t.slots[slot], nil
 }
+
+// errBackendReplaced fails a request whose backend was swapped between the
+// moment it took its slot and the moment it asked for the backend.
+var errBackendReplaced = errors.New("backend was replaced while the request waited; retry")
+
+// backendFor returns the backend a request holding l may use: the one in
+// place when it took its slot. Reading the backend and then checking the
+// lease is enough, because the table is suspended (voiding l) before any
+// backend is swapped in (SuspendSlots).
+func (s *Server) backendFor(l *slotLease) (iface.Backend, iface.BackendInfo, error) {
+	b, info := s.Backend()
+	if !l.held() {
+		return nil, info, errBackendReplaced
+	}
+	return b, info, nil
+}
+
+// SuspendSlots empties every slot at once and refuses new acquisitions until
+// the next SetBackend. A supervisor calls it as soon as a backend is lost and
+// before swapping one in: STATE_META and the HTTP slots then report every
+// slot empty, requests that took a slot before cannot release or update it
+// in the new table, and none of them can reach the new backend.
+func (s *Server) SuspendSlots() { s.slots.suspend() }
 
 // The slot surface of HTTP and other front ends (host/httpapi): they take
 // slots from the same table as the Hydra RPC ops, as processing, so the two
@@ -128,17 +210,57 @@ func (st slotState) view() SlotView {
 		NPast: st.nPast, StateSize: st.stateSize}
 }
 
-// AcquireSlot takes slot as processing; it fails with iface.ErrNoSlot or
-// iface.ErrBusy. ReleaseSlot gives it back.
-func (s *Server) AcquireSlot(slot int) error { return s.slots.acquire(slot, slotProcessing) }
+// SlotLease is a front end's hold on a slot, taken as processing with
+// TakeSlot or TakeIdleSlot. Release gives it back; a lease outlived by a
+// backend restart releases nothing, so it can never free a slot that a
+// request to the new backend holds.
+type SlotLease struct {
+	s *Server
+	l *slotLease
+}
 
-// AcquireIdleSlot takes the idle slot that rank scores lowest (ties: the
-// lowest slot id) as processing, or fails with iface.ErrBusy when none is
-// idle. rank is called with the table locked: it must not call back into s.
-func (s *Server) AcquireIdleSlot(rank func(slot int, v SlotView) int64) (int, error) {
+// Slot is the slot held.
+func (sl *SlotLease) Slot() int { return sl.l.slot }
+
+// Backend returns the backend the holder may use, or an error once the
+// backend was replaced since the slot was taken.
+func (sl *SlotLease) Backend() (iface.Backend, iface.BackendInfo, error) {
+	return sl.s.backendFor(sl.l)
+}
+
+// Release gives the slot back, first refreshing its cached n_past and state
+// size from the backend (they stay as they were if the backend cannot say).
+// Only the first call acts.
+func (sl *SlotLease) Release() {
+	var after *iface.SlotInfo
+	if b, _, err := sl.Backend(); err == nil {
+		if si, err := b.Slot(sl.s.ctx, sl.l.slot); err == nil {
+			after = &si
+		}
+	}
+	sl.l.release(after)
+}
+
+// TakeSlot takes slot as processing; it fails with iface.ErrNoSlot or
+// iface.ErrBusy (or an error while the backend is being replaced).
+func (s *Server) TakeSlot(slot int) (*SlotLease, error) {
+	l, err := s.slots.acquire(slot, slotProcessing)
+	if err != nil {
+		return nil, err
+	}
+	return &SlotLease{s: s, l: l}, nil
+}
+
+// TakeIdleSlot takes the idle slot that rank scores lowest (ties: the lowest
+// slot id) as processing, or fails with iface.ErrBusy when none is idle.
+// rank is called with the table locked: it must not call back into s.
+func (s *Server) TakeIdleSlot(rank func(slot int, v SlotView) int64) (*SlotLease, error) {
 	t := s.slots
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.suspended {
+		return nil, errSlotsSuspended
+	}
 	best, bestRank := -1, int64(0)
 	for i, st := range t.slots {
 		if st.use != slotIdle {
@@ -149,22 +271,9 @@ func (s *Server) AcquireIdleSlot(rank func(slot int, v SlotView) int64) (int, er
 		}
 	}
 	if best < 0 {
-		return 0, fmt.Errorf("%w: all %d slots are busy", iface.ErrBusy, len(t.slots))
+		return nil, fmt.Errorf("%w: all %d slots are busy", iface.ErrBusy, len(t.slots))
 	}
-	t.slots[best].use = slotProcessing
-	return best, nil
-}
-
-// ReleaseSlot gives back a slot taken with AcquireSlot or AcquireIdleSlot,
-// first refreshing its cached n_past and state size from the backend (they
-// stay as they were if the backend cannot say).
-func (s *Server) ReleaseSlot(slot int) {
-	b, _ := s.Backend()
-	var after *iface.SlotInfo
-	if si, err := b.Slot(s.ctx, slot); err == nil {
-		after = &si
-	}
-	s.slots.release(slot, after)
+	return &SlotLease{s: s, l: t.take(best, slotProcessing)}, nil
 }
 
 // ParseSlotKey reads a slot id as the Hydra RPC keys are read (the C++

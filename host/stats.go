@@ -40,6 +40,7 @@ type Stats struct {
 	get, put TransferStats
 	requests map[RequestKey]RequestStats
 	restarts uint64
+	conns    ConnStats
 	phases   map[string]TokenStats
 	observer StatsObserver
 }
@@ -177,4 +178,36 @@ func (s *Stats) Tokens() (prefill, decode TokenStats) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.phases[PhasePrefill], s.phases[PhaseDecode]
+}
+
+// ConnStats counts the Hydra RPC connections over all listeners.
+type ConnStats struct {
+	Open         int64  // connections being served now
+	Refused      uint64 // connections beyond their listener's limit
+	AcceptErrors uint64 // failed accepts (out of descriptors, aborted), each retried
+}
+
+func (s *Stats) connOpened(delta int64) {
+	s.mu.Lock()
+	s.conns.Open += delta
+	s.mu.Unlock()
+}
+
+func (s *Stats) connRefused() {
+	s.mu.Lock()
+	s.conns.Refused++
+	s.mu.Unlock()
+}
+
+func (s *Stats) acceptError() {
+	s.mu.Lock()
+	s.conns.AcceptErrors++
+	s.mu.Unlock()
+}
+
+// Connections returns the connection counters.
+func (s *Stats) Connections() ConnStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conns
 }

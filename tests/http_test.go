@@ -578,6 +578,8 @@ func TestHTTPMetrics(t *testing.T) {
 		{`hydra_engine_tokens_per_second_count{phase="prefill"}`, 2},
 		{`hydra_engine_tokens_per_second_count{phase="decode"}`, 2},
 		{`hydra_engine_http_requests_total{code="200",handler="POST /v1/chat/completions"}`, 1},
+		{`hydra_engine_rpc_connections`, 1}, // this test's client
+		{`hydra_engine_payload_budget_bytes`, 1},
 		{`go_goroutines`, 1},
 	} {
 		if v, ok := m[want.name]; !ok || v < want.min {
@@ -592,6 +594,9 @@ func TestHTTPMetrics(t *testing.T) {
 		if sum := m[`hydra_engine_state_transfer_seconds_sum{direction="`+dir+`"}`]; !ok || wait > sum {
 			t.Errorf("%s: backend wait %v s (present %v) beyond the transfers' %v s", dir, wait, ok, sum)
 		}
+	}
+	if _, ok := m[`hydra_engine_rpc_connections_refused_total`]; !ok || m[`hydra_engine_payload_budget_in_use_bytes`] != 0 {
+		t.Errorf("limits: refused present %v, budget in use %v", ok, m[`hydra_engine_payload_budget_in_use_bytes`])
 	}
 	if m[`hydra_engine_state_chunk_size_bytes`] != 65536 || m[`hydra_engine_slots_busy`] != 0 ||
 		m[`hydra_engine_state_transfer_failures_total{direction="put"}`] != 0 {

@@ -19,7 +19,8 @@ const blobVersion2 = 0x02
 // blobFlagCheckpoint marks a speculative-decoding checkpoint after the flags byte.
 const blobFlagCheckpoint = 0x01
 
-// maxBlobTokens bounds n_tok before anything is allocated for it.
+// maxBlobTokens bounds n_tok before anything is allocated for it, whatever
+// the caller allows.
 const maxBlobTokens = 1 << 24
 
 // BlobHeader is a parsed blob wrapper.
@@ -54,9 +55,16 @@ var ErrMalformedBlob = errors.New("malformed KV blob")
 // ReadBlobHeader reads the wrapper from r, which holds avail bytes in all. It
 // reads no further than the wrapper, so r is left at the first state byte. A
 // checkpoint is read and discarded (its length is checked against avail first).
-func ReadBlobHeader(r io.Reader, avail int64) (BlobHeader, error) {
+// n_tok is checked against maxTokens (the backend's n_ctx; ≤ 0: no limit but
+// the format's) and against avail before anything is allocated for the
+// tokens, so a header cannot make the reader allocate more than the backend
+// could ever hold.
+func ReadBlobHeader(r io.Reader, avail int64, maxTokens int) (BlobHeader, error) {
 	br := &blobReader{r: r, avail: avail}
 	h, err := br.head()
+	if err == nil {
+		err = checkTokenCount(h.nTok, maxTokens)
+	}
 	if err == nil {
 		h.Tokens, err = br.tokens(h.nTok)
 	}
@@ -67,6 +75,14 @@ func ReadBlobHeader(r io.Reader, avail int64) (BlobHeader, error) {
 	return h.BlobHeader, err
 }
 
+// checkTokenCount refuses an n_tok beyond what the reader's caller holds.
+func checkTokenCount(n int64, maxTokens int) error {
+	if maxTokens > 0 && n > int64(maxTokens) {
+		return fmt.Errorf("%w: n_tok %d exceeds the backend's context of %d tokens", ErrMalformedBlob, n, maxTokens)
+	}
+	return nil
+}
+
 // blobReader reads a wrapper field by field, never past avail bytes.
 type blobReader struct {
 	r     io.Reader
@@ -74,6 +90,9 @@ type blobReader struct {
 	size  int64 // bytes consumed
 	buf   [16]byte
 }
+
+// tokenBatch is how many token ids tokens reads at a time.
+const tokenBatch = 1024
 
 // read reads the next n (≤ 16) bytes, what naming them in errors.
 func (br *blobReader) read(n int, what string) ([]byte, error) {
@@ -123,19 +142,24 @@ func (br *blobReader) head() (blobHead, error) {
 	return h, nil
 }
 
-// tokens reads n token ids, once n is known to fit the payload.
+// tokens reads n token ids, once n is known to fit the payload, a batch at a
+// time through one small buffer: memory is the ids' own, not twice that.
 func (br *blobReader) tokens(n int64) ([]int32, error) {
 	if n > maxBlobTokens || br.size+4*n > br.avail {
 		return nil, fmt.Errorf("%w: n_tok %d does not fit a payload of %d bytes", ErrMalformedBlob, n, br.avail)
 	}
-	raw := make([]byte, 4*n)
-	if _, err := io.ReadFull(br.r, raw); err != nil {
-		return nil, fmt.Errorf("reading blob tokens: %w", err)
-	}
-	br.size += 4 * n
 	toks := make([]int32, n)
-	for i := range toks {
-		toks[i] = int32(binary.LittleEndian.Uint32(raw[4*i:]))
+	var raw [4 * tokenBatch]byte
+	for done := 0; done < len(toks); {
+		k := min(len(toks)-done, tokenBatch)
+		if _, err := io.ReadFull(br.r, raw[:4*k]); err != nil {
+			return nil, fmt.Errorf("reading blob tokens: %w", err)
+		}
+		for i := range k {
+			toks[done+i] = int32(binary.LittleEndian.Uint32(raw[4*i:]))
+		}
+		done += k
+		br.size += 4 * int64(k)
 	}
 	return toks, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"slices"
 	"testing"
 )
 
@@ -16,7 +17,7 @@ func TestBlobHeaderRoundTrip(t *testing.T) {
 	}
 	payload := append(bytes.Clone(b), "STATE"...)
 	r := bytes.NewReader(payload)
-	h, err := ReadBlobHeader(r, int64(len(payload)))
+	h, err := ReadBlobHeader(r, int64(len(payload)), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +49,7 @@ func TestBlobV1AndCheckpoint(t *testing.T) {
 	v1 = binary.LittleEndian.AppendUint32(v1, 2)
 	v1 = binary.LittleEndian.AppendUint32(v1, 10)
 	v1 = binary.LittleEndian.AppendUint32(v1, 11)
-	h, err := ReadBlobHeader(bytes.NewReader(v1), int64(len(v1)))
+	h, err := ReadBlobHeader(bytes.NewReader(v1), int64(len(v1)), 0)
 	if err != nil || h.Version != 1 || len(h.Tokens) != 2 || h.Tokens[1] != 11 || h.Size != 16 {
 		t.Fatalf("v1: %+v %v", h, err)
 	}
@@ -64,7 +65,7 @@ func TestBlobV1AndCheckpoint(t *testing.T) {
 	b = append(b, "df"...)
 	size := len(b)
 	b = append(b, "S"...)
-	h, err = ReadBlobHeader(bytes.NewReader(b), int64(len(b)))
+	h, err = ReadBlobHeader(bytes.NewReader(b), int64(len(b)), 0)
 	if err != nil || !h.HasCheckpoint || h.Size != int64(size) {
 		t.Fatalf("checkpoint: %+v %v", h, err)
 	}
@@ -80,19 +81,60 @@ func TestBlobMalformed(t *testing.T) {
 	for name, p := range map[string][]byte{
 		"empty": {}, "short v2": {2, 1, 0}, "short v1": {1, 0, 0, 0, 5}, "huge n_tok": huge, "huge checkpoint": ck,
 	} {
-		if _, err := ReadBlobHeader(bytes.NewReader(p), int64(len(p))); !errors.Is(err, ErrMalformedBlob) {
+		if _, err := ReadBlobHeader(bytes.NewReader(p), int64(len(p)), 0); !errors.Is(err, ErrMalformedBlob) {
 			t.Errorf("%s: err = %v, want ErrMalformedBlob", name, err)
 		}
 	}
 }
 
+// TestBlobTokensOverContext: n_tok beyond the caller's limit (the backend's
+// n_ctx) is refused before the tokens are read, however large the payload
+// claims to be, and a count within it still parses.
+func TestBlobTokensOverContext(t *testing.T) {
+	toks := make([]int32, 9)
+	b := AppendBlobHeader(nil, 9, toks)
+	for _, tc := range []struct {
+		limit int
+		ok    bool
+	}{{8, false}, {9, true}, {0, true}} {
+		r := bytes.NewReader(b)
+		h, err := ReadBlobHeader(r, int64(len(b)), tc.limit)
+		if tc.ok != (err == nil) || (err == nil && len(h.Tokens) != 9) {
+			t.Errorf("limit %d: %d tokens, %v", tc.limit, len(h.Tokens), err)
+		}
+		if !tc.ok && (!errors.Is(err, ErrMalformedBlob) || r.Len() != len(b)-9) {
+			t.Errorf("limit %d: err %v after %d bytes; want ErrMalformedBlob after the 9-byte head", tc.limit, err, len(b)-r.Len())
+		}
+	}
+	// A head claiming 2^24 tokens over a payload that says it holds them
+	// all fails on the limit without reading (or allocating) any of them.
+	huge := AppendBlobHeader(nil, 0, nil)
+	binary.LittleEndian.PutUint32(huge[5:], maxBlobTokens)
+	if _, err := ReadBlobHeader(bytes.NewReader(huge), 1<<32, 32768); !errors.Is(err, ErrMalformedBlob) {
+		t.Fatalf("16 M tokens against n_ctx 32768: %v", err)
+	}
+}
+
+// fuzzTokenLimit is the n_ctx FuzzReadBlobHeader checks the limit with.
+const fuzzTokenLimit = 3
+
 func FuzzReadBlobHeader(f *testing.F) {
 	f.Add(AppendBlobHeader(nil, 3, []int32{1, 2, 3}))
+	f.Add(AppendBlobHeader(nil, 4, []int32{1, 2, 3, 4}))
 	f.Add([]byte{2, 0, 0, 0, 0, 0, 0, 0, 0, 1})
 	f.Add([]byte{1, 0, 0, 0, 1, 0, 0, 0, 7, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, p []byte) {
 		r := bytes.NewReader(p)
-		h, err := ReadBlobHeader(r, int64(len(p)))
+		h, err := ReadBlobHeader(r, int64(len(p)), 0)
+		// With a limit, the same bytes parse the same, or fail on the
+		// limit exactly when they hold more tokens than it allows.
+		hl, errl := ReadBlobHeader(bytes.NewReader(p), int64(len(p)), fuzzTokenLimit)
+		if err == nil && (len(h.Tokens) > fuzzTokenLimit) == (errl == nil) {
+			t.Fatalf("%d tokens under a limit of %d: %v", len(h.Tokens), fuzzTokenLimit, errl)
+		}
+		if errl == nil && (err != nil || hl.Size != h.Size || !slices.Equal(hl.Tokens, h.Tokens)) {
+			t.Fatalf("the limit changed the parse: %+v %v, %+v", h, err, hl)
+		}
 		if err != nil {
 			return
 		}

@@ -96,9 +96,9 @@ func checkHostPort(hp string) error {
 // TCP listeners get Go's defaults: SO_REUSEADDR, and TCP_NODELAY on accepted
 // connections. For a Unix socket an existing file at the path is removed first
 // only when it is a socket that nobody answers on (left behind by a crashed
-// server); a regular file or a live socket is refused. The socket is made
-// mode 0600, since the protocol carries no authentication, and the file is
-// removed when the listener is closed.
+// server); a regular file or a live socket is refused. The socket is created
+// mode 0600 (restrictSocketMode), since the protocol carries no
+// authentication, and the file is removed when the listener is closed.
 func Listen(rawURL string, opts ...Option) (net.Listener, error) {
 	network, address, err := ParseURL(rawURL)
 	if err != nil {
@@ -125,16 +125,40 @@ func Listen(rawURL string, opts ...Option) (net.Listener, error) {
 	if err := removeStaleSocket(address); err != nil {
 		return nil, err
 	}
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: address, Net: "unix"})
+	lc := net.ListenConfig{Control: restrictSocketMode}
+	nl, err := lc.Listen(context.Background(), "unix", address)
 	if err != nil {
 		return nil, fmt.Errorf("transport: listen %s: %w", rawURL, err)
 	}
+	l := nl.(*net.UnixListener)
 	l.SetUnlinkOnClose(true)
-	if err := os.Chmod(address, 0o600); err != nil {
+	// On Linux the file was created 0600 already; where the kernel ignores
+	// a socket's mode at bind, this closes the window as soon as it can.
+	if err := os.Chmod(address, socketMode); err != nil {
 		l.Close()
 		return nil, fmt.Errorf("transport: listen %s: restrict socket mode: %w", rawURL, err)
 	}
 	return l, nil
+}
+
+// socketMode is a Unix socket's mode: the protocol carries no
+// authentication, so only the engine's user may connect.
+const socketMode = 0o600
+
+// restrictSocketMode runs between socket(2) and bind(2) (a ListenConfig's
+// Control) and sets the socket's mode before its file exists: Linux creates
+// the file with the socket's mode less the umask, so no other user ever
+// finds it connectable. Unlike a umask set around bind, it changes nothing
+// process-wide, so files other goroutines create meanwhile keep their modes.
+func restrictSocketMode(_, _ string, rc syscall.RawConn) error {
+	var err error
+	if cerr := rc.Control(func(fd uintptr) { err = fchmodSocket(fd, socketMode) }); cerr != nil {
+		return cerr
+	}
+	if err != nil {
+		return fmt.Errorf("restrict socket mode: %w", err)
+	}
+	return nil
 }
 
 // removeStaleSocket clears the way for a Unix listener at path.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -17,6 +18,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/hydra-engine/hydra-engine/host"
+	"github.com/hydra-engine/hydra-engine/host/httpapi"
+	"github.com/hydra-engine/hydra-engine/transport"
 )
 
 // Config is the engine's configuration. Each setting comes from, in rising
@@ -52,6 +55,10 @@ type Config struct {
 	MaxConns        int               `mapstructure:"max_conns"`
 	PayloadBudget   uint64            `mapstructure:"payload_budget"`
 	MinTransferRate uint64            `mapstructure:"min_transfer_rate"`
+
+	// apiKeys are APIKey and the lines of APIKeyFile, read by validate: the
+	// keys the HTTP side requires (not a setting of its own).
+	apiKeys []string
 }
 
 // defaultConfig is what an engine started with no configuration runs with.
@@ -207,7 +214,7 @@ func newFlagSet(d Config, configFile *string, printConfig, showVersion *bool) *f
 	fs.BoolVar(&v.PublicMetrics, "public-metrics", d.PublicMetrics, "serve /metrics without an API key")
 	fs.IntVar(&v.MaxConns, "max-conns", d.MaxConns, "connections open at once per listener (RPC and HTTP); more are answered busy and closed")
 	fs.Uint64Var(&v.PayloadBudget, "payload-budget", d.PayloadBudget, "bytes of request payloads buffered in memory at once, over all connections and HTTP bodies")
-	fs.Uint64Var(&v.MinTransferRate, "min-transfer-rate", d.MinTransferRate, "bytes per second a request or reply must move at least, averaged over 10 s; 0: no minimum")
+	fs.Uint64Var(&v.MinTransferRate, "min-transfer-rate", d.MinTransferRate, "bytes per second a request or reply must move at least, over windows of 10 s (--chunk-timeout if shorter) spent waiting on the socket; 0: no minimum")
 	fs.StringVar(configFile, "config", "", "YAML configuration file (default $"+envConfigFile+"; flags and HYDRA_* variables override it)")
 	fs.BoolVar(printConfig, "print-config", false, "print the effective configuration as YAML, with each value's source, and exit")
 	fs.BoolVar(showVersion, "version", false, "print the version and exit")
@@ -460,7 +467,10 @@ func (c *Config) validate() error {
 	if tlsListener && c.TLSCert == "" {
 		return errors.New("a tls:// listener needs tls_cert and tls_key")
 	}
-	return nil
+	if err := c.checkRPCAccess(); err != nil {
+		return err
+	}
+	return c.loadAPIKeys()
 }
 
 // printConfig writes the configuration as a YAML file that --config
@@ -482,6 +492,9 @@ func printConfig(w io.Writer, inv *invocation) error {
 				v = map[string]string{} // "{}" rather than null
 			}
 		}
+		if st.key == "api_key" {
+			v = redactKeys(inv.cfg.APIKey)
+		}
 		var val yaml.Node
 		if err := val.Encode(v); err != nil {
 			return err
@@ -500,4 +513,141 @@ func printConfig(w io.Writer, inv *invocation) error {
 		return err
 	}
 	return enc.Close()
+}
+
+// Who may connect (docs/operators.md, Security).
+
+// resolveTimeout bounds resolving a listener's host name to decide whether
+// other hosts can reach it.
+const resolveTimeout = 5 * time.Second
+
+// checkRPCAccess parses rpc_allow and refuses an RPC listener that other
+// hosts can reach when nothing says who may connect: Hydra RPC has no
+// credentials, and whoever connects can read or overwrite any slot's KV
+// state. Unix sockets are governed by their file mode instead.
+func (c *Config) checkRPCAccess() error {
+	allow, err := transport.ParseAllowList(c.RPCAllow)
+	if err != nil {
+		return fmt.Errorf("rpc_allow: %w", err)
+	}
+	if len(allow) > 0 || c.RPCInsecure {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
+	defer cancel()
+	for _, u := range c.RPC {
+		network, _, err := transport.ParseURL(u)
+		if err != nil {
+			return fmt.Errorf("rpc %s: %w", u, err)
+		}
+		if network == "unix" || (network == "tls" && c.TLSClientCA != "") {
+			continue
+		}
+		local, err := transport.LoopbackOnly(ctx, u)
+		if err != nil {
+			return fmt.Errorf("rpc %s: %w", u, err)
+		}
+		if !local {
+			return openRPCError(u, network)
+		}
+	}
+	return nil
+}
+
+// openRPCError says why a listener reachable from other hosts is refused
+// and names the three ways to say who may connect.
+func openRPCError(u, network string) error {
+	why := "Hydra RPC has no credentials"
+	if network == "tls" {
+		why = "without tls_client_ca TLS authenticates no client"
+	}
+	return fmt.Errorf("rpc %s can be reached from other hosts and %s: anyone who connects can read or overwrite "+
+		"any slot's KV state. Say who may connect: --rpc-allow ADDR|CIDR (rpc_allow, HYDRA_RPC_ALLOW) admits those peers only; "+
+		"a tls:// listener with --tls-client-ca requires client certificates; --rpc-insecure (HYDRA_RPC_INSECURE=true) "+
+		"accepts any peer. Or listen on 127.0.0.1 or a unix:// socket. See docs/operators.md, Security", u, why)
+}
+
+// redactedPrefix starts what --print-config shows for api_key. A key
+// starting with it is refused, so a printed configuration given back to the
+// engine fails instead of serving with a placeholder for a key.
+const redactedPrefix = "<redacted"
+
+// redactKeys is api_key as --print-config shows it: how many, never which.
+func redactKeys(keys []string) any {
+	switch len(keys) {
+	case 0:
+		return []string{}
+	case 1:
+		return redactedPrefix + ": 1 key>"
+	default:
+		return fmt.Sprintf("%s: %d keys>", redactedPrefix, len(keys))
+	}
+}
+
+// loadAPIKeys checks api_key and reads api_key_file: c.apiKeys holds both.
+func (c *Config) loadAPIKeys() error {
+	var keys []string
+	for _, k := range c.APIKey {
+		switch {
+		case strings.TrimSpace(k) == "":
+			return errors.New("api_key: an empty key")
+		case strings.HasPrefix(k, redactedPrefix):
+			return errors.New("api_key: this is the placeholder --print-config shows, not a key: give the keys themselves (api_key_file keeps them out of the configuration)")
+		}
+		keys = append(keys, strings.TrimSpace(k))
+	}
+	if c.APIKeyFile != "" {
+		fileKeys, err := readAPIKeyFile(c.APIKeyFile)
+		if err != nil {
+			return err
+		}
+		keys = append(keys, fileKeys...)
+	}
+	c.apiKeys = keys
+	return nil
+}
+
+// readAPIKeyFile reads one key per line; blank lines and lines starting
+// with # are skipped. A file without a key is an error: an operator who
+// names a key file means the API to need one.
+func readAPIKeyFile(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("api_key_file: %w: give a file of HTTP API keys, one per line, readable by the engine's user "+
+			"(or set api_key_file empty, HYDRA_API_KEY_FILE=, to serve HTTP without keys)", err)
+	}
+	var keys []string
+	for line := range strings.Lines(string(b)) {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			keys = append(keys, line)
+		}
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("api_key_file %s holds no key (one key per line; blank lines and # comments are skipped)", path)
+	}
+	return keys, nil
+}
+
+// httpOptions are the HTTP side's keys and metrics setting. An HTTP API
+// that other hosts reach without a key is served, since containers publish
+// it that way and a key only guards slots and completions, but said once in
+// a warning (RPC, which reads and writes KV state, is refused instead).
+func httpOptions(c *Config, logger hclog.Logger) httpapi.Options {
+	if c.openHTTP() {
+		logger.Warn("the HTTP API is served to other hosts without an API key: anyone who reaches it can run completions "+
+			"and erase slots; set api_key_file (--api-key-file) or bind http to 127.0.0.1 (docs/operators.md, Security)", "http", c.HTTP)
+	}
+	return httpapi.Options{APIKeys: c.apiKeys, PublicMetrics: c.PublicMetrics}
+}
+
+// openHTTP reports whether the HTTP listener can be reached from other
+// hosts without an API key.
+func (c *Config) openHTTP() bool {
+	if c.HTTP == "" || len(c.apiKeys) > 0 {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
+	defer cancel()
+	local, err := transport.HostLoopbackOnly(ctx, c.HTTP)
+	return err != nil || !local
 }

@@ -203,3 +203,208 @@ func TestDeployConfigExample(t *testing.T) {
 		t.Errorf("deploy/hydra-engine.yaml:\n got %+v\nwant %+v", inv.cfg, want)
 	}
 }
+
+// TestRPCAccess: an RPC listener other hosts can reach is refused unless
+// rpc_allow, client certificates or rpc_insecure say who may connect; the
+// error names all three.
+func TestRPCAccess(t *testing.T) {
+	tlsFlags := []string{"--tls-cert", "c.pem", "--tls-key", "k.pem"}
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		err  string // "" accepted
+	}{
+		{args: []string{"--rpc", "tcp://0.0.0.0:9510"}, err: "Hydra RPC has no credentials"},
+		{args: []string{"--rpc", "tcp://:9510"}, err: "can be reached from other hosts"},
+		{args: []string{"--rpc", "tcp://[::]:9510"}, err: "can be reached from other hosts"},
+		{args: []string{"--rpc", "tcp://192.0.2.7:9510"}, err: "can be reached from other hosts"},
+		{args: []string{"--rpc", "unix:///tmp/h.sock", "--rpc", "tcp://0.0.0.0:9510"}, err: "tcp://0.0.0.0:9510"},
+		{args: append([]string{"--rpc", "tls://0.0.0.0:9511"}, tlsFlags...), err: "without tls_client_ca TLS authenticates no client"},
+		{args: []string{"--rpc", "tcp://0.0.0.0:9510", "--rpc-allow", "10.0.0.0/8"}},
+		{args: []string{"--rpc", "tcp://0.0.0.0:9510", "--rpc-insecure"}},
+		{args: []string{"--rpc", "tcp://0.0.0.0:9510"}, env: map[string]string{"HYDRA_RPC_ALLOW": "10.0.0.1, 10.0.0.2"}},
+		{args: []string{"--rpc", "tcp://0.0.0.0:9510"}, env: map[string]string{"HYDRA_RPC_INSECURE": "true"}},
+		{args: append([]string{"--rpc", "tls://0.0.0.0:9511", "--tls-client-ca", "ca.pem"}, tlsFlags...)},
+		{args: append([]string{"--rpc", "tls://0.0.0.0:9511", "--rpc", "tcp://0.0.0.0:9510", "--tls-client-ca", "ca.pem"}, tlsFlags...),
+			err: "tcp://0.0.0.0:9510 can be reached"}, // mTLS on one listener does not cover another
+		{args: []string{"--rpc", "tcp://127.0.0.1:9510", "--rpc", "tcp://[::1]:9511", "--rpc", "unix:///tmp/h.sock"}},
+		{args: []string{"--rpc", "tcp://localhost:9510"}},
+		{args: []string{"--rpc-allow", "10.0.0.0/33"}, err: "rpc_allow: allow-list entry"},
+		{args: []string{"--rpc-allow", "db.example"}, err: "rpc_allow: allow-list entry"},
+	} {
+		_, err := parseInvocation(c.args, envOf(c.env), io.Discard)
+		switch {
+		case c.err == "" && err != nil:
+			t.Errorf("%q %v: %v", c.args, c.env, err)
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+			t.Errorf("%q %v: error %v, want %q", c.args, c.env, err, c.err)
+		case c.err != "" && strings.Contains(c.err, "reach"):
+			for _, way := range []string{"--rpc-allow", "--tls-client-ca", "--rpc-insecure"} {
+				if !strings.Contains(err.Error(), way) {
+					t.Errorf("%q: the error does not name %s: %v", c.args, way, err)
+				}
+			}
+		}
+	}
+}
+
+// TestAPIKeys: --api-key and the lines of --api-key-file (blank lines and
+// # comments skipped) are the keys; a missing, unreadable or keyless file
+// and an empty key are errors.
+func TestAPIKeys(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "keys")
+	os.WriteFile(file, []byte("# coordinator\nkey-from-file\r\n\n   \n  # old: revoked\n\tsecond-file-key  \n"), 0o600)
+	inv, err := parseInvocation([]string{"--api-key", "flag-key", "--api-key-file", file}, envOf(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"flag-key", "key-from-file", "second-file-key"}; !reflect.DeepEqual(inv.cfg.apiKeys, want) {
+		t.Errorf("keys %q, want %q", inv.cfg.apiKeys, want)
+	}
+	inv, err = parseInvocation(nil, envOf(map[string]string{"HYDRA_API_KEY_FILE": file}), io.Discard)
+	if err != nil || len(inv.cfg.apiKeys) != 2 {
+		t.Errorf("HYDRA_API_KEY_FILE: %q %v", inv.cfg.apiKeys, err)
+	}
+	if inv, err := parseInvocation(nil, envOf(nil), io.Discard); err != nil || inv.cfg.apiKeys != nil {
+		t.Errorf("no keys: %q %v", inv.cfg.apiKeys, err)
+	}
+
+	empty := filepath.Join(dir, "empty")
+	os.WriteFile(empty, []byte("# no key yet\n\n"), 0o600)
+	unreadable := filepath.Join(dir, "unreadable")
+	os.WriteFile(unreadable, []byte("k\n"), 0)
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--api-key-file", filepath.Join(dir, "missing")}, "no such file"},
+		{[]string{"--api-key-file", empty}, "holds no key"},
+		{[]string{"--api-key-file", dir}, "api_key_file"},
+		{[]string{"--api-key", ""}, "empty key"},
+		{[]string{"--api-key", " "}, "empty key"},
+	}
+	if os.Geteuid() != 0 { // root reads a file of mode 0
+		cases = append(cases, struct {
+			args []string
+			want string
+		}{[]string{"--api-key-file", unreadable}, "permission denied"})
+	}
+	for _, c := range cases {
+		if _, err := parseInvocation(c.args, envOf(nil), io.Discard); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want %q", c.args, err, c.want)
+		}
+	}
+}
+
+// TestPrintConfigRedactsKeys: --print-config shows how many keys, never a
+// key, and the placeholder it prints is refused when read back.
+func TestPrintConfigRedactsKeys(t *testing.T) {
+	file := writeFile(t, "api_key: [file-secret-1]\n")
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{args: []string{"--api-key", "flag-secret-1", "--api-key", "flag-secret-2"}, want: `api_key: '<redacted: 2 keys>' # flag --api-key`},
+		{env: map[string]string{"HYDRA_API_KEY": "env-secret-1"}, want: `api_key: '<redacted: 1 key>' # env HYDRA_API_KEY`},
+		{env: map[string]string{"HYDRA_CONFIG": file}, want: `api_key: '<redacted: 1 key>' # file ` + file},
+		{want: "api_key: [] # default"},
+	} {
+		inv, err := parseInvocation(c.args, envOf(c.env), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		if err := printConfig(&out, inv); err != nil {
+			t.Fatal(err)
+		}
+		text := out.String()
+		if strings.Contains(text, "secret") || !strings.Contains(text, c.want) {
+			t.Errorf("%q %v: want %q and no key in\n%s", c.args, c.env, c.want, text)
+		}
+		if len(inv.cfg.APIKey) == 0 {
+			continue
+		}
+		_, err = parseInvocation([]string{"--config", writeFile(t, text)}, envOf(nil), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "placeholder --print-config shows") {
+			t.Errorf("the printed placeholder read back as a key: %v", err)
+		}
+	}
+}
+
+// TestOpenHTTP: the HTTP listener is open when other hosts reach it and no
+// key is configured (the engine then warns).
+func TestOpenHTTP(t *testing.T) {
+	for _, c := range []struct {
+		http string
+		keys []string
+		open bool
+	}{
+		{"", nil, false},
+		{"127.0.0.1:8080", nil, false},
+		{"localhost:8080", nil, false},
+		{":8080", nil, true},
+		{"0.0.0.0:8080", nil, true},
+		{"[::]:8080", nil, true},
+		{"0.0.0.0:8080", []string{"k"}, false},
+	} {
+		cfg := Config{HTTP: c.http, apiKeys: c.keys}
+		if got := cfg.openHTTP(); got != c.open {
+			t.Errorf("http %q keys %q: open %v, want %v", c.http, c.keys, got, c.open)
+		}
+	}
+}
+
+// dockerEnv reads the ENV instructions of the Dockerfile stage named, as
+// the image's environment.
+func dockerEnv(t *testing.T, stage string) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile("../../deploy/Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.ReplaceAll(string(b), "\\\n", " ")
+	env, in := map[string]string{}, false
+	for line := range strings.Lines(text) {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 2 && f[0] == "FROM":
+			in = len(f) >= 4 && f[len(f)-2] == "AS" && f[len(f)-1] == stage
+		case in && len(f) >= 2 && f[0] == "ENV":
+			for _, kv := range f[1:] {
+				k, v, _ := strings.Cut(kv, "=")
+				env[k] = v
+			}
+		}
+	}
+	if len(env) == 0 {
+		t.Fatalf("no ENV in stage %s", stage)
+	}
+	return env
+}
+
+// TestDockerfileSecureByDefault: the images bind every interface, so they
+// refuse to start until the operator says who may connect over RPC, and
+// their HTTP API needs the mounted key file.
+func TestDockerfileSecureByDefault(t *testing.T) {
+	keys := filepath.Join(t.TempDir(), "keys")
+	os.WriteFile(keys, []byte("k\n"), 0o600)
+	for _, stage := range []string{"mock", "cpu"} {
+		env := dockerEnv(t, stage)
+		env["HYDRA_CONFIG"] = "../../deploy/hydra-engine.yaml"
+		_, err := parseInvocation(nil, envOf(env), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "HYDRA_RPC_ALLOW") || !strings.Contains(err.Error(), "HYDRA_RPC_INSECURE") {
+			t.Errorf("%s image without HYDRA_RPC_ALLOW: %v", stage, err)
+		}
+		env["HYDRA_RPC_ALLOW"] = "10.0.0.0/8"
+		if _, err = parseInvocation(nil, envOf(env), io.Discard); err == nil || !strings.Contains(err.Error(), "api_key_file") {
+			t.Errorf("%s image without its key file: %v", stage, err)
+		}
+		env["HYDRA_API_KEY_FILE"] = keys
+		inv, err := parseInvocation(nil, envOf(env), io.Discard)
+		if err != nil || len(inv.cfg.apiKeys) != 1 || inv.cfg.openHTTP() {
+			t.Errorf("%s image with HYDRA_RPC_ALLOW and keys: %v", stage, err)
+		}
+	}
+}

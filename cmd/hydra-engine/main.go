@@ -11,9 +11,9 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -72,9 +72,19 @@ func run(c *Config, logger hclog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// Each listener (HTTP too) may hold --max-conns connections: lower it
+	// where the descriptor limit would leave the plugin, the data plane and
+	// files without descriptors.
+	shares := len(c.RPC)
+	if c.HTTP != "" {
+		shares++
+	}
+	if c.MaxConns, err = host.FitConnLimit(logger, c.MaxConns, shares, c.Slots); err != nil {
+		return err
+	}
 	// Listen before loading, so a taken port fails fast; HTTP answers 503
 	// with the startup stage while the model loads (§8).
-	listeners, err := listenRPC(c)
+	listeners, err := listenRPC(c, logger)
 	defer closeListeners(listeners)
 	if err != nil {
 		return err
@@ -104,17 +114,23 @@ func run(c *Config, logger hclog.Logger) error {
 
 	srv, rpc := serveRPC(c, logger, sv.Plugin(), listeners, errc)
 	sv.Watch(srv)
-	startup.Ready(httpapi.Handler(srv, httpapi.Options{APIKeys: c.APIKey, PublicMetrics: c.PublicMetrics}))
+	startup.Ready(httpapi.Handler(srv, httpOptions(c, logger)))
 
 	err = waitForStop(ctx, c, logger, errc)
-	shutdown(c, hs, srv, rpc)
+	if serr := shutdown(c, hs, srv, rpc); serr != nil {
+		if err == nil {
+			return serr // work was cut short: exit non-zero
+		}
+		logger.Error("shutdown", "error", serr)
+	}
 	return err
 }
 
 // listenRPC opens a listener for every --rpc URL, with TLS when a
 // certificate is configured, and returns those it opened even on failure so
-// the caller closes them.
-func listenRPC(c *Config) ([]net.Listener, error) {
+// the caller closes them. With rpc_allow the tcp:// and tls:// listeners
+// close connections from any other peer at accept.
+func listenRPC(c *Config, logger hclog.Logger) ([]net.Listener, error) {
 	var lopts []transport.Option
 	if c.TLSCert != "" {
 		tc, err := transport.ServerTLSConfig(c.TLSCert, c.TLSKey, c.TLSClientCA)
@@ -123,11 +139,21 @@ func listenRPC(c *Config) ([]net.Listener, error) {
 		}
 		lopts = append(lopts, transport.WithTLS(tc))
 	}
+	allow, err := transport.ParseAllowList(c.RPCAllow)
+	if err != nil {
+		return nil, err
+	}
 	var listeners []net.Listener
 	for _, u := range c.RPC {
 		l, err := transport.Listen(u, lopts...)
 		if err != nil {
 			return listeners, fmt.Errorf("rpc %s: %w", u, err)
+		}
+		if len(allow) > 0 && l.Addr().Network() == "tcp" {
+			l = transport.AllowPeers(l, allow, func(peer string, n int) {
+				logger.Warn("closed Hydra RPC connections from peers outside rpc_allow (reported at most every "+
+					transport.RefusedLogInterval.String()+")", "url", u, "last_peer", peer, "refused", n, "rpc_allow", allow.String())
+			})
 		}
 		listeners = append(listeners, l)
 	}
@@ -152,11 +178,12 @@ func serveStartupHTTP(c *Config, logger hclog.Logger, startup *httpapi.Startup, 
 	if err != nil {
 		return nil, fmt.Errorf("http %s: %w", c.HTTP, err)
 	}
-	// No write timeout: a streamed completion lasts as long as it decodes.
-	hs := &http.Server{Handler: startup, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: c.IdleTimeout}
+	hs := httpapi.NewServer(startup, httpapi.ServerOptions{
+		IdleTimeout: c.IdleTimeout, ChunkTimeout: c.ChunkTimeout, MinTransferRate: transferRate(c.MinTransferRate),
+	})
 	logger.Info("serving HTTP", "addr", hl.Addr().String())
 	go func() {
-		if err := hs.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := hs.Serve(httpapi.LimitListener(hl, c.MaxConns)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- err
 		}
 	}()
@@ -229,18 +256,32 @@ func waitForStop(ctx context.Context, c *Config, logger hclog.Logger, errc <-cha
 }
 
 // shutdown gives HTTP requests (streamed completions) and RPC requests one
-// shared grace to finish, and waits for both servers to stop.
-func shutdown(c *Config, hs *http.Server, srv *host.Server, rpc *sync.WaitGroup) {
+// shared grace to finish, and waits for both servers to stop. It returns an
+// error saying what the grace cut short, if anything, so that the engine
+// exits non-zero when work was lost.
+func shutdown(c *Config, hs *http.Server, srv *host.Server, rpc *sync.WaitGroup) error {
 	var hwg sync.WaitGroup
+	var herr error
 	if hs != nil {
 		gctx, cancel := context.WithTimeout(context.Background(), c.ShutdownGrace)
 		defer cancel()
 		hwg.Add(1)
-		go func() { defer hwg.Done(); _ = hs.Shutdown(gctx) }()
+		go func() { defer hwg.Done(); herr = hs.Shutdown(gctx) }()
 	}
-	srv.Shutdown(c.ShutdownGrace)
+	cut := srv.Shutdown(c.ShutdownGrace)
 	hwg.Wait()
 	rpc.Wait()
+	var lost []string
+	if cut > 0 {
+		lost = append(lost, fmt.Sprintf("%d Hydra RPC request(s) cancelled", cut))
+	}
+	if herr != nil {
+		lost = append(lost, fmt.Sprintf("HTTP requests still in progress cancelled (%v)", herr))
+	}
+	if len(lost) == 0 {
+		return nil
+	}
+	return fmt.Errorf("the shutdown grace of %s ran out: %s", c.ShutdownGrace, strings.Join(lost, "; "))
 }
 
 // hintClientSendBuffer says, once, when Unix-socket clients that set no

@@ -54,8 +54,9 @@ type Options struct {
 	PublicMetrics bool
 }
 
-// Handler serves s's HTTP side. Call it once per server: it builds the
-// Prometheus registry behind /metrics and installs it as s's Stats observer.
+// Handler serves s's HTTP side, behind opts.APIKeys when there are any
+// (auth.go). Call it once per server: it builds the Prometheus registry
+// behind /metrics and installs it as s's Stats observer.
 func Handler(s *host.Server, opts Options) http.Handler {
 	a := &api{s: s, log: s.Config().Logger.Named("http"), tasks: map[int]slotTask{}}
 	a.metrics = newMetrics(s)
@@ -78,7 +79,7 @@ func Handler(s *host.Server, opts Options) http.Handler {
 	handle("POST /v1/completions", a.textCompletions)
 	handle("POST /completions", a.textCompletions)
 	mux.Handle("GET /metrics", a.metrics.handler())
-	return mux
+	return requireKey(mux, opts.APIKeys, opts.PublicMetrics, a.log)
 }
 
 // healthBody is /health's reply (§8, the later form).

@@ -132,7 +132,7 @@ func TestAcquireIdleOrder(t *testing.T) {
 	}
 
 	for i := range 3 {
-		if err := s.AcquireSlot(i); err != nil {
+		if _, err := s.TakeSlot(i); err != nil { // held for the rest of the test
 			t.Fatal(err)
 		}
 	}

@@ -123,13 +123,13 @@ func (a *api) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 		writeAPIError(w, a.apiErrorOf("reading the request", err))
 		return
 	}
-	slot, err := a.takeSlot(c.slot)
+	lease, err := a.takeSlot(c.slot)
 	if err != nil {
 		writeAPIError(w, a.apiErrorOf("taking a slot", err))
 		return
 	}
-	defer a.s.ReleaseSlot(slot)
-	rn := &completionRun{a: a, ctx: r.Context(), b: b, info: info, c: c, slot: slot,
+	defer lease.Release()
+	rn := &completionRun{a: a, ctx: r.Context(), b: b, info: info, c: c, slot: lease.Slot(),
 		w: w, rc: http.NewResponseController(w), body: newCompletionBody(c, info)}
 	if err := rn.prefill(); err != nil {
 		writeAPIError(w, a.apiErrorOf("evaluating the prompt", err))
@@ -140,7 +140,7 @@ func (a *api) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 
 // readCompletion reads and validates the body against the engine's defaults.
 func (a *api) readCompletion(w http.ResponseWriter, r *http.Request, chat bool, info iface.BackendInfo) (completion, error) {
-	body, err := readBody(w, r, a.s.Config().MaxJSONBytes)
+	body, err := readAdmittedBody(w, r, a.s)
 	if err != nil {
 		return completion{}, err
 	}
@@ -149,11 +149,11 @@ func (a *api) readCompletion(w http.ResponseWriter, r *http.Request, chat bool, 
 }
 
 // takeSlot takes the slot asked for, or an idle one for slot -1.
-func (a *api) takeSlot(slot int) (int, error) {
+func (a *api) takeSlot(slot int) (*host.SlotLease, error) {
 	if slot < 0 {
 		return a.acquireIdle()
 	}
-	return slot, a.s.AcquireSlot(slot)
+	return a.s.TakeSlot(slot)
 }
 
 // newCompletionBody fills the fields every reply and chunk of c shares.

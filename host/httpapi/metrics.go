@@ -31,6 +31,11 @@ const (
 	metricTokensPerSecond = "hydra_engine_tokens_per_second"
 	metricInfo            = "hydra_engine_info"
 	metricHTTPRequests    = "hydra_engine_http_requests_total"
+	metricConnsOpen       = "hydra_engine_rpc_connections"
+	metricConnsRefused    = "hydra_engine_rpc_connections_refused_total"
+	metricAcceptErrors    = "hydra_engine_rpc_accept_errors_total"
+	metricBudgetInUse     = "hydra_engine_payload_budget_in_use_bytes"
+	metricBudgetSize      = "hydra_engine_payload_budget_bytes"
 )
 
 // metrics is the engine's Prometheus side, on a registry of its own (no
@@ -48,6 +53,7 @@ type metrics struct {
 
 	requests, requestSeconds, transferFailed, transferWait, chunkSize, restarts *prometheus.Desc
 	slots, slotsBusy, tokens, tokenSeconds, info                                *prometheus.Desc
+	connsOpen, connsRefused, acceptErrors, budgetInUse, budgetSize              *prometheus.Desc
 }
 
 func newMetrics(s *host.Server) *metrics {
@@ -99,6 +105,16 @@ func newMetrics(s *host.Server) *metrics {
 		info: prometheus.NewDesc(metricInfo,
 			"The engine's version, backend and resident model (value 1).",
 			[]string{"version", "backend", "backend_version", "model_alias", "model_hash"}, nil),
+		connsOpen: prometheus.NewDesc(metricConnsOpen,
+			"Hydra RPC connections being served, over all listeners.", nil, nil),
+		connsRefused: prometheus.NewDesc(metricConnsRefused,
+			"Hydra RPC connections refused because their listener was at max_conns.", nil, nil),
+		acceptErrors: prometheus.NewDesc(metricAcceptErrors,
+			"Failed accepts on the Hydra RPC listeners (e.g. out of file descriptors), each retried with backoff.", nil, nil),
+		budgetInUse: prometheus.NewDesc(metricBudgetInUse,
+			"Bytes of the payload budget taken by request payloads being read into memory (RPC and HTTP).", nil, nil),
+		budgetSize: prometheus.NewDesc(metricBudgetSize,
+			"The payload budget (payload_budget).", nil, nil),
 	}
 	m.reg.MustRegister(m, m.transferSeconds, m.transferBytes, m.tokensPerSecond, m.httpRequests,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -135,7 +151,8 @@ func (m *metrics) Tokens(phase string, n int, d time.Duration) {
 
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.requests, m.requestSeconds, m.transferFailed, m.transferWait, m.chunkSize,
-		m.restarts, m.slots, m.slotsBusy, m.tokens, m.tokenSeconds, m.info} {
+		m.restarts, m.slots, m.slotsBusy, m.tokens, m.tokenSeconds, m.info,
+		m.connsOpen, m.connsRefused, m.acceptErrors, m.budgetInUse, m.budgetSize} {
 		ch <- d
 	}
 }
@@ -160,9 +177,20 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.tokens, prometheus.CounterValue, float64(t.Tokens), phase)
 		ch <- prometheus.MustNewConstMetric(m.tokenSeconds, prometheus.CounterValue, t.Seconds, phase)
 	}
+	m.collectLimits(ch)
 	_, info := s.Backend()
 	ch <- prometheus.MustNewConstMetric(m.info, prometheus.GaugeValue, 1,
 		s.Config().Version, info.Name, info.Version, info.Model.Alias, info.Model.Hash)
+}
+
+// collectLimits reads the connection counters and the payload budget.
+func (m *metrics) collectLimits(ch chan<- prometheus.Metric) {
+	c := m.s.Stats().Connections()
+	ch <- prometheus.MustNewConstMetric(m.connsOpen, prometheus.GaugeValue, float64(c.Open))
+	ch <- prometheus.MustNewConstMetric(m.connsRefused, prometheus.CounterValue, float64(c.Refused))
+	ch <- prometheus.MustNewConstMetric(m.acceptErrors, prometheus.CounterValue, float64(c.AcceptErrors))
+	ch <- prometheus.MustNewConstMetric(m.budgetInUse, prometheus.GaugeValue, float64(m.s.PayloadBudgetInUse()))
+	ch <- prometheus.MustNewConstMetric(m.budgetSize, prometheus.GaugeValue, float64(m.s.PayloadBudgetSize()))
 }
 
 // collectRequests reads the Hydra RPC request counters.

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -104,6 +105,42 @@ func readBody(w http.ResponseWriter, r *http.Request, limit uint64) ([]byte, err
 			return nil, &apiError{status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error",
 				Msg: fmt.Sprintf("request body exceeds the %d-byte limit", mbe.Limit)}
 		}
+		return nil, badRequest("reading the request body: %v", err)
+	}
+	return b, nil
+}
+
+// readAdmittedBody reads a request body of at most s's MaxJSONBytes (and
+// payload budget) once the budget admitted it (host.AdmitPayload): its
+// Content-Length, or the whole limit when the length is not announced. The
+// budget is given back when the request ends. A body larger than the limit
+// is refused before it is read (413); a budget that stays short answers 503.
+func readAdmittedBody(w http.ResponseWriter, r *http.Request, s *host.Server) ([]byte, error) {
+	limit := min(s.Config().MaxJSONBytes, s.PayloadBudgetSize())
+	n := limit
+	if r.ContentLength >= 0 {
+		if uint64(r.ContentLength) > limit {
+			return nil, &apiError{status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error",
+				Msg: fmt.Sprintf("request body of %d bytes exceeds the %d-byte limit", r.ContentLength, limit)}
+		}
+		n = uint64(r.ContentLength)
+	}
+	release, err := s.AdmitPayload(r.Context(), n)
+	switch {
+	case errors.Is(err, host.ErrBudgetBusy):
+		return nil, &apiError{status: http.StatusServiceUnavailable, Type: "unavailable_error", Code: "payload_budget", Msg: err.Error()}
+	case err != nil:
+		return nil, &apiError{status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error",
+			Msg: fmt.Sprintf("request body of %d bytes: %v", n, err)}
+	}
+	context.AfterFunc(r.Context(), release)
+	if r.ContentLength < 0 {
+		return readBody(w, r, n)
+	}
+	// Announced: read into one buffer of that size, so the body costs what
+	// the budget admitted and not io.ReadAll's doublings.
+	b := make([]byte, n)
+	if _, err := io.ReadFull(r.Body, b); err != nil {
 		return nil, badRequest("reading the request body: %v", err)
 	}
 	return b, nil

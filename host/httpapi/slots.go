@@ -92,17 +92,21 @@ func (a *api) slotAction(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("invalid action %q: only erase is supported", action))
 		return
 	}
-	if err := a.s.AcquireSlot(slot); err != nil {
+	lease, err := a.s.TakeSlot(slot)
+	if err != nil {
 		writeError(w, statusOf(err), err.Error())
 		return
 	}
-	defer a.s.ReleaseSlot(slot)
+	defer lease.Release()
 	nErased := 0
 	if views := a.s.Slots(); slot < len(views) { // a backend restart may have shrunk the table
 		nErased = views[slot].NPast // held now: no operation changes it
 	}
-	b, _ := a.s.Backend()
-	if err := b.ClearSlot(r.Context(), slot); err != nil {
+	b, _, err := lease.Backend()
+	if err == nil {
+		err = b.ClearSlot(r.Context(), slot)
+	}
+	if err != nil {
 		writeError(w, statusOf(err), a.clientMessage("erasing the slot", err))
 		return
 	}
@@ -119,14 +123,14 @@ func (a *api) slotAction(w http.ResponseWriter, r *http.Request) {
 // processing. It prefers an empty slot, then the one HTTP used least
 // recently, and only then a slot HTTP never used: those hold sequences put
 // there over Hydra RPC, which the coordinator may still want.
-func (a *api) acquireIdle() (int, error) {
+func (a *api) acquireIdle() (*host.SlotLease, error) {
 	a.mu.Lock()
 	used := make(map[int]int64, len(a.tasks))
 	for i, t := range a.tasks {
 		used[i] = t.processed.UnixNano()
 	}
 	a.mu.Unlock()
-	return a.s.AcquireIdleSlot(func(slot int, v host.SlotView) int64 {
+	return a.s.TakeIdleSlot(func(slot int, v host.SlotView) int64 {
 		switch last, ok := used[slot]; {
 		case v.NPast == 0:
 			return math.MinInt64

@@ -46,7 +46,7 @@ func StartSupervised(ctx context.Context, spec PluginSpec, load iface.LoadReques
 	sctx, cancel := context.WithCancel(context.Background())
 	return &Supervisor{
 		spec: spec, load: load, opts: opts, log: logger,
-		MinBackoff: 500 * time.Millisecond, MaxBackoff: 30 * time.Second, PollInterval: 100 * time.Millisecond,
+		MinBackoff: 500 * time.Millisecond, MaxBackoff: 30 * time.Second, PollInterval: 20 * time.Millisecond,
 		cur: p, ctx: sctx, cancel: cancel, done: make(chan struct{}),
 	}, nil
 }
@@ -82,8 +82,12 @@ func (sv *Supervisor) Watch(srv *host.Server) {
 	}()
 }
 
+// restart swaps a stand-in for the dead plugin into srv, then relaunches it.
+// Before each swap the slots are suspended: they read empty at once, and no
+// request that took its slot from the old backend reaches the new one.
 func (sv *Supervisor) restart(srv *host.Server, dead *Plugin) {
 	sv.log.Error("backend plugin exited; relaunching", "backend", dead.Spec.Name)
+	srv.SuspendSlots()
 	srv.SetBackend(downBackend{name: dead.Spec.Name}, dead.Info)
 	dead.Kill() // reap its process group and data plane
 	backoff := sv.MinBackoff
@@ -93,6 +97,7 @@ func (sv *Supervisor) restart(srv *host.Server, dead *Plugin) {
 			sv.mu.Lock()
 			sv.cur = p
 			sv.mu.Unlock()
+			srv.SuspendSlots()
 			srv.SetBackend(p.Backend, p.Info)
 			srv.Stats().PluginRestart()
 			sv.log.Info("backend plugin relaunched", "backend", p.Spec.Name, "attempt", attempt)
@@ -131,6 +136,11 @@ var errBackendDown = errors.New("backend is restarting after a crash")
 type downBackend struct{ name string }
 
 func (d downBackend) err() error { return fmt.Errorf("%s: %w", d.name, errBackendDown) }
+
+// Down tells the host the backend is not there (host.DownBackend).
+func (d downBackend) Down() error { return d.err() }
+
+var _ host.DownBackend = downBackend{}
 
 func (d downBackend) Load(context.Context, iface.LoadRequest) (iface.BackendInfo, error) {
 	return iface.BackendInfo{}, d.err()

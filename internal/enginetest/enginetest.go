@@ -117,6 +117,10 @@ type Config struct {
 	// CPUs runs the engine (and its plugin, which inherits them) under
 	// `taskset -c CPUs` when set.
 	CPUs string
+	// Wrap runs the engine under a command that execs it, keeping its
+	// process id, such as {"prlimit", "--nofile=1024:1024"}; it goes
+	// before CPUs' taskset.
+	Wrap []string
 	// LogTail keeps only the last LogTail bytes of the engine's output;
 	// 0 keeps all of it.
 	LogTail int
@@ -193,6 +197,9 @@ func Start(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	e.Args = append(append(e.Args, "--backend", cfg.BackendPath()), cfg.Args...)
 	e.Cmd = Command(cfg.CPUs, filepath.Join(cfg.Bin, "hydra-engine"), e.Args...)
+	if len(cfg.Wrap) > 0 {
+		e.Cmd = exec.Command(cfg.Wrap[0], append(cfg.Wrap[1:], e.Cmd.Args...)...)
+	}
 	e.Cmd.Stdout, e.Cmd.Stderr = e.Logs, e.Logs
 	if cfg.DieWithParent {
 		dieWithParent(e.Cmd)

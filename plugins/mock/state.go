@@ -310,7 +310,7 @@ func restore(e *engine, tokens []int32, src *stateSource, size int64) (int64, bo
 		return 0, false, err
 	}
 	r := &restorer{e: e, tokens: tokens, src: src, c: checksumSeed}
-	want, err := r.header(size)
+	want, err := r.header()
 	if err == nil {
 		err = r.cells()
 	}
@@ -326,7 +326,9 @@ func restore(e *engine, tokens []int32, src *stateSource, size int64) (int64, bo
 	return want, false, nil
 }
 
-// checkRestoreRequest checks what StatePut was given before reading a byte.
+// checkRestoreRequest checks what StatePut was given before reading a byte:
+// the tokens against n_ctx and the vocabulary, the size against the state
+// those tokens make.
 func checkRestoreRequest(e *engine, tokens []int32, size int64) error {
 	if len(tokens) > e.nCtx {
 		return badState("%d tokens exceed n_ctx %d", len(tokens), e.nCtx)
@@ -338,6 +340,9 @@ func checkRestoreRequest(e *engine, tokens []int32, size int64) error {
 	}
 	if size < minStateSize {
 		return badState("size %d is below the smallest state (%d bytes)", size, minStateSize)
+	}
+	if want := StateSize(e.kvBytes, len(tokens)); size < want {
+		return badState("state of %d cells needs %d bytes, size is %d", len(tokens), want, size)
 	}
 	return nil
 }
@@ -365,7 +370,7 @@ func (r *restorer) fill(p []byte) error {
 
 // header checks the header against the backend and the request, and
 // returns the state's size without trailing bytes.
-func (r *restorer) header(size int64) (int64, error) {
+func (r *restorer) header() (int64, error) {
 	var hdr [stateHeaderSize]byte
 	if err := r.fill(hdr[:]); err != nil {
 		return 0, err
@@ -388,12 +393,8 @@ func (r *restorer) header(size int64) (int64, error) {
 	case int(nCells) != len(r.tokens):
 		return 0, badState("header: n_cells %d, but %d tokens were given", nCells, len(r.tokens))
 	}
-	n := int64(len(r.tokens))
-	want := stateHeaderSize + stateCellSize*n + n*int64(r.e.kvBytes) + stateSumSize
-	if size < want {
-		return 0, badState("state of %d cells needs %d bytes, size is %d", nCells, want, size)
-	}
-	return want, nil
+	// checkRestoreRequest made sure size holds this much.
+	return StateSize(r.e.kvBytes, len(r.tokens)), nil
 }
 
 // cells checks that cell i holds position i and tokens[i].

@@ -1,0 +1,197 @@
+package httpapi
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hydra-engine/hydra-engine/host"
+)
+
+// ServerOptions are the HTTP server's limits.
+type ServerOptions struct {
+	// IdleTimeout closes a keep-alive connection idle between requests.
+	IdleTimeout time.Duration
+	// ChunkTimeout bounds each body read; the minimum rate's window is
+	// host.RateWindow of it.
+	ChunkTimeout time.Duration
+	// MinTransferRate is the slowest a request body may arrive, in bytes
+	// per second (0: host.DefaultMinTransferRate, < 0: no check).
+	MinTransferRate int64
+}
+
+// HTTP limits that no setting changes: a request's header must arrive
+// within headerTimeout and fit in maxHeaderBytes (the API needs a method,
+// a path and a bearer key, not net/http's 1 MiB).
+const (
+	headerTimeout  = 10 * time.Second
+	maxHeaderBytes = 64 << 10
+)
+
+// NewServer returns the HTTP server of h under opts. It has no read or
+// write timeout for the whole request: a streamed completion lasts as long
+// as it decodes, and net/http cancels a handler's context when such a
+// deadline passes. A body instead has to keep the minimum rate (RateBody).
+func NewServer(h http.Handler, opts ServerOptions) *http.Server {
+	rate := opts.MinTransferRate
+	if rate == 0 {
+		rate = host.DefaultMinTransferRate
+	}
+	window := host.RateWindow(opts.ChunkTimeout)
+	return &http.Server{
+		Handler:           rateBodies(h, rate, window, opts.ChunkTimeout),
+		ReadHeaderTimeout: headerTimeout,
+		IdleTimeout:       opts.IdleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+	}
+}
+
+// rateBodies makes every request body a rateBody.
+func rateBodies(h http.Handler, rate int64, window, stall time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = &rateBody{ReadCloser: r.Body, rc: http.NewResponseController(w),
+				rate: host.NewMinRate(rate, window), stall: stall}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// rateBody arms the connection's read deadline before every body read, as
+// the Hydra connections do: the stall limit, or the end of the minimum
+// rate's window of socket time. The deadline is cleared once the body ends,
+// since net/http's read past the body would otherwise cancel a long
+// streamed reply when it passes; after a failed read it stays past.
+type rateBody struct {
+	io.ReadCloser
+	rc    *http.ResponseController
+	rate  host.MinRate
+	stall time.Duration
+	done  bool
+}
+
+func (b *rateBody) Read(p []byte) (int, error) {
+	if b.done {
+		return b.ReadCloser.Read(p)
+	}
+	now := time.Now()
+	d := b.rate.Deadline(now)
+	if b.stall > 0 && (d.IsZero() || now.Add(b.stall).Before(d)) {
+		d = now.Add(b.stall)
+	}
+	if !d.IsZero() {
+		if err := b.rc.SetReadDeadline(d); err != nil {
+			return 0, err
+		}
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.rate.Done(int64(n), time.Since(now))
+	switch {
+	case err == io.EOF:
+		b.done = true
+		b.rc.SetReadDeadline(time.Time{})
+	case err != nil:
+		// The body is broken: net/http's attempt to read the rest after
+		// the handler must fail at once, which closes the connection.
+		b.done = true
+		b.rc.SetReadDeadline(time.Now())
+	}
+	return n, b.rate.Err(err)
+}
+
+// LimitListener accepts at most max connections of l at once (max <= 0: no
+// limit). One beyond is answered 503 with Retry-After and closed, so a
+// client learns why instead of waiting in the accept queue; at most
+// maxRefusing are answered at once (each holds a descriptor for up to 2 s),
+// and past that a connection is closed at once, so a flood cannot use the
+// descriptors up through the refusals either.
+func LimitListener(l net.Listener, max int) net.Listener {
+	if max <= 0 {
+		return l
+	}
+	return &limitListener{Listener: l, free: make(chan struct{}, max), refusing: make(chan struct{}, maxRefusing)}
+}
+
+// maxRefusing is as many refusals in progress as the Hydra listeners allow.
+const maxRefusing = 64
+
+type limitListener struct {
+	net.Listener
+	free     chan struct{} // one token per open connection
+	refusing chan struct{} // one token per refusal being answered
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case l.free <- struct{}{}:
+			return &limitedConn{Conn: c, release: func() { <-l.free }}, nil
+		default:
+			l.refuse(c)
+		}
+	}
+}
+
+// refuse answers c in a goroutine of its own, or closes it at once when
+// maxRefusing refusals are in progress.
+func (l *limitListener) refuse(c net.Conn) {
+	select {
+	case l.refusing <- struct{}{}:
+	default:
+		c.Close()
+		return
+	}
+	go func() {
+		defer func() { <-l.refusing }()
+		refuseConn(c)
+	}()
+}
+
+// overLimitBody is the reply to a connection beyond the limit.
+const overLimitBody = `{"error":{"message":"too many connections","type":"unavailable_error"}}` + "\n"
+
+var overLimit = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n" +
+	"Connection: close\r\nContent-Length: " + strconv.Itoa(len(overLimitBody)) + "\r\n\r\n" + overLimitBody
+
+// refuseConn answers 503 and closes. It reads what the client sent for a
+// moment after its side is shut, so the close does not reset the
+// connection before the client has read the reply.
+func refuseConn(c net.Conn) {
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := io.WriteString(c, overLimit); err != nil {
+		return
+	}
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	}
+	io.Copy(io.Discard, io.LimitReader(c, 64<<10))
+}
+
+// limitedConn gives its token back on its first Close.
+type limitedConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+// CloseWrite keeps net/http's graceful close of a TCP connection.
+func (c *limitedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+func (c *limitedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}

@@ -1,0 +1,105 @@
+package host
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+
+	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/transport"
+)
+
+// TestStaleLeaseCannotFreeNewHolder: a lease taken before the table was
+// reset (a backend restart) neither frees nor updates the slot that a lease
+// taken afterwards holds, and cannot reach the new backend.
+func TestStaleLeaseCannotFreeNewHolder(t *testing.T) {
+	s := NewServer(&stateBackend{}, iface.BackendInfo{NSlots: 2}, nil, Config{})
+	old, err := s.slots.acquire(1, slotTransferring)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SuspendSlots()
+	if _, err := s.slots.acquire(1, slotProcessing); !errors.Is(err, errSlotsSuspended) {
+		t.Fatalf("acquire while suspended: %v", err)
+	}
+	if _, _, err := s.backendFor(old); !errors.Is(err, errBackendReplaced) {
+		t.Fatalf("a suspended lease reached the backend: %v", err)
+	}
+	s.SetBackend(&stateBackend{}, iface.BackendInfo{NSlots: 2})
+	cur, err := s.slots.acquire(1, slotTransferring)
+	if err != nil {
+		t.Fatalf("slot 1 after the reset: %v", err)
+	}
+	old.update(iface.SlotInfo{NPast: 99})
+	old.release(&iface.SlotInfo{NPast: 99})
+	if st, _ := s.slots.get(1); st.use != slotTransferring || st.nPast == 99 {
+		t.Fatalf("a stale lease changed the new holder's slot: %+v", st)
+	}
+	if _, err := s.slots.acquire(1, slotTransferring); !errors.Is(err, iface.ErrBusy) {
+		t.Fatalf("second acquisition of a held slot: %v", err)
+	}
+	cur.release(&iface.SlotInfo{NPast: 3})
+	cur.release(nil) // a second release is a no-op
+	if st, _ := s.slots.get(1); st.use != slotIdle || st.nPast != 3 {
+		t.Fatalf("after the holder's release: %+v", st)
+	}
+}
+
+// TestSuspendEmptiesSlotsAtOnce: once a backend is lost every slot reads
+// empty and idle, whatever it held or cached.
+func TestSuspendEmptiesSlotsAtOnce(t *testing.T) {
+	s := NewServer(&stateBackend{}, iface.BackendInfo{NSlots: 2}, nil, Config{})
+	if _, err := s.TakeSlot(0); err != nil {
+		t.Fatal(err)
+	}
+	if v := s.Slots(); v[1].NPast != 2 || !v[0].Processing {
+		t.Fatalf("before: %+v", v)
+	}
+	s.SuspendSlots()
+	for i, v := range s.Slots() {
+		if v != (SlotView{}) {
+			t.Errorf("slot %d after the suspend: %+v", i, v)
+		}
+	}
+	if _, err := s.TakeIdleSlot(func(int, SlotView) int64 { return 0 }); !errors.Is(err, errSlotsSuspended) {
+		t.Fatalf("TakeIdleSlot while suspended: %v", err)
+	}
+}
+
+// downStub is a backend that is not there (DownBackend).
+type downStub struct{ stateBackend }
+
+func (downStub) Down() error { return errors.New("mock: backend is restarting after a crash") }
+
+// TestInfoWhileBackendDown: INFO answers ERROR with the reason and no backend
+// details while the backend is down, and the full description otherwise.
+func TestInfoWhileBackendDown(t *testing.T) {
+	info := iface.BackendInfo{Name: "mock", Version: "9", NSlots: 1, NCtx: 77,
+		Model: iface.ModelIdentity{Alias: "m", Hash: "h"}}
+	for _, tc := range []struct {
+		b    iface.Backend
+		want transport.Status
+	}{{&stateBackend{}, transport.StatusOK}, {&downStub{}, transport.StatusError}} {
+		s := NewServer(tc.b, info, nil, Config{})
+		var out bytes.Buffer
+		rp := &replier{w: bufio.NewWriter(&out)}
+		if err := s.handleInfo(&request{payload: &io.LimitedReader{}}, rp); err != nil {
+			t.Fatal(err)
+		}
+		rp.w.Flush()
+		h, _ := transport.ParseResponseHeader(out.Bytes())
+		var m map[string]any
+		if err := json.Unmarshal(out.Bytes()[transport.ResponseHeaderSize:], &m); err != nil || h.Status != tc.want {
+			t.Fatalf("%T: %v %s %v", tc.b, h.Status, out.Bytes()[transport.ResponseHeaderSize:], err)
+		}
+		_, hasCtx := m["n_ctx"]
+		if down := tc.want != transport.StatusOK; down != (m["backend_available"] == false) || down == hasCtx ||
+			down != (fmt.Sprint(m["error"]) != "<nil>") {
+			t.Fatalf("%T: INFO meta %v", tc.b, m)
+		}
+	}
+}
