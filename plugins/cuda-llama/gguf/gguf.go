@@ -1,12 +1,16 @@
-// Package gguf writes small llama-architecture GGUF models with deterministic
-// random weights and a minimal SentencePiece-style vocabulary, so that tests
-// and benchmarks of the llama.cpp backend need no download. The models are
-// well-formed for llama.cpp (they load, tokenize, apply a ChatML template and
-// decode) but know no language: with random weights greedy decoding soon
-// repeats itself.
+// Package gguf writes small GGUF models with deterministic random weights and
+// a minimal SentencePiece-style vocabulary, so that tests and benchmarks of
+// the llama.cpp backend need no download: dense llama models, llama models
+// with experts (Mixtral's layout) and qwen3moe mixture-of-experts models. The
+// models are well-formed for llama.cpp (they load, tokenize, apply a ChatML
+// template and decode) but know no language: with random weights greedy
+// decoding soon repeats itself.
 //
-// Only what the llama architecture needs is written (GGUF v3, F32 or F16
-// tensors); the format is documented in ggml's docs/gguf.md.
+// Only what those architectures need is written (GGUF v3; the big matrices in
+// F32, F16, Q8_0 or Q4_0, norms and routers in F32); the format is
+// documented in ggml's docs/gguf.md. One seed and one set of shapes give the
+// same values at every weight type, so two files differ only by their
+// quantisation.
 package gguf
 
 import (
@@ -25,22 +29,51 @@ import (
 // Config sizes a model.
 type Config struct {
 	Name    string // general.name
+	Arch    string // ArchLlama (also "") or ArchQwen3MoE
 	Layers  int    // transformer blocks
 	Embd    int    // embedding width (n_embd)
 	Heads   int    // attention heads; Embd must be a multiple
 	KVHeads int    // KV heads (GQA); Heads must be a multiple
-	FF      int    // feed-forward width
+	FF      int    // feed-forward width (llama: also each expert's)
 	Vocab   int    // vocabulary size, at least MinVocab
-	Ctx     int    // training context length (llama.context_length)
-	F16     bool   // F16 weights (F32 otherwise); norms stay F32
-	Seed    uint64 // weights are a function of Seed and the tensor's name
+	Ctx     int    // training context length (ARCH.context_length)
+
+	// Experts are the feed-forward experts of every block (expert_count),
+	// ExpertsUsed how many of them each token is routed to. qwen3moe needs
+	// both; a llama model with Experts 0 is dense.
+	Experts, ExpertsUsed int
+	// ExpertFF is each expert's width in a qwen3moe model
+	// (expert_feed_forward_length); a llama model's experts are FF wide
+	// (Mixtral's layout), so there it must be 0 or FF.
+	ExpertFF int
+
+	Type WeightType // the big matrices' type; norms and routers stay F32
+	F16  bool       // the same as Type WeightF16, kept for callers older than Type
+	Seed uint64     // weights are a function of Seed and the tensor's name
 }
+
+// Architectures Write knows.
+const (
+	ArchLlama    = "llama"
+	ArchQwen3MoE = "qwen3moe"
+)
 
 // Tiny is the model the tests use: a few hundred kilobytes, milliseconds per
 // token on one CPU core, yet a real GQA llama with every tensor a full model
 // has.
 func Tiny() Config {
-	return Config{Name: "hydra-tiny", Layers: 2, Embd: 64, Heads: 4, KVHeads: 2, FF: 128, Vocab: 512, Ctx: 4096, Seed: 1}
+	return Config{Name: "hydra-tiny", Arch: ArchLlama, Layers: 2, Embd: 64, Heads: 4, KVHeads: 2, FF: 128, Vocab: 512, Ctx: 4096, Seed: 1}
+}
+
+// TinyMoE is Tiny as a qwen3moe mixture of experts: 4 experts of width 32
+// per block, 2 of them used per token, in 4 blocks so that placement tests
+// have layers to tell apart, and heads of 32 values, which quantized KV
+// caches (q8_0, as node configurations use) need.
+func TinyMoE() Config {
+	c := Tiny()
+	c.Name, c.Arch, c.Layers, c.Heads, c.KVHeads = "hydra-tiny-moe", ArchQwen3MoE, 4, 2, 1
+	c.Experts, c.ExpertsUsed, c.ExpertFF = 4, 2, 32
+	return c
 }
 
 // Special token ids of the generated vocabulary.
@@ -56,6 +89,7 @@ const (
 	maxVocab    = 1 << 20
 	maxDim      = 1 << 16
 	maxLayers   = 1024
+	maxExperts  = 512 // LLAMA_MAX_EXPERTS: llama.cpp aborts beyond it
 	alignment   = 32
 	ggufMagic   = 0x46554747 // "GGUF"
 	ggufVersion = 3
@@ -67,6 +101,17 @@ const ChatTemplate = "{% for message in messages %}{{'<|im_start|>' + message['r
 
 // Validate checks that the sizes make a model llama.cpp accepts.
 func (c Config) Validate() error {
+	if err := c.validateSizes(); err != nil {
+		return err
+	}
+	if err := c.validateExperts(); err != nil {
+		return err
+	}
+	return c.validateType()
+}
+
+// validateSizes checks the dense shapes every architecture has.
+func (c Config) validateSizes() error {
 	for _, f := range []struct {
 		name   string
 		v, max int
@@ -89,6 +134,73 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gguf: head size %d must be even (RoPE rotates pairs)", c.Embd/c.Heads)
 	}
 	return nil
+}
+
+// validateExperts checks the architecture and its experts; llama.cpp
+// asserts (aborts the process) on counts it cannot route.
+func (c Config) validateExperts() error {
+	switch c.arch() {
+	case ArchLlama:
+		if c.ExpertFF != 0 && c.ExpertFF != c.FF {
+			return fmt.Errorf("gguf: a llama model's experts are ff %d wide: expert ff %d must be 0 or ff", c.FF, c.ExpertFF)
+		}
+		if c.Experts == 0 && c.ExpertsUsed == 0 {
+			return nil
+		}
+	case ArchQwen3MoE:
+		if c.Experts == 0 {
+			return errors.New("gguf: a qwen3moe model needs experts (and experts used, expert ff)")
+		}
+		if c.ExpertFF < 1 || c.ExpertFF > 4*maxDim {
+			return fmt.Errorf("gguf: expert ff %d out of range [1, %d]", c.ExpertFF, 4*maxDim)
+		}
+	default:
+		return fmt.Errorf("gguf: architecture %q: want %s or %s", c.Arch, ArchLlama, ArchQwen3MoE)
+	}
+	switch {
+	case c.Experts < 1 || c.Experts > maxExperts:
+		return fmt.Errorf("gguf: experts %d out of range [1, %d]", c.Experts, maxExperts)
+	case c.ExpertsUsed < 1 || c.ExpertsUsed > c.Experts:
+		return fmt.Errorf("gguf: experts used %d out of range [1, experts %d]", c.ExpertsUsed, c.Experts)
+	}
+	return nil
+}
+
+// validateType checks the weight type and that every quantized row divides
+// into whole blocks, as ggml requires.
+func (c Config) validateType() error {
+	if c.Type < WeightF32 || c.Type > WeightQ4_0 {
+		return fmt.Errorf("gguf: weight type %d unknown", int(c.Type))
+	}
+	if c.F16 && c.Type != WeightF32 && c.Type != WeightF16 {
+		return fmt.Errorf("gguf: F16 and weight type %s contradict each other", c.Type)
+	}
+	w := c.weightType()
+	if !w.quantized() {
+		return nil
+	}
+	for _, t := range c.tensors() {
+		if t.typ == w.ggmlType() && t.dims[0]%blockValues != 0 {
+			return fmt.Errorf("gguf: %s rows of %d values do not divide into %s blocks of %d", t.name, t.dims[0], w, blockValues)
+		}
+	}
+	return nil
+}
+
+// arch is the architecture, "" being llama.
+func (c Config) arch() string {
+	if c.Arch == "" {
+		return ArchLlama
+	}
+	return c.Arch
+}
+
+// weightType is Type, or F16 where only the older F16 flag says so.
+func (c Config) weightType() WeightType {
+	if c.F16 && c.Type == WeightF32 {
+		return WeightF16
+	}
+	return c.Type
 }
 
 // HeadDim is the size of one attention head.
@@ -160,9 +272,12 @@ func Write(w io.Writer, c Config) error {
 
 type ggmlType uint32
 
+// ggml_type ids.
 const (
-	typeF32 ggmlType = 0
-	typeF16 ggmlType = 1
+	typeF32  ggmlType = 0
+	typeF16  ggmlType = 1
+	typeQ4_0 ggmlType = 2
+	typeQ8_0 ggmlType = 8
 )
 
 type tensor struct {
@@ -180,81 +295,131 @@ func (t tensor) elems() int {
 	return n
 }
 
-func (t tensor) bytes() uint64 {
-	if t.typ == typeF16 {
-		return uint64(t.elems()) * 2
-	}
-	return uint64(t.elems()) * 4
-}
+func (t tensor) bytes() uint64 { return typeBytes(t.typ, t.elems()) }
 
 func align(n uint64) uint64 { return (n + alignment - 1) / alignment * alignment }
 
-// tensors lists the llama architecture's tensors in llama.cpp's names. Matrix
+// tensors lists the model's tensors in llama.cpp's names and order. Matrix
 // weights are uniform with variance 1/fan_in, which keeps activations near
 // unit scale through the residual stream; the output head is scaled up so the
 // logits are spread enough that the arg-max is not a near tie.
 func (c Config) tensors() []tensor {
-	wt := typeF32
-	if c.F16 {
-		wt = typeF16
-	}
-	kv := c.KVHeads * c.HeadDim()
-	u := func(fanIn int) float32 { return float32(math.Sqrt(3 / float64(fanIn))) }
+	wt := c.weightType().ggmlType()
 	ts := []tensor{
 		{name: "token_embd.weight", dims: []int{c.Embd, c.Vocab}, typ: wt, scale: 1},
 		{name: "output_norm.weight", dims: []int{c.Embd}, typ: typeF32},
-		{name: "output.weight", dims: []int{c.Embd, c.Vocab}, typ: wt, scale: 4 * u(c.Embd)},
+		{name: "output.weight", dims: []int{c.Embd, c.Vocab}, typ: wt, scale: 4 * uniformScale(c.Embd)},
 	}
 	for i := range c.Layers {
-		p := fmt.Sprintf("blk.%d.", i)
-		ts = append(ts,
-			tensor{name: p + "attn_norm.weight", dims: []int{c.Embd}, typ: typeF32},
-			tensor{name: p + "attn_q.weight", dims: []int{c.Embd, c.Embd}, typ: wt, scale: u(c.Embd)},
-			tensor{name: p + "attn_k.weight", dims: []int{c.Embd, kv}, typ: wt, scale: u(c.Embd)},
-			tensor{name: p + "attn_v.weight", dims: []int{c.Embd, kv}, typ: wt, scale: u(c.Embd)},
-			tensor{name: p + "attn_output.weight", dims: []int{c.Embd, c.Embd}, typ: wt, scale: u(c.Embd)},
-			tensor{name: p + "ffn_norm.weight", dims: []int{c.Embd}, typ: typeF32},
-			tensor{name: p + "ffn_gate.weight", dims: []int{c.Embd, c.FF}, typ: wt, scale: u(c.Embd)},
-			tensor{name: p + "ffn_up.weight", dims: []int{c.Embd, c.FF}, typ: wt, scale: u(c.Embd)},
-			tensor{name: p + "ffn_down.weight", dims: []int{c.FF, c.Embd}, typ: wt, scale: u(c.FF)},
-		)
+		ts = append(ts, c.attention(i, wt)...)
+		ts = append(ts, tensor{name: fmt.Sprintf("blk.%d.ffn_norm.weight", i), dims: []int{c.Embd}, typ: typeF32})
+		if c.Experts > 0 {
+			ts = append(ts, c.experts(i, wt)...)
+		} else {
+			ts = append(ts, c.denseFFN(i, wt)...)
+		}
 	}
 	return ts
 }
 
+// uniformScale is the bound of a uniform distribution of variance 1/fanIn.
+func uniformScale(fanIn int) float32 { return float32(math.Sqrt(3 / float64(fanIn))) }
+
+// attention is block i's attention: norm, projections, and qwen3moe's
+// per-head norms of Q and K.
+func (c Config) attention(i int, wt ggmlType) []tensor {
+	p := fmt.Sprintf("blk.%d.", i)
+	kv, u := c.KVHeads*c.HeadDim(), uniformScale(c.Embd)
+	ts := []tensor{
+		{name: p + "attn_norm.weight", dims: []int{c.Embd}, typ: typeF32},
+		{name: p + "attn_q.weight", dims: []int{c.Embd, c.Embd}, typ: wt, scale: u},
+		{name: p + "attn_k.weight", dims: []int{c.Embd, kv}, typ: wt, scale: u},
+		{name: p + "attn_v.weight", dims: []int{c.Embd, kv}, typ: wt, scale: u},
+		{name: p + "attn_output.weight", dims: []int{c.Embd, c.Embd}, typ: wt, scale: u},
+	}
+	if c.arch() == ArchQwen3MoE {
+		ts = append(ts,
+			tensor{name: p + "attn_q_norm.weight", dims: []int{c.HeadDim()}, typ: typeF32},
+			tensor{name: p + "attn_k_norm.weight", dims: []int{c.HeadDim()}, typ: typeF32})
+	}
+	return ts
+}
+
+// denseFFN is block i's SwiGLU feed-forward network.
+func (c Config) denseFFN(i int, wt ggmlType) []tensor {
+	p := fmt.Sprintf("blk.%d.", i)
+	return []tensor{
+		{name: p + "ffn_gate.weight", dims: []int{c.Embd, c.FF}, typ: wt, scale: uniformScale(c.Embd)},
+		{name: p + "ffn_up.weight", dims: []int{c.Embd, c.FF}, typ: wt, scale: uniformScale(c.Embd)},
+		{name: p + "ffn_down.weight", dims: []int{c.FF, c.Embd}, typ: wt, scale: uniformScale(c.FF)},
+	}
+}
+
+// experts is block i's router (F32, as llama.cpp's quantize leaves it) and
+// its experts, stacked along the third dimension.
+func (c Config) experts(i int, wt ggmlType) []tensor {
+	p := fmt.Sprintf("blk.%d.", i)
+	ff := c.expertFF()
+	return []tensor{
+		{name: p + "ffn_gate_inp.weight", dims: []int{c.Embd, c.Experts}, typ: typeF32, scale: uniformScale(c.Embd)},
+		{name: p + "ffn_gate_exps.weight", dims: []int{c.Embd, ff, c.Experts}, typ: wt, scale: uniformScale(c.Embd)},
+		{name: p + "ffn_down_exps.weight", dims: []int{ff, c.Embd, c.Experts}, typ: wt, scale: uniformScale(ff)},
+		{name: p + "ffn_up_exps.weight", dims: []int{c.Embd, ff, c.Experts}, typ: wt, scale: uniformScale(c.Embd)},
+	}
+}
+
+// expertFF is each expert's width.
+func (c Config) expertFF() int {
+	if c.arch() == ArchQwen3MoE {
+		return c.ExpertFF
+	}
+	return c.FF
+}
+
 // writeData writes a tensor's values: ones for norms, otherwise uniform
 // values from a PCG seeded by the model seed and the tensor's name, so that a
-// tensor does not change when the model gains layers.
+// tensor does not change when the model gains layers, and is the same values
+// at every type it is written in.
 func (c Config) writeData(e *enc, t tensor) {
 	n := t.elems()
+	vals := make([]float32, 0, valueChunk)
+	var buf []byte
+	next := t.values(c.Seed)
+	for n > 0 {
+		vals = next(vals[:0], min(n, valueChunk))
+		n -= len(vals)
+		buf = encodeValues(buf[:0], t.typ, vals)
+		e.write(buf)
+	}
+}
+
+// valueChunk is how many values writeData encodes at once: whole quantized
+// blocks, and an even count, since each 64-bit draw gives two values.
+const valueChunk = 1024
+
+// values returns the generator of t's values: each call appends the next n.
+func (t tensor) values(seed uint64) func(dst []float32, n int) []float32 {
 	if t.scale == 0 {
-		for range n {
-			e.u32(math.Float32bits(1))
+		return func(dst []float32, n int) []float32 {
+			for range n {
+				dst = append(dst, 1)
+			}
+			return dst
 		}
-		return
 	}
 	h := fnv.New64a()
 	h.Write([]byte(t.name))
-	r := rand.New(rand.NewPCG(c.Seed, h.Sum64()))
-	var buf [4096]byte
-	for n > 0 {
-		b := buf[:]
-		for len(b) >= 8 && n > 0 {
+	r := rand.New(rand.NewPCG(seed, h.Sum64()))
+	return func(dst []float32, n int) []float32 {
+		for n > 0 {
 			// Two 32-bit draws per Uint64: uniform in [-scale, scale).
 			v := r.Uint64()
 			for k := 0; k < 2 && n > 0; k++ {
-				x := (float32(uint32(v>>(32*k))>>8)/(1<<24)*2 - 1) * t.scale
-				if t.typ == typeF16 {
-					binary.LittleEndian.PutUint16(b, f16(x))
-					b = b[2:]
-				} else {
-					binary.LittleEndian.PutUint32(b, math.Float32bits(x))
-					b = b[4:]
-				}
+				dst = append(dst, (float32(uint32(v>>(32*k))>>8)/(1<<24)*2-1)*t.scale)
 				n--
 			}
 		}
-		e.write(buf[:len(buf)-len(b)])
+		return dst
 	}
 }
 
@@ -360,30 +525,52 @@ type kvPair struct {
 
 // metadata is the GGUF key-value section.
 func (c Config) metadata() []kvPair {
-	pieces, types := Vocab(c.Vocab)
-	fileType := 0
-	if c.F16 {
-		fileType = 1
+	kv := []kvPair{
+		{"general.architecture", c.arch()},
+		{"general.name", c.Name},
+		{"general.alignment", uint32(alignment)},
+		{"general.file_type", c.weightType().fileType()},
 	}
+	kv = append(kv, c.hparams()...)
+	return append(kv, c.tokenizer()...)
+}
+
+// hparams are the architecture's hyperparameters, under its prefix.
+func (c Config) hparams() []kvPair {
+	a := c.arch() + "."
+	ff := c.FF
+	if c.Experts > 0 {
+		ff = c.expertFF() // a llama model's experts are feed_forward_length wide
+	}
+	kv := []kvPair{
+		{a + "context_length", uint32(c.Ctx)},
+		{a + "embedding_length", uint32(c.Embd)},
+		{a + "block_count", uint32(c.Layers)},
+		{a + "feed_forward_length", uint32(ff)},
+		{a + "attention.head_count", uint32(c.Heads)},
+		{a + "attention.head_count_kv", uint32(c.KVHeads)},
+		{a + "attention.layer_norm_rms_epsilon", float32(1e-5)},
+		{a + "rope.dimension_count", uint32(c.HeadDim())},
+		{a + "rope.freq_base", float32(10000)},
+		{a + "vocab_size", uint32(c.Vocab)},
+	}
+	if c.Experts > 0 {
+		kv = append(kv, kvPair{a + "expert_count", uint32(c.Experts)}, kvPair{a + "expert_used_count", uint32(c.ExpertsUsed)})
+	}
+	if c.arch() == ArchQwen3MoE {
+		kv = append(kv, kvPair{a + "expert_feed_forward_length", uint32(c.ExpertFF)})
+	}
+	return kv
+}
+
+// tokenizer is the generated vocabulary and the ChatML template.
+func (c Config) tokenizer() []kvPair {
+	pieces, types := Vocab(c.Vocab)
 	scores := make([]float32, len(pieces))
 	for i := range scores {
 		scores[i] = -float32(i)
 	}
 	return []kvPair{
-		{"general.architecture", "llama"},
-		{"general.name", c.Name},
-		{"general.alignment", uint32(alignment)},
-		{"general.file_type", uint32(fileType)}, // llama_ftype: ALL_F32 or MOSTLY_F16
-		{"llama.context_length", uint32(c.Ctx)},
-		{"llama.embedding_length", uint32(c.Embd)},
-		{"llama.block_count", uint32(c.Layers)},
-		{"llama.feed_forward_length", uint32(c.FF)},
-		{"llama.attention.head_count", uint32(c.Heads)},
-		{"llama.attention.head_count_kv", uint32(c.KVHeads)},
-		{"llama.attention.layer_norm_rms_epsilon", float32(1e-5)},
-		{"llama.rope.dimension_count", uint32(c.HeadDim())},
-		{"llama.rope.freq_base", float32(10000)},
-		{"llama.vocab_size", uint32(c.Vocab)},
 		{"tokenizer.ggml.model", "llama"},
 		{"tokenizer.ggml.tokens", pieces},
 		{"tokenizer.ggml.scores", scores},

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -100,6 +101,25 @@ func TestValidate(t *testing.T) {
 		tc.mut(&c)
 		if err := Write(&bytes.Buffer{}, c); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: err %v, want %q", c, err, tc.want)
+		}
+	}
+}
+
+// The dense llama models keep the bytes they had before experts and
+// quantized types came: benchmarks and model hashes refer to them.
+func TestDenseModelsUnchanged(t *testing.T) {
+	for f16, want := range map[bool]string{
+		false: "21ec3ba0b308afd57bc81af93e6daa1e98eb1c19fcf4e56da3c8fa78539e11cf",
+		true:  "19f123c0b7550a0a9358831ef0166f3f61d133ce642306447012600e11ba2f00",
+	} {
+		c := Tiny()
+		c.F16 = f16
+		var b bytes.Buffer
+		if err := Write(&b, c); err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprintf("%x", sha256.Sum256(b.Bytes())); got != want {
+			t.Errorf("Tiny (F16 %v): sha256 %s, want %s", f16, got, want)
 		}
 	}
 }
