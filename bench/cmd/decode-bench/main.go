@@ -1,0 +1,445 @@
+// Command decode-bench measures decode throughput at 1–32 concurrent
+// streams, side by side in one run: ours (hydra-engine with the llama
+// plugin, over its OpenAI HTTP API), Ollama (bin/ollama, built from the
+// module version the product pins, so the same llama.cpp) on the same GGUF
+// file, and the ceiling, llama.cpp's own batched decode with no server
+// (bin/llama-batched). It writes docs/benchmarks/decode-MACHINE.md and its
+// chart (`make bench-decode` at the repository's root; on the H200,
+// bench/scripts/gpu-decode.sh).
+//
+//	decode-bench -model m.gguf [-c 1,2,4,8,16,32] [-n 128] [-p 512] [-slots 4] [-ctx 4096] [-out docs/benchmarks]
+//
+// Each system runs alone while measured (never two models loaded at once):
+// the driver starts ours (internal/enginetest, as the end-to-end tests do),
+// measures, stops it, then Ollama (`ollama serve` on a free loopback port,
+// its store and home in a work directory), then llama-batched. Logs stay in
+// the work directory and are printed when something fails.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// options is the command line.
+type options struct {
+	bin, plugin, ollama, llamaBatched, model string
+	systems                                  []string
+	conc                                     []int
+	n, p, slots, ctx, threads, ngl           int
+	flashAttn                                string
+	reps, joins, prefixReps, prefixTokens    int
+	apiKind                                  string // raw or chat
+	ceilingKV                                string // unified, split or both
+	ollamaEngine                             bool
+	out, name, raw, work                     string
+	keep                                     bool
+}
+
+var allSystems = []string{"ours", "ollama", "ceiling"}
+
+func main() {
+	o, err := parseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "decode-bench:", err)
+		os.Exit(2)
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	if err := run(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "decode-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string, errOut io.Writer) (options, error) {
+	o := options{}
+	fs := flag.NewFlagSet("decode-bench", flag.ContinueOnError)
+	fs.SetOutput(errOut)
+	fs.StringVar(&o.bin, "bin", "bin", "directory of hydra-engine (and the defaults below)")
+	fs.StringVar(&o.plugin, "plugin", "", "llama plugin executable (default BIN/hydra-plugin-cuda-llama)")
+	fs.StringVar(&o.ollama, "ollama", "", "ollama executable (default BIN/ollama)")
+	fs.StringVar(&o.llamaBatched, "llama-batched", "", "llama-batched executable (default BIN/llama-batched)")
+	fs.StringVar(&o.model, "model", "", "GGUF model, the same file for every system (required)")
+	systems := fs.String("systems", strings.Join(allSystems, ","), "systems to measure, in this order: ours, ollama, ceiling")
+	conc := fs.String("c", "1,2,4,8,16,32", "concurrencies: requests started at once")
+	fs.IntVar(&o.n, "n", 128, "tokens each request generates")
+	fs.IntVar(&o.p, "p", 512, "prompt tokens, about")
+	fs.IntVar(&o.slots, "slots", 4, "sequences each server holds at once: ours --slots, Ollama OLLAMA_NUM_PARALLEL")
+	fs.IntVar(&o.ctx, "ctx", 4096, "context of each sequence: Ollama num_ctx; ours n_ctx = slots × ctx, one unified cache")
+	fs.IntVar(&o.threads, "threads", min(runtime.NumCPU(), 16), "CPU threads of every system")
+	fs.IntVar(&o.ngl, "ngl", -1, "layers on the GPU (-1: all; ignored without one)")
+	fs.StringVar(&o.flashAttn, "fa", "on", "flash attention of every system: on, off or auto")
+	fs.IntVar(&o.reps, "reps", 1, "rounds at each concurrency")
+	fs.IntVar(&o.joins, "joins", 3, "joining requests at each concurrency (0: no join measurement)")
+	fs.IntVar(&o.prefixReps, "prefix-reps", 2, "A/B pairs of the shared-prefix measurement (0: none)")
+	fs.IntVar(&o.prefixTokens, "prefix-tokens", 2000, "request A's prompt tokens, about")
+	fs.StringVar(&o.apiKind, "api", "raw", "raw: ours /v1/completions with token ids, Ollama /api/generate raw; chat: /v1/chat/completions on both")
+	fs.StringVar(&o.ceilingKV, "ceiling-kv", "unified", "the ceiling's KV cache: unified (one stream, as our plugin), split (one per sequence, as Ollama's llamarunner) or both")
+	fs.BoolVar(&o.ollamaEngine, "ollama-engine", false, "OLLAMA_NEW_ENGINE=1: Ollama's Go engine instead of its llama.cpp runner")
+	fs.StringVar(&o.out, "out", "docs/benchmarks", "directory of the page and chart")
+	fs.StringVar(&o.name, "name", "", "base name of the page and chart (default decode-MACHINE: the GPU's model, else cpu)")
+	fs.StringVar(&o.raw, "raw", "", "also write every request's measurements to this JSON file")
+	fs.StringVar(&o.work, "work", "", "work directory for logs, prompts and Ollama's store (default a new temporary one, removed after a clean run)")
+	fs.BoolVar(&o.keep, "keep", false, "keep the work directory")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var err error
+	if o.conc, err = parseInts(*conc); err != nil {
+		return o, fmt.Errorf("-c: %w", err)
+	}
+	o.systems = splitList(*systems)
+	o.setDefaults()
+	return o, o.validate()
+}
+
+func (o *options) setDefaults() {
+	if o.plugin == "" {
+		o.plugin = filepath.Join(o.bin, "hydra-plugin-cuda-llama")
+	}
+	if o.ollama == "" {
+		o.ollama = filepath.Join(o.bin, "ollama")
+	}
+	if o.llamaBatched == "" {
+		o.llamaBatched = filepath.Join(o.bin, "llama-batched")
+	}
+	// Absolute: Ollama's Modelfile takes a bare name for a model to pull,
+	// and the servers run from other directories.
+	for _, p := range []*string{&o.bin, &o.plugin, &o.ollama, &o.llamaBatched, &o.model} {
+		if abs, err := filepath.Abs(*p); err == nil && *p != "" {
+			*p = abs
+		}
+	}
+}
+
+func (o options) validate() error {
+	switch {
+	case o.model == "":
+		return errors.New("-model is required")
+	case o.n < 2:
+		return fmt.Errorf("-n %d: at least 2 tokens (a decode rate needs two)", o.n)
+	case o.p < 2 || o.slots < 1 || o.threads < 1 || o.reps < 1 || o.joins < 0 || o.prefixReps < 0:
+		return errors.New("-p, -slots, -threads and -reps must be positive, -joins and -prefix-reps not negative")
+	case o.p+o.n+8 > o.ctx:
+		return fmt.Errorf("-ctx %d is too small for a prompt of %d and %d tokens", o.ctx, o.p, o.n)
+	case o.prefixReps > 0 && o.prefixTokens+64 > o.ctx:
+		return fmt.Errorf("-ctx %d is too small for the shared-prefix prompt of %d tokens", o.ctx, o.prefixTokens)
+	case !slices.Contains([]string{"raw", "chat"}, o.apiKind):
+		return fmt.Errorf("-api %q: raw or chat", o.apiKind)
+	case !slices.Contains([]string{"unified", "split", "both"}, o.ceilingKV):
+		return fmt.Errorf("-ceiling-kv %q: unified, split or both", o.ceilingKV)
+	case !slices.Contains([]string{"on", "off", "auto"}, o.flashAttn):
+		return fmt.Errorf("-fa %q: on, off or auto", o.flashAttn)
+	}
+	for _, s := range o.systems {
+		if !slices.Contains(allSystems, s) {
+			return fmt.Errorf("-systems: %q is not one of %v", s, allSystems)
+		}
+	}
+	if len(o.systems) == 0 {
+		return errors.New("-systems: none")
+	}
+	return nil
+}
+
+func (o options) has(system string) bool { return slices.Contains(o.systems, system) }
+
+// parseInts reads "1,2,4": positive, ascending-or-not, no repeats.
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range splitList(s) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 || n > 255 {
+			return nil, fmt.Errorf("%q is not a count in [1, 255]", f)
+		}
+		if slices.Contains(out, n) {
+			return nil, fmt.Errorf("%d twice", n)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("empty list")
+	}
+	return out, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, format+"\n", args...)
+}
+
+// run measures every system, one after another, and writes the page. A
+// system that fails is reported as failed and the others still run.
+func run(ctx context.Context, o options) (err error) {
+	if err := o.checkFiles(); err != nil {
+		return err
+	}
+	if o.work, err = workDir(o.work); err != nil {
+		return err
+	}
+	failed := false
+	defer func() {
+		if failed || o.keep {
+			logf("work directory (logs, prompts, Ollama's store): %s", o.work)
+			return
+		}
+		os.RemoveAll(o.work)
+	}()
+	start := time.Now()
+	mach := probeMachine(ctx)
+	if o.name == "" {
+		o.name = "decode-" + mach.tag()
+	}
+	logf("decode-bench: %s, %s; prompts…", mach.CPU, mach.GPUName())
+	pl, err := makePlan(ctx, o)
+	if err != nil {
+		failed = true
+		return err
+	}
+	rep := &report{Opts: o, Mach: mach, Date: start, Plan: pl, Errors: map[string]string{}}
+	rep.Binaries = describeBinaries(o)
+	if o.has("ours") {
+		rep.Ours = measureSystem(ctx, o, "ours", pl, rep)
+	}
+	if o.has("ollama") {
+		rep.Ollama = measureSystem(ctx, o, "ollama", pl, rep)
+	}
+	if o.has("ceiling") {
+		rep.Ceilings = measureCeilings(ctx, o, pl, rep)
+	}
+	rep.Elapsed = time.Since(start)
+	failed = len(rep.Errors) > 0
+	if err := rep.write(); err != nil {
+		failed = true
+		return err
+	}
+	if failed {
+		return fmt.Errorf("%d of %d systems failed: %s", len(rep.Errors), len(o.systems), strings.Join(sortedKeys(rep.Errors), ", "))
+	}
+	return ctx.Err()
+}
+
+func (o options) checkFiles() error {
+	need := map[string]string{"model": o.model, "llama-batched (it tokenizes the prompts)": o.llamaBatched}
+	if o.has("ours") {
+		need["hydra-engine"] = filepath.Join(o.bin, "hydra-engine")
+		need["llama plugin"] = o.plugin
+	}
+	if o.has("ollama") {
+		need["ollama"] = o.ollama
+	}
+	for _, what := range sortedKeys(need) {
+		if _, err := os.Stat(need[what]); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	return nil
+}
+
+func workDir(dir string) (string, error) {
+	if dir == "" {
+		return os.MkdirTemp("", "decode-bench-")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	return abs, os.MkdirAll(abs, 0o755)
+}
+
+// flushTokens is the length of the prompts that fill every slot before a
+// round's reference: any prompt that differs from the first token after BOS
+// takes a slot's place in a prompt cache.
+const flushTokens = 32
+
+// makePlan makes and tokenizes every prompt of the run, each of its own
+// seed.
+func makePlan(ctx context.Context, o options) (plan, error) {
+	tk := tokenizer{bin: o.llamaBatched, model: o.model, dir: o.work}
+	next := 1
+	take := func(seeds *[]int, n int) []int {
+		s := make([]int, n)
+		for i := range s {
+			s[i] = next
+			next++
+		}
+		*seeds = append(*seeds, s...)
+		return s
+	}
+	var long, short []int
+	warm := take(&long, 1)
+	rounds, flush := map[int][]int{}, map[int][][]int{}
+	for _, c := range o.conc {
+		rounds[c] = take(&long, o.reps)
+		for range o.reps {
+			flush[c] = append(flush[c], take(&short, o.slots))
+		}
+	}
+	alone, bg := take(&long, o.joins), take(&long, 1)
+	joins := map[int][]int{}
+	for _, c := range o.conc {
+		if c >= 2 && c <= o.slots && o.joins > 0 {
+			joins[c] = take(&long, o.joins)
+		}
+	}
+	byseed := map[int]prompt{}
+	for _, g := range []struct {
+		seeds []int
+		n     int
+	}{{long, o.p}, {short, flushTokens}} {
+		ps, err := tk.prompts(ctx, g.seeds, g.n)
+		if err != nil {
+			return plan{}, err
+		}
+		for i, s := range g.seeds {
+			byseed[s] = ps[i]
+		}
+	}
+	pick := func(ss []int) []prompt {
+		out := make([]prompt, len(ss))
+		for i, s := range ss {
+			out[i] = byseed[s]
+		}
+		return out
+	}
+	pl := plan{warm: byseed[warm[0]], rounds: map[int][]prompt{}, flush: map[int][][]prompt{},
+		alone: pick(alone), joinBG: byseed[bg[0]], joins: map[int][]prompt{}}
+	for _, c := range o.conc {
+		pl.rounds[c] = pick(rounds[c])
+		for _, f := range flush[c] {
+			pl.flush[c] = append(pl.flush[c], pick(f))
+		}
+		if js, ok := joins[c]; ok {
+			pl.joins[c] = pick(js)
+		}
+	}
+	if o.prefixReps > 0 {
+		prefSeeds := make([]int, o.prefixReps)
+		for i := range prefSeeds {
+			prefSeeds[i] = 100000 + i
+		}
+		var err error
+		if pl.prefA, err = tk.prompts(ctx, prefSeeds, o.prefixTokens); err != nil {
+			return plan{}, err
+		}
+		if pl.prefB, err = tk.extend(ctx, pl.prefA, 200000, 6); err != nil {
+			return plan{}, err
+		}
+	}
+	return pl, nil
+}
+
+// measureSystem starts one server, runs the plan on it and stops it; a
+// failure is recorded in the report with the server's log.
+func measureSystem(ctx context.Context, o options, name string, pl plan, rep *report) *systemRun {
+	ap := oursRaw
+	switch {
+	case o.apiKind == "chat":
+		ap = openAIChat
+	case name == "ollama":
+		ap = ollamaRaw
+	}
+	r := &systemRun{Name: name, API: ap.name}
+	logf("%s: starting", name)
+	var srv server
+	var err error
+	if name == "ours" {
+		srv, err = startOurs(ctx, o, ap)
+	} else {
+		srv, err = startOllama(ctx, o, ap)
+	}
+	if err != nil {
+		rep.fail(name, err, "")
+		return nil
+	}
+	r.Settings = srv.settings()
+	err = measureServer(ctx, o, srv.endpoint(), pl, name == "ours", r)
+	logs := srv.logTail()
+	if us, ok := srv.(*ours); ok {
+		r.Facts = oursFacts(us.e.Logs.String())
+	}
+	if name == "ollama" {
+		if b, rerr := os.ReadFile(filepath.Join(o.work, "ollama.log")); rerr == nil {
+			r.Runner, r.Facts = ollamaRunner(string(b)), ollamaFacts(string(b))
+		}
+		logf("  ollama ran %s", r.Runner)
+	}
+	if serr := srv.stop(); serr != nil && err == nil && ctx.Err() == nil {
+		err = fmt.Errorf("stopping: %w", serr)
+	}
+	if err != nil {
+		rep.fail(name, err, logs)
+	}
+	return r
+}
+
+// measureCeilings runs llama-batched with each KV layout asked for.
+func measureCeilings(ctx context.Context, o options, pl plan, rep *report) []*ceilingRun {
+	var layouts []bool
+	switch o.ceilingKV {
+	case "unified":
+		layouts = []bool{true}
+	case "split":
+		layouts = []bool{false}
+	default:
+		layouts = []bool{true, false}
+	}
+	var out []*ceilingRun
+	for _, unified := range layouts {
+		logf("ceiling: llama-batched, kv_unified=%v", unified)
+		run, err := runCeiling(ctx, o, pl.rounds[o.conc[0]][0], unified)
+		if err != nil {
+			rep.fail("ceiling", err, "")
+			continue
+		}
+		out = append(out, run)
+	}
+	return out
+}
+
+// writeRaw writes every measurement as JSON.
+func writeRaw(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", " ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
