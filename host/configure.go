@@ -18,12 +18,10 @@ import (
 // "absent" from "zero". state_chunk_size stays a json.Number because its
 // conversion follows the C++ engine's (see chunkSizeFromNumber).
 type configureRequest struct {
-	StateChunkSize *json.Number `mapstructure:"state_chunk_size"`
-	Temperature    *float64     `mapstructure:"temperature"`
-	TopK           *int64       `mapstructure:"top_k"`
-	TopP           *float64     `mapstructure:"top_p"`
-	Seed           *uint64      `mapstructure:"seed"`
-	NPredict       *int64       `mapstructure:"n_predict"`
+	StateChunkSize *json.Number  `mapstructure:"state_chunk_size"`
+	Sampler        SamplerFields `mapstructure:",squash"`
+	Seed           *uint64       `mapstructure:"seed"`
+	NPredict       *int64        `mapstructure:"n_predict"`
 }
 
 // configureResult is what a CONFIGURE applied, for the reply and the log.
@@ -69,14 +67,8 @@ func parseConfigure(payload []byte) (configureRequest, []string, error) {
 	if err := d.Decode(obj); err != nil {
 		return req, nil, fmt.Errorf("config_json: %s", oneLine(err))
 	}
-	if v := req.Temperature; v != nil && (*v < 0 || math.IsNaN(*v)) {
-		return req, nil, fmt.Errorf("temperature must be >= 0, got %v", *v)
-	}
-	if v := req.TopP; v != nil && !(*v > 0 && *v <= 1) {
-		return req, nil, fmt.Errorf("top_p must be in (0, 1], got %v", *v)
-	}
-	if v := req.TopK; v != nil && (*v < 0 || *v > math.MaxInt32) {
-		return req, nil, fmt.Errorf("top_k must be in [0, %d], got %d", math.MaxInt32, *v)
+	if err := req.Sampler.Validate(); err != nil {
+		return req, nil, err
 	}
 	if v := req.NPredict; v != nil && (*v < -1 || *v > math.MaxInt32) {
 		return req, nil, fmt.Errorf("n_predict must be -1 (no limit) or in [0, %d], got %d", math.MaxInt32, *v)
@@ -166,31 +158,58 @@ func (req configureRequest) apply(t *Tunables, ignored []string) configureResult
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	set := func(k string, v any) {
-		if res.Params == nil {
-			res.Params = map[string]any{}
-		}
-		res.Params[k] = v
-	}
-	if v := req.Temperature; v != nil {
-		t.sampler.Temperature = float32(*v)
-		set("temperature", *v)
-	}
-	if v := req.TopK; v != nil {
-		t.sampler.TopK = int32(*v)
-		set("top_k", *v)
-	}
-	if v := req.TopP; v != nil {
-		t.sampler.TopP = float32(*v)
-		set("top_p", *v)
-	}
+	params := req.Sampler.Apply(&t.sampler)
 	if v := req.Seed; v != nil {
 		t.sampler.Seed = *v
-		set("seed", *v)
+		params["seed"] = *v
 	}
 	if v := req.NPredict; v != nil {
 		t.nPredict = int(*v)
-		set("n_predict", *v)
+		params["n_predict"] = *v
+	}
+	if len(params) > 0 {
+		res.Params = params
 	}
 	return res
+}
+
+// ApplySampler sets engine-wide sampler defaults from key=value strings (the
+// engine's sampler setting) through CONFIGURE's own parsing and checks, so
+// the two accept the same keys and values. Values are JSON numbers or
+// booleans; an unknown key, or one that is not a sampler default, is an
+// error, and a bad request changes nothing.
+func (t *Tunables) ApplySampler(kv map[string]string) error {
+	keys := make([]string, 0, len(kv))
+	for k := range kv {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	fields := make([]string, 0, len(kv))
+	for _, k := range keys {
+		if k == "state_chunk_size" || k == "n_predict" {
+			return fmt.Errorf("sampler: %s is not a sampler default", k)
+		}
+		v := strings.TrimSpace(kv[k])
+		var scalar any
+		err := json.Unmarshal([]byte(v), &scalar)
+		switch scalar.(type) {
+		case float64, bool:
+		default:
+			err = errors.New("not a number or a boolean")
+		}
+		if err != nil {
+			return fmt.Errorf("sampler: %s=%q is not a number or a boolean", k, kv[k])
+		}
+		key, _ := json.Marshal(k)
+		fields = append(fields, string(key)+":"+v)
+	}
+	req, unknown, err := parseConfigure([]byte("{" + strings.Join(fields, ",") + "}"))
+	if err != nil {
+		return fmt.Errorf("sampler: %w", err)
+	}
+	if len(unknown) > 0 {
+		return fmt.Errorf("sampler: unknown keys %s (the keys are CONFIGURE's sampler keys: temperature, top_k, top_p, …)", strings.Join(unknown, ", "))
+	}
+	req.apply(t, nil)
+	return nil
 }

@@ -17,8 +17,38 @@ import (
 // ChatMessage is an OpenAI chat message, as PREFILL and the HTTP chat
 // completions take it; content is a string, an array of parts, or null.
 type ChatMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
+	Role             string          `json:"role"`
+	Content          json.RawMessage `json:"content"`
+	ReasoningContent string          `json:"reasoning_content"`
+	Name             string          `json:"name"`
+	ToolCallID       string          `json:"tool_call_id"`
+	ToolCalls        []ChatToolCall  `json:"tool_calls"`
+}
+
+// ChatToolCall is an assistant message's function call, OpenAI's shape.
+type ChatToolCall struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string          `json:"name"`
+		Arguments json.RawMessage `json:"arguments"` // OpenAI's JSON text in a string; an object is taken too
+	} `json:"function"`
+}
+
+// arguments is the call's arguments as JSON text.
+func (c ChatToolCall) arguments() (string, error) {
+	a := bytes.TrimSpace(c.Function.Arguments)
+	switch {
+	case len(a) == 0 || string(a) == "null":
+		return "{}", nil
+	case a[0] == '"':
+		var s string
+		err := json.Unmarshal(a, &s)
+		return s, err
+	case a[0] == '{':
+		return string(a), nil
+	}
+	return "", errors.New("function.arguments must be a JSON string or object")
 }
 
 func (m ChatMessage) text() (string, error) {
@@ -59,7 +89,14 @@ func ToMessages(in []ChatMessage) ([]iface.Message, error) {
 		if err != nil {
 			return nil, fmt.Errorf("messages[%d]: %w", i, err)
 		}
-		out[i] = iface.Message{Role: m.Role, Content: t}
+		out[i] = iface.Message{Role: m.Role, Content: t, ReasoningContent: m.ReasoningContent, Name: m.Name, ToolCallID: m.ToolCallID}
+		for k, c := range m.ToolCalls {
+			args, err := c.arguments()
+			if err != nil {
+				return nil, fmt.Errorf("messages[%d].tool_calls[%d]: %w", i, k, err)
+			}
+			out[i].ToolCalls = append(out[i].ToolCalls, iface.ToolCall{ID: c.ID, Name: c.Function.Name, Arguments: args})
+		}
 	}
 	return out, nil
 }
@@ -158,6 +195,7 @@ func (s *Server) handlePrefill(req *request, rp *replier) error {
 	}
 	elapsed := time.Since(start)
 	after = &res.Slot
+	s.stats.CountPromptReuse(res.Reused)
 	lease.update(res.Slot)
 	logits := make([]byte, 0, 4*len(res.Logits))
 	for _, f := range res.Logits {
@@ -188,12 +226,10 @@ func parseDecode(p []byte, slot int, sampler iface.SamplerParams) (decodeRequest
 	d := decodeRequest{sampler: sampler}
 	if isJSONObject(p) {
 		var body struct {
-			NPredict    *int64        `json:"n_predict"`
-			Messages    []ChatMessage `json:"messages"`
-			Temperature *float32      `json:"temperature"`
-			TopK        *int32        `json:"top_k"`
-			TopP        *float32      `json:"top_p"`
-			Seed        *uint64       `json:"seed"`
+			NPredict *int64        `json:"n_predict"`
+			Messages []ChatMessage `json:"messages"`
+			SamplerFields
+			Seed *uint64 `json:"seed"`
 		}
 		if err := json.Unmarshal(p, &body); err != nil {
 			return d, fmt.Errorf("DECODE payload is not valid JSON: %w", err)
@@ -215,18 +251,10 @@ func parseDecode(p []byte, slot int, sampler iface.SamplerParams) (decodeRequest
 			}
 			d.prefill = &iface.PrefillRequest{Slot: slot, Messages: msgs}
 		}
-		if body.Temperature != nil {
-			if *body.Temperature < 0 {
-				return d, errors.New("temperature must be >= 0")
-			}
-			d.sampler.Temperature = *body.Temperature
+		if err := body.SamplerFields.Validate(); err != nil {
+			return d, err
 		}
-		if body.TopK != nil {
-			d.sampler.TopK = *body.TopK
-		}
-		if body.TopP != nil {
-			d.sampler.TopP = *body.TopP
-		}
+		body.SamplerFields.Apply(&d.sampler)
 		if body.Seed != nil {
 			d.sampler.Seed = *body.Seed
 		}
@@ -292,7 +320,8 @@ func (s *Server) handleDecode(req *request, rp *replier) error {
 	var frames []byte
 	var text strings.Builder
 	dstart := time.Now()
-	res, err := b.Decode(s.ctx, iface.DecodeRequest{Slot: slot, NPredict: dreq.nPredict, Sampler: dreq.sampler},
+	// Every frame carries its token's log-probability (§ DECODE frames).
+	res, err := b.Decode(s.ctx, iface.DecodeRequest{Slot: slot, NPredict: dreq.nPredict, Sampler: dreq.sampler, Logprobs: true},
 		func(t iface.Token) error {
 			frames = transport.AppendDecodeFrame(frames, transport.DecodeFrame{TokenID: uint32(t.ID), Logprob: t.Logprob})
 			text.WriteString(t.Text)

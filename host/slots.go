@@ -25,6 +25,22 @@ type slotState struct {
 	owner     uint64 // the holding lease's generation; 0 when idle
 	nPast     int
 	stateSize int64
+	holder    SlotHolder // who put the slot's sequence there
+}
+
+// SlotHolder says which side put a slot's sequence there: a Hydra RPC
+// client's sequence (PREFILL, STATE_PUT, DECODE) is never evicted by the
+// HTTP side, which may reuse only empty slots and its own.
+type SlotHolder int
+
+const (
+	HolderNone SlotHolder = iota // empty
+	HolderRPC
+	HolderHTTP
+)
+
+func (h SlotHolder) String() string {
+	return [...]string{"none", "rpc", "http"}[h]
 }
 
 // errSlotsSuspended refuses acquisitions while a backend is being swapped.
@@ -38,11 +54,20 @@ var errSlotsSuspended = errors.New("backend is being replaced; retry")
 type slotTable struct {
 	mu        sync.Mutex
 	slots     []slotState
-	gen       uint64 // the last generation handed out
-	suspended bool   // between suspend and reset: acquisitions fail
+	gen       uint64        // the last generation handed out
+	suspended bool          // between suspend and reset: acquisitions fail
+	freed     chan struct{} // closed and replaced whenever a slot is released
 }
 
-func newSlotTable(n int) *slotTable { return &slotTable{slots: make([]slotState, n)} }
+func newSlotTable(n int) *slotTable {
+	return &slotTable{slots: make([]slotState, n), freed: make(chan struct{})}
+}
+
+// notifyLocked wakes the waiters for a free slot; t.mu is held.
+func (t *slotTable) notifyLocked() {
+	close(t.freed)
+	t.freed = make(chan struct{})
+}
 
 // reset empties the table for n slots (a backend was (re)loaded) and lets
 // acquisitions in again. Every lease taken before it is void.
@@ -50,6 +75,7 @@ func (t *slotTable) reset(n int) {
 	t.mu.Lock()
 	t.slots = make([]slotState, n)
 	t.suspended = false
+	t.notifyLocked()
 	t.mu.Unlock()
 }
 
@@ -65,10 +91,11 @@ func (t *slotTable) suspend() {
 // slotLease is one acquisition of a slot. Its release acts once, and only
 // while the slot is still held by this lease.
 type slotLease struct {
-	t    *slotTable
-	slot int
-	gen  uint64
-	once sync.Once
+	t      *slotTable
+	slot   int
+	gen    uint64
+	holder SlotHolder // who the sequence left behind belongs to
+	once   sync.Once
 }
 
 // acquire marks slot as used, failing with ErrNoSlot or ErrBusy.
@@ -95,7 +122,7 @@ func (t *slotTable) acquire(slot int, use slotUse) (*slotLease, error) {
 func (t *slotTable) take(slot int, use slotUse) *slotLease {
 	t.gen++
 	t.slots[slot].use, t.slots[slot].owner = use, t.gen
-	return &slotLease{t: t, slot: slot, gen: t.gen}
+	return &slotLease{t: t, slot: slot, gen: t.gen, holder: HolderRPC}
 }
 
 // heldLocked reports whether l still holds its slot; t.mu is held.
@@ -123,7 +150,12 @@ func (l *slotLease) release(info *iface.SlotInfo) {
 		st.use, st.owner = slotIdle, 0
 		if info != nil {
 			st.nPast, st.stateSize = info.NPast, info.StateSize
+			st.holder = HolderNone
+			if info.NPast > 0 {
+				st.holder = l.holder
+			}
 		}
+		l.t.notifyLocked()
 	})
 }
 
@@ -137,7 +169,9 @@ func (l *slotLease) update(info iface.SlotInfo) {
 }
 
 // update refreshes the cached figures of an idle slot (the server's refresh
-// after a load); a held slot's figures are its holder's to set.
+// after a load); a held slot's figures are its holder's to set. A sequence
+// the backend held before this server (none after a load or a restart; a
+// backend reused by a test) has no known holder: HTTP takes it last.
 func (t *slotTable) update(slot int, info iface.SlotInfo) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -190,6 +224,15 @@ type SlotView struct {
 	Transferring bool // held by STATE_GET or STATE_PUT
 	NPast        int
 	StateSize    int64
+	Holder       SlotHolder
+}
+
+// SlotFreed is closed the next time a slot is released (or the backend is
+// replaced): a front end waiting for a slot waits on it, then tries again.
+func (s *Server) SlotFreed() <-chan struct{} {
+	s.slots.mu.Lock()
+	defer s.slots.mu.Unlock()
+	return s.slots.freed
 }
 
 // Slots returns a view of every slot, taken at one instant; it never waits
@@ -207,7 +250,7 @@ func (s *Server) Slots() []SlotView {
 
 func (st slotState) view() SlotView {
 	return SlotView{Processing: st.use == slotProcessing, Transferring: st.use == slotTransferring,
-		NPast: st.nPast, StateSize: st.stateSize}
+		NPast: st.nPast, StateSize: st.stateSize, Holder: st.holder}
 }
 
 // SlotLease is a front end's hold on a slot, taken as processing with
@@ -229,9 +272,10 @@ func (sl *SlotLease) Backend() (iface.Backend, iface.BackendInfo, error) {
 }
 
 // Release gives the slot back, first refreshing its cached n_past and state
-// size from the backend (they stay as they were if the backend cannot say).
-// Only the first call acts.
-func (sl *SlotLease) Release() {
+// size from the backend (they stay as they were if the backend cannot say),
+// and returns what the backend said of the slot (ok false: nothing). Only
+// the first call acts.
+func (sl *SlotLease) Release() (iface.SlotInfo, bool) {
 	var after *iface.SlotInfo
 	if b, _, err := sl.Backend(); err == nil {
 		if si, err := b.Slot(sl.s.ctx, sl.l.slot); err == nil {
@@ -239,6 +283,10 @@ func (sl *SlotLease) Release() {
 		}
 	}
 	sl.l.release(after)
+	if after == nil {
+		return iface.SlotInfo{}, false
+	}
+	return *after, true
 }
 
 // TakeSlot takes slot as processing; it fails with iface.ErrNoSlot or
@@ -248,13 +296,15 @@ func (s *Server) TakeSlot(slot int) (*SlotLease, error) {
 	if err != nil {
 		return nil, err
 	}
+	l.holder = HolderHTTP
 	return &SlotLease{s: s, l: l}, nil
 }
 
 // TakeIdleSlot takes the idle slot that rank scores lowest (ties: the lowest
-// slot id) as processing, or fails with iface.ErrBusy when none is idle.
-// rank is called with the table locked: it must not call back into s.
-func (s *Server) TakeIdleSlot(rank func(slot int, v SlotView) int64) (*SlotLease, error) {
+// slot id) as processing, among those rank accepts (ok), or fails with
+// iface.ErrBusy when none is idle and accepted. rank is called with the table
+// locked: it must not call back into s.
+func (s *Server) TakeIdleSlot(rank func(slot int, v SlotView) (score int64, ok bool)) (*SlotLease, error) {
 	t := s.slots
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -266,14 +316,16 @@ func (s *Server) TakeIdleSlot(rank func(slot int, v SlotView) int64) (*SlotLease
 		if st.use != slotIdle {
 			continue
 		}
-		if r := rank(i, st.view()); best < 0 || r < bestRank {
+		if r, ok := rank(i, st.view()); ok && (best < 0 || r < bestRank) {
 			best, bestRank = i, r
 		}
 	}
 	if best < 0 {
-		return nil, fmt.Errorf("%w: all %d slots are busy", iface.ErrBusy, len(t.slots))
+		return nil, fmt.Errorf("%w: no slot is free for it (%d slots)", iface.ErrBusy, len(t.slots))
 	}
-	return &SlotLease{s: s, l: t.take(best, slotProcessing)}, nil
+	l := t.take(best, slotProcessing)
+	l.holder = HolderHTTP
+	return &SlotLease{s: s, l: l}, nil
 }
 
 // ParseSlotKey reads a slot id as the Hydra RPC keys are read (the C++

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"maps"
 	"sync"
 	"time"
 
@@ -41,8 +42,12 @@ type Stats struct {
 	requests map[RequestKey]RequestStats
 	restarts uint64
 	conns    ConnStats
-	phases   map[string]TokenStats
-	observer StatsObserver
+	// evictions and reusedTokens count slot sharing (CountSlotEviction,
+	// CountPromptReuse).
+	evictions    map[SlotHolder]uint64
+	reusedTokens uint64
+	phases       map[string]TokenStats
+	observer     StatsObserver
 }
 
 // StatsObserver sees every transfer and every prefill or decode as it is
@@ -178,6 +183,40 @@ func (s *Stats) Tokens() (prefill, decode TokenStats) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.phases[PhasePrefill], s.phases[PhaseDecode]
+}
+
+// CountSlotEviction counts a front end's completion taking a slot that held
+// a sequence of holder's (HTTP: an earlier completion's, when no free slot
+// was empty or shared its prompt; RPC: only a completion naming the slot).
+func (s *Stats) CountSlotEviction(holder SlotHolder) {
+	s.mu.Lock()
+	if s.evictions == nil {
+		s.evictions = map[SlotHolder]uint64{}
+	}
+	s.evictions[holder]++
+	s.mu.Unlock()
+}
+
+// SlotEvictions returns the evictions by the holder of the sequence dropped.
+func (s *Stats) SlotEvictions() map[SlotHolder]uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.evictions)
+}
+
+// CountPromptReuse counts prompt tokens a prefill kept from the slot's
+// previous sequence instead of evaluating them.
+func (s *Stats) CountPromptReuse(tokens int) {
+	s.mu.Lock()
+	s.reusedTokens += uint64(tokens)
+	s.mu.Unlock()
+}
+
+// PromptTokensReused returns the prompt tokens kept so far.
+func (s *Stats) PromptTokensReused() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reusedTokens
 }
 
 // ConnStats counts the Hydra RPC connections over all listeners.

@@ -28,9 +28,11 @@ type Tunables struct {
 	nPredict       int // default n_predict for DECODE requests that give none; -1 = until EOS/context
 }
 
-// NewTunables returns the defaults: 2 MiB chunks, solo, greedy sampling.
+// NewTunables returns the defaults: 2 MiB chunks, solo, greedy sampling (the
+// penalties look back DefaultRepeatLastN tokens once one is set).
 func NewTunables() *Tunables {
-	return &Tunables{stateChunkSize: DefaultStateChunkSize, expertMode: "solo", nPredict: -1}
+	return &Tunables{stateChunkSize: DefaultStateChunkSize, expertMode: "solo", nPredict: -1,
+		sampler: iface.SamplerParams{RepeatLastN: DefaultRepeatLastN}}
 }
 
 // StateChunkSize is the chunk size the next state transfer uses.

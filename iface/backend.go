@@ -28,6 +28,10 @@ type Backend interface {
 
 	// Prefill replaces the slot's sequence with the prompt and evaluates it.
 	Prefill(ctx context.Context, req PrefillRequest) (PrefillResult, error)
+	// Tokenize returns the tokens Prefill would evaluate for req (its Slot
+	// is ignored), evaluating nothing: a front end compares them with the
+	// slots' sequences to pick the one whose cache it can reuse.
+	Tokenize(ctx context.Context, req PrefillRequest) (Prompt, error)
 	// Decode generates up to req.NPredict tokens continuing the slot's
 	// sequence, calling emit for each as it is produced. An error from emit
 	// stops generation and is returned.
@@ -83,6 +87,19 @@ type BackendInfo struct {
 	NVocab       int
 	NCtx         int
 	Capabilities []string // extra capabilities, e.g. "quant_swap"
+	// NCtxSlot is the most KV cells one slot may hold: NCtx when the slots
+	// share one pool (KVUnified), less when the cells are split between
+	// them. 0 means NCtx.
+	NCtxSlot  int
+	KVUnified bool
+}
+
+// SlotCtx is the most KV cells one slot may hold.
+func (i BackendInfo) SlotCtx() int {
+	if i.NCtxSlot > 0 {
+		return i.NCtxSlot
+	}
+	return i.NCtx
 }
 
 // SlotInfo is a slot's sequence.
@@ -97,23 +114,67 @@ type SlotInfo struct {
 type Message struct {
 	Role    string `json:"role" mapstructure:"role"`
 	Content string `json:"content" mapstructure:"content"`
+	// ReasoningContent is an earlier assistant turn's thinking, for
+	// templates that replay it.
+	ReasoningContent string     `json:"reasoning_content,omitempty" mapstructure:"reasoning_content"`
+	ToolCalls        []ToolCall `json:"tool_calls,omitempty" mapstructure:"tool_calls"`
+	ToolCallID       string     `json:"tool_call_id,omitempty" mapstructure:"tool_call_id"` // a tool result: the call it answers
+	Name             string     `json:"name,omitempty" mapstructure:"name"`                 // a tool result: the tool's name
 }
 
-// SamplerParams selects the sampler. Temperature 0 means greedy.
+// ToolCall is one function call of an assistant message.
+type ToolCall struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"` // JSON text
+}
+
+// SamplerParams selects the sampler. Temperature 0 means greedy (after the
+// penalties and biases, which apply whatever the temperature). Zero values
+// mean "off" throughout, so an older peer's request means what it meant.
 type SamplerParams struct {
 	Temperature float32
-	TopK        int32
-	TopP        float32
+	TopK        int32   // 0: all tokens
+	TopP        float32 // 0 or 1: off
+	MinP        float32 // 0: off
 	Seed        uint64
+
+	RepeatPenalty    float32 // 0 or 1: off
+	RepeatLastN      int32   // tokens the penalties look back over; 0: none, -1: the whole sequence
+	PresencePenalty  float32
+	FrequencyPenalty float32
+
+	IgnoreEOS bool              // end-of-generation tokens are never sampled
+	LogitBias map[int32]float32 // added to the token's logit before sampling
 }
 
-// PrefillRequest replaces a slot's sequence. Exactly one of Messages and
-// Tokens is set.
+// Penalized reports whether any penalty applies.
+func (p SamplerParams) Penalized() bool {
+	return p.RepeatLastN != 0 && ((p.RepeatPenalty != 0 && p.RepeatPenalty != 1) ||
+		p.PresencePenalty != 0 || p.FrequencyPenalty != 0)
+}
+
+// PrefillRequest replaces a slot's sequence. Exactly one of Messages, Tokens
+// and Text is set.
 type PrefillRequest struct {
 	Slot     int
 	Messages []Message // chat messages: the backend applies its template and tokenizes
 	Tokens   []int32   // raw token ids
+	Text     string    // a raw text prompt: the backend tokenizes it (special tokens parsed)
 	Model    string    // requested model alias, "" for the resident one
+	// Tools are OpenAI tool definitions (JSON objects) and TemplateKwargs a
+	// JSON object of variables for the chat template (merged over the
+	// backend's own), both for Messages.
+	Tools          []string
+	TemplateKwargs string
+}
+
+// Prompt is a prompt as the backend would evaluate it (Tokenize).
+type Prompt struct {
+	Tokens []int32
+	// OpensThinking: the rendered prompt ends inside a reasoning block (its
+	// template opened <think> for the reply), so the reply starts in it.
+	OpensThinking bool
 }
 
 // PrefillResult is a prefilled slot.
@@ -121,6 +182,9 @@ type PrefillResult struct {
 	Slot          SlotInfo
 	Logits        []float32 // next-token logits at the last position (NVocab)
 	ModelFallback bool      // a model was asked for that is not resident
+	// Reused is how many of the prompt's tokens the slot already held and
+	// kept instead of evaluating them again.
+	Reused int
 }
 
 // DecodeRequest continues a slot's sequence.
@@ -128,12 +192,28 @@ type DecodeRequest struct {
 	Slot     int
 	NPredict int
 	Sampler  SamplerParams
+	// Logprobs asks for each token's log-probability (Token.Logprob is 0
+	// otherwise: computing it reads the whole vocabulary's logits), NProbs
+	// for that many alternatives at each position as well.
+	Logprobs bool
+	NProbs   int
+	// NKeep is how many tokens after BOS a context shift keeps at the start
+	// of a full slot (where the backend shifts contexts).
+	NKeep int
 }
 
 // Token is one generated token.
 type Token struct {
 	ID      int32
 	Text    string // the token's UTF-8 piece
+	Logprob float32
+	Top     []TokenProb // the NProbs most likely tokens at this position, most likely first
+}
+
+// TokenProb is a candidate token and its log-probability.
+type TokenProb struct {
+	ID      int32
+	Text    string
 	Logprob float32
 }
 

@@ -14,6 +14,7 @@ type fakeBackend struct {
 	slot          func(context.Context, int) (SlotInfo, error)
 	clearSlot     func(context.Context, int) error
 	prefill       func(context.Context, PrefillRequest) (PrefillResult, error)
+	tokenize      func(context.Context, PrefillRequest) (Prompt, error)
 	decode        func(context.Context, DecodeRequest, func(Token) error) (DecodeResult, error)
 	stateGet      func(context.Context, int, int, io.Writer) (int64, error)
 	statePut      func(context.Context, int, []int32, io.Reader, int64) (int64, error)
@@ -54,6 +55,13 @@ func (f *fakeBackend) Prefill(ctx context.Context, req PrefillRequest) (PrefillR
 		return PrefillResult{}, ErrNotImplemented
 	}
 	return f.prefill(ctx, req)
+}
+
+func (f *fakeBackend) Tokenize(ctx context.Context, req PrefillRequest) (Prompt, error) {
+	if f.tokenize == nil {
+		return Prompt{}, ErrNotImplemented
+	}
+	return f.tokenize(ctx, req)
 }
 
 func (f *fakeBackend) Decode(ctx context.Context, req DecodeRequest, emit func(Token) error) (DecodeResult, error) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 
 	"google.golang.org/grpc"
 
@@ -74,19 +75,7 @@ func (c *GRPCClient) ClearSlot(ctx context.Context, slot int) error {
 }
 
 func (c *GRPCClient) Prefill(ctx context.Context, req PrefillRequest) (PrefillResult, error) {
-	var msgs []*backendv1.Message
-	if len(req.Messages) > 0 {
-		msgs = make([]*backendv1.Message, len(req.Messages))
-		for i, m := range req.Messages {
-			msgs[i] = &backendv1.Message{Role: m.Role, Content: m.Content}
-		}
-	}
-	resp, err := c.client.Prefill(ctx, &backendv1.PrefillRequest{
-		Slot:     int64(req.Slot),
-		Messages: msgs,
-		Tokens:   req.Tokens,
-		Model:    req.Model,
-	})
+	resp, err := c.client.Prefill(ctx, prefillToPB(req))
 	if err != nil {
 		return PrefillResult{}, FromStatus(err)
 	}
@@ -94,7 +83,16 @@ func (c *GRPCClient) Prefill(ctx context.Context, req PrefillRequest) (PrefillRe
 		Slot:          slotInfoFromPB(resp.GetSlot()),
 		Logits:        resp.GetLogits(),
 		ModelFallback: resp.GetModelFallback(),
+		Reused:        int(resp.GetNReused()),
 	}, nil
+}
+
+func (c *GRPCClient) Tokenize(ctx context.Context, req PrefillRequest) (Prompt, error) {
+	resp, err := c.client.Tokenize(ctx, prefillToPB(req))
+	if err != nil {
+		return Prompt{}, FromStatus(err)
+	}
+	return Prompt{Tokens: resp.GetTokens(), OpensThinking: resp.GetOpensThinking()}, nil
 }
 
 func (c *GRPCClient) Decode(ctx context.Context, req DecodeRequest, emit func(Token) error) (DecodeResult, error) {
@@ -105,12 +103,10 @@ func (c *GRPCClient) Decode(ctx context.Context, req DecodeRequest, emit func(To
 	stream, err := c.client.Decode(ctx, &backendv1.DecodeRequest{
 		Slot:     int64(req.Slot),
 		NPredict: int64(req.NPredict),
-		Sampler: &backendv1.SamplerParams{
-			Temperature: req.Sampler.Temperature,
-			TopK:        req.Sampler.TopK,
-			TopP:        req.Sampler.TopP,
-			Seed:        req.Sampler.Seed,
-		},
+		Sampler:  samplerToPB(req.Sampler),
+		Logprobs: req.Logprobs,
+		NProbs:   int32(min(max(req.NProbs, 0), math.MaxInt32)),
+		NKeep:    int64(req.NKeep),
 	})
 	if err != nil {
 		return DecodeResult{}, FromStatus(err)
@@ -129,8 +125,7 @@ func (c *GRPCClient) Decode(ctx context.Context, req DecodeRequest, emit func(To
 			if result != nil {
 				return DecodeResult{}, errors.New("backend plugin: Decode sent a token after its result")
 			}
-			t := ev.Token
-			if err := emit(Token{ID: t.GetId(), Text: string(t.GetText()), Logprob: t.GetLogprob()}); err != nil {
+			if err := emit(tokenFromPB(ev.Token)); err != nil {
 				cancel()
 				return DecodeResult{}, err
 			}

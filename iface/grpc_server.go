@@ -66,24 +66,12 @@ func (s *GRPCServer) ClearSlot(ctx context.Context, req *backendv1.ClearSlotRequ
 }
 
 func (s *GRPCServer) Prefill(ctx context.Context, req *backendv1.PrefillRequest) (*backendv1.PrefillResponse, error) {
-	var msgs []Message
-	if pm := req.GetMessages(); len(pm) > 0 {
-		msgs = make([]Message, len(pm))
-		for i, m := range pm {
-			msgs[i] = Message{Role: m.GetRole(), Content: m.GetContent()}
-		}
-	}
 	leave, err := s.EnterSlot(ctx, int(req.GetSlot()))
 	if err != nil {
 		return nil, ToStatus(err)
 	}
 	defer leave()
-	res, err := s.Impl.Prefill(ctx, PrefillRequest{
-		Slot:     int(req.GetSlot()),
-		Messages: msgs,
-		Tokens:   req.GetTokens(),
-		Model:    req.GetModel(),
-	})
+	res, err := s.Impl.Prefill(ctx, prefillFromPB(req))
 	if err != nil {
 		return nil, ToStatus(err)
 	}
@@ -91,7 +79,16 @@ func (s *GRPCServer) Prefill(ctx context.Context, req *backendv1.PrefillRequest)
 		Slot:          slotInfoToPB(res.Slot),
 		Logits:        res.Logits,
 		ModelFallback: res.ModelFallback,
+		NReused:       int64(res.Reused),
 	}, nil
+}
+
+func (s *GRPCServer) Tokenize(ctx context.Context, req *backendv1.PrefillRequest) (*backendv1.TokenizeResponse, error) {
+	p, err := s.Impl.Tokenize(ctx, prefillFromPB(req))
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &backendv1.TokenizeResponse{Tokens: p.Tokens, OpensThinking: p.OpensThinking}, nil
 }
 
 func (s *GRPCServer) Decode(req *backendv1.DecodeRequest, stream grpc.ServerStreamingServer[backendv1.DecodeResponse]) error {
@@ -100,26 +97,19 @@ func (s *GRPCServer) Decode(req *backendv1.DecodeRequest, stream grpc.ServerStre
 		return ToStatus(err)
 	}
 	defer leave()
-	sp := req.GetSampler()
 	res, err := s.Impl.Decode(stream.Context(), DecodeRequest{
 		Slot:     int(req.GetSlot()),
 		NPredict: int(req.GetNPredict()),
-		Sampler: SamplerParams{
-			Temperature: sp.GetTemperature(),
-			TopK:        sp.GetTopK(),
-			TopP:        sp.GetTopP(),
-			Seed:        sp.GetSeed(),
-		},
+		Sampler:  samplerFromPB(req.GetSampler()),
+		Logprobs: req.GetLogprobs(),
+		NProbs:   int(req.GetNProbs()),
+		NKeep:    int(req.GetNKeep()),
 	}, func(t Token) error {
 		// A failed Send means the host is gone or gave up (its emit failed and
 		// it cancelled); fromStatus turns that into context.Canceled for the
 		// backend.
 		return FromStatus(stream.Send(&backendv1.DecodeResponse{
-			Event: &backendv1.DecodeResponse_Token{Token: &backendv1.Token{
-				Id:      t.ID,
-				Text:    []byte(t.Text),
-				Logprob: t.Logprob,
-			}},
+			Event: &backendv1.DecodeResponse_Token{Token: tokenToPB(t)},
 		}))
 	})
 	if err != nil {
@@ -265,55 +255,4 @@ func (s *GRPCServer) SwapQuant(ctx context.Context, req *backendv1.SwapQuantRequ
 		return nil, ToStatus(err)
 	}
 	return &backendv1.SwapQuantResponse{}, nil
-}
-
-func backendInfoToPB(i BackendInfo) *backendv1.BackendInfo {
-	return &backendv1.BackendInfo{
-		Name:    i.Name,
-		Version: i.Version,
-		Model: &backendv1.ModelIdentity{
-			Alias: i.Model.Alias,
-			Hash:  i.Model.Hash,
-			Path:  i.Model.Path,
-		},
-		NSlots:       int64(i.NSlots),
-		NVocab:       int64(i.NVocab),
-		NCtx:         int64(i.NCtx),
-		Capabilities: i.Capabilities,
-	}
-}
-
-func backendInfoFromPB(p *backendv1.BackendInfo) BackendInfo {
-	m := p.GetModel()
-	return BackendInfo{
-		Name:    p.GetName(),
-		Version: p.GetVersion(),
-		Model: ModelIdentity{
-			Alias: m.GetAlias(),
-			Hash:  m.GetHash(),
-			Path:  m.GetPath(),
-		},
-		NSlots:       int(p.GetNSlots()),
-		NVocab:       int(p.GetNVocab()),
-		NCtx:         int(p.GetNCtx()),
-		Capabilities: p.GetCapabilities(),
-	}
-}
-
-func slotInfoToPB(s SlotInfo) *backendv1.SlotInfo {
-	return &backendv1.SlotInfo{
-		Slot:      int64(s.Slot),
-		NPast:     int64(s.NPast),
-		Tokens:    s.Tokens,
-		StateSize: s.StateSize,
-	}
-}
-
-func slotInfoFromPB(p *backendv1.SlotInfo) SlotInfo {
-	return SlotInfo{
-		Slot:      int(p.GetSlot()),
-		NPast:     int(p.GetNPast()),
-		Tokens:    p.GetTokens(),
-		StateSize: p.GetStateSize(),
-	}
 }

@@ -39,6 +39,8 @@ func TestRoundTrip(t *testing.T) {
 		NVocab:       151936,
 		NCtx:         32768,
 		Capabilities: []string{"quant_swap", "experts"},
+		NCtxSlot:     8192,
+		KVUnified:    false,
 	}
 	slotInfo := SlotInfo{Slot: 3, NPast: 5, Tokens: []int32{1, -2, math.MaxInt32, 4, 5}, StateSize: 1 << 40}
 
@@ -72,7 +74,12 @@ func TestRoundTrip(t *testing.T) {
 				Slot:          slotInfo,
 				Logits:        []float32{-1.5, 0, float32(math.Inf(1)), math.MaxFloat32, math.SmallestNonzeroFloat32},
 				ModelFallback: true,
+				Reused:        3,
 			}, nil
+		},
+		tokenize: func(_ context.Context, req PrefillRequest) (Prompt, error) {
+			gotPrefill = req
+			return Prompt{Tokens: []int32{5, 0, math.MaxInt32}, OpensThinking: true}, nil
 		},
 		setExpertMode: func(_ context.Context, mode string) (string, error) {
 			gotMode = mode
@@ -133,6 +140,7 @@ func TestRoundTrip(t *testing.T) {
 		for _, req := range []PrefillRequest{
 			{Slot: 1, Messages: []Message{{Role: "system", Content: "be brief"}, {Role: "user", Content: "héllo ✓"}}, Model: "qwen"},
 			{Slot: 2, Tokens: []int32{151643, 0, 7}},
+			{Slot: 3, Text: "<|im_start|>user\nraw ✓"},
 		} {
 			got, err := b.Prefill(ctx, req)
 			if err != nil {
@@ -141,11 +149,20 @@ func TestRoundTrip(t *testing.T) {
 			if !reflect.DeepEqual(gotPrefill, req) {
 				t.Errorf("plugin got %+v, want %+v", gotPrefill, req)
 			}
-			if !reflect.DeepEqual(got.Slot, slotInfo) || !got.ModelFallback || len(got.Logits) != 5 ||
+			if !reflect.DeepEqual(got.Slot, slotInfo) || !got.ModelFallback || got.Reused != 3 || len(got.Logits) != 5 ||
 				got.Logits[0] != -1.5 || !math.IsInf(float64(got.Logits[2]), 1) ||
 				got.Logits[3] != math.MaxFloat32 || got.Logits[4] != math.SmallestNonzeroFloat32 {
 				t.Errorf("host got %+v", got)
 			}
+		}
+	})
+	t.Run("Tokenize", func(t *testing.T) {
+		req := PrefillRequest{Messages: []Message{{Role: "user", Content: "ünï"}, {Role: "assistant", ReasoningContent: "hm",
+			ToolCalls: []ToolCall{{ID: "c1", Name: "f", Arguments: `{"a":1}`}}}, {Role: "tool", Content: "2", ToolCallID: "c1", Name: "f"}},
+			Tools: []string{`{"type":"function"}`}, TemplateKwargs: `{"enable_thinking":false}`, Model: "m"}
+		got, err := b.Tokenize(ctx, req)
+		if err != nil || !reflect.DeepEqual(gotPrefill, req) || !reflect.DeepEqual(got, Prompt{Tokens: []int32{5, 0, math.MaxInt32}, OpensThinking: true}) {
+			t.Errorf("plugin got %+v, host got %v %v", gotPrefill, got, err)
 		}
 	})
 	t.Run("SetExpertMode", func(t *testing.T) {
@@ -587,14 +604,18 @@ func TestDecode(t *testing.T) {
 			for i := range req.NPredict {
 				// "\xe2\x82" is half of "€": a token piece need not be
 				// valid UTF-8 on its own.
-				if err := emit(Token{ID: int32(i), Text: fmt.Sprintf("t%d\xe2\x82", i), Logprob: -float32(i) / 8}); err != nil {
+				if err := emit(testToken(i)); err != nil {
 					return DecodeResult{}, err
 				}
 			}
 			return DecodeResult{TokensGenerated: req.NPredict, NPast: 1000 + req.NPredict, StopReason: "length"}, nil
 		},
 	})
-	req := DecodeRequest{Slot: 1, NPredict: nTokens, Sampler: SamplerParams{Temperature: 0.7, TopK: 40, TopP: 0.95, Seed: math.MaxUint64}}
+	req := DecodeRequest{Slot: 1, NPredict: nTokens, Logprobs: true, NProbs: 3, NKeep: 17, Sampler: SamplerParams{
+		Temperature: 0.7, TopK: 40, TopP: 0.95, MinP: 0.05, Seed: math.MaxUint64,
+		RepeatPenalty: 1.1, RepeatLastN: -1, PresencePenalty: 0.5, FrequencyPenalty: -0.25,
+		IgnoreEOS: true, LogitBias: map[int32]float32{7: -100, 42: 2.5},
+	}}
 	var toks []Token
 	res, err := b.Decode(context.Background(), req, func(t Token) error {
 		toks = append(toks, t)
@@ -614,10 +635,20 @@ func TestDecode(t *testing.T) {
 		t.Fatalf("got %d tokens, want %d", len(toks), nTokens)
 	}
 	for i, tok := range toks {
-		if w := (Token{ID: int32(i), Text: fmt.Sprintf("t%d\xe2\x82", i), Logprob: -float32(i) / 8}); tok != w {
+		if w := testToken(i); !reflect.DeepEqual(tok, w) {
 			t.Fatalf("token %d: %+v, want %+v", i, tok, w)
 		}
 	}
+}
+
+// testToken is the i-th token TestDecode streams: an incomplete UTF-8 piece,
+// and alternatives on odd positions.
+func testToken(i int) Token {
+	t := Token{ID: int32(i), Text: fmt.Sprintf("t%d\xe2\x82", i), Logprob: -float32(i) / 8}
+	if i%2 == 1 {
+		t.Top = []TokenProb{{ID: int32(i), Text: t.Text, Logprob: t.Logprob}, {ID: 9, Text: "\xff", Logprob: -3}}
+	}
+	return t
 }
 
 func TestDecodeEmitFails(t *testing.T) {

@@ -55,11 +55,18 @@ type Config struct {
 	MaxConns        int               `mapstructure:"max_conns"`
 	PayloadBudget   uint64            `mapstructure:"payload_budget"`
 	MinTransferRate uint64            `mapstructure:"min_transfer_rate"`
+	Sampler         map[string]string `mapstructure:"sampler"`
+	SlotSimilarity  float64           `mapstructure:"slot_prompt_similarity"`
+	ReasoningFormat string            `mapstructure:"reasoning_format"`
 
 	// apiKeys are APIKey and the lines of APIKeyFile, read by validate: the
 	// keys the HTTP side requires (not a setting of its own).
 	apiKeys []string
 }
+
+// defaultSlotPromptSimilarity is llama-server's --slot-prompt-similarity
+// default.
+const defaultSlotPromptSimilarity = 0.1
 
 // defaultConfig is what an engine started with no configuration runs with.
 func defaultConfig() Config {
@@ -80,6 +87,9 @@ func defaultConfig() Config {
 		MaxConns:        host.DefaultMaxConns,
 		PayloadBudget:   host.DefaultPayloadBudget,
 		MinTransferRate: host.DefaultMinTransferRate,
+		Sampler:         map[string]string{},
+		SlotSimilarity:  defaultSlotPromptSimilarity,
+		ReasoningFormat: "deepseek",
 	}
 }
 
@@ -159,6 +169,9 @@ var settings = []struct{ key, flag string }{
 	{"max_conns", "max-conns"},
 	{"payload_budget", "payload-budget"},
 	{"min_transfer_rate", "min-transfer-rate"},
+	{"sampler", "sampler"},
+	{"slot_prompt_similarity", "slot-prompt-similarity"},
+	{"reasoning_format", "reasoning-format"},
 }
 
 func envName(key string) string { return "HYDRA_" + strings.ToUpper(key) }
@@ -179,6 +192,7 @@ type invocation struct {
 	sources     map[string]string // key → where its value came from
 	printConfig bool
 	showVersion bool
+	notes       []string // said once in the log at start (llamaserver.go)
 }
 
 // newFlagSet declares the flags. Their values are only read for the flags
@@ -187,7 +201,7 @@ func newFlagSet(d Config, configFile *string, printConfig, showVersion *bool) *f
 	fs := flag.NewFlagSet("hydra-engine", flag.ContinueOnError)
 	// Each flag needs storage of its own: Get reads it back after Parse.
 	v := d
-	var rpc, opts, allow, keys listFlag
+	var rpc, opts, allow, keys, sampler listFlag
 	fs.Var(&rpc, "rpc", "Hydra RPC listener URL, tcp://HOST:PORT or unix:///PATH (repeatable; default "+strings.Join(d.RPC, ",")+")")
 	fs.StringVar(&v.HTTP, "http", d.HTTP, "HTTP listen address for /health, /slots, /metrics and the OpenAI API (empty: off)")
 	fs.StringVar(&v.Backend, "backend", d.Backend, "backend plugin: a name (hydra-plugin-NAME in --plugin-dir or beside this binary) or a path")
@@ -215,9 +229,18 @@ func newFlagSet(d Config, configFile *string, printConfig, showVersion *bool) *f
 	fs.IntVar(&v.MaxConns, "max-conns", d.MaxConns, "connections open at once per listener (RPC and HTTP); more are answered busy and closed")
 	fs.Uint64Var(&v.PayloadBudget, "payload-budget", d.PayloadBudget, "bytes of request payloads buffered in memory at once, over all connections and HTTP bodies")
 	fs.Uint64Var(&v.MinTransferRate, "min-transfer-rate", d.MinTransferRate, "bytes per second a request or reply must move at least, over windows of 10 s (--chunk-timeout if shorter) spent waiting on the socket; 0: no minimum")
+	fs.Var(&sampler, "sampler", "engine-wide sampler default key=value, a CONFIGURE sampler key: temperature, top_k, top_p, min_p, repeat_penalty, … (repeatable)")
+	fs.StringVar(&v.ReasoningFormat, "reasoning-format", d.ReasoningFormat, "deepseek: a chat reply's <think> block streams as reasoning_content, apart from content (llama-server's); none: all is content")
+	fs.Float64Var(&v.SlotSimilarity, "slot-prompt-similarity", d.SlotSimilarity, "how much of a slot's prompt an HTTP request's prompt must share to be given that slot, 0 to 1 (llama-server's; 0: off)")
 	fs.StringVar(configFile, "config", "", "YAML configuration file (default $"+envConfigFile+"; flags and HYDRA_* variables override it)")
 	fs.BoolVar(printConfig, "print-config", false, "print the effective configuration as YAML, with each value's source, and exit")
 	fs.BoolVar(showVersion, "version", false, "print the version and exit")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: hydra-engine [flags]\n"+
+			"       hydra-engine %[1]s [llama-server flags]   llama-server's command line (docs/llama-server.md; hydra-engine %[1]s --help)\n\nflags:\n",
+			llamaServerCommand)
+		fs.PrintDefaults()
+	}
 	return fs
 }
 
@@ -351,7 +374,7 @@ func (inv *invocation) apply(layer map[string]any, source func(key string) strin
 		if _, ok := layer[st.key]; !ok {
 			continue
 		}
-		if prev := inv.sources[st.key]; st.key == "backend_opts" && prev != "default" {
+		if prev := inv.sources[st.key]; (st.key == "backend_opts" || st.key == "sampler") && prev != "default" {
 			inv.sources[st.key] = prev + ", " + source(st.key) // merged, not replaced
 		} else {
 			inv.sources[st.key] = source(st.key)
@@ -382,8 +405,9 @@ func durationHook(from, to reflect.Type, data any) (any, error) {
 	}
 }
 
-// keyValueHook reads backend options given as "k=v" strings: a list from
-// repeated flags, or a comma-separated string from the environment.
+// keyValueHook reads backend options and sampler defaults given as "k=v"
+// strings: a list from repeated flags, or a comma-separated string from the
+// environment.
 func keyValueHook(from, to reflect.Type, data any) (any, error) {
 	if to != reflect.TypeFor[map[string]string]() {
 		return data, nil
@@ -405,7 +429,7 @@ func keyValueHook(from, to reflect.Type, data any) (any, error) {
 	for _, kv := range kvs {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
-			return nil, fmt.Errorf("backend option %q is not key=value", kv)
+			return nil, fmt.Errorf("%q is not key=value", kv)
 		}
 		m[k] = v
 	}
@@ -448,6 +472,15 @@ func (c *Config) validate() error {
 		if k == "" {
 			return errors.New("backend_opts: empty key")
 		}
+	}
+	if err := host.NewTunables().ApplySampler(c.Sampler); err != nil {
+		return err // checked here, so that a bad value stops the engine before it binds
+	}
+	if c.ReasoningFormat != "deepseek" && c.ReasoningFormat != "none" {
+		return fmt.Errorf("reasoning_format must be deepseek or none, got %q", c.ReasoningFormat)
+	}
+	if !(c.SlotSimilarity >= 0 && c.SlotSimilarity <= 1) {
+		return fmt.Errorf("slot_prompt_similarity must be in [0, 1], got %v", c.SlotSimilarity)
 	}
 	if c.BackendSHA256 != "" {
 		if b, err := hex.DecodeString(c.BackendSHA256); err != nil || len(b) != sha256.Size {
@@ -637,7 +670,8 @@ func httpOptions(c *Config, logger hclog.Logger) httpapi.Options {
 		logger.Warn("the HTTP API is served to other hosts without an API key: anyone who reaches it can run completions "+
 			"and erase slots; set api_key_file (--api-key-file) or bind http to 127.0.0.1 (docs/operators.md, Security)", "http", c.HTTP)
 	}
-	return httpapi.Options{APIKeys: c.apiKeys, PublicMetrics: c.PublicMetrics}
+	return httpapi.Options{APIKeys: c.apiKeys, PublicMetrics: c.PublicMetrics, SlotPromptSimilarity: c.SlotSimilarity,
+		SplitReasoning: c.ReasoningFormat == "deepseek"}
 }
 
 // openHTTP reports whether the HTTP listener can be reached from other

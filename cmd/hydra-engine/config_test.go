@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hydra-engine/hydra-engine/host"
 )
 
 func envOf(m map[string]string) func(string) (string, bool) {
@@ -406,5 +408,59 @@ func TestDockerfileSecureByDefault(t *testing.T) {
 		if err != nil || len(inv.cfg.apiKeys) != 1 || inv.cfg.openHTTP() {
 			t.Errorf("%s image with HYDRA_RPC_ALLOW and keys: %v", stage, err)
 		}
+	}
+}
+
+// The sampler setting merges key by key like backend_opts and is checked
+// with CONFIGURE's rules before anything starts.
+func TestSamplerSetting(t *testing.T) {
+	file := writeFile(t, "sampler:\n  temperature: 0.7\n  top_k: 40\nslot_prompt_similarity: 0.25\n")
+	env := map[string]string{"HYDRA_CONFIG": file, "HYDRA_SAMPLER": "top_k=20, min_p=0.05"}
+	inv, err := parseInvocation([]string{"--sampler", "top_p=0.9", "--sampler", "temperature=0.86"}, envOf(env), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"temperature": "0.86", "top_k": "20", "min_p": "0.05", "top_p": "0.9"}
+	if !reflect.DeepEqual(inv.cfg.Sampler, want) || inv.cfg.SlotSimilarity != 0.25 {
+		t.Errorf("sampler %v, slot_prompt_similarity %v", inv.cfg.Sampler, inv.cfg.SlotSimilarity)
+	}
+	if src := inv.sources["sampler"]; src != "file "+file+", env HYDRA_SAMPLER, flag --sampler" {
+		t.Errorf("source %q", src)
+	}
+	if inv, err := parseInvocation(nil, envOf(nil), io.Discard); err != nil || inv.cfg.SlotSimilarity != 0.1 || len(inv.cfg.Sampler) != 0 {
+		t.Errorf("defaults: %+v, %v", inv, err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--sampler", "top_p=1.5"}, "top_p must be in (0, 1]"},
+		{[]string{"--sampler", "temperature=warm"}, `sampler: temperature="warm" is not a number or a boolean`},
+		{[]string{"--sampler", "tmperature=1"}, "sampler: unknown keys tmperature"},
+		{[]string{"--sampler", "state_chunk_size=65536"}, "state_chunk_size is not a sampler default"},
+		{[]string{"--sampler", "nokey"}, `"nokey" is not key=value`},
+		{[]string{"--slot-prompt-similarity", "1.5"}, "slot_prompt_similarity must be in [0, 1]"},
+	} {
+		if _, err := parseInvocation(tc.args, envOf(nil), io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// ApplySampler sets the engine's defaults as CONFIGURE does.
+func TestApplySampler(t *testing.T) {
+	tun := host.NewTunables()
+	if err := tun.ApplySampler(map[string]string{"temperature": "0.86", "top_k": "20", "top_p": " 0.95 ", "seed": "7"}); err != nil {
+		t.Fatal(err)
+	}
+	if s := tun.Sampler(); s.Temperature != 0.86 || s.TopK != 20 || s.TopP != 0.95 || s.Seed != 7 {
+		t.Fatalf("sampler %+v", s)
+	}
+	before := tun.Sampler()
+	if err := tun.ApplySampler(map[string]string{"temperature": "0.1", "top_k": "-3"}); err == nil || !reflect.DeepEqual(tun.Sampler(), before) {
+		t.Fatalf("a bad value: %v, sampler %+v (before %+v)", err, tun.Sampler(), before)
+	}
+	if err := tun.ApplySampler(nil); err != nil || !reflect.DeepEqual(tun.Sampler(), before) {
+		t.Fatalf("no keys: %v", err)
 	}
 }

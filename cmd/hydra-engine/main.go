@@ -36,7 +36,7 @@ func main() {
 		iface.Serve(mock.New(logger), iface.ServeOptions{Logger: logger, Extend: shm.Extend})
 		return
 	}
-	inv, err := parseInvocation(os.Args[1:], os.LookupEnv, os.Stderr)
+	inv, err := parseCommandLine(os.Args, os.LookupEnv, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return
 	}
@@ -59,6 +59,9 @@ func main() {
 	logger := hclog.New(&hclog.LoggerOptions{
 		Name: "hydra-engine", Level: hclog.LevelFromString(c.LogLevel), JSONFormat: c.LogFormat == "json", Output: os.Stderr,
 	})
+	for _, note := range inv.notes {
+		logger.Info(note)
+	}
 	if err := run(c, logger); err != nil {
 		logger.Error("exiting", "error", err)
 		os.Exit(1)
@@ -214,6 +217,11 @@ func startBackend(ctx context.Context, c *Config, spec pluginproc.PluginSpec, st
 func serveRPC(c *Config, logger hclog.Logger, p *pluginproc.Plugin, listeners []net.Listener, errc chan<- error) (*host.Server, *sync.WaitGroup) {
 	tun := host.NewTunables()
 	tun.SetStateChunkSize(c.StateChunkSize)
+	if err := tun.ApplySampler(c.Sampler); err != nil {
+		logger.Error("sampler defaults not applied", "error", err) // validate checked them: unreachable
+	} else if len(c.Sampler) > 0 {
+		logger.Info("engine-wide sampler defaults", "sampler", c.Sampler)
+	}
 	srv := host.NewServer(p.Backend, p.Info, tun, host.Config{
 		Logger: logger, Version: version, IdleTimeout: c.IdleTimeout, ChunkTimeout: c.ChunkTimeout, SocketBuffer: c.SocketBuffer,
 		MaxConns: c.MaxConns, PayloadBudget: c.PayloadBudget, MinTransferRate: transferRate(c.MinTransferRate),

@@ -31,6 +31,10 @@ type api struct {
 	log     hclog.Logger
 	metrics *metrics
 
+	queue          *slotQueue // completions waiting for a slot
+	similarity     float64    // Options.SlotPromptSimilarity
+	splitReasoning bool       // Options.SplitReasoning
+
 	mu    sync.Mutex
 	tasks map[int]slotTask // the last HTTP completion of each slot, for /slots
 	next  int64            // id of the next task
@@ -43,6 +47,7 @@ type slotTask struct {
 	nDecoded  int
 	nRemain   int // tokens still allowed when it ended; -1 unbounded
 	processed time.Time
+	tokens    []int32 // the sequence it left in the slot
 }
 
 // Options configure the HTTP side.
@@ -52,14 +57,31 @@ type Options struct {
 	APIKeys []string
 	// PublicMetrics serves /metrics without a key.
 	PublicMetrics bool
+	// SlotPromptSimilarity is how much of a slot's prompt a completion's
+	// prompt must share to be given that slot, 0 to 1 (llama-server's
+	// --slot-prompt-similarity; 0: off).
+	SlotPromptSimilarity float64
+	// SplitReasoning streams a chat reply's <think>…</think> block as
+	// reasoning_content, apart from content, as llama-server's
+	// --reasoning-format deepseek.
+	SplitReasoning bool
 }
+
+// The markers of a reasoning block.
+const (
+	thinkStart = "<think>"
+	thinkEnd   = "</think>"
+)
 
 // Handler serves s's HTTP side, behind opts.APIKeys when there are any
 // (auth.go). Call it once per server: it builds the Prometheus registry
 // behind /metrics and installs it as s's Stats observer.
 func Handler(s *host.Server, opts Options) http.Handler {
-	a := &api{s: s, log: s.Config().Logger.Named("http"), tasks: map[int]slotTask{}}
+	_, info := s.Backend()
+	a := &api{s: s, log: s.Config().Logger.Named("http"), tasks: map[int]slotTask{},
+		queue: newSlotQueue(s, info.NSlots), similarity: opts.SlotPromptSimilarity, splitReasoning: opts.SplitReasoning}
 	a.metrics = newMetrics(s)
+	a.metrics.queueLen = a.queue.waiting
 	s.Stats().SetObserver(a.metrics)
 
 	mux := http.NewServeMux()

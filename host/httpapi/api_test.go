@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -18,7 +20,7 @@ import (
 )
 
 func TestParseCompletion(t *testing.T) {
-	info := iface.BackendInfo{Name: "mock", NCtx: 100}
+	info := iface.BackendInfo{Name: "mock", NCtx: 100, NVocab: 50}
 	def := iface.SamplerParams{Temperature: 0.5, TopK: 7}
 	parse := func(body string, chat bool) (completion, error) {
 		return parseCompletion([]byte(body), chat, def, -1, info)
@@ -27,8 +29,8 @@ func TestParseCompletion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := c.prefill.Tokens; len(got) != 2 || got[0] != 'A' || got[1] != 'B' {
-		t.Errorf("tokens %v", got)
+	if c.prefill.Text != "AB" || c.prefill.Tokens != nil {
+		t.Errorf("a text prompt goes to the backend as text: %+v", c.prefill)
 	}
 	if c.nPredict != 5 || c.sampler.TopK != 2 || c.sampler.Temperature != 0.5 || c.sampler.Seed != 9 || c.slot != -1 {
 		t.Errorf("parsed %+v", c)
@@ -36,10 +38,13 @@ func TestParseCompletion(t *testing.T) {
 	if len(c.stops) != 1 || c.stops[0] != "x" {
 		t.Errorf("stops %q", c.stops)
 	}
-	for _, body := range []string{`{"prompt":[65,66]}`, `{"prompt":[[65,66]]}`, `{"prompt":["AB"]}`} {
+	for _, body := range []string{`{"prompt":[65,66]}`, `{"prompt":[[65,66]]}`} {
 		if c, err := parse(body, false); err != nil || len(c.prefill.Tokens) != 2 {
 			t.Errorf("%s: %v %v", body, c.prefill.Tokens, err)
 		}
+	}
+	if c, err := parse(`{"prompt":["AB"]}`, false); err != nil || c.prefill.Text != "AB" {
+		t.Errorf("a batch of one text: %+v %v", c.prefill, err)
 	}
 	c, err = parse(`{"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"model":"m","stream":true,"stream_options":{"include_usage":true},"max_completion_tokens":4,"id_slot":2}`, true)
 	if err != nil || c.prefill.Messages[0].Content != "hi" || c.prefill.Model != "m" || !c.includeUsage || c.nPredict != 4 || c.slot != 2 {
@@ -64,10 +69,36 @@ func TestParseCompletion(t *testing.T) {
 	if _, err := parse(`{"messages":[]}`, true); err == nil {
 		t.Error("empty messages accepted")
 	}
-	// A text prompt needs the host to tokenize: only byte vocabularies.
-	_, err = parseCompletion([]byte(`{"prompt":"a"}`), false, def, -1, iface.BackendInfo{Name: "cuda-llama"})
-	if e, ok := err.(*apiError); !ok || e.status != http.StatusNotImplemented || e.Type != "not_supported_error" {
-		t.Errorf("text prompt on llama: %v", err)
+	// Sampler fields over the defaults, logit biases in both forms, and the
+	// ways of asking for log-probabilities.
+	c, err = parse(`{"prompt":"a","min_p":0.1,"repeat_penalty":1.1,"repeat_last_n":-1,"presence_penalty":0.5,`+
+		`"frequency_penalty":-0.5,"ignore_eos":true,"logit_bias":{"7":-100,"9":300},"logprobs":3}`, false)
+	if err != nil || c.sampler.MinP != 0.1 || c.sampler.RepeatPenalty != 1.1 || c.sampler.RepeatLastN != -1 ||
+		c.sampler.PresencePenalty != 0.5 || c.sampler.FrequencyPenalty != -0.5 || !c.sampler.IgnoreEOS ||
+		c.sampler.LogitBias[7] != -100 || c.sampler.LogitBias[9] != 100 || !c.logprobs || c.nProbs != 3 || c.sampler.TopK != 7 {
+		t.Errorf("sampler fields: %+v %v", c, err)
+	}
+	c, err = parse(`{"messages":[{"role":"user","content":"x"}],"logit_bias":[[5,false],[6,1.5]],"logprobs":true,"top_logprobs":2}`, true)
+	if err != nil || c.sampler.LogitBias[5] != -100 || c.sampler.LogitBias[6] != 1.5 ||
+		!c.logprobs || c.nProbs != 2 {
+		t.Errorf("chat logprobs and llama-server biases: %+v %v", c, err)
+	}
+	if c, err := parse(`{"prompt":"a","logprobs":false}`, false); err != nil || c.logprobs {
+		t.Errorf("logprobs false: %+v %v", c, err)
+	}
+	for _, bad := range []struct{ body, want string }{
+		{`{"prompt":"a","min_p":2}`, "min_p"},
+		{`{"prompt":"a","repeat_last_n":-2}`, "repeat_last_n"},
+		{`{"prompt":"a","logit_bias":{"x":1}}`, "not a token id"},
+		{`{"prompt":"a","logit_bias":{"100":1}}`, "outside the vocabulary"},
+		{`{"prompt":"a","logit_bias":[[1,"x"]]}`, "number or false"},
+		{`{"prompt":"a","logprobs":21}`, "logprobs"},
+		{`{"prompt":"a","top_logprobs":-1}`, "top_logprobs"},
+		{`{"prompt":"a","logprobs":"yes"}`, "logprobs"},
+	} {
+		if _, err := parse(bad.body, false); err == nil || !strings.Contains(err.Error(), bad.want) || !isStatus(err, 400) {
+			t.Errorf("%s: %v, want 400 %q", bad.body, err, bad.want)
+		}
 	}
 }
 
@@ -131,23 +162,75 @@ func TestAcquireIdleOrder(t *testing.T) {
 		t.Errorf("auto slots %v, want [1 2 1]", order)
 	}
 
-	for i := range 3 {
-		if _, err := s.TakeSlot(i); err != nil { // held for the rest of the test
+	// With every slot busy a completion waits for one, named or not, and is
+	// served as soon as one frees; slot 0 stays the RPC client's even then.
+	leases := make([]*host.SlotLease, 3)
+	for i := range leases {
+		if leases[i], err = s.TakeSlot(i); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, body := range []string{`{"prompt":"hi"}`, `{"prompt":"hi","id_slot":1}`} {
-		rec := post(h, "/v1/completions", body)
-		var e struct {
-			Error apiError `json:"error"`
+	for _, tc := range []struct {
+		body string
+		free int
+	}{{`{"prompt":"hi"}`, 2}, {`{"prompt":"hi","id_slot":1}`, 1}} {
+		got := make(chan *httptest.ResponseRecorder, 1)
+		go func() { got <- post(h, "/v1/completions", tc.body) }()
+		select {
+		case rec := <-got:
+			t.Fatalf("%s with every slot busy: answered %d %s", tc.body, rec.Code, rec.Body)
+		case <-time.After(200 * time.Millisecond):
 		}
-		if rec.Code != http.StatusServiceUnavailable || json.Unmarshal(rec.Body.Bytes(), &e) != nil ||
-			e.Error.Type != "unavailable_error" || rec.Header().Get("Retry-After") != "1" {
-			t.Errorf("%s with every slot busy: %d %s", body, rec.Code, rec.Body)
+		leases[0].Release() // slot 0 goes back holding the RPC sequence: not for this completion
+		leases[0], _ = s.TakeSlot(0)
+		leases[tc.free].Release()
+		rec := <-got
+		var r struct {
+			IDSlot int `json:"id_slot"`
+		}
+		if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &r) != nil || r.IDSlot != tc.free {
+			t.Errorf("%s after slot %d freed: %d %s", tc.body, tc.free, rec.Code, rec.Body)
+		}
+		if leases[tc.free], err = s.TakeSlot(tc.free); err != nil {
+			t.Fatal(err)
 		}
 	}
 	if rec := post(h, "/v1/completions", `{"prompt":"hi","id_slot":7}`); rec.Code != http.StatusBadRequest {
 		t.Errorf("missing slot: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// TestQueueFull: completions beyond the queue's room are refused 503 with
+// Retry-After, and a waiter that gives up leaves the queue.
+func TestQueueFull(t *testing.T) {
+	s, _ := newTestServer(t, 1)
+	q := newSlotQueue(s, 1)
+	busy := func() (*host.SlotLease, error) { return nil, iface.ErrBusy }
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range q.max {
+		wg.Go(func() {
+			if _, err := q.take(ctx, busy); !errors.Is(err, context.Canceled) {
+				t.Errorf("waiter: %v", err)
+			}
+		})
+	}
+	for q.waiting() < q.max {
+		time.Sleep(time.Millisecond)
+	}
+	_, err := q.take(context.Background(), busy)
+	if !isStatus(err, http.StatusServiceUnavailable) || !strings.Contains(err.Error(), "queue") {
+		t.Fatalf("over the queue: %v", err)
+	}
+	rec := httptest.NewRecorder()
+	writeAPIError(rec, err.(*apiError))
+	if rec.Header().Get("Retry-After") == "" {
+		t.Error("no Retry-After")
+	}
+	cancel()
+	wg.Wait()
+	if n := q.waiting(); n != 0 {
+		t.Fatalf("%d still waiting after they gave up", n)
 	}
 }
 

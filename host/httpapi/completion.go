@@ -59,8 +59,9 @@ func newTimings(nPrompt int, prompt time.Duration, nPred int, pred time.Duration
 
 // message and choice cover both response shapes; nil fields are omitted.
 type message struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role             string  `json:"role,omitempty"`
+	Content          *string `json:"content,omitempty"`
+	ReasoningContent *string `json:"reasoning_content,omitempty"`
 }
 
 type choice struct {
@@ -112,6 +113,13 @@ type completionRun struct {
 	nPrompt  int           // tokens in the slot after the prefill
 	prompt   time.Duration // the prefill's time
 	nPredict int           // tokens the decode may generate
+	probs    *tokenProbs   // the log-probabilities not yet sent, when asked for
+	taskID   int64         // the completion's task, for /slots
+
+	// The reply's text so far: reasoning apart from content where the chat's
+	// reasoning is split (reasoner set).
+	reasoner        *reasoningSplitter
+	text, reasoning strings.Builder
 }
 
 // complete runs one completion. Until the decode starts streaming, a
@@ -123,19 +131,47 @@ func (a *api) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 		writeAPIError(w, a.apiErrorOf("reading the request", err))
 		return
 	}
-	lease, err := a.takeSlot(c.slot)
+	toks, err := a.promptTokens(r.Context(), b, &c)
+	if err != nil {
+		writeAPIError(w, a.apiErrorOf("reading the prompt", err))
+		return
+	}
+	lease, err := a.queue.take(r.Context(), a.pickSlot(c.slot, toks))
 	if err != nil {
 		writeAPIError(w, a.apiErrorOf("taking a slot", err))
 		return
 	}
-	defer lease.Release()
 	rn := &completionRun{a: a, ctx: r.Context(), b: b, info: info, c: c, slot: lease.Slot(),
-		w: w, rc: http.NewResponseController(w), body: newCompletionBody(c, info)}
+		w: w, rc: http.NewResponseController(w), body: newCompletionBody(c, info), probs: newTokenProbs(c)}
+	if c.chat && a.splitReasoning {
+		rn.reasoner = newReasoningSplitter(thinkStart, thinkEnd, c.opensThinking)
+	}
+	defer func() {
+		if si, ok := lease.Release(); ok {
+			a.rememberTokens(rn.slot, rn.taskID, si.Tokens)
+		}
+	}()
 	if err := rn.prefill(); err != nil {
 		writeAPIError(w, a.apiErrorOf("evaluating the prompt", err))
 		return
 	}
 	rn.generate()
+}
+
+// promptTokens asks the backend for the tokens of c's prompt, which pick its
+// slot, and has the prefill evaluate those; nil when the backend cannot say
+// (the prompt then goes to the prefill as it came).
+func (a *api) promptTokens(ctx context.Context, b iface.Backend, c *completion) ([]int32, error) {
+	p, err := b.Tokenize(ctx, c.prefill)
+	switch {
+	case errors.Is(err, iface.ErrNotImplemented):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	c.prefill = iface.PrefillRequest{Tokens: p.Tokens, Model: c.prefill.Model}
+	c.opensThinking = p.OpensThinking
+	return p.Tokens, nil
 }
 
 // readCompletion reads and validates the body against the engine's defaults.
@@ -146,14 +182,6 @@ func (a *api) readCompletion(w http.ResponseWriter, r *http.Request, chat bool, 
 	}
 	tun := a.s.Tunables()
 	return parseCompletion(body, chat, tun.Sampler(), tun.NPredict(), info)
-}
-
-// takeSlot takes the slot asked for, or an idle one for slot -1.
-func (a *api) takeSlot(slot int) (*host.SlotLease, error) {
-	if slot < 0 {
-		return a.acquireIdle()
-	}
-	return a.s.TakeSlot(slot)
 }
 
 // newCompletionBody fills the fields every reply and chunk of c shares.
@@ -180,7 +208,8 @@ func (rn *completionRun) prefill() error {
 	}
 	rn.prompt = time.Since(start)
 	rn.nPrompt = len(res.Slot.Tokens)
-	rn.a.s.Stats().CountTokens(host.PhasePrefill, rn.nPrompt, rn.prompt)
+	rn.a.s.Stats().CountTokens(host.PhasePrefill, rn.nPrompt-res.Reused, rn.prompt)
+	rn.a.s.Stats().CountPromptReuse(res.Reused)
 	rn.nPredict = rn.c.nPredict
 	if rn.nPredict < 0 { // until EOS or the context is full
 		rn.nPredict = math.MaxInt32
@@ -193,7 +222,8 @@ func (rn *completionRun) prefill() error {
 
 // generate decodes and replies: one JSON body, or the rest of the stream.
 func (rn *completionRun) generate() {
-	taskID := rn.a.beginTask(rn.slot, rn.nPrompt, rn.nPredict)
+	rn.taskID = rn.a.beginTask(rn.slot, rn.nPrompt, rn.nPredict)
+	taskID := rn.taskID
 	if rn.c.stream {
 		if err := rn.startStream(); err != nil {
 			return // the client is gone
@@ -221,9 +251,12 @@ func (rn *completionRun) generate() {
 
 // reply writes a whole (non-streamed) completion.
 func (rn *completionRun) reply(text, reason string, u *usage, tm *timings) {
-	ch := choice{FinishReason: &reason}
+	ch := choice{FinishReason: &reason, Logprobs: rn.probs.take()}
 	if rn.c.chat {
 		ch.Message = &message{Role: "assistant", Content: &text}
+		if r := rn.reasoning.String(); r != "" {
+			ch.Message.ReasoningContent = &r
+		}
 	} else {
 		ch.Text = &text
 	}
@@ -260,17 +293,19 @@ func (rn *completionRun) decode() (string, int, string, error) {
 		return "", 0, "length", nil
 	}
 	ts := &textStream{stops: rn.c.stops}
-	var text strings.Builder
 	n := 0
-	req := iface.DecodeRequest{Slot: rn.slot, NPredict: rn.nPredict, Sampler: rn.c.sampler}
+	nKeep := rn.c.nKeep
+	if nKeep < 0 {
+		nKeep = rn.nPrompt
+	}
+	req := iface.DecodeRequest{Slot: rn.slot, NPredict: rn.nPredict, Sampler: rn.c.sampler,
+		Logprobs: rn.c.logprobs, NProbs: rn.c.nProbs, NKeep: nKeep}
 	res, err := rn.b.Decode(rn.ctx, req, func(t iface.Token) error {
 		n++
+		rn.probs.add(t)
 		out, stopped := ts.push(t.Text)
-		text.WriteString(out)
-		if rn.c.stream && out != "" {
-			if err := rn.chunk(out, nil); err != nil {
-				return err
-			}
+		if err := rn.emitText(out); err != nil {
+			return err
 		}
 		if stopped {
 			return errStopString
@@ -279,18 +314,53 @@ func (rn *completionRun) decode() (string, int, string, error) {
 	})
 	switch {
 	case errors.Is(err, errStopString):
-		return text.String(), n, "stop", nil
+		return rn.finishText(n, "stop")
 	case err != nil:
-		return text.String(), n, "", err
+		return rn.text.String(), n, "", err
 	}
-	rest := ts.flush()
-	text.WriteString(rest)
-	if rn.c.stream && rest != "" {
-		if err := rn.chunk(rest, nil); err != nil {
-			return text.String(), n, "", err
+	if err := rn.emitText(ts.flush()); err != nil {
+		return rn.text.String(), n, "", err
+	}
+	return rn.finishText(n, finishReason(res.StopReason))
+}
+
+// emitText takes generated text: split into reasoning and content where the
+// completion has a reasoning block, kept for the reply and streamed.
+func (rn *completionRun) emitText(out string) error {
+	content := out
+	var reasoning string
+	if rn.reasoner != nil {
+		reasoning, content = rn.reasoner.Push(out)
+	}
+	return rn.emitParts(reasoning, content)
+}
+
+// finishText flushes what the reasoning split held back and returns the
+// decode's results.
+func (rn *completionRun) finishText(n int, reason string) (string, int, string, error) {
+	if rn.reasoner != nil {
+		if err := rn.emitParts(rn.reasoner.Flush()); err != nil {
+			return rn.text.String(), n, "", err
 		}
 	}
-	return text.String(), n, finishReason(res.StopReason), nil
+	return rn.text.String(), n, reason, nil
+}
+
+func (rn *completionRun) emitParts(reasoning, content string) error {
+	rn.reasoning.WriteString(reasoning)
+	rn.text.WriteString(content)
+	if !rn.c.stream {
+		return nil
+	}
+	if reasoning != "" {
+		if err := rn.event(rn.chunkBody(&message{ReasoningContent: &reasoning}, nil, nil)); err != nil {
+			return err
+		}
+	}
+	if content != "" {
+		return rn.chunk(content, nil)
+	}
+	return nil
 }
 
 // startStream sends the SSE headers and, for chat, the role-only first
@@ -312,7 +382,7 @@ func (rn *completionRun) startStream() error {
 // chunkBody is one streamed chunk with a delta (chat) or text.
 func (rn *completionRun) chunkBody(delta *message, text *string, reason *string) completionBody {
 	b := rn.body
-	ch := choice{Delta: delta, Text: text, FinishReason: reason}
+	ch := choice{Delta: delta, Text: text, FinishReason: reason, Logprobs: rn.probs.take()}
 	if rn.c.chat && delta == nil {
 		ch.Delta = &message{}
 	}

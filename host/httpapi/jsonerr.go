@@ -40,8 +40,9 @@ func typeErrorText(te *json.UnmarshalTypeError, root reflect.Type) string {
 	if te.Field == "" {
 		return "request body must be a JSON object, got " + got
 	}
+	te.Field = clientPath(root, te.Field)
 	want := indirect(te.Type)
-	if ft := indirect(fieldType(root, te.Field)); ft != nil && ft != want &&
+	if ft := indirect(fieldType(root, te.Field, true)); ft != nil && ft != want &&
 		(ft.Kind() == reflect.Slice || ft.Kind() == reflect.Array) && indirect(ft.Elem()) == want {
 		return fmt.Sprintf("field %s: expected an array of %s, got an element that is %s", te.Field, jsonPlural(want), got)
 	}
@@ -132,16 +133,13 @@ func indirect(t reflect.Type) reflect.Type {
 // fieldType is the Go type at a dotted JSON field path (as
 // UnmarshalTypeError.Field gives it) below t, looking through pointers and
 // array elements; nil when the path leads nowhere.
-func fieldType(t reflect.Type, path string) reflect.Type {
+func fieldType(t reflect.Type, path string, promoted bool) reflect.Type {
 	for name := range strings.SplitSeq(path, ".") {
-		t = indirect(t)
-		for t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
-			t = indirect(t.Elem())
-		}
-		if t == nil || t.Kind() != reflect.Struct {
+		t = elemStruct(t)
+		if t == nil {
 			return nil
 		}
-		f, ok := jsonField(t, name)
+		f, ok := jsonField(t, name, promoted)
 		if !ok {
 			return nil
 		}
@@ -150,8 +148,48 @@ func fieldType(t reflect.Type, path string) reflect.Type {
 	return t
 }
 
-// jsonField finds the field of struct t that JSON key name decodes into.
-func jsonField(t reflect.Type, name string) (reflect.StructField, bool) {
+// elemStruct is the struct a value of t holds (through pointers, slices and
+// arrays), or nil.
+func elemStruct(t reflect.Type) reflect.Type {
+	t = indirect(t)
+	for t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+		t = indirect(t.Elem())
+	}
+	if t == nil || t.Kind() != reflect.Struct {
+		return nil
+	}
+	return t
+}
+
+// clientPath is encoding/json's field path as the client wrote it: the Go
+// names of embedded structs it includes ("SamplerFields.temperature") are
+// not keys of the request.
+func clientPath(root reflect.Type, path string) string {
+	var keys []string
+	t := root
+	for name := range strings.SplitSeq(path, ".") {
+		st := elemStruct(t)
+		if st == nil {
+			keys = append(keys, name)
+			continue
+		}
+		f, ok := jsonField(st, name, false)
+		if !ok {
+			keys = append(keys, name)
+			t = nil
+			continue
+		}
+		if !f.Anonymous {
+			keys = append(keys, name)
+		}
+		t = f.Type
+	}
+	return strings.Join(keys, ".")
+}
+
+// jsonField finds the field of struct t that JSON key name decodes into,
+// looking into embedded structs' promoted fields when promoted is set.
+func jsonField(t reflect.Type, name string, promoted bool) (reflect.StructField, bool) {
 	for i := range t.NumField() {
 		f := t.Field(i)
 		key, _, _ := strings.Cut(f.Tag.Get("json"), ",")
@@ -160,6 +198,13 @@ func jsonField(t reflect.Type, name string) (reflect.StructField, bool) {
 		}
 		if f.IsExported() && strings.EqualFold(key, name) {
 			return f, true
+		}
+		if promoted && f.Anonymous {
+			if st := elemStruct(f.Type); st != nil {
+				if pf, ok := jsonField(st, name, true); ok {
+					return pf, true
+				}
+			}
 		}
 	}
 	return reflect.StructField{}, false

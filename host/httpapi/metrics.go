@@ -36,6 +36,9 @@ const (
 	metricAcceptErrors    = "hydra_engine_rpc_accept_errors_total"
 	metricBudgetInUse     = "hydra_engine_payload_budget_in_use_bytes"
 	metricBudgetSize      = "hydra_engine_payload_budget_bytes"
+	metricEvictions       = "hydra_engine_slot_evictions_total"
+	metricReused          = "hydra_engine_prompt_tokens_reused_total"
+	metricQueue           = "hydra_engine_http_queue_waiting"
 )
 
 // metrics is the engine's Prometheus side, on a registry of its own (no
@@ -54,6 +57,8 @@ type metrics struct {
 	requests, requestSeconds, transferFailed, transferWait, chunkSize, restarts *prometheus.Desc
 	slots, slotsBusy, tokens, tokenSeconds, info                                *prometheus.Desc
 	connsOpen, connsRefused, acceptErrors, budgetInUse, budgetSize              *prometheus.Desc
+	evictions, reused, queue                                                    *prometheus.Desc
+	queueLen                                                                    func() int
 }
 
 func newMetrics(s *host.Server) *metrics {
@@ -115,6 +120,14 @@ func newMetrics(s *host.Server) *metrics {
 			"Bytes of the payload budget taken by request payloads being read into memory (RPC and HTTP).", nil, nil),
 		budgetSize: prometheus.NewDesc(metricBudgetSize,
 			"The payload budget (payload_budget).", nil, nil),
+		evictions: prometheus.NewDesc(metricEvictions,
+			"HTTP completions that took a slot holding a sequence, by who put it there (http: an earlier completion's, "+
+				"when no free slot was empty or shared the prompt; rpc: only completions naming the slot with id_slot).",
+			[]string{"holder"}, nil),
+		reused: prometheus.NewDesc(metricReused,
+			"Prompt tokens a prefill kept from the slot's previous sequence instead of evaluating them.", nil, nil),
+		queue: prometheus.NewDesc(metricQueue,
+			"HTTP completions waiting for a slot.", nil, nil),
 	}
 	m.reg.MustRegister(m, m.transferSeconds, m.transferBytes, m.tokensPerSecond, m.httpRequests,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -152,7 +165,7 @@ func (m *metrics) Tokens(phase string, n int, d time.Duration) {
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.requests, m.requestSeconds, m.transferFailed, m.transferWait, m.chunkSize,
 		m.restarts, m.slots, m.slotsBusy, m.tokens, m.tokenSeconds, m.info,
-		m.connsOpen, m.connsRefused, m.acceptErrors, m.budgetInUse, m.budgetSize} {
+		m.connsOpen, m.connsRefused, m.acceptErrors, m.budgetInUse, m.budgetSize, m.evictions, m.reused, m.queue} {
 		ch <- d
 	}
 }
@@ -191,6 +204,14 @@ func (m *metrics) collectLimits(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(m.acceptErrors, prometheus.CounterValue, float64(c.AcceptErrors))
 	ch <- prometheus.MustNewConstMetric(m.budgetInUse, prometheus.GaugeValue, float64(m.s.PayloadBudgetInUse()))
 	ch <- prometheus.MustNewConstMetric(m.budgetSize, prometheus.GaugeValue, float64(m.s.PayloadBudgetSize()))
+	ev := m.s.Stats().SlotEvictions()
+	for _, h := range []host.SlotHolder{host.HolderHTTP, host.HolderRPC} {
+		ch <- prometheus.MustNewConstMetric(m.evictions, prometheus.CounterValue, float64(ev[h]), h.String())
+	}
+	ch <- prometheus.MustNewConstMetric(m.reused, prometheus.CounterValue, float64(m.s.Stats().PromptTokensReused()))
+	if m.queueLen != nil {
+		ch <- prometheus.MustNewConstMetric(m.queue, prometheus.GaugeValue, float64(m.queueLen()))
+	}
 }
 
 // collectRequests reads the Hydra RPC request counters.

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,8 @@ import (
 	"math"
 	mrand "math/rand/v2"
 	"net/http"
+	"strconv"
+	"strings"
 
 	"github.com/hydra-engine/hydra-engine/host"
 	"github.com/hydra-engine/hydra-engine/iface"
@@ -27,16 +30,24 @@ type completionRequest struct {
 	StreamOptions *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
-	NPredict            *int64          `json:"n_predict"`
-	MaxCompletionTokens *int64          `json:"max_completion_tokens"`
-	MaxTokens           *int64          `json:"max_tokens"`
-	Temperature         *float64        `json:"temperature"`
-	TopP                *float64        `json:"top_p"`
-	TopK                *int64          `json:"top_k"`
-	Seed                *int64          `json:"seed"`
-	IDSlot              *int64          `json:"id_slot"`
-	Stop                json.RawMessage `json:"stop"`
-	N                   *int            `json:"n"`
+	NPredict            *int64 `json:"n_predict"`
+	MaxCompletionTokens *int64 `json:"max_completion_tokens"`
+	MaxTokens           *int64 `json:"max_tokens"`
+	host.SamplerFields
+	Seed      *int64          `json:"seed"`
+	LogitBias json.RawMessage `json:"logit_bias"`
+	// Chat: logprobs true and top_logprobs N; text: logprobs N; both:
+	// llama-server's n_probs.
+	Logprobs    json.RawMessage `json:"logprobs"`
+	TopLogprobs *int64          `json:"top_logprobs"`
+	NProbs      *int64          `json:"n_probs"`
+	IDSlot      *int64          `json:"id_slot"`
+	Stop        json.RawMessage `json:"stop"`
+	N           *int            `json:"n"`
+	// Chat: OpenAI tool definitions and llama-server's template variables.
+	Tools              []json.RawMessage `json:"tools"`
+	ChatTemplateKwargs json.RawMessage   `json:"chat_template_kwargs"`
+	NKeep              *int64            `json:"n_keep"`
 }
 
 // completion is a validated request.
@@ -48,8 +59,14 @@ type completion struct {
 	includeUsage bool
 	nPredict     int // -1: until EOS or the context is full
 	sampler      iface.SamplerParams
-	slot         int // -1: any idle slot
+	logprobs     bool // report each token's log-probability
+	nProbs       int  // and that many alternatives
+	slot         int  // -1: any idle slot
 	stops        []string
+	// opensThinking: the prompt's template opened a reasoning block, so the
+	// reply starts inside it (Tokenize says).
+	opensThinking bool
+	nKeep         int // tokens a context shift keeps (-1: the whole prompt)
 }
 
 // apiError is an OpenAI error reply: {"error":{"message","type","code"}};
@@ -165,11 +182,17 @@ func parseCompletion(body []byte, chat bool, sampler iface.SamplerParams, nPredi
 	if err = c.setLimit(&req); err != nil {
 		return c, err
 	}
-	if err = c.setSampler(&req); err != nil {
+	if err = c.setSampler(&req, info); err != nil {
 		return c, err
 	}
 	if c.slot, err = parseSlot(req.IDSlot); err != nil {
 		return c, err
+	}
+	if v := req.NKeep; v != nil {
+		if *v < -1 || *v > math.MaxInt32 {
+			return c, badRequest("n_keep must be -1 (the whole prompt) or in [0, %d], got %d", math.MaxInt32, *v)
+		}
+		c.nKeep = int(*v)
 	}
 	c.stops, err = parseStop(req.Stop)
 	return c, err
@@ -186,21 +209,40 @@ func parseInput(req *completionRequest, chat bool, info iface.BackendInfo) (ifac
 		if err != nil {
 			return iface.PrefillRequest{}, badRequest("%v", err)
 		}
-		return iface.PrefillRequest{Messages: msgs, Model: req.Model}, nil
+		p := iface.PrefillRequest{Messages: msgs, Model: req.Model}
+		for i, t := range req.Tools {
+			if !isObject(t) {
+				return iface.PrefillRequest{}, badRequest("tools[%d] must be a JSON object", i)
+			}
+			p.Tools = append(p.Tools, string(t))
+		}
+		if kw := bytes.TrimSpace(req.ChatTemplateKwargs); len(kw) > 0 && string(kw) != "null" {
+			if !isObject(kw) {
+				return iface.PrefillRequest{}, badRequest("chat_template_kwargs must be a JSON object")
+			}
+			p.TemplateKwargs = string(kw)
+		}
+		return p, nil
 	}
 	toks, text, err := parsePrompt(req.Prompt)
 	if err != nil {
 		return iface.PrefillRequest{}, err
 	}
-	if toks == nil {
-		if toks, err = tokenizeText(info, text); err != nil {
-			return iface.PrefillRequest{}, err
-		}
-	}
-	if len(toks) == 0 {
+	switch {
+	case toks == nil && text == "":
+		return iface.PrefillRequest{}, badRequest("prompt is empty")
+	case toks == nil:
+		return iface.PrefillRequest{Text: text, Model: req.Model}, nil
+	case len(toks) == 0:
 		return iface.PrefillRequest{}, badRequest("prompt is empty")
 	}
 	return iface.PrefillRequest{Tokens: toks, Model: req.Model}, nil
+}
+
+// isObject reports whether raw is a JSON object.
+func isObject(raw json.RawMessage) bool {
+	var m map[string]json.RawMessage
+	return json.Unmarshal(raw, &m) == nil && m != nil
 }
 
 // setLimit reads the token limit: llama-server's n_predict first, then the
@@ -220,25 +262,11 @@ func (c *completion) setLimit(req *completionRequest) error {
 }
 
 // setSampler applies the sampler fields given over the engine's defaults.
-func (c *completion) setSampler(req *completionRequest) error {
-	if v := req.Temperature; v != nil {
-		if *v < 0 || math.IsNaN(*v) {
-			return badRequest("temperature must be >= 0, got %v", *v)
-		}
-		c.sampler.Temperature = float32(*v)
+func (c *completion) setSampler(req *completionRequest, info iface.BackendInfo) error {
+	if err := req.SamplerFields.Validate(); err != nil {
+		return badRequest("%v", err)
 	}
-	if v := req.TopP; v != nil {
-		if !(*v > 0 && *v <= 1) {
-			return badRequest("top_p must be in (0, 1], got %v", *v)
-		}
-		c.sampler.TopP = float32(*v)
-	}
-	if v := req.TopK; v != nil {
-		if *v < 0 || *v > math.MaxInt32 {
-			return badRequest("top_k must be in [0, %d], got %d", math.MaxInt32, *v)
-		}
-		c.sampler.TopK = int32(*v)
-	}
+	req.SamplerFields.Apply(&c.sampler)
 	if v := req.Seed; v != nil {
 		if *v < 0 { // llama-server: -1 asks for a random seed
 			c.sampler.Seed = mrand.Uint64()
@@ -246,7 +274,100 @@ func (c *completion) setSampler(req *completionRequest) error {
 			c.sampler.Seed = uint64(*v)
 		}
 	}
+	bias, err := parseLogitBias(req.LogitBias, info.NVocab)
+	if err != nil {
+		return err
+	}
+	if bias != nil {
+		c.sampler.LogitBias = bias
+	}
+	return c.setLogprobs(req)
+}
+
+// maxTopLogprobs is OpenAI's limit on alternatives per position.
+const maxTopLogprobs = 20
+
+// setLogprobs reads the ways of asking for log-probabilities: chat's
+// logprobs true with top_logprobs N, the text API's logprobs N, and
+// llama-server's n_probs N.
+func (c *completion) setLogprobs(req *completionRequest) error {
+	n := int64(-1)
+	switch raw := strings.TrimSpace(string(req.Logprobs)); {
+	case raw == "" || raw == "null" || raw == "false":
+	case raw == "true":
+		n = 0
+	default:
+		if err := json.Unmarshal(req.Logprobs, &n); err != nil || n < 0 {
+			return badRequest("logprobs must be true, false or a count of alternatives >= 0")
+		}
+	}
+	for name, v := range map[string]*int64{"top_logprobs": req.TopLogprobs, "n_probs": req.NProbs} {
+		if v == nil {
+			continue
+		}
+		if *v < 0 || *v > maxTopLogprobs {
+			return badRequest("%s must be in [0, %d], got %d", name, maxTopLogprobs, *v)
+		}
+		n = max(n, *v)
+	}
+	if n > maxTopLogprobs {
+		return badRequest("logprobs must be in [0, %d], got %d", maxTopLogprobs, n)
+	}
+	c.logprobs, c.nProbs = n >= 0, int(max(n, 0))
 	return nil
+}
+
+// parseLogitBias reads logit_bias: OpenAI's object of token id → bias, or
+// llama-server's [[id, bias], …] (a bias of false bans the token). A bias is
+// clamped to OpenAI's [-100, 100], which is already a ban or a certainty.
+func parseLogitBias(raw json.RawMessage, nVocab int) (map[int32]float32, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	out := map[int32]float32{}
+	add := func(id int64, bias float64) error {
+		if id < 0 || (nVocab > 0 && id >= int64(nVocab)) || id > math.MaxInt32 {
+			return badRequest("logit_bias: token %d is outside the vocabulary", id)
+		}
+		if math.IsNaN(bias) {
+			return badRequest("logit_bias: bias of token %d is not a number", id)
+		}
+		out[int32(id)] = float32(min(max(bias, -100), 100))
+		return nil
+	}
+	var obj map[string]float64
+	if json.Unmarshal(raw, &obj) == nil {
+		for k, v := range obj {
+			id, err := strconv.ParseInt(k, 10, 64)
+			if err != nil {
+				return nil, badRequest("logit_bias: key %q is not a token id", k)
+			}
+			if err := add(id, v); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	}
+	var pairs [][2]json.RawMessage
+	if err := json.Unmarshal(raw, &pairs); err != nil {
+		return nil, badRequest("logit_bias must be an object of token id to bias, or [[id, bias], …]")
+	}
+	for _, p := range pairs {
+		var id int64
+		if err := json.Unmarshal(p[0], &id); err != nil {
+			return nil, badRequest("logit_bias: %s is not a token id", p[0])
+		}
+		bias := -math.MaxFloat64 // false: never this token
+		if string(p[1]) != "false" {
+			if err := json.Unmarshal(p[1], &bias); err != nil {
+				return nil, badRequest("logit_bias: the bias of token %d must be a number or false", id)
+			}
+		}
+		if err := add(id, bias); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // parseSlot reads id_slot: absent or -1 is any idle slot (-1).
@@ -292,26 +413,6 @@ func tokenIDs(ids []int64) ([]int32, string, error) {
 		toks[i] = int32(id)
 	}
 	return toks, "", nil
-}
-
-// byteTokenizers are backends whose vocabulary is one token per byte, so the
-// host can tokenize a text prompt itself.
-var byteTokenizers = map[string]bool{"mock": true}
-
-// tokenizeText turns a text prompt into tokens. iface.Backend has no
-// tokenizer call: only byte-vocabulary backends take text prompts here;
-// other backends take token ids, or chat messages (which they template and
-// tokenize in Prefill).
-func tokenizeText(info iface.BackendInfo, text string) ([]int32, error) {
-	if !byteTokenizers[info.Name] {
-		return nil, &apiError{status: http.StatusNotImplemented, Type: "not_supported_error",
-			Msg: fmt.Sprintf("backend %q cannot tokenize a text prompt through the plugin interface: send prompt as token ids, or use /v1/chat/completions", info.Name)}
-	}
-	toks := make([]int32, len(text))
-	for i := 0; i < len(text); i++ {
-		toks[i] = int32(text[i])
-	}
-	return toks, nil
 }
 
 // parseStop reads "stop": a string or up to 4 strings (OpenAI's limit).

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"time"
@@ -119,35 +120,104 @@ func (a *api) slotAction(w http.ResponseWriter, r *http.Request) {
 	}{slot, nErased})
 }
 
-// acquireIdle takes an idle slot for a completion that named none, as
-// processing. It prefers an empty slot, then the one HTTP used least
-// recently, and only then a slot HTTP never used: those hold sequences put
-// there over Hydra RPC, which the coordinator may still want.
-func (a *api) acquireIdle() (*host.SlotLease, error) {
-	a.mu.Lock()
-	used := make(map[int]int64, len(a.tasks))
-	for i, t := range a.tasks {
-		used[i] = t.processed.UnixNano()
+// pickSlot returns how a completion takes its slot: the one it names
+// (id_slot), or the free slot whose cache holds the longest start of its
+// prompt when that is at least the similarity threshold of it, else an empty
+// slot, else the slot HTTP used least recently. A slot holding a Hydra RPC
+// client's sequence is never taken for a completion that did not name it.
+func (a *api) pickSlot(slot int, toks []int32) func() (*host.SlotLease, error) {
+	if slot >= 0 {
+		return func() (*host.SlotLease, error) { return a.takeNamed(slot) }
 	}
+	return func() (*host.SlotLease, error) { return a.takeIdle(toks) }
+}
+
+// takeNamed takes the slot a completion named, saying so when that
+// overwrites an RPC client's sequence.
+func (a *api) takeNamed(slot int) (*host.SlotLease, error) {
+	views := a.s.Slots()
+	l, err := a.s.TakeSlot(slot)
+	if err == nil && slot < len(views) && views[slot].Holder == host.HolderRPC && views[slot].NPast > 0 {
+		a.log.Warn("a completion naming id_slot takes a slot holding a Hydra RPC sequence", "slot", slot, "n_past", views[slot].NPast)
+		a.s.Stats().CountSlotEviction(host.HolderRPC)
+	}
+	return l, err
+}
+
+// slotPick is what takeIdle found for the slot it took.
+type slotPick struct {
+	lcp    int // tokens its cache shares with the prompt, when reused
+	evicts int // tokens of an HTTP sequence it drops
+}
+
+// takeIdle takes the best free slot for a prompt of toks (nil: unknown).
+func (a *api) takeIdle(toks []int32) (*host.SlotLease, error) {
+	a.mu.Lock()
+	tasks := maps.Clone(a.tasks)
 	a.mu.Unlock()
-	return a.s.TakeIdleSlot(func(slot int, v host.SlotView) int64 {
-		switch last, ok := used[slot]; {
-		case v.NPast == 0:
-			return math.MinInt64
-		case ok:
-			return last
-		default:
-			return math.MaxInt64
+	picks := map[int]slotPick{}
+	l, err := a.s.TakeIdleSlot(func(slot int, v host.SlotView) (int64, bool) {
+		if v.NPast > 0 && v.Holder == host.HolderRPC {
+			return 0, false
 		}
+		t, ok := tasks[slot]
+		if v.NPast == 0 {
+			return -1 << 39, true
+		}
+		if !ok || v.Holder != host.HolderHTTP {
+			return math.MaxInt64, true
+		}
+		if n := commonPrefix(t.tokens, toks); a.similarity > 0 && n > 0 && float64(n) >= a.similarity*float64(len(toks)) {
+			picks[slot] = slotPick{lcp: n}
+			return -1<<40 - int64(n), true
+		}
+		picks[slot] = slotPick{evicts: v.NPast}
+		return t.processed.UnixMilli(), true
 	})
+	if err == nil {
+		a.notePick(l.Slot(), picks[l.Slot()])
+	}
+	return l, err
+}
+
+// notePick logs and counts a slot whose cache a completion reuses or whose
+// HTTP sequence it drops.
+func (a *api) notePick(slot int, p slotPick) {
+	switch {
+	case p.lcp > 0:
+		a.log.Debug("reusing a slot's cache for a completion", "slot", slot, "shared_tokens", p.lcp)
+	case p.evicts > 0:
+		a.log.Debug("a completion takes a slot holding an earlier completion's sequence", "slot", slot, "n_past", p.evicts)
+		a.s.Stats().CountSlotEviction(host.HolderHTTP)
+	}
+}
+
+// commonPrefix is the number of leading tokens a and b share.
+func commonPrefix(a, b []int32) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
+}
+
+// rememberTokens keeps the sequence a completion left in slot, for picking
+// the slot of a later prompt that starts like it.
+func (a *api) rememberTokens(slot int, id int64, toks []int32) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if t, ok := a.tasks[slot]; ok && t.id == id {
+		t.tokens = toks
+		a.tasks[slot] = t
+	}
 }
 
 // beginTask records a completion on slot for /slots and returns its id.
 func (a *api) beginTask(slot, nPrompt, nRemain int) int64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.next++ // ids start at 1: 0 is no task's
 	id := a.next
-	a.next++
 	a.tasks[slot] = slotTask{id: id, nPrompt: nPrompt, nRemain: nRemain, processed: time.Now()}
 	return id
 }

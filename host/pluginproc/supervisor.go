@@ -155,6 +155,9 @@ func (d downBackend) ClearSlot(context.Context, int) error { return nil }
 func (d downBackend) Prefill(context.Context, iface.PrefillRequest) (iface.PrefillResult, error) {
 	return iface.PrefillResult{}, d.err()
 }
+func (d downBackend) Tokenize(context.Context, iface.PrefillRequest) (iface.Prompt, error) {
+	return iface.Prompt{}, d.err()
+}
 func (d downBackend) Decode(context.Context, iface.DecodeRequest, func(iface.Token) error) (iface.DecodeResult, error) {
 	return iface.DecodeResult{}, d.err()
 }

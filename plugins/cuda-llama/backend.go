@@ -79,9 +79,29 @@ type engine struct {
 	// before STATE_PUT answers, not in the first decode (restore_logits).
 	eagerLogits bool
 	slots       []*slot
+	log         hclog.Logger
 
-	mu  sync.Mutex // serialises every use of ctx
-	ctx *lctx
+	// The KV cells: nCtx in all, of which one slot may hold slotCtx (all
+	// of them when the slots share them, kvUnified; an equal share each
+	// otherwise). The scratch sequence borrows a free cell for a moment and
+	// re-evaluates in place when there is none (reevaluate). A full slot shifts its context when
+	// contextShift is set, else its decode stops.
+	slotCtx      int
+	kvUnified    bool
+	contextShift bool
+	cacheReuse   int // the least chunk a prefill moves into place (cache_reuse); 0: prefix only
+
+	chat *chatTemplate // the Jinja chat template; nil: llama.cpp's matcher (jinja=false)
+
+	// mu is the context lock: every use of ctx holds it. The scheduler holds
+	// it for one step at a time; state transfers hold it while llama.cpp
+	// works and let go while they wait on the data plane, counting
+	// themselves in transfers meanwhile (a context shift waits for none).
+	mu        sync.Mutex
+	ctx       *lctx
+	sched     *scheduler
+	transfers atomic.Int32
+	stateMu   sync.Mutex // one state transfer at a time: they share the shim's streaming state
 
 	ringMu sync.Mutex // held by the restore using ring
 	ring   *mirror    // the restore ring (prefetch_linux.go), kept across restores up to keepRing bytes
@@ -133,6 +153,10 @@ type slot struct {
 	tokens    []int32 // append-only below len: snapshots share the array
 	logits    []float32
 	stateSize int64
+	// claim is the KV cells an operation under way holds for the slot beyond
+	// its tokens: a prompt's rest, a decode's next token, a restore's cells.
+	// Needs engine.mu.
+	claim int
 }
 
 func (s *slot) acquire(i int) error {
@@ -161,6 +185,47 @@ func (s *slot) set(tokens []int32, logits []float32, size int64) {
 	s.mu.Lock()
 	s.tokens, s.logits, s.stateSize = tokens, logits, size
 	s.mu.Unlock()
+}
+
+// seq is the slot's tokens, capped so that appends cannot clobber them.
+func (s *slot) seq() []int32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tokens[:len(s.tokens):len(s.tokens)]
+}
+
+// appendTokens adds evaluated tokens; the logits no longer follow the last
+// token until the caller sets them.
+func (s *slot) appendTokens(t []int32) {
+	s.mu.Lock()
+	s.tokens = append(s.tokens, t...)
+	s.mu.Unlock()
+}
+
+// truncate keeps the first n tokens; the logits are dropped (recomputed by
+// the next decode).
+func (s *slot) truncate(n int) {
+	s.mu.Lock()
+	s.tokens, s.logits = s.tokens[:n:n], nil
+	s.mu.Unlock()
+}
+
+func (s *slot) setLogits(l []float32) {
+	s.mu.Lock()
+	s.logits = l
+	s.mu.Unlock()
+}
+
+func (s *slot) logitsNow() []float32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.logits
+}
+
+func (s *slot) stateSizeNow() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stateSize
 }
 
 // Load loads the model (on the GPU when libggml-cuda.so is present and sees
@@ -193,21 +258,30 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 		mdl.free()
 		return iface.BackendInfo{}, err
 	}
-	e := newEngine(mdl, lc, nSlots, gpuName, opts)
+	e := newEngine(mdl, lc, nSlots, gpuName, opts, b.log)
+	if !opts.builtinTemplate {
+		if e.chat, err = newChatTemplate(mdl.jinja, mdl.specialText(mdl.bos), mdl.specialText(mdl.eos()), mdl.addsBOS(), opts.templateOptions); err != nil {
+			return iface.BackendInfo{}, err
+		}
+	}
 	if e.layout, err = e.measureLayout(); err != nil {
 		return iface.BackendInfo{}, err
 	}
+	e.sched = newScheduler(e)
+	go e.sched.run()
 	id, err := identity()
 	if err != nil {
 		return iface.BackendInfo{}, err
 	}
 	e.info = iface.BackendInfo{
-		Name:    Name,
-		Version: Version + "+ollama." + llamaVersion(), // the llama.cpp/ggml source
-		Model:   id,
-		NSlots:  nSlots,
-		NVocab:  mdl.nVocab,
-		NCtx:    e.nCtx,
+		Name:      Name,
+		Version:   Version + "+ollama." + llamaVersion(), // the llama.cpp/ggml source
+		Model:     id,
+		NSlots:    nSlots,
+		NVocab:    mdl.nVocab,
+		NCtx:      e.nCtx,
+		NCtxSlot:  e.slotCtx,
+		KVUnified: e.kvUnified,
 	}
 	b.eng.Store(e)
 	b.logLoaded(e, opts, nGPU, registerHostBufferAvailable(gpuDev), time.Since(start))
@@ -297,7 +371,7 @@ func (b *Backend) gpuLayers(n int, gpu bool) int {
 // plugin cannot stream or whose heads a quantized cache cannot hold.
 func loadSupportedModel(path string, opts options, nGPU int) (*model, error) {
 	clearLlamaError()
-	mdl, err := loadModel(path, modelParams{nGPULayers: nGPU, mmap: opts.mmap})
+	mdl, err := loadModel(path, modelParams{nGPULayers: nGPU, mmap: opts.mmap, placement: opts.placementOptions})
 	if err != nil {
 		return nil, err
 	}
@@ -323,14 +397,19 @@ func contextParamsFor(opts options, nSlots int) contextParams {
 	return contextParams{
 		nCtx: opts.nCtx, nBatch: opts.nBatch, nUBatch: opts.nUBatch, nSeqMax: nSlots + 1,
 		nThreads: opts.nThreads, nThreadsBatch: opts.nThreadsBatch, flashAttn: opts.flashAttn,
-		typeK: opts.cacheTypeK, typeV: opts.cacheTypeV,
+		typeK: opts.cacheTypeK, typeV: opts.cacheTypeV, ropeOptions: opts.ropeOptions,
 	}
 }
 
 // newEngine is the engine of a loaded model and context, its slots empty.
-func newEngine(mdl *model, lc *lctx, nSlots int, device string, opts options) *engine {
+func newEngine(mdl *model, lc *lctx, nSlots int, device string, opts options, log hclog.Logger) *engine {
 	e := &engine{model: mdl, ctx: lc, nCtx: lc.nCtx(), scratch: nSlots, device: device,
-		eagerLogits: opts.eagerLogits, slots: make([]*slot, nSlots)}
+		eagerLogits: opts.eagerLogits, slots: make([]*slot, nSlots), log: log,
+		kvUnified: opts.kvUnified(), contextShift: opts.contextShift, cacheReuse: opts.cacheReuse}
+	e.slotCtx = e.nCtx
+	if !e.kvUnified {
+		e.slotCtx /= nSlots
+	}
 	for i := range e.slots {
 		e.slots[i] = &slot{stateSize: emptyState}
 	}
@@ -525,6 +604,7 @@ func (b *Backend) Slot(ctx context.Context, i int) (iface.SlotInfo, error) {
 func (e *engine) clearLocked(i int, s *slot) {
 	e.ctx.seqRm(i)
 	s.set(nil, nil, emptyState)
+	s.claim = 0
 }
 
 // ClearSlot empties a slot.
@@ -543,245 +623,12 @@ func (b *Backend) ClearSlot(ctx context.Context, i int) error {
 	return nil
 }
 
-// promptTokens validates a prefill's prompt and returns its tokens.
-func (e *engine) promptTokens(req iface.PrefillRequest) ([]int32, error) {
-	// Presence is judged by length: over gRPC an empty list and none are alike.
-	var toks []int32
-	switch {
-	case len(req.Messages) > 0 && len(req.Tokens) > 0:
-		return nil, fmt.Errorf("%w: prefill has both messages and tokens", iface.ErrBadRequest)
-	case len(req.Messages) > 0:
-		for i, m := range req.Messages {
-			if m.Role == "" {
-				return nil, fmt.Errorf("%w: message %d has no role", iface.ErrBadRequest, i)
-			}
-		}
-		text, err := e.model.applyTemplate(req.Messages)
-		if err != nil {
-			return nil, err
-		}
-		if toks, err = e.model.tokenize(text); err != nil {
-			return nil, err
-		}
-	case len(req.Tokens) > 0:
-		for i, t := range req.Tokens {
-			if t < 0 || int(t) >= e.model.nVocab {
-				return nil, fmt.Errorf("%w: token %d at position %d is outside the vocabulary [0, %d)",
-					iface.ErrBadRequest, t, i, e.model.nVocab)
-			}
-		}
-		toks = slices.Clone(req.Tokens)
-	default:
-		return nil, fmt.Errorf("%w: empty prompt: prefill needs messages or tokens", iface.ErrBadRequest)
-	}
-	switch {
-	case len(toks) == 0:
-		return nil, fmt.Errorf("%w: the prompt has no tokens", iface.ErrBadRequest)
-	case len(toks) > e.nCtx:
-		return nil, fmt.Errorf("%w: prompt has %d tokens, n_ctx is %d", iface.ErrBadRequest, len(toks), e.nCtx)
-	}
-	return toks, nil
-}
-
-// Prefill replaces the slot's sequence with the prompt. The slot is emptied
-// first, so a failed prefill leaves it empty, not holding the old sequence.
-// The context is released between batches so other slots' decodes go on.
-func (b *Backend) Prefill(ctx context.Context, req iface.PrefillRequest) (iface.PrefillResult, error) {
-	e, s, err := b.slot(req.Slot)
-	if err != nil {
-		return iface.PrefillResult{}, err
-	}
-	toks, err := e.promptTokens(req)
-	if err != nil {
-		return iface.PrefillResult{}, err
-	}
-	if err := s.acquire(req.Slot); err != nil {
-		return iface.PrefillResult{}, err
-	}
-	defer s.release()
-	e.mu.Lock()
-	e.clearLocked(req.Slot, s)
-	e.mu.Unlock()
-
-	logits := make([]float32, e.model.nVocab)
-	for off := 0; off < len(toks); off += e.ctx.nBatch {
-		if err := ctx.Err(); err != nil {
-			return iface.PrefillResult{}, e.failed(req.Slot, s, err)
-		}
-		end := min(off+e.ctx.nBatch, len(toks))
-		e.mu.Lock()
-		err := e.ctx.decode(req.Slot, toks[off:end], off, end == len(toks))
-		if err == nil && end == len(toks) {
-			e.ctx.logitsInto(logits)
-		}
-		e.mu.Unlock()
-		if errors.Is(err, errKVFull) {
-			err = fmt.Errorf("%w: no room for the prompt's %d tokens: the %d KV cells (n_ctx) are shared by all slots; clear some",
-				iface.ErrBadRequest, len(toks), e.nCtx)
-		}
-		if err != nil {
-			return iface.PrefillResult{}, e.failed(req.Slot, s, err)
-		}
-	}
-	e.mu.Lock()
-	size := e.ctx.stateSize(req.Slot)
-	e.mu.Unlock()
-	s.set(toks, logits, size)
-
-	fallback := req.Model != "" && req.Model != e.info.Model.Alias
-	if fallback {
-		b.log.Warn("requested model is not resident, staying on the resident one",
-			"requested", req.Model, "resident", e.info.Model.Alias, "slot", req.Slot)
-	}
-	return iface.PrefillResult{
-		Slot:          iface.SlotInfo{Slot: req.Slot, NPast: len(toks), Tokens: slices.Clone(toks), StateSize: size},
-		Logits:        slices.Clone(logits),
-		ModelFallback: fallback,
-	}, nil
-}
-
 // failed empties the slot after a failed operation and returns err.
 func (e *engine) failed(i int, s *slot, err error) error {
 	e.mu.Lock()
 	e.clearLocked(i, s)
 	e.mu.Unlock()
 	return err
-}
-
-// Decode continues the slot's sequence. Each generated token is evaluated
-// before it is emitted, so the KV always holds exactly the slot's tokens (a
-// STATE_GET after a decode has them all) and the logits for the next token
-// are ready; an interrupted decode keeps what it emitted.
-func (b *Backend) Decode(ctx context.Context, req iface.DecodeRequest, emit func(iface.Token) error) (iface.DecodeResult, error) {
-	e, s, err := b.slot(req.Slot)
-	if err != nil {
-		return iface.DecodeResult{}, err
-	}
-	if req.NPredict < 0 {
-		return iface.DecodeResult{}, fmt.Errorf("%w: n_predict %d is negative", iface.ErrBadRequest, req.NPredict)
-	}
-	if err := s.acquire(req.Slot); err != nil {
-		return iface.DecodeResult{}, err
-	}
-	defer s.release()
-	logits, nPast, err := b.decodeStart(e, req.Slot, s)
-	if err != nil {
-		return iface.DecodeResult{}, err
-	}
-	var smp *sampler
-	if !greedy(req.Sampler) {
-		smp = newSampler(req.Sampler, e.model.nVocab)
-		defer smp.free()
-	}
-	defer e.updateStateSize(req.Slot, s)
-	res := iface.DecodeResult{NPast: nPast}
-	for {
-		if stop := e.stopBefore(res, req.NPredict); stop != "" {
-			res.StopReason = stop
-			return res, nil
-		}
-		if err := ctx.Err(); err != nil {
-			return res, err
-		}
-		tok := smp.next(logits, req.Sampler.Seed, res.NPast)
-		lp := logprob(logits, int(tok))
-		if e.model.isEOG(tok) {
-			res.StopReason = StopEOS
-			return res, nil
-		}
-		err := e.appendToken(req.Slot, s, tok, res.NPast, logits)
-		if errors.Is(err, errKVFull) {
-			b.log.Warn("KV cache full: the slots' sequences fill n_ctx together", "slot", req.Slot, "n_ctx", e.nCtx)
-			res.StopReason = StopNTokensLimit
-			return res, nil
-		}
-		if err != nil {
-			return res, err
-		}
-		res.TokensGenerated++
-		res.NPast++
-		if emit != nil {
-			if err := emit(iface.Token{ID: tok, Text: e.model.piece(tok), Logprob: lp}); err != nil {
-				return res, err
-			}
-		}
-	}
-}
-
-// decodeStart returns the slot's logits and length, computing the logits
-// first when a restore left them to the first decode (restore_logits=lazy).
-func (b *Backend) decodeStart(e *engine, i int, s *slot) ([]float32, int, error) {
-	toks, logits, _ := s.snapshot()
-	if len(toks) == 0 {
-		return nil, 0, fmt.Errorf("%w: slot is empty (slot %d)", iface.ErrBadRequest, i)
-	}
-	if logits != nil {
-		return logits, len(toks), nil
-	}
-	t := time.Now()
-	logits, err := e.reevaluate(i, toks)
-	if err != nil {
-		return nil, 0, e.failed(i, s, err)
-	}
-	b.log.Debug("decode re-evaluated the restored last token", "slot", i, "reeval", time.Since(t).String())
-	s.mu.Lock()
-	s.logits = logits
-	s.mu.Unlock()
-	return logits, len(toks), nil
-}
-
-// stopBefore is why a decode that has produced res stops before its next
-// token: n_predict reached or the context full; "" to go on.
-func (e *engine) stopBefore(res iface.DecodeResult, nPredict int) string {
-	switch {
-	case res.TokensGenerated >= nPredict:
-		return StopLength
-	case res.NPast >= e.nCtx:
-		return StopNTokensLimit
-	}
-	return ""
-}
-
-// next picks the token at position pos from logits: the arg-max for a nil
-// (greedy) sampler, else a draw derived from the seed and the position.
-func (smp *sampler) next(logits []float32, seed uint64, pos int) int32 {
-	if smp == nil {
-		return int32(argmax(logits))
-	}
-	return smp.sample(logits, uniform(seed, pos))
-}
-
-// appendToken evaluates tok at position pos in slot i, writes the logits after it
-// into logits (the slot's own buffer: the caller holds the slot) and adds it
-// to the slot. errKVFull leaves the slot as it was; any other failure
-// empties it, as the KV may or may not hold the token.
-func (e *engine) appendToken(i int, s *slot, tok int32, pos int, logits []float32) error {
-	e.mu.Lock()
-	err := e.ctx.decode(i, []int32{tok}, pos, true)
-	if err == nil {
-		e.ctx.logitsInto(logits)
-	}
-	e.mu.Unlock()
-	switch {
-	case errors.Is(err, errKVFull):
-		return err
-	case err != nil:
-		return e.failed(i, s, err)
-	}
-	s.mu.Lock()
-	s.tokens = append(s.tokens, tok)
-	s.mu.Unlock()
-	return nil
-}
-
-// updateStateSize records the slot's state size after it changed.
-func (e *engine) updateStateSize(i int, s *slot) {
-	e.mu.Lock()
-	size := e.ctx.stateSize(i)
-	e.mu.Unlock()
-	s.mu.Lock()
-	s.stateSize = size
-	s.mu.Unlock()
 }
 
 // StateGet streams the slot's state, the bytes llama_state_seq_get_data gives,
@@ -803,7 +650,8 @@ func (b *Backend) StateGet(ctx context.Context, i int, chunkSize int, w io.Write
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	call := &saveCall{ctx: ctx, w: w}
+	defer e.beginTransfer()()
+	call := &saveCall{ctx: ctx, w: w, lock: &e.mu}
 	mode := C.int(0)
 	if cw, ok := w.(shm.ChunkWriter); ok {
 		call.cw, mode = cw, 1
@@ -867,6 +715,7 @@ func (b *Backend) StatePut(ctx context.Context, i int, tokens []int32, r io.Read
 		return 0, err
 	}
 	defer s.release()
+	defer e.beginTransfer()()
 	p := &statePut{e: e, i: i, s: s, tokens: tokens, r: r, size: size, entered: entered, log: b.log}
 	n, err := p.restore(ctx)
 	if err != nil {
@@ -916,6 +765,9 @@ func (p *statePut) restore(ctx context.Context) (n int64, err error) {
 		p.stopReading = !errors.Is(err, iface.ErrBadRequest)
 		return 0, err
 	}
+	if err := e.claimCells(p.i, p.s, p.head.cells); err != nil {
+		return 0, err
+	}
 	if p.run, err = e.restoreRun(ctx, p.r, p.head, p.size); err != nil {
 		return 0, err
 	}
@@ -940,9 +792,35 @@ func (p *statePut) restore(ctx context.Context) (n int64, err error) {
 	}
 	e.mu.Lock()
 	stateSize := e.ctx.stateSize(p.i)
-	e.mu.Unlock()
 	p.s.set(slices.Clone(p.tokens), logits, stateSize)
+	p.s.claim = 0
+	e.mu.Unlock()
 	return n, nil
+}
+
+// beginTransfer starts a state transfer: one at a time, counted while it
+// lasts (no context shift meanwhile); the function returned ends it and
+// wakes the scheduler, whose shifts may have waited for it.
+func (e *engine) beginTransfer() func() {
+	e.stateMu.Lock()
+	e.transfers.Add(1)
+	return func() {
+		e.transfers.Add(-1)
+		e.stateMu.Unlock()
+		e.sched.poke()
+	}
+}
+
+// claimCells holds the cells a restore of slot i (empty now) will take, or
+// says why they cannot be had.
+func (e *engine) claimCells(i int, s *slot, cells int) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.fits(i, s, cells); err != nil {
+		return err
+	}
+	s.claim = cells
+	return nil
 }
 
 // load lets llama.cpp read the state from the run's source and checks that
@@ -950,7 +828,7 @@ func (p *statePut) restore(ctx context.Context) (n int64, err error) {
 // bytes, and releases them from the source.
 func (p *statePut) load() (int64, error) {
 	e := p.e
-	call := &loadCall{pf: p.run.src}
+	call := &loadCall{pf: p.run.src, lock: &e.mu}
 	h := cgo.NewHandle(call)
 	defer h.Delete()
 	var msg [512]C.char

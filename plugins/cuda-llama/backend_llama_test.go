@@ -811,7 +811,7 @@ func checkPrefillRejects(t *testing.T, b *Backend, msgs []iface.Message) {
 		req  iface.PrefillRequest
 		msg  string
 	}{
-		{"both", iface.PrefillRequest{Messages: msgs, Tokens: []int32{1}}, "both"},
+		{"both", iface.PrefillRequest{Messages: msgs, Tokens: []int32{1}}, "one of messages, tokens and text"},
 		{"neither", iface.PrefillRequest{}, "empty prompt"},
 		{"negative token", iface.PrefillRequest{Tokens: []int32{1, -1}}, "token -1 at position 1"},
 		{"token past the vocabulary", iface.PrefillRequest{Tokens: []int32{512}}, "token 512 at position 0"},

@@ -18,6 +18,7 @@ import (
 	"io"
 	"runtime"
 	"runtime/cgo"
+	"sync"
 	"unsafe"
 
 	"github.com/hydra-engine/hydra-engine/transport/shm"
@@ -29,8 +30,17 @@ type saveCall struct {
 	w       io.Writer
 	cw      shm.ChunkWriter // w as a ChunkWriter, or nil
 	pin     runtime.Pinner  // pins the ChunkWriter buffer C++ is filling
+	lock    *sync.Mutex     // the context lock, let go while the chunks wait on their reader
 	written int64
 	err     error
+}
+
+// unlocked runs f without the context lock, which the caller of the shim
+// holds: a transfer waiting on its peer lets the other slots' steps run.
+func unlocked(lock *sync.Mutex, f func()) {
+	lock.Unlock()
+	defer lock.Lock()
+	f()
 }
 
 func (s *saveCall) fail(err error) C.int {
@@ -57,7 +67,9 @@ func hydraSaveDeliver(h C.uintptr_t, p unsafe.Pointer, n C.size_t) (ret C.int) {
 	}
 	// The chunk is C memory the shim reuses: a Writer must not retain it,
 	// which io.Writer's contract already says.
-	k, err := s.w.Write(unsafe.Slice((*byte)(p), int(n)))
+	var k int
+	var err error
+	unlocked(s.lock, func() { k, err = s.w.Write(unsafe.Slice((*byte)(p), int(n))) })
 	s.written += int64(k)
 	if err == nil && k < int(n) {
 		err = io.ErrShortWrite
@@ -81,7 +93,9 @@ func hydraSaveBuffer(h C.uintptr_t, commit C.size_t, p **C.uint8_t, n *C.size_t)
 	}()
 	if commit > 0 {
 		s.pin.Unpin()
-		if err := s.cw.Commit(int(commit)); err != nil {
+		var err error
+		unlocked(s.lock, func() { err = s.cw.Commit(int(commit)) })
+		if err != nil {
 			return s.fail(err)
 		}
 		s.written += int64(commit)
@@ -92,7 +106,9 @@ func hydraSaveBuffer(h C.uintptr_t, commit C.size_t, p **C.uint8_t, n *C.size_t)
 	if err := s.ctx.Err(); err != nil {
 		return s.fail(err)
 	}
-	b, err := s.cw.Buffer()
+	var b []byte
+	var err error
+	unlocked(s.lock, func() { b, err = s.cw.Buffer() })
 	if err != nil {
 		return s.fail(err)
 	}
@@ -110,8 +126,9 @@ func hydraSaveBuffer(h C.uintptr_t, commit C.size_t, p **C.uint8_t, n *C.size_t)
 // loadCall is one StatePut: where its bytes come from (the data plane's
 // buffers in place, or the restore ring).
 type loadCall struct {
-	pf  restoreSource
-	err error
+	pf   restoreSource
+	lock *sync.Mutex // the context lock, let go while waiting for bytes
+	err  error
 }
 
 // hydraLoadNext releases the release bytes C++ took since its last call and
@@ -127,7 +144,9 @@ func hydraLoadNext(h C.uintptr_t, release, need C.size_t, p **C.uint8_t, n *C.si
 			ret = 1
 		}
 	}()
-	b, err := l.pf.next(int(release), int(need))
+	var b []byte
+	var err error
+	unlocked(l.lock, func() { b, err = l.pf.next(int(release), int(need)) })
 	if err != nil {
 		l.err = err
 		return 1

@@ -89,33 +89,64 @@ type model struct {
 	m      *C.struct_llama_model
 	vocab  *C.struct_llama_vocab
 	nVocab int
-	tmpl   *C.char // chat template (the model's, else ChatML); C memory, never freed
+	bos    int32   // the BOS token, -1 if none
+	tmpl   *C.char // chat template (the model's, else ChatML) for llama.cpp's matcher; C memory, never freed
+	jinja  string  // the model's own chat template, "" if it has none
 }
 
 type modelParams struct {
 	nGPULayers int
 	mmap       bool
+	placement  placementOptions // override_tensor, n_cpu_moe
 }
 
 func loadModel(path string, p modelParams) (*model, error) {
+	overrides, err := newOverrideList(path, p.placement)
+	if err != nil {
+		return nil, err
+	}
+	defer overrides.free() // llama.cpp reads it only while the model loads
 	mp := C.llama_model_default_params()
 	mp.n_gpu_layers = C.int32_t(p.nGPULayers)
 	mp.use_mmap = C.bool(p.mmap)
+	mp.tensor_buft_overrides = overrides.params()
 	cs := C.CString(path)
 	defer C.free(unsafe.Pointer(cs))
 	m := C.llama_model_load_from_file(cs, mp)
 	if m == nil {
 		return nil, fmt.Errorf("llama.cpp could not load model %s%s", path, lastLlamaError())
 	}
+	logPlacement(m, p.placement.rules())
 	mdl := &model{m: m, vocab: C.llama_model_get_vocab(m)}
 	mdl.nVocab = int(C.llama_vocab_n_tokens(mdl.vocab))
+	mdl.bos = int32(C.llama_vocab_bos(mdl.vocab))
 	if t := C.llama_model_chat_template(m, nil); t != nil {
-		mdl.tmpl = C.CString(C.GoString(t))
+		mdl.jinja = C.GoString(t)
+		mdl.tmpl = C.CString(mdl.jinja)
 	} else {
 		mdl.tmpl = C.CString("chatml") // llama-server's default too
 	}
 	return mdl, nil
 }
+
+// specialText is a special token's text (BOS, EOS), as a template writes it.
+func (m *model) specialText(tok int32) string {
+	if tok < 0 {
+		return ""
+	}
+	var buf [128]C.char
+	n := C.llama_token_to_piece(m.vocab, C.llama_token(tok), &buf[0], C.int32_t(len(buf)), 0, true)
+	if n < 0 {
+		return ""
+	}
+	return C.GoStringN(&buf[0], n)
+}
+
+// addsBOS reports whether tokenizing adds BOS at the start.
+func (m *model) addsBOS() bool { return bool(C.llama_vocab_get_add_bos(m.vocab)) }
+
+// eos is the end-of-sequence token, -1 if none.
+func (m *model) eos() int32 { return int32(C.llama_vocab_eos(m.vocab)) }
 
 // free releases a model that no context uses (a Load that failed after
 // loading it). Freeing models is safe; it is contexts on CUDA that are not
@@ -257,6 +288,7 @@ type contextParams struct {
 	nThreads, nThreadsBatch int
 	flashAttn               int
 	typeK, typeV            string
+	ropeOptions             // rope_scaling, rope_scale, yarn_orig_ctx
 }
 
 func ggmlType(t string) C.enum_ggml_type {
@@ -284,7 +316,12 @@ func newContext(m *model, p contextParams, gpu C.ggml_backend_dev_t) (*lctx, err
 	cp.flash_attn_type = C.enum_llama_flash_attn_type(p.flashAttn)
 	cp.type_k = ggmlType(p.typeK)
 	cp.type_v = ggmlType(p.typeV)
-	cp.kv_unified = true // one KV stream whatever the slot count: states move between engines
+	cp.rope_scaling_type = C.enum_llama_rope_scaling_type(p.ropeScaling) // -1: the model's
+	if p.ropeFreqScale > 0 {
+		cp.rope_freq_scale = C.float(p.ropeFreqScale) // 0 (the default): the model's
+	}
+	cp.yarn_orig_ctx = C.uint32_t(p.yarnOrigCtx) // 0: the model's training context
+	cp.kv_unified = true                         // one KV stream whatever the slot count: states move between engines
 	cp.offload_kqv = true
 	cp.no_perf = true
 	// Everything that can fail comes before the context, which is never freed.
@@ -345,6 +382,21 @@ func (c *lctx) seqRmFrom(seq, p0 int) {
 	C.llama_memory_seq_rm(c.mem, C.llama_seq_id(seq), C.llama_pos(p0), -1)
 }
 
+// canShift reports whether the cache can move positions (context shift,
+// cache reuse).
+func (c *lctx) canShift() bool { return bool(C.llama_memory_can_shift(c.mem)) }
+
+// seqRmRange removes positions [p0, p1) from the sequence.
+func (c *lctx) seqRmRange(seq, p0, p1 int) {
+	C.llama_memory_seq_rm(c.mem, C.llama_seq_id(seq), C.llama_pos(p0), C.llama_pos(p1))
+}
+
+// seqShift adds delta to the positions [p0, p1) of the sequence; the keys
+// are re-rotated by the next llama_decode.
+func (c *lctx) seqShift(seq, p0, p1, delta int) {
+	C.llama_memory_seq_add(c.mem, C.llama_seq_id(seq), C.llama_pos(p0), C.llama_pos(p1), C.llama_pos(delta))
+}
+
 // seqCp shares positions [p0, p1) of src with dst (in a unified cache the
 // cells gain a sequence id; no KV is copied).
 func (c *lctx) seqCp(src, dst, p0, p1 int) {
@@ -389,54 +441,6 @@ func (c *lctx) enableStream(seq int, maxBlock int64) error {
 		return fmt.Errorf("streamed restores: %s", C.GoString(&msg[0]))
 	}
 	return nil
-}
-
-// sampler narrows candidates with llama.cpp's top-k and top-p and applies the
-// temperature; the draw itself is pick's (sampling.go).
-type sampler struct {
-	chain *C.struct_llama_sampler
-	data  *C.llama_token_data // n_vocab candidates, C memory (the samplers reorder it)
-	n     int
-}
-
-func newSampler(p iface.SamplerParams, nVocab int) *sampler {
-	s := &sampler{chain: C.llama_sampler_chain_init(C.llama_sampler_chain_default_params()), n: nVocab}
-	if p.TopK > 0 {
-		C.llama_sampler_chain_add(s.chain, C.llama_sampler_init_top_k(C.int32_t(p.TopK)))
-	}
-	if p.TopP > 0 && p.TopP < 1 {
-		C.llama_sampler_chain_add(s.chain, C.llama_sampler_init_top_p(C.float(p.TopP), 1))
-	}
-	C.llama_sampler_chain_add(s.chain, C.llama_sampler_init_temp(C.float(p.Temperature)))
-	s.data = (*C.llama_token_data)(C.malloc(C.size_t(nVocab) * C.size_t(unsafe.Sizeof(C.llama_token_data{}))))
-	return s
-}
-
-func (s *sampler) free() {
-	C.llama_sampler_free(s.chain)
-	C.free(unsafe.Pointer(s.data))
-}
-
-// sample picks a token from logits with the uniform draw u.
-func (s *sampler) sample(logits []float32, u float64) int32 {
-	d := unsafe.Slice(s.data, s.n)
-	for i := range d {
-		d[i] = C.llama_token_data{id: C.llama_token(i), logit: C.float(logits[i])}
-	}
-	arr := (*C.llama_token_data_array)(C.malloc(C.size_t(unsafe.Sizeof(C.llama_token_data_array{}))))
-	defer C.free(unsafe.Pointer(arr))
-	*arr = C.llama_token_data_array{data: s.data, size: C.size_t(s.n), selected: -1}
-	C.llama_sampler_apply(s.chain, arr)
-	cand := unsafe.Slice(arr.data, int(arr.size))
-	ls := make([]float32, len(cand))
-	for i, c := range cand {
-		ls[i] = float32(c.logit)
-	}
-	i := pick(ls, u)
-	if i < 0 {
-		return int32(argmax(logits))
-	}
-	return int32(cand[i].id)
 }
 
 // Logs: llama.cpp and ggml log through one callback (shim.cpp), often a line

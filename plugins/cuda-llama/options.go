@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -58,7 +59,7 @@ const (
 	OptNUBatch       = "n_ubatch"        // physical batch
 	OptNThreads      = "n_threads"       // CPU threads for generation; default half the CPUs, at most 16
 	OptNThreadsBatch = "n_threads_batch" // CPU threads for prompt processing
-	OptNGPULayers    = "n_gpu_layers"    // layers on the GPU; -1 = all (when a GPU is present)
+	OptNGPULayers    = "n_gpu_layers"    // layers on the GPU; -1 or all = all (when a GPU is present)
 	OptFlashAttn     = "flash_attn"      // on (default), off, auto
 	OptCacheTypeK    = "cache_type_k"    // KV cache element type: f16 (default), f32, bf16, q8_0, q4_0
 	OptCacheTypeV    = "cache_type_v"
@@ -70,6 +71,12 @@ const (
 	// STATE_PUT answers once the bytes are in) or within STATE_PUT (eager,
 	// for a caller that wants the reply to mean the slot decodes at once).
 	OptRestoreLogits = "restore_logits"
+
+	// RoPE scaling, as llama-server's --rope-scaling, --rope-scale and
+	// --yarn-orig-ctx; each defaults to what the model's metadata says.
+	OptRopeScaling = "rope_scaling"  // none, linear or yarn
+	OptRopeScale   = "rope_scale"    // context scaling factor N > 0: RoPE frequencies scaled by 1/N
+	OptYarnOrigCtx = "yarn_orig_ctx" // YaRN's original context size; 0 = the model's training context
 )
 
 // removedOptions are the experiment switches that were settled: each is
@@ -113,7 +120,27 @@ type options struct {
 	alias                   string
 	mmap                    bool
 	eagerLogits             bool // restore_logits=eager
+	kvOptions
+	templateOptions
+	placementOptions
+	ropeOptions
 }
+
+// ropeOptions are the parsed RoPE options; the zero value is the model's
+// own scaling.
+type ropeOptions struct {
+	ropeScaling   int     // llama_rope_scaling_type; ropeUnspecified: the model's
+	ropeFreqScale float32 // rope_freq_scale = 1/rope_scale; 0: the model's
+	yarnOrigCtx   int     // 0: the model's training context
+}
+
+// RoPE scaling types (enum llama_rope_scaling_type).
+const (
+	ropeUnspecified = -1
+	ropeNone        = 0
+	ropeLinear      = 1
+	ropeYaRN        = 2
+)
 
 var cacheTypes = []string{"bf16", "f16", "f32", "q4_0", "q8_0"}
 
@@ -124,7 +151,7 @@ var optionParsers = map[string]func(o *options, key, v string) error{
 	OptNUBatch:       intField(func(o *options) *int { return &o.nUBatch }, 1, maxNCtx),
 	OptNThreads:      intField(func(o *options) *int { return &o.nThreads }, 1, maxThreads),
 	OptNThreadsBatch: intField(func(o *options) *int { return &o.nThreadsBatch }, 1, maxThreads),
-	OptNGPULayers:    intField(func(o *options) *int { return &o.nGPULayers }, -1, 1<<16),
+	OptNGPULayers:    parseGPULayers,
 	OptFlashAttn:     parseFlashAttn,
 	OptCacheTypeK:    cacheTypeField(func(o *options) *string { return &o.cacheTypeK }),
 	OptCacheTypeV:    cacheTypeField(func(o *options) *string { return &o.cacheTypeV }),
@@ -132,6 +159,9 @@ var optionParsers = map[string]func(o *options, key, v string) error{
 	OptAlias:         nonEmptyField(func(o *options) *string { return &o.alias }),
 	OptMmap:          boolField(func(o *options) *bool { return &o.mmap }),
 	OptRestoreLogits: parseRestoreLogits,
+	OptRopeScaling:   parseRopeScaling,
+	OptRopeScale:     parseRopeScale,
+	OptYarnOrigCtx:   intField(func(o *options) *int { return &o.yarnOrigCtx }, 0, maxNCtx),
 }
 
 // defaultOptions are the options before any key is applied. Half the CPUs:
@@ -140,7 +170,8 @@ var optionParsers = map[string]func(o *options, key, v string) error{
 func defaultOptions() options {
 	return options{nCtx: DefaultNCtx, nBatch: DefaultNBatch, nUBatch: DefaultNUBatch,
 		nThreads: max(1, min(runtime.NumCPU()/2, 16)), nThreadsBatch: -1, nGPULayers: -1,
-		flashAttn: FlashOn, cacheTypeK: "f16", cacheTypeV: "f16", mmap: true}
+		flashAttn: FlashOn, cacheTypeK: "f16", cacheTypeV: "f16", mmap: true,
+		ropeOptions: ropeOptions{ropeScaling: ropeUnspecified}}
 }
 
 // parseOptions applies m's keys in sorted order (so the first error reported
@@ -236,6 +267,46 @@ func parseRestoreLogits(o *options, key, v string) error {
 	default:
 		return fmt.Errorf("%w: option %s=%q: want lazy or eager", iface.ErrBadRequest, key, v)
 	}
+	return nil
+}
+
+// parseGPULayers reads a layer count, -1 or "all" (llama-server's word)
+// meaning every layer.
+func parseGPULayers(o *options, key, v string) error {
+	if strings.EqualFold(v, "all") {
+		o.nGPULayers = -1
+		return nil
+	}
+	n, err := parseInt(key, v, -1, 1<<16)
+	if err != nil {
+		return fmt.Errorf("%w (or all)", err)
+	}
+	o.nGPULayers = n
+	return nil
+}
+
+func parseRopeScaling(o *options, key, v string) error {
+	switch strings.ToLower(v) {
+	case "none":
+		o.ropeScaling = ropeNone
+	case "linear":
+		o.ropeScaling = ropeLinear
+	case "yarn":
+		o.ropeScaling = ropeYaRN
+	default:
+		return fmt.Errorf("%w: option %s=%q: want none, linear or yarn", iface.ErrBadRequest, key, v)
+	}
+	return nil
+}
+
+// parseRopeScale reads llama-server's --rope-scale N, which expands the
+// context N times: llama.cpp's rope_freq_scale is 1/N.
+func parseRopeScale(o *options, key, v string) error {
+	f, err := strconv.ParseFloat(v, 32)
+	if err != nil || !(f > 0) || math.IsInf(f, 0) {
+		return fmt.Errorf("%w: option %s=%q: want a positive number (the context scaling factor)", iface.ErrBadRequest, key, v)
+	}
+	o.ropeFreqScale = float32(1 / f)
 	return nil
 }
 

@@ -9,6 +9,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -211,5 +213,80 @@ func TestSampling(t *testing.T) {
 		if u := uniform(1, pos); u < 0 || u >= 1 {
 			t.Fatalf("uniform %v", u)
 		}
+	}
+}
+
+func TestPlacementOptions(t *testing.T) {
+	o, err := parseOptions(map[string]string{OptNCPUMoE: "2",
+		OptOverrideTensor: `token_embd\.weight=CPU, output\.weight=CUDA0,(?=x)=y=CPU`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []placementRule{{`token_embd\.weight`, "CPU"}, {`output\.weight`, "CUDA0"}, {`(?=x)=y`, "CPU"},
+		{`blk\.0\.ffn_(up|down|gate|gate_up)_(ch|)exps`, "CPU"}, {`blk\.1\.ffn_(up|down|gate|gate_up)_(ch|)exps`, "CPU"}}
+	if got := o.rules(); !slices.Equal(got, want) {
+		t.Fatalf("rules %v, want %v", got, want)
+	}
+	if o, err := parseOptions(nil); err != nil || len(o.rules()) != 0 {
+		t.Fatalf("no placement: %v, %v", o.rules(), err)
+	}
+	for _, tc := range []struct {
+		v, msg string
+	}{
+		{"CPU", `"CPU" is not PATTERN=DEVICE`},
+		{"=CPU", `"=CPU" is not PATTERN=DEVICE`},
+		{`blk\.0=`, `is not PATTERN=DEVICE`},
+		{`a=CPU,,b=CPU`, `"" is not PATTERN=DEVICE`},
+	} {
+		_, err := parseOptions(map[string]string{OptOverrideTensor: tc.v})
+		if !errors.Is(err, iface.ErrBadRequest) || !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("override_tensor=%q: %v, want %q", tc.v, err, tc.msg)
+		}
+	}
+	if _, err := parseOptions(map[string]string{OptNCPUMoE: "-1"}); !errors.Is(err, iface.ErrBadRequest) {
+		t.Errorf("n_cpu_moe=-1: %v", err)
+	}
+}
+
+// The n_cpu_moe pattern is llama.cpp's: a layer's experts, not another
+// layer's, not the router, not a dense FFN.
+func TestExpertsPattern(t *testing.T) {
+	re := regexp.MustCompile(expertsPattern(1)) // the same in RE2 and ECMAScript
+	for name, want := range map[string]bool{
+		"blk.1.ffn_up_exps.weight": true, "blk.1.ffn_down_exps.weight": true, "blk.1.ffn_gate_exps.weight": true,
+		"blk.1.ffn_gate_up_exps.weight": true, "blk.1.ffn_up_chexps.weight": true,
+		"blk.10.ffn_up_exps.weight": false, "blk.11.ffn_up_exps.weight": false, "blk.1.ffn_gate_inp.weight": false,
+		"blk.1.ffn_up.weight": false, "blk.0.ffn_up_exps.weight": false,
+	} {
+		if re.MatchString(name) != want {
+			t.Errorf("%s: match %v, want %v", name, !want, want)
+		}
+	}
+}
+
+func TestGPULayersAndRope(t *testing.T) {
+	for v, want := range map[string]int{"all": -1, "ALL": -1, "-1": -1, "0": 0, "33": 33} {
+		if o, err := parseOptions(map[string]string{OptNGPULayers: v}); err != nil || o.nGPULayers != want {
+			t.Errorf("n_gpu_layers=%s: %d, %v", v, o.nGPULayers, err)
+		}
+	}
+	if _, err := parseOptions(map[string]string{OptNGPULayers: "most"}); err == nil || !strings.Contains(err.Error(), "not an integer (or all)") {
+		t.Errorf("n_gpu_layers=most: %v", err)
+	}
+	o, err := parseOptions(nil)
+	if err != nil || o.ropeScaling != ropeUnspecified || o.ropeFreqScale != 0 || o.yarnOrigCtx != 0 {
+		t.Fatalf("rope defaults %+v, %v", o.ropeOptions, err)
+	}
+	o, err = parseOptions(map[string]string{OptRopeScaling: "YaRN", OptRopeScale: "5", OptYarnOrigCtx: "32768"})
+	if err != nil || o.ropeScaling != ropeYaRN || o.ropeFreqScale != 0.2 || o.yarnOrigCtx != 32768 {
+		t.Fatalf("rope %+v, %v", o.ropeOptions, err)
+	}
+	for k, v := range map[string]string{OptRopeScaling: "ntk", OptRopeScale: "0", OptYarnOrigCtx: "-1"} {
+		if _, err := parseOptions(map[string]string{k: v}); !errors.Is(err, iface.ErrBadRequest) {
+			t.Errorf("%s=%s: %v", k, v, err)
+		}
+	}
+	if _, err := parseOptions(map[string]string{OptRopeScale: "inf"}); err == nil {
+		t.Error("rope_scale=inf accepted")
 	}
 }

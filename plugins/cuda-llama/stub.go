@@ -42,6 +42,10 @@ func (b *Backend) Prefill(context.Context, iface.PrefillRequest) (iface.PrefillR
 	return iface.PrefillResult{}, b.err()
 }
 
+func (b *Backend) Tokenize(context.Context, iface.PrefillRequest) (iface.Prompt, error) {
+	return iface.Prompt{}, b.err()
+}
+
 func (b *Backend) Decode(context.Context, iface.DecodeRequest, func(iface.Token) error) (iface.DecodeResult, error) {
 	return iface.DecodeResult{}, b.err()
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -102,7 +103,8 @@ func TestPrefillValidation(t *testing.T) {
 		req  iface.PrefillRequest
 		msg  string
 	}{
-		{"both", iface.PrefillRequest{Messages: msgs, Tokens: []int32{1}}, "both"},
+		{"both", iface.PrefillRequest{Messages: msgs, Tokens: []int32{1}}, "one of messages, tokens and text"},
+		{"tokens and text", iface.PrefillRequest{Text: "a", Tokens: []int32{1}}, "one of messages, tokens and text"},
 		{"neither", iface.PrefillRequest{}, "empty prompt"},
 		{"empty tokens", iface.PrefillRequest{Tokens: []int32{}}, "empty prompt"},
 		{"negative token", iface.PrefillRequest{Tokens: []int32{1, -1}}, "token -1 at position 1"},
@@ -155,7 +157,7 @@ func TestDeterminism(t *testing.T) {
 	}
 	p1, t1, r1 := run()
 	p2, t2, r2 := run()
-	if !slices.Equal(p1.Logits, p2.Logits) || !slices.Equal(t1, t2) || r1 != r2 {
+	if !slices.Equal(p1.Logits, p2.Logits) || !reflect.DeepEqual(t1, t2) || r1 != r2 {
 		t.Fatal("two backends decoded the same prompt differently")
 	}
 	if len(p1.Logits) != NVocab {

@@ -94,7 +94,9 @@ func logits(h uint64) []float32 {
 // sample picks the next token after hash h: greedy at temperature 0,
 // otherwise one of the top candidates chosen by a PRNG seeded from the seed
 // and the sequence, so a given (seed, sequence) always continues alike.
-func sample(h uint64, p iface.SamplerParams) (int32, float32) {
+// Candidates the request rules out (EOS with ignore_eos, a token biased to
+// -100 or below) give way to the next one. It returns the candidate's rank.
+func sample(h uint64, p iface.SamplerParams) (int32, int) {
 	n := nCands
 	if p.TopK > 0 && int(p.TopK) < n {
 		n = int(p.TopK)
@@ -103,7 +105,32 @@ func sample(h uint64, p iface.SamplerParams) (int32, float32) {
 	if p.Temperature > 0 && !math.IsNaN(float64(p.Temperature)) && n > 1 {
 		k = int(mix64(h^mix64(p.Seed+golden)) % uint64(n))
 	}
-	return candidate(h, k), logprob(h, k)
+	for ; k < nCands+len(alphabet); k++ {
+		if tok := candidate(h, k); !ruledOut(tok, p) {
+			return tok, k
+		}
+	}
+	return int32(' '), k // every candidate banned: the mock's filler
+}
+
+// ruledOut reports whether the request forbids tok.
+func ruledOut(tok int32, p iface.SamplerParams) bool {
+	if tok == EOS && p.IgnoreEOS {
+		return true
+	}
+	b, ok := p.LogitBias[tok]
+	return ok && b <= -100
+}
+
+// alternatives are the n most likely candidates after hash h with their
+// log-probabilities, most likely first.
+func alternatives(h uint64, n int) []iface.TokenProb {
+	top := make([]iface.TokenProb, 0, n)
+	for k := range min(n, nCands) {
+		tok := candidate(h, k)
+		top = append(top, iface.TokenProb{ID: tok, Text: piece(tok), Logprob: logprob(h, k)})
+	}
+	return top
 }
 
 // Tokenize returns the tokens of s: one per byte, the id being its value.
@@ -144,9 +171,17 @@ func promptTokens(req iface.PrefillRequest, nCtx int) ([]int32, error) {
 	// Presence is judged by length: across the gRPC boundary an empty list
 	// and a missing one are the same thing.
 	var toks []int32
+	given := 0
+	for _, has := range []bool{len(req.Messages) > 0, len(req.Tokens) > 0, req.Text != ""} {
+		if has {
+			given++
+		}
+	}
 	switch {
-	case len(req.Messages) > 0 && len(req.Tokens) > 0:
-		return nil, fmt.Errorf("%w: prefill has both messages and tokens", iface.ErrBadRequest)
+	case given > 1:
+		return nil, fmt.Errorf("%w: prefill takes one of messages, tokens and text", iface.ErrBadRequest)
+	case req.Text != "":
+		toks = Tokenize(req.Text)
 	case len(req.Messages) > 0:
 		for i, m := range req.Messages {
 			if m.Role == "" {
@@ -163,7 +198,7 @@ func promptTokens(req iface.PrefillRequest, nCtx int) ([]int32, error) {
 		}
 		toks = req.Tokens
 	default:
-		return nil, fmt.Errorf("%w: empty prompt: prefill needs messages or tokens", iface.ErrBadRequest)
+		return nil, fmt.Errorf("%w: empty prompt: prefill needs messages, tokens or text", iface.ErrBadRequest)
 	}
 	if len(toks) > nCtx {
 		return nil, fmt.Errorf("%w: prompt has %d tokens, n_ctx is %d", iface.ErrBadRequest, len(toks), nCtx)

@@ -117,6 +117,8 @@ func (b *Backend) Prefill(ctx context.Context, req iface.PrefillRequest) (iface.
 		return iface.PrefillResult{}, err
 	}
 	defer s.release()
+	old, _ := s.snapshot()
+	reused := min(commonPrefix(old, prompt), len(prompt)-1) // the last token is always evaluated: its logits are the reply's
 	s.clear()
 	if err := sleep(ctx, e.opDelay); err != nil {
 		return iface.PrefillResult{}, err
@@ -134,7 +136,27 @@ func (b *Backend) Prefill(ctx context.Context, req iface.PrefillRequest) (iface.
 		Slot:          e.slotInfo(req.Slot, toks),
 		Logits:        logits(h),
 		ModelFallback: fallback,
+		Reused:        reused,
 	}, nil
+}
+
+// commonPrefix is the number of leading tokens a and b share.
+func commonPrefix(a, b []int32) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
+}
+
+// Tokenize returns the tokens Prefill would evaluate for req.
+func (b *Backend) Tokenize(ctx context.Context, req iface.PrefillRequest) (iface.Prompt, error) {
+	e, err := b.engine()
+	if err != nil {
+		return iface.Prompt{}, err
+	}
+	toks, err := promptTokens(req, e.nCtx)
+	return iface.Prompt{Tokens: slices.Clone(toks)}, err
 }
 
 // Decode continues the slot's sequence. Generated tokens join the sequence as
@@ -168,17 +190,24 @@ func (b *Backend) Decode(ctx context.Context, req iface.DecodeRequest, emit func
 		if err := sleep(ctx, e.opDelay); err != nil {
 			return res, err
 		}
-		tok, lp := sample(h, req.Sampler)
+		tok, rank := sample(h, req.Sampler)
 		if tok == EOS {
 			res.StopReason = StopEOS
 			return res, nil
+		}
+		t := iface.Token{ID: tok, Text: piece(tok)}
+		if req.Logprobs {
+			t.Logprob = logprob(h, rank)
+		}
+		if req.NProbs > 0 {
+			t.Top = alternatives(h, req.NProbs)
 		}
 		h = step(h, tok)
 		s.push(tok, h)
 		res.TokensGenerated++
 		res.NPast++
 		if emit != nil {
-			if err := emit(iface.Token{ID: tok, Text: piece(tok), Logprob: lp}); err != nil {
+			if err := emit(t); err != nil {
 				return res, err
 			}
 		}

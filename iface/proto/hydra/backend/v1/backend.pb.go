@@ -82,14 +82,18 @@ func (x *ModelIdentity) GetPath() string {
 }
 
 type BackendInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Version       string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
-	Model         *ModelIdentity         `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
-	NSlots        int64                  `protobuf:"varint,4,opt,name=n_slots,json=nSlots,proto3" json:"n_slots,omitempty"`
-	NVocab        int64                  `protobuf:"varint,5,opt,name=n_vocab,json=nVocab,proto3" json:"n_vocab,omitempty"`
-	NCtx          int64                  `protobuf:"varint,6,opt,name=n_ctx,json=nCtx,proto3" json:"n_ctx,omitempty"`
-	Capabilities  []string               `protobuf:"bytes,7,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Name         string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Version      string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	Model        *ModelIdentity         `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
+	NSlots       int64                  `protobuf:"varint,4,opt,name=n_slots,json=nSlots,proto3" json:"n_slots,omitempty"`
+	NVocab       int64                  `protobuf:"varint,5,opt,name=n_vocab,json=nVocab,proto3" json:"n_vocab,omitempty"`
+	NCtx         int64                  `protobuf:"varint,6,opt,name=n_ctx,json=nCtx,proto3" json:"n_ctx,omitempty"`
+	Capabilities []string               `protobuf:"bytes,7,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
+	// The most KV cells one slot's sequence may hold: n_ctx when the slots
+	// share one pool of cells (kv_unified), n_ctx / n_slots when split. 0: n_ctx.
+	NCtxSlot      int64 `protobuf:"varint,8,opt,name=n_ctx_slot,json=nCtxSlot,proto3" json:"n_ctx_slot,omitempty"`
+	KvUnified     bool  `protobuf:"varint,9,opt,name=kv_unified,json=kvUnified,proto3" json:"kv_unified,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -171,6 +175,20 @@ func (x *BackendInfo) GetCapabilities() []string {
 		return x.Capabilities
 	}
 	return nil
+}
+
+func (x *BackendInfo) GetNCtxSlot() int64 {
+	if x != nil {
+		return x.NCtxSlot
+	}
+	return 0
+}
+
+func (x *BackendInfo) GetKvUnified() bool {
+	if x != nil {
+		return x.KvUnified
+	}
+	return false
 }
 
 type LoadRequest struct {
@@ -594,11 +612,15 @@ func (*ClearSlotResponse) Descriptor() ([]byte, []int) {
 }
 
 type Message struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Role          string                 `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`
-	Content       string                 `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Role             string                 `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`
+	Content          string                 `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	ReasoningContent string                 `protobuf:"bytes,3,opt,name=reasoning_content,json=reasoningContent,proto3" json:"reasoning_content,omitempty"`
+	ToolCalls        []*ToolCall            `protobuf:"bytes,4,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	ToolCallId       string                 `protobuf:"bytes,5,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
+	Name             string                 `protobuf:"bytes,6,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Message) Reset() {
@@ -645,19 +667,112 @@ func (x *Message) GetContent() string {
 	return ""
 }
 
-type PrefillRequest struct {
+func (x *Message) GetReasoningContent() string {
+	if x != nil {
+		return x.ReasoningContent
+	}
+	return ""
+}
+
+func (x *Message) GetToolCalls() []*ToolCall {
+	if x != nil {
+		return x.ToolCalls
+	}
+	return nil
+}
+
+func (x *Message) GetToolCallId() string {
+	if x != nil {
+		return x.ToolCallId
+	}
+	return ""
+}
+
+func (x *Message) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type ToolCall struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Slot          int64                  `protobuf:"varint,1,opt,name=slot,proto3" json:"slot,omitempty"`
-	Messages      []*Message             `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
-	Tokens        []int32                `protobuf:"varint,3,rep,packed,name=tokens,proto3" json:"tokens,omitempty"`
-	Model         string                 `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Arguments     string                 `protobuf:"bytes,3,opt,name=arguments,proto3" json:"arguments,omitempty"` // JSON text
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
+func (x *ToolCall) Reset() {
+	*x = ToolCall{}
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolCall) ProtoMessage() {}
+
+func (x *ToolCall) ProtoReflect() protoreflect.Message {
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
+func (*ToolCall) Descriptor() ([]byte, []int) {
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ToolCall) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ToolCall) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ToolCall) GetArguments() string {
+	if x != nil {
+		return x.Arguments
+	}
+	return ""
+}
+
+type PrefillRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Slot     int64                  `protobuf:"varint,1,opt,name=slot,proto3" json:"slot,omitempty"`
+	Messages []*Message             `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
+	Tokens   []int32                `protobuf:"varint,3,rep,packed,name=tokens,proto3" json:"tokens,omitempty"`
+	Model    string                 `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
+	// A raw text prompt, tokenized by the backend (its special tokens parsed,
+	// BOS added as the model asks). Exactly one of messages, tokens, text.
+	Text           string   `protobuf:"bytes,5,opt,name=text,proto3" json:"text,omitempty"`
+	Tools          []string `protobuf:"bytes,6,rep,name=tools,proto3" json:"tools,omitempty"`                                         // OpenAI tool definitions, JSON objects
+	TemplateKwargs string   `protobuf:"bytes,7,opt,name=template_kwargs,json=templateKwargs,proto3" json:"template_kwargs,omitempty"` // a JSON object of chat template variables
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
 func (x *PrefillRequest) Reset() {
 	*x = PrefillRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[12]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -669,7 +784,7 @@ func (x *PrefillRequest) String() string {
 func (*PrefillRequest) ProtoMessage() {}
 
 func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[12]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -682,7 +797,7 @@ func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillRequest.ProtoReflect.Descriptor instead.
 func (*PrefillRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{12}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PrefillRequest) GetSlot() int64 {
@@ -713,18 +828,42 @@ func (x *PrefillRequest) GetModel() string {
 	return ""
 }
 
+func (x *PrefillRequest) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *PrefillRequest) GetTools() []string {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
+}
+
+func (x *PrefillRequest) GetTemplateKwargs() string {
+	if x != nil {
+		return x.TemplateKwargs
+	}
+	return ""
+}
+
 type PrefillResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Slot          *SlotInfo              `protobuf:"bytes,1,opt,name=slot,proto3" json:"slot,omitempty"`
 	Logits        []float32              `protobuf:"fixed32,2,rep,packed,name=logits,proto3" json:"logits,omitempty"`
 	ModelFallback bool                   `protobuf:"varint,3,opt,name=model_fallback,json=modelFallback,proto3" json:"model_fallback,omitempty"`
+	// Tokens of the prompt the slot's previous sequence already held, kept
+	// rather than evaluated again (prompt reuse).
+	NReused       int64 `protobuf:"varint,4,opt,name=n_reused,json=nReused,proto3" json:"n_reused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PrefillResponse) Reset() {
 	*x = PrefillResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[13]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -736,7 +875,7 @@ func (x *PrefillResponse) String() string {
 func (*PrefillResponse) ProtoMessage() {}
 
 func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[13]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -749,7 +888,7 @@ func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillResponse.ProtoReflect.Descriptor instead.
 func (*PrefillResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{13}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PrefillResponse) GetSlot() *SlotInfo {
@@ -773,19 +912,85 @@ func (x *PrefillResponse) GetModelFallback() bool {
 	return false
 }
 
-type SamplerParams struct {
+func (x *PrefillResponse) GetNReused() int64 {
+	if x != nil {
+		return x.NReused
+	}
+	return 0
+}
+
+type TokenizeResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Temperature   float32                `protobuf:"fixed32,1,opt,name=temperature,proto3" json:"temperature,omitempty"`
-	TopK          int32                  `protobuf:"varint,2,opt,name=top_k,json=topK,proto3" json:"top_k,omitempty"`
-	TopP          float32                `protobuf:"fixed32,3,opt,name=top_p,json=topP,proto3" json:"top_p,omitempty"`
-	Seed          uint64                 `protobuf:"varint,4,opt,name=seed,proto3" json:"seed,omitempty"`
+	Tokens        []int32                `protobuf:"varint,1,rep,packed,name=tokens,proto3" json:"tokens,omitempty"`
+	OpensThinking bool                   `protobuf:"varint,2,opt,name=opens_thinking,json=opensThinking,proto3" json:"opens_thinking,omitempty"` // the rendered prompt ends inside a reasoning block
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
+func (x *TokenizeResponse) Reset() {
+	*x = TokenizeResponse{}
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenizeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenizeResponse) ProtoMessage() {}
+
+func (x *TokenizeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenizeResponse.ProtoReflect.Descriptor instead.
+func (*TokenizeResponse) Descriptor() ([]byte, []int) {
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *TokenizeResponse) GetTokens() []int32 {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+func (x *TokenizeResponse) GetOpensThinking() bool {
+	if x != nil {
+		return x.OpensThinking
+	}
+	return false
+}
+
+type SamplerParams struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Temperature      float32                `protobuf:"fixed32,1,opt,name=temperature,proto3" json:"temperature,omitempty"`
+	TopK             int32                  `protobuf:"varint,2,opt,name=top_k,json=topK,proto3" json:"top_k,omitempty"`
+	TopP             float32                `protobuf:"fixed32,3,opt,name=top_p,json=topP,proto3" json:"top_p,omitempty"`
+	Seed             uint64                 `protobuf:"varint,4,opt,name=seed,proto3" json:"seed,omitempty"`
+	MinP             float32                `protobuf:"fixed32,5,opt,name=min_p,json=minP,proto3" json:"min_p,omitempty"`
+	RepeatPenalty    float32                `protobuf:"fixed32,6,opt,name=repeat_penalty,json=repeatPenalty,proto3" json:"repeat_penalty,omitempty"` // 0 or 1: none
+	RepeatLastN      int32                  `protobuf:"varint,7,opt,name=repeat_last_n,json=repeatLastN,proto3" json:"repeat_last_n,omitempty"`      // tokens the penalties look back over; 0: none, -1: the whole sequence
+	PresencePenalty  float32                `protobuf:"fixed32,8,opt,name=presence_penalty,json=presencePenalty,proto3" json:"presence_penalty,omitempty"`
+	FrequencyPenalty float32                `protobuf:"fixed32,9,opt,name=frequency_penalty,json=frequencyPenalty,proto3" json:"frequency_penalty,omitempty"`
+	IgnoreEos        bool                   `protobuf:"varint,10,opt,name=ignore_eos,json=ignoreEos,proto3" json:"ignore_eos,omitempty"`
+	LogitBias        map[int32]float32      `protobuf:"bytes,11,rep,name=logit_bias,json=logitBias,proto3" json:"logit_bias,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"fixed32,2,opt,name=value"` // token id → bias added to its logit
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
 func (x *SamplerParams) Reset() {
 	*x = SamplerParams{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[14]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -797,7 +1002,7 @@ func (x *SamplerParams) String() string {
 func (*SamplerParams) ProtoMessage() {}
 
 func (x *SamplerParams) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[14]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -810,7 +1015,7 @@ func (x *SamplerParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamplerParams.ProtoReflect.Descriptor instead.
 func (*SamplerParams) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{14}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SamplerParams) GetTemperature() float32 {
@@ -841,18 +1046,73 @@ func (x *SamplerParams) GetSeed() uint64 {
 	return 0
 }
 
+func (x *SamplerParams) GetMinP() float32 {
+	if x != nil {
+		return x.MinP
+	}
+	return 0
+}
+
+func (x *SamplerParams) GetRepeatPenalty() float32 {
+	if x != nil {
+		return x.RepeatPenalty
+	}
+	return 0
+}
+
+func (x *SamplerParams) GetRepeatLastN() int32 {
+	if x != nil {
+		return x.RepeatLastN
+	}
+	return 0
+}
+
+func (x *SamplerParams) GetPresencePenalty() float32 {
+	if x != nil {
+		return x.PresencePenalty
+	}
+	return 0
+}
+
+func (x *SamplerParams) GetFrequencyPenalty() float32 {
+	if x != nil {
+		return x.FrequencyPenalty
+	}
+	return 0
+}
+
+func (x *SamplerParams) GetIgnoreEos() bool {
+	if x != nil {
+		return x.IgnoreEos
+	}
+	return false
+}
+
+func (x *SamplerParams) GetLogitBias() map[int32]float32 {
+	if x != nil {
+		return x.LogitBias
+	}
+	return nil
+}
+
 type DecodeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Slot          int64                  `protobuf:"varint,1,opt,name=slot,proto3" json:"slot,omitempty"`
-	NPredict      int64                  `protobuf:"varint,2,opt,name=n_predict,json=nPredict,proto3" json:"n_predict,omitempty"`
-	Sampler       *SamplerParams         `protobuf:"bytes,3,opt,name=sampler,proto3" json:"sampler,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Slot     int64                  `protobuf:"varint,1,opt,name=slot,proto3" json:"slot,omitempty"`
+	NPredict int64                  `protobuf:"varint,2,opt,name=n_predict,json=nPredict,proto3" json:"n_predict,omitempty"`
+	Sampler  *SamplerParams         `protobuf:"bytes,3,opt,name=sampler,proto3" json:"sampler,omitempty"`
+	// Each token's log-probability is computed only when asked (Token.logprob
+	// is 0 otherwise), and top_n alternatives with theirs when n_probs > 0.
+	Logprobs bool  `protobuf:"varint,4,opt,name=logprobs,proto3" json:"logprobs,omitempty"`
+	NProbs   int32 `protobuf:"varint,5,opt,name=n_probs,json=nProbs,proto3" json:"n_probs,omitempty"`
+	// Tokens a context shift keeps at the start of a full slot (after BOS).
+	NKeep         int64 `protobuf:"varint,6,opt,name=n_keep,json=nKeep,proto3" json:"n_keep,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DecodeRequest) Reset() {
 	*x = DecodeRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[15]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -864,7 +1124,7 @@ func (x *DecodeRequest) String() string {
 func (*DecodeRequest) ProtoMessage() {}
 
 func (x *DecodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[15]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -877,7 +1137,7 @@ func (x *DecodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeRequest.ProtoReflect.Descriptor instead.
 func (*DecodeRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{15}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DecodeRequest) GetSlot() int64 {
@@ -901,21 +1161,103 @@ func (x *DecodeRequest) GetSampler() *SamplerParams {
 	return nil
 }
 
+func (x *DecodeRequest) GetLogprobs() bool {
+	if x != nil {
+		return x.Logprobs
+	}
+	return false
+}
+
+func (x *DecodeRequest) GetNProbs() int32 {
+	if x != nil {
+		return x.NProbs
+	}
+	return 0
+}
+
+func (x *DecodeRequest) GetNKeep() int64 {
+	if x != nil {
+		return x.NKeep
+	}
+	return 0
+}
+
+type TokenProb struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            int32                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Text          []byte                 `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	Logprob       float32                `protobuf:"fixed32,3,opt,name=logprob,proto3" json:"logprob,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TokenProb) Reset() {
+	*x = TokenProb{}
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenProb) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenProb) ProtoMessage() {}
+
+func (x *TokenProb) ProtoReflect() protoreflect.Message {
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenProb.ProtoReflect.Descriptor instead.
+func (*TokenProb) Descriptor() ([]byte, []int) {
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *TokenProb) GetId() int32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *TokenProb) GetText() []byte {
+	if x != nil {
+		return x.Text
+	}
+	return nil
+}
+
+func (x *TokenProb) GetLogprob() float32 {
+	if x != nil {
+		return x.Logprob
+	}
+	return 0
+}
+
 type Token struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    int32                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	// bytes, not string: a single token's piece may be an incomplete UTF-8
 	// sequence (byte-fallback tokens, characters split across tokens), which a
 	// proto3 string field refuses to carry.
-	Text          []byte  `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
-	Logprob       float32 `protobuf:"fixed32,3,opt,name=logprob,proto3" json:"logprob,omitempty"`
+	Text          []byte       `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	Logprob       float32      `protobuf:"fixed32,3,opt,name=logprob,proto3" json:"logprob,omitempty"`
+	Top           []*TokenProb `protobuf:"bytes,4,rep,name=top,proto3" json:"top,omitempty"` // the n_probs most likely tokens at this position, most likely first
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Token) Reset() {
 	*x = Token{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[16]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -927,7 +1269,7 @@ func (x *Token) String() string {
 func (*Token) ProtoMessage() {}
 
 func (x *Token) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[16]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -940,7 +1282,7 @@ func (x *Token) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Token.ProtoReflect.Descriptor instead.
 func (*Token) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{16}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Token) GetId() int32 {
@@ -964,6 +1306,13 @@ func (x *Token) GetLogprob() float32 {
 	return 0
 }
 
+func (x *Token) GetTop() []*TokenProb {
+	if x != nil {
+		return x.Top
+	}
+	return nil
+}
+
 type DecodeResult struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	TokensGenerated int64                  `protobuf:"varint,1,opt,name=tokens_generated,json=tokensGenerated,proto3" json:"tokens_generated,omitempty"`
@@ -975,7 +1324,7 @@ type DecodeResult struct {
 
 func (x *DecodeResult) Reset() {
 	*x = DecodeResult{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[17]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -987,7 +1336,7 @@ func (x *DecodeResult) String() string {
 func (*DecodeResult) ProtoMessage() {}
 
 func (x *DecodeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[17]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1000,7 +1349,7 @@ func (x *DecodeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeResult.ProtoReflect.Descriptor instead.
 func (*DecodeResult) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{17}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DecodeResult) GetTokensGenerated() int64 {
@@ -1037,7 +1386,7 @@ type DecodeResponse struct {
 
 func (x *DecodeResponse) Reset() {
 	*x = DecodeResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[18]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1049,7 +1398,7 @@ func (x *DecodeResponse) String() string {
 func (*DecodeResponse) ProtoMessage() {}
 
 func (x *DecodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[18]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1062,7 +1411,7 @@ func (x *DecodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeResponse.ProtoReflect.Descriptor instead.
 func (*DecodeResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{18}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DecodeResponse) GetEvent() isDecodeResponse_Event {
@@ -1116,7 +1465,7 @@ type StateGetRequest struct {
 
 func (x *StateGetRequest) Reset() {
 	*x = StateGetRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[19]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1128,7 +1477,7 @@ func (x *StateGetRequest) String() string {
 func (*StateGetRequest) ProtoMessage() {}
 
 func (x *StateGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[19]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1141,7 +1490,7 @@ func (x *StateGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateGetRequest.ProtoReflect.Descriptor instead.
 func (*StateGetRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{19}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StateGetRequest) GetSlot() int64 {
@@ -1167,7 +1516,7 @@ type StateGetResponse struct {
 
 func (x *StateGetResponse) Reset() {
 	*x = StateGetResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1179,7 +1528,7 @@ func (x *StateGetResponse) String() string {
 func (*StateGetResponse) ProtoMessage() {}
 
 func (x *StateGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1192,7 +1541,7 @@ func (x *StateGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateGetResponse.ProtoReflect.Descriptor instead.
 func (*StateGetResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{20}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StateGetResponse) GetData() []byte {
@@ -1213,7 +1562,7 @@ type StatePutHeader struct {
 
 func (x *StatePutHeader) Reset() {
 	*x = StatePutHeader{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1225,7 +1574,7 @@ func (x *StatePutHeader) String() string {
 func (*StatePutHeader) ProtoMessage() {}
 
 func (x *StatePutHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1238,7 +1587,7 @@ func (x *StatePutHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatePutHeader.ProtoReflect.Descriptor instead.
 func (*StatePutHeader) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{21}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StatePutHeader) GetSlot() int64 {
@@ -1275,7 +1624,7 @@ type StatePutRequest struct {
 
 func (x *StatePutRequest) Reset() {
 	*x = StatePutRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1287,7 +1636,7 @@ func (x *StatePutRequest) String() string {
 func (*StatePutRequest) ProtoMessage() {}
 
 func (x *StatePutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1300,7 +1649,7 @@ func (x *StatePutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatePutRequest.ProtoReflect.Descriptor instead.
 func (*StatePutRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{22}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StatePutRequest) GetMsg() isStatePutRequest_Msg {
@@ -1353,7 +1702,7 @@ type StatePutResponse struct {
 
 func (x *StatePutResponse) Reset() {
 	*x = StatePutResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1365,7 +1714,7 @@ func (x *StatePutResponse) String() string {
 func (*StatePutResponse) ProtoMessage() {}
 
 func (x *StatePutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1378,7 +1727,7 @@ func (x *StatePutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatePutResponse.ProtoReflect.Descriptor instead.
 func (*StatePutResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{23}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *StatePutResponse) GetConsumed() int64 {
@@ -1397,7 +1746,7 @@ type SetExpertModeRequest struct {
 
 func (x *SetExpertModeRequest) Reset() {
 	*x = SetExpertModeRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1409,7 +1758,7 @@ func (x *SetExpertModeRequest) String() string {
 func (*SetExpertModeRequest) ProtoMessage() {}
 
 func (x *SetExpertModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1422,7 +1771,7 @@ func (x *SetExpertModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetExpertModeRequest.ProtoReflect.Descriptor instead.
 func (*SetExpertModeRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{24}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SetExpertModeRequest) GetMode() string {
@@ -1441,7 +1790,7 @@ type SetExpertModeResponse struct {
 
 func (x *SetExpertModeResponse) Reset() {
 	*x = SetExpertModeResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1453,7 +1802,7 @@ func (x *SetExpertModeResponse) String() string {
 func (*SetExpertModeResponse) ProtoMessage() {}
 
 func (x *SetExpertModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1466,7 +1815,7 @@ func (x *SetExpertModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetExpertModeResponse.ProtoReflect.Descriptor instead.
 func (*SetExpertModeResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{25}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SetExpertModeResponse) GetMode() string {
@@ -1486,7 +1835,7 @@ type SwapQuantRequest struct {
 
 func (x *SwapQuantRequest) Reset() {
 	*x = SwapQuantRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1498,7 +1847,7 @@ func (x *SwapQuantRequest) String() string {
 func (*SwapQuantRequest) ProtoMessage() {}
 
 func (x *SwapQuantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1511,7 +1860,7 @@ func (x *SwapQuantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SwapQuantRequest.ProtoReflect.Descriptor instead.
 func (*SwapQuantRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{26}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SwapQuantRequest) GetQuantKey() string {
@@ -1536,7 +1885,7 @@ type SwapQuantResponse struct {
 
 func (x *SwapQuantResponse) Reset() {
 	*x = SwapQuantResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1548,7 +1897,7 @@ func (x *SwapQuantResponse) String() string {
 func (*SwapQuantResponse) ProtoMessage() {}
 
 func (x *SwapQuantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1561,7 +1910,7 @@ func (x *SwapQuantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SwapQuantResponse.ProtoReflect.Descriptor instead.
 func (*SwapQuantResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{27}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{30}
 }
 
 type DataPlaneRequest struct {
@@ -1572,7 +1921,7 @@ type DataPlaneRequest struct {
 
 func (x *DataPlaneRequest) Reset() {
 	*x = DataPlaneRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1584,7 +1933,7 @@ func (x *DataPlaneRequest) String() string {
 func (*DataPlaneRequest) ProtoMessage() {}
 
 func (x *DataPlaneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1597,7 +1946,7 @@ func (x *DataPlaneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataPlaneRequest.ProtoReflect.Descriptor instead.
 func (*DataPlaneRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{28}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{31}
 }
 
 type DataPlaneResponse struct {
@@ -1621,7 +1970,7 @@ type DataPlaneResponse struct {
 
 func (x *DataPlaneResponse) Reset() {
 	*x = DataPlaneResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1633,7 +1982,7 @@ func (x *DataPlaneResponse) String() string {
 func (*DataPlaneResponse) ProtoMessage() {}
 
 func (x *DataPlaneResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1646,7 +1995,7 @@ func (x *DataPlaneResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataPlaneResponse.ProtoReflect.Descriptor instead.
 func (*DataPlaneResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{29}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DataPlaneResponse) GetShm() bool {
@@ -1705,7 +2054,7 @@ type ShmTransfer struct {
 
 func (x *ShmTransfer) Reset() {
 	*x = ShmTransfer{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1717,7 +2066,7 @@ func (x *ShmTransfer) String() string {
 func (*ShmTransfer) ProtoMessage() {}
 
 func (x *ShmTransfer) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1730,7 +2079,7 @@ func (x *ShmTransfer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShmTransfer.ProtoReflect.Descriptor instead.
 func (*ShmTransfer) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{30}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ShmTransfer) GetId() uint64 {
@@ -1778,7 +2127,7 @@ type StateGetShmRequest struct {
 
 func (x *StateGetShmRequest) Reset() {
 	*x = StateGetShmRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1790,7 +2139,7 @@ func (x *StateGetShmRequest) String() string {
 func (*StateGetShmRequest) ProtoMessage() {}
 
 func (x *StateGetShmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1803,7 +2152,7 @@ func (x *StateGetShmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateGetShmRequest.ProtoReflect.Descriptor instead.
 func (*StateGetShmRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{31}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *StateGetShmRequest) GetSlot() int64 {
@@ -1829,7 +2178,7 @@ type StateGetShmResponse struct {
 
 func (x *StateGetShmResponse) Reset() {
 	*x = StateGetShmResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1841,7 +2190,7 @@ func (x *StateGetShmResponse) String() string {
 func (*StateGetShmResponse) ProtoMessage() {}
 
 func (x *StateGetShmResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1854,7 +2203,7 @@ func (x *StateGetShmResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateGetShmResponse.ProtoReflect.Descriptor instead.
 func (*StateGetShmResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{32}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *StateGetShmResponse) GetWritten() int64 {
@@ -1876,7 +2225,7 @@ type StatePutShmRequest struct {
 
 func (x *StatePutShmRequest) Reset() {
 	*x = StatePutShmRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1888,7 +2237,7 @@ func (x *StatePutShmRequest) String() string {
 func (*StatePutShmRequest) ProtoMessage() {}
 
 func (x *StatePutShmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1901,7 +2250,7 @@ func (x *StatePutShmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatePutShmRequest.ProtoReflect.Descriptor instead.
 func (*StatePutShmRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{33}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *StatePutShmRequest) GetSlot() int64 {
@@ -1940,7 +2289,7 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\rModelIdentity\x12\x14\n" +
 	"\x05alias\x18\x01 \x01(\tR\x05alias\x12\x12\n" +
 	"\x04hash\x18\x02 \x01(\tR\x04hash\x12\x12\n" +
-	"\x04path\x18\x03 \x01(\tR\x04path\"\xdd\x01\n" +
+	"\x04path\x18\x03 \x01(\tR\x04path\"\x9a\x02\n" +
 	"\vBackendInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x125\n" +
@@ -1948,7 +2297,11 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\an_slots\x18\x04 \x01(\x03R\x06nSlots\x12\x17\n" +
 	"\an_vocab\x18\x05 \x01(\x03R\x06nVocab\x12\x13\n" +
 	"\x05n_ctx\x18\x06 \x01(\x03R\x04nCtx\x12\"\n" +
-	"\fcapabilities\x18\a \x03(\tR\fcapabilities\"\xbe\x01\n" +
+	"\fcapabilities\x18\a \x03(\tR\fcapabilities\x12\x1c\n" +
+	"\n" +
+	"n_ctx_slot\x18\b \x01(\x03R\bnCtxSlot\x12\x1d\n" +
+	"\n" +
+	"kv_unified\x18\t \x01(\bR\tkvUnified\"\xbe\x01\n" +
 	"\vLoadRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x17\n" +
 	"\an_slots\x18\x02 \x01(\x03R\x06nSlots\x12D\n" +
@@ -1973,32 +2326,70 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\x04slot\x18\x01 \x01(\v2\x1a.hydra.backend.v1.SlotInfoR\x04slot\"&\n" +
 	"\x10ClearSlotRequest\x12\x12\n" +
 	"\x04slot\x18\x01 \x01(\x03R\x04slot\"\x13\n" +
-	"\x11ClearSlotResponse\"7\n" +
+	"\x11ClearSlotResponse\"\xd5\x01\n" +
 	"\aMessage\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +
-	"\acontent\x18\x02 \x01(\tR\acontent\"\x89\x01\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\x12+\n" +
+	"\x11reasoning_content\x18\x03 \x01(\tR\x10reasoningContent\x129\n" +
+	"\n" +
+	"tool_calls\x18\x04 \x03(\v2\x1a.hydra.backend.v1.ToolCallR\ttoolCalls\x12 \n" +
+	"\ftool_call_id\x18\x05 \x01(\tR\n" +
+	"toolCallId\x12\x12\n" +
+	"\x04name\x18\x06 \x01(\tR\x04name\"L\n" +
+	"\bToolCall\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
+	"\targuments\x18\x03 \x01(\tR\targuments\"\xdc\x01\n" +
 	"\x0ePrefillRequest\x12\x12\n" +
 	"\x04slot\x18\x01 \x01(\x03R\x04slot\x125\n" +
 	"\bmessages\x18\x02 \x03(\v2\x19.hydra.backend.v1.MessageR\bmessages\x12\x16\n" +
 	"\x06tokens\x18\x03 \x03(\x05R\x06tokens\x12\x14\n" +
-	"\x05model\x18\x04 \x01(\tR\x05model\"\x80\x01\n" +
+	"\x05model\x18\x04 \x01(\tR\x05model\x12\x12\n" +
+	"\x04text\x18\x05 \x01(\tR\x04text\x12\x14\n" +
+	"\x05tools\x18\x06 \x03(\tR\x05tools\x12'\n" +
+	"\x0ftemplate_kwargs\x18\a \x01(\tR\x0etemplateKwargs\"\x9b\x01\n" +
 	"\x0fPrefillResponse\x12.\n" +
 	"\x04slot\x18\x01 \x01(\v2\x1a.hydra.backend.v1.SlotInfoR\x04slot\x12\x16\n" +
 	"\x06logits\x18\x02 \x03(\x02R\x06logits\x12%\n" +
-	"\x0emodel_fallback\x18\x03 \x01(\bR\rmodelFallback\"o\n" +
+	"\x0emodel_fallback\x18\x03 \x01(\bR\rmodelFallback\x12\x19\n" +
+	"\bn_reused\x18\x04 \x01(\x03R\anReused\"Q\n" +
+	"\x10TokenizeResponse\x12\x16\n" +
+	"\x06tokens\x18\x01 \x03(\x05R\x06tokens\x12%\n" +
+	"\x0eopens_thinking\x18\x02 \x01(\bR\ropensThinking\"\xd3\x03\n" +
 	"\rSamplerParams\x12 \n" +
 	"\vtemperature\x18\x01 \x01(\x02R\vtemperature\x12\x13\n" +
 	"\x05top_k\x18\x02 \x01(\x05R\x04topK\x12\x13\n" +
 	"\x05top_p\x18\x03 \x01(\x02R\x04topP\x12\x12\n" +
-	"\x04seed\x18\x04 \x01(\x04R\x04seed\"{\n" +
+	"\x04seed\x18\x04 \x01(\x04R\x04seed\x12\x13\n" +
+	"\x05min_p\x18\x05 \x01(\x02R\x04minP\x12%\n" +
+	"\x0erepeat_penalty\x18\x06 \x01(\x02R\rrepeatPenalty\x12\"\n" +
+	"\rrepeat_last_n\x18\a \x01(\x05R\vrepeatLastN\x12)\n" +
+	"\x10presence_penalty\x18\b \x01(\x02R\x0fpresencePenalty\x12+\n" +
+	"\x11frequency_penalty\x18\t \x01(\x02R\x10frequencyPenalty\x12\x1d\n" +
+	"\n" +
+	"ignore_eos\x18\n" +
+	" \x01(\bR\tignoreEos\x12M\n" +
+	"\n" +
+	"logit_bias\x18\v \x03(\v2..hydra.backend.v1.SamplerParams.LogitBiasEntryR\tlogitBias\x1a<\n" +
+	"\x0eLogitBiasEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x02R\x05value:\x028\x01\"\xc7\x01\n" +
 	"\rDecodeRequest\x12\x12\n" +
 	"\x04slot\x18\x01 \x01(\x03R\x04slot\x12\x1b\n" +
 	"\tn_predict\x18\x02 \x01(\x03R\bnPredict\x129\n" +
-	"\asampler\x18\x03 \x01(\v2\x1f.hydra.backend.v1.SamplerParamsR\asampler\"E\n" +
+	"\asampler\x18\x03 \x01(\v2\x1f.hydra.backend.v1.SamplerParamsR\asampler\x12\x1a\n" +
+	"\blogprobs\x18\x04 \x01(\bR\blogprobs\x12\x17\n" +
+	"\an_probs\x18\x05 \x01(\x05R\x06nProbs\x12\x15\n" +
+	"\x06n_keep\x18\x06 \x01(\x03R\x05nKeep\"I\n" +
+	"\tTokenProb\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x12\n" +
+	"\x04text\x18\x02 \x01(\fR\x04text\x12\x18\n" +
+	"\alogprob\x18\x03 \x01(\x02R\alogprob\"t\n" +
 	"\x05Token\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\fR\x04text\x12\x18\n" +
-	"\alogprob\x18\x03 \x01(\x02R\alogprob\"q\n" +
+	"\alogprob\x18\x03 \x01(\x02R\alogprob\x12-\n" +
+	"\x03top\x18\x04 \x03(\v2\x1b.hydra.backend.v1.TokenProbR\x03top\"q\n" +
 	"\fDecodeResult\x12)\n" +
 	"\x10tokens_generated\x18\x01 \x01(\x03R\x0ftokensGenerated\x12\x15\n" +
 	"\x06n_past\x18\x02 \x01(\x03R\x05nPast\x12\x1f\n" +
@@ -2055,13 +2446,14 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\x04slot\x18\x01 \x01(\x03R\x04slot\x12\x16\n" +
 	"\x06tokens\x18\x02 \x03(\x05R\x06tokens\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x03R\x04size\x129\n" +
-	"\btransfer\x18\x04 \x01(\v2\x1d.hydra.backend.v1.ShmTransferR\btransfer2\xc0\b\n" +
+	"\btransfer\x18\x04 \x01(\v2\x1d.hydra.backend.v1.ShmTransferR\btransfer2\x92\t\n" +
 	"\aBackend\x12E\n" +
 	"\x04Load\x12\x1d.hydra.backend.v1.LoadRequest\x1a\x1e.hydra.backend.v1.LoadResponse\x12E\n" +
 	"\x04Info\x12\x1d.hydra.backend.v1.InfoRequest\x1a\x1e.hydra.backend.v1.InfoResponse\x12E\n" +
 	"\x04Slot\x12\x1d.hydra.backend.v1.SlotRequest\x1a\x1e.hydra.backend.v1.SlotResponse\x12T\n" +
 	"\tClearSlot\x12\".hydra.backend.v1.ClearSlotRequest\x1a#.hydra.backend.v1.ClearSlotResponse\x12N\n" +
-	"\aPrefill\x12 .hydra.backend.v1.PrefillRequest\x1a!.hydra.backend.v1.PrefillResponse\x12M\n" +
+	"\aPrefill\x12 .hydra.backend.v1.PrefillRequest\x1a!.hydra.backend.v1.PrefillResponse\x12P\n" +
+	"\bTokenize\x12 .hydra.backend.v1.PrefillRequest\x1a\".hydra.backend.v1.TokenizeResponse\x12M\n" +
 	"\x06Decode\x12\x1f.hydra.backend.v1.DecodeRequest\x1a .hydra.backend.v1.DecodeResponse0\x01\x12S\n" +
 	"\bStateGet\x12!.hydra.backend.v1.StateGetRequest\x1a\".hydra.backend.v1.StateGetResponse0\x01\x12S\n" +
 	"\bStatePut\x12!.hydra.backend.v1.StatePutRequest\x1a\".hydra.backend.v1.StatePutResponse(\x01\x12T\n" +
@@ -2083,7 +2475,7 @@ func file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP() []byte {
 	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescData
 }
 
-var file_iface_proto_hydra_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_iface_proto_hydra_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_iface_proto_hydra_backend_v1_backend_proto_goTypes = []any{
 	(*ModelIdentity)(nil),         // 0: hydra.backend.v1.ModelIdentity
 	(*BackendInfo)(nil),           // 1: hydra.backend.v1.BackendInfo
@@ -2097,75 +2489,84 @@ var file_iface_proto_hydra_backend_v1_backend_proto_goTypes = []any{
 	(*ClearSlotRequest)(nil),      // 9: hydra.backend.v1.ClearSlotRequest
 	(*ClearSlotResponse)(nil),     // 10: hydra.backend.v1.ClearSlotResponse
 	(*Message)(nil),               // 11: hydra.backend.v1.Message
-	(*PrefillRequest)(nil),        // 12: hydra.backend.v1.PrefillRequest
-	(*PrefillResponse)(nil),       // 13: hydra.backend.v1.PrefillResponse
-	(*SamplerParams)(nil),         // 14: hydra.backend.v1.SamplerParams
-	(*DecodeRequest)(nil),         // 15: hydra.backend.v1.DecodeRequest
-	(*Token)(nil),                 // 16: hydra.backend.v1.Token
-	(*DecodeResult)(nil),          // 17: hydra.backend.v1.DecodeResult
-	(*DecodeResponse)(nil),        // 18: hydra.backend.v1.DecodeResponse
-	(*StateGetRequest)(nil),       // 19: hydra.backend.v1.StateGetRequest
-	(*StateGetResponse)(nil),      // 20: hydra.backend.v1.StateGetResponse
-	(*StatePutHeader)(nil),        // 21: hydra.backend.v1.StatePutHeader
-	(*StatePutRequest)(nil),       // 22: hydra.backend.v1.StatePutRequest
-	(*StatePutResponse)(nil),      // 23: hydra.backend.v1.StatePutResponse
-	(*SetExpertModeRequest)(nil),  // 24: hydra.backend.v1.SetExpertModeRequest
-	(*SetExpertModeResponse)(nil), // 25: hydra.backend.v1.SetExpertModeResponse
-	(*SwapQuantRequest)(nil),      // 26: hydra.backend.v1.SwapQuantRequest
-	(*SwapQuantResponse)(nil),     // 27: hydra.backend.v1.SwapQuantResponse
-	(*DataPlaneRequest)(nil),      // 28: hydra.backend.v1.DataPlaneRequest
-	(*DataPlaneResponse)(nil),     // 29: hydra.backend.v1.DataPlaneResponse
-	(*ShmTransfer)(nil),           // 30: hydra.backend.v1.ShmTransfer
-	(*StateGetShmRequest)(nil),    // 31: hydra.backend.v1.StateGetShmRequest
-	(*StateGetShmResponse)(nil),   // 32: hydra.backend.v1.StateGetShmResponse
-	(*StatePutShmRequest)(nil),    // 33: hydra.backend.v1.StatePutShmRequest
-	nil,                           // 34: hydra.backend.v1.LoadRequest.OptionsEntry
+	(*ToolCall)(nil),              // 12: hydra.backend.v1.ToolCall
+	(*PrefillRequest)(nil),        // 13: hydra.backend.v1.PrefillRequest
+	(*PrefillResponse)(nil),       // 14: hydra.backend.v1.PrefillResponse
+	(*TokenizeResponse)(nil),      // 15: hydra.backend.v1.TokenizeResponse
+	(*SamplerParams)(nil),         // 16: hydra.backend.v1.SamplerParams
+	(*DecodeRequest)(nil),         // 17: hydra.backend.v1.DecodeRequest
+	(*TokenProb)(nil),             // 18: hydra.backend.v1.TokenProb
+	(*Token)(nil),                 // 19: hydra.backend.v1.Token
+	(*DecodeResult)(nil),          // 20: hydra.backend.v1.DecodeResult
+	(*DecodeResponse)(nil),        // 21: hydra.backend.v1.DecodeResponse
+	(*StateGetRequest)(nil),       // 22: hydra.backend.v1.StateGetRequest
+	(*StateGetResponse)(nil),      // 23: hydra.backend.v1.StateGetResponse
+	(*StatePutHeader)(nil),        // 24: hydra.backend.v1.StatePutHeader
+	(*StatePutRequest)(nil),       // 25: hydra.backend.v1.StatePutRequest
+	(*StatePutResponse)(nil),      // 26: hydra.backend.v1.StatePutResponse
+	(*SetExpertModeRequest)(nil),  // 27: hydra.backend.v1.SetExpertModeRequest
+	(*SetExpertModeResponse)(nil), // 28: hydra.backend.v1.SetExpertModeResponse
+	(*SwapQuantRequest)(nil),      // 29: hydra.backend.v1.SwapQuantRequest
+	(*SwapQuantResponse)(nil),     // 30: hydra.backend.v1.SwapQuantResponse
+	(*DataPlaneRequest)(nil),      // 31: hydra.backend.v1.DataPlaneRequest
+	(*DataPlaneResponse)(nil),     // 32: hydra.backend.v1.DataPlaneResponse
+	(*ShmTransfer)(nil),           // 33: hydra.backend.v1.ShmTransfer
+	(*StateGetShmRequest)(nil),    // 34: hydra.backend.v1.StateGetShmRequest
+	(*StateGetShmResponse)(nil),   // 35: hydra.backend.v1.StateGetShmResponse
+	(*StatePutShmRequest)(nil),    // 36: hydra.backend.v1.StatePutShmRequest
+	nil,                           // 37: hydra.backend.v1.LoadRequest.OptionsEntry
+	nil,                           // 38: hydra.backend.v1.SamplerParams.LogitBiasEntry
 }
 var file_iface_proto_hydra_backend_v1_backend_proto_depIdxs = []int32{
 	0,  // 0: hydra.backend.v1.BackendInfo.model:type_name -> hydra.backend.v1.ModelIdentity
-	34, // 1: hydra.backend.v1.LoadRequest.options:type_name -> hydra.backend.v1.LoadRequest.OptionsEntry
+	37, // 1: hydra.backend.v1.LoadRequest.options:type_name -> hydra.backend.v1.LoadRequest.OptionsEntry
 	1,  // 2: hydra.backend.v1.LoadResponse.info:type_name -> hydra.backend.v1.BackendInfo
 	1,  // 3: hydra.backend.v1.InfoResponse.info:type_name -> hydra.backend.v1.BackendInfo
 	6,  // 4: hydra.backend.v1.SlotResponse.slot:type_name -> hydra.backend.v1.SlotInfo
-	11, // 5: hydra.backend.v1.PrefillRequest.messages:type_name -> hydra.backend.v1.Message
-	6,  // 6: hydra.backend.v1.PrefillResponse.slot:type_name -> hydra.backend.v1.SlotInfo
-	14, // 7: hydra.backend.v1.DecodeRequest.sampler:type_name -> hydra.backend.v1.SamplerParams
-	16, // 8: hydra.backend.v1.DecodeResponse.token:type_name -> hydra.backend.v1.Token
-	17, // 9: hydra.backend.v1.DecodeResponse.result:type_name -> hydra.backend.v1.DecodeResult
-	21, // 10: hydra.backend.v1.StatePutRequest.header:type_name -> hydra.backend.v1.StatePutHeader
-	30, // 11: hydra.backend.v1.StateGetShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
-	30, // 12: hydra.backend.v1.StatePutShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
-	2,  // 13: hydra.backend.v1.Backend.Load:input_type -> hydra.backend.v1.LoadRequest
-	4,  // 14: hydra.backend.v1.Backend.Info:input_type -> hydra.backend.v1.InfoRequest
-	7,  // 15: hydra.backend.v1.Backend.Slot:input_type -> hydra.backend.v1.SlotRequest
-	9,  // 16: hydra.backend.v1.Backend.ClearSlot:input_type -> hydra.backend.v1.ClearSlotRequest
-	12, // 17: hydra.backend.v1.Backend.Prefill:input_type -> hydra.backend.v1.PrefillRequest
-	15, // 18: hydra.backend.v1.Backend.Decode:input_type -> hydra.backend.v1.DecodeRequest
-	19, // 19: hydra.backend.v1.Backend.StateGet:input_type -> hydra.backend.v1.StateGetRequest
-	22, // 20: hydra.backend.v1.Backend.StatePut:input_type -> hydra.backend.v1.StatePutRequest
-	28, // 21: hydra.backend.v1.Backend.DataPlane:input_type -> hydra.backend.v1.DataPlaneRequest
-	31, // 22: hydra.backend.v1.Backend.StateGetShm:input_type -> hydra.backend.v1.StateGetShmRequest
-	33, // 23: hydra.backend.v1.Backend.StatePutShm:input_type -> hydra.backend.v1.StatePutShmRequest
-	24, // 24: hydra.backend.v1.Backend.SetExpertMode:input_type -> hydra.backend.v1.SetExpertModeRequest
-	26, // 25: hydra.backend.v1.Backend.SwapQuant:input_type -> hydra.backend.v1.SwapQuantRequest
-	3,  // 26: hydra.backend.v1.Backend.Load:output_type -> hydra.backend.v1.LoadResponse
-	5,  // 27: hydra.backend.v1.Backend.Info:output_type -> hydra.backend.v1.InfoResponse
-	8,  // 28: hydra.backend.v1.Backend.Slot:output_type -> hydra.backend.v1.SlotResponse
-	10, // 29: hydra.backend.v1.Backend.ClearSlot:output_type -> hydra.backend.v1.ClearSlotResponse
-	13, // 30: hydra.backend.v1.Backend.Prefill:output_type -> hydra.backend.v1.PrefillResponse
-	18, // 31: hydra.backend.v1.Backend.Decode:output_type -> hydra.backend.v1.DecodeResponse
-	20, // 32: hydra.backend.v1.Backend.StateGet:output_type -> hydra.backend.v1.StateGetResponse
-	23, // 33: hydra.backend.v1.Backend.StatePut:output_type -> hydra.backend.v1.StatePutResponse
-	29, // 34: hydra.backend.v1.Backend.DataPlane:output_type -> hydra.backend.v1.DataPlaneResponse
-	32, // 35: hydra.backend.v1.Backend.StateGetShm:output_type -> hydra.backend.v1.StateGetShmResponse
-	23, // 36: hydra.backend.v1.Backend.StatePutShm:output_type -> hydra.backend.v1.StatePutResponse
-	25, // 37: hydra.backend.v1.Backend.SetExpertMode:output_type -> hydra.backend.v1.SetExpertModeResponse
-	27, // 38: hydra.backend.v1.Backend.SwapQuant:output_type -> hydra.backend.v1.SwapQuantResponse
-	26, // [26:39] is the sub-list for method output_type
-	13, // [13:26] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	12, // 5: hydra.backend.v1.Message.tool_calls:type_name -> hydra.backend.v1.ToolCall
+	11, // 6: hydra.backend.v1.PrefillRequest.messages:type_name -> hydra.backend.v1.Message
+	6,  // 7: hydra.backend.v1.PrefillResponse.slot:type_name -> hydra.backend.v1.SlotInfo
+	38, // 8: hydra.backend.v1.SamplerParams.logit_bias:type_name -> hydra.backend.v1.SamplerParams.LogitBiasEntry
+	16, // 9: hydra.backend.v1.DecodeRequest.sampler:type_name -> hydra.backend.v1.SamplerParams
+	18, // 10: hydra.backend.v1.Token.top:type_name -> hydra.backend.v1.TokenProb
+	19, // 11: hydra.backend.v1.DecodeResponse.token:type_name -> hydra.backend.v1.Token
+	20, // 12: hydra.backend.v1.DecodeResponse.result:type_name -> hydra.backend.v1.DecodeResult
+	24, // 13: hydra.backend.v1.StatePutRequest.header:type_name -> hydra.backend.v1.StatePutHeader
+	33, // 14: hydra.backend.v1.StateGetShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
+	33, // 15: hydra.backend.v1.StatePutShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
+	2,  // 16: hydra.backend.v1.Backend.Load:input_type -> hydra.backend.v1.LoadRequest
+	4,  // 17: hydra.backend.v1.Backend.Info:input_type -> hydra.backend.v1.InfoRequest
+	7,  // 18: hydra.backend.v1.Backend.Slot:input_type -> hydra.backend.v1.SlotRequest
+	9,  // 19: hydra.backend.v1.Backend.ClearSlot:input_type -> hydra.backend.v1.ClearSlotRequest
+	13, // 20: hydra.backend.v1.Backend.Prefill:input_type -> hydra.backend.v1.PrefillRequest
+	13, // 21: hydra.backend.v1.Backend.Tokenize:input_type -> hydra.backend.v1.PrefillRequest
+	17, // 22: hydra.backend.v1.Backend.Decode:input_type -> hydra.backend.v1.DecodeRequest
+	22, // 23: hydra.backend.v1.Backend.StateGet:input_type -> hydra.backend.v1.StateGetRequest
+	25, // 24: hydra.backend.v1.Backend.StatePut:input_type -> hydra.backend.v1.StatePutRequest
+	31, // 25: hydra.backend.v1.Backend.DataPlane:input_type -> hydra.backend.v1.DataPlaneRequest
+	34, // 26: hydra.backend.v1.Backend.StateGetShm:input_type -> hydra.backend.v1.StateGetShmRequest
+	36, // 27: hydra.backend.v1.Backend.StatePutShm:input_type -> hydra.backend.v1.StatePutShmRequest
+	27, // 28: hydra.backend.v1.Backend.SetExpertMode:input_type -> hydra.backend.v1.SetExpertModeRequest
+	29, // 29: hydra.backend.v1.Backend.SwapQuant:input_type -> hydra.backend.v1.SwapQuantRequest
+	3,  // 30: hydra.backend.v1.Backend.Load:output_type -> hydra.backend.v1.LoadResponse
+	5,  // 31: hydra.backend.v1.Backend.Info:output_type -> hydra.backend.v1.InfoResponse
+	8,  // 32: hydra.backend.v1.Backend.Slot:output_type -> hydra.backend.v1.SlotResponse
+	10, // 33: hydra.backend.v1.Backend.ClearSlot:output_type -> hydra.backend.v1.ClearSlotResponse
+	14, // 34: hydra.backend.v1.Backend.Prefill:output_type -> hydra.backend.v1.PrefillResponse
+	15, // 35: hydra.backend.v1.Backend.Tokenize:output_type -> hydra.backend.v1.TokenizeResponse
+	21, // 36: hydra.backend.v1.Backend.Decode:output_type -> hydra.backend.v1.DecodeResponse
+	23, // 37: hydra.backend.v1.Backend.StateGet:output_type -> hydra.backend.v1.StateGetResponse
+	26, // 38: hydra.backend.v1.Backend.StatePut:output_type -> hydra.backend.v1.StatePutResponse
+	32, // 39: hydra.backend.v1.Backend.DataPlane:output_type -> hydra.backend.v1.DataPlaneResponse
+	35, // 40: hydra.backend.v1.Backend.StateGetShm:output_type -> hydra.backend.v1.StateGetShmResponse
+	26, // 41: hydra.backend.v1.Backend.StatePutShm:output_type -> hydra.backend.v1.StatePutResponse
+	28, // 42: hydra.backend.v1.Backend.SetExpertMode:output_type -> hydra.backend.v1.SetExpertModeResponse
+	30, // 43: hydra.backend.v1.Backend.SwapQuant:output_type -> hydra.backend.v1.SwapQuantResponse
+	30, // [30:44] is the sub-list for method output_type
+	16, // [16:30] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_iface_proto_hydra_backend_v1_backend_proto_init() }
@@ -2173,11 +2574,11 @@ func file_iface_proto_hydra_backend_v1_backend_proto_init() {
 	if File_iface_proto_hydra_backend_v1_backend_proto != nil {
 		return
 	}
-	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[18].OneofWrappers = []any{
+	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21].OneofWrappers = []any{
 		(*DecodeResponse_Token)(nil),
 		(*DecodeResponse_Result)(nil),
 	}
-	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22].OneofWrappers = []any{
+	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25].OneofWrappers = []any{
 		(*StatePutRequest_Header)(nil),
 		(*StatePutRequest_Data)(nil),
 	}
@@ -2187,7 +2588,7 @@ func file_iface_proto_hydra_backend_v1_backend_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_iface_proto_hydra_backend_v1_backend_proto_rawDesc), len(file_iface_proto_hydra_backend_v1_backend_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   35,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,6 +24,7 @@ const (
 	Backend_Slot_FullMethodName          = "/hydra.backend.v1.Backend/Slot"
 	Backend_ClearSlot_FullMethodName     = "/hydra.backend.v1.Backend/ClearSlot"
 	Backend_Prefill_FullMethodName       = "/hydra.backend.v1.Backend/Prefill"
+	Backend_Tokenize_FullMethodName      = "/hydra.backend.v1.Backend/Tokenize"
 	Backend_Decode_FullMethodName        = "/hydra.backend.v1.Backend/Decode"
 	Backend_StateGet_FullMethodName      = "/hydra.backend.v1.Backend/StateGet"
 	Backend_StatePut_FullMethodName      = "/hydra.backend.v1.Backend/StatePut"
@@ -43,6 +44,9 @@ type BackendClient interface {
 	Slot(ctx context.Context, in *SlotRequest, opts ...grpc.CallOption) (*SlotResponse, error)
 	ClearSlot(ctx context.Context, in *ClearSlotRequest, opts ...grpc.CallOption) (*ClearSlotResponse, error)
 	Prefill(ctx context.Context, in *PrefillRequest, opts ...grpc.CallOption) (*PrefillResponse, error)
+	// Tokenize returns the tokens Prefill would evaluate for the request,
+	// evaluating nothing.
+	Tokenize(ctx context.Context, in *PrefillRequest, opts ...grpc.CallOption) (*TokenizeResponse, error)
 	// Decode streams one message per generated token, then one carrying the
 	// result.
 	Decode(ctx context.Context, in *DecodeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DecodeResponse], error)
@@ -114,6 +118,16 @@ func (c *backendClient) Prefill(ctx context.Context, in *PrefillRequest, opts ..
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(PrefillResponse)
 	err := c.cc.Invoke(ctx, Backend_Prefill_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *backendClient) Tokenize(ctx context.Context, in *PrefillRequest, opts ...grpc.CallOption) (*TokenizeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TokenizeResponse)
+	err := c.cc.Invoke(ctx, Backend_Tokenize_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -230,6 +244,9 @@ type BackendServer interface {
 	Slot(context.Context, *SlotRequest) (*SlotResponse, error)
 	ClearSlot(context.Context, *ClearSlotRequest) (*ClearSlotResponse, error)
 	Prefill(context.Context, *PrefillRequest) (*PrefillResponse, error)
+	// Tokenize returns the tokens Prefill would evaluate for the request,
+	// evaluating nothing.
+	Tokenize(context.Context, *PrefillRequest) (*TokenizeResponse, error)
 	// Decode streams one message per generated token, then one carrying the
 	// result.
 	Decode(*DecodeRequest, grpc.ServerStreamingServer[DecodeResponse]) error
@@ -271,6 +288,9 @@ func (UnimplementedBackendServer) ClearSlot(context.Context, *ClearSlotRequest) 
 }
 func (UnimplementedBackendServer) Prefill(context.Context, *PrefillRequest) (*PrefillResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Prefill not implemented")
+}
+func (UnimplementedBackendServer) Tokenize(context.Context, *PrefillRequest) (*TokenizeResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Tokenize not implemented")
 }
 func (UnimplementedBackendServer) Decode(*DecodeRequest, grpc.ServerStreamingServer[DecodeResponse]) error {
 	return status.Errorf(codes.Unimplemented, "method Decode not implemented")
@@ -403,6 +423,24 @@ func _Backend_Prefill_Handler(srv interface{}, ctx context.Context, dec func(int
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(BackendServer).Prefill(ctx, req.(*PrefillRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Backend_Tokenize_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PrefillRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackendServer).Tokenize(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Backend_Tokenize_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackendServer).Tokenize(ctx, req.(*PrefillRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -552,6 +590,10 @@ var Backend_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Prefill",
 			Handler:    _Backend_Prefill_Handler,
+		},
+		{
+			MethodName: "Tokenize",
+			Handler:    _Backend_Tokenize_Handler,
 		},
 		{
 			MethodName: "DataPlane",

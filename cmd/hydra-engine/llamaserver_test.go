@@ -1,0 +1,363 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// nodeArgs is the line a Hydra node agent writes for the global and
+// per-node parameters of real node configurations: --host, --port,
+// --rpc-port, then --KEY VALUE, a true boolean as a bare --KEY. template is
+// the chat template file.
+func nodeArgs(template string) []string {
+	return []string{
+		"--host", "127.0.0.1", "--port", "8080", "--rpc-port", "9510",
+		"--flash-attn", "on", "--cache-type-k", "q8_0", "--cache-type-v", "q8_0", "--kv-unified", "--cont-batching",
+		"--cache-prompt", "--cache-reuse", "64", "--prio", "3", "--prio-batch", "1", "--rope-scaling", "yarn",
+		"--rope-scale", "5", "--yarn-orig-ctx", "32768", "--reasoning", "on", "--jinja", "--timeout", "1800",
+		"--chat-template-kwargs", `{"preserve_thinking": true}`, "--log-prefix", "false", "--metrics", "--slots",
+		"--perf", "--log-verbosity", "4", "--context-shift",
+		"--model", "/models/qwen3-35b-a3b.gguf", "--chat-template-file", template, "--n-cpu-moe", "8",
+		"--n-gpu-layers", "all", "--override-tensor", `token_embd\.weight=CPU,output\.weight=CPU,output_norm\.weight=CPU`,
+		"--ctx-size", "320000", "--parallel", "2", "--temp", "0.86", "--repeat-penalty", "1.06", "--top-k", "20",
+		"--top-p", "0.95", "--slot-prompt-similarity", "0.4",
+	}
+}
+
+func templateFile(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "chat.jinja")
+	if err := os.WriteFile(p, []byte("{{ messages }}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func parseLS(t *testing.T, args ...string) *invocation {
+	t.Helper()
+	inv, err := parseLlamaServer(args, envOf(nil), io.Discard)
+	if err != nil {
+		t.Fatalf("%q: %v", args, err)
+	}
+	return inv
+}
+
+// The node agent's line becomes these settings, options, sampler defaults
+// and one log line for each parameter without effect.
+func TestLlamaServerNodeLine(t *testing.T) {
+	tmpl := templateFile(t)
+	inv := parseLS(t, nodeArgs(tmpl)...)
+	c := inv.cfg
+	if c.HTTP != "127.0.0.1:8080" || !slices.Equal(c.RPC, []string{"tcp://127.0.0.1:9510"}) || c.Backend != "cuda-llama" ||
+		c.Model != "/models/qwen3-35b-a3b.gguf" || c.Slots != 2 || c.LogLevel != "debug" || c.ChunkTimeout != 1800*time.Second ||
+		c.SlotSimilarity != 0.4 {
+		t.Errorf("settings %+v", c)
+	}
+	wantOpts := map[string]string{
+		"flash_attn": "on", "cache_type_k": "q8_0", "cache_type_v": "q8_0", "kv_unified": "true", "cache_reuse": "64",
+		"rope_scaling": "yarn", "rope_scale": "5", "yarn_orig_ctx": "32768", "reasoning": "on", "jinja": "true",
+		"chat_template_kwargs": `{"preserve_thinking": true}`, "context_shift": "true", "chat_template_file": tmpl,
+		"n_cpu_moe": "8", "n_gpu_layers": "all", "override_tensor": `token_embd\.weight=CPU,output\.weight=CPU,output_norm\.weight=CPU`,
+		"n_ctx": "320000",
+	}
+	if !reflect.DeepEqual(c.BackendOpts, wantOpts) {
+		t.Errorf("backend options:\n got %v\nwant %v", c.BackendOpts, wantOpts)
+	}
+	wantSampler := map[string]string{"temperature": "0.86", "repeat_penalty": "1.06", "top_k": "20", "top_p": "0.95"}
+	if !reflect.DeepEqual(c.Sampler, wantSampler) {
+		t.Errorf("sampler %v, want %v", c.Sampler, wantSampler)
+	}
+	noEffect := []string{"--cont-batching", "--cache-prompt", "--prio 3", "--prio-batch 1", "--log-prefix false", "--metrics", "--slots", "--perf"}
+	for _, p := range noEffect {
+		if n := countPrefix(inv.notes, "llama-server "+p+": no effect here: "); n != 1 {
+			t.Errorf("%d log lines for %s:\n%s", n, p, strings.Join(inv.notes, "\n"))
+		}
+	}
+	if len(inv.notes) != len(noEffect)+1 || !slices.Contains(inv.notes, "llama-server placement: n_gpu_layers=all n_cpu_moe=8 "+
+		`override_tensor=token_embd\.weight=CPU,output\.weight=CPU,output_norm\.weight=CPU (the plugin logs, at debug level, the weights each rule placed and where)`) {
+		t.Errorf("notes:\n%s", strings.Join(inv.notes, "\n"))
+	}
+	if src := inv.sources["slots"]; src != "llama-server --parallel" {
+		t.Errorf("slots from %q", src)
+	}
+}
+
+func countPrefix(lines []string, prefix string) int {
+	n := 0
+	for _, l := range lines {
+		if strings.HasPrefix(l, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// Short forms, --key=value, '_' for '-', and the switches' spellings read
+// as llama-server reads them.
+func TestLlamaServerSpellings(t *testing.T) {
+	long := parseLS(t, "--model", "m.gguf", "--ctx-size", "4096", "--parallel", "3", "--n-gpu-layers", "20",
+		"--override-tensor", `blk\.0\.=CPU`, "--flash-attn", "off", "--threads", "4", "--batch-size", "256", "--ubatch-size", "64")
+	for _, args := range [][]string{
+		{"-m", "m.gguf", "-c", "4096", "-np", "3", "-ngl", "20", "-ot", `blk\.0\.=CPU`, "-fa", "off", "-t", "4", "-b", "256", "-ub", "64"},
+		{"--model=m.gguf", "--ctx-size=4096", "--parallel=3", "--n-gpu-layers=20", `--override-tensor=blk\.0\.=CPU`,
+			"--flash-attn=off", "--threads=4", "--batch-size=256", "--ubatch-size=64"},
+		{"--model", "m.gguf", "--ctx_size", "4096", "--parallel", "3", "--gpu-layers", "20", "-ot", `blk\.0\.=CPU`,
+			"--flash_attn", "off", "--threads", "4", "--batch_size", "256", "--ubatch_size", "64"},
+	} {
+		inv := parseLS(t, args...)
+		if !reflect.DeepEqual(inv.cfg.BackendOpts, long.cfg.BackendOpts) || inv.cfg.Model != "m.gguf" || inv.cfg.Slots != 3 {
+			t.Errorf("%q:\n got %v %q %d\nwant %v", args, inv.cfg.BackendOpts, inv.cfg.Model, inv.cfg.Slots, long.cfg.BackendOpts)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--jinja"}, "true"},
+		{[]string{"--jinja", "false"}, "false"},
+		{[]string{"--jinja", "on", "-c", "64"}, "true"},
+		{[]string{"--jinja=off"}, "false"},
+		{[]string{"--jinja=1"}, "true"},
+		{[]string{"--no-jinja"}, "false"},
+		{[]string{"--jinja", "-c", "64"}, "true"},
+	} {
+		if got := parseLS(t, tc.args...).cfg.BackendOpts["jinja"]; got != tc.want {
+			t.Errorf("%q: jinja=%q, want %q", tc.args, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		key  string
+		want string
+	}{
+		{[]string{"-fa"}, "flash_attn", "on"},
+		{[]string{"-fa", "-c", "64"}, "flash_attn", "on"},
+		{[]string{"-fa", "-1"}, "flash_attn", "auto"},
+		{[]string{"--flash-attn", "enabled"}, "flash_attn", "on"},
+		{[]string{"-kvu"}, "kv_unified", "true"},
+		{[]string{"--no-kv-unified"}, "kv_unified", "false"},
+		{[]string{"--no-context-shift"}, "context_shift", "false"},
+		{[]string{"--no-mmap"}, "use_mmap", "false"},
+		{[]string{"-ctk", "Q8_0"}, "cache_type_k", "q8_0"},
+		{[]string{"-rea", "off"}, "reasoning", "off"},
+		{[]string{"--reasoning", "auto"}, "reasoning", "auto"},
+		{[]string{"-ot", "a=CPU", "-ot", "b=CUDA0"}, "override_tensor", "a=CPU,b=CUDA0"},
+		{[]string{"-t", "0"}, "n_threads", strconv.Itoa(runtime.NumCPU())},
+		{[]string{"-tb", "-1"}, "n_threads_batch", strconv.Itoa(runtime.NumCPU())},
+		{[]string{"-ngl", "-1"}, "n_gpu_layers", "-1"},
+		{[]string{"-ncmoe", "3"}, "n_cpu_moe", "3"},
+		{[]string{"-a", "qwen"}, "alias", "qwen"},
+	} {
+		if got := parseLS(t, tc.args...).cfg.BackendOpts[tc.key]; got != tc.want {
+			t.Errorf("%q: %s=%q, want %q", tc.args, tc.key, got, tc.want)
+		}
+	}
+}
+
+func TestLlamaServerSampling(t *testing.T) {
+	inv := parseLS(t, "--temp", "-1", "--top-k", "0", "--min-p", "0.05", "--repeat-last-n", "-1",
+		"--presence-penalty", "0.5", "--frequency-penalty", "0.25", "-s", "42", "-sps", "0")
+	want := map[string]string{"temperature": "0", "top_k": "0", "min_p": "0.05", "repeat_last_n": "-1",
+		"presence_penalty": "0.5", "frequency_penalty": "0.25", "seed": "42"}
+	if !reflect.DeepEqual(inv.cfg.Sampler, want) || inv.cfg.SlotSimilarity != 0 {
+		t.Errorf("sampler %v (want %v), slot_prompt_similarity %v", inv.cfg.Sampler, want, inv.cfg.SlotSimilarity)
+	}
+	for _, seed := range []string{"-1", "4294967295"} { // random: the engine's default
+		if s := parseLS(t, "--seed", seed).cfg.Sampler; len(s) != 0 {
+			t.Errorf("--seed %s: sampler %v", seed, s)
+		}
+	}
+}
+
+// Listeners: HTTP on --host/--port (llama-server's 127.0.0.1:8080 when not
+// given), Hydra RPC on --rpc-port of the same host, under the engine's
+// rules for who may connect.
+func TestLlamaServerListeners(t *testing.T) {
+	inv := parseLS(t)
+	if inv.cfg.HTTP != "127.0.0.1:8080" || !slices.Equal(inv.cfg.RPC, defaultConfig().RPC) {
+		t.Errorf("defaults: http %q, rpc %v", inv.cfg.HTTP, inv.cfg.RPC)
+	}
+	inv = parseLS(t, "--host", "::1", "--port", "18080", "--rpc-port", "19510")
+	if inv.cfg.HTTP != "[::1]:18080" || !slices.Equal(inv.cfg.RPC, []string{"tcp://[::1]:19510"}) {
+		t.Errorf("IPv6: http %q, rpc %v", inv.cfg.HTTP, inv.cfg.RPC)
+	}
+	open := []string{"--host", "0.0.0.0", "--port", "8080", "--rpc-port", "9510"}
+	if _, err := parseLlamaServer(open, envOf(nil), io.Discard); err == nil || !strings.Contains(err.Error(), "can be reached from other hosts") {
+		t.Errorf("open RPC without access rules: %v", err)
+	}
+	inv = parseLS(t, append(open, "--rpc-allow", "10.0.0.0/8,192.168.7.21", "--api-key", "k1,k2", "--api-key", "k3")...)
+	if !slices.Equal(inv.cfg.RPCAllow, []string{"10.0.0.0/8", "192.168.7.21"}) || !slices.Equal(inv.cfg.APIKey, []string{"k1", "k2", "k3"}) {
+		t.Errorf("rpc_allow %v, api_key %v", inv.cfg.RPCAllow, inv.cfg.APIKey)
+	}
+	if inv := parseLS(t, append(open, "--rpc-insecure")...); !inv.cfg.RPCInsecure {
+		t.Error("--rpc-insecure")
+	}
+	keys := filepath.Join(t.TempDir(), "keys")
+	if err := os.WriteFile(keys, []byte("secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if inv := parseLS(t, "--api-key-file", keys); !slices.Equal(inv.cfg.apiKeys, []string{"secret"}) {
+		t.Errorf("api key file: %v", inv.cfg.apiKeys)
+	}
+}
+
+// The HYDRA_* variables and the file apply beneath the command line.
+func TestLlamaServerEnvironment(t *testing.T) {
+	file := writeFile(t, "log_format: json\nslots: 9\n")
+	env := map[string]string{"HYDRA_CONFIG": file, "HYDRA_BACKEND": "mock", "HYDRA_SLOTS": "6", "HYDRA_BACKEND_OPTS": "n_ctx=64,alias=x"}
+	inv, err := parseLlamaServer([]string{"--parallel", "2", "-c", "128"}, envOf(env), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := inv.cfg; c.Slots != 2 || c.Backend != "mock" || c.LogFormat != "json" || c.BackendOpts["n_ctx"] != "128" || c.BackendOpts["alias"] != "x" {
+		t.Errorf("%+v", c)
+	}
+	if inv.sources["backend_opts"] != "env HYDRA_BACKEND_OPTS, llama-server --ctx-size" {
+		t.Errorf("backend_opts from %q", inv.sources["backend_opts"])
+	}
+}
+
+func TestLlamaServerErrors(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.ini")
+	if err := os.WriteFile(bad, []byte("[qwen]\nmodel = /m.gguf\nthis is not a line\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--frobnicate", "1"}, "unknown parameter --frobnicate"},
+		{[]string{"--slots-count"}, "unknown parameter --slots-count"},
+		{[]string{"model.gguf"}, `unexpected argument "model.gguf"`},
+		{[]string{"--ctx-size"}, "--ctx-size: expects a value"},
+		{[]string{"--ctx-size", "lots"}, "llama-server --ctx-size lots: not an integer"},
+		{[]string{"--ctx-size", "0"}, "0 (the model's training context) is not supported"},
+		{[]string{"--parallel", "0"}, "--parallel 0: must be at least 1"},
+		{[]string{"-ngl", "auto"}, "auto (fitting the model to free memory) is not done here"},
+		{[]string{"-fa", "maybe"}, "want on, off or auto"},
+		{[]string{"--jinja=perhaps"}, "want a boolean"},
+		{[]string{"--no-ctx-size", "4"}, "unknown parameter --no-ctx-size"},
+		{[]string{"--chat-template-kwargs", "[1]"}, "want a JSON object"},
+		{[]string{"--chat-template-file", "/nonexistent/t.jinja"}, "no such file"},
+		{[]string{"--rope-scaling", "ntk"}, "want none, linear or yarn"},
+		{[]string{"--port", "70000"}, "at most 65535"},
+		{[]string{"--host", "/run/llama.sock"}, "HTTP on a Unix socket is not served here"},
+		{[]string{"--temp", "warm"}, "--temp warm: not a number"},
+		{[]string{"--top-p", "1.5"}, "top_p must be in (0, 1]"},
+		{[]string{"--seed", "-5"}, "want -1 or a seed"},
+		{[]string{"-sps", "2"}, "slot_prompt_similarity must be in [0, 1]"},
+		{[]string{"--models-preset", bad}, "bad.ini:3: \"this is not a line\" is not key = value"},
+		{[]string{"--models-preset", "/nonexistent.ini"}, "no such file"},
+	} {
+		_, err := parseLlamaServer(tc.args, envOf(nil), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// Router mode's presets are read and reported, not served yet.
+func TestLlamaServerPresets(t *testing.T) {
+	ini := filepath.Join(t.TempDir(), "preset.ini")
+	text := "; presets\nversion = 1\n[*]\nctx-size = 8192 # global\n\n[qwen3-moe]\nmodel = /m/q.gguf\nn-cpu-moe = 8\n[ small ]\nmodel=/m/s.gguf\r\n"
+	if err := os.WriteFile(ini, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := readPresetFile(ini)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(f.global, map[string]string{"ctx-size": "8192"}) || f.presets["qwen3-moe"]["n-cpu-moe"] != "8" ||
+		f.presets["small"]["model"] != "/m/s.gguf" || !slices.Equal(f.names(), []string{"default", "qwen3-moe", "small"}) {
+		t.Errorf("parsed %+v", f)
+	}
+	inv := parseLS(t, "--models-preset", ini, "--models-max", "2")
+	want := []string{"llama-server --models-preset " + ini + ": no effect here yet: parsed 3 presets (default, qwen3-moe, small) and 1 global option; " +
+		"serving presets (router mode) is a later step, the engine serves --model only",
+		"llama-server --models-max 2: no effect here: the engine serves one model (router mode is a later step)"}
+	if !slices.Equal(inv.notes, want) {
+		t.Errorf("notes:\n%s", strings.Join(inv.notes, "\n"))
+	}
+}
+
+// The mode is chosen by the subcommand or by the executable's name.
+func TestLlamaServerMode(t *testing.T) {
+	for _, argv := range [][]string{
+		{"hydra-engine", "llama-server", "--parallel", "3"},
+		{"/usr/local/bin/llama-server", "--parallel", "3"},
+		{"llama-server", "-np", "3"},
+	} {
+		inv, err := parseCommandLine(argv, envOf(nil), io.Discard)
+		if err != nil || inv.cfg.Slots != 3 || inv.cfg.HTTP != "127.0.0.1:8080" || inv.cfg.Backend != "cuda-llama" {
+			t.Errorf("%q: %+v, %v", argv, inv, err)
+		}
+	}
+	inv, err := parseCommandLine([]string{"hydra-engine", "--slots", "3"}, envOf(nil), io.Discard)
+	if err != nil || inv.cfg.Slots != 3 || inv.cfg.HTTP != "" || inv.cfg.Backend != "mock" {
+		t.Errorf("the engine's own flags: %+v, %v", inv, err)
+	}
+	if _, err := parseCommandLine([]string{"hydra-engine", "--parallel", "3"}, envOf(nil), io.Discard); err == nil {
+		t.Error("llama-server's --parallel accepted by the engine's own flags")
+	}
+}
+
+// Both helps name the mode; llama-server's lists every parameter and the
+// docs page.
+func TestLlamaServerHelp(t *testing.T) {
+	var out bytes.Buffer
+	if _, err := parseInvocation([]string{"--help"}, envOf(nil), &out); !errors.Is(err, flag.ErrHelp) ||
+		!strings.Contains(out.String(), "hydra-engine llama-server [llama-server flags]") {
+		t.Errorf("hydra-engine --help: %v\n%s", err, out.String())
+	}
+	out.Reset()
+	if _, err := parseCommandLine([]string{"hydra-engine", "llama-server", "--help"}, envOf(nil), &out); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("llama-server --help: %v", err)
+	}
+	for _, p := range llamaServerParams() {
+		if !strings.Contains(out.String(), "  "+strings.Join(p.names, ", ")) {
+			t.Errorf("--help lacks %s", p.names[0])
+		}
+	}
+	if !strings.Contains(out.String(), "docs/llama-server.md") || !strings.Contains(out.String(), "no effect here: the engine leaves scheduling priority") {
+		t.Errorf("--help:\n%s", out.String())
+	}
+}
+
+// docs/llama-server.md's table has a row for every parameter, and only for
+// parameters the mode knows.
+func TestLlamaServerDocTable(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/llama-server.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]bool{}
+	for line := range strings.Lines(string(doc)) {
+		if name, ok := strings.CutPrefix(line, "| `"); ok {
+			name, _, _ = strings.Cut(name, "`")
+			rows[strings.Fields(name)[0]] = true
+		}
+	}
+	known := map[string]bool{}
+	for _, p := range llamaServerParams() {
+		known[p.names[0]] = true
+		if !rows[p.names[0]] {
+			t.Errorf("docs/llama-server.md has no row for %s", p.names[0])
+		}
+	}
+	for name := range rows {
+		if !known[name] {
+			t.Errorf("docs/llama-server.md has a row for %s, which the mode does not know", name)
+		}
+	}
+}

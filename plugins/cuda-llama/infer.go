@@ -1,0 +1,472 @@
+//go:build llama && cgo
+
+package cudallama
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/hydra-engine/hydra-engine/iface"
+)
+
+// Prefill and Decode register with the scheduler (sched.go) and wait for it;
+// this file holds what they check before and the KV accounting they need.
+
+// Prefill replaces the slot's sequence with the prompt. Tokens the slot
+// already holds at the start of the prompt are kept, not evaluated again
+// (the last one always is: its logits are the reply's); on any failure the
+// slot is left empty, never half-prefilled.
+func (b *Backend) Prefill(ctx context.Context, req iface.PrefillRequest) (iface.PrefillResult, error) {
+	e, s, err := b.slot(req.Slot)
+	if err != nil {
+		return iface.PrefillResult{}, err
+	}
+	toks, _, err := e.promptTokens(req)
+	if err != nil {
+		return iface.PrefillResult{}, err
+	}
+	if err := s.acquire(req.Slot); err != nil {
+		return iface.PrefillResult{}, err
+	}
+	defer s.release()
+	j, reused, err := e.startPrefill(req.Slot, s, toks)
+	if err != nil {
+		return iface.PrefillResult{}, err
+	}
+	if err := e.wait(ctx, j); err != nil {
+		return iface.PrefillResult{}, err
+	}
+	e.mu.Lock()
+	size := e.ctx.stateSize(req.Slot)
+	e.mu.Unlock()
+	logits := j.prefill.logits
+	s.set(toks, logits, size)
+
+	fallback := req.Model != "" && req.Model != e.info.Model.Alias
+	if fallback {
+		b.log.Warn("requested model is not resident, staying on the resident one",
+			"requested", req.Model, "resident", e.info.Model.Alias, "slot", req.Slot)
+	}
+	return iface.PrefillResult{
+		Slot:          iface.SlotInfo{Slot: req.Slot, NPast: len(toks), Tokens: slices.Clone(toks), StateSize: size},
+		Logits:        slices.Clone(logits),
+		ModelFallback: fallback,
+		Reused:        reused,
+	}, nil
+}
+
+// Tokenize returns the tokens Prefill would evaluate for req.
+func (b *Backend) Tokenize(ctx context.Context, req iface.PrefillRequest) (iface.Prompt, error) {
+	e, err := b.engine()
+	if err != nil {
+		return iface.Prompt{}, err
+	}
+	toks, opens, err := e.promptTokens(req)
+	return iface.Prompt{Tokens: toks, OpensThinking: opens}, err
+}
+
+// startPrefill keeps the slot's common prefix with toks (and, with
+// cache_reuse, later chunks of its sequence the prompt repeats, moved into
+// place by the scheduler), drops the rest of its sequence, claims the cells
+// the prompt needs and registers the job.
+func (e *engine) startPrefill(i int, s *slot, toks []int32) (*job, int, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	old := s.seq()
+	prefix := commonPrefix(old, toks)
+	moves, keep := e.reusePlan(old, toks, prefix)
+	keep = min(keep, len(toks)-1)
+	if len(moves) == 0 {
+		e.ctx.seqRmFrom(i, keep)
+		s.set(old[:keep:keep], nil, emptyState)
+	}
+	need := len(toks) - keep
+	if err := e.fits(i, s, need); err != nil {
+		e.clearLocked(i, s)
+		return nil, 0, err
+	}
+	s.claim = need
+	j := &job{slot: i, s: s, done: make(chan error, 1),
+		prefill: &prefillJob{prompt: toks, next: keep, moves: moves}}
+	e.sched.submit(j)
+	return j, keep, nil
+}
+
+// kvMove moves a slot's cells at positions [from, from+n) to [to, to+n).
+type kvMove struct{ from, to, n int }
+
+// reusePlan finds, after the common prefix, the chunks of at least
+// cache_reuse tokens of the old sequence that the prompt repeats in order,
+// as llama-server's --cache-reuse: the moves that put them in place and the
+// prompt tokens the slot then holds. No moves without cache_reuse or where
+// the cache cannot shift.
+func (e *engine) reusePlan(old, toks []int32, prefix int) ([]kvMove, int) {
+	if e.cacheReuse <= 0 || !e.ctx.canShift() {
+		return nil, prefix
+	}
+	var moves []kvMove
+	c, p := prefix, prefix // the next old and prompt positions
+	for c < len(old) && p < len(toks) {
+		n := commonPrefix(old[c:], toks[p:])
+		if n < e.cacheReuse {
+			c++
+			continue
+		}
+		moves = append(moves, kvMove{from: c, to: p, n: n})
+		c, p = c+n, p+n
+	}
+	return moves, p
+}
+
+// applyMoves puts a prefill's reused chunks in place and drops the rest of
+// the old sequence. Needs e.mu, with no state transfer in flight (the next
+// llama_decode re-rotates the moved keys, rewriting the whole cache).
+func (e *engine) applyMoves(i int, s *slot, p *prefillJob) {
+	for _, m := range p.moves {
+		e.ctx.seqRmRange(i, m.to, m.from)
+		e.ctx.seqShift(i, m.from, m.from+m.n, m.to-m.from)
+	}
+	e.ctx.seqRmFrom(i, p.next)
+	s.set(p.prompt[:p.next:p.next], nil, emptyState)
+	e.log.Debug("prompt chunks reused from the cache", "slot", i, "chunks", len(p.moves), "kept", p.next)
+	p.moves = nil
+}
+
+// wait waits for j's end; ctx ending cancels it. A prefill that fails leaves
+// its slot empty (the scheduler clears it).
+func (e *engine) wait(ctx context.Context, j *job) error {
+	select {
+	case err := <-j.done:
+		return err
+	case <-ctx.Done():
+		j.cancelled.Store(true)
+		e.sched.poke()
+		<-j.done
+		return ctx.Err()
+	}
+}
+
+// commonPrefix is the number of leading tokens a and b share.
+func commonPrefix(a, b []int32) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
+}
+
+// promptTokens validates a prefill's prompt and returns its tokens, and
+// whether its template opened a reasoning block for the reply.
+func (e *engine) promptTokens(req iface.PrefillRequest) ([]int32, bool, error) {
+	toks, opens, err := e.promptOf(req)
+	if err != nil {
+		return nil, false, err
+	}
+	switch {
+	case len(toks) == 0:
+		return nil, false, fmt.Errorf("%w: the prompt has no tokens", iface.ErrBadRequest)
+	case len(toks) > e.slotCtx:
+		return nil, false, fmt.Errorf("%w: prompt has %d tokens, %s", iface.ErrBadRequest, len(toks), e.slotCtxText())
+	}
+	return toks, opens, nil
+}
+
+// promptOf tokenizes the prompt given: chat messages through the chat
+// template, text as it is, or token ids checked against the vocabulary.
+func (e *engine) promptOf(req iface.PrefillRequest) ([]int32, bool, error) {
+	// Presence is judged by length: over gRPC an empty list and none are alike.
+	given := 0
+	for _, has := range []bool{len(req.Messages) > 0, len(req.Tokens) > 0, req.Text != ""} {
+		if has {
+			given++
+		}
+	}
+	switch {
+	case given > 1:
+		return nil, false, fmt.Errorf("%w: prefill takes one of messages, tokens and text", iface.ErrBadRequest)
+	case req.Text != "":
+		toks, err := e.model.tokenize(req.Text)
+		return toks, false, err
+	case len(req.Messages) > 0:
+		return e.chatTokens(req)
+	case len(req.Tokens) > 0:
+		for i, t := range req.Tokens {
+			if t < 0 || int(t) >= e.model.nVocab {
+				return nil, false, fmt.Errorf("%w: token %d at position %d is outside the vocabulary [0, %d)",
+					iface.ErrBadRequest, t, i, e.model.nVocab)
+			}
+		}
+		return slices.Clone(req.Tokens), false, nil
+	}
+	return nil, false, fmt.Errorf("%w: empty prompt: prefill needs messages, tokens or text", iface.ErrBadRequest)
+}
+
+// chatTokens renders chat messages with the Jinja template (or llama.cpp's
+// matcher with jinja=false) and tokenizes the text.
+func (e *engine) chatTokens(req iface.PrefillRequest) ([]int32, bool, error) {
+	for i, m := range req.Messages {
+		if m.Role == "" {
+			return nil, false, fmt.Errorf("%w: message %d has no role", iface.ErrBadRequest, i)
+		}
+	}
+	var text string
+	var opens bool
+	var err error
+	if e.chat != nil {
+		text, opens, err = e.chat.render(req.Messages, req.Tools, req.TemplateKwargs)
+	} else if len(req.Tools) > 0 || req.TemplateKwargs != "" {
+		err = fmt.Errorf("%w: tools and chat_template_kwargs need the Jinja template (the backend runs with jinja=false)", iface.ErrBadRequest)
+	} else {
+		text, err = e.model.applyTemplate(req.Messages)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	toks, err := e.model.tokenize(text)
+	return toks, opens, err
+}
+
+// Decode continues the slot's sequence. Each token is sent to emit as soon
+// as it is sampled and evaluated in the next step; Decode returns once the
+// KV holds every token emitted, so a STATE_GET after it has them all.
+// Interrupted (ctx ends or emit fails), the slot keeps the tokens emitted.
+func (b *Backend) Decode(ctx context.Context, req iface.DecodeRequest, emit func(iface.Token) error) (iface.DecodeResult, error) {
+	e, s, err := b.slot(req.Slot)
+	if err != nil {
+		return iface.DecodeResult{}, err
+	}
+	if req.NPredict < 0 {
+		return iface.DecodeResult{}, fmt.Errorf("%w: n_predict %d is negative", iface.ErrBadRequest, req.NPredict)
+	}
+	if err := s.acquire(req.Slot); err != nil {
+		return iface.DecodeResult{}, err
+	}
+	defer s.release()
+	logits, err := b.decodeStart(e, req.Slot, s)
+	if err != nil {
+		return iface.DecodeResult{}, err
+	}
+	defer e.updateStateSize(req.Slot, s)
+	j, err := e.startDecode(req, s, logits)
+	if err != nil || j == nil {
+		return iface.DecodeResult{NPast: len(s.seq()), StopReason: e.stopReasonOf(err)}, ignoreStop(err)
+	}
+	n, err := e.stream(ctx, j, emit)
+	if err != nil {
+		e.keepEmitted(req.Slot, s, j.decode.base+n)
+	}
+	res := iface.DecodeResult{TokensGenerated: n, NPast: len(s.seq()), StopReason: j.decode.stop}
+	if res.StopReason == "" || res.StopReason == stopCancelled {
+		res.StopReason = StopLength
+	}
+	return res, err
+}
+
+// errStopBefore carries the stop reason of a decode that ends before its
+// first token.
+type errStopBefore struct{ reason string }
+
+func (e errStopBefore) Error() string { return "decode stops: " + e.reason }
+
+func (e *engine) stopReasonOf(err error) string {
+	var sb errStopBefore
+	if errors.As(err, &sb) {
+		return sb.reason
+	}
+	return ""
+}
+
+func ignoreStop(err error) error {
+	var sb errStopBefore
+	if errors.As(err, &sb) {
+		return nil
+	}
+	return err
+}
+
+// startDecode builds the request's sampler, samples the first token from
+// the slot's logits and registers the job; (nil, errStopBefore) when the
+// decode ends before any token.
+func (e *engine) startDecode(req iface.DecodeRequest, s *slot, logits []float32) (*job, error) {
+	if req.NPredict == 0 {
+		return nil, errStopBefore{StopLength}
+	}
+	history := s.seq()
+	smp, err := newSampler(e.model, req.Sampler, req.NProbs, e.slotCtx, history)
+	if err != nil {
+		return nil, err
+	}
+	j := &job{slot: req.Slot, s: s, done: make(chan error, 1), decode: &decodeJob{req: req, smp: smp, pending: -1,
+		base: len(history), events: make(chan iface.Token, eventBuffer)}}
+	e.mu.Lock()
+	stop := e.decodeLimit(j)
+	var t iface.Token
+	if stop == "" {
+		t = smp.sample(e.model, goLogits(logits), len(history), req.Logprobs)
+		if e.model.isEOG(t.ID) && !req.Sampler.IgnoreEOS {
+			stop = StopEOS
+		}
+	}
+	if stop != "" {
+		e.mu.Unlock()
+		smp.free()
+		return nil, errStopBefore{stop}
+	}
+	t.Text = e.model.piece(t.ID)
+	j.decode.queue(j, t)
+	e.mu.Unlock()
+	e.sched.submit(j)
+	return j, nil
+}
+
+// stream passes the job's tokens to emit until it ends, returning how many
+// were emitted. On ctx ending or emit failing it cancels the job, telling it
+// how many tokens to keep, and waits for it.
+func (e *engine) stream(ctx context.Context, j *job, emit func(iface.Token) error) (int, error) {
+	d := j.decode
+	defer d.smp.free()
+	n := 0
+	for {
+		select {
+		case t, ok := <-d.events:
+			if !ok {
+				return n, <-j.done
+			}
+			e.sched.poke() // a decoder that waited for room in events goes on
+			// A token handed to emit counts as emitted even when emit fails:
+			// the caller may have passed some of it on.
+			n++
+			if emit != nil {
+				if err := emit(t); err != nil {
+					return n, e.cancelDecode(j, n, err)
+				}
+			}
+		case <-ctx.Done():
+			return n, e.cancelDecode(j, n, ctx.Err())
+		}
+	}
+}
+
+// cancelDecode ends j, telling it the n tokens emitted, and returns err.
+func (e *engine) cancelDecode(j *job, n int, err error) error {
+	j.decode.emitted.Store(int64(n))
+	j.cancelled.Store(true)
+	e.sched.poke()
+	for range j.decode.events { // the scheduler closes them when it ends the job
+	}
+	<-j.done
+	return err
+}
+
+// keepEmitted drops what an interrupted decode evaluated past the n tokens
+// the slot is to keep (those sampled ahead of a caller that stopped
+// reading); the next decode recomputes the logits.
+func (e *engine) keepEmitted(i int, s *slot, n int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(s.seq()) > n {
+		e.ctx.seqRmFrom(i, n)
+		s.truncate(n)
+	}
+}
+
+// decodeStart returns the slot's logits, computing them first when a restore
+// left them to the first decode (restore_logits=lazy) or an interrupted
+// decode dropped them.
+func (b *Backend) decodeStart(e *engine, i int, s *slot) ([]float32, error) {
+	toks, logits, _ := s.snapshot()
+	if len(toks) == 0 {
+		return nil, fmt.Errorf("%w: slot is empty (slot %d)", iface.ErrBadRequest, i)
+	}
+	if logits != nil {
+		return logits, nil
+	}
+	t := time.Now()
+	logits, err := e.reevaluate(i, toks)
+	if err != nil {
+		return nil, e.failed(i, s, err)
+	}
+	b.log.Debug("decode re-evaluated the last token", "slot", i, "reeval", time.Since(t).String())
+	s.setLogits(logits)
+	return logits, nil
+}
+
+// decodeLimit is why decoder j cannot take another token ("" when it can):
+// its slot is full (unless the context shifts, which is then marked), or the
+// cells all slots share are taken. Needs e.mu.
+func (e *engine) decodeLimit(j *job) string {
+	n := len(j.s.seq()) + j.s.claim
+	if n+1 > e.slotCtx {
+		if e.contextShift && e.ctx.canShift() && n > j.decode.req.NKeep+1 {
+			j.decode.needShift = true
+			return ""
+		}
+		return StopNTokensLimit
+	}
+	if e.freeCells() < 1 {
+		e.log.Warn("KV cache full: the slots' sequences fill n_ctx together", "slot", j.slot, "n_ctx", e.nCtx)
+		return StopNTokensLimit
+	}
+	return ""
+}
+
+// shiftContext makes room in a full slot as llama-server's context shift
+// does: it keeps the first nKeep tokens (after BOS), drops half of the rest
+// and moves the later half down. The KV's keys are re-rotated by the next
+// llama_decode. Needs e.mu, with no state transfer in flight.
+func (e *engine) shiftContext(i int, s *slot, nKeep int) {
+	toks := s.seq()
+	if len(toks) > 0 && toks[0] == e.model.bos {
+		nKeep++
+	}
+	nKeep = min(max(nKeep, 0), len(toks)-1)
+	discard := (len(toks) - nKeep) / 2
+	e.ctx.seqRmRange(i, nKeep, nKeep+discard)
+	e.ctx.seqShift(i, nKeep+discard, len(toks), -discard)
+	kept := append(slices.Clone(toks[:nKeep]), toks[nKeep+discard:]...)
+	s.set(kept, s.logitsNow(), s.stateSizeNow())
+	e.log.Debug("context shift", "slot", i, "n_keep", nKeep, "n_discard", discard, "n_past", len(kept))
+}
+
+// freeCells is how many KV cells no slot holds or claims. Needs e.mu.
+func (e *engine) freeCells() int {
+	used := 0
+	for _, s := range e.slots {
+		used += len(s.seq()) + s.claim
+	}
+	return e.nCtx - used
+}
+
+// fits checks that slot i can take need more cells: within its own share
+// and among the free ones. Needs e.mu.
+func (e *engine) fits(i int, s *slot, need int) error {
+	if have := len(s.seq()) + s.claim; have+need > e.slotCtx {
+		return fmt.Errorf("%w: slot %d needs %d cells, %s", iface.ErrBadRequest, i, have+need, e.slotCtxText())
+	}
+	if free := e.freeCells(); need > free {
+		return fmt.Errorf("%w: needs %d KV cells, %d free (shared by all slots, n_ctx %d): clear a slot first",
+			iface.ErrBadRequest, need, free, e.nCtx)
+	}
+	return nil
+}
+
+// slotCtxText says how many cells a slot holds and why, for errors.
+func (e *engine) slotCtxText() string {
+	if e.kvUnified {
+		return fmt.Sprintf("n_ctx is %d", e.slotCtx)
+	}
+	return fmt.Sprintf("a slot holds %d (n_ctx %d split across %d slots)", e.slotCtx, e.nCtx, len(e.slots))
+}
+
+// updateStateSize records the slot's state size after it changed.
+func (e *engine) updateStateSize(i int, s *slot) {
+	e.mu.Lock()
+	size := e.ctx.stateSize(i)
+	e.mu.Unlock()
+	s.mu.Lock()
+	s.stateSize = size
+	s.mu.Unlock()
+}

@@ -1,0 +1,51 @@
+package cudallama
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/hydra-engine/hydra-engine/iface"
+)
+
+// Options of the KV cells' sharing between slots and of full slots.
+const (
+	// OptKVUnified: true (the default) lets every slot use any of the n_ctx
+	// cells, shared; false gives each slot n_ctx / n_slots of its own, as
+	// llama-server does without --kv-unified. The KV cache is one stream
+	// either way, so states move between engines of any slot count.
+	OptKVUnified = "kv_unified"
+	// OptContextShift: a slot that fills its cells drops the older half of
+	// its sequence after n_keep tokens and goes on, as llama-server's
+	// --context-shift; off (the default), its decode stops with
+	// n_tokens_limit.
+	OptContextShift = "context_shift"
+)
+
+// kvOptions are the parsed KV options; the zero value is the default.
+type kvOptions struct {
+	kvSplit      bool // kv_unified=false
+	contextShift bool
+}
+
+func (o kvOptions) kvUnified() bool { return !o.kvSplit }
+
+func init() {
+	optionParsers[OptKVUnified] = func(o *options, key, v string) error {
+		b, err := parseBool(key, v)
+		o.kvSplit = !b
+		return err
+	}
+	optionParsers[OptContextShift] = func(o *options, key, v string) error {
+		b, err := parseBool(key, v)
+		o.contextShift = b
+		return err
+	}
+}
+
+func parseBool(key, v string) (bool, error) {
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%w: option %s=%q: not a boolean", iface.ErrBadRequest, key, v)
+	}
+	return b, nil
+}

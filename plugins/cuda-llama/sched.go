@@ -1,0 +1,408 @@
+//go:build llama && cgo
+
+package cudallama
+
+/*
+#include "llama.h"
+
+// hydra_sched_fill writes tokens [first, first+n) of a batch in one call:
+// token i at position pos0+i of sequence seq, logits for the last one when
+// last is set.
+static void hydra_sched_fill(struct llama_batch * b, int first, int n, const llama_token * toks, llama_pos pos0,
+                             llama_seq_id seq, int last) {
+	for (int i = 0; i < n; i++) {
+		b->token[first + i] = toks[i];
+		b->pos[first + i] = pos0 + i;
+		b->n_seq_id[first + i] = 1;
+		b->seq_id[first + i][0] = seq;
+		b->logits[first + i] = (int8_t) (last && i == n - 1);
+	}
+}
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/hydra-engine/hydra-engine/iface"
+)
+
+// The scheduler owns the batching of prefills and decodes: each step puts
+// one token of every decoding slot and chunks of the pending prompts (up to
+// n_batch in all, so a long prompt stalls the decoders for one chunk at
+// most) into one llama_batch and one llama_decode, then samples each
+// decoding slot from its own row of logits. The weights are read once per
+// step whatever the batch, so slots decoding together cost little more than
+// one. A step holds the context lock (engine.mu) only while it builds,
+// evaluates and samples; whole-sequence work (STATE_GET, STATE_PUT, clears)
+// takes the lock between steps.
+
+// job is one Prefill or Decode registered with the scheduler.
+type job struct {
+	slot  int
+	s     *slot
+	done  chan error // the job's end: one value, after events (if any) closed
+	ended bool       // the loop's: done was sent
+
+	prefill *prefillJob
+	decode  *decodeJob
+
+	// cancelled is set by the caller that gave up (its context ended or its
+	// emit failed); the loop then ends the job at its next step.
+	cancelled atomic.Bool
+}
+
+// prefillJob evaluates prompt[next:] into its slot.
+type prefillJob struct {
+	prompt []int32
+	next   int
+	logits []float32 // after the last token, filled by the loop
+	moves  []kvMove  // reused chunks to put in place before its first chunk
+}
+
+// decodeJob generates tokens into its slot. A token is sampled (and sent to
+// the caller) one step before it is evaluated; the job ends once its last
+// token is in the KV, so the slot always holds exactly the tokens emitted.
+type decodeJob struct {
+	req     iface.DecodeRequest
+	smp     *sampler
+	base    int   // the slot's tokens when the decode started
+	pending int32 // the token to evaluate next step; -1 none
+	events  chan iface.Token
+	sampled int // tokens sent on events
+	// emitted is how many tokens the caller passed on before it gave up.
+	emitted   atomic.Int64
+	stop      string // why the job ends once pending is evaluated ("" goes on)
+	needShift bool   // the slot is full: shift its context before the next token
+}
+
+// eventBuffer is how many sampled tokens may wait for a slow caller; a slot
+// whose caller lags that far skips steps until it catches up, so one slow
+// client never holds the others back.
+const eventBuffer = 8
+
+type scheduler struct {
+	e     *engine
+	batch C.struct_llama_batch
+	size  int // tokens a batch takes: n_batch
+
+	mu       sync.Mutex
+	incoming []*job
+	wake     chan struct{} // 1-buffered: work arrived or a job was cancelled
+
+	jobs []*job // the loop's own
+
+	// Counters of the steps run, for the debug log and the tests.
+	steps, stepTokens atomic.Uint64
+	widest            atomic.Int32 // the most decoders one step evaluated
+}
+
+func newScheduler(e *engine) *scheduler {
+	s := &scheduler{e: e, size: e.ctx.nBatch, wake: make(chan struct{}, 1)}
+	s.batch = C.llama_batch_init(C.int32_t(s.size), 0, 1)
+	return s
+}
+
+// submit registers j; the loop picks it up at its next step.
+func (s *scheduler) submit(j *job) {
+	s.mu.Lock()
+	s.incoming = append(s.incoming, j)
+	s.mu.Unlock()
+	s.poke()
+}
+
+func (s *scheduler) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run steps while there is work and sleeps when there is none. It never
+// returns: the scheduler lives as long as the plugin process.
+func (s *scheduler) run() {
+	for {
+		s.mu.Lock()
+		s.jobs = append(s.jobs, s.incoming...)
+		s.incoming = s.incoming[:0]
+		s.mu.Unlock()
+		if !s.step() {
+			<-s.wake
+		}
+	}
+}
+
+// step runs one batch; false when no job could make progress (all idle or
+// waiting for their callers).
+func (s *scheduler) step() bool {
+	e := s.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s.endCancelled()
+	entries, n := s.build()
+	if n == 0 {
+		return false
+	}
+	err := e.ctx.decodeBatch(&s.batch, n)
+	if errors.Is(err, errKVFull) {
+		entries, err = s.retryDecodersOnly(entries)
+	}
+	if err != nil {
+		s.failAll(entries, err)
+		return true
+	}
+	s.count(entries)
+	s.collect(entries)
+	return true
+}
+
+// count records a step.
+func (s *scheduler) count(entries []entry) {
+	s.steps.Add(1)
+	dec := int32(0)
+	for _, en := range entries {
+		s.stepTokens.Add(uint64(en.n))
+		if en.j.decode != nil {
+			dec++
+		}
+	}
+	if dec > s.widest.Load() {
+		s.widest.Store(dec)
+	}
+}
+
+// entry is a job's share of the batch: tokens [first, first+n) of the
+// batch, logits for the last one when last is set.
+type entry struct {
+	j        *job
+	first, n int
+	last     bool
+}
+
+// build fills the batch: decoders first, one token each, then prompt
+// chunks in arrival order while room is left. n is the batch's tokens.
+func (s *scheduler) build() (entries []entry, n int) {
+	for _, j := range s.jobs {
+		if j.decode == nil || j.decode.pending < 0 || !s.ready(j) {
+			continue
+		}
+		d := j.decode
+		tok := C.llama_token(d.pending)
+		C.hydra_sched_fill(&s.batch, C.int(n), 1, &tok, C.llama_pos(len(j.s.seq())), C.llama_seq_id(j.slot), 1)
+		entries = append(entries, entry{j: j, first: n, n: 1, last: true})
+		n++
+	}
+	for _, j := range s.jobs {
+		p := j.prefill
+		if p == nil || n == s.size {
+			continue
+		}
+		if len(p.moves) > 0 {
+			if s.e.transfers.Load() > 0 {
+				continue // the moves wait for the transfers in flight (applyMoves)
+			}
+			s.e.applyMoves(j.slot, j.s, p)
+		}
+		k := min(s.size-n, len(p.prompt)-p.next)
+		last := p.next+k == len(p.prompt)
+		C.hydra_sched_fill(&s.batch, C.int(n), C.int(k), (*C.llama_token)(unsafe.Pointer(&p.prompt[p.next])),
+			C.llama_pos(p.next), C.llama_seq_id(j.slot), C.int(boolInt(last)))
+		entries = append(entries, entry{j: j, first: n, n: k, last: last})
+		n += k
+	}
+	return entries, n
+}
+
+// ready reports whether decoder j can take part in this step: its caller
+// has room for another token, and a slot that must shift its context can
+// (no state transfer is reading or writing the KV while the shift rewrites
+// it).
+func (s *scheduler) ready(j *job) bool {
+	d := j.decode
+	if len(d.events) == cap(d.events) && d.stop == "" {
+		return false
+	}
+	if d.needShift {
+		if s.e.transfers.Load() > 0 {
+			return false
+		}
+		s.e.shiftContext(j.slot, j.s, d.req.NKeep)
+		d.needShift = false
+	}
+	return true
+}
+
+// retryDecodersOnly evaluates the decoders alone after llama.cpp found no
+// room for the whole batch (the accounting keeps this rare: cells freed out
+// of order can leave no contiguous run for a chunk); the prompts wait.
+func (s *scheduler) retryDecodersOnly(entries []entry) ([]entry, error) {
+	var dec []entry
+	for _, en := range entries {
+		if en.j.decode != nil {
+			dec = append(dec, en)
+		}
+	}
+	if len(dec) == 0 || len(dec) == len(entries) {
+		return entries, errKVFull
+	}
+	// The decoders came first: the batch's first len(dec) tokens are theirs.
+	return dec, s.e.ctx.decodeBatch(&s.batch, len(dec))
+}
+
+// collect takes the step's results: prompt progress, and for each decoder
+// its evaluated token and the next one sampled from its logits.
+func (s *scheduler) collect(entries []entry) {
+	e := s.e
+	for _, en := range entries {
+		j := en.j
+		if p := j.prefill; p != nil {
+			j.s.appendTokens(p.prompt[p.next : p.next+en.n])
+			j.s.claim -= en.n
+			p.next += en.n
+			if en.last {
+				p.logits = make([]float32, e.model.nVocab)
+				e.ctx.logitsAt(en.first+en.n-1, p.logits)
+				s.finish(j, nil)
+			}
+			continue
+		}
+		d := j.decode
+		j.s.appendTokens([]int32{d.pending})
+		j.s.claim--
+		d.pending = -1
+		logits := e.ctx.logitsPtr(en.first)
+		if d.stop == "" && !j.cancelled.Load() {
+			s.next(j, logits)
+		}
+		if d.pending < 0 {
+			j.s.setLogits(slices.Clone(unsafe.Slice((*float32)(unsafe.Pointer(logits)), e.model.nVocab)))
+			s.finish(j, nil)
+		}
+	}
+	s.dropEnded()
+}
+
+// dropEnded removes the jobs that ended from the loop's list.
+func (s *scheduler) dropEnded() {
+	s.jobs = slices.DeleteFunc(s.jobs, func(j *job) bool { return j.ended })
+}
+
+// next samples decoder j's next token from logits, or records why it stops.
+func (s *scheduler) next(j *job, logits *C.float) {
+	d := j.decode
+	if stop := s.e.decodeLimit(j); stop != "" {
+		d.stop = stop
+		return
+	}
+	t := d.smp.sample(s.e.model, logits, len(j.s.seq()), d.req.Logprobs)
+	if s.e.model.isEOG(t.ID) && !d.req.Sampler.IgnoreEOS {
+		d.stop = StopEOS
+		return
+	}
+	t.Text = s.e.model.piece(t.ID)
+	d.queue(j, t)
+}
+
+// queue makes t the decoder's next token: sent to the caller now, evaluated
+// next step. It claims the cell t will take.
+func (d *decodeJob) queue(j *job, t iface.Token) {
+	d.pending = t.ID
+	j.s.claim++
+	d.sampled++
+	d.events <- t // room was checked (ready) or is fresh
+	if d.sampled >= d.req.NPredict {
+		d.stop = StopLength
+	}
+}
+
+// endCancelled ends the jobs whose callers gave up: a prompt's slot is
+// emptied (never half-prefilled); a decode whose last token passed on is
+// still pending evaluates it first.
+func (s *scheduler) endCancelled() {
+	for _, j := range s.jobs {
+		if !j.cancelled.Load() || j.ended {
+			continue
+		}
+		if j.prefill != nil {
+			s.e.clearLocked(j.slot, j.s)
+			j.s.claim = 0
+			s.finish(j, errCancelled)
+			continue
+		}
+		d := j.decode
+		keep := int(d.emitted.Load())
+		evaluated := d.sampled
+		if d.pending >= 0 {
+			evaluated--
+		}
+		if keep > evaluated { // the pending token was passed on: evaluate it, then end
+			d.stop = stopCancelled
+			continue
+		}
+		d.pending = -1 // the caller drops the tokens it did not pass on (cancelDecode)
+		s.finish(j, errCancelled)
+	}
+	s.dropEnded()
+}
+
+// failAll ends every job of a batch that llama.cpp could not evaluate: their
+// slots are emptied, since the KV may or may not hold the batch.
+func (s *scheduler) failAll(entries []entry, err error) {
+	for _, en := range entries {
+		s.e.clearLocked(en.j.slot, en.j.s)
+		en.j.s.claim = 0
+		s.finish(en.j, err)
+	}
+	s.dropEnded()
+}
+
+// finish ends j with err (nil: done): its events close, then done gets err,
+// and the job leaves the loop at the next dropEnded.
+func (s *scheduler) finish(j *job, err error) {
+	if j.decode != nil {
+		close(j.decode.events)
+	}
+	j.s.claim, j.ended = 0, true
+	j.done <- err
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// errCancelled ends a job whose caller gave up; the caller has its own error.
+var errCancelled = errors.New("cancelled")
+
+// stopCancelled marks a decoder that ends once its pending token, already
+// passed on, is evaluated.
+const stopCancelled = "cancelled"
+
+// decodeBatch evaluates the first n tokens of batch.
+func (c *lctx) decodeBatch(batch *C.struct_llama_batch, n int) error {
+	batch.n_tokens = C.int32_t(n)
+	clearLlamaError()
+	switch r := C.llama_decode(c.c, *batch); {
+	case r == 0:
+		return nil
+	case r == 1:
+		return errKVFull
+	default:
+		return fmt.Errorf("llama_decode failed (%d)%s", int(r), lastLlamaError())
+	}
+}
+
+// logitsPtr is the logits of the batch's i-th token (computed for it).
+func (c *lctx) logitsPtr(i int) *C.float { return C.llama_get_logits_ith(c.c, C.int32_t(i)) }
+
+// logitsAt copies the logits of the batch's i-th token.
+func (c *lctx) logitsAt(i int, dst []float32) {
+	copy(dst, unsafe.Slice((*float32)(unsafe.Pointer(c.logitsPtr(i))), c.nVocab))
+}
