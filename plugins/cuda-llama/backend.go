@@ -97,7 +97,7 @@ type engine struct {
 	// it for one step at a time; state transfers hold it while llama.cpp
 	// works and let go while they wait on the data plane, counting
 	// themselves in transfers meanwhile (a context shift waits for none).
-	mu        sync.Mutex
+	mu        ctxLock
 	ctx       *lctx
 	sched     *scheduler
 	transfers atomic.Int32

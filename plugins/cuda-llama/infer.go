@@ -39,10 +39,7 @@ func (b *Backend) Prefill(ctx context.Context, req iface.PrefillRequest) (iface.
 	if err := e.wait(ctx, j); err != nil {
 		return iface.PrefillResult{}, err
 	}
-	e.mu.Lock()
-	size := e.ctx.stateSize(req.Slot)
-	e.mu.Unlock()
-	logits := j.prefill.logits
+	size, logits := j.prefill.stateSize, j.prefill.logits
 	s.set(toks, logits, size)
 
 	fallback := req.Model != "" && req.Model != e.info.Model.Alias

@@ -13,6 +13,10 @@
 #include <utility>
 #include <vector>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 struct hydra_sampler {
     int32_t n_vocab = 0;
     bool greedy = true;
@@ -81,6 +85,33 @@ std::pair<double, float> log_norm(const float * logits, int32_t n) {
         sum += std::exp((double) (logits[i] - m));
     }
     return {std::log(sum), m};
+}
+
+// raw_argmax is the first index of the largest of n logits: the greedy
+// pick, every step of every greedy slot, so the maximum is found four lanes
+// at a time (SSE2 is in every x86-64), then its first occurrence.
+llama_token raw_argmax(const float * x, int32_t n) {
+    float m = -INFINITY;
+    int32_t i = 0;
+#if defined(__SSE2__)
+    __m128 a = _mm_set1_ps(-INFINITY), b = a;
+    for (; i + 8 <= n; i += 8) {
+        a = _mm_max_ps(a, _mm_loadu_ps(x + i));
+        b = _mm_max_ps(b, _mm_loadu_ps(x + i + 4));
+    }
+    float lanes[4];
+    _mm_storeu_ps(lanes, _mm_max_ps(a, b));
+    m = std::max(std::max(lanes[0], lanes[1]), std::max(lanes[2], lanes[3]));
+#endif
+    for (; i < n; i++) {
+        m = std::max(m, x[i]);
+    }
+    for (int32_t j = 0; j < n; j++) {
+        if (x[j] == m) {
+            return j;
+        }
+    }
+    return 0;  // no logit compares equal to the maximum: all NaN
 }
 
 // top_n stores the n most likely tokens, most likely first (ties: lower id).
@@ -168,13 +199,7 @@ llama_token hydra_sample(hydra_sampler * s, const float * logits, double u, floa
                          int32_t n_top, llama_token * top_ids, float * top_lp, int32_t * n_top_out) {
     llama_token tok;
     if (s->chain == nullptr) {
-        // Plain greedy: the raw arg-max, no candidate array to fill.
-        tok = 0;
-        for (int32_t i = 1; i < s->n_vocab; i++) {
-            if (logits[i] > logits[tok]) {
-                tok = i;
-            }
-        }
+        tok = raw_argmax(logits, s->n_vocab);  // plain greedy: no candidate array to fill
     } else {
         for (int32_t i = 0; i < s->n_vocab; i++) {
             s->cur[i] = {i, logits[i], 0.0f};

@@ -59,10 +59,11 @@ type job struct {
 
 // prefillJob evaluates prompt[next:] into its slot.
 type prefillJob struct {
-	prompt []int32
-	next   int
-	logits []float32 // after the last token, filled by the loop
-	moves  []kvMove  // reused chunks to put in place before its first chunk
+	prompt    []int32
+	next      int
+	logits    []float32 // after the last token, filled by the loop
+	stateSize int64     // the slot's state size after the last chunk, likewise
+	moves     []kvMove  // reused chunks to put in place before its first chunk
 }
 
 // decodeJob generates tokens into its slot. A token is sampled (and sent to
@@ -141,7 +142,7 @@ func (s *scheduler) run() {
 // waiting for their callers).
 func (s *scheduler) step() bool {
 	e := s.e
-	e.mu.Lock()
+	e.mu.stepLock()
 	defer e.mu.Unlock()
 	s.endCancelled()
 	entries, n := s.build()
@@ -255,36 +256,47 @@ func (s *scheduler) retryDecodersOnly(entries []entry) ([]entry, error) {
 }
 
 // collect takes the step's results: prompt progress, and for each decoder
-// its evaluated token and the next one sampled from its logits.
+// its evaluated token and the next one sampled from its logits. The
+// decoders' samplers run in parallel (each reads only its own row of
+// logits and its own chain); what they share is updated before and after.
 func (s *scheduler) collect(entries []entry) {
-	e := s.e
+	var draws []draw
 	for _, en := range entries {
-		j := en.j
-		if p := j.prefill; p != nil {
-			j.s.appendTokens(p.prompt[p.next : p.next+en.n])
-			j.s.claim -= en.n
-			p.next += en.n
-			if en.last {
-				p.logits = make([]float32, e.model.nVocab)
-				e.ctx.logitsAt(en.first+en.n-1, p.logits)
-				s.finish(j, nil)
-			}
+		if en.j.prefill != nil {
+			s.prefilled(en)
 			continue
 		}
-		d := j.decode
-		j.s.appendTokens([]int32{d.pending})
-		j.s.claim--
-		d.pending = -1
-		logits := e.ctx.logitsPtr(en.first)
-		if d.stop == "" && !j.cancelled.Load() {
-			s.next(j, logits)
+		if d, ok := s.evaluated(en); ok {
+			draws = append(draws, d)
 		}
-		if d.pending < 0 {
-			j.s.setLogits(slices.Clone(unsafe.Slice((*float32)(unsafe.Pointer(logits)), e.model.nVocab)))
+	}
+	s.sampleAll(draws)
+	for _, d := range draws {
+		s.drawn(d)
+	}
+	for _, en := range entries {
+		if j := en.j; j.decode != nil && j.decode.pending < 0 && !j.ended {
+			logits := s.e.ctx.logitsPtr(en.first)
+			j.s.setLogits(slices.Clone(unsafe.Slice((*float32)(unsafe.Pointer(logits)), s.e.model.nVocab)))
 			s.finish(j, nil)
 		}
 	}
 	s.dropEnded()
+}
+
+// prefilled records a prompt chunk evaluated; the last one ends the job
+// with its logits.
+func (s *scheduler) prefilled(en entry) {
+	j, p := en.j, en.j.prefill
+	j.s.appendTokens(p.prompt[p.next : p.next+en.n])
+	j.s.claim -= en.n
+	p.next += en.n
+	if en.last {
+		p.logits = make([]float32, s.e.model.nVocab)
+		s.e.ctx.logitsAt(en.first+en.n-1, p.logits)
+		p.stateSize = s.e.ctx.stateSize(j.slot)
+		s.finish(j, nil)
+	}
 }
 
 // dropEnded removes the jobs that ended from the loop's list.
@@ -292,20 +304,65 @@ func (s *scheduler) dropEnded() {
 	s.jobs = slices.DeleteFunc(s.jobs, func(j *job) bool { return j.ended })
 }
 
-// next samples decoder j's next token from logits, or records why it stops.
-func (s *scheduler) next(j *job, logits *C.float) {
-	d := j.decode
+// draw is one decoder's sampling of this step.
+type draw struct {
+	j      *job
+	logits *C.float
+	tok    iface.Token
+}
+
+// evaluated records a decoder's token evaluated and says whether it samples
+// another: not when it stops (its reason recorded) or its caller left. A
+// decoder that samples has the cell of its next token claimed already.
+func (s *scheduler) evaluated(en entry) (draw, bool) {
+	j, d := en.j, en.j.decode
+	j.s.appendTokens([]int32{d.pending})
+	j.s.claim--
+	d.pending = -1
+	if d.stop != "" || j.cancelled.Load() {
+		return draw{}, false
+	}
 	if stop := s.e.decodeLimit(j); stop != "" {
 		d.stop = stop
+		return draw{}, false
+	}
+	j.s.claim++
+	return draw{j: j, logits: s.e.ctx.logitsPtr(en.first)}, true
+}
+
+// parallelDraws is the fewest draws worth spreading over goroutines: one
+// sampler on a 32k vocabulary takes some microseconds.
+const parallelDraws = 3
+
+// sampleAll samples every draw, concurrently when there are several.
+func (s *scheduler) sampleAll(draws []draw) {
+	sample := func(d *draw) {
+		d.tok = d.j.decode.smp.sample(s.e.model, d.logits, len(d.j.s.seq()), d.j.decode.req.Logprobs)
+	}
+	if len(draws) < parallelDraws {
+		for i := range draws {
+			sample(&draws[i])
+		}
 		return
 	}
-	t := d.smp.sample(s.e.model, logits, len(j.s.seq()), d.req.Logprobs)
-	if s.e.model.isEOG(t.ID) && !d.req.Sampler.IgnoreEOS {
-		d.stop = StopEOS
+	var wg sync.WaitGroup
+	for i := range draws {
+		wg.Go(func() { sample(&draws[i]) })
+	}
+	wg.Wait()
+}
+
+// drawn queues a draw's token, or ends the decoder at an end of generation.
+func (s *scheduler) drawn(d draw) {
+	j, t := d.j, d.tok
+	if s.e.model.isEOG(t.ID) && !j.decode.req.Sampler.IgnoreEOS {
+		j.decode.stop = StopEOS
+		j.s.claim--
 		return
 	}
 	t.Text = s.e.model.piece(t.ID)
-	d.queue(j, t)
+	j.s.claim-- // queue claims it again
+	j.decode.queue(j, t)
 }
 
 // queue makes t the decoder's next token: sent to the caller now, evaluated

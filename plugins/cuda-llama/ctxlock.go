@@ -1,0 +1,41 @@
+package cudallama
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ctxLock is the llama_context's lock. The scheduler takes it for one step
+// after another; anyone else (a prefill or decode registering, a state
+// transfer between its waits) is let in before the next step, so that they
+// wait for one step at most instead of queueing behind several.
+type ctxLock struct {
+	mu      sync.Mutex
+	waiting atomic.Int32 // callers other than the scheduler blocked in Lock
+}
+
+// Lock takes the lock for work outside the scheduler.
+func (l *ctxLock) Lock() {
+	l.waiting.Add(1)
+	l.mu.Lock()
+	l.waiting.Add(-1)
+}
+
+func (l *ctxLock) Unlock() { l.mu.Unlock() }
+
+// stepYield bounds how long the scheduler lets waiters go first: past it a
+// waiter that has not been scheduled yet waits for the next step.
+const stepYield = time.Millisecond
+
+// stepLock is the scheduler's Lock: callers waiting in Lock go first.
+func (l *ctxLock) stepLock() {
+	if l.waiting.Load() > 0 {
+		deadline := time.Now().Add(stepYield)
+		for l.waiting.Load() > 0 && time.Now().Before(deadline) {
+			runtime.Gosched()
+		}
+	}
+	l.mu.Lock()
+}
