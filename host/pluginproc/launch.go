@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -22,71 +21,6 @@ import (
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/transport/shm"
 )
-
-// PluginSpec is how to start a backend plugin process.
-type PluginSpec struct {
-	Name string   // backend name, for logs
-	Path string   // executable
-	Args []string // arguments after the executable
-}
-
-// EmbeddedPluginArg is the argument with which the engine binary re-executes
-// itself as its built-in mock backend.
-const EmbeddedPluginArg = "__plugin"
-
-// ResolvePlugin turns --backend into a command: a value with a path
-// separator is an executable; a name resolves to hydra-plugin-NAME in
-// pluginDir, then beside the engine binary. The mock falls back to the copy
-// embedded in the engine binary, so a lone engine binary runs.
-func ResolvePlugin(backend, pluginDir string) (PluginSpec, error) {
-	if backend == "" {
-		return PluginSpec{}, errors.New("no backend given")
-	}
-	if strings.ContainsRune(backend, os.PathSeparator) {
-		p, err := filepath.Abs(backend)
-		if err != nil {
-			return PluginSpec{}, err
-		}
-		if err := checkExecutable(p); err != nil {
-			return PluginSpec{}, err
-		}
-		return PluginSpec{Name: strings.TrimPrefix(filepath.Base(p), "hydra-plugin-"), Path: p}, nil
-	}
-	self, err := os.Executable()
-	if err != nil {
-		return PluginSpec{}, err
-	}
-	file := "hydra-plugin-" + backend
-	var dirs []string
-	if pluginDir != "" {
-		dirs = append(dirs, pluginDir)
-	}
-	dirs = append(dirs, filepath.Dir(self))
-	for _, d := range dirs {
-		p, err := filepath.Abs(filepath.Join(d, file))
-		if err != nil {
-			continue
-		}
-		if checkExecutable(p) == nil {
-			return PluginSpec{Name: backend, Path: p}, nil
-		}
-	}
-	if backend == "mock" {
-		return PluginSpec{Name: backend, Path: self, Args: []string{EmbeddedPluginArg, "mock"}}, nil
-	}
-	return PluginSpec{}, fmt.Errorf("backend %q: no executable %s in %s", backend, file, strings.Join(dirs, " or "))
-}
-
-func checkExecutable(p string) error {
-	st, err := os.Stat(p)
-	if err != nil {
-		return err
-	}
-	if st.IsDir() || st.Mode()&0o111 == 0 {
-		return fmt.Errorf("%s is not an executable file", p)
-	}
-	return nil
-}
 
 // pluginEnv is the environment a plugin gets: only what a backend needs to
 // find its libraries and devices, not the operator's whole shell.
@@ -158,6 +92,9 @@ type Options struct {
 // model. The plugin runs in its own process group (killed as a group) and
 // dies with the host (Pdeathsig).
 func StartPlugin(ctx context.Context, spec PluginSpec, load iface.LoadRequest, opts Options, logger hclog.Logger) (*Plugin, error) {
+	if spec.Variant != "" {
+		logger.Info("backend plugin variant", "backend", spec.Name, "variant", spec.Variant, "path", spec.Path, "why", spec.VariantWhy)
+	}
 	cmd := exec.Command(spec.Path, spec.Args...)
 	cmd.Env = pluginEnv()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
