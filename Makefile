@@ -119,7 +119,7 @@ DECODE_MODEL_ARGS ?= -layers 8 -embd 512 -heads 8 -kv-heads 4 -ff 1408 -vocab 32
 DECODE_ARGS       ?=
 .PHONY: bench-decode
 bench-decode: build
-	$(MAKE) --no-print-directory build-llama BIN=$(DECODE_BIN) LLAMA_ENV='$(BENCH_LLAMA_ENV)'
+	$(MAKE) --no-print-directory build-llama BIN=$(DECODE_BIN) LLAMA_BUILD_LEVELS= LLAMA_ENV='$(BENCH_LLAMA_ENV)'
 	echo '$(BENCH_CFLAGS)' > $(DECODE_BIN)/hydra-plugin-cuda-llama.cflags
 	cd bench && $(BENCH_LLAMA_ENV) $(GO) build $(LLAMA_GOFLAGS) -ldflags '$(LDFLAGS)' -o $(CURDIR)/$(BIN)/ ./cmd/llama-batched
 	echo '$(BENCH_CFLAGS)' > $(BIN)/llama-batched.cflags

@@ -465,18 +465,28 @@ func (b *Backend) loadGPU(o options) (C.ggml_backend_dev_t, string) {
 	return dev, name
 }
 
+// loadGPUOnce asks the CUDA driver for the GPUs, loads the CUDA build that
+// fits them (gpuselect.go) and returns the first GPU device; nil means CPU,
+// and the log says why.
 func (b *Backend) loadGPUOnce(o options) (_ C.ggml_backend_dev_t, _ string, loaded string) {
-	lib, err := cudaLibrary(o.libDir)
+	lib, note, problems, err := selectCUDALibrary(o.libDir, func() (gpuInfo, error) { return queryGPUs(CUDADriverLibrary) })
+	for _, p := range problems {
+		// A library from another llama.cpp would corrupt memory, not fail
+		// cleanly: refuse it loudly.
+		b.log.Error("not loading a CUDA build: " + p.Error())
+	}
 	switch {
 	case errors.Is(err, errNoCUDALibrary):
 		b.log.Info("running on CPU: "+err.Error(), "hint", "make cuda builds it; --backend-opt lib_dir=DIR points at it")
 		return nil, "", ""
+	case errors.Is(err, errNoGPU):
+		b.log.Warn("running on CPU: "+err.Error(), "lib_dir", libDirOrExe(o.libDir))
+		return nil, "", ""
 	case err != nil:
-		// A library from another llama.cpp would corrupt memory, not fail
-		// cleanly: refuse it loudly, and run on CPU.
-		b.log.Error("not loading the CUDA backend, running on CPU: " + err.Error())
+		b.log.Error("running on CPU: " + err.Error())
 		return nil, "", ""
 	}
+	b.log.Info("CUDA build chosen", "library", lib, "why", note)
 	if !loadBackendLibrary(lib) {
 		b.log.Warn("ggml could not load the CUDA backend, running on CPU (libggml-base.so.0 beside it or on LD_LIBRARY_PATH? CUDA runtime and driver present? see ggml's log above)",
 			"library", lib)

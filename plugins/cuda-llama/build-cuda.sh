@@ -3,8 +3,14 @@
 #   build-cuda.sh SRC OUT ARCHS BUILD VERSION
 # SRC: the module directory or an unpacked `make cuda-src` tarball (which
 # carries hydra-ggml.version, used when VERSION is empty). OUT receives
-# libggml-cuda.so, libggml-base.so.0 and hydra-ggml.version, the stamp the
-# plugin checks at load. ARCHS: CUDA architectures, e.g. "90" or "90 120".
+# libggml-cuda.so, libggml-base.so.0, hydra-ggml.version (the stamp the plugin
+# checks at load) and hydra-cuda.build (the toolkit and architectures, which
+# the plugin matches against the GPU's compute capability before loading).
+# ARCHS: CMake CUDA architectures, e.g. "90", "90 120" or
+# "60-real;61-real;90" (no suffix: SASS and PTX; -real: SASS only).
+# CUDAHOSTCXX: nvcc's host compiler (default: g++-11 for CUDA 11, when g++ is
+# newer than CUDA 11 accepts). HYDRA_CUDA_BUNDLE=1: the CUDA runtime libraries
+# libggml-cuda.so links (cudart, cuBLAS) go into OUT too.
 set -euo pipefail
 
 src=${1:?usage: build-cuda.sh SRC OUT ARCHS BUILD VERSION}
@@ -28,23 +34,54 @@ nvcc=${CUDACXX:-$(command -v nvcc || true)}
 [[ -z $nvcc && -x /usr/local/cuda/bin/nvcc ]] && nvcc=/usr/local/cuda/bin/nvcc
 [[ -n $nvcc ]] || die "nvcc not found (set CUDACXX or put the CUDA toolkit's bin on PATH)"
 cuda_ver=$("$nvcc" --version | sed -n 's/.*release \([0-9][0-9]*\)\.\([0-9][0-9]*\).*/\1.\2/p')
+[[ -n $cuda_ver ]] || die "cannot read the CUDA version from $nvcc --version"
 cuda_major=${cuda_ver%%.*}
+cuda_num=$((cuda_major * 100 + ${cuda_ver#*.})) # 11.8 → 1108
 
-# CUDA 13 dropped Maxwell, Pascal and Volta (sm_50 … sm_72).
+# min_cuda SM: the oldest CUDA release (major*100+minor) that compiles for SM.
+min_cuda() {
+	case $1 in
+	86) echo 1101 ;;
+	87 | 89 | 90) echo 1108 ;;
+	100 | 101 | 120) echo 1208 ;;
+	103 | 121) echo 1209 ;;
+	110) echo 1300 ;;
+	*) echo 0 ;;
+	esac
+}
+
+# Architectures: CUDA 13 dropped Maxwell, Pascal and Volta (sm_50 … sm_72);
+# newer ones need a recent enough toolkit. Suffixes: a/f (arch-specific),
+# -real (SASS only), -virtual (PTX only).
 list=()
 for a in ${archs//[;,]/ }; do
-	n=${a%%[!0-9]*}
-	[[ -n $n ]] || die "bad CUDA architecture '$a' in CUDA_ARCHS=\"$archs\""
-	if (( cuda_major >= 13 && n < 75 )); then
-		die "sm_$n needs a CUDA 12 toolchain: CUDA $cuda_ver ($nvcc) supports sm_75 and newer"
+	[[ $a =~ ^([0-9]+)[af]?(-real|-virtual)?$ ]] || die "bad CUDA architecture '$a' in CUDA_ARCHS=\"$archs\" (e.g. 90, 90a, 90-real)"
+	n=${BASH_REMATCH[1]}
+	if ((cuda_major >= 13 && n < 75)); then
+		die "sm_$n needs a CUDA 12 or older toolchain: CUDA $cuda_ver ($nvcc) supports sm_75 and newer"
+	fi
+	need=$(min_cuda "$n")
+	if ((cuda_num < need)); then
+		die "sm_$n needs CUDA $((need / 100)).$((need % 100)) or newer: $nvcc is CUDA $cuda_ver"
 	fi
 	list+=("$a")
 done
+((${#list[@]})) || die "no CUDA architectures in CUDA_ARCHS=\"$archs\""
 cmake_archs=$(IFS=';'; echo "${list[*]}")
 
-echo "make cuda: ggml CUDA backend for sm_${cmake_archs//;/, sm_} with CUDA $cuda_ver, from $stamp"
+# CUDA 11's nvcc refuses g++ newer than 11 (Debian bookworm's is 12).
+host_cxx=()
+if [[ -z ${CUDAHOSTCXX:-} ]] && ((cuda_major < 12)) && command -v g++-11 >/dev/null; then
+	gxx=$(g++ -dumpversion 2>/dev/null || echo 0)
+	if ((${gxx%%.*} > 11)); then
+		host_cxx=(-DCMAKE_CUDA_HOST_COMPILER="$(command -v g++-11)")
+		echo "make cuda: CUDA $cuda_ver with g++-11 as nvcc's host compiler (g++ is $gxx)"
+	fi
+fi
+
+echo "make cuda: ggml CUDA backend for ${cmake_archs//;/, } with CUDA $cuda_ver, from $stamp"
 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release \
-	-DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="$cmake_archs" \
+	-DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="$cmake_archs" "${host_cxx[@]}" \
 	-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON -DCMAKE_INSTALL_RPATH='$ORIGIN'
 cmake --build "$build" --target ggml-cuda -j "$(nproc)"
 
@@ -52,5 +89,16 @@ lib=$build/lib/ollama
 [[ -f $lib/libggml-cuda.so ]] || die "no $lib/libggml-cuda.so after the build"
 mkdir -p "$out"
 cp -P "$lib"/libggml-cuda.so "$lib"/libggml-base.so* "$out"/
+# Bundled, the runtime is found beside the library through its $ORIGIN rpath,
+# so builds of different toolkits run side by side where only the driver is
+# installed.
+if [[ ${HYDRA_CUDA_BUNDLE:-} == 1 ]]; then
+	while read -r soname arrow path _; do
+		[[ $arrow == "=>" && $path == /* ]] || die "bundling the CUDA runtime: $soname not found (ldd $out/libggml-cuda.so)"
+		cp -L "$path" "$out/$soname"
+		echo "make cuda: bundled $soname from $path"
+	done < <(ldd "$out/libggml-cuda.so" | awk '$1 ~ /^lib(cudart|cublas|cublasLt)\.so/')
+fi
 echo "$stamp" >"$out/hydra-ggml.version"
-echo "make cuda: $out/libggml-cuda.so, libggml-base.so.0, hydra-ggml.version ($stamp)"
+printf 'cuda %s\narchs %s\n' "$cuda_ver" "$cmake_archs" >"$out/hydra-cuda.build"
+echo "make cuda: $out/libggml-cuda.so ($(du -m "$out/libggml-cuda.so" | cut -f1) MB), libggml-base.so.0, hydra-ggml.version ($stamp), hydra-cuda.build (CUDA $cuda_ver: $cmake_archs)"

@@ -352,15 +352,10 @@ var errNoCUDALibrary = errors.New("no " + CUDALibrary)
 // cudaLibrary finds libggml-cuda.so in dir (or beside the executable when dir
 // is empty) and checks that its version stamp names the llama.cpp this binary
 // was built from: a ggml backend library from other sources would share
-// structs with a different layout. errNoCUDALibrary if absent.
+// structs with a different layout. errNoCUDALibrary if absent. It checks one
+// build; selectCUDALibrary chooses among several (gpuselect.go).
 func cudaLibrary(dir string) (string, error) {
-	if dir == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return "", errNoCUDALibrary
-		}
-		dir = filepath.Dir(exe)
-	}
+	dir = libDirOrExe(dir)
 	lib := filepath.Join(dir, CUDALibrary)
 	if _, err := os.Stat(lib); err != nil {
 		return "", fmt.Errorf("%w in %s", errNoCUDALibrary, dir)
