@@ -405,7 +405,7 @@ func contextParamsFor(opts options, nSlots int) contextParams {
 func newEngine(mdl *model, lc *lctx, nSlots int, device string, opts options, log hclog.Logger) *engine {
 	e := &engine{model: mdl, ctx: lc, nCtx: lc.nCtx(), scratch: nSlots, device: device,
 		eagerLogits: opts.eagerLogits, slots: make([]*slot, nSlots), log: log,
-		kvUnified: opts.kvUnified(), contextShift: opts.contextShift, cacheReuse: opts.cacheReuse}
+		kvUnified: !opts.kvSplit, contextShift: opts.contextShift, cacheReuse: opts.cacheReuse}
 	e.slotCtx = e.nCtx
 	if !e.kvUnified {
 		e.slotCtx /= nSlots

@@ -1351,3 +1351,14 @@ func testRestoreInPlace(t *testing.T, flash string, streamed bool) {
 		}
 	}
 }
+
+// argmax is the index of the largest logit (the first of equals).
+func argmax(logits []float32) int {
+	best := 0
+	for i, l := range logits {
+		if l > logits[best] {
+			best = i
+		}
+	}
+	return best
+}

@@ -1,3 +1,5 @@
+//go:build llama && cgo
+
 package cudallama
 
 import (

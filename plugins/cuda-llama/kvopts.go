@@ -27,8 +27,6 @@ type kvOptions struct {
 	contextShift bool
 }
 
-func (o kvOptions) kvUnified() bool { return !o.kvSplit }
-
 func init() {
 	optionParsers[OptKVUnified] = func(o *options, key, v string) error {
 		b, err := parseBool(key, v)
