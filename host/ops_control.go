@@ -3,7 +3,9 @@ package host
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 
+	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/transport"
 )
 
@@ -57,17 +59,35 @@ func (s *Server) handleInfo(req *request, rp *replier) error {
 			Add("engine", "hydra-engine").Add("version", s.cfg.Version).Add("backend", info.Name).
 			Add("backend_available", false).Bytes(), nil)
 	}
-	caps := []string{"prefill", "decode", "state_transfer", "expert_mode", "model_hash"}
-	caps = append(caps, info.Capabilities...)
-	mode := s.tun.ExpertMode()
-	m := transport.NewMeta().Add("engine", "hydra-engine").Add("version", s.cfg.Version).Add("capabilities", caps).
+	mode := s.expertMode(info)
+	m := transport.NewMeta().Add("engine", "hydra-engine").Add("version", s.cfg.Version).Add("capabilities", capabilities(info)).
 		Add("preset_aliases", []string{}).Add("solo_active", mode == "solo").Add("rpc_backend_active", false).
-		Add("mode", mode).Add("peer_addr", "").Add("peer_reachable", false).Add("layer_split", "").
-		Add("combined_head_attached", false).Add("pipeline_capable", false).
+		Add("mode", mode).Add("peer_addr", info.PeerDevice).Add("peer_reachable", info.PeerReachable).
+		Add("layer_split", info.LayerSplit).Add("combined_head_attached", mode == "combined").Add("pipeline_capable", false).
+		Add("split_mode", info.SplitMode).Add("quant_keys", append([]string{}, info.Quants...)).Add("active_quant", info.ActiveQuant).
 		Add("backend", info.Name).Add("backend_version", info.Version).Add("n_slots", info.NSlots).
 		Add("n_ctx", info.NCtx).Add("n_vocab", info.NVocab).Add("state_chunk_size", s.tun.StateChunkSize()).
 		AddFields(info.Model)
+	used, free := s.kvCells(info)
+	m.Add("n_ctx_slot", info.SlotCtx()).Add("kv_unified", info.KVUnified).Add("kv_cells_used", used).
+		Add("kv_cells_free", free).Add("sampler", s.tun.Sampler())
 	return rp.reply(transport.StatusOK, m.Bytes(), nil)
+}
+
+// kvCells is how many KV cells the slots' sequences hold and how many more
+// they could: the free cells of the pool they share, or the rest of each
+// slot's own share.
+func (s *Server) kvCells(info iface.BackendInfo) (used, free int) {
+	for _, v := range s.Slots() {
+		used += v.NPast
+		if !info.KVUnified && info.NCtxSlot > 0 {
+			free += max(info.SlotCtx()-v.NPast, 0)
+		}
+	}
+	if info.KVUnified || info.NCtxSlot == 0 {
+		free = max(info.NCtx-used, 0)
+	}
+	return used, free
 }
 
 // handleSetExpertMode asks the backend for "solo" or "combined" (exact).
@@ -87,7 +107,59 @@ func (s *Server) handleSetExpertMode(req *request, rp *replier) error {
 		return rp.reply(statusOf(err), transport.NewMeta().Add("success", false).Add("error", err.Error()).Bytes(), nil)
 	}
 	s.tun.setExpertMode(active)
+	s.refreshInfo(b)
 	return rp.reply(transport.StatusOK, transport.NewMeta().Add("success", true).Add("mode", active).Bytes(), nil)
+}
+
+// capabilities are INFO's: the engine's, the backend's own, and those its
+// info implies (quant_swap with quantisations to swap to, combined with a
+// peer device), each once.
+func capabilities(info iface.BackendInfo) []string {
+	caps := []string{"prefill", "decode", "state_transfer", "expert_mode", "model_hash"}
+	for _, c := range append(slices.Clone(info.Capabilities), implied(info)...) {
+		if !slices.Contains(caps, c) {
+			caps = append(caps, c)
+		}
+	}
+	return caps
+}
+
+// implied are the capabilities the backend's info shows it has.
+func implied(info iface.BackendInfo) []string {
+	var caps []string
+	if len(info.Quants) > 0 {
+		caps = append(caps, "quant_swap")
+	}
+	if info.PeerReachable {
+		caps = append(caps, "combined")
+	}
+	return caps
+}
+
+// expertMode is the mode the backend reports, else the one it last
+// answered SET_EXPERT_MODE with (a backend that does not report it).
+func (s *Server) expertMode(info iface.BackendInfo) string {
+	if info.ExpertMode != "" {
+		return info.ExpertMode
+	}
+	return s.tun.ExpertMode()
+}
+
+// refreshInfo re-reads the backend's info after an op that changes it (the
+// model identity after a swap, the expert mode), so INFO and the identity
+// in every reply tell the truth; a backend replaced meanwhile keeps its own.
+func (s *Server) refreshInfo(b iface.Backend) iface.BackendInfo {
+	info, err := b.Info(s.ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		s.log.Warn("re-reading the backend's info", "error", err)
+		return s.info
+	}
+	if s.backend == b {
+		s.info = info
+	}
+	return info
 }
 
 // parseSwapQuant splits a SWAP_QUANT payload: u16 quant_key_len, quant_key,
@@ -103,7 +175,9 @@ func parseSwapQuant(p []byte) (key, pattern string, err error) {
 	return string(p[2 : 2+n]), string(p[2+n:]), nil
 }
 
-// handleSwapQuant forwards to the backend; most answer NOT_IMPLEMENTED.
+// handleSwapQuant forwards to the backend (a backend without quantisations
+// answers NOT_IMPLEMENTED) and replies with what it did, the reference's
+// keys first, then the request and the model identity as it now is.
 func (s *Server) handleSwapQuant(req *request, rp *replier) error {
 	payload, ok, err := s.readPayload(req, rp)
 	if !ok {
@@ -114,9 +188,16 @@ func (s *Server) handleSwapQuant(req *request, rp *replier) error {
 		return rp.reply(transport.StatusError, transport.NewMeta().Add("success", false).Add("error", err.Error()).Bytes(), nil)
 	}
 	b, _ := s.Backend()
-	if err := b.SwapQuant(s.ctx, key, pattern); err != nil {
+	res, err := b.SwapQuant(s.ctx, key, pattern)
+	if err != nil {
+		s.log.Info("SWAP_QUANT refused", "quant_key", key, "tensor_pattern", pattern, "error", err)
 		return rp.reply(statusOf(err), transport.NewMeta().Add("success", false).Add("error", err.Error()).Bytes(), nil)
 	}
-	return rp.reply(transport.StatusOK, transport.NewMeta().Add("success", true).Add("quant_key", key).
-		Add("tensor_pattern", pattern).Bytes(), nil)
+	info := s.refreshInfo(b)
+	ms := float64(res.Duration.Microseconds()) / 1000
+	s.log.Info("SWAP_QUANT", "quant_key", key, "tensor_pattern", pattern, "swapped", res.Swapped, "bytes", res.Bytes,
+		"swap_ms", ms, "active_quant", info.ActiveQuant, "model_hash", info.Model.Hash)
+	return rp.reply(transport.StatusOK, transport.NewMeta().Add("success", true).Add("swapped", res.Swapped).
+		Add("bytes", res.Bytes).Add("swap_ms", ms).Add("kv_preserved", res.KVPreserved).Add("quant_key", key).
+		Add("tensor_pattern", pattern).Add("active_quant", info.ActiveQuant).AddFields(info.Model).Bytes(), nil)
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"time"
 )
 
 // Backend is what a plugin implements. The host serialises operations on one
@@ -50,9 +51,18 @@ type Backend interface {
 	// SetExpertMode asks for "solo" or "combined" and returns the mode really
 	// active.
 	SetExpertMode(ctx context.Context, mode string) (string, error)
-	// SwapQuant swaps the quantisation of tensors matching pattern; backends
-	// without it return ErrNotImplemented.
-	SwapQuant(ctx context.Context, quantKey, tensorPattern string) error
+	// SwapQuant makes the weights whose names match tensorPattern come from
+	// the quantisation quantKey ("base": the loaded model's own), all or
+	// none of them; backends without it return ErrNotImplemented.
+	SwapQuant(ctx context.Context, quantKey, tensorPattern string) (SwapResult, error)
+}
+
+// SwapResult is what a SwapQuant did.
+type SwapResult struct {
+	Swapped     int           // weights that now come from the quantisation asked for
+	Bytes       int64         // their bytes in that quantisation
+	Duration    time.Duration // the swap's time in the backend
+	KVPreserved bool          // the slots' sequences and KV cache are as they were
 }
 
 // Errors a backend returns; they keep their identity across the gRPC boundary
@@ -92,6 +102,24 @@ type BackendInfo struct {
 	// them. 0 means NCtx.
 	NCtxSlot  int
 	KVUnified bool
+
+	// Quants are the quantisations SwapQuant swaps to, "base" (the loaded
+	// model) first; none when the backend swaps none. ActiveQuant names the
+	// ones the weights come from now: "base", a key, or keys joined by "+".
+	Quants      []string
+	ActiveQuant string
+
+	// Expert placement (SetExpertMode). ExpertMode is the mode active,
+	// "solo" or "combined" ("" when the backend does not say); PeerDevice
+	// the device combined mode runs the experts on ("" when none is
+	// configured) and PeerReachable whether this host has it; LayerSplit
+	// the devices the layers are on ("0-23:CUDA0,24-47:CUDA1"); SplitMode
+	// how the model is split across devices ("none", "layer", "row").
+	ExpertMode    string
+	PeerDevice    string
+	PeerReachable bool
+	LayerSplit    string
+	SplitMode     string
 }
 
 // SlotCtx is the most KV cells one slot may hold.
@@ -133,19 +161,19 @@ type ToolCall struct {
 // penalties and biases, which apply whatever the temperature). Zero values
 // mean "off" throughout, so an older peer's request means what it meant.
 type SamplerParams struct {
-	Temperature float32
-	TopK        int32   // 0: all tokens
-	TopP        float32 // 0 or 1: off
-	MinP        float32 // 0: off
-	Seed        uint64
+	Temperature float32 `json:"temperature"`
+	TopK        int32   `json:"top_k"` // 0: all tokens
+	TopP        float32 `json:"top_p"` // 0 or 1: off
+	MinP        float32 `json:"min_p"` // 0: off
+	Seed        uint64  `json:"seed"`
 
-	RepeatPenalty    float32 // 0 or 1: off
-	RepeatLastN      int32   // tokens the penalties look back over; 0: none, -1: the whole sequence
-	PresencePenalty  float32
-	FrequencyPenalty float32
+	RepeatPenalty    float32 `json:"repeat_penalty"` // 0 or 1: off
+	RepeatLastN      int32   `json:"repeat_last_n"`  // tokens the penalties look back over; 0: none, -1: the whole sequence
+	PresencePenalty  float32 `json:"presence_penalty"`
+	FrequencyPenalty float32 `json:"frequency_penalty"`
 
-	IgnoreEOS bool              // end-of-generation tokens are never sampled
-	LogitBias map[int32]float32 // added to the token's logit before sampling
+	IgnoreEOS bool              `json:"ignore_eos"`           // end-of-generation tokens are never sampled
+	LogitBias map[int32]float32 `json:"logit_bias,omitempty"` // added to the token's logit before sampling
 }
 
 // Penalized reports whether any penalty applies.

@@ -1,6 +1,8 @@
 package iface
 
 import (
+	"time"
+
 	backendv1 "github.com/hydra-engine/hydra-engine/iface/proto/hydra/backend/v1"
 )
 
@@ -15,12 +17,19 @@ func backendInfoToPB(i BackendInfo) *backendv1.BackendInfo {
 			Hash:  i.Model.Hash,
 			Path:  i.Model.Path,
 		},
-		NSlots:       int64(i.NSlots),
-		NVocab:       int64(i.NVocab),
-		NCtx:         int64(i.NCtx),
-		Capabilities: i.Capabilities,
-		NCtxSlot:     int64(i.NCtxSlot),
-		KvUnified:    i.KVUnified,
+		NSlots:        int64(i.NSlots),
+		NVocab:        int64(i.NVocab),
+		NCtx:          int64(i.NCtx),
+		Capabilities:  i.Capabilities,
+		NCtxSlot:      int64(i.NCtxSlot),
+		KvUnified:     i.KVUnified,
+		Quants:        i.Quants,
+		ActiveQuant:   i.ActiveQuant,
+		ExpertMode:    i.ExpertMode,
+		PeerDevice:    i.PeerDevice,
+		PeerReachable: i.PeerReachable,
+		LayerSplit:    i.LayerSplit,
+		SplitMode:     i.SplitMode,
 	}
 }
 
@@ -34,13 +43,28 @@ func backendInfoFromPB(p *backendv1.BackendInfo) BackendInfo {
 			Hash:  m.GetHash(),
 			Path:  m.GetPath(),
 		},
-		NSlots:       int(p.GetNSlots()),
-		NVocab:       int(p.GetNVocab()),
-		NCtx:         int(p.GetNCtx()),
-		Capabilities: p.GetCapabilities(),
-		NCtxSlot:     int(p.GetNCtxSlot()),
-		KVUnified:    p.GetKvUnified(),
+		NSlots:        int(p.GetNSlots()),
+		NVocab:        int(p.GetNVocab()),
+		NCtx:          int(p.GetNCtx()),
+		Capabilities:  p.GetCapabilities(),
+		NCtxSlot:      int(p.GetNCtxSlot()),
+		KVUnified:     p.GetKvUnified(),
+		Quants:        p.GetQuants(),
+		ActiveQuant:   p.GetActiveQuant(),
+		ExpertMode:    p.GetExpertMode(),
+		PeerDevice:    p.GetPeerDevice(),
+		PeerReachable: p.GetPeerReachable(),
+		LayerSplit:    p.GetLayerSplit(),
+		SplitMode:     p.GetSplitMode(),
 	}
+}
+
+func swapResultToPB(r SwapResult) *backendv1.SwapQuantResponse {
+	return &backendv1.SwapQuantResponse{Swapped: int64(r.Swapped), Bytes: r.Bytes, DurationNs: int64(r.Duration), KvPreserved: r.KVPreserved}
+}
+
+func swapResultFromPB(p *backendv1.SwapQuantResponse) SwapResult {
+	return SwapResult{Swapped: int(p.GetSwapped()), Bytes: p.GetBytes(), Duration: time.Duration(p.GetDurationNs()), KVPreserved: p.GetKvPreserved()}
 }
 
 func slotInfoToPB(s SlotInfo) *backendv1.SlotInfo {

@@ -19,7 +19,7 @@ type fakeBackend struct {
 	stateGet      func(context.Context, int, int, io.Writer) (int64, error)
 	statePut      func(context.Context, int, []int32, io.Reader, int64) (int64, error)
 	setExpertMode func(context.Context, string) (string, error)
-	swapQuant     func(context.Context, string, string) error
+	swapQuant     func(context.Context, string, string) (SwapResult, error)
 }
 
 func (f *fakeBackend) Load(ctx context.Context, req LoadRequest) (BackendInfo, error) {
@@ -92,9 +92,9 @@ func (f *fakeBackend) SetExpertMode(ctx context.Context, mode string) (string, e
 	return f.setExpertMode(ctx, mode)
 }
 
-func (f *fakeBackend) SwapQuant(ctx context.Context, quantKey, tensorPattern string) error {
+func (f *fakeBackend) SwapQuant(ctx context.Context, quantKey, tensorPattern string) (SwapResult, error) {
 	if f.swapQuant == nil {
-		return ErrNotImplemented
+		return SwapResult{}, ErrNotImplemented
 	}
 	return f.swapQuant(ctx, quantKey, tensorPattern)
 }

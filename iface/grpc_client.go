@@ -248,7 +248,10 @@ func (c *GRPCClient) SetExpertMode(ctx context.Context, mode string) (string, er
 	return resp.GetMode(), nil
 }
 
-func (c *GRPCClient) SwapQuant(ctx context.Context, quantKey, tensorPattern string) error {
-	_, err := c.client.SwapQuant(ctx, &backendv1.SwapQuantRequest{QuantKey: quantKey, TensorPattern: tensorPattern})
-	return FromStatus(err)
+func (c *GRPCClient) SwapQuant(ctx context.Context, quantKey, tensorPattern string) (SwapResult, error) {
+	resp, err := c.client.SwapQuant(ctx, &backendv1.SwapQuantRequest{QuantKey: quantKey, TensorPattern: tensorPattern})
+	if err != nil {
+		return SwapResult{}, FromStatus(err)
+	}
+	return swapResultFromPB(resp), nil
 }

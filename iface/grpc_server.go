@@ -251,8 +251,9 @@ func (s *GRPCServer) SetExpertMode(ctx context.Context, req *backendv1.SetExpert
 }
 
 func (s *GRPCServer) SwapQuant(ctx context.Context, req *backendv1.SwapQuantRequest) (*backendv1.SwapQuantResponse, error) {
-	if err := s.Impl.SwapQuant(ctx, req.GetQuantKey(), req.GetTensorPattern()); err != nil {
+	res, err := s.Impl.SwapQuant(ctx, req.GetQuantKey(), req.GetTensorPattern())
+	if err != nil {
 		return nil, ToStatus(err)
 	}
-	return &backendv1.SwapQuantResponse{}, nil
+	return swapResultToPB(res), nil
 }

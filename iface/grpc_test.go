@@ -32,17 +32,25 @@ func wait[T any](t *testing.T, ch <-chan T, what string) T {
 func TestRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	info := BackendInfo{
-		Name:         "fake",
-		Version:      "1.2.3",
-		Model:        ModelIdentity{Alias: "qwen", Hash: "ab12", Path: "/models/q.gguf"},
-		NSlots:       4,
-		NVocab:       151936,
-		NCtx:         32768,
-		Capabilities: []string{"quant_swap", "experts"},
-		NCtxSlot:     8192,
-		KVUnified:    false,
+		Name:          "fake",
+		Version:       "1.2.3",
+		Model:         ModelIdentity{Alias: "qwen", Hash: "ab12", Path: "/models/q.gguf"},
+		NSlots:        4,
+		NVocab:        151936,
+		NCtx:          32768,
+		Capabilities:  []string{"quant_swap", "experts"},
+		NCtxSlot:      8192,
+		KVUnified:     false,
+		Quants:        []string{"base", "q8_0", "Q6_K/experts"},
+		ActiveQuant:   "base+q8_0",
+		ExpertMode:    "combined",
+		PeerDevice:    "CUDA1",
+		PeerReachable: true,
+		LayerSplit:    "0-23:CUDA0,24-47:CUDA1",
+		SplitMode:     "layer",
 	}
 	slotInfo := SlotInfo{Slot: 3, NPast: 5, Tokens: []int32{1, -2, math.MaxInt32, 4, 5}, StateSize: 1 << 40}
+	swapped := SwapResult{Swapped: 144, Bytes: 5 << 30, Duration: 1234567 * time.Microsecond, KVPreserved: true}
 
 	var (
 		gotLoad    LoadRequest
@@ -85,9 +93,9 @@ func TestRoundTrip(t *testing.T) {
 			gotMode = mode
 			return "solo", nil
 		},
-		swapQuant: func(_ context.Context, key, pattern string) error {
+		swapQuant: func(_ context.Context, key, pattern string) (SwapResult, error) {
 			gotQuant = [2]string{key, pattern}
-			return nil
+			return swapped, nil
 		},
 	}
 	b := TestBackend(t, f)
@@ -175,11 +183,12 @@ func TestRoundTrip(t *testing.T) {
 		}
 	})
 	t.Run("SwapQuant", func(t *testing.T) {
-		if err := b.SwapQuant(ctx, "q4_k", `blk\.\d+\.ffn_.*`); err != nil {
+		got, err := b.SwapQuant(ctx, "q4_k", `blk\.\d+\.ffn_.*`)
+		if err != nil {
 			t.Fatal(err)
 		}
-		if gotQuant != [2]string{"q4_k", `blk\.\d+\.ffn_.*`} {
-			t.Errorf("plugin got %q", gotQuant)
+		if gotQuant != [2]string{"q4_k", `blk\.\d+\.ffn_.*`} || got != swapped {
+			t.Errorf("plugin got %q, host got %+v", gotQuant, got)
 		}
 	})
 }
@@ -199,7 +208,7 @@ func TestErrors(t *testing.T) {
 		stateGet:      func(context.Context, int, int, io.Writer) (int64, error) { return 0, ret },
 		statePut:      func(context.Context, int, []int32, io.Reader, int64) (int64, error) { return 0, ret },
 		setExpertMode: func(context.Context, string) (string, error) { return "", ret },
-		swapQuant:     func(context.Context, string, string) error { return ret },
+		swapQuant:     func(context.Context, string, string) (SwapResult, error) { return SwapResult{}, ret },
 	}
 	b := TestBackend(t, f)
 
@@ -219,7 +228,7 @@ func TestErrors(t *testing.T) {
 			return err
 		},
 		"SetExpertMode": func() error { _, err := b.SetExpertMode(ctx, "solo"); return err },
-		"SwapQuant":     func() error { return b.SwapQuant(ctx, "k", "p") },
+		"SwapQuant":     func() error { _, err := b.SwapQuant(ctx, "k", "p"); return err },
 	}
 
 	for _, tc := range []struct {

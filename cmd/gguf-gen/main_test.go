@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -34,7 +35,7 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"-o", "x", "-f16", "-type", "f16"}, f16},
 	} {
 		c, out, err := parseFlags(tc.args, io.Discard)
-		if err != nil || out != "x" || c != tc.want {
+		if err != nil || out != "x" || !reflect.DeepEqual(c, tc.want) {
 			t.Errorf("%q:\n got %+v, %q, %v\nwant %+v", tc.args, c, out, err, tc.want)
 		}
 	}

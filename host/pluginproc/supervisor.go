@@ -166,4 +166,6 @@ func (d downBackend) StatePut(_ context.Context, _ int, _ []int32, r io.Reader, 
 	return 0, d.err()
 }
 func (d downBackend) SetExpertMode(context.Context, string) (string, error) { return "", d.err() }
-func (d downBackend) SwapQuant(context.Context, string, string) error       { return d.err() }
+func (d downBackend) SwapQuant(context.Context, string, string) (iface.SwapResult, error) {
+	return iface.SwapResult{}, d.err()
+}

@@ -105,6 +105,8 @@ type engine struct {
 
 	ringMu sync.Mutex // held by the restore using ring
 	ring   *mirror    // the restore ring (prefetch_linux.go), kept across restores up to keepRing bytes
+
+	swap *swapper // the weights' other copies: quantisations, combined mode (swap.go); nil without
 }
 
 // streamedRingBlock is the largest read a streamed restore takes from its
@@ -259,6 +261,9 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 		return iface.BackendInfo{}, err
 	}
 	e := newEngine(mdl, lc, nSlots, gpuName, opts, b.log)
+	if e.swap, err = newSwapper(hashCtx, mdl, lc, path, opts, nGPU, b.log); err != nil {
+		return iface.BackendInfo{}, err
+	}
 	if !opts.builtinTemplate {
 		if e.chat, err = newChatTemplate(mdl.jinja, mdl.specialText(mdl.bos), mdl.specialText(mdl.eos()), mdl.addsBOS(), opts.templateOptions); err != nil {
 			return iface.BackendInfo{}, err
@@ -282,6 +287,9 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 		NCtx:      e.nCtx,
 		NCtxSlot:  e.slotCtx,
 		KVUnified: e.kvUnified,
+	}
+	if err := e.describeSwaps(); err != nil {
+		return iface.BackendInfo{}, err
 	}
 	b.eng.Store(e)
 	b.logLoaded(e, opts, nGPU, registerHostBufferAvailable(gpuDev), time.Since(start))
@@ -571,13 +579,14 @@ func (e *engine) enableStreaming(row int64) error {
 	return e.ctx.enableStream(e.scratch, maxBlock)
 }
 
-// Info returns what Load returned.
+// Info returns what Load returned, with the weights' quantisation and
+// placement as they are now.
 func (b *Backend) Info(ctx context.Context) (iface.BackendInfo, error) {
 	e, err := b.engine()
 	if err != nil {
 		return iface.BackendInfo{}, err
 	}
-	return e.info, nil
+	return e.infoNow(), nil
 }
 
 func (b *Backend) engine() (*engine, error) {
@@ -1030,23 +1039,31 @@ func (e *engine) reevaluate(i int, tokens []int32) ([]float32, error) {
 // in step whatever happened.
 func drain(r io.Reader) { _, _ = io.Copy(io.Discard, r) }
 
-// SetExpertMode accepts "solo" and "combined"; without a peer there is nothing
-// to combine with, so the mode stays "solo" (as llama-engine does).
+// SetExpertMode switches between "solo" and "combined" (combined.go) and
+// returns the mode really active: a switch that cannot be made (no peer, a
+// slot at work, the peer out of memory) leaves the mode as it was, the
+// reason in the log, as llama-engine answers "solo" without a peer.
 func (b *Backend) SetExpertMode(ctx context.Context, mode string) (string, error) {
-	switch mode {
-	case "solo":
-		return "solo", nil
-	case "combined":
-		b.log.Info("expert mode combined requested, but no peer is configured: staying solo")
-		return "solo", nil
-	default:
+	if mode != "solo" && mode != "combined" {
 		return "", fmt.Errorf("%w: expert_mode must be 'solo' or 'combined'", iface.ErrBadRequest)
 	}
+	e := b.eng.Load()
+	if e == nil {
+		b.log.Info("expert mode stays solo: the backend is not loaded", "requested", mode)
+		return "solo", nil
+	}
+	return e.setExpertMode(mode), nil
 }
 
-// SwapQuant is not supported yet.
-func (b *Backend) SwapQuant(ctx context.Context, quantKey, tensorPattern string) error {
-	return fmt.Errorf("%w: the cuda-llama backend cannot swap quantisations", iface.ErrNotImplemented)
+// SwapQuant makes the weights matching tensorPattern come from the
+// quantisation quantKey (quant.KEY options; "base" the loaded model), on
+// the devices they are on, while every slot is idle (swap.go).
+func (b *Backend) SwapQuant(ctx context.Context, quantKey, tensorPattern string) (iface.SwapResult, error) {
+	e, err := b.engine()
+	if err != nil {
+		return iface.SwapResult{}, err
+	}
+	return e.swapQuant(quantKey, tensorPattern)
 }
 
 // referenceState is llama.cpp's own llama_state_seq_get_data for slot i: what

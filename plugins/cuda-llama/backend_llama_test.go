@@ -943,7 +943,7 @@ func TestExpertModeAndSwapQuant(t *testing.T) {
 	if _, err := b.SetExpertMode(context.Background(), "Solo"); !errors.Is(err, iface.ErrBadRequest) {
 		t.Fatal(err)
 	}
-	if err := b.SwapQuant(context.Background(), "q4", ".*"); !errors.Is(err, iface.ErrNotImplemented) {
+	if _, err := b.SwapQuant(context.Background(), "q4", ".*"); !errors.Is(err, iface.ErrBadRequest) {
 		t.Fatal(err)
 	}
 	if _, err := b.Info(context.Background()); !errors.Is(err, iface.ErrBadRequest) {

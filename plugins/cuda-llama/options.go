@@ -124,6 +124,8 @@ type options struct {
 	templateOptions
 	placementOptions
 	ropeOptions
+	quantOptions
+	combinedOptions
 }
 
 // ropeOptions are the parsed RoPE options; the zero value is the model's
@@ -164,6 +166,10 @@ var optionParsers = map[string]func(o *options, key, v string) error{
 	OptYarnOrigCtx:   intField(func(o *options) *int { return &o.yarnOrigCtx }, 0, maxNCtx),
 }
 
+// optionPrefixParsers set the options whose keys start with a prefix
+// (quant.KEY), one per prefix.
+var optionPrefixParsers = map[string]func(o *options, key, v string) error{}
+
 // defaultOptions are the options before any key is applied. Half the CPUs:
 // ggml's threads spin at their barriers, and crowding the Go runtime out of
 // cores slows everything.
@@ -198,8 +204,13 @@ func applyOption(o *options, key, v string) error {
 		return fmt.Errorf("%w: option %q was removed: %s; drop it from the configuration", iface.ErrBadRequest, key, now)
 	}
 	parse, ok := optionParsers[key]
+	for prefix, p := range optionPrefixParsers {
+		if !ok && strings.HasPrefix(key, prefix) {
+			parse, ok = p, true
+		}
+	}
 	if !ok {
-		known := slices.Sorted(maps.Keys(optionParsers))
+		known := append(slices.Sorted(maps.Keys(optionParsers)), slices.Sorted(maps.Keys(optionPrefixParsers))...)
 		return fmt.Errorf("%w: unknown option %q (known: %s)", iface.ErrBadRequest, key, strings.Join(known, ", "))
 	}
 	return parse(o, key, v)

@@ -59,6 +59,8 @@ func (b *Backend) StatePut(_ context.Context, _ int, _ []int32, r io.Reader, _ i
 
 func (b *Backend) SetExpertMode(context.Context, string) (string, error) { return "", b.err() }
 
-func (b *Backend) SwapQuant(context.Context, string, string) error { return b.err() }
+func (b *Backend) SwapQuant(context.Context, string, string) (iface.SwapResult, error) {
+	return iface.SwapResult{}, b.err()
+}
 
 func (b *Backend) err() error { return fmt.Errorf("%w: %w", iface.ErrNotImplemented, ErrNotLinked) }

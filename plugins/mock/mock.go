@@ -154,8 +154,8 @@ func (b *Backend) SetExpertMode(ctx context.Context, mode string) (string, error
 }
 
 // SwapQuant is not supported: the mock has no tensors.
-func (b *Backend) SwapQuant(ctx context.Context, quantKey, tensorPattern string) error {
-	return fmt.Errorf("%w: the mock backend has no quantised tensors", iface.ErrNotImplemented)
+func (b *Backend) SwapQuant(ctx context.Context, quantKey, tensorPattern string) (iface.SwapResult, error) {
+	return iface.SwapResult{}, fmt.Errorf("%w: the mock backend has no quantised tensors", iface.ErrNotImplemented)
 }
 
 func (b *Backend) engine() (*engine, error) {

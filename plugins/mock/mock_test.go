@@ -412,7 +412,7 @@ func TestExpertModeAndSwapQuant(t *testing.T) {
 			t.Errorf("SetExpertMode(%q): %v", bad, err)
 		}
 	}
-	if err := b.SwapQuant(ctx, "q8_0", ".*"); !errors.Is(err, iface.ErrNotImplemented) {
+	if _, err := b.SwapQuant(ctx, "q8_0", ".*"); !errors.Is(err, iface.ErrNotImplemented) {
 		t.Fatalf("SwapQuant: %v", err)
 	}
 }

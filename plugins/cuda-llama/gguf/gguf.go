@@ -50,6 +50,11 @@ type Config struct {
 	Type WeightType // the big matrices' type; norms and routers stay F32
 	F16  bool       // the same as Type WeightF16, kept for callers older than Type
 	Seed uint64     // weights are a function of Seed and the tensor's name
+
+	// Overrides give some big matrices another type than Type (the first
+	// override matching a name decides): the same model with those weights
+	// from another quantisation, bit for bit.
+	Overrides []TypeOverride
 }
 
 // Architectures Write knows.
@@ -175,12 +180,14 @@ func (c Config) validateType() error {
 	if c.F16 && c.Type != WeightF32 && c.Type != WeightF16 {
 		return fmt.Errorf("gguf: F16 and weight type %s contradict each other", c.Type)
 	}
-	w := c.weightType()
-	if !w.quantized() {
-		return nil
+	for _, o := range c.Overrides {
+		if o.Pattern == nil || o.Type < WeightF32 || o.Type > WeightQ4_0 {
+			return fmt.Errorf("gguf: override %v: needs a pattern and a known weight type", o)
+		}
 	}
+	weightTypes := map[ggmlType]WeightType{typeF32: WeightF32, typeF16: WeightF16, typeQ8_0: WeightQ8_0, typeQ4_0: WeightQ4_0}
 	for _, t := range c.tensors() {
-		if t.typ == w.ggmlType() && t.dims[0]%blockValues != 0 {
+		if w := weightTypes[t.typ]; w.quantized() && t.dims[0]%blockValues != 0 {
 			return fmt.Errorf("gguf: %s rows of %d values do not divide into %s blocks of %d", t.name, t.dims[0], w, blockValues)
 		}
 	}
@@ -319,7 +326,7 @@ func (c Config) tensors() []tensor {
 			ts = append(ts, c.denseFFN(i, wt)...)
 		}
 	}
-	return ts
+	return c.overridden(ts)
 }
 
 // uniformScale is the bound of a uniform distribution of variance 1/fanIn.

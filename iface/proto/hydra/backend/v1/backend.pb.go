@@ -92,8 +92,20 @@ type BackendInfo struct {
 	Capabilities []string               `protobuf:"bytes,7,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
 	// The most KV cells one slot's sequence may hold: n_ctx when the slots
 	// share one pool of cells (kv_unified), n_ctx / n_slots when split. 0: n_ctx.
-	NCtxSlot      int64 `protobuf:"varint,8,opt,name=n_ctx_slot,json=nCtxSlot,proto3" json:"n_ctx_slot,omitempty"`
-	KvUnified     bool  `protobuf:"varint,9,opt,name=kv_unified,json=kvUnified,proto3" json:"kv_unified,omitempty"`
+	NCtxSlot  int64 `protobuf:"varint,8,opt,name=n_ctx_slot,json=nCtxSlot,proto3" json:"n_ctx_slot,omitempty"`
+	KvUnified bool  `protobuf:"varint,9,opt,name=kv_unified,json=kvUnified,proto3" json:"kv_unified,omitempty"`
+	// The quantisations SwapQuant swaps to, "base" first, and the ones the
+	// weights come from now ("base", a key, or keys joined by "+").
+	Quants      []string `protobuf:"bytes,10,rep,name=quants,proto3" json:"quants,omitempty"`
+	ActiveQuant string   `protobuf:"bytes,11,opt,name=active_quant,json=activeQuant,proto3" json:"active_quant,omitempty"`
+	// Expert placement: the mode active ("" the backend does not say), the
+	// peer device of combined mode and whether it exists, the devices of the
+	// layers, llama.cpp's split mode.
+	ExpertMode    string `protobuf:"bytes,12,opt,name=expert_mode,json=expertMode,proto3" json:"expert_mode,omitempty"`
+	PeerDevice    string `protobuf:"bytes,13,opt,name=peer_device,json=peerDevice,proto3" json:"peer_device,omitempty"`
+	PeerReachable bool   `protobuf:"varint,14,opt,name=peer_reachable,json=peerReachable,proto3" json:"peer_reachable,omitempty"`
+	LayerSplit    string `protobuf:"bytes,15,opt,name=layer_split,json=layerSplit,proto3" json:"layer_split,omitempty"`
+	SplitMode     string `protobuf:"bytes,16,opt,name=split_mode,json=splitMode,proto3" json:"split_mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -189,6 +201,55 @@ func (x *BackendInfo) GetKvUnified() bool {
 		return x.KvUnified
 	}
 	return false
+}
+
+func (x *BackendInfo) GetQuants() []string {
+	if x != nil {
+		return x.Quants
+	}
+	return nil
+}
+
+func (x *BackendInfo) GetActiveQuant() string {
+	if x != nil {
+		return x.ActiveQuant
+	}
+	return ""
+}
+
+func (x *BackendInfo) GetExpertMode() string {
+	if x != nil {
+		return x.ExpertMode
+	}
+	return ""
+}
+
+func (x *BackendInfo) GetPeerDevice() string {
+	if x != nil {
+		return x.PeerDevice
+	}
+	return ""
+}
+
+func (x *BackendInfo) GetPeerReachable() bool {
+	if x != nil {
+		return x.PeerReachable
+	}
+	return false
+}
+
+func (x *BackendInfo) GetLayerSplit() string {
+	if x != nil {
+		return x.LayerSplit
+	}
+	return ""
+}
+
+func (x *BackendInfo) GetSplitMode() string {
+	if x != nil {
+		return x.SplitMode
+	}
+	return ""
 }
 
 type LoadRequest struct {
@@ -1879,6 +1940,10 @@ func (x *SwapQuantRequest) GetTensorPattern() string {
 
 type SwapQuantResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	Swapped       int64                  `protobuf:"varint,1,opt,name=swapped,proto3" json:"swapped,omitempty"`                            // weights that now come from the quantisation asked for
+	Bytes         int64                  `protobuf:"varint,2,opt,name=bytes,proto3" json:"bytes,omitempty"`                                // their bytes
+	DurationNs    int64                  `protobuf:"varint,3,opt,name=duration_ns,json=durationNs,proto3" json:"duration_ns,omitempty"`    // the swap's time in the backend
+	KvPreserved   bool                   `protobuf:"varint,4,opt,name=kv_preserved,json=kvPreserved,proto3" json:"kv_preserved,omitempty"` // the slots' sequences and KV are as they were
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1911,6 +1976,34 @@ func (x *SwapQuantResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use SwapQuantResponse.ProtoReflect.Descriptor instead.
 func (*SwapQuantResponse) Descriptor() ([]byte, []int) {
 	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *SwapQuantResponse) GetSwapped() int64 {
+	if x != nil {
+		return x.Swapped
+	}
+	return 0
+}
+
+func (x *SwapQuantResponse) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *SwapQuantResponse) GetDurationNs() int64 {
+	if x != nil {
+		return x.DurationNs
+	}
+	return 0
+}
+
+func (x *SwapQuantResponse) GetKvPreserved() bool {
+	if x != nil {
+		return x.KvPreserved
+	}
+	return false
 }
 
 type DataPlaneRequest struct {
@@ -2289,7 +2382,7 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\rModelIdentity\x12\x14\n" +
 	"\x05alias\x18\x01 \x01(\tR\x05alias\x12\x12\n" +
 	"\x04hash\x18\x02 \x01(\tR\x04hash\x12\x12\n" +
-	"\x04path\x18\x03 \x01(\tR\x04path\"\x9a\x02\n" +
+	"\x04path\x18\x03 \x01(\tR\x04path\"\xfe\x03\n" +
 	"\vBackendInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x125\n" +
@@ -2301,7 +2394,19 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\n" +
 	"n_ctx_slot\x18\b \x01(\x03R\bnCtxSlot\x12\x1d\n" +
 	"\n" +
-	"kv_unified\x18\t \x01(\bR\tkvUnified\"\xbe\x01\n" +
+	"kv_unified\x18\t \x01(\bR\tkvUnified\x12\x16\n" +
+	"\x06quants\x18\n" +
+	" \x03(\tR\x06quants\x12!\n" +
+	"\factive_quant\x18\v \x01(\tR\vactiveQuant\x12\x1f\n" +
+	"\vexpert_mode\x18\f \x01(\tR\n" +
+	"expertMode\x12\x1f\n" +
+	"\vpeer_device\x18\r \x01(\tR\n" +
+	"peerDevice\x12%\n" +
+	"\x0epeer_reachable\x18\x0e \x01(\bR\rpeerReachable\x12\x1f\n" +
+	"\vlayer_split\x18\x0f \x01(\tR\n" +
+	"layerSplit\x12\x1d\n" +
+	"\n" +
+	"split_mode\x18\x10 \x01(\tR\tsplitMode\"\xbe\x01\n" +
 	"\vLoadRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x17\n" +
 	"\an_slots\x18\x02 \x01(\x03R\x06nSlots\x12D\n" +
@@ -2421,8 +2526,13 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\"V\n" +
 	"\x10SwapQuantRequest\x12\x1b\n" +
 	"\tquant_key\x18\x01 \x01(\tR\bquantKey\x12%\n" +
-	"\x0etensor_pattern\x18\x02 \x01(\tR\rtensorPattern\"\x13\n" +
-	"\x11SwapQuantResponse\"\x12\n" +
+	"\x0etensor_pattern\x18\x02 \x01(\tR\rtensorPattern\"\x87\x01\n" +
+	"\x11SwapQuantResponse\x12\x18\n" +
+	"\aswapped\x18\x01 \x01(\x03R\aswapped\x12\x14\n" +
+	"\x05bytes\x18\x02 \x01(\x03R\x05bytes\x12\x1f\n" +
+	"\vduration_ns\x18\x03 \x01(\x03R\n" +
+	"durationNs\x12!\n" +
+	"\fkv_preserved\x18\x04 \x01(\bR\vkvPreserved\"\x12\n" +
 	"\x10DataPlaneRequest\"\xbd\x01\n" +
 	"\x11DataPlaneResponse\x12\x10\n" +
 	"\x03shm\x18\x01 \x01(\bR\x03shm\x12!\n" +

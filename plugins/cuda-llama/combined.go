@@ -1,0 +1,150 @@
+//go:build llama && cgo
+
+package cudallama
+
+/*
+#include <stdlib.h>
+#include "combined.h"
+#include "swap.h"
+#include "ggml-backend.h"
+*/
+import "C"
+
+import (
+	"cmp"
+	"fmt"
+	"time"
+	"unsafe"
+
+	"github.com/hydra-engine/hydra-engine/iface"
+)
+
+// Combined mode on one host: SET_EXPERT_MODE "combined" places the weights
+// matching combined_pattern (the routed experts) on the peer device,
+// copying them there on the first activation and keeping the copies, so
+// that ggml's scheduler runs the operations reading them on the peer
+// (operations follow their weights' buffers) while attention and the KV
+// cache stay home; "solo" puts them back. Both are a swap of the weights'
+// copies (swap.go), engine-wide, done only while every slot is idle.
+
+// combinedConfig is the peer of combined mode as Load found it.
+type combinedConfig struct {
+	device    string // the peer, as ggml names it (as configured when absent)
+	reachable bool   // the context runs on it
+	pattern   string
+	matches   int // weights the pattern matches
+}
+
+// setCombined resolves the peer device and checks the pattern. A pattern
+// that does not compile fails Load; a peer the context does not run on (not
+// on this host, or not a device llama.cpp uses), or a pattern matching no
+// weight, leaves combined mode unavailable (it answers "solo", as the
+// reference engine does without a peer) and says so in the log.
+func (x *swapper) setCombined(lc *lctx, o combinedOptions) error {
+	if o.peer == "" {
+		return nil
+	}
+	c := combinedConfig{device: o.peer, pattern: cmp.Or(o.pattern, DefaultCombinedPattern)}
+	cp := C.CString(c.pattern)
+	defer C.free(unsafe.Pointer(cp))
+	var msg [512]C.char
+	n := int(C.hydra_swap_match(x.sw, cp, &msg[0], C.size_t(len(msg))))
+	if n < 0 {
+		return fmt.Errorf("%w: option %s: %s", iface.ErrBadRequest, OptCombinedPattern, C.GoString(&msg[0]))
+	}
+	c.matches = n
+	cd := C.CString(o.peer)
+	defer C.free(unsafe.Pointer(cd))
+	if C.hydra_swap_set_peer(x.sw, lc.c, cd, &msg[0], C.size_t(len(msg))) < 0 {
+		x.log.Warn("combined mode unavailable: "+C.GoString(&msg[0]), OptCombinedPeer, o.peer)
+	} else {
+		c.reachable, c.device = true, C.GoString(C.ggml_backend_dev_name(C.ggml_backend_dev_by_name(cd)))
+	}
+	if n == 0 {
+		x.log.Warn("combined mode unavailable: the pattern matches none of the model's weights", OptCombinedPattern, c.pattern)
+	}
+	x.combined = c
+	return nil
+}
+
+// unavailable says why combined mode cannot be had, "" when it can.
+func (x *swapper) unavailable() string {
+	if x == nil {
+		return "no peer is configured (" + OptCombinedPeer + ")"
+	}
+	switch c := x.combined; {
+	case c.device == "":
+		return "no peer is configured (" + OptCombinedPeer + ")"
+	case !c.reachable:
+		return "the peer device " + c.device + " is not one the context runs on"
+	case c.matches == 0:
+		return "the pattern " + c.pattern + " matches none of the model's weights"
+	}
+	return ""
+}
+
+// modeNow is the mode active.
+func (x *swapper) modeNow() string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.mode
+}
+
+// setExpertMode switches to mode and returns the mode really active: what
+// it was when the switch cannot be made (a slot at work, no peer, the peer
+// out of memory), the reason in the log, so a caller asking for "combined"
+// learns from "solo" that it did not get it (the reference's fail-open).
+func (e *engine) setExpertMode(mode string) string {
+	x := e.swap
+	current := "solo"
+	if x != nil {
+		current = x.modeNow()
+	}
+	if mode == current {
+		return current
+	}
+	if why := x.unavailable(); mode == "combined" && why != "" {
+		e.log.Info("expert mode stays solo: "+why, "requested", mode)
+		return current
+	}
+	start := time.Now()
+	release, err := e.quiesce()
+	if err != nil {
+		e.log.Info("expert mode stays "+current+": "+err.Error(), "requested", mode)
+		return current
+	}
+	defer release()
+	place := placeHome
+	if mode == "combined" {
+		place = placePeer
+	}
+	res, err := x.apply(e.ctx.c, x.combined.pattern, keep, int(place))
+	if err != nil {
+		e.log.Warn("expert mode stays "+current+": "+err.Error(), "requested", mode, "peer", x.combined.device)
+		return current
+	}
+	e.logApplied("expert mode "+mode, res, time.Since(start), "peer", x.combined.device, "pattern", x.combined.pattern)
+	return x.modeNow()
+}
+
+// layerSplit is where the model's layers are, as INFO's layer_split and
+// split_mode say it.
+func layerSplit(m *model) (layers, mode string) {
+	var buf [1024]C.char
+	sm := C.hydra_model_layer_split(m.m, &buf[0], C.size_t(len(buf)))
+	return C.GoString(&buf[0]), map[C.int]string{0: "none", 1: "layer", 2: "row"}[sm]
+}
+
+// deviceMemory is a ggml device's free and total memory (bytes), ok false
+// when there is no such device.
+func deviceMemory(name string) (free, total int64, ok bool) {
+	cs := C.CString(name)
+	defer C.free(unsafe.Pointer(cs))
+	dev := C.ggml_backend_dev_by_name(cs)
+	if dev == nil {
+		return 0, 0, false
+	}
+	var f, t C.size_t
+	C.ggml_backend_dev_memory(dev, &f, &t)
+	return int64(f), int64(t), true
+}

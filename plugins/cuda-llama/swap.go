@@ -1,0 +1,410 @@
+//go:build llama && cgo
+
+package cudallama
+
+/*
+#include <stdlib.h>
+#include "swap.h"
+*/
+import "C"
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/hydra-engine/hydra-engine/iface"
+)
+
+// SWAP_QUANT (and, through the same machinery, combined mode: combined.go):
+// a weight of the loaded model can be re-pointed to a copy of itself from
+// another quantisation of the same model, a donor file (quant.KEY=PATH), on
+// the device where llama.cpp placed it (swap.cpp). Donors are checked at
+// Load; their bytes are read when a swap first needs them, into buffers kept
+// for good, so swapping back and forth allocates nothing more.
+
+// swapper is a loaded model's weights' copies: the sources (the loaded file
+// and the donors), the peer device of combined mode, and what the weights
+// use now.
+type swapper struct {
+	sw   *C.struct_hydra_swap
+	keys []string // the sources' keys: QuantBase, then the donors' in sorted order
+	log  hclog.Logger
+
+	combined combinedConfig
+
+	hashes func() ([]iface.ModelIdentity, error) // the donors' identities, hashed while Load finishes
+	ids    []iface.ModelIdentity                 // the sources' identities, once hashed
+
+	mu sync.Mutex // guards the fields below, read by Info at any time
+	state
+}
+
+// state is what the weights use now, as Info reports it.
+type state struct {
+	active   string // ActiveQuant: the keys whose weights are in use, joined by "+"
+	identity iface.ModelIdentity
+	mode     string  // "solo" or "combined"
+	last     applied // the last apply's figures
+}
+
+// newSwapper checks the donors against the loaded model and starts hashing
+// their files; nil when no quantisation and no peer are configured (nothing
+// to swap, nothing indexed).
+func newSwapper(ctx context.Context, mdl *model, lc *lctx, path string, opts options, nGPU int, log hclog.Logger) (*swapper, error) {
+	if len(opts.quants) == 0 && opts.peer == "" {
+		return nil, nil
+	}
+	cs := C.CString(path)
+	defer C.free(unsafe.Pointer(cs))
+	var msg [512]C.char
+	sw := C.hydra_swap_new(mdl.m, cs, C.bool(opts.mmap), &msg[0], C.size_t(len(msg)))
+	if sw == nil {
+		return nil, fmt.Errorf("%w: indexing the model's weights: %s", iface.ErrBadRequest, C.GoString(&msg[0]))
+	}
+	x := &swapper{sw: sw, keys: []string{QuantBase}, log: log}
+	var paths []string
+	for _, k := range slices.Sorted(maps.Keys(opts.quants)) {
+		p, err := donorFile(opts.quants[k])
+		if err == nil {
+			err = x.addDonor(p, nGPU, opts.placementOptions)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: option %s%s: %w", iface.ErrBadRequest, OptQuantPrefix, k, err)
+		}
+		x.keys, paths = append(x.keys, k), append(paths, p)
+	}
+	if err := x.setCombined(lc, opts.combinedOptions); err != nil {
+		return nil, err
+	}
+	x.hashes = hashSources(ctx, paths, opts.alias)
+	x.mode = "solo"
+	return x, nil
+}
+
+// donorFile resolves a donor's path and checks that it is a regular file.
+func donorFile(path string) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	st, err := os.Stat(abs)
+	if err != nil {
+		return "", err
+	}
+	if !st.Mode().IsRegular() {
+		return "", fmt.Errorf("%s is not a regular file", abs)
+	}
+	return abs, nil
+}
+
+// addDonor loads a donor's metadata as llama.cpp places the loaded model's
+// weights (the same GPU layers and placement rules, nothing allocated:
+// no_alloc, which needs mmap off) and checks it against them. The donor
+// model is freed: the swapper keeps where each weight goes and its file.
+func (x *swapper) addDonor(path string, nGPU int, p placementOptions) error {
+	overrides, err := newOverrideList(path, p)
+	if err != nil {
+		return err
+	}
+	defer overrides.free()
+	mp := C.llama_model_default_params()
+	mp.n_gpu_layers = C.int32_t(nGPU)
+	mp.use_mmap = false
+	mp.no_alloc = true
+	mp.tensor_buft_overrides = overrides.params()
+	cs := C.CString(path)
+	defer C.free(unsafe.Pointer(cs))
+	clearLlamaError()
+	donor := C.llama_model_load_from_file(cs, mp)
+	if donor == nil {
+		return fmt.Errorf("llama.cpp could not read %s%s", path, lastLlamaError())
+	}
+	defer C.llama_model_free(donor)
+	var msg [512]C.char
+	if C.hydra_swap_add_donor(x.sw, donor, cs, &msg[0], C.size_t(len(msg))) < 0 {
+		return fmt.Errorf("not the loaded model in another quantisation: %s", C.GoString(&msg[0]))
+	}
+	return nil
+}
+
+// hashSources hashes the donor files, each in a goroutine, while Load goes
+// on; the function returned waits for their identities (the loaded
+// model's is Load's).
+func hashSources(ctx context.Context, paths []string, alias string) func() ([]iface.ModelIdentity, error) {
+	waits := make([]func() (iface.ModelIdentity, error), len(paths))
+	for i, p := range paths {
+		waits[i] = hashModel(ctx, p, alias)
+	}
+	return sync.OnceValues(func() ([]iface.ModelIdentity, error) {
+		out := make([]iface.ModelIdentity, len(paths))
+		for i, w := range waits {
+			id, err := w()
+			if err != nil {
+				return nil, err
+			}
+			out[i] = id
+		}
+		return out, nil
+	})
+}
+
+// describe waits for the donors' identities; base is the loaded model's.
+func (x *swapper) describe(base iface.ModelIdentity) error {
+	donors, err := x.hashes()
+	if err != nil {
+		return err
+	}
+	x.ids = append([]iface.ModelIdentity{base}, donors...)
+	x.refresh()
+	return nil
+}
+
+// info is base with what the weights use now.
+func (x *swapper) info(base iface.BackendInfo) iface.BackendInfo {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if len(x.keys) > 1 {
+		base.Quants = slices.Clone(x.keys)
+		base.ActiveQuant = x.active
+		base.Model = x.identity
+	}
+	base.ExpertMode = x.mode
+	base.PeerDevice, base.PeerReachable = x.combined.device, x.combined.reachable
+	return base
+}
+
+// source is the index of a quantisation key, -1 if unknown.
+func (x *swapper) source(key string) int { return slices.Index(x.keys, key) }
+
+// check refuses a pattern that does not compile or matches no weight.
+func (x *swapper) check(pattern string) error {
+	cs := C.CString(pattern)
+	defer C.free(unsafe.Pointer(cs))
+	var msg [512]C.char
+	switch n := C.hydra_swap_match(x.sw, cs, &msg[0], C.size_t(len(msg))); {
+	case n < 0:
+		return fmt.Errorf("%w: tensor pattern %s", iface.ErrBadRequest, C.GoString(&msg[0]))
+	case n == 0:
+		return fmt.Errorf("%w: the tensor pattern %q matches none of the model's weights", iface.ErrBadRequest, pattern)
+	}
+	return nil
+}
+
+// Places of a weight's copy (swap.h).
+const (
+	placeHome = C.HYDRA_HOME
+	placePeer = C.HYDRA_PEER
+	keep      = C.HYDRA_KEEP
+)
+
+// applied is what an apply did (hydra_swap_result).
+type applied struct {
+	swapped, stayed                     int
+	bytes, allocated, uploaded, inPlace int64
+	ops, opsLocal                       int // decode-graph operations reading the weights, and those run where their weight is
+	upload, reset                       time.Duration
+}
+
+// apply makes the weights matching pattern use source src's copies at
+// place (keep: each its own), all or nothing, and updates the state. Needs
+// the engine quiesced.
+func (x *swapper) apply(c *C.struct_llama_context, pattern string, src, place int) (applied, error) {
+	cs := C.CString(pattern)
+	defer C.free(unsafe.Pointer(cs))
+	var r C.struct_hydra_swap_result
+	var msg [512]C.char
+	clearLlamaError()
+	if C.hydra_swap_apply(x.sw, c, cs, C.int(src), C.int(place), &r, &msg[0], C.size_t(len(msg))) < 0 {
+		return applied{}, fmt.Errorf("%s%s", C.GoString(&msg[0]), lastLlamaError())
+	}
+	a := applied{swapped: int(r.swapped), stayed: int(r.stayed), bytes: int64(r.bytes), allocated: int64(r.allocated),
+		uploaded: int64(r.uploaded), inPlace: int64(r.in_place), ops: int(r.ops), opsLocal: int(r.ops_local),
+		upload: time.Duration(r.upload_us) * time.Microsecond, reset: time.Duration(r.reset_us) * time.Microsecond}
+	x.refresh()
+	x.mu.Lock()
+	x.last = a
+	x.mu.Unlock()
+	return a, nil
+}
+
+// refresh reads what every weight uses now: ActiveQuant is the keys in use,
+// base first; the identity is a donor's own when every weight comes from
+// it (the same model as that file, bit for bit), the loaded model's when
+// none does, and otherwise a hash of the loaded model's and of which weight
+// comes from which file, so two engines report the same identity exactly
+// when their weights are the same.
+func (x *swapper) refresh() {
+	ids := x.ids
+	used := make([]bool, len(x.keys))
+	peer := false
+	mix := sha256.New()
+	fmt.Fprintf(mix, "hydra quantisation mix\n%s\n", ids[0].Hash)
+	for _, w := range x.weights() {
+		src := x.source(w.key)
+		used[src] = true
+		peer = peer || w.peer
+		if src != 0 {
+			fmt.Fprintf(mix, "%s %s\n", w.name, ids[src].Hash)
+		}
+	}
+	var active []string
+	for k, u := range used {
+		if u {
+			active = append(active, x.keys[k])
+		}
+	}
+	id := ids[0]
+	switch {
+	case len(active) == 1:
+		id = ids[x.source(active[0])]
+		id.Alias = ids[0].Alias
+	default:
+		id.Hash = hex.EncodeToString(mix.Sum(nil))
+	}
+	x.mu.Lock()
+	x.active, x.identity = strings.Join(active, "+"), id
+	x.mode = map[bool]string{false: "solo", true: "combined"}[peer]
+	x.mu.Unlock()
+}
+
+// resident is what the copies take: bytes allocated in buffers, bytes bound
+// in place from mapped files.
+func (x *swapper) resident() (allocated, mapped int64) {
+	var a, m C.int64_t
+	C.hydra_swap_resident(x.sw, &a, &m)
+	return int64(a), int64(m)
+}
+
+// weightPlace is where one weight is now: the quantisation it comes from,
+// the device holding it, on the peer or not, its bytes, and whether it is
+// in the buffer llama.cpp loaded it into.
+type weightPlace struct {
+	name, key, device string
+	peer, loaded      bool
+	bytes             int64
+}
+
+// weights lists where every weight is now.
+func (x *swapper) weights() []weightPlace {
+	out := make([]weightPlace, int(C.hydra_swap_count(x.sw)))
+	for i := range out {
+		var name, device *C.char
+		var src, place, loaded C.int
+		var bytes C.int64_t
+		C.hydra_swap_weight(x.sw, C.size_t(i), &name, &src, &place, &device, &bytes, &loaded)
+		out[i] = weightPlace{name: C.GoString(name), key: x.keys[src], device: C.GoString(device), peer: place == placePeer,
+			loaded: loaded != 0, bytes: int64(bytes)}
+	}
+	return out
+}
+
+// uploadBaseline times a plain copy of key's bytes of the weights matching
+// pattern into scratch buffers where those weights live: what a first swap's
+// upload is compared with.
+func (x *swapper) uploadBaseline(pattern, key string) time.Duration {
+	cs := C.CString(pattern)
+	defer C.free(unsafe.Pointer(cs))
+	return time.Duration(C.hydra_swap_upload_us(x.sw, cs, C.int(x.source(key)))) * time.Microsecond
+}
+
+// quiesce holds every slot and the context, so that nothing runs while
+// weights move; ErrBusy naming a slot at work otherwise. The function
+// returned lets them go.
+func (e *engine) quiesce() (func(), error) {
+	for i, s := range e.slots {
+		if err := s.acquire(i); err != nil {
+			for _, held := range e.slots[:i] {
+				held.release()
+			}
+			return nil, fmt.Errorf("%w: slot %d is at work, and weights move only while every slot is idle", iface.ErrBusy, i)
+		}
+	}
+	e.mu.Lock()
+	return func() {
+		e.mu.Unlock()
+		for _, s := range e.slots {
+			s.release()
+		}
+	}, nil
+}
+
+// swapQuant is SwapQuant on a loaded engine: the weights matching pattern
+// come from key's file from now on, on the device they are on. The slots
+// keep their sequences and KV; their next-token logits, computed with the
+// old weights, are dropped, so each slot's next decode evaluates its last
+// token again with the new ones.
+func (e *engine) swapQuant(key, pattern string) (iface.SwapResult, error) {
+	x := e.swap
+	if x == nil || len(x.keys) == 1 {
+		return iface.SwapResult{}, fmt.Errorf("%w: no quantisation to swap to: configure %sKEY=PATH", iface.ErrNotImplemented, OptQuantPrefix)
+	}
+	src := x.source(key)
+	if src < 0 {
+		return iface.SwapResult{}, fmt.Errorf("%w: unknown quantisation key %q (known: %s)", iface.ErrBadRequest, key, strings.Join(x.keys, ", "))
+	}
+	if err := x.check(pattern); err != nil {
+		return iface.SwapResult{}, err
+	}
+	start := time.Now()
+	release, err := e.quiesce()
+	if err != nil {
+		return iface.SwapResult{}, err
+	}
+	defer release()
+	res, err := x.apply(e.ctx.c, pattern, src, keep)
+	if err != nil {
+		return iface.SwapResult{}, fmt.Errorf("swapping to %s: %s (nothing changed)", key, err)
+	}
+	for _, s := range e.slots {
+		s.setLogits(nil)
+	}
+	took := time.Since(start)
+	e.logApplied("quantisation swapped", res, took, "quant_key", key, "tensor_pattern", pattern)
+	return iface.SwapResult{Swapped: res.swapped, Bytes: res.bytes, Duration: took, KVPreserved: true}, nil
+}
+
+// logApplied logs what an apply did and what the copies now take.
+func (e *engine) logApplied(msg string, a applied, took time.Duration, kv ...any) {
+	allocated, mapped := e.swap.resident()
+	info := e.infoNow()
+	e.log.Info(msg, append(kv, "weights", a.swapped, "bytes", a.bytes, "allocated", a.allocated, "uploaded", a.uploaded,
+		"in_place", a.inPlace, "stayed_home", a.stayed, "upload", a.upload.String(), "graph_reset", a.reset.String(),
+		"ops", a.ops, "ops_where_their_weights_are", a.opsLocal, "copies_allocated", allocated, "copies_mapped", mapped,
+		"active_quant", info.ActiveQuant, "mode", info.ExpertMode, "model_hash", info.Model.Hash, "took", took.String())...)
+}
+
+// describeSwaps completes the loaded engine's info: where its layers are,
+// and with a swapper the quantisations, once the donors are hashed.
+func (e *engine) describeSwaps() error {
+	e.info.LayerSplit, e.info.SplitMode = layerSplit(e.model)
+	e.info.ExpertMode = "solo"
+	if e.swap == nil {
+		return nil
+	}
+	if err := e.swap.describe(e.info.Model); err != nil {
+		return err
+	}
+	e.info = e.swap.info(e.info) // what Load returns, the host's until it asks again
+	return nil
+}
+
+// infoNow is the engine's info as it is now: the loaded model's, with what
+// the weights use.
+func (e *engine) infoNow() iface.BackendInfo {
+	if e.swap == nil {
+		return e.info
+	}
+	return e.swap.info(e.info)
+}
