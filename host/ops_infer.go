@@ -175,6 +175,10 @@ func (s *Server) handlePrefill(req *request, rp *replier) error {
 	if err != nil {
 		return rp.fail(transport.StatusError, err.Error())
 	}
+	switched, err := s.SwitchModel(s.ctx, preq.Model)
+	if err != nil {
+		return rp.failErr(err)
+	}
 	lease, err := s.slots.acquire(slot, slotProcessing)
 	if err != nil {
 		return rp.failErr(err)
@@ -210,6 +214,9 @@ func (s *Server) handlePrefill(req *request, rp *replier) error {
 		Add("logits_size", len(logits)).Add("tokens_processed", nTok).
 		Add("prefill_ms", float64(elapsed.Microseconds())/1000).AddFields(info.Model).
 		Add("model_fallback", res.ModelFallback)
+	if switched {
+		m.Add("model_switched", true).Add("slots_cleared", true)
+	}
 	return s.streamBlob(rp, b, res.Slot, m, logits, func() { lease.release(after) })
 }
 

@@ -90,6 +90,7 @@ type Server struct {
 	slots  *slotTable
 	stats  *Stats
 	budget *payloadBudget
+	models models
 
 	mu      sync.RWMutex
 	backend iface.Backend

@@ -88,6 +88,21 @@ func (t *slotTable) suspend() {
 	t.mu.Unlock()
 }
 
+// suspendIfIdle suspends the table (as suspend) when no slot is held, and
+// reports whether it did.
+func (t *slotTable) suspendIfIdle() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, st := range t.slots {
+		if st.use != slotIdle {
+			return false
+		}
+	}
+	t.slots = make([]slotState, len(t.slots))
+	t.suspended = true
+	return true
+}
+
 // slotLease is one acquisition of a slot. Its release acts once, and only
 // while the slot is still held by this lease.
 type slotLease struct {

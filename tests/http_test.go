@@ -585,6 +585,8 @@ func TestHTTPMetrics(t *testing.T) {
 		{`hydra_engine_tokens_per_second_count{phase="decode"}`, 2},
 		{`hydra_engine_http_requests_total{code="200",handler="POST /v1/chat/completions"}`, 1},
 		{`hydra_engine_rpc_connections`, 1}, // this test's client
+		{`llamacpp:prompt_tokens_total`, 1},
+		{`llamacpp:tokens_predicted_total`, 13},
 		{`hydra_engine_payload_budget_bytes`, 1},
 		{`go_goroutines`, 1},
 	} {

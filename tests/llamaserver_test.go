@@ -8,6 +8,7 @@ package tests
 // place of the 35B one (docs/llama-server.md).
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -147,21 +148,110 @@ func TestLlamaServerCommandLine(t *testing.T) {
 		t.Errorf("chat completion: %d %s", code, body)
 	}
 
-	// TODO(kv_unified, context_shift, jinja, reasoning: the plugin's options
-	// landing beside this mode) assert, once the plugin has them:
-	//   - without --kv-unified (a second engine), each slot's cells are
-	//     n_ctx/2: a prompt longer than 1024 tokens fails on one slot;
-	//     with it (here) a slot takes it;
-	//   - --context-shift: a decode past a slot's cells goes on (no
-	//     n_tokens_limit stop);
-	//   - --jinja with --chat-template-file: the prompt a chat completion
-	//     prefills is the template file's rendering (its token count in
-	//     usage.prompt_tokens), and chat_template_kwargs reach the template;
-	//   - --reasoning on: a model's <think>…</think> comes back as
-	//     message.reasoning_content, not in content;
-	//   - the sampler defaults (temperature 0.86, top_k 20, top_p 0.95,
-	//     repeat_penalty 1.06) in INFO or /slots' params, once the host
-	//     shows the tunables there (today only the startup log line does).
+	// The sampler defaults are the engine's: INFO shows them.
+	if sp, _ := m["sampler"].(map[string]any); sp["temperature"] != 0.86 || sp["top_k"] != float64(20) ||
+		sp["top_p"] != 0.95 || sp["repeat_penalty"] != 1.06 {
+		t.Errorf("INFO sampler %v", m["sampler"])
+	}
+	if m["kv_unified"] != true || num(t, m, "n_ctx_slot") != 2048 {
+		t.Errorf("--kv-unified: INFO %v", m)
+	}
+	checkTemplateFile(t, base)
+	checkPresets(t, base, rpcPort)
+	checkSplitAndShift(t, model, template)
+}
+
+// checkPresets: a completion naming the preset's alias loads it (the slots
+// emptied, the reply saying so, the identity changed everywhere); a PREFILL
+// naming the first model's alias loads that back; an unknown alias stays.
+func checkPresets(t *testing.T, base string, rpcPort int) {
+	t.Helper()
+	c := client(t, fmt.Sprintf("tcp://127.0.0.1:%d", rpcPort))
+	first, _ := mustOK(t, c, transport.OpInfo, "0", nil)
+	mustOK(t, c, transport.OpPrefill, "1", chat("held in slot 1"))
+	var models struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	httpJSON(t, "GET", base+"/v1/models", "", 200, &models)
+	if len(models.Data) != 2 || models.Data[0].ID != first["model_alias"] || models.Data[1].ID != "tiny-moe" {
+		t.Fatalf("/v1/models %+v", models)
+	}
+	code, body, resp := httpDo(t, "POST", base+"/v1/chat/completions", `{"model":"tiny-moe","messages":[{"role":"user","content":"Hi"}],"max_tokens":2}`)
+	var r struct {
+		Model         string `json:"model"`
+		ModelSwitched bool   `json:"model_switched"`
+	}
+	if code != 200 || json.Unmarshal(body, &r) != nil || r.Model != "tiny-moe" || !r.ModelSwitched || resp.Header.Get("X-Hydra-Model-Switched") != "true" {
+		t.Fatalf("completion naming the preset: %d %s", code, body)
+	}
+	c = client(t, fmt.Sprintf("tcp://127.0.0.1:%d", rpcPort)) // the first connection's plugin is gone
+	info, _ := mustOK(t, c, transport.OpInfo, "0", nil)
+	meta, _ := mustOK(t, c, transport.OpStateMeta, "1", nil)
+	if info["model_alias"] != "tiny-moe" || num(t, meta, "n_past") != 0 {
+		t.Errorf("after the switch: INFO alias %v, slot 1 n_past %v", info["model_alias"], meta["n_past"])
+	}
+	back, _ := mustOK(t, c, transport.OpPrefill, "0", []byte(fmt.Sprintf(`{"messages":[{"role":"user","content":"x"}],"model":%q}`, first["model_alias"])))
+	if back["model_switched"] != true || back["model_alias"] != first["model_alias"] {
+		t.Errorf("PREFILL naming the first model: %v", back)
+	}
+	stay, _ := mustOK(t, c, transport.OpPrefill, "0", []byte(`{"messages":[{"role":"user","content":"x"}],"model":"no-such-model"}`))
+	if stay["model_switched"] == true || stay["model_fallback"] != true {
+		t.Errorf("PREFILL naming an unknown model: %v", stay)
+	}
+}
+
+// checkTemplateFile: a chat completion's prompt is the template file's
+// rendering: as many prompt tokens as that text sent as a raw prompt.
+func checkTemplateFile(t *testing.T, base string) {
+	t.Helper()
+	var chat, text struct {
+		Usage struct {
+			PromptTokens int `json:"prompt_tokens"`
+		} `json:"usage"`
+	}
+	httpJSON(t, "POST", base+"/v1/chat/completions", `{"messages":[{"role":"user","content":"Hi there"}],"max_tokens":1}`, 200, &chat)
+	rendered, _ := json.Marshal("<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n")
+	httpJSON(t, "POST", base+"/v1/completions", `{"prompt":`+string(rendered)+`,"max_tokens":1}`, 200, &text)
+	if chat.Usage.PromptTokens == 0 || chat.Usage.PromptTokens != text.Usage.PromptTokens {
+		t.Errorf("chat prompt %d tokens, the template file's rendering %d", chat.Usage.PromptTokens, text.Usage.PromptTokens)
+	}
+}
+
+// checkSplitAndShift: a second engine without --kv-unified gives each slot
+// an equal share of --ctx-size, refusing a prompt longer than a share, and
+// with --context-shift decodes past a full share instead of stopping.
+func checkSplitAndShift(t *testing.T, model, template string) {
+	t.Helper()
+	httpPort, rpcPort := freePort(t), freePort(t)
+	startLlamaServer(t, httpPort, []string{"--host", "127.0.0.1", "--port", fmt.Sprint(httpPort), "--rpc-port", fmt.Sprint(rpcPort),
+		"--model", model, "--chat-template-file", template, "--jinja", "--ctx-size", "512", "--parallel", "2",
+		"--context-shift", "--threads", "1", "--threads-batch", "1"})
+	base := fmt.Sprintf("http://127.0.0.1:%d", httpPort)
+	ids := func(n int) string {
+		parts := make([]string, n)
+		for i := range parts {
+			parts[i] = fmt.Sprint(10 + i%200)
+		}
+		return "[" + strings.Join(parts, ",") + "]"
+	}
+	code, body, _ := httpDo(t, "POST", base+"/v1/completions", `{"prompt":`+ids(300)+`,"max_tokens":1}`)
+	if code != 400 || !strings.Contains(string(body), "a slot holds 256 (n_ctx 512 split across 2 slots)") {
+		t.Errorf("a prompt over a slot's share: %d %s", code, body)
+	}
+	var r struct {
+		Usage struct {
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+		Choices []struct {
+			FinishReason string `json:"finish_reason"`
+		} `json:"choices"`
+	}
+	httpJSON(t, "POST", base+"/v1/completions", `{"prompt":`+ids(200)+`,"max_tokens":120,"ignore_eos":true,"temperature":0}`, 200, &r)
+	if r.Usage.CompletionTokens != 120 || r.Choices[0].FinishReason != "length" {
+		t.Errorf("a decode past a slot's share with --context-shift: %d tokens, %+v", r.Usage.CompletionTokens, r.Choices)
+	}
 }
 
 // checkLlamaServerSlots: GET /slots is llama-server's JSON array, one
@@ -202,7 +292,7 @@ func checkLlamaServerLog(t *testing.T, logs string, httpPort, rpcPort int) {
 	}
 	for _, want := range []string{
 		"llama-server --models-preset ",
-		": no effect here yet: parsed 1 preset (tiny-moe) and 1 global option;",
+		": 1 preset (tiny-moe): a request naming one's alias switches the engine to it, emptying the slots",
 		`llama-server placement: n_gpu_layers=all n_cpu_moe=2 override_tensor=token_embd\.weight=CPU,output\.weight=CPU,output_norm\.weight=CPU`,
 		"engine-wide sampler defaults: sampler=",
 		"repeat_penalty:1.06", "temperature:0.86", "top_k:20", "top_p:0.95",

@@ -62,6 +62,9 @@ type Config struct {
 	// apiKeys are APIKey and the lines of APIKeyFile, read by validate: the
 	// keys the HTTP side requires (not a setting of its own).
 	apiKeys []string
+	// presets are the models a request may switch to (llama-server mode's
+	// --models-preset).
+	presets []modelPreset
 }
 
 // defaultSlotPromptSimilarity is llama-server's --slot-prompt-similarity

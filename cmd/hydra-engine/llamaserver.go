@@ -78,11 +78,32 @@ func parseLlamaServer(args []string, getenv func(string) (string, bool), stderr 
 	if err := inv.apply(ls.layer(), ls.source, false); err != nil {
 		return nil, fmt.Errorf("llama-server parameters: %w", err)
 	}
+	splitByDefault(inv)
 	if err := inv.cfg.validate(); err != nil {
 		return nil, err
 	}
+	if ls.presets != nil {
+		if inv.cfg.presets, err = presetsOf(*ls.presets, inv.cfg.BackendOpts); err != nil {
+			return nil, err
+		}
+	}
 	inv.notes = ls.notes
 	return inv, nil
+}
+
+// splitByDefault gives the llama plugin llama-server's default KV layout:
+// --ctx-size split between the slots unless --kv-unified (the plugin's own
+// default is one shared pool).
+func splitByDefault(inv *invocation) {
+	if inv.cfg.Backend != llamaServerBackend {
+		return
+	}
+	if _, ok := inv.cfg.BackendOpts["kv_unified"]; !ok {
+		if inv.cfg.BackendOpts == nil {
+			inv.cfg.BackendOpts = map[string]string{}
+		}
+		inv.cfg.BackendOpts["kv_unified"] = "false"
+	}
 }
 
 // lsArgs is a llama-server command line as it is read: the engine
@@ -98,6 +119,8 @@ type lsArgs struct {
 	rpcPort  string
 	notes    []string
 	noted    map[string]bool // parameters whose no-effect line is in notes
+
+	presets *presetFile // --models-preset, read
 
 	help, version, printConfig bool
 }
@@ -565,18 +588,18 @@ func lsServerParams() []lsParam {
 			why: "the engine leaves scheduling priority to the service manager (systemd's Nice=, CPUSchedulingPolicy=)"},
 		{names: []string{"--prio-batch"}, hint: "N",
 			why: "the engine leaves scheduling priority to the service manager (systemd's Nice=, CPUSchedulingPolicy=)"},
-		{names: []string{"--models-preset"}, hint: "PATH", doc: "router mode's presets: parsed, not served yet", apply: func(ls *lsArgs, v string) error {
+		{names: []string{"--models-preset"}, hint: "PATH", doc: "router mode's presets: a request naming a preset's alias loads it", apply: func(ls *lsArgs, v string) error {
 			f, err := readPresetFile(v)
 			if err != nil {
 				return err
 			}
-			ls.notes = append(ls.notes, fmt.Sprintf("llama-server --models-preset %s: no effect here yet: parsed %s (%s) and %s; "+
-				"serving presets (router mode) is a later step, the engine serves --model only",
-				v, plural(len(f.presets), "preset"), strings.Join(f.names(), ", "), plural(len(f.global), "global option")))
+			ls.presets = &f
+			ls.notes = append(ls.notes, fmt.Sprintf("llama-server --models-preset %s: %s (%s): a request naming one's alias switches the engine to it, emptying the slots",
+				v, plural(len(f.presets), "preset"), strings.Join(f.names(), ", ")))
 			return nil
 		}},
 		{names: []string{"--models-max"}, hint: "N",
-			why: "the engine serves one model (router mode is a later step)"},
+			why: "one model is resident at a time: a request naming another preset replaces it (the plugin process is relaunched with it)"},
 		{names: []string{"--help", "-h", "--usage"}, kind: lsSwitch, doc: "this list", apply: func(ls *lsArgs, v string) error {
 			ls.help = v == "true"
 			return nil

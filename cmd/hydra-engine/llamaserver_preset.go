@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -85,4 +86,64 @@ func stripPresetComment(line string) string {
 		return line[:i]
 	}
 	return line
+}
+
+// modelPreset is a model the engine can switch to when a request names its
+// alias: the file, and the backend options it loads with.
+type modelPreset struct {
+	alias string
+	model string
+	opts  map[string]string
+}
+
+// presetsOf turns a presets file into models to switch to: each section's
+// keys (over [*]'s) read as llama-server's parameters would be, over base,
+// the backend options of the command line. A section's name is its alias
+// unless it sets alias.
+func presetsOf(f presetFile, base map[string]string) ([]modelPreset, error) {
+	var out []modelPreset
+	for _, name := range f.names() {
+		if _, model := f.presets[name]["model"]; name == "default" && !model {
+			continue // the file's header (version = 1), no model
+		}
+		keys := maps.Clone(f.global)
+		maps.Copy(keys, f.presets[name])
+		ls, err := readLlamaServerArgs(presetArgs(keys))
+		if err != nil {
+			return nil, fmt.Errorf("preset [%s]: %w", name, err)
+		}
+		p := modelPreset{alias: name, opts: maps.Clone(base)}
+		if p.opts == nil {
+			p.opts = map[string]string{}
+		}
+		maps.Copy(p.opts, ls.opts)
+		if m, ok := ls.settings["model"].(string); ok {
+			p.model = m
+		}
+		if p.model == "" {
+			return nil, fmt.Errorf("preset [%s] names no model (model = PATH.gguf)", name)
+		}
+		if a := p.opts["alias"]; a != "" {
+			p.alias = a
+		} else {
+			p.opts["alias"] = name
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// presetArgs is a section's keys as a command line: --key value, a "true"
+// boolean bare, in sorted order.
+func presetArgs(keys map[string]string) []string {
+	var args []string
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
+		switch v := keys[k]; strings.ToLower(v) {
+		case "true":
+			args = append(args, "--"+k)
+		default:
+			args = append(args, "--"+k, v)
+		}
+	}
+	return args
 }

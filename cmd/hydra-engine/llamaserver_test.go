@@ -267,10 +267,12 @@ func TestLlamaServerErrors(t *testing.T) {
 	}
 }
 
-// Router mode's presets are read and reported, not served yet.
+// Router mode's presets become models to switch to: each section's keys
+// read as llama-server's parameters over [*]'s and the command line's
+// backend options; the section's name is the alias unless it sets one.
 func TestLlamaServerPresets(t *testing.T) {
 	ini := filepath.Join(t.TempDir(), "preset.ini")
-	text := "; presets\nversion = 1\n[*]\nctx-size = 8192 # global\n\n[qwen3-moe]\nmodel = /m/q.gguf\nn-cpu-moe = 8\n[ small ]\nmodel=/m/s.gguf\r\n"
+	text := "; presets\nversion = 1\n[*]\nctx-size = 8192 # global\n\n[qwen3-moe]\nmodel = /m/q.gguf\nn-cpu-moe = 8\n[ small ]\nmodel=/m/s.gguf\r\nalias = tiny\nkv-unified = true\n"
 	if err := os.WriteFile(ini, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -282,12 +284,24 @@ func TestLlamaServerPresets(t *testing.T) {
 		f.presets["small"]["model"] != "/m/s.gguf" || !slices.Equal(f.names(), []string{"default", "qwen3-moe", "small"}) {
 		t.Errorf("parsed %+v", f)
 	}
-	inv := parseLS(t, "--models-preset", ini, "--models-max", "2")
-	want := []string{"llama-server --models-preset " + ini + ": no effect here yet: parsed 3 presets (default, qwen3-moe, small) and 1 global option; " +
-		"serving presets (router mode) is a later step, the engine serves --model only",
-		"llama-server --models-max 2: no effect here: the engine serves one model (router mode is a later step)"}
-	if !slices.Equal(inv.notes, want) {
+	inv := parseLS(t, "--models-preset", ini, "--models-max", "2", "--cache-type-k", "q8_0")
+	want := []modelPreset{
+		{alias: "qwen3-moe", model: "/m/q.gguf", opts: map[string]string{"n_ctx": "8192", "n_cpu_moe": "8", "cache_type_k": "q8_0", "kv_unified": "false", "alias": "qwen3-moe"}},
+		{alias: "tiny", model: "/m/s.gguf", opts: map[string]string{"n_ctx": "8192", "cache_type_k": "q8_0", "kv_unified": "true", "alias": "tiny"}},
+	}
+	if !reflect.DeepEqual(inv.cfg.presets, want) {
+		t.Errorf("presets %+v\nwant %+v", inv.cfg.presets, want)
+	}
+	if len(inv.notes) != 2 || !strings.Contains(inv.notes[0], "2 presets") && !strings.Contains(inv.notes[0], "3 presets") ||
+		!strings.Contains(inv.notes[1], "--models-max 2: no effect here: one model is resident at a time") {
 		t.Errorf("notes:\n%s", strings.Join(inv.notes, "\n"))
+	}
+	bad := filepath.Join(t.TempDir(), "bad.ini")
+	if err := os.WriteFile(bad, []byte("[m]\nn-cpu-moe = 2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parseLlamaServer([]string{"--models-preset", bad}, envOf(nil), io.Discard); err == nil || !strings.Contains(err.Error(), "names no model") {
+		t.Errorf("a preset without a model: %v", err)
 	}
 }
 

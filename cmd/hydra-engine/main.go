@@ -6,11 +6,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"math"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -117,6 +119,9 @@ func run(c *Config, logger hclog.Logger) error {
 
 	srv, rpc := serveRPC(c, logger, sv.Plugin(), listeners, errc)
 	sv.Watch(srv)
+	if len(c.presets) > 0 {
+		srv.SetModelSwitcher(newPresetSwitcher(c, sv, srv))
+	}
 	startup.Ready(httpapi.Handler(srv, httpOptions(c, logger)))
 
 	err = waitForStop(ctx, c, logger, errc)
@@ -302,4 +307,32 @@ func hintClientSendBuffer(logger hclog.Logger) {
 	}
 	logger.Info("Unix-socket clients that set no SO_SNDBUF send STATE_PUTs with net.core.wmem_default in flight; "+
 		"raising it can speed them up (see docs/operators.md)", "wmem_default", n, "suggested", host.DefaultUnixSocketBuffer)
+}
+
+// presetSwitcher switches the engine between the models of its presets and
+// the one it started with, relaunching the plugin with each (one model is
+// resident at a time).
+type presetSwitcher struct {
+	sv    *pluginproc.Supervisor
+	srv   *host.Server
+	loads map[string]iface.LoadRequest // alias → what to load
+}
+
+func newPresetSwitcher(c *Config, sv *pluginproc.Supervisor, srv *host.Server) *presetSwitcher {
+	ps := &presetSwitcher{sv: sv, srv: srv, loads: map[string]iface.LoadRequest{}}
+	for _, p := range c.presets {
+		ps.loads[p.alias] = iface.LoadRequest{Model: p.model, NSlots: c.Slots, Options: p.opts}
+	}
+	if alias := sv.Plugin().Info.Model.Alias; alias != "" {
+		if _, ok := ps.loads[alias]; !ok { // back to the model of the command line
+			ps.loads[alias] = iface.LoadRequest{Model: c.Model, NSlots: c.Slots, Options: c.BackendOpts}
+		}
+	}
+	return ps
+}
+
+func (ps *presetSwitcher) Models() []string { return slices.Sorted(maps.Keys(ps.loads)) }
+
+func (ps *presetSwitcher) Switch(ctx context.Context, alias string) error {
+	return ps.sv.Reload(ctx, ps.srv, ps.loads[alias])
 }

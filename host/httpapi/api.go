@@ -47,7 +47,8 @@ type slotTask struct {
 	nDecoded  int
 	nRemain   int // tokens still allowed when it ended; -1 unbounded
 	processed time.Time
-	tokens    []int32 // the sequence it left in the slot
+	tokens    []int32    // the sequence it left in the slot
+	params    slotParams // its sampling parameters
 }
 
 // Options configure the HTTP side.
@@ -158,11 +159,16 @@ func (a *api) models(w http.ResponseWriter, r *http.Request) {
 		OwnedBy string    `json:"owned_by"`
 		Meta    modelMeta `json:"meta"`
 	}
+	list := []model{{ID: info.Model.Alias, Object: "model", OwnedBy: "hydra-engine",
+		Meta: modelMeta{ModelIdentity: info.Model, Backend: info.Name, NCtx: info.NCtx, NVocab: info.NVocab}}}
+	for _, alias := range a.s.ModelAliases()[1:] { // the presets a request may switch to
+		list = append(list, model{ID: alias, Object: "model", OwnedBy: "hydra-engine",
+			Meta: modelMeta{ModelIdentity: iface.ModelIdentity{Alias: alias}, Backend: info.Name}})
+	}
 	writeJSON(w, http.StatusOK, struct {
 		Object string  `json:"object"`
 		Data   []model `json:"data"`
-	}{"list", []model{{ID: info.Model.Alias, Object: "model", OwnedBy: "hydra-engine",
-		Meta: modelMeta{ModelIdentity: info.Model, Backend: info.Name, NCtx: info.NCtx, NVocab: info.NVocab}}}})
+	}{"list", list})
 }
 
 // writeJSON writes v as the whole JSON reply.

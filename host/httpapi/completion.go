@@ -83,6 +83,9 @@ type completionBody struct {
 	Usage             *usage   `json:"usage,omitempty"`
 	Timings           *timings `json:"timings,omitempty"`
 	IDSlot            *int     `json:"id_slot,omitempty"`
+	// ModelSwitched: the request named another model, which the engine
+	// loaded for it, emptying every slot.
+	ModelSwitched bool `json:"model_switched,omitempty"`
 }
 
 // finishReason maps a backend stop reason to OpenAI's.
@@ -131,6 +134,15 @@ func (a *api) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 		writeAPIError(w, a.apiErrorOf("reading the request", err))
 		return
 	}
+	switched, err := a.s.SwitchModel(r.Context(), c.model)
+	if err != nil {
+		writeAPIError(w, a.apiErrorOf("switching models", err))
+		return
+	}
+	if switched { // the reply's model and limits are the new model's
+		b, info = a.s.Backend()
+		w.Header().Set("X-Hydra-Model-Switched", "true")
+	}
 	toks, err := a.promptTokens(r.Context(), b, &c)
 	if err != nil {
 		writeAPIError(w, a.apiErrorOf("reading the prompt", err))
@@ -143,6 +155,7 @@ func (a *api) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 	}
 	rn := &completionRun{a: a, ctx: r.Context(), b: b, info: info, c: c, slot: lease.Slot(),
 		w: w, rc: http.NewResponseController(w), body: newCompletionBody(c, info), probs: newTokenProbs(c)}
+	rn.body.ModelSwitched = switched
 	if c.chat && a.splitReasoning {
 		rn.reasoner = newReasoningSplitter(thinkStart, thinkEnd, c.opensThinking)
 	}
@@ -222,7 +235,7 @@ func (rn *completionRun) prefill() error {
 
 // generate decodes and replies: one JSON body, or the rest of the stream.
 func (rn *completionRun) generate() {
-	rn.taskID = rn.a.beginTask(rn.slot, rn.nPrompt, rn.nPredict)
+	rn.taskID = rn.a.beginTask(rn.slot, rn.nPrompt, rn.nPredict, slotParams{SamplerParams: rn.c.sampler, NPredict: rn.c.nPredict})
 	taskID := rn.taskID
 	if rn.c.stream {
 		if err := rn.startStream(); err != nil {

@@ -59,6 +59,36 @@ type metrics struct {
 	connsOpen, connsRefused, acceptErrors, budgetInUse, budgetSize              *prometheus.Desc
 	evictions, reused, queue                                                    *prometheus.Desc
 	queueLen                                                                    func() int
+	llama                                                                       llamaCompat
+}
+
+// llamaCompat are llama-server's metrics where one of ours means the same,
+// under its names, so dashboards written for llama-server keep working.
+type llamaCompat struct {
+	promptTokens, promptSeconds, predicted, predictedSeconds *prometheus.Desc
+	promptRate, predictedRate, processing, deferred          *prometheus.Desc
+	kvTokens, kvUsage                                        *prometheus.Desc
+}
+
+func newLlamaCompat() llamaCompat {
+	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc("llamacpp:"+name, help, nil, nil) }
+	return llamaCompat{
+		promptTokens:     d("prompt_tokens_total", "Number of prompt tokens processed."),
+		promptSeconds:    d("prompt_seconds_total", "Prompt process time."),
+		predicted:        d("tokens_predicted_total", "Number of generation tokens processed."),
+		predictedSeconds: d("tokens_predicted_seconds_total", "Predict process time."),
+		promptRate:       d("prompt_tokens_seconds", "Average prompt throughput in tokens/s."),
+		predictedRate:    d("predicted_tokens_seconds", "Average generation throughput in tokens/s."),
+		processing:       d("requests_processing", "Number of requests processing."),
+		deferred:         d("requests_deferred", "Number of requests deferred."),
+		kvTokens:         d("kv_cache_tokens", "KV-cache tokens."),
+		kvUsage:          d("kv_cache_usage_ratio", "KV-cache usage. 1 means 100 percent usage."),
+	}
+}
+
+func (l llamaCompat) descs() []*prometheus.Desc {
+	return []*prometheus.Desc{l.promptTokens, l.promptSeconds, l.predicted, l.predictedSeconds, l.promptRate,
+		l.predictedRate, l.processing, l.deferred, l.kvTokens, l.kvUsage}
 }
 
 func newMetrics(s *host.Server) *metrics {
@@ -128,6 +158,7 @@ func newMetrics(s *host.Server) *metrics {
 			"Prompt tokens a prefill kept from the slot's previous sequence instead of evaluating them.", nil, nil),
 		queue: prometheus.NewDesc(metricQueue,
 			"HTTP completions waiting for a slot.", nil, nil),
+		llama: newLlamaCompat(),
 	}
 	m.reg.MustRegister(m, m.transferSeconds, m.transferBytes, m.tokensPerSecond, m.httpRequests,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -168,6 +199,9 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 		m.connsOpen, m.connsRefused, m.acceptErrors, m.budgetInUse, m.budgetSize, m.evictions, m.reused, m.queue} {
 		ch <- d
 	}
+	for _, d := range m.llama.descs() {
+		ch <- d
+	}
 }
 
 // Collect reads the running totals at scrape time.
@@ -191,9 +225,49 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.tokenSeconds, prometheus.CounterValue, t.Seconds, phase)
 	}
 	m.collectLimits(ch)
+	m.collectLlama(ch, prefill, decode, busy)
 	_, info := s.Backend()
 	ch <- prometheus.MustNewConstMetric(m.info, prometheus.GaugeValue, 1,
 		s.Config().Version, info.Name, info.Version, info.Model.Alias, info.Model.Hash)
+}
+
+// collectLlama writes llama-server's metrics from the token counters, the
+// slots busy and the KV cells the slots hold.
+func (m *metrics) collectLlama(ch chan<- prometheus.Metric, prefill, decode host.TokenStats, busy int) {
+	l := m.llama
+	rate := func(t host.TokenStats) float64 {
+		if t.Seconds <= 0 {
+			return 0
+		}
+		return float64(t.Tokens) / t.Seconds
+	}
+	counter := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
+	}
+	gauge := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
+	counter(l.promptTokens, float64(prefill.Tokens))
+	counter(l.promptSeconds, prefill.Seconds)
+	counter(l.predicted, float64(decode.Tokens))
+	counter(l.predictedSeconds, decode.Seconds)
+	gauge(l.promptRate, rate(prefill))
+	gauge(l.predictedRate, rate(decode))
+	gauge(l.processing, float64(busy))
+	queued := 0
+	if m.queueLen != nil {
+		queued = m.queueLen()
+	}
+	gauge(l.deferred, float64(queued))
+	_, info := m.s.Backend()
+	used := 0
+	for _, v := range m.s.Slots() {
+		used += v.NPast
+	}
+	gauge(l.kvTokens, float64(used))
+	if info.NCtx > 0 {
+		gauge(l.kvUsage, float64(used)/float64(info.NCtx))
+	} else {
+		gauge(l.kvUsage, 0)
+	}
 }
 
 // collectLimits reads the connection counters and the payload budget.

@@ -22,9 +22,19 @@ type slotStatus struct {
 	IsProcessing   bool        `json:"is_processing"`
 	IsTransferring bool        `json:"is_transferring"`
 	NPast          int         `json:"n_past"`
+	NRemain        int         `json:"n_remain"`
 	StateSize      int64       `json:"state_size"`
 	NPromptTokens  int         `json:"n_prompt_tokens"`
+	Holder         string      `json:"holder"` // who put the slot's sequence there: none, rpc, http
+	Params         slotParams  `json:"params"`
 	NextToken      []nextToken `json:"next_token"`
+}
+
+// slotParams are the sampling parameters of the slot's last completion
+// (the engine's defaults for a slot that ran none), llama-server's names.
+type slotParams struct {
+	iface.SamplerParams
+	NPredict int `json:"n_predict"`
 }
 
 type nextToken struct {
@@ -42,14 +52,16 @@ func (a *api) listSlots(w http.ResponseWriter, r *http.Request) {
 	out := make([]slotStatus, len(views))
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	defaults := slotParams{SamplerParams: a.s.Tunables().Sampler(), NPredict: a.s.Tunables().NPredict()}
 	for i, v := range views {
-		ss := slotStatus{ID: i, IDTask: -1, NCtx: info.NCtx, IsProcessing: v.Processing,
-			IsTransferring: v.Transferring, NPast: v.NPast, StateSize: v.StateSize}
+		ss := slotStatus{ID: i, IDTask: -1, NCtx: info.SlotCtx(), IsProcessing: v.Processing,
+			IsTransferring: v.Transferring, NPast: v.NPast, StateSize: v.StateSize, Holder: v.Holder.String(), Params: defaults}
 		nt := nextToken{NRemain: -1}
 		if t, ok := a.tasks[i]; ok {
-			ss.IDTask, ss.NPromptTokens = t.id, t.nPrompt
+			ss.IDTask, ss.NPromptTokens, ss.Params = t.id, t.nPrompt, t.params
 			nt.NRemain, nt.NDecoded = t.nRemain, t.nDecoded
 		}
+		ss.NRemain = nt.NRemain
 		ss.NextToken = []nextToken{nt}
 		out[i] = ss
 	}
@@ -213,12 +225,12 @@ func (a *api) rememberTokens(slot int, id int64, toks []int32) {
 }
 
 // beginTask records a completion on slot for /slots and returns its id.
-func (a *api) beginTask(slot, nPrompt, nRemain int) int64 {
+func (a *api) beginTask(slot, nPrompt, nRemain int, params slotParams) int64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.next++ // ids start at 1: 0 is no task's
 	id := a.next
-	a.tasks[slot] = slotTask{id: id, nPrompt: nPrompt, nRemain: nRemain, processed: time.Now()}
+	a.tasks[slot] = slotTask{id: id, nPrompt: nPrompt, nRemain: nRemain, processed: time.Now(), params: params}
 	return id
 }
 

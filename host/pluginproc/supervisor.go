@@ -28,12 +28,13 @@ type Supervisor struct {
 	// the plugin process is checked.
 	MinBackoff, MaxBackoff, PollInterval time.Duration
 
-	mu       sync.Mutex
-	cur      *Plugin
-	watching bool
-	ctx      context.Context
-	cancel   context.CancelFunc
-	done     chan struct{}
+	mu        sync.Mutex
+	cur       *Plugin
+	watching  bool
+	reloading bool // a Reload replaces the plugin: its exit is no crash
+	ctx       context.Context
+	cancel    context.CancelFunc
+	done      chan struct{}
 }
 
 // StartSupervised launches the first plugin; a failure here is returned, not
@@ -73,8 +74,10 @@ func (sv *Supervisor) Watch(srv *host.Server) {
 				return
 			case <-t.C:
 			}
-			p := sv.Plugin()
-			if !p.Exited() {
+			sv.mu.Lock()
+			p, reloading := sv.cur, sv.reloading
+			sv.mu.Unlock()
+			if reloading || !p.Exited() {
 				continue
 			}
 			sv.restart(srv, p)
@@ -91,8 +94,11 @@ func (sv *Supervisor) restart(srv *host.Server, dead *Plugin) {
 	srv.SetBackend(downBackend{name: dead.Spec.Name}, dead.Info)
 	dead.Kill() // reap its process group and data plane
 	backoff := sv.MinBackoff
+	sv.mu.Lock()
+	load := sv.load
+	sv.mu.Unlock()
 	for attempt := 1; ; attempt++ {
-		p, err := StartPlugin(sv.ctx, sv.spec, sv.load, sv.opts, sv.log)
+		p, err := StartPlugin(sv.ctx, sv.spec, load, sv.opts, sv.log)
 		if err == nil {
 			sv.mu.Lock()
 			sv.cur = p
@@ -114,6 +120,56 @@ func (sv *Supervisor) restart(srv *host.Server, dead *Plugin) {
 		}
 		backoff = min(2*backoff, sv.MaxBackoff)
 	}
+}
+
+// Reload replaces the plugin with one loading load (another model, or
+// options): srv's slots are emptied at once and its requests answered by
+// the stand-in meanwhile; a relaunch after a crash keeps load from then on.
+// When load fails, the model before it is loaded back and the error
+// returned. Only one model is resident: the old plugin exits first, so that
+// two models never need the GPU's memory at once.
+func (sv *Supervisor) Reload(ctx context.Context, srv *host.Server, load iface.LoadRequest) error {
+	sv.mu.Lock()
+	if sv.reloading {
+		sv.mu.Unlock()
+		return fmt.Errorf("%w: a model switch is under way", iface.ErrBusy)
+	}
+	old, prev := sv.cur, sv.load
+	sv.reloading = true
+	sv.mu.Unlock()
+	defer func() {
+		sv.mu.Lock()
+		sv.reloading = false
+		sv.mu.Unlock()
+	}()
+	srv.SuspendSlots()
+	srv.SetBackend(downBackend{name: old.Spec.Name}, old.Info)
+	srv.SuspendSlots()
+	old.Kill()
+	p, err := StartPlugin(ctx, sv.spec, load, sv.opts, sv.log)
+	if err != nil {
+		sv.log.Error("loading the model asked for failed; loading the previous one back", "model", load.Model, "error", err)
+		back, berr := StartPlugin(sv.ctx, sv.spec, prev, sv.opts, sv.log)
+		if berr != nil {
+			sv.mu.Lock()
+			sv.cur = old // exited: the watcher relaunches it with prev
+			sv.mu.Unlock()
+			return fmt.Errorf("loading %s: %w (and the previous model: %v)", load.Model, err, berr)
+		}
+		sv.install(srv, back, prev)
+		return fmt.Errorf("loading %s: %w", load.Model, err)
+	}
+	sv.install(srv, p, load)
+	return nil
+}
+
+// install makes p, loaded with load, the running plugin and srv's backend.
+func (sv *Supervisor) install(srv *host.Server, p *Plugin, load iface.LoadRequest) {
+	sv.mu.Lock()
+	sv.cur, sv.load = p, load
+	sv.mu.Unlock()
+	srv.SuspendSlots()
+	srv.SetBackend(p.Backend, p.Info)
 }
 
 // Close stops watching and kills the plugin.
