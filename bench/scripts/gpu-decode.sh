@@ -1,22 +1,27 @@
 #!/usr/bin/env bash
 # Issue 26 item 9 on the H200 box (CUDA 13 toolkit and CMake, no Go, no
 # network): decode throughput at 1–32 concurrent streams, ours, Ollama and
-# llama.cpp's batched decode, from binaries built on a Go machine with
-# `make gpu-pack-decode` (gpu/decode-gpu.tar.xz: engine, llama plugin,
-# llama-batched, ollama, gguf-gen, decode-bench and the ggml sources). Run
-# it from a copy of the repository's working tree that carries that file
-# (the script works from the repository's root, wherever it is called
-# from); everything fits one 10-minute command:
+# llama.cpp's batched decode, and ours decoding beside STATE_GETs of a 1.2 GB
+# slot (issue 26's "≥ 0.8 of the aggregate without"), from binaries built on
+# a Go machine with `make gpu-pack-decode` (gpu/decode-gpu.tar.xz: engine,
+# llama plugin, llama-batched, ollama, gguf-gen, decode-bench and the ggml
+# sources). Run it from a copy of the repository's working tree that carries
+# that file (the script works from the repository's root, wherever it is
+# called from); everything fits one 10-minute command:
 #
 #   bench/scripts/gpu-decode.sh
 #
 # Steps and their expected times on the H200 (16 cores):
 #   unpack                                   ~10 s
-#   libggml-cuda for sm_90 (make cuda's      ~3 min; the 2.43 GB model is
-#   build-cuda.sh), model generated beside    generated meanwhile
+#   libggml-cuda for sm_90 (make cuda's      ~3 min, or seconds when carried
+#   build-cuda.sh), model generated beside    (below); the 2.43 GB model is
+#                                             generated meanwhile
 #   decode-bench, SLOTS sequences            ~3 min: ours, Ollama (its
 #                                             `ollama create` copies the
 #                                             model, ~10 s), the ceiling twice
+#     and decode beside STATE_GETs           ~1 min (an estimate: two more
+#                                             engine starts, a 24k-token
+#                                             prefill, 2 × STATE_REPS rounds)
 #   decode-bench, SLOTS2 sequences           ~1.5 min, throughput only; skipped
 #                                             when less than SLOTS2_NEED s are left
 #
@@ -30,95 +35,173 @@
 # no second run), N (128), P (512), CTX (4096: each sequence's context),
 # REPS (1), JOINS (3), PREFIX_REPS (2), THREADS (8), CEILING_KV (both),
 # MODEL_ARGS (the issue's 2.43 GB model), BUDGET (570: seconds the whole
-# script may take), SLOTS2_NEED (120), DECODE_ARGS (more decode-bench
-# flags). gpu/libcache/libggml-cuda.part-* (an earlier gpu-bench.sh
-# SAVE_LIB=1) skips the CUDA build when the call can carry it.
+# script may take), SLOTS2_NEED (120), DECODE_ARGS (more decode-bench flags
+# for both runs). The state measurement, in the first run: STATE_GET_BYTES
+# (1200000000; 0 or empty: off), STATE_C (8: slot 0 and 7 streams), STATE_N
+# (512 tokens a stream, so that a round spans many transfers), STATE_REPS (2
+# pairs of rounds). SAVE_LIB=1: after building libggml-cuda here, return it
+# in $OUT as libcache-part-NN (xz, 15 MiB parts); a later call that carries
+# them as gpu/libcache-part-* (or gpu/libcache/libggml-cuda.part-*, an
+# earlier gpu-bench.sh SAVE_LIB=1) skips the build.
 #
-# Results in $OUT (default out/): decode-h200.md/.svg/.json (and
-# decode-h200-slotsSLOTS2.*), each run's log, the CUDA build log, and on a
-# failure the servers' logs (NAME-*.log). The work directories (Ollama's
-# store holds a copy of the model) stay in gpu/decode-run, out of $OUT.
+# Results: the device returns at most 8 files, so everything is written in
+# gpu/decode-out and only these are copied into $OUT (default out/), in this
+# order while they fit: decode-h200.md/.json/.svg, libcache-part-* (SAVE_LIB=1),
+# decode-h200-slotsSLOTS2.md/.json/.svg, and always gpu-decode.log: the whole
+# output, the model's and the CUDA build's logs, on a failure the servers'
+# logs, and any page that did not fit, in full. The work directories
+# (Ollama's store holds a copy of the model) stay in gpu/decode-run.
 set -uo pipefail
 cd "$(dirname "$0")/../.." # the repository's root: plugins/, gpu/
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 G=$PWD/gpu/decode-run
+W=$PWD/gpu/decode-out
+LOG=$W/gpu-decode.log
+MAX_FILES=8 # what the device returns
 CONC=${CONC:-1,2,4,8,16,32}
 SLOTS=${SLOTS:-8}
 SLOTS2=${SLOTS2-32}
 BUDGET=${BUDGET:-570}
 SLOTS2_NEED=${SLOTS2_NEED:-120}
+STATE_GET_BYTES=${STATE_GET_BYTES-1200000000}
 MODEL_ARGS=${MODEL_ARGS:--layers 24 -embd 2048 -heads 16 -kv-heads 4 -ff 5632 -vocab 32000 -ctx 8192 -f16}
 t0=$(date +%s)
 elapsed() { echo $(($(date +%s) - t0)); }
 step() { echo; echo "=== $* ($(date -u +%T), +$(elapsed) s)"; }
 
-step "unpack gpu/decode-gpu.tar.xz"
-[[ -f gpu/decode-gpu.tar.xz ]] || { echo "no gpu/decode-gpu.tar.xz: run make gpu-pack-decode on a Go machine"; exit 1; }
-rm -rf "$G" && mkdir -p "$G/src" && xz -dc gpu/decode-gpu.tar.xz | tar -x -C "$G" &&
-	tar -xzf "$G/ollama-ggml-src.tar.gz" -C "$G/src" || exit 1
+# carriedLib lists the parts of a library an earlier call returned, in order:
+# under the names the device returns them with, or gpu-bench.sh's.
+carriedLib() {
+	if compgen -G "gpu/libcache-part-*" >/dev/null; then
+		printf '%s\n' gpu/libcache-part-*
+	elif compgen -G "gpu/libcache/libggml-cuda.part-*" >/dev/null; then
+		printf '%s\n' gpu/libcache/libggml-cuda.part-*
+	fi
+}
 
-step "machine"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-nproc
-nvcc --version 2>/dev/null | tail -1
-ldd --version | head -1
-
-step "model (in the background) and libggml-cuda for sm_90"
-# shellcheck disable=SC2086 # MODEL_ARGS is a list of flags
-("$G/gguf-gen" -o "$G/model.gguf" $MODEL_ARGS >"$OUT/gguf-gen.log" 2>&1; echo "exit $?" >>"$OUT/gguf-gen.log") &
-gen=$!
-if compgen -G "gpu/libcache/libggml-cuda.part-*" >/dev/null; then
-	mkdir -p "$G/cuda" && cat gpu/libcache/libggml-cuda.part-* | xz -dc | tar -x -C "$G/cuda" || exit 1
-	echo "libggml-cuda from gpu/libcache"
-else
+# cudaLib puts libggml-cuda and its stamps in $G/cuda: unpacked from a
+# carried library, else built (and with SAVE_LIB=1 packed into $W for $OUT).
+cudaLib() {
+	local parts start
+	mapfile -t parts < <(carriedLib)
+	if ((${#parts[@]})); then
+		mkdir -p "$G/cuda" && cat "${parts[@]}" | xz -dc | tar -x -C "$G/cuda" || return 1
+		echo "libggml-cuda from ${parts[*]}"
+		[[ ${SAVE_LIB:-} == 1 ]] && echo "SAVE_LIB=1: the library was carried, nothing to save"
+		return 0
+	fi
 	start=$(date +%s)
-	plugins/cuda-llama/build-cuda.sh "$G/src" "$G/cuda" 90 build/cuda90 "" >"$OUT/cuda90-build.log" 2>&1 ||
-		{ tail -30 "$OUT/cuda90-build.log"; exit 1; }
+	plugins/cuda-llama/build-cuda.sh "$G/src" "$G/cuda" 90 build/cuda90 "" >"$W/cuda90-build.log" 2>&1 ||
+		{ echo "--- CUDA build log (last 80 lines)"; tail -80 "$W/cuda90-build.log"; return 1; }
+	tail -3 "$W/cuda90-build.log"
 	echo "sm_90 build: $(($(date +%s) - start)) s"
-fi
-wait "$gen"
-cat "$OUT/gguf-gen.log"
-grep -q "^exit 0" "$OUT/gguf-gen.log" || exit 1
-ls -la "$G/model.gguf" "$G"/cuda/
-
-# Beside our plugin and llama-batched, stamped; and Ollama's layout.
-cp -P "$G"/cuda/libggml-cuda.so "$G"/cuda/libggml-base.so* "$G"/cuda/hydra-ggml.version "$G"/
-R=$G/ollama-root
-mkdir -p "$R/bin" "$R/lib/ollama/cuda_v13"
-mv "$G/ollama" "$G/ollama.cflags" "$R/bin/"
-cp -P "$G"/cuda/libggml-cuda.so "$G"/cuda/libggml-base.so* "$R/lib/ollama/cuda_v13/"
-export OLLAMA_LIBRARY_PATH=$R/lib/ollama
+	if [[ ${SAVE_LIB:-} == 1 ]]; then
+		# Parts of 15 MiB: the device returns files of up to 16.
+		(cd "$G/cuda" && tar -c libggml-cuda.so libggml-base.so* hydra-*) | xz -T0 -6 |
+			split -b 15M -d - "$W/libcache-part-" || return 1
+		ls -la "$W"/libcache-part-*
+	fi
+}
 
 # bench SLOTS NAME ARGS...: decode-bench on all of CONC with SLOTS
-# sequences, the page and raw results as $OUT/NAME.*.
+# sequences, the page and raw results as $W/NAME.*; on a failure the tails
+# of the servers' logs follow in the output.
 bench() {
-	local slots=$1 name=$2
+	local slots=$1 name=$2 rc f
 	shift 2
 	step "decode-bench: $name, slots $slots, c $CONC"
 	# shellcheck disable=SC2086 # DECODE_ARGS is a list of flags
 	"$G/decode-bench" -bin "$G" -ollama "$R/bin/ollama" -model "$G/model.gguf" -c "$CONC" -slots "$slots" \
 		-n "${N:-128}" -p "${P:-512}" -ctx "${CTX:-4096}" -reps "${REPS:-1}" -threads "${THREADS:-8}" \
-		-out "$OUT" -name "$name" -raw "$OUT/$name.json" -work "$G/work-$name" "$@" ${DECODE_ARGS:-} 2>&1 |
-		tee "$OUT/$name.log"
-	local rc=${PIPESTATUS[0]} f
+		-out "$W" -name "$name" -raw "$W/$name.json" -work "$G/work-$name" "$@" ${DECODE_ARGS:-} 2>&1
+	rc=$?
 	if [[ $rc != 0 ]]; then
-		for f in "$G/work-$name"/*.log; do [[ -f $f ]] && cp "$f" "$OUT/$name-$(basename "$f")"; done
+		for f in "$G/work-$name"/*.log; do
+			[[ -f $f ]] && { echo "--- $name: $(basename "$f") (last 300 lines)"; tail -300 "$f"; }
+		done
 	fi
 	rm -rf "$G/work-$name" # Ollama's store: a 2.4 GB copy of the model
 	return "$rc"
 }
 
-bench "$SLOTS" decode-h200 -joins "${JOINS:-3}" -prefix-reps "${PREFIX_REPS:-2}" -ceiling-kv "${CEILING_KV:-both}"
-rc=$?
-if [[ -n $SLOTS2 ]]; then
-	if (($(elapsed) + SLOTS2_NEED <= BUDGET)); then
-		bench "$SLOTS2" "decode-h200-slots$SLOTS2" -systems ours,ollama -joins 0 -prefix-reps 0 || rc=1
-	else
-		echo "skipping slots $SLOTS2: $(elapsed) s gone of $BUDGET, it needs ~$SLOTS2_NEED"
+main() {
+	local gen rc state=()
+	step "unpack gpu/decode-gpu.tar.xz"
+	[[ -f gpu/decode-gpu.tar.xz ]] || { echo "no gpu/decode-gpu.tar.xz: run make gpu-pack-decode on a Go machine"; return 1; }
+	rm -rf "$G" && mkdir -p "$G/src" && xz -dc gpu/decode-gpu.tar.xz | tar -x -C "$G" || return 1
+	# The ggml sources build the library; a pack for a carried library may leave them out.
+	if [[ -f $G/ollama-ggml-src.tar.gz ]]; then
+		tar -xzf "$G/ollama-ggml-src.tar.gz" -C "$G/src" || return 1
 	fi
-fi
-step "done, rc $rc"
+
+	step "machine"
+	nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+	nproc
+	nvcc --version 2>/dev/null | tail -1
+	ldd --version | head -1
+
+	step "model (in the background) and libggml-cuda for sm_90"
+	# shellcheck disable=SC2086 # MODEL_ARGS is a list of flags
+	("$G/gguf-gen" -o "$G/model.gguf" $MODEL_ARGS >"$W/gguf-gen.log" 2>&1; echo "exit $?" >>"$W/gguf-gen.log") &
+	gen=$!
+	cudaLib || { wait "$gen"; return 1; }
+	wait "$gen"
+	cat "$W/gguf-gen.log"
+	grep -q "^exit 0" "$W/gguf-gen.log" || return 1
+	ls -la "$G/model.gguf" "$G"/cuda/
+
+	# Beside our plugin and llama-batched, stamped; and Ollama's layout.
+	cp -P "$G"/cuda/libggml-cuda.so "$G"/cuda/libggml-base.so* "$G"/cuda/hydra-* "$G"/ || return 1
+	R=$G/ollama-root
+	mkdir -p "$R/bin" "$R/lib/ollama/cuda_v13"
+	mv "$G/ollama" "$G/ollama.cflags" "$R/bin/"
+	cp -P "$G"/cuda/libggml-cuda.so "$G"/cuda/libggml-base.so* "$R/lib/ollama/cuda_v13/"
+	export OLLAMA_LIBRARY_PATH=$R/lib/ollama
+
+	if [[ -n $STATE_GET_BYTES && $STATE_GET_BYTES != 0 ]]; then
+		state=(-state-get-bytes "$STATE_GET_BYTES" -state-get-c "${STATE_C:-8}" -state-get-n "${STATE_N:-512}" -state-get-reps "${STATE_REPS:-2}")
+	fi
+	bench "$SLOTS" decode-h200 -joins "${JOINS:-3}" -prefix-reps "${PREFIX_REPS:-2}" -ceiling-kv "${CEILING_KV:-both}" "${state[@]}"
+	rc=$?
+	if [[ -n $SLOTS2 ]]; then
+		if (($(elapsed) + SLOTS2_NEED <= BUDGET)); then
+			bench "$SLOTS2" "decode-h200-slots$SLOTS2" -systems ours,ollama -joins 0 -prefix-reps 0 || rc=1
+		else
+			echo "skipping slots $SLOTS2: $(elapsed) s gone of $BUDGET, it needs ~$SLOTS2_NEED"
+		fi
+	fi
+	step "done, rc $rc"
+	return "$rc"
+}
+
+# say prints a line and adds it to the log.
+say() { echo "$*"; echo "$*" >>"$LOG"; }
+
+# collect copies into $OUT what fits in MAX_FILES, in order of need, the log
+# last; a page left out goes into the log in full, so its tables come back.
+collect() {
+	local f want=() files=() left=()
+	want=("$W/decode-h200.md" "$W/decode-h200.json" "$W/decode-h200.svg")
+	mapfile -t -O "${#want[@]}" want < <(compgen -G "$W/libcache-part-*" | sort)
+	[[ -n $SLOTS2 ]] && want+=("$W/decode-h200-slots$SLOTS2".{md,json,svg})
+	for f in "${want[@]}"; do
+		[[ -f $f ]] || continue
+		if ((${#files[@]} < MAX_FILES - 1)); then files+=("$f"); else left+=("$f"); fi
+	done
+	for f in "${left[@]}"; do
+		say "not copied into \$OUT (at most $MAX_FILES files come back): $(basename "$f")"
+		[[ $f == *.md ]] && { echo; echo "=== $(basename "$f"), in full (not copied into \$OUT)"; cat "$f"; } >>"$LOG"
+	done
+	((${#files[@]})) && cp "${files[@]}" "$OUT"/
+	say "into $OUT: $(for f in "${files[@]}" "$LOG"; do printf '%s ' "$(basename "$f")"; done)"
+	cp "$LOG" "$OUT"/
+}
+
+rm -rf "$W" && mkdir -p "$W"
+main 2>&1 | tee "$LOG"
+rc=${PIPESTATUS[0]}
+collect
 ls -la "$OUT"
 exit "$rc"

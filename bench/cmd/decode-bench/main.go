@@ -8,12 +8,16 @@
 // bench/scripts/gpu-decode.sh).
 //
 //	decode-bench -model m.gguf [-c 1,2,4,8,16,32] [-n 128] [-p 512] [-slots 4] [-ctx 4096] [-out docs/benchmarks]
+//	             [-state-get-bytes 1200000000 -state-get-c 8 -state-get-reps 2]
 //
 // Each system runs alone while measured (never two models loaded at once):
 // the driver starts ours (internal/enginetest, as the end-to-end tests do),
 // measures, stops it, then Ollama (`ollama serve` on a free loopback port,
 // its store and home in a work directory), then llama-batched. Logs stay in
-// the work directory and are printed when something fails.
+// the work directory and are printed when something fails. With
+// -state-get-bytes, ours is also measured decoding beside a loop of
+// STATE_GETs of a slot holding that much state (stateget.go), in an engine
+// of its own.
 package main
 
 import (
@@ -47,6 +51,8 @@ type options struct {
 	ollamaEngine                             bool
 	out, name, raw, work                     string
 	keep                                     bool
+	stateBytes                               int64 // 0: no state-transfer measurement
+	stateC, stateN, stateReps                int
 }
 
 var allSystems = []string{"ours", "ollama", "ceiling"}
@@ -98,6 +104,10 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	fs.StringVar(&o.raw, "raw", "", "also write every request's measurements to this JSON file")
 	fs.StringVar(&o.work, "work", "", "work directory for logs, prompts and Ollama's store (default a new temporary one, removed after a clean run)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory")
+	fs.Int64Var(&o.stateBytes, "state-get-bytes", 0, "ours: decode beside STATE_GETs of a slot 0 holding about this many bytes of KV state (0: not measured)")
+	fs.IntVar(&o.stateC, "state-get-c", 8, "the state measurement's engine slots: slot 0 and c-1 streams")
+	fs.IntVar(&o.stateN, "state-get-n", 0, "tokens each stream of the state measurement generates (0: -n)")
+	fs.IntVar(&o.stateReps, "state-get-reps", 2, "pairs of rounds (one without, one with the STATE_GET loop) of the state measurement")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -122,6 +132,9 @@ func (o *options) setDefaults() {
 	}
 	if o.llamaBatched == "" {
 		o.llamaBatched = filepath.Join(o.bin, "llama-batched")
+	}
+	if o.stateN == 0 {
+		o.stateN = o.n
 	}
 	// Absolute: Ollama's Modelfile takes a bare name for a model to pull,
 	// and the servers run from other directories.
@@ -158,6 +171,25 @@ func (o options) validate() error {
 	}
 	if len(o.systems) == 0 {
 		return errors.New("-systems: none")
+	}
+	return o.validateState()
+}
+
+// validateState checks the state measurement's flags when it is on.
+func (o options) validateState() error {
+	switch {
+	case o.stateBytes < 0:
+		return fmt.Errorf("-state-get-bytes %d: not negative", o.stateBytes)
+	case o.stateBytes == 0:
+		return nil
+	case !o.has("ours"):
+		return errors.New("-state-get-bytes measures ours: -systems must include ours")
+	case o.stateC < 2 || o.stateC > 255:
+		return fmt.Errorf("-state-get-c %d: slot 0 and at least one stream, at most 255 slots", o.stateC)
+	case o.stateN < 2:
+		return fmt.Errorf("-state-get-n %d: at least 2 tokens", o.stateN)
+	case o.stateReps < 1:
+		return fmt.Errorf("-state-get-reps %d: at least 1", o.stateReps)
 	}
 	return nil
 }
@@ -230,6 +262,9 @@ func run(ctx context.Context, o options) (err error) {
 	if o.has("ours") {
 		rep.Ours = measureSystem(ctx, o, "ours", pl, rep)
 	}
+	if o.stateBytes > 0 {
+		rep.StateGet = measureStateGet(ctx, o, pl, rep)
+	}
 	if o.has("ollama") {
 		rep.Ollama = measureSystem(ctx, o, "ollama", pl, rep)
 	}
@@ -243,7 +278,7 @@ func run(ctx context.Context, o options) (err error) {
 		return err
 	}
 	if failed {
-		return fmt.Errorf("%d of %d systems failed: %s", len(rep.Errors), len(o.systems), strings.Join(sortedKeys(rep.Errors), ", "))
+		return fmt.Errorf("failed: %s", strings.Join(sortedKeys(rep.Errors), ", "))
 	}
 	return ctx.Err()
 }
@@ -311,6 +346,11 @@ func makePlan(ctx context.Context, o options) (plan, error) {
 			joins[c] = take(&long, o.joins)
 		}
 	}
+	// The state measurement's: a warm-up, then a fresh prompt each round.
+	var state []int
+	if o.stateBytes > 0 {
+		state = take(&long, 1+2*o.stateReps)
+	}
 	byseed := map[int]prompt{}
 	for _, g := range []struct {
 		seeds []int
@@ -341,6 +381,9 @@ func makePlan(ctx context.Context, o options) (plan, error) {
 		if js, ok := joins[c]; ok {
 			pl.joins[c] = pick(js)
 		}
+	}
+	if len(state) > 0 {
+		pl.stateWarm, pl.state = byseed[state[0]], pick(state[1:])
 	}
 	if o.prefixReps > 0 {
 		prefSeeds := make([]int, o.prefixReps)
@@ -373,7 +416,7 @@ func measureSystem(ctx context.Context, o options, name string, pl plan, rep *re
 	var srv server
 	var err error
 	if name == "ours" {
-		srv, err = startOurs(ctx, o, ap)
+		srv, err = startOurs(ctx, o, ap, mainLayout(o))
 	} else {
 		srv, err = startOllama(ctx, o, ap)
 	}

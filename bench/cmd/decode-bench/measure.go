@@ -23,6 +23,10 @@ type plan struct {
 	joins  map[int][]prompt   // concurrency → a prompt per join
 	prefA  []prompt           // ~2,000 tokens each
 	prefB  []prompt           // prefA's text and a few words more
+	// The state measurement's (stateget.go): its warm-up, and a prompt per
+	// round in stateOrder's order.
+	stateWarm prompt
+	state     []prompt
 }
 
 // joinStats is a new request joining c-1 running streams.

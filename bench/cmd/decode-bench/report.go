@@ -22,7 +22,8 @@ type report struct {
 	Ours     *systemRun
 	Ollama   *systemRun
 	Ceilings []*ceilingRun
-	Errors   map[string]string // system → what failed, with its log's tail
+	StateGet *stateGetRun      // decode beside a state transfer; nil when not measured
+	Errors   map[string]string // system or measurement → what failed, with its log's tail
 }
 
 func (r *report) fail(system string, err error, logs string) {
@@ -57,7 +58,7 @@ func (r *report) write() error {
 	}
 	logf("wrote %s.md and %s.svg", base, base)
 	if r.Opts.raw != "" {
-		raw := map[string]any{"ours": r.Ours, "ollama": r.Ollama, "ceilings": r.Ceilings, "errors": r.Errors}
+		raw := map[string]any{"ours": r.Ours, "ollama": r.Ollama, "ceilings": r.Ceilings, "state_get": r.StateGet, "errors": r.Errors}
 		if err := writeRaw(r.Opts.raw, raw); err != nil {
 			return err
 		}
@@ -97,6 +98,7 @@ func (r *report) markdown(w io.Writer) {
 	r.writeLatency(p)
 	r.writeJoins(p)
 	r.writePrefix(p)
+	r.writeStateGet(p)
 	r.writeMethod(p)
 	r.writeMachine(p)
 }

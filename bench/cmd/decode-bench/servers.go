@@ -42,12 +42,26 @@ type ours struct {
 	pluginCF string
 }
 
-func startOurs(ctx context.Context, o options, ap api) (*ours, error) {
+// engineLayout is what one of our engines holds: its slots, its KV cells
+// (n_ctx, one cache all slots share), and its log's name in the work
+// directory.
+type engineLayout struct {
+	slots, nCtx int
+	log         string
+}
+
+// mainLayout is the throughput measurement's engine: slots × each
+// sequence's context.
+func mainLayout(o options) engineLayout {
+	return engineLayout{slots: o.slots, nCtx: o.slots * o.ctx, log: "ours.log"}
+}
+
+func startOurs(ctx context.Context, o options, ap api, l engineLayout) (*ours, error) {
 	// Info: the plugin says at load which device it runs on and why (a
 	// missing CUDA library is an info line); per request it logs nothing.
-	args := []string{"--model", o.model, "--slots", strconv.Itoa(o.slots), "--log-level", "info"}
+	args := []string{"--model", o.model, "--slots", strconv.Itoa(l.slots), "--log-level", "info"}
 	for _, kv := range []string{
-		"n_ctx=" + strconv.Itoa(o.slots*o.ctx), // one unified cache: slots × each sequence's context
+		"n_ctx=" + strconv.Itoa(l.nCtx),
 		"n_threads=" + strconv.Itoa(o.threads), "n_threads_batch=" + strconv.Itoa(o.threads),
 		"flash_attn=" + o.flashAttn, "n_gpu_layers=" + strconv.Itoa(o.ngl),
 	} {
@@ -61,7 +75,7 @@ func startOurs(ctx context.Context, o options, ap api) (*ours, error) {
 		return nil, err
 	}
 	alias := strings.TrimSuffix(filepath.Base(o.model), ".gguf")
-	return &ours{e: e, args: e.Args, logFile: filepath.Join(o.work, "ours.log"),
+	return &ours{e: e, args: e.Args, logFile: filepath.Join(o.work, l.log),
 		ep: &endpoint{base: "http://" + e.HTTP, model: alias, api: ap, http: newHTTPClient()}}, nil
 }
 
