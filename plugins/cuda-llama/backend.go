@@ -695,9 +695,7 @@ func (b *Backend) StateGet(ctx context.Context, i int, chunkSize int, w io.Write
 	}()
 	e.mu.Lock()
 	n := C.hydra_state_save(e.ctx.io, e.ctx.c, C.llama_seq_id(i), C.uintptr_t(h), C.size_t(chunkSize), mode, &msg[0], C.size_t(len(msg)))
-	if !call.released {
-		e.mu.Unlock()
-	}
+	e.mu.Unlock()
 	switch {
 	case n >= 0 && int64(n) != call.written:
 		return call.written, fmt.Errorf("state stream: %d bytes produced, %d written", int64(n), call.written)

@@ -25,16 +25,13 @@ import (
 
 // saveCall is one StateGet: where the chunks go.
 type saveCall struct {
-	ctx  context.Context
-	w    io.Writer
-	cw   shm.ChunkWriter // w as a ChunkWriter, or nil
-	pin  runtime.Pinner  // pins the ChunkWriter buffer C++ is filling
-	lock *ctxLock        // the context lock, let go while the chunks wait on their reader
-	// released: the metadata is written and the lock let go for good
-	// (hydraSaveData); the caller does not unlock it again.
-	released bool
-	written  int64
-	err      error
+	ctx     context.Context
+	w       io.Writer
+	cw      shm.ChunkWriter // w as a ChunkWriter, or nil
+	pin     runtime.Pinner  // pins the ChunkWriter buffer C++ is filling
+	lock    *ctxLock        // the context lock, let go while the chunks wait on their reader
+	written int64
+	err     error
 }
 
 // unlocked runs f without the context lock, which the caller of the shim
@@ -43,30 +40,6 @@ func unlocked(lock *ctxLock, f func()) {
 	lock.Unlock()
 	defer lock.Lock()
 	f()
-}
-
-// io runs the save's waits on its reader: without the lock while the save
-// still holds it (the cells' metadata), as they are once it let it go.
-func (s *saveCall) io(f func()) {
-	if s.released {
-		f()
-		return
-	}
-	unlocked(s.lock, f)
-}
-
-// hydraSaveData tells a save that its cells' metadata is written: the rest
-// reads only the KV tensors, so it lets the context lock go for good and
-// the other slots decode at their pace while the state streams.
-//
-//export hydraSaveData
-func hydraSaveData(h C.uintptr_t) C.int {
-	s := cgo.Handle(h).Value().(*saveCall)
-	if !s.released {
-		s.released = true
-		s.lock.Unlock()
-	}
-	return 0
 }
 
 func (s *saveCall) fail(err error) C.int {
@@ -95,7 +68,7 @@ func hydraSaveDeliver(h C.uintptr_t, p unsafe.Pointer, n C.size_t) (ret C.int) {
 	// which io.Writer's contract already says.
 	var k int
 	var err error
-	s.io(func() { k, err = s.w.Write(unsafe.Slice((*byte)(p), int(n))) })
+	unlocked(s.lock, func() { k, err = s.w.Write(unsafe.Slice((*byte)(p), int(n))) })
 	s.written += int64(k)
 	if err == nil && k < int(n) {
 		err = io.ErrShortWrite
@@ -120,7 +93,7 @@ func hydraSaveBuffer(h C.uintptr_t, commit C.size_t, p **C.uint8_t, n *C.size_t)
 	if commit > 0 {
 		s.pin.Unpin()
 		var err error
-		s.io(func() { err = s.cw.Commit(int(commit)) })
+		unlocked(s.lock, func() { err = s.cw.Commit(int(commit)) })
 		if err != nil {
 			return s.fail(err)
 		}
@@ -134,7 +107,7 @@ func hydraSaveBuffer(h C.uintptr_t, commit C.size_t, p **C.uint8_t, n *C.size_t)
 	}
 	var b []byte
 	var err error
-	s.io(func() { b, err = s.cw.Buffer() })
+	unlocked(s.lock, func() { b, err = s.cw.Buffer() })
 	if err != nil {
 		return s.fail(err)
 	}

@@ -52,7 +52,6 @@
 extern "C" {
 int hydraSaveDeliver(uintptr_t h, void * p, size_t n);
 int hydraSaveBuffer(uintptr_t h, size_t commit, uint8_t ** p, size_t * n);
-int hydraSaveData(uintptr_t h);
 int hydraLoadNext(uintptr_t h, size_t release, size_t need, uint8_t ** p, size_t * n);
 void hydraLog(int level, char * text);
 }
@@ -186,15 +185,6 @@ public:
     }
 
     void write_tensor(const ggml_tensor * t, size_t off, size_t size) override {
-        // The cells' metadata is written: from here llama.cpp only reads
-        // the KV tensors, which the other slots' steps do not touch, so the
-        // Go side may let the context lock go for the rest of the save.
-        if (!data_phase) {
-            data_phase = true;
-            if (hydraSaveData(h) != 0) {
-                throw go_error();
-            }
-        }
         const bool host = t->buffer == nullptr || ggml_backend_buffer_is_host(t->buffer);
         // A ChunkWriter hands us one buffer at a time, so there is nothing to
         // overlap with: read synchronously straight into it.
@@ -245,7 +235,6 @@ private:
     size_t chunk;
     bool cw;
     size_t total = 0;
-    bool data_phase = false; // the first write_tensor came
 
     uint8_t * cur = nullptr; // chunk being filled
     size_t cap = 0, len = 0;
