@@ -11,8 +11,9 @@
 # A carried sm_90 library (gpu/libcache-part-*, what gpu-decode.sh SAVE_LIB=1
 # returned) is cuda/sm90 instead of a build, stamped with this nvcc's
 # version. SWAP=1 also runs the plugin's SWAP_QUANT and combined-mode GPU
-# tests (TestSwapQuantGPU, TestCombinedGPU: the latter needs two GPUs)
-# through the chosen library while sm_120 compiles.
+# tests (TestSwapQuantGPU, TestCombinedGPU: the latter needs two GPUs) and
+# the state tests with slots decoding beside a STATE_GET through the chosen
+# library while sm_120 compiles.
 #
 # On the Go machine first: make gpu-pack-cuda-variants (gpu/cuda-variants.tar.xz), then
 #   bench/scripts/gpu-cuda-variants.sh      # WANT=cuda/sm90 by default
@@ -74,10 +75,10 @@ step "the choice with cuda/sm90 and the CUDA 11.8 stand-in (cuda/sm120 still com
 choice
 
 if [[ ${SWAP:-} == 1 ]]; then
-	step "SWAP_QUANT and combined mode on the GPU (cuda/sm90)"
+	step "SWAP_QUANT, combined mode and STATE_GET beside decoding slots on the GPU (cuda/sm90)"
 	(cd "$G" && HYDRA_TEST_REQUIRE_GPU=1 HYDRA_TEST_LOG=info timeout 300 ./cuda-llama.test \
-		-test.run '^(TestSwapQuantGPU|TestCombinedGPU)$' -test.count=1 -test.v 2>&1) |
-		grep -vE 'llama_|load_tensors|print_info|llm_load|ggml_cuda_init|graph_reserve|sched_reserve' | cut -c1-800 | tail -60
+		-test.run '^(TestSwapQuantGPU|TestCombinedGPU|TestConcurrentSlots|TestStateBytesMatchLlama|TestRestoredJoinsBatch)$' -test.count=1 -test.v 2>&1) |
+		grep -vE 'llama_|load_tensors|print_info|llm_load|ggml_cuda_init|graph_reserve|sched_reserve' | cut -c1-800 | tail -150
 fi
 
 step "wait for cuda/sm120 (until +$DEADLINE s)"

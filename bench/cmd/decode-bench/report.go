@@ -232,7 +232,7 @@ func (r *report) ceilingDecode() string {
 func (r *report) writeLatency(p func(string, ...any)) {
 	p("## Time to first token and correctness")
 	p("")
-	p("TTFT: from a request's start to its first token (queueing included: ours answers 503 while every slot is busy and the client retries every %s; Ollama queues). "+
+	p("TTFT: from a request's start to its first token (queueing included: both queue a request while every slot is busy; ours answers 503 only when its queue is full, and the client then retries every %s). "+
 		"Identical: the share of requests whose text equals the same prompt's request sent alone (greedy, so on one machine they should all be), "+
 		"and in brackets the share of that text a request repeats, on average, before it departs from it. "+
 		"Full: the share that generated all %d tokens (a stream ends early at an end-of-generation token; no server here can be told to ignore it). "+
