@@ -277,6 +277,20 @@ void undo(hydra_swap * s, made & m) {
     }
 }
 
+// alloc_group makes group's tensors in one new buffer of buft, both kept in
+// m so that undo frees them; nullptr when the buffer cannot be allocated.
+ggml_backend_buffer_t alloc_group(hydra_swap * s, std::vector<pending> & group, ggml_backend_buffer_type_t buft, made & m) {
+    ggml_context * ctx = new_tensors(s, group);
+    ggml_backend_buffer_t buf = ctx != nullptr ? ggml_backend_alloc_ctx_tensors_from_buft(ctx, buft) : nullptr;
+    if (ctx != nullptr) {
+        m.ctxs.push_back(ctx);
+    }
+    if (buf != nullptr) {
+        m.bufs.push_back(buf);
+    }
+    return buf;
+}
+
 // make_copies makes the copies the targets lack: in one buffer per buffer
 // type, allocated before a byte is copied, so that running out of memory
 // changes nothing; bound in place where the file's mapping serves.
@@ -294,18 +308,13 @@ bool make_copies(hydra_swap * s, const std::vector<size_t> & hit, const std::vec
     }
     made m;
     for (auto & [buft, group] : groups) {
-        ggml_context * ctx = new_tensors(s, group);
-        ggml_backend_buffer_t buf = ctx != nullptr ? ggml_backend_alloc_ctx_tensors_from_buft(ctx, buft) : nullptr;
-        if (ctx != nullptr) {
-            m.ctxs.push_back(ctx);
-        }
+        ggml_backend_buffer_t buf = alloc_group(s, group, buft, m);
         if (buf == nullptr) {
             undo(s, m);
             set_err(err, err_len, std::string("out of memory: cannot allocate the weights' ") + ggml_backend_buft_name(buft) + " copies");
             return false;
         }
         ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-        m.bufs.push_back(buf);
         res->allocated += ggml_backend_buffer_get_size(buf);
         m.copies.insert(m.copies.end(), group.begin(), group.end());
     }
@@ -577,16 +586,10 @@ int64_t hydra_swap_upload_us(struct hydra_swap * s, const char * pattern, int sr
     }
     made m;
     for (auto & [buft, group] : groups) {
-        ggml_context * ctx = new_tensors(s, group);
-        ggml_backend_buffer_t buf = ctx != nullptr ? ggml_backend_alloc_ctx_tensors_from_buft(ctx, buft) : nullptr;
-        if (ctx != nullptr) {
-            m.ctxs.push_back(ctx);
-        }
-        if (buf == nullptr) {
+        if (alloc_group(s, group, buft, m) == nullptr) {
             undo(s, m);
             return -1;
         }
-        m.bufs.push_back(buf);
     }
     const source & so = s->sources[src];
     const auto t0 = std::chrono::steady_clock::now();
