@@ -118,6 +118,7 @@ type completionRun struct {
 	nPredict int           // tokens the decode may generate
 	probs    *tokenProbs   // the log-probabilities not yet sent, when asked for
 	taskID   int64         // the completion's task, for /slots
+	release  func()        // frees the slot (once; later calls do nothing)
 
 	// The reply's text so far: reasoning apart from content where the chat's
 	// reasoning is split (reasoner set).
@@ -159,11 +160,20 @@ func (a *api) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 	if c.chat && a.splitReasoning {
 		rn.reasoner = newReasoningSplitter(thinkStart, thinkEnd, c.opensThinking)
 	}
-	defer func() {
+	// The slot is free again before the reply's last byte, as RPC frees it
+	// before its trailer: a client's next request then finds it, and the
+	// prompt it holds, instead of racing the release.
+	released := false
+	rn.release = func() {
+		if released {
+			return
+		}
+		released = true
 		if si, ok := lease.Release(); ok {
 			a.rememberTokens(rn.slot, rn.taskID, si.Tokens)
 		}
-	}()
+	}
+	defer rn.release()
 	if err := rn.prefill(); err != nil {
 		writeAPIError(w, a.apiErrorOf("evaluating the prompt", err))
 		return
@@ -246,6 +256,7 @@ func (rn *completionRun) generate() {
 	text, nGen, reason, err := rn.decode()
 	elapsed := time.Since(start)
 	rn.a.endTask(rn.slot, taskID, nGen, rn.nPredict)
+	rn.release()
 	if err != nil {
 		if rn.ctx.Err() == nil { // else the client went away: nobody to tell
 			rn.fail(err)
