@@ -355,9 +355,14 @@ func (c *lctx) decode(seq int, tokens []int32, pos int, logits bool) error {
 		}
 		C.hydra_batch_set(&c.batch, C.int(i), C.llama_token(t), C.llama_pos(pos+i), C.llama_seq_id(seq), C.int(last))
 	}
-	c.batch.n_tokens = C.int32_t(n)
+	return c.decodeBatch(&c.batch, n)
+}
+
+// decodeBatch evaluates the first n tokens of batch.
+func (c *lctx) decodeBatch(batch *C.struct_llama_batch, n int) error {
+	batch.n_tokens = C.int32_t(n)
 	clearLlamaError()
-	switch r := C.llama_decode(c.c, c.batch); {
+	switch r := C.llama_decode(c.c, *batch); {
 	case r == 0:
 		return nil
 	case r == 1:
@@ -368,9 +373,15 @@ func (c *lctx) decode(seq int, tokens []int32, pos int, logits bool) error {
 }
 
 // logitsInto copies the logits of the batch's last token.
-func (c *lctx) logitsInto(dst []float32) {
-	p := C.llama_get_logits_ith(c.c, -1)
-	copy(dst, unsafe.Slice((*float32)(unsafe.Pointer(p)), c.nVocab))
+func (c *lctx) logitsInto(dst []float32) { c.logitsAt(-1, dst) }
+
+// logitsPtr is the logits of the batch's i-th token (computed for it; -1:
+// the last).
+func (c *lctx) logitsPtr(i int) *C.float { return C.llama_get_logits_ith(c.c, C.int32_t(i)) }
+
+// logitsAt copies the logits of the batch's i-th token.
+func (c *lctx) logitsAt(i int, dst []float32) {
+	copy(dst, unsafe.Slice((*float32)(unsafe.Pointer(c.logitsPtr(i))), c.nVocab))
 }
 
 func (c *lctx) seqRm(seq int) {

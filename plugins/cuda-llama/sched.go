@@ -23,7 +23,6 @@ import "C"
 
 import (
 	"errors"
-	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -441,25 +440,3 @@ var errCancelled = errors.New("cancelled")
 // stopCancelled marks a decoder that ends once its pending token, already
 // passed on, is evaluated.
 const stopCancelled = "cancelled"
-
-// decodeBatch evaluates the first n tokens of batch.
-func (c *lctx) decodeBatch(batch *C.struct_llama_batch, n int) error {
-	batch.n_tokens = C.int32_t(n)
-	clearLlamaError()
-	switch r := C.llama_decode(c.c, *batch); {
-	case r == 0:
-		return nil
-	case r == 1:
-		return errKVFull
-	default:
-		return fmt.Errorf("llama_decode failed (%d)%s", int(r), lastLlamaError())
-	}
-}
-
-// logitsPtr is the logits of the batch's i-th token (computed for it).
-func (c *lctx) logitsPtr(i int) *C.float { return C.llama_get_logits_ith(c.c, C.int32_t(i)) }
-
-// logitsAt copies the logits of the batch's i-th token.
-func (c *lctx) logitsAt(i int, dst []float32) {
-	copy(dst, unsafe.Slice((*float32)(unsafe.Pointer(c.logitsPtr(i))), c.nVocab))
-}
