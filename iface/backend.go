@@ -7,6 +7,7 @@ package iface
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 )
@@ -195,6 +196,36 @@ type PrefillRequest struct {
 	// backend's own), both for Messages.
 	Tools          []string
 	TemplateKwargs string
+}
+
+// CheckPrompt is what every backend checks of a prompt before it turns it
+// into tokens: exactly one of Messages, Tokens and Text (judged by length:
+// over gRPC an empty list and none are alike), every message with a role,
+// every token id in [0, nVocab). Its errors wrap ErrBadRequest.
+func (r PrefillRequest) CheckPrompt(nVocab int) error {
+	given := 0
+	for _, has := range []bool{len(r.Messages) > 0, len(r.Tokens) > 0, r.Text != ""} {
+		if has {
+			given++
+		}
+	}
+	switch {
+	case given == 0:
+		return fmt.Errorf("%w: empty prompt: prefill needs messages, tokens or text", ErrBadRequest)
+	case given > 1:
+		return fmt.Errorf("%w: prefill takes one of messages, tokens and text", ErrBadRequest)
+	}
+	for i, m := range r.Messages {
+		if m.Role == "" {
+			return fmt.Errorf("%w: message %d has no role", ErrBadRequest, i)
+		}
+	}
+	for i, t := range r.Tokens {
+		if t < 0 || int(t) >= nVocab {
+			return fmt.Errorf("%w: token %d at position %d is outside the vocabulary [0, %d)", ErrBadRequest, t, i, nVocab)
+		}
+	}
+	return nil
 }
 
 // Prompt is a prompt as the backend would evaluate it (Tokenize).

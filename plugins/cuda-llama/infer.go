@@ -174,41 +174,22 @@ func (e *engine) promptTokens(req iface.PrefillRequest) ([]int32, bool, error) {
 // promptOf tokenizes the prompt given: chat messages through the chat
 // template, text as it is, or token ids checked against the vocabulary.
 func (e *engine) promptOf(req iface.PrefillRequest) ([]int32, bool, error) {
-	// Presence is judged by length: over gRPC an empty list and none are alike.
-	given := 0
-	for _, has := range []bool{len(req.Messages) > 0, len(req.Tokens) > 0, req.Text != ""} {
-		if has {
-			given++
-		}
+	if err := req.CheckPrompt(e.model.nVocab); err != nil {
+		return nil, false, err
 	}
 	switch {
-	case given > 1:
-		return nil, false, fmt.Errorf("%w: prefill takes one of messages, tokens and text", iface.ErrBadRequest)
 	case req.Text != "":
 		toks, err := e.model.tokenize(req.Text)
 		return toks, false, err
 	case len(req.Messages) > 0:
 		return e.chatTokens(req)
-	case len(req.Tokens) > 0:
-		for i, t := range req.Tokens {
-			if t < 0 || int(t) >= e.model.nVocab {
-				return nil, false, fmt.Errorf("%w: token %d at position %d is outside the vocabulary [0, %d)",
-					iface.ErrBadRequest, t, i, e.model.nVocab)
-			}
-		}
-		return slices.Clone(req.Tokens), false, nil
 	}
-	return nil, false, fmt.Errorf("%w: empty prompt: prefill needs messages, tokens or text", iface.ErrBadRequest)
+	return slices.Clone(req.Tokens), false, nil
 }
 
 // chatTokens renders chat messages with the Jinja template (or llama.cpp's
 // matcher with jinja=false) and tokenizes the text.
 func (e *engine) chatTokens(req iface.PrefillRequest) ([]int32, bool, error) {
-	for i, m := range req.Messages {
-		if m.Role == "" {
-			return nil, false, fmt.Errorf("%w: message %d has no role", iface.ErrBadRequest, i)
-		}
-	}
 	var text string
 	var opens bool
 	var err error

@@ -168,37 +168,15 @@ func RenderChat(msgs []iface.Message) string {
 
 // promptTokens validates a prefill request's prompt and returns its tokens.
 func promptTokens(req iface.PrefillRequest, nCtx int) ([]int32, error) {
-	// Presence is judged by length: across the gRPC boundary an empty list
-	// and a missing one are the same thing.
-	var toks []int32
-	given := 0
-	for _, has := range []bool{len(req.Messages) > 0, len(req.Tokens) > 0, req.Text != ""} {
-		if has {
-			given++
-		}
+	if err := req.CheckPrompt(NVocab); err != nil {
+		return nil, err
 	}
+	toks := req.Tokens
 	switch {
-	case given > 1:
-		return nil, fmt.Errorf("%w: prefill takes one of messages, tokens and text", iface.ErrBadRequest)
 	case req.Text != "":
 		toks = Tokenize(req.Text)
 	case len(req.Messages) > 0:
-		for i, m := range req.Messages {
-			if m.Role == "" {
-				return nil, fmt.Errorf("%w: message %d has no role", iface.ErrBadRequest, i)
-			}
-		}
 		toks = Tokenize(RenderChat(req.Messages))
-	case len(req.Tokens) > 0:
-		for i, t := range req.Tokens {
-			if t < 0 || t > EOS {
-				return nil, fmt.Errorf("%w: token %d at position %d is outside the vocabulary [0, %d]",
-					iface.ErrBadRequest, t, i, EOS)
-			}
-		}
-		toks = req.Tokens
-	default:
-		return nil, fmt.Errorf("%w: empty prompt: prefill needs messages, tokens or text", iface.ErrBadRequest)
 	}
 	if len(toks) > nCtx {
 		return nil, fmt.Errorf("%w: prompt has %d tokens, n_ctx is %d", iface.ErrBadRequest, len(toks), nCtx)
