@@ -163,8 +163,11 @@ func (s *Server) Backend() (iface.Backend, iface.BackendInfo) {
 	return s.backend, s.info
 }
 
-// SetBackend swaps in a (re)loaded backend; all slots start empty.
+// SetBackend swaps in a (re)loaded backend; all slots start empty. The
+// table is suspended before the swap, so that no request that took its slot
+// from the old backend reaches the new one.
 func (s *Server) SetBackend(b iface.Backend, info iface.BackendInfo) {
+	s.slots.suspend()
 	s.mu.Lock()
 	s.backend, s.info = b, info
 	s.mu.Unlock()

@@ -85,12 +85,10 @@ func (sv *Supervisor) Watch(srv *host.Server) {
 	}()
 }
 
-// restart swaps a stand-in for the dead plugin into srv, then relaunches it.
-// Before each swap the slots are suspended: they read empty at once, and no
-// request that took its slot from the old backend reaches the new one.
+// restart swaps a stand-in for the dead plugin into srv (its slots read
+// empty at once), then relaunches it.
 func (sv *Supervisor) restart(srv *host.Server, dead *Plugin) {
 	sv.log.Error("backend plugin exited; relaunching", "backend", dead.Spec.Name)
-	srv.SuspendSlots()
 	srv.SetBackend(downBackend{name: dead.Spec.Name}, dead.Info)
 	dead.Kill() // reap its process group and data plane
 	backoff := sv.MinBackoff
@@ -103,7 +101,6 @@ func (sv *Supervisor) restart(srv *host.Server, dead *Plugin) {
 			sv.mu.Lock()
 			sv.cur = p
 			sv.mu.Unlock()
-			srv.SuspendSlots()
 			srv.SetBackend(p.Backend, p.Info)
 			srv.Stats().PluginRestart()
 			sv.log.Info("backend plugin relaunched", "backend", p.Spec.Name, "attempt", attempt)
@@ -142,9 +139,8 @@ func (sv *Supervisor) Reload(ctx context.Context, srv *host.Server, load iface.L
 		sv.reloading = false
 		sv.mu.Unlock()
 	}()
-	srv.SuspendSlots()
 	srv.SetBackend(downBackend{name: old.Spec.Name}, old.Info)
-	srv.SuspendSlots()
+	srv.SuspendSlots() // while the model switches, slots are refused, not lent to the stand-in
 	old.Kill()
 	p, err := StartPlugin(ctx, sv.spec, load, sv.opts, sv.log)
 	if err != nil {
@@ -168,7 +164,6 @@ func (sv *Supervisor) install(srv *host.Server, p *Plugin, load iface.LoadReques
 	sv.mu.Lock()
 	sv.cur, sv.load = p, load
 	sv.mu.Unlock()
-	srv.SuspendSlots()
 	srv.SetBackend(p.Backend, p.Info)
 }
 
