@@ -309,7 +309,18 @@ func TestShmTransferTrace(t *testing.T) {
 	// waits for free buffers are recorded as before; the relay's feeder,
 	// whose waits are on the ring's fill, not on the plugin, records none.
 	big := randomBytes(8 << 20)
-	rb := testBackend(t, ringOnly{&fakeBackend{statePut: slowPut}}, 1)
+	// The plugin sleeps once the first byte came, so that the pause starts
+	// with the relay under way, not with its TCP source still connecting.
+	slowAfterFirst := func(ctx context.Context, slot int, tokens []int32, r io.Reader, size int64) (int64, error) {
+		var first [1]byte
+		if _, err := io.ReadFull(r, first[:]); err != nil {
+			return 0, err
+		}
+		time.Sleep(pause)
+		n, err := io.Copy(io.Discard, r)
+		return n + 1, err
+	}
+	rb := testBackend(t, ringOnly{&fakeBackend{statePut: slowAfterFirst}}, 1)
 	for range 3 {
 		var tr TransferTrace
 		start := time.Now()
