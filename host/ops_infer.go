@@ -307,7 +307,7 @@ func (s *Server) handleDecode(req *request, rp *replier) error {
 	}
 	var after *iface.SlotInfo
 	defer func() { lease.release(after) }()
-	b, _, err := s.backendFor(lease)
+	b, info, err := s.backendFor(lease)
 	if err != nil {
 		return rp.failErr(err)
 	}
@@ -316,7 +316,11 @@ func (s *Server) handleDecode(req *request, rp *replier) error {
 			after = &si
 		}
 	}()
-	if dreq.prefill != nil {
+	dr := iface.DecodeRequest{Slot: slot, NPredict: dreq.nPredict, Sampler: dreq.sampler, Logprobs: true}
+	switch {
+	case dreq.prefill != nil && info.PromptDecode:
+		dr.Prompt = dreq.prefill // one call: a batching backend samples the first token in the prompt's last step
+	case dreq.prefill != nil:
 		pstart := time.Now()
 		pres, err := b.Prefill(s.ctx, *dreq.prefill)
 		if err != nil {
@@ -328,12 +332,15 @@ func (s *Server) handleDecode(req *request, rp *replier) error {
 	var text strings.Builder
 	dstart := time.Now()
 	// Every frame carries its token's log-probability (§ DECODE frames).
-	res, err := b.Decode(s.ctx, iface.DecodeRequest{Slot: slot, NPredict: dreq.nPredict, Sampler: dreq.sampler, Logprobs: true},
-		func(t iface.Token) error {
-			frames = transport.AppendDecodeFrame(frames, transport.DecodeFrame{TokenID: uint32(t.ID), Logprob: t.Logprob})
-			text.WriteString(t.Text)
-			return nil
-		})
+	res, err := b.Decode(s.ctx, dr, func(t iface.Token) error {
+		frames = transport.AppendDecodeFrame(frames, transport.DecodeFrame{TokenID: uint32(t.ID), Logprob: t.Logprob})
+		text.WriteString(t.Text)
+		return nil
+	})
+	if p := res.Prompt; p != nil {
+		s.stats.tokens(PhasePrefill, p.NTokens, p.Prefill)
+		dstart = dstart.Add(p.Prefill)
+	}
 	if err != nil {
 		return rp.failErr(err)
 	}

@@ -121,6 +121,9 @@ type BackendInfo struct {
 	PeerReachable bool
 	LayerSplit    string
 	SplitMode     string
+
+	// PromptDecode: Decode evaluates DecodeRequest.Prompt first, in one call.
+	PromptDecode bool
 }
 
 // SlotCtx is the most KV cells one slot may hold.
@@ -259,6 +262,13 @@ type DecodeRequest struct {
 	// NKeep is how many tokens after BOS a context shift keeps at the start
 	// of a full slot (where the backend shifts contexts).
 	NKeep int
+	// Prompt, when set, is evaluated into the slot first, as Prefill would
+	// (its Slot is ignored), and the decode continues it: one call, so that a
+	// backend batching several slots samples the first token in the step
+	// that ends the prompt rather than a step later. Only for backends whose
+	// BackendInfo.PromptDecode is set; DecodeResult.Prompt then says what the
+	// prefill did. A prompt that fails fails the call before any token.
+	Prompt *PrefillRequest
 }
 
 // Token is one generated token.
@@ -280,5 +290,14 @@ type TokenProb struct {
 type DecodeResult struct {
 	TokensGenerated int
 	NPast           int
-	StopReason      string // "eos", "length" or "n_tokens_limit"
+	StopReason      string        // "eos", "length" or "n_tokens_limit"
+	Prompt          *PromptResult // with DecodeRequest.Prompt
+}
+
+// PromptResult is what a Decode's prompt did (DecodeRequest.Prompt).
+type PromptResult struct {
+	NTokens       int // the prompt's tokens, now the start of the slot's sequence
+	Reused        int // of those, kept from the slot's previous sequence
+	ModelFallback bool
+	Prefill       time.Duration // from the call to the prompt's last token evaluated
 }

@@ -30,6 +30,7 @@ func backendInfoToPB(i BackendInfo) *backendv1.BackendInfo {
 		PeerReachable: i.PeerReachable,
 		LayerSplit:    i.LayerSplit,
 		SplitMode:     i.SplitMode,
+		PromptDecode:  i.PromptDecode,
 	}
 }
 
@@ -56,6 +57,7 @@ func backendInfoFromPB(p *backendv1.BackendInfo) BackendInfo {
 		PeerReachable: p.GetPeerReachable(),
 		LayerSplit:    p.GetLayerSplit(),
 		SplitMode:     p.GetSplitMode(),
+		PromptDecode:  p.GetPromptDecode(),
 	}
 }
 
@@ -158,4 +160,35 @@ func messageFromPB(pb *backendv1.Message) Message {
 		m.ToolCalls = append(m.ToolCalls, ToolCall{ID: c.GetId(), Name: c.GetName(), Arguments: c.GetArguments()})
 	}
 	return m
+}
+
+func promptToPB(req *PrefillRequest) *backendv1.PrefillRequest {
+	if req == nil {
+		return nil
+	}
+	return prefillToPB(*req)
+}
+
+func promptFromPB(req *backendv1.PrefillRequest) *PrefillRequest {
+	if req == nil {
+		return nil
+	}
+	p := prefillFromPB(req)
+	return &p
+}
+
+func promptResultToPB(r *PromptResult) *backendv1.PromptResult {
+	if r == nil {
+		return nil
+	}
+	return &backendv1.PromptResult{NTokens: int64(r.NTokens), NReused: int64(r.Reused),
+		ModelFallback: r.ModelFallback, PrefillNs: int64(r.Prefill)}
+}
+
+func promptResultFromPB(r *backendv1.PromptResult) *PromptResult {
+	if r == nil {
+		return nil
+	}
+	return &PromptResult{NTokens: int(r.GetNTokens()), Reused: int(r.GetNReused()),
+		ModelFallback: r.GetModelFallback(), Prefill: time.Duration(r.GetPrefillNs())}
 }

@@ -107,6 +107,7 @@ func (c *GRPCClient) Decode(ctx context.Context, req DecodeRequest, emit func(To
 		Logprobs: req.Logprobs,
 		NProbs:   int32(min(max(req.NProbs, 0), math.MaxInt32)),
 		NKeep:    int64(req.NKeep),
+		Prompt:   promptToPB(req.Prompt),
 	})
 	if err != nil {
 		return DecodeResult{}, FromStatus(err)
@@ -142,6 +143,7 @@ func (c *GRPCClient) Decode(ctx context.Context, req DecodeRequest, emit func(To
 		TokensGenerated: int(result.GetTokensGenerated()),
 		NPast:           int(result.GetNPast()),
 		StopReason:      result.GetStopReason(),
+		Prompt:          promptResultFromPB(result.GetPrompt()),
 	}, nil
 }
 

@@ -104,6 +104,7 @@ func (s *GRPCServer) Decode(req *backendv1.DecodeRequest, stream grpc.ServerStre
 		Logprobs: req.GetLogprobs(),
 		NProbs:   int(req.GetNProbs()),
 		NKeep:    int(req.GetNKeep()),
+		Prompt:   promptFromPB(req.GetPrompt()),
 	}, func(t Token) error {
 		// A failed Send means the host is gone or gave up (its emit failed and
 		// it cancelled); fromStatus turns that into context.Canceled for the
@@ -120,6 +121,7 @@ func (s *GRPCServer) Decode(req *backendv1.DecodeRequest, stream grpc.ServerStre
 			TokensGenerated: int64(res.TokensGenerated),
 			NPast:           int64(res.NPast),
 			StopReason:      res.StopReason,
+			Prompt:          promptResultToPB(res.Prompt),
 		}},
 	}))
 }

@@ -48,6 +48,7 @@ func TestRoundTrip(t *testing.T) {
 		PeerReachable: true,
 		LayerSplit:    "0-23:CUDA0,24-47:CUDA1",
 		SplitMode:     "layer",
+		PromptDecode:  true,
 	}
 	slotInfo := SlotInfo{Slot: 3, NPast: 5, Tokens: []int32{1, -2, math.MaxInt32, 4, 5}, StateSize: 1 << 40}
 	swapped := SwapResult{Swapped: 144, Bytes: 5 << 30, Duration: 1234567 * time.Microsecond, KVPreserved: true}
@@ -646,6 +647,40 @@ func TestDecode(t *testing.T) {
 	for i, tok := range toks {
 		if w := testToken(i); !reflect.DeepEqual(tok, w) {
 			t.Fatalf("token %d: %+v, want %+v", i, tok, w)
+		}
+	}
+}
+
+// TestDecodePrompt: a Decode's prompt reaches the plugin whole, and what it
+// did comes back with the result.
+func TestDecodePrompt(t *testing.T) {
+	var gotReq DecodeRequest
+	pr := &PromptResult{NTokens: 517, Reused: 300, ModelFallback: true, Prefill: 1234567 * time.Nanosecond}
+	b := TestBackend(t, &fakeBackend{
+		decode: func(_ context.Context, req DecodeRequest, emit func(Token) error) (DecodeResult, error) {
+			gotReq = req
+			if err := emit(testToken(1)); err != nil {
+				return DecodeResult{}, err
+			}
+			return DecodeResult{TokensGenerated: 1, NPast: 518, StopReason: "eos", Prompt: pr}, nil
+		},
+	})
+	for name, prompt := range map[string]*PrefillRequest{
+		"tokens": {Slot: 2, Tokens: []int32{1, 2, 3}, Model: "other"},
+		"chat": {Slot: 2, Messages: []Message{{Role: "user", Content: "hi"}}, Tools: []string{`{"type":"function"}`},
+			TemplateKwargs: `{"enable_thinking":false}`},
+		"text": {Slot: 2, Text: "once upon a time"},
+	} {
+		req := DecodeRequest{Slot: 2, NPredict: 4, Prompt: prompt}
+		res, err := b.Decode(context.Background(), req, func(Token) error { return nil })
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !reflect.DeepEqual(gotReq, req) {
+			t.Errorf("%s: plugin got %+v (prompt %+v), want %+v", name, gotReq, gotReq.Prompt, prompt)
+		}
+		if res.Prompt == nil || *res.Prompt != *pr || res.NPast != 518 {
+			t.Errorf("%s: result %+v, prompt %+v", name, res, res.Prompt)
 		}
 	}
 }

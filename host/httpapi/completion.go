@@ -113,12 +113,14 @@ type completionRun struct {
 	body    completionBody // the fields every reply and chunk shares
 	started bool           // SSE headers sent
 
-	nPrompt  int           // tokens in the slot after the prefill
-	prompt   time.Duration // the prefill's time
-	nPredict int           // tokens the decode may generate
-	probs    *tokenProbs   // the log-probabilities not yet sent, when asked for
-	taskID   int64         // the completion's task, for /slots
-	release  func()        // frees the slot (once; later calls do nothing)
+	nPrompt int           // tokens in the slot after the prefill
+	prompt  time.Duration // the prefill's time
+	// promptDecode: the decode evaluates the prompt first (promptInDecode).
+	promptDecode bool
+	nPredict     int         // tokens the decode may generate
+	probs        *tokenProbs // the log-probabilities not yet sent, when asked for
+	taskID       int64       // the completion's task, for /slots
+	release      func()      // frees the slot (once; later calls do nothing)
 
 	// The reply's text so far: reasoning apart from content where the chat's
 	// reasoning is split (reasoner set).
@@ -174,6 +176,10 @@ func (a *api) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 		}
 	}
 	defer rn.release()
+	if info.PromptDecode && toks != nil && rn.promptInDecode(len(toks)) {
+		rn.generate()
+		return
+	}
 	if err := rn.prefill(); err != nil {
 		writeAPIError(w, a.apiErrorOf("evaluating the prompt", err))
 		return
@@ -231,23 +237,45 @@ func (rn *completionRun) prefill() error {
 	}
 	rn.prompt = time.Since(start)
 	rn.nPrompt = len(res.Slot.Tokens)
-	rn.a.s.Stats().CountTokens(host.PhasePrefill, rn.nPrompt-res.Reused, rn.prompt)
-	rn.a.s.Stats().CountPromptReuse(res.Reused)
+	rn.countPrompt(res.Reused)
+	rn.setPredict(res.Slot.NPast)
+	return nil
+}
+
+// promptInDecode makes the decode evaluate the prompt of nPrompt tokens
+// first, in one backend call, so that a batching backend samples the first
+// token in the step that ends the prompt; false when nothing is to be
+// decoded (the prompt is then a prefill of its own).
+func (rn *completionRun) promptInDecode(nPrompt int) bool {
+	rn.nPrompt = nPrompt
+	rn.setPredict(nPrompt)
+	rn.promptDecode = rn.nPredict > 0
+	return rn.promptDecode
+}
+
+// countPrompt counts the prompt's tokens evaluated and reused.
+func (rn *completionRun) countPrompt(reused int) {
+	rn.a.s.Stats().CountTokens(host.PhasePrefill, rn.nPrompt-reused, rn.prompt)
+	rn.a.s.Stats().CountPromptReuse(reused)
+}
+
+// setPredict sets how many tokens the decode may generate after a prompt
+// that leaves nPast tokens in the slot.
+func (rn *completionRun) setPredict(nPast int) {
 	rn.nPredict = rn.c.nPredict
 	if rn.nPredict < 0 { // until EOS or the context is full
 		rn.nPredict = math.MaxInt32
 		if rn.info.NCtx > 0 {
-			rn.nPredict = max(rn.info.NCtx-res.Slot.NPast, 0)
+			rn.nPredict = max(rn.info.NCtx-nPast, 0)
 		}
 	}
-	return nil
 }
 
 // generate decodes and replies: one JSON body, or the rest of the stream.
 func (rn *completionRun) generate() {
 	rn.taskID = rn.a.beginTask(rn.slot, rn.nPrompt, rn.nPredict, slotParams{SamplerParams: rn.c.sampler, NPredict: rn.c.nPredict})
 	taskID := rn.taskID
-	if rn.c.stream {
+	if rn.c.stream && !rn.promptDecode { // with the prompt in the decode, at its first event
 		if err := rn.startStream(); err != nil {
 			return // the client is gone
 		}
@@ -255,6 +283,9 @@ func (rn *completionRun) generate() {
 	start := time.Now()
 	text, nGen, reason, err := rn.decode()
 	elapsed := time.Since(start)
+	if rn.promptDecode {
+		elapsed -= rn.prompt
+	}
 	rn.a.endTask(rn.slot, taskID, nGen, rn.nPredict)
 	rn.release()
 	if err != nil {
@@ -262,6 +293,11 @@ func (rn *completionRun) generate() {
 			rn.fail(err)
 		}
 		return
+	}
+	if rn.c.stream && !rn.started {
+		if err := rn.startStream(); err != nil {
+			return
+		}
 	}
 	rn.a.s.Stats().CountTokens(host.PhaseDecode, nGen, elapsed)
 	u := &usage{PromptTokens: rn.nPrompt, CompletionTokens: nGen, TotalTokens: rn.nPrompt + nGen}
@@ -324,7 +360,15 @@ func (rn *completionRun) decode() (string, int, string, error) {
 	}
 	req := iface.DecodeRequest{Slot: rn.slot, NPredict: rn.nPredict, Sampler: rn.c.sampler,
 		Logprobs: rn.c.logprobs, NProbs: rn.c.nProbs, NKeep: nKeep}
+	if rn.promptDecode {
+		rn.c.prefill.Slot = rn.slot
+		req.Prompt = &rn.c.prefill
+	}
+	start := time.Now()
 	res, err := rn.b.Decode(rn.ctx, req, func(t iface.Token) error {
+		if n == 0 && rn.promptDecode {
+			rn.prompt = time.Since(start) // until res.Prompt says
+		}
 		n++
 		rn.probs.add(t)
 		out, stopped := ts.push(t.Text)
@@ -336,6 +380,13 @@ func (rn *completionRun) decode() (string, int, string, error) {
 		}
 		return nil
 	})
+	switch {
+	case res.Prompt != nil:
+		rn.prompt = res.Prompt.Prefill
+		rn.countPrompt(res.Prompt.Reused)
+	case rn.promptDecode && n > 0: // interrupted after its prompt: how much was reused is not known
+		rn.countPrompt(0)
+	}
 	switch {
 	case errors.Is(err, errStopString):
 		return rn.finishText(n, "stop")
@@ -453,7 +504,11 @@ func (rn *completionRun) finishStream(reason string, u *usage, tm *timings) {
 // as a final {"error":…} event, which OpenAI clients raise as an APIError.
 // Either way the client learns what failed, the log why (clientMessage).
 func (rn *completionRun) fail(err error) {
-	e := rn.a.apiErrorOf("generating the completion", err)
+	step := "generating the completion"
+	if rn.promptDecode && rn.prompt == 0 { // the prompt's part failed
+		step = "evaluating the prompt"
+	}
+	e := rn.a.apiErrorOf(step, err)
 	if !rn.started {
 		writeAPIError(rn.w, e)
 		return
@@ -463,6 +518,11 @@ func (rn *completionRun) fail(err error) {
 
 // event writes one SSE event and flushes it to the client.
 func (rn *completionRun) event(v any) error {
+	if !rn.started { // the prompt was in the decode: the stream starts at its first event
+		if err := rn.startStream(); err != nil {
+			return err
+		}
+	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err

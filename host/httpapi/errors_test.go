@@ -77,6 +77,9 @@ func (b brokenBackend) Prefill(ctx context.Context, req iface.PrefillRequest) (i
 }
 
 func (b brokenBackend) Decode(ctx context.Context, req iface.DecodeRequest, emit func(iface.Token) error) (iface.DecodeResult, error) {
+	if b.prefill && req.Prompt != nil { // the prompt's part of the call fails
+		return iface.DecodeResult{}, errors.New(internalDetail)
+	}
 	if !b.decode {
 		return b.Backend.Decode(ctx, req, emit)
 	}
@@ -134,20 +137,25 @@ func TestInternalErrorsStayInTheLog(t *testing.T) {
 		broken                   brokenBackend
 		code                     int
 		want                     string // in what the client is told
+		twoCalls                 bool   // the backend cannot take the prompt in Decode
 	}{
 		{"SSE error event", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"stream":true,"max_tokens":8}`,
-			brokenBackend{decode: true}, 200, "generating the completion failed"},
+			brokenBackend{decode: true}, 200, "generating the completion failed", false},
 		{"text SSE error event", "POST", "/v1/completions", `{"prompt":"hi","stream":true,"max_tokens":8}`,
-			brokenBackend{decode: true}, 200, "generating the completion failed"},
+			brokenBackend{decode: true}, 200, "generating the completion failed", false},
 		{"decode reply", "POST", "/v1/completions", `{"prompt":"hi","max_tokens":8}`,
-			brokenBackend{decode: true}, 500, "generating the completion failed"},
+			brokenBackend{decode: true}, 500, "generating the completion failed", false},
 		{"prefill reply", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"stream":true}`,
-			brokenBackend{prefill: true}, 500, "evaluating the prompt failed"},
-		{"erase", "POST", "/slots/0?action=erase", ``, brokenBackend{clear: true}, 500, "erasing the slot failed"},
-		{"health", "GET", "/health", ``, brokenBackend{info: true}, 503, "the backend is not answering"},
+			brokenBackend{prefill: true}, 500, "evaluating the prompt failed", false},
+		{"prefill reply, two calls", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"stream":true}`,
+			brokenBackend{prefill: true}, 500, "evaluating the prompt failed", true},
+		{"erase", "POST", "/slots/0?action=erase", ``, brokenBackend{clear: true}, 500, "erasing the slot failed", false},
+		{"health", "GET", "/health", ``, brokenBackend{info: true}, 503, "the backend is not answering", false},
 	} {
 		var logged lockedBuffer
 		c.broken.Backend = m
+		info := info
+		info.PromptDecode = !c.twoCalls
 		_, h := serve(t, c.broken, info, hclog.New(&hclog.LoggerOptions{Output: &logged, Level: hclog.Debug}))
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(c.method, c.path, strings.NewReader(c.body)))

@@ -287,6 +287,8 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 		NCtx:      e.nCtx,
 		NCtxSlot:  e.slotCtx,
 		KVUnified: e.kvUnified,
+		// A Decode's prompt is prefilled by its own job (promptDecode).
+		PromptDecode: true,
 	}
 	if err := e.describeSwaps(); err != nil {
 		return iface.BackendInfo{}, err

@@ -32,7 +32,7 @@ func (b *Backend) Prefill(ctx context.Context, req iface.PrefillRequest) (iface.
 		return iface.PrefillResult{}, err
 	}
 	defer s.release()
-	j, reused, err := e.startPrefill(req.Slot, s, toks)
+	j, reused, err := e.startPrefill(req.Slot, s, toks, nil)
 	if err != nil {
 		return iface.PrefillResult{}, err
 	}
@@ -42,17 +42,24 @@ func (b *Backend) Prefill(ctx context.Context, req iface.PrefillRequest) (iface.
 	size, logits := j.prefill.stateSize, j.prefill.logits
 	s.set(toks, logits, size)
 
-	fallback := req.Model != "" && req.Model != e.info.Model.Alias
-	if fallback {
-		b.log.Warn("requested model is not resident, staying on the resident one",
-			"requested", req.Model, "resident", e.info.Model.Alias, "slot", req.Slot)
-	}
+	fallback := b.modelFallback(e, req)
 	return iface.PrefillResult{
 		Slot:          iface.SlotInfo{Slot: req.Slot, NPast: len(toks), Tokens: slices.Clone(toks), StateSize: size},
 		Logits:        slices.Clone(logits),
 		ModelFallback: fallback,
 		Reused:        reused,
 	}, nil
+}
+
+// modelFallback reports (and logs) a prompt asking for a model that is not
+// the resident one, which answers it.
+func (b *Backend) modelFallback(e *engine, req iface.PrefillRequest) bool {
+	if req.Model == "" || req.Model == e.info.Model.Alias {
+		return false
+	}
+	b.log.Warn("requested model is not resident, staying on the resident one",
+		"requested", req.Model, "resident", e.info.Model.Alias, "slot", req.Slot)
+	return true
 }
 
 // Tokenize returns the tokens Prefill would evaluate for req.
@@ -68,8 +75,9 @@ func (b *Backend) Tokenize(ctx context.Context, req iface.PrefillRequest) (iface
 // startPrefill keeps the slot's common prefix with toks (and, with
 // cache_reuse, later chunks of its sequence the prompt repeats, moved into
 // place by the scheduler), drops the rest of its sequence, claims the cells
-// the prompt needs and registers the job.
-func (e *engine) startPrefill(i int, s *slot, toks []int32) (*job, int, error) {
+// the prompt needs and registers the job; with then, the job decodes on
+// once the prompt is in (promptDecode).
+func (e *engine) startPrefill(i int, s *slot, toks []int32, then *decodeJob) (*job, int, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	old := s.seq()
@@ -87,7 +95,7 @@ func (e *engine) startPrefill(i int, s *slot, toks []int32) (*job, int, error) {
 	}
 	s.claim = need
 	j := &job{slot: i, s: s, done: make(chan error, 1),
-		prefill: &prefillJob{prompt: toks, next: keep, moves: moves}}
+		prefill: &prefillJob{prompt: toks, next: keep, moves: moves}, decode: then}
 	e.sched.submit(j)
 	return j, keep, nil
 }
@@ -219,6 +227,9 @@ func (b *Backend) Decode(ctx context.Context, req iface.DecodeRequest, emit func
 	if req.NPredict < 0 {
 		return iface.DecodeResult{}, fmt.Errorf("%w: n_predict %d is negative", iface.ErrBadRequest, req.NPredict)
 	}
+	if req.Prompt != nil {
+		return b.promptDecode(ctx, e, s, req, emit)
+	}
 	if err := s.acquire(req.Slot); err != nil {
 		return iface.DecodeResult{}, err
 	}
@@ -232,11 +243,17 @@ func (b *Backend) Decode(ctx context.Context, req iface.DecodeRequest, emit func
 	if err != nil || j == nil {
 		return iface.DecodeResult{NPast: len(s.seq()), StopReason: e.stopReasonOf(err)}, ignoreStop(err)
 	}
+	return e.streamDecode(ctx, j, emit)
+}
+
+// streamDecode passes decoder j's tokens to emit until it ends; interrupted,
+// the slot keeps the tokens emitted.
+func (e *engine) streamDecode(ctx context.Context, j *job, emit func(iface.Token) error) (iface.DecodeResult, error) {
 	n, err := e.stream(ctx, j, emit)
 	if err != nil {
-		e.keepEmitted(req.Slot, s, j.decode.base+n)
+		e.keepEmitted(j.slot, j.s, j.decode.base+n)
 	}
-	res := iface.DecodeResult{TokensGenerated: n, NPast: len(s.seq()), StopReason: j.decode.stop}
+	res := iface.DecodeResult{TokensGenerated: n, NPast: len(j.s.seq()), StopReason: j.decode.stop}
 	if res.StopReason == "" || res.StopReason == stopCancelled {
 		res.StopReason = StopLength
 	}

@@ -26,6 +26,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/hydra-engine/hydra-engine/iface"
@@ -41,7 +42,8 @@ import (
 // evaluates and samples; whole-sequence work (STATE_GET, STATE_PUT, clears)
 // takes the lock between steps.
 
-// job is one Prefill or Decode registered with the scheduler.
+// job is one Prefill or Decode registered with the scheduler; a Decode with
+// a prompt has both, prefill until the prompt is in (prompted), then decode.
 type job struct {
 	slot  int
 	s     *slot
@@ -79,6 +81,9 @@ type decodeJob struct {
 	emitted   atomic.Int64
 	stop      string // why the job ends once pending is evaluated ("" goes on)
 	needShift bool   // the slot is full: shift its context before the next token
+	// prompted is when the job's prompt (a Decode's, prefilled by the same
+	// job first) was all evaluated; zero while it is not or for none.
+	prompted time.Time
 }
 
 // eventBuffer is how many sampled tokens may wait for a slow caller; a slot
@@ -255,17 +260,21 @@ func (s *scheduler) retryDecodersOnly(entries []entry) ([]entry, error) {
 }
 
 // collect takes the step's results: prompt progress, and for each decoder
-// its evaluated token and the next one sampled from its logits. The
+// its evaluated token and the next one sampled from its logits (a Decode's
+// prompt whose last chunk was in the step samples its first). The
 // decoders' samplers run in parallel (each reads only its own row of
 // logits and its own chain); what they share is updated before and after.
 func (s *scheduler) collect(entries []entry) {
 	var draws []draw
 	for _, en := range entries {
+		var d draw
+		var ok bool
 		if en.j.prefill != nil {
-			s.prefilled(en)
-			continue
+			d, ok = s.prefilled(en)
+		} else {
+			d, ok = s.evaluated(en)
 		}
-		if d, ok := s.evaluated(en); ok {
+		if ok {
 			draws = append(draws, d)
 		}
 	}
@@ -274,8 +283,8 @@ func (s *scheduler) collect(entries []entry) {
 		s.drawn(d)
 	}
 	for _, en := range entries {
-		if j := en.j; j.decode != nil && j.decode.pending < 0 && !j.ended {
-			logits := s.e.ctx.logitsPtr(en.first)
+		if j := en.j; j.decode != nil && j.prefill == nil && j.decode.pending < 0 && !j.ended {
+			logits := s.e.ctx.logitsPtr(en.first + en.n - 1)
 			j.s.setLogits(slices.Clone(unsafe.Slice((*float32)(unsafe.Pointer(logits)), s.e.model.nVocab)))
 			s.finish(j, nil)
 		}
@@ -283,19 +292,42 @@ func (s *scheduler) collect(entries []entry) {
 	s.dropEnded()
 }
 
-// prefilled records a prompt chunk evaluated; the last one ends the job
-// with its logits.
-func (s *scheduler) prefilled(en entry) {
+// prefilled records a prompt chunk evaluated. The last one ends a Prefill
+// with its logits, or turns a Decode's prompt into its decoder (prompted).
+func (s *scheduler) prefilled(en entry) (draw, bool) {
 	j, p := en.j, en.j.prefill
 	j.s.appendTokens(p.prompt[p.next : p.next+en.n])
 	j.s.claim -= en.n
 	p.next += en.n
-	if en.last {
-		p.logits = make([]float32, s.e.model.nVocab)
-		s.e.ctx.logitsAt(en.first+en.n-1, p.logits)
-		p.stateSize = s.e.ctx.stateSize(j.slot)
-		s.finish(j, nil)
+	switch {
+	case !en.last:
+		return draw{}, false
+	case j.decode != nil:
+		return s.prompted(en)
 	}
+	p.logits = make([]float32, s.e.model.nVocab)
+	s.e.ctx.logitsAt(en.first+en.n-1, p.logits)
+	p.stateSize = s.e.ctx.stateSize(j.slot)
+	s.finish(j, nil)
+	return draw{}, false
+}
+
+// prompted makes a Decode whose prompt is all in the KV a decoder: it
+// samples its first token from the prompt's last row of logits now, as a
+// decoder samples its next, unless it stops first.
+func (s *scheduler) prompted(en entry) (draw, bool) {
+	j, d := en.j, en.j.decode
+	j.prefill = nil
+	d.prompted = time.Now()
+	if j.cancelled.Load() {
+		return draw{}, false
+	}
+	if stop := s.e.decodeLimit(j); stop != "" {
+		d.stop = stop
+		return draw{}, false
+	}
+	j.s.claim++
+	return draw{j: j, logits: s.e.ctx.logitsPtr(en.first + en.n - 1)}, true
 }
 
 // dropEnded removes the jobs that ended from the loop's list.

@@ -113,6 +113,8 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 			NSlots:  nSlots,
 			NVocab:  NVocab,
 			NCtx:    opts.nCtx,
+			// Decode's prompt is a Prefill then the decode (Decode in slots.go).
+			PromptDecode: true,
 		},
 		kvBytes: opts.kvBytes,
 		pat:     newPattern(opts.kvBytes),

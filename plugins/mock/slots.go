@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/hydra-engine/hydra-engine/iface"
 )
@@ -159,9 +160,28 @@ func (b *Backend) Tokenize(ctx context.Context, req iface.PrefillRequest) (iface
 	return iface.Prompt{Tokens: slices.Clone(toks)}, err
 }
 
-// Decode continues the slot's sequence. Generated tokens join the sequence as
-// they are produced, so an interrupted decode keeps what it emitted.
+// Decode continues the slot's sequence, after prefilling req.Prompt when it
+// is set. Generated tokens join the sequence as they are produced, so an
+// interrupted decode keeps what it emitted.
 func (b *Backend) Decode(ctx context.Context, req iface.DecodeRequest, emit func(iface.Token) error) (iface.DecodeResult, error) {
+	if req.Prompt == nil || req.NPredict < 0 {
+		return b.decode(ctx, req, emit)
+	}
+	start := time.Now()
+	p := *req.Prompt
+	p.Slot = req.Slot
+	pres, err := b.Prefill(ctx, p)
+	if err != nil {
+		return iface.DecodeResult{}, err
+	}
+	pr := &iface.PromptResult{NTokens: len(pres.Slot.Tokens), Reused: pres.Reused,
+		ModelFallback: pres.ModelFallback, Prefill: time.Since(start)}
+	res, err := b.decode(ctx, req, emit)
+	res.Prompt = pr
+	return res, err
+}
+
+func (b *Backend) decode(ctx context.Context, req iface.DecodeRequest, emit func(iface.Token) error) (iface.DecodeResult, error) {
 	e, s, err := b.slot(req.Slot)
 	if err != nil {
 		return iface.DecodeResult{}, err

@@ -106,6 +106,8 @@ type BackendInfo struct {
 	PeerReachable bool   `protobuf:"varint,14,opt,name=peer_reachable,json=peerReachable,proto3" json:"peer_reachable,omitempty"`
 	LayerSplit    string `protobuf:"bytes,15,opt,name=layer_split,json=layerSplit,proto3" json:"layer_split,omitempty"`
 	SplitMode     string `protobuf:"bytes,16,opt,name=split_mode,json=splitMode,proto3" json:"split_mode,omitempty"`
+	// Decode evaluates DecodeRequest.prompt first (prompt_decode).
+	PromptDecode  bool `protobuf:"varint,17,opt,name=prompt_decode,json=promptDecode,proto3" json:"prompt_decode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -250,6 +252,13 @@ func (x *BackendInfo) GetSplitMode() string {
 		return x.SplitMode
 	}
 	return ""
+}
+
+func (x *BackendInfo) GetPromptDecode() bool {
+	if x != nil {
+		return x.PromptDecode
+	}
+	return false
 }
 
 type LoadRequest struct {
@@ -1166,7 +1175,10 @@ type DecodeRequest struct {
 	Logprobs bool  `protobuf:"varint,4,opt,name=logprobs,proto3" json:"logprobs,omitempty"`
 	NProbs   int32 `protobuf:"varint,5,opt,name=n_probs,json=nProbs,proto3" json:"n_probs,omitempty"`
 	// Tokens a context shift keeps at the start of a full slot (after BOS).
-	NKeep         int64 `protobuf:"varint,6,opt,name=n_keep,json=nKeep,proto3" json:"n_keep,omitempty"`
+	NKeep int64 `protobuf:"varint,6,opt,name=n_keep,json=nKeep,proto3" json:"n_keep,omitempty"`
+	// Evaluated into the slot first, as Prefill would (its slot is ignored);
+	// only to a backend whose BackendInfo says prompt_decode.
+	Prompt        *PrefillRequest `protobuf:"bytes,7,opt,name=prompt,proto3" json:"prompt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1241,6 +1253,13 @@ func (x *DecodeRequest) GetNKeep() int64 {
 		return x.NKeep
 	}
 	return 0
+}
+
+func (x *DecodeRequest) GetPrompt() *PrefillRequest {
+	if x != nil {
+		return x.Prompt
+	}
+	return nil
 }
 
 type TokenProb struct {
@@ -1379,8 +1398,10 @@ type DecodeResult struct {
 	TokensGenerated int64                  `protobuf:"varint,1,opt,name=tokens_generated,json=tokensGenerated,proto3" json:"tokens_generated,omitempty"`
 	NPast           int64                  `protobuf:"varint,2,opt,name=n_past,json=nPast,proto3" json:"n_past,omitempty"`
 	StopReason      string                 `protobuf:"bytes,3,opt,name=stop_reason,json=stopReason,proto3" json:"stop_reason,omitempty"` // "eos", "length" or "n_tokens_limit"
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// With DecodeRequest.prompt: what its prefill did.
+	Prompt        *PromptResult `protobuf:"bytes,4,opt,name=prompt,proto3" json:"prompt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DecodeResult) Reset() {
@@ -1434,6 +1455,81 @@ func (x *DecodeResult) GetStopReason() string {
 	return ""
 }
 
+func (x *DecodeResult) GetPrompt() *PromptResult {
+	if x != nil {
+		return x.Prompt
+	}
+	return nil
+}
+
+type PromptResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NTokens       int64                  `protobuf:"varint,1,opt,name=n_tokens,json=nTokens,proto3" json:"n_tokens,omitempty"` // the prompt's tokens, now the start of the slot's sequence
+	NReused       int64                  `protobuf:"varint,2,opt,name=n_reused,json=nReused,proto3" json:"n_reused,omitempty"` // of those, kept from the slot's previous sequence
+	ModelFallback bool                   `protobuf:"varint,3,opt,name=model_fallback,json=modelFallback,proto3" json:"model_fallback,omitempty"`
+	PrefillNs     int64                  `protobuf:"varint,4,opt,name=prefill_ns,json=prefillNs,proto3" json:"prefill_ns,omitempty"` // from the request to the prompt's last token evaluated
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromptResult) Reset() {
+	*x = PromptResult{}
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromptResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromptResult) ProtoMessage() {}
+
+func (x *PromptResult) ProtoReflect() protoreflect.Message {
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromptResult.ProtoReflect.Descriptor instead.
+func (*PromptResult) Descriptor() ([]byte, []int) {
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *PromptResult) GetNTokens() int64 {
+	if x != nil {
+		return x.NTokens
+	}
+	return 0
+}
+
+func (x *PromptResult) GetNReused() int64 {
+	if x != nil {
+		return x.NReused
+	}
+	return 0
+}
+
+func (x *PromptResult) GetModelFallback() bool {
+	if x != nil {
+		return x.ModelFallback
+	}
+	return false
+}
+
+func (x *PromptResult) GetPrefillNs() int64 {
+	if x != nil {
+		return x.PrefillNs
+	}
+	return 0
+}
+
 type DecodeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Event:
@@ -1447,7 +1543,7 @@ type DecodeResponse struct {
 
 func (x *DecodeResponse) Reset() {
 	*x = DecodeResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1459,7 +1555,7 @@ func (x *DecodeResponse) String() string {
 func (*DecodeResponse) ProtoMessage() {}
 
 func (x *DecodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1472,7 +1568,7 @@ func (x *DecodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeResponse.ProtoReflect.Descriptor instead.
 func (*DecodeResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{21}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DecodeResponse) GetEvent() isDecodeResponse_Event {
@@ -1526,7 +1622,7 @@ type StateGetRequest struct {
 
 func (x *StateGetRequest) Reset() {
 	*x = StateGetRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1538,7 +1634,7 @@ func (x *StateGetRequest) String() string {
 func (*StateGetRequest) ProtoMessage() {}
 
 func (x *StateGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1551,7 +1647,7 @@ func (x *StateGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateGetRequest.ProtoReflect.Descriptor instead.
 func (*StateGetRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{22}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StateGetRequest) GetSlot() int64 {
@@ -1577,7 +1673,7 @@ type StateGetResponse struct {
 
 func (x *StateGetResponse) Reset() {
 	*x = StateGetResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1589,7 +1685,7 @@ func (x *StateGetResponse) String() string {
 func (*StateGetResponse) ProtoMessage() {}
 
 func (x *StateGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1602,7 +1698,7 @@ func (x *StateGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateGetResponse.ProtoReflect.Descriptor instead.
 func (*StateGetResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{23}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StateGetResponse) GetData() []byte {
@@ -1623,7 +1719,7 @@ type StatePutHeader struct {
 
 func (x *StatePutHeader) Reset() {
 	*x = StatePutHeader{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1635,7 +1731,7 @@ func (x *StatePutHeader) String() string {
 func (*StatePutHeader) ProtoMessage() {}
 
 func (x *StatePutHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1648,7 +1744,7 @@ func (x *StatePutHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatePutHeader.ProtoReflect.Descriptor instead.
 func (*StatePutHeader) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{24}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StatePutHeader) GetSlot() int64 {
@@ -1685,7 +1781,7 @@ type StatePutRequest struct {
 
 func (x *StatePutRequest) Reset() {
 	*x = StatePutRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1697,7 +1793,7 @@ func (x *StatePutRequest) String() string {
 func (*StatePutRequest) ProtoMessage() {}
 
 func (x *StatePutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1710,7 +1806,7 @@ func (x *StatePutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatePutRequest.ProtoReflect.Descriptor instead.
 func (*StatePutRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{25}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *StatePutRequest) GetMsg() isStatePutRequest_Msg {
@@ -1763,7 +1859,7 @@ type StatePutResponse struct {
 
 func (x *StatePutResponse) Reset() {
 	*x = StatePutResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1775,7 +1871,7 @@ func (x *StatePutResponse) String() string {
 func (*StatePutResponse) ProtoMessage() {}
 
 func (x *StatePutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1788,7 +1884,7 @@ func (x *StatePutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatePutResponse.ProtoReflect.Descriptor instead.
 func (*StatePutResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{26}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *StatePutResponse) GetConsumed() int64 {
@@ -1807,7 +1903,7 @@ type SetExpertModeRequest struct {
 
 func (x *SetExpertModeRequest) Reset() {
 	*x = SetExpertModeRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1819,7 +1915,7 @@ func (x *SetExpertModeRequest) String() string {
 func (*SetExpertModeRequest) ProtoMessage() {}
 
 func (x *SetExpertModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1832,7 +1928,7 @@ func (x *SetExpertModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetExpertModeRequest.ProtoReflect.Descriptor instead.
 func (*SetExpertModeRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{27}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SetExpertModeRequest) GetMode() string {
@@ -1851,7 +1947,7 @@ type SetExpertModeResponse struct {
 
 func (x *SetExpertModeResponse) Reset() {
 	*x = SetExpertModeResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1863,7 +1959,7 @@ func (x *SetExpertModeResponse) String() string {
 func (*SetExpertModeResponse) ProtoMessage() {}
 
 func (x *SetExpertModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1876,7 +1972,7 @@ func (x *SetExpertModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetExpertModeResponse.ProtoReflect.Descriptor instead.
 func (*SetExpertModeResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{28}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SetExpertModeResponse) GetMode() string {
@@ -1896,7 +1992,7 @@ type SwapQuantRequest struct {
 
 func (x *SwapQuantRequest) Reset() {
 	*x = SwapQuantRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1908,7 +2004,7 @@ func (x *SwapQuantRequest) String() string {
 func (*SwapQuantRequest) ProtoMessage() {}
 
 func (x *SwapQuantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1921,7 +2017,7 @@ func (x *SwapQuantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SwapQuantRequest.ProtoReflect.Descriptor instead.
 func (*SwapQuantRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{29}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SwapQuantRequest) GetQuantKey() string {
@@ -1950,7 +2046,7 @@ type SwapQuantResponse struct {
 
 func (x *SwapQuantResponse) Reset() {
 	*x = SwapQuantResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1962,7 +2058,7 @@ func (x *SwapQuantResponse) String() string {
 func (*SwapQuantResponse) ProtoMessage() {}
 
 func (x *SwapQuantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1975,7 +2071,7 @@ func (x *SwapQuantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SwapQuantResponse.ProtoReflect.Descriptor instead.
 func (*SwapQuantResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{30}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SwapQuantResponse) GetSwapped() int64 {
@@ -2014,7 +2110,7 @@ type DataPlaneRequest struct {
 
 func (x *DataPlaneRequest) Reset() {
 	*x = DataPlaneRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2026,7 +2122,7 @@ func (x *DataPlaneRequest) String() string {
 func (*DataPlaneRequest) ProtoMessage() {}
 
 func (x *DataPlaneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2039,7 +2135,7 @@ func (x *DataPlaneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataPlaneRequest.ProtoReflect.Descriptor instead.
 func (*DataPlaneRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{31}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{32}
 }
 
 type DataPlaneResponse struct {
@@ -2063,7 +2159,7 @@ type DataPlaneResponse struct {
 
 func (x *DataPlaneResponse) Reset() {
 	*x = DataPlaneResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2075,7 +2171,7 @@ func (x *DataPlaneResponse) String() string {
 func (*DataPlaneResponse) ProtoMessage() {}
 
 func (x *DataPlaneResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2088,7 +2184,7 @@ func (x *DataPlaneResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataPlaneResponse.ProtoReflect.Descriptor instead.
 func (*DataPlaneResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{32}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DataPlaneResponse) GetShm() bool {
@@ -2147,7 +2243,7 @@ type ShmTransfer struct {
 
 func (x *ShmTransfer) Reset() {
 	*x = ShmTransfer{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2159,7 +2255,7 @@ func (x *ShmTransfer) String() string {
 func (*ShmTransfer) ProtoMessage() {}
 
 func (x *ShmTransfer) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2172,7 +2268,7 @@ func (x *ShmTransfer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShmTransfer.ProtoReflect.Descriptor instead.
 func (*ShmTransfer) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{33}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ShmTransfer) GetId() uint64 {
@@ -2220,7 +2316,7 @@ type StateGetShmRequest struct {
 
 func (x *StateGetShmRequest) Reset() {
 	*x = StateGetShmRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[34]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2232,7 +2328,7 @@ func (x *StateGetShmRequest) String() string {
 func (*StateGetShmRequest) ProtoMessage() {}
 
 func (x *StateGetShmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[34]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2245,7 +2341,7 @@ func (x *StateGetShmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateGetShmRequest.ProtoReflect.Descriptor instead.
 func (*StateGetShmRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{34}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *StateGetShmRequest) GetSlot() int64 {
@@ -2271,7 +2367,7 @@ type StateGetShmResponse struct {
 
 func (x *StateGetShmResponse) Reset() {
 	*x = StateGetShmResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2283,7 +2379,7 @@ func (x *StateGetShmResponse) String() string {
 func (*StateGetShmResponse) ProtoMessage() {}
 
 func (x *StateGetShmResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2296,7 +2392,7 @@ func (x *StateGetShmResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateGetShmResponse.ProtoReflect.Descriptor instead.
 func (*StateGetShmResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{35}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *StateGetShmResponse) GetWritten() int64 {
@@ -2318,7 +2414,7 @@ type StatePutShmRequest struct {
 
 func (x *StatePutShmRequest) Reset() {
 	*x = StatePutShmRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[36]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2330,7 +2426,7 @@ func (x *StatePutShmRequest) String() string {
 func (*StatePutShmRequest) ProtoMessage() {}
 
 func (x *StatePutShmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[36]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2343,7 +2439,7 @@ func (x *StatePutShmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatePutShmRequest.ProtoReflect.Descriptor instead.
 func (*StatePutShmRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{36}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StatePutShmRequest) GetSlot() int64 {
@@ -2382,7 +2478,7 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\rModelIdentity\x12\x14\n" +
 	"\x05alias\x18\x01 \x01(\tR\x05alias\x12\x12\n" +
 	"\x04hash\x18\x02 \x01(\tR\x04hash\x12\x12\n" +
-	"\x04path\x18\x03 \x01(\tR\x04path\"\xfe\x03\n" +
+	"\x04path\x18\x03 \x01(\tR\x04path\"\xa3\x04\n" +
 	"\vBackendInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x125\n" +
@@ -2406,7 +2502,8 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\vlayer_split\x18\x0f \x01(\tR\n" +
 	"layerSplit\x12\x1d\n" +
 	"\n" +
-	"split_mode\x18\x10 \x01(\tR\tsplitMode\"\xbe\x01\n" +
+	"split_mode\x18\x10 \x01(\tR\tsplitMode\x12#\n" +
+	"\rprompt_decode\x18\x11 \x01(\bR\fpromptDecode\"\xbe\x01\n" +
 	"\vLoadRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x17\n" +
 	"\an_slots\x18\x02 \x01(\x03R\x06nSlots\x12D\n" +
@@ -2478,14 +2575,15 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"logit_bias\x18\v \x03(\v2..hydra.backend.v1.SamplerParams.LogitBiasEntryR\tlogitBias\x1a<\n" +
 	"\x0eLogitBiasEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x02R\x05value:\x028\x01\"\xc7\x01\n" +
+	"\x05value\x18\x02 \x01(\x02R\x05value:\x028\x01\"\x81\x02\n" +
 	"\rDecodeRequest\x12\x12\n" +
 	"\x04slot\x18\x01 \x01(\x03R\x04slot\x12\x1b\n" +
 	"\tn_predict\x18\x02 \x01(\x03R\bnPredict\x129\n" +
 	"\asampler\x18\x03 \x01(\v2\x1f.hydra.backend.v1.SamplerParamsR\asampler\x12\x1a\n" +
 	"\blogprobs\x18\x04 \x01(\bR\blogprobs\x12\x17\n" +
 	"\an_probs\x18\x05 \x01(\x05R\x06nProbs\x12\x15\n" +
-	"\x06n_keep\x18\x06 \x01(\x03R\x05nKeep\"I\n" +
+	"\x06n_keep\x18\x06 \x01(\x03R\x05nKeep\x128\n" +
+	"\x06prompt\x18\a \x01(\v2 .hydra.backend.v1.PrefillRequestR\x06prompt\"I\n" +
 	"\tTokenProb\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\fR\x04text\x12\x18\n" +
@@ -2494,12 +2592,19 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\fR\x04text\x12\x18\n" +
 	"\alogprob\x18\x03 \x01(\x02R\alogprob\x12-\n" +
-	"\x03top\x18\x04 \x03(\v2\x1b.hydra.backend.v1.TokenProbR\x03top\"q\n" +
+	"\x03top\x18\x04 \x03(\v2\x1b.hydra.backend.v1.TokenProbR\x03top\"\xa9\x01\n" +
 	"\fDecodeResult\x12)\n" +
 	"\x10tokens_generated\x18\x01 \x01(\x03R\x0ftokensGenerated\x12\x15\n" +
 	"\x06n_past\x18\x02 \x01(\x03R\x05nPast\x12\x1f\n" +
 	"\vstop_reason\x18\x03 \x01(\tR\n" +
-	"stopReason\"\x84\x01\n" +
+	"stopReason\x126\n" +
+	"\x06prompt\x18\x04 \x01(\v2\x1e.hydra.backend.v1.PromptResultR\x06prompt\"\x8a\x01\n" +
+	"\fPromptResult\x12\x19\n" +
+	"\bn_tokens\x18\x01 \x01(\x03R\anTokens\x12\x19\n" +
+	"\bn_reused\x18\x02 \x01(\x03R\anReused\x12%\n" +
+	"\x0emodel_fallback\x18\x03 \x01(\bR\rmodelFallback\x12\x1d\n" +
+	"\n" +
+	"prefill_ns\x18\x04 \x01(\x03R\tprefillNs\"\x84\x01\n" +
 	"\x0eDecodeResponse\x12/\n" +
 	"\x05token\x18\x01 \x01(\v2\x17.hydra.backend.v1.TokenH\x00R\x05token\x128\n" +
 	"\x06result\x18\x02 \x01(\v2\x1e.hydra.backend.v1.DecodeResultH\x00R\x06resultB\a\n" +
@@ -2585,7 +2690,7 @@ func file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP() []byte {
 	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescData
 }
 
-var file_iface_proto_hydra_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_iface_proto_hydra_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_iface_proto_hydra_backend_v1_backend_proto_goTypes = []any{
 	(*ModelIdentity)(nil),         // 0: hydra.backend.v1.ModelIdentity
 	(*BackendInfo)(nil),           // 1: hydra.backend.v1.BackendInfo
@@ -2608,75 +2713,78 @@ var file_iface_proto_hydra_backend_v1_backend_proto_goTypes = []any{
 	(*TokenProb)(nil),             // 18: hydra.backend.v1.TokenProb
 	(*Token)(nil),                 // 19: hydra.backend.v1.Token
 	(*DecodeResult)(nil),          // 20: hydra.backend.v1.DecodeResult
-	(*DecodeResponse)(nil),        // 21: hydra.backend.v1.DecodeResponse
-	(*StateGetRequest)(nil),       // 22: hydra.backend.v1.StateGetRequest
-	(*StateGetResponse)(nil),      // 23: hydra.backend.v1.StateGetResponse
-	(*StatePutHeader)(nil),        // 24: hydra.backend.v1.StatePutHeader
-	(*StatePutRequest)(nil),       // 25: hydra.backend.v1.StatePutRequest
-	(*StatePutResponse)(nil),      // 26: hydra.backend.v1.StatePutResponse
-	(*SetExpertModeRequest)(nil),  // 27: hydra.backend.v1.SetExpertModeRequest
-	(*SetExpertModeResponse)(nil), // 28: hydra.backend.v1.SetExpertModeResponse
-	(*SwapQuantRequest)(nil),      // 29: hydra.backend.v1.SwapQuantRequest
-	(*SwapQuantResponse)(nil),     // 30: hydra.backend.v1.SwapQuantResponse
-	(*DataPlaneRequest)(nil),      // 31: hydra.backend.v1.DataPlaneRequest
-	(*DataPlaneResponse)(nil),     // 32: hydra.backend.v1.DataPlaneResponse
-	(*ShmTransfer)(nil),           // 33: hydra.backend.v1.ShmTransfer
-	(*StateGetShmRequest)(nil),    // 34: hydra.backend.v1.StateGetShmRequest
-	(*StateGetShmResponse)(nil),   // 35: hydra.backend.v1.StateGetShmResponse
-	(*StatePutShmRequest)(nil),    // 36: hydra.backend.v1.StatePutShmRequest
-	nil,                           // 37: hydra.backend.v1.LoadRequest.OptionsEntry
-	nil,                           // 38: hydra.backend.v1.SamplerParams.LogitBiasEntry
+	(*PromptResult)(nil),          // 21: hydra.backend.v1.PromptResult
+	(*DecodeResponse)(nil),        // 22: hydra.backend.v1.DecodeResponse
+	(*StateGetRequest)(nil),       // 23: hydra.backend.v1.StateGetRequest
+	(*StateGetResponse)(nil),      // 24: hydra.backend.v1.StateGetResponse
+	(*StatePutHeader)(nil),        // 25: hydra.backend.v1.StatePutHeader
+	(*StatePutRequest)(nil),       // 26: hydra.backend.v1.StatePutRequest
+	(*StatePutResponse)(nil),      // 27: hydra.backend.v1.StatePutResponse
+	(*SetExpertModeRequest)(nil),  // 28: hydra.backend.v1.SetExpertModeRequest
+	(*SetExpertModeResponse)(nil), // 29: hydra.backend.v1.SetExpertModeResponse
+	(*SwapQuantRequest)(nil),      // 30: hydra.backend.v1.SwapQuantRequest
+	(*SwapQuantResponse)(nil),     // 31: hydra.backend.v1.SwapQuantResponse
+	(*DataPlaneRequest)(nil),      // 32: hydra.backend.v1.DataPlaneRequest
+	(*DataPlaneResponse)(nil),     // 33: hydra.backend.v1.DataPlaneResponse
+	(*ShmTransfer)(nil),           // 34: hydra.backend.v1.ShmTransfer
+	(*StateGetShmRequest)(nil),    // 35: hydra.backend.v1.StateGetShmRequest
+	(*StateGetShmResponse)(nil),   // 36: hydra.backend.v1.StateGetShmResponse
+	(*StatePutShmRequest)(nil),    // 37: hydra.backend.v1.StatePutShmRequest
+	nil,                           // 38: hydra.backend.v1.LoadRequest.OptionsEntry
+	nil,                           // 39: hydra.backend.v1.SamplerParams.LogitBiasEntry
 }
 var file_iface_proto_hydra_backend_v1_backend_proto_depIdxs = []int32{
 	0,  // 0: hydra.backend.v1.BackendInfo.model:type_name -> hydra.backend.v1.ModelIdentity
-	37, // 1: hydra.backend.v1.LoadRequest.options:type_name -> hydra.backend.v1.LoadRequest.OptionsEntry
+	38, // 1: hydra.backend.v1.LoadRequest.options:type_name -> hydra.backend.v1.LoadRequest.OptionsEntry
 	1,  // 2: hydra.backend.v1.LoadResponse.info:type_name -> hydra.backend.v1.BackendInfo
 	1,  // 3: hydra.backend.v1.InfoResponse.info:type_name -> hydra.backend.v1.BackendInfo
 	6,  // 4: hydra.backend.v1.SlotResponse.slot:type_name -> hydra.backend.v1.SlotInfo
 	12, // 5: hydra.backend.v1.Message.tool_calls:type_name -> hydra.backend.v1.ToolCall
 	11, // 6: hydra.backend.v1.PrefillRequest.messages:type_name -> hydra.backend.v1.Message
 	6,  // 7: hydra.backend.v1.PrefillResponse.slot:type_name -> hydra.backend.v1.SlotInfo
-	38, // 8: hydra.backend.v1.SamplerParams.logit_bias:type_name -> hydra.backend.v1.SamplerParams.LogitBiasEntry
+	39, // 8: hydra.backend.v1.SamplerParams.logit_bias:type_name -> hydra.backend.v1.SamplerParams.LogitBiasEntry
 	16, // 9: hydra.backend.v1.DecodeRequest.sampler:type_name -> hydra.backend.v1.SamplerParams
-	18, // 10: hydra.backend.v1.Token.top:type_name -> hydra.backend.v1.TokenProb
-	19, // 11: hydra.backend.v1.DecodeResponse.token:type_name -> hydra.backend.v1.Token
-	20, // 12: hydra.backend.v1.DecodeResponse.result:type_name -> hydra.backend.v1.DecodeResult
-	24, // 13: hydra.backend.v1.StatePutRequest.header:type_name -> hydra.backend.v1.StatePutHeader
-	33, // 14: hydra.backend.v1.StateGetShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
-	33, // 15: hydra.backend.v1.StatePutShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
-	2,  // 16: hydra.backend.v1.Backend.Load:input_type -> hydra.backend.v1.LoadRequest
-	4,  // 17: hydra.backend.v1.Backend.Info:input_type -> hydra.backend.v1.InfoRequest
-	7,  // 18: hydra.backend.v1.Backend.Slot:input_type -> hydra.backend.v1.SlotRequest
-	9,  // 19: hydra.backend.v1.Backend.ClearSlot:input_type -> hydra.backend.v1.ClearSlotRequest
-	13, // 20: hydra.backend.v1.Backend.Prefill:input_type -> hydra.backend.v1.PrefillRequest
-	13, // 21: hydra.backend.v1.Backend.Tokenize:input_type -> hydra.backend.v1.PrefillRequest
-	17, // 22: hydra.backend.v1.Backend.Decode:input_type -> hydra.backend.v1.DecodeRequest
-	22, // 23: hydra.backend.v1.Backend.StateGet:input_type -> hydra.backend.v1.StateGetRequest
-	25, // 24: hydra.backend.v1.Backend.StatePut:input_type -> hydra.backend.v1.StatePutRequest
-	31, // 25: hydra.backend.v1.Backend.DataPlane:input_type -> hydra.backend.v1.DataPlaneRequest
-	34, // 26: hydra.backend.v1.Backend.StateGetShm:input_type -> hydra.backend.v1.StateGetShmRequest
-	36, // 27: hydra.backend.v1.Backend.StatePutShm:input_type -> hydra.backend.v1.StatePutShmRequest
-	27, // 28: hydra.backend.v1.Backend.SetExpertMode:input_type -> hydra.backend.v1.SetExpertModeRequest
-	29, // 29: hydra.backend.v1.Backend.SwapQuant:input_type -> hydra.backend.v1.SwapQuantRequest
-	3,  // 30: hydra.backend.v1.Backend.Load:output_type -> hydra.backend.v1.LoadResponse
-	5,  // 31: hydra.backend.v1.Backend.Info:output_type -> hydra.backend.v1.InfoResponse
-	8,  // 32: hydra.backend.v1.Backend.Slot:output_type -> hydra.backend.v1.SlotResponse
-	10, // 33: hydra.backend.v1.Backend.ClearSlot:output_type -> hydra.backend.v1.ClearSlotResponse
-	14, // 34: hydra.backend.v1.Backend.Prefill:output_type -> hydra.backend.v1.PrefillResponse
-	15, // 35: hydra.backend.v1.Backend.Tokenize:output_type -> hydra.backend.v1.TokenizeResponse
-	21, // 36: hydra.backend.v1.Backend.Decode:output_type -> hydra.backend.v1.DecodeResponse
-	23, // 37: hydra.backend.v1.Backend.StateGet:output_type -> hydra.backend.v1.StateGetResponse
-	26, // 38: hydra.backend.v1.Backend.StatePut:output_type -> hydra.backend.v1.StatePutResponse
-	32, // 39: hydra.backend.v1.Backend.DataPlane:output_type -> hydra.backend.v1.DataPlaneResponse
-	35, // 40: hydra.backend.v1.Backend.StateGetShm:output_type -> hydra.backend.v1.StateGetShmResponse
-	26, // 41: hydra.backend.v1.Backend.StatePutShm:output_type -> hydra.backend.v1.StatePutResponse
-	28, // 42: hydra.backend.v1.Backend.SetExpertMode:output_type -> hydra.backend.v1.SetExpertModeResponse
-	30, // 43: hydra.backend.v1.Backend.SwapQuant:output_type -> hydra.backend.v1.SwapQuantResponse
-	30, // [30:44] is the sub-list for method output_type
-	16, // [16:30] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	13, // 10: hydra.backend.v1.DecodeRequest.prompt:type_name -> hydra.backend.v1.PrefillRequest
+	18, // 11: hydra.backend.v1.Token.top:type_name -> hydra.backend.v1.TokenProb
+	21, // 12: hydra.backend.v1.DecodeResult.prompt:type_name -> hydra.backend.v1.PromptResult
+	19, // 13: hydra.backend.v1.DecodeResponse.token:type_name -> hydra.backend.v1.Token
+	20, // 14: hydra.backend.v1.DecodeResponse.result:type_name -> hydra.backend.v1.DecodeResult
+	25, // 15: hydra.backend.v1.StatePutRequest.header:type_name -> hydra.backend.v1.StatePutHeader
+	34, // 16: hydra.backend.v1.StateGetShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
+	34, // 17: hydra.backend.v1.StatePutShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
+	2,  // 18: hydra.backend.v1.Backend.Load:input_type -> hydra.backend.v1.LoadRequest
+	4,  // 19: hydra.backend.v1.Backend.Info:input_type -> hydra.backend.v1.InfoRequest
+	7,  // 20: hydra.backend.v1.Backend.Slot:input_type -> hydra.backend.v1.SlotRequest
+	9,  // 21: hydra.backend.v1.Backend.ClearSlot:input_type -> hydra.backend.v1.ClearSlotRequest
+	13, // 22: hydra.backend.v1.Backend.Prefill:input_type -> hydra.backend.v1.PrefillRequest
+	13, // 23: hydra.backend.v1.Backend.Tokenize:input_type -> hydra.backend.v1.PrefillRequest
+	17, // 24: hydra.backend.v1.Backend.Decode:input_type -> hydra.backend.v1.DecodeRequest
+	23, // 25: hydra.backend.v1.Backend.StateGet:input_type -> hydra.backend.v1.StateGetRequest
+	26, // 26: hydra.backend.v1.Backend.StatePut:input_type -> hydra.backend.v1.StatePutRequest
+	32, // 27: hydra.backend.v1.Backend.DataPlane:input_type -> hydra.backend.v1.DataPlaneRequest
+	35, // 28: hydra.backend.v1.Backend.StateGetShm:input_type -> hydra.backend.v1.StateGetShmRequest
+	37, // 29: hydra.backend.v1.Backend.StatePutShm:input_type -> hydra.backend.v1.StatePutShmRequest
+	28, // 30: hydra.backend.v1.Backend.SetExpertMode:input_type -> hydra.backend.v1.SetExpertModeRequest
+	30, // 31: hydra.backend.v1.Backend.SwapQuant:input_type -> hydra.backend.v1.SwapQuantRequest
+	3,  // 32: hydra.backend.v1.Backend.Load:output_type -> hydra.backend.v1.LoadResponse
+	5,  // 33: hydra.backend.v1.Backend.Info:output_type -> hydra.backend.v1.InfoResponse
+	8,  // 34: hydra.backend.v1.Backend.Slot:output_type -> hydra.backend.v1.SlotResponse
+	10, // 35: hydra.backend.v1.Backend.ClearSlot:output_type -> hydra.backend.v1.ClearSlotResponse
+	14, // 36: hydra.backend.v1.Backend.Prefill:output_type -> hydra.backend.v1.PrefillResponse
+	15, // 37: hydra.backend.v1.Backend.Tokenize:output_type -> hydra.backend.v1.TokenizeResponse
+	22, // 38: hydra.backend.v1.Backend.Decode:output_type -> hydra.backend.v1.DecodeResponse
+	24, // 39: hydra.backend.v1.Backend.StateGet:output_type -> hydra.backend.v1.StateGetResponse
+	27, // 40: hydra.backend.v1.Backend.StatePut:output_type -> hydra.backend.v1.StatePutResponse
+	33, // 41: hydra.backend.v1.Backend.DataPlane:output_type -> hydra.backend.v1.DataPlaneResponse
+	36, // 42: hydra.backend.v1.Backend.StateGetShm:output_type -> hydra.backend.v1.StateGetShmResponse
+	27, // 43: hydra.backend.v1.Backend.StatePutShm:output_type -> hydra.backend.v1.StatePutResponse
+	29, // 44: hydra.backend.v1.Backend.SetExpertMode:output_type -> hydra.backend.v1.SetExpertModeResponse
+	31, // 45: hydra.backend.v1.Backend.SwapQuant:output_type -> hydra.backend.v1.SwapQuantResponse
+	32, // [32:46] is the sub-list for method output_type
+	18, // [18:32] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_iface_proto_hydra_backend_v1_backend_proto_init() }
@@ -2684,11 +2792,11 @@ func file_iface_proto_hydra_backend_v1_backend_proto_init() {
 	if File_iface_proto_hydra_backend_v1_backend_proto != nil {
 		return
 	}
-	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21].OneofWrappers = []any{
+	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22].OneofWrappers = []any{
 		(*DecodeResponse_Token)(nil),
 		(*DecodeResponse_Result)(nil),
 	}
-	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25].OneofWrappers = []any{
+	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26].OneofWrappers = []any{
 		(*StatePutRequest_Header)(nil),
 		(*StatePutRequest_Data)(nil),
 	}
@@ -2698,7 +2806,7 @@ func file_iface_proto_hydra_backend_v1_backend_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_iface_proto_hydra_backend_v1_backend_proto_rawDesc), len(file_iface_proto_hydra_backend_v1_backend_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   39,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
