@@ -148,6 +148,7 @@ func (s *scheduler) step() bool {
 	e := s.e
 	e.mu.stepLock()
 	defer e.mu.Unlock()
+	start := time.Now()
 	s.endCancelled()
 	entries, n := s.build()
 	if n == 0 {
@@ -161,9 +162,31 @@ func (s *scheduler) step() bool {
 		s.failAll(entries, err)
 		return true
 	}
+	queued := time.Now()
 	s.count(entries)
 	s.collect(entries)
+	if e.log.IsTrace() {
+		s.trace(entries, start, queued)
+	}
 	return true
+}
+
+// trace logs a step at trace level: what it evaluated, the time until
+// llama_decode returned (building the batch, llama.cpp's graph and inputs,
+// the kernels' launch) and in all (with the wait for the device and the
+// sampling), so that an operator can see where a request's latency goes.
+func (s *scheduler) trace(entries []entry, start, queued time.Time) {
+	decoders, prompts, promptTokens := 0, 0, 0
+	for _, en := range entries {
+		if !en.prompt {
+			decoders++
+			continue
+		}
+		prompts++
+		promptTokens += en.n
+	}
+	s.e.log.Trace("step", "decoders", decoders, "prompts", prompts, "prompt_tokens", promptTokens,
+		"queued_us", queued.Sub(start).Microseconds(), "total_us", time.Since(start).Microseconds())
 }
 
 // count records a step.
@@ -187,6 +210,7 @@ type entry struct {
 	j        *job
 	first, n int
 	last     bool
+	prompt   bool // a chunk of a prompt, not a decoder's token
 }
 
 // build fills the batch: decoders first, one token each, then prompt
@@ -217,7 +241,7 @@ func (s *scheduler) build() (entries []entry, n int) {
 		last := p.next+k == len(p.prompt)
 		C.hydra_sched_fill(&s.batch, C.int(n), C.int(k), (*C.llama_token)(unsafe.Pointer(&p.prompt[p.next])),
 			C.llama_pos(p.next), C.llama_seq_id(j.slot), C.int(boolInt(last)))
-		entries = append(entries, entry{j: j, first: n, n: k, last: last})
+		entries = append(entries, entry{j: j, first: n, n: k, last: last, prompt: true})
 		n += k
 	}
 	return entries, n

@@ -53,6 +53,8 @@ type options struct {
 	keep                                     bool
 	stateBytes                               int64 // 0: no state-transfer measurement
 	stateC, stateN, stateReps                int
+	oursOpts                                 []string // more --backend-opt KEY=VALUE for ours
+	oursLogLevel                             string
 }
 
 var allSystems = []string{"ours", "ollama", "ceiling"}
@@ -83,6 +85,8 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	fs.StringVar(&o.ollama, "ollama", "", "ollama executable (default BIN/ollama)")
 	fs.StringVar(&o.llamaBatched, "llama-batched", "", "llama-batched executable (default BIN/llama-batched)")
 	fs.StringVar(&o.model, "model", "", "GGUF model, the same file for every system (required)")
+	oursOpts := fs.String("ours-opt", "", "more backend options for ours, KEY=VALUE[,KEY=VALUE…] (an A/B of a plugin option)")
+	fs.StringVar(&o.oursLogLevel, "ours-log-level", "info", "ours --log-level (trace: the llama plugin logs every batch step; its log is WORK/ours.log)")
 	systems := fs.String("systems", strings.Join(allSystems, ","), "systems to measure, in this order: ours, ollama, ceiling")
 	conc := fs.String("c", "1,2,4,8,16,32", "concurrencies: requests started at once")
 	fs.IntVar(&o.n, "n", 128, "tokens each request generates")
@@ -119,6 +123,14 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 		return o, fmt.Errorf("-c: %w", err)
 	}
 	o.systems = splitList(*systems)
+	if *oursOpts != "" {
+		for _, kv := range strings.Split(*oursOpts, ",") {
+			if !strings.Contains(kv, "=") {
+				return o, fmt.Errorf("-ours-opt: %q is not KEY=VALUE", kv)
+			}
+			o.oursOpts = append(o.oursOpts, strings.TrimSpace(kv))
+		}
+	}
 	o.setDefaults()
 	return o, o.validate()
 }

@@ -42,7 +42,7 @@ type joinStats struct {
 type prefixStats struct {
 	ATokens, BTokens int
 	A, B             float64 // ms, TTFT medians
-	BSlot            float64 // ms: B sent to A's slot (id_slot; ours only), NaN if not measured
+	BSlot            float64 // ms: B sent again to its slot (id_slot; ours only), NaN if not measured
 	Errors           int
 }
 
@@ -202,7 +202,8 @@ func joinRunning(ctx context.Context, o options, ep *endpoint, c int, bg prompt,
 }
 
 // measurePrefix sends A, then B (A's prompt and a few words), each alone;
-// with sameSlot (ours) B once more on A's slot.
+// with sameSlot (ours) B once more, to A's slot (id_slot), where B is then
+// cached but for its last token.
 func measurePrefix(ctx context.Context, ep *endpoint, pl plan, sameSlot bool, r *systemRun) {
 	st := prefixStats{BSlot: math.NaN()}
 	if len(pl.prefA) == 0 {

@@ -306,7 +306,7 @@ func (r *report) writePrefix(p func(string, ...any)) {
 	p("| TTFT A ms | %s | %s |", num(ou.st.A, ou.ok, 0), num(ol.st.A, ol.ok, 0))
 	p("| TTFT B ms | %s | %s |", num(ou.st.B, ou.ok, 0), num(ol.st.B, ol.ok, 0))
 	p("| B ÷ A | %s | %s |", ratio(ou.st.B, ou.st.A, ou.ok), ratio(ol.st.B, ol.st.A, ol.ok))
-	p("| TTFT B on A's slot (`id_slot`) ms, ÷ A | %s | — |", slotCell(ou))
+	p("| TTFT B sent again to its slot (`id_slot`; all of it cached but its last token) ms, ÷ A | %s | — |", slotCell(ou))
 	p("")
 }
 

@@ -75,7 +75,7 @@ func TestMarkdown(t *testing.T) {
 		"| 2 | 150 / 190 | — | 50% (75%) | — | 50% | 100% | — | usage, — | 3 |",
 		"| 2 | 100 | 250 / 300 | 2.50 | — | — | — |",
 		"| B ÷ A | 1.10 | — |",
-		"| TTFT B on A's slot (`id_slot`) ms, ÷ A | 50, 0.05 | — |",
+		"| TTFT B sent again to its slot (`id_slot`; all of it cached but its last token) ms, ÷ A | 50, 0.05 | — |",
 		"ceiling: N=1 112.7, N=2 193.6",
 		"- CPU: Test CPU, 2 cores visible",
 	} {

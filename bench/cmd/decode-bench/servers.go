@@ -59,12 +59,15 @@ func mainLayout(o options) engineLayout {
 func startOurs(ctx context.Context, o options, ap api, l engineLayout) (*ours, error) {
 	// Info: the plugin says at load which device it runs on and why (a
 	// missing CUDA library is an info line); per request it logs nothing.
-	args := []string{"--model", o.model, "--slots", strconv.Itoa(l.slots), "--log-level", "info"}
+	args := []string{"--model", o.model, "--slots", strconv.Itoa(l.slots), "--log-level", o.oursLogLevel}
 	for _, kv := range []string{
 		"n_ctx=" + strconv.Itoa(l.nCtx),
 		"n_threads=" + strconv.Itoa(o.threads), "n_threads_batch=" + strconv.Itoa(o.threads),
 		"flash_attn=" + o.flashAttn, "n_gpu_layers=" + strconv.Itoa(o.ngl),
 	} {
+		args = append(args, "--backend-opt", kv)
+	}
+	for _, kv := range o.oursOpts {
 		args = append(args, "--backend-opt", kv)
 	}
 	e, err := enginetest.Start(ctx, enginetest.Config{
