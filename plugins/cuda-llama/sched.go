@@ -132,10 +132,6 @@ func (s *scheduler) poke() {
 // returns: the scheduler lives as long as the plugin process.
 func (s *scheduler) run() {
 	for {
-		s.mu.Lock()
-		s.jobs = append(s.jobs, s.incoming...)
-		s.incoming = s.incoming[:0]
-		s.mu.Unlock()
 		if !s.step() {
 			<-s.wake
 		}
@@ -143,12 +139,16 @@ func (s *scheduler) run() {
 }
 
 // step runs one batch; false when no job could make progress (all idle or
-// waiting for their callers).
+// waiting for their callers). The jobs submitted so far join it once it
+// holds the context lock: those whose callers took the lock before it
+// (stepLock lets them go first) registered then, and are in this step
+// rather than the next.
 func (s *scheduler) step() bool {
 	e := s.e
 	e.mu.stepLock()
 	defer e.mu.Unlock()
 	start := time.Now()
+	s.takeIncoming()
 	s.endCancelled()
 	entries, n := s.build()
 	if n == 0 {
@@ -187,6 +187,14 @@ func (s *scheduler) trace(entries []entry, start, queued time.Time) {
 	}
 	s.e.log.Trace("step", "decoders", decoders, "prompts", prompts, "prompt_tokens", promptTokens,
 		"queued_us", queued.Sub(start).Microseconds(), "total_us", time.Since(start).Microseconds())
+}
+
+// takeIncoming adds the jobs submitted since the last step to the loop's.
+func (s *scheduler) takeIncoming() {
+	s.mu.Lock()
+	s.jobs = append(s.jobs, s.incoming...)
+	s.incoming = s.incoming[:0]
+	s.mu.Unlock()
 }
 
 // count records a step.
