@@ -221,6 +221,10 @@ type entry struct {
 	prompt   bool // a chunk of a prompt, not a decoder's token
 }
 
+// lastRow is the batch row of en's last token, whose logits were computed
+// when en.last.
+func (en entry) lastRow() int { return en.first + en.n - 1 }
+
 // build fills the batch: decoders first, one token each, then prompt
 // chunks in arrival order while room is left. n is the batch's tokens.
 func (s *scheduler) build() (entries []entry, n int) {
@@ -316,7 +320,7 @@ func (s *scheduler) collect(entries []entry) {
 	}
 	for _, en := range entries {
 		if j := en.j; j.decode != nil && j.prefill == nil && j.decode.pending < 0 && !j.ended {
-			logits := s.e.ctx.logitsPtr(en.first + en.n - 1)
+			logits := s.e.ctx.logitsPtr(en.lastRow())
 			j.s.setLogits(slices.Clone(unsafe.Slice((*float32)(unsafe.Pointer(logits)), s.e.model.nVocab)))
 			s.finish(j, nil)
 		}
@@ -338,7 +342,7 @@ func (s *scheduler) prefilled(en entry) (draw, bool) {
 		return s.prompted(en)
 	}
 	p.logits = make([]float32, s.e.model.nVocab)
-	s.e.ctx.logitsAt(en.first+en.n-1, p.logits)
+	s.e.ctx.logitsAt(en.lastRow(), p.logits)
 	p.stateSize = s.e.ctx.stateSize(j.slot)
 	s.finish(j, nil)
 	return draw{}, false
@@ -348,18 +352,9 @@ func (s *scheduler) prefilled(en entry) (draw, bool) {
 // samples its first token from the prompt's last row of logits now, as a
 // decoder samples its next, unless it stops first.
 func (s *scheduler) prompted(en entry) (draw, bool) {
-	j, d := en.j, en.j.decode
-	j.prefill = nil
-	d.prompted = time.Now()
-	if j.cancelled.Load() {
-		return draw{}, false
-	}
-	if stop := s.e.decodeLimit(j); stop != "" {
-		d.stop = stop
-		return draw{}, false
-	}
-	j.s.claim++
-	return draw{j: j, logits: s.e.ctx.logitsPtr(en.first + en.n - 1)}, true
+	en.j.prefill = nil
+	en.j.decode.prompted = time.Now()
+	return s.nextDraw(en)
 }
 
 // dropEnded removes the jobs that ended from the loop's list.
@@ -375,13 +370,21 @@ type draw struct {
 }
 
 // evaluated records a decoder's token evaluated and says whether it samples
-// another: not when it stops (its reason recorded) or its caller left. A
-// decoder that samples has the cell of its next token claimed already.
+// another (nextDraw).
 func (s *scheduler) evaluated(en entry) (draw, bool) {
 	j, d := en.j, en.j.decode
 	j.s.appendTokens([]int32{d.pending})
 	j.s.claim--
 	d.pending = -1
+	return s.nextDraw(en)
+}
+
+// nextDraw says whether decoder en.j samples another token, from the
+// logits of en's last row: not when it stops (its reason recorded) or its
+// caller left. A decoder that samples has the cell of its next token
+// claimed already.
+func (s *scheduler) nextDraw(en entry) (draw, bool) {
+	j, d := en.j, en.j.decode
 	if d.stop != "" || j.cancelled.Load() {
 		return draw{}, false
 	}
@@ -390,7 +393,7 @@ func (s *scheduler) evaluated(en entry) (draw, bool) {
 		return draw{}, false
 	}
 	j.s.claim++
-	return draw{j: j, logits: s.e.ctx.logitsPtr(en.first)}, true
+	return draw{j: j, logits: s.e.ctx.logitsPtr(en.lastRow())}, true
 }
 
 // parallelDraws is the fewest draws worth spreading over goroutines: one
