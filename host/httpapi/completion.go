@@ -294,11 +294,6 @@ func (rn *completionRun) generate() {
 		}
 		return
 	}
-	if rn.c.stream && !rn.started {
-		if err := rn.startStream(); err != nil {
-			return
-		}
-	}
 	rn.a.s.Stats().CountTokens(host.PhaseDecode, nGen, elapsed)
 	u := &usage{PromptTokens: rn.nPrompt, CompletionTokens: nGen, TotalTokens: rn.nPrompt + nGen}
 	tm := newTimings(rn.nPrompt, rn.prompt, nGen, elapsed)
