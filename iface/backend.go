@@ -301,3 +301,9 @@ type PromptResult struct {
 	ModelFallback bool
 	Prefill       time.Duration // from the call to the prompt's last token evaluated
 }
+
+// PromptResult is what this prefill did, as a Decode that took elapsed for it
+// reports it.
+func (r PrefillResult) PromptResult(elapsed time.Duration) *PromptResult {
+	return &PromptResult{NTokens: len(r.Slot.Tokens), Reused: r.Reused, ModelFallback: r.ModelFallback, Prefill: elapsed}
+}

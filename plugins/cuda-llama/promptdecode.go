@@ -58,7 +58,5 @@ func (b *Backend) promptOnly(ctx context.Context, p iface.PrefillRequest, start 
 	if err != nil {
 		return iface.DecodeResult{}, err
 	}
-	return iface.DecodeResult{NPast: pres.Slot.NPast, StopReason: StopLength,
-		Prompt: &iface.PromptResult{NTokens: len(pres.Slot.Tokens), Reused: pres.Reused,
-			ModelFallback: pres.ModelFallback, Prefill: time.Since(start)}}, nil
+	return iface.DecodeResult{NPast: pres.Slot.NPast, StopReason: StopLength, Prompt: pres.PromptResult(time.Since(start))}, nil
 }

@@ -174,8 +174,7 @@ func (b *Backend) Decode(ctx context.Context, req iface.DecodeRequest, emit func
 	if err != nil {
 		return iface.DecodeResult{}, err
 	}
-	pr := &iface.PromptResult{NTokens: len(pres.Slot.Tokens), Reused: pres.Reused,
-		ModelFallback: pres.ModelFallback, Prefill: time.Since(start)}
+	pr := pres.PromptResult(time.Since(start))
 	res, err := b.decode(ctx, req, emit)
 	res.Prompt = pr
 	return res, err
