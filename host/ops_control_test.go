@@ -40,9 +40,16 @@ func (b *quantBackend) SetExpertMode(_ context.Context, mode string) (string, er
 // handle runs one control op and returns its status and meta.
 func handle(t *testing.T, s *Server, h func(*request, *replier) error, payload []byte) (transport.Status, []byte) {
 	t.Helper()
+	st, meta, _ := handleKey(t, h, "worker-1", payload)
+	return st, meta
+}
+
+// handleKey runs one op on key and returns its status, meta and payload.
+func handleKey(t *testing.T, h func(*request, *replier) error, key string, payload []byte) (transport.Status, []byte, []byte) {
+	t.Helper()
 	var out bytes.Buffer
 	rp := &replier{w: bufio.NewWriter(&out)}
-	req := &request{key: "worker-1", payload: &io.LimitedReader{R: bytes.NewReader(payload), N: int64(len(payload))}}
+	req := &request{key: key, payload: &io.LimitedReader{R: bytes.NewReader(payload), N: int64(len(payload))}}
 	if err := h(req, rp); err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +58,8 @@ func handle(t *testing.T, s *Server, h func(*request, *replier) error, payload [
 	if err != nil {
 		t.Fatal(err)
 	}
-	return hdr.Status, out.Bytes()[transport.ResponseHeaderSize:][:hdr.MetaLen]
+	body := out.Bytes()[transport.ResponseHeaderSize:]
+	return hdr.Status, body[:hdr.MetaLen], body[hdr.MetaLen:]
 }
 
 // TestSwapQuantReplyAndIdentity: SWAP_QUANT replies with what the backend

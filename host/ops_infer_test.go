@@ -1,11 +1,9 @@
 package host
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"testing"
 
 	"github.com/hydra-engine/hydra-engine/iface"
@@ -26,25 +24,17 @@ func TestDecodeWithPrompt(t *testing.T) {
 		info.PromptDecode = promptDecode
 		s := NewServer(m, info, nil, Config{})
 		t.Cleanup(s.Close)
-		payload := []byte(`{"n_predict":5,"messages":[{"role":"user","content":"Hello, Hydra"}]}`)
-		var out bytes.Buffer
-		rp := &replier{w: bufio.NewWriter(&out)}
-		req := &request{key: "0", payload: &io.LimitedReader{R: bytes.NewReader(payload), N: int64(len(payload))}}
-		if err := s.handleDecode(req, rp); err != nil {
-			t.Fatal(err)
+		st, metaBytes, frames := handleKey(t, s.handleDecode, "0",
+			[]byte(`{"n_predict":5,"messages":[{"role":"user","content":"Hello, Hydra"}]}`))
+		if st != transport.StatusOK {
+			t.Fatalf("DECODE: %v %s", st, metaBytes)
 		}
-		rp.w.Flush()
-		hdr, err := transport.ParseResponseHeader(out.Bytes())
-		if err != nil || hdr.Status != transport.StatusOK {
-			t.Fatalf("DECODE: %v %v %s", hdr.Status, err, out.Bytes())
-		}
-		body := out.Bytes()[transport.ResponseHeaderSize:]
 		var meta map[string]any
-		if err := json.Unmarshal(body[:hdr.MetaLen], &meta); err != nil {
+		if err := json.Unmarshal(metaBytes, &meta); err != nil {
 			t.Fatal(err)
 		}
 		prefill, _ := s.stats.Tokens()
-		return meta, body[hdr.MetaLen:], prefill.Tokens
+		return meta, frames, prefill.Tokens
 	}
 	oneMeta, oneFrames, onePrompt := run(true)
 	twoMeta, twoFrames, twoPrompt := run(false)
