@@ -80,11 +80,11 @@ func (s *Server) handleInfo(req *request, rp *replier) error {
 func (s *Server) kvCells(info iface.BackendInfo) (used, free int) {
 	for _, v := range s.Slots() {
 		used += v.NPast
-		if !info.KVUnified && info.NCtxSlot > 0 {
+		if info.SplitKV() {
 			free += max(info.SlotCtx()-v.NPast, 0)
 		}
 	}
-	if info.KVUnified || info.NCtxSlot == 0 {
+	if !info.SplitKV() {
 		free = max(info.NCtx-used, 0)
 	}
 	return used, free

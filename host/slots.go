@@ -317,21 +317,26 @@ func (s *Server) TakeSlot(slot int) (*SlotLease, error) {
 
 // TakeIdleSlot takes the idle slot that rank scores lowest (ties: the lowest
 // slot id) as processing, among those rank accepts (ok), or fails with
-// iface.ErrBusy when none is idle and accepted. rank is called with the table
-// locked: it must not call back into s.
-func (s *Server) TakeIdleSlot(rank func(slot int, v SlotView) (score int64, ok bool)) (*SlotLease, error) {
+// iface.ErrBusy when none is idle and accepted. rank sees every slot's view
+// (all[slot] is the one it scores) and is called with the table locked: it
+// must not call back into s.
+func (s *Server) TakeIdleSlot(rank func(slot int, all []SlotView) (score int64, ok bool)) (*SlotLease, error) {
 	t := s.slots
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.suspended {
 		return nil, errSlotsSuspended
 	}
+	all := make([]SlotView, len(t.slots))
+	for i, st := range t.slots {
+		all[i] = st.view()
+	}
 	best, bestRank := -1, int64(0)
 	for i, st := range t.slots {
 		if st.use != slotIdle {
 			continue
 		}
-		if r, ok := rank(i, st.view()); ok && (best < 0 || r < bestRank) {
+		if r, ok := rank(i, all); ok && (best < 0 || r < bestRank) {
 			best, bestRank = i, r
 		}
 	}

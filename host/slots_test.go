@@ -65,7 +65,7 @@ func TestSuspendEmptiesSlotsAtOnce(t *testing.T) {
 			t.Errorf("slot %d after the suspend: %+v", i, v)
 		}
 	}
-	if _, err := s.TakeIdleSlot(func(int, SlotView) (int64, bool) { return 0, true }); !errors.Is(err, errSlotsSuspended) {
+	if _, err := s.TakeIdleSlot(func(int, []SlotView) (int64, bool) { return 0, true }); !errors.Is(err, errSlotsSuspended) {
 		t.Fatalf("TakeIdleSlot while suspended: %v", err)
 	}
 }

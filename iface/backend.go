@@ -126,6 +126,10 @@ type BackendInfo struct {
 	PromptDecode bool
 }
 
+// SplitKV reports whether every slot has KV cells of its own (NCtxSlot of
+// them) rather than a share of one pool.
+func (i BackendInfo) SplitKV() bool { return !i.KVUnified && i.NCtxSlot > 0 }
+
 // SlotCtx is the most KV cells one slot may hold.
 func (i BackendInfo) SlotCtx() int {
 	if i.NCtxSlot > 0 {

@@ -36,7 +36,9 @@
 # REPS (1), JOINS (3), PREFIX_REPS (2), THREADS (8), CEILING_KV (both),
 # MODEL_ARGS (the issue's 2.43 GB model), BUDGET (570: seconds the whole
 # script may take), SLOTS2_NEED (120), DECODE_ARGS (more decode-bench flags
-# for both runs). The state measurement, in the first run: STATE_GET_BYTES
+# for both runs), AB_OPT (empty; k=v,...: after the first run, ours alone
+# again at SLOTS with -ours-opt AB_OPT, as decode-h200-ab, so that an option
+# is measured beside the default on one machine). The state measurement, in the first run: STATE_GET_BYTES
 # (1200000000; 0 or empty: off), STATE_C (8: slot 0 and 7 streams), STATE_N
 # (512 tokens a stream, so that a round spans many transfers), STATE_REPS (2
 # pairs of rounds). SAVE_LIB=1: after building libggml-cuda here, return it
@@ -46,7 +48,8 @@
 #
 # Results: the device returns at most 8 files, so everything is written in
 # gpu/decode-out and only these are copied into $OUT (default out/), in this
-# order while they fit: decode-h200.md/.json/.svg, libcache-part-* (SAVE_LIB=1),
+# order while they fit: decode-h200.md, decode-h200-ab.md, libcache-part-*
+# (SAVE_LIB=1), the two pages' .json, decode-h200.svg,
 # decode-h200-slotsSLOTS2.md/.json/.svg, and always gpu-decode.log: the whole
 # output, the model's and the CUDA build's logs, on a failure the servers'
 # logs, and any page that did not fit, in full. The work directories
@@ -165,6 +168,9 @@ main() {
 	fi
 	bench "$SLOTS" decode-h200 -joins "${JOINS:-3}" -prefix-reps "${PREFIX_REPS:-2}" -ceiling-kv "${CEILING_KV:-both}" "${state[@]}"
 	rc=$?
+	if [[ -n ${AB_OPT:-} ]]; then
+		bench "$SLOTS" decode-h200-ab -systems ours -ours-opt "$AB_OPT" -joins "${JOINS:-3}" -prefix-reps "${PREFIX_REPS:-2}" || rc=1
+	fi
 	if [[ -n $SLOTS2 ]]; then
 		if (($(elapsed) + SLOTS2_NEED <= BUDGET)); then
 			bench "$SLOTS2" "decode-h200-slots$SLOTS2" -systems ours,ollama -joins 0 -prefix-reps 0 || rc=1
@@ -183,8 +189,9 @@ say() { echo "$*"; echo "$*" >>"$LOG"; }
 # last; a page left out goes into the log in full, so its tables come back.
 collect() {
 	local f want=() files=() left=()
-	want=("$W/decode-h200.md" "$W/decode-h200.json" "$W/decode-h200.svg")
+	want=("$W/decode-h200.md" "$W/decode-h200-ab.md")
 	mapfile -t -O "${#want[@]}" want < <(compgen -G "$W/libcache-part-*" | sort)
+	want+=("$W/decode-h200.json" "$W/decode-h200-ab.json" "$W/decode-h200.svg")
 	[[ -n $SLOTS2 ]] && want+=("$W/decode-h200-slots$SLOTS2".{md,json,svg})
 	for f in "${want[@]}"; do
 		[[ -f $f ]] || continue

@@ -200,6 +200,55 @@ func TestAcquireIdleOrder(t *testing.T) {
 	}
 }
 
+// TestAcquirePacksSplitKV: with KV cells split between the slots, a
+// completion takes the least recently used free slot next to a busy one
+// rather than the least recently used of all; with one shared pool, the
+// least recently used.
+func TestAcquirePacksSplitKV(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		unified bool
+		want    int
+	}{{"kv per slot", false, 1}, {"kv unified", true, 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := mock.New(nil)
+			info, err := b.Load(context.Background(), iface.LoadRequest{NSlots: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			info.KVUnified, info.NCtxSlot = tc.unified, 64
+			s, h := serve(t, b, info, nil)
+			slotOf := func(body string) int {
+				t.Helper()
+				rec := post(h, "/v1/completions", body)
+				var r struct {
+					IDSlot int `json:"id_slot"`
+				}
+				if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &r) != nil {
+					t.Fatalf("%d %s", rec.Code, rec.Body)
+				}
+				return r.IDSlot
+			}
+			// Slots 0–3 hold completions, slot 0's the oldest; then slot 2
+			// is busy (a front end holds it, as a decode would).
+			for i, p := range []string{"a", "b", "c", "d"} {
+				if got := slotOf(`{"prompt":"` + p + `","max_tokens":1}`); got != i {
+					t.Fatalf("filling: completion %d took slot %d", i, got)
+				}
+				time.Sleep(2 * time.Millisecond) // distinct last-use times
+			}
+			l, err := s.TakeSlot(2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Release()
+			if got := slotOf(`{"prompt":"e","max_tokens":1}`); got != tc.want {
+				t.Errorf("with slot 2 busy a completion took slot %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
 // TestQueueFull: completions beyond the queue's room are refused 503 with
 // Retry-After, and a waiter that gives up leaves the queue.
 func TestQueueFull(t *testing.T) {

@@ -3,7 +3,6 @@ package httpapi
 import (
 	"fmt"
 	"maps"
-	"math"
 	"net/http"
 	"time"
 
@@ -137,6 +136,10 @@ func (a *api) slotAction(w http.ResponseWriter, r *http.Request) {
 // prompt when that is at least the similarity threshold of it, else an empty
 // slot, else the slot HTTP used least recently. A slot holding a Hydra RPC
 // client's sequence is never taken for a completion that did not name it.
+// With KV cells split between the slots, an empty or least recently used slot
+// next to a busy one goes first: llama.cpp evaluates only sequences of
+// consecutive ids in one micro-batch, so each gap between decoding slots
+// costs a step another pass over the weights.
 func (a *api) pickSlot(slot int, toks []int32) func() (*host.SlotLease, error) {
 	if slot >= 0 {
 		return func() (*host.SlotLease, error) { return a.takeNamed(slot) }
@@ -162,29 +165,57 @@ type slotPick struct {
 	evicts int // tokens of an HTTP sequence it drops
 }
 
+// The classes of free slot a completion may take, best first.
+const (
+	rankPrefix  = iota // its cache holds enough of the prompt
+	rankEmpty          // it holds nothing
+	rankHTTP           // it holds an earlier completion's sequence
+	rankUnknown        // it holds a sequence of no known holder
+)
+
+// slotRank orders free slots (lower first): by class, then next to a busy
+// slot before not, then by within (below 2^54).
+func slotRank(class int, nearBusy bool, within int64) int64 {
+	r := int64(class) << 56
+	if !nearBusy {
+		r |= 1 << 55
+	}
+	return r | within
+}
+
+// nearBusy reports whether a slot next to slot is processing or transferring.
+func nearBusy(all []host.SlotView, slot int) bool {
+	busy := func(i int) bool { return i >= 0 && i < len(all) && (all[i].Processing || all[i].Transferring) }
+	return busy(slot-1) || busy(slot+1)
+}
+
 // takeIdle takes the best free slot for a prompt of toks (nil: unknown).
 func (a *api) takeIdle(toks []int32) (*host.SlotLease, error) {
 	a.mu.Lock()
 	tasks := maps.Clone(a.tasks)
 	a.mu.Unlock()
+	_, info := a.s.Backend()
+	pack := info.SplitKV()
 	picks := map[int]slotPick{}
-	l, err := a.s.TakeIdleSlot(func(slot int, v host.SlotView) (int64, bool) {
+	l, err := a.s.TakeIdleSlot(func(slot int, all []host.SlotView) (int64, bool) {
+		v := all[slot]
 		if v.NPast > 0 && v.Holder == host.HolderRPC {
 			return 0, false
 		}
+		near := pack && nearBusy(all, slot)
 		t, ok := tasks[slot]
 		if v.NPast == 0 {
-			return -1 << 39, true
+			return slotRank(rankEmpty, near, 0), true
 		}
 		if !ok || v.Holder != host.HolderHTTP {
-			return math.MaxInt64, true
+			return slotRank(rankUnknown, near, 0), true
 		}
 		if n := commonPrefix(t.tokens, toks); a.similarity > 0 && n > 0 && float64(n) >= a.similarity*float64(len(toks)) {
 			picks[slot] = slotPick{lcp: n}
-			return -1<<40 - int64(n), true
+			return slotRank(rankPrefix, true, 1<<40-int64(n)), true
 		}
 		picks[slot] = slotPick{evicts: v.NPast}
-		return t.processed.UnixMilli(), true
+		return slotRank(rankHTTP, near, max(t.processed.UnixMilli(), 0)), true
 	})
 	if err == nil {
 		a.notePick(l.Slot(), picks[l.Slot()])

@@ -403,12 +403,19 @@ func loadSupportedModel(path string, opts options, nGPU int) (*model, error) {
 }
 
 // contextParamsFor is the context for nSlots slots and the scratch sequence.
+// Split (kv_unified=false), every sequence has a KV stream of its own, the
+// scratch one too: n_ctx grows by one slot's share, n_ctx / nSlots, which is
+// what a slot holds (llama.cpp rounds a stream up to 256 cells).
 func contextParamsFor(opts options, nSlots int) contextParams {
-	return contextParams{
-		nCtx: opts.nCtx, nBatch: opts.nBatch, nUBatch: opts.nUBatch, nSeqMax: nSlots + 1,
+	p := contextParams{
+		nCtx: opts.nCtx, nBatch: opts.nBatch, nUBatch: opts.nUBatch, nSeqMax: nSlots + 1, perSeqKV: opts.kvSplit,
 		nThreads: opts.nThreads, nThreadsBatch: opts.nThreadsBatch, flashAttn: opts.flashAttn,
 		typeK: opts.cacheTypeK, typeV: opts.cacheTypeV, ropeOptions: opts.ropeOptions,
 	}
+	if p.perSeqKV {
+		p.nCtx = max(opts.nCtx/nSlots, 1) * (nSlots + 1)
+	}
+	return p
 }
 
 // newEngine is the engine of a loaded model and context, its slots empty.
@@ -417,8 +424,9 @@ func newEngine(mdl *model, lc *lctx, nSlots int, device string, opts options, lo
 		eagerLogits: opts.eagerLogits, slots: make([]*slot, nSlots), log: log,
 		kvUnified: !opts.kvSplit, contextShift: opts.contextShift, cacheReuse: opts.cacheReuse}
 	e.slotCtx = e.nCtx
-	if !e.kvUnified {
-		e.slotCtx /= nSlots
+	if !e.kvUnified { // the slots' streams; the scratch stream is not theirs
+		e.slotCtx = min(opts.nCtx/nSlots, lc.nCtxSeq())
+		e.nCtx = e.slotCtx * nSlots
 	}
 	for i := range e.slots {
 		e.slots[i] = &slot{stateSize: emptyState}
@@ -696,7 +704,7 @@ func (b *Backend) StateGet(ctx context.Context, i int, chunkSize int, w io.Write
 			"pinned", e.ctx.pinnedStaging(), "ring_pinned", pinned, "elapsed", time.Since(start).String(), "error", call.err)
 	}()
 	e.mu.Lock()
-	n := C.hydra_state_save(e.ctx.io, e.ctx.c, C.llama_seq_id(i), C.uintptr_t(h), C.size_t(chunkSize), mode, &msg[0], C.size_t(len(msg)))
+	n := C.hydra_state_save(e.ctx.io, e.ctx.c, C.llama_seq_id(i), C.uint32_t(e.ctx.nStream), C.uintptr_t(h), C.size_t(chunkSize), mode, &msg[0], C.size_t(len(msg)))
 	e.mu.Unlock()
 	switch {
 	case n >= 0 && int64(n) != call.written:
@@ -782,7 +790,7 @@ func (p *statePut) restore(ctx context.Context) (n int64, err error) {
 		p.stopReading = true
 		return 0, err
 	}
-	if p.head, err = readStateHead(p.r, p.tokens, e.model.nVocab, e.nCtx, e.layout, p.size); err != nil {
+	if p.head, err = readStateHead(p.r, p.tokens, e.model.nVocab, e.slotCtx, e.layout, p.size); err != nil {
 		p.stopReading = !errors.Is(err, iface.ErrBadRequest)
 		return 0, err
 	}
@@ -856,7 +864,8 @@ func (p *statePut) load() (int64, error) {
 	var err error
 	e.mu.Lock()
 	clearLlamaError()
-	got := C.hydra_state_load(e.ctx.io, e.ctx.c, C.llama_seq_id(p.i), C.uintptr_t(h), C.size_t(p.run.streamMin), C.size_t(p.run.pieceMin),
+	got := C.hydra_state_load(e.ctx.io, e.ctx.c, C.llama_seq_id(p.i), C.uint32_t(e.ctx.nStream), C.size_t(e.layout.size(p.head.cells)),
+		C.uintptr_t(h), C.size_t(p.run.streamMin), C.size_t(p.run.pieceMin),
 		&msg[0], C.size_t(len(msg)))
 	if got >= 0 {
 		if np := e.ctx.nPos(p.i); np != p.head.cells {
@@ -1010,10 +1019,11 @@ func (e *engine) ringRun(ctx context.Context, r io.Reader, head stateHead, size 
 
 // reevaluate computes the logits after a restored sequence's last token, which
 // the state does not carry: in the scratch sequence, sharing the restored
-// cells before it, so the restored KV stays byte for byte as it came (a
-// re-save gives the same bytes). That needs one free KV cell; in a full cache
-// the last token is re-evaluated in place instead, its KV recomputed, which
-// may differ from the original in the last bits.
+// cells before it (with a stream per sequence, a copy of the slot's stream),
+// so the restored KV stays byte for byte as it came (a re-save gives the same
+// bytes). That needs one free KV cell; in a full cache the last token is
+// re-evaluated in place instead, its KV recomputed, which may differ from the
+// original in the last bits.
 func (e *engine) reevaluate(i int, tokens []int32) ([]float32, error) {
 	n := len(tokens)
 	logits := make([]float32, e.model.nVocab)
@@ -1021,7 +1031,12 @@ func (e *engine) reevaluate(i int, tokens []int32) ([]float32, error) {
 	defer e.mu.Unlock()
 	c := e.ctx
 	c.seqRm(e.scratch)
-	c.seqCp(i, e.scratch, 0, n-1)
+	if e.kvUnified {
+		c.seqCp(i, e.scratch, 0, n-1)
+	} else {
+		c.seqCp(i, e.scratch, -1, -1) // llama.cpp copies whole streams only
+		c.seqRmFrom(e.scratch, n-1)
+	}
 	err := c.decode(e.scratch, tokens[n-1:], n-1, true)
 	c.seqRm(e.scratch)
 	if errors.Is(err, errKVFull) {

@@ -281,6 +281,8 @@ func TestStateBytesMatchLlama(t *testing.T) {
 		{"flash", nil},
 		{"no-flash", map[string]string{OptFlashAttn: "off"}},
 		{"q8_0", map[string]string{OptCacheTypeK: "q8_0", OptCacheTypeV: "q8_0"}},
+		{"kv per slot", map[string]string{OptKVUnified: "false"}}, // one stream of five on the wire
+		{"kv per slot no-flash", map[string]string{OptKVUnified: "false", OptFlashAttn: "off"}},
 	} {
 		t.Run(cfg.name, func(t *testing.T) {
 			model := tiny(t)
@@ -387,7 +389,9 @@ func testRoundTrip(t *testing.T) {
 	sv := roundTripSource(t)
 	a := load(t, tiny(t), 3, nil)
 	other := load(t, tiny(t), 5, nil)
+	split := load(t, tiny(t), 4, map[string]string{OptKVUnified: "false"})
 	prefill(t, a, 1, "another sequence, so the restored one lands elsewhere in the cache")
+	prefill(t, split, 1, "a sequence in another KV stream")
 	for _, tc := range []struct {
 		name  string
 		b     *Backend
@@ -399,6 +403,9 @@ func testRoundTrip(t *testing.T) {
 		{"other slot", a, 2, false},
 		{"other backend, other slot count", other, 3, false},
 		{"over a live sequence", other, 3, false},
+		{"a KV stream per slot, first slot", split, 0, false},
+		{"a KV stream per slot, middle slot", split, 2, false},
+		{"a KV stream per slot, last slot", split, 3, false},
 	} {
 		if tc.clear {
 			if err := tc.b.ClearSlot(context.Background(), tc.slot); err != nil {
@@ -458,12 +465,17 @@ func checkRoundTrip(t *testing.T, name string, b *Backend, slot int, sv saved) {
 // the default) or within StatePut (eager).
 func TestRestoredLogits(t *testing.T) {
 	for _, mode := range []string{"lazy", "eager"} {
-		t.Run(mode, func(t *testing.T) { testRestoredLogits(t, mode) })
+		t.Run(mode, func(t *testing.T) { testRestoredLogits(t, map[string]string{OptRestoreLogits: mode}) })
+		// Eager, the scratch sequence re-evaluates in a copy of the slot's stream.
+		t.Run(mode+" kv per slot", func(t *testing.T) {
+			testRestoredLogits(t, map[string]string{OptRestoreLogits: mode, OptKVUnified: "false"})
+		})
 	}
 }
 
-func testRestoredLogits(t *testing.T, mode string) {
-	b := load(t, tiny(t), 3, map[string]string{OptRestoreLogits: mode})
+func testRestoredLogits(t *testing.T, opts map[string]string) {
+	mode := opts[OptRestoreLogits]
+	b := load(t, tiny(t), 3, opts)
 	res := prefill(t, b, 0, story)
 	state := stateOf(t, b, 0, 1<<20)
 	toks := res.Slot.Tokens

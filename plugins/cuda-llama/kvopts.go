@@ -10,9 +10,11 @@ import (
 // Options of the KV cells' sharing between slots and of full slots.
 const (
 	// OptKVUnified: true (the default) lets every slot use any of the n_ctx
-	// cells, shared; false gives each slot n_ctx / n_slots of its own, as
-	// llama-server does without --kv-unified. The KV cache is one stream
-	// either way, so states move between engines of any slot count.
+	// cells, shared; false gives each slot a KV stream of n_ctx / n_slots
+	// cells of its own, as llama-server does without --kv-unified, so that a
+	// sequence's attention spans its own cells only (the scratch sequence
+	// takes one more share). States are one stream on the wire either way
+	// (shim.cpp), so they move between engines of any slot count and mode.
 	OptKVUnified = "kv_unified"
 	// OptContextShift: a slot that fills its cells drops the older half of
 	// its sequence after n_keep tokens and goes on, as llama-server's

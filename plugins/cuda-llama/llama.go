@@ -280,11 +280,14 @@ type lctx struct {
 	nBatch int
 	nVocab int
 	io     *C.struct_hydra_io
+	// nStream is the KV cache's streams: 1 (unified), or one per sequence.
+	nStream int
 }
 
 type contextParams struct {
 	nCtx, nBatch, nUBatch   int
 	nSeqMax                 int
+	perSeqKV                bool // a KV stream per sequence, n_ctx split among them
 	nThreads, nThreadsBatch int
 	flashAttn               int
 	typeK, typeV            string
@@ -321,7 +324,7 @@ func newContext(m *model, p contextParams, gpu C.ggml_backend_dev_t) (*lctx, err
 		cp.rope_freq_scale = C.float(p.ropeFreqScale) // 0 (the default): the model's
 	}
 	cp.yarn_orig_ctx = C.uint32_t(p.yarnOrigCtx) // 0: the model's training context
-	cp.kv_unified = true                         // one KV stream whatever the slot count: states move between engines
+	cp.kv_unified = C.bool(!p.perSeqKV)          // states are one stream on the wire either way (shim.cpp)
 	cp.offload_kqv = true
 	cp.no_perf = true
 	// Everything that can fail comes before the context, which is never freed.
@@ -334,12 +337,18 @@ func newContext(m *model, p contextParams, gpu C.ggml_backend_dev_t) (*lctx, err
 	if c == nil {
 		return nil, fmt.Errorf("llama.cpp could not create a context%s", lastLlamaError())
 	}
-	lc := &lctx{c: c, mem: C.llama_get_memory(c), nBatch: int(cp.n_batch), nVocab: m.nVocab, io: io}
+	lc := &lctx{c: c, mem: C.llama_get_memory(c), nBatch: int(cp.n_batch), nVocab: m.nVocab, io: io, nStream: 1}
+	if p.perSeqKV {
+		lc.nStream = int(C.llama_n_seq_max(c))
+	}
 	lc.batch = C.llama_batch_init(C.int32_t(lc.nBatch), 0, 1)
 	return lc, nil
 }
 
 func (c *lctx) nCtx() int { return int(C.llama_n_ctx(c.c)) }
+
+// nCtxSeq is the cells one sequence may hold: n_ctx, or its stream's.
+func (c *lctx) nCtxSeq() int { return int(C.llama_n_ctx_seq(c.c)) }
 
 // errKVFull: llama_decode found no free KV cells for the batch.
 var errKVFull = errors.New("the KV cache is full")
@@ -409,7 +418,8 @@ func (c *lctx) seqShift(seq, p0, p1, delta int) {
 }
 
 // seqCp shares positions [p0, p1) of src with dst (in a unified cache the
-// cells gain a sequence id; no KV is copied).
+// cells gain a sequence id; no KV is copied). Between streams llama.cpp
+// copies the whole stream, and only for p0 = p1 = -1.
 func (c *lctx) seqCp(src, dst, p0, p1 int) {
 	C.llama_memory_seq_cp(c.mem, C.llama_seq_id(src), C.llama_seq_id(dst), C.llama_pos(p0), C.llama_pos(p1))
 }
@@ -419,18 +429,20 @@ func (c *lctx) nPos(seq int) int {
 	return int(C.llama_memory_seq_pos_max(c.mem, C.llama_seq_id(seq))) + 1
 }
 
+// stateSize is the bytes of the sequence's state as one stream (shim.cpp):
+// llama.cpp's, less the other streams' empty cell counts.
 func (c *lctx) stateSize(seq int) int64 {
-	return int64(C.llama_state_seq_get_size(c.c, C.llama_seq_id(seq)))
+	return int64(C.llama_state_seq_get_size(c.c, C.llama_seq_id(seq))) - 4*int64(c.nStream-1)
 }
 
-// stateData is llama.cpp's own llama_state_seq_get_data, the reference the
-// tests compare the streamed bytes with.
+// stateData is llama.cpp's own llama_state_seq_get_data as one stream, the
+// reference the tests compare the streamed bytes with.
 func (c *lctx) stateData(seq int) []byte {
-	n := c.stateSize(seq)
+	n := c.stateSize(seq) + 4*int64(c.nStream-1)
 	buf := C.malloc(C.size_t(max(n, 1)))
 	defer C.free(buf)
 	got := C.llama_state_seq_get_data(c.c, (*C.uint8_t)(buf), C.size_t(n), C.llama_seq_id(seq))
-	return C.GoBytes(buf, C.int(got))
+	return oneStream(C.GoBytes(buf, C.int(got)), c.nStream, seq)
 }
 
 func (c *lctx) pinnedStaging() bool { return C.hydra_io_pinned(c.io) != 0 }

@@ -7,10 +7,11 @@
 // a Backend whose Load fails saying so, so that plain `go build ./...` and
 // `go vet ./...` need neither cgo nor the llama.cpp sources.
 //
-// One llama_context serves every slot: slot i is llama sequence i in a unified
-// KV cache (kv_unified, so a state is one stream and restores into an engine
-// with any slot count), and one extra sequence is scratch space for
-// re-evaluating the last token after a restore. llama.cpp contexts are not
+// One llama_context serves every slot: slot i is llama sequence i, in one KV
+// cache all slots share (kv_unified, the default) or in a KV stream of its own
+// (kv_unified=false); a state is one stream on the wire either way and
+// restores into an engine of any slot count and mode. One extra sequence is
+// scratch space for re-evaluating the last token after a restore. llama.cpp contexts are not
 // safe for concurrent use, so a mutex serialises context work; the host runs
 // different slots concurrently and they take turns, token by token in
 // decodes.

@@ -28,12 +28,17 @@ func promptDecode(ctx context.Context, b *Backend, slot int, toks []int32, n int
 // sequences; their KV differs from alone in the last bits, as any batch's),
 // and says what its prompt did.
 func TestPromptDecode(t *testing.T) {
-	for name, sp := range map[string]iface.SamplerParams{
-		"greedy":    {IgnoreEOS: true},
-		"penalties": {RepeatPenalty: 1.3, RepeatLastN: 16, PresencePenalty: 0.4, IgnoreEOS: true},
+	for name, tc := range map[string]struct {
+		sp   iface.SamplerParams
+		opts map[string]string
+	}{
+		"greedy":      {iface.SamplerParams{IgnoreEOS: true}, nil},
+		"penalties":   {iface.SamplerParams{RepeatPenalty: 1.3, RepeatLastN: 16, PresencePenalty: 0.4, IgnoreEOS: true}, nil},
+		"kv per slot": {iface.SamplerParams{IgnoreEOS: true}, map[string]string{OptKVUnified: "false"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			b := load(t, tiny(t), 4, nil)
+			sp := tc.sp
+			b := load(t, tiny(t), 4, tc.opts)
 			toks := make([][]int32, len(prompts))
 			want := map[int][]int32{}
 			var wantState []byte

@@ -232,10 +232,7 @@ func (s *scheduler) build() (entries []entry, n int) {
 		if j.decode == nil || j.decode.pending < 0 || !s.ready(j) {
 			continue
 		}
-		d := j.decode
-		tok := C.llama_token(d.pending)
-		C.hydra_sched_fill(&s.batch, C.int(n), 1, &tok, C.llama_pos(len(j.s.seq())), C.llama_seq_id(j.slot), 1)
-		entries = append(entries, entry{j: j, first: n, n: 1, last: true})
+		entries = append(entries, entry{j: j, n: 1, last: true})
 		n++
 	}
 	for _, j := range s.jobs {
@@ -250,13 +247,36 @@ func (s *scheduler) build() (entries []entry, n int) {
 			s.e.applyMoves(j.slot, j.s, p)
 		}
 		k := min(s.size-n, len(p.prompt)-p.next)
-		last := p.next+k == len(p.prompt)
-		C.hydra_sched_fill(&s.batch, C.int(n), C.int(k), (*C.llama_token)(unsafe.Pointer(&p.prompt[p.next])),
-			C.llama_pos(p.next), C.llama_seq_id(j.slot), C.int(boolInt(last)))
-		entries = append(entries, entry{j: j, first: n, n: k, last: last, prompt: true})
+		entries = append(entries, entry{j: j, n: k, last: p.next+k == len(p.prompt), prompt: true})
 		n += k
 	}
-	return entries, n
+	if !s.e.kvUnified {
+		// With a KV stream per sequence llama.cpp puts only sequences of
+		// consecutive ids, in batch order, into one micro-batch.
+		slices.SortStableFunc(entries, func(a, b entry) int { return a.j.slot - b.j.slot })
+	}
+	return entries, s.fill(entries)
+}
+
+// fill writes the entries' tokens into the batch in their order, setting
+// each one's first row, and returns the batch's tokens.
+func (s *scheduler) fill(entries []entry) int {
+	n := 0
+	for i := range entries {
+		en := &entries[i]
+		en.first = n
+		seq := C.llama_seq_id(en.j.slot)
+		if en.prompt {
+			p := en.j.prefill
+			C.hydra_sched_fill(&s.batch, C.int(n), C.int(en.n), (*C.llama_token)(unsafe.Pointer(&p.prompt[p.next])),
+				C.llama_pos(p.next), seq, C.int(boolInt(en.last)))
+		} else {
+			tok := C.llama_token(en.j.decode.pending)
+			C.hydra_sched_fill(&s.batch, C.int(n), 1, &tok, C.llama_pos(len(en.j.s.seq())), seq, 1)
+		}
+		n += en.n
+	}
+	return n
 }
 
 // ready reports whether decoder j can take part in this step: its caller
@@ -291,8 +311,7 @@ func (s *scheduler) retryDecodersOnly(entries []entry) ([]entry, error) {
 	if len(dec) == 0 || len(dec) == len(entries) {
 		return entries, errKVFull
 	}
-	// The decoders came first: the batch's first len(dec) tokens are theirs.
-	return dec, s.e.ctx.decodeBatch(&s.batch, len(dec))
+	return dec, s.e.ctx.decodeBatch(&s.batch, s.fill(dec))
 }
 
 // collect takes the step's results: prompt progress, and for each decoder

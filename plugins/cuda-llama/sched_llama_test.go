@@ -53,13 +53,22 @@ var prompts = []string{"the first slot's prompt", "a second, rather longer promp
 // where a sequence's cells lie in the cache moves its logits in the last
 // digits — ggml's CPU attention sums in chunks of cells — and a draw near a
 // boundary follows.)
+// With a KV stream per slot llama.cpp splits a step into micro-batches of
+// consecutive sequence ids: slot 2 idles, so slots 0, 1 and 3 take two.
 func TestBatchedEqualsAlone(t *testing.T) {
-	for name, sp := range map[string]iface.SamplerParams{
-		"greedy":    {IgnoreEOS: true},
-		"penalties": {RepeatPenalty: 1.3, RepeatLastN: 16, PresencePenalty: 0.4, FrequencyPenalty: 0.2, IgnoreEOS: true},
+	for name, tc := range map[string]struct {
+		sp    iface.SamplerParams
+		opts  map[string]string
+		slots []int
+	}{
+		"greedy":                {iface.SamplerParams{IgnoreEOS: true}, nil, []int{0, 1, 2, 3}},
+		"penalties":             {iface.SamplerParams{RepeatPenalty: 1.3, RepeatLastN: 16, PresencePenalty: 0.4, FrequencyPenalty: 0.2, IgnoreEOS: true}, nil, []int{0, 1, 2, 3}},
+		"kv per slot":           {iface.SamplerParams{IgnoreEOS: true}, map[string]string{OptKVUnified: "false"}, []int{0, 1, 2, 3}},
+		"kv per slot, one idle": {iface.SamplerParams{IgnoreEOS: true}, map[string]string{OptKVUnified: "false"}, []int{3, 0, 1}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			b := load(t, tiny(t), 4, nil)
+			sp := tc.sp
+			b := load(t, tiny(t), 4, tc.opts)
 			alone := map[int][]int32{}
 			for s, p := range prompts {
 				prefill(t, b, s, p)
@@ -70,16 +79,17 @@ func TestBatchedEqualsAlone(t *testing.T) {
 			}
 			e := b.eng.Load()
 			before := e.sched.steps.Load()
-			got := decodeAll(t, b, []int{0, 1, 2, 3}, 48, sp)
-			for s := range prompts {
+			got := decodeAll(t, b, tc.slots, 48, sp)
+			for _, s := range tc.slots {
 				if !slices.Equal(got[s], alone[s]) {
 					t.Errorf("slot %d batched %v\nalone %v", s, got[s], alone[s])
 				}
 			}
+			n := len(tc.slots) * 48
 			steps := e.sched.steps.Load() - before
-			t.Logf("%d tokens in %d steps, at most %d decoders a step", 4*48, steps, e.sched.widest.Load())
-			if e.sched.widest.Load() < 2 || steps >= 4*48 {
-				t.Errorf("the decodes did not share steps: %d steps for %d tokens", steps, 4*48)
+			t.Logf("%d tokens in %d steps, at most %d decoders a step", n, steps, e.sched.widest.Load())
+			if e.sched.widest.Load() < 2 || steps >= uint64(n) {
+				t.Errorf("the decodes did not share steps: %d steps for %d tokens", steps, n)
 			}
 		})
 	}
@@ -241,7 +251,12 @@ func TestDecodeCancelled(t *testing.T) {
 // the batch and decodes as its source did; the STATE_GET of a third slot,
 // whose reader stalls, does not stop the decoding.
 func TestRestoredJoinsBatch(t *testing.T) {
-	b := load(t, tiny(t), 3, nil)
+	t.Run("unified", func(t *testing.T) { testRestoredJoinsBatch(t, nil) })
+	t.Run("kv per slot", func(t *testing.T) { testRestoredJoinsBatch(t, map[string]string{OptKVUnified: "false"}) })
+}
+
+func testRestoredJoinsBatch(t *testing.T, opts map[string]string) {
+	b := load(t, tiny(t), 3, opts)
 	sp := iface.SamplerParams{IgnoreEOS: true}
 	prefill(t, b, 2, story)
 	state := stateOf(t, b, 2, 1<<20)
@@ -320,6 +335,9 @@ func TestKVCapacity(t *testing.T) {
 	info, _ := split.Info(context.Background())
 	if info.KVUnified || info.SlotCtx() != 64 {
 		t.Fatalf("split cache: %+v", info)
+	}
+	if e := split.eng.Load(); e.ctx.nStream != 5 || e.ctx.nCtxSeq() < 64 {
+		t.Fatalf("split cache: %d KV streams of %d cells, want 5 (4 slots and the scratch sequence) of 64 or more", e.ctx.nStream, e.ctx.nCtxSeq())
 	}
 	_, err := split.Prefill(context.Background(), iface.PrefillRequest{Slot: 0, Tokens: make([]int32, 65)})
 	if !errors.Is(err, iface.ErrBadRequest) || !strings.Contains(err.Error(), "a slot holds 64 (n_ctx 256 split across 4 slots)") {

@@ -327,6 +327,97 @@ private:
     }
 };
 
+// The wire's state is one KV stream. With a KV stream per sequence
+// (kv_unified off) llama.cpp writes a sequence's state as every stream's,
+// all but the sequence's own empty (a 4-byte zero cell count each), and reads
+// back only as many streams as its cache has. one_stream_writer drops the
+// other streams' empty counts and says 1 stream; one_stream_reader says the
+// cache's count and presents the other streams as empty after the state's
+// bytes. So a state moves between engines of any slot count and either mode.
+class one_stream_writer : public llama_io_write_i {
+public:
+    // size is the one-stream state's bytes; strm the sequence's stream.
+    one_stream_writer(llama_io_write_i & out, uint32_t strm, size_t size) : out(out), lead(strm), size(size) {}
+
+    void write(const void * src, size_t n) override {
+        if (!counted) {
+            expect(n == 4, "the stream count");
+            const uint32_t one = 1;
+            out.write(&one, sizeof(one));
+            counted = true;
+            return;
+        }
+        if (lead > 0 || out.n_bytes() >= size) {
+            uint32_t v = 1;
+            expect(n == 4 && (memcpy(&v, src, 4), v == 0), "another stream's empty cell count");
+            lead -= lead > 0 ? 1 : 0;
+            return;
+        }
+        out.write(src, n);
+    }
+
+    void write_tensor(const ggml_tensor * t, size_t off, size_t n) override {
+        expect(counted && lead == 0 && out.n_bytes() + n <= size, "the sequence's own stream");
+        out.write_tensor(t, off, n);
+    }
+
+    size_t n_bytes() override { return out.n_bytes(); }
+
+private:
+    llama_io_write_i & out;
+    uint32_t lead;  // the streams before the sequence's, whose counts are still to come
+    size_t size;
+    bool counted = false;
+
+    static void expect(bool ok, const char * what) {
+        if (!ok) {
+            throw std::runtime_error(std::string("hydra: llama.cpp's per-stream state is not as expected at ") + what);
+        }
+    }
+};
+
+class one_stream_reader : public llama_io_read_i {
+public:
+    // size is the one-stream state's bytes in the source.
+    one_stream_reader(llama_io_read_i & in, uint32_t n_stream, size_t size) : in(in), n_stream(n_stream), size(size) {}
+
+    const uint8_t * read(size_t n) override {
+        if (in.n_bytes() + n > size) {
+            throw std::runtime_error("hydra: llama.cpp reads past the state");
+        }
+        return in.read(n);
+    }
+
+    void read_to(void * dst, size_t n) override {
+        if (!counted) {
+            uint32_t v = 0;
+            in.read_to(&v, sizeof(v));
+            if (n != 4 || v != 1) {
+                throw std::runtime_error("hydra: the state is not one KV stream");
+            }
+            memcpy(dst, &n_stream, 4);
+            counted = true;
+            return;
+        }
+        if (in.n_bytes() >= size) {
+            if (n != 4) {
+                throw std::runtime_error("hydra: llama.cpp reads past the state");
+            }
+            memset(dst, 0, 4); // another stream's cell count: empty
+            return;
+        }
+        in.read_to(dst, n);
+    }
+
+    size_t n_bytes() override { return in.n_bytes(); }
+
+private:
+    llama_io_read_i & in;
+    uint32_t n_stream;
+    size_t size;
+    bool counted = false;
+};
+
 typedef void (*set_tensor_fn)(ggml_backend_buffer_t, ggml_tensor *, const void *, size_t, size_t);
 
 // load_reader serves llama.cpp's reads in place from the Go side's restore
@@ -546,14 +637,18 @@ uint64_t hydra_io_streamed(const hydra_io * io, uint64_t * sets) {
     return io->streamed;
 }
 
-int64_t hydra_state_save(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, uintptr_t handle,
+int64_t hydra_state_save(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, uint32_t n_stream, uintptr_t handle,
                          size_t chunk, int chunk_writer, char * err, size_t err_len) {
     save_writer w(io, handle, chunk, chunk_writer != 0);
     try {
         // As llama_state_seq_get_data: finish queued work before reading.
         llama_synchronize(ctx);
         llama_memory_t mem = llama_get_memory(ctx);
-        if (mem != nullptr) {
+        if (mem != nullptr && n_stream > 1) {
+            const size_t size = llama_state_seq_get_size(ctx, seq) - 4 * (n_stream - 1);
+            one_stream_writer one(w, (uint32_t) seq, size);
+            mem->state_write(one, seq, 0);
+        } else if (mem != nullptr) {
             mem->state_write(w, seq, 0);
         }
         w.finish();
@@ -565,8 +660,8 @@ int64_t hydra_state_save(hydra_io * io, struct llama_context * ctx, llama_seq_id
     }
 }
 
-int64_t hydra_state_load(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, uintptr_t handle,
-                         size_t stream_min, size_t piece_min, char * err, size_t err_len) {
+int64_t hydra_state_load(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, uint32_t n_stream, size_t size,
+                         uintptr_t handle, size_t stream_min, size_t piece_min, char * err, size_t err_len) {
     load_reader r(io, handle, stream_min, piece_min);
     try {
         llama_memory_t mem = memory_of(ctx);
@@ -574,7 +669,12 @@ int64_t hydra_state_load(hydra_io * io, struct llama_context * ctx, llama_seq_id
         if (r.streaming()) {
             hooks.emplace(io, &r);
         }
-        mem->state_read(r, seq, 0);
+        if (n_stream > 1) {
+            one_stream_reader one(r, n_stream, size);
+            mem->state_read(one, seq, 0);
+        } else {
+            mem->state_read(r, seq, 0);
+        }
         r.check_block_done();
         return (int64_t) r.n_bytes();
     } catch (const std::exception & e) {

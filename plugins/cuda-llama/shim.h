@@ -30,12 +30,14 @@ int hydra_io_pinned(const hydra_io * io);
 uint64_t hydra_io_streamed(const hydra_io * io, uint64_t * sets);
 
 // hydra_state_save streams sequence seq's state, the bytes
-// llama_state_seq_get_data would produce, in pieces of at most chunk bytes.
+// llama_state_seq_get_data would produce, in pieces of at most chunk bytes;
+// from a cache of n_stream > 1 KV streams (one per sequence) it is written as
+// one stream, the sequence's own (what a one-stream cache writes).
 // With chunk_writer 0 the pieces are staged in buffers the shim owns and handed
 // to the Go callback hydraSaveDeliver; with 1 the Go side supplies each chunk
 // buffer (hydraSaveBuffer) and the state is written straight into it. Returns
 // the bytes produced, or -1 with a message in err.
-int64_t hydra_state_save(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, uintptr_t handle,
+int64_t hydra_state_save(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, uint32_t n_stream, uintptr_t handle,
                          size_t chunk, int chunk_writer, char * err, size_t err_len);
 
 // hydra_state_load restores sequence seq from bytes the Go callback
@@ -44,9 +46,11 @@ int64_t hydra_state_save(hydra_io * io, struct llama_context * ctx, llama_seq_id
 // at least stream_min bytes are streamed, uploaded in pieces of at least
 // piece_min bytes where the stream holds them. Returns the state bytes
 // llama.cpp consumed, or -1 with a message in err; on failure the sequence
-// may be half-restored and the caller must clear it.
-int64_t hydra_state_load(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, uintptr_t handle,
-                         size_t stream_min, size_t piece_min, char * err, size_t err_len);
+// may be half-restored and the caller must clear it. The state is one KV
+// stream of size bytes, restored into sequence seq's own stream of a cache of
+// n_stream.
+int64_t hydra_state_load(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, uint32_t n_stream, size_t size,
+                         uintptr_t handle, size_t stream_min, size_t piece_min, char * err, size_t err_len);
 
 // hydra_io_stream makes streamed restores possible for ctx: it saves
 // sequence seq (which must hold at least one cell) to learn the KV cache's

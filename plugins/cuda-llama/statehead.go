@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/hydra-engine/hydra-engine/iface"
 )
@@ -70,7 +71,7 @@ func readStateHead(r io.Reader, tokens []int32, nVocab, nCtx int, layout stateLa
 	}
 	h.raw = hdr
 	if ns := binary.LittleEndian.Uint32(hdr); ns != 1 {
-		return h, fmt.Errorf("%w: %w: the state has %d KV streams, this engine's unified cache 1 (was it saved with kv_unified off?)",
+		return h, fmt.Errorf("%w: %w: the state has %d KV streams, want 1",
 			iface.ErrBadRequest, errStateHead, ns)
 	}
 	cells := binary.LittleEndian.Uint32(hdr[4:])
@@ -114,6 +115,25 @@ func readStateHead(r io.Reader, tokens []int32, nVocab, nCtx int, layout stateLa
 		seen[pos] = true
 	}
 	return h, nil
+}
+
+// oneStream is a state llama.cpp wrote from a cache of nStream KV streams
+// (one per sequence) as the one stream of sequence seq that the wire carries
+// (shim.cpp does the same while streaming): the stream count becomes 1 and
+// the other streams' empty cell counts go. A state not of that shape comes
+// back as it is, for the caller's checks to refuse.
+func oneStream(raw []byte, nStream, seq int) []byte {
+	lead, trail := 4+4*seq, 4*(nStream-1-seq)
+	if nStream <= 1 || len(raw) < lead+4+trail || binary.LittleEndian.Uint32(raw) != uint32(nStream) {
+		return raw
+	}
+	for _, b := range slices.Concat(raw[4:lead], raw[len(raw)-trail:]) {
+		if b != 0 {
+			return raw
+		}
+	}
+	out := binary.LittleEndian.AppendUint32(nil, 1)
+	return append(out, raw[lead:len(raw)-trail]...)
 }
 
 // maxRow walks a state written as above and returns its largest row (see

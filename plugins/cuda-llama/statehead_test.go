@@ -110,3 +110,34 @@ func FuzzMaxRow(f *testing.F) {
 		}
 	})
 }
+
+// TestOneStream: a state of nStream streams, the sequence's own holding the
+// cells, becomes the one-stream state; anything else comes back unchanged.
+func TestOneStream(t *testing.T) {
+	one := synthState(3, 2, 8, 8, 0, 0)
+	empty := []byte{1, 0, 0, 0, 0, 0, 0, 0}
+	multi := func(state []byte, nStream, seq int) []byte {
+		b := binary.LittleEndian.AppendUint32(nil, uint32(nStream))
+		b = append(b, make([]byte, 4*seq)...)
+		b = append(b, state[4:]...)
+		return append(b, make([]byte, 4*(nStream-1-seq))...)
+	}
+	for _, tc := range []struct {
+		name          string
+		raw, want     []byte
+		nStream, seqs int
+	}{
+		{"first of 4", multi(one, 4, 0), one, 4, 0},
+		{"middle of 4", multi(one, 4, 2), one, 4, 2},
+		{"last of 4", multi(one, 4, 3), one, 4, 3},
+		{"empty", multi(empty, 5, 1), empty, 5, 1},
+		{"one stream already", one, one, 1, 0},
+		{"stream count not the cache's", multi(one, 3, 1), multi(one, 3, 1), 4, 1},
+		{"cells in another stream", multi(one, 4, 1), multi(one, 4, 1), 4, 2},
+		{"too short", []byte{4, 0, 0, 0}, []byte{4, 0, 0, 0}, 4, 0},
+	} {
+		if got := oneStream(tc.raw, tc.nStream, tc.seqs); !bytes.Equal(got, tc.want) {
+			t.Errorf("%s: got % x…, want % x…", tc.name, got[:min(len(got), 16)], tc.want[:min(len(tc.want), 16)])
+		}
+	}
+}
