@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 )
 
 // event is one message of a streamed completion, in the terms both servers'
@@ -131,11 +132,19 @@ type ollamaLine struct {
 	Error           json.RawMessage `json:"error"`
 }
 
+// ollamaRepeatCut is how many identical tokens in a row (their text without
+// blanks) make Ollama end a generation: its server stops reading the runner
+// after 31 and closes the stream without a done line (llm/server.go,
+// "token repeat limit reached").
+const ollamaRepeatCut = 31
+
 // parseNDJSON reads Ollama's /api/generate stream, calling emit for every
-// line. The stream must end with a done line.
+// line. The stream must end with a done line, or be cut by Ollama's repeat
+// guard (ollamaRepeatCut), when the tokens are counted as the lines.
 func parseNDJSON(r io.Reader, emit func(event) error) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), maxLine)
+	last, repeats := "", 0
 	for sc.Scan() {
 		line := bytes.TrimSpace(sc.Bytes())
 		if len(line) == 0 {
@@ -147,6 +156,11 @@ func parseNDJSON(r io.Reader, emit func(event) error) error {
 		}
 		if len(l.Error) > 0 && string(l.Error) != "null" {
 			return fmt.Errorf("server error in the stream: %s", errorText(l.Error))
+		}
+		if t := strings.TrimSpace(l.Response); t == last && repeats > 0 {
+			repeats++
+		} else {
+			last, repeats = t, 1
 		}
 		ev := newEvent()
 		ev.Text = l.Response
@@ -162,6 +176,9 @@ func parseNDJSON(r io.Reader, emit func(event) error) error {
 	}
 	if err := sc.Err(); err != nil {
 		return err
+	}
+	if repeats >= ollamaRepeatCut {
+		return nil
 	}
 	return errors.New("the stream ended without a done line")
 }

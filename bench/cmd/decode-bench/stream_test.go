@@ -100,6 +100,29 @@ func TestParseNDJSONStreamCutShort(t *testing.T) {
 	}
 }
 
+// TestParseNDJSONRepeatCut: a stream Ollama's repeat guard ended (31 equal
+// tokens, no done line) parses, its lines counted; one token fewer is a
+// stream cut short.
+func TestParseNDJSONRepeatCut(t *testing.T) {
+	for _, tc := range []struct {
+		repeats int
+		ok      bool
+	}{{ollamaRepeatCut, true}, {ollamaRepeatCut - 1, false}} {
+		in := `{"response":"a","done":false}` + "\n" + strings.Repeat(`{"response":" x","done":false}`+"\n", tc.repeats)
+		lines := 0
+		err := parseNDJSON(strings.NewReader(in), func(ev event) error {
+			if ev.Final {
+				t.Error("a final event without a done line")
+			}
+			lines++
+			return nil
+		})
+		if (err == nil) != tc.ok || lines != tc.repeats+1 {
+			t.Errorf("%d repeats: %d lines, error %v; want ok %v", tc.repeats, lines, err, tc.ok)
+		}
+	}
+}
+
 func TestParseErrorsInTheStream(t *testing.T) {
 	for _, tc := range []struct {
 		name, in string
