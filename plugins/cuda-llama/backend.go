@@ -402,10 +402,14 @@ func loadSupportedModel(path string, opts options, nGPU int) (*model, error) {
 	return mdl, nil
 }
 
+// slotShare is the cells a slot holds with a KV stream per sequence
+// (kv_unified=false): n_ctx / nSlots, at least one.
+func slotShare(opts options, nSlots int) int { return max(opts.nCtx/nSlots, 1) }
+
 // contextParamsFor is the context for nSlots slots and the scratch sequence.
 // Split (kv_unified=false), every sequence has a KV stream of its own, the
-// scratch one too: n_ctx grows by one slot's share, n_ctx / nSlots, which is
-// what a slot holds (llama.cpp rounds a stream up to 256 cells).
+// scratch one too: n_ctx grows by one slot's share (llama.cpp rounds a stream
+// up to 256 cells).
 func contextParamsFor(opts options, nSlots int) contextParams {
 	p := contextParams{
 		nCtx: opts.nCtx, nBatch: opts.nBatch, nUBatch: opts.nUBatch, nSeqMax: nSlots + 1, perSeqKV: opts.kvSplit,
@@ -413,7 +417,7 @@ func contextParamsFor(opts options, nSlots int) contextParams {
 		typeK: opts.cacheTypeK, typeV: opts.cacheTypeV, ropeOptions: opts.ropeOptions,
 	}
 	if p.perSeqKV {
-		p.nCtx = max(opts.nCtx/nSlots, 1) * (nSlots + 1)
+		p.nCtx = slotShare(opts, nSlots) * (nSlots + 1)
 	}
 	return p
 }
@@ -425,7 +429,7 @@ func newEngine(mdl *model, lc *lctx, nSlots int, device string, opts options, lo
 		kvUnified: !opts.kvSplit, contextShift: opts.contextShift, cacheReuse: opts.cacheReuse}
 	e.slotCtx = e.nCtx
 	if !e.kvUnified { // the slots' streams; the scratch stream is not theirs
-		e.slotCtx = min(opts.nCtx/nSlots, lc.nCtxSeq())
+		e.slotCtx = min(slotShare(opts, nSlots), lc.nCtxSeq())
 		e.nCtx = e.slotCtx * nSlots
 	}
 	for i := range e.slots {
@@ -704,7 +708,8 @@ func (b *Backend) StateGet(ctx context.Context, i int, chunkSize int, w io.Write
 			"pinned", e.ctx.pinnedStaging(), "ring_pinned", pinned, "elapsed", time.Since(start).String(), "error", call.err)
 	}()
 	e.mu.Lock()
-	n := C.hydra_state_save(e.ctx.io, e.ctx.c, C.llama_seq_id(i), C.uint32_t(e.ctx.nStream), C.uintptr_t(h), C.size_t(chunkSize), mode, &msg[0], C.size_t(len(msg)))
+	n := C.hydra_state_save(e.ctx.io, e.ctx.c, C.llama_seq_id(i), C.uint32_t(e.ctx.nStream), C.size_t(e.ctx.stateSize(i)),
+		C.uintptr_t(h), C.size_t(chunkSize), mode, &msg[0], C.size_t(len(msg)))
 	e.mu.Unlock()
 	switch {
 	case n >= 0 && int64(n) != call.written:

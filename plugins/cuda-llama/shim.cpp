@@ -637,15 +637,14 @@ uint64_t hydra_io_streamed(const hydra_io * io, uint64_t * sets) {
     return io->streamed;
 }
 
-int64_t hydra_state_save(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, uint32_t n_stream, uintptr_t handle,
-                         size_t chunk, int chunk_writer, char * err, size_t err_len) {
+int64_t hydra_state_save(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, uint32_t n_stream, size_t size,
+                         uintptr_t handle, size_t chunk, int chunk_writer, char * err, size_t err_len) {
     save_writer w(io, handle, chunk, chunk_writer != 0);
     try {
         // As llama_state_seq_get_data: finish queued work before reading.
         llama_synchronize(ctx);
         llama_memory_t mem = llama_get_memory(ctx);
         if (mem != nullptr && n_stream > 1) {
-            const size_t size = llama_state_seq_get_size(ctx, seq) - 4 * (n_stream - 1);
             one_stream_writer one(w, (uint32_t) seq, size);
             mem->state_write(one, seq, 0);
         } else if (mem != nullptr) {

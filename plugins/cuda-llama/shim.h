@@ -32,13 +32,14 @@ uint64_t hydra_io_streamed(const hydra_io * io, uint64_t * sets);
 // hydra_state_save streams sequence seq's state, the bytes
 // llama_state_seq_get_data would produce, in pieces of at most chunk bytes;
 // from a cache of n_stream > 1 KV streams (one per sequence) it is written as
-// one stream, the sequence's own (what a one-stream cache writes).
+// one stream of size bytes, the sequence's own (what a one-stream cache
+// writes; size is unused with one stream).
 // With chunk_writer 0 the pieces are staged in buffers the shim owns and handed
 // to the Go callback hydraSaveDeliver; with 1 the Go side supplies each chunk
 // buffer (hydraSaveBuffer) and the state is written straight into it. Returns
 // the bytes produced, or -1 with a message in err.
-int64_t hydra_state_save(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, uint32_t n_stream, uintptr_t handle,
-                         size_t chunk, int chunk_writer, char * err, size_t err_len);
+int64_t hydra_state_save(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, uint32_t n_stream, size_t size,
+                         uintptr_t handle, size_t chunk, int chunk_writer, char * err, size_t err_len);
 
 // hydra_state_load restores sequence seq from bytes the Go callback
 // hydraLoadNext lends in place (the restore ring or the data plane's buffers,
