@@ -26,6 +26,8 @@ FUZZ_TARGETS := \
 	./host:FuzzParsePrefill \
 	./host:FuzzParseDecode \
 	./host:FuzzParseSwapQuant \
+	./host:FuzzConfigureInfo \
+	./host/httpapi:FuzzCompletionBody \
 	./plugins/cuda-llama:FuzzReadStateHead \
 	./plugins/cuda-llama:FuzzMaxRow \
 	./plugins/cuda-llama:FuzzInPlace

@@ -33,8 +33,9 @@ type configureResult struct {
 }
 
 // parseConfigure decodes and validates a CONFIGURE payload without applying
-// it, so a bad request changes nothing.
-func parseConfigure(payload []byte) (configureRequest, []string, error) {
+// it, so a bad request changes nothing. nCtx is the most tokens a slot holds
+// (0: not known), which bounds the penalties' window.
+func parseConfigure(payload []byte, nCtx int) (configureRequest, []string, error) {
 	var req configureRequest
 	if len(bytes.TrimSpace(payload)) == 0 {
 		return req, nil, nil
@@ -67,7 +68,7 @@ func parseConfigure(payload []byte) (configureRequest, []string, error) {
 	if err := d.Decode(obj); err != nil {
 		return req, nil, fmt.Errorf("config_json: %s", oneLine(err))
 	}
-	if err := req.Sampler.Validate(); err != nil {
+	if err := req.Sampler.Validate(nCtx); err != nil {
 		return req, nil, err
 	}
 	if v := req.NPredict; v != nil && (*v < -1 || *v > math.MaxInt32) {
@@ -203,7 +204,7 @@ func (t *Tunables) ApplySampler(kv map[string]string) error {
 		key, _ := json.Marshal(k)
 		fields = append(fields, string(key)+":"+v)
 	}
-	req, unknown, err := parseConfigure([]byte("{" + strings.Join(fields, ",") + "}"))
+	req, unknown, err := parseConfigure([]byte("{"+strings.Join(fields, ",")+"}"), 0)
 	if err != nil {
 		return fmt.Errorf("sampler: %w", err)
 	}

@@ -25,7 +25,7 @@ func TestConfigureErrorIsOneLine(t *testing.T) {
 		{`{"seed":-1}`, []string{"'seed'"}},
 		{`{"top_k":1.5,"seed":"7","temperature":true}`, []string{"'top_k'", "'seed'", "'temperature'"}},
 	} {
-		_, _, err := parseConfigure([]byte(c.json))
+		_, _, err := parseConfigure([]byte(c.json), 0)
 		if err == nil {
 			t.Fatalf("%s: accepted", c.json)
 		}
@@ -48,7 +48,7 @@ func TestConfigureErrorIsOneLine(t *testing.T) {
 // number (the C++ engine's get<size_t> rejects it), nor is null.
 func TestConfigureChunkSizeMustBeNumber(t *testing.T) {
 	for _, b := range []string{`{"state_chunk_size":"65536"}`, `{"state_chunk_size":null}`, `{"state_chunk_size":[1]}`} {
-		if _, _, err := parseConfigure([]byte(b)); err == nil || !strings.Contains(err.Error(), "must be a number") {
+		if _, _, err := parseConfigure([]byte(b), 0); err == nil || !strings.Contains(err.Error(), "must be a number") {
 			t.Errorf("%s: err = %v", b, err)
 		}
 	}

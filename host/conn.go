@@ -90,6 +90,16 @@ func (r *replier) reply(st transport.Status, meta, payload []byte) error {
 	return nil
 }
 
+// replyMeta replies with m, or with ERROR naming the value m could not
+// encode: a reply the engine cannot write fails its request, it never stops
+// the engine.
+func (r *replier) replyMeta(st transport.Status, m *transport.Meta, payload []byte) error {
+	if err := m.Err(); err != nil {
+		return r.fail(transport.StatusError, "the reply could not be encoded: "+err.Error())
+	}
+	return r.reply(st, m.Bytes(), payload)
+}
+
 // fail replies with status and {"error":msg}.
 func (r *replier) fail(st transport.Status, msg string) error {
 	return r.reply(st, transport.ErrorMeta(msg), nil)

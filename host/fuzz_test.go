@@ -2,7 +2,11 @@ package host
 
 import (
 	"bytes"
+	"encoding/json"
 	"testing"
+
+	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/transport"
 )
 
 // The payload parsers must never panic and must keep their invariants on any
@@ -13,7 +17,7 @@ func FuzzParseConfigure(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, p []byte) {
-		req, _, err := parseConfigure(p)
+		req, _, err := parseConfigure(p, 0)
 		if err != nil {
 			return
 		}
@@ -56,7 +60,7 @@ func FuzzParseDecode(f *testing.F) {
 	f.Add([]byte{10, 0, 0, 0})
 	f.Add([]byte{2, 0, 0, 0, 5, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, p []byte) {
-		d, err := parseDecode(p, 0, NewTunables().Sampler())
+		d, err := parseDecode(p, 0, NewTunables().Sampler(), 0)
 		if err != nil {
 			return
 		}
@@ -76,6 +80,32 @@ func FuzzParseSwapQuant(f *testing.F) {
 		}
 		if !bytes.Equal(append([]byte(k), pat...), p[2:]) {
 			t.Fatalf("key %q + pattern %q != payload", k, pat)
+		}
+	})
+}
+
+// FuzzConfigureInfo: whatever CONFIGURE accepts, the next INFO answers OK
+// with a meta that is valid JSON; a CONFIGURE never stops the engine.
+func FuzzConfigureInfo(f *testing.F) {
+	for _, s := range []string{`{"temperature":1e300}`, `{"temperature":3.4e38}`, `{"repeat_penalty":1.1,"repeat_last_n":2147483647}`,
+		`{"top_p":1e-46,"min_p":1,"presence_penalty":-1e6,"frequency_penalty":1e6}`, `{"seed":18446744073709551615,"n_predict":-1}`,
+		`{"repeat_last_n":4096,"temperature":1e6}`, `{"state_chunk_size":1e400}`} {
+		f.Add([]byte(s))
+	}
+	info := iface.BackendInfo{Name: "fuzz", NSlots: 2, NCtx: 4096, NVocab: 512}
+	f.Fuzz(func(t *testing.T, p []byte) {
+		s := NewServer(&stateBackend{}, info, nil, Config{})
+		st, _ := handle(t, s, s.handleConfigure, p)
+		if st != transport.StatusOK && st != transport.StatusError {
+			t.Fatalf("CONFIGURE status %v", st)
+		}
+		st, meta := handle(t, s, s.handleInfo, nil)
+		var m map[string]any
+		if st != transport.StatusOK || json.Unmarshal(meta, &m) != nil {
+			t.Fatalf("INFO after CONFIGURE %q: %v %s", p, st, meta)
+		}
+		if n := s.tun.Sampler().RepeatLastN; n > int32(info.NCtx) {
+			t.Fatalf("CONFIGURE %q left repeat_last_n %d past n_ctx %d", p, n, info.NCtx)
 		}
 	})
 }

@@ -17,7 +17,8 @@ func (s *Server) handleConfigure(req *request, rp *replier) error {
 	if !ok {
 		return err
 	}
-	parsed, ignored, err := parseConfigure(payload)
+	_, info := s.Backend()
+	parsed, ignored, err := parseConfigure(payload, info.SlotCtx())
 	if err != nil {
 		// One line, in the log as in the reply, however many keys were bad.
 		msg := oneLine(err)
@@ -39,7 +40,7 @@ func (s *Server) handleConfigure(req *request, rp *replier) error {
 		s.log.Info("CONFIGURE ignored unknown keys", "keys", res.Ignored)
 		m.Add("ignored_keys", res.Ignored)
 	}
-	return rp.reply(transport.StatusOK, m.Bytes(), nil)
+	return rp.replyMeta(transport.StatusOK, m, nil)
 }
 
 // DownBackend is implemented by a stand-in for a backend that is not there,
@@ -55,9 +56,9 @@ type DownBackend interface {
 func (s *Server) handleInfo(req *request, rp *replier) error {
 	b, info := s.Backend()
 	if d, ok := b.(DownBackend); ok {
-		return rp.reply(transport.StatusError, transport.NewMeta().Add("error", d.Down().Error()).
+		return rp.replyMeta(transport.StatusError, transport.NewMeta().Add("error", d.Down().Error()).
 			Add("engine", "hydra-engine").Add("version", s.cfg.Version).Add("backend", info.Name).
-			Add("backend_available", false).Bytes(), nil)
+			Add("backend_available", false), nil)
 	}
 	mode := s.expertMode(info)
 	m := transport.NewMeta().Add("engine", "hydra-engine").Add("version", s.cfg.Version).Add("capabilities", capabilities(info)).
@@ -71,7 +72,7 @@ func (s *Server) handleInfo(req *request, rp *replier) error {
 	used, free := s.kvCells(info)
 	m.Add("n_ctx_slot", info.SlotCtx()).Add("kv_unified", info.KVUnified).Add("kv_cells_used", used).
 		Add("kv_cells_free", free).Add("sampler", s.tun.Sampler())
-	return rp.reply(transport.StatusOK, m.Bytes(), nil)
+	return rp.replyMeta(transport.StatusOK, m, nil)
 }
 
 // kvCells is how many KV cells the slots' sequences hold and how many more
@@ -98,17 +99,17 @@ func (s *Server) handleSetExpertMode(req *request, rp *replier) error {
 	}
 	mode := string(payload)
 	if mode != "solo" && mode != "combined" {
-		return rp.reply(transport.StatusError, transport.NewMeta().Add("success", false).
-			Add("error", "expert_mode must be 'solo' or 'combined'").Bytes(), nil)
+		return rp.replyMeta(transport.StatusError, transport.NewMeta().Add("success", false).
+			Add("error", "expert_mode must be 'solo' or 'combined'"), nil)
 	}
 	b, _ := s.Backend()
 	active, err := b.SetExpertMode(s.ctx, mode)
 	if err != nil {
-		return rp.reply(statusOf(err), transport.NewMeta().Add("success", false).Add("error", err.Error()).Bytes(), nil)
+		return rp.replyMeta(statusOf(err), transport.NewMeta().Add("success", false).Add("error", err.Error()), nil)
 	}
 	s.tun.setExpertMode(active)
 	s.refreshInfo(b)
-	return rp.reply(transport.StatusOK, transport.NewMeta().Add("success", true).Add("mode", active).Bytes(), nil)
+	return rp.replyMeta(transport.StatusOK, transport.NewMeta().Add("success", true).Add("mode", active), nil)
 }
 
 // capabilities are INFO's: the engine's, the backend's own, and those its
@@ -185,19 +186,19 @@ func (s *Server) handleSwapQuant(req *request, rp *replier) error {
 	}
 	key, pattern, err := parseSwapQuant(payload)
 	if err != nil {
-		return rp.reply(transport.StatusError, transport.NewMeta().Add("success", false).Add("error", err.Error()).Bytes(), nil)
+		return rp.replyMeta(transport.StatusError, transport.NewMeta().Add("success", false).Add("error", err.Error()), nil)
 	}
 	b, _ := s.Backend()
 	res, err := b.SwapQuant(s.ctx, key, pattern)
 	if err != nil {
 		s.log.Info("SWAP_QUANT refused", "quant_key", key, "tensor_pattern", pattern, "error", err)
-		return rp.reply(statusOf(err), transport.NewMeta().Add("success", false).Add("error", err.Error()).Bytes(), nil)
+		return rp.replyMeta(statusOf(err), transport.NewMeta().Add("success", false).Add("error", err.Error()), nil)
 	}
 	info := s.refreshInfo(b)
 	ms := float64(res.Duration.Microseconds()) / 1000
 	s.log.Info("SWAP_QUANT", "quant_key", key, "tensor_pattern", pattern, "swapped", res.Swapped, "bytes", res.Bytes,
 		"swap_ms", ms, "active_quant", info.ActiveQuant, "model_hash", info.Model.Hash)
-	return rp.reply(transport.StatusOK, transport.NewMeta().Add("success", true).Add("swapped", res.Swapped).
+	return rp.replyMeta(transport.StatusOK, transport.NewMeta().Add("success", true).Add("swapped", res.Swapped).
 		Add("bytes", res.Bytes).Add("swap_ms", ms).Add("kv_preserved", res.KVPreserved).Add("quant_key", key).
-		Add("tensor_pattern", pattern).Add("active_quant", info.ActiveQuant).AddFields(info.Model).Bytes(), nil)
+		Add("tensor_pattern", pattern).Add("active_quant", info.ActiveQuant).AddFields(info.Model), nil)
 }

@@ -229,7 +229,7 @@ type decodeRequest struct {
 
 // parseDecode accepts {"n_predict":N,"messages":[…]|null, sampler overrides}
 // or the E1 binary form [i32 n_predict][u32 tokens…].
-func parseDecode(p []byte, slot int, sampler iface.SamplerParams) (decodeRequest, error) {
+func parseDecode(p []byte, slot int, sampler iface.SamplerParams, nCtx int) (decodeRequest, error) {
 	d := decodeRequest{sampler: sampler}
 	if isJSONObject(p) {
 		var body struct {
@@ -258,7 +258,7 @@ func parseDecode(p []byte, slot int, sampler iface.SamplerParams) (decodeRequest
 			}
 			d.prefill = &iface.PrefillRequest{Slot: slot, Messages: msgs}
 		}
-		if err := body.SamplerFields.Validate(); err != nil {
+		if err := body.SamplerFields.Validate(nCtx); err != nil {
 			return d, err
 		}
 		body.SamplerFields.Apply(&d.sampler)
@@ -297,7 +297,8 @@ func (s *Server) handleDecode(req *request, rp *replier) error {
 	if !ok {
 		return err
 	}
-	dreq, err := parseDecode(payload, slot, s.tun.Sampler())
+	_, info := s.Backend()
+	dreq, err := parseDecode(payload, slot, s.tun.Sampler(), info.SlotCtx())
 	if err != nil {
 		return rp.fail(transport.StatusError, err.Error())
 	}
@@ -350,5 +351,5 @@ func (s *Server) handleDecode(req *request, rp *replier) error {
 	}
 	m := transport.NewMeta().Add("tokens_generated", res.TokensGenerated).Add("n_past", res.NPast).
 		Add("stop_reason", res.StopReason).Add("text", text.String())
-	return rp.reply(transport.StatusOK, m.Bytes(), frames)
+	return rp.replyMeta(transport.StatusOK, m, frames)
 }

@@ -56,6 +56,10 @@ func (s *Server) handleStateGet(req *request, rp *replier) error {
 // finds the slot still busy. A failure after the reply started closes the
 // connection: the client sees EOF before the announced payload length.
 func (s *Server) streamBlob(rp *replier, b iface.Backend, si iface.SlotInfo, m *transport.Meta, trailer []byte, release func()) error {
+	if err := m.Err(); err != nil {
+		release()
+		return rp.fail(transport.StatusError, "the reply could not be encoded: "+err.Error())
+	}
 	hdr := transport.AppendBlobHeader(make([]byte, 0, transport.BlobHeaderSize(len(si.Tokens))), si.NPast, si.Tokens)
 	total := int64(len(hdr)) + si.StateSize + int64(len(trailer))
 	start := time.Now()
@@ -286,8 +290,8 @@ func (s *Server) handleStatePut(req *request, rp *replier) error {
 		return rp.failErr(err)
 	}
 	after = &si
-	return rp.reply(transport.StatusOK, transport.NewMeta().Add("restored", true).Add("bytes", consumed).
-		Add("n_past", si.NPast).AddFields(info.Model).Bytes(), nil)
+	return rp.replyMeta(transport.StatusOK, transport.NewMeta().Add("restored", true).Add("bytes", consumed).
+		Add("n_past", si.NPast).AddFields(info.Model), nil)
 }
 
 // transferDone counts a state transfer, and logs it at debug level with the
@@ -325,7 +329,7 @@ func (s *Server) handleStateMeta(req *request, rp *replier) error {
 		return rp.failErr(err)
 	}
 	_, info := s.Backend()
-	return rp.reply(transport.StatusOK, transport.NewMeta().Add("slot_id", slot).Add("n_past", st.nPast).
+	return rp.replyMeta(transport.StatusOK, transport.NewMeta().Add("slot_id", slot).Add("n_past", st.nPast).
 		Add("state_size", st.stateSize).Add("is_processing", st.use == slotProcessing).
-		Add("is_transferring", st.use == slotTransferring).AddFields(info.Model).Bytes(), nil)
+		Add("is_transferring", st.use == slotTransferring).AddFields(info.Model), nil)
 }

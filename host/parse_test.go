@@ -69,26 +69,26 @@ func TestParsePrefill(t *testing.T) {
 }
 
 func TestParseDecode(t *testing.T) {
-	d, err := parseDecode([]byte(`{"n_predict":10,"messages":null}`), 1, NewTunables().Sampler())
+	d, err := parseDecode([]byte(`{"n_predict":10,"messages":null}`), 1, NewTunables().Sampler(), 0)
 	if err != nil || d.nPredict != 10 || d.prefill != nil {
 		t.Fatalf("%+v %v", d, err)
 	}
-	d, err = parseDecode([]byte(`{"n_predict":3,"messages":[{"role":"user","content":"x"}],"temperature":0.5,"seed":9}`), 1, NewTunables().Sampler())
+	d, err = parseDecode([]byte(`{"n_predict":3,"messages":[{"role":"user","content":"x"}],"temperature":0.5,"seed":9}`), 1, NewTunables().Sampler(), 0)
 	if err != nil || d.prefill == nil || d.prefill.Slot != 1 || d.sampler.Temperature != 0.5 || d.sampler.Seed != 9 {
 		t.Fatalf("%+v %v", d, err)
 	}
 	// E1: [i32 n_predict] and optional tokens.
-	d, err = parseDecode(tokBytes(10), 0, NewTunables().Sampler())
+	d, err = parseDecode(tokBytes(10), 0, NewTunables().Sampler(), 0)
 	if err != nil || d.nPredict != 10 || d.prefill != nil {
 		t.Fatalf("%+v %v", d, err)
 	}
-	d, err = parseDecode(tokBytes(2, 5, 6), 0, NewTunables().Sampler())
+	d, err = parseDecode(tokBytes(2, 5, 6), 0, NewTunables().Sampler(), 0)
 	if err != nil || d.nPredict != 2 || len(d.prefill.Tokens) != 2 {
 		t.Fatalf("%+v %v", d, err)
 	}
 	for _, bad := range [][]byte{nil, {1, 2}, []byte(`{}`), []byte(`{"n_predict":-1}`), []byte(`{"n_predict":"x"}`),
 		[]byte(`{"n_predict":1,"messages":[]}`), tokBytes(0xffffffff), append(tokBytes(1), 1, 2)} {
-		if _, err := parseDecode(bad, 0, NewTunables().Sampler()); err == nil {
+		if _, err := parseDecode(bad, 0, NewTunables().Sampler(), 0); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}

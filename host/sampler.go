@@ -23,32 +23,52 @@ type SamplerFields struct {
 	IgnoreEOS        *bool    `json:"ignore_eos" mapstructure:"ignore_eos"`
 }
 
-// maxPenalty bounds the penalties: far beyond any useful value, well inside
-// float32.
-const maxPenalty = 1e6
+// maxSamplerValue bounds the temperature and the penalties: far beyond any
+// useful value, and well inside the float32 the backends compute in, so no
+// value a client sends becomes an infinity there.
+const maxSamplerValue = 1e6
 
-// Validate checks every field given, naming the first that is out of range.
-func (f SamplerFields) Validate() error {
-	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+// Validate checks every field given in the type and range it is used in,
+// naming the first that is out of range. nCtx bounds repeat_last_n (the
+// penalties' window is allocated per sequence); 0 means not known yet (the
+// backend clamps the window to its context itself).
+func (f SamplerFields) Validate(nCtx int) error {
 	switch {
-	case f.Temperature != nil && !(*f.Temperature >= 0 && finite(*f.Temperature)):
-		return fmt.Errorf("temperature must be >= 0, got %v", *f.Temperature)
+	case f.Temperature != nil && !(*f.Temperature >= 0 && *f.Temperature <= maxSamplerValue):
+		return fmt.Errorf("temperature must be in [0, %g], got %v", float64(maxSamplerValue), *f.Temperature)
 	case f.TopK != nil && (*f.TopK < 0 || *f.TopK > math.MaxInt32):
 		return fmt.Errorf("top_k must be in [0, %d], got %d", math.MaxInt32, *f.TopK)
 	case f.TopP != nil && !(*f.TopP > 0 && *f.TopP <= 1):
 		return fmt.Errorf("top_p must be in (0, 1], got %v", *f.TopP)
 	case f.MinP != nil && !(*f.MinP >= 0 && *f.MinP <= 1):
 		return fmt.Errorf("min_p must be in [0, 1], got %v", *f.MinP)
-	case f.RepeatPenalty != nil && !(*f.RepeatPenalty >= 0 && *f.RepeatPenalty <= maxPenalty):
-		return fmt.Errorf("repeat_penalty must be in [0, %g], got %v", float64(maxPenalty), *f.RepeatPenalty)
-	case f.RepeatLastN != nil && (*f.RepeatLastN < -1 || *f.RepeatLastN > math.MaxInt32):
-		return fmt.Errorf("repeat_last_n must be -1 (the whole sequence) or in [0, %d], got %d", math.MaxInt32, *f.RepeatLastN)
-	case f.PresencePenalty != nil && !(math.Abs(*f.PresencePenalty) <= maxPenalty):
-		return fmt.Errorf("presence_penalty must be in [-%g, %g], got %v", float64(maxPenalty), float64(maxPenalty), *f.PresencePenalty)
-	case f.FrequencyPenalty != nil && !(math.Abs(*f.FrequencyPenalty) <= maxPenalty):
-		return fmt.Errorf("frequency_penalty must be in [-%g, %g], got %v", float64(maxPenalty), float64(maxPenalty), *f.FrequencyPenalty)
+	case f.RepeatPenalty != nil && !(*f.RepeatPenalty >= 0 && *f.RepeatPenalty <= maxSamplerValue):
+		return fmt.Errorf("repeat_penalty must be in [0, %g], got %v", float64(maxSamplerValue), *f.RepeatPenalty)
+	case f.RepeatLastN != nil && (*f.RepeatLastN < -1 || *f.RepeatLastN > int64(maxRepeatLastN(nCtx))):
+		return fmt.Errorf("repeat_last_n must be -1 (the whole sequence) or in [0, %d]%s, got %d",
+			maxRepeatLastN(nCtx), ctxNote(nCtx), *f.RepeatLastN)
+	case f.PresencePenalty != nil && !(math.Abs(*f.PresencePenalty) <= maxSamplerValue):
+		return fmt.Errorf("presence_penalty must be in [-%g, %g], got %v", float64(maxSamplerValue), float64(maxSamplerValue), *f.PresencePenalty)
+	case f.FrequencyPenalty != nil && !(math.Abs(*f.FrequencyPenalty) <= maxSamplerValue):
+		return fmt.Errorf("frequency_penalty must be in [-%g, %g], got %v", float64(maxSamplerValue), float64(maxSamplerValue), *f.FrequencyPenalty)
 	}
 	return nil
+}
+
+// maxRepeatLastN is the longest penalty window: the context when known, since
+// no sequence is longer and the backend allocates the window.
+func maxRepeatLastN(nCtx int) int {
+	if nCtx > 0 {
+		return nCtx
+	}
+	return math.MaxInt32
+}
+
+func ctxNote(nCtx int) string {
+	if nCtx > 0 {
+		return " (the context)"
+	}
+	return ""
 }
 
 // Apply sets the fields given on p and returns them by key (for CONFIGURE's

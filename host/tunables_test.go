@@ -38,7 +38,7 @@ func TestConfigureChunkSize(t *testing.T) {
 	}
 	for _, c := range cases {
 		tun := NewTunables()
-		req, _, err := parseConfigure([]byte(c.json))
+		req, _, err := parseConfigure([]byte(c.json), 0)
 		if err != nil {
 			t.Fatalf("%s: %v", c.json, err)
 		}
@@ -64,7 +64,7 @@ func TestConfigureRejectsAndChangesNothing(t *testing.T) {
 		`not json`,
 	}
 	for _, b := range bad {
-		if _, _, err := parseConfigure([]byte(b)); err == nil {
+		if _, _, err := parseConfigure([]byte(b), 0); err == nil {
 			t.Errorf("%s: accepted", b)
 		}
 	}
@@ -72,7 +72,7 @@ func TestConfigureRejectsAndChangesNothing(t *testing.T) {
 
 func TestConfigureSamplerAndUnknownKeys(t *testing.T) {
 	tun := NewTunables()
-	req, ignored, err := parseConfigure([]byte(`{"temperature":0.7,"top_k":40,"top_p":0.9,"seed":42,"n_predict":16,"test":"value","zzz":1}`))
+	req, ignored, err := parseConfigure([]byte(`{"temperature":0.7,"top_k":40,"top_p":0.9,"seed":42,"n_predict":16,"test":"value","zzz":1}`), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestConfigureSamplerAndUnknownKeys(t *testing.T) {
 		t.Fatalf("chunk size changed without being asked")
 	}
 	// An empty payload is a no-op success.
-	if _, _, err := parseConfigure(nil); err != nil {
+	if _, _, err := parseConfigure(nil, 0); err != nil {
 		t.Fatal(err)
 	}
 }

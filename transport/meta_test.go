@@ -1,6 +1,10 @@
 package transport
 
-import "testing"
+import (
+	"math"
+	"strings"
+	"testing"
+)
 
 func TestMetaOrderAndEscaping(t *testing.T) {
 	got := string(NewMeta().Add("success", true).Add("state_chunk_size_applied", uint64(2097152)).Bytes())
@@ -31,5 +35,20 @@ func TestMetaOrderAndEscaping(t *testing.T) {
 	}
 	if got := string(ErrorMeta(`bad "key"`)); got != `{"error":"bad \"key\""}` {
 		t.Fatal(got)
+	}
+}
+
+// TestMetaUnencodableValue: a value JSON cannot hold is left out and
+// reported, and the object stays valid JSON.
+func TestMetaUnencodableValue(t *testing.T) {
+	m := NewMeta().Add("a", 1).Add("t", float32(math.Inf(1))).Add("b", "x").AddFields(make(chan int))
+	if err := m.Err(); err == nil || !strings.Contains(err.Error(), `"t"`) {
+		t.Fatalf("Err() = %v, want one naming \"t\"", err)
+	}
+	if got := string(m.Bytes()); got != `{"a":1,"b":"x"}` {
+		t.Fatalf("Bytes() = %s", got)
+	}
+	if err := NewMeta().AddFields([]int{1}).Err(); err == nil {
+		t.Fatal("AddFields of an array: no error")
 	}
 }

@@ -263,7 +263,7 @@ func (c *completion) setLimit(req *completionRequest) error {
 
 // setSampler applies the sampler fields given over the engine's defaults.
 func (c *completion) setSampler(req *completionRequest, info iface.BackendInfo) error {
-	if err := req.SamplerFields.Validate(); err != nil {
+	if err := req.SamplerFields.Validate(info.SlotCtx()); err != nil {
 		return badRequest("%v", err)
 	}
 	req.SamplerFields.Apply(&c.sampler)

@@ -89,6 +89,10 @@ func (a *api) stateMeta(w http.ResponseWriter, r *http.Request) {
 	_, info := a.s.Backend()
 	m := transport.NewMeta().Add("slot_id", slot).Add("n_past", v.NPast).Add("state_size", v.StateSize).
 		Add("is_processing", v.Processing).Add("is_transferring", v.Transferring).AddFields(info.Model)
+	if err := m.Err(); err != nil {
+		writeError(w, http.StatusInternalServerError, "state meta unavailable: "+err.Error())
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(append(m.Bytes(), '\n'))
 }
