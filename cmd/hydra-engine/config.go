@@ -439,6 +439,9 @@ func keyValueHook(from, to reflect.Type, data any) (any, error) {
 	return m, nil
 }
 
+// maxSlots is llama.cpp's LLAMA_MAX_SEQ: the most sequences one context holds.
+const maxSlots = 256
+
 func (c *Config) validate() error {
 	if len(c.RPC) == 0 {
 		return errors.New("rpc: at least one listener is needed")
@@ -446,8 +449,8 @@ func (c *Config) validate() error {
 	if c.Backend == "" {
 		return errors.New("backend: empty")
 	}
-	if c.Slots < 1 {
-		return fmt.Errorf("slots must be at least 1, got %d", c.Slots)
+	if c.Slots < 1 || c.Slots > maxSlots {
+		return fmt.Errorf("slots must be in [1, %d], got %d", maxSlots, c.Slots)
 	}
 	switch c.DataPlane {
 	case "auto", "shm", "grpc":
