@@ -51,6 +51,9 @@ func NewMinRate(rate int64, window time.Duration) MinRate {
 	return MinRate{need: int64(min(max(need, 1), math.MaxInt64/2)), window: window}
 }
 
+// Due is how many bytes must move per window; 0 when the rate is off.
+func (m *MinRate) Due() int64 { return m.need }
+
 // Reset starts a fresh window, as at the start of a request.
 func (m *MinRate) Reset() { m.moved, m.spent = 0, 0 }
 

@@ -186,12 +186,11 @@ func serveStartupHTTP(c *Config, logger hclog.Logger, startup *httpapi.Startup, 
 	if err != nil {
 		return nil, fmt.Errorf("http %s: %w", c.HTTP, err)
 	}
-	hs := httpapi.NewServer(startup, httpapi.ServerOptions{
-		IdleTimeout: c.IdleTimeout, ChunkTimeout: c.ChunkTimeout, MinTransferRate: transferRate(c.MinTransferRate),
-	})
+	opts := httpapi.ServerOptions{IdleTimeout: c.IdleTimeout, ChunkTimeout: c.ChunkTimeout, MinTransferRate: transferRate(c.MinTransferRate)}
+	hs := httpapi.NewServer(startup, opts)
 	logger.Info("serving HTTP", "addr", hl.Addr().String())
 	go func() {
-		if err := hs.Serve(httpapi.LimitListener(hl, c.MaxConns)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := hs.Serve(httpapi.LimitListener(httpapi.RateListener(hl, opts), c.MaxConns)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- err
 		}
 	}()

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -289,7 +290,11 @@ func (rn *completionRun) generate() {
 	rn.a.endTask(rn.slot, taskID, nGen, rn.nPredict)
 	rn.release()
 	if err != nil {
-		if rn.ctx.Err() == nil { // else the client went away: nobody to tell
+		var rate *host.RateError
+		switch {
+		case errors.As(err, &rate) || errors.Is(err, os.ErrDeadlineExceeded):
+			rn.a.log.Info("HTTP client cut: it stopped reading the reply", "slot", rn.slot, "tokens", nGen, "error", err)
+		case rn.ctx.Err() == nil: // else the client went away: nobody to tell
 			rn.fail(err)
 		}
 		return

@@ -195,3 +195,85 @@ func (c *limitedConn) Close() error {
 	c.once.Do(c.release)
 	return err
 }
+
+// RateListener arms a write deadline before every write of its connections,
+// as the Hydra connections have: the stall limit (opts.ChunkTimeout) or the
+// end of the minimum rate's window of socket time, whichever comes first.
+// A client that stops reading a streamed completion then fails the stream's
+// next blocked write within a window, and its slot is freed, instead of
+// holding the slot for as long as it keeps the connection open. Time spent
+// between writes (a decode producing the next token) is not socket time, so
+// a slow decode is never charged to the client.
+func RateListener(l net.Listener, opts ServerOptions) net.Listener {
+	rate := opts.MinTransferRate
+	if rate == 0 {
+		rate = host.DefaultMinTransferRate
+	}
+	return &rateListener{Listener: l, rate: rate, window: host.RateWindow(opts.ChunkTimeout), stall: opts.ChunkTimeout}
+}
+
+type rateListener struct {
+	net.Listener
+	rate   int64
+	window time.Duration
+	stall  time.Duration
+}
+
+func (l *rateListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &rateConn{Conn: c, rate: host.NewMinRate(l.rate, l.window), stall: l.stall}, nil
+}
+
+// rateConn is a connection whose writes keep a minimum rate (RateListener).
+type rateConn struct {
+	net.Conn
+	mu    sync.Mutex // net/http writes from the handler and from its own goroutine
+	rate  host.MinRate
+	stall time.Duration
+}
+
+// Write writes p in pieces of at most a quarter of a window's due bytes,
+// each under its own deadline, so that one large write to a client reading
+// at the minimum rate does not outlast the window it started in.
+func (c *rateConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	piece := len(p)
+	if due := c.rate.Due(); due > 0 {
+		piece = int(max(min(due/4, int64(len(p))), 1))
+	}
+	written := 0
+	for written < len(p) {
+		n, err := c.writePiece(p[written:min(len(p), written+piece)])
+		written += n
+		if err != nil {
+			return written, err
+		}
+	}
+	return written, nil
+}
+
+func (c *rateConn) writePiece(p []byte) (int, error) {
+	now := time.Now()
+	d := c.rate.Deadline(now)
+	if c.stall > 0 && (d.IsZero() || now.Add(c.stall).Before(d)) {
+		d = now.Add(c.stall)
+	}
+	if err := c.Conn.SetWriteDeadline(d); err != nil { // the zero time clears an earlier one
+		return 0, err
+	}
+	n, err := c.Conn.Write(p)
+	c.rate.Done(int64(n), time.Since(now))
+	return n, c.rate.Err(err)
+}
+
+// CloseWrite keeps net/http's graceful close of a TCP connection.
+func (c *rateConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}

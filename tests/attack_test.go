@@ -1,0 +1,93 @@
+package tests
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The second round of outside attacks (docs/reliability.md's attack table):
+// each test runs one against the real binaries and logs its figure.
+
+// stalledReader sends a streamed completion over a socket with a small
+// receive buffer and never reads the reply.
+func stalledReader(t *testing.T, addr, body string) net.Conn {
+	t.Helper()
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+		if err != nil {
+			return err
+		}
+		return serr
+	}}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	fmt.Fprintf(c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	return c
+}
+
+// TestStalledReadersAreCut: four clients that stay connected but stop
+// reading their streams hold every slot only until their writes miss the
+// minimum rate's window; then their slots are free and other clients are
+// served.
+func TestStalledReadersAreCut(t *testing.T) {
+	const window = 2 * time.Second
+	e, base := startHTTPEngine(t, "--slots", "4", "--chunk-timeout", window.String(), "--backend-opt", "n_ctx=200000")
+	body := `{"prompt":"stall","max_tokens":150000,"ignore_eos":true,"stream":true}`
+	start := time.Now()
+	for range 4 {
+		stalledReader(t, e.e.HTTP, body)
+	}
+	// Every slot is taken by a stalled stream first.
+	waitFor(t, 10*time.Second, "4 busy slots", func() bool { return busySlots(t, base) == 4 })
+	busy := time.Since(start)
+	waitFor(t, 4*window, "the stalled streams' slots freed", func() bool { return busySlots(t, base) == 0 })
+	freed := time.Since(start)
+	var r struct {
+		Choices []struct {
+			Text string `json:"text"`
+		} `json:"choices"`
+	}
+	httpJSON(t, "POST", base+"/v1/completions", `{"prompt":"next","max_tokens":4}`, 200, &r)
+	if len(r.Choices) != 1 || r.Choices[0].Text == "" {
+		t.Fatalf("the next client: %+v", r)
+	}
+	if n := strings.Count(e.logs.String(), "HTTP client cut: it stopped reading the reply"); n != 4 {
+		t.Errorf("the engine's log says %d streams were cut for not reading, want 4", n)
+	}
+	t.Logf("4 stalled readers: every slot busy after %v, all freed after %v (window %v); the next client served", busy.Round(time.Millisecond), freed.Round(time.Millisecond), window)
+}
+
+// busySlots counts the slots /slots reports processing.
+func busySlots(t *testing.T, base string) int {
+	var slots []struct {
+		IsProcessing bool `json:"is_processing"`
+	}
+	httpJSON(t, "GET", base+"/slots", "", 200, &slots)
+	n := 0
+	for _, s := range slots {
+		if s.IsProcessing {
+			n++
+		}
+	}
+	return n
+}
+
+// waitFor polls cond every 20 ms until it holds, failing after limit.
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within %v", what, limit)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
