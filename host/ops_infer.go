@@ -190,6 +190,9 @@ func (s *Server) handlePrefill(req *request, rp *replier) error {
 		return rp.failErr(err)
 	}
 	start := time.Now()
+	if preq, err = s.roomForPrompt(b, preq); err != nil {
+		return rp.failErr(err)
+	}
 	res, err := b.Prefill(s.ctx, preq)
 	if err != nil {
 		if si, serr := b.Slot(s.ctx, slot); serr == nil {
@@ -218,6 +221,25 @@ func (s *Server) handlePrefill(req *request, rp *replier) error {
 		m.Add("model_switched", true).Add("slots_cleared", true)
 	}
 	return s.streamBlob(rp, b, res.Slot, m, logits, func() { lease.release(after) })
+}
+
+// roomForPrompt makes room in a KV cache the slots share for the prompt of
+// req, whose tokens it asks the backend for (MakeRoom), and returns the
+// request with those tokens, so that the backend tokenizes once. A backend
+// that cannot tokenize gets req as it came.
+func (s *Server) roomForPrompt(b iface.Backend, req iface.PrefillRequest) (iface.PrefillRequest, error) {
+	if _, info := s.Backend(); info.SplitKV() {
+		return req, nil
+	}
+	p, err := b.Tokenize(s.ctx, req)
+	switch {
+	case errors.Is(err, iface.ErrNotImplemented):
+		return req, nil
+	case err != nil:
+		return req, err
+	}
+	s.MakeRoom(s.ctx, req.Slot, len(p.Tokens)+1, false)
+	return iface.PrefillRequest{Slot: req.Slot, Tokens: p.Tokens, Model: req.Model}, nil
 }
 
 // decodeRequest is a parsed DECODE.
@@ -318,6 +340,13 @@ func (s *Server) handleDecode(req *request, rp *replier) error {
 		}
 	}()
 	dr := iface.DecodeRequest{Slot: slot, NPredict: dreq.nPredict, Sampler: dreq.sampler, Logprobs: true}
+	if dreq.prefill != nil {
+		p, err := s.roomForPrompt(b, *dreq.prefill)
+		if err != nil {
+			return rp.failErr(err)
+		}
+		dreq.prefill = &p
+	}
 	switch {
 	case dreq.prefill != nil && info.PromptDecode:
 		dr.Prompt = dreq.prefill // one call: a batching backend samples the first token in the prompt's last step

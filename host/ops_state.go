@@ -303,16 +303,18 @@ func (s *Server) transferDone(rp *replier, put bool, slot int, bytes int64, d ti
 }
 
 // restore parses the wrapper and hands the rest of the payload to the backend.
-// A wrapper claiming more tokens than the backend's context holds is refused
-// before anything is allocated for them.
+// A wrapper claiming more tokens than a slot holds is refused before anything
+// is allocated for them; in a KV cache the slots share, idle HTTP sequences
+// make room for the state first (MakeRoom).
 func (s *Server) restore(ctx context.Context, b iface.Backend, info iface.BackendInfo, slot int, src io.Reader, total int64) (int64, error) {
-	bh, err := transport.ReadBlobHeader(src, total, info.NCtx)
+	bh, err := transport.ReadBlobHeader(src, total, info.SlotCtx())
 	if err != nil {
 		if errors.Is(err, transport.ErrMalformedBlob) {
 			return 0, err
 		}
 		return 0, fmt.Errorf("%w: %w", transport.ErrMalformedBlob, err)
 	}
+	s.MakeRoom(ctx, slot, len(bh.Tokens), false)
 	ctx = shm.WithTransferChunk(ctx, s.tun.StateChunkSize())
 	return b.StatePut(ctx, slot, bh.Tokens, src, total-bh.Size)
 }

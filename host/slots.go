@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/hydra-engine/hydra-engine/iface"
 )
@@ -26,6 +27,7 @@ type slotState struct {
 	nPast     int
 	stateSize int64
 	holder    SlotHolder // who put the slot's sequence there
+	lastUse   time.Time  // when the last operation on the slot ended
 }
 
 // SlotHolder says which side put a slot's sequence there: a Hydra RPC
@@ -162,7 +164,7 @@ func (l *slotLease) release(info *iface.SlotInfo) {
 			return // the table was reset under us (backend restart)
 		}
 		st := &l.t.slots[l.slot]
-		st.use, st.owner = slotIdle, 0
+		st.use, st.owner, st.lastUse = slotIdle, 0, time.Now()
 		if info != nil {
 			st.nPast, st.stateSize = info.NPast, info.StateSize
 			st.holder = HolderNone
@@ -240,6 +242,7 @@ type SlotView struct {
 	NPast        int
 	StateSize    int64
 	Holder       SlotHolder
+	LastUse      time.Time // when the last operation on it ended (zero: none yet)
 }
 
 // SlotFreed is closed the next time a slot is released (or the backend is
@@ -265,7 +268,7 @@ func (s *Server) Slots() []SlotView {
 
 func (st slotState) view() SlotView {
 	return SlotView{Processing: st.use == slotProcessing, Transferring: st.use == slotTransferring,
-		NPast: st.nPast, StateSize: st.stateSize, Holder: st.holder}
+		NPast: st.nPast, StateSize: st.stateSize, Holder: st.holder, LastUse: st.lastUse}
 }
 
 // SlotLease is a front end's hold on a slot, taken as processing with

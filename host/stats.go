@@ -46,8 +46,11 @@ type Stats struct {
 	// CountPromptReuse).
 	evictions    map[SlotHolder]uint64
 	reusedTokens uint64
-	phases       map[string]TokenStats
-	observer     StatsObserver
+	// kvEvictions and kvEvictedCells count idle sequences evicted to make
+	// room in a shared KV cache (CountKVEviction).
+	kvEvictions, kvEvictedCells uint64
+	phases                      map[string]TokenStats
+	observer                    StatsObserver
 }
 
 // StatsObserver sees every transfer and every prefill or decode as it is
@@ -195,6 +198,23 @@ func (s *Stats) CountSlotEviction(holder SlotHolder) {
 	}
 	s.evictions[holder]++
 	s.mu.Unlock()
+}
+
+// CountKVEviction counts an idle HTTP sequence of cells cells evicted to make
+// room for another in the KV cache the slots share (Evict).
+func (s *Stats) CountKVEviction(cells int) {
+	s.mu.Lock()
+	s.kvEvictions++
+	s.kvEvictedCells += uint64(cells)
+	s.mu.Unlock()
+}
+
+// KVEvictions returns how many sequences, and of how many cells, Evict
+// evicted.
+func (s *Stats) KVEvictions() (sequences, cells uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.kvEvictions, s.kvEvictedCells
 }
 
 // SlotEvictions returns the evictions by the holder of the sequence dropped.

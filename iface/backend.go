@@ -73,6 +73,9 @@ var (
 	ErrBusy           = errors.New("slot busy")
 	ErrBadRequest     = errors.New("bad request")
 	ErrNotImplemented = errors.New("not implemented")
+	// ErrNoRoom: the prompt fits a slot but not the KV cells the slots
+	// share, which other sequences hold; clearing one makes room.
+	ErrNoRoom = errors.New("KV cache full")
 )
 
 // LoadRequest configures a backend at start.

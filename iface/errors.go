@@ -18,6 +18,10 @@ import (
 //	ErrBadRequest      codes.InvalidArgument
 //	ErrNotImplemented  codes.Unimplemented (also what gRPC answers for an RPC a
 //	                   plugin built against an older protocol lacks)
+//	ErrNoRoom          codes.FailedPrecondition (the KV cache the slots share
+//	                   is held by other sequences until one is cleared; not
+//	                   ResourceExhausted, which gRPC itself answers for an
+//	                   oversized message)
 //	context.Canceled   codes.Canceled
 //	context.DeadlineExceeded codes.DeadlineExceeded
 //	anything else      its own status code if it carries one, else codes.Unknown
@@ -41,6 +45,8 @@ func ToStatus(err error) error {
 		code = codes.InvalidArgument
 	case errors.Is(err, ErrNotImplemented):
 		code = codes.Unimplemented
+	case errors.Is(err, ErrNoRoom):
+		code = codes.FailedPrecondition
 	case errors.Is(err, context.Canceled):
 		code = codes.Canceled
 	case errors.Is(err, context.DeadlineExceeded):
@@ -79,6 +85,8 @@ func FromStatus(err error) error {
 		sentinel = ErrBadRequest
 	case codes.Unimplemented:
 		sentinel = ErrNotImplemented
+	case codes.FailedPrecondition:
+		sentinel = ErrNoRoom
 	case codes.Canceled:
 		sentinel = context.Canceled
 	case codes.DeadlineExceeded:

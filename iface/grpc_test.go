@@ -244,6 +244,7 @@ func TestErrors(t *testing.T) {
 		{fmt.Errorf("prefill: %w", ErrBadRequest), ErrBadRequest, "bad request: prefill: bad request", codes.InvalidArgument},
 		{ErrBadRequest, ErrBadRequest, "bad request", codes.InvalidArgument},
 		{ErrNotImplemented, ErrNotImplemented, "not implemented", codes.Unimplemented},
+		{fmt.Errorf("%w: needs 9 KV cells, 2 free", ErrNoRoom), ErrNoRoom, "KV cache full: needs 9 KV cells, 2 free", codes.FailedPrecondition},
 		{errors.New("CUDA error 700"), nil, "CUDA error 700", codes.Unknown},
 		// A status error that is not a sentinel keeps its code; the host
 		// still gets the sentinel its code stands for.
@@ -257,7 +258,7 @@ func TestErrors(t *testing.T) {
 			if err == nil {
 				t.Fatalf("%s returning %v: no error", name, tc.ret)
 			}
-			for _, s := range []error{ErrNoSlot, ErrBusy, ErrBadRequest, ErrNotImplemented, context.Canceled} {
+			for _, s := range []error{ErrNoSlot, ErrBusy, ErrBadRequest, ErrNotImplemented, ErrNoRoom, context.Canceled} {
 				if errors.Is(err, s) != (s == tc.sentinel) {
 					t.Errorf("%s returning %v: errors.Is(%v, %v) = %v", name, tc.ret, err, s, !(s == tc.sentinel))
 				}

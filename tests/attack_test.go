@@ -1,12 +1,15 @@
 package tests
 
 import (
+	"bytes"
 	"fmt"
 	"net"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hydra-engine/hydra-engine/transport"
 )
 
 // The second round of outside attacks (docs/reliability.md's attack table):
@@ -89,5 +92,59 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 			t.Fatalf("no %s within %v", what, limit)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestSharedCacheServesHTTPBesideRPC: three slots sharing 3000 KV cells.
+// While a Hydra RPC sequence holds most of them, a completion that does not
+// fit waits in the queue (never a 4xx) and runs once the RPC slot is
+// erased; completions' idle sequences are evicted, least recently used
+// first, to make room for the next prompt and for an RPC STATE_PUT, and an
+// RPC sequence is never evicted.
+func TestSharedCacheServesHTTPBesideRPC(t *testing.T) {
+	e, base := startHTTPEngine(t, "--slots", "3", "--backend-opt", "kv_unified=true", "--backend-opt", "n_ctx=3000")
+	c := client(t, e.unix)
+	long := func(n int, tag string) string { return strings.Repeat(tag, n/len(tag)) }
+	mustOK(t, c, transport.OpPrefill, "0", chat(long(2000, "rpc ")))
+	body := fmt.Sprintf(`{"messages":[{"role":"user","content":%q}],"max_tokens":4}`, long(1500, "http "))
+	got := make(chan int, 1)
+	go func() { code, _, _ := httpDo(t, "POST", base+"/v1/chat/completions", body); got <- code }()
+	select {
+	case code := <-got:
+		t.Fatalf("a completion the RPC sequence leaves no room for answered %d instead of waiting", code)
+	case <-time.After(500 * time.Millisecond):
+	}
+	_, blob := getState(t, c, "0")
+	if code, b, _ := httpDo(t, "POST", base+"/slots/0?action=erase", ""); code != 200 {
+		t.Fatalf("erase: %d %s", code, b)
+	}
+	if code := <-got; code != 200 {
+		t.Fatalf("the waiting completion after the erase: %d", code)
+	}
+	// Idle completions' sequences hold 2700-odd cells.
+	if code, b, _ := httpDo(t, "POST", base+"/v1/chat/completions", fmt.Sprintf(`{"messages":[{"role":"user","content":%q}],"max_tokens":4}`, long(1200, "more "))); code != 200 {
+		t.Fatalf("second completion: %d %s", code, b)
+	}
+	// The RPC state of 2000 cells needs room they hold.
+	mustOK(t, c, transport.OpStatePut, "0", blob)
+	m := metricsOf(t, base)
+	if m["hydra_engine_kv_evictions_total"] < 1 || m[`hydra_engine_slot_evictions_total{holder="rpc"}`] != 0 {
+		t.Errorf("evictions: kv %v, rpc %v", m["hydra_engine_kv_evictions_total"], m[`hydra_engine_slot_evictions_total{holder="rpc"}`])
+	}
+	// A completion now waits again rather than evicting the RPC sequence.
+	go func() { code, _, _ := httpDo(t, "POST", base+"/v1/chat/completions", body); got <- code }()
+	select {
+	case code := <-got:
+		t.Fatalf("a completion beside the restored RPC sequence answered %d instead of waiting", code)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if _, b := getState(t, c, "0"); !bytes.Equal(b, blob) {
+		t.Error("the restored RPC sequence changed")
+	}
+	if code, b, _ := httpDo(t, "POST", base+"/slots/0?action=erase", ""); code != 200 {
+		t.Fatalf("erase: %d %s", code, b)
+	}
+	if code := <-got; code != 200 {
+		t.Fatalf("the completion after the RPC slot emptied: %d", code)
 	}
 }

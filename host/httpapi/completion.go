@@ -97,6 +97,9 @@ func finishReason(stop string) string {
 	return "length" // "length", "n_tokens_limit"
 }
 
+// stopNTokensLimit is the backends' stop reason for a full slot or KV cache.
+const stopNTokensLimit = "n_tokens_limit"
+
 // errStopString ends a decode whose text reached a stop string.
 var errStopString = errors.New("stop string reached")
 
@@ -152,10 +155,69 @@ func (a *api) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 		writeAPIError(w, a.apiErrorOf("reading the prompt", err))
 		return
 	}
-	lease, err := a.queue.take(r.Context(), a.pickSlot(c.slot, toks))
+	need := 0 // the cells the prompt and its first token take, when known
+	if toks != nil {
+		if n := info.SlotCtx(); n > 0 && len(toks) >= n {
+			writeAPIError(w, badRequest("the prompt has %d tokens: a slot holds %d (n_ctx), its reply included", len(toks), n))
+			return
+		}
+		need = len(toks) + 1
+	}
+	// A prompt that the shared KV cache had no room for (the sequences of
+	// running decodes grew after the slot was taken) waits for the next slot
+	// to free, or a moment, and tries again, for up to maxRoomWait.
+	deadline := time.Now().Add(maxRoomWait)
+	for {
+		err := a.run(w, r, b, info, c, toks, need, switched)
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, iface.ErrNoRoom) || time.Now().After(deadline) {
+			step := "evaluating the prompt"
+			var se *stepError
+			if errors.As(err, &se) {
+				step = se.step
+			}
+			writeAPIError(w, a.apiErrorOf(step, roomError(err)))
+			return
+		}
+		t := time.NewTimer(roomRetryWait)
+		select {
+		case <-a.s.SlotFreed():
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		}
+		t.Stop()
+	}
+}
+
+// roomRetryWait is the longest a completion waits between two tries of its
+// prompt against a full shared KV cache when no slot frees meanwhile.
+const roomRetryWait = 250 * time.Millisecond
+
+// maxRoomWait is how long a completion tries its prompt against a shared KV
+// cache that running decodes keep full before it answers 503 (Retry-After).
+const maxRoomWait = 60 * time.Second
+
+// roomError makes a prompt's ErrNoRoom the client's 503 with Retry-After:
+// room comes back as other sequences end.
+func roomError(err error) error {
+	if errors.Is(err, iface.ErrNoRoom) {
+		return &apiError{status: http.StatusServiceUnavailable, Type: "unavailable_error", Code: "kv_cache_full", Msg: err.Error()}
+	}
+	return err
+}
+
+// run runs a completion once it has its prompt's tokens: it takes a slot
+// (waiting in the queue when none is free), prefills and decodes. It returns
+// an error only when nothing of the reply was written; after that, errors
+// are the reply's.
+func (a *api) run(w http.ResponseWriter, r *http.Request, b iface.Backend, info iface.BackendInfo, c completion, toks []int32, need int, switched bool) error {
+	lease, err := a.queue.take(r.Context(), a.pickSlot(r.Context(), c.slot, toks, need))
 	if err != nil {
-		writeAPIError(w, a.apiErrorOf("taking a slot", err))
-		return
+		return &stepError{step: "taking a slot", err: err}
 	}
 	rn := &completionRun{a: a, ctx: r.Context(), b: b, info: info, c: c, slot: lease.Slot(),
 		w: w, rc: http.NewResponseController(w), body: newCompletionBody(c, info), probs: newTokenProbs(c)}
@@ -178,15 +240,22 @@ func (a *api) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 	}
 	defer rn.release()
 	if info.PromptDecode && toks != nil && rn.promptInDecode(len(toks)) {
-		rn.generate()
-		return
+		return rn.generate()
 	}
 	if err := rn.prefill(); err != nil {
-		writeAPIError(w, a.apiErrorOf("evaluating the prompt", err))
-		return
+		return err
 	}
-	rn.generate()
+	return rn.generate()
 }
+
+// stepError is a failure of the step named, before any reply byte.
+type stepError struct {
+	step string
+	err  error
+}
+
+func (e *stepError) Error() string { return e.err.Error() }
+func (e *stepError) Unwrap() error { return e.err }
 
 // promptTokens asks the backend for the tokens of c's prompt, which pick its
 // slot, and has the prefill evaluate those; nil when the backend cannot say
@@ -273,12 +342,14 @@ func (rn *completionRun) setPredict(nPast int) {
 }
 
 // generate decodes and replies: one JSON body, or the rest of the stream.
-func (rn *completionRun) generate() {
+// A prompt in the decode that found no room in the shared KV cache, before
+// any reply byte, is returned (ErrNoRoom) for the completion to try again.
+func (rn *completionRun) generate() error {
 	rn.taskID = rn.a.beginTask(rn.slot, rn.nPrompt, rn.nPredict, slotParams{SamplerParams: rn.c.sampler, NPredict: rn.c.nPredict})
 	taskID := rn.taskID
 	if rn.c.stream && !rn.promptDecode { // with the prompt in the decode, at its first event
 		if err := rn.startStream(); err != nil {
-			return // the client is gone
+			return nil // the client is gone
 		}
 	}
 	start := time.Now()
@@ -292,21 +363,24 @@ func (rn *completionRun) generate() {
 	if err != nil {
 		var rate *host.RateError
 		switch {
+		case errors.Is(err, iface.ErrNoRoom) && !rn.started && nGen == 0:
+			return err
 		case errors.As(err, &rate) || errors.Is(err, os.ErrDeadlineExceeded):
 			rn.a.log.Info("HTTP client cut: it stopped reading the reply", "slot", rn.slot, "tokens", nGen, "error", err)
 		case rn.ctx.Err() == nil: // else the client went away: nobody to tell
 			rn.fail(err)
 		}
-		return
+		return nil
 	}
 	rn.a.s.Stats().CountTokens(host.PhaseDecode, nGen, elapsed)
 	u := &usage{PromptTokens: rn.nPrompt, CompletionTokens: nGen, TotalTokens: rn.nPrompt + nGen}
 	tm := newTimings(rn.nPrompt, rn.prompt, nGen, elapsed)
 	if rn.c.stream {
 		rn.finishStream(reason, u, tm)
-		return
+		return nil
 	}
 	rn.reply(text, reason, u, tm)
+	return nil
 }
 
 // reply writes a whole (non-streamed) completion.
@@ -365,7 +439,7 @@ func (rn *completionRun) decode() (string, int, string, error) {
 		req.Prompt = &rn.c.prefill
 	}
 	start := time.Now()
-	res, err := rn.b.Decode(rn.ctx, req, func(t iface.Token) error {
+	emit := func(t iface.Token) error {
 		if n == 0 && rn.promptDecode {
 			rn.prompt = time.Since(start) // until res.Prompt says
 		}
@@ -379,13 +453,24 @@ func (rn *completionRun) decode() (string, int, string, error) {
 			return errStopString
 		}
 		return nil
-	})
+	}
+	res, err := rn.b.Decode(rn.ctx, req, emit)
 	switch {
 	case res.Prompt != nil:
 		rn.prompt = res.Prompt.Prefill
 		rn.countPrompt(res.Prompt.Reused)
 	case rn.promptDecode && n > 0: // interrupted after its prompt: how much was reused is not known
 		rn.countPrompt(0)
+	}
+	// The shared KV cache filled before the slot did: idle HTTP sequences
+	// make room for the rest of the reply, and the decode goes on.
+	for err == nil && res.StopReason == stopNTokensLimit && n < rn.nPredict && res.NPast+1 < rn.info.SlotCtx() && !rn.info.SplitKV() {
+		want := res.NPast + min(rn.nPredict-n, rn.info.SlotCtx()-res.NPast)
+		if rn.a.s.MakeRoom(rn.ctx, rn.slot, want, true) == 0 {
+			break
+		}
+		req.NPredict, req.Prompt = rn.nPredict-n, nil
+		res, err = rn.b.Decode(rn.ctx, req, emit)
 	}
 	switch {
 	case errors.Is(err, errStopString):

@@ -37,6 +37,8 @@ const (
 	metricBudgetInUse     = "hydra_engine_payload_budget_in_use_bytes"
 	metricBudgetSize      = "hydra_engine_payload_budget_bytes"
 	metricEvictions       = "hydra_engine_slot_evictions_total"
+	metricKVEvictions     = "hydra_engine_kv_evictions_total"
+	metricKVEvictedCells  = "hydra_engine_kv_evicted_cells_total"
 	metricReused          = "hydra_engine_prompt_tokens_reused_total"
 	metricQueue           = "hydra_engine_http_queue_waiting"
 )
@@ -58,6 +60,7 @@ type metrics struct {
 	slots, slotsBusy, tokens, tokenSeconds, info                                *prometheus.Desc
 	connsOpen, connsRefused, acceptErrors, budgetInUse, budgetSize              *prometheus.Desc
 	evictions, reused, queue                                                    *prometheus.Desc
+	kvEvictions, kvEvictedCells                                                 *prometheus.Desc
 	queueLen                                                                    func() int
 	llama                                                                       llamaCompat
 }
@@ -154,6 +157,10 @@ func newMetrics(s *host.Server) *metrics {
 			"HTTP completions that took a slot holding a sequence, by who put it there (http: an earlier completion's, "+
 				"when no free slot was empty or shared the prompt; rpc: only completions naming the slot with id_slot).",
 			[]string{"holder"}, nil),
+		kvEvictions: prometheus.NewDesc(metricKVEvictions,
+			"Idle sequences of HTTP completions evicted, least recently used first, to make room for a prompt in the KV cache the slots share.", nil, nil),
+		kvEvictedCells: prometheus.NewDesc(metricKVEvictedCells,
+			"KV cells those evictions freed.", nil, nil),
 		reused: prometheus.NewDesc(metricReused,
 			"Prompt tokens a prefill kept from the slot's previous sequence instead of evaluating them.", nil, nil),
 		queue: prometheus.NewDesc(metricQueue,
@@ -196,7 +203,8 @@ func (m *metrics) Tokens(phase string, n int, d time.Duration) {
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.requests, m.requestSeconds, m.transferFailed, m.transferWait, m.chunkSize,
 		m.restarts, m.slots, m.slotsBusy, m.tokens, m.tokenSeconds, m.info,
-		m.connsOpen, m.connsRefused, m.acceptErrors, m.budgetInUse, m.budgetSize, m.evictions, m.reused, m.queue} {
+		m.connsOpen, m.connsRefused, m.acceptErrors, m.budgetInUse, m.budgetSize, m.evictions, m.reused, m.queue,
+		m.kvEvictions, m.kvEvictedCells} {
 		ch <- d
 	}
 	for _, d := range m.llama.descs() {
@@ -282,6 +290,9 @@ func (m *metrics) collectLimits(ch chan<- prometheus.Metric) {
 	for _, h := range []host.SlotHolder{host.HolderHTTP, host.HolderRPC} {
 		ch <- prometheus.MustNewConstMetric(m.evictions, prometheus.CounterValue, float64(ev[h]), h.String())
 	}
+	seqs, cells := m.s.Stats().KVEvictions()
+	ch <- prometheus.MustNewConstMetric(m.kvEvictions, prometheus.CounterValue, float64(seqs))
+	ch <- prometheus.MustNewConstMetric(m.kvEvictedCells, prometheus.CounterValue, float64(cells))
 	ch <- prometheus.MustNewConstMetric(m.reused, prometheus.CounterValue, float64(m.s.Stats().PromptTokensReused()))
 	if m.queueLen != nil {
 		ch <- prometheus.MustNewConstMetric(m.queue, prometheus.GaugeValue, float64(m.queueLen()))

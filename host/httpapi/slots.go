@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -143,22 +145,36 @@ func (a *api) slotAction(w http.ResponseWriter, r *http.Request) {
 // With KV cells split between the slots, an empty or least recently used slot
 // next to a busy one goes first: llama.cpp evaluates only sequences of
 // consecutive ids in one micro-batch, so each gap between decoding slots
-// costs a step another pass over the weights.
-func (a *api) pickSlot(slot int, toks []int32) func() (*host.SlotLease, error) {
+// costs a step another pass over the weights. In a KV cache the slots share,
+// a slot is taken only where the prompt's need cells fit once idle HTTP
+// sequences are evicted (host.PlanRoom; need 0: not known), and those are
+// evicted when it is taken; else the completion waits for one to free.
+func (a *api) pickSlot(ctx context.Context, slot int, toks []int32, need int) func() (*host.SlotLease, error) {
 	if slot >= 0 {
-		return func() (*host.SlotLease, error) { return a.takeNamed(slot) }
+		return func() (*host.SlotLease, error) { return a.takeNamed(ctx, slot, need) }
 	}
-	return func() (*host.SlotLease, error) { return a.takeIdle(toks) }
+	return func() (*host.SlotLease, error) { return a.takeIdle(ctx, toks, need) }
 }
+
+// errNoRoom is why a completion waits while its slot would be free: the
+// cells of the shared KV cache are held by sequences it may not evict.
+var errNoRoom = fmt.Errorf("%w: the KV cache the slots share is held by Hydra RPC sequences and running completions", iface.ErrBusy)
 
 // takeNamed takes the slot a completion named, saying so when that
 // overwrites an RPC client's sequence.
-func (a *api) takeNamed(slot int) (*host.SlotLease, error) {
+func (a *api) takeNamed(ctx context.Context, slot, need int) (*host.SlotLease, error) {
 	views := a.s.Slots()
+	_, info := a.s.Backend()
+	if _, ok := host.PlanRoom(views, info, slot, need); need > 0 && slot < len(views) && !ok {
+		return nil, errNoRoom
+	}
 	l, err := a.s.TakeSlot(slot)
 	if err == nil && slot < len(views) && views[slot].Holder == host.HolderRPC && views[slot].NPast > 0 {
 		a.log.Warn("a completion naming id_slot takes a slot holding a Hydra RPC sequence", "slot", slot, "n_past", views[slot].NPast)
 		a.s.Stats().CountSlotEviction(host.HolderRPC)
+	}
+	if err == nil && need > 0 {
+		a.s.MakeRoom(ctx, slot, need, false)
 	}
 	return l, err
 }
@@ -193,17 +209,23 @@ func nearBusy(all []host.SlotView, slot int) bool {
 	return busy(slot-1) || busy(slot+1)
 }
 
-// takeIdle takes the best free slot for a prompt of toks (nil: unknown).
-func (a *api) takeIdle(toks []int32) (*host.SlotLease, error) {
+// takeIdle takes the best free slot for a prompt of toks (nil: unknown)
+// that needs need cells (0: unknown).
+func (a *api) takeIdle(ctx context.Context, toks []int32, need int) (*host.SlotLease, error) {
 	a.mu.Lock()
 	tasks := maps.Clone(a.tasks)
 	a.mu.Unlock()
 	_, info := a.s.Backend()
 	pack := info.SplitKV()
 	picks := map[int]slotPick{}
+	noRoom := false
 	l, err := a.s.TakeIdleSlot(func(slot int, all []host.SlotView) (int64, bool) {
 		v := all[slot]
 		if v.NPast > 0 && v.Holder == host.HolderRPC {
+			return 0, false
+		}
+		if _, ok := host.PlanRoom(all, info, slot, need); need > 0 && !ok {
+			noRoom = true
 			return 0, false
 		}
 		near := pack && nearBusy(all, slot)
@@ -221,8 +243,14 @@ func (a *api) takeIdle(toks []int32) (*host.SlotLease, error) {
 		picks[slot] = slotPick{evicts: v.NPast}
 		return slotRank(rankHTTP, near, max(t.processed.UnixMilli(), 0)), true
 	})
-	if err == nil {
+	switch {
+	case err == nil:
 		a.notePick(l.Slot(), picks[l.Slot()])
+		if need > 0 {
+			a.s.MakeRoom(ctx, l.Slot(), need, false)
+		}
+	case noRoom && errors.Is(err, iface.ErrBusy):
+		err = errNoRoom
 	}
 	return l, err
 }

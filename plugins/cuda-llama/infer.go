@@ -443,7 +443,7 @@ func (e *engine) fits(i int, s *slot, need int) error {
 	}
 	if free := e.freeCells(); need > free {
 		return fmt.Errorf("%w: needs %d KV cells, %d free (shared by all slots, n_ctx %d): clear a slot first",
-			iface.ErrBadRequest, need, free, e.nCtx)
+			iface.ErrNoRoom, need, free, e.nCtx)
 	}
 	return nil
 }

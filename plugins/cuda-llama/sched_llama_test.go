@@ -352,7 +352,7 @@ func TestKVCapacity(t *testing.T) {
 	shared := load(t, tiny(t), 2, map[string]string{OptNCtx: "256"})
 	prefillTokens(t, shared, 0, make([]int32, 200))
 	_, err = shared.Prefill(context.Background(), iface.PrefillRequest{Slot: 1, Tokens: make([]int32, 100)})
-	if !errors.Is(err, iface.ErrBadRequest) || !strings.Contains(err.Error(), "needs 100 KV cells, 56 free (shared by all slots") {
+	if !errors.Is(err, iface.ErrNoRoom) || !strings.Contains(err.Error(), "needs 100 KV cells, 56 free (shared by all slots") {
 		t.Fatalf("prompt over the free cells: %v", err)
 	}
 }

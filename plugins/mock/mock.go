@@ -50,9 +50,14 @@ const (
 	OptNCtx            = "n_ctx"
 	OptOpDelayMS       = "op_delay_ms"
 	OptAlias           = "alias"
+	// OptKVUnified: the slots share one pool of n_ctx cells, as llama.cpp's
+	// unified cache (a prompt that finds the pool held by other sequences
+	// fails with iface.ErrNoRoom, a decode stops when it fills); default
+	// false: each slot has n_ctx cells of its own.
+	OptKVUnified = "kv_unified"
 )
 
-var knownOptions = []string{OptAlias, OptKVBytesPerToken, OptNCtx, OptOpDelayMS}
+var knownOptions = []string{OptAlias, OptKVBytesPerToken, OptKVUnified, OptNCtx, OptOpDelayMS}
 
 // Backend is the mock backend. The zero value is not usable; call New.
 type Backend struct {
@@ -67,12 +72,14 @@ var _ iface.Backend = (*Backend)(nil)
 // engine is what Load configures. Its fields never change after Load, so the
 // hot paths read them without locking; only the slots carry mutable state.
 type engine struct {
-	info    iface.BackendInfo
-	kvBytes int    // fake KV bytes per token, a multiple of 8
-	pat     []byte // what cells' KV is cut from (newPattern)
-	nCtx    int
-	opDelay time.Duration
-	slots   []*slot
+	info      iface.BackendInfo
+	kvBytes   int    // fake KV bytes per token, a multiple of 8
+	pat       []byte // what cells' KV is cut from (newPattern)
+	nCtx      int    // cells a slot may hold; with kvUnified, all slots together
+	kvUnified bool
+	opDelay   time.Duration
+	slots     []*slot
+	cells     sync.Mutex // serialises the shared pool's checks with the claims they make (kvUnified)
 }
 
 // New returns an unloaded mock backend logging to logger (nil: discard).
@@ -112,13 +119,16 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 			Model:   id,
 			NSlots:  nSlots,
 			NVocab:  NVocab,
-			NCtx:    opts.nCtx,
+			NCtx:    opts.nCtx * nSlots,
 			// Decode's prompt is a Prefill then the decode (Decode in slots.go).
 			PromptDecode: true,
+			NCtxSlot:     opts.nCtx,
+			KVUnified:    opts.kvUnified,
 		},
-		kvBytes: opts.kvBytes,
-		pat:     newPattern(opts.kvBytes),
-		nCtx:    opts.nCtx,
+		kvBytes:   opts.kvBytes,
+		pat:       newPattern(opts.kvBytes),
+		nCtx:      opts.nCtx,
+		kvUnified: opts.kvUnified,
 		opDelay: opts.opDelay,
 		slots:   make([]*slot, nSlots),
 	}
@@ -126,8 +136,11 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 		e.slots[i] = &slot{hash: hashSeed}
 	}
 	b.eng.Store(e)
+	if opts.kvUnified {
+		e.info.NCtx = opts.nCtx
+	}
 	b.log.Info("mock backend loaded", "model_alias", id.Alias, "model_hash", id.Hash, "model_path", id.Path,
-		"n_slots", nSlots, "n_ctx", opts.nCtx, "kv_bytes_per_token", opts.kvBytes, "op_delay", opts.opDelay)
+		"n_slots", nSlots, "n_ctx", opts.nCtx, "kv_unified", opts.kvUnified, "kv_bytes_per_token", opts.kvBytes, "op_delay", opts.opDelay)
 	return e.info, nil
 }
 
@@ -181,10 +194,11 @@ func (b *Backend) slot(i int) (*engine, *slot, error) {
 }
 
 type options struct {
-	kvBytes int
-	nCtx    int
-	opDelay time.Duration
-	alias   string
+	kvBytes   int
+	nCtx      int
+	kvUnified bool
+	opDelay   time.Duration
+	alias     string
 }
 
 func parseOptions(m map[string]string) (options, error) {
@@ -206,6 +220,11 @@ func parseOptions(m map[string]string) (options, error) {
 			}
 		case OptNCtx:
 			o.nCtx, err = parseInt(k, v, 1, MaxNCtx)
+		case OptKVUnified:
+			o.kvUnified, err = strconv.ParseBool(strings.TrimSpace(v))
+			if err != nil {
+				err = fmt.Errorf("%w: option %s=%q: not a boolean", iface.ErrBadRequest, k, v)
+			}
 		case OptOpDelayMS:
 			var ms int
 			ms, err = parseInt(k, v, 0, int(maxOpDelay/time.Millisecond))

@@ -1,6 +1,7 @@
 package mock
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -313,7 +314,8 @@ func TestLoadOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Name != Name || info.Version != Version || info.NVocab != NVocab || info.NCtx != DefaultNCtx ||
+	if info.Name != Name || info.Version != Version || info.NVocab != NVocab || info.NCtx != DefaultNCtx*DefaultNSlots ||
+		info.NCtxSlot != DefaultNCtx || info.KVUnified ||
 		info.NSlots != DefaultNSlots || info.Capabilities != nil || info.Model.Alias != "mock" || info.Model.Path != "" ||
 		len(info.Model.Hash) != 64 {
 		t.Fatalf("default info %+v", info)
@@ -324,7 +326,8 @@ func TestLoadOptions(t *testing.T) {
 		nSlots int
 		msg    string
 	}{
-		{map[string]string{"kv_bytes": "8"}, 1, `unknown option "kv_bytes" (known: alias, kv_bytes_per_token, n_ctx, op_delay_ms)`},
+		{map[string]string{"kv_bytes": "8"}, 1, `unknown option "kv_bytes" (known: alias, kv_bytes_per_token, kv_unified, n_ctx, op_delay_ms)`},
+		{map[string]string{OptKVUnified: "shared"}, 1, `kv_unified="shared": not a boolean`},
 		{map[string]string{OptKVBytesPerToken: "12"}, 1, "kv_bytes_per_token=\"12\": must be a multiple of 8"},
 		{map[string]string{OptKVBytesPerToken: "0"}, 1, "kv_bytes_per_token=0: out of range"},
 		{map[string]string{OptKVBytesPerToken: "-8"}, 1, "kv_bytes_per_token=-8: out of range"},
@@ -344,8 +347,64 @@ func TestLoadOptions(t *testing.T) {
 
 	info, err = New(nil).Load(ctx, iface.LoadRequest{NSlots: 3, Options: map[string]string{
 		OptKVBytesPerToken: "16777216", OptNCtx: "100", OptOpDelayMS: "0", OptAlias: "tiny"}})
-	if err != nil || info.NSlots != 3 || info.NCtx != 100 || info.Model.Alias != "tiny" {
+	if err != nil || info.NSlots != 3 || info.NCtx != 300 || info.SlotCtx() != 100 || !info.SplitKV() || info.Model.Alias != "tiny" {
 		t.Fatalf("info %+v, err %v", info, err)
+	}
+	info, err = New(nil).Load(ctx, iface.LoadRequest{NSlots: 3, Options: map[string]string{OptNCtx: "100", OptKVUnified: "true"}})
+	if err != nil || info.NCtx != 100 || info.SlotCtx() != 100 || info.SplitKV() || !info.KVUnified {
+		t.Fatalf("kv_unified: info %+v, err %v", info, err)
+	}
+}
+
+// TestSharedPool: with kv_unified the slots share n_ctx cells: a prompt
+// that finds them held by other slots fails with ErrNoRoom and leaves its
+// slot empty, a decode stops when the pool is full, a restore that does not
+// fit fails alike, and clearing a slot makes room.
+func TestSharedPool(t *testing.T) {
+	ctx := context.Background()
+	b := New(nil)
+	if _, err := b.Load(ctx, iface.LoadRequest{NSlots: 3, Options: map[string]string{OptNCtx: "100", OptKVUnified: "true"}}); err != nil {
+		t.Fatal(err)
+	}
+	fill := func(slot, n int) error {
+		_, err := b.Prefill(ctx, iface.PrefillRequest{Slot: slot, Tokens: make([]int32, n)})
+		return err
+	}
+	if err := fill(0, 60); err != nil {
+		t.Fatal(err)
+	}
+	if err := fill(1, 30); err != nil {
+		t.Fatal(err)
+	}
+	if err := fill(2, 20); !errors.Is(err, iface.ErrNoRoom) || !strings.Contains(err.Error(), "needs 20 KV cells, 10 free") {
+		t.Fatalf("a prompt past the pool: %v", err)
+	}
+	if si, _ := b.Slot(ctx, 2); si.NPast != 0 {
+		t.Fatalf("the refused slot holds %d tokens", si.NPast)
+	}
+	res, err := b.Decode(ctx, iface.DecodeRequest{Slot: 1, NPredict: 50, Sampler: iface.SamplerParams{IgnoreEOS: true}}, nil)
+	if err != nil || res.StopReason != StopNTokensLimit || res.NPast != 40 {
+		t.Fatalf("a decode that fills the pool: %+v %v", res, err)
+	}
+	var buf bytes.Buffer
+	si, _ := b.Slot(ctx, 1)
+	if _, err := b.StateGet(ctx, 1, 1<<20, &buf); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.StatePut(ctx, 2, si.Tokens, bytes.NewReader(buf.Bytes()), int64(buf.Len())); !errors.Is(err, iface.ErrNoRoom) {
+		t.Fatalf("a restore past the pool: %v", err)
+	}
+	if err := b.ClearSlot(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.StatePut(ctx, 2, si.Tokens, bytes.NewReader(buf.Bytes()), int64(buf.Len())); err != nil {
+		t.Fatalf("the restore after a clear: %v", err)
+	}
+	if err := fill(0, 21); !errors.Is(err, iface.ErrNoRoom) {
+		t.Fatalf("a prompt past what is left: %v", err)
+	}
+	if err := fill(0, 20); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -29,6 +29,7 @@ type slot struct {
 	// can share the backing array without copying.
 	tokens []int32
 	hash   uint64 // running hash of tokens
+	claim  int    // cells an operation in progress will fill (kvUnified)
 }
 
 func (s *slot) acquire(i int) error {
@@ -68,6 +69,66 @@ func (s *slot) push(tok int32, hash uint64) {
 	s.mu.Lock()
 	s.tokens, s.hash = append(s.tokens, tok), hash
 	s.mu.Unlock()
+}
+
+// claimCells makes slot i's claim n cells, failing with iface.ErrNoRoom when
+// the other slots' sequences and claims leave fewer in the shared pool;
+// without a shared pool only n_ctx bounds a slot (promptTokens checks it).
+func (e *engine) claimCells(i, n int) error {
+	if !e.kvUnified {
+		return nil
+	}
+	e.cells.Lock()
+	defer e.cells.Unlock()
+	if used := e.cellsUsedLocked(i); used+n > e.nCtx {
+		return fmt.Errorf("%w: needs %d KV cells, %d free (shared by all slots, n_ctx %d): clear a slot first",
+			iface.ErrNoRoom, n, e.nCtx-used, e.nCtx)
+	}
+	s := e.slots[i]
+	s.mu.Lock()
+	s.claim = n
+	s.mu.Unlock()
+	return nil
+}
+
+// unclaim drops slot i's claim.
+func (e *engine) unclaim(i int) {
+	e.cells.Lock()
+	defer e.cells.Unlock()
+	s := e.slots[i]
+	s.mu.Lock()
+	s.claim = 0
+	s.mu.Unlock()
+}
+
+// cellsUsedLocked is how many cells the slots other than i hold or claim;
+// e.cells is held.
+func (e *engine) cellsUsedLocked(i int) int {
+	used := 0
+	for k, s := range e.slots {
+		if k == i {
+			continue
+		}
+		s.mu.Lock()
+		used += len(s.tokens) + s.claim
+		s.mu.Unlock()
+	}
+	return used
+}
+
+// pushToken appends tok to slot i's sequence of have tokens, unless the
+// shared pool is full (false); the check and the append are one step, so
+// slots decoding at once never take more than the pool.
+func (e *engine) pushToken(i, have int, tok int32, hash uint64) bool {
+	if e.kvUnified {
+		e.cells.Lock()
+		defer e.cells.Unlock()
+		if e.cellsUsedLocked(i)+have >= e.nCtx {
+			return false
+		}
+	}
+	e.slots[i].push(tok, hash)
+	return true
 }
 
 func (e *engine) slotInfo(i int, tokens []int32) iface.SlotInfo {
@@ -121,6 +182,10 @@ func (b *Backend) Prefill(ctx context.Context, req iface.PrefillRequest) (iface.
 	old, _ := s.snapshot()
 	reused := min(commonPrefix(old, prompt), len(prompt)-1) // the last token is always evaluated: its logits are the reply's
 	s.clear()
+	if err := e.claimCells(req.Slot, len(prompt)); err != nil {
+		return iface.PrefillResult{}, err
+	}
+	defer e.unclaim(req.Slot)
 	if err := sleep(ctx, e.opDelay); err != nil {
 		return iface.PrefillResult{}, err
 	}
@@ -222,7 +287,10 @@ func (b *Backend) decode(ctx context.Context, req iface.DecodeRequest, emit func
 			t.Top = alternatives(h, req.NProbs)
 		}
 		h = step(h, tok)
-		s.push(tok, h)
+		if !e.pushToken(req.Slot, res.NPast, tok, h) {
+			res.StopReason = StopNTokensLimit
+			return res, nil
+		}
 		res.TokensGenerated++
 		res.NPast++
 		if emit != nil {

@@ -274,6 +274,11 @@ func (b *Backend) StatePut(ctx context.Context, i int, tokens []int32, r io.Read
 	src := newStateSource(ctx, r, size)
 	var consumed int64
 	stop := false
+	if err == nil && len(tokens) <= e.nCtx { // more is checkRestoreRequest's error
+		if err = e.claimCells(i, len(tokens)); err == nil {
+			defer e.unclaim(i)
+		}
+	}
 	if err == nil {
 		consumed, stop, err = restore(e, tokens, src, size)
 	}
