@@ -129,8 +129,8 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 		pat:       newPattern(opts.kvBytes),
 		nCtx:      opts.nCtx,
 		kvUnified: opts.kvUnified,
-		opDelay: opts.opDelay,
-		slots:   make([]*slot, nSlots),
+		opDelay:   opts.opDelay,
+		slots:     make([]*slot, nSlots),
 	}
 	for i := range e.slots {
 		e.slots[i] = &slot{hash: hashSeed}
