@@ -42,7 +42,9 @@ type AddedToken struct {
 // Encode is the ids Hugging Face's tokenizer in dir gives each text, with
 // special tokens in the text parsed as such (as Hugging Face always does)
 // and, with addSpecial, the tokens its post-processor adds (Hugging Face's
-// default).
+// default). tokenizers.js adds only what tokenizer.json's post-processor
+// says: a LlamaTokenizerFast's add_bos_token (DeepSeek V3's), which Python
+// transformers and llama.cpp honour, adds no BOS here.
 func Encode(t testing.TB, dir string, addSpecial bool, texts ...string) [][]int {
 	t.Helper()
 	var out struct {

@@ -1,6 +1,12 @@
 package gguf
 
 import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -35,6 +41,75 @@ func TestRealTokenizers(t *testing.T) {
 				}
 				if tok.Tokens[a.ID] != want {
 					t.Errorf("added token %d %q: %q, Hugging Face decodes %q", a.ID, a.Content, tok.Tokens[a.ID], a.RoundTrip)
+				}
+			}
+		})
+	}
+}
+
+// mixedTexts are what llama.cpp's tokenizer and Hugging Face's must agree
+// on: code, CJK, emoji sequences, whitespace runs, numbers, contractions,
+// accents, and (per family, appended) special tokens inline.
+var mixedTexts = []string{
+	"def fib(n):\n    if n < 2:\n        return n\n    return fib(n-1) + fib(n-2)\n",
+	"我想在apple工作1314151天～ 日本語のテキスト、カタカナ。한국어 문장입니다",
+	"🚀 (normal) 😶‍🌫️ (multiple) ✅ 🦙🦙 👨‍👩‍👧‍👦 flags 🇩🇪🇯🇵",
+	"a  b   c\t\td\n\n\n  \n e    \r\n f   ",
+	"I've 3.14159 and 1234567 items; they're 'RE' DON'T we'll",
+	"naïve café Ünïcödé — “quotes” … ½ ﬁ",
+	"   leading spaces and trailing\n",
+	"if (x->y && z[0] != '\\0') { return -1; } // ok?!",
+}
+
+// specialTexts put each family's special tokens inline.
+var specialTexts = map[string]string{
+	"qwen3":       "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\nhm</think>\n\n<tool_call>{}</tool_call><|endoftext|>",
+	"llama3":      "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|><|start_header_id|>assistant<|end_header_id|>",
+	"gptoss":      "<|start|>user<|message|>hi<|end|><|start|>assistant<|channel|>analysis<|message|>x<|return|>",
+	"deepseek_v3": "<｜begin▁of▁sentence｜>sys<｜User｜>hi<｜Assistant｜><think>\n</think>ok<｜end▁of▁sentence｜><｜tool▁calls▁begin｜>",
+}
+
+// With LLAMA_TOKENIZE naming llama.cpp's llama-tokenize, a model written
+// with each real tokenizer tokenizes mixed text as Hugging Face does
+// (special tokens parsed; BOS left out on both sides: tokenizers.js does not
+// add the BOS a LlamaTokenizerFast adds, which the add_bos_token flag
+// carries instead).
+func TestLlamaCppTokenizesAsHF(t *testing.T) {
+	bin := os.Getenv("LLAMA_TOKENIZE")
+	if bin == "" {
+		t.Skip("LLAMA_TOKENIZE (a llama-tokenize binary) is not set")
+	}
+	for family := range specialTexts {
+		t.Run(family, func(t *testing.T) {
+			dir := hfref.TokenizerDir(t, family)
+			tok, err := LoadTokenizer(dir, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := Tiny()
+			c.Layers, c.Embd, c.FF, c.Type, c.Tokenizer, c.Vocab = 1, 32, 32, WeightF16, tok, tok.Size()
+			model := filepath.Join(t.TempDir(), family+".gguf")
+			if err := WriteFile(model, c); err != nil {
+				t.Fatal(err)
+			}
+			texts := append(slices.Clone(mixedTexts), specialTexts[family])
+			want := hfref.Encode(t, dir, false, texts...)
+			for i, text := range texts {
+				in := filepath.Join(t.TempDir(), "in.txt")
+				if err := os.WriteFile(in, []byte(text), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				// llama-tokenize parses special tokens unless told not to.
+				out, err := exec.Command(bin, "-m", model, "-f", in, "--ids", "--no-bos", "--no-escape", "--log-disable").Output()
+				if err != nil {
+					t.Fatalf("llama-tokenize: %v", err)
+				}
+				var got []int
+				if err := json.Unmarshal(bytes.TrimSpace(out), &got); err != nil {
+					t.Fatalf("llama-tokenize printed %q: %v", out, err)
+				}
+				if !slices.Equal(got, want[i]) {
+					t.Errorf("text %d %q:\nllama.cpp    %v\nHugging Face %v", i, text, got, want[i])
 				}
 			}
 		})
