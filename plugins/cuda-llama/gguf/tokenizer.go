@@ -55,10 +55,10 @@ func (t *Tokenizer) Size() int { return len(t.Tokens) }
 // hfTokenizer is what LoadTokenizer reads of tokenizer.json.
 type hfTokenizer struct {
 	Model struct {
-		Type        string          `json:"type"`
-		Vocab       map[string]int  `json:"vocab"`
-		Merges      json.RawMessage `json:"merges"`
-		ByteFallbak bool            `json:"byte_fallback"`
+		Type         string          `json:"type"`
+		Vocab        map[string]int  `json:"vocab"`
+		Merges       json.RawMessage `json:"merges"`
+		ByteFallback bool            `json:"byte_fallback"`
 	} `json:"model"`
 	Added         []hfAddedToken  `json:"added_tokens"`
 	Normalizer    json.RawMessage `json:"normalizer"`
@@ -112,7 +112,7 @@ func LoadTokenizer(dir, pre string) (*Tokenizer, error) {
 	if err := readJSON(filepath.Join(dir, "tokenizer_config.json"), &cfg, true); err != nil {
 		return nil, err
 	}
-	if hf.Model.Type != "BPE" || hf.Model.ByteFallbak || !hasType(hf.PreTokenizer, "ByteLevel") {
+	if hf.Model.Type != "BPE" || hf.Model.ByteFallback || !hasType(hf.PreTokenizer, "ByteLevel") {
 		return nil, fmt.Errorf("gguf: %s: not a byte-level BPE tokenizer (model %q): only llama.cpp's gpt2 tokenizer model is written", dir, hf.Model.Type)
 	}
 	t := &Tokenizer{Special: map[string]int{}, Add: map[string]bool{}}
@@ -199,6 +199,8 @@ func (hf *hfTokenizer) tokens(cfg map[string]any) ([]string, []int32, error) {
 	}
 	cleanup, _ := cfg["clean_up_tokenization_spaces"].(bool)
 	byteLevel := hasType(hf.Decoder, "ByteLevel")
+	// An added token's id may also be a model piece's; the added token is
+	// what the tokenizer decodes that id to, so it wins.
 	for _, a := range hf.Added {
 		if a.ID < 0 {
 			return nil, nil, fmt.Errorf("added token %q has id %d", a.Content, a.ID)
@@ -675,10 +677,13 @@ func (t *Tokenizer) templates(dir string, cfg map[string]any) error {
 	return nil
 }
 
+// templateNameChar is what a template name may not have.
+var templateNameChar = regexp.MustCompile(`[^A-Za-z0-9]`)
+
 // addNamed keeps a named template; "default" is the default one. Names
 // are kept to letters, digits and underscores, as gguf-py keeps them.
 func (t *Tokenizer) addNamed(name, tmpl string) {
-	name = regexp.MustCompile(`[^A-Za-z0-9]`).ReplaceAllString(name, "_")
+	name = templateNameChar.ReplaceAllString(name, "_")
 	switch name {
 	case "":
 	case "default":
