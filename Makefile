@@ -178,3 +178,4 @@ clean:
 
 # The llama.cpp backend: build-llama, test-llama, bench-llama, tiny-model, cuda.
 include mk/llama.mk
+include mk/testmodels.mk

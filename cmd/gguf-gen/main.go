@@ -1,14 +1,28 @@
-// Command gguf-gen writes a deterministic random-weight GGUF model with a
-// minimal vocabulary and a ChatML template, for tests and benchmarks of the
-// llama.cpp backend that need no download:
+// Command gguf-gen writes a deterministic random-weight GGUF model for tests
+// and benchmarks of the llama.cpp backend that need no download: llama
+// (dense, or with Mixtral-style experts), qwen3moe, qwen35moe (the production
+// Qwen3.6-35B-A3B's hybrid: gated DeltaNet blocks, every fourth a gated full
+// attention, routed plus shared experts) or gemma3 (sliding-window
+// attention). The vocabulary is a minimal generated one with a ChatML
+// template, or with -tokenizer a real Hugging Face tokenizer directory,
+// written as llama.cpp's convert_hf_to_gguf.py writes it (make tokenizers
+// fetches the tests' ones into bin/tokenizers):
 //
 //	gguf-gen -o tiny.gguf                              # the tests' tiny model
 //	gguf-gen -o big.gguf -layers 32 -embd 1024 -heads 8 -kv-heads 8 -ff 1024 -f16
 //	gguf-gen -o moe.gguf -arch qwen3moe -type q8_0     # the tests' tiny MoE model, Q8_0
 //	gguf-gen -o moe4.gguf -arch qwen3moe -type q4_0    # the same model at Q4_0
+//	gguf-gen -o q35.gguf -arch qwen35moe -tokenizer bin/tokenizers/qwen3
+//	gguf-gen -o g3.gguf -arch gemma3 -window 16 -tokenizer bin/tokenizers/gptoss
+//	gguf-gen -o prod.gguf -arch qwen35moe -layers 40 -embd 2048 -heads 16 -kv-heads 2 \
+//	    -head-dim 256 -experts 256 -experts-used 8 -expert-ff 512 -shared-ff 512 \
+//	    -ssm-state 128 -ssm-groups 16 -ssm-heads 32 -ctx 262144 -type q4_0 -tokenizer bin/tokenizers/qwen3
 //
-// The second is the GPU benchmark's model: 128 KiB of F16 KV state per token.
-// One seed and one set of shapes give the same weights at every -type.
+// The second is the GPU benchmark's model: 128 KiB of F16 KV state per token;
+// the last has Qwen3.6-35B-A3B's shapes (about 20 GB). Sizes no flag gives
+// are the architecture's tiny model's (gguf.TinyFor); with -tokenizer the
+// vocabulary is the tokenizer's. One seed and one set of shapes give the
+// same weights at every -type.
 package main
 
 import (
@@ -17,6 +31,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/gguf"
 )
@@ -37,32 +52,57 @@ func main() {
 	fmt.Println(summary(out, c))
 }
 
+// intFlags are the sizes on the command line, each a field of the
+// model's configuration; what no flag gives is the architecture's tiny
+// model's (gguf.TinyFor).
+var intFlags = []struct {
+	name, usage string
+	field       func(*gguf.Config) *int
+}{
+	{"layers", "transformer blocks", func(c *gguf.Config) *int { return &c.Layers }},
+	{"embd", "embedding width", func(c *gguf.Config) *int { return &c.Embd }},
+	{"heads", "attention heads", func(c *gguf.Config) *int { return &c.Heads }},
+	{"kv-heads", "KV heads (GQA)", func(c *gguf.Config) *int { return &c.KVHeads }},
+	{"head-dim", "head width, qwen35moe and gemma3 (0 = embd / heads)", func(c *gguf.Config) *int { return &c.HeadSize }},
+	{"ff", "feed-forward width (llama: also each expert's; not qwen35moe)", func(c *gguf.Config) *int { return &c.FF }},
+	{"experts", "experts per block (llama: 0 = dense)", func(c *gguf.Config) *int { return &c.Experts }},
+	{"experts-used", "experts each token is routed to", func(c *gguf.Config) *int { return &c.ExpertsUsed }},
+	{"expert-ff", "each expert's width, qwen3moe and qwen35moe", func(c *gguf.Config) *int { return &c.ExpertFF }},
+	{"shared-ff", "the shared expert's width, qwen35moe", func(c *gguf.Config) *int { return &c.SharedFF }},
+	{"full-attn-interval", "every Nth block is full attention, the others gated DeltaNet (qwen35moe)", func(c *gguf.Config) *int { return &c.FullAttnInterval }},
+	{"ssm-conv", "DeltaNet convolution taps (qwen35moe)", func(c *gguf.Config) *int { return &c.SSMConv }},
+	{"ssm-state", "DeltaNet key and value head width (qwen35moe)", func(c *gguf.Config) *int { return &c.SSMState }},
+	{"ssm-groups", "DeltaNet key heads (qwen35moe)", func(c *gguf.Config) *int { return &c.SSMGroups }},
+	{"ssm-heads", "DeltaNet value heads, a multiple of ssm-groups (qwen35moe)", func(c *gguf.Config) *int { return &c.SSMHeads }},
+	{"window", "sliding window in tokens (gemma3)", func(c *gguf.Config) *int { return &c.Window }},
+	{"swa-pattern", "of every N blocks the last is global, the others sliding-window (gemma3)", func(c *gguf.Config) *int { return &c.SWAPattern }},
+	{"vocab", fmt.Sprintf("vocabulary size (>= %d; with -tokenizer, default and minimum its size)", gguf.MinVocab), func(c *gguf.Config) *int { return &c.Vocab }},
+	{"ctx", "training context length", func(c *gguf.Config) *int { return &c.Ctx }},
+}
+
 // parseFlags reads the command line into a model configuration and the
-// output path; what no flag gives is gguf.Tiny's, or with -arch qwen3moe
-// gguf.TinyMoE's.
+// output path; what no flag gives is the architecture's tiny model's
+// (gguf.Tiny, TinyMoE, TinyQwen35MoE or TinyGemma3), and with -tokenizer
+// the vocabulary is the tokenizer's.
 func parseFlags(args []string, stderr io.Writer) (gguf.Config, string, error) {
 	c := gguf.Tiny()
 	fs := flag.NewFlagSet("gguf-gen", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	out := fs.String("o", "", "output file (required)")
 	fs.StringVar(&c.Name, "name", c.Name, "general.name")
-	fs.StringVar(&c.Arch, "arch", gguf.ArchLlama, "architecture: llama or qwen3moe")
-	fs.IntVar(&c.Layers, "layers", c.Layers, "transformer blocks")
-	fs.IntVar(&c.Embd, "embd", c.Embd, "embedding width")
-	fs.IntVar(&c.Heads, "heads", c.Heads, "attention heads")
-	fs.IntVar(&c.KVHeads, "kv-heads", c.KVHeads, "KV heads (GQA)")
-	fs.IntVar(&c.FF, "ff", c.FF, "feed-forward width (llama: also each expert's)")
-	fs.IntVar(&c.Experts, "experts", 0, "experts per block (qwen3moe default 4; llama: 0 = dense)")
-	fs.IntVar(&c.ExpertsUsed, "experts-used", 0, "experts each token is routed to (qwen3moe default 2)")
-	fs.IntVar(&c.ExpertFF, "expert-ff", 0, "each expert's width, qwen3moe only (default 32)")
-	fs.IntVar(&c.Vocab, "vocab", c.Vocab, fmt.Sprintf("vocabulary size (>= %d)", gguf.MinVocab))
-	fs.IntVar(&c.Ctx, "ctx", c.Ctx, "training context length")
-	wt := fs.String("type", "f32", "type of the big matrices: f32, f16, q8_0 or q4_0 (norms and routers stay f32)")
+	fs.StringVar(&c.Arch, "arch", gguf.ArchLlama, "architecture: llama, qwen3moe, qwen35moe or gemma3")
+	for _, f := range intFlags {
+		fs.IntVar(f.field(&c), f.name, *f.field(&c), f.usage)
+	}
+	tokDir := fs.String("tokenizer", "", "a Hugging Face tokenizer directory (tokenizer.json, tokenizer_config.json) to write instead of the generated vocabulary")
+	tokPre := fs.String("tokenizer-pre", "", "llama.cpp pre-tokenizer name (default: the tokenizer family's)")
+	wt := fs.String("type", "f32", "type of the big matrices: f32, f16, q8_0 or q4_0 (norms, routers and other small tensors stay f32)")
 	f16 := fs.Bool("f16", false, "the same as -type f16")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "weight seed")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: gguf-gen -o FILE [flags]\n")
+		fmt.Fprintf(fs.Output(), "usage: gguf-gen -o FILE [-arch ARCH] [-tokenizer DIR] [flags]\n")
 		fs.PrintDefaults()
+		fmt.Fprintf(fs.Output(), "\nThe defaults are llama's; other architectures' sizes no flag gives are their tiny model's:\n%s", archDefaults())
 	}
 	if err := fs.Parse(args); err != nil {
 		return c, "", err
@@ -76,10 +116,40 @@ func parseFlags(args []string, stderr io.Writer) (gguf.Config, string, error) {
 	if c.Type, err = weightType(*wt, *f16, set["type"]); err != nil {
 		return c, "", err
 	}
-	if c.Arch == gguf.ArchQwen3MoE {
-		fillMoE(&c, set)
+	if c.Arch != gguf.ArchLlama {
+		if err := fillArch(&c, set); err != nil {
+			return c, "", err
+		}
+	}
+	if *tokDir != "" {
+		if c.Tokenizer, err = gguf.LoadTokenizer(*tokDir, *tokPre); err != nil {
+			return c, "", err
+		}
+		if !set["vocab"] {
+			c.Vocab = c.Tokenizer.Size()
+		}
+	} else if *tokPre != "" {
+		return c, "", errors.New("-tokenizer-pre needs -tokenizer")
 	}
 	return c, *out, c.Validate()
+}
+
+// archDefaults lists, for each architecture but llama, the sizes its tiny
+// model has other than llama's defaults.
+func archDefaults() string {
+	var b strings.Builder
+	llama := gguf.Tiny()
+	for _, arch := range []string{gguf.ArchQwen3MoE, gguf.ArchQwen35MoE, gguf.ArchGemma3} {
+		tiny, _ := gguf.TinyFor(arch)
+		fmt.Fprintf(&b, "  %s:", arch)
+		for _, f := range intFlags {
+			if v := *f.field(&tiny); v != *f.field(&llama) {
+				fmt.Fprintf(&b, " -%s %d", f.name, v)
+			}
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
 }
 
 // given is the set of flags on the command line.
@@ -105,37 +175,52 @@ func weightType(name string, f16, typeGiven bool) (gguf.WeightType, error) {
 	return t, nil
 }
 
-// fillMoE gives a qwen3moe model gguf.TinyMoE's values where the command
-// line gave none: its name, layers, heads and experts.
-func fillMoE(c *gguf.Config, given map[string]bool) {
-	moe := gguf.TinyMoE()
-	for name, field := range map[string]struct{ dst, src *int }{
-		"layers": {&c.Layers, &moe.Layers}, "heads": {&c.Heads, &moe.Heads}, "kv-heads": {&c.KVHeads, &moe.KVHeads},
-		"experts":      {&c.Experts, &moe.Experts},
-		"experts-used": {&c.ExpertsUsed, &moe.ExpertsUsed}, "expert-ff": {&c.ExpertFF, &moe.ExpertFF},
-	} {
-		if !given[name] {
-			*field.dst = *field.src
+// fillArch gives a model of another architecture than llama its tiny
+// model's values where the command line gave none: its name and sizes.
+func fillArch(c *gguf.Config, given map[string]bool) error {
+	tiny, err := gguf.TinyFor(c.Arch)
+	if err != nil {
+		return err
+	}
+	for _, f := range intFlags {
+		if !given[f.name] {
+			*f.field(c) = *f.field(&tiny)
 		}
 	}
 	if !given["experts-used"] {
 		c.ExpertsUsed = min(c.ExpertsUsed, c.Experts) // -experts 1 alone routes to the one
 	}
 	if !given["name"] {
-		c.Name = moe.Name
+		c.Name = tiny.Name
 	}
+	return nil
 }
 
 // summary is the line gguf-gen prints for the model it wrote.
 func summary(out string, c gguf.Config) string {
-	s := fmt.Sprintf("%s: %s, %d layers, embd %d, %d/%d heads, ff %d, vocab %d, %s weights",
-		out, c.Arch, c.Layers, c.Embd, c.Heads, c.KVHeads, c.FF, c.Vocab, c.Type)
+	s := fmt.Sprintf("%s: %s, %d layers, embd %d, %d/%d heads of %d", out, c.Arch, c.Layers, c.Embd, c.Heads, c.KVHeads, c.HeadDim())
+	switch c.Arch {
+	case gguf.ArchQwen35MoE:
+		s += fmt.Sprintf(", full attention every %d (DeltaNet %d/%d heads of %d, conv %d)", c.FullAttnInterval, c.SSMHeads, c.SSMGroups, c.SSMState, c.SSMConv)
+	case gguf.ArchGemma3:
+		s += fmt.Sprintf(", ff %d, window %d (every %dth block global)", c.FF, c.Window, c.SWAPattern)
+	default:
+		s += fmt.Sprintf(", ff %d", c.FF)
+	}
+	s += fmt.Sprintf(", vocab %d", c.Vocab)
+	if c.Tokenizer != nil {
+		s += fmt.Sprintf(" (tokenizer %s)", c.Tokenizer.Pre)
+	}
+	s += fmt.Sprintf(", %s weights", c.Type)
 	if c.Experts > 0 {
 		ff := c.ExpertFF
-		if c.Arch != gguf.ArchQwen3MoE {
+		if c.Arch == gguf.ArchLlama || c.Arch == "" {
 			ff = c.FF
 		}
 		s += fmt.Sprintf(", %d experts (%d used) of ff %d", c.Experts, c.ExpertsUsed, ff)
+		if c.SharedFF > 0 {
+			s += fmt.Sprintf(" and a shared one of ff %d", c.SharedFF)
+		}
 	}
 	return s + fmt.Sprintf("; KV %d bytes/token (F16 cache)", c.KVBytesPerToken())
 }

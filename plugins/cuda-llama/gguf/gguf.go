@@ -1,14 +1,18 @@
-// Package gguf writes small GGUF models with deterministic random weights and
-// a minimal SentencePiece-style vocabulary, so that tests and benchmarks of
-// the llama.cpp backend need no download: dense llama models, llama models
-// with experts (Mixtral's layout) and qwen3moe mixture-of-experts models. The
-// models are well-formed for llama.cpp (they load, tokenize, apply a ChatML
-// template and decode) but know no language: with random weights greedy
-// decoding soon repeats itself.
+// Package gguf writes small GGUF models with deterministic random weights, so
+// that tests and benchmarks of the llama.cpp backend need no download: dense
+// llama models, llama models with experts (Mixtral's layout), qwen3moe
+// mixture-of-experts models, qwen35moe hybrids (gated DeltaNet and gated
+// attention blocks with routed and shared experts: the production
+// Qwen3.6-35B-A3B's layout) and gemma3 sliding-window models. Their
+// vocabulary is a minimal SentencePiece-style one with a ChatML template, or
+// a real Hugging Face tokenizer (LoadTokenizer) written as llama.cpp's
+// converter writes it. The models are well-formed for llama.cpp (they load,
+// tokenize, apply their template and decode) but know no language: with
+// random weights greedy decoding soon repeats itself.
 //
 // Only what those architectures need is written (GGUF v3; the big matrices in
-// F32, F16, Q8_0 or Q4_0, norms and routers in F32); the format is
-// documented in ggml's docs/gguf.md. One seed and one set of shapes give the
+// F32, F16, Q8_0 or Q4_0, norms, routers and other small tensors in F32);
+// the format is documented in ggml's docs/gguf.md. One seed and one set of shapes give the
 // same values at every weight type, so two files differ only by their
 // quantisation.
 package gguf
@@ -29,14 +33,24 @@ import (
 // Config sizes a model.
 type Config struct {
 	Name    string // general.name
-	Arch    string // ArchLlama (also "") or ArchQwen3MoE
+	Arch    string // ArchLlama (also ""), ArchQwen3MoE, ArchQwen35MoE or ArchGemma3
 	Layers  int    // transformer blocks
 	Embd    int    // embedding width (n_embd)
-	Heads   int    // attention heads; Embd must be a multiple
+	Heads   int    // attention heads; Embd must be a multiple unless HeadSize is set
 	KVHeads int    // KV heads (GQA); Heads must be a multiple
-	FF      int    // feed-forward width (llama: also each expert's)
-	Vocab   int    // vocabulary size, at least MinVocab
+	FF      int    // feed-forward width (llama: also each expert's; qwen35moe has none)
+	Vocab   int    // vocabulary size: at least MinVocab, or the Tokenizer's Size
 	Ctx     int    // training context length (ARCH.context_length)
+
+	// HeadSize is each head's width (attention.key_length and
+	// value_length) for qwen35moe and gemma3, whose heads need not split
+	// Embd; 0 is Embd / Heads. llama and qwen3moe models leave it 0.
+	HeadSize int
+
+	// Tokenizer, when set, is the vocabulary, merges, special tokens and
+	// chat template of a Hugging Face tokenizer instead of the generated
+	// SentencePiece-style one; Vocab then counts at least its Size.
+	Tokenizer *Tokenizer
 
 	// Experts are the feed-forward experts of every block (expert_count),
 	// ExpertsUsed how many of them each token is routed to. qwen3moe needs
@@ -46,6 +60,17 @@ type Config struct {
 	// (expert_feed_forward_length); a llama model's experts are FF wide
 	// (Mixtral's layout), so there it must be 0 or FF.
 	ExpertFF int
+
+	// qwen35moe: SharedFF is the shared expert's width; every
+	// FullAttnInterval-th block is full attention, the others gated
+	// DeltaNet with a causal convolution of SSMConv taps over SSMHeads
+	// value heads and SSMGroups key heads of SSMState values each.
+	SharedFF, FullAttnInterval             int
+	SSMConv, SSMState, SSMGroups, SSMHeads int
+
+	// gemma3: Window is the sliding window of the local blocks; of every
+	// SWAPattern blocks the last is global (Gemma 3: 6).
+	Window, SWAPattern int
 
 	Type WeightType // the big matrices' type; norms and routers stay F32
 	F16  bool       // the same as Type WeightF16, kept for callers older than Type
@@ -59,8 +84,10 @@ type Config struct {
 
 // Architectures Write knows.
 const (
-	ArchLlama    = "llama"
-	ArchQwen3MoE = "qwen3moe"
+	ArchLlama     = "llama"
+	ArchQwen3MoE  = "qwen3moe"
+	ArchQwen35MoE = "qwen35moe"
+	ArchGemma3    = "gemma3"
 )
 
 // Tiny is the model the tests use: a few hundred kilobytes, milliseconds per
@@ -112,6 +139,9 @@ func (c Config) Validate() error {
 	if err := c.validateExperts(); err != nil {
 		return err
 	}
+	if err := c.validateArch(); err != nil {
+		return err
+	}
 	return c.validateType()
 }
 
@@ -123,20 +153,23 @@ func (c Config) validateSizes() error {
 	}{
 		{"layers", c.Layers, maxLayers}, {"embd", c.Embd, maxDim}, {"heads", c.Heads, maxDim},
 		{"kv heads", c.KVHeads, maxDim}, {"ff", c.FF, 4 * maxDim}, {"ctx", c.Ctx, 1 << 24},
+		{"head size", c.HeadDim(), maxDim},
 	} {
 		if f.v < 1 || f.v > f.max {
 			return fmt.Errorf("gguf: %s %d out of range [1, %d]", f.name, f.v, f.max)
 		}
 	}
 	switch {
-	case c.Vocab < MinVocab || c.Vocab > maxVocab:
+	case c.Tokenizer != nil && (c.Vocab < c.Tokenizer.Size() || c.Vocab > maxVocab):
+		return fmt.Errorf("gguf: vocab %d out of range [%d, %d] (the tokenizer has %d tokens)", c.Vocab, c.Tokenizer.Size(), maxVocab, c.Tokenizer.Size())
+	case c.Tokenizer == nil && (c.Vocab < MinVocab || c.Vocab > maxVocab):
 		return fmt.Errorf("gguf: vocab %d out of range [%d, %d] (specials and 256 byte tokens come first)", c.Vocab, MinVocab, maxVocab)
-	case c.Embd%c.Heads != 0:
+	case c.HeadSize == 0 && c.Embd%c.Heads != 0:
 		return fmt.Errorf("gguf: embd %d is not a multiple of heads %d", c.Embd, c.Heads)
 	case c.Heads%c.KVHeads != 0:
 		return fmt.Errorf("gguf: heads %d is not a multiple of kv heads %d", c.Heads, c.KVHeads)
-	case (c.Embd/c.Heads)%2 != 0:
-		return fmt.Errorf("gguf: head size %d must be even (RoPE rotates pairs)", c.Embd/c.Heads)
+	case c.HeadDim()%2 != 0:
+		return fmt.Errorf("gguf: head size %d must be even (RoPE rotates pairs)", c.HeadDim())
 	}
 	return nil
 }
@@ -152,15 +185,20 @@ func (c Config) validateExperts() error {
 		if c.Experts == 0 && c.ExpertsUsed == 0 {
 			return nil
 		}
-	case ArchQwen3MoE:
+	case ArchQwen3MoE, ArchQwen35MoE:
 		if c.Experts == 0 {
-			return errors.New("gguf: a qwen3moe model needs experts (and experts used, expert ff)")
+			return fmt.Errorf("gguf: a %s model needs experts (and experts used, expert ff)", c.arch())
 		}
 		if c.ExpertFF < 1 || c.ExpertFF > 4*maxDim {
 			return fmt.Errorf("gguf: expert ff %d out of range [1, %d]", c.ExpertFF, 4*maxDim)
 		}
+	case ArchGemma3:
+		if c.Experts != 0 || c.ExpertsUsed != 0 || c.ExpertFF != 0 {
+			return errors.New("gguf: a gemma3 model has no experts")
+		}
+		return nil
 	default:
-		return fmt.Errorf("gguf: architecture %q: want %s or %s", c.Arch, ArchLlama, ArchQwen3MoE)
+		return fmt.Errorf("gguf: architecture %q: want %s", c.Arch, archList)
 	}
 	switch {
 	case c.Experts < 1 || c.Experts > maxExperts:
@@ -210,12 +248,24 @@ func (c Config) weightType() WeightType {
 	return c.Type
 }
 
-// HeadDim is the size of one attention head.
-func (c Config) HeadDim() int { return c.Embd / c.Heads }
+// HeadDim is the size of one attention head: HeadSize, or Embd / Heads.
+func (c Config) HeadDim() int {
+	if c.HeadSize != 0 {
+		return c.HeadSize
+	}
+	if c.Heads == 0 {
+		return 0
+	}
+	return c.Embd / c.Heads
+}
 
 // KVBytesPerToken is the KV cache a token takes with an F16 cache: K and V,
-// KVHeads × HeadDim values each, in every layer.
-func (c Config) KVBytesPerToken() int { return c.Layers * 2 * c.KVHeads * c.HeadDim() * 2 }
+// KVHeads × HeadDim values each, in every attention layer (a qwen35moe
+// model's DeltaNet blocks keep a fixed-size state instead; a gemma3 model's
+// sliding-window blocks keep at most Window tokens).
+func (c Config) KVBytesPerToken() int {
+	return c.attentionLayers() * 2 * c.KVHeads * c.HeadDim() * 2
+}
 
 // WriteFile writes the model to path (through a temporary file, so a reader
 // never sees a partial model).
@@ -288,10 +338,11 @@ const (
 )
 
 type tensor struct {
-	name  string
-	dims  []int // ne[0] first: the row length
-	typ   ggmlType
-	scale float32 // weights are uniform in [-scale, scale]; 0: all ones (norms)
+	name   string
+	dims   []int // ne[0] first: the row length
+	typ    ggmlType
+	scale  float32 // weights are uniform in [offset-scale, offset+scale]; 0: all ones (norms)
+	offset float32
 }
 
 func (t tensor) elems() int {
@@ -312,12 +363,24 @@ func align(n uint64) uint64 { return (n + alignment - 1) / alignment * alignment
 // logits are spread enough that the arg-max is not a near tie.
 func (c Config) tensors() []tensor {
 	wt := c.weightType().ggmlType()
+	embd := float32(1)
+	if c.arch() == ArchGemma3 {
+		embd = uniformScale(c.Embd) // Gemma scales embeddings up by sqrt(n_embd)
+	}
 	ts := []tensor{
-		{name: "token_embd.weight", dims: []int{c.Embd, c.Vocab}, typ: wt, scale: 1},
+		{name: "token_embd.weight", dims: []int{c.Embd, c.Vocab}, typ: wt, scale: embd},
 		{name: "output_norm.weight", dims: []int{c.Embd}, typ: typeF32},
 		{name: "output.weight", dims: []int{c.Embd, c.Vocab}, typ: wt, scale: 4 * uniformScale(c.Embd)},
 	}
 	for i := range c.Layers {
+		switch c.arch() {
+		case ArchQwen35MoE:
+			ts = append(ts, c.qwen35Block(i, wt)...)
+			continue
+		case ArchGemma3:
+			ts = append(ts, c.gemma3Block(i, wt)...)
+			continue
+		}
 		ts = append(ts, c.attention(i, wt)...)
 		ts = append(ts, tensor{name: fmt.Sprintf("blk.%d.ffn_norm.weight", i), dims: []int{c.Embd}, typ: typeF32})
 		if c.Experts > 0 {
@@ -377,7 +440,7 @@ func (c Config) experts(i int, wt ggmlType) []tensor {
 
 // expertFF is each expert's width.
 func (c Config) expertFF() int {
-	if c.arch() == ArchQwen3MoE {
+	if c.arch() != ArchLlama {
 		return c.ExpertFF
 	}
 	return c.FF
@@ -422,7 +485,11 @@ func (t tensor) values(seed uint64) func(dst []float32, n int) []float32 {
 			// Two 32-bit draws per Uint64: uniform in [-scale, scale).
 			v := r.Uint64()
 			for k := 0; k < 2 && n > 0; k++ {
-				dst = append(dst, (float32(uint32(v>>(32*k))>>8)/(1<<24)*2-1)*t.scale)
+				x := (float32(uint32(v>>(32*k))>>8)/(1<<24)*2 - 1) * t.scale
+				if t.offset != 0 {
+					x += t.offset
+				}
+				dst = append(dst, x)
 				n--
 			}
 		}
@@ -544,6 +611,12 @@ func (c Config) metadata() []kvPair {
 
 // hparams are the architecture's hyperparameters, under its prefix.
 func (c Config) hparams() []kvPair {
+	switch c.arch() {
+	case ArchQwen35MoE:
+		return c.qwen35Hparams()
+	case ArchGemma3:
+		return c.gemma3Hparams()
+	}
 	a := c.arch() + "."
 	ff := c.FF
 	if c.Experts > 0 {
@@ -570,8 +643,12 @@ func (c Config) hparams() []kvPair {
 	return kv
 }
 
-// tokenizer is the generated vocabulary and the ChatML template.
+// tokenizer is the Hugging Face tokenizer's metadata, or the generated
+// vocabulary and the ChatML template.
 func (c Config) tokenizer() []kvPair {
+	if c.Tokenizer != nil {
+		return c.Tokenizer.metadata(c.Vocab)
+	}
 	pieces, types := Vocab(c.Vocab)
 	scores := make([]float32, len(pieces))
 	for i := range scores {

@@ -32,8 +32,11 @@ func (c Config) overridden(ts []tensor) []tensor {
 	return ts
 }
 
-// matrix reports whether t is one of the big matrices Config.Type sets:
-// not a norm (all ones) nor a MoE router.
+// matrix reports whether t is one of the big matrices Config.Type sets, by
+// the rule of llama.cpp's quantize (which keeps the rest in F32): a weight
+// of two or more dimensions, not a norm, a MoE router or a DeltaNet's
+// small convolution.
 func (t tensor) matrix() bool {
-	return t.scale != 0 && !strings.HasSuffix(t.name, ".ffn_gate_inp.weight")
+	return len(t.dims) >= 2 && strings.HasSuffix(t.name, ".weight") && !strings.HasSuffix(t.name, "_norm.weight") &&
+		!strings.HasSuffix(t.name, ".ffn_gate_inp.weight") && !strings.HasSuffix(t.name, ".ssm_conv1d.weight")
 }
