@@ -23,6 +23,15 @@ const (
 	BudgetWait = 5 * time.Second
 )
 
+// A share of the budget, 1/reserveFraction of it, is kept for payloads of at
+// most ReservedPayload bytes (PREFILLs, chat bodies): uploads larger than
+// that, however many trickle in at the minimum rate, never take the whole
+// budget, so small requests are admitted beside them.
+const (
+	ReservedPayload = 1 << 20
+	reserveFraction = 8
+)
+
 // ErrBudgetBusy: the payload budget stayed short for BudgetWait.
 var ErrBudgetBusy = errors.New("engine busy: request payloads in memory fill the payload budget, retry later")
 
@@ -59,15 +68,25 @@ func newPayloadBudget(size uint64) *payloadBudget {
 	return &payloadBudget{size: size, freed: make(chan struct{}), freeOS: debug.FreeOSMemory, every: freeOSInterval}
 }
 
+// limit is how much of the budget payloads of n bytes may take together.
+func (b *payloadBudget) limit(n uint64) uint64 {
+	if n > ReservedPayload {
+		return b.size - b.size/reserveFraction
+	}
+	return b.size
+}
+
 // acquire takes n bytes, waiting while the budget is short until ctx ends
-// or stop closes (ErrBudgetBusy). n beyond the whole budget fails at once.
+// or stop closes (ErrBudgetBusy). n beyond what its size may take fails at
+// once.
 func (b *payloadBudget) acquire(ctx context.Context, stop <-chan struct{}, n uint64) error {
-	if n > b.size {
-		return fmt.Errorf("%w: %d bytes, budget %d", ErrOverBudget, n, b.size)
+	limit := b.limit(n)
+	if n > limit {
+		return fmt.Errorf("%w: %d bytes, budget %d (of which payloads over %d bytes may take %d)", ErrOverBudget, n, b.size, ReservedPayload, limit)
 	}
 	for {
 		b.mu.Lock()
-		if b.used+n <= b.size {
+		if b.used+n <= limit {
 			b.used += n
 			if b.used > b.size/freeOSFraction {
 				b.high = true

@@ -91,3 +91,27 @@ func waitFor(t *testing.T, cond func() bool) {
 	t.Fatal("condition not met in 5 s")
 
 }
+
+// TestBudgetKeepsAShareForSmallPayloads: uploads larger than ReservedPayload
+// fill at most 7/8 of the budget together, so a small payload is admitted at
+// once beside them; one that only the reserve would fit fails at once.
+func TestBudgetKeepsAShareForSmallPayloads(t *testing.T) {
+	b := newPayloadBudget(256 << 20)
+	for i := range 14 { // 14 × 16 MiB = 224 MiB, the bulk share
+		if err := b.acquire(context.Background(), nil, 16<<20); err != nil {
+			t.Fatalf("upload %d: %v", i, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := b.acquire(ctx, nil, 16<<20); !errors.Is(err, ErrBudgetBusy) {
+		t.Fatalf("a 15th upload beyond the bulk share: %v", err)
+	}
+	start := time.Now()
+	if err := b.acquire(context.Background(), nil, 200<<10); err != nil || time.Since(start) > 50*time.Millisecond {
+		t.Fatalf("a 200 KB payload beside them: %v after %v", err, time.Since(start))
+	}
+	if err := newPayloadBudget(8 << 20).acquire(context.Background(), nil, 7<<20+1); !errors.Is(err, ErrOverBudget) {
+		t.Fatalf("a payload only the reserve would fit: %v", err)
+	}
+}

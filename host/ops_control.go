@@ -1,9 +1,11 @@
 package host
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/transport"
@@ -50,15 +52,22 @@ type DownBackend interface {
 }
 
 // handleInfo describes the engine. The key is ignored. While the backend is
-// down INFO answers ERROR with the reason and no backend details: a
+// down, or does not answer within BackendAnswerTimeout, INFO answers ERROR
+// with the reason and no backend details: a
 // coordinator then treats the engine as unusable until a later poll, as it
 // would a failed INFO, instead of routing work by stale model details.
 func (s *Server) handleInfo(req *request, rp *replier) error {
 	b, info := s.Backend()
-	if d, ok := b.(DownBackend); ok {
-		return rp.replyMeta(transport.StatusError, transport.NewMeta().Add("error", d.Down().Error()).
+	down := func(err error) error {
+		return rp.replyMeta(transport.StatusError, transport.NewMeta().Add("error", err.Error()).
 			Add("engine", "hydra-engine").Add("version", s.cfg.Version).Add("backend", info.Name).
 			Add("backend_available", false), nil)
+	}
+	if d, ok := b.(DownBackend); ok {
+		return down(d.Down())
+	}
+	if err := s.BackendAnswers(s.ctx); err != nil {
+		return down(err)
 	}
 	mode := s.expertMode(info)
 	m := transport.NewMeta().Add("engine", "hydra-engine").Add("version", s.cfg.Version).Add("capabilities", capabilities(info)).
@@ -73,6 +82,23 @@ func (s *Server) handleInfo(req *request, rp *replier) error {
 	m.Add("n_ctx_slot", info.SlotCtx()).Add("kv_unified", info.KVUnified).Add("kv_cells_used", used).
 		Add("kv_cells_free", free).Add("sampler", s.tun.Sampler())
 	return rp.replyMeta(transport.StatusOK, m, nil)
+}
+
+// BackendAnswerTimeout is how long INFO and /health wait for the backend to
+// answer before they report it unavailable: a plugin that hangs (stopped,
+// deadlocked) must not pass for a healthy one.
+const BackendAnswerTimeout = 5 * time.Second
+
+// BackendAnswers asks the backend for its info within BackendAnswerTimeout
+// and says why it did not answer.
+func (s *Server) BackendAnswers(ctx context.Context) error {
+	b, _ := s.Backend()
+	ctx, cancel := context.WithTimeout(ctx, BackendAnswerTimeout)
+	defer cancel()
+	if _, err := b.Info(ctx); err != nil {
+		return fmt.Errorf("the backend is not answering: %w", err)
+	}
+	return nil
 }
 
 // kvCells is how many KV cells the slots' sequences hold and how many more
@@ -176,9 +202,15 @@ func parseSwapQuant(p []byte) (key, pattern string, err error) {
 	return string(p[2 : 2+n]), string(p[2+n:]), nil
 }
 
+// swapDrainWait is how long SWAP_QUANT waits for the work in progress on
+// every slot to end (the C++ engine's SWAP_QUANT timeout).
+const swapDrainWait = 30 * time.Second
+
 // handleSwapQuant forwards to the backend (a backend without quantisations
-// answers NOT_IMPLEMENTED) and replies with what it did, the reference's
-// keys first, then the request and the model identity as it now is.
+// answers NOT_IMPLEMENTED) once it holds every slot, after the work on them
+// ended (HTTP completions that arrive meanwhile wait in their queue), and
+// replies with what it did, the reference's keys first, then the request
+// and the model identity as it now is.
 func (s *Server) handleSwapQuant(req *request, rp *replier) error {
 	payload, ok, err := s.readPayload(req, rp)
 	if !ok {
@@ -188,13 +220,22 @@ func (s *Server) handleSwapQuant(req *request, rp *replier) error {
 	if err != nil {
 		return rp.replyMeta(transport.StatusError, transport.NewMeta().Add("success", false).Add("error", err.Error()), nil)
 	}
-	b, _ := s.Backend()
+	b, info := s.Backend()
+	if len(info.Quants) > 0 { // a backend without quantisations answers NOT_IMPLEMENTED at once
+		ctx, cancel := context.WithTimeout(s.ctx, swapDrainWait)
+		release, err := s.slots.holdAll(ctx)
+		cancel()
+		if err != nil {
+			return rp.replyMeta(statusOf(err), transport.NewMeta().Add("success", false).Add("error", err.Error()), nil)
+		}
+		defer release()
+	}
 	res, err := b.SwapQuant(s.ctx, key, pattern)
 	if err != nil {
 		s.log.Info("SWAP_QUANT refused", "quant_key", key, "tensor_pattern", pattern, "error", err)
 		return rp.replyMeta(statusOf(err), transport.NewMeta().Add("success", false).Add("error", err.Error()), nil)
 	}
-	info := s.refreshInfo(b)
+	info = s.refreshInfo(b)
 	ms := float64(res.Duration.Microseconds()) / 1000
 	s.log.Info("SWAP_QUANT", "quant_key", key, "tensor_pattern", pattern, "swapped", res.Swapped, "bytes", res.Bytes,
 		"swap_ms", ms, "active_quant", info.ActiveQuant, "model_hash", info.Model.Hash)

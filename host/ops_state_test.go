@@ -13,8 +13,9 @@ import (
 	"github.com/hydra-engine/hydra-engine/transport"
 )
 
-// stateBackend answers Slot with a fixed sequence and StateGet as told; the
-// other methods are not used by these tests.
+// stateBackend answers Slot with a fixed sequence, StateGet as told and Info
+// (INFO's liveness check) with nothing; the other methods are not used by
+// these tests.
 type stateBackend struct {
 	iface.Backend
 	stateGet func(w io.Writer) error
@@ -23,6 +24,8 @@ type stateBackend struct {
 func (b *stateBackend) Slot(_ context.Context, slot int) (iface.SlotInfo, error) {
 	return iface.SlotInfo{Slot: slot, NPast: 2, Tokens: []int32{1, 2}, StateSize: 100}, nil
 }
+
+func (b *stateBackend) Info(context.Context) (iface.BackendInfo, error) { return iface.BackendInfo{}, nil }
 
 func (b *stateBackend) StateGet(_ context.Context, _ int, _ int, w io.Writer) (int64, error) {
 	return 0, b.stateGet(w)

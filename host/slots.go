@@ -1,6 +1,7 @@
 package host
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -59,6 +60,10 @@ type slotTable struct {
 	gen       uint64        // the last generation handed out
 	suspended bool          // between suspend and reset: acquisitions fail
 	freed     chan struct{} // closed and replaced whenever a slot is released
+	// draining counts whole-engine operations waiting for every slot
+	// (holdAll); acquisitions fail meanwhile, so the wait ends.
+	draining int
+	epoch    uint64 // counts resets and suspends: a hold of every slot taken before one is void
 }
 
 func newSlotTable(n int) *slotTable {
@@ -75,6 +80,7 @@ func (t *slotTable) notifyLocked() {
 // acquisitions in again. Every lease taken before it is void.
 func (t *slotTable) reset(n int) {
 	t.mu.Lock()
+	t.epoch++
 	t.slots = make([]slotState, n)
 	t.suspended = false
 	t.notifyLocked()
@@ -85,6 +91,7 @@ func (t *slotTable) reset(n int) {
 // reset. Every lease taken before it is void.
 func (t *slotTable) suspend() {
 	t.mu.Lock()
+	t.epoch++
 	t.slots = make([]slotState, len(t.slots))
 	t.suspended = true
 	t.mu.Unlock()
@@ -100,9 +107,67 @@ func (t *slotTable) suspendIfIdle() bool {
 			return false
 		}
 	}
+	t.epoch++
 	t.slots = make([]slotState, len(t.slots))
 	t.suspended = true
 	return true
+}
+
+// errDraining says why a slot is refused while a whole-engine operation
+// waits for every slot or runs.
+const errDraining = "a whole-engine operation (SWAP_QUANT) holds every slot"
+
+// holdAll waits until no slot is held, refusing new acquisitions from the
+// moment it is called, then holds every slot until the function it returns
+// is called: a whole-engine operation runs with nothing else at work, and
+// work that arrives meanwhile waits for it (a completion in its queue) or is
+// told BUSY (an RPC op), instead of failing the operation. ctx ending first
+// is ErrBusy naming the slots still at work.
+func (t *slotTable) holdAll(ctx context.Context) (release func(), err error) {
+	t.mu.Lock()
+	t.draining++
+	for {
+		busy := []int{}
+		for i, st := range t.slots {
+			if st.use != slotIdle {
+				busy = append(busy, i)
+			}
+		}
+		if len(busy) == 0 && !t.suspended {
+			break
+		}
+		freed := t.freed
+		t.mu.Unlock()
+		select {
+		case <-freed:
+			t.mu.Lock()
+		case <-ctx.Done():
+			t.mu.Lock()
+			t.draining--
+			t.notifyLocked()
+			t.mu.Unlock()
+			return nil, fmt.Errorf("%w: slots %v still at work when the wait for every slot ended (%v)", iface.ErrBusy, busy, context.Cause(ctx))
+		}
+	}
+	epoch := t.epoch
+	for i := range t.slots {
+		t.slots[i].use = slotProcessing
+	}
+	t.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			t.draining--
+			if t.epoch == epoch { // else a reset or suspend replaced the slots meanwhile
+				for i := range t.slots {
+					t.slots[i].use = slotIdle
+				}
+			}
+			t.notifyLocked()
+		})
+	}, nil
 }
 
 // slotLease is one acquisition of a slot. Its release acts once, and only
@@ -124,6 +189,9 @@ func (t *slotTable) acquire(slot int, use slotUse) (*slotLease, error) {
 	}
 	if t.suspended {
 		return nil, errSlotsSuspended
+	}
+	if t.draining > 0 {
+		return nil, fmt.Errorf("%w: slot %d: %s", iface.ErrBusy, slot, errDraining)
 	}
 	if t.slots[slot].use != slotIdle {
 		what := "processing"
@@ -329,6 +397,9 @@ func (s *Server) TakeIdleSlot(rank func(slot int, all []SlotView) (score int64, 
 	defer t.mu.Unlock()
 	if t.suspended {
 		return nil, errSlotsSuspended
+	}
+	if t.draining > 0 {
+		return nil, fmt.Errorf("%w: %s", iface.ErrBusy, errDraining)
 	}
 	all := make([]SlotView, len(t.slots))
 	for i, st := range t.slots {

@@ -3,11 +3,14 @@ package host
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/transport"
@@ -102,4 +105,58 @@ func TestInfoWhileBackendDown(t *testing.T) {
 			t.Fatalf("%T: INFO meta %v", tc.b, m)
 		}
 	}
+}
+
+// TestHoldAllWaitsForWork: a whole-engine hold waits for the slot at work,
+// refuses new acquisitions from its start (so the wait ends), holds every
+// slot, and lets them go; a hold whose wait ends first takes nothing.
+func TestHoldAllWaitsForWork(t *testing.T) {
+	tab := newSlotTable(3)
+	busy, err := tab.acquire(1, slotProcessing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan func(), 1)
+	go func() {
+		release, err := tab.holdAll(context.Background())
+		if err != nil {
+			t.Error(err)
+		}
+		got <- release
+	}()
+	waitFor(t, func() bool { tab.mu.Lock(); defer tab.mu.Unlock(); return tab.draining == 1 })
+	if _, err := tab.acquire(0, slotProcessing); !errors.Is(err, iface.ErrBusy) {
+		t.Fatalf("an acquisition while the hold waits: %v", err)
+	}
+	select {
+	case <-got:
+		t.Fatal("the hold took every slot while slot 1 was at work")
+	case <-time.After(50 * time.Millisecond):
+	}
+	busy.release(nil)
+	release := <-got
+	for i := range 3 {
+		if st, _ := tab.get(i); st.use == slotIdle {
+			t.Fatalf("slot %d idle under the hold", i)
+		}
+	}
+	release()
+	if l, err := tab.acquire(2, slotProcessing); err != nil {
+		t.Fatalf("after the hold: %v", err)
+	} else {
+		l.release(nil)
+	}
+
+	busy, _ = tab.acquire(0, slotProcessing)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	if _, err := tab.holdAll(ctx); !errors.Is(err, iface.ErrBusy) || !strings.Contains(err.Error(), "slots [0]") {
+		t.Fatalf("a hold whose wait ends: %v", err)
+	}
+	if l, err := tab.acquire(1, slotProcessing); err != nil {
+		t.Fatalf("after a hold gave up: %v", err)
+	} else {
+		l.release(nil)
+	}
+	busy.release(nil)
 }

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net"
 	"strings"
@@ -147,4 +148,42 @@ func TestSharedCacheServesHTTPBesideRPC(t *testing.T) {
 	if code := <-got; code != 200 {
 		t.Fatalf("the completion after the RPC slot emptied: %d", code)
 	}
+}
+
+// TestInfoWhilePluginHung: with the plugin stopped (SIGSTOP), INFO answers
+// ERROR with backend_available false within its deadline, as /health
+// answers 503; once the plugin runs again both answer OK.
+func TestInfoWhilePluginHung(t *testing.T) {
+	e, base := startHTTPEngine(t)
+	c := client(t, e.tcp)
+	pid, err := e.e.PluginPID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(pid, syscall.SIGCONT)
+	health := make(chan int, 1)
+	go func() { code, _, _ := httpDo(t, "GET", base+"/health", ""); health <- code }()
+	start := time.Now()
+	resp, _, err := c.Call(ctxT(t), transport.OpInfo, "", nil)
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if resp.Status != transport.StatusError || json.Unmarshal(resp.Meta, &m) != nil || m["backend_available"] != false ||
+		!strings.Contains(fmt.Sprint(m["error"]), "not answering") {
+		t.Fatalf("INFO with the plugin stopped: %v %s", resp.Status, resp.Meta)
+	}
+	if code := <-health; code != 503 {
+		t.Errorf("/health with the plugin stopped: %d", code)
+	}
+	syscall.Kill(pid, syscall.SIGCONT)
+	mustOK(t, c, transport.OpInfo, "", nil)
+	if code, b, _ := httpDo(t, "GET", base+"/health", ""); code != 200 {
+		t.Errorf("/health after SIGCONT: %d %s", code, b)
+	}
+	t.Logf("INFO with the plugin stopped: ERROR after %v", took.Round(time.Millisecond))
 }

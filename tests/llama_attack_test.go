@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/hydra-engine/hydra-engine/transport"
 )
 
 // The second round of outside attacks on the llama backend (docs/
@@ -75,4 +77,63 @@ func TestLlamaManyConversationsShareTheCache(t *testing.T) {
 		t.Errorf("no eviction: the conversations did not contend for the cache")
 	}
 	t.Logf("32 conversations, 8 at a time, over n_ctx 2048: no 4xx; %v idle sequences evicted", m["hydra_engine_kv_evictions_total"])
+}
+
+// TestLlamaSwapQuantBesideHTTP: SWAP_QUANTs while chats run on every slot,
+// 8 at a time: each swap waits for the work in progress, the chats that
+// arrive meanwhile wait for it in the queue, and none is refused (6 of 80
+// answered 503 before).
+func TestLlamaSwapQuantBesideHTTP(t *testing.T) {
+	plugin, _ := llamaSetup(t)
+	f16, q8 := swapModels(t)
+	e, base := startHTTPEngine(t, "--backend", plugin, "--model", f16, "--slots", "2", "--backend-opt", "n_threads=1",
+		"--backend-opt", "n_ctx=1024", "--backend-opt", "quant.q8="+q8)
+	c := client(t, e.tcp)
+	stop := make(chan struct{})
+	swaps := make(chan int, 1)
+	go func() {
+		n := 0
+		defer func() { swaps <- n }()
+		for k := 0; ; k++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			key := []string{"q8", "base"}[k%2]
+			resp, meta, err := c.Call(ctxT(t), transport.OpSwapQuant, "0", swapQuantPayload(key, `ffn_.*_exps`))
+			if err != nil || resp.Status != transport.StatusOK {
+				t.Errorf("SWAP_QUANT %s: %v %s", key, err, meta)
+				return
+			}
+			n++
+		}
+	}()
+	var wg sync.WaitGroup
+	codes := make([]int, 40)
+	sem := make(chan struct{}, 8) // within the queue (8 per slot)
+	for i := range codes {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			body := fmt.Sprintf(`{"messages":[{"role":"user","content":"chat %d beside the swaps"}],"max_tokens":6}`, i)
+			var b []byte
+			codes[i], b, _ = httpDo(t, "POST", base+"/v1/chat/completions", body)
+			if codes[i] != 200 {
+				t.Logf("chat %d: %s", i, b)
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	n := <-swaps
+	for i, code := range codes {
+		if code != 200 {
+			t.Errorf("chat %d: %d", i, code)
+		}
+	}
+	if n == 0 {
+		t.Fatal("no swap ran beside the chats")
+	}
+	t.Logf("40 chats beside %d SWAP_QUANTs: all 200", n)
 }

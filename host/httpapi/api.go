@@ -10,7 +10,6 @@
 package httpapi
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -119,12 +118,10 @@ type healthBody struct {
 // turns the probe to 503 rather than hiding behind a live host. The reason
 // goes to the log, not to the prober: it names the plugin's socket.
 func (a *api) health(w http.ResponseWriter, r *http.Request) {
-	b, info := a.s.Backend()
+	_, info := a.s.Backend()
 	body := healthBody{Status: "ok", StartupStage: StageReady, HasModel: info.Model.Alias != "" || info.Model.Hash != "",
 		ModelName: info.Model.Alias, RPCActive: a.s.RPCActive()}
-	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-	defer cancel()
-	if _, err := b.Info(ctx); err != nil {
+	if err := a.s.BackendAnswers(r.Context()); err != nil {
 		a.log.Debug("health: the backend does not answer", "error", err)
 		body.Status, body.Error, body.HasModel = "unavailable", "the backend is not answering", false
 		w.Header().Set("Retry-After", "1")
