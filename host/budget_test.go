@@ -111,7 +111,7 @@ func TestBudgetKeepsAShareForSmallPayloads(t *testing.T) {
 	if err := b.acquire(context.Background(), nil, 200<<10); err != nil || time.Since(start) > 50*time.Millisecond {
 		t.Fatalf("a 200 KB payload beside them: %v after %v", err, time.Since(start))
 	}
-	if err := newPayloadBudget(8 << 20).acquire(context.Background(), nil, 7<<20+1); !errors.Is(err, ErrOverBudget) {
+	if err := newPayloadBudget(8<<20).acquire(context.Background(), nil, 7<<20+1); !errors.Is(err, ErrOverBudget) {
 		t.Fatalf("a payload only the reserve would fit: %v", err)
 	}
 }

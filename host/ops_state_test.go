@@ -25,7 +25,9 @@ func (b *stateBackend) Slot(_ context.Context, slot int) (iface.SlotInfo, error)
 	return iface.SlotInfo{Slot: slot, NPast: 2, Tokens: []int32{1, 2}, StateSize: 100}, nil
 }
 
-func (b *stateBackend) Info(context.Context) (iface.BackendInfo, error) { return iface.BackendInfo{}, nil }
+func (b *stateBackend) Info(context.Context) (iface.BackendInfo, error) {
+	return iface.BackendInfo{}, nil
+}
 
 func (b *stateBackend) StateGet(_ context.Context, _ int, _ int, w io.Writer) (int64, error) {
 	return 0, b.stateGet(w)
