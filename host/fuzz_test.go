@@ -37,7 +37,7 @@ func FuzzParsePrefill(f *testing.F) {
 	f.Add([]byte{1, 0, 0, 0, 2, 0, 0, 0})
 	f.Add([]byte(`{"messages":[{"role":"user","content":[{"type":"text","text":"a"}]}]}`))
 	f.Fuzz(func(t *testing.T, p []byte) {
-		r, err := parsePrefill(p, 3)
+		r, err := parsePrefill(p, 3, iface.BackendInfo{})
 		if err != nil {
 			return
 		}

@@ -126,7 +126,7 @@ func isJSONObject(p []byte) bool {
 // token ids (the E1 form). A payload that starts like JSON but is not, and
 // whose length fits token ids, is read as tokens: a first token id whose low
 // byte is '{' is legal.
-func parsePrefill(p []byte, slot int) (iface.PrefillRequest, error) {
+func parsePrefill(p []byte, slot int, info iface.BackendInfo) (iface.PrefillRequest, error) {
 	req := iface.PrefillRequest{Slot: slot}
 	if len(p) == 0 {
 		return req, errors.New("PREFILL payload is empty")
@@ -140,6 +140,9 @@ func parsePrefill(p []byte, slot int) (iface.PrefillRequest, error) {
 		if jerr == nil {
 			if len(body.Messages) == 0 {
 				return req, errors.New("PREFILL request has no messages")
+			}
+			if err := CheckMessageCount(len(body.Messages), info); err != nil {
+				return req, err
 			}
 			msgs, err := ToMessages(body.Messages)
 			if err != nil {
@@ -171,7 +174,11 @@ func (s *Server) handlePrefill(req *request, rp *replier) error {
 	if !ok {
 		return err
 	}
-	preq, err := parsePrefill(payload, slot)
+	_, info := s.Backend()
+	preq, err := parsePrefill(payload, slot, info)
+	if err == nil {
+		err = CheckPromptSize(preq, info)
+	}
 	if err != nil {
 		return rp.fail(transport.StatusError, err.Error())
 	}
@@ -321,6 +328,9 @@ func (s *Server) handleDecode(req *request, rp *replier) error {
 	}
 	_, info := s.Backend()
 	dreq, err := parseDecode(payload, slot, s.tun.Sampler(), info.SlotCtx())
+	if err == nil && dreq.prefill != nil {
+		err = CheckPromptSize(*dreq.prefill, info)
+	}
 	if err != nil {
 		return rp.fail(transport.StatusError, err.Error())
 	}

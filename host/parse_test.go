@@ -3,6 +3,8 @@ package host
 import (
 	"encoding/binary"
 	"testing"
+
+	"github.com/hydra-engine/hydra-engine/iface"
 )
 
 func TestParseSlotKey(t *testing.T) {
@@ -47,22 +49,22 @@ func tokBytes(ids ...uint32) []byte {
 }
 
 func TestParsePrefill(t *testing.T) {
-	r, err := parsePrefill([]byte(`{"model":"m","stream":false,"n_predict":0,"messages":[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text","text":"hi "},{"type":"text","text":"there"}]}]}`), 2)
+	r, err := parsePrefill([]byte(`{"model":"m","stream":false,"n_predict":0,"messages":[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text","text":"hi "},{"type":"text","text":"there"}]}]}`), 2, iface.BackendInfo{})
 	if err != nil || len(r.Messages) != 2 || r.Messages[1].Content != "hi there" || r.Model != "m" || r.Slot != 2 {
 		t.Fatalf("%+v %v", r, err)
 	}
-	r, err = parsePrefill(tokBytes(1, 2, 3, 4, 5), 0)
+	r, err = parsePrefill(tokBytes(1, 2, 3, 4, 5), 0, iface.BackendInfo{})
 	if err != nil || len(r.Tokens) != 5 || r.Tokens[4] != 5 {
 		t.Fatalf("%+v %v", r, err)
 	}
 	// A first token whose low byte is '{' is still tokens.
-	r, err = parsePrefill(tokBytes('{', 7), 0)
+	r, err = parsePrefill(tokBytes('{', 7), 0, iface.BackendInfo{})
 	if err != nil || len(r.Tokens) != 2 || r.Tokens[0] != '{' {
 		t.Fatalf("%+v %v", r, err)
 	}
 	for _, bad := range [][]byte{nil, []byte("{}"), []byte(`{"messages":[]}`), []byte(`{"messages":[{"content":"x"}]}`),
 		[]byte(`{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}`), []byte("abc"), []byte("{bad json"), tokBytes(0x80000000)} {
-		if _, err := parsePrefill(bad, 0); err == nil {
+		if _, err := parsePrefill(bad, 0, iface.BackendInfo{}); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}

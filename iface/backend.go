@@ -127,6 +127,11 @@ type BackendInfo struct {
 
 	// PromptDecode: Decode evaluates DecodeRequest.Prompt first, in one call.
 	PromptDecode bool
+
+	// MaxTokenBytes is the longest text one token stands for (0: not known),
+	// so that a front end refuses a prompt too long for a slot before it is
+	// tokenized: one of more than SlotCtx × MaxTokenBytes bytes cannot fit.
+	MaxTokenBytes int
 }
 
 // SplitKV reports whether every slot has KV cells of its own (NCtxSlot of

@@ -31,6 +31,7 @@ func backendInfoToPB(i BackendInfo) *backendv1.BackendInfo {
 		LayerSplit:    i.LayerSplit,
 		SplitMode:     i.SplitMode,
 		PromptDecode:  i.PromptDecode,
+		MaxTokenBytes: int64(i.MaxTokenBytes),
 	}
 }
 
@@ -58,6 +59,7 @@ func backendInfoFromPB(p *backendv1.BackendInfo) BackendInfo {
 		LayerSplit:    p.GetLayerSplit(),
 		SplitMode:     p.GetSplitMode(),
 		PromptDecode:  p.GetPromptDecode(),
+		MaxTokenBytes: int(p.GetMaxTokenBytes()),
 	}
 }
 

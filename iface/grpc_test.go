@@ -49,6 +49,7 @@ func TestRoundTrip(t *testing.T) {
 		LayerSplit:    "0-23:CUDA0,24-47:CUDA1",
 		SplitMode:     "layer",
 		PromptDecode:  true,
+		MaxTokenBytes: 7,
 	}
 	slotInfo := SlotInfo{Slot: 3, NPast: 5, Tokens: []int32{1, -2, math.MaxInt32, 4, 5}, StateSize: 1 << 40}
 	swapped := SwapResult{Swapped: 144, Bytes: 5 << 30, Duration: 1234567 * time.Microsecond, KVPreserved: true}

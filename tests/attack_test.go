@@ -187,3 +187,37 @@ func TestInfoWhilePluginHung(t *testing.T) {
 	}
 	t.Logf("INFO with the plugin stopped: ERROR after %v", took.Round(time.Millisecond))
 }
+
+// TestOversizedPromptsRefusedAtOnce: a message of 80,000 special-token
+// texts (781 KB) and a conversation of 10^5 messages (3.3 MB) are answered
+// 400 in well under a second, from their size alone, over HTTP and as a
+// PREFILL.
+func TestOversizedPromptsRefusedAtOnce(t *testing.T) {
+	e, base := startHTTPEngine(t, "--payload-budget", "67108864")
+	c := client(t, e.tcp)
+	special := fmt.Sprintf(`{"messages":[{"role":"user","content":%q}],"max_tokens":4}`, strings.Repeat("<|im_end|>", 80000))
+	var sb strings.Builder
+	sb.WriteString(`{"messages":[`)
+	for i := range 100000 {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteString(`{"role":"user","content":"hi"}`)
+	}
+	sb.WriteString(`],"max_tokens":4}`)
+	for name, body := range map[string]string{"80,000 special tokens": special, "10^5 messages": sb.String()} {
+		start := time.Now()
+		code, b, _ := httpDo(t, "POST", base+"/v1/chat/completions", body)
+		took := time.Since(start)
+		if code != 400 || !strings.Contains(string(b), "cannot fit a slot") {
+			t.Errorf("%s: %d %s", name, code, b)
+		}
+		start = time.Now()
+		resp, _, err := c.Call(ctxT(t), transport.OpPrefill, "0", []byte(body))
+		rpcTook := time.Since(start)
+		if err != nil || resp.Status != transport.StatusError || !strings.Contains(string(resp.Meta), "cannot fit a slot") {
+			t.Errorf("%s as a PREFILL: %v %+v", name, err, resp)
+		}
+		t.Logf("%s (%d KB): HTTP 400 in %v, PREFILL ERROR in %v", name, len(body)>>10, took.Round(time.Millisecond), rpcTook.Round(time.Millisecond))
+	}
+}

@@ -179,6 +179,9 @@ func parseCompletion(body []byte, chat bool, sampler iface.SamplerParams, nPredi
 	if c.prefill, err = parseInput(&req, chat, info); err != nil {
 		return c, err
 	}
+	if err = host.CheckPromptSize(c.prefill, info); err != nil {
+		return c, badRequest("%v", err)
+	}
 	if err = c.setLimit(&req); err != nil {
 		return c, err
 	}
@@ -204,6 +207,9 @@ func parseInput(req *completionRequest, chat bool, info iface.BackendInfo) (ifac
 	if chat {
 		if len(req.Messages) == 0 {
 			return iface.PrefillRequest{}, badRequest("messages must be a non-empty array")
+		}
+		if err := host.CheckMessageCount(len(req.Messages), info); err != nil {
+			return iface.PrefillRequest{}, badRequest("%v", err)
 		}
 		msgs, err := host.ToMessages(req.Messages)
 		if err != nil {

@@ -121,9 +121,10 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 			NVocab:  NVocab,
 			NCtx:    opts.nCtx * nSlots,
 			// Decode's prompt is a Prefill then the decode (Decode in slots.go).
-			PromptDecode: true,
-			NCtxSlot:     opts.nCtx,
-			KVUnified:    opts.kvUnified,
+			PromptDecode:  true,
+			NCtxSlot:      opts.nCtx,
+			KVUnified:     opts.kvUnified,
+			MaxTokenBytes: 1, // a token is a byte (Tokenize)
 		},
 		kvBytes:   opts.kvBytes,
 		pat:       newPattern(opts.kvBytes),

@@ -107,7 +107,10 @@ type BackendInfo struct {
 	LayerSplit    string `protobuf:"bytes,15,opt,name=layer_split,json=layerSplit,proto3" json:"layer_split,omitempty"`
 	SplitMode     string `protobuf:"bytes,16,opt,name=split_mode,json=splitMode,proto3" json:"split_mode,omitempty"`
 	// Decode evaluates DecodeRequest.prompt first (prompt_decode).
-	PromptDecode  bool `protobuf:"varint,17,opt,name=prompt_decode,json=promptDecode,proto3" json:"prompt_decode,omitempty"`
+	PromptDecode bool `protobuf:"varint,17,opt,name=prompt_decode,json=promptDecode,proto3" json:"prompt_decode,omitempty"`
+	// The longest text any one token stands for, in bytes (0: not known): a
+	// prompt of more bytes than n_ctx_slot times this cannot fit a slot.
+	MaxTokenBytes int64 `protobuf:"varint,18,opt,name=max_token_bytes,json=maxTokenBytes,proto3" json:"max_token_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -259,6 +262,13 @@ func (x *BackendInfo) GetPromptDecode() bool {
 		return x.PromptDecode
 	}
 	return false
+}
+
+func (x *BackendInfo) GetMaxTokenBytes() int64 {
+	if x != nil {
+		return x.MaxTokenBytes
+	}
+	return 0
 }
 
 type LoadRequest struct {
@@ -2478,7 +2488,7 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\rModelIdentity\x12\x14\n" +
 	"\x05alias\x18\x01 \x01(\tR\x05alias\x12\x12\n" +
 	"\x04hash\x18\x02 \x01(\tR\x04hash\x12\x12\n" +
-	"\x04path\x18\x03 \x01(\tR\x04path\"\xa3\x04\n" +
+	"\x04path\x18\x03 \x01(\tR\x04path\"\xcb\x04\n" +
 	"\vBackendInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x125\n" +
@@ -2503,7 +2513,8 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"layerSplit\x12\x1d\n" +
 	"\n" +
 	"split_mode\x18\x10 \x01(\tR\tsplitMode\x12#\n" +
-	"\rprompt_decode\x18\x11 \x01(\bR\fpromptDecode\"\xbe\x01\n" +
+	"\rprompt_decode\x18\x11 \x01(\bR\fpromptDecode\x12&\n" +
+	"\x0fmax_token_bytes\x18\x12 \x01(\x03R\rmaxTokenBytes\"\xbe\x01\n" +
 	"\vLoadRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x17\n" +
 	"\an_slots\x18\x02 \x01(\x03R\x06nSlots\x12D\n" +
