@@ -30,7 +30,8 @@ FUZZ_TARGETS := \
 	./host/httpapi:FuzzCompletionBody \
 	./plugins/cuda-llama:FuzzReadStateHead \
 	./plugins/cuda-llama:FuzzMaxRow \
-	./plugins/cuda-llama:FuzzInPlace
+	./plugins/cuda-llama:FuzzInPlace \
+	./plugins/cuda-llama/internal/prompt:FuzzSplit
 
 .PHONY: all build run test vet staticcheck unit race fuzz-brief fuzz bench bench-test bench-go soak proto clean
 
