@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/transport"
@@ -189,8 +190,13 @@ func (s *Server) refreshInfo(b iface.Backend) iface.BackendInfo {
 	return info
 }
 
+// MaxTensorPattern is the longest SWAP_QUANT tensor pattern: far more than
+// any list of tensor names needs, short enough that the pattern's
+// compilation and a log line stay small.
+const MaxTensorPattern = 4096
+
 // parseSwapQuant splits a SWAP_QUANT payload: u16 quant_key_len, quant_key,
-// tensor_pattern (the rest).
+// tensor_pattern (the rest, at most MaxTensorPattern bytes).
 func parseSwapQuant(p []byte) (key, pattern string, err error) {
 	if len(p) < 2 {
 		return "", "", fmt.Errorf("SWAP_QUANT payload of %d bytes is shorter than its 2-byte header", len(p))
@@ -199,7 +205,24 @@ func parseSwapQuant(p []byte) (key, pattern string, err error) {
 	if n > len(p)-2 {
 		return "", "", fmt.Errorf("SWAP_QUANT quant_key_len %d exceeds the %d bytes that follow", n, len(p)-2)
 	}
+	if m := len(p) - 2 - n; m > MaxTensorPattern {
+		return "", "", fmt.Errorf("SWAP_QUANT tensor_pattern of %d bytes is longer than %d", m, MaxTensorPattern)
+	}
 	return string(p[2 : 2+n]), string(p[2+n:]), nil
+}
+
+// abbreviate is s for a log line: at most 128 bytes of it, and its length
+// when cut.
+func abbreviate(s string) string {
+	const max = 128
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", s[:cut], len(s))
 }
 
 // swapDrainWait is how long SWAP_QUANT waits for the work in progress on
@@ -232,12 +255,12 @@ func (s *Server) handleSwapQuant(req *request, rp *replier) error {
 	}
 	res, err := b.SwapQuant(s.ctx, key, pattern)
 	if err != nil {
-		s.log.Info("SWAP_QUANT refused", "quant_key", key, "tensor_pattern", pattern, "error", err)
+		s.log.Info("SWAP_QUANT refused", "quant_key", abbreviate(key), "tensor_pattern", abbreviate(pattern), "error", err)
 		return rp.replyMeta(statusOf(err), transport.NewMeta().Add("success", false).Add("error", err.Error()), nil)
 	}
 	info = s.refreshInfo(b)
 	ms := float64(res.Duration.Microseconds()) / 1000
-	s.log.Info("SWAP_QUANT", "quant_key", key, "tensor_pattern", pattern, "swapped", res.Swapped, "bytes", res.Bytes,
+	s.log.Info("SWAP_QUANT", "quant_key", abbreviate(key), "tensor_pattern", abbreviate(pattern), "swapped", res.Swapped, "bytes", res.Bytes,
 		"swap_ms", ms, "active_quant", info.ActiveQuant, "model_hash", info.Model.Hash)
 	return rp.replyMeta(transport.StatusOK, transport.NewMeta().Add("success", true).Add("swapped", res.Swapped).
 		Add("bytes", res.Bytes).Add("swap_ms", ms).Add("kv_preserved", res.KVPreserved).Add("quant_key", key).

@@ -2,7 +2,9 @@ package host
 
 import (
 	"encoding/binary"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/hydra-engine/hydra-engine/iface"
 )
@@ -37,6 +39,16 @@ func TestParseSwapQuant(t *testing.T) {
 		if _, _, err := parseSwapQuant(bad); err == nil {
 			t.Errorf("% x accepted", bad)
 		}
+	}
+	long := append([]byte{1, 0, 'k'}, strings.Repeat("(", MaxTensorPattern+1)...)
+	if _, _, err := parseSwapQuant(long); err == nil || !strings.Contains(err.Error(), "longer than 4096") {
+		t.Errorf("a pattern of %d bytes: %v", MaxTensorPattern+1, err)
+	}
+	if _, _, err := parseSwapQuant(long[:len(long)-1]); err != nil {
+		t.Errorf("a pattern of %d bytes: %v", MaxTensorPattern, err)
+	}
+	if got := abbreviate(strings.Repeat("é", 100)); !strings.HasSuffix(got, "… (200 bytes)") || len(got) > 150 || !utf8.ValidString(got) {
+		t.Errorf("abbreviate: %q", got)
 	}
 }
 
