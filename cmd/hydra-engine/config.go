@@ -240,8 +240,9 @@ func newFlagSet(d Config, configFile *string, printConfig, showVersion *bool) *f
 	fs.BoolVar(showVersion, "version", false, "print the version and exit")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: hydra-engine [flags]\n"+
-			"       hydra-engine %[1]s [llama-server flags]   llama-server's command line (docs/llama-server.md; hydra-engine %[1]s --help)\n\nflags:\n",
-			llamaServerCommand)
+			"       hydra-engine %[1]s [llama-server flags]   llama-server's command line (docs/llama-server.md; hydra-engine %[1]s --help)\n"+
+			"       (also as %[2]s, and under either name as the executable)\n\nflags:\n",
+			llamaServerCommand, llamaEngineCommand)
 		fs.PrintDefaults()
 	}
 	return fs

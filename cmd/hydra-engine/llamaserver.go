@@ -6,7 +6,7 @@ package main
 // llama-server, whose flags collide with the engine's own (--slots is a
 // count here and a switch there), so that command line is read in a mode of
 // its own: `hydra-engine llama-server …`, or an executable named
-// llama-server. Each parameter is honoured with llama-server's meaning,
+// llama-server or llama-engine (the Hydra fork's binary). Each parameter is honoured with llama-server's meaning,
 // mapped onto the engine's settings and the llama plugin's options, or
 // accepted with one log line saying why it has no effect here; any other is
 // refused, as llama-server refuses it. The HYDRA_* variables and the file
@@ -32,14 +32,26 @@ import (
 // llama-server's command line.
 const llamaServerCommand = "llama-server"
 
+// llamaEngineCommand reads it too: the name of the Hydra fork's binary
+// (llama-server's parameters and three of its own), which node
+// configurations run, so that an operator can put this engine in its place
+// without changing the configuration.
+const llamaEngineCommand = "llama-engine"
+
+// isLlamaServerName reports whether name (an executable's base name or a
+// subcommand) selects llama-server's command line.
+func isLlamaServerName(name string) bool {
+	return name == llamaServerCommand || name == llamaEngineCommand
+}
+
 // parseCommandLine parses argv: llama-server's command line when the
-// executable is named llama-server or the first argument is the subcommand,
-// the engine's flags otherwise.
+// executable is named llama-server or llama-engine, or the first argument
+// is one of those subcommands, the engine's flags otherwise.
 func parseCommandLine(argv []string, getenv func(string) (string, bool), stderr io.Writer) (*invocation, error) {
 	switch {
-	case len(argv) > 0 && filepath.Base(argv[0]) == llamaServerCommand:
+	case len(argv) > 0 && isLlamaServerName(filepath.Base(argv[0])):
 		return parseLlamaServer(argv[1:], getenv, stderr)
-	case len(argv) > 1 && argv[1] == llamaServerCommand:
+	case len(argv) > 1 && isLlamaServerName(argv[1]):
 		return parseLlamaServer(argv[2:], getenv, stderr)
 	case len(argv) > 0:
 		return parseInvocation(argv[1:], getenv, stderr)

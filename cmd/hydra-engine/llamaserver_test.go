@@ -311,6 +311,8 @@ func TestLlamaServerMode(t *testing.T) {
 		{"hydra-engine", "llama-server", "--parallel", "3"},
 		{"/usr/local/bin/llama-server", "--parallel", "3"},
 		{"llama-server", "-np", "3"},
+		{"/llama/bin/llama-engine", "--parallel", "3"}, // the Hydra fork's binary, as node configurations name it
+		{"hydra-engine", "llama-engine", "-np", "3"},
 	} {
 		inv, err := parseCommandLine(argv, envOf(nil), io.Discard)
 		if err != nil || inv.cfg.Slots != 3 || inv.cfg.HTTP != "127.0.0.1:8080" || inv.cfg.Backend != "cuda-llama" {
