@@ -80,6 +80,11 @@ func parseLlamaServer(args []string, getenv func(string) (string, bool), stderr 
 		inv.sources[st.key] = "default"
 	}
 	inv.cfg.Backend, inv.sources["backend"] = llamaServerBackend, "default (llama-server mode)"
+	// llama-server opens no port beside HTTP: Hydra RPC listens only where
+	// --rpc-port (or HYDRA_RPC, the file) says, so that two engines on one
+	// host do not collide on a port nobody asked for.
+	inv.cfg.RPC, inv.sources["rpc"] = nil, "default (llama-server mode: none without --rpc-port)"
+	inv.cfg.llamaServer = true
 	configFile, _ := getenv(envConfigFile)
 	if err := inv.applyFile(configFile, getenv); err != nil {
 		return nil, err
@@ -100,6 +105,9 @@ func parseLlamaServer(args []string, getenv func(string) (string, bool), stderr 
 		}
 	}
 	inv.notes = ls.notes
+	if len(inv.cfg.RPC) == 0 {
+		inv.notes = append(inv.notes, "llama-server mode: no Hydra RPC listener: none is opened without --rpc-port (or HYDRA_RPC)")
+	}
 	return inv, nil
 }
 
@@ -375,7 +383,9 @@ func printLlamaServerHelp(w io.Writer) {
 	fmt.Fprintf(w, "usage: hydra-engine %s [llama-server parameters]\n\n"+
 		"llama-server's command line on hydra-engine: each parameter is honoured with llama-server's meaning\n"+
 		"or accepted with a log line saying why it has no effect here; others are refused. HYDRA_* variables\n"+
-		"and the file HYDRA_CONFIG names apply beneath. The table with the reasons: docs/llama-server.md.\n\n", llamaServerCommand)
+		"and the file HYDRA_CONFIG names apply beneath. The table with the reasons: docs/llama-server.md.\n"+
+		"Also read under the name %s. Listeners: HTTP always (default 127.0.0.1:8080); Hydra RPC only with\n"+
+		"--rpc-port (or HYDRA_RPC).\n\n", llamaServerCommand, llamaEngineCommand)
 	for _, p := range llamaServerParams() {
 		spell := strings.Join(append(slices.Clone(p.names), p.neg...), ", ")
 		if p.hint != "" {
@@ -407,7 +417,7 @@ func lsListenerParams() []lsParam {
 			ls.port = v
 			return portNumber(v, 0)
 		}},
-		{names: []string{"--rpc-port"}, hint: "PORT", doc: "Hydra RPC on tcp://HOST:PORT (not llama-server's): rpc", apply: func(ls *lsArgs, v string) error {
+		{names: []string{"--rpc-port"}, hint: "PORT", doc: "Hydra RPC on tcp://HOST:PORT (not llama-server's): rpc; without it, no Hydra RPC listener", apply: func(ls *lsArgs, v string) error {
 			ls.rpcPort = v
 			return portNumber(v, 1)
 		}},

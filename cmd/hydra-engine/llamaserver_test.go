@@ -181,20 +181,30 @@ func TestLlamaServerSampling(t *testing.T) {
 }
 
 // Listeners: HTTP on --host/--port (llama-server's 127.0.0.1:8080 when not
-// given), Hydra RPC on --rpc-port of the same host, under the engine's
-// rules for who may connect.
+// given), Hydra RPC on --rpc-port of the same host and nowhere without it,
+// under the engine's rules for who may connect.
 func TestLlamaServerListeners(t *testing.T) {
 	inv := parseLS(t)
-	if inv.cfg.HTTP != "127.0.0.1:8080" || !slices.Equal(inv.cfg.RPC, defaultConfig().RPC) {
-		t.Errorf("defaults: http %q, rpc %v", inv.cfg.HTTP, inv.cfg.RPC)
+	if inv.cfg.HTTP != "127.0.0.1:8080" || len(inv.cfg.RPC) != 0 || inv.sources["rpc"] != "default (llama-server mode: none without --rpc-port)" ||
+		!slices.Contains(inv.notes, "llama-server mode: no Hydra RPC listener: none is opened without --rpc-port (or HYDRA_RPC)") {
+		t.Errorf("defaults: http %q, rpc %v from %q, notes %q", inv.cfg.HTTP, inv.cfg.RPC, inv.sources["rpc"], inv.notes)
+	}
+	if inv, err := parseLlamaServer(nil, envOf(map[string]string{"HYDRA_RPC": "unix:///run/e.sock"}), io.Discard); err != nil ||
+		!slices.Equal(inv.cfg.RPC, []string{"unix:///run/e.sock"}) {
+		t.Errorf("HYDRA_RPC in llama-server mode: %v, %v", inv, err)
 	}
 	inv = parseLS(t, "--host", "::1", "--port", "18080", "--rpc-port", "19510")
 	if inv.cfg.HTTP != "[::1]:18080" || !slices.Equal(inv.cfg.RPC, []string{"tcp://[::1]:19510"}) {
 		t.Errorf("IPv6: http %q, rpc %v", inv.cfg.HTTP, inv.cfg.RPC)
 	}
 	open := []string{"--host", "0.0.0.0", "--port", "8080", "--rpc-port", "9510"}
-	if _, err := parseLlamaServer(open, envOf(nil), io.Discard); err == nil || !strings.Contains(err.Error(), "can be reached from other hosts") {
+	// The refusal gives the line a node configuration needs.
+	if _, err := parseLlamaServer(open, envOf(nil), io.Discard); err == nil || !strings.Contains(err.Error(), "can be reached from other hosts") ||
+		!strings.Contains(err.Error(), "add under llama.params the line\n    rpc-allow: 10.0.0.0/8\n") {
 		t.Errorf("open RPC without access rules: %v", err)
+	}
+	if _, err := parseInvocation([]string{"--rpc", "tcp://0.0.0.0:9510"}, envOf(nil), io.Discard); err == nil || strings.Contains(err.Error(), "llama.params") {
+		t.Errorf("open RPC outside llama-server mode: %v", err)
 	}
 	inv = parseLS(t, append(open, "--rpc-allow", "10.0.0.0/8,192.168.7.21", "--api-key", "k1,k2", "--api-key", "k3")...)
 	if !slices.Equal(inv.cfg.RPCAllow, []string{"10.0.0.0/8", "192.168.7.21"}) || !slices.Equal(inv.cfg.APIKey, []string{"k1", "k2", "k3"}) {
@@ -284,7 +294,7 @@ func TestLlamaServerPresets(t *testing.T) {
 		f.presets["small"]["model"] != "/m/s.gguf" || !slices.Equal(f.names(), []string{"default", "qwen3-moe", "small"}) {
 		t.Errorf("parsed %+v", f)
 	}
-	inv := parseLS(t, "--models-preset", ini, "--models-max", "2", "--cache-type-k", "q8_0")
+	inv := parseLS(t, "--models-preset", ini, "--models-max", "2", "--cache-type-k", "q8_0", "--rpc-port", "9510")
 	want := []modelPreset{
 		{alias: "qwen3-moe", model: "/m/q.gguf", opts: map[string]string{"n_ctx": "8192", "n_cpu_moe": "8", "cache_type_k": "q8_0", "kv_unified": "false", "alias": "qwen3-moe"}},
 		{alias: "tiny", model: "/m/s.gguf", opts: map[string]string{"n_ctx": "8192", "cache_type_k": "q8_0", "kv_unified": "true", "alias": "tiny"}},
