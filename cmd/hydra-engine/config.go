@@ -200,6 +200,7 @@ type invocation struct {
 	printConfig bool
 	showVersion bool
 	notes       []string // said once in the log at start (llamaserver.go)
+	warnings    []string // the same, at WARN
 }
 
 // newFlagSet declares the flags. Their values are only read for the flags

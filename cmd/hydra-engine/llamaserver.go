@@ -26,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // llamaServerCommand is the subcommand, and the executable name, that reads
@@ -63,6 +64,17 @@ func parseCommandLine(argv []string, getenv func(string) (string, bool), stderr 
 // the file names another: llama-server's models are llama.cpp's.
 const llamaServerBackend = "cuda-llama"
 
+// The stop a node agent gives its engine: hydra-head sends SIGTERM and
+// SIGKILLs the engine nodeAgentStopWait later (internal/process/manager.go),
+// so this mode's shutdown grace leaves room, within that, for the cut HTTP
+// requests to end (httpCutWait) and for the plugin to exit on its own before
+// it is killed with its process group (go-plugin waits pluginExitWait).
+const (
+	nodeAgentStopWait        = 10 * time.Second
+	pluginExitWait           = 2 * time.Second
+	llamaServerShutdownGrace = 5 * time.Second
+)
+
 // parseLlamaServer builds the configuration from llama-server's command
 // line over the defaults, the file HYDRA_CONFIG names and the HYDRA_*
 // variables.
@@ -84,6 +96,7 @@ func parseLlamaServer(args []string, getenv func(string) (string, bool), stderr 
 	// --rpc-port (or HYDRA_RPC, the file) says, so that two engines on one
 	// host do not collide on a port nobody asked for.
 	inv.cfg.RPC, inv.sources["rpc"] = nil, "default (llama-server mode: none without --rpc-port)"
+	inv.cfg.ShutdownGrace, inv.sources["shutdown_grace"] = llamaServerShutdownGrace, "default (llama-server mode: within the node agent's 10s)"
 	inv.cfg.llamaServer = true
 	configFile, _ := getenv(envConfigFile)
 	if err := inv.applyFile(configFile, getenv); err != nil {
@@ -105,6 +118,12 @@ func parseLlamaServer(args []string, getenv func(string) (string, bool), stderr 
 		}
 	}
 	inv.notes = ls.notes
+	if stop := inv.cfg.ShutdownGrace + httpCutWait + pluginExitWait; stop > nodeAgentStopWait {
+		inv.warnings = append(inv.warnings, fmt.Sprintf("shutdown_grace %s (%s): a node agent that sends SIGTERM kills the engine "+
+			"%s later (hydra-head does), before the grace, the cut requests' %s and the plugin's exit (up to %s) are over; "+
+			"leave it at llama-server mode's %s or keep it at most %s", inv.cfg.ShutdownGrace, inv.sources["shutdown_grace"],
+			nodeAgentStopWait, httpCutWait, pluginExitWait, llamaServerShutdownGrace, nodeAgentStopWait-httpCutWait-pluginExitWait))
+	}
 	if len(inv.cfg.RPC) == 0 {
 		inv.notes = append(inv.notes, "llama-server mode: no Hydra RPC listener: none is opened without --rpc-port (or HYDRA_RPC)")
 	}
@@ -385,7 +404,9 @@ func printLlamaServerHelp(w io.Writer) {
 		"or accepted with a log line saying why it has no effect here; others are refused. HYDRA_* variables\n"+
 		"and the file HYDRA_CONFIG names apply beneath. The table with the reasons: docs/llama-server.md.\n"+
 		"Also read under the name %s. Listeners: HTTP always (default 127.0.0.1:8080); Hydra RPC only with\n"+
-		"--rpc-port (or HYDRA_RPC).\n\n", llamaServerCommand, llamaEngineCommand)
+		"--rpc-port (or HYDRA_RPC). On SIGTERM, requests in progress get %s (HYDRA_SHUTDOWN_GRACE), then are cut,\n"+
+		"so that the engine and its plugin are gone within a node agent's %s.\n\n",
+		llamaServerCommand, llamaEngineCommand, llamaServerShutdownGrace, nodeAgentStopWait)
 	for _, p := range llamaServerParams() {
 		spell := strings.Join(append(slices.Clone(p.names), p.neg...), ", ")
 		if p.hint != "" {

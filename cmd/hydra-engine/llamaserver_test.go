@@ -387,3 +387,30 @@ func TestLlamaServerDocTable(t *testing.T) {
 		}
 	}
 }
+
+// The shutdown grace of this mode fits the node agent's stop (SIGKILL 10 s
+// after SIGTERM); a longer one given beneath the command line is kept and
+// warned about.
+func TestLlamaServerShutdownGrace(t *testing.T) {
+	inv := parseLS(t)
+	if inv.cfg.ShutdownGrace != 5*time.Second || len(inv.warnings) != 0 {
+		t.Errorf("grace %v, warnings %q", inv.cfg.ShutdownGrace, inv.warnings)
+	}
+	if d := inv.cfg.ShutdownGrace + httpCutWait + pluginExitWait; d >= nodeAgentStopWait {
+		t.Errorf("the default grace leaves the stop %v of the agent's %v", d, nodeAgentStopWait)
+	}
+	inv, err := parseLlamaServer(nil, envOf(map[string]string{"HYDRA_SHUTDOWN_GRACE": "30s"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inv.cfg.ShutdownGrace != 30*time.Second || len(inv.warnings) != 1 ||
+		!strings.HasPrefix(inv.warnings[0], "shutdown_grace 30s (env HYDRA_SHUTDOWN_GRACE): a node agent that sends SIGTERM kills the engine 10s later") {
+		t.Errorf("grace %v, warnings %q", inv.cfg.ShutdownGrace, inv.warnings)
+	}
+	var help bytes.Buffer
+	if _, err := parseLlamaServer([]string{"--help"}, envOf(nil), &help); !errors.Is(err, flag.ErrHelp) ||
+		!strings.Contains(help.String(), "requests in progress get 5s (HYDRA_SHUTDOWN_GRACE), then are cut") ||
+		!strings.Contains(help.String(), "Hydra RPC only with\n--rpc-port") {
+		t.Errorf("--help: %v\n%s", err, help.String())
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -64,6 +65,9 @@ func main() {
 	for _, note := range inv.notes {
 		logger.Info(note)
 	}
+	for _, w := range inv.warnings {
+		logger.Warn(w)
+	}
 	if err := run(c, logger); err != nil {
 		logger.Error("exiting", "error", err)
 		os.Exit(1)
@@ -96,7 +100,9 @@ func run(c *Config, logger hclog.Logger) error {
 	}
 	startup := httpapi.NewStartup()
 	errc := make(chan error, len(listeners)+1)
-	hs, err := serveStartupHTTP(c, logger, startup, errc)
+	httpCtx, cutHTTP := context.WithCancelCause(context.Background())
+	defer cutHTTP(nil)
+	hs, err := serveStartupHTTP(c, logger, startup, httpCtx, errc)
 	if err != nil {
 		return err
 	}
@@ -125,7 +131,7 @@ func run(c *Config, logger hclog.Logger) error {
 	startup.Ready(httpapi.Handler(srv, httpOptions(c, logger)))
 
 	err = waitForStop(ctx, c, logger, errc)
-	if serr := shutdown(c, hs, srv, rpc); serr != nil {
+	if serr := shutdown(c, hs, cutHTTP, srv, rpc); serr != nil {
 		if err == nil {
 			return serr // work was cut short: exit non-zero
 		}
@@ -177,8 +183,9 @@ func closeListeners(listeners []net.Listener) {
 
 // serveStartupHTTP starts the HTTP server, when one is configured, on the
 // startup handler that reports the loading stage until the engine is ready;
-// a failure of the server is sent on errc.
-func serveStartupHTTP(c *Config, logger hclog.Logger, startup *httpapi.Startup, errc chan<- error) (*http.Server, error) {
+// its requests' contexts derive from base (cancelled to cut them at the end
+// of a shutdown's grace), and a failure of the server is sent on errc.
+func serveStartupHTTP(c *Config, logger hclog.Logger, startup *httpapi.Startup, base context.Context, errc chan<- error) (*http.Server, error) {
 	if c.HTTP == "" {
 		return nil, nil
 	}
@@ -186,7 +193,8 @@ func serveStartupHTTP(c *Config, logger hclog.Logger, startup *httpapi.Startup, 
 	if err != nil {
 		return nil, fmt.Errorf("http %s: %w", c.HTTP, err)
 	}
-	opts := httpapi.ServerOptions{IdleTimeout: c.IdleTimeout, ChunkTimeout: c.ChunkTimeout, MinTransferRate: transferRate(c.MinTransferRate)}
+	opts := httpapi.ServerOptions{IdleTimeout: c.IdleTimeout, ChunkTimeout: c.ChunkTimeout, MinTransferRate: transferRate(c.MinTransferRate),
+		BaseContext: base}
 	hs := httpapi.NewServer(startup, opts)
 	logger.Info("serving HTTP", "addr", hl.Addr().String())
 	go func() {
@@ -267,18 +275,37 @@ func waitForStop(ctx context.Context, c *Config, logger hclog.Logger, errc <-cha
 	}
 }
 
+// httpCutWait is how long, once the grace has run out, the HTTP requests
+// still in progress get to end after they are cut (a streamed completion
+// writes its last event and the plugin drops its slot) before their
+// connections are closed.
+const httpCutWait = time.Second
+
 // shutdown gives HTTP requests (streamed completions) and RPC requests one
-// shared grace to finish, and waits for both servers to stop. It returns an
-// error saying what the grace cut short, if anything, so that the engine
-// exits non-zero when work was lost.
-func shutdown(c *Config, hs *http.Server, srv *host.Server, rpc *sync.WaitGroup) error {
+// shared grace to finish, and waits for both servers to stop. HTTP requests
+// still running then are cut through cutHTTP, each telling its client that
+// the engine is shutting down, so that none is still at work in the plugin
+// when it is stopped. It returns an error saying what the grace cut short,
+// if anything, so that the engine exits non-zero when work was lost.
+func shutdown(c *Config, hs *http.Server, cutHTTP context.CancelCauseFunc, srv *host.Server, rpc *sync.WaitGroup) error {
 	var hwg sync.WaitGroup
 	var herr error
 	if hs != nil {
-		gctx, cancel := context.WithTimeout(context.Background(), c.ShutdownGrace)
-		defer cancel()
 		hwg.Add(1)
-		go func() { defer hwg.Done(); herr = hs.Shutdown(gctx) }()
+		go func() {
+			defer hwg.Done()
+			gctx, cancel := context.WithTimeout(context.Background(), c.ShutdownGrace)
+			defer cancel()
+			if herr = hs.Shutdown(gctx); herr == nil {
+				return
+			}
+			cutHTTP(httpapi.ErrShuttingDown)
+			cctx, cancel := context.WithTimeout(context.Background(), httpCutWait)
+			defer cancel()
+			if hs.Shutdown(cctx) != nil {
+				hs.Close()
+			}
+		}()
 	}
 	cut := srv.Shutdown(c.ShutdownGrace)
 	hwg.Wait()

@@ -193,7 +193,7 @@ func statusOf(err error) int {
 	switch {
 	case errors.Is(err, iface.ErrNoSlot), errors.Is(err, iface.ErrBadRequest):
 		return http.StatusBadRequest
-	case errors.Is(err, iface.ErrBusy):
+	case errors.Is(err, iface.ErrBusy), errors.Is(err, ErrShuttingDown):
 		return http.StatusServiceUnavailable
 	case errors.Is(err, iface.ErrNotImplemented):
 		return http.StatusNotImplemented
