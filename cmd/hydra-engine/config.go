@@ -69,6 +69,10 @@ type Config struct {
 	// differ: no RPC listener is needed, and its errors speak of the node
 	// configuration.
 	llamaServer bool
+	// combinedWhy is why combined mode cannot be had although the command
+	// line asked for a peer (llamaengine.go): logged when a SET_EXPERT_MODE
+	// "combined" is answered otherwise.
+	combinedWhy string
 }
 
 // defaultSlotPromptSimilarity is llama-server's --slot-prompt-similarity

@@ -117,7 +117,8 @@ func parseLlamaServer(args []string, getenv func(string) (string, bool), stderr 
 			return nil, err
 		}
 	}
-	inv.notes = ls.notes
+	inv.notes, inv.warnings = ls.notes, ls.warnings
+	inv.cfg.combinedWhy = ls.combinedWhy
 	if stop := inv.cfg.ShutdownGrace + httpCutWait + pluginExitWait; stop > nodeAgentStopWait {
 		inv.warnings = append(inv.warnings, fmt.Sprintf("shutdown_grace %s (%s): a node agent that sends SIGTERM kills the engine "+
 			"%s later (hydra-head does), before the grace, the cut requests' %s and the plugin's exit (up to %s) are over; "+
@@ -157,7 +158,13 @@ type lsArgs struct {
 	port     string
 	rpcPort  string
 	notes    []string
+	warnings []string        // notes at WARN: what was asked for and does not act yet
 	noted    map[string]bool // parameters whose no-effect line is in notes
+
+	// llama-engine's parameters (llamaengine.go), and why combined mode
+	// cannot be had when one asks for it.
+	ggmlRPCPort, rpcEngine, combinedPattern string
+	combinedWhy                             string
 
 	presets *presetFile // --models-preset, read
 
@@ -329,6 +336,7 @@ func (ls *lsArgs) finish() {
 		ls.notes = append(ls.notes, "llama-server placement: "+strings.Join(placed, " ")+
 			" (the plugin logs, at debug level, the weights each rule placed and where)")
 	}
+	ls.finishFork()
 }
 
 // layer is the configuration layer the command line makes.
@@ -422,7 +430,8 @@ func printLlamaServerHelp(w io.Writer) {
 
 // The parameters, in docs/llama-server.md's order.
 func llamaServerParams() []lsParam {
-	return slices.Concat(lsListenerParams(), lsModelParams(), lsPlacementParams(), lsChatParams(), lsSamplingParams(), lsServerParams())
+	return slices.Concat(lsListenerParams(), lsModelParams(), lsPlacementParams(), lsChatParams(), lsSamplingParams(), lsServerParams(),
+		lsForkParams())
 }
 
 func lsListenerParams() []lsParam {

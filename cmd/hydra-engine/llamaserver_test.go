@@ -414,3 +414,77 @@ func TestLlamaServerShutdownGrace(t *testing.T) {
 		t.Errorf("--help: %v\n%s", err, help.String())
 	}
 }
+
+// llama-engine's three parameters, as node-rtx.yaml and node-rtx3060.yaml
+// give them: read and checked; the pattern passed on as the plugin's
+// combined_pattern; the ports reported at start as not acting yet, and the
+// reason a SET_EXPERT_MODE combined will be answered solo kept for the host.
+func TestLlamaEngineParams(t *testing.T) {
+	pattern := `blk\.([0-9]+)\.ffn_.*_exps\.weight=CPU`
+	head := parseLS(t, "--ggml-rpc-port", "9505", "--rpc-engine", "localhost:9506", "--combined-ot-pattern", pattern)
+	if head.cfg.BackendOpts["combined_pattern"] != pattern || head.sources["backend_opts"] != "llama-server --combined-ot-pattern" {
+		t.Errorf("options %v from %q", head.cfg.BackendOpts, head.sources["backend_opts"])
+	}
+	if !strings.HasPrefix(head.cfg.combinedWhy, "--rpc-engine localhost:9506 is not acting yet: combined mode through a peer's ggml-RPC server is not implemented here") {
+		t.Errorf("combinedWhy %q", head.cfg.combinedWhy)
+	}
+	want := []string{
+		"llama-engine --ggml-rpc-port 9505: not acting yet: this engine serves no ggml-RPC backend",
+		"llama-engine --rpc-engine localhost:9506 is not acting yet: ",
+	}
+	if len(head.warnings) != len(want) {
+		t.Errorf("warnings:\n%s", strings.Join(head.warnings, "\n"))
+	}
+	for i, w := range want {
+		if i < len(head.warnings) && !strings.HasPrefix(head.warnings[i], w) {
+			t.Errorf("warning %d: %q, want %q…", i, head.warnings[i], w)
+		}
+	}
+	if !slices.ContainsFunc(head.notes, func(n string) bool {
+		return strings.HasPrefix(n, "llama-engine --combined-ot-pattern "+pattern+": passed to the plugin as combined_pattern")
+	}) {
+		t.Errorf("notes:\n%s", strings.Join(head.notes, "\n"))
+	}
+
+	peer := parseLS(t, "--ggml-rpc-port", "9506")
+	if peer.cfg.combinedWhy != "" || len(peer.warnings) != 1 || !strings.Contains(peer.warnings[0], "nothing listens on port 9506") {
+		t.Errorf("the peer: why %q, warnings %q", peer.cfg.combinedWhy, peer.warnings)
+	}
+	alone := parseLS(t, "--combined-ot-pattern", pattern)
+	if !slices.ContainsFunc(alone.notes, func(n string) bool { return strings.Contains(n, "no effect here: combined mode needs a peer") }) {
+		t.Errorf("a pattern without a peer: notes %q", alone.notes)
+	}
+	if w := parseLS(t, "--rpc-engine", "[::1]:9506").warnings; len(w) != 2 || !strings.Contains(w[1], "without --combined-ot-pattern") {
+		t.Errorf("a peer without a pattern: warnings %q", w)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--ggml-rpc-port", "0"}, "--ggml-rpc-port 0: must be at least 1"},
+		{[]string{"--ggml-rpc-port", "65536"}, "at most 65535"},
+		{[]string{"--ggml-rpc-port", "x"}, "not an integer"},
+		{[]string{"--rpc-engine", "localhost"}, "want HOST:PORT, the peer's ggml-RPC server"},
+		{[]string{"--rpc-engine", ":9506"}, "want HOST:PORT"},
+		{[]string{"--rpc-engine", "localhost:99999"}, `port "99999": not a port: at most 65535`},
+		{[]string{"--combined-ot-pattern", `blk\.[0-9]+\.ffn_.*_exps`}, "want REGEX=DEVICE"},
+		{[]string{"--combined-ot-pattern", "=CPU"}, "the regular expression before '=' is empty"},
+		{[]string{"--combined-ot-pattern", `blk\.(0=CPU`}, `"blk\\.(0" is not a regular expression (RE2 syntax`},
+		{[]string{"--combined-ot-pattern", `(?=exps)=CPU`}, "not a regular expression (RE2 syntax, no backreferences or lookaround)"},
+		{[]string{"--combined-ot-pattern", strings.Repeat("a", 1100) + "=CPU"}, "1104 bytes: at most 1024"},
+		{[]string{"--combined-ot-pattern", "exps=CPU 1"}, "want REGEX=DEVICE"},
+	} {
+		_, err := parseLlamaServer(tc.args, envOf(nil), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+	ini := filepath.Join(t.TempDir(), "p.ini")
+	if err := os.WriteFile(ini, []byte("[m]\nmodel = /m.gguf\nrpc-engine = localhost:9506\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parseLlamaServer([]string{"--models-preset", ini}, envOf(nil), io.Discard); err == nil || !strings.Contains(err.Error(), "are the engine's, not a model's") {
+		t.Errorf("rpc-engine in a preset: %v", err)
+	}
+}

@@ -237,6 +237,7 @@ func serveRPC(c *Config, logger hclog.Logger, p *pluginproc.Plugin, listeners []
 	srv := host.NewServer(p.Backend, p.Info, tun, host.Config{
 		Logger: logger, Version: version, IdleTimeout: c.IdleTimeout, ChunkTimeout: c.ChunkTimeout, SocketBuffer: c.SocketBuffer,
 		MaxConns: c.MaxConns, PayloadBudget: c.PayloadBudget, MinTransferRate: transferRate(c.MinTransferRate),
+		CombinedUnavailable: c.combinedWhy,
 	})
 	for _, l := range listeners {
 		if l.Addr().Network() == "unix" {
