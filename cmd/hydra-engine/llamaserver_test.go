@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"io"
@@ -14,6 +15,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/plugins/mock"
 )
 
 // nodeArgs is the line a Hydra node agent writes for the global and
@@ -486,5 +490,32 @@ func TestLlamaEngineParams(t *testing.T) {
 	}
 	if _, err := parseLlamaServer([]string{"--models-preset", ini}, envOf(nil), io.Discard); err == nil || !strings.Contains(err.Error(), "are the engine's, not a model's") {
 		t.Errorf("rpc-engine in a preset: %v", err)
+	}
+}
+
+// Every backend option a llama-server parameter can set is one the mock
+// loads (its own, or one of mock.LlamaServerOptions, without effect), so
+// that the node configurations run on the mock as the tests run them. Each
+// parameter is tried with values until one is accepted.
+func TestLlamaServerOptionsOnMock(t *testing.T) {
+	tmpl := templateFile(t)
+	values := []string{"1", "on", "true", "all", "yarn", "q8_0", "1.5", "auto", tmpl, `{"a": 1}`, `blk\.0\.=CPU`, "localhost:1", "deepseek"}
+	known := append(slices.Clone(mock.LlamaServerOptions), mock.OptAlias, mock.OptKVBytesPerToken, mock.OptKVUnified, mock.OptNCtx, mock.OptOpDelayMS)
+	for _, p := range llamaServerParams() {
+		for _, v := range values {
+			ls := &lsArgs{settings: map[string]any{}, opts: map[string]string{}, sampler: map[string]string{}, setBy: map[string][]string{}, noted: map[string]bool{}}
+			if p.apply == nil || p.apply(ls, v) != nil {
+				continue
+			}
+			for k := range ls.opts {
+				if !slices.Contains(known, k) {
+					t.Errorf("%s %s sets backend option %s, which the mock refuses (mock.LlamaServerOptions)", p.names[0], v, k)
+				}
+			}
+			break
+		}
+	}
+	if _, err := mock.New(nil).Load(context.Background(), iface.LoadRequest{Options: parseLS(t, nodeArgs(tmpl)...).cfg.BackendOpts}); err != nil {
+		t.Errorf("the node line's options on the mock: %v", err)
 	}
 }
