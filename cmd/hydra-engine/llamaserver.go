@@ -131,6 +131,24 @@ func parseLlamaServer(args []string, getenv func(string) (string, bool), stderr 
 	return inv, nil
 }
 
+// llamaEnvNotes are the start-up lines for the LLAMA_* variables in environ
+// (KEY=VALUE entries): llama-server reads its parameters from such
+// variables (LLAMA_ARG_*, and older ones like LLAMA_CHAT_TEMPLATE_KWARGS),
+// this mode only from the command line, and the plugin is not given them,
+// so each one present is said to have no effect rather than passed over.
+// The values are not logged: LLAMA_API_KEY holds a key.
+func llamaEnvNotes(environ []string) []string {
+	var notes []string
+	for _, kv := range environ {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "LLAMA_") {
+			notes = append(notes, fmt.Sprintf("environment %s: no effect here: llama-server mode reads llama-server's parameters "+
+				"from the command line only, not from LLAMA_* variables (llama-server too takes a parameter given there over its variable)", k))
+		}
+	}
+	slices.Sort(notes)
+	return notes
+}
+
 // splitByDefault gives the llama plugin llama-server's default KV layout:
 // --ctx-size split between the slots unless --kv-unified (the plugin's own
 // default is one shared pool).

@@ -519,3 +519,15 @@ func TestLlamaServerOptionsOnMock(t *testing.T) {
 		t.Errorf("the node line's options on the mock: %v", err)
 	}
 }
+
+// llama-server's LLAMA_* variables, which node configurations set beside
+// the parameters, are each said at start to have no effect, without their
+// values.
+func TestLlamaEnvNotes(t *testing.T) {
+	notes := llamaEnvNotes([]string{"PATH=/bin", `LLAMA_CHAT_TEMPLATE_KWARGS={"preserve_thinking": true}`, "LLAMA_API_KEY=secret", "HYDRA_RPC=x", "LD_LIBRARY_PATH=/llama/bin"})
+	if len(notes) != 2 || !strings.HasPrefix(notes[0], "environment LLAMA_API_KEY: no effect here: ") ||
+		!strings.HasPrefix(notes[1], "environment LLAMA_CHAT_TEMPLATE_KWARGS: no effect here: llama-server mode reads") ||
+		strings.Contains(strings.Join(notes, ""), "secret") {
+		t.Errorf("notes %q", notes)
+	}
+}

@@ -59,6 +59,9 @@ func main() {
 		return
 	}
 	c := &inv.cfg
+	if c.llamaServer {
+		inv.notes = append(inv.notes, llamaEnvNotes(os.Environ())...)
+	}
 	logger := hclog.New(&hclog.LoggerOptions{
 		Name: "hydra-engine", Level: hclog.LevelFromString(c.LogLevel), JSONFormat: c.LogFormat == "json", Output: os.Stderr,
 	})
