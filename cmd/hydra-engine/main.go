@@ -366,3 +366,5 @@ func (ps *presetSwitcher) Models() []string { return slices.Sorted(maps.Keys(ps.
 func (ps *presetSwitcher) Switch(ctx context.Context, alias string) error {
 	return ps.sv.Reload(ctx, ps.srv, ps.loads[alias])
 }
+
+func (ps *presetSwitcher) Unload(context.Context) error { return ps.sv.Unload(ps.srv) }
