@@ -198,7 +198,9 @@ func (sv *Supervisor) Unload(srv *host.Server) error {
 var errUnloaded = errors.New("no model is loaded (POST /models/unload): POST /models/load, or a request naming a model, loads one")
 
 // unloadedStandIn answers for old's backend once it is stopped by Unload.
-func unloadedStandIn(old *Plugin) downBackend { return downBackend{name: old.Spec.Name, why: errUnloaded} }
+func unloadedStandIn(old *Plugin) downBackend {
+	return downBackend{name: old.Spec.Name, why: errUnloaded}
+}
 
 // unloadedInfo is what the engine reports of a backend holding no model:
 // its name and slots, no model identity.
