@@ -8,18 +8,20 @@
 #
 # HYDRA_VORTEX is the repository: its URL (default), or the path of a local
 # clone, bare or not (make hydra-head HYDRA_VORTEX=/srv/git/hydra_vortex). From
-# a URL, a partial clone with a sparse checkout of those two folders is kept
-# in build/hydra-vortex: only their blobs are fetched. The agent's module
-# dependencies come from the Go module proxy and are checked against its
-# go.sum (-mod=readonly); nothing else is fetched.
+# a URL, a partial clone with a sparse checkout of those two folders is kept:
+# only their blobs are fetched. The agent's module dependencies come from the
+# Go module proxy and are checked against its go.sum (-mod=readonly); nothing
+# else is fetched. Its source is kept in HYDRA_HEAD_CACHE, outside this
+# repository, whose gofmt, vet and staticcheck are not for it.
 
 HYDRA_VORTEX       ?= https://github.com/ddvnguyen/hydra_vortex
 HYDRA_VORTEX_REV   := $(shell sed -n 's/^commit //p' tests/testdata/hydra-head/ORIGIN)
-HYDRA_HEAD_SRC     := build/hydra-vortex-$(HYDRA_VORTEX_REV)
-HYDRA_VORTEX_CLONE := build/hydra-vortex
+HYDRA_HEAD_CACHE   ?= $(HOME)/.cache/hydra-engine
+HYDRA_HEAD_SRC     := $(HYDRA_HEAD_CACHE)/hydra-vortex-$(HYDRA_VORTEX_REV)
+HYDRA_VORTEX_CLONE := $(HYDRA_HEAD_CACHE)/hydra-vortex
 HYDRA_HEAD_PATHS   := src/head infra/hydra-head/config
 # What the test reads (make unit and race pass them on).
-HYDRA_HEAD_ENV      = HYDRA_HEAD=$(CURDIR)/$(BIN)/hydra-head HYDRA_HEAD_CONFIG=$(CURDIR)/$(HYDRA_HEAD_SRC)/infra/hydra-head/config
+HYDRA_HEAD_ENV      = HYDRA_HEAD=$(CURDIR)/$(BIN)/hydra-head HYDRA_HEAD_CONFIG=$(HYDRA_HEAD_SRC)/infra/hydra-head/config
 
 .PHONY: hydra-head
 hydra-head: $(BIN)/hydra-head
@@ -35,7 +37,7 @@ $(HYDRA_HEAD_SRC)/src/head/go.mod: tests/testdata/hydra-head/ORIGIN
 	@test -n '$(HYDRA_VORTEX_REV)' || (echo "tests/testdata/hydra-head/ORIGIN names no commit" && exit 1)
 	@rm -rf $(HYDRA_HEAD_SRC) && mkdir -p $(HYDRA_HEAD_SRC)
 	@set -e; if [ -d '$(HYDRA_VORTEX)' ]; then \
-		git -C '$(HYDRA_VORTEX)' archive -o $(CURDIR)/$(HYDRA_HEAD_SRC).tar '$(HYDRA_VORTEX_REV)' $(HYDRA_HEAD_PATHS); \
+		git -C '$(HYDRA_VORTEX)' archive -o $(HYDRA_HEAD_SRC).tar '$(HYDRA_VORTEX_REV)' $(HYDRA_HEAD_PATHS); \
 		tar -x -f $(HYDRA_HEAD_SRC).tar -C $(HYDRA_HEAD_SRC) && rm -f $(HYDRA_HEAD_SRC).tar; \
 	else \
 		if [ ! -d $(HYDRA_VORTEX_CLONE)/.git ]; then \
