@@ -80,6 +80,11 @@ func main() {
 // run serves c's backend plugin over Hydra RPC and HTTP until a signal or a
 // failed listener stops it, then shuts everything down within the grace.
 func run(c *Config, logger hclog.Logger) error {
+	// SIGTERM/SIGINT are caught from the start: one that comes as soon as
+	// the listeners answer (a supervisor stopping an engine it just started)
+	// is a clean stop, not death by the signal's default action.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
 	spec, err := pluginproc.ResolvePlugin(c.Backend, c.PluginDir)
 	if err != nil {
 		return err
@@ -114,8 +119,6 @@ func run(c *Config, logger hclog.Logger) error {
 	}
 	startup.SetStage(httpapi.StageListening)
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	sv, err := startBackend(ctx, c, spec, startup, logger)
 	if err != nil {
 		if ctx.Err() != nil { // SIGTERM/SIGINT while loading: a clean stop
