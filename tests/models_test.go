@@ -76,22 +76,6 @@ func startMockLlamaServer(t *testing.T, env []string, args ...string) *lsEngine 
 	}
 }
 
-// children are the live processes whose parent is pid.
-func children(pid int) []int {
-	var out []int
-	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	for _, task := range tasks {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
-		for _, f := range strings.Fields(string(b)) {
-			var c int
-			if _, err := fmt.Sscan(f, &c); err == nil && processAlive(c) {
-				out = append(out, c)
-			}
-		}
-	}
-	return out
-}
-
 // modelList is GET /models: each model's id and status.
 func modelList(t *testing.T, base string) string {
 	t.Helper()

@@ -310,12 +310,19 @@ func TestLlamaServerPresets(t *testing.T) {
 		!strings.Contains(inv.notes[1], "--models-max 2: no effect here: one model is resident at a time") {
 		t.Errorf("notes:\n%s", strings.Join(inv.notes, "\n"))
 	}
-	bad := filepath.Join(t.TempDir(), "bad.ini")
-	if err := os.WriteFile(bad, []byte("[m]\nn-cpu-moe = 2\n"), 0o600); err != nil {
+	refusesPreset(t, "[m]\nn-cpu-moe = 2\n", "names no model")
+}
+
+// refusesPreset checks that a presets file of text stops the mode with an
+// error saying want.
+func refusesPreset(t *testing.T, text, want string) {
+	t.Helper()
+	ini := filepath.Join(t.TempDir(), "preset.ini")
+	if err := os.WriteFile(ini, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := parseLlamaServer([]string{"--models-preset", bad}, envOf(nil), io.Discard); err == nil || !strings.Contains(err.Error(), "names no model") {
-		t.Errorf("a preset without a model: %v", err)
+	if _, err := parseLlamaServer([]string{"--models-preset", ini}, envOf(nil), io.Discard); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("presets %q: %v, want %q", text, err, want)
 	}
 }
 
@@ -484,13 +491,7 @@ func TestLlamaEngineParams(t *testing.T) {
 			t.Errorf("%q: %v, want %q", tc.args, err, tc.want)
 		}
 	}
-	ini := filepath.Join(t.TempDir(), "p.ini")
-	if err := os.WriteFile(ini, []byte("[m]\nmodel = /m.gguf\nrpc-engine = localhost:9506\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := parseLlamaServer([]string{"--models-preset", ini}, envOf(nil), io.Discard); err == nil || !strings.Contains(err.Error(), "are the engine's, not a model's") {
-		t.Errorf("rpc-engine in a preset: %v", err)
-	}
+	refusesPreset(t, "[m]\nmodel = /m.gguf\nrpc-engine = localhost:9506\n", "are the engine's, not a model's")
 }
 
 // Every backend option a llama-server parameter can set is one the mock
