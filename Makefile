@@ -61,14 +61,14 @@ staticcheck:
 	$(GO) run $(STATICCHECK) ./...
 	$(LLAMA_ENV) $(GO) run $(STATICCHECK) -tags llama ./plugins/cuda-llama/... ./cmd/hydra-plugin-cuda-llama ./tests/
 
-unit:
-	$(GO) test -count=1 -timeout 15m ./...
+unit: hydra-head
+	$(HYDRA_HEAD_ENV) $(GO) test -count=1 -timeout 15m ./...
 
 # All tests again under the race detector; the end-to-end tests then build
 # the engine, the mock plugin and hydractl with it too (tests/race_on_test.go)
 # and fail on a race report in the engine's or the plugin's output.
-race:
-	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 30m ./...
+race: hydra-head
+	$(HYDRA_HEAD_ENV) CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 30m ./...
 
 # Each fuzz target briefly, from its checked-in corpus.
 fuzz-brief:
@@ -180,3 +180,5 @@ clean:
 # The llama.cpp backend: build-llama, test-llama, bench-llama, tiny-model, cuda.
 include mk/llama.mk
 include mk/testmodels.mk
+# hydra-head, the node agent, for the node-configuration tests: hydra-head.
+include mk/hydrahead.mk

@@ -136,6 +136,9 @@ func (s *Server) handleSetExpertMode(req *request, rp *replier) error {
 	}
 	s.tun.setExpertMode(active)
 	s.refreshInfo(b)
+	if mode == "combined" && active != mode && s.cfg.CombinedUnavailable != "" {
+		s.log.Info("SET_EXPERT_MODE combined answered "+active+": "+s.cfg.CombinedUnavailable, "mode", active)
+	}
 	return rp.replyMeta(transport.StatusOK, transport.NewMeta().Add("success", true).Add("mode", active), nil)
 }
 

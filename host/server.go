@@ -44,6 +44,11 @@ type Config struct {
 	// reply may move inside a request (default DefaultMinTransferRate; < 0
 	// turns the check off).
 	MinTransferRate int64
+	// CombinedUnavailable, when set, is why the engine cannot run combined
+	// mode although its configuration named a peer the backend does not
+	// see (llama-engine's --rpc-engine): a SET_EXPERT_MODE "combined" that
+	// the backend answers otherwise logs it, so the operator learns why.
+	CombinedUnavailable string
 }
 
 // Defaults.

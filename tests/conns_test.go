@@ -1,10 +1,12 @@
 package tests
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"regexp"
@@ -176,4 +178,48 @@ func TestShutdownCutShortExitsNonZero(t *testing.T) {
 		t.Fatalf("no ERROR line counting the cancelled request:\n%s", e.logs)
 	}
 	t.Logf("exit status 1, %v after SIGTERM with --shutdown-grace 1s", time.Since(start).Round(time.Millisecond))
+}
+
+// TestShutdownCutsHTTPStream: a streamed completion still decoding when the
+// grace runs out is cut with a last SSE event saying the engine is shutting
+// down (not an internal error, not a bare EOF), the plugin is gone, and the
+// engine exits 1 within the grace and a second or two.
+func TestShutdownCutsHTTPStream(t *testing.T) {
+	e, base := startHTTPEngine(t, "--backend-opt", "op_delay_ms=50", "--shutdown-grace", "1s")
+	plugin := pluginPID(t, e)
+	resp, err := http.Post(base+"/v1/completions", "application/json",
+		strings.NewReader(`{"prompt":"tell me everything","max_tokens":100000,"stream":true}`))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("streamed completion: %v %v", resp, err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if _, err := br.ReadString('\n'); err != nil { // the stream is under way
+		t.Fatal(err)
+	}
+	start := time.Now()
+	e.cmd.Process.Signal(syscall.SIGTERM)
+	rest, _ := io.ReadAll(br)
+	events := strings.Split(strings.TrimSpace(string(rest)), "\n\n")
+	last := events[len(events)-1]
+	if !strings.Contains(last, `"code":"shutting_down"`) || !strings.Contains(last, "the engine is shutting down: the request was cut at the end of the shutdown grace") {
+		t.Errorf("the stream's last event: %s", last)
+	}
+	select {
+	case <-e.exited:
+	case <-time.After(15 * time.Second):
+		t.Fatal("engine did not exit after SIGTERM")
+	}
+	took := time.Since(start)
+	var ee *exec.ExitError
+	if !errors.As(e.waitErr, &ee) || ee.ExitCode() != 1 || took > 4*time.Second {
+		t.Errorf("exit %v after %v, want exit status 1 within the 1s grace and the cut's second", e.waitErr, took)
+	}
+	if processAlive(plugin) {
+		t.Errorf("plugin %d outlived the engine", plugin)
+	}
+	if !strings.Contains(e.logs.String(), "HTTP completion cut by the shutdown") {
+		t.Errorf("no log line of the cut:\n%s", e.logs)
+	}
+	t.Logf("exit status 1, %v after SIGTERM with --shutdown-grace 1s", took.Round(time.Millisecond))
 }

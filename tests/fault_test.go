@@ -20,20 +20,29 @@ func pluginPID(t testing.TB, e *engine) int {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", e.cmd.Process.Pid))
-		for _, task := range tasks {
-			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", e.cmd.Process.Pid, task.Name()))
-			for _, f := range strings.Fields(string(b)) {
-				if pid, err := strconv.Atoi(f); err == nil && processAlive(pid) {
-					return pid
-				}
-			}
+		if kids := children(e.cmd.Process.Pid); len(kids) > 0 {
+			return kids[0]
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no plugin process under engine %d", e.cmd.Process.Pid)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// children are the live processes whose parent is pid.
+func children(pid int) []int {
+	var out []int
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	for _, task := range tasks {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
+		for _, f := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(f); err == nil && processAlive(c) {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
 }
 
 // processAlive reports whether pid exists and is not a zombie.

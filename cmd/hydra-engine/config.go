@@ -65,6 +65,14 @@ type Config struct {
 	// presets are the models a request may switch to (llama-server mode's
 	// --models-preset).
 	presets []modelPreset
+	// llamaServer is set in llama-server mode (llamaserver.go), whose rules
+	// differ: no RPC listener is needed, and its errors speak of the node
+	// configuration.
+	llamaServer bool
+	// combinedWhy is why combined mode cannot be had although the command
+	// line asked for a peer (llamaengine.go): logged when a SET_EXPERT_MODE
+	// "combined" is answered otherwise.
+	combinedWhy string
 }
 
 // defaultSlotPromptSimilarity is llama-server's --slot-prompt-similarity
@@ -196,6 +204,7 @@ type invocation struct {
 	printConfig bool
 	showVersion bool
 	notes       []string // said once in the log at start (llamaserver.go)
+	warnings    []string // the same, at WARN
 }
 
 // newFlagSet declares the flags. Their values are only read for the flags
@@ -240,8 +249,9 @@ func newFlagSet(d Config, configFile *string, printConfig, showVersion *bool) *f
 	fs.BoolVar(showVersion, "version", false, "print the version and exit")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: hydra-engine [flags]\n"+
-			"       hydra-engine %[1]s [llama-server flags]   llama-server's command line (docs/llama-server.md; hydra-engine %[1]s --help)\n\nflags:\n",
-			llamaServerCommand)
+			"       hydra-engine %[1]s [llama-server flags]   llama-server's command line (docs/llama-server.md; hydra-engine %[1]s --help)\n"+
+			"       (also as %[2]s, and under either name as the executable)\n\nflags:\n",
+			llamaServerCommand, llamaEngineCommand)
 		fs.PrintDefaults()
 	}
 	return fs
@@ -443,7 +453,7 @@ func keyValueHook(from, to reflect.Type, data any) (any, error) {
 const maxSlots = 256
 
 func (c *Config) validate() error {
-	if len(c.RPC) == 0 {
+	if len(c.RPC) == 0 && !c.llamaServer { // llama-server mode serves HTTP alone without --rpc-port
 		return errors.New("rpc: at least one listener is needed")
 	}
 	if c.Backend == "" {
@@ -587,23 +597,31 @@ func (c *Config) checkRPCAccess() error {
 			return fmt.Errorf("rpc %s: %w", u, err)
 		}
 		if !local {
-			return openRPCError(u, network)
+			return openRPCError(u, network, c.llamaServer)
 		}
 	}
 	return nil
 }
 
 // openRPCError says why a listener reachable from other hosts is refused
-// and names the three ways to say who may connect.
-func openRPCError(u, network string) error {
+// and names the three ways to say who may connect. In llama-server mode it
+// also gives the line to add to a node configuration, since an operator
+// there writes YAML for a node agent rather than the engine's flags.
+func openRPCError(u, network string, llamaServer bool) error {
 	why := "Hydra RPC has no credentials"
 	if network == "tls" {
 		why = "without tls_client_ca TLS authenticates no client"
 	}
+	node := ""
+	if llamaServer {
+		node = ". In a hydra-head node configuration, add under llama.params the line\n    rpc-allow: 10.0.0.0/8\n" +
+			"with the coordinators' addresses or networks (comma-separated) in place of 10.0.0.0/8; " +
+			"see docs/llama-server.md, Moving a node from llama-engine"
+	}
 	return fmt.Errorf("rpc %s can be reached from other hosts and %s: anyone who connects can read or overwrite "+
 		"any slot's KV state. Say who may connect: --rpc-allow ADDR|CIDR (rpc_allow, HYDRA_RPC_ALLOW) admits those peers only; "+
 		"a tls:// listener with --tls-client-ca requires client certificates; --rpc-insecure (HYDRA_RPC_INSECURE=true) "+
-		"accepts any peer. Or listen on 127.0.0.1 or a unix:// socket. See docs/operators.md, Security", u, why)
+		"accepts any peer. Or listen on 127.0.0.1 or a unix:// socket. See docs/operators.md, Security%s", u, why, node)
 }
 
 // redactedPrefix starts what --print-config shows for api_key. A key

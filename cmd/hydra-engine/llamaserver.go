@@ -6,7 +6,7 @@ package main
 // llama-server, whose flags collide with the engine's own (--slots is a
 // count here and a switch there), so that command line is read in a mode of
 // its own: `hydra-engine llama-server …`, or an executable named
-// llama-server. Each parameter is honoured with llama-server's meaning,
+// llama-server or llama-engine (the Hydra fork's binary). Each parameter is honoured with llama-server's meaning,
 // mapped onto the engine's settings and the llama plugin's options, or
 // accepted with one log line saying why it has no effect here; any other is
 // refused, as llama-server refuses it. The HYDRA_* variables and the file
@@ -26,20 +26,33 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // llamaServerCommand is the subcommand, and the executable name, that reads
 // llama-server's command line.
 const llamaServerCommand = "llama-server"
 
+// llamaEngineCommand reads it too: the name of the Hydra fork's binary
+// (llama-server's parameters and three of its own), which node
+// configurations run, so that an operator can put this engine in its place
+// without changing the configuration.
+const llamaEngineCommand = "llama-engine"
+
+// isLlamaServerName reports whether name (an executable's base name or a
+// subcommand) selects llama-server's command line.
+func isLlamaServerName(name string) bool {
+	return name == llamaServerCommand || name == llamaEngineCommand
+}
+
 // parseCommandLine parses argv: llama-server's command line when the
-// executable is named llama-server or the first argument is the subcommand,
-// the engine's flags otherwise.
+// executable is named llama-server or llama-engine, or the first argument
+// is one of those subcommands, the engine's flags otherwise.
 func parseCommandLine(argv []string, getenv func(string) (string, bool), stderr io.Writer) (*invocation, error) {
 	switch {
-	case len(argv) > 0 && filepath.Base(argv[0]) == llamaServerCommand:
+	case len(argv) > 0 && isLlamaServerName(filepath.Base(argv[0])):
 		return parseLlamaServer(argv[1:], getenv, stderr)
-	case len(argv) > 1 && argv[1] == llamaServerCommand:
+	case len(argv) > 1 && isLlamaServerName(argv[1]):
 		return parseLlamaServer(argv[2:], getenv, stderr)
 	case len(argv) > 0:
 		return parseInvocation(argv[1:], getenv, stderr)
@@ -50,6 +63,17 @@ func parseCommandLine(argv []string, getenv func(string) (string, bool), stderr 
 // llamaServerBackend is the plugin this mode runs unless HYDRA_BACKEND or
 // the file names another: llama-server's models are llama.cpp's.
 const llamaServerBackend = "cuda-llama"
+
+// The stop a node agent gives its engine: hydra-head sends SIGTERM and
+// SIGKILLs the engine nodeAgentStopWait later (internal/process/manager.go),
+// so this mode's shutdown grace leaves room, within that, for the cut HTTP
+// requests to end (httpCutWait) and for the plugin to exit on its own before
+// it is killed with its process group (go-plugin waits pluginExitWait).
+const (
+	nodeAgentStopWait        = 10 * time.Second
+	pluginExitWait           = 2 * time.Second
+	llamaServerShutdownGrace = 5 * time.Second
+)
 
 // parseLlamaServer builds the configuration from llama-server's command
 // line over the defaults, the file HYDRA_CONFIG names and the HYDRA_*
@@ -68,6 +92,12 @@ func parseLlamaServer(args []string, getenv func(string) (string, bool), stderr 
 		inv.sources[st.key] = "default"
 	}
 	inv.cfg.Backend, inv.sources["backend"] = llamaServerBackend, "default (llama-server mode)"
+	// llama-server opens no port beside HTTP: Hydra RPC listens only where
+	// --rpc-port (or HYDRA_RPC, the file) says, so that two engines on one
+	// host do not collide on a port nobody asked for.
+	inv.cfg.RPC, inv.sources["rpc"] = nil, "default (llama-server mode: none without --rpc-port)"
+	inv.cfg.ShutdownGrace, inv.sources["shutdown_grace"] = llamaServerShutdownGrace, "default (llama-server mode: within the node agent's 10s)"
+	inv.cfg.llamaServer = true
 	configFile, _ := getenv(envConfigFile)
 	if err := inv.applyFile(configFile, getenv); err != nil {
 		return nil, err
@@ -87,8 +117,36 @@ func parseLlamaServer(args []string, getenv func(string) (string, bool), stderr 
 			return nil, err
 		}
 	}
-	inv.notes = ls.notes
+	inv.notes, inv.warnings = ls.notes, ls.warnings
+	inv.cfg.combinedWhy = ls.combinedWhy
+	if stop := inv.cfg.ShutdownGrace + httpCutWait + pluginExitWait; stop > nodeAgentStopWait {
+		inv.warnings = append(inv.warnings, fmt.Sprintf("shutdown_grace %s (%s): a node agent that sends SIGTERM kills the engine "+
+			"%s later (hydra-head does), before the grace, the cut requests' %s and the plugin's exit (up to %s) are over; "+
+			"leave it at llama-server mode's %s or keep it at most %s", inv.cfg.ShutdownGrace, inv.sources["shutdown_grace"],
+			nodeAgentStopWait, httpCutWait, pluginExitWait, llamaServerShutdownGrace, nodeAgentStopWait-httpCutWait-pluginExitWait))
+	}
+	if len(inv.cfg.RPC) == 0 {
+		inv.notes = append(inv.notes, "llama-server mode: no Hydra RPC listener: none is opened without --rpc-port (or HYDRA_RPC)")
+	}
 	return inv, nil
+}
+
+// llamaEnvNotes are the start-up lines for the LLAMA_* variables in environ
+// (KEY=VALUE entries): llama-server reads its parameters from such
+// variables (LLAMA_ARG_*, and older ones like LLAMA_CHAT_TEMPLATE_KWARGS),
+// this mode only from the command line, and the plugin is not given them,
+// so each one present is said to have no effect rather than passed over.
+// The values are not logged: LLAMA_API_KEY holds a key.
+func llamaEnvNotes(environ []string) []string {
+	var notes []string
+	for _, kv := range environ {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "LLAMA_") {
+			notes = append(notes, fmt.Sprintf("environment %s: no effect here: llama-server mode reads llama-server's parameters "+
+				"from the command line only, not from LLAMA_* variables (llama-server too takes a parameter given there over its variable)", k))
+		}
+	}
+	slices.Sort(notes)
+	return notes
 }
 
 // splitByDefault gives the llama plugin llama-server's default KV layout:
@@ -118,7 +176,13 @@ type lsArgs struct {
 	port     string
 	rpcPort  string
 	notes    []string
+	warnings []string        // notes at WARN: what was asked for and does not act yet
 	noted    map[string]bool // parameters whose no-effect line is in notes
+
+	// llama-engine's parameters (llamaengine.go), and why combined mode
+	// cannot be had when one asks for it.
+	ggmlRPCPort, rpcEngine, combinedPattern string
+	combinedWhy                             string
 
 	presets *presetFile // --models-preset, read
 
@@ -290,6 +354,7 @@ func (ls *lsArgs) finish() {
 		ls.notes = append(ls.notes, "llama-server placement: "+strings.Join(placed, " ")+
 			" (the plugin logs, at debug level, the weights each rule placed and where)")
 	}
+	ls.finishFork()
 }
 
 // layer is the configuration layer the command line makes.
@@ -363,7 +428,11 @@ func printLlamaServerHelp(w io.Writer) {
 	fmt.Fprintf(w, "usage: hydra-engine %s [llama-server parameters]\n\n"+
 		"llama-server's command line on hydra-engine: each parameter is honoured with llama-server's meaning\n"+
 		"or accepted with a log line saying why it has no effect here; others are refused. HYDRA_* variables\n"+
-		"and the file HYDRA_CONFIG names apply beneath. The table with the reasons: docs/llama-server.md.\n\n", llamaServerCommand)
+		"and the file HYDRA_CONFIG names apply beneath. The table with the reasons: docs/llama-server.md.\n"+
+		"Also read under the name %s. Listeners: HTTP always (default 127.0.0.1:8080); Hydra RPC only with\n"+
+		"--rpc-port (or HYDRA_RPC). On SIGTERM, requests in progress get %s (HYDRA_SHUTDOWN_GRACE), then are cut,\n"+
+		"so that the engine and its plugin are gone within a node agent's %s.\n\n",
+		llamaServerCommand, llamaEngineCommand, llamaServerShutdownGrace, nodeAgentStopWait)
 	for _, p := range llamaServerParams() {
 		spell := strings.Join(append(slices.Clone(p.names), p.neg...), ", ")
 		if p.hint != "" {
@@ -379,7 +448,8 @@ func printLlamaServerHelp(w io.Writer) {
 
 // The parameters, in docs/llama-server.md's order.
 func llamaServerParams() []lsParam {
-	return slices.Concat(lsListenerParams(), lsModelParams(), lsPlacementParams(), lsChatParams(), lsSamplingParams(), lsServerParams())
+	return slices.Concat(lsListenerParams(), lsModelParams(), lsPlacementParams(), lsChatParams(), lsSamplingParams(), lsServerParams(),
+		lsForkParams())
 }
 
 func lsListenerParams() []lsParam {
@@ -395,7 +465,7 @@ func lsListenerParams() []lsParam {
 			ls.port = v
 			return portNumber(v, 0)
 		}},
-		{names: []string{"--rpc-port"}, hint: "PORT", doc: "Hydra RPC on tcp://HOST:PORT (not llama-server's): rpc", apply: func(ls *lsArgs, v string) error {
+		{names: []string{"--rpc-port"}, hint: "PORT", doc: "Hydra RPC on tcp://HOST:PORT (not llama-server's): rpc; without it, no Hydra RPC listener", apply: func(ls *lsArgs, v string) error {
 			ls.rpcPort = v
 			return portNumber(v, 1)
 		}},

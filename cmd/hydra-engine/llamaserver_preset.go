@@ -112,6 +112,9 @@ func presetsOf(f presetFile, base map[string]string) ([]modelPreset, error) {
 		if err != nil {
 			return nil, fmt.Errorf("preset [%s]: %w", name, err)
 		}
+		if ls.rpcEngine != "" || ls.ggmlRPCPort != "" { // the engine's, kept by no model's load
+			return nil, fmt.Errorf("preset [%s]: rpc-engine and ggml-rpc-port are the engine's, not a model's: give them on the command line", name)
+		}
 		p := modelPreset{alias: name, opts: maps.Clone(base)}
 		if p.opts == nil {
 			p.opts = map[string]string{}

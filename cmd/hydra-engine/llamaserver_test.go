@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"io"
@@ -14,6 +15,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/plugins/mock"
 )
 
 // nodeArgs is the line a Hydra node agent writes for the global and
@@ -181,20 +185,30 @@ func TestLlamaServerSampling(t *testing.T) {
 }
 
 // Listeners: HTTP on --host/--port (llama-server's 127.0.0.1:8080 when not
-// given), Hydra RPC on --rpc-port of the same host, under the engine's
-// rules for who may connect.
+// given), Hydra RPC on --rpc-port of the same host and nowhere without it,
+// under the engine's rules for who may connect.
 func TestLlamaServerListeners(t *testing.T) {
 	inv := parseLS(t)
-	if inv.cfg.HTTP != "127.0.0.1:8080" || !slices.Equal(inv.cfg.RPC, defaultConfig().RPC) {
-		t.Errorf("defaults: http %q, rpc %v", inv.cfg.HTTP, inv.cfg.RPC)
+	if inv.cfg.HTTP != "127.0.0.1:8080" || len(inv.cfg.RPC) != 0 || inv.sources["rpc"] != "default (llama-server mode: none without --rpc-port)" ||
+		!slices.Contains(inv.notes, "llama-server mode: no Hydra RPC listener: none is opened without --rpc-port (or HYDRA_RPC)") {
+		t.Errorf("defaults: http %q, rpc %v from %q, notes %q", inv.cfg.HTTP, inv.cfg.RPC, inv.sources["rpc"], inv.notes)
+	}
+	if inv, err := parseLlamaServer(nil, envOf(map[string]string{"HYDRA_RPC": "unix:///run/e.sock"}), io.Discard); err != nil ||
+		!slices.Equal(inv.cfg.RPC, []string{"unix:///run/e.sock"}) {
+		t.Errorf("HYDRA_RPC in llama-server mode: %v, %v", inv, err)
 	}
 	inv = parseLS(t, "--host", "::1", "--port", "18080", "--rpc-port", "19510")
 	if inv.cfg.HTTP != "[::1]:18080" || !slices.Equal(inv.cfg.RPC, []string{"tcp://[::1]:19510"}) {
 		t.Errorf("IPv6: http %q, rpc %v", inv.cfg.HTTP, inv.cfg.RPC)
 	}
 	open := []string{"--host", "0.0.0.0", "--port", "8080", "--rpc-port", "9510"}
-	if _, err := parseLlamaServer(open, envOf(nil), io.Discard); err == nil || !strings.Contains(err.Error(), "can be reached from other hosts") {
+	// The refusal gives the line a node configuration needs.
+	if _, err := parseLlamaServer(open, envOf(nil), io.Discard); err == nil || !strings.Contains(err.Error(), "can be reached from other hosts") ||
+		!strings.Contains(err.Error(), "add under llama.params the line\n    rpc-allow: 10.0.0.0/8\n") {
 		t.Errorf("open RPC without access rules: %v", err)
+	}
+	if _, err := parseInvocation([]string{"--rpc", "tcp://0.0.0.0:9510"}, envOf(nil), io.Discard); err == nil || strings.Contains(err.Error(), "llama.params") {
+		t.Errorf("open RPC outside llama-server mode: %v", err)
 	}
 	inv = parseLS(t, append(open, "--rpc-allow", "10.0.0.0/8,192.168.7.21", "--api-key", "k1,k2", "--api-key", "k3")...)
 	if !slices.Equal(inv.cfg.RPCAllow, []string{"10.0.0.0/8", "192.168.7.21"}) || !slices.Equal(inv.cfg.APIKey, []string{"k1", "k2", "k3"}) {
@@ -284,7 +298,7 @@ func TestLlamaServerPresets(t *testing.T) {
 		f.presets["small"]["model"] != "/m/s.gguf" || !slices.Equal(f.names(), []string{"default", "qwen3-moe", "small"}) {
 		t.Errorf("parsed %+v", f)
 	}
-	inv := parseLS(t, "--models-preset", ini, "--models-max", "2", "--cache-type-k", "q8_0")
+	inv := parseLS(t, "--models-preset", ini, "--models-max", "2", "--cache-type-k", "q8_0", "--rpc-port", "9510")
 	want := []modelPreset{
 		{alias: "qwen3-moe", model: "/m/q.gguf", opts: map[string]string{"n_ctx": "8192", "n_cpu_moe": "8", "cache_type_k": "q8_0", "kv_unified": "false", "alias": "qwen3-moe"}},
 		{alias: "tiny", model: "/m/s.gguf", opts: map[string]string{"n_ctx": "8192", "cache_type_k": "q8_0", "kv_unified": "true", "alias": "tiny"}},
@@ -296,12 +310,19 @@ func TestLlamaServerPresets(t *testing.T) {
 		!strings.Contains(inv.notes[1], "--models-max 2: no effect here: one model is resident at a time") {
 		t.Errorf("notes:\n%s", strings.Join(inv.notes, "\n"))
 	}
-	bad := filepath.Join(t.TempDir(), "bad.ini")
-	if err := os.WriteFile(bad, []byte("[m]\nn-cpu-moe = 2\n"), 0o600); err != nil {
+	refusesPreset(t, "[m]\nn-cpu-moe = 2\n", "names no model")
+}
+
+// refusesPreset checks that a presets file of text stops the mode with an
+// error saying want.
+func refusesPreset(t *testing.T, text, want string) {
+	t.Helper()
+	ini := filepath.Join(t.TempDir(), "preset.ini")
+	if err := os.WriteFile(ini, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := parseLlamaServer([]string{"--models-preset", bad}, envOf(nil), io.Discard); err == nil || !strings.Contains(err.Error(), "names no model") {
-		t.Errorf("a preset without a model: %v", err)
+	if _, err := parseLlamaServer([]string{"--models-preset", ini}, envOf(nil), io.Discard); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("presets %q: %v, want %q", text, err, want)
 	}
 }
 
@@ -311,6 +332,8 @@ func TestLlamaServerMode(t *testing.T) {
 		{"hydra-engine", "llama-server", "--parallel", "3"},
 		{"/usr/local/bin/llama-server", "--parallel", "3"},
 		{"llama-server", "-np", "3"},
+		{"/llama/bin/llama-engine", "--parallel", "3"}, // the Hydra fork's binary, as node configurations name it
+		{"hydra-engine", "llama-engine", "-np", "3"},
 	} {
 		inv, err := parseCommandLine(argv, envOf(nil), io.Discard)
 		if err != nil || inv.cfg.Slots != 3 || inv.cfg.HTTP != "127.0.0.1:8080" || inv.cfg.Backend != "cuda-llama" {
@@ -373,5 +396,139 @@ func TestLlamaServerDocTable(t *testing.T) {
 		if !known[name] {
 			t.Errorf("docs/llama-server.md has a row for %s, which the mode does not know", name)
 		}
+	}
+}
+
+// The shutdown grace of this mode fits the node agent's stop (SIGKILL 10 s
+// after SIGTERM); a longer one given beneath the command line is kept and
+// warned about.
+func TestLlamaServerShutdownGrace(t *testing.T) {
+	inv := parseLS(t)
+	if inv.cfg.ShutdownGrace != 5*time.Second || len(inv.warnings) != 0 {
+		t.Errorf("grace %v, warnings %q", inv.cfg.ShutdownGrace, inv.warnings)
+	}
+	if d := inv.cfg.ShutdownGrace + httpCutWait + pluginExitWait; d >= nodeAgentStopWait {
+		t.Errorf("the default grace leaves the stop %v of the agent's %v", d, nodeAgentStopWait)
+	}
+	inv, err := parseLlamaServer(nil, envOf(map[string]string{"HYDRA_SHUTDOWN_GRACE": "30s"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inv.cfg.ShutdownGrace != 30*time.Second || len(inv.warnings) != 1 ||
+		!strings.HasPrefix(inv.warnings[0], "shutdown_grace 30s (env HYDRA_SHUTDOWN_GRACE): a node agent that sends SIGTERM kills the engine 10s later") {
+		t.Errorf("grace %v, warnings %q", inv.cfg.ShutdownGrace, inv.warnings)
+	}
+	var help bytes.Buffer
+	if _, err := parseLlamaServer([]string{"--help"}, envOf(nil), &help); !errors.Is(err, flag.ErrHelp) ||
+		!strings.Contains(help.String(), "requests in progress get 5s (HYDRA_SHUTDOWN_GRACE), then are cut") ||
+		!strings.Contains(help.String(), "Hydra RPC only with\n--rpc-port") {
+		t.Errorf("--help: %v\n%s", err, help.String())
+	}
+}
+
+// llama-engine's three parameters, as node-rtx.yaml and node-rtx3060.yaml
+// give them: read and checked; the pattern passed on as the plugin's
+// combined_pattern; the ports reported at start as not acting yet, and the
+// reason a SET_EXPERT_MODE combined will be answered solo kept for the host.
+func TestLlamaEngineParams(t *testing.T) {
+	pattern := `blk\.([0-9]+)\.ffn_.*_exps\.weight=CPU`
+	head := parseLS(t, "--ggml-rpc-port", "9505", "--rpc-engine", "localhost:9506", "--combined-ot-pattern", pattern)
+	if head.cfg.BackendOpts["combined_pattern"] != pattern || head.sources["backend_opts"] != "llama-server --combined-ot-pattern" {
+		t.Errorf("options %v from %q", head.cfg.BackendOpts, head.sources["backend_opts"])
+	}
+	if !strings.HasPrefix(head.cfg.combinedWhy, "--rpc-engine localhost:9506 is not acting yet: combined mode through a peer's ggml-RPC server is not implemented here") {
+		t.Errorf("combinedWhy %q", head.cfg.combinedWhy)
+	}
+	want := []string{
+		"llama-engine --ggml-rpc-port 9505: not acting yet: this engine serves no ggml-RPC backend",
+		"llama-engine --rpc-engine localhost:9506 is not acting yet: ",
+	}
+	if len(head.warnings) != len(want) {
+		t.Errorf("warnings:\n%s", strings.Join(head.warnings, "\n"))
+	}
+	for i, w := range want {
+		if i < len(head.warnings) && !strings.HasPrefix(head.warnings[i], w) {
+			t.Errorf("warning %d: %q, want %q…", i, head.warnings[i], w)
+		}
+	}
+	if !slices.ContainsFunc(head.notes, func(n string) bool {
+		return strings.HasPrefix(n, "llama-engine --combined-ot-pattern "+pattern+": passed to the plugin as combined_pattern")
+	}) {
+		t.Errorf("notes:\n%s", strings.Join(head.notes, "\n"))
+	}
+
+	peer := parseLS(t, "--ggml-rpc-port", "9506")
+	if peer.cfg.combinedWhy != "" || len(peer.warnings) != 1 || !strings.Contains(peer.warnings[0], "nothing listens on port 9506") {
+		t.Errorf("the peer: why %q, warnings %q", peer.cfg.combinedWhy, peer.warnings)
+	}
+	alone := parseLS(t, "--combined-ot-pattern", pattern)
+	if !slices.ContainsFunc(alone.notes, func(n string) bool { return strings.Contains(n, "no effect here: combined mode needs a peer") }) {
+		t.Errorf("a pattern without a peer: notes %q", alone.notes)
+	}
+	if w := parseLS(t, "--rpc-engine", "[::1]:9506").warnings; len(w) != 2 || !strings.Contains(w[1], "without --combined-ot-pattern") {
+		t.Errorf("a peer without a pattern: warnings %q", w)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--ggml-rpc-port", "0"}, "--ggml-rpc-port 0: must be at least 1"},
+		{[]string{"--ggml-rpc-port", "65536"}, "at most 65535"},
+		{[]string{"--ggml-rpc-port", "x"}, "not an integer"},
+		{[]string{"--rpc-engine", "localhost"}, "want HOST:PORT, the peer's ggml-RPC server"},
+		{[]string{"--rpc-engine", ":9506"}, "want HOST:PORT"},
+		{[]string{"--rpc-engine", "localhost:99999"}, `port "99999": not a port: at most 65535`},
+		{[]string{"--combined-ot-pattern", `blk\.[0-9]+\.ffn_.*_exps`}, "want REGEX=DEVICE"},
+		{[]string{"--combined-ot-pattern", "=CPU"}, "the regular expression before '=' is empty"},
+		{[]string{"--combined-ot-pattern", `blk\.(0=CPU`}, `"blk\\.(0" is not a regular expression (RE2 syntax`},
+		{[]string{"--combined-ot-pattern", `(?=exps)=CPU`}, "not a regular expression (RE2 syntax, no backreferences or lookaround)"},
+		{[]string{"--combined-ot-pattern", strings.Repeat("a", 1100) + "=CPU"}, "1104 bytes: at most 1024"},
+		{[]string{"--combined-ot-pattern", "exps=CPU 1"}, "want REGEX=DEVICE"},
+	} {
+		_, err := parseLlamaServer(tc.args, envOf(nil), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+	refusesPreset(t, "[m]\nmodel = /m.gguf\nrpc-engine = localhost:9506\n", "are the engine's, not a model's")
+}
+
+// Every backend option a llama-server parameter can set is one the mock
+// loads (its own, or one of mock.LlamaServerOptions, without effect), so
+// that the node configurations run on the mock as the tests run them. Each
+// parameter is tried with values until one is accepted.
+func TestLlamaServerOptionsOnMock(t *testing.T) {
+	tmpl := templateFile(t)
+	values := []string{"1", "on", "true", "all", "yarn", "q8_0", "1.5", "auto", tmpl, `{"a": 1}`, `blk\.0\.=CPU`, "localhost:1", "deepseek"}
+	known := append(slices.Clone(mock.LlamaServerOptions), mock.OptAlias, mock.OptKVBytesPerToken, mock.OptKVUnified, mock.OptNCtx, mock.OptOpDelayMS)
+	for _, p := range llamaServerParams() {
+		for _, v := range values {
+			ls := &lsArgs{settings: map[string]any{}, opts: map[string]string{}, sampler: map[string]string{}, setBy: map[string][]string{}, noted: map[string]bool{}}
+			if p.apply == nil || p.apply(ls, v) != nil {
+				continue
+			}
+			for k := range ls.opts {
+				if !slices.Contains(known, k) {
+					t.Errorf("%s %s sets backend option %s, which the mock refuses (mock.LlamaServerOptions)", p.names[0], v, k)
+				}
+			}
+			break
+		}
+	}
+	if _, err := mock.New(nil).Load(context.Background(), iface.LoadRequest{Options: parseLS(t, nodeArgs(tmpl)...).cfg.BackendOpts}); err != nil {
+		t.Errorf("the node line's options on the mock: %v", err)
+	}
+}
+
+// llama-server's LLAMA_* variables, which node configurations set beside
+// the parameters, are each said at start to have no effect, without their
+// values.
+func TestLlamaEnvNotes(t *testing.T) {
+	notes := llamaEnvNotes([]string{"PATH=/bin", `LLAMA_CHAT_TEMPLATE_KWARGS={"preserve_thinking": true}`, "LLAMA_API_KEY=secret", "HYDRA_RPC=x", "LD_LIBRARY_PATH=/llama/bin"})
+	if len(notes) != 2 || !strings.HasPrefix(notes[0], "environment LLAMA_API_KEY: no effect here: ") ||
+		!strings.HasPrefix(notes[1], "environment LLAMA_CHAT_TEMPLATE_KWARGS: no effect here: llama-server mode reads") ||
+		strings.Contains(strings.Join(notes, ""), "secret") {
+		t.Errorf("notes %q", notes)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -58,11 +59,17 @@ func main() {
 		return
 	}
 	c := &inv.cfg
+	if c.llamaServer {
+		inv.notes = append(inv.notes, llamaEnvNotes(os.Environ())...)
+	}
 	logger := hclog.New(&hclog.LoggerOptions{
 		Name: "hydra-engine", Level: hclog.LevelFromString(c.LogLevel), JSONFormat: c.LogFormat == "json", Output: os.Stderr,
 	})
 	for _, note := range inv.notes {
 		logger.Info(note)
+	}
+	for _, w := range inv.warnings {
+		logger.Warn(w)
 	}
 	if err := run(c, logger); err != nil {
 		logger.Error("exiting", "error", err)
@@ -73,6 +80,11 @@ func main() {
 // run serves c's backend plugin over Hydra RPC and HTTP until a signal or a
 // failed listener stops it, then shuts everything down within the grace.
 func run(c *Config, logger hclog.Logger) error {
+	// SIGTERM/SIGINT are caught from the start: one that comes as soon as
+	// the listeners answer (a supervisor stopping an engine it just started)
+	// is a clean stop, not death by the signal's default action.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
 	spec, err := pluginproc.ResolvePlugin(c.Backend, c.PluginDir)
 	if err != nil {
 		return err
@@ -96,7 +108,9 @@ func run(c *Config, logger hclog.Logger) error {
 	}
 	startup := httpapi.NewStartup()
 	errc := make(chan error, len(listeners)+1)
-	hs, err := serveStartupHTTP(c, logger, startup, errc)
+	httpCtx, cutHTTP := context.WithCancelCause(context.Background())
+	defer cutHTTP(nil)
+	hs, err := serveStartupHTTP(c, logger, startup, httpCtx, errc)
 	if err != nil {
 		return err
 	}
@@ -105,8 +119,6 @@ func run(c *Config, logger hclog.Logger) error {
 	}
 	startup.SetStage(httpapi.StageListening)
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	sv, err := startBackend(ctx, c, spec, startup, logger)
 	if err != nil {
 		if ctx.Err() != nil { // SIGTERM/SIGINT while loading: a clean stop
@@ -125,7 +137,7 @@ func run(c *Config, logger hclog.Logger) error {
 	startup.Ready(httpapi.Handler(srv, httpOptions(c, logger)))
 
 	err = waitForStop(ctx, c, logger, errc)
-	if serr := shutdown(c, hs, srv, rpc); serr != nil {
+	if serr := shutdown(c, hs, cutHTTP, srv, rpc); serr != nil {
 		if err == nil {
 			return serr // work was cut short: exit non-zero
 		}
@@ -177,8 +189,9 @@ func closeListeners(listeners []net.Listener) {
 
 // serveStartupHTTP starts the HTTP server, when one is configured, on the
 // startup handler that reports the loading stage until the engine is ready;
-// a failure of the server is sent on errc.
-func serveStartupHTTP(c *Config, logger hclog.Logger, startup *httpapi.Startup, errc chan<- error) (*http.Server, error) {
+// its requests' contexts derive from base (cancelled to cut them at the end
+// of a shutdown's grace), and a failure of the server is sent on errc.
+func serveStartupHTTP(c *Config, logger hclog.Logger, startup *httpapi.Startup, base context.Context, errc chan<- error) (*http.Server, error) {
 	if c.HTTP == "" {
 		return nil, nil
 	}
@@ -186,7 +199,8 @@ func serveStartupHTTP(c *Config, logger hclog.Logger, startup *httpapi.Startup, 
 	if err != nil {
 		return nil, fmt.Errorf("http %s: %w", c.HTTP, err)
 	}
-	opts := httpapi.ServerOptions{IdleTimeout: c.IdleTimeout, ChunkTimeout: c.ChunkTimeout, MinTransferRate: transferRate(c.MinTransferRate)}
+	opts := httpapi.ServerOptions{IdleTimeout: c.IdleTimeout, ChunkTimeout: c.ChunkTimeout, MinTransferRate: transferRate(c.MinTransferRate),
+		BaseContext: base}
 	hs := httpapi.NewServer(startup, opts)
 	logger.Info("serving HTTP", "addr", hl.Addr().String())
 	go func() {
@@ -229,6 +243,7 @@ func serveRPC(c *Config, logger hclog.Logger, p *pluginproc.Plugin, listeners []
 	srv := host.NewServer(p.Backend, p.Info, tun, host.Config{
 		Logger: logger, Version: version, IdleTimeout: c.IdleTimeout, ChunkTimeout: c.ChunkTimeout, SocketBuffer: c.SocketBuffer,
 		MaxConns: c.MaxConns, PayloadBudget: c.PayloadBudget, MinTransferRate: transferRate(c.MinTransferRate),
+		CombinedUnavailable: c.combinedWhy,
 	})
 	for _, l := range listeners {
 		if l.Addr().Network() == "unix" {
@@ -267,18 +282,37 @@ func waitForStop(ctx context.Context, c *Config, logger hclog.Logger, errc <-cha
 	}
 }
 
+// httpCutWait is how long, once the grace has run out, the HTTP requests
+// still in progress get to end after they are cut (a streamed completion
+// writes its last event and the plugin drops its slot) before their
+// connections are closed.
+const httpCutWait = time.Second
+
 // shutdown gives HTTP requests (streamed completions) and RPC requests one
-// shared grace to finish, and waits for both servers to stop. It returns an
-// error saying what the grace cut short, if anything, so that the engine
-// exits non-zero when work was lost.
-func shutdown(c *Config, hs *http.Server, srv *host.Server, rpc *sync.WaitGroup) error {
+// shared grace to finish, and waits for both servers to stop. HTTP requests
+// still running then are cut through cutHTTP, each telling its client that
+// the engine is shutting down, so that none is still at work in the plugin
+// when it is stopped. It returns an error saying what the grace cut short,
+// if anything, so that the engine exits non-zero when work was lost.
+func shutdown(c *Config, hs *http.Server, cutHTTP context.CancelCauseFunc, srv *host.Server, rpc *sync.WaitGroup) error {
 	var hwg sync.WaitGroup
 	var herr error
 	if hs != nil {
-		gctx, cancel := context.WithTimeout(context.Background(), c.ShutdownGrace)
-		defer cancel()
 		hwg.Add(1)
-		go func() { defer hwg.Done(); herr = hs.Shutdown(gctx) }()
+		go func() {
+			defer hwg.Done()
+			gctx, cancel := context.WithTimeout(context.Background(), c.ShutdownGrace)
+			defer cancel()
+			if herr = hs.Shutdown(gctx); herr == nil {
+				return
+			}
+			cutHTTP(httpapi.ErrShuttingDown)
+			cctx, cancel := context.WithTimeout(context.Background(), httpCutWait)
+			defer cancel()
+			if hs.Shutdown(cctx) != nil {
+				hs.Close()
+			}
+		}()
 	}
 	cut := srv.Shutdown(c.ShutdownGrace)
 	hwg.Wait()
@@ -335,3 +369,5 @@ func (ps *presetSwitcher) Models() []string { return slices.Sorted(maps.Keys(ps.
 func (ps *presetSwitcher) Switch(ctx context.Context, alias string) error {
 	return ps.sv.Reload(ctx, ps.srv, ps.loads[alias])
 }
+
+func (ps *presetSwitcher) Unload(context.Context) error { return ps.sv.Unload(ps.srv) }

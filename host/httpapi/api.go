@@ -96,6 +96,8 @@ func Handler(s *host.Server, opts Options) http.Handler {
 	handle("POST /slots/{id}", a.slotAction)
 	handle("GET /v1/models", a.models)
 	handle("GET /models", a.models)
+	handle("POST /models/load", a.loadModel)
+	handle("POST /models/unload", a.unloadModel)
 	handle("POST /v1/chat/completions", a.chatCompletions)
 	handle("POST /chat/completions", a.chatCompletions)
 	handle("POST /v1/completions", a.textCompletions)
@@ -121,6 +123,13 @@ func (a *api) health(w http.ResponseWriter, r *http.Request) {
 	_, info := a.s.Backend()
 	body := healthBody{Status: "ok", StartupStage: StageReady, HasModel: info.Model.Alias != "" || info.Model.Hash != "",
 		ModelName: info.Model.Alias, RPCActive: a.s.RPCActive()}
+	if _, loaded := a.s.ResidentModel(); !loaded {
+		// No model by request (POST /models/unload): the engine is well, as
+		// llama-server's router is with none loaded, and loads one when asked.
+		body.HasModel, body.ModelName = false, ""
+		writeJSON(w, http.StatusOK, body)
+		return
+	}
 	if err := a.s.BackendAnswers(r.Context()); err != nil {
 		a.log.Debug("health: the backend does not answer", "error", err)
 		body.Status, body.Error, body.HasModel = "unavailable", "the backend is not answering", false
@@ -149,17 +158,26 @@ func (a *api) models(w http.ResponseWriter, r *http.Request) {
 		NCtx    int    `json:"n_ctx"`
 		NVocab  int    `json:"n_vocab"`
 	}
+	type status struct {
+		Value string `json:"value"` // llama-server's router: "loaded" or "unloaded"
+	}
 	type model struct {
 		ID      string    `json:"id"`
 		Object  string    `json:"object"`
 		Created int64     `json:"created"`
 		OwnedBy string    `json:"owned_by"`
+		Status  status    `json:"status"`
 		Meta    modelMeta `json:"meta"`
 	}
-	list := []model{{ID: info.Model.Alias, Object: "model", OwnedBy: "hydra-engine",
-		Meta: modelMeta{ModelIdentity: info.Model, Backend: info.Name, NCtx: info.NCtx, NVocab: info.NVocab}}}
-	for _, alias := range a.s.ModelAliases()[1:] { // the presets a request may switch to
-		list = append(list, model{ID: alias, Object: "model", OwnedBy: "hydra-engine",
+	var list []model
+	aliases, loaded := a.s.ModelAliases()
+	if loaded { // the resident model first
+		list = append(list, model{ID: info.Model.Alias, Object: "model", OwnedBy: "hydra-engine", Status: status{"loaded"},
+			Meta: modelMeta{ModelIdentity: info.Model, Backend: info.Name, NCtx: info.NCtx, NVocab: info.NVocab}})
+		aliases = aliases[1:]
+	}
+	for _, alias := range aliases { // the presets a request may switch to
+		list = append(list, model{ID: alias, Object: "model", OwnedBy: "hydra-engine", Status: status{"unloaded"},
 			Meta: modelMeta{ModelIdentity: iface.ModelIdentity{Alias: alias}, Backend: info.Name}})
 	}
 	writeJSON(w, http.StatusOK, struct {
@@ -193,7 +211,7 @@ func statusOf(err error) int {
 	switch {
 	case errors.Is(err, iface.ErrNoSlot), errors.Is(err, iface.ErrBadRequest):
 		return http.StatusBadRequest
-	case errors.Is(err, iface.ErrBusy):
+	case errors.Is(err, iface.ErrBusy), errors.Is(err, ErrShuttingDown):
 		return http.StatusServiceUnavailable
 	case errors.Is(err, iface.ErrNotImplemented):
 		return http.StatusNotImplemented

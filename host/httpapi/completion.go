@@ -178,7 +178,7 @@ func (a *api) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 			if errors.As(err, &se) {
 				step = se.step
 			}
-			writeAPIError(w, a.apiErrorOf(step, roomError(err)))
+			writeAPIError(w, a.apiErrorOf(step, roomError(shutdownCut(r.Context(), err))))
 			return
 		}
 		t := time.NewTimer(roomRetryWait)
@@ -367,6 +367,9 @@ func (rn *completionRun) generate() error {
 			return err
 		case errors.As(err, &rate) || errors.Is(err, os.ErrDeadlineExceeded):
 			rn.a.log.Info("HTTP client cut: it stopped reading the reply", "slot", rn.slot, "tokens", nGen, "error", err)
+		case errors.Is(context.Cause(rn.ctx), ErrShuttingDown): // the client is there: the stream ends saying why
+			rn.a.log.Info("HTTP completion cut by the shutdown", "slot", rn.slot, "tokens", nGen)
+			rn.fail(ErrShuttingDown)
 		case rn.ctx.Err() == nil: // else the client went away: nobody to tell
 			rn.fail(err)
 		}

@@ -98,6 +98,9 @@ func (a *api) apiErrorOf(step string, err error) *apiError {
 		e.Type = "invalid_request_error"
 	case http.StatusServiceUnavailable:
 		e.Type, e.Code = "unavailable_error", "slot_busy"
+		if errors.Is(err, ErrShuttingDown) {
+			e.Code = "shutting_down"
+		}
 	case http.StatusNotImplemented:
 		e.Type = "not_supported_error"
 	default:

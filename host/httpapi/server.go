@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -21,6 +23,25 @@ type ServerOptions struct {
 	// MinTransferRate is the slowest a request body may arrive, in bytes
 	// per second (0: host.DefaultMinTransferRate, < 0: no check).
 	MinTransferRate int64
+	// BaseContext, when set, is the context every request's derives from:
+	// cancelling it with ErrShuttingDown as the cause cuts the requests in
+	// progress, each telling its client why (a completion's stream ends
+	// with that error), when a shutdown's grace has run out.
+	BaseContext context.Context
+}
+
+// ErrShuttingDown is the cause a shutdown cancels the requests still in
+// progress with, once its grace has run out.
+var ErrShuttingDown = errors.New("the engine is shutting down: the request was cut at the end of the shutdown grace")
+
+// shutdownCut is ErrShuttingDown when ctx ended because the shutdown cut
+// its request, else err: a request cut that way is told so, not that the
+// engine failed.
+func shutdownCut(ctx context.Context, err error) error {
+	if err != nil && errors.Is(context.Cause(ctx), ErrShuttingDown) {
+		return ErrShuttingDown
+	}
+	return err
 }
 
 // HTTP limits that no setting changes: a request's header must arrive
@@ -41,12 +62,16 @@ func NewServer(h http.Handler, opts ServerOptions) *http.Server {
 		rate = host.DefaultMinTransferRate
 	}
 	window := host.RateWindow(opts.ChunkTimeout)
-	return &http.Server{
+	hs := &http.Server{
 		Handler:           rateBodies(h, rate, window, opts.ChunkTimeout),
 		ReadHeaderTimeout: headerTimeout,
 		IdleTimeout:       opts.IdleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 	}
+	if base := opts.BaseContext; base != nil {
+		hs.BaseContext = func(net.Listener) context.Context { return base }
+	}
+	return hs
 }
 
 // rateBodies makes every request body a rateBody.

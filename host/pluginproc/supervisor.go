@@ -32,6 +32,7 @@ type Supervisor struct {
 	cur       *Plugin
 	watching  bool
 	reloading bool // a Reload replaces the plugin: its exit is no crash
+	unloaded  bool // Unload stopped the plugin: none runs until a Reload
 	ctx       context.Context
 	cancel    context.CancelFunc
 	done      chan struct{}
@@ -75,9 +76,9 @@ func (sv *Supervisor) Watch(srv *host.Server) {
 			case <-t.C:
 			}
 			sv.mu.Lock()
-			p, reloading := sv.cur, sv.reloading
+			p, idle := sv.cur, sv.reloading || sv.unloaded
 			sv.mu.Unlock()
-			if reloading || !p.Exited() {
+			if idle || !p.Exited() {
 				continue
 			}
 			sv.restart(srv, p)
@@ -131,7 +132,7 @@ func (sv *Supervisor) Reload(ctx context.Context, srv *host.Server, load iface.L
 		sv.mu.Unlock()
 		return fmt.Errorf("%w: a model switch is under way", iface.ErrBusy)
 	}
-	old, prev := sv.cur, sv.load
+	old, prev, unloaded := sv.cur, sv.load, sv.unloaded
 	sv.reloading = true
 	sv.mu.Unlock()
 	defer func() {
@@ -143,6 +144,12 @@ func (sv *Supervisor) Reload(ctx context.Context, srv *host.Server, load iface.L
 	srv.SuspendSlots() // while the model switches, slots are refused, not lent to the stand-in
 	old.Kill()
 	p, err := StartPlugin(ctx, sv.spec, load, sv.opts, sv.log)
+	if err != nil && unloaded { // none was loaded: none is loaded back
+		sv.log.Error("loading the model asked for failed; no model is loaded", "model", load.Model, "error", err)
+		srv.SetBackend(unloadedStandIn(old), unloadedInfo(old))
+		srv.SuspendSlots()
+		return fmt.Errorf("loading %s: %w", load.Model, err)
+	}
 	if err != nil {
 		sv.log.Error("loading the model asked for failed; loading the previous one back", "model", load.Model, "error", err)
 		back, berr := StartPlugin(sv.ctx, sv.spec, prev, sv.opts, sv.log)
@@ -162,9 +169,43 @@ func (sv *Supervisor) Reload(ctx context.Context, srv *host.Server, load iface.L
 // install makes p, loaded with load, the running plugin and srv's backend.
 func (sv *Supervisor) install(srv *host.Server, p *Plugin, load iface.LoadRequest) {
 	sv.mu.Lock()
-	sv.cur, sv.load = p, load
+	sv.cur, sv.load, sv.unloaded = p, load, false
 	sv.mu.Unlock()
 	srv.SetBackend(p.Backend, p.Info)
+}
+
+// Unload stops the plugin and leaves srv without a model: its slots are
+// emptied and suspended, and its requests answered by a stand-in saying no
+// model is loaded, until a Reload loads one (the watcher relaunches
+// nothing meanwhile). The GPU's memory is free again once it returns.
+func (sv *Supervisor) Unload(srv *host.Server) error {
+	sv.mu.Lock()
+	if sv.reloading {
+		sv.mu.Unlock()
+		return fmt.Errorf("%w: a model switch is under way", iface.ErrBusy)
+	}
+	old := sv.cur
+	sv.unloaded = true
+	sv.mu.Unlock()
+	srv.SetBackend(unloadedStandIn(old), unloadedInfo(old))
+	srv.SuspendSlots()
+	old.Kill()
+	sv.log.Info("backend plugin stopped: no model is loaded", "backend", old.Spec.Name, "model", old.Info.Model.Alias)
+	return nil
+}
+
+// errUnloaded answers requests while no model is loaded.
+var errUnloaded = errors.New("no model is loaded (POST /models/unload): POST /models/load, or a request naming a model, loads one")
+
+// unloadedStandIn answers for old's backend once it is stopped by Unload.
+func unloadedStandIn(old *Plugin) downBackend {
+	return downBackend{name: old.Spec.Name, why: errUnloaded}
+}
+
+// unloadedInfo is what the engine reports of a backend holding no model:
+// its name and slots, no model identity.
+func unloadedInfo(old *Plugin) iface.BackendInfo {
+	return iface.BackendInfo{Name: old.Info.Name, Version: old.Info.Version, NSlots: old.Info.NSlots}
 }
 
 // Close stops watching and kills the plugin.
@@ -182,11 +223,20 @@ func (sv *Supervisor) Close() {
 // errBackendDown answers requests while the plugin is being relaunched.
 var errBackendDown = errors.New("backend is restarting after a crash")
 
-// downBackend stands in for a dead plugin: slots are empty, everything else
-// fails with a clear error.
-type downBackend struct{ name string }
+// downBackend stands in for a dead plugin, or one Unload stopped: slots are
+// empty, everything else fails with a clear error (why; errBackendDown
+// when nil).
+type downBackend struct {
+	name string
+	why  error
+}
 
-func (d downBackend) err() error { return fmt.Errorf("%s: %w", d.name, errBackendDown) }
+func (d downBackend) err() error {
+	if d.why != nil {
+		return fmt.Errorf("%s: %w", d.name, d.why)
+	}
+	return fmt.Errorf("%s: %w", d.name, errBackendDown)
+}
 
 // Down tells the host the backend is not there (host.DownBackend).
 func (d downBackend) Down() error { return d.err() }

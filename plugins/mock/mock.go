@@ -59,6 +59,18 @@ const (
 
 var knownOptions = []string{OptAlias, OptKVBytesPerToken, OptKVUnified, OptNCtx, OptOpDelayMS}
 
+// LlamaServerOptions are the llama plugin's options that hydra-engine's
+// llama-server mode passes (cmd/hydra-engine/llamaserver.go), beyond those
+// the mock shares with it (n_ctx, kv_unified, alias). The mock accepts them
+// so that a node configuration written for llama-server runs on it, as the
+// tests run one, and says at load, in one line, that they have no effect
+// here: the mock has no weights, template or threads for them to set.
+var LlamaServerOptions = []string{
+	"cache_reuse", "cache_type_k", "cache_type_v", "chat_template_file", "chat_template_kwargs", "combined_pattern",
+	"context_shift", "flash_attn", "jinja", "n_batch", "n_cpu_moe", "n_gpu_layers", "n_threads", "n_threads_batch",
+	"n_ubatch", "override_tensor", "reasoning", "rope_scale", "rope_scaling", "use_mmap", "yarn_orig_ctx",
+}
+
 // Backend is the mock backend. The zero value is not usable; call New.
 type Backend struct {
 	log hclog.Logger
@@ -140,6 +152,9 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 	if opts.kvUnified {
 		e.info.NCtx = opts.nCtx
 	}
+	if len(opts.inert) > 0 {
+		b.log.Info("options of the llama plugin, no effect on the mock: " + strings.Join(opts.inert, " "))
+	}
 	b.log.Info("mock backend loaded", "model_alias", id.Alias, "model_hash", id.Hash, "model_path", id.Path,
 		"n_slots", nSlots, "n_ctx", opts.nCtx, "kv_unified", opts.kvUnified, "kv_bytes_per_token", opts.kvBytes, "op_delay", opts.opDelay)
 	return e.info, nil
@@ -200,6 +215,7 @@ type options struct {
 	kvUnified bool
 	opDelay   time.Duration
 	alias     string
+	inert     []string // LlamaServerOptions given, as key=value
 }
 
 func parseOptions(m map[string]string) (options, error) {
@@ -236,7 +252,12 @@ func parseOptions(m map[string]string) (options, error) {
 			}
 			o.alias = v
 		default:
-			err = fmt.Errorf("%w: unknown option %q (known: %s)", iface.ErrBadRequest, k, strings.Join(knownOptions, ", "))
+			if slices.Contains(LlamaServerOptions, k) {
+				o.inert = append(o.inert, k+"="+v)
+				continue
+			}
+			err = fmt.Errorf("%w: unknown option %q (known: %s; and, without effect, the llama plugin's options that llama-server mode passes)",
+				iface.ErrBadRequest, k, strings.Join(knownOptions, ", "))
 		}
 		if err != nil {
 			return options{}, err

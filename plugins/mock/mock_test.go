@@ -326,7 +326,7 @@ func TestLoadOptions(t *testing.T) {
 		nSlots int
 		msg    string
 	}{
-		{map[string]string{"kv_bytes": "8"}, 1, `unknown option "kv_bytes" (known: alias, kv_bytes_per_token, kv_unified, n_ctx, op_delay_ms)`},
+		{map[string]string{"kv_bytes": "8"}, 1, `unknown option "kv_bytes" (known: alias, kv_bytes_per_token, kv_unified, n_ctx, op_delay_ms; and, without effect,`},
 		{map[string]string{OptKVUnified: "shared"}, 1, `kv_unified="shared": not a boolean`},
 		{map[string]string{OptKVBytesPerToken: "12"}, 1, "kv_bytes_per_token=\"12\": must be a multiple of 8"},
 		{map[string]string{OptKVBytesPerToken: "0"}, 1, "kv_bytes_per_token=0: out of range"},
@@ -575,5 +575,21 @@ func TestConcurrentSlots(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// The llama plugin's options that llama-server mode passes load, with one
+// log line naming them as without effect; the mock's own still act.
+func TestLoadLlamaServerOptions(t *testing.T) {
+	var logs strings.Builder
+	b := New(hclog.New(&hclog.LoggerOptions{Output: &logs}))
+	info, err := b.Load(context.Background(), iface.LoadRequest{NSlots: 2, Options: map[string]string{
+		"flash_attn": "on", "n_cpu_moe": "8", "combined_pattern": `blk\.([0-9]+)\.ffn_.*_exps\.weight=CPU`, OptNCtx: "64", OptKVUnified: "true"}})
+	if err != nil || info.NCtx != 64 || !info.KVUnified {
+		t.Fatalf("%+v %v", info, err)
+	}
+	want := `options of the llama plugin, no effect on the mock: combined_pattern=blk\.([0-9]+)\.ffn_.*_exps\.weight=CPU flash_attn=on n_cpu_moe=8`
+	if strings.Count(logs.String(), "no effect on the mock") != 1 || !strings.Contains(logs.String(), want) {
+		t.Errorf("log:\n%s", logs.String())
 	}
 }
