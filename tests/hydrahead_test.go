@@ -1,15 +1,18 @@
 package tests
 
 // The Hydra node configurations as they are (the Hydra repository's
-// infra/hydra-head/config, tests/testdata/hydra-head/ORIGIN) run under the
-// real node agent, hydra-head (built by make hydra-head from the same
+// infra/hydra-head/config at the commit tests/testdata/hydra-head/ORIGIN
+// names, which make hydra-head extracts beside the agent's source: the
+// files are the Hydra repository's and are read from there, not copied into
+// this one) run under the real node agent, hydra-head (built from the same
 // commit), with this engine put where each names its binary: as
 // llama-engine on node-rtx and node-rtx3060, as llama-server on node-p100,
-// on the mock backend. The configurations differ from the originals only
-// by the edits TestNodeConfigEdits allows: the paths of binaries, models and
-// templates moved under the test's root, the ports the test picks, and the
-// one line an operator adds (rpc-allow). docs/llama-server.md, Moving a
-// node from llama-engine, is the operator's side of this.
+// on the mock backend. The configurations the test runs differ from the
+// originals only by the edits editNodeConfig makes and TestNodeConfigEdits
+// checks: the paths of binaries, models and templates moved under the
+// test's root, the ports the test picks, and the one line an operator adds
+// (rpc-allow). docs/llama-server.md, Moving a node from llama-engine, is
+// the operator's side of this.
 
 import (
 	"bufio"
@@ -31,8 +34,6 @@ import (
 	"github.com/hydra-engine/hydra-engine/internal/enginetest"
 	"github.com/hydra-engine/hydra-engine/transport"
 )
-
-const headFixtures = "testdata/hydra-head"
 
 // nodeFiles are the configurations: global.yaml beneath each node's.
 var nodeFiles = []string{"global.yaml", "node-rtx.yaml", "node-rtx3060.yaml", "node-p100.yaml"}
@@ -68,27 +69,72 @@ var (
 	addedLine = map[string]string{"global.yaml": "    rpc-allow: 127.0.0.1"}
 )
 
-// TestNodeConfigEdits: the test configurations are the originals but for
-// the allowed edits (the diff is in the test's log, go test -v), and the
-// originals are the Hydra repository's files at the commit ORIGIN names
-// (when make has extracted them: HYDRA_HEAD_CONFIG).
-func TestNodeConfigEdits(t *testing.T) {
-	for _, name := range nodeFiles {
-		orig, err := os.ReadFile(filepath.Join(headFixtures, "original", name))
-		if err != nil {
-			t.Fatal(err)
+// nodeConfig is the Hydra repository's configuration name (HYDRA_HEAD_CONFIG,
+// which make sets beside HYDRA_HEAD) and the test's edit of it; the test is
+// skipped, saying how to get them, where they are not there.
+func nodeConfig(t *testing.T, name string) (orig, edited string) {
+	t.Helper()
+	dir := os.Getenv("HYDRA_HEAD_CONFIG")
+	if dir == "" {
+		t.Skip("HYDRA_HEAD_CONFIG is not set: make hydra-head extracts the Hydra repository's node configurations (make unit and race pass it on)")
+	}
+	b, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b), editNodeConfig(name, string(b))
+}
+
+// editNodeConfig makes the test's edits of a configuration, line by line: in
+// a node's binaries and llama blocks (the engine and what it loads; not the
+// exporters' services, which the test does not run, nor global.yaml's
+// defaults, which the nodes override), an absolute path of a pathKeys key
+// moves under ${ROOT} and a port key's number becomes its placeholder; in
+// global.yaml the operator's rpc-allow line goes after the llama parameters'
+// last one.
+func editNodeConfig(name, text string) string {
+	var out []string
+	edit := false
+	for _, line := range strings.Split(text, "\n") {
+		if line != "" && line[0] != ' ' && line[0] != '#' {
+			block, _, _ := strings.Cut(line, ":")
+			edit = name != "global.yaml" && (block == "binaries" || block == "llama")
 		}
-		edited, err := os.ReadFile(filepath.Join(headFixtures, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if dir := os.Getenv("HYDRA_HEAD_CONFIG"); dir != "" {
-			upstream, err := os.ReadFile(filepath.Join(dir, name))
-			if err != nil || string(upstream) != string(orig) {
-				t.Errorf("%s: testdata/hydra-head/original/%s is not the Hydra repository's (%v)", name, name, err)
+		indent := line[:len(line)-len(strings.TrimLeft(line, " "))]
+		key, after, ok := strings.Cut(strings.TrimSpace(line), ": ")
+		value, rest, _ := strings.Cut(after, " ")
+		switch {
+		case !ok || !edit:
+		case slices.Contains(pathKeys, key) && strings.HasPrefix(value, "/"):
+			line = indent + key + ": ${ROOT}" + value + cutSuffix(rest)
+		case portKeys[key] != "":
+			if _, err := strconv.Atoi(value); err == nil {
+				line = indent + key + ": " + portKeys[key] + cutSuffix(rest)
 			}
 		}
-		ops := diffLines(strings.Split(string(orig), "\n"), strings.Split(string(edited), "\n"))
+		out = append(out, line)
+		if added := addedLine[name]; added != "" && line == "    context-shift: true" {
+			out = append(out, added)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// cutSuffix is what followed a value on its line, with the space that
+// separated them.
+func cutSuffix(rest string) string {
+	if rest == "" {
+		return ""
+	}
+	return " " + rest
+}
+
+// TestNodeConfigEdits: the configurations the test runs are the originals
+// but for the allowed edits (the diff is in the test's log, go test -v).
+func TestNodeConfigEdits(t *testing.T) {
+	for _, name := range nodeFiles {
+		orig, edited := nodeConfig(t, name)
+		ops := diffLines(strings.Split(orig, "\n"), strings.Split(edited, "\n"))
 		t.Logf("%s:\n%s", name, formatDiff(ops))
 		added := 0
 		for _, h := range hunks(ops) {
@@ -262,11 +308,7 @@ func startNode(t *testing.T, node string, env ...string) *headNode {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"global.yaml", "node-" + node + ".yaml"} {
-		b, err := os.ReadFile(filepath.Join(headFixtures, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		text := string(b)
+		_, text := nodeConfig(t, name)
 		for k, v := range vars {
 			text = strings.ReplaceAll(text, k, v)
 		}
