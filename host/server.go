@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/hydra-engine/hydra-engine/host/tracing"
 	"github.com/hydra-engine/hydra-engine/iface"
 )
 
@@ -44,6 +46,9 @@ type Config struct {
 	// reply may move inside a request (default DefaultMinTransferRate; < 0
 	// turns the check off).
 	MinTransferRate int64
+	// TracerProvider makes a span of every request (host/tracing); nil:
+	// traces are off.
+	TracerProvider trace.TracerProvider
 }
 
 // Defaults.
@@ -91,6 +96,7 @@ type Server struct {
 	stats  *Stats
 	budget *payloadBudget
 	models models
+	tracer trace.Tracer // nil: traces are off
 
 	mu      sync.RWMutex
 	backend iface.Backend
@@ -121,6 +127,9 @@ func NewServer(b iface.Backend, info iface.BackendInfo, tun *Tunables, cfg Confi
 		budget:  newPayloadBudget(cfg.PayloadBudget),
 		backend: b, info: info, ctx: ctx, cancel: cancel, stopping: make(chan struct{}),
 		conns: map[net.Conn]struct{}{}, listeners: map[net.Listener]struct{}{},
+	}
+	if cfg.TracerProvider != nil {
+		s.tracer = cfg.TracerProvider.Tracer(tracing.Scope)
 	}
 	s.refreshSlots()
 	return s
