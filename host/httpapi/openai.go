@@ -87,12 +87,12 @@ func badRequest(format string, args ...any) *apiError {
 
 // apiErrorOf maps an error of the step named (a slot or backend error, or
 // an apiError already) to its OpenAI form, in client words (clientMessage).
-func (a *api) apiErrorOf(step string, err error) *apiError {
+func (a *api) apiErrorOf(ctx context.Context, step string, err error) *apiError {
 	var ae *apiError
 	if errors.As(err, &ae) {
 		return ae
 	}
-	e := &apiError{status: statusOf(err), Msg: a.clientMessage(step, err)}
+	e := &apiError{status: statusOf(err), Msg: a.clientMessage(ctx, step, err)}
 	switch e.status {
 	case http.StatusBadRequest:
 		e.Type = "invalid_request_error"
