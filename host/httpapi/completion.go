@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/hydra-engine/hydra-engine/host"
 	"github.com/hydra-engine/hydra-engine/host/tracing"
 	"github.com/hydra-engine/hydra-engine/iface"
@@ -128,7 +130,10 @@ type completionRun struct {
 	probs        *tokenProbs // the log-probabilities not yet sent, when asked for
 	taskID       int64       // the completion's task, for /slots
 	release      func()      // frees the slot (once; later calls do nothing)
-	firstToken   time.Time   // when the first token came
+	// firstToken is when the first token came; interToken observes the gaps
+	// between the next ones.
+	firstToken time.Time
+	interToken prometheus.Observer
 
 	// The reply's text so far: reasoning apart from content where the chat's
 	// reasoning is split (reasoner set).
@@ -139,6 +144,7 @@ type completionRun struct {
 // complete runs one completion. Until the decode starts streaming, a
 // failure is the reply; after that it is a final error event.
 func (a *api) complete(w http.ResponseWriter, r *http.Request, chat bool) {
+	arrived := time.Now()
 	ctx := r.Context()
 	b, info := a.s.Backend()
 	c, err := a.readCompletion(w, r, chat, info)
@@ -146,6 +152,7 @@ func (a *api) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 		writeAPIError(w, a.apiErrorOf(ctx, "reading the request", err))
 		return
 	}
+	c.arrived = arrived
 	switched, err := a.s.SwitchModel(ctx, c.model)
 	if err != nil {
 		writeAPIError(w, a.apiErrorOf(ctx, "switching models", err))
@@ -221,12 +228,15 @@ func roomError(err error) error {
 // an error only when nothing of the reply was written; after that, errors
 // are the reply's.
 func (a *api) run(w http.ResponseWriter, r *http.Request, b iface.Backend, info iface.BackendInfo, c completion, toks []int32, need int, switched bool) error {
+	queued := time.Now()
 	lease, err := a.queue.take(r.Context(), a.pickSlot(r.Context(), c.slot, toks, need))
 	if err != nil {
 		return &stepError{step: "taking a slot", err: err}
 	}
+	a.metrics.queueSeconds.WithLabelValues(info.Model.Alias).Observe(time.Since(queued).Seconds())
 	rn := &completionRun{a: a, ctx: r.Context(), b: b, info: info, c: c, slot: lease.Slot(),
-		w: w, rc: http.NewResponseController(w), body: newCompletionBody(c, info), probs: newTokenProbs(c)}
+		w: w, rc: http.NewResponseController(w), body: newCompletionBody(c, info), probs: newTokenProbs(c),
+		interToken: a.metrics.interToken.WithLabelValues(info.Model.Alias)}
 	rn.body.ModelSwitched = switched
 	if c.chat && a.splitReasoning {
 		rn.reasoner = newReasoningSplitter(thinkStart, thinkEnd, c.opensThinking)
@@ -469,14 +479,19 @@ func (rn *completionRun) decode() (string, int, string, error) {
 		req.Prompt = &rn.c.prefill
 	}
 	start := time.Now()
+	var last time.Time
 	emit := func(t iface.Token) error {
+		now := time.Now()
 		if n == 0 {
-			now := time.Now()
 			if rn.promptDecode {
 				rn.prompt = now.Sub(start) // until res.Prompt says
 			}
 			rn.firstToken = now
+			rn.a.metrics.ttft.WithLabelValues(rn.info.Model.Alias).Observe(now.Sub(rn.c.arrived).Seconds())
+		} else {
+			rn.interToken.Observe(now.Sub(last).Seconds())
 		}
+		last = now
 		n++
 		rn.probs.add(t)
 		out, stopped := ts.push(t.Text)

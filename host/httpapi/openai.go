@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/hydra-engine/hydra-engine/host"
 	"github.com/hydra-engine/hydra-engine/iface"
@@ -67,6 +68,8 @@ type completion struct {
 	// reply starts inside it (Tokenize says).
 	opensThinking bool
 	nKeep         int // tokens a context shift keeps (-1: the whole prompt)
+	// arrived is when the request came, where its time to first token starts.
+	arrived time.Time
 }
 
 // apiError is an OpenAI error reply: {"error":{"message","type","code"}};
