@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/hydra-engine/hydra-engine/host/tracing"
 	"github.com/hydra-engine/hydra-engine/iface"
 )
 
@@ -66,7 +67,7 @@ func (s *Server) SwitchModel(ctx context.Context, alias string) (bool, error) {
 	if !s.slots.suspendIfIdle() {
 		return false, fmt.Errorf("%w: switching to model %q empties every slot, and some are busy", iface.ErrBusy, alias)
 	}
-	s.log.Info("switching models: every slot is emptied", "from", info.Model.Alias, "to", alias)
+	tracing.Logger(ctx, s.log).Info("switching models: every slot is emptied", "from", info.Model.Alias, "to", alias)
 	if err := s.models.sw.Switch(ctx, alias); err != nil {
 		return false, err
 	}
