@@ -33,7 +33,7 @@ FUZZ_TARGETS := \
 	./plugins/cuda-llama:FuzzInPlace \
 	./plugins/cuda-llama/internal/prompt:FuzzSplit
 
-.PHONY: all build run test vet staticcheck unit race fuzz-brief fuzz bench bench-test bench-go soak proto clean
+.PHONY: all build run test vet staticcheck unit race fuzz-brief fuzz bench bench-test otel-test bench-go soak proto clean
 
 all: build
 
@@ -49,7 +49,7 @@ MODEL ?= $(if $(filter cuda-llama,$(BACKEND)),$(BIN)/tiny.gguf)
 run: build $(if $(filter cuda-llama,$(BACKEND)),build-llama $(if $(filter $(BIN)/tiny.gguf,$(MODEL)),$(BIN)/tiny.gguf))
 	$(BIN)/hydra-engine --rpc $(RPC) --http '$(HTTP)' --backend $(BACKEND) $(if $(MODEL),--model $(MODEL)) $(ARGS)
 
-test: vet staticcheck unit race fuzz-brief test-llama bench-test
+test: vet staticcheck unit race fuzz-brief test-llama bench-test otel-test
 
 vet:
 	@test -z "$$(gofmt -l . | tee /dev/stderr)" || (echo "gofmt: files above need formatting" && exit 1)
@@ -93,6 +93,12 @@ bench: build
 # The bench/ module (a module of its own, outside ./... here): vet and tests.
 bench-test:
 	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+# The traces against an OpenTelemetry Collector's OTLP receiver
+# (tests/otelcol, a module of its own so the collector stays out of the
+# product's go.mod and binaries): vet and tests.
+otel-test:
+	cd tests/otelcol && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 # Decode throughput at 1–32 concurrent streams, side by side in one run:
 # ours (engine + llama plugin over HTTP), Ollama (bin/ollama, built by

@@ -63,7 +63,7 @@ func configure(t *testing.T, payload string) (transport.Status, map[string]any, 
 		log: hclog.New(&hclog.LoggerOptions{Output: &logBuf, Level: hclog.Info}),
 		tun: NewTunables(),
 	}
-	req := &request{key: "0", payload: &io.LimitedReader{R: strings.NewReader(payload), N: int64(len(payload))}}
+	req := &request{key: "0", ctx: t.Context(), payload: &io.LimitedReader{R: strings.NewReader(payload), N: int64(len(payload))}}
 	rp := &replier{w: bufio.NewWriter(&out)}
 	if err := s.handleConfigure(req, rp); err != nil {
 		t.Fatalf("%s: %v", payload, err)

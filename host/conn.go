@@ -2,6 +2,7 @@ package host
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -9,7 +10,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/hydra-engine/hydra-engine/host/tracing"
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/transport"
 )
@@ -19,6 +22,7 @@ type request struct {
 	hdr     transport.RequestHeader
 	key     string
 	trace   string
+	ctx     context.Context // the server's, with the request's span
 	payload *io.LimitedReader
 	conn    *deadlineConn // the socket under payload, nil in tests
 	release func()        // gives back the payload budget readPayload took
@@ -53,10 +57,11 @@ func (e errFatal) Unwrap() error { return e.err }
 
 // replier writes one response. Every reply is fully framed.
 type replier struct {
-	w       *bufio.Writer
-	sent    bool
-	status  transport.Status
-	network string // the client's socket ("tcp", "unix"), for logs
+	w          *bufio.Writer
+	sent       bool
+	status     transport.Status
+	payloadLen uint64
+	network    string // the client's socket ("tcp", "unix"), for logs
 }
 
 // header writes the response header and meta; payloadLen bytes must follow.
@@ -64,7 +69,7 @@ func (r *replier) header(st transport.Status, meta []byte, payloadLen uint64) er
 	if r.sent {
 		return errFatal{errors.New("host: second reply to one request")}
 	}
-	r.sent, r.status = true, st
+	r.sent, r.status, r.payloadLen = true, st, payloadLen
 	if err := transport.CheckMetaLen(len(meta)); err != nil {
 		return errFatal{err}
 	}
@@ -144,9 +149,10 @@ func (s *Server) serveConn(raw net.Conn) {
 	dc := newDeadlineConn(raw, s.minRate())
 	br := bufio.NewReaderSize(dc, 64<<10)
 	bw := bufio.NewWriterSize(dc, 64<<10)
+	peer := s.peerAttrs(raw)
 	for {
 		req, ok := s.nextRequest(dc, br, log)
-		if !ok || !s.serveRequest(req, bw, log) {
+		if !ok || !s.serveRequest(req, bw, log, peer) {
 			return
 		}
 	}
@@ -205,12 +211,17 @@ func (s *Server) nextRequest(dc *deadlineConn, br *bufio.Reader, log hclog.Logge
 }
 
 // serveRequest dispatches req, flushes its reply and disposes of what the
-// handler left of the payload. false: the connection is to be closed.
-func (s *Server) serveRequest(req *request, bw *bufio.Writer, log hclog.Logger) bool {
+// handler left of the payload, in a span of its own (peer: the connection's
+// attributes). false: the connection is to be closed.
+func (s *Server) serveRequest(req *request, bw *bufio.Writer, log hclog.Logger, peer []attribute.KeyValue) bool {
 	op := req.hdr.Op
 	rp := &replier{w: bw, network: req.conn.LocalAddr().Network()}
 	start := time.Now()
-	err := s.dispatch(req, rp)
+	sp := s.startSpan(req, peer)
+	var err error
+	defer func() { endSpan(sp, rp, err) }()
+	log = tracing.Logger(req.ctx, log)
+	err = s.dispatch(req, rp)
 	if req.release != nil {
 		req.release()
 	}
@@ -224,7 +235,7 @@ func (s *Server) serveRequest(req *request, bw *bufio.Writer, log hclog.Logger) 
 	}
 	// The reply goes out first, so a client refused early learns it
 	// before sending the rest.
-	if err := bw.Flush(); err != nil {
+	if err = bw.Flush(); err != nil {
 		log.Debug("connection closed while replying", "op", op, "error", err)
 		return false
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/hydra-engine/hydra-engine/host/tracing"
 	"github.com/hydra-engine/hydra-engine/iface"
 )
 
@@ -117,7 +118,7 @@ func (s *Server) switchTo(ctx context.Context, alias string) error {
 	if !loaded {
 		from = "(none loaded)"
 	}
-	s.log.Info("switching models: every slot is emptied", "from", from, "to", alias)
+	tracing.Logger(ctx, s.log).Info("switching models: every slot is emptied", "from", from, "to", alias)
 	if err := s.models.sw.Switch(ctx, alias); err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/hydra-engine/hydra-engine/host/tracing"
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/transport"
 )
@@ -16,6 +17,7 @@ import (
 // effect is engine-wide); a bad request changes nothing.
 func (s *Server) handleConfigure(req *request, rp *replier) error {
 	slot := engineKey(req.key)
+	log := tracing.Logger(req.ctx, s.log)
 	payload, ok, err := s.readPayload(req, rp)
 	if !ok {
 		return err
@@ -25,22 +27,22 @@ func (s *Server) handleConfigure(req *request, rp *replier) error {
 	if err != nil {
 		// One line, in the log as in the reply, however many keys were bad.
 		msg := oneLine(err)
-		s.log.Warn(fmt.Sprintf("CONFIGURE failed to parse config_json (slot %d): %s", slot, msg))
+		log.Warn(fmt.Sprintf("CONFIGURE failed to parse config_json (slot %d): %s", slot, msg))
 		return rp.fail(transport.StatusError, msg)
 	}
 	res := parsed.apply(s.tun, ignored)
 	m := transport.NewMeta().Add("success", true)
 	if res.ChunkRequested != "" {
-		s.log.Info(fmt.Sprintf("CONFIGURE state_chunk_size requested=%s applied=%d (slot %d)", res.ChunkRequested, res.ChunkApplied, slot))
+		log.Info(fmt.Sprintf("CONFIGURE state_chunk_size requested=%s applied=%d (slot %d)", res.ChunkRequested, res.ChunkApplied, slot))
 		m.Add("state_chunk_size_applied", res.ChunkApplied)
 	} else {
-		s.log.Info(fmt.Sprintf("CONFIGURE received (slot %d)", slot))
+		log.Info(fmt.Sprintf("CONFIGURE received (slot %d)", slot))
 	}
 	if res.Params != nil {
 		m.Add("params_applied", res.Params)
 	}
 	if len(res.Ignored) > 0 {
-		s.log.Info("CONFIGURE ignored unknown keys", "keys", res.Ignored)
+		log.Info("CONFIGURE ignored unknown keys", "keys", res.Ignored)
 		m.Add("ignored_keys", res.Ignored)
 	}
 	return rp.replyMeta(transport.StatusOK, m, nil)
@@ -67,7 +69,7 @@ func (s *Server) handleInfo(req *request, rp *replier) error {
 	if d, ok := b.(DownBackend); ok {
 		return down(d.Down())
 	}
-	if err := s.BackendAnswers(s.ctx); err != nil {
+	if err := s.BackendAnswers(req.ctx); err != nil {
 		return down(err)
 	}
 	mode := s.expertMode(info)
@@ -130,7 +132,7 @@ func (s *Server) handleSetExpertMode(req *request, rp *replier) error {
 			Add("error", "expert_mode must be 'solo' or 'combined'"), nil)
 	}
 	b, _ := s.Backend()
-	active, err := b.SetExpertMode(s.ctx, mode)
+	active, err := b.SetExpertMode(req.ctx, mode)
 	if err != nil {
 		return rp.replyMeta(statusOf(err), transport.NewMeta().Add("success", false).Add("error", err.Error()), nil)
 	}
@@ -248,7 +250,7 @@ func (s *Server) handleSwapQuant(req *request, rp *replier) error {
 	}
 	b, info := s.Backend()
 	if len(info.Quants) > 0 { // a backend without quantisations answers NOT_IMPLEMENTED at once
-		ctx, cancel := context.WithTimeout(s.ctx, swapDrainWait)
+		ctx, cancel := context.WithTimeout(req.ctx, swapDrainWait)
 		release, err := s.slots.holdAll(ctx)
 		cancel()
 		if err != nil {
@@ -256,14 +258,15 @@ func (s *Server) handleSwapQuant(req *request, rp *replier) error {
 		}
 		defer release()
 	}
-	res, err := b.SwapQuant(s.ctx, key, pattern)
+	res, err := b.SwapQuant(req.ctx, key, pattern)
+	log := tracing.Logger(req.ctx, s.log)
 	if err != nil {
-		s.log.Info("SWAP_QUANT refused", "quant_key", abbreviate(key), "tensor_pattern", abbreviate(pattern), "error", err)
+		log.Info("SWAP_QUANT refused", "quant_key", abbreviate(key), "tensor_pattern", abbreviate(pattern), "error", err)
 		return rp.replyMeta(statusOf(err), transport.NewMeta().Add("success", false).Add("error", err.Error()), nil)
 	}
 	info = s.refreshInfo(b)
 	ms := float64(res.Duration.Microseconds()) / 1000
-	s.log.Info("SWAP_QUANT", "quant_key", abbreviate(key), "tensor_pattern", abbreviate(pattern), "swapped", res.Swapped, "bytes", res.Bytes,
+	log.Info("SWAP_QUANT", "quant_key", abbreviate(key), "tensor_pattern", abbreviate(pattern), "swapped", res.Swapped, "bytes", res.Bytes,
 		"swap_ms", ms, "active_quant", info.ActiveQuant, "model_hash", info.Model.Hash)
 	return rp.replyMeta(transport.StatusOK, transport.NewMeta().Add("success", true).Add("swapped", res.Swapped).
 		Add("bytes", res.Bytes).Add("swap_ms", ms).Add("kv_preserved", res.KVPreserved).Add("quant_key", key).

@@ -51,7 +51,7 @@ func handleKey(t *testing.T, h func(*request, *replier) error, key string, paylo
 	t.Helper()
 	var out bytes.Buffer
 	rp := &replier{w: bufio.NewWriter(&out)}
-	req := &request{key: key, payload: &io.LimitedReader{R: bytes.NewReader(payload), N: int64(len(payload))}}
+	req := &request{key: key, ctx: t.Context(), payload: &io.LimitedReader{R: bytes.NewReader(payload), N: int64(len(payload))}}
 	if err := h(req, rp); err != nil {
 		t.Fatal(err)
 	}

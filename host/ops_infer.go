@@ -2,6 +2,7 @@ package host
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hydra-engine/hydra-engine/host/tracing"
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/transport"
 )
@@ -182,7 +184,7 @@ func (s *Server) handlePrefill(req *request, rp *replier) error {
 	if err != nil {
 		return rp.fail(transport.StatusError, err.Error())
 	}
-	switched, err := s.SwitchModel(s.ctx, preq.Model)
+	switched, err := s.SwitchModel(req.ctx, preq.Model)
 	if err != nil {
 		return rp.failErr(err)
 	}
@@ -196,18 +198,21 @@ func (s *Server) handlePrefill(req *request, rp *replier) error {
 	if err != nil {
 		return rp.failErr(err)
 	}
+	tracing.SetModel(req.ctx, info.Model.Alias)
 	start := time.Now()
-	if preq, err = s.roomForPrompt(b, preq); err != nil {
+	if preq, err = s.roomForPrompt(req.ctx, b, preq); err != nil {
 		return rp.failErr(err)
 	}
-	res, err := b.Prefill(s.ctx, preq)
+	res, err := b.Prefill(req.ctx, preq)
 	if err != nil {
-		if si, serr := b.Slot(s.ctx, slot); serr == nil {
+		tracing.Prefill{Slot: slot}.Record(req.ctx, start, time.Now(), err)
+		if si, serr := b.Slot(req.ctx, slot); serr == nil {
 			after = &si
 		}
 		return rp.failErr(err)
 	}
 	elapsed := time.Since(start)
+	tracing.Prefill{Slot: slot, PromptTokens: len(res.Slot.Tokens), Reused: res.Reused}.Record(req.ctx, start, start.Add(elapsed), nil)
 	after = &res.Slot
 	s.stats.CountPromptReuse(res.Reused)
 	lease.update(res.Slot)
@@ -227,25 +232,25 @@ func (s *Server) handlePrefill(req *request, rp *replier) error {
 	if switched {
 		m.Add("model_switched", true).Add("slots_cleared", true)
 	}
-	return s.streamBlob(rp, b, res.Slot, m, logits, func() { lease.release(after) })
+	return s.streamBlob(req.ctx, rp, b, res.Slot, m, logits, func() { lease.release(after) })
 }
 
 // roomForPrompt makes room in a KV cache the slots share for the prompt of
 // req, whose tokens it asks the backend for (MakeRoom), and returns the
 // request with those tokens, so that the backend tokenizes once. A backend
 // that cannot tokenize gets req as it came.
-func (s *Server) roomForPrompt(b iface.Backend, req iface.PrefillRequest) (iface.PrefillRequest, error) {
+func (s *Server) roomForPrompt(ctx context.Context, b iface.Backend, req iface.PrefillRequest) (iface.PrefillRequest, error) {
 	if _, info := s.Backend(); info.SplitKV() {
 		return req, nil
 	}
-	p, err := b.Tokenize(s.ctx, req)
+	p, err := b.Tokenize(ctx, req)
 	switch {
 	case errors.Is(err, iface.ErrNotImplemented):
 		return req, nil
 	case err != nil:
 		return req, err
 	}
-	s.MakeRoom(s.ctx, req.Slot, len(p.Tokens)+1, false)
+	s.MakeRoom(ctx, req.Slot, len(p.Tokens)+1, false)
 	return iface.PrefillRequest{Slot: req.Slot, Tokens: p.Tokens, Model: req.Model}, nil
 }
 
@@ -345,46 +350,62 @@ func (s *Server) handleDecode(req *request, rp *replier) error {
 		return rp.failErr(err)
 	}
 	defer func() {
-		if si, err := b.Slot(s.ctx, slot); err == nil {
+		if si, err := b.Slot(req.ctx, slot); err == nil {
 			after = &si
 		}
 	}()
+	tracing.SetModel(req.ctx, info.Model.Alias)
 	dr := iface.DecodeRequest{Slot: slot, NPredict: dreq.nPredict, Sampler: dreq.sampler, Logprobs: true}
 	if dreq.prefill != nil {
-		p, err := s.roomForPrompt(b, *dreq.prefill)
+		p, err := s.roomForPrompt(req.ctx, b, *dreq.prefill)
 		if err != nil {
 			return rp.failErr(err)
 		}
 		dreq.prefill = &p
 	}
+	span := tracing.Decode{Slot: slot, PromptTokens: -1}
 	switch {
 	case dreq.prefill != nil && info.PromptDecode:
 		dr.Prompt = dreq.prefill // one call: a batching backend samples the first token in the prompt's last step
 	case dreq.prefill != nil:
 		pstart := time.Now()
-		pres, err := b.Prefill(s.ctx, *dreq.prefill)
+		pres, err := b.Prefill(req.ctx, *dreq.prefill)
+		pend := time.Now()
+		tracing.Prefill{Slot: slot, PromptTokens: len(pres.Slot.Tokens), Reused: pres.Reused}.Record(req.ctx, pstart, pend, err)
 		if err != nil {
 			return rp.failErr(err)
 		}
-		s.stats.tokens(PhasePrefill, len(pres.Slot.Tokens), time.Since(pstart))
+		s.stats.tokens(PhasePrefill, len(pres.Slot.Tokens), pend.Sub(pstart))
+		span.PromptTokens, span.Reused = len(pres.Slot.Tokens), pres.Reused
 	}
 	var frames []byte
 	var text strings.Builder
 	dstart := time.Now()
 	// Every frame carries its token's log-probability (§ DECODE frames).
-	res, err := b.Decode(s.ctx, dr, func(t iface.Token) error {
+	res, err := b.Decode(req.ctx, dr, func(t iface.Token) error {
+		if span.FirstToken.IsZero() {
+			span.FirstToken = time.Now()
+		}
 		frames = transport.AppendDecodeFrame(frames, transport.DecodeFrame{TokenID: uint32(t.ID), Logprob: t.Logprob})
 		text.WriteString(t.Text)
 		return nil
 	})
 	if p := res.Prompt; p != nil {
 		s.stats.tokens(PhasePrefill, p.NTokens, p.Prefill)
+		tracing.Prefill{Slot: slot, PromptTokens: p.NTokens, Reused: p.Reused}.Record(req.ctx, dstart, dstart.Add(p.Prefill), nil)
 		dstart = dstart.Add(p.Prefill)
+		span.PromptTokens, span.Reused = p.NTokens, p.Reused
 	}
+	dend := time.Now()
+	span.Generated, span.StopReason = res.TokensGenerated, res.StopReason
+	if span.PromptTokens < 0 { // the sequence the slot held
+		span.PromptTokens = max(res.NPast-res.TokensGenerated, 0)
+	}
+	span.Record(req.ctx, dstart, dend, err)
 	if err != nil {
 		return rp.failErr(err)
 	}
-	s.stats.tokens(PhaseDecode, res.TokensGenerated, time.Since(dstart))
+	s.stats.tokens(PhaseDecode, res.TokensGenerated, dend.Sub(dstart))
 	if len(frames) > 0 {
 		frames[len(frames)-1] |= 0x01 // the last frame is the final one
 	}

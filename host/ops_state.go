@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hydra-engine/hydra-engine/host/tracing"
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/transport"
 	"github.com/hydra-engine/hydra-engine/transport/shm"
@@ -40,11 +41,11 @@ func (s *Server) handleStateGet(req *request, rp *replier) error {
 	if err != nil {
 		return rp.failErr(err)
 	}
-	si, err := b.Slot(s.ctx, slot)
+	si, err := b.Slot(req.ctx, slot)
 	if err != nil {
 		return rp.failErr(err)
 	}
-	return s.streamBlob(rp, b, si, transport.NewMeta().Add("n_past", si.NPast).Add("state_size", si.StateSize).AddFields(info.Model),
+	return s.streamBlob(req.ctx, rp, b, si, transport.NewMeta().Add("n_past", si.NPast).Add("state_size", si.StateSize).AddFields(info.Model),
 		nil, func() { lease.release(nil) })
 }
 
@@ -55,7 +56,7 @@ func (s *Server) handleStateGet(req *request, rp *replier) error {
 // release has freed the slot, so a client that has the whole payload never
 // finds the slot still busy. A failure after the reply started closes the
 // connection: the client sees EOF before the announced payload length.
-func (s *Server) streamBlob(rp *replier, b iface.Backend, si iface.SlotInfo, m *transport.Meta, trailer []byte, release func()) error {
+func (s *Server) streamBlob(ctx context.Context, rp *replier, b iface.Backend, si iface.SlotInfo, m *transport.Meta, trailer []byte, release func()) error {
 	if err := m.Err(); err != nil {
 		release()
 		return rp.fail(transport.StatusError, "the reply could not be encoded: "+err.Error())
@@ -67,9 +68,9 @@ func (s *Server) streamBlob(rp *replier, b iface.Backend, si iface.SlotInfo, m *
 	lr := &lazyReply{rp: rp, meta: m.Bytes(), payloadLen: uint64(total), first: hdr, w: cw}
 	hl := &holdLast{w: lr, remain: si.StateSize}
 	var trace shm.TransferTrace
-	_, err := b.StateGet(shm.WithTransferTrace(s.ctx, &trace), si.Slot, s.tun.StateChunkSize(), hl)
+	_, err := b.StateGet(shm.WithTransferTrace(ctx, &trace), si.Slot, s.tun.StateChunkSize(), hl)
 	if err != nil && !lr.started {
-		s.transferDone(rp, false, si.Slot, 0, time.Since(start), trace, err)
+		s.transferDone(ctx, rp, false, si.Slot, 0, start, trace, err)
 		return rp.failErr(err)
 	}
 	if err == nil && hl.remain != 0 {
@@ -90,7 +91,7 @@ func (s *Server) streamBlob(rp *replier, b iface.Backend, si iface.SlotInfo, m *
 	if err == nil {
 		err = rp.w.Flush()
 	}
-	s.transferDone(rp, false, si.Slot, cw.n, time.Since(start), trace, err)
+	s.transferDone(ctx, rp, false, si.Slot, cw.n, start, trace, err)
 	if err != nil {
 		return errFatal{fmt.Errorf("streaming slot %d state: %w", si.Slot, err)}
 	}
@@ -265,27 +266,27 @@ func (s *Server) handleStatePut(req *request, rp *replier) error {
 		in = sock
 	}
 	var trace shm.TransferTrace
-	consumed, err := s.restore(shm.WithTransferTrace(s.ctx, &trace), b, info, slot, in, req.payload.N)
+	consumed, err := s.restore(shm.WithTransferTrace(req.ctx, &trace), b, info, slot, in, req.payload.N)
 	trace.AfterPayload = src.sinceLast()
-	s.transferDone(rp, true, slot, int64(req.hdr.PayloadLen)-req.payload.N, time.Since(start), trace, err)
+	s.transferDone(req.ctx, rp, true, slot, int64(req.hdr.PayloadLen)-req.payload.N, start, trace, err)
 	if err != nil {
 		// Never leave a slot half-restored; the backend clears on failure, and
 		// this covers a backend that died on the way.
-		if cerr := b.ClearSlot(s.ctx, slot); cerr != nil {
-			s.log.Error("clearing slot after a failed restore", "slot", slot, "error", cerr)
+		if cerr := b.ClearSlot(req.ctx, slot); cerr != nil {
+			tracing.Logger(req.ctx, s.log).Error("clearing slot after a failed restore", "slot", slot, "error", cerr)
 		}
 		empty := iface.SlotInfo{Slot: slot}
-		if si, serr := b.Slot(s.ctx, slot); serr == nil {
+		if si, serr := b.Slot(req.ctx, slot); serr == nil {
 			empty = si
 		}
 		after = &empty
 		if src.err != nil {
 			return errFatal{fmt.Errorf("client stream broke during STATE_PUT of slot %d: %w", slot, src.err)}
 		}
-		s.log.Warn("STATE_PUT failed, slot cleared", "slot", slot, "error", err)
+		tracing.Logger(req.ctx, s.log).Warn("STATE_PUT failed, slot cleared", "slot", slot, "error", err)
 		return rp.fail(transport.StatusError, err.Error())
 	}
-	si, err := b.Slot(s.ctx, slot)
+	si, err := b.Slot(req.ctx, slot)
 	if err != nil {
 		return rp.failErr(err)
 	}
@@ -294,12 +295,24 @@ func (s *Server) handleStatePut(req *request, rp *replier) error {
 		Add("n_past", si.NPast).AddFields(info.Model), nil)
 }
 
-// transferDone counts a state transfer, and logs it at debug level with the
-// share of its time the host waited on the backend (TransferTrace).
-func (s *Server) transferDone(rp *replier, put bool, slot int, bytes int64, d time.Duration, trace shm.TransferTrace, err error) {
+// transferDone counts a state transfer that began at start, logs it at debug
+// level with the share of its time the host waited on the backend
+// (TransferTrace), and records its span.
+func (s *Server) transferDone(ctx context.Context, rp *replier, put bool, slot int, bytes int64, start time.Time, trace shm.TransferTrace, err error) {
+	end := time.Now()
+	d := end.Sub(start)
 	s.stats.transfer(put, bytes, d, trace.BackendWait, err)
-	s.log.Debug("state transfer", "direction", direction(put), "network", rp.network, "slot", slot, "bytes", bytes, "chunk", s.tun.StateChunkSize(),
-		"seconds", d.Seconds(), "backend_wait_seconds", trace.BackendWait.Seconds(), "after_payload_seconds", trace.AfterPayload.Seconds(), "error", err)
+	path := trace.Path
+	if path == "" {
+		path = shm.PathGRPC
+	}
+	if s.log.IsDebug() {
+		tracing.Logger(ctx, s.log).Debug("state transfer", "direction", direction(put), "network", rp.network, "slot", slot, "bytes", bytes,
+			"chunk", s.tun.StateChunkSize(), "path", path, "seconds", d.Seconds(), "backend_wait_seconds", trace.BackendWait.Seconds(),
+			"after_payload_seconds", trace.AfterPayload.Seconds(), "error", err)
+	}
+	tracing.Transfer{Put: put, Slot: slot, Bytes: bytes, Chunk: s.tun.StateChunkSize(), Path: path,
+		BackendWait: trace.BackendWait, AfterPayload: trace.AfterPayload}.Record(ctx, start, end, err)
 }
 
 // restore parses the wrapper and hands the rest of the payload to the backend.

@@ -38,7 +38,7 @@ func stateGetOnce(t *testing.T, b *stateBackend) (transport.ResponseHeader, *Ser
 	s := NewServer(b, iface.BackendInfo{NSlots: 1}, nil, Config{})
 	var out bytes.Buffer
 	rp := &replier{w: bufio.NewWriter(&out)}
-	req := &request{hdr: transport.RequestHeader{Op: transport.OpStateGet}, key: "0", payload: &io.LimitedReader{}}
+	req := &request{hdr: transport.RequestHeader{Op: transport.OpStateGet}, key: "0", ctx: t.Context(), payload: &io.LimitedReader{}}
 	err := s.handleStateGet(req, rp)
 	rp.w.Flush()
 	var h transport.ResponseHeader

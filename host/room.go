@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 
+	"github.com/hydra-engine/hydra-engine/host/tracing"
 	"github.com/hydra-engine/hydra-engine/iface"
 )
 
@@ -66,13 +67,13 @@ func (s *Server) Evict(ctx context.Context, slots []int) int {
 			err = b.ClearSlot(ctx, i)
 		}
 		if err != nil {
-			s.log.Warn("evicting an idle sequence from the shared KV cache", "slot", i, "error", err)
+			tracing.Logger(ctx, s.log).Warn("evicting an idle sequence from the shared KV cache", "slot", i, "error", err)
 			l.release(nil)
 			continue
 		}
 		l.release(&iface.SlotInfo{Slot: i})
 		s.stats.CountKVEviction(st.nPast)
-		s.log.Debug("evicted an idle HTTP sequence to make room in the shared KV cache", "slot", i, "cells", st.nPast)
+		tracing.Logger(ctx, s.log).Debug("evicted an idle HTTP sequence to make room in the shared KV cache", "slot", i, "cells", st.nPast)
 		freed += st.nPast
 	}
 	return freed

@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/hydra-engine/hydra-engine/host/tracing"
 	"github.com/hydra-engine/hydra-engine/iface"
 )
 
@@ -49,6 +51,9 @@ type Config struct {
 	// see (llama-engine's --rpc-engine): a SET_EXPERT_MODE "combined" that
 	// the backend answers otherwise logs it, so the operator learns why.
 	CombinedUnavailable string
+	// TracerProvider makes a span of every request (host/tracing); nil:
+	// traces are off.
+	TracerProvider trace.TracerProvider
 }
 
 // Defaults.
@@ -96,6 +101,7 @@ type Server struct {
 	stats  *Stats
 	budget *payloadBudget
 	models models
+	tracer trace.Tracer // nil: traces are off
 
 	mu      sync.RWMutex
 	backend iface.Backend
@@ -126,6 +132,9 @@ func NewServer(b iface.Backend, info iface.BackendInfo, tun *Tunables, cfg Confi
 		budget:  newPayloadBudget(cfg.PayloadBudget),
 		backend: b, info: info, ctx: ctx, cancel: cancel, stopping: make(chan struct{}),
 		conns: map[net.Conn]struct{}{}, listeners: map[net.Listener]struct{}{},
+	}
+	if cfg.TracerProvider != nil {
+		s.tracer = cfg.TracerProvider.Tracer(tracing.Scope)
 	}
 	s.refreshSlots()
 	return s

@@ -90,7 +90,7 @@ func TestInfoWhileBackendDown(t *testing.T) {
 		s := NewServer(tc.b, info, nil, Config{})
 		var out bytes.Buffer
 		rp := &replier{w: bufio.NewWriter(&out)}
-		if err := s.handleInfo(&request{payload: &io.LimitedReader{}}, rp); err != nil {
+		if err := s.handleInfo(&request{ctx: t.Context(), payload: &io.LimitedReader{}}, rp); err != nil {
 			t.Fatal(err)
 		}
 		rp.w.Flush()

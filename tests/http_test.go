@@ -584,6 +584,11 @@ func TestHTTPMetrics(t *testing.T) {
 		{`hydra_engine_tokens_per_second_count{phase="prefill"}`, 2},
 		{`hydra_engine_tokens_per_second_count{phase="decode"}`, 2},
 		{`hydra_engine_http_requests_total{code="200",handler="POST /v1/chat/completions"}`, 1},
+		// The chat completion's 5 tokens: a first, and 4 gaps after it.
+		{`hydra_engine_time_to_first_token_seconds_count{model="mock"}`, 1},
+		{`hydra_engine_time_to_first_token_seconds_sum{model="mock"}`, 1e-9},
+		{`hydra_engine_inter_token_latency_seconds_count{model="mock"}`, 4},
+		{`hydra_engine_http_queue_seconds_count{model="mock"}`, 1},
 		{`hydra_engine_rpc_connections`, 1}, // this test's client
 		{`llamacpp:prompt_tokens_total`, 1},
 		{`llamacpp:tokens_predicted_total`, 13},

@@ -19,10 +19,12 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hydra-engine/hydra-engine/host"
 	"github.com/hydra-engine/hydra-engine/host/httpapi"
 	"github.com/hydra-engine/hydra-engine/host/pluginproc"
+	"github.com/hydra-engine/hydra-engine/host/tracing/otlp"
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/plugins/mock"
 	"github.com/hydra-engine/hydra-engine/transport"
@@ -71,15 +73,21 @@ func main() {
 	for _, w := range inv.warnings {
 		logger.Warn(w)
 	}
-	if err := run(c, logger); err != nil {
+	tr, err := otlp.Setup(context.Background(), version, logger)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "hydra-engine:", err)
+		os.Exit(2)
+	}
+	if err := run(c, logger, tr); err != nil {
 		logger.Error("exiting", "error", err)
 		os.Exit(1)
 	}
 }
 
 // run serves c's backend plugin over Hydra RPC and HTTP until a signal or a
-// failed listener stops it, then shuts everything down within the grace.
-func run(c *Config, logger hclog.Logger) error {
+// failed listener stops it, then shuts everything down within the grace,
+// the spans of tr (traces) flushed last.
+func run(c *Config, logger hclog.Logger, tr *otlp.Provider) error {
 	// SIGTERM/SIGINT are caught from the start: one that comes as soon as
 	// the listeners answer (a supervisor stopping an engine it just started)
 	// is a clean stop, not death by the signal's default action.
@@ -129,7 +137,7 @@ func run(c *Config, logger hclog.Logger) error {
 	}
 	defer sv.Close()
 
-	srv, rpc := serveRPC(c, logger, sv.Plugin(), listeners, errc)
+	srv, rpc := serveRPC(c, logger, sv.Plugin(), tr.TracerProvider(), listeners, errc)
 	sv.Watch(srv)
 	if len(c.presets) > 0 {
 		srv.SetModelSwitcher(newPresetSwitcher(c, sv, srv))
@@ -137,13 +145,40 @@ func run(c *Config, logger hclog.Logger) error {
 	startup.Ready(httpapi.Handler(srv, httpOptions(c, logger)))
 
 	err = waitForStop(ctx, c, logger, errc)
-	if serr := shutdown(c, hs, cutHTTP, srv, rpc); serr != nil {
+	graceEnd := time.Now().Add(c.ShutdownGrace)
+	serr := shutdown(c, hs, cutHTTP, srv, rpc)
+	flushTraces(tr, graceEnd, logger)
+	if serr != nil {
 		if err == nil {
 			return serr // work was cut short: exit non-zero
 		}
 		logger.Error("shutdown", "error", serr)
 	}
 	return err
+}
+
+// minTraceFlush is the least time the exporter gets to send the last spans
+// when the servers' shutdown used up the grace: those of the requests it cut.
+const minTraceFlush = time.Second
+
+// flushTraces sends the spans not yet exported until the grace ends (at
+// least minTraceFlush), then stops the exporter.
+func flushTraces(tr *otlp.Provider, graceEnd time.Time, logger hclog.Logger) {
+	if tr.TracerProvider() == nil {
+		return
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), later(graceEnd, time.Now().Add(minTraceFlush)))
+	defer cancel()
+	if err := tr.Shutdown(ctx); err != nil {
+		logger.Warn("traces: not all spans were exported before the shutdown grace ended", "error", err)
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // listenRPC opens a listener for every --rpc URL, with TLS when a
@@ -232,7 +267,7 @@ func startBackend(ctx context.Context, c *Config, spec pluginproc.PluginSpec, st
 // serveRPC builds the Hydra server on the loaded plugin and serves it on
 // every listener, sending each listener's end on errc; the returned group
 // waits for them all.
-func serveRPC(c *Config, logger hclog.Logger, p *pluginproc.Plugin, listeners []net.Listener, errc chan<- error) (*host.Server, *sync.WaitGroup) {
+func serveRPC(c *Config, logger hclog.Logger, p *pluginproc.Plugin, tp trace.TracerProvider, listeners []net.Listener, errc chan<- error) (*host.Server, *sync.WaitGroup) {
 	tun := host.NewTunables()
 	tun.SetStateChunkSize(c.StateChunkSize)
 	if err := tun.ApplySampler(c.Sampler); err != nil {
@@ -243,7 +278,7 @@ func serveRPC(c *Config, logger hclog.Logger, p *pluginproc.Plugin, listeners []
 	srv := host.NewServer(p.Backend, p.Info, tun, host.Config{
 		Logger: logger, Version: version, IdleTimeout: c.IdleTimeout, ChunkTimeout: c.ChunkTimeout, SocketBuffer: c.SocketBuffer,
 		MaxConns: c.MaxConns, PayloadBudget: c.PayloadBudget, MinTransferRate: transferRate(c.MinTransferRate),
-		CombinedUnavailable: c.combinedWhy,
+		CombinedUnavailable: c.combinedWhy, TracerProvider: tp,
 	})
 	for _, l := range listeners {
 		if l.Addr().Network() == "unix" {

@@ -10,6 +10,7 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -21,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/hydra-engine/hydra-engine/host"
+	"github.com/hydra-engine/hydra-engine/host/tracing"
 	"github.com/hydra-engine/hydra-engine/iface"
 )
 
@@ -103,7 +105,11 @@ func Handler(s *host.Server, opts Options) http.Handler {
 	handle("POST /v1/completions", a.textCompletions)
 	handle("POST /completions", a.textCompletions)
 	mux.Handle("GET /metrics", a.metrics.handler())
-	return requireKey(mux, opts.APIKeys, opts.PublicMetrics, a.log)
+	h := requireKey(mux, opts.APIKeys, opts.PublicMetrics, a.log)
+	if tp := s.Config().TracerProvider; tp != nil {
+		h = traceRequests(h, tp.Tracer(tracing.Scope))
+	}
+	return h
 }
 
 // healthBody is /health's reply (§8, the later form).
@@ -225,10 +231,10 @@ func statusOf(err error) int {
 // feature, a request the backend refused), else only which step failed. An
 // internal failure's text can name the plugin's socket or files; it goes to
 // the log instead.
-func (a *api) clientMessage(step string, err error) string {
+func (a *api) clientMessage(ctx context.Context, step string, err error) string {
 	if statusOf(err) != http.StatusInternalServerError {
 		return err.Error()
 	}
-	a.log.Error("HTTP request failed", "step", step, "error", err)
+	tracing.Logger(ctx, a.log).Error("HTTP request failed", "step", step, "error", err)
 	return step + " failed: internal error in the engine or its backend (the engine log has the details)"
 }

@@ -111,12 +111,19 @@ func isStatus(err error, code int) bool {
 // newTestServer is a server over the in-process mock backend.
 func newTestServer(t *testing.T, slots int) (*host.Server, http.Handler) {
 	t.Helper()
+	b, info := loadMock(t, slots)
+	return serve(t, b, info, nil)
+}
+
+// loadMock is the in-process mock backend, loaded with slots slots.
+func loadMock(t *testing.T, slots int) (iface.Backend, iface.BackendInfo) {
+	t.Helper()
 	b := mock.New(nil)
 	info, err := b.Load(context.Background(), iface.LoadRequest{NSlots: slots})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return serve(t, b, info, nil)
+	return b, info
 }
 
 // serve is a server over b, logging to log (nil: nowhere).

@@ -13,7 +13,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/hydra-engine/hydra-engine/host"
+	"github.com/hydra-engine/hydra-engine/host/tracing"
 	"github.com/hydra-engine/hydra-engine/iface"
 )
 
@@ -119,12 +122,18 @@ type completionRun struct {
 
 	nPrompt int           // tokens in the slot after the prefill
 	prompt  time.Duration // the prefill's time
+	reused  int           // prompt tokens kept from the slot's previous sequence
+	stop    string        // the backend's stop reason ("stop_string": a stop string ended the decode)
 	// promptDecode: the decode evaluates the prompt first (promptInDecode).
 	promptDecode bool
 	nPredict     int         // tokens the decode may generate
 	probs        *tokenProbs // the log-probabilities not yet sent, when asked for
 	taskID       int64       // the completion's task, for /slots
 	release      func()      // frees the slot (once; later calls do nothing)
+	// firstToken is when the first token came; interToken observes the gaps
+	// between the next ones.
+	firstToken time.Time
+	interToken prometheus.Observer
 
 	// The reply's text so far: reasoning apart from content where the chat's
 	// reasoning is split (reasoner set).
@@ -135,24 +144,28 @@ type completionRun struct {
 // complete runs one completion. Until the decode starts streaming, a
 // failure is the reply; after that it is a final error event.
 func (a *api) complete(w http.ResponseWriter, r *http.Request, chat bool) {
+	arrived := time.Now()
+	ctx := r.Context()
 	b, info := a.s.Backend()
 	c, err := a.readCompletion(w, r, chat, info)
 	if err != nil {
-		writeAPIError(w, a.apiErrorOf("reading the request", err))
+		writeAPIError(w, a.apiErrorOf(ctx, "reading the request", err))
 		return
 	}
-	switched, err := a.s.SwitchModel(r.Context(), c.model)
+	c.arrived = arrived
+	switched, err := a.s.SwitchModel(ctx, c.model)
 	if err != nil {
-		writeAPIError(w, a.apiErrorOf("switching models", err))
+		writeAPIError(w, a.apiErrorOf(ctx, "switching models", err))
 		return
 	}
 	if switched { // the reply's model and limits are the new model's
 		b, info = a.s.Backend()
 		w.Header().Set("X-Hydra-Model-Switched", "true")
 	}
-	toks, err := a.promptTokens(r.Context(), b, &c)
+	tracing.SetModel(ctx, info.Model.Alias)
+	toks, err := a.promptTokens(ctx, b, &c)
 	if err != nil {
-		writeAPIError(w, a.apiErrorOf("reading the prompt", err))
+		writeAPIError(w, a.apiErrorOf(ctx, "reading the prompt", err))
 		return
 	}
 	need := 0 // the cells the prompt and its first token take, when known
@@ -178,14 +191,14 @@ func (a *api) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 			if errors.As(err, &se) {
 				step = se.step
 			}
-			writeAPIError(w, a.apiErrorOf(step, roomError(shutdownCut(r.Context(), err))))
+			writeAPIError(w, a.apiErrorOf(ctx, step, roomError(shutdownCut(r.Context(), err))))
 			return
 		}
 		t := time.NewTimer(roomRetryWait)
 		select {
 		case <-a.s.SlotFreed():
 		case <-t.C:
-		case <-r.Context().Done():
+		case <-ctx.Done():
 			t.Stop()
 			return
 		}
@@ -215,12 +228,15 @@ func roomError(err error) error {
 // an error only when nothing of the reply was written; after that, errors
 // are the reply's.
 func (a *api) run(w http.ResponseWriter, r *http.Request, b iface.Backend, info iface.BackendInfo, c completion, toks []int32, need int, switched bool) error {
+	queued := time.Now()
 	lease, err := a.queue.take(r.Context(), a.pickSlot(r.Context(), c.slot, toks, need))
 	if err != nil {
 		return &stepError{step: "taking a slot", err: err}
 	}
+	a.metrics.queueSeconds.WithLabelValues(info.Model.Alias).Observe(time.Since(queued).Seconds())
 	rn := &completionRun{a: a, ctx: r.Context(), b: b, info: info, c: c, slot: lease.Slot(),
-		w: w, rc: http.NewResponseController(w), body: newCompletionBody(c, info), probs: newTokenProbs(c)}
+		w: w, rc: http.NewResponseController(w), body: newCompletionBody(c, info), probs: newTokenProbs(c),
+		interToken: a.metrics.interToken.WithLabelValues(info.Model.Alias)}
 	rn.body.ModelSwitched = switched
 	if c.chat && a.splitReasoning {
 		rn.reasoner = newReasoningSplitter(thinkStart, thinkEnd, c.opensThinking)
@@ -302,13 +318,16 @@ func (rn *completionRun) prefill() error {
 	rn.c.prefill.Slot = rn.slot
 	start := time.Now()
 	res, err := rn.b.Prefill(rn.ctx, rn.c.prefill)
+	end := time.Now()
 	if err != nil {
+		tracing.Prefill{Slot: rn.slot}.Record(rn.ctx, start, end, err)
 		return err
 	}
-	rn.prompt = time.Since(start)
+	rn.prompt = end.Sub(start)
 	rn.nPrompt = len(res.Slot.Tokens)
 	rn.countPrompt(res.Reused)
 	rn.setPredict(res.Slot.NPast)
+	tracing.Prefill{Slot: rn.slot, PromptTokens: rn.nPrompt, Reused: res.Reused}.Record(rn.ctx, start, end, nil)
 	return nil
 }
 
@@ -325,6 +344,7 @@ func (rn *completionRun) promptInDecode(nPrompt int) bool {
 
 // countPrompt counts the prompt's tokens evaluated and reused.
 func (rn *completionRun) countPrompt(reused int) {
+	rn.reused = reused
 	rn.a.s.Stats().CountTokens(host.PhasePrefill, rn.nPrompt-reused, rn.prompt)
 	rn.a.s.Stats().CountPromptReuse(reused)
 }
@@ -354,10 +374,12 @@ func (rn *completionRun) generate() error {
 	}
 	start := time.Now()
 	text, nGen, reason, err := rn.decode()
-	elapsed := time.Since(start)
+	end := time.Now()
+	elapsed := end.Sub(start)
 	if rn.promptDecode {
 		elapsed -= rn.prompt
 	}
+	rn.recordSpans(start, end, nGen, err)
 	rn.a.endTask(rn.slot, taskID, nGen, rn.nPredict)
 	rn.release()
 	if err != nil {
@@ -366,9 +388,9 @@ func (rn *completionRun) generate() error {
 		case errors.Is(err, iface.ErrNoRoom) && !rn.started && nGen == 0:
 			return err
 		case errors.As(err, &rate) || errors.Is(err, os.ErrDeadlineExceeded):
-			rn.a.log.Info("HTTP client cut: it stopped reading the reply", "slot", rn.slot, "tokens", nGen, "error", err)
+			tracing.Logger(rn.ctx, rn.a.log).Info("HTTP client cut: it stopped reading the reply", "slot", rn.slot, "tokens", nGen, "error", err)
 		case errors.Is(context.Cause(rn.ctx), ErrShuttingDown): // the client is there: the stream ends saying why
-			rn.a.log.Info("HTTP completion cut by the shutdown", "slot", rn.slot, "tokens", nGen)
+			tracing.Logger(rn.ctx, rn.a.log).Info("HTTP completion cut by the shutdown", "slot", rn.slot, "tokens", nGen)
 			rn.fail(ErrShuttingDown)
 		case rn.ctx.Err() == nil: // else the client went away: nobody to tell
 			rn.fail(err)
@@ -384,6 +406,24 @@ func (rn *completionRun) generate() error {
 	}
 	rn.reply(text, reason, u, tm)
 	return nil
+}
+
+// recordSpans makes the decode's span, from start to end, and the prompt's
+// before it where the decode evaluated the prompt first.
+func (rn *completionRun) recordSpans(start, end time.Time, nGen int, err error) {
+	prefill := tracing.Prefill{Slot: rn.slot, PromptTokens: rn.nPrompt, Reused: rn.reused}
+	switch {
+	case rn.nPredict == 0: // nothing was decoded
+		return
+	case rn.promptDecode && rn.prompt == 0: // it ended in the prompt
+		prefill.Record(rn.ctx, start, end, err)
+		return
+	case rn.promptDecode:
+		prefill.Record(rn.ctx, start, start.Add(rn.prompt), nil)
+		start = start.Add(rn.prompt)
+	}
+	tracing.Decode{Slot: rn.slot, Generated: nGen, PromptTokens: rn.nPrompt, Reused: rn.reused, StopReason: rn.stop,
+		FirstToken: rn.firstToken}.Record(rn.ctx, start, end, err)
 }
 
 // reply writes a whole (non-streamed) completion.
@@ -442,10 +482,19 @@ func (rn *completionRun) decode() (string, int, string, error) {
 		req.Prompt = &rn.c.prefill
 	}
 	start := time.Now()
+	var last time.Time
 	emit := func(t iface.Token) error {
-		if n == 0 && rn.promptDecode {
-			rn.prompt = time.Since(start) // until res.Prompt says
+		now := time.Now()
+		if n == 0 {
+			if rn.promptDecode {
+				rn.prompt = now.Sub(start) // until res.Prompt says
+			}
+			rn.firstToken = now
+			rn.a.metrics.ttft.WithLabelValues(rn.info.Model.Alias).Observe(now.Sub(rn.c.arrived).Seconds())
+		} else {
+			rn.interToken.Observe(now.Sub(last).Seconds())
 		}
+		last = now
 		n++
 		rn.probs.add(t)
 		out, stopped := ts.push(t.Text)
@@ -475,8 +524,10 @@ func (rn *completionRun) decode() (string, int, string, error) {
 		req.NPredict, req.Prompt = rn.nPredict-n, nil
 		res, err = rn.b.Decode(rn.ctx, req, emit)
 	}
+	rn.stop = res.StopReason
 	switch {
 	case errors.Is(err, errStopString):
+		rn.stop = "stop_string"
 		return rn.finishText(n, "stop")
 	case err != nil:
 		return rn.text.String(), n, "", err
@@ -596,7 +647,7 @@ func (rn *completionRun) fail(err error) {
 	if rn.promptDecode && rn.prompt == 0 { // the prompt's part failed
 		step = "evaluating the prompt"
 	}
-	e := rn.a.apiErrorOf(step, err)
+	e := rn.a.apiErrorOf(rn.ctx, step, err)
 	if !rn.started {
 		writeAPIError(rn.w, e)
 		return

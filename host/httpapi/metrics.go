@@ -41,6 +41,9 @@ const (
 	metricKVEvictedCells  = "hydra_engine_kv_evicted_cells_total"
 	metricReused          = "hydra_engine_prompt_tokens_reused_total"
 	metricQueue           = "hydra_engine_http_queue_waiting"
+	metricQueueSeconds    = "hydra_engine_http_queue_seconds"
+	metricTTFT            = "hydra_engine_time_to_first_token_seconds"
+	metricInterToken      = "hydra_engine_inter_token_latency_seconds"
 )
 
 // metrics is the engine's Prometheus side, on a registry of its own (no
@@ -55,6 +58,8 @@ type metrics struct {
 	transferBytes   *prometheus.HistogramVec
 	tokensPerSecond *prometheus.HistogramVec
 	httpRequests    *prometheus.CounterVec
+	// HTTP completions' latencies, by model alias (observed by completion.go).
+	queueSeconds, ttft, interToken *prometheus.HistogramVec
 
 	requests, requestSeconds, transferFailed, transferWait, chunkSize, restarts *prometheus.Desc
 	slots, slotsBusy, tokens, tokenSeconds, info                                *prometheus.Desc
@@ -113,6 +118,21 @@ func newMetrics(s *host.Server) *metrics {
 			Help:    "Throughput of each prefill or decode, in tokens per second.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 20), // 1 … 524288
 		}, []string{"phase"}),
+		queueSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    metricQueueSeconds,
+			Help:    "Time HTTP completions waited for a slot (0 when one was free), by model alias.",
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120},
+		}, []string{"model"}),
+		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    metricTTFT,
+			Help:    "Time from an HTTP completion's arrival to its first generated token (queue and prefill included), by model alias.",
+			Buckets: []float64{.01, .025, .05, .1, .25, .5, .75, 1, 2.5, 5, 10, 20, 40, 80},
+		}, []string{"model"}),
+		interToken: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    metricInterToken,
+			Help:    "Time between two consecutive generated tokens of an HTTP completion, by model alias.",
+			Buckets: []float64{.001, .0025, .005, .0075, .01, .015, .02, .03, .05, .075, .1, .2, .5, 1, 2.5},
+		}, []string{"model"}),
 		httpRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metricHTTPRequests,
 			Help: "HTTP requests by route and status code.",
@@ -167,7 +187,7 @@ func newMetrics(s *host.Server) *metrics {
 			"HTTP completions waiting for a slot.", nil, nil),
 		llama: newLlamaCompat(),
 	}
-	m.reg.MustRegister(m, m.transferSeconds, m.transferBytes, m.tokensPerSecond, m.httpRequests,
+	m.reg.MustRegister(m, m.transferSeconds, m.transferBytes, m.tokensPerSecond, m.httpRequests, m.queueSeconds, m.ttft, m.interToken,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

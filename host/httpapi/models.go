@@ -38,7 +38,7 @@ func (a *api) unloadModel(w http.ResponseWriter, r *http.Request) {
 func (a *api) modelOp(w http.ResponseWriter, r *http.Request, step string, notFound int, op func(context.Context, string) error) {
 	body, err := readBody(w, r, maxModelBody)
 	if err != nil {
-		writeAPIError(w, a.apiErrorOf(step, err))
+		writeAPIError(w, a.apiErrorOf(r.Context(), step, err))
 		return
 	}
 	var req modelRequest
@@ -75,7 +75,7 @@ func (a *api) modelOp(w http.ResponseWriter, r *http.Request, step string, notFo
 		writeAPIError(w, modelError(http.StatusServiceUnavailable, err.Error()))
 	default: // the load itself failed: a refused option is the operator's to read, an internal failure is in the log
 		err = shutdownCut(r.Context(), err)
-		writeAPIError(w, modelError(statusOf(err), a.clientMessage(step, err)))
+		writeAPIError(w, modelError(statusOf(err), a.clientMessage(r.Context(), step, err)))
 	}
 }
 

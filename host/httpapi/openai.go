@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/hydra-engine/hydra-engine/host"
 	"github.com/hydra-engine/hydra-engine/iface"
@@ -67,6 +68,8 @@ type completion struct {
 	// reply starts inside it (Tokenize says).
 	opensThinking bool
 	nKeep         int // tokens a context shift keeps (-1: the whole prompt)
+	// arrived is when the request came, where its time to first token starts.
+	arrived time.Time
 }
 
 // apiError is an OpenAI error reply: {"error":{"message","type","code"}};
@@ -87,12 +90,12 @@ func badRequest(format string, args ...any) *apiError {
 
 // apiErrorOf maps an error of the step named (a slot or backend error, or
 // an apiError already) to its OpenAI form, in client words (clientMessage).
-func (a *api) apiErrorOf(step string, err error) *apiError {
+func (a *api) apiErrorOf(ctx context.Context, step string, err error) *apiError {
 	var ae *apiError
 	if errors.As(err, &ae) {
 		return ae
 	}
-	e := &apiError{status: statusOf(err), Msg: a.clientMessage(step, err)}
+	e := &apiError{status: statusOf(err), Msg: a.clientMessage(ctx, step, err)}
 	switch e.status {
 	case http.StatusBadRequest:
 		e.Type = "invalid_request_error"

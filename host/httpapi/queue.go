@@ -7,8 +7,10 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/hydra-engine/hydra-engine/host"
+	"github.com/hydra-engine/hydra-engine/host/tracing"
 	"github.com/hydra-engine/hydra-engine/iface"
 )
 
@@ -53,13 +55,26 @@ func newSlotQueue(s *host.Server, nSlots int) *slotQueue {
 // take returns a slot from pick: at once when pick finds one after the
 // waiters ahead had theirs, else after waiting its turn; ctx ending gives up
 // the turn. A waiter whose slot is not free does not hold back one whose is.
-func (q *slotQueue) take(ctx context.Context, pick func() (*host.SlotLease, error)) (*host.SlotLease, error) {
+// The wait is a span of its own (tracing.Queue).
+func (q *slotQueue) take(ctx context.Context, pick func() (*host.SlotLease, error)) (l *host.SlotLease, err error) {
+	var span tracing.Queue
+	if tracing.Recording(ctx) {
+		start := time.Now()
+		defer func() {
+			span.Slot = -1
+			if l != nil {
+				span.Slot = l.Slot()
+			}
+			span.Record(ctx, start, time.Now(), err)
+		}()
+	}
 	q.mu.Lock()
 	q.grantLocked()
-	if l, err := pick(); !errors.Is(err, iface.ErrBusy) {
+	if l, err = pick(); !errors.Is(err, iface.ErrBusy) {
 		q.mu.Unlock()
 		return l, err
 	}
+	span.Ahead, span.Waited = len(q.waiters), true
 	if len(q.waiters) >= q.max {
 		q.mu.Unlock()
 		return nil, &apiError{status: http.StatusServiceUnavailable, Type: "unavailable_error", Code: "queue_full",

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hydra-engine/hydra-engine/host"
+	"github.com/hydra-engine/hydra-engine/host/tracing"
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/transport"
 )
@@ -125,7 +126,7 @@ func (a *api) slotAction(w http.ResponseWriter, r *http.Request) {
 		err = b.ClearSlot(r.Context(), slot)
 	}
 	if err != nil {
-		writeError(w, statusOf(err), a.clientMessage("erasing the slot", err))
+		writeError(w, statusOf(err), a.clientMessage(r.Context(), "erasing the slot", err))
 		return
 	}
 	a.mu.Lock()
@@ -170,7 +171,7 @@ func (a *api) takeNamed(ctx context.Context, slot, need int) (*host.SlotLease, e
 	}
 	l, err := a.s.TakeSlot(slot)
 	if err == nil && slot < len(views) && views[slot].Holder == host.HolderRPC && views[slot].NPast > 0 {
-		a.log.Warn("a completion naming id_slot takes a slot holding a Hydra RPC sequence", "slot", slot, "n_past", views[slot].NPast)
+		tracing.Logger(ctx, a.log).Warn("a completion naming id_slot takes a slot holding a Hydra RPC sequence", "slot", slot, "n_past", views[slot].NPast)
 		a.s.Stats().CountSlotEviction(host.HolderRPC)
 	}
 	if err == nil && need > 0 {
@@ -245,7 +246,7 @@ func (a *api) takeIdle(ctx context.Context, toks []int32, need int) (*host.SlotL
 	})
 	switch {
 	case err == nil:
-		a.notePick(l.Slot(), picks[l.Slot()])
+		a.notePick(ctx, l.Slot(), picks[l.Slot()])
 		if need > 0 {
 			a.s.MakeRoom(ctx, l.Slot(), need, false)
 		}
@@ -257,12 +258,12 @@ func (a *api) takeIdle(ctx context.Context, toks []int32, need int) (*host.SlotL
 
 // notePick logs and counts a slot whose cache a completion reuses or whose
 // HTTP sequence it drops.
-func (a *api) notePick(slot int, p slotPick) {
+func (a *api) notePick(ctx context.Context, slot int, p slotPick) {
 	switch {
 	case p.lcp > 0:
-		a.log.Debug("reusing a slot's cache for a completion", "slot", slot, "shared_tokens", p.lcp)
+		tracing.Logger(ctx, a.log).Debug("reusing a slot's cache for a completion", "slot", slot, "shared_tokens", p.lcp)
 	case p.evicts > 0:
-		a.log.Debug("a completion takes a slot holding an earlier completion's sequence", "slot", slot, "n_past", p.evicts)
+		tracing.Logger(ctx, a.log).Debug("a completion takes a slot holding an earlier completion's sequence", "slot", slot, "n_past", p.evicts)
 		a.s.Stats().CountSlotEviction(host.HolderHTTP)
 	}
 }

@@ -104,6 +104,9 @@ type Config struct {
 	// Args are more engine flags, after the listeners and --backend (a
 	// later flag wins over an earlier one).
 	Args []string
+	// Env are more environment variables (KEY=VALUE) for the engine, after
+	// the test process's own.
+	Env []string
 	// HTTP adds an HTTP listener on a free port (Engine.HTTP); the engine
 	// is then ready once /health answers 200 as well.
 	HTTP bool
@@ -199,6 +202,9 @@ func Start(ctx context.Context, cfg Config) (*Engine, error) {
 	e.Cmd = Command(cfg.CPUs, filepath.Join(cfg.Bin, "hydra-engine"), e.Args...)
 	if len(cfg.Wrap) > 0 {
 		e.Cmd = exec.Command(cfg.Wrap[0], append(cfg.Wrap[1:], e.Cmd.Args...)...)
+	}
+	if len(cfg.Env) > 0 {
+		e.Cmd.Env = append(os.Environ(), cfg.Env...)
 	}
 	e.Cmd.Stdout, e.Cmd.Stderr = e.Logs, e.Logs
 	if cfg.DieWithParent {

@@ -88,8 +88,10 @@ func (c *Client) splicesAt(chunk int) bool {
 // buffers; chunkSize <= 0 asks for gRPC messages as large as they go.
 func (c *Client) StateGet(ctx context.Context, slot int, chunkSize int, w io.Writer) (int64, error) {
 	if chunkSize <= 0 {
+		traceOf(ctx).path(PathGRPC)
 		return c.GRPCClient.StateGet(ctx, slot, chunkSize, w)
 	}
+	traceOf(ctx).path(PathRing)
 	return c.stateGetShm(ctx, slot, chunkSize, w)
 }
 
@@ -229,12 +231,15 @@ func (c *Client) statePutShm(ctx context.Context, slot int, tokens []int32, r io
 		chunk = putChunk
 	}
 	if src, ok := r.(SocketSource); ok && c.splicesAt(chunk) {
+		traceOf(ctx).path(PathPipes)
 		return c.statePutPipe(ctx, slot, tokens, src, size)
 	}
 	chunk = int(min(int64(chunk), max(size, 1)))
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	traceOf(ctx).path(PathRing)
 	if src, ok := r.(SocketSource); ok && !c.noSplice && size > 0 && src.Network() == "tcp" {
+		traceOf(ctx).path(PathRingRelay)
 		rl, err := startRelay(ctx, src, size)
 		if err != nil {
 			return 0, err

@@ -90,7 +90,18 @@ type TransferTrace struct {
 	// AfterPayload (STATE_PUT, set by the host) is how long the restore took
 	// after the payload's last byte came in: the plugin finishing the state.
 	AfterPayload time.Duration
+	// Path is the way the bytes went (Path*); the shm plane names every path
+	// it takes, so an empty one is the gRPC plane's streams.
+	Path string
 }
+
+// The paths of TransferTrace.Path.
+const (
+	PathRing      = "shm-ring"       // the ring's buffers, filled by the plugin or the host
+	PathRingRelay = "shm-ring-relay" // a TCP restore spliced into the host's pipes, then copied into the ring
+	PathPipes     = "shm-pipes"      // a restore spliced from the client's socket into pipes the plugin reads
+	PathGRPC      = "grpc"           // gRPC stream messages
+)
 
 // WithTransferTrace returns a context on which the data plane records the
 // transfer it carries into t. t is written until the call returns.
@@ -111,6 +122,13 @@ func traceOf(ctx context.Context) waitClock {
 func (c waitClock) since(start time.Time) {
 	if c.t != nil {
 		c.t.BackendWait += time.Since(start)
+	}
+}
+
+// path records the transfer's path.
+func (c waitClock) path(p string) {
+	if c.t != nil {
+		c.t.Path = p
 	}
 }
 
