@@ -93,10 +93,14 @@ func testLogger() hclog.Logger {
 // libggml-cuda.so (make cuda) is beside the test binary. With
 // HYDRA_TEST_REQUIRE_GPU=1 running on CPU fails, so that a GPU run cannot
 // pass by falling back. On a GPU it also checks that state copies use the
-// pinned staging buffers.
+// pinned staging buffers, and that INFO names the pinned llama.cpp commit.
 func TestDevice(t *testing.T) {
 	b := load(t, tiny(t), 2, nil)
 	e := b.eng.Load()
+	info, err := b.Info(context.Background())
+	if pin := readPin(t); err != nil || info.Version != Version+"+llama.cpp-"+pin.commit[:8] {
+		t.Fatalf("INFO's backend version %q (%v), want %s+llama.cpp-%s (mk/llama-pin.mk)", info.Version, err, Version, pin.commit[:8])
+	}
 	prefill(t, b, 0, story)
 	state := stateOf(t, b, 0, 64<<10)
 	if !bytes.Equal(state, reference(t, b, 0)) {
@@ -1182,8 +1186,8 @@ func testRestoreIntoFullCache(t *testing.T, mode string) {
 }
 
 // TestStreamedRestore: restores through the restore ring stream the K/V
-// blocks at or over its threshold, piece by piece through the swapped
-// set_tensor; the restored slot re-saves to the same bytes and decodes alike,
+// runs at or over its threshold, piece by piece as the bytes arrive; the
+// restored slot re-saves to the same bytes and decodes alike,
 // into a fragmented cache (llama.cpp's per-row scatter path) as into an
 // empty one, with transposed V too; a state cut inside a block fails cleanly
 // and leaves the slot empty.
@@ -1237,18 +1241,18 @@ func testStreamedRestore(t *testing.T, flash string, fragmented bool) {
 		b = load(t, tiny(t), 3, opts)
 	}
 	e := b.eng.Load()
-	blocks0, sets0 := e.ctx.streamed()
+	blocks0, runs0 := e.ctx.streamed()
 	// One byte a read: pieces never line up with blocks.
 	n, err := b.StatePut(context.Background(), 1, si.Tokens, iotest.OneByteReader(bytes.NewReader(state)), int64(len(state)))
 	if err != nil || n != int64(len(state)) {
 		t.Fatalf("fragmented %v: StatePut = %d, %v", fragmented, n, err)
 	}
-	blocks, sets := e.ctx.streamed()
+	blocks, runs := e.ctx.streamed()
 	if blocks == blocks0 {
 		t.Fatalf("fragmented %v: no block was streamed", fragmented)
 	}
-	if fragmented && sets-sets0 <= blocks-blocks0 {
-		t.Fatalf("the restore into alternating free cells was not scattered: %d blocks in %d tensor sets", blocks-blocks0, sets-sets0)
+	if fragmented && runs-runs0 <= blocks-blocks0 {
+		t.Fatalf("the restore into alternating free cells was not scattered: %d blocks in %d runs", blocks-blocks0, runs-runs0)
 	}
 	if again := stateOf(t, b, 1, 1<<20); !bytes.Equal(normSeq(again), normSeq(state)) {
 		t.Fatalf("fragmented %v: the restored state re-saves differently", fragmented)
