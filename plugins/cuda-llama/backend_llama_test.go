@@ -137,6 +137,21 @@ func prefill(t testing.TB, b *Backend, slot int, text string) iface.PrefillResul
 	return res
 }
 
+// referenceKernels makes b's CPU work run ggml's reference kernels, for a
+// test whose oracle is bit-for-bit (or near) equality between tokens
+// evaluated in batches of different sizes: ggml's optimized CPU kernels
+// differ by batch size (flash attention tiles batches of 64 or more
+// queries), its reference kernels do not. On a GPU the kernels stay.
+func referenceKernels(t testing.TB, b *Backend) {
+	t.Helper()
+	e := b.eng.Load()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if n := e.ctx.useReferenceKernels(); n == 0 && e.device == "" {
+		t.Fatal("no CPU backend in the context to switch to the reference kernels")
+	}
+}
+
 func prefillTokens(t testing.TB, b *Backend, slot int, toks []int32) iface.PrefillResult {
 	t.Helper()
 	res, err := b.Prefill(context.Background(), iface.PrefillRequest{Slot: slot, Tokens: toks})
@@ -1138,7 +1153,9 @@ func BenchmarkReferenceGetData(b *testing.B) {
 // TestRestoreIntoFullCache: a state that fills the KV cache's last free
 // cells leaves none for the scratch re-evaluation; the last token is then
 // re-evaluated in place, giving the same next-token distribution, within
-// StatePut (restore_logits=eager) or by the first decode (lazy).
+// StatePut (restore_logits=eager) or by the first decode (lazy); on CPU with
+// the reference kernels, as the prefill's batch and the re-evaluation differ
+// in size.
 func TestRestoreIntoFullCache(t *testing.T) {
 	for _, mode := range []string{"lazy", "eager"} {
 		t.Run(mode, func(t *testing.T) { testRestoreIntoFullCache(t, mode) })
@@ -1147,6 +1164,7 @@ func TestRestoreIntoFullCache(t *testing.T) {
 
 func testRestoreIntoFullCache(t *testing.T, mode string) {
 	b := load(t, tiny(t), 2, map[string]string{OptNCtx: "256", OptRestoreLogits: mode})
+	referenceKernels(t, b)
 	toks := make([]int32, 100)
 	for i := range toks {
 		toks[i] = int32(5 + (i*37)%400)
@@ -1173,8 +1191,8 @@ func testRestoreIntoFullCache(t *testing.T, mode string) {
 	if argmax(got) != argmax(want) {
 		t.Fatalf("arg-max %d after an in-place re-evaluation, %d after the prefill", argmax(got), argmax(want))
 	}
-	// A one-token batch against the prefill's batch of 100: the same maths,
-	// other kernels (on a GPU, ~2e-3 apart).
+	// A one-token batch against the prefill's batch of 100: the same maths;
+	// on CPU the same (reference) kernels, on a GPU other ones (~2e-3 apart).
 	for i := range got {
 		if d := math.Abs(float64(got[i] - want[i])); d > 1e-2 {
 			t.Fatalf("logit %d: %v, want %v", i, got[i], want[i])

@@ -11,6 +11,7 @@ package cudallama
 #cgo CXXFLAGS: -std=c++17
 #include <stdlib.h>
 #include "hydra-llama-commit.h"
+#include "kernels.h"
 #include "shim.h"
 
 // The fields a prefill or decode batch sets; the rest of llama_batch stays as
@@ -363,6 +364,12 @@ func newContext(m *model, p contextParams, gpu C.ggml_backend_dev_t) (*lctx, err
 }
 
 func (c *lctx) nCtx() int { return int(C.llama_n_ctx(c.c)) }
+
+// useReferenceKernels makes the context's CPU work run ggml's reference
+// kernels, for tests whose oracle is bit-for-bit equality of results computed
+// in batches of different sizes, which ggml's optimized CPU kernels do not
+// give (kernels.cpp); it returns the CPU backends switched.
+func (c *lctx) useReferenceKernels() int { return int(C.hydra_cpu_reference_kernels(c.c)) }
 
 // nCtxSeq is the cells one sequence may hold: n_ctx, or its stream's.
 func (c *lctx) nCtxSeq() int { return int(C.llama_n_ctx_seq(c.c)) }
