@@ -982,6 +982,27 @@ func TestExpertModeAndSwapQuant(t *testing.T) {
 	}
 }
 
+// TestUnsupportedMemoryRefused: a model whose KV memory is not one plain
+// attention cache (here sliding-window attention: a mellum model with a
+// window) is refused at load, naming why; the same architecture without a
+// window loads, and its states stream as llama.cpp writes them.
+func TestUnsupportedMemoryRefused(t *testing.T) {
+	c := gguf.TinyMoE()
+	c.Name, c.Arch = "hydra-tiny-mellum", gguf.ArchMellum
+	b := load(t, modelFile(t, "tiny-mellum", c), 1, nil)
+	prefill(t, b, 0, story)
+	if !bytes.Equal(stateOf(t, b, 0, 64<<10), reference(t, b, 0)) {
+		t.Fatal("mellum without a window: the streamed state differs from llama.cpp's")
+	}
+	c.Name, c.SlidingWindow = "hydra-tiny-mellum-swa", 64
+	swa := modelFile(t, "tiny-mellum-swa", c)
+	_, err := New(testLogger()).Load(context.Background(), iface.LoadRequest{Model: swa, NSlots: 1,
+		Options: map[string]string{OptNThreads: "1", OptNCtx: "2048"}})
+	if !errors.Is(err, iface.ErrBadRequest) || !strings.Contains(err.Error(), "is a sliding-window-attention model") {
+		t.Fatalf("a sliding-window model: %v, want ErrBadRequest naming sliding-window attention", err)
+	}
+}
+
 func TestLoadErrors(t *testing.T) {
 	junk := filepath.Join(t.TempDir(), "junk.gguf")
 	if err := os.WriteFile(junk, []byte("not a model at all"), 0o644); err != nil {

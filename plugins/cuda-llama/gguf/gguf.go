@@ -29,7 +29,7 @@ import (
 // Config sizes a model.
 type Config struct {
 	Name    string // general.name
-	Arch    string // ArchLlama (also "") or ArchQwen3MoE
+	Arch    string // ArchLlama (also ""), ArchQwen3MoE or ArchMellum
 	Layers  int    // transformer blocks
 	Embd    int    // embedding width (n_embd)
 	Heads   int    // attention heads; Embd must be a multiple
@@ -51,16 +51,24 @@ type Config struct {
 	F16  bool       // the same as Type WeightF16, kept for callers older than Type
 	Seed uint64     // weights are a function of Seed and the tensor's name
 
+	// SlidingWindow is an ArchMellum model's attention window in tokens
+	// (attention.sliding_window; 0: none, full attention).
+	SlidingWindow int
+
 	// Overrides give some big matrices another type than Type (the first
 	// override matching a name decides): the same model with those weights
 	// from another quantisation, bit for bit.
 	Overrides []TypeOverride
 }
 
-// Architectures Write knows.
+// Architectures Write knows. ArchMellum has qwen3moe's tensors and, with a
+// SlidingWindow, sliding-window attention on three of every four layers
+// (attention.sliding_window_pattern 4): a model whose KV memory is not one
+// plain attention cache.
 const (
 	ArchLlama    = "llama"
 	ArchQwen3MoE = "qwen3moe"
+	ArchMellum   = "mellum"
 )
 
 // Tiny is the model the tests use: a few hundred kilobytes, milliseconds per
@@ -152,15 +160,18 @@ func (c Config) validateExperts() error {
 		if c.Experts == 0 && c.ExpertsUsed == 0 {
 			return nil
 		}
-	case ArchQwen3MoE:
+	case ArchQwen3MoE, ArchMellum:
 		if c.Experts == 0 {
-			return errors.New("gguf: a qwen3moe model needs experts (and experts used, expert ff)")
+			return fmt.Errorf("gguf: a %s model needs experts (and experts used, expert ff)", c.arch())
 		}
 		if c.ExpertFF < 1 || c.ExpertFF > 4*maxDim {
 			return fmt.Errorf("gguf: expert ff %d out of range [1, %d]", c.ExpertFF, 4*maxDim)
 		}
 	default:
-		return fmt.Errorf("gguf: architecture %q: want %s or %s", c.Arch, ArchLlama, ArchQwen3MoE)
+		return fmt.Errorf("gguf: architecture %q: want %s, %s or %s", c.Arch, ArchLlama, ArchQwen3MoE, ArchMellum)
+	}
+	if c.SlidingWindow != 0 && (c.arch() != ArchMellum || c.SlidingWindow < 0) {
+		return fmt.Errorf("gguf: a sliding window (%d) is for %s models only, and positive", c.SlidingWindow, ArchMellum)
 	}
 	switch {
 	case c.Experts < 1 || c.Experts > maxExperts:
@@ -344,7 +355,7 @@ func (c Config) attention(i int, wt ggmlType) []tensor {
 		{name: p + "attn_v.weight", dims: []int{c.Embd, kv}, typ: wt, scale: u},
 		{name: p + "attn_output.weight", dims: []int{c.Embd, c.Embd}, typ: wt, scale: u},
 	}
-	if c.arch() == ArchQwen3MoE {
+	if c.qwen3Layout() {
 		ts = append(ts,
 			tensor{name: p + "attn_q_norm.weight", dims: []int{c.HeadDim()}, typ: typeF32},
 			tensor{name: p + "attn_k_norm.weight", dims: []int{c.HeadDim()}, typ: typeF32})
@@ -375,9 +386,13 @@ func (c Config) experts(i int, wt ggmlType) []tensor {
 	}
 }
 
+// qwen3Layout reports whether the model has qwen3moe's tensors: per-head Q
+// and K norms, experts of their own width.
+func (c Config) qwen3Layout() bool { return c.arch() == ArchQwen3MoE || c.arch() == ArchMellum }
+
 // expertFF is each expert's width.
 func (c Config) expertFF() int {
-	if c.arch() == ArchQwen3MoE {
+	if c.qwen3Layout() {
 		return c.ExpertFF
 	}
 	return c.FF
@@ -564,8 +579,12 @@ func (c Config) hparams() []kvPair {
 	if c.Experts > 0 {
 		kv = append(kv, kvPair{a + "expert_count", uint32(c.Experts)}, kvPair{a + "expert_used_count", uint32(c.ExpertsUsed)})
 	}
-	if c.arch() == ArchQwen3MoE {
+	if c.qwen3Layout() {
 		kv = append(kv, kvPair{a + "expert_feed_forward_length", uint32(c.ExpertFF)})
+	}
+	if c.SlidingWindow > 0 {
+		kv = append(kv, kvPair{a + "attention.sliding_window", uint32(c.SlidingWindow)},
+			kvPair{a + "attention.sliding_window_pattern", uint32(4)})
 	}
 	return kv
 }
