@@ -46,7 +46,18 @@ MODEL ?= $(if $(filter cuda-llama,$(BACKEND)),$(BIN)/tiny.gguf)
 run: build $(if $(filter cuda-llama,$(BACKEND)),build-llama $(if $(filter $(BIN)/tiny.gguf,$(MODEL)),$(BIN)/tiny.gguf))
 	$(BIN)/hydra-engine --rpc $(RPC) --http '$(HTTP)' --backend $(BACKEND) $(if $(MODEL),--model $(MODEL)) $(ARGS)
 
-test: vet staticcheck unit race fuzz-brief test-llama bench-test
+# The checks that need llama.cpp (test-llama, staticcheck-llama) come last;
+# its fetch and CMake build (cold: minutes) run meanwhile at a lower
+# priority, beside the checks that do not need it, whose tests leave a core
+# idle much of the time.
+test:
+	@mkdir -p build; log=build/llama-libs.log; \
+	nice -n 10 $(MAKE) --no-print-directory llama-libs >$$log 2>&1 & libs=$$!; \
+	$(MAKE) --no-print-directory vet staticcheck-go unit race fuzz-brief; rc=$$?; \
+	if ! wait $$libs; then cat $$log; echo "make test: the llama.cpp build failed (above; $$log)"; exit 1; fi; \
+	echo "llama.cpp: fetched and built beside the checks above ($$log)"; \
+	[ $$rc = 0 ] || exit $$rc; \
+	$(MAKE) --no-print-directory staticcheck-llama test-llama bench-test
 
 vet:
 	@test -z "$$(gofmt -l . | tee /dev/stderr)" || (echo "gofmt: files above need formatting" && exit 1)
@@ -54,8 +65,11 @@ vet:
 
 # staticcheck from the module proxy, pinned; the llama plugin's cgo files too.
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
-staticcheck: llama-libs
+.PHONY: staticcheck-go staticcheck-llama
+staticcheck: staticcheck-go staticcheck-llama
+staticcheck-go:
 	$(GO) run $(STATICCHECK) ./...
+staticcheck-llama: llama-libs
 	$(LLAMA_ENV) $(GO) run $(STATICCHECK) -tags llama ./plugins/cuda-llama/... ./cmd/hydra-plugin-cuda-llama ./tests/
 
 unit:
