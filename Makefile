@@ -63,14 +63,16 @@ vet:
 	@test -z "$$(gofmt -l . | tee /dev/stderr)" || (echo "gofmt: files above need formatting" && exit 1)
 	$(GO) vet ./...
 
-# staticcheck from the module proxy, pinned; the llama plugin's cgo files too.
+# staticcheck from the module proxy, pinned; the llama plugin's cgo files too,
+# built (go list -export) with -trimpath as go build and go test build them,
+# so that the plugin's C++ is compiled once for all three.
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 .PHONY: staticcheck-go staticcheck-llama
 staticcheck: staticcheck-go staticcheck-llama
 staticcheck-go:
 	$(GO) run $(STATICCHECK) ./...
 staticcheck-llama: llama-libs
-	$(LLAMA_ENV) $(GO) run $(STATICCHECK) -tags llama ./plugins/cuda-llama/... ./cmd/hydra-plugin-cuda-llama ./tests/
+	$(LLAMA_ENV) GOFLAGS=-trimpath $(GO) run $(STATICCHECK) -tags llama ./plugins/cuda-llama/... ./cmd/hydra-plugin-cuda-llama ./tests/
 
 unit:
 	$(GO) test -count=1 -timeout 15m ./...
