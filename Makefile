@@ -49,17 +49,33 @@ MODEL ?= $(if $(filter cuda-llama,$(BACKEND)),$(BIN)/tiny.gguf)
 run: build $(if $(filter cuda-llama,$(BACKEND)),build-llama $(if $(filter $(BIN)/tiny.gguf,$(MODEL)),$(BIN)/tiny.gguf))
 	$(BIN)/hydra-engine --rpc $(RPC) --http '$(HTTP)' --backend $(BACKEND) $(if $(MODEL),--model $(MODEL)) $(ARGS)
 
-test: vet staticcheck unit race fuzz-brief test-llama bench-test otel-test
+# The checks that need llama.cpp (test-llama, staticcheck-llama) come last;
+# its fetch and CMake build (cold: minutes) run meanwhile at a lower
+# priority, beside the checks that do not need it, whose tests leave a core
+# idle much of the time.
+test:
+	@mkdir -p build; log=build/llama-libs.log; \
+	nice -n 10 $(MAKE) --no-print-directory llama-libs >$$log 2>&1 & libs=$$!; \
+	$(MAKE) --no-print-directory vet staticcheck-go unit race fuzz-brief; rc=$$?; \
+	if ! wait $$libs; then cat $$log; echo "make test: the llama.cpp build failed (above; $$log)"; exit 1; fi; \
+	echo "llama.cpp: fetched and built beside the checks above ($$log)"; \
+	[ $$rc = 0 ] || exit $$rc; \
+	$(MAKE) --no-print-directory staticcheck-llama test-llama bench-test otel-test
 
 vet:
 	@test -z "$$(gofmt -l . | tee /dev/stderr)" || (echo "gofmt: files above need formatting" && exit 1)
 	$(GO) vet ./...
 
-# staticcheck from the module proxy, pinned; the llama plugin's cgo files too.
+# staticcheck from the module proxy, pinned; the llama plugin's cgo files too,
+# built (go list -export) with -trimpath as go build and go test build them,
+# so that the plugin's C++ is compiled once for all three.
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
-staticcheck:
+.PHONY: staticcheck-go staticcheck-llama
+staticcheck: staticcheck-go staticcheck-llama
+staticcheck-go:
 	$(GO) run $(STATICCHECK) ./...
-	$(LLAMA_ENV) $(GO) run $(STATICCHECK) -tags llama ./plugins/cuda-llama/... ./cmd/hydra-plugin-cuda-llama ./tests/
+staticcheck-llama: llama-libs
+	$(LLAMA_ENV) GOFLAGS=-trimpath $(GO) run $(STATICCHECK) -tags llama ./plugins/cuda-llama/... ./cmd/hydra-plugin-cuda-llama ./tests/
 
 unit: hydra-head
 	$(HYDRA_HEAD_ENV) $(GO) test -count=1 -timeout 15m ./...
@@ -102,24 +118,31 @@ otel-test:
 
 # Decode throughput at 1–32 concurrent streams, side by side in one run:
 # ours (engine + llama plugin over HTTP), Ollama (bin/ollama, built by
-# bench/scripts/build-ollama.sh from the module version go.mod pins) and
-# llama.cpp's own batched decode (bin/llama-batched), one after another on
-# one gguf-gen model; writes docs/benchmarks/decode-cpu.{md,svg}
-# (bench/cmd/decode-bench; DECODE_ARGS: more of its flags).
+# bench/scripts/build-ollama.sh from the module version bench/go.mod pins)
+# and llama.cpp's own batched decode (bin/llama-batched, which compiles that
+# Ollama module's llama.cpp), one after another on one gguf-gen model; writes
+# docs/benchmarks/decode-cpu.{md,svg} (bench/cmd/decode-bench; DECODE_ARGS:
+# more of its flags).
 # BENCH_CFLAGS are the C flags of all three llama.cpp builds, so that the
 # comparison is of the serving code, not of the compiler: -march=native,
 # because our plugin's default build is baseline x86-64 (scalar f16 dot
 # products, a third of the speed); -mno-amx-int8, because the ollama
 # module's cgo packages leave out ggml-cpu/amx, which -march=native on an AMX
-# CPU (this box's) makes ggml-cpu.cpp call: undefined reference at link.
-# The plugin built with them goes to DECODE_BIN, apart from make
-# build-llama's. A new BENCH_CFLAGS is a cold compile of llama.cpp for the
-# plugin and llama-batched (one cgo cache) and for Ollama (~2-4 minutes each
+# CPU (this box's) makes ggml-cpu.cpp call: undefined reference at link. Our
+# plugin gets them as the C flags of its ggml-cpu (CPU variant "bench",
+# mk/llama.mk); it goes to DECODE_BIN, apart from make build-llama's. A new
+# BENCH_CFLAGS is a cold compile of ggml-cpu for the plugin, of the Ollama
+# module's llama.cpp for llama-batched and for Ollama (~2-4 minutes each
 # here); bin/ollama is rebuilt only when its .cflags differ, the model only
 # when DECODE_MODEL_ARGS do. On 2 cores concurrency above 4 says nothing:
 # DECODE_CONC=1,2,4.
 BENCH_CFLAGS      ?= -O2 -march=native -mno-amx-int8
-BENCH_LLAMA_ENV    = $(LLAMA_ENV) CGO_CFLAGS="$(BENCH_CFLAGS)" CGO_CXXFLAGS="$(BENCH_CFLAGS)"
+LLAMA_CPU_CFLAGS_bench = $(BENCH_CFLAGS)
+# The Ollama module (bench/go.mod) and the cgo environment of its llama.cpp,
+# for bench/cmd/llama-batched.
+OLLAMA_DIR         = $(eval OLLAMA_DIR := $(shell cd bench && $(GO) mod download github.com/ollama/ollama && $(GO) list -m -f '{{.Dir}}' github.com/ollama/ollama))$(OLLAMA_DIR)
+OLLAMA_LLAMA_ENV   = CGO_ENABLED=1 CGO_CPPFLAGS="-I$(OLLAMA_DIR)/llama/llama.cpp/include -I$(OLLAMA_DIR)/llama/llama.cpp/src -I$(OLLAMA_DIR)/ml/backend/ggml/ggml/include"
+BENCH_OLLAMA_ENV   = $(OLLAMA_LLAMA_ENV) CGO_CFLAGS="$(BENCH_CFLAGS)" CGO_CXXFLAGS="$(BENCH_CFLAGS)"
 DECODE_BIN        ?= $(BIN)/decode
 DECODE_CONC       ?= 1,2,4
 DECODE_SLOTS      ?= 4
@@ -127,10 +150,11 @@ DECODE_MODEL      ?= $(BIN)/decode-cpu.gguf
 DECODE_MODEL_ARGS ?= -layers 8 -embd 512 -heads 8 -kv-heads 4 -ff 1408 -vocab 32000 -ctx 8192 -f16
 DECODE_ARGS       ?=
 .PHONY: bench-decode
-bench-decode: build
-	$(MAKE) --no-print-directory build-llama BIN=$(DECODE_BIN) LLAMA_BUILD_LEVELS= LLAMA_ENV='$(BENCH_LLAMA_ENV)'
+bench-decode: build llama-libs
+	$(call llama-cpu,bench)
+	$(MAKE) --no-print-directory build-llama BIN=$(DECODE_BIN) LLAMA_BUILD_LEVELS= LLAMA_ENV='$(call llama-cpu-env,bench)'
 	echo '$(BENCH_CFLAGS)' > $(DECODE_BIN)/hydra-plugin-cuda-llama.cflags
-	cd bench && $(BENCH_LLAMA_ENV) $(GO) build $(LLAMA_GOFLAGS) -ldflags '$(LDFLAGS)' -o $(CURDIR)/$(BIN)/ ./cmd/llama-batched
+	cd bench && $(BENCH_OLLAMA_ENV) $(GO) build $(LLAMA_GOFLAGS) -ldflags '$(LDFLAGS)' -o $(CURDIR)/$(BIN)/ ./cmd/llama-batched
 	echo '$(BENCH_CFLAGS)' > $(BIN)/llama-batched.cflags
 	cd bench && $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(CURDIR)/$(BIN)/ ./cmd/decode-bench
 	@if [ -x $(BIN)/ollama ] && [ "$$(cat $(BIN)/ollama.cflags 2>/dev/null)" = '$(BENCH_CFLAGS)' ]; then \
@@ -143,24 +167,26 @@ bench-decode: build
 
 # gpu/decode-gpu.tar.xz (at most 60 MiB): what bench/scripts/gpu-decode.sh
 # needs on the H200 box, which has no Go and no network: the engine, the llama
-# plugin, llama-batched and Ollama built with GPU_BENCH_CFLAGS (default -O2,
-# the plugin's own build: baseline x86-64 runs on any host CPU, and with the
-# model on the GPU the CPU only samples), gguf-gen, decode-bench, and the
-# ggml sources for make cuda. That Ollama is kept in $(BIN)/gpu.
+# plugin (its own baseline build: it runs on any host CPU, and with the model
+# on the GPU the CPU only samples), llama-batched and Ollama built with
+# GPU_BENCH_CFLAGS (default -O2, alike), gguf-gen, decode-bench, and the ggml
+# sources for make cuda. That Ollama is kept in $(BIN)/gpu. llama-batched and
+# Ollama run the Ollama module's ggml, which the CUDA library built from our
+# tree is not (the library's version stamp says so).
 GPU_BENCH_CFLAGS ?= -O2
-GPU_LLAMA_ENV     = $(LLAMA_ENV) CGO_CFLAGS="$(GPU_BENCH_CFLAGS)" CGO_CXXFLAGS="$(GPU_BENCH_CFLAGS)"
+GPU_OLLAMA_ENV    = $(OLLAMA_LLAMA_ENV) CGO_CFLAGS="$(GPU_BENCH_CFLAGS)" CGO_CXXFLAGS="$(GPU_BENCH_CFLAGS)"
 GPU_DECODE_STAGE := gpu/decode-stage
 .PHONY: gpu-pack-decode
-gpu-pack-decode: cuda-src
+gpu-pack-decode: cuda-src llama-libs
 	@rm -rf $(GPU_DECODE_STAGE) && mkdir -p $(GPU_DECODE_STAGE)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(GPU_DECODE_STAGE)/ ./cmd/hydra-engine ./cmd/gguf-gen
 	cd bench && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(CURDIR)/$(GPU_DECODE_STAGE)/ ./cmd/decode-bench
-	$(GPU_LLAMA_ENV) $(GO) build $(LLAMA_GOFLAGS) -ldflags '$(LDFLAGS)' -o $(GPU_DECODE_STAGE)/ ./cmd/hydra-plugin-cuda-llama
-	cd bench && $(GPU_LLAMA_ENV) $(GO) build $(LLAMA_GOFLAGS) -ldflags '$(LDFLAGS)' -o $(CURDIR)/$(GPU_DECODE_STAGE)/ ./cmd/llama-batched
+	$(LLAMA_ENV) $(GO) build $(LLAMA_GOFLAGS) -ldflags '$(LDFLAGS)' -o $(GPU_DECODE_STAGE)/ ./cmd/hydra-plugin-cuda-llama
+	cd bench && $(GPU_OLLAMA_ENV) $(GO) build $(LLAMA_GOFLAGS) -ldflags '$(LDFLAGS)' -o $(CURDIR)/$(GPU_DECODE_STAGE)/ ./cmd/llama-batched
 	@if [ -x $(BIN)/gpu/ollama ] && [ "$$(cat $(BIN)/gpu/ollama.cflags 2>/dev/null)" = '$(GPU_BENCH_CFLAGS)' ]; then \
 		echo "$(BIN)/gpu/ollama: built with $(GPU_BENCH_CFLAGS), kept"; \
 	else bench/scripts/build-ollama.sh $(BIN)/gpu/ollama '$(GPU_BENCH_CFLAGS)'; fi
-	cp $(BIN)/gpu/ollama $(BIN)/gpu/ollama.cflags $(BIN)/ollama-ggml-src.tar.gz $(GPU_DECODE_STAGE)/
+	cp $(BIN)/gpu/ollama $(BIN)/gpu/ollama.cflags $(LLAMA_CUDA_SRC) $(GPU_DECODE_STAGE)/
 	for b in hydra-plugin-cuda-llama llama-batched; do echo '$(GPU_BENCH_CFLAGS)' > $(GPU_DECODE_STAGE)/$$b.cflags; done
 	tar -cf - -C $(GPU_DECODE_STAGE) . | xz -T0 -9e > gpu/decode-gpu.tar.xz
 	@ls -la gpu/decode-gpu.tar.xz

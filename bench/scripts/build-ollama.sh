@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds Ollama from its Go module, at the version the product's go.mod pins
-# (the same llama.cpp and ggml sources our llama plugin compiles), into OUT:
+# Builds Ollama from its Go module, at the version bench/go.mod pins (the
+# same llama.cpp and ggml sources bench/cmd/llama-batched compiles), into OUT:
 #
 #   bench/scripts/build-ollama.sh OUT [CFLAGS]     # e.g. bin/ollama "-O2 -march=native"
 #
@@ -19,7 +19,7 @@
 # and fails each one, so an audio input is refused and nothing else changes.
 # OUT.cflags records CFLAGS (-trimpath keeps them out of Go's build info).
 set -euo pipefail
-cd "$(dirname "$0")/../.." # the repository's root: its go.mod pins the version
+cd "$(dirname "$0")/../.." # the repository's root; bench/go.mod pins the version
 
 out=${1:?usage: build-ollama.sh OUT [CFLAGS]}
 cflags=${2:-"-O2"}
@@ -28,7 +28,7 @@ module=github.com/ollama/ollama
 
 die() { echo "build-ollama: $*" >&2; exit 1; }
 
-version=$(GOWORK=off "$GO" list -m -f '{{.Version}}' "$module") || die "no $module in go.mod"
+version=$(cd bench && GOWORK=off "$GO" list -m -f '{{.Version}}' "$module") || die "no $module in bench/go.mod"
 GOWORK=off "$GO" mod download "$module@$version"
 
 # The two Debian headers: refuse early with the fix rather than deep in cgo.

@@ -53,7 +53,7 @@ all)
 	"$0" build && "$0" bench
 	;;
 build)
-	rm -rf "$G" && mkdir -p "$G/src" && tar -xf gpu/hydra-gpu.tar.gz -C "$G" && tar -xzf "$G/ollama-ggml-src.tar.gz" -C "$G/src" || exit 1
+	rm -rf "$G" && mkdir -p "$G/src" && tar -xf gpu/hydra-gpu.tar.gz -C "$G" && tar -xzf "$G/llama-cuda-src.tar.gz" -C "$G/src" || exit 1
 	step "machine"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nproc; nvcc --version | tail -2; ldd --version | head -1
 	step "build libggml-cuda, sm_90"
 	start=$(date +%s)
@@ -99,7 +99,7 @@ recv)
 	;;
 plugin-ab|variant-ab|bench)
 	if [[ ! -f $G/libggml-cuda.so ]]; then
-		rm -rf "$G" && mkdir -p "$G/src" && tar -xf gpu/hydra-gpu.tar.gz -C "$G" && tar -xzf "$G/ollama-ggml-src.tar.gz" -C "$G/src" || exit 1
+		rm -rf "$G" && mkdir -p "$G/src" && tar -xf gpu/hydra-gpu.tar.gz -C "$G" && tar -xzf "$G/llama-cuda-src.tar.gz" -C "$G/src" || exit 1
 		if compgen -G "gpu/libcache/libggml-cuda.part-*" >/dev/null; then
 			# A library built by an earlier call (SAVE_LIB=1), carried back: the
 			# ~3 min build is most of a short A/B's device time.

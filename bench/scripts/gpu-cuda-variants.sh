@@ -30,7 +30,7 @@ t0=$(date +%s)
 step() { echo; echo "=== $* (+$(($(date +%s) - t0)) s)"; }
 exec > >(tee "$OUT/cuda-variants.txt") 2>&1
 
-rm -rf "$G" && mkdir -p "$G/src" && tar -xJf gpu/cuda-variants.tar.xz -C "$G" && tar -xzf "$G/ollama-ggml-src.tar.gz" -C "$G/src" || exit 1
+rm -rf "$G" && mkdir -p "$G/src" && tar -xJf gpu/cuda-variants.tar.xz -C "$G" && tar -xzf "$G/llama-cuda-src.tar.gz" -C "$G/src" || exit 1
 step "machine"
 nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv; nproc; nvcc --version | tail -2; cmake --version | head -1
 

@@ -29,7 +29,11 @@
 # with hydra-ggml.version (the plugin refuses a library without the stamp),
 # and into Ollama's layout, ROOT/bin/ollama with ROOT/lib/ollama/cuda_v13/
 # (Ollama loads backends only from paths containing lib/ollama, and
-# discovers GPUs by the libraries in lib/ollama's subdirectories).
+# discovers GPUs by the libraries in lib/ollama's subdirectories). The
+# library is built from the plugin's llama.cpp tree (mk/llama-pin.mk), while
+# llama-batched and Ollama are built from the Ollama module's (bench/go.mod):
+# llama-batched refuses it by its stamp and runs on the CPU, and Ollama's
+# ggml does not match it, so their rows need a library of their own tree.
 #
 # Variables (defaults): CONC (1,2,4,8,16,32), SLOTS (8), SLOTS2 (32; empty:
 # no second run), N (128), P (512), CTX (4096: each sequence's context),
@@ -135,8 +139,8 @@ main() {
 	[[ -f gpu/decode-gpu.tar.xz ]] || { echo "no gpu/decode-gpu.tar.xz: run make gpu-pack-decode on a Go machine"; return 1; }
 	rm -rf "$G" && mkdir -p "$G/src" && xz -dc gpu/decode-gpu.tar.xz | tar -x -C "$G" || return 1
 	# The ggml sources build the library; a pack for a carried library may leave them out.
-	if [[ -f $G/ollama-ggml-src.tar.gz ]]; then
-		tar -xzf "$G/ollama-ggml-src.tar.gz" -C "$G/src" || return 1
+	if [[ -f $G/llama-cuda-src.tar.gz ]]; then
+		tar -xzf "$G/llama-cuda-src.tar.gz" -C "$G/src" || return 1
 	fi
 
 	step "machine"

@@ -59,11 +59,11 @@ func New(logger hclog.Logger) *Backend {
 
 // engine is a loaded model and its context.
 //
-// The llama_context and model are never freed, deliberately: one engine per
-// plugin process, and with this llama.cpp (ollama's ggml) llama_free of a
-// context on the CUDA backend crashes (the scheduler's destructor resets
-// backends the context already destroyed). The process exit reclaims them.
-// Should a context ever need freeing, free its scheduler first.
+// The llama_context and model are never freed: one engine per plugin
+// process, whose exit reclaims them, and llama_free of a context on the CUDA
+// backend has crashed in the scheduler's destructor, which resets backends
+// the context already destroyed (free the scheduler first, should a context
+// ever need freeing).
 type engine struct {
 	info    iface.BackendInfo
 	model   *model
@@ -71,9 +71,9 @@ type engine struct {
 	scratch int         // the sequence id re-evaluations borrow: nSlots
 	layout  stateLayout // state size as a function of cells
 	device  string      // the GPU in use, "" on CPU
-	// The smallest K/V block a restore uploads piece by piece (shim.cpp),
+	// The smallest K/V run a restore uploads piece by piece (shim.cpp),
 	// taken in place and through the restore ring; 0 where no block of this
-	// model and n_ctx reaches the threshold, so the KV buffers are not hooked.
+	// model and n_ctx reaches the threshold.
 	streamInPlaceMin, streamRingMin int64
 	// eagerLogits: a restore without logits re-evaluates its last token
 	// before STATE_PUT answers, not in the first decode (restore_logits).
@@ -280,7 +280,7 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 	}
 	e.info = iface.BackendInfo{
 		Name:      Name,
-		Version:   Version + "+ollama." + llamaVersion(), // the llama.cpp/ggml source
+		Version:   backendVersion(),
 		Model:     id,
 		NSlots:    nSlots,
 		NVocab:    mdl.nVocab,
@@ -557,13 +557,14 @@ func (e *engine) measureLayout() (stateLayout, error) {
 		}
 		sizes[i] = c.stateSize(e.scratch)
 		if i == 0 {
-			var err error
-			if row, err = maxRow(c.stateData(e.scratch)); err != nil {
+			state, err := c.stateData(e.scratch)
+			if err == nil {
+				row, err = maxRow(state)
+			}
+			if err != nil {
 				return stateLayout{}, fmt.Errorf("reading a one-cell state: %w", err)
 			}
-			if err := e.enableStreaming(row); err != nil {
-				return stateLayout{}, err
-			}
+			e.setStreaming(row)
 		}
 	}
 	l := stateLayout{PerCell: sizes[1] - sizes[0], MaxRow: row}
@@ -574,11 +575,10 @@ func (e *engine) measureLayout() (stateLayout, error) {
 	return l, nil
 }
 
-// enableStreaming sets the streaming thresholds that a block of this model
-// (at most row × n_ctx bytes) can reach, and hooks the KV buffers if any
-// can: the hooks cost nothing a restore that streams nothing would use.
-// Needs e.mu and a cell in the scratch sequence.
-func (e *engine) enableStreaming(row int64) error {
+// setStreaming sets the streaming thresholds that a block of this model (at
+// most row × n_ctx bytes) can reach; 0 for one no block reaches, so that the
+// restore logs say whether streaming was possible at all.
+func (e *engine) setStreaming(row int64) {
 	maxBlock := row * int64(e.nCtx)
 	reachable := func(threshold int64) int64 {
 		if threshold > maxBlock {
@@ -587,10 +587,6 @@ func (e *engine) enableStreaming(row int64) error {
 		return threshold
 	}
 	e.streamInPlaceMin, e.streamRingMin = reachable(inPlaceStreamMin), reachable(ringStreamMin)
-	if e.streamInPlaceMin == 0 && e.streamRingMin == 0 {
-		return nil
-	}
-	return e.ctx.enableStream(e.scratch, maxBlock)
 }
 
 // Info returns what Load returned, with the weights' quantisation and
@@ -1095,5 +1091,5 @@ func (b *Backend) referenceState(i int) ([]byte, error) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.ctx.stateData(i), nil
+	return e.ctx.stateData(i)
 }

@@ -93,10 +93,14 @@ func testLogger() hclog.Logger {
 // libggml-cuda.so (make cuda) is beside the test binary. With
 // HYDRA_TEST_REQUIRE_GPU=1 running on CPU fails, so that a GPU run cannot
 // pass by falling back. On a GPU it also checks that state copies use the
-// pinned staging buffers.
+// pinned staging buffers, and that INFO names the pinned llama.cpp commit.
 func TestDevice(t *testing.T) {
 	b := load(t, tiny(t), 2, nil)
 	e := b.eng.Load()
+	info, err := b.Info(context.Background())
+	if pin := readPin(t); err != nil || info.Version != Version+"+llama.cpp-"+pin.commit[:8] {
+		t.Fatalf("INFO's backend version %q (%v), want %s+llama.cpp-%s (mk/llama-pin.mk)", info.Version, err, Version, pin.commit[:8])
+	}
 	prefill(t, b, 0, story)
 	state := stateOf(t, b, 0, 64<<10)
 	if !bytes.Equal(state, reference(t, b, 0)) {
@@ -131,6 +135,21 @@ func prefill(t testing.TB, b *Backend, slot int, text string) iface.PrefillResul
 		t.Fatalf("Prefill slot %d: %v", slot, err)
 	}
 	return res
+}
+
+// referenceKernels makes b's CPU work run ggml's reference kernels, for a
+// test whose oracle is bit-for-bit (or near) equality between tokens
+// evaluated in batches of different sizes: ggml's optimized CPU kernels
+// differ by batch size (flash attention tiles batches of 64 or more
+// queries), its reference kernels do not. On a GPU the kernels stay.
+func referenceKernels(t testing.TB, b *Backend) {
+	t.Helper()
+	e := b.eng.Load()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if n := e.ctx.useReferenceKernels(); n == 0 && e.device == "" {
+		t.Fatal("no CPU backend in the context to switch to the reference kernels")
+	}
 }
 
 func prefillTokens(t testing.TB, b *Backend, slot int, toks []int32) iface.PrefillResult {
@@ -963,6 +982,26 @@ func TestExpertModeAndSwapQuant(t *testing.T) {
 	}
 }
 
+// TestUnsupportedMemoryRefused: a model whose memory is not one plain
+// attention cache (a sliding-window gemma3, a hybrid qwen35moe) is refused
+// at load, naming why.
+func TestUnsupportedMemoryRefused(t *testing.T) {
+	for _, tc := range []struct {
+		c    gguf.Config
+		want string
+	}{
+		{gguf.TinyGemma3(), "is a sliding-window-attention model"},
+		{gguf.TinyQwen35MoE(), "is a hybrid (attention + recurrent) model"},
+	} {
+		path := modelFile(t, "tiny-"+tc.c.Arch, tc.c)
+		_, err := New(testLogger()).Load(context.Background(), iface.LoadRequest{Model: path, NSlots: 1,
+			Options: map[string]string{OptNThreads: "1", OptNCtx: "2048"}})
+		if !errors.Is(err, iface.ErrBadRequest) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want ErrBadRequest with %q", tc.c.Arch, err, tc.want)
+		}
+	}
+}
+
 func TestLoadErrors(t *testing.T) {
 	junk := filepath.Join(t.TempDir(), "junk.gguf")
 	if err := os.WriteFile(junk, []byte("not a model at all"), 0o644); err != nil {
@@ -1134,7 +1173,9 @@ func BenchmarkReferenceGetData(b *testing.B) {
 // TestRestoreIntoFullCache: a state that fills the KV cache's last free
 // cells leaves none for the scratch re-evaluation; the last token is then
 // re-evaluated in place, giving the same next-token distribution, within
-// StatePut (restore_logits=eager) or by the first decode (lazy).
+// StatePut (restore_logits=eager) or by the first decode (lazy); on CPU with
+// the reference kernels, as the prefill's batch and the re-evaluation differ
+// in size.
 func TestRestoreIntoFullCache(t *testing.T) {
 	for _, mode := range []string{"lazy", "eager"} {
 		t.Run(mode, func(t *testing.T) { testRestoreIntoFullCache(t, mode) })
@@ -1143,6 +1184,7 @@ func TestRestoreIntoFullCache(t *testing.T) {
 
 func testRestoreIntoFullCache(t *testing.T, mode string) {
 	b := load(t, tiny(t), 2, map[string]string{OptNCtx: "256", OptRestoreLogits: mode})
+	referenceKernels(t, b)
 	toks := make([]int32, 100)
 	for i := range toks {
 		toks[i] = int32(5 + (i*37)%400)
@@ -1169,8 +1211,8 @@ func testRestoreIntoFullCache(t *testing.T, mode string) {
 	if argmax(got) != argmax(want) {
 		t.Fatalf("arg-max %d after an in-place re-evaluation, %d after the prefill", argmax(got), argmax(want))
 	}
-	// A one-token batch against the prefill's batch of 100: the same maths,
-	// other kernels (on a GPU, ~2e-3 apart).
+	// A one-token batch against the prefill's batch of 100: the same maths;
+	// on CPU the same (reference) kernels, on a GPU other ones (~2e-3 apart).
 	for i := range got {
 		if d := math.Abs(float64(got[i] - want[i])); d > 1e-2 {
 			t.Fatalf("logit %d: %v, want %v", i, got[i], want[i])
@@ -1182,8 +1224,8 @@ func testRestoreIntoFullCache(t *testing.T, mode string) {
 }
 
 // TestStreamedRestore: restores through the restore ring stream the K/V
-// blocks at or over its threshold, piece by piece through the swapped
-// set_tensor; the restored slot re-saves to the same bytes and decodes alike,
+// runs at or over its threshold, piece by piece as the bytes arrive; the
+// restored slot re-saves to the same bytes and decodes alike,
 // into a fragmented cache (llama.cpp's per-row scatter path) as into an
 // empty one, with transposed V too; a state cut inside a block fails cleanly
 // and leaves the slot empty.
@@ -1237,18 +1279,18 @@ func testStreamedRestore(t *testing.T, flash string, fragmented bool) {
 		b = load(t, tiny(t), 3, opts)
 	}
 	e := b.eng.Load()
-	blocks0, sets0 := e.ctx.streamed()
+	blocks0, runs0 := e.ctx.streamed()
 	// One byte a read: pieces never line up with blocks.
 	n, err := b.StatePut(context.Background(), 1, si.Tokens, iotest.OneByteReader(bytes.NewReader(state)), int64(len(state)))
 	if err != nil || n != int64(len(state)) {
 		t.Fatalf("fragmented %v: StatePut = %d, %v", fragmented, n, err)
 	}
-	blocks, sets := e.ctx.streamed()
+	blocks, runs := e.ctx.streamed()
 	if blocks == blocks0 {
 		t.Fatalf("fragmented %v: no block was streamed", fragmented)
 	}
-	if fragmented && sets-sets0 <= blocks-blocks0 {
-		t.Fatalf("the restore into alternating free cells was not scattered: %d blocks in %d tensor sets", blocks-blocks0, sets-sets0)
+	if fragmented && runs-runs0 <= blocks-blocks0 {
+		t.Fatalf("the restore into alternating free cells was not scattered: %d blocks in %d runs", blocks-blocks0, runs-runs0)
 	}
 	if again := stateOf(t, b, 1, 1<<20); !bytes.Equal(normSeq(again), normSeq(state)) {
 		t.Fatalf("fragmented %v: the restored state re-saves differently", fragmented)

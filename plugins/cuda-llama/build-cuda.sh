@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Builds ggml's CUDA backend from the ollama module's sources (make cuda):
-#   build-cuda.sh SRC OUT ARCHS BUILD VERSION
-# SRC: the module directory or an unpacked `make cuda-src` tarball (which
-# carries hydra-ggml.version, used when VERSION is empty). OUT receives
-# libggml-cuda.so, libggml-base.so.0, hydra-ggml.version (the stamp the plugin
-# checks at load) and hydra-cuda.build (the toolkit and architectures, which
-# the plugin matches against the GPU's compute capability before loading).
+# Builds ggml's CUDA backend from the pinned llama.cpp tree (make cuda):
+#   build-cuda.sh SRC OUT ARCHS BUILD COMMIT
+# SRC: the fetched tree or an unpacked `make cuda-src` tarball (which carries
+# hydra-ggml.version, used when COMMIT is empty); its ggml/ is configured
+# with only the CUDA backend, as a subproject of plugins/cuda-llama/cuda. OUT
+# receives libggml-cuda.so, libggml-base.so.0, hydra-ggml.version (the stamp
+# the plugin checks at load) and hydra-cuda.build (the toolkit and
+# architectures, which the plugin matches against the GPU's compute
+# capability before loading).
 # ARCHS: CMake CUDA architectures, e.g. "90", "90 120" or
 # "60-real;61-real;90" (no suffix: SASS and PTX; -real: SASS only).
 # CUDAHOSTCXX: nvcc's host compiler (default: g++-11 for CUDA 11, when g++ is
@@ -13,20 +15,20 @@
 # libggml-cuda.so links (cudart, cuBLAS) go into OUT too.
 set -euo pipefail
 
-src=${1:?usage: build-cuda.sh SRC OUT ARCHS BUILD VERSION}
+src=${1:?usage: build-cuda.sh SRC OUT ARCHS BUILD COMMIT}
 out=${2:?OUT}
 archs=${3:-90}
 build=${4:-build/cuda}
-version=${5:-}
+commit=${5:-}
 
 die() { echo "make cuda: $*" >&2; exit 1; }
 
-[[ -f $src/CMakeLists.txt && -d $src/ml/backend/ggml/ggml ]] || die "$src holds no ollama ggml sources (CMakeLists.txt, ml/backend/ggml/ggml)"
-if [[ -z $version ]]; then
+[[ -f $src/ggml/CMakeLists.txt && -d $src/ggml/src/ggml-cuda ]] || die "$src holds no ggml CUDA sources (ggml/CMakeLists.txt, ggml/src/ggml-cuda)"
+if [[ -z $commit ]]; then
 	[[ -f $src/hydra-ggml.version ]] || die "no version: $src/hydra-ggml.version is missing (make cuda-src writes it)"
 	stamp=$(<"$src/hydra-ggml.version")
 else
-	stamp="github.com/ollama/ollama $version"
+	stamp="llama.cpp $commit"
 fi
 command -v cmake >/dev/null || die "cmake not found"
 
@@ -79,16 +81,24 @@ if [[ -z ${CUDAHOSTCXX:-} ]] && ((cuda_major < 12)) && command -v g++-11 >/dev/n
 	fi
 fi
 
+# A backend library ggml_backend_load can open (GGML_BACKEND_DL) and the
+# shared ggml-base it links, as llama.cpp builds them for itself (CUDA
+# graphs on); no CPU backend (the plugin links its own), no NCCL (the
+# runtime bundled below is cudart and cuBLAS).
 echo "make cuda: ggml CUDA backend for ${cmake_archs//;/, } with CUDA $cuda_ver, from $stamp"
-cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release \
+cmake -S "$(dirname "$0")/cuda" -B "$build" -DHYDRA_GGML_DIR="$(realpath "$src/ggml")" -DCMAKE_BUILD_TYPE=Release \
+	-DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=ON -DGGML_CPU=OFF -DGGML_OPENMP=OFF \
+	-DGGML_CUDA=ON -DGGML_CUDA_GRAPHS=ON -DGGML_CUDA_NCCL=OFF \
 	-DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="$cmake_archs" "${host_cxx[@]}" \
 	-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON -DCMAKE_INSTALL_RPATH='$ORIGIN'
 cmake --build "$build" --target ggml-cuda -j "$(nproc)"
 
-lib=$build/lib/ollama
-[[ -f $lib/libggml-cuda.so ]] || die "no $lib/libggml-cuda.so after the build"
+# ggml writes the backend module to bin/ and ggml-base to src/ of the build.
+cuda_so=$(find "$build" -name libggml-cuda.so -print -quit)
+base_so=$(find "$build" -name libggml-base.so -print -quit)
+[[ -n $cuda_so && -n $base_so ]] || die "no libggml-cuda.so and libggml-base.so in $build after the build"
 mkdir -p "$out"
-cp -P "$lib"/libggml-cuda.so "$lib"/libggml-base.so* "$out"/
+cp -P "$cuda_so" "$(dirname "$base_so")"/libggml-base.so* "$out"/
 # Bundled, the runtime is found beside the library through its $ORIGIN rpath,
 # so builds of different toolkits run side by side where only the driver is
 # installed.

@@ -1,7 +1,7 @@
 //go:build llama && cgo
 
 // Where a loaded model's layers are, read from llama_model (llama-model.h,
-// an internal struct: the module is pinned in go.mod).
+// an internal struct: the llama.cpp tree is pinned in mk/llama-pin.mk).
 
 #include "combined.h"
 
@@ -13,7 +13,7 @@
 
 int hydra_model_layer_split(const struct llama_model * model, char * out, size_t out_len) {
     std::string s;
-    const int n = (int) model->hparams.n_layer;
+    const int n = llama_model_n_layer(model);
     for (int first = 0; first < n;) {
         ggml_backend_dev_t dev = model->dev_layer(first);
         int last = first;
@@ -27,5 +27,5 @@ int hydra_model_layer_split(const struct llama_model * model, char * out, size_t
     if (out != nullptr && out_len > 0) {
         snprintf(out, out_len, "%s", s.c_str());
     }
-    return (int) model->params.split_mode;
+    return (int) model->split_mode();
 }

@@ -78,7 +78,7 @@ func TestLoadWithBuildsWithoutGPU(t *testing.T) {
 		t.Skip("this machine has a GPU")
 	}
 	dir := t.TempDir()
-	writeBuild(t, filepath.Join(dir, CUDABuildsDir, "sm90"), versionStamp(llamaVersion()), "cuda 13.0\narchs 90\n")
+	writeBuild(t, filepath.Join(dir, CUDABuildsDir, "sm90"), versionStamp(llamaCommit), "cuda 13.0\narchs 90\n")
 	b := load(t, tiny(t), 1, map[string]string{OptLibDir: dir})
 	if e := b.eng.Load(); e.device != "" {
 		t.Fatalf("device %q without a GPU", e.device)

@@ -39,7 +39,7 @@ func libDir(t *testing.T, builds map[string]string) string {
 	t.Helper()
 	dir := t.TempDir()
 	for name, desc := range builds {
-		writeBuild(t, filepath.Join(dir, CUDABuildsDir, name), versionStamp(llamaVersion()), desc)
+		writeBuild(t, filepath.Join(dir, CUDABuildsDir, name), versionStamp(llamaCommit), desc)
 	}
 	return dir
 }
@@ -117,7 +117,7 @@ func TestSelectCUDABuild(t *testing.T) {
 func TestSelectCUDABuildFlat(t *testing.T) {
 	// make cuda without CUDA_VARIANT: the library beside the plugin is a build too.
 	dir := t.TempDir()
-	writeBuild(t, dir, versionStamp(llamaVersion()), "cuda 13.0\narchs 90\n")
+	writeBuild(t, dir, versionStamp(llamaCommit), "cuda 13.0\narchs 90\n")
 	lib, _, _, err := selectCUDALibrary(dir, gpus("13.0", "9.0"))
 	if err != nil || lib != filepath.Join(dir, CUDALibrary) {
 		t.Fatalf("%s, %v", lib, err)
@@ -129,7 +129,7 @@ func TestSelectCUDABuildFlat(t *testing.T) {
 	if err := os.Remove(filepath.Join(dir, CUDABuildFile)); err != nil {
 		t.Fatal(err)
 	}
-	writeBuild(t, filepath.Join(dir, CUDABuildsDir, "sm120"), versionStamp(llamaVersion()), "cuda 13.0\narchs 120\n")
+	writeBuild(t, filepath.Join(dir, CUDABuildsDir, "sm120"), versionStamp(llamaCommit), "cuda 13.0\narchs 120\n")
 	if lib, _, _, err := selectCUDALibrary(dir, gpus("13.0", "12.0")); err != nil || lib != filepath.Join(dir, CUDABuildsDir, "sm120", CUDALibrary) {
 		t.Fatalf("12.0: %s, %v", lib, err)
 	}
@@ -147,7 +147,7 @@ func TestSelectCUDABuildProblems(t *testing.T) {
 		"no-cuda":  "archs 120\n",
 		"extra":    "cuda 13.0\narchs 120\nflavour fast\n",
 	})
-	writeBuild(t, filepath.Join(dir, CUDABuildsDir, "old"), LlamaModule+" v0.0.1", "cuda 13.0\narchs 120\n")
+	writeBuild(t, filepath.Join(dir, CUDABuildsDir, "old"), versionStamp("v0.0.1"), "cuda 13.0\narchs 120\n")
 	if err := os.MkdirAll(filepath.Join(dir, CUDABuildsDir, "empty"), 0o755); err != nil {
 		t.Fatal(err) // a directory without a library is no build
 	}

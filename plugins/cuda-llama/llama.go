@@ -2,14 +2,16 @@
 
 package cudallama
 
-// A thin binding of our own over llama.h and the shim (shim.cpp). The include
-// paths into the ollama module come from CGO_CPPFLAGS (mk/llama.mk); the
-// blank import below compiles and links llama.cpp, ggml and ggml's CPU
-// backend.
+// A thin binding of our own over llama.h and the shim (shim.cpp). The
+// include paths into the pinned llama.cpp tree and its static libraries
+// (llama, ggml, ggml-base, ggml-cpu, built by its CMake) come from
+// CGO_CPPFLAGS and CGO_LDFLAGS (mk/llama.mk).
 
 /*
 #cgo CXXFLAGS: -std=c++17
 #include <stdlib.h>
+#include "hydra-llama-commit.h"
+#include "kernels.h"
 #include "shim.h"
 
 // The fields a prefill or decode batch sets; the rest of llama_batch stays as
@@ -25,16 +27,19 @@ static void hydra_batch_set(struct llama_batch * b, int i, llama_token tok, llam
 import "C"
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"unsafe"
 
-	_ "github.com/ollama/ollama/llama/llama.cpp/src"
-
 	"github.com/hydra-engine/hydra-engine/iface"
 )
+
+// llamaCommit is the commit of the llama.cpp tree this binary was built
+// from, as the build read it from the tree (hydra-llama-commit.h).
+const llamaCommit = C.HYDRA_LLAMA_COMMIT
 
 var initOnce sync.Once
 
@@ -106,9 +111,8 @@ func loadModel(path string, p modelParams) (*model, error) {
 		return nil, err
 	}
 	defer overrides.free() // llama.cpp reads it only while the model loads
-	mp := C.llama_model_default_params()
+	mp := modelDefaults(p.mmap)
 	mp.n_gpu_layers = C.int32_t(p.nGPULayers)
-	mp.use_mmap = C.bool(p.mmap)
 	mp.tensor_buft_overrides = overrides.params()
 	cs := C.CString(path)
 	defer C.free(unsafe.Pointer(cs))
@@ -127,6 +131,20 @@ func loadModel(path string, p modelParams) (*model, error) {
 		mdl.tmpl = C.CString("chatml") // llama-server's default too
 	}
 	return mdl, nil
+}
+
+// modelDefaults are llama.cpp's model parameters with the file mapped (mmap)
+// or read into memory, each weight whole (no lazy reads of large tensors,
+// whose rows llama.cpp would read on demand into host memory): where
+// llama.cpp places a weight is where SWAP_QUANT and combined mode find it.
+func modelDefaults(mmap bool) C.struct_llama_model_params {
+	mp := C.llama_model_default_params()
+	mp.load_mode = C.LLAMA_LOAD_MODE_NONE
+	if mmap {
+		mp.load_mode = C.LLAMA_LOAD_MODE_MMAP
+	}
+	mp.lazy_mode = C.LLAMA_LAZY_MODE_OFF
+	return mp
 }
 
 // specialText is a special token's text (BOS, EOS), as a template writes it.
@@ -347,6 +365,12 @@ func newContext(m *model, p contextParams, gpu C.ggml_backend_dev_t) (*lctx, err
 
 func (c *lctx) nCtx() int { return int(C.llama_n_ctx(c.c)) }
 
+// useReferenceKernels makes the context's CPU work run ggml's reference
+// kernels, for tests whose oracle is bit-for-bit equality of results computed
+// in batches of different sizes, which ggml's optimized CPU kernels do not
+// give (kernels.cpp); it returns the CPU backends switched.
+func (c *lctx) useReferenceKernels() int { return int(C.hydra_cpu_reference_kernels(c.c)) }
+
 // nCtxSeq is the cells one sequence may hold: n_ctx, or its stream's.
 func (c *lctx) nCtxSeq() int { return int(C.llama_n_ctx_seq(c.c)) }
 
@@ -429,41 +453,45 @@ func (c *lctx) nPos(seq int) int {
 	return int(C.llama_memory_seq_pos_max(c.mem, C.llama_seq_id(seq))) + 1
 }
 
+// seqStateHead is the head llama_state_seq_get_data writes before the
+// sequence's memory: a magic number and the source sequence id. The wire's
+// state is the memory's serialisation alone (shim.cpp), which restores
+// into any slot.
+const (
+	seqStateHead  = 8
+	seqStateMagic = 0xaf143cd8
+)
+
 // stateSize is the bytes of the sequence's state as one stream (shim.cpp):
-// llama.cpp's, less the other streams' empty cell counts.
+// llama.cpp's, less its head and the other streams' empty cell counts.
 func (c *lctx) stateSize(seq int) int64 {
-	return int64(C.llama_state_seq_get_size(c.c, C.llama_seq_id(seq))) - 4*int64(c.nStream-1)
+	return int64(C.llama_state_seq_get_size(c.c, C.llama_seq_id(seq))) - seqStateHead - 4*int64(c.nStream-1)
 }
 
-// stateData is llama.cpp's own llama_state_seq_get_data as one stream, the
-// reference the tests compare the streamed bytes with.
-func (c *lctx) stateData(seq int) []byte {
-	n := c.stateSize(seq) + 4*int64(c.nStream-1)
+// stateData is llama.cpp's own llama_state_seq_get_data as one stream,
+// without its head, the reference the tests compare the streamed bytes
+// with.
+func (c *lctx) stateData(seq int) ([]byte, error) {
+	n := c.stateSize(seq) + seqStateHead + 4*int64(c.nStream-1)
 	buf := C.malloc(C.size_t(max(n, 1)))
 	defer C.free(buf)
 	got := C.llama_state_seq_get_data(c.c, (*C.uint8_t)(buf), C.size_t(n), C.llama_seq_id(seq))
-	return oneStream(C.GoBytes(buf, C.int(got)), c.nStream, seq)
+	raw := C.GoBytes(buf, C.int(got))
+	if len(raw) < seqStateHead || binary.LittleEndian.Uint32(raw) != seqStateMagic || int32(binary.LittleEndian.Uint32(raw[4:])) != int32(seq) {
+		return nil, fmt.Errorf("llama.cpp's state of sequence %d does not start with its head (magic %#x, the sequence id): % x",
+			seq, seqStateMagic, raw[:min(len(raw), seqStateHead)])
+	}
+	return oneStream(raw[seqStateHead:], c.nStream, seq), nil
 }
 
 func (c *lctx) pinnedStaging() bool { return C.hydra_io_pinned(c.io) != 0 }
 
-// streamed counts the blocks streamed restores uploaded and the tensor sets
-// llama.cpp made of them.
-func (c *lctx) streamed() (blocks, sets uint64) {
-	var s C.uint64_t
-	b := C.hydra_io_streamed(c.io, &s)
-	return uint64(b), uint64(s)
-}
-
-// enableStream makes streamed restores possible (shim.cpp): seq must hold a
-// cell, whose save names the KV cache's buffers; maxBlock is the largest
-// block a restore may read.
-func (c *lctx) enableStream(seq int, maxBlock int64) error {
-	var msg [512]C.char
-	if C.hydra_io_stream(c.io, c.c, C.llama_seq_id(seq), C.size_t(maxBlock), &msg[0], C.size_t(len(msg))) < 0 {
-		return fmt.Errorf("streamed restores: %s", C.GoString(&msg[0]))
-	}
-	return nil
+// streamed counts the K/V blocks restores streamed and the runs of them
+// llama.cpp read (more than one a block where it scatters the block).
+func (c *lctx) streamed() (blocks, runs uint64) {
+	var r C.uint64_t
+	b := C.hydra_io_streamed(c.io, &r)
+	return uint64(b), uint64(r)
 }
 
 // Logs: llama.cpp and ggml log through one callback (shim.cpp), often a line

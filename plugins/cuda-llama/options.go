@@ -1,11 +1,12 @@
 // Package cudallama is the llama.cpp backend: GGUF models through llama.cpp
-// (from the github.com/ollama/ollama module, pinned in go.mod, compiled by
-// cgo), CUDA on GPU machines when libggml-cuda.so is present, CPU otherwise.
+// (the tree pinned in mk/llama-pin.mk, fetched from the npm registry and
+// built by its CMake into static libraries that cgo links), CUDA on GPU
+// machines when libggml-cuda.so is present, CPU otherwise.
 //
 // The llama.cpp code is behind the build tag "llama" (make build-llama sets it
-// and the include paths, see mk/llama.mk); without the tag the package builds
-// a Backend whose Load fails saying so, so that plain `go build ./...` and
-// `go vet ./...` need neither cgo nor the llama.cpp sources.
+// and the include and library paths, see mk/llama.mk); without the tag the
+// package builds a Backend whose Load fails saying so, so that plain
+// `go build ./...` and `go vet ./...` need neither cgo nor the llama.cpp tree.
 //
 // One llama_context serves every slot: slot i is llama sequence i, in one KV
 // cache all slots share (kv_unified, the default) or in a KV stream of its own
@@ -25,7 +26,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,22 +36,21 @@ import (
 // Identity of the backend as reported by Info.
 const (
 	Name    = "cuda-llama"
-	Version = "0.1.0"
-
-	// LlamaModule is the Go module whose llama.cpp and ggml sources are
-	// compiled in; PinnedLlamaVersion is its version in go.mod (a test keeps
-	// the two in step). The internal interfaces used for state streaming
-	// change between llama.cpp versions, and libggml-cuda.so must be built
-	// from the same source.
-	LlamaModule        = "github.com/ollama/ollama"
-	PinnedLlamaVersion = "v0.17.4"
+	Version = "0.2.0"
 
 	// CUDALibrary is the ggml CUDA backend the plugin loads when present, and
 	// VersionStampFile the file beside it, written by make cuda, naming the
-	// module version it was built from.
+	// llama.cpp commit it was built from: ggml's structs cross the boundary,
+	// so the library and the plugin must come from the same tree.
 	CUDALibrary      = "libggml-cuda.so"
 	VersionStampFile = "hydra-ggml.version"
 )
+
+// backendVersion is what INFO reports as the backend's version: the
+// plugin's own and the llama.cpp commit linked in (its first 8 digits).
+func backendVersion() string {
+	return Version + "+llama.cpp-" + llamaCommit[:min(8, len(llamaCommit))]
+}
 
 // Option keys understood by Load (--backend-opt key=value).
 const (
@@ -335,24 +334,9 @@ func parseInt(key, v string, lo, hi int) (int, error) {
 	return int(n), nil
 }
 
-// llamaVersion is the version of LlamaModule linked into this binary: from
-// the build info when the binary has it, else the pinned constant.
-func llamaVersion() string {
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, d := range bi.Deps {
-			if d.Path == LlamaModule {
-				if d.Replace != nil {
-					return d.Replace.Version
-				}
-				return d.Version
-			}
-		}
-	}
-	return PinnedLlamaVersion
-}
-
-// versionStamp is the content make cuda writes to VersionStampFile.
-func versionStamp(version string) string { return LlamaModule + " " + version }
+// versionStamp is the content make cuda writes to VersionStampFile for a
+// library built from the llama.cpp tree at commit.
+func versionStamp(commit string) string { return "llama.cpp " + commit }
 
 // ErrNotLinked is what every method of a Backend built without llama.cpp
 // (no build tag "llama", or no cgo) returns.
@@ -372,7 +356,7 @@ func cudaLibrary(dir string) (string, error) {
 	if _, err := os.Stat(lib); err != nil {
 		return "", fmt.Errorf("%w in %s", errNoCUDALibrary, dir)
 	}
-	want := versionStamp(llamaVersion())
+	want := versionStamp(llamaCommit)
 	stampPath := filepath.Join(dir, VersionStampFile)
 	stamp, err := os.ReadFile(stampPath)
 	if err != nil {
@@ -380,7 +364,7 @@ func cudaLibrary(dir string) (string, error) {
 			iface.ErrBadRequest, lib, stampPath, err, want)
 	}
 	if got := strings.TrimSpace(string(stamp)); got != want {
-		return "", fmt.Errorf("%w: %s was built from %q, this plugin from %q; rebuild one of them (make cuda / make build-llama) from the same module version",
+		return "", fmt.Errorf("%w: %s was built from %q, this plugin from %q; rebuild one of them (make cuda / make build-llama) from the same llama.cpp tree",
 			iface.ErrBadRequest, lib, got, want)
 	}
 	return lib, nil

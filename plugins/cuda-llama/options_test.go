@@ -74,16 +74,37 @@ func TestRemovedOptions(t *testing.T) {
 	}
 }
 
-// The pinned llama.cpp version is the one go.mod requires: the streaming shim
+// The pin (mk/llama-pin.mk) is one well-formed line, and a plugin built
+// with llama.cpp was built from the commit it names: the streaming shim
 // uses llama.cpp internals, and libggml-cuda.so must match.
 func TestVersionPin(t *testing.T) {
-	mod, err := os.ReadFile("../../go.mod")
+	pin := readPin(t)
+	if !regexp.MustCompile(`^node-llama-cpp@\d+\.\d+\.\d+$`).MatchString(pin.pkg) || !strings.HasPrefix(pin.integrity, "sha512-") ||
+		!regexp.MustCompile(`^[0-9a-f]{40}$`).MatchString(pin.commit) {
+		t.Fatalf("mk/llama-pin.mk: LLAMA_PIN %+v is not PACKAGE@VERSION sha512-… COMMIT (40 hex digits)", pin)
+	}
+	if Linked && llamaCommit != pin.commit {
+		t.Fatalf("built from llama.cpp %s, mk/llama-pin.mk pins %s: rebuild through make (make build-llama, make test-llama)", llamaCommit, pin.commit)
+	}
+	if Linked && backendVersion() != Version+"+llama.cpp-"+pin.commit[:8] {
+		t.Fatalf("backend version %q does not name the pinned commit %s", backendVersion(), pin.commit)
+	}
+}
+
+type llamaPin struct{ pkg, integrity, commit string }
+
+// readPin reads LLAMA_PIN from mk/llama-pin.mk.
+func readPin(t *testing.T) llamaPin {
+	t.Helper()
+	mk, err := os.ReadFile("../../mk/llama-pin.mk")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := LlamaModule + " " + PinnedLlamaVersion; !strings.Contains(string(mod), want) {
-		t.Fatalf("go.mod does not require %s: update PinnedLlamaVersion with the module", want)
+	m := regexp.MustCompile(`(?m)^LLAMA_PIN := (\S+) (\S+) (\S+)$`).FindSubmatch(mk)
+	if m == nil {
+		t.Fatal("mk/llama-pin.mk has no line LLAMA_PIN := PACKAGE@VERSION INTEGRITY COMMIT")
 	}
+	return llamaPin{string(m[1]), string(m[2]), string(m[3])}
 }
 
 func TestCUDALibraryLookup(t *testing.T) {
@@ -98,13 +119,13 @@ func TestCUDALibraryLookup(t *testing.T) {
 		t.Fatalf("no stamp: %v", err)
 	}
 	stamp := filepath.Join(dir, VersionStampFile)
-	if err := os.WriteFile(stamp, []byte(LlamaModule+" v0.0.1\n"), 0o644); err != nil {
+	if err := os.WriteFile(stamp, []byte(versionStamp("v0.0.1")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cudaLibrary(dir); !errors.Is(err, iface.ErrBadRequest) || !strings.Contains(err.Error(), "v0.0.1") {
 		t.Fatalf("other version: %v", err)
 	}
-	if err := os.WriteFile(stamp, []byte(versionStamp(llamaVersion())+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(stamp, []byte(versionStamp(llamaCommit)+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if lib, err := cudaLibrary(dir); err != nil || lib != filepath.Join(dir, CUDALibrary) {

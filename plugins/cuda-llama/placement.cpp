@@ -3,7 +3,7 @@
 // Weight placement (placement.h): rules to llama.cpp's tensor buffer type
 // overrides, and where a loaded model's weights ended up, read from
 // llama_model's tensors_by_name (llama-model.h, an internal struct: the
-// module is pinned in go.mod). Patterns are compiled with std::regex's
+// llama.cpp tree is pinned in mk/llama-pin.mk). Patterns are compiled with std::regex's
 // defaults, as llama-model.cpp's load_tensors does, so what a pattern
 // matches here is what it matches there.
 

@@ -154,7 +154,7 @@ hydra_sampler * hydra_sampler_new(const llama_vocab * vocab, const hydra_sampler
             add(s->chain, llama_sampler_init_logit_bias(s->n_vocab, (int32_t) b.size(), b.data()));
         }
         if (p->repeat_last_n > 0) {
-            add(s->chain, llama_sampler_init_penalties(p->repeat_last_n, p->repeat_penalty > 0 ? p->repeat_penalty : 1.0f,
+            add(s->chain, llama_sampler_init_penalties(s->n_vocab, p->repeat_last_n, p->repeat_penalty > 0 ? p->repeat_penalty : 1.0f,
                                                        p->frequency_penalty, p->presence_penalty));
         }
         if (!s->greedy) {

@@ -97,9 +97,11 @@ func TestBatchedEqualsAlone(t *testing.T) {
 
 // TestPromptReuse: a prefill sharing a prefix with the slot's sequence keeps
 // those cells, and the slot then holds and decodes exactly what a fresh
-// prefill of the whole prompt gives.
+// prefill of the whole prompt gives (with reference kernels: the fresh
+// prefill's one batch and the reused prompt's rest differ in size).
 func TestPromptReuse(t *testing.T) {
 	b := load(t, tiny(t), 2, nil)
+	referenceKernels(t, b)
 	base := tokensOf(t, b, strings.Repeat("a long shared system prompt ", 8))
 	first := append(slices.Clone(base), tokensOf(t, b, " first question")...)
 	second := append(slices.Clone(base), tokensOf(t, b, " another question")...)

@@ -12,21 +12,18 @@
 //     flight: the GPU fills one while Go sends the other, an event per chunk
 //     says when it is complete. No CUDA symbol is used: it is all ggml.
 //
-// Restores take the bytes llama.cpp asks for (one contiguous block per layer)
-// where the Go side lends them (hydraLoadNext): the data plane's own buffers
-// (inplace_linux.go) or the restore ring a goroutine fills ahead
-// (prefetch_linux.go); pinned on a GPU, so uploads are pinned host-to-device
-// copies.
+// Restores take the bytes llama.cpp asks for where the Go side lends them
+// (hydraLoadNext): the data plane's own buffers (inplace_linux.go) or the
+// restore ring a goroutine fills ahead (prefetch_linux.go); pinned on a GPU,
+// so uploads are pinned host-to-device copies. llama.cpp hands each run of a
+// K/V block to the reader as read_tensor(tensor, offset, size), and the
+// reader uploads it with ggml_backend_tensor_set: a run held whole where it
+// is contiguous in the stream, or, streamed (a run of at least the Go side's
+// stream_min), piece by piece as the bytes arrive, so that no block needs to
+// be held in memory whole.
 //
-// Streamed restores (hydra_io_stream) upload big blocks piece by piece:
-// llama.cpp hands each big block's pointer only to ggml_backend_tensor_set,
-// in stream order, so a big read returns an address in a reserved,
-// inaccessible region, and the KV buffers' set_tensor, swapped for the
-// restore, uploads that range of the payload from the lent pieces as they
-// arrive. Which blocks stream is the Go side's choice (stream_min).
-//
-// These internal interfaces change between llama.cpp versions; the module is
-// pinned in go.mod and the byte-identity tests catch a drift.
+// These internal interfaces change between llama.cpp versions; the tree is
+// pinned (mk/llama-pin.mk) and the byte-identity tests catch a drift.
 
 #include "shim.h"
 
@@ -36,17 +33,11 @@
 #include <cstring>
 #include <map>
 #include <new>
-#include <optional>
 #include <stdexcept>
 #include <vector>
 
 #include "llama-io.h"
 #include "llama-memory.h"
-// ggml's internal buffer interface, for streamed restores (below). Not on the
-// include path the build sets: reached from llama.cpp/src in the same module.
-#include "../../../ml/backend/ggml/ggml/src/ggml-backend-impl.h"
-
-#include <sys/mman.h>
 
 // Exported by the Go side (exports.go).
 extern "C" {
@@ -87,14 +78,9 @@ struct hydra_io {
     bool warned_pageable = false;
     std::map<ggml_backend_dev_t, dev_state> devs;
     staging save[2];
-    // Streamed restores: the KV cache's buffers (from a save) and the
-    // reserved region big reads point into.
-    std::vector<ggml_backend_buffer_t> kv_bufs;
-    uint8_t * fake = nullptr;
-    size_t fake_size = 0;
-    uint64_t streamed = 0, streamed_sets = 0; // blocks streamed so far, and the tensor sets they took
-
-    bool streams() const { return fake != nullptr && !kv_bufs.empty(); }
+    // Streamed restores so far: the K/V blocks (a tensor's runs in a row)
+    // with a streamed run, and the runs streamed.
+    uint64_t streamed = 0, streamed_runs = 0;
 };
 
 namespace {
@@ -184,7 +170,7 @@ public:
         }
     }
 
-    void write_tensor(const ggml_tensor * t, size_t off, size_t size) override {
+    void write_tensor(ggml_tensor * t, size_t off, size_t size) override {
         const bool host = t->buffer == nullptr || ggml_backend_buffer_is_host(t->buffer);
         // A ChunkWriter hands us one buffer at a time, so there is nothing to
         // overlap with: read synchronously straight into it.
@@ -356,7 +342,7 @@ public:
         out.write(src, n);
     }
 
-    void write_tensor(const ggml_tensor * t, size_t off, size_t n) override {
+    void write_tensor(ggml_tensor * t, size_t off, size_t n) override {
         expect(counted && lead == 0 && out.n_bytes() + n <= size, "the sequence's own stream");
         out.write_tensor(t, off, n);
     }
@@ -381,17 +367,10 @@ public:
     // size is the one-stream state's bytes in the source.
     one_stream_reader(llama_io_read_i & in, uint32_t n_stream, size_t size) : in(in), n_stream(n_stream), size(size) {}
 
-    const uint8_t * read(size_t n) override {
-        if (in.n_bytes() + n > size) {
-            throw std::runtime_error("hydra: llama.cpp reads past the state");
-        }
-        return in.read(n);
-    }
-
-    void read_to(void * dst, size_t n) override {
+    void read(void * dst, size_t n) override {
         if (!counted) {
             uint32_t v = 0;
-            in.read_to(&v, sizeof(v));
+            in.read(&v, sizeof(v));
             if (n != 4 || v != 1) {
                 throw std::runtime_error("hydra: the state is not one KV stream");
             }
@@ -406,7 +385,14 @@ public:
             memset(dst, 0, 4); // another stream's cell count: empty
             return;
         }
-        in.read_to(dst, n);
+        in.read(dst, n);
+    }
+
+    void read_tensor(ggml_tensor * t, size_t off, size_t n) override {
+        if (in.n_bytes() + n > size) {
+            throw std::runtime_error("hydra: llama.cpp reads past the state");
+        }
+        in.read_tensor(t, off, n);
     }
 
     size_t n_bytes() override { return in.n_bytes(); }
@@ -418,45 +404,18 @@ private:
     bool counted = false;
 };
 
-typedef void (*set_tensor_fn)(ggml_backend_buffer_t, ggml_tensor *, const void *, size_t, size_t);
-
-// load_reader serves llama.cpp's reads in place from the Go side's restore
-// ring: each pointer stays valid until the next read, as llama.cpp expects.
-// Streaming (stream_min > 0), a read of at least stream_min bytes returns a
-// reserved address instead, and upload() takes those bytes from the ring as
-// llama.cpp's tensor sets for that range come in, in pieces of at least
-// piece_min bytes where the stream has them.
+// load_reader serves llama.cpp's reads from the Go side's restore ring or
+// the data plane's buffers (hydraLoadNext). Fields are copied out; a K/V run
+// (read_tensor) is uploaded from where it lies: in one ggml_backend_tensor_set
+// once it is contiguous there, or, streamed (stream_min > 0 and a run of at
+// least stream_min bytes), piece by piece as the bytes arrive, in pieces of at
+// least piece_min bytes where the stream holds them.
 class load_reader : public llama_io_read_i {
 public:
     load_reader(hydra_io * io, uintptr_t h, size_t stream_min, size_t piece_min)
-        : io(io), h(h), stream_min(io->streams() ? stream_min : 0), piece_min(std::max<size_t>(piece_min, 1)) {}
+        : io(io), h(h), stream_min(stream_min), piece_min(std::max<size_t>(piece_min, 1)) {}
 
-    bool streaming() const { return stream_min > 0; }
-
-    const uint8_t * read(size_t size) override {
-        check_block_done();
-        if (streaming() && size >= stream_min && size <= io->fake_size) {
-            block = io->fake;
-            block_len = size;
-            block_done = 0;
-            consumed += size;
-            io->streamed++;
-            return block;
-        }
-        if (avail < size) {
-            more(size);
-        }
-        const uint8_t * p = cur;
-        cur += size;
-        avail -= size;
-        taken += size;
-        consumed += size;
-        return p;
-    }
-
-    // read_to copies: never a streamed block, whose address is not memory.
-    void read_to(void * dst, size_t size) override {
-        check_block_done();
+    void read(void * dst, size_t size) override {
         consumed += size;
         uint8_t * d = (uint8_t *) dst;
         pieces(size, [&](const uint8_t * p, size_t k) {
@@ -465,36 +424,30 @@ public:
         });
     }
 
+    void read_tensor(ggml_tensor * t, size_t off, size_t size) override {
+        consumed += size;
+        if (stream_min > 0 && size >= stream_min) {
+            if (t != last_streamed) {
+                io->streamed++;
+                last_streamed = t;
+            }
+            io->streamed_runs++;
+            pieces(size, [&](const uint8_t * p, size_t k) {
+                ggml_backend_tensor_set(t, p, off, k);
+                off += k;
+            });
+        } else {
+            if (avail < size) {
+                more(size);
+            }
+            ggml_backend_tensor_set(t, cur, off, size);
+            cur += size;
+            avail -= size;
+            taken += size;
+        }
+    }
+
     size_t n_bytes() override { return consumed; }
-
-    // owns reports whether data points into the streamed block.
-    bool owns(const void * data) const {
-        const uint8_t * p = (const uint8_t *) data;
-        return block != nullptr && p >= block && p < block + block_len;
-    }
-
-    // upload sets t's bytes [off, off+size) from the streamed block at data,
-    // which must continue it where the last upload stopped.
-    void upload(set_tensor_fn orig, ggml_backend_buffer_t buf, ggml_tensor * t, const void * data, size_t off, size_t size) {
-        if ((const uint8_t *) data != block + block_done || size > block_len - block_done) {
-            throw std::runtime_error("hydra: llama.cpp set a streamed block out of order");
-        }
-        io->streamed_sets++;
-        pieces(size, [&](const uint8_t * p, size_t k) {
-            orig(buf, t, p, off, k);
-            off += k;
-            block_done += k;
-        });
-    }
-
-    // check_block_done fails a restore whose streamed block was not set in
-    // full before llama.cpp read on: its bytes would be skipped.
-    void check_block_done() {
-        if (block != nullptr && block_done != block_len) {
-            throw std::runtime_error("hydra: llama.cpp read on before setting a streamed block in full");
-        }
-        block = nullptr;
-    }
 
 private:
     hydra_io * io;
@@ -502,8 +455,7 @@ private:
     size_t stream_min, piece_min;
     const uint8_t * cur = nullptr;
     size_t avail = 0, taken = 0, consumed = 0;
-    const uint8_t * block = nullptr; // the streamed block, in io->fake
-    size_t block_len = 0, block_done = 0;
+    const ggml_tensor * last_streamed = nullptr; // the tensor of the last streamed run: its block's
 
     // more hands back what was taken since the last call and gets at least
     // size bytes (usually more: what the ring holds already).
@@ -534,66 +486,6 @@ private:
             size -= k;
         }
     }
-};
-
-// The restore in progress and the set_tensor functions its hooks replaced.
-// Restores are serialised by the Go side (the engine's context lock).
-load_reader * g_reader = nullptr;
-std::vector<std::pair<ggml_backend_buffer_t, set_tensor_fn>> g_hooked;
-
-void hooked_set_tensor(ggml_backend_buffer_t buf, ggml_tensor * t, const void * data, size_t off, size_t size) {
-    set_tensor_fn orig = nullptr;
-    for (auto & h : g_hooked) {
-        if (h.first == buf) {
-            orig = h.second;
-        }
-    }
-    if (orig == nullptr) {
-        throw std::runtime_error("hydra: set_tensor hook on a buffer it does not know");
-    }
-    if (g_reader != nullptr && g_reader->owns(data)) {
-        g_reader->upload(orig, buf, t, data, off, size);
-        return;
-    }
-    orig(buf, t, data, off, size);
-}
-
-// set_tensor_hooks swaps the KV buffers' set_tensor for the restore's
-// lifetime, and puts them back however it ends.
-struct set_tensor_hooks {
-    set_tensor_hooks(hydra_io * io, load_reader * r) {
-        g_reader = r;
-        for (ggml_backend_buffer_t b : io->kv_bufs) {
-            g_hooked.emplace_back(b, b->iface.set_tensor);
-            b->iface.set_tensor = hooked_set_tensor;
-        }
-    }
-    ~set_tensor_hooks() {
-        for (auto & h : g_hooked) {
-            h.first->iface.set_tensor = h.second;
-        }
-        g_hooked.clear();
-        g_reader = nullptr;
-    }
-};
-
-// buffer_collector is a save that keeps nothing but the buffers of the
-// tensors it is given: the KV cache's.
-class buffer_collector : public llama_io_write_i {
-public:
-    std::vector<ggml_backend_buffer_t> bufs;
-    void write(const void *, size_t size) override { total += size; }
-    void write_tensor(const ggml_tensor * t, size_t, size_t size) override {
-        ggml_backend_buffer_t b = t->view_src != nullptr ? t->view_src->buffer : t->buffer;
-        if (b != nullptr && std::find(bufs.begin(), bufs.end(), b) == bufs.end()) {
-            bufs.push_back(b);
-        }
-        total += size;
-    }
-    size_t n_bytes() override { return total; }
-
-private:
-    size_t total = 0;
 };
 
 void set_err(char * err, size_t err_len, const char * msg) {
@@ -632,8 +524,8 @@ hydra_io * hydra_io_new(ggml_backend_dev_t gpu) {
 
 int hydra_io_pinned(const hydra_io * io) { return io->pinned ? 1 : 0; }
 
-uint64_t hydra_io_streamed(const hydra_io * io, uint64_t * sets) {
-    *sets = io->streamed_sets;
+uint64_t hydra_io_streamed(const hydra_io * io, uint64_t * runs) {
+    *runs = io->streamed_runs;
     return io->streamed;
 }
 
@@ -664,46 +556,13 @@ int64_t hydra_state_load(hydra_io * io, struct llama_context * ctx, llama_seq_id
     load_reader r(io, handle, stream_min, piece_min);
     try {
         llama_memory_t mem = memory_of(ctx);
-        std::optional<set_tensor_hooks> hooks;
-        if (r.streaming()) {
-            hooks.emplace(io, &r);
-        }
         if (n_stream > 1) {
             one_stream_reader one(r, n_stream, size);
             mem->state_read(one, seq, 0);
         } else {
             mem->state_read(r, seq, 0);
         }
-        r.check_block_done();
         return (int64_t) r.n_bytes();
-    } catch (const std::exception & e) {
-        set_err(err, err_len, e.what());
-        return -1;
-    }
-}
-
-int hydra_io_stream(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, size_t max_block, char * err, size_t err_len) {
-    try {
-        buffer_collector c;
-        memory_of(ctx)->state_write(c, seq, 0);
-        if (c.bufs.empty()) {
-            throw std::runtime_error("a one-cell save set no tensor: nothing to stream into");
-        }
-        const size_t page = 1 << 16;
-        const size_t size = (max_block + page - 1) / page * page;
-        // Address space only: nothing may touch it, and a stray access faults
-        // instead of reading garbage.
-        void * p = mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (p == MAP_FAILED) {
-            throw std::runtime_error("reserving address space for streamed restores failed");
-        }
-        if (io->fake != nullptr) {
-            munmap(io->fake, io->fake_size);
-        }
-        io->fake = (uint8_t *) p;
-        io->fake_size = size;
-        io->kv_bufs = c.bufs;
-        return (int) c.bufs.size();
     } catch (const std::exception & e) {
         set_err(err, err_len, e.what());
         return -1;

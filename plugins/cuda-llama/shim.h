@@ -24,13 +24,14 @@ hydra_io * hydra_io_new(ggml_backend_dev_t gpu);
 // pinned (from the GPU's host buffer type).
 int hydra_io_pinned(const hydra_io * io);
 
-// hydra_io_streamed counts the blocks streamed restores have uploaded piece
-// by piece, and in sets the tensor sets llama.cpp made of them (one a block,
-// or one a row where it scatters a block over non-contiguous cells).
-uint64_t hydra_io_streamed(const hydra_io * io, uint64_t * sets);
+// hydra_io_streamed counts the K/V blocks restores have streamed (uploaded
+// piece by piece), and in runs the runs of them llama.cpp read (one a block,
+// or one per run of contiguous cells where it scatters a block).
+uint64_t hydra_io_streamed(const hydra_io * io, uint64_t * runs);
 
-// hydra_state_save streams sequence seq's state, the bytes
-// llama_state_seq_get_data would produce, in pieces of at most chunk bytes;
+// hydra_state_save streams sequence seq's state, the memory's serialisation
+// that llama_state_seq_get_data writes after its 8-byte head (magic, source
+// sequence id), in pieces of at most chunk bytes;
 // from a cache of n_stream > 1 KV streams (one per sequence) it is written as
 // one stream of size bytes, the sequence's own (what a one-stream cache
 // writes; size is unused with one stream).
@@ -43,21 +44,15 @@ int64_t hydra_state_save(hydra_io * io, struct llama_context * ctx, llama_seq_id
 
 // hydra_state_load restores sequence seq from bytes the Go callback
 // hydraLoadNext lends in place (the restore ring or the data plane's buffers,
-// pinned on a GPU). With stream_min > 0 (and hydra_io_stream done) reads of
-// at least stream_min bytes are streamed, uploaded in pieces of at least
-// piece_min bytes where the stream holds them. Returns the state bytes
+// pinned on a GPU). With stream_min > 0, K/V runs of at least stream_min
+// bytes are streamed: uploaded in pieces of at least piece_min bytes where
+// the stream holds them, as they arrive. Returns the state bytes
 // llama.cpp consumed, or -1 with a message in err; on failure the sequence
 // may be half-restored and the caller must clear it. The state is one KV
 // stream of size bytes, restored into sequence seq's own stream of a cache of
 // n_stream.
 int64_t hydra_state_load(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, uint32_t n_stream, size_t size,
                          uintptr_t handle, size_t stream_min, size_t piece_min, char * err, size_t err_len);
-
-// hydra_io_stream makes streamed restores possible for ctx: it saves
-// sequence seq (which must hold at least one cell) to learn the KV cache's
-// buffers and reserves max_block bytes of address space for big reads to
-// point into. Returns the number of buffers, or -1 with a message in err.
-int hydra_io_stream(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, size_t max_block, char * err, size_t err_len);
 
 // hydra_log_install routes llama.cpp's and ggml's logs to the Go callback
 // hydraLog.

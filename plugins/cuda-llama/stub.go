@@ -15,6 +15,10 @@ import (
 // Linked reports whether llama.cpp is compiled in (build tag "llama", cgo).
 const Linked = false
 
+// llamaCommit stands for the llama.cpp commit linked in, of which there is
+// none; a CUDA build's version stamp never names it.
+const llamaCommit = "none"
+
 // Backend, built without llama.cpp, refuses to load; the plugin binary still
 // runs, so the engine reports why instead of failing to start a plugin.
 type Backend struct{ log hclog.Logger }

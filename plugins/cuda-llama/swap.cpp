@@ -8,7 +8,7 @@
 // a copy means copying its type, strides, data, buffer and extra into the
 // model's tensor, which every graph built afterwards reads. The model's
 // structs are llama.cpp internals (llama-model.h, llama-context.h: the
-// module is pinned in go.mod).
+// llama.cpp tree is pinned in mk/llama-pin.mk).
 
 #include "swap.h"
 
@@ -366,7 +366,7 @@ bool reset_graphs(hydra_swap * s, llama_context * ctx, const std::vector<size_t>
     const uint32_t n_seqs = cp.n_seq_max;
     const uint32_t n_tokens = std::min(cp.n_ctx, cp.n_ubatch);
     llama_memory_context_ptr mctx = ctx->get_memory()->init_full();
-    if (!mctx || ctx->graph_reserve(n_tokens, n_seqs, n_tokens, mctx.get()) == nullptr) {
+    if (!mctx || ctx->graph_reserve(n_tokens, n_seqs, std::min(n_tokens, cp.n_outputs_max), mctx.get()) == nullptr) {
         set_err(err, err_len, "llama.cpp could not reserve its compute buffers for the weights' new places");
         return false;
     }

@@ -119,9 +119,8 @@ func (x *swapper) addDonor(path string, nGPU int, p placementOptions) error {
 		return err
 	}
 	defer overrides.free()
-	mp := C.llama_model_default_params()
+	mp := modelDefaults(false)
 	mp.n_gpu_layers = C.int32_t(nGPU)
-	mp.use_mmap = false
 	mp.no_alloc = true
 	mp.tensor_buft_overrides = overrides.params()
 	cs := C.CString(path)

@@ -3,9 +3,9 @@
 package main
 
 // The binding of llama-batched over llama.h and ggml-backend.h. The include
-// paths into the ollama module come from CGO_CPPFLAGS (mk/llama.mk), and the
-// blank import below compiles and links llama.cpp, ggml and ggml's CPU
-// backend, as for the llama plugin, so that both run the same code.
+// paths into the ollama module (bench/go.mod) come from CGO_CPPFLAGS (the
+// Makefile's OLLAMA_LLAMA_ENV), and the blank import below compiles and links
+// that module's llama.cpp, ggml and ggml's CPU backend.
 
 /*
 #cgo CXXFLAGS: -std=c++17
