@@ -881,7 +881,7 @@ func checkContextLimit(t *testing.T, b *Backend) {
 	}
 	// The cells are shared: slot 2 holds them all, so slot 0 cannot prefill.
 	_, err := b.Prefill(ctx, iface.PrefillRequest{Slot: 0, Tokens: make([]int32, 10)})
-	if !errors.Is(err, iface.ErrBadRequest) || !strings.Contains(err.Error(), "shared by all slots") || slotInfo(t, b, 0).NPast != 0 {
+	if !errors.Is(err, iface.ErrNoRoom) || !strings.Contains(err.Error(), "shared by all slots") || slotInfo(t, b, 0).NPast != 0 {
 		t.Fatalf("prefill into a full cache: %v", err)
 	}
 	if _, err := b.Decode(ctx, iface.DecodeRequest{Slot: 0, NPredict: 1}, nil); !errors.Is(err, iface.ErrBadRequest) {

@@ -117,7 +117,7 @@ func TestPromptDecodeFailures(t *testing.T) {
 		t.Fatalf("token outside the vocabulary: %v", err)
 	}
 	ids, _, err = promptDecode(context.Background(), b, 0, make([]int32, 250), 8, sp)
-	if !errors.Is(err, iface.ErrBadRequest) || !strings.Contains(err.Error(), "KV cells") || len(ids) != 0 ||
+	if !errors.Is(err, iface.ErrNoRoom) || !strings.Contains(err.Error(), "KV cells") || len(ids) != 0 ||
 		slotInfo(t, b, 0).NPast != 0 {
 		t.Fatalf("prompt over the free cells: %v, %d tokens", err, len(ids))
 	}
