@@ -19,7 +19,7 @@ func CheckPromptSize(req iface.PrefillRequest, info iface.BackendInfo) error {
 		return nil
 	}
 	if len(req.Tokens) > n {
-		return fmt.Errorf("%w: the prompt has %d tokens, a slot holds %d (n_ctx)", iface.ErrBadRequest, len(req.Tokens), n)
+		return fmt.Errorf("%w: the prompt has %d tokens, %s", iface.ErrBadRequest, len(req.Tokens), SlotSize(info))
 	}
 	if err := CheckMessageCount(len(req.Messages), info); err != nil {
 		return err
@@ -39,8 +39,8 @@ func CheckPromptSize(req iface.PrefillRequest, info iface.BackendInfo) error {
 		}
 	}
 	if size > limit {
-		return fmt.Errorf("%w: the prompt's %d bytes of text cannot fit a slot of %d tokens (n_ctx): no token stands for more than %d bytes",
-			iface.ErrBadRequest, size, n, info.MaxTokenBytes)
+		return fmt.Errorf("%w: the prompt's %d bytes of text cannot fit: %s, and no token stands for more than %d bytes",
+			iface.ErrBadRequest, size, SlotSize(info), info.MaxTokenBytes)
 	}
 	return nil
 }
@@ -49,7 +49,15 @@ func CheckPromptSize(req iface.PrefillRequest, info iface.BackendInfo) error {
 // for a front end to make before it converts them.
 func CheckMessageCount(n int, info iface.BackendInfo) error {
 	if c := info.SlotCtx(); c > 0 && n > c {
-		return fmt.Errorf("%w: %d messages cannot fit a slot of %d tokens (n_ctx): each takes one at least", iface.ErrBadRequest, n, c)
+		return fmt.Errorf("%w: %d messages cannot fit: %s, and each message takes one token at least", iface.ErrBadRequest, n, SlotSize(info))
 	}
 	return nil
+}
+
+// SlotSize says how many tokens a slot holds and why, for errors.
+func SlotSize(info iface.BackendInfo) string {
+	if info.SplitKV() {
+		return fmt.Sprintf("a slot holds %d (n_ctx %d split across %d slots)", info.SlotCtx(), info.NCtx, info.NSlots)
+	}
+	return fmt.Sprintf("a slot holds %d (n_ctx)", info.SlotCtx())
 }

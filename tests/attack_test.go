@@ -219,13 +219,13 @@ func TestOversizedPromptsRefusedAtOnce(t *testing.T) {
 		start := time.Now()
 		code, b, _ := httpDo(t, "POST", base+"/v1/chat/completions", body)
 		took := time.Since(start)
-		if code != 400 || !strings.Contains(string(b), "cannot fit a slot") {
+		if code != 400 || !strings.Contains(string(b), "cannot fit: a slot holds") {
 			t.Errorf("%s: %d %s", name, code, b)
 		}
 		start = time.Now()
 		resp, _, err := c.Call(ctxT(t), transport.OpPrefill, "0", []byte(body))
 		rpcTook := time.Since(start)
-		if err != nil || resp.Status != transport.StatusError || !strings.Contains(string(resp.Meta), "cannot fit a slot") {
+		if err != nil || resp.Status != transport.StatusError || !strings.Contains(string(resp.Meta), "cannot fit: a slot holds") {
 			t.Errorf("%s as a PREFILL: %v %+v", name, err, resp)
 		}
 		t.Logf("%s (%d KB): HTTP 400 in %v, PREFILL ERROR in %v", name, len(body)>>10, took.Round(time.Millisecond), rpcTook.Round(time.Millisecond))

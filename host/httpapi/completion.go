@@ -171,7 +171,7 @@ func (a *api) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 	need := 0 // the cells the prompt and its first token take, when known
 	if toks != nil {
 		if n := info.SlotCtx(); n > 0 && len(toks) >= n {
-			writeAPIError(w, badRequest("the prompt has %d tokens: a slot holds %d (n_ctx), its reply included", len(toks), n))
+			writeAPIError(w, badRequest("the prompt has %d tokens, %s, its reply included", len(toks), host.SlotSize(info)))
 			return
 		}
 		need = len(toks) + 1
