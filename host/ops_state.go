@@ -301,18 +301,35 @@ func (s *Server) handleStatePut(req *request, rp *replier) error {
 func (s *Server) transferDone(ctx context.Context, rp *replier, put bool, slot int, bytes int64, start time.Time, trace shm.TransferTrace, err error) {
 	end := time.Now()
 	d := end.Sub(start)
-	s.stats.transfer(put, bytes, d, trace.BackendWait, err)
 	path := trace.Path
 	if path == "" {
 		path = shm.PathGRPC
 	}
-	if s.log.IsDebug() {
-		tracing.Logger(ctx, s.log).Debug("state transfer", "direction", direction(put), "network", rp.network, "slot", slot, "bytes", bytes,
-			"chunk", s.tun.StateChunkSize(), "path", path, "seconds", d.Seconds(), "backend_wait_seconds", trace.BackendWait.Seconds(),
-			"after_payload_seconds", trace.AfterPayload.Seconds(), "error", err)
+	s.stats.transfer(put, path, bytes, d, trace.BackendWait, err)
+	log := tracing.Logger(ctx, s.log)
+	rate := float64(bytes) / max(d.Seconds(), 1e-9)
+	log.Info("state transfer", "direction", direction(put), "network", rp.network, "slot", slot, "bytes", bytes,
+		"seconds", d.Seconds(), "gbps", rate/1e9, "path", path, "backend_wait_share", trace.BackendWait.Seconds()/max(d.Seconds(), 1e-9),
+		"chunk", s.tun.StateChunkSize(), "after_payload_seconds", trace.AfterPayload.Seconds(), "error", err)
+	if f := s.cfg.TransferFloor; f > 0 && err == nil && bytes >= FloorMinBytes && rate < float64(f) {
+		log.Warn("state transfer below the floor", "direction", direction(put), "slot", slot, "bytes", bytes, "gbps", rate/1e9,
+			"floor_gbps", float64(f)/1e9, "path", path, "why", slowWhy(trace.BackendWait, d))
 	}
 	tracing.Transfer{Put: put, Slot: slot, Bytes: bytes, Chunk: s.tun.StateChunkSize(), Path: path,
 		BackendWait: trace.BackendWait, AfterPayload: trace.AfterPayload}.Record(ctx, start, end, err)
+}
+
+// FloorMinBytes is the least a state transfer must move for TransferFloor to
+// judge it: below it, fixed costs rather than throughput set its time.
+const FloorMinBytes = 64 << 20
+
+// slowWhy says which side set a slow transfer's pace: the backend, when the
+// host waited on it for most of the time, else the socket or the client.
+func slowWhy(backendWait, d time.Duration) string {
+	if share := backendWait.Seconds() / max(d.Seconds(), 1e-9); share >= 0.5 {
+		return fmt.Sprintf("the backend set the pace (the host waited on it %.0f%% of the time)", 100*share)
+	}
+	return "the socket or the client set the pace (the backend kept up)"
 }
 
 // restore parses the wrapper and hands the rest of the payload to the backend.

@@ -46,6 +46,10 @@ type Config struct {
 	// reply may move inside a request (default DefaultMinTransferRate; < 0
 	// turns the check off).
 	MinTransferRate int64
+	// TransferFloor, in bytes per second, is the slowest a state transfer of
+	// FloorMinBytes or more may move before it is logged as a warning (0:
+	// none).
+	TransferFloor uint64
 	// CombinedUnavailable, when set, is why the engine cannot run combined
 	// mode although its configuration named a peer the backend does not
 	// see (llama-engine's --rpc-engine): a SET_EXPERT_MODE "combined" that

@@ -39,6 +39,7 @@ type RequestStats struct {
 type Stats struct {
 	mu       sync.Mutex
 	get, put TransferStats
+	paths    map[PathKey]*TransferStats // the same by path (shm.TransferTrace.Path)
 	requests map[RequestKey]RequestStats
 	restarts uint64
 	conns    ConnStats
@@ -57,9 +58,10 @@ type Stats struct {
 // counted; /metrics uses it to fill histograms, which running totals cannot.
 // Calls are made outside Stats' lock, from the goroutine of the request.
 type StatsObserver interface {
-	// Transfer is one STATE_GET (put false) or STATE_PUT; err is nil when it
-	// completed, and bytes counts what moved either way.
-	Transfer(put bool, bytes int64, d time.Duration, err error)
+	// Transfer is one STATE_GET (put false) or STATE_PUT that went by path
+	// (shm.TransferTrace.Path); err is nil when it completed, and bytes
+	// counts what moved either way.
+	Transfer(put bool, path string, bytes int64, d time.Duration, err error)
 	// Tokens is one prefill or decode of n tokens that took d.
 	Tokens(phase string, n int, d time.Duration)
 }
@@ -101,15 +103,13 @@ func (s *Stats) Requests() map[RequestKey]RequestStats {
 	return out
 }
 
-func (s *Stats) transfer(put bool, bytes int64, d, backendWait time.Duration, err error) {
+func (s *Stats) transfer(put bool, path string, bytes int64, d, backendWait time.Duration, err error) {
 	s.mu.Lock()
-	t := &s.get
-	if put {
-		t = &s.put
-	}
-	if err != nil {
-		t.Failed++
-	} else {
+	for _, t := range []*TransferStats{s.direction(put), s.pathStats(put, path)} {
+		if err != nil {
+			t.Failed++
+			continue
+		}
 		t.Count++
 		t.Bytes += uint64(bytes)
 		t.Seconds += d.Seconds()
@@ -119,8 +119,46 @@ func (s *Stats) transfer(put bool, bytes int64, d, backendWait time.Duration, er
 	o := s.observer
 	s.mu.Unlock()
 	if o != nil {
-		o.Transfer(put, bytes, d, err)
+		o.Transfer(put, path, bytes, d, err)
 	}
+}
+
+func (s *Stats) direction(put bool) *TransferStats {
+	if put {
+		return &s.put
+	}
+	return &s.get
+}
+
+// pathStats is the counters of one direction and path; s.mu is held.
+func (s *Stats) pathStats(put bool, path string) *TransferStats {
+	k := PathKey{Put: put, Path: path}
+	if s.paths == nil {
+		s.paths = map[PathKey]*TransferStats{}
+	}
+	t := s.paths[k]
+	if t == nil {
+		t = &TransferStats{}
+		s.paths[k] = t
+	}
+	return t
+}
+
+// PathKey names one direction of transfers by one path.
+type PathKey struct {
+	Put  bool
+	Path string
+}
+
+// TransfersByPath returns the counters of each direction and path used.
+func (s *Stats) TransfersByPath() map[PathKey]TransferStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[PathKey]TransferStats, len(s.paths))
+	for k, t := range s.paths {
+		out[k] = *t
+	}
+	return out
 }
 
 // direction names a transfer's direction in logs and metrics.

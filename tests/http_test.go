@@ -537,6 +537,17 @@ func metricsOf(t testing.TB, base string) map[string]float64 {
 	return m
 }
 
+// grepMetrics is the metrics whose names hold sub.
+func grepMetrics(m map[string]float64, sub string) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range m {
+		if strings.Contains(k, sub) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
 func TestHTTPMetrics(t *testing.T) {
 	e, base := startHTTPEngine(t)
 	c := client(t, e.tcp)
@@ -601,6 +612,16 @@ func TestHTTPMetrics(t *testing.T) {
 	}
 	if v := m[`hydra_engine_state_transfer_bytes_sum{direction="put"}`]; v != float64(len(blob)) {
 		t.Errorf("put bytes %v, want %d", v, len(blob))
+	}
+	// By path: the PREFILL's blob and the STATE_GET on the shm ring, the
+	// STATE_PUT from TCP spliced into the plugin's pipes.
+	if m[`hydra_engine_state_transfer_path_transfers_total{direction="get",path="shm-ring"}`] != 2 ||
+		m[`hydra_engine_state_transfer_path_bytes_total{direction="put",path="shm-pipes"}`] != float64(len(blob)) ||
+		m[`hydra_engine_state_transfer_path_seconds_total{direction="put",path="shm-pipes"}`] <= 0 {
+		t.Errorf("transfers by path: %v", grepMetrics(m, "state_transfer_path"))
+	}
+	if n := strings.Count(e.logs.String(), "[INFO]  hydra-engine: state transfer:"); n != 3 {
+		t.Errorf("%d state transfers logged at info, want 3", n)
 	}
 	for _, dir := range []string{"get", "put"} {
 		wait, ok := m[`hydra_engine_state_transfer_backend_wait_seconds_total{direction="`+dir+`"}`]

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -309,5 +310,29 @@ func TestHydractl(t *testing.T) {
 		if err == nil || !strings.Contains(errOut, "NOT_FOUND") {
 			t.Fatalf("meta of a missing slot: %v %q", err, errOut)
 		}
+	}
+}
+
+// TestTransferFloorWarns: a state transfer of 64 MiB or more below
+// --state-transfer-floor is logged as a warning naming the side that set its
+// pace; each transfer is logged at info with its path and GB/s.
+func TestTransferFloorWarns(t *testing.T) {
+	e := startEngine(t, "--state-transfer-floor", "1000000000000000")
+	c := client(t, e.unix)
+	ids := make([]byte, 0, 4*4100)
+	for i := range 4100 {
+		ids = binary.LittleEndian.AppendUint32(ids, uint32('a'+i%26))
+	}
+	mustOK(t, c, transport.OpPrefill, "0", ids)
+	_, blob := getState(t, c, "0")
+	if len(blob) < 64<<20 {
+		t.Fatalf("a state of %d bytes is below the floor's 64 MiB", len(blob))
+	}
+	logs := e.logs.String()
+	if !strings.Contains(logs, "state transfer below the floor") || !strings.Contains(logs, "set the pace") {
+		t.Errorf("no warning of a transfer below the floor:\n%s", logs)
+	}
+	if !strings.Contains(logs, "path=shm-ring") || !strings.Contains(logs, "gbps=") {
+		t.Errorf("the transfer's info line lacks its path or rate")
 	}
 }

@@ -55,6 +55,7 @@ type Config struct {
 	MaxConns        int               `mapstructure:"max_conns"`
 	PayloadBudget   uint64            `mapstructure:"payload_budget"`
 	MinTransferRate uint64            `mapstructure:"min_transfer_rate"`
+	TransferFloor   uint64            `mapstructure:"state_transfer_floor"`
 	Sampler         map[string]string `mapstructure:"sampler"`
 	SlotSimilarity  float64           `mapstructure:"slot_prompt_similarity"`
 	ReasoningFormat string            `mapstructure:"reasoning_format"`
@@ -180,6 +181,7 @@ var settings = []struct{ key, flag string }{
 	{"max_conns", "max-conns"},
 	{"payload_budget", "payload-budget"},
 	{"min_transfer_rate", "min-transfer-rate"},
+	{"state_transfer_floor", "state-transfer-floor"},
 	{"sampler", "sampler"},
 	{"slot_prompt_similarity", "slot-prompt-similarity"},
 	{"reasoning_format", "reasoning-format"},
@@ -241,6 +243,7 @@ func newFlagSet(d Config, configFile *string, printConfig, showVersion *bool) *f
 	fs.IntVar(&v.MaxConns, "max-conns", d.MaxConns, "connections open at once per listener (RPC and HTTP); more are answered busy and closed")
 	fs.Uint64Var(&v.PayloadBudget, "payload-budget", d.PayloadBudget, "bytes of request payloads buffered in memory at once, over all connections and HTTP bodies")
 	fs.Uint64Var(&v.MinTransferRate, "min-transfer-rate", d.MinTransferRate, "bytes per second a request or reply must move at least, over windows of 10 s (--chunk-timeout if shorter) spent waiting on the socket; 0: no minimum")
+	fs.Uint64Var(&v.TransferFloor, "state-transfer-floor", d.TransferFloor, "bytes per second below which a state transfer of 64 MiB or more is logged as a warning, with whether the backend or the socket set its pace; 0: none")
 	fs.Var(&sampler, "sampler", "engine-wide sampler default key=value, a CONFIGURE sampler key: temperature, top_k, top_p, min_p, repeat_penalty, … (repeatable)")
 	fs.StringVar(&v.ReasoningFormat, "reasoning-format", d.ReasoningFormat, "deepseek: a chat reply's <think> block streams as reasoning_content, apart from content (llama-server's); none: all is content")
 	fs.Float64Var(&v.SlotSimilarity, "slot-prompt-similarity", d.SlotSimilarity, "how much of a slot's prompt an HTTP request's prompt must share to be given that slot, 0 to 1 (llama-server's; 0: off)")

@@ -22,6 +22,9 @@ const (
 	metricTransferBytes   = "hydra_engine_state_transfer_bytes"
 	metricTransferFailed  = "hydra_engine_state_transfer_failures_total"
 	metricTransferWait    = "hydra_engine_state_transfer_backend_wait_seconds_total"
+	metricPathTransfers   = "hydra_engine_state_transfer_path_transfers_total"
+	metricPathBytes       = "hydra_engine_state_transfer_path_bytes_total"
+	metricPathSeconds     = "hydra_engine_state_transfer_path_seconds_total"
 	metricChunkSize       = "hydra_engine_state_chunk_size_bytes"
 	metricRestarts        = "hydra_engine_plugin_restarts_total"
 	metricSlots           = "hydra_engine_slots"
@@ -62,6 +65,7 @@ type metrics struct {
 	queueSeconds, ttft, interToken *prometheus.HistogramVec
 
 	requests, requestSeconds, transferFailed, transferWait, chunkSize, restarts *prometheus.Desc
+	pathTransfers, pathBytes, pathSeconds                                       *prometheus.Desc
 	slots, slotsBusy, tokens, tokenSeconds, info                                *prometheus.Desc
 	connsOpen, connsRefused, acceptErrors, budgetInUse, budgetSize              *prometheus.Desc
 	evictions, reused, queue                                                    *prometheus.Desc
@@ -144,6 +148,13 @@ func newMetrics(s *host.Server) *metrics {
 			"Time spent serving Hydra RPC requests, by op and reply status.", []string{"op", "status"}, nil),
 		transferFailed: prometheus.NewDesc(metricTransferFailed,
 			"State transfers that failed.", []string{"direction"}, nil),
+		pathTransfers: prometheus.NewDesc(metricPathTransfers,
+			"Completed state transfers by direction and the path their bytes took between the host and the backend "+
+				"(shm-ring, shm-ring-relay, shm-pipes, grpc).", []string{"direction", "path"}, nil),
+		pathBytes: prometheus.NewDesc(metricPathBytes,
+			"Payload bytes of those transfers; rate(bytes) / rate(seconds) is their GB/s by path.", []string{"direction", "path"}, nil),
+		pathSeconds: prometheus.NewDesc(metricPathSeconds,
+			"Time those transfers took.", []string{"direction", "path"}, nil),
 		transferWait: prometheus.NewDesc(metricTransferWait,
 			"Time completed state transfers spent waiting on the backend plugin (shm data plane); the rest of "+
 				metricTransferSeconds+"_sum is socket work or waiting on the client.", []string{"direction"}, nil),
@@ -206,7 +217,7 @@ func direction(put bool) string {
 }
 
 // Transfer observes a completed transfer; failures are counted by Stats.
-func (m *metrics) Transfer(put bool, bytes int64, d time.Duration, err error) {
+func (m *metrics) Transfer(put bool, _ string, bytes int64, d time.Duration, err error) {
 	if err != nil {
 		return
 	}
@@ -222,6 +233,7 @@ func (m *metrics) Tokens(phase string, n int, d time.Duration) {
 
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.requests, m.requestSeconds, m.transferFailed, m.transferWait, m.chunkSize,
+		m.pathTransfers, m.pathBytes, m.pathSeconds,
 		m.restarts, m.slots, m.slotsBusy, m.tokens, m.tokenSeconds, m.info,
 		m.connsOpen, m.connsRefused, m.acceptErrors, m.budgetInUse, m.budgetSize, m.evictions, m.reused, m.queue,
 		m.kvEvictions, m.kvEvictedCells} {
@@ -338,6 +350,12 @@ func (m *metrics) collectTransfers(ch chan<- prometheus.Metric) {
 	for dir, t := range map[string]host.TransferStats{"get": get, "put": put} {
 		ch <- prometheus.MustNewConstMetric(m.transferFailed, prometheus.CounterValue, float64(t.Failed), dir)
 		ch <- prometheus.MustNewConstMetric(m.transferWait, prometheus.CounterValue, t.BackendWait, dir)
+	}
+	for k, t := range m.s.Stats().TransfersByPath() {
+		dir := direction(k.Put)
+		ch <- prometheus.MustNewConstMetric(m.pathTransfers, prometheus.CounterValue, float64(t.Count), dir, k.Path)
+		ch <- prometheus.MustNewConstMetric(m.pathBytes, prometheus.CounterValue, float64(t.Bytes), dir, k.Path)
+		ch <- prometheus.MustNewConstMetric(m.pathSeconds, prometheus.CounterValue, t.Seconds, dir, k.Path)
 	}
 }
 
