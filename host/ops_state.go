@@ -61,7 +61,7 @@ func (s *Server) streamBlob(ctx context.Context, rp *replier, b iface.Backend, s
 		release()
 		return rp.fail(transport.StatusError, "the reply could not be encoded: "+err.Error())
 	}
-	hdr := transport.AppendBlobHeader(make([]byte, 0, transport.BlobHeaderSize(len(si.Tokens))), si.NPast, si.Tokens)
+	hdr := transport.AppendBlobHeader(make([]byte, 0, transport.BlobHeaderSize(len(si.Tokens), transport.BlobExtras{})), si.NPast, si.Tokens, transport.BlobExtras{})
 	total := int64(len(hdr)) + si.StateSize + int64(len(trailer))
 	start := time.Now()
 	cw := &countingWriter{w: rp.w}

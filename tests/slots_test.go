@@ -222,7 +222,7 @@ func TestStatePutHeaderOverContext(t *testing.T) {
 	rssBefore := procStatus(t, e.cmd.Process.Pid, "VmHWM")
 
 	const nTok = 1 << 24
-	head := transport.AppendBlobHeader(nil, 0, nil)[:9]
+	head := transport.AppendBlobHeader(nil, 0, nil, transport.BlobExtras{})[:9]
 	head[5], head[6], head[7], head[8] = 0, 0, 0, 1 // n_tok = 2^24, little-endian
 	pc := rawConn(t, e.unix)
 	pc.Write(append(transport.AppendRequestHeader(nil, transport.RequestHeader{Op: transport.OpStatePut, KeyLen: 1,

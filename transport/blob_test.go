@@ -4,16 +4,18 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"io"
 	"slices"
+	"strings"
 	"testing"
 )
 
 func TestBlobHeaderRoundTrip(t *testing.T) {
 	toks := []int32{1, 2, 3, -5, 1 << 30}
-	b := AppendBlobHeader(nil, 7, toks)
-	if int64(len(b)) != BlobHeaderSize(len(toks)) {
-		t.Fatalf("size %d, want %d", len(b), BlobHeaderSize(len(toks)))
+	b := AppendBlobHeader(nil, 7, toks, BlobExtras{})
+	if int64(len(b)) != BlobHeaderSize(len(toks), BlobExtras{}) {
+		t.Fatalf("size %d, want %d", len(b), BlobHeaderSize(len(toks), BlobExtras{}))
 	}
 	payload := append(bytes.Clone(b), "STATE"...)
 	r := bytes.NewReader(payload)
@@ -38,7 +40,7 @@ func TestBlobHeaderRoundTrip(t *testing.T) {
 func TestBlobEmptySlotVector(t *testing.T) {
 	// §10: the v2 header of an empty slot.
 	want := []byte{0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0}
-	if got := AppendBlobHeader(nil, 0, nil); !bytes.Equal(got, want) {
+	if got := AppendBlobHeader(nil, 0, nil, BlobExtras{}); !bytes.Equal(got, want) {
 		t.Fatalf("% x, want % x", got, want)
 	}
 }
@@ -54,7 +56,7 @@ func TestBlobV1AndCheckpoint(t *testing.T) {
 		t.Fatalf("v1: %+v %v", h, err)
 	}
 	// v2 with a checkpoint: skipped whole.
-	b := AppendBlobHeader(nil, 1, []int32{9})
+	b := AppendBlobHeader(nil, 1, []int32{9}, BlobExtras{})
 	b[len(b)-1] = blobFlagCheckpoint
 	b = binary.LittleEndian.AppendUint32(b, 0)
 	b = binary.LittleEndian.AppendUint32(b, 0)
@@ -72,9 +74,9 @@ func TestBlobV1AndCheckpoint(t *testing.T) {
 }
 
 func TestBlobMalformed(t *testing.T) {
-	huge := AppendBlobHeader(nil, 0, nil)
+	huge := AppendBlobHeader(nil, 0, nil, BlobExtras{})
 	binary.LittleEndian.PutUint32(huge[5:], 1<<30) // n_tok far beyond the payload
-	ck := AppendBlobHeader(nil, 0, nil)
+	ck := AppendBlobHeader(nil, 0, nil, BlobExtras{})
 	ck[len(ck)-1] = blobFlagCheckpoint
 	ck = append(ck, make([]byte, 16)...)
 	ck = binary.LittleEndian.AppendUint64(ck, 1<<40)
@@ -92,7 +94,7 @@ func TestBlobMalformed(t *testing.T) {
 // claims to be, and a count within it still parses.
 func TestBlobTokensOverContext(t *testing.T) {
 	toks := make([]int32, 9)
-	b := AppendBlobHeader(nil, 9, toks)
+	b := AppendBlobHeader(nil, 9, toks, BlobExtras{})
 	for _, tc := range []struct {
 		limit int
 		ok    bool
@@ -108,7 +110,7 @@ func TestBlobTokensOverContext(t *testing.T) {
 	}
 	// A head claiming 2^24 tokens over a payload that says it holds them
 	// all fails on the limit without reading (or allocating) any of them.
-	huge := AppendBlobHeader(nil, 0, nil)
+	huge := AppendBlobHeader(nil, 0, nil, BlobExtras{})
 	binary.LittleEndian.PutUint32(huge[5:], maxBlobTokens)
 	if _, err := ReadBlobHeader(bytes.NewReader(huge), 1<<32, 32768); !errors.Is(err, ErrMalformedBlob) {
 		t.Fatalf("16 M tokens against n_ctx 32768: %v", err)
@@ -119,10 +121,11 @@ func TestBlobTokensOverContext(t *testing.T) {
 const fuzzTokenLimit = 3
 
 func FuzzReadBlobHeader(f *testing.F) {
-	f.Add(AppendBlobHeader(nil, 3, []int32{1, 2, 3}))
-	f.Add(AppendBlobHeader(nil, 4, []int32{1, 2, 3, 4}))
+	f.Add(AppendBlobHeader(nil, 3, []int32{1, 2, 3}, BlobExtras{}))
+	f.Add(AppendBlobHeader(nil, 4, []int32{1, 2, 3, 4}, BlobExtras{}))
 	f.Add([]byte{2, 0, 0, 0, 0, 0, 0, 0, 0, 1})
 	f.Add([]byte{1, 0, 0, 0, 1, 0, 0, 0, 7, 0, 0, 0})
+	f.Add(AppendBlobHeader(nil, 2, []int32{5, 6}, BlobExtras{Layout: []byte(`{"arch":"llama"}`), Trailer: true}))
 	f.Fuzz(func(t *testing.T, p []byte) {
 		r := bytes.NewReader(p)
 		h, err := ReadBlobHeader(r, int64(len(p)), 0)
@@ -142,11 +145,59 @@ func FuzzReadBlobHeader(f *testing.F) {
 			t.Fatalf("size %d inconsistent with consumed %d", h.Size, len(p)-r.Len())
 		}
 		if h.Version == 2 && !h.HasCheckpoint {
-			// Equal but for unknown flag bits, which are ignored.
-			re := AppendBlobHeader(nil, int(h.NPast), h.Tokens)
-			if !bytes.Equal(re[:len(re)-1], p[:h.Size-1]) || p[h.Size-1]&blobFlagCheckpoint != 0 {
+			re := AppendBlobHeader(nil, int(h.NPast), h.Tokens, BlobExtras{Layout: h.Layout, Trailer: h.HasTrailer})
+			if !bytes.Equal(re, p[:h.Size]) {
 				t.Fatalf("re-encoding differs")
 			}
 		}
+		if h.CRC != crc32.Checksum(p[:h.Size], Castagnoli) {
+			t.Fatalf("the wrapper's CRC %08x is not its bytes'", h.CRC)
+		}
 	})
+}
+
+// TestBlobExtras: a wrapper with a layout and a trailer reads back as
+// written, its CRC the wrapper's; the trailer checks its payload; unknown
+// flags, an oversized layout and a payload too short for its trailer are
+// refused.
+func TestBlobExtras(t *testing.T) {
+	layout := []byte(`{"arch":"qwen35moe","memory":"hybrid"}`)
+	x := BlobExtras{Layout: layout, Trailer: true}
+	w := AppendBlobHeader(nil, 3, []int32{7, 8, 9}, x)
+	if int64(len(w)) != BlobHeaderSize(3, x) {
+		t.Fatalf("size %d, want %d", len(w), BlobHeaderSize(3, x))
+	}
+	state := bytes.Repeat([]byte{0xab}, 100)
+	payload := append(slices.Clone(w), state...)
+	crc := crc32.Checksum(payload, Castagnoli)
+	payload = AppendTrailer(payload, crc, uint64(len(payload)))
+	r := bytes.NewReader(payload)
+	h, err := ReadBlobHeader(r, int64(len(payload)), 0)
+	if err != nil || !bytes.Equal(h.Layout, layout) || !h.HasTrailer || h.Size != int64(len(w)) || h.CRC != crc32.Checksum(w, Castagnoli) {
+		t.Fatalf("read back %+v, %v", h, err)
+	}
+	rest, _ := io.ReadAll(r)
+	body, trailer := rest[:len(rest)-TrailerSize], rest[len(rest)-TrailerSize:]
+	if err := CheckTrailer(trailer, crc32.Update(h.CRC, Castagnoli, body), uint64(h.Size)+uint64(len(body))); err != nil {
+		t.Fatalf("the trailer of the bytes as written: %v", err)
+	}
+	body[42] ^= 1
+	if err := CheckTrailer(trailer, crc32.Update(h.CRC, Castagnoli, body), uint64(h.Size)+uint64(len(body))); !errors.Is(err, ErrIntegrity) {
+		t.Fatalf("a flipped bit: %v", err)
+	}
+	if err := CheckTrailer(trailer[:8], 0, 0); !errors.Is(err, ErrIntegrity) {
+		t.Fatalf("a cut trailer: %v", err)
+	}
+	bad := slices.Clone(w)
+	bad[len(w)-len(layout)-5] |= 0x80 // the flags byte
+	if _, err := ReadBlobHeader(bytes.NewReader(bad), int64(len(bad)+TrailerSize), 0); !errors.Is(err, ErrMalformedBlob) || !strings.Contains(err.Error(), "unknown flags") {
+		t.Fatalf("unknown flags: %v", err)
+	}
+	big := AppendBlobHeader(nil, 0, nil, BlobExtras{Layout: make([]byte, MaxBlobLayout+1)})
+	if _, err := ReadBlobHeader(bytes.NewReader(big), int64(len(big)), 0); !errors.Is(err, ErrMalformedBlob) {
+		t.Fatalf("a layout over the limit: %v", err)
+	}
+	if _, err := ReadBlobHeader(bytes.NewReader(w), int64(len(w))+TrailerSize-1, 0); !errors.Is(err, ErrMalformedBlob) {
+		t.Fatalf("no room for the trailer: %v", err)
+	}
 }
