@@ -982,26 +982,6 @@ func TestExpertModeAndSwapQuant(t *testing.T) {
 	}
 }
 
-// TestUnsupportedMemoryRefused: a model whose memory is not one plain
-// attention cache (a sliding-window gemma3, a hybrid qwen35moe) is refused
-// at load, naming why.
-func TestUnsupportedMemoryRefused(t *testing.T) {
-	for _, tc := range []struct {
-		c    gguf.Config
-		want string
-	}{
-		{gguf.TinyGemma3(), "is a sliding-window-attention model"},
-		{gguf.TinyQwen35MoE(), "is a hybrid (attention + recurrent) model"},
-	} {
-		path := modelFile(t, "tiny-"+tc.c.Arch, tc.c)
-		_, err := New(testLogger()).Load(context.Background(), iface.LoadRequest{Model: path, NSlots: 1,
-			Options: map[string]string{OptNThreads: "1", OptNCtx: "2048"}})
-		if !errors.Is(err, iface.ErrBadRequest) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: %v, want ErrBadRequest with %q", tc.c.Arch, err, tc.want)
-		}
-	}
-}
-
 func TestLoadErrors(t *testing.T) {
 	junk := filepath.Join(t.TempDir(), "junk.gguf")
 	if err := os.WriteFile(junk, []byte("not a model at all"), 0o644); err != nil {
