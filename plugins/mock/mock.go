@@ -68,7 +68,7 @@ var knownOptions = []string{OptAlias, OptKVBytesPerToken, OptKVUnified, OptNCtx,
 var LlamaServerOptions = []string{
 	"cache_reuse", "cache_type_k", "cache_type_v", "chat_template_file", "chat_template_kwargs", "combined_pattern",
 	"context_shift", "flash_attn", "jinja", "n_batch", "n_cpu_moe", "n_gpu_layers", "n_threads", "n_threads_batch",
-	"n_ubatch", "override_tensor", "reasoning", "rope_scale", "rope_scaling", "use_mmap", "yarn_orig_ctx",
+	"n_ubatch", "override_tensor", "reasoning", "rope_scale", "rope_scaling", "swa_full", "use_mmap", "yarn_orig_ctx",
 }
 
 // Backend is the mock backend. The zero value is not usable; call New.
