@@ -200,16 +200,14 @@ func TestStateLayout(t *testing.T) {
 		t.Fatal("STATE_GET wrote the layout without being asked")
 	}
 
-	// Another layout: refused by the host, not the mock (whose words differ).
+	// Another layout: refused by the host, exactly these words (the mock's
+	// would name its own header or the size).
 	mustOK(t, c3, transport.OpPrefill, "1", chat("victim"))
 	mustOK(t, c3, transport.OpPrefill, "2", chat("bystander"))
 	bm, _ := mustOK(t, c3, transport.OpStateMeta, "2", nil)
 	st, em, _ := call(t, c3, transport.OpStatePut, "1", blob)
 	if want := "state layout differs: kv_bytes_per_token 8192 here, 4096 in the blob"; st != transport.StatusError || em["error"] != want {
 		t.Fatalf("another layout: status %v, meta %v; want 0x02 %q", st, em, want)
-	}
-	if !strings.Contains(other.logs.String(), "STATE_PUT failed") || strings.Contains(other.logs.String(), "this backend uses") {
-		t.Fatal("the refusal should be the host's, before the backend read the state")
 	}
 	if meta, _ := mustOK(t, c3, transport.OpStateMeta, "1", nil); num(t, meta, "n_past") != 0 {
 		t.Fatalf("slot 1 not empty after the refusal: %v", meta)
