@@ -2,6 +2,7 @@ package tests
 
 import (
 	"fmt"
+	"os"
 	"testing"
 
 	"github.com/hydra-engine/hydra-engine/transport"
@@ -17,6 +18,9 @@ import (
 //	go test ./tests/ -run '^$' -bench StateTrailer -benchtime 5x
 func BenchmarkStateTrailer(b *testing.B) {
 	kv := "32768"
+	if v := os.Getenv("HYDRA_BENCH_KV"); v != "" {
+		kv = v
+	}
 	e := startEngine(b, "--backend-opt", "kv_bytes_per_token="+kv, "--data-plane", "shm")
 	c := client(b, e.unix)
 	mustOK(b, c, transport.OpPrefill, "0", chat(string(make([]byte, 9000))))
