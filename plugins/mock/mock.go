@@ -137,6 +137,7 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 			NCtxSlot:      opts.nCtx,
 			KVUnified:     opts.kvUnified,
 			MaxTokenBytes: 1, // a token is a byte (Tokenize)
+			StateLayout:   StateLayout(opts.kvBytes),
 		},
 		kvBytes:   opts.kvBytes,
 		pat:       newPattern(opts.kvBytes),
@@ -275,6 +276,13 @@ func parseInt(key, v string, lo, hi int) (int, error) {
 		return 0, fmt.Errorf("%w: option %s=%d: out of range [%d, %d]", iface.ErrBadRequest, key, n, lo, hi)
 	}
 	return int(n), nil
+}
+
+// StateLayout is the layout of the mock's states at kvBytes per token: what
+// a state must match to restore (the format and the KV row size; n_ctx and
+// the model file do not shape it).
+func StateLayout(kvBytes int) string {
+	return fmt.Sprintf(`{"memory":"mock","state_format":%d,%q:%d}`, stateVersion, OptKVBytesPerToken, kvBytes)
 }
 
 // modelIdentity names the resident model. With a model file the identity is
