@@ -176,7 +176,7 @@ cuda-src: llama-tree
 	@stage=$$(mktemp -d) && trap 'chmod -R u+w $$stage; rm -rf $$stage' EXIT && \
 	  echo "llama.cpp $(LLAMA_COMMIT)" > $$stage/hydra-ggml.version && \
 	  tar -czf $(LLAMA_CUDA_SRC) --mode=u+w -C $(LLAMA_TREE) LICENSE ggml/CMakeLists.txt ggml/cmake ggml/include \
-	    ggml/src/CMakeLists.txt ggml/src/ggml-cuda $$(cd $(LLAMA_TREE) && ls ggml/src/*.c ggml/src/*.cpp ggml/src/*.h ggml/src/*.in) \
+	    ggml/src/CMakeLists.txt ggml/src/ggml-cuda $$(cd $(LLAMA_TREE) && ls ggml/src/*.c ggml/src/*.cpp ggml/src/*.h ggml/src/*.in ggml/src/ggml-cpu/*.h) \
 	    -C $$stage hydra-ggml.version && \
 	  echo "$(LLAMA_CUDA_SRC): ggml sources of llama.cpp $(LLAMA_COMMIT) (unpack, then make cuda LLAMA_SRC=DIR)"
 
