@@ -89,6 +89,7 @@ type engine struct {
 	slotCtx      int
 	kvUnified    bool
 	contextShift bool
+	vTrans       bool // the KV cache stores V transposed (a state's layout names it)
 	// nSWA is the attention window a sliding-window cache keeps (0: every
 	// position is kept): a prompt reuses a prefix only where its window is.
 	nSWA       int
@@ -303,6 +304,8 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 		NCtx:      e.nCtx,
 		NCtxSlot:  e.slotCtx,
 		KVUnified: e.kvUnified,
+		StateLayout: e.layout.describe(layoutModel{Arch: mdl.metaString("general.architecture"), Layers: mdl.nLayer(), Embd: mdl.nEmbd(),
+			TypeK: opts.cacheTypeK, TypeV: opts.cacheTypeV, VTrans: e.vTrans, Vocab: mdl.nVocab}),
 		// A Decode's prompt is prefilled by its own job (promptDecode).
 		PromptDecode: true,
 	}
@@ -558,6 +561,7 @@ func (e *engine) measureLayout() (stateLayout, error) {
 	c := e.ctx
 	defer c.seqRm(e.scratch)
 	var parts [3][]measuredPart
+	var oneToken []byte
 	for i := range parts {
 		if i > 0 {
 			if err := c.decode(e.scratch, []int32{0}, i-1, false); err != nil {
@@ -568,10 +572,18 @@ func (e *engine) measureLayout() (stateLayout, error) {
 		if parts[i], err = c.stateParts(e.scratch); err != nil {
 			return stateLayout{}, err
 		}
+		if i == 1 {
+			if oneToken, err = c.stateData(e.scratch); err != nil {
+				return stateLayout{}, err
+			}
+		}
 	}
 	l, err := measureParts(c.memoryName(), parts[0], parts[1], parts[2])
 	if err != nil {
 		return l, fmt.Errorf("llama.cpp's %s state: %w", c.memoryName(), err)
+	}
+	if e.vTrans, err = vTransOf(l, oneToken); err != nil {
+		return l, err
 	}
 	e.setStreaming(l.MaxRow)
 	return l, nil

@@ -199,6 +199,19 @@ func (m *model) desc() string {
 
 func (m *model) nLayer() int { return int(C.llama_model_n_layer(m.m)) }
 
+func (m *model) nEmbd() int { return int(C.llama_model_n_embd(m.m)) }
+
+// metaString is a GGUF metadata value as text ("" if the model has none).
+func (m *model) metaString(key string) string {
+	k := C.CString(key)
+	defer C.free(unsafe.Pointer(k))
+	var buf [256]C.char
+	if n := C.llama_model_meta_val_str(m.m, k, &buf[0], C.size_t(len(buf))); n < 0 {
+		return ""
+	}
+	return C.GoString(&buf[0])
+}
+
 // headDim is the attention head size (n_embd / n_head).
 func (m *model) headDim() int {
 	h := int(C.llama_model_n_head(m.m))

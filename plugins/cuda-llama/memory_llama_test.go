@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
@@ -86,6 +87,11 @@ func TestMemoryKinds(t *testing.T) {
 			if e.layout.Memory != m.memory {
 				t.Fatalf("memory %q, want %q (layout %+v)", e.layout.Memory, m.memory, e.layout)
 			}
+			var desc map[string]any
+			if err := json.Unmarshal([]byte(e.info.StateLayout), &desc); err != nil || desc["memory"] != m.memory || desc["arch"] != m.c.Arch {
+				t.Fatalf("StateLayout %s (%v): want memory %s, arch %s", e.info.StateLayout, err, m.memory, m.c.Arch)
+			}
+			t.Logf("StateLayout %s", e.info.StateLayout)
 			if si := slotInfo(t, src, 0); si.StateSize != e.layout.size(0) || int64(len(stateOf(t, src, 0, 1<<20))) != si.StateSize {
 				t.Fatalf("empty slot: StateSize %d, layout's %d", si.StateSize, e.layout.size(0))
 			}
@@ -286,5 +292,30 @@ func TestMemoryStateRefused(t *testing.T) {
 				t.Errorf("restored without logits: %v, want %v", got, want)
 			}
 		})
+	}
+}
+
+// TestStateLayoutNamesTheCache: engines whose states cannot restore into
+// each other (another K/V type, V transposed) name different layouts; two
+// quantisations of one model's weights, the same.
+func TestStateLayoutNamesTheCache(t *testing.T) {
+	c := gguf.TinyQwen35MoE()
+	f16 := modelFile(t, "mem-qwen35moe", c)
+	c.F16 = true
+	other := modelFile(t, "mem-qwen35moe-f16", c)
+	layout := func(path string, opts map[string]string) string {
+		return load(t, path, 1, opts).eng.Load().info.StateLayout
+	}
+	base := layout(f16, nil)
+	if got := layout(other, nil); got != base {
+		t.Errorf("another quantisation of the weights: %s, want %s", got, base)
+	}
+	for name, opts := range map[string]map[string]string{
+		"q8_0 cache":     {OptCacheTypeK: "q8_0", OptCacheTypeV: "q8_0"},
+		"flash attn off": {OptFlashAttn: "off"},
+	} {
+		if got := layout(f16, opts); got == base {
+			t.Errorf("%s: the same layout %s", name, got)
+		}
 	}
 }

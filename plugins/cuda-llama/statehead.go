@@ -2,10 +2,12 @@ package cudallama
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 
 	"github.com/hydra-engine/hydra-engine/iface"
 )
@@ -140,6 +142,64 @@ func (l stateLayout) recurrent() bool {
 		}
 	}
 	return false
+}
+
+// layoutModel is what a state's layout names of the model and cache beyond
+// its parts: a restore needs the same architecture and dimensions, K/V
+// types and V layout, whatever the weights' quantisation.
+type layoutModel struct {
+	Arch         string
+	Layers, Embd int
+	TypeK, TypeV string
+	VTrans       bool // V stored transposed (flash attention off)
+	Vocab        int
+}
+
+// describe is the layout as the engine's BackendInfo.StateLayout names it:
+// a flat JSON object, so that a restore from another layout is refused
+// naming each key that differs. Sizes that depend on n_ctx or the slot
+// count (a cache's cells) are not in it: a state moves between engines of
+// any.
+func (l stateLayout) describe(m layoutModel) string {
+	kinds := make([]string, len(l.Parts))
+	d := map[string]any{"arch": m.Arch, "memory": l.Memory, "n_layer": m.Layers, "n_embd": m.Embd,
+		"cache_type_k": m.TypeK, "cache_type_v": m.TypeV, "v_trans": m.VTrans}
+	for i, p := range l.Parts {
+		switch {
+		case p.Kind == partRecurrent:
+			kinds[i] = "recurrent"
+			d["recurrent_bytes"] = p.Base
+			d["state_logits"] = m.Vocab
+		case p.SWA:
+			kinds[i] = "kv_window"
+			d["window_bytes_per_token"] = p.PerCell
+		default:
+			kinds[i] = "kv"
+			d["kv_bytes_per_token"] = p.PerCell
+			d["kv_cell_meta"] = p.CellMeta
+		}
+	}
+	d["parts"] = strings.Join(kinds, "+")
+	b, _ := json.Marshal(d) // plain values: cannot fail
+	return string(b)
+}
+
+// vTransOf reads whether the first KV part of a one-token state stores V
+// transposed (its v_trans field, after the cell).
+func vTransOf(l stateLayout, oneToken []byte) (bool, error) {
+	if l.Parts[0].Kind != partKV {
+		return false, nil
+	}
+	at := 8 + l.Parts[0].CellMeta
+	if int64(len(oneToken)) < at+4 || binary.LittleEndian.Uint32(oneToken[4:]) != 1 {
+		return false, fmt.Errorf("a one-token state of %d bytes is not one cell", len(oneToken))
+	}
+	switch v := binary.LittleEndian.Uint32(oneToken[at:]); v {
+	case 0, 1:
+		return v == 1, nil
+	default:
+		return false, fmt.Errorf("a one-token state's v_trans is %d", v)
+	}
 }
 
 // partRule is statemem.h's hydra_part_rule in Go: what a restore's part may
