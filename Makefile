@@ -121,8 +121,9 @@ otel-test:
 # Decode throughput at 1–32 concurrent streams, side by side in one run:
 # ours (engine + llama plugin over HTTP), Ollama (bin/ollama, built by
 # bench/scripts/build-ollama.sh from the module version bench/go.mod pins)
-# and llama.cpp's own batched decode (bin/llama-batched, which compiles that
-# Ollama module's llama.cpp), one after another on one gguf-gen model; writes
+# llama-server built from the plugin's llama.cpp tree (make llama-server) and
+# llama.cpp's own batched decode (bin/llama-batched, linked against the same
+# tree), one after another on one gguf-gen model; writes
 # docs/benchmarks/decode-cpu.{md,svg} (bench/cmd/decode-bench; DECODE_ARGS:
 # more of its flags).
 # BENCH_CFLAGS are the C flags of all three llama.cpp builds, so that the
@@ -156,7 +157,7 @@ bench-decode: build llama-libs
 	$(call llama-cpu,bench)
 	$(MAKE) --no-print-directory build-llama BIN=$(DECODE_BIN) LLAMA_BUILD_LEVELS= LLAMA_ENV='$(call llama-cpu-env,bench)'
 	echo '$(BENCH_CFLAGS)' > $(DECODE_BIN)/hydra-plugin-cuda-llama.cflags
-	cd bench && $(BENCH_OLLAMA_ENV) $(GO) build $(LLAMA_GOFLAGS) -ldflags '$(LDFLAGS)' -o $(CURDIR)/$(BIN)/ ./cmd/llama-batched
+	cd bench && $(call llama-cpu-env,bench) $(GO) build $(LLAMA_GOFLAGS) -ldflags '$(LDFLAGS)' -o $(CURDIR)/$(BIN)/ ./cmd/llama-batched
 	echo '$(BENCH_CFLAGS)' > $(BIN)/llama-batched.cflags
 	cd bench && $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(CURDIR)/$(BIN)/ ./cmd/decode-bench
 	@if [ -x $(BIN)/ollama ] && [ "$$(cat $(BIN)/ollama.cflags 2>/dev/null)" = '$(BENCH_CFLAGS)' ]; then \
@@ -170,25 +171,31 @@ bench-decode: build llama-libs
 # gpu/decode-gpu.tar.xz (at most 60 MiB): what bench/scripts/gpu-decode.sh
 # needs on the H200 box, which has no Go and no network: the engine, the llama
 # plugin (its own baseline build: it runs on any host CPU, and with the model
-# on the GPU the CPU only samples), llama-batched and Ollama built with
-# GPU_BENCH_CFLAGS (default -O2, alike), gguf-gen, decode-bench, and the ggml
-# sources for make cuda. That Ollama is kept in $(BIN)/gpu. llama-batched and
-# Ollama run the Ollama module's ggml, which the CUDA library built from our
-# tree is not (the library's version stamp says so).
+# on the GPU the CPU only samples), llama-batched (the plugin's tree, so the
+# CUDA library built from it serves both), llama-server (make llama-server,
+# the same tree), Ollama built with GPU_BENCH_CFLAGS (default -O2; it runs
+# its own module's ggml and CUDA build), gguf-gen, decode-bench, and the ggml
+# sources for make cuda. That Ollama is kept in $(BIN)/gpu.
 GPU_BENCH_CFLAGS ?= -O2
 GPU_OLLAMA_ENV    = $(OLLAMA_LLAMA_ENV) CGO_CFLAGS="$(GPU_BENCH_CFLAGS)" CGO_CXXFLAGS="$(GPU_BENCH_CFLAGS)"
 GPU_DECODE_STAGE := gpu/decode-stage
 .PHONY: gpu-pack-decode
-gpu-pack-decode: cuda-src llama-libs
+# GPU_DECODE_OLLAMA=0 leaves Ollama out (a pack small enough to carry beside
+# other files, for runs without it).
+GPU_DECODE_OLLAMA ?= 1
+gpu-pack-decode: cuda-src llama-libs llama-server
 	@rm -rf $(GPU_DECODE_STAGE) && mkdir -p $(GPU_DECODE_STAGE)
+	cp -a $(LLAMA_SERVER_DIR) $(GPU_DECODE_STAGE)/llama-server
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(GPU_DECODE_STAGE)/ ./cmd/hydra-engine ./cmd/gguf-gen
 	cd bench && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(CURDIR)/$(GPU_DECODE_STAGE)/ ./cmd/decode-bench
 	$(LLAMA_ENV) $(GO) build $(LLAMA_GOFLAGS) -ldflags '$(LDFLAGS)' -o $(GPU_DECODE_STAGE)/ ./cmd/hydra-plugin-cuda-llama
-	cd bench && $(GPU_OLLAMA_ENV) $(GO) build $(LLAMA_GOFLAGS) -ldflags '$(LDFLAGS)' -o $(CURDIR)/$(GPU_DECODE_STAGE)/ ./cmd/llama-batched
-	@if [ -x $(BIN)/gpu/ollama ] && [ "$$(cat $(BIN)/gpu/ollama.cflags 2>/dev/null)" = '$(GPU_BENCH_CFLAGS)' ]; then \
+	cd bench && $(LLAMA_ENV) $(GO) build $(LLAMA_GOFLAGS) -ldflags '$(LDFLAGS)' -o $(CURDIR)/$(GPU_DECODE_STAGE)/ ./cmd/llama-batched
+	@if [ '$(GPU_DECODE_OLLAMA)' = 0 ]; then echo "Ollama left out (GPU_DECODE_OLLAMA=0)"; \
+	elif [ -x $(BIN)/gpu/ollama ] && [ "$$(cat $(BIN)/gpu/ollama.cflags 2>/dev/null)" = '$(GPU_BENCH_CFLAGS)' ]; then \
 		echo "$(BIN)/gpu/ollama: built with $(GPU_BENCH_CFLAGS), kept"; \
 	else bench/scripts/build-ollama.sh $(BIN)/gpu/ollama '$(GPU_BENCH_CFLAGS)'; fi
-	cp $(BIN)/gpu/ollama $(BIN)/gpu/ollama.cflags $(LLAMA_CUDA_SRC) $(GPU_DECODE_STAGE)/
+	if [ '$(GPU_DECODE_OLLAMA)' != 0 ]; then cp $(BIN)/gpu/ollama $(BIN)/gpu/ollama.cflags $(GPU_DECODE_STAGE)/; fi
+	cp $(LLAMA_CUDA_SRC) $(GPU_DECODE_STAGE)/
 	for b in hydra-plugin-cuda-llama llama-batched; do echo '$(GPU_BENCH_CFLAGS)' > $(GPU_DECODE_STAGE)/$$b.cflags; done
 	tar -cf - -C $(GPU_DECODE_STAGE) . | xz -T0 -9e > gpu/decode-gpu.tar.xz
 	@ls -la gpu/decode-gpu.tar.xz

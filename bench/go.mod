@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/hydra-engine/hydra-engine v0.0.0
+	// The Ollama anchor: bench/scripts/build-ollama.sh builds this version; no package imports it.
 	github.com/ollama/ollama v0.17.4
 	golang.org/x/sys v0.50.0
 	gonum.org/v1/plot v0.17.0

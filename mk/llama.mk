@@ -264,3 +264,26 @@ gpu-perf-pack:
 gpu-perf-tools: gpu-perf-pack
 	tar -cf - -C gpu/prof perf lib perf-recv.sh perf-agg.awk | xz -T0 -9e > gpu/perf-tools.tar.xz
 	@ls -la gpu/perf-tools.tar.xz
+
+# $(BIN)/llama-server/: llama.cpp's own server built from the plugin's tree,
+# the anchor of bench/cmd/decode-bench (its "llama-server" system): shared
+# libraries with $ORIGIN rpaths and backends loaded from its directory
+# (GGML_BACKEND_DL), so the GPU run drops the CUDA library built from the same
+# tree (make cuda, build-cuda.sh) beside it; the CPU backend baseline x86-64,
+# as the plugin's default build. Not part of the product.
+LLAMA_SERVER_DIR := $(BIN)/llama-server
+LLAMA_SERVER_BUILD = $(LLAMA_TREE)-server
+.PHONY: llama-server
+llama-server: llama-tree
+	@if [ ! -f $(LLAMA_SERVER_BUILD)/CMakeCache.txt ]; then \
+		cmake -S $(LLAMA_TREE) -B $(LLAMA_SERVER_BUILD) -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=ON \
+			-DGGML_NATIVE=OFF $(foreach f,SSE42 AVX AVX2 BMI2 FMA F16C,-DGGML_$(f)=OFF) -DGGML_OPENMP=OFF -DGGML_CUDA=OFF \
+			-DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+			-DLLAMA_OPENSSL=OFF -DLLAMA_ALL_WARNINGS=OFF -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON -DCMAKE_INSTALL_RPATH='$$ORIGIN' \
+			> $(LLAMA_SERVER_BUILD).configure.log 2>&1 || { cat $(LLAMA_SERVER_BUILD).configure.log; rm -rf $(LLAMA_SERVER_BUILD); exit 1; }; \
+	fi
+	cmake --build $(LLAMA_SERVER_BUILD) --target llama-server -j $(JOBS) -- --no-print-directory
+	@rm -rf $(LLAMA_SERVER_DIR) && mkdir -p $(LLAMA_SERVER_DIR)
+	cp -a $(LLAMA_SERVER_BUILD)/bin/llama-server $(LLAMA_SERVER_BUILD)/bin/lib*.so* $(LLAMA_SERVER_DIR)/
+	@echo "llama.cpp $(LLAMA_COMMIT)" > $(LLAMA_SERVER_DIR)/hydra-ggml.version
+	@ls -la $(LLAMA_SERVER_DIR)

@@ -150,7 +150,7 @@ func TestLlamaInfo(t *testing.T) {
 	}
 	pm, payload := mustOK(t, c, transport.OpPrefill, "1", chat("Hello"))
 	if pm["model_hash"] != m["model_hash"] || num(t, pm, "logits_size") != 4*int64(gguf.Tiny().Vocab) ||
-		int64(len(payload)) != 10+4*num(t, pm, "n_past")+num(t, pm, "state_size")+num(t, pm, "logits_size") {
+		int64(len(payload)) != 10+4*num(t, pm, "n_past")+num(t, pm, "state_size")+num(t, pm, "logits_size")+transport.TrailerSize {
 		t.Fatalf("PREFILL meta %v for a %d-byte payload", pm, len(payload))
 	}
 }
@@ -177,7 +177,7 @@ func testLlamaStateRoundTrip(t *testing.T, planeFlags []string) {
 		for _, chunk := range []int{64 << 10, 2 << 20, 64 << 20} {
 			configureChunk(t, c1, chunk)
 			m, b := getState(t, c1, "0")
-			if int64(len(b)) != 10+4*num(t, m, "n_past")+num(t, m, "state_size") {
+			if int64(len(b)) != 10+4*num(t, m, "n_past")+num(t, m, "state_size")+transport.TrailerSize {
 				t.Fatalf("STATE_GET meta %v for a %d-byte blob", m, len(b))
 			}
 			if blob == nil {

@@ -73,6 +73,13 @@ SLOTS2=${SLOTS2-32}
 BUDGET=${BUDGET:-570}
 SLOTS2_NEED=${SLOTS2_NEED:-120}
 STATE_GET_BYTES=${STATE_GET_BYTES-1200000000}
+# PRESET=qwen35moe: the Hydra nodes' architecture at production width (40
+# blocks, every 4th attention with 2 KV heads of 256, the others gated
+# DeltaNet, 2048 wide), 64 experts of 512 (8 used) and a shared one, Q4_0:
+# ~5 GB, generated within a call (the production model has 256 experts).
+case ${PRESET:-} in
+qwen35moe) MODEL_ARGS=${MODEL_ARGS:--arch qwen35moe -layers 40 -embd 2048 -heads 16 -kv-heads 2 -head-dim 256 -experts 64 -experts-used 8 -expert-ff 512 -shared-ff 512 -vocab 32000 -ctx 65536 -type q4_0} ;;
+esac
 MODEL_ARGS=${MODEL_ARGS:--layers 24 -embd 2048 -heads 16 -kv-heads 4 -ff 5632 -vocab 32000 -ctx 8192 -f16}
 t0=$(date +%s)
 elapsed() { echo $(($(date +%s) - t0)); }
@@ -93,6 +100,14 @@ carriedLib() {
 cudaLib() {
 	local parts start
 	mapfile -t parts < <(carriedLib)
+	# A library gpu-bench.sh built on this machine (a warm one: the call
+	# before), from the same sources.
+	if [[ -f gpu/run/libggml-cuda.so && -f gpu/run/hydra-ggml.version && -f $G/src/hydra-ggml.version &&
+		"$(<gpu/run/hydra-ggml.version)" == "$(<"$G/src/hydra-ggml.version")" ]]; then
+		mkdir -p "$G/cuda" && cp -P gpu/run/libggml-cuda.so gpu/run/libggml-base.so* gpu/run/hydra-* "$G/cuda/" || return 1
+		echo "libggml-cuda from gpu/run (built by an earlier call on this machine): $(cat gpu/run/hydra-ggml.version)"
+		return 0
+	fi
 	if ((${#parts[@]})); then
 		mkdir -p "$G/cuda" && cat "${parts[@]}" | xz -dc | tar -x -C "$G/cuda" || return 1
 		echo "libggml-cuda from ${parts[*]}"
@@ -120,7 +135,7 @@ bench() {
 	shift 2
 	step "decode-bench: $name, slots $slots, c $CONC"
 	# shellcheck disable=SC2086 # DECODE_ARGS is a list of flags
-	"$G/decode-bench" -bin "$G" -ollama "$R/bin/ollama" -model "$G/model.gguf" -c "$CONC" -slots "$slots" \
+	"$G/decode-bench" -bin "$G" -ollama "$R/bin/ollama" -llama-server "$G/llama-server/llama-server" -model "$G/model.gguf" -c "$CONC" -slots "$slots" \
 		-n "${N:-128}" -p "${P:-512}" -ctx "${CTX:-4096}" -reps "${REPS:-1}" -threads "${THREADS:-8}" \
 		-out "$W" -name "$name" -raw "$W/$name.json" -work "$G/work-$name" "$@" ${DECODE_ARGS:-} 2>&1
 	rc=$?
@@ -159,13 +174,21 @@ main() {
 	grep -q "^exit 0" "$W/gguf-gen.log" || return 1
 	ls -la "$G/model.gguf" "$G"/cuda/
 
-	# Beside our plugin and llama-batched, stamped; and Ollama's layout.
+	# Beside our plugin and llama-batched, stamped; beside llama-server (it
+	# loads the backends in its directory, its own libggml-base from the same
+	# tree); and Ollama's layout, when the pack has Ollama.
 	cp -P "$G"/cuda/libggml-cuda.so "$G"/cuda/libggml-base.so* "$G"/cuda/hydra-* "$G"/ || return 1
+	cp "$G"/cuda/libggml-cuda.so "$G/llama-server/" || return 1
 	R=$G/ollama-root
-	mkdir -p "$R/bin" "$R/lib/ollama/cuda_v13"
-	mv "$G/ollama" "$G/ollama.cflags" "$R/bin/"
-	cp -P "$G"/cuda/libggml-cuda.so "$G"/cuda/libggml-base.so* "$R/lib/ollama/cuda_v13/"
-	export OLLAMA_LIBRARY_PATH=$R/lib/ollama
+	if [[ -x $G/ollama ]]; then
+		mkdir -p "$R/bin" "$R/lib/ollama/cuda_v13"
+		mv "$G/ollama" "$G/ollama.cflags" "$R/bin/"
+		cp -P "$G"/cuda/libggml-cuda.so "$G"/cuda/libggml-base.so* "$R/lib/ollama/cuda_v13/"
+		export OLLAMA_LIBRARY_PATH=$R/lib/ollama
+	else
+		echo "no Ollama in the pack (make gpu-pack-decode GPU_DECODE_OLLAMA=0): ours, llama-server and the ceiling"
+		DECODE_ARGS="-systems ${SYSTEMS:-ours,llama-server,ceiling} ${DECODE_ARGS:-}"
+	fi
 
 	if [[ -n $STATE_GET_BYTES && $STATE_GET_BYTES != 0 ]]; then
 		state=(-state-get-bytes "$STATE_GET_BYTES" -state-get-c "${STATE_C:-8}" -state-get-n "${STATE_N:-512}" -state-get-reps "${STATE_REPS:-2}")

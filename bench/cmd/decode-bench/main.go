@@ -41,6 +41,7 @@ import (
 // options is the command line.
 type options struct {
 	bin, plugin, ollama, llamaBatched, model string
+	llamaServer                              string
 	systems                                  []string
 	conc                                     []int
 	n, p, slots, ctx, threads, ngl           int
@@ -57,7 +58,7 @@ type options struct {
 	oursLogLevel                             string
 }
 
-var allSystems = []string{"ours", "ollama", "ceiling"}
+var allSystems = []string{"ours", "llama-server", "ollama", "ceiling"}
 
 func main() {
 	o, err := parseFlags(os.Args[1:], os.Stderr)
@@ -84,10 +85,11 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	fs.StringVar(&o.plugin, "plugin", "", "llama plugin executable (default BIN/hydra-plugin-cuda-llama)")
 	fs.StringVar(&o.ollama, "ollama", "", "ollama executable (default BIN/ollama)")
 	fs.StringVar(&o.llamaBatched, "llama-batched", "", "llama-batched executable (default BIN/llama-batched)")
+	fs.StringVar(&o.llamaServer, "llama-server", "", "llama-server executable, built from the plugin's llama.cpp tree (default BIN/llama-server/llama-server: make llama-server)")
 	fs.StringVar(&o.model, "model", "", "GGUF model, the same file for every system (required)")
 	oursOpts := fs.String("ours-opt", "", "more backend options for ours, KEY=VALUE[,KEY=VALUE…] (an A/B of a plugin option)")
 	fs.StringVar(&o.oursLogLevel, "ours-log-level", "info", "ours --log-level (trace: the llama plugin logs every batch step; its log is WORK/ours.log)")
-	systems := fs.String("systems", strings.Join(allSystems, ","), "systems to measure, in this order: ours, ollama, ceiling")
+	systems := fs.String("systems", strings.Join(allSystems, ","), "systems to measure, in this order: ours, llama-server, ollama, ceiling")
 	conc := fs.String("c", "1,2,4,8,16,32", "concurrencies: requests started at once")
 	fs.IntVar(&o.n, "n", 128, "tokens each request generates")
 	fs.IntVar(&o.p, "p", 512, "prompt tokens, about")
@@ -142,6 +144,9 @@ func (o *options) setDefaults() {
 	if o.ollama == "" {
 		o.ollama = filepath.Join(o.bin, "ollama")
 	}
+	if o.llamaServer == "" {
+		o.llamaServer = filepath.Join(o.bin, "llama-server", "llama-server")
+	}
 	if o.llamaBatched == "" {
 		o.llamaBatched = filepath.Join(o.bin, "llama-batched")
 	}
@@ -150,7 +155,7 @@ func (o *options) setDefaults() {
 	}
 	// Absolute: Ollama's Modelfile takes a bare name for a model to pull,
 	// and the servers run from other directories.
-	for _, p := range []*string{&o.bin, &o.plugin, &o.ollama, &o.llamaBatched, &o.model} {
+	for _, p := range []*string{&o.bin, &o.plugin, &o.ollama, &o.llamaServer, &o.llamaBatched, &o.model} {
 		if abs, err := filepath.Abs(*p); err == nil && *p != "" {
 			*p = abs
 		}
@@ -277,6 +282,9 @@ func run(ctx context.Context, o options) (err error) {
 	if o.stateBytes > 0 {
 		rep.StateGet = measureStateGet(ctx, o, pl, rep)
 	}
+	if o.has("llama-server") {
+		rep.LlamaServer = measureSystem(ctx, o, "llama-server", pl, rep)
+	}
 	if o.has("ollama") {
 		rep.Ollama = measureSystem(ctx, o, "ollama", pl, rep)
 	}
@@ -303,6 +311,9 @@ func (o options) checkFiles() error {
 	}
 	if o.has("ollama") {
 		need["ollama"] = o.ollama
+	}
+	if o.has("llama-server") {
+		need["llama-server"] = o.llamaServer
 	}
 	for _, what := range sortedKeys(need) {
 		if _, err := os.Stat(need[what]); err != nil {
@@ -427,9 +438,12 @@ func measureSystem(ctx context.Context, o options, name string, pl plan, rep *re
 	logf("%s: starting", name)
 	var srv server
 	var err error
-	if name == "ours" {
+	switch name {
+	case "ours":
 		srv, err = startOurs(ctx, o, ap, mainLayout(o))
-	} else {
+	case "llama-server":
+		srv, err = startLlamaServer(ctx, o, ap)
+	default:
 		srv, err = startOllama(ctx, o, ap)
 	}
 	if err != nil {
@@ -441,6 +455,9 @@ func measureSystem(ctx context.Context, o options, name string, pl plan, rep *re
 	logs := srv.logTail()
 	if us, ok := srv.(*ours); ok {
 		r.Facts = oursFacts(us.e.Logs.String())
+	}
+	if ls, ok := srv.(*llamaServer); ok {
+		r.Facts = llamaServerFacts(ls.logText())
 	}
 	if name == "ollama" {
 		if b, rerr := os.ReadFile(filepath.Join(o.work, "ollama.log")); rerr == nil {

@@ -13,17 +13,18 @@ import (
 
 // report is everything one run measured, and writes the page.
 type report struct {
-	Opts     options
-	Mach     machine
-	Date     time.Time
-	Elapsed  time.Duration
-	Plan     plan
-	Binaries []binary
-	Ours     *systemRun
-	Ollama   *systemRun
-	Ceilings []*ceilingRun
-	StateGet *stateGetRun      // decode beside a state transfer; nil when not measured
-	Errors   map[string]string // system or measurement → what failed, with its log's tail
+	Opts        options
+	Mach        machine
+	Date        time.Time
+	Elapsed     time.Duration
+	Plan        plan
+	Binaries    []binary
+	Ours        *systemRun
+	LlamaServer *systemRun // llama.cpp's server built from the plugin's tree
+	Ollama      *systemRun
+	Ceilings    []*ceilingRun
+	StateGet    *stateGetRun      // decode beside a state transfer; nil when not measured
+	Errors      map[string]string // system or measurement → what failed, with its log's tail
 }
 
 func (r *report) fail(system string, err error, logs string) {
@@ -58,7 +59,7 @@ func (r *report) write() error {
 	}
 	logf("wrote %s.md and %s.svg", base, base)
 	if r.Opts.raw != "" {
-		raw := map[string]any{"ours": r.Ours, "ollama": r.Ollama, "ceilings": r.Ceilings, "state_get": r.StateGet, "errors": r.Errors}
+		raw := map[string]any{"ours": r.Ours, "llama_server": r.LlamaServer, "ollama": r.Ollama, "ceilings": r.Ceilings, "state_get": r.StateGet, "errors": r.Errors}
 		if err := writeRaw(r.Opts.raw, raw); err != nil {
 			return err
 		}
@@ -95,6 +96,7 @@ func (r *report) markdown(w io.Writer) {
 	r.writeSetup(p)
 	r.writeErrors(p)
 	r.writeThroughput(p)
+	r.writeLlamaServer(p)
 	r.writeLatency(p)
 	r.writeJoins(p)
 	r.writePrefix(p)
@@ -431,4 +433,32 @@ func text(s string, ok bool) string {
 		return "—"
 	}
 	return s
+}
+
+// writeLlamaServer is ours beside llama-server from the same llama.cpp tree,
+// the same model file, prompts as token ids and slots (its -np): the
+// aggregate, each stream's rate, the time to first token and, where
+// measured, a request joining running streams.
+func (r *report) writeLlamaServer(p func(string, ...any)) {
+	if r.LlamaServer == nil {
+		return
+	}
+	p("## Ours and llama-server")
+	p("")
+	p("llama-server built from the llama.cpp tree the plugin links (`make llama-server`), `-np %d -c %d --kv-unified`, the same requests "+
+		"(POST /v1/completions, prompt as token ids). Settings: %s.", r.Opts.slots, r.Opts.slots*r.Opts.ctx, strings.Join(r.LlamaServer.Settings, "; "))
+	p("")
+	p("| c | ours tok/s | llama-server tok/s | ours ÷ llama-server | ours per stream | llama-server per stream | ours TTFT p50 ms | llama-server TTFT p50 ms | ours join p50 ms | llama-server join p50 ms | identical (ours, llama-server) |")
+	p("|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, c := range r.Opts.conc {
+		ou, okO := r.Ours.stat(c)
+		ls, okS := r.LlamaServer.stat(c)
+		jo, okJO := joinOf(r.Ours, c)
+		js, okJS := joinOf(r.LlamaServer, c)
+		p("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s, %s |", c,
+			num(ou.Agg, okO, 1), num(ls.Agg, okS, 1), ratio(ou.Agg, ls.Agg, okO && okS),
+			num(ou.Stream, okO, 1), num(ls.Stream, okS, 1), num(ou.TTFT50, okO, 0), num(ls.TTFT50, okS, 0),
+			num(jo.JoinP50, okJO, 0), num(js.JoinP50, okJS, 0), identical(ou, okO), identical(ls, okS))
+	}
+	p("")
 }

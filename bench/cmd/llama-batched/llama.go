@@ -3,15 +3,16 @@
 package main
 
 // The binding of llama-batched over llama.h and ggml-backend.h. The include
-// paths into the ollama module (bench/go.mod) come from CGO_CPPFLAGS (the
-// Makefile's OLLAMA_LLAMA_ENV), and the blank import below compiles and links
-// that module's llama.cpp, ggml and ggml's CPU backend.
+// paths into the llama plugin's tree (mk/llama-pin.mk) and its static
+// libraries come from CGO_CPPFLAGS and CGO_LDFLAGS (the Makefile's LLAMA_ENV,
+// as for the plugin), so the ceiling runs the llama.cpp the plugin runs.
 
 /*
 #cgo CXXFLAGS: -std=c++17
 #include <stdio.h>
 #include <stdlib.h>
 #include "ggml-backend.h"
+#include "hydra-llama-commit.h"
 #include "llama.h"
 
 // llama.cpp's log on stderr: warnings and errors, or everything when verbose.
@@ -50,15 +51,12 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"unsafe"
-
-	_ "github.com/ollama/ollama/llama/llama.cpp/src"
 )
 
 const (
-	llamaModule      = "github.com/ollama/ollama"
+	llamaModule      = "llama.cpp"
 	cudaLibrary      = "libggml-cuda.so"
 	versionStampFile = "hydra-ggml.version" // written by make cuda beside the library
 )
@@ -183,20 +181,9 @@ func loadGPU(dir string, notes io.Writer) (name, lib string) {
 	return "", lib
 }
 
-// llamaVersion is the ollama module version compiled in.
-func llamaVersion() string {
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, d := range bi.Deps {
-			if d.Path == llamaModule {
-				if d.Replace != nil {
-					return d.Replace.Version
-				}
-				return d.Version
-			}
-		}
-	}
-	return "unknown"
-}
+// llamaVersion is the llama.cpp commit compiled in, as make cuda stamps
+// the library built from the same tree.
+func llamaVersion() string { return C.HYDRA_LLAMA_COMMIT }
 
 func (l *llama) setup() setupInfo { return l.info }
 

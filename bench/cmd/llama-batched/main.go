@@ -9,11 +9,10 @@
 //	llama-batched -m model.gguf -tokenize -prompt-file text.txt   # the prompt's token ids, as JSON
 //	llama-batched -m model.gguf -tokenize -prompt-file texts.json # a JSON array of texts: an array of token arrays
 //
-// It is compiled against the llama.cpp sources of the ollama module that
-// bench/go.mod pins (build tag llama, the Makefile's OLLAMA_LLAMA_ENV), not
-// against the llama plugin's tree (mk/llama-pin.mk), and loads
-// libggml-cuda.so from beside itself (or -lib-dir) when present and stamped
-// with that module's version. Output: one JSON object a line on stdout, a "setup"
+// It is compiled against the llama plugin's llama.cpp tree (build tag llama,
+// the Makefile's LLAMA_ENV: mk/llama-pin.mk), and loads libggml-cuda.so from
+// beside itself (or -lib-dir) when present and stamped with that tree's
+// commit (make cuda). Output: one JSON object a line on stdout, a "setup"
 // line, then a "result" line per N; notes go to stderr.
 package main
 
