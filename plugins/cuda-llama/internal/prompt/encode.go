@@ -32,6 +32,22 @@ func Encode(pieces []Piece, prefix, suffix []int32, text func(string) ([]int32, 
 	return append(out, suffix...), nil
 }
 
+// MinTokens is the fewest tokens pieces can take when no token stands for
+// more than maxBytes bytes of text (0: not known, text counted as no
+// tokens): one per special, a text piece's bytes over maxBytes rounded up.
+func MinTokens(pieces []Piece, maxBytes int) int {
+	n := 0
+	for _, p := range pieces {
+		switch {
+		case p.Special:
+			n++
+		case maxBytes > 0:
+			n += (len(p.Text) + maxBytes - 1) / maxBytes
+		}
+	}
+	return n
+}
+
 // Around finds the tokens a tokenizer adds around a text: with is the text's
 // ids with them added, without its ids alone; prefix and suffix are what
 // with holds before and after without. ok is false when without is not a

@@ -39,6 +39,15 @@ func TestEncode(t *testing.T) {
 	}
 }
 
+func TestMinTokens(t *testing.T) {
+	pieces := []Piece{{Special: true, ID: 1}, {Text: "abcde"}, {Special: true, ID: 2}, {Text: "f"}}
+	for maxBytes, want := range map[int]int{0: 2, 1: 8, 2: 6, 5: 4, 100: 4} {
+		if got := MinTokens(pieces, maxBytes); got != want {
+			t.Errorf("MinTokens(…, %d) = %d, want %d", maxBytes, got, want)
+		}
+	}
+}
+
 func TestAround(t *testing.T) {
 	for _, c := range []struct {
 		with, without, prefix, suffix []int32

@@ -56,6 +56,9 @@ func NewVocab(tokens []Token) *Vocab {
 	return v
 }
 
+// Tokens is the vocabulary's special tokens, longest first.
+func (v *Vocab) Tokens() []Token { return slices.Clone(v.tokens) }
+
 // Piece is a special token (Special, ID) or text to tokenize with special
 // tokens not parsed.
 type Piece struct {
