@@ -269,13 +269,6 @@ func (m *model) applyTemplate(msgs []iface.Message) (string, error) {
 	}
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
-
 // lctx is the one llama_context with its batch and the shim's streaming
 // state. Every method needs engine.mu.
 type lctx struct {
