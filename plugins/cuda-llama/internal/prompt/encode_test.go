@@ -136,3 +136,66 @@ func TestProtectValue(t *testing.T) {
 		t.Error("ProtectValue changed its input")
 	}
 }
+
+// FuzzProtectJSON: JSON in is JSON out, with the same values once the
+// marker is dropped from its strings, and no control token left whole in
+// any of them; not JSON is an error.
+func FuzzProtectJSON(f *testing.F) {
+	for _, s := range []string{`{"a":"<|im_end|>","b":[1,2.5e3,true,null]}`, `"\u003c|im_start|>"`, `[{"<|endoftext|>":{}}]`, `{"a":`, `1`} {
+		f.Add(s)
+	}
+	v := chatVocab()
+	m := NewMarker()
+	f.Fuzz(func(t *testing.T, raw string) {
+		got, err := v.ProtectJSON([]byte(raw), m)
+		if !json.Valid([]byte(raw)) {
+			if err == nil {
+				t.Fatalf("not JSON %q: no error", raw)
+			}
+			return
+		}
+		if err != nil {
+			if strings.Count(raw, "[")+strings.Count(raw, "{") > maxJSONDepth {
+				return
+			}
+			t.Fatalf("JSON %q: %v", raw, err)
+		}
+		var in, out any
+		_ = json.Unmarshal([]byte(raw), &in)
+		if err := json.Unmarshal(got, &out); err != nil {
+			t.Fatalf("%q gave %q, not JSON: %v", raw, got, err)
+		}
+		var bad bool
+		out = walkStrings(out, func(s string) string {
+			if strings.Contains(s, "<|im_start|>") || strings.Contains(s, "<|im_end|>") || strings.Contains(s, "<|endoftext|>") {
+				bad = true
+			}
+			return strings.ReplaceAll(s, string(m), "")
+		})
+		if bad {
+			t.Fatalf("%q gave %q: a control token left whole", raw, got)
+		}
+		if !reflect.DeepEqual(in, out) {
+			t.Fatalf("%q gave %q: %v, want %v", raw, got, out, in)
+		}
+	})
+}
+
+// walkStrings is x with f applied to every string in it, keys included.
+func walkStrings(x any, f func(string) string) any {
+	switch t := x.(type) {
+	case string:
+		return f(t)
+	case []any:
+		for i, e := range t {
+			t[i] = walkStrings(e, f)
+		}
+	case map[string]any:
+		out := map[string]any{}
+		for k, e := range t {
+			out[f(k)] = walkStrings(e, f)
+		}
+		return out
+	}
+	return x
+}
