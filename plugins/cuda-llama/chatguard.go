@@ -76,6 +76,9 @@ func (g contentGuard) arguments(s string) string {
 
 // tools marks the tool definitions, which are JSON the template parses.
 func (g contentGuard) tools(tools []string) ([]json.RawMessage, error) {
+	if len(tools) == 0 {
+		return nil, nil
+	}
 	out := make([]json.RawMessage, len(tools))
 	for i, t := range tools {
 		out[i] = json.RawMessage(t)

@@ -97,7 +97,9 @@ type model struct {
 	bos    int32   // the BOS token, -1 if none
 	tmpl   *C.char // chat template (the model's, else ChatML) for llama.cpp's matcher; C memory, never freed
 	jinja  string  // the model's own chat template, "" if it has none
-	tok    *tokenizer
+	// tok is the vocabulary's special tokens, what add_special adds and
+	// MaxTokenBytes (vocab.go).
+	tok *tokenizer
 }
 
 type modelParams struct {

@@ -16,16 +16,19 @@ import (
 	"github.com/hydra-engine/hydra-engine/internal/hfref"
 )
 
-// qwen3Model is bin/testmodels/qwen3moe-qwen3.gguf (make test-models): a
-// tiny model with Qwen3's real tokenizer and chat template.
-func qwen3Model(t testing.TB) string {
+// testModel is bin/testmodels/NAME.gguf (make test-models): a tiny model
+// with a real tokenizer and chat template.
+func testModel(t testing.TB, name string) string {
 	t.Helper()
-	p := filepath.Join(hfref.Root(t), "bin", "testmodels", "qwen3moe-qwen3.gguf")
+	p := filepath.Join(hfref.Root(t), "bin", "testmodels", name+".gguf")
 	if _, err := os.Stat(p); err != nil {
 		t.Skipf("no %s: make test-models", p)
 	}
 	return p
 }
+
+// qwen3Model has Qwen3's tokenizer and template.
+func qwen3Model(t testing.TB) string { return testModel(t, "qwen3moe-qwen3") }
 
 // chats are conversations with no control token typed in them (Qwen3's
 // user-defined <think> and <tool_call> are, as a user may type them).
@@ -42,59 +45,83 @@ var chats = []struct {
 		tools: []string{`{"type":"function","function":{"name":"get","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}`}},
 }
 
-// TestChatTokensUnchanged: with Qwen3's real tokenizer and template, a chat
-// prompt with no control token in its content has the ids it had when the
-// rendered prompt went to llama_tokenize whole with special tokens parsed,
-// and those are Hugging Face's; raw text prompts, special tokens parsed,
-// keep llama_tokenize's ids too.
+// TestChatTokensUnchanged: with Qwen3's and Llama 3's real tokenizers and
+// templates (Llama 3's adds BOS), a chat prompt with no control token in its
+// content has the ids it had when the rendered prompt went to
+// llama_tokenize whole with special tokens parsed, and those are Hugging
+// Face's; raw text prompts, special tokens parsed, keep llama_tokenize's
+// ids too.
 func TestChatTokensUnchanged(t *testing.T) {
-	b := load(t, qwen3Model(t), 1, nil)
-	e := b.eng.Load()
-	m := e.model
-	dir := hfref.TokenizerDir(t, "qwen3")
-	var texts []string
-	for i, c := range chats {
-		g := newContentGuard(m.tok.special, false)
-		text, _, err := e.chat.render(c.msgs, c.tools, "", g)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := m.tokenizePrompt(text, g.m, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		before, _, err := e.chat.render(c.msgs, c.tools, "", contentGuard{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.ReplaceAll(text, string(g.m), "") != before {
-			t.Errorf("chat %d: protected render differs beyond the marker:\n%q\n%q", i, text, before)
-		}
-		want, err := llamaTokenize(m.vocab, before, true, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !slices.Equal(got, want) {
-			t.Errorf("chat %d: %v, llama_tokenize whole gives %v", i, got, want)
-		}
-		if res, err := b.Prefill(context.Background(), iface.PrefillRequest{Slot: 0, Messages: c.msgs, Tools: c.tools}); err != nil || !slices.Equal(res.Slot.Tokens, want) {
-			t.Errorf("chat %d: Prefill's tokens %v (%v), want %v", i, res.Slot.Tokens, err, want)
-		}
-		texts = append(texts, before)
-	}
-	texts = append(texts, "<|im_start|>user\nhi<|im_end|><|endoftext|> <|im_start|><|im_start|> x", "plain text", "<|fim_prefix|>a<|fim_suffix|>b<|fim_middle|>")
-	for _, text := range texts[len(chats):] {
-		got, err := m.tokenize(text)
-		want, _ := llamaTokenize(m.vocab, text, true, true)
-		if err != nil || !slices.Equal(got, want) {
-			t.Errorf("text %q: %v (%v), llama_tokenize gives %v", text, got, err, want)
-		}
-	}
-	for i, ids := range hfref.Encode(t, dir, true, texts...) {
-		want, _ := m.tokenize(texts[i])
-		if !slices.Equal(toInt32(ids), want) {
-			t.Errorf("text %d %q: ours %v, Hugging Face %v", i, texts[i], want, ids)
-		}
+	for _, tc := range []struct {
+		model, family string
+		tools         bool // the template takes tools
+		texts         []string
+	}{
+		{"qwen3moe-qwen3", "qwen3", true, []string{"<|im_start|>user\nhi<|im_end|><|endoftext|> <|im_start|><|im_start|> x", "plain text",
+			"<|fim_prefix|>a<|fim_suffix|>b<|fim_middle|>"}},
+		{"llama-llama3", "llama3", false, []string{"<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|><|eot_id|>", "plain text"}},
+	} {
+		t.Run(tc.family, func(t *testing.T) {
+			b := load(t, testModel(t, tc.model), 1, nil)
+			e := b.eng.Load()
+			m := e.model
+			dir := hfref.TokenizerDir(t, tc.family)
+			var texts []string
+			for i, c := range chats {
+				if len(c.tools) > 0 && !tc.tools {
+					continue
+				}
+				g := newContentGuard(m.tok.special, false)
+				text, _, err := e.chat.render(c.msgs, c.tools, "", g)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := m.tokenizePrompt(text, g.m, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				before, _, err := e.chat.render(c.msgs, c.tools, "", contentGuard{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if strings.ReplaceAll(text, string(g.m), "") != before {
+					t.Errorf("chat %d: protected render differs beyond the marker:\n%q\n%q", i, text, before)
+				}
+				want, err := llamaTokenize(m.vocab, before, true, true)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(got, want) {
+					t.Errorf("chat %d: %v, llama_tokenize whole gives %v", i, got, want)
+				}
+				if res, err := b.Prefill(context.Background(), iface.PrefillRequest{Slot: 0, Messages: c.msgs, Tools: c.tools}); err != nil || !slices.Equal(res.Slot.Tokens, want) {
+					t.Errorf("chat %d: Prefill's tokens %v (%v), want %v", i, res.Slot.Tokens, err, want)
+				}
+				texts = append(texts, before)
+			}
+			nChats := len(texts)
+			texts = append(texts, tc.texts...)
+			for _, text := range texts[nChats:] {
+				got, err := m.tokenize(text)
+				want, _ := llamaTokenize(m.vocab, text, true, true)
+				if err != nil || !slices.Equal(got, want) {
+					t.Errorf("text %q: %v (%v), llama_tokenize gives %v", text, got, err, want)
+				}
+			}
+			// tokenizers.js adds no BOS (hfref.Encode): compare without it.
+			bos := m.tok.prefix
+			for i, ids := range hfref.Encode(t, dir, true, texts...) {
+				want, _ := m.tokenize(texts[i])
+				want = want[len(bos):]
+				if len(ids) > 0 && len(bos) > 0 && int32(ids[0]) == bos[0] {
+					ids = ids[1:]
+				}
+				if !slices.Equal(toInt32(ids), want) {
+					t.Errorf("text %d %q: ours %v, Hugging Face %v", i, texts[i], want, ids)
+				}
+			}
+			t.Logf("%s: %d chats and %d texts agree (BOS added: %v)", tc.family, nChats, len(tc.texts), bos)
+		})
 	}
 }
 
