@@ -181,6 +181,10 @@ func (s *Server) handlePrefill(req *request, rp *replier) error {
 	if err == nil {
 		err = CheckPromptSize(preq, info)
 	}
+	var opts blobOptions
+	if err == nil && preq.Messages != nil {
+		opts, err = parseBlobOptions(payload)
+	}
 	if err != nil {
 		return rp.fail(transport.StatusError, err.Error())
 	}
@@ -232,7 +236,11 @@ func (s *Server) handlePrefill(req *request, rp *replier) error {
 	if switched {
 		m.Add("model_switched", true).Add("slots_cleared", true)
 	}
-	return s.streamBlob(req.ctx, rp, b, res.Slot, m, logits, func() { lease.release(after) })
+	x, err := s.blobExtras(opts, info)
+	if err != nil {
+		return rp.fail(transport.StatusError, err.Error())
+	}
+	return s.streamBlob(req.ctx, rp, b, res.Slot, m, x, logits, func() { lease.release(after) })
 }
 
 // roomForPrompt makes room in a KV cache the slots share for the prompt of
@@ -343,6 +351,7 @@ func (s *Server) handleDecode(req *request, rp *replier) error {
 	if err != nil {
 		return rp.failErr(err)
 	}
+	lease.keepSource = dreq.prefill == nil // continuing the sequence, wherever it came from
 	var after *iface.SlotInfo
 	defer func() { lease.release(after) }()
 	b, info, err := s.backendFor(lease)

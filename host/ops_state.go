@@ -32,6 +32,18 @@ func (s *Server) handleStateGet(req *request, rp *replier) error {
 	if !ok {
 		return err
 	}
+	var opts blobOptions
+	if req.payload.N > 0 {
+		// The extras' options (blob_layout, blob_trailer); any other
+		// payload is ignored, as it always was.
+		p, ok, err := s.readPayload(req, rp)
+		if !ok {
+			return err
+		}
+		if opts, err = parseBlobOptions(p); err != nil {
+			return rp.fail(transport.StatusError, err.Error())
+		}
+	}
 	lease, err := s.slots.acquire(slot, slotTransferring)
 	if err != nil {
 		return rp.failErr(err)
@@ -41,30 +53,44 @@ func (s *Server) handleStateGet(req *request, rp *replier) error {
 	if err != nil {
 		return rp.failErr(err)
 	}
+	x, err := s.blobExtras(opts, info)
+	if err != nil {
+		return rp.fail(transport.StatusError, err.Error())
+	}
 	si, err := b.Slot(req.ctx, slot)
 	if err != nil {
 		return rp.failErr(err)
 	}
 	return s.streamBlob(req.ctx, rp, b, si, transport.NewMeta().Add("n_past", si.NPast).Add("state_size", si.StateSize).AddFields(info.Model),
-		nil, func() { lease.release(nil) })
+		x, nil, func() { lease.release(nil) })
 }
 
-// streamBlob replies OK with meta and the v2 blob of si, followed by trailer
-// (PREFILL's logits). The reply starts with the backend's first state byte,
+// streamBlob replies OK with meta and the v2 blob of si with the extras x,
+// the state followed by logits (PREFILL's) and, with x.Trailer, the
+// integrity trailer: the CRC-32C of every payload byte before it, summed as
+// the bytes go out (no byte is held for it). The reply starts with the backend's first state byte,
 // so a backend that fails before producing any gets a proper error reply.
 // The state's last byte is held back until the backend has finished and
 // release has freed the slot, so a client that has the whole payload never
 // finds the slot still busy. A failure after the reply started closes the
 // connection: the client sees EOF before the announced payload length.
-func (s *Server) streamBlob(ctx context.Context, rp *replier, b iface.Backend, si iface.SlotInfo, m *transport.Meta, trailer []byte, release func()) error {
+func (s *Server) streamBlob(ctx context.Context, rp *replier, b iface.Backend, si iface.SlotInfo, m *transport.Meta, x transport.BlobExtras, logits []byte, release func()) error {
 	if err := m.Err(); err != nil {
 		release()
 		return rp.fail(transport.StatusError, "the reply could not be encoded: "+err.Error())
 	}
-	hdr := transport.AppendBlobHeader(make([]byte, 0, transport.BlobHeaderSize(len(si.Tokens), transport.BlobExtras{})), si.NPast, si.Tokens, transport.BlobExtras{})
-	total := int64(len(hdr)) + si.StateSize + int64(len(trailer))
+	hdr := transport.AppendBlobHeader(make([]byte, 0, transport.BlobHeaderSize(len(si.Tokens), x)), si.NPast, si.Tokens, x)
+	total := int64(len(hdr)) + si.StateSize + int64(len(logits))
+	if x.Trailer {
+		total += transport.TrailerSize
+	}
 	start := time.Now()
+	var sw *sumWriter
 	cw := &countingWriter{w: rp.w}
+	if x.Trailer {
+		sw = &sumWriter{w: rp.w}
+		cw.w = sw
+	}
 	lr := &lazyReply{rp: rp, meta: m.Bytes(), payloadLen: uint64(total), first: hdr, w: cw}
 	hl := &holdLast{w: lr, remain: si.StateSize}
 	var trace shm.TransferTrace
@@ -86,7 +112,11 @@ func (s *Server) streamBlob(ctx context.Context, rp *replier, b iface.Backend, s
 		}
 	}
 	if err == nil {
-		_, err = cw.Write(trailer)
+		_, err = cw.Write(logits)
+	}
+	if err == nil && sw != nil {
+		var t [transport.TrailerSize]byte
+		_, err = cw.Write(transport.AppendTrailer(t[:0], sw.crc, uint64(sw.n)))
 	}
 	if err == nil {
 		err = rp.w.Flush()
@@ -266,7 +296,7 @@ func (s *Server) handleStatePut(req *request, rp *replier) error {
 		in = sock
 	}
 	var trace shm.TransferTrace
-	consumed, err := s.restore(shm.WithTransferTrace(req.ctx, &trace), b, info, slot, in, req.payload.N)
+	consumed, source, err := s.restore(shm.WithTransferTrace(req.ctx, &trace), b, info, slot, in, req.payload.N)
 	trace.AfterPayload = src.sinceLast()
 	s.transferDone(req.ctx, rp, true, slot, int64(req.hdr.PayloadLen)-req.payload.N, start, trace, err)
 	if err != nil {
@@ -291,8 +321,9 @@ func (s *Server) handleStatePut(req *request, rp *replier) error {
 		return rp.failErr(err)
 	}
 	after = &si
-	return rp.replyMeta(transport.StatusOK, transport.NewMeta().Add("restored", true).Add("bytes", consumed).
-		Add("n_past", si.NPast).AddFields(info.Model), nil)
+	lease.source = source
+	return rp.replyMeta(transport.StatusOK, source.addTo(transport.NewMeta().Add("restored", true).Add("bytes", consumed).
+		Add("n_past", si.NPast).AddFields(info.Model)), nil)
 }
 
 // transferDone counts a state transfer that began at start, logs it at debug
@@ -334,19 +365,45 @@ func slowWhy(backendWait, d time.Duration) string {
 
 // restore parses the wrapper and hands the rest of the payload to the backend.
 // A wrapper claiming more tokens than a slot holds is refused before anything
-// is allocated for them; in a KV cache the slots share, idle HTTP sequences
-// make room for the state first (MakeRoom).
-func (s *Server) restore(ctx context.Context, b iface.Backend, info iface.BackendInfo, slot int, src io.Reader, total int64) (int64, error) {
+// is allocated for them, one whose layout differs from the backend's before
+// the backend sees a byte; in a KV cache the slots share, idle HTTP
+// sequences make room for the state first (MakeRoom). With an integrity
+// trailer the backend gets the state (and logits) without it, summed on the
+// way by whichever path the data plane takes (shm.SumReader), and the
+// trailer is checked once the backend is done. It returns the bytes the
+// backend consumed and the source the blob names, if any.
+func (s *Server) restore(ctx context.Context, b iface.Backend, info iface.BackendInfo, slot int, src io.Reader, total int64) (int64, *StateSource, error) {
 	bh, err := transport.ReadBlobHeader(src, total, info.SlotCtx())
 	if err != nil {
 		if errors.Is(err, transport.ErrMalformedBlob) {
-			return 0, err
+			return 0, nil, err
 		}
-		return 0, fmt.Errorf("%w: %w", transport.ErrMalformedBlob, err)
+		return 0, nil, fmt.Errorf("%w: %w", transport.ErrMalformedBlob, err)
+	}
+	var source *StateSource
+	if bh.Layout != nil {
+		if source, err = checkLayout(bh.Layout, info.StateLayout); err != nil {
+			return 0, nil, err
+		}
+	}
+	size := total - bh.Size
+	in := src
+	var sum *shm.SumReader
+	if bh.HasTrailer {
+		size -= transport.TrailerSize
+		sum = &shm.SumReader{R: src, CRC: bh.CRC, Limit: size}
+		in = sum
 	}
 	s.MakeRoom(ctx, slot, len(bh.Tokens), false)
 	ctx = shm.WithTransferChunk(ctx, s.tun.StateChunkSize())
-	return b.StatePut(ctx, slot, bh.Tokens, src, total-bh.Size)
+	n, err := b.StatePut(ctx, slot, bh.Tokens, in, size)
+	if sum != nil {
+		err = checkTrailer(src, sum, bh.Size, err)
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	return n, source, nil
 }
 
 // handleStateMeta answers from the host's slot table, so it works while the
@@ -361,7 +418,7 @@ func (s *Server) handleStateMeta(req *request, rp *replier) error {
 		return rp.failErr(err)
 	}
 	_, info := s.Backend()
-	return rp.replyMeta(transport.StatusOK, transport.NewMeta().Add("slot_id", slot).Add("n_past", st.nPast).
+	return rp.replyMeta(transport.StatusOK, st.source.addTo(transport.NewMeta().Add("slot_id", slot).Add("n_past", st.nPast).
 		Add("state_size", st.stateSize).Add("is_processing", st.use == slotProcessing).
-		Add("is_transferring", st.use == slotTransferring).AddFields(info.Model), nil)
+		Add("is_transferring", st.use == slotTransferring).AddFields(info.Model)), nil)
 }

@@ -29,6 +29,9 @@ type slotState struct {
 	stateSize int64
 	holder    SlotHolder // who put the slot's sequence there
 	lastUse   time.Time  // when the last operation on the slot ended
+	// source is where the slot's state came from, as the blob that restored
+	// it named it (STATE_PUT); nil for a sequence evaluated here.
+	source *StateSource
 }
 
 // SlotHolder says which side put a slot's sequence there: a Hydra RPC
@@ -177,7 +180,12 @@ type slotLease struct {
 	slot   int
 	gen    uint64
 	holder SlotHolder // who the sequence left behind belongs to
-	once   sync.Once
+	// source is the slot's state's source once released with an info:
+	// the restoring blob's (STATE_PUT), else none, unless keepSource (a
+	// DECODE, which continues the sequence there) keeps the slot's.
+	source     *StateSource
+	keepSource bool
+	once       sync.Once
 }
 
 // acquire marks slot as used, failing with ErrNoSlot or ErrBusy.
@@ -238,6 +246,9 @@ func (l *slotLease) release(info *iface.SlotInfo) {
 			st.holder = HolderNone
 			if info.NPast > 0 {
 				st.holder = l.holder
+			}
+			if !l.keepSource || info.NPast == 0 {
+				st.source = l.source
 			}
 		}
 		l.t.notifyLocked()

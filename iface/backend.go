@@ -132,6 +132,16 @@ type BackendInfo struct {
 	// so that a front end refuses a prompt too long for a slot before it is
 	// tokenized: one of more than SlotCtx × MaxTokenBytes bytes cannot fit.
 	MaxTokenBytes int
+
+	// StateLayout is what a state StateGet writes must match to restore
+	// here, a JSON object the backend defines (the llama backend's
+	// architecture, memory kind, layer and head dimensions, KV and state
+	// types; the mock's fake state's parameters); "" when it names none. The
+	// host writes it into the blobs it sends where the client asks, and
+	// refuses a STATE_PUT whose blob names another layout before the
+	// backend sees a byte. The model identity is Model's: a state of
+	// another model with the same layout restores.
+	StateLayout string
 }
 
 // SplitKV reports whether every slot has KV cells of its own (NCtxSlot of

@@ -32,6 +32,7 @@ func backendInfoToPB(i BackendInfo) *backendv1.BackendInfo {
 		SplitMode:     i.SplitMode,
 		PromptDecode:  i.PromptDecode,
 		MaxTokenBytes: int64(i.MaxTokenBytes),
+		StateLayout:   i.StateLayout,
 	}
 }
 
@@ -60,6 +61,7 @@ func backendInfoFromPB(p *backendv1.BackendInfo) BackendInfo {
 		SplitMode:     p.GetSplitMode(),
 		PromptDecode:  p.GetPromptDecode(),
 		MaxTokenBytes: int(p.GetMaxTokenBytes()),
+		StateLayout:   p.GetStateLayout(),
 	}
 }
 

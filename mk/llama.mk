@@ -18,13 +18,15 @@ LLAMA_TREE      := $(CURDIR)/build/llama.cpp/$(LLAMA_COMMIT)
 # The CMake build: Release, static, baseline x86-64 (GGML_NATIVE off and
 # ggml's x86 extensions off, which it turns on by default without native),
 # ggml's own thread pool (no OpenMP runtime to ship), no GPU backend, none
-# of the tree's tools, tests, examples or HTTPS, no extra warnings. LLAMA_BUILD is named by a
+# of the tree's tools, tests, examples or HTTPS, no extra warnings; its common
+# library is configured (chat templates, tool-call parsing and
+# json-schema-to-grammar are llama.cpp's to use) and built where linked. LLAMA_BUILD is named by a
 # hash of these flags, a CPU variant's directory by a hash of its C flags:
 # Go does not hash the static libraries it links, so libraries built another
 # way must live elsewhere.
 LLAMA_CMAKE_FLAGS := -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF \
 	$(foreach f,SSE42 AVX AVX2 BMI2 FMA F16C,-DGGML_$(f)=OFF) -DGGML_OPENMP=OFF -DGGML_CUDA=OFF \
-	-DLLAMA_BUILD_COMMON=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+	-DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
 	-DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_ALL_WARNINGS=OFF \
 	-DCMAKE_OPTIMIZE_DEPENDENCIES=ON
 LLAMA_BUILD = $(eval LLAMA_BUILD := $(CURDIR)/build/llama.cpp/$(LLAMA_COMMIT)-$(shell printf '%s' '$(LLAMA_CMAKE_FLAGS)' | cksum | cut -d' ' -f1))$(LLAMA_BUILD)
@@ -176,7 +178,7 @@ cuda-src: llama-tree
 	@stage=$$(mktemp -d) && trap 'chmod -R u+w $$stage; rm -rf $$stage' EXIT && \
 	  echo "llama.cpp $(LLAMA_COMMIT)" > $$stage/hydra-ggml.version && \
 	  tar -czf $(LLAMA_CUDA_SRC) --mode=u+w -C $(LLAMA_TREE) LICENSE ggml/CMakeLists.txt ggml/cmake ggml/include \
-	    ggml/src/CMakeLists.txt ggml/src/ggml-cuda $$(cd $(LLAMA_TREE) && ls ggml/src/*.c ggml/src/*.cpp ggml/src/*.h ggml/src/*.in) \
+	    ggml/src/CMakeLists.txt ggml/src/ggml-cuda $$(cd $(LLAMA_TREE) && ls ggml/src/*.c ggml/src/*.cpp ggml/src/*.h ggml/src/*.in ggml/src/ggml-cpu/*.h) \
 	    -C $$stage hydra-ggml.version && \
 	  echo "$(LLAMA_CUDA_SRC): ggml sources of llama.cpp $(LLAMA_COMMIT) (unpack, then make cuda LLAMA_SRC=DIR)"
 

@@ -295,8 +295,8 @@ func TestPrefillAndDecodeJSON(t *testing.T) {
 	if nPast <= int64(len("Hello, Hydra")) || logitsSize != 257*4 || m["model_alias"] != "mock" || m["model_hash"] == "" || m["model_fallback"] != false {
 		t.Fatalf("PREFILL meta %v", m)
 	}
-	if int64(len(payload)) != 10+4*nPast+stateSize+logitsSize {
-		t.Fatalf("PREFILL payload %d bytes, want v2 header + %d state + %d logits", len(payload), stateSize, logitsSize)
+	if int64(len(payload)) != 10+4*nPast+stateSize+logitsSize+transport.TrailerSize {
+		t.Fatalf("PREFILL payload %d bytes, want v2 header + %d state + %d logits + the integrity trailer", len(payload), stateSize, logitsSize)
 	}
 	if binary.LittleEndian.Uint32(payload[1:]) != uint32(nPast) {
 		t.Fatal("blob n_past differs from meta")

@@ -56,7 +56,7 @@ func testStateRoundTrip(t *testing.T, planeFlags []string) {
 		mustOK(t, c1, transport.OpPrefill, "0", chat("The quick brown fox jumps over the lazy dog."))
 		m, blob := getState(t, c1, "0")
 		nPast := num(t, m, "n_past")
-		if int64(len(blob)) != 10+4*nPast+num(t, m, "state_size") || m["model_hash"] == "" {
+		if int64(len(blob)) != 10+4*nPast+num(t, m, "state_size")+transport.TrailerSize || m["model_hash"] == "" {
 			t.Fatalf("STATE_GET meta %v for a %d-byte blob", m, len(blob))
 		}
 		// Restore into slot 2 and into engine 2's slot 3 before slot 0 moves on.
@@ -205,7 +205,7 @@ func testStateGetClientVanishes(t *testing.T, planeFlags []string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	_, blob := getState(t, c, "0")
-	if int64(len(blob)) != 10+4*num(t, before, "n_past")+num(t, before, "state_size") {
+	if int64(len(blob)) != 10+4*num(t, before, "n_past")+num(t, before, "state_size")+transport.TrailerSize {
 		t.Fatal("full STATE_GET after an aborted one is short")
 	}
 }
@@ -293,7 +293,7 @@ func TestHydractl(t *testing.T) {
 		pm := run("prefill", "--slot", "0", "--text", "hydractl says hi")
 		run("state", "get", "--slot", "0", "-o", file)
 		st, err := os.Stat(file)
-		if err != nil || st.Size() != 10+4*num(t, pm, "n_past")+num(t, pm, "state_size") {
+		if err != nil || st.Size() != 10+4*num(t, pm, "n_past")+num(t, pm, "state_size")+transport.TrailerSize {
 			t.Fatalf("state file: %v %v", st, err)
 		}
 		if m := run("state", "put", "--slot", "1", "-i", file); m["restored"] != true {

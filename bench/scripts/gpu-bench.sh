@@ -11,7 +11,7 @@
 #   TARGETS_ONLY=1 REPS=8 RUNS=3 bench/scripts/gpu-bench.sh bench
 #
 #   bench/scripts/gpu-bench.sh build   # libggml-cuda for sm_90, GPU correctness tests, raw copy rate, sm_120 compile
-#   bench/scripts/gpu-bench.sh bench   # hydra-bench on a 1.2 GB llama state (builds the sm_90 library if missing; RUNS=N tables in a row; BENCH_OPTS=key=value: one more --backend-opt; BENCH_ARGS: more hydra-bench flags, e.g. "--client-sockbuf 4194304"; TARGETS_ONLY=1: only the rows the targets name, e.g. with REPS=8; with RUNS>1 bench/scripts/targets-summary.py sums the tables up; CLIENT_CPUS=LIST: hydra-bench under taskset, e.g. with BENCH_ARGS="--raw-server process --server-cpus 2-15")
+#   bench/scripts/gpu-bench.sh bench   # hydra-bench on a 1.2 GB llama state (MODEL=qwen35moe: a hybrid one; builds the sm_90 library if missing; RUNS=N tables in a row; BENCH_OPTS=key=value: one more --backend-opt; BENCH_ARGS: more hydra-bench flags, e.g. "--client-sockbuf 4194304"; TARGETS_ONLY=1: only the rows the targets name, e.g. with REPS=8; with RUNS>1 bench/scripts/targets-summary.py sums the tables up; CLIENT_CPUS=LIST: hydra-bench under taskset, e.g. with BENCH_ARGS="--raw-server process --server-cpus 2-15")
 #   bench/scripts/gpu-bench.sh mock    # hydra-bench on the mock plugin (no CUDA build): the host pipeline with 16 cores (RUNS, REPS, TARGETS_ONLY, BENCH_ARGS as for bench)
 #   bench/scripts/gpu-bench.sh recv    # recv-bench on a 1.2 GB file, twice (no CUDA build): the host's receive loop against a raw one (VARIANTS; NET=unix: over a Unix socket; SOCKBUF=N: the sender asks for that SO_SNDBUF)
 #   bench/scripts/gpu-bench.sh plugin-ab PLUGIN... # STATE_PUT with llama plugin binaries of different builds, same run (a b … b a, ROUNDS times; TCP and Unix; CHUNKS, default "262144 2097152")
@@ -60,7 +60,8 @@ build)
 	plugins/cuda-llama/build-cuda.sh "$G/src" "$G" 90 build/cuda90 "" > "$OUT/cuda90-build.log" 2>&1 || { tail -30 "$OUT/cuda90-build.log"; exit 1; }
 	echo "sm_90 build: $(( $(date +%s) - start )) s"; ls -la "$G"/libggml-*
 	# sm_120 compiles in the background (no such GPU here), niced, while the tests run.
-	( start=$(date +%s); nice -n 10 plugins/cuda-llama/build-cuda.sh "$G/src" "$G/sm120" 120 build/cuda120 "" > "$OUT/cuda120-build.log" 2>&1; \
+	# SKIP_SM120=1 leaves it out (it competes with the tests for the cores).
+	[[ ${SKIP_SM120:-} == 1 ]] || ( start=$(date +%s); nice -n 10 plugins/cuda-llama/build-cuda.sh "$G/src" "$G/sm120" 120 build/cuda120 "" > "$OUT/cuda120-build.log" 2>&1; \
 	  echo "exit $? after $(( $(date +%s) - start )) s" >> "$OUT/cuda120-build.log" ) &
 	step "raw GPU -> host copy, 1.206 GB pinned"
 	python3 - <<'PY' 2>&1 | tee "$OUT/raw-copy.txt"
@@ -83,6 +84,8 @@ PY
 	grep -i "cuda\|gpu\|pinned" "$OUT/e2e-gpu-tests.txt" | head -3
 	step "plugin STATE_GET/PUT on a 1.206 GB state (32 layers, 1024 dim, 8 KV heads, f16)"
 	(cd "$G" && HYDRA_TEST_LLAMA_LIB_DIR="$G" HYDRA_BENCH_MODEL=32,1024,8,8,1024 HYDRA_BENCH_TOKENS=9200 timeout 200 ./cuda-llama.test -test.run '^$' -test.bench . -test.benchtime 3x 2>&1 | tail -20) | tee "$OUT/plugin-gpu-bench.txt"
+	step "plugin STATE_GET/PUT on a 1.2 GB hybrid state (qwen35moe: 32 blocks, every 4th attention, 1024 dim, 8 KV heads, f16)"
+	(cd "$G" && HYDRA_TEST_LLAMA_LIB_DIR="$G" HYDRA_BENCH_ARCH=qwen35moe HYDRA_BENCH_MODEL=32,1024,8,8,1024 HYDRA_BENCH_TOKENS=36800 timeout 200 ./cuda-llama.test -test.run '^$' -test.bench . -test.benchtime 3x 2>&1 | tail -20) | tee "$OUT/plugin-gpu-bench-qwen35moe.txt"
 	step "sm_120 compile"
 	wait; tail -3 "$OUT/cuda120-build.log"; ls -la "$G"/sm120/libggml-cuda.so 2>&1
 	;;
@@ -116,9 +119,20 @@ plugin-ab|variant-ab|bench)
 			fi
 		fi
 	fi
-	step "synthetic model: 32 layers, 1024 dim, 8 heads, 8 KV heads, f16 (128 KiB of KV per token)"
-	"$G/gguf-gen" -o "$G/synth.gguf" -layers 32 -embd 1024 -heads 8 -kv-heads 8 -ff 1024 -vocab 1024 -ctx 16384 -f16 || exit 1
-	toks=$(python3 -c "print(','.join(str(3+(i*31)%250) for i in range(9200)))")
+	# MODEL=qwen35moe: the Hydra nodes' hybrid architecture (every 4th block
+	# attention, the others gated DeltaNet), 32 KiB of KV per token, so the
+	# state is 1.2 GB at 36,800 tokens; else the dense model below.
+	if [[ ${MODEL:-} == qwen35moe ]]; then
+		ntok=36800 nctx=74000 what="36,800 tokens → 1.2 GB hybrid (qwen35moe) state"
+		step "synthetic model: qwen35moe, 32 blocks (8 attention), 1024 dim, 8 KV heads, 8 experts, f16"
+		"$G/gguf-gen" -o "$G/synth.gguf" -arch qwen35moe -layers 32 -embd 1024 -heads 8 -kv-heads 8 -experts 8 -experts-used 2 \
+			-expert-ff 256 -shared-ff 256 -vocab 1024 -ctx 40960 -f16 || exit 1
+	else
+		ntok=9200 nctx=18688 what="9,200 tokens → 1.206 GB state"
+		step "synthetic model: 32 layers, 1024 dim, 8 heads, 8 KV heads, f16 (128 KiB of KV per token)"
+		"$G/gguf-gen" -o "$G/synth.gguf" -layers 32 -embd 1024 -heads 8 -kv-heads 8 -ff 1024 -vocab 1024 -ctx 16384 -f16 || exit 1
+	fi
+	toks=$(python3 -c "print(','.join(str(3+(i*31)%250) for i in range($ntok)))")
 	# llama_engine SOCK LOG ARGS...: a llama engine ($engine, default the
 	# pack's, on $plugin, likewise) on unix://SOCK (and ARGS), logging to the
 	# end of LOG, ready and with 9,200 tokens prefilled in slot 0; its pid in
@@ -174,7 +188,7 @@ plugin-ab|variant-ab|bench)
 			sock=/tmp/hydra-variant-$v.sock port=$((39600 + RANDOM % 200))
 			# shellcheck disable=SC2086 # FLAGS are words
 			llama_engine "$sock" "$OUT/engine-$name.log" --rpc "tcp://127.0.0.1:$port" \
-				--slots 2 --backend-opt lib_dir="$G" --backend-opt n_ctx=18688 --log-level debug $flags
+				--slots 2 --backend-opt lib_dir="$G" --backend-opt n_ctx=$nctx --log-level debug $flags
 			[[ -f $blob ]] || "$G/hydractl" --addr "unix://$sock" --no-progress state get --slot 0 -o "$blob" >/dev/null
 			# shellcheck disable=SC2086 # OPS are words
 			transfers "$name" "$sock" "$port" "$blob" ${OPS:-put get}
@@ -197,7 +211,7 @@ plugin-ab|variant-ab|bench)
 			sock=/tmp/hydra-put-$v.sock port=$((39600 + RANDOM % 200))
 			: > "$OUT/engine-$name.log"
 			llama_engine "$sock" "$OUT/engine-$name.log" --rpc "tcp://127.0.0.1:$port" \
-				--slots 2 --backend-opt n_ctx=18688 --log-level warn "${flag[@]}"
+				--slots 2 --backend-opt n_ctx=$nctx --log-level warn "${flag[@]}"
 			[[ -f $blob ]] || "$G/hydractl" --addr "unix://$sock" --no-progress state get --slot 0 -o "$blob" >/dev/null
 			transfers "$name" "$sock" "$port" "$blob" PUT
 			kill $epid; wait $epid
@@ -210,9 +224,9 @@ plugin-ab|variant-ab|bench)
 	# RUNS=N measures N tables after one build (gpu-h200.md, gpu-h200-2.md, …):
 	# runs of one code on one machine differ by more than a target's margin
 	# (bench/notes.md), and the build is most of a call's time.
-	tables gpu-h200 "9,200 tokens → 1.206 GB state" "${REPS:-2}" \
-		--backend "$G/hydra-plugin-cuda-llama" --model "$G/synth.gguf" --prefill-tokens 9200 \
-		--backend-opt lib_dir="$G" --backend-opt n_gpu_layers=99 --backend-opt n_ctx=18688 --backend-opt n_threads=8 \
+	tables "gpu-h200${MODEL:+-$MODEL}" "$what" "${REPS:-2}" \
+		--backend "$G/hydra-plugin-cuda-llama" --model "$G/synth.gguf" --prefill-tokens "$ntok" \
+		--backend-opt lib_dir="$G" --backend-opt n_gpu_layers=99 --backend-opt n_ctx="$nctx" --backend-opt n_threads=8 \
 		${BENCH_OPTS:+--backend-opt "$BENCH_OPTS"}
 	;;
 *)

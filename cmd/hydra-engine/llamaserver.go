@@ -518,6 +518,7 @@ func lsModelParams() []lsParam {
 		{names: []string{"--cache-type-v", "-ctv"}, hint: "TYPE", doc: "V cache type: cache_type_v", apply: lowerOpt("--cache-type-v", "cache_type_v")},
 		{names: []string{"--kv-unified", "-kvu"}, neg: []string{"--no-kv-unified"}, kind: lsSwitch, doc: "one KV pool for all slots: kv_unified", apply: opt("--kv-unified", "kv_unified")},
 		{names: []string{"--context-shift"}, neg: []string{"--no-context-shift"}, kind: lsSwitch, doc: "shift a full slot's context: context_shift", apply: opt("--context-shift", "context_shift")},
+		{names: []string{"--swa-full"}, kind: lsSwitch, doc: "full-size sliding-window caches: swa_full", apply: opt("--swa-full", "swa_full")},
 		{names: []string{"--cache-reuse"}, hint: "N", doc: "min chunk reused from the cache by KV shifting: cache_reuse", apply: intOpt("--cache-reuse", "cache_reuse", 0)},
 		{names: []string{"--rope-scaling"}, hint: "{none,linear,yarn}", doc: "RoPE scaling: rope_scaling", apply: func(ls *lsArgs, v string) error {
 			ls.setOpt("--rope-scaling", "rope_scaling", v)

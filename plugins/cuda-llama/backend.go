@@ -89,7 +89,11 @@ type engine struct {
 	slotCtx      int
 	kvUnified    bool
 	contextShift bool
-	cacheReuse   int // the least chunk a prefill moves into place (cache_reuse); 0: prefix only
+	vTrans       bool // the KV cache stores V transposed (a state's layout names it)
+	// nSWA is the attention window a sliding-window cache keeps (0: every
+	// position is kept): a prompt reuses a prefix only where its window is.
+	nSWA       int
+	cacheReuse int // the least chunk a prefill moves into place (cache_reuse); 0: prefix only
 
 	chat *chatTemplate // the Jinja chat template; nil: llama.cpp's matcher (jinja=false)
 	// chatParseSpecial parses the control tokens of a chat's content
@@ -255,6 +259,11 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 	gpuDev, gpuName := b.loadGPU(opts)
 	nGPU := b.gpuLayers(opts.nGPULayers, gpuDev != nil)
 	mdl, err := loadSupportedModel(path, opts, nGPU)
+	if err == nil && opts.kvSplit && mdl.composite() != "" {
+		b.log.Warn("kv_unified=false is not supported for this model's state yet: its slots share one pool of n_ctx cells",
+			"model", mdl.composite())
+		opts.kvSplit = false
+	}
 	if err != nil {
 		return iface.BackendInfo{}, err
 	}
@@ -273,7 +282,15 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 		}
 	}
 	if e.layout, err = e.measureLayout(); err != nil {
-		return iface.BackendInfo{}, err
+		return iface.BackendInfo{}, fmt.Errorf("%w: %s: the cuda-llama backend cannot stream this model's state: %w", iface.ErrBadRequest, path, err)
+	}
+	for _, s := range e.slots {
+		s.stateSize = e.layout.size(0)
+	}
+	for _, p := range e.layout.Parts {
+		if p.SWA {
+			e.nSWA = mdl.nSWA()
+		}
 	}
 	e.sched = newScheduler(e)
 	go e.sched.run()
@@ -290,6 +307,8 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 		NCtx:      e.nCtx,
 		NCtxSlot:  e.slotCtx,
 		KVUnified: e.kvUnified,
+		StateLayout: e.layout.describe(layoutModel{Arch: mdl.metaString("general.architecture"), Layers: mdl.nLayer(), Embd: mdl.nEmbd(),
+			TypeK: opts.cacheTypeK, TypeV: opts.cacheTypeV, VTrans: e.vTrans, Vocab: mdl.nVocab}),
 		// A Decode's prompt is prefilled by its own job (promptDecode).
 		PromptDecode:  true,
 		MaxTokenBytes: mdl.tok.maxTokenBytes,
@@ -389,11 +408,6 @@ func loadSupportedModel(path string, opts options, nGPU int) (*model, error) {
 	if err != nil {
 		return nil, err
 	}
-	if why := mdl.unsupportedMemory(); why != "" {
-		mdl.free()
-		return nil, fmt.Errorf("%w: %s is %s: its KV state is not a plain attention cache, which the cuda-llama backend's state streaming supports so far",
-			iface.ErrBadRequest, path, why)
-	}
 	// ggml quantizes cache rows in blocks of 32 values and asserts (aborts
 	// the process) if a head does not divide into them.
 	for _, ct := range []string{opts.cacheTypeK, opts.cacheTypeV} {
@@ -418,7 +432,7 @@ func contextParamsFor(opts options, nSlots int) contextParams {
 	p := contextParams{
 		nCtx: opts.nCtx, nBatch: opts.nBatch, nUBatch: opts.nUBatch, nSeqMax: nSlots + 1, perSeqKV: opts.kvSplit,
 		nThreads: opts.nThreads, nThreadsBatch: opts.nThreadsBatch, flashAttn: opts.flashAttn,
-		typeK: opts.cacheTypeK, typeV: opts.cacheTypeV, ropeOptions: opts.ropeOptions,
+		typeK: opts.cacheTypeK, typeV: opts.cacheTypeV, swaFull: opts.swaFull, ropeOptions: opts.ropeOptions,
 	}
 	if p.perSeqKV {
 		p.nCtx = slotShare(opts, nSlots) * (nSlots + 1)
@@ -462,7 +476,7 @@ func (b *Backend) logLoaded(e *engine, opts options, nGPU int, registerHost bool
 	b.log.Info("cuda-llama backend loaded", "model", m.desc(), "model_alias", e.info.Model.Alias, "model_hash", e.info.Model.Hash,
 		"model_path", e.info.Model.Path, "device", device, "n_gpu_layers", nGPU, "n_layer", m.nLayer(), "n_slots", len(e.slots),
 		"n_ctx", e.nCtx, "n_vocab", m.nVocab, "flash_attn", flashName(opts.flashAttn), "cache_type_k", opts.cacheTypeK,
-		"cache_type_v", opts.cacheTypeV, "kv_bytes_per_token", e.layout.PerCell,
+		"cache_type_v", opts.cacheTypeV, "memory", e.layout.Memory, "state_parts", len(e.layout.Parts), "kv_bytes_per_token", e.layout.perToken(),
 		"register_host_buffer", registerHost, "load_time", took.Round(time.Millisecond).String())
 }
 
@@ -543,40 +557,40 @@ func (b *Backend) relog(level int, msg string) {
 	}
 }
 
-// measureLayout finds the state's size as a function of its cells by
-// evaluating one and two tokens in the scratch sequence (which also warms the
-// compute graphs up). An empty state must be the 8 bytes of a single stream.
+// measureLayout finds the state's parts and their sizes as functions of
+// their cells by evaluating one and two tokens in the scratch sequence (which
+// also warms the compute graphs up).
 func (e *engine) measureLayout() (stateLayout, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	c := e.ctx
 	defer c.seqRm(e.scratch)
-	if s := c.stateSize(e.scratch); s != emptyState {
-		return stateLayout{}, fmt.Errorf("an empty sequence's state is %d bytes, want %d: not a single-stream KV cache", s, emptyState)
-	}
-	var sizes [2]int64
-	var row int64
-	for i := range sizes {
-		if err := c.decode(e.scratch, []int32{0}, i, false); err != nil {
-			return stateLayout{}, fmt.Errorf("warming up: %w", err)
+	var parts [3][]measuredPart
+	var oneToken []byte
+	for i := range parts {
+		if i > 0 {
+			if err := c.decode(e.scratch, []int32{0}, i-1, false); err != nil {
+				return stateLayout{}, fmt.Errorf("warming up: %w", err)
+			}
 		}
-		sizes[i] = c.stateSize(e.scratch)
-		if i == 0 {
-			state, err := c.stateData(e.scratch)
-			if err == nil {
-				row, err = maxRow(state)
+		var err error
+		if parts[i], err = c.stateParts(e.scratch); err != nil {
+			return stateLayout{}, err
+		}
+		if i == 1 {
+			if oneToken, err = c.stateData(e.scratch); err != nil {
+				return stateLayout{}, err
 			}
-			if err != nil {
-				return stateLayout{}, fmt.Errorf("reading a one-cell state: %w", err)
-			}
-			e.setStreaming(row)
 		}
 	}
-	l := stateLayout{PerCell: sizes[1] - sizes[0], MaxRow: row}
-	l.Base = sizes[0] - l.PerCell
-	if l.PerCell <= cellMetaSize || l.Base <= emptyState || l.MaxRow <= 0 || l.MaxRow > l.PerCell {
-		return stateLayout{}, fmt.Errorf("unexpected state sizes %d and %d for 1 and 2 cells", sizes[0], sizes[1])
+	l, err := measureParts(c.memoryName(), parts[0], parts[1], parts[2])
+	if err != nil {
+		return l, fmt.Errorf("llama.cpp's %s state: %w", c.memoryName(), err)
 	}
+	if e.vTrans, err = vTransOf(l, oneToken); err != nil {
+		return l, err
+	}
+	e.setStreaming(l.MaxRow)
 	return l, nil
 }
 
@@ -626,18 +640,40 @@ func (b *Backend) slot(i int) (*engine, *slot, error) {
 // Slot reports a slot's sequence from what the last operation on it left; it
 // neither waits for a running operation nor touches the context.
 func (b *Backend) Slot(ctx context.Context, i int) (iface.SlotInfo, error) {
-	_, s, err := b.slot(i)
+	e, s, err := b.slot(i)
 	if err != nil {
 		return iface.SlotInfo{}, err
 	}
-	toks, _, size := s.snapshot()
-	return iface.SlotInfo{Slot: i, NPast: len(toks), Tokens: slices.Clone(toks), StateSize: size}, nil
+	toks, logits, size := s.snapshot()
+	return iface.SlotInfo{Slot: i, NPast: len(toks), Tokens: slices.Clone(toks), StateSize: size + e.stateLogitsSize(logits)}, nil
+}
+
+// stateLogitsSize is the bytes of the logits a state carries after its
+// memory's: a recurrent state's, when the slot has them (stateLayout.recurrent).
+func (e *engine) stateLogitsSize(logits []float32) int64 {
+	if !e.layout.recurrent() || logits == nil {
+		return 0
+	}
+	return 4 * int64(len(logits))
+}
+
+// writeStateLogits writes the logits a state carries (stateLogitsSize).
+func (e *engine) writeStateLogits(w io.Writer, logits []float32) (int64, error) {
+	if e.stateLogitsSize(logits) == 0 {
+		return 0, nil
+	}
+	raw := make([]byte, 4*len(logits))
+	for j, f := range logits {
+		binary.LittleEndian.PutUint32(raw[4*j:], math.Float32bits(f))
+	}
+	n, err := w.Write(raw)
+	return int64(n), err
 }
 
 // clear empties sequence i in the KV and the slot. Needs e.mu.
 func (e *engine) clearLocked(i int, s *slot) {
 	e.ctx.seqRm(i)
-	s.set(nil, nil, emptyState)
+	s.set(nil, nil, e.layout.size(0))
 	s.claim = 0
 }
 
@@ -716,7 +752,9 @@ func (b *Backend) StateGet(ctx context.Context, i int, chunkSize int, w io.Write
 	case n >= 0 && int64(n) != call.written:
 		return call.written, fmt.Errorf("state stream: %d bytes produced, %d written", int64(n), call.written)
 	case n >= 0:
-		return call.written, nil
+		_, logits, _ := s.snapshot()
+		k, err := e.writeStateLogits(w, logits)
+		return call.written + k, err
 	case call.err != nil:
 		return call.written, call.err
 	default:
@@ -866,13 +904,16 @@ func (p *statePut) load() (int64, error) {
 	call := &loadCall{pf: p.run.src, lock: &e.mu}
 	h := cgo.NewHandle(call)
 	defer h.Delete()
+	rules := e.layout.rules(p.head.cells)
+	cr, freeRules := cRules(rules)
+	defer freeRules()
 	var msg [512]C.char
 	var err error
 	e.mu.Lock()
 	clearLlamaError()
 	got := C.hydra_state_load(e.ctx.io, e.ctx.c, C.llama_seq_id(p.i), C.uint32_t(e.ctx.nStream), C.size_t(e.layout.size(p.head.cells)),
 		C.uintptr_t(h), C.size_t(p.run.streamMin), C.size_t(p.run.pieceMin),
-		&msg[0], C.size_t(len(msg)))
+		cr, C.int(len(rules)), C.int32_t(p.head.cells), &msg[0], C.size_t(len(msg)))
 	if got >= 0 {
 		if np := e.ctx.nPos(p.i); np != p.head.cells {
 			err = fmt.Errorf("restored %d positions, the state's head announced %d", np, p.head.cells)
@@ -1031,6 +1072,9 @@ func (e *engine) ringRun(ctx context.Context, r io.Reader, head stateHead, size 
 // re-evaluated in place instead, its KV recomputed, which may differ from the
 // original in the last bits.
 func (e *engine) reevaluate(i int, tokens []int32) ([]float32, error) {
+	if e.layout.recurrent() {
+		return e.recompute(i, tokens)
+	}
 	n := len(tokens)
 	logits := make([]float32, e.model.nVocab)
 	e.mu.Lock()
@@ -1051,6 +1095,29 @@ func (e *engine) reevaluate(i int, tokens []int32) ([]float32, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("re-evaluating the restored sequence's last token: %w", err)
+	}
+	c.logitsInto(logits)
+	return logits, nil
+}
+
+// recompute evaluates a sequence again from its tokens, for the logits after
+// its last one: a recurrent state holds its last token already, so nothing
+// shorter can give them. States carry their logits so that this is rare (a
+// state from an engine that sent none, a slot after a quantisation swap).
+func (e *engine) recompute(i int, tokens []int32) ([]float32, error) {
+	e.log.Info("the sequence is evaluated again from its tokens: a recurrent state without its logits cannot give them otherwise",
+		"slot", i, "tokens", len(tokens))
+	logits := make([]float32, e.model.nVocab)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c := e.ctx
+	c.seqRm(i)
+	for p := 0; p < len(tokens); p += c.nBatch {
+		chunk := tokens[p:min(p+c.nBatch, len(tokens))]
+		if err := c.decode(i, chunk, p, p+len(chunk) == len(tokens)); err != nil {
+			c.seqRm(i)
+			return nil, fmt.Errorf("evaluating the restored sequence again: %w", err)
+		}
 	}
 	c.logitsInto(logits)
 	return logits, nil

@@ -982,26 +982,6 @@ func TestExpertModeAndSwapQuant(t *testing.T) {
 	}
 }
 
-// TestUnsupportedMemoryRefused: a model whose memory is not one plain
-// attention cache (a sliding-window gemma3, a hybrid qwen35moe) is refused
-// at load, naming why.
-func TestUnsupportedMemoryRefused(t *testing.T) {
-	for _, tc := range []struct {
-		c    gguf.Config
-		want string
-	}{
-		{gguf.TinyGemma3(), "is a sliding-window-attention model"},
-		{gguf.TinyQwen35MoE(), "is a hybrid (attention + recurrent) model"},
-	} {
-		path := modelFile(t, "tiny-"+tc.c.Arch, tc.c)
-		_, err := New(testLogger()).Load(context.Background(), iface.LoadRequest{Model: path, NSlots: 1,
-			Options: map[string]string{OptNThreads: "1", OptNCtx: "2048"}})
-		if !errors.Is(err, iface.ErrBadRequest) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: %v, want ErrBadRequest with %q", tc.c.Arch, err, tc.want)
-		}
-	}
-}
-
 func TestLoadErrors(t *testing.T) {
 	junk := filepath.Join(t.TempDir(), "junk.gguf")
 	if err := os.WriteFile(junk, []byte("not a model at all"), 0o644); err != nil {
@@ -1042,12 +1022,16 @@ func TestLoadErrors(t *testing.T) {
 }
 
 // benchModel: 16 KiB of F16 KV per token, so 2,048 tokens make a 32 MiB
-// state. HYDRA_BENCH_MODEL=layers,embd,heads,kv_heads,ff and
+// state. HYDRA_BENCH_ARCH (llama, qwen3moe, qwen35moe, gemma3),
+// HYDRA_BENCH_MODEL=layers,embd,heads,kv_heads,ff and
 // HYDRA_BENCH_TOKENS=n size it otherwise: "32,1024,8,8,1024" and 9200 make the
 // GPU benchmark's 1.2 GB state (128 KiB per token).
 func benchModel(b *testing.B) (string, int) {
-	c := gguf.Tiny()
-	c.Layers, c.Embd, c.Heads, c.KVHeads, c.FF = 16, 256, 4, 4, 256
+	c, err := gguf.TinyFor(os.Getenv("HYDRA_BENCH_ARCH")) // "": llama
+	if err != nil {
+		b.Fatalf("HYDRA_BENCH_ARCH: %v", err)
+	}
+	c.Layers, c.Embd, c.Heads, c.KVHeads, c.FF, c.HeadSize = 16, 256, 4, 4, 256, 0
 	tokens := 2048
 	if v := os.Getenv("HYDRA_BENCH_MODEL"); v != "" {
 		if _, err := fmt.Sscanf(v, "%d,%d,%d,%d,%d", &c.Layers, &c.Embd, &c.Heads, &c.KVHeads, &c.FF); err != nil {
@@ -1061,7 +1045,7 @@ func benchModel(b *testing.B) (string, int) {
 		}
 	}
 	c.Ctx = max(c.Ctx, tokens)
-	return modelFile(b, fmt.Sprintf("bench-%d-%d-%d-%d-%d", c.Layers, c.Embd, c.Heads, c.KVHeads, c.FF), c), tokens
+	return modelFile(b, fmt.Sprintf("bench-%s-%d-%d-%d-%d-%d", c.Arch, c.Layers, c.Embd, c.Heads, c.KVHeads, c.FF), c), tokens
 }
 
 var bench struct {

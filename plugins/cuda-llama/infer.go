@@ -41,11 +41,17 @@ func (b *Backend) Prefill(ctx context.Context, req iface.PrefillRequest) (iface.
 	}
 	size, logits := j.prefill.stateSize, j.prefill.logits
 	s.set(toks, logits, size)
+	// A recurrent state carries its logits itself (stateLogitsSize): the
+	// blob's bytes after the state are the same, and sent once.
+	replyLogits := slices.Clone(logits)
+	if e.stateLogitsSize(logits) > 0 {
+		size, replyLogits = size+e.stateLogitsSize(logits), nil
+	}
 
 	fallback := b.modelFallback(e, req)
 	return iface.PrefillResult{
 		Slot:          iface.SlotInfo{Slot: req.Slot, NPast: len(toks), Tokens: slices.Clone(toks), StateSize: size},
-		Logits:        slices.Clone(logits),
+		Logits:        replyLogits,
 		ModelFallback: fallback,
 		Reused:        reused,
 	}, nil
@@ -85,8 +91,8 @@ func (e *engine) startPrefill(i int, s *slot, toks []int32, then *decodeJob) (*j
 	moves, keep := e.reusePlan(old, toks, prefix)
 	keep = min(keep, len(toks)-1)
 	if len(moves) == 0 {
-		e.ctx.seqRmFrom(i, keep)
-		s.set(old[:keep:keep], nil, emptyState)
+		keep = e.cut(i, keep)
+		s.set(old[:keep:keep], nil, e.layout.size(0))
 	}
 	need := len(toks) - keep
 	if err := e.fits(i, s, need); err != nil {
@@ -98,6 +104,23 @@ func (e *engine) startPrefill(i int, s *slot, toks []int32, then *decodeJob) (*j
 		prefill: &prefillJob{prompt: toks, next: keep, moves: moves}, decode: then}
 	e.sched.submit(j)
 	return j, keep, nil
+}
+
+// cut keeps the first keep positions of sequence i where its memory can be
+// cut there and still serve the next position, as llama-server reuses a
+// prompt without checkpoints: a recurrent state cannot be cut before its last
+// token, and a sliding window must still hold the window before keep. Else
+// it empties the sequence. It returns the positions kept. Needs e.mu.
+func (e *engine) cut(i, keep int) int {
+	if first := e.ctx.seqPosMin(i); keep > 0 && first >= 0 && first <= max(0, keep-e.nSWA) && e.ctx.seqRmFrom(i, keep) {
+		return keep
+	}
+	if keep > 0 {
+		e.log.Debug("the cached sequence cannot be cut to its common prefix with the prompt: evaluated again",
+			"slot", i, "memory", e.layout.Memory, "prefix", keep)
+	}
+	e.ctx.seqRm(i)
+	return 0
 }
 
 // kvMove moves a slot's cells at positions [from, from+n) to [to, to+n).
@@ -135,7 +158,7 @@ func (e *engine) applyMoves(i int, s *slot, p *prefillJob) {
 		e.ctx.seqShift(i, m.from, m.from+m.n, m.to-m.from)
 	}
 	e.ctx.seqRmFrom(i, p.next)
-	s.set(p.prompt[:p.next:p.next], nil, emptyState)
+	s.set(p.prompt[:p.next:p.next], nil, e.layout.size(0))
 	e.log.Debug("prompt chunks reused from the cache", "slot", i, "chunks", len(p.moves), "kept", p.next)
 	p.moves = nil
 }
@@ -365,8 +388,7 @@ func (e *engine) keepEmitted(i int, s *slot, n int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if len(s.seq()) > n {
-		e.ctx.seqRmFrom(i, n)
-		s.truncate(n)
+		s.truncate(e.cut(i, n))
 	}
 }
 

@@ -21,18 +21,30 @@ const (
 	// --context-shift; off (the default), its decode stops with
 	// n_tokens_limit.
 	OptContextShift = "context_shift"
+	// OptSWAFull: a sliding-window model keeps every position in its window
+	// caches too (llama-server's --swa-full), at n_ctx cells per window
+	// layer; off (the default, as llama-server's), a window cache holds the
+	// window only, and a prompt reuses a cached prefix only where the window
+	// before it is still held.
+	OptSWAFull = "swa_full"
 )
 
 // kvOptions are the parsed KV options; the zero value is the default.
 type kvOptions struct {
 	kvSplit      bool // kv_unified=false
 	contextShift bool
+	swaFull      bool
 }
 
 func init() {
 	optionParsers[OptKVUnified] = func(o *options, key, v string) error {
 		b, err := parseBool(key, v)
 		o.kvSplit = !b
+		return err
+	}
+	optionParsers[OptSWAFull] = func(o *options, key, v string) error {
+		b, err := parseBool(key, v)
+		o.swaFull = b
 		return err
 	}
 	optionParsers[OptContextShift] = func(o *options, key, v string) error {

@@ -181,19 +181,22 @@ func (m *model) free() {
 	C.free(unsafe.Pointer(m.tmpl))
 }
 
-// unsupportedMemory says why the model's KV memory is not a plain attention
-// KV cache, whose state layout StatePut checks (statehead.go); "" if it is.
-func (m *model) unsupportedMemory() string {
+// composite says what the model's memory is made of when it is more than
+// one attention cache ("" when it is one): its states have several parts.
+func (m *model) composite() string {
 	switch {
 	case bool(C.llama_model_is_recurrent(m.m)):
-		return "a recurrent model"
+		return "recurrent"
 	case bool(C.llama_model_is_hybrid(m.m)):
-		return "a hybrid (attention + recurrent) model"
-	case C.llama_model_n_swa(m.m) > 0:
-		return "a sliding-window-attention model"
+		return "hybrid (attention + recurrent)"
+	case m.nSWA() > 0:
+		return "sliding-window attention"
 	}
 	return ""
 }
+
+// nSWA is the attention window of a sliding-window model (0: none).
+func (m *model) nSWA() int { return int(C.llama_model_n_swa(m.m)) }
 
 func (m *model) desc() string {
 	var buf [256]C.char
@@ -202,6 +205,19 @@ func (m *model) desc() string {
 }
 
 func (m *model) nLayer() int { return int(C.llama_model_n_layer(m.m)) }
+
+func (m *model) nEmbd() int { return int(C.llama_model_n_embd(m.m)) }
+
+// metaString is a GGUF metadata value as text ("" if the model has none).
+func (m *model) metaString(key string) string {
+	k := C.CString(key)
+	defer C.free(unsafe.Pointer(k))
+	var buf [256]C.char
+	if n := C.llama_model_meta_val_str(m.m, k, &buf[0], C.size_t(len(buf))); n < 0 {
+		return ""
+	}
+	return C.GoString(&buf[0])
+}
 
 // headDim is the attention head size (n_embd / n_head).
 func (m *model) headDim() int {
@@ -291,6 +307,7 @@ type contextParams struct {
 	nThreads, nThreadsBatch int
 	flashAttn               int
 	typeK, typeV            string
+	swaFull                 bool
 	ropeOptions             // rope_scaling, rope_scale, yarn_orig_ctx
 }
 
@@ -325,6 +342,7 @@ func newContext(m *model, p contextParams, gpu C.ggml_backend_dev_t) (*lctx, err
 	}
 	cp.yarn_orig_ctx = C.uint32_t(p.yarnOrigCtx) // 0: the model's training context
 	cp.kv_unified = C.bool(!p.perSeqKV)          // states are one stream on the wire either way (shim.cpp)
+	cp.swa_full = C.bool(p.swaFull)
 	cp.offload_kqv = true
 	cp.no_perf = true
 	// Everything that can fail comes before the context, which is never freed.
@@ -403,9 +421,17 @@ func (c *lctx) seqRm(seq int) {
 	C.llama_memory_seq_rm(c.mem, C.llama_seq_id(seq), -1, -1)
 }
 
-// seqRmFrom removes positions p0 and after from the sequence.
-func (c *lctx) seqRmFrom(seq, p0 int) {
-	C.llama_memory_seq_rm(c.mem, C.llama_seq_id(seq), C.llama_pos(p0), -1)
+// seqRmFrom removes positions p0 and after from the sequence; false where
+// the memory cannot be cut there (a recurrent state, which holds its last
+// token), the sequence then as it was.
+func (c *lctx) seqRmFrom(seq, p0 int) bool {
+	return bool(C.llama_memory_seq_rm(c.mem, C.llama_seq_id(seq), C.llama_pos(p0), -1))
+}
+
+// seqPosMin is the sequence's first position the memory still holds (a
+// sliding window drops the positions before its window); -1 if empty.
+func (c *lctx) seqPosMin(seq int) int {
+	return int(C.llama_memory_seq_pos_min(c.mem, C.llama_seq_id(seq)))
 }
 
 // canShift reports whether the cache can move positions (context shift,

@@ -146,7 +146,7 @@ func head(streams uint32, pos ...int32) []byte {
 }
 
 func TestReadStateHead(t *testing.T) {
-	layout := stateLayout{Base: 100, PerCell: 50}
+	layout := plainLayout(100, 50, 0)
 	toks := []int32{1, 2, 3}
 	h, err := readStateHead(bytes.NewReader(head(1, 2, 0, 1)), toks, 10, 8, layout, layout.size(3))
 	if err != nil || h.cells != 3 || !bytes.Equal(h.raw, head(1, 2, 0, 1)) {

@@ -38,6 +38,7 @@
 
 #include "llama-io.h"
 #include "llama-memory.h"
+#include "statemem.h"
 
 // Exported by the Go side (exports.go).
 extern "C" {
@@ -404,6 +405,126 @@ private:
     bool counted = false;
 };
 
+// state_guard checks a restore's structure as llama.cpp reads it, before
+// llama.cpp acts on a field: each part's stream and cell counts, its cells'
+// positions and sequence counts, and that the parts end where their counts
+// say (llama.cpp trusts those fields: a count of 2^32-1 makes it reserve that
+// many cells, an odd position corrupts the sequence). Fields are read 4 bytes
+// at a time at known offsets of their part; a read across one is refused.
+class state_guard {
+public:
+    state_guard(const hydra_part_rule * rules, int n, int32_t n_tokens) : rules(rules), n(n), n_tokens(n_tokens) {}
+
+    bool active() const { return n > 0; }
+
+    // field checks a read of size bytes at stream offset off.
+    void field(size_t off, const uint8_t * p, size_t size) {
+        const hydra_part_rule & r = at(off, size);
+        const size_t rel = off - start;
+        if (rel >= head) {
+            return; // in the part's rows: read() of a CPU tensor copy
+        }
+        if (rel + size > head) {
+            fail("a read across the end of a part's cell metadata");
+        }
+        uint32_t v = 0;
+        auto u32 = [&]() {
+            if (size != 4) {
+                fail("a field read that is not 4 bytes");
+            }
+            memcpy(&v, p, 4);
+            return v;
+        };
+        if (r.kind == HYDRA_PART_KV && rel == 0) {
+            if (u32() != 1) {
+                failf("a KV part of %u streams, want 1", v);
+            }
+            return;
+        }
+        const size_t cnt = r.kind == HYDRA_PART_KV ? 4 : 0;
+        if (rel == cnt) {
+            cells = u32();
+            if (cells < r.min_cells || cells > r.max_cells) {
+                failf("a part of %u cells, want %u to %u", cells, r.min_cells, r.max_cells);
+            }
+            size_part = cells == 0 ? r.empty : r.base + (uint64_t) cells * r.per_cell;
+            head = cnt + 4 + (size_t) cells * r.cell_meta;
+            return;
+        }
+        const size_t c = (rel - cnt - 4) % r.cell_meta;
+        if (c + size > r.cell_meta) {
+            fail("a read across a cell's metadata");
+        }
+        if (c == 0) {
+            const int32_t pos = (int32_t) u32();
+            const bool ok = r.kind == HYDRA_PART_KV ? pos >= 0 && pos < n_tokens : pos == n_tokens - 1;
+            if (!ok) {
+                failf("a cell at position %d of a sequence of %d tokens", pos, n_tokens);
+            }
+        } else if (c == 4) {
+            const uint32_t want = r.kind == HYDRA_PART_KV ? 1 : 0;
+            if (u32() != want) {
+                failf("a cell of %u sequences, want %u", v, want);
+            }
+        }
+    }
+
+    // tensor checks a tensor read of size bytes at stream offset off: within
+    // its part's rows.
+    void tensor(size_t off, size_t size) {
+        at(off, size);
+        if (off - start < head || off - start + size > size_part) {
+            fail("a tensor read outside its part's rows");
+        }
+    }
+
+    // done checks that the state ended where the last part does.
+    void done(size_t consumed) {
+        if (n > 0 && (part != n - 1 || !counted() || consumed != start + size_part)) {
+            fail("a state that ends before its parts do");
+        }
+    }
+
+private:
+    const hydra_part_rule * rules;
+    int n;
+    int32_t n_tokens;
+    int part = 0;
+    size_t start = 0;          // the current part's first byte
+    size_t head = 8;           // its fields before the rows (known once its cells are)
+    uint64_t size_part = 0;    // its bytes, 0 until its cell count is read
+    uint32_t cells = 0;
+
+    bool counted() const { return size_part > 0; }
+
+    // at moves on to the part holding off and returns its rule.
+    const hydra_part_rule & at(size_t off, size_t size) {
+        while (counted() && off >= start + size_part) {
+            start += size_part;
+            part++;
+            size_part = 0;
+            head = 8;
+        }
+        if (part >= n) {
+            fail("a read past the state's last part");
+        }
+        if (!counted() && off - start + size > (rules[part].kind == HYDRA_PART_KV ? 8u : 4u)) {
+            fail("a read before the part's cell count");
+        }
+        return rules[part];
+    }
+
+    [[noreturn]] static void fail(const char * what) {
+        throw std::runtime_error(std::string("hydra: the state's structure is not this model's: ") + what);
+    }
+
+    template <typename... A> [[noreturn]] static void failf(const char * f, A... a) {
+        char buf[160];
+        snprintf(buf, sizeof(buf), f, a...);
+        fail(buf);
+    }
+};
+
 // load_reader serves llama.cpp's reads from the Go side's restore ring or
 // the data plane's buffers (hydraLoadNext). Fields are copied out; a K/V run
 // (read_tensor) is uploaded from where it lies: in one ggml_backend_tensor_set
@@ -412,19 +533,26 @@ private:
 // least piece_min bytes where the stream holds them.
 class load_reader : public llama_io_read_i {
 public:
-    load_reader(hydra_io * io, uintptr_t h, size_t stream_min, size_t piece_min)
-        : io(io), h(h), stream_min(stream_min), piece_min(std::max<size_t>(piece_min, 1)) {}
+    load_reader(hydra_io * io, uintptr_t h, size_t stream_min, size_t piece_min, state_guard & guard)
+        : io(io), h(h), stream_min(stream_min), piece_min(std::max<size_t>(piece_min, 1)), guard(guard) {}
 
     void read(void * dst, size_t size) override {
+        const size_t off = consumed;
         consumed += size;
         uint8_t * d = (uint8_t *) dst;
         pieces(size, [&](const uint8_t * p, size_t k) {
             memcpy(d, p, k);
             d += k;
         });
+        if (guard.active()) {
+            guard.field(off, (const uint8_t *) dst, size);
+        }
     }
 
     void read_tensor(ggml_tensor * t, size_t off, size_t size) override {
+        if (guard.active()) {
+            guard.tensor(consumed, size);
+        }
         consumed += size;
         if (stream_min > 0 && size >= stream_min) {
             if (t != last_streamed) {
@@ -453,6 +581,7 @@ private:
     hydra_io * io;
     uintptr_t h;
     size_t stream_min, piece_min;
+    state_guard & guard;
     const uint8_t * cur = nullptr;
     size_t avail = 0, taken = 0, consumed = 0;
     const ggml_tensor * last_streamed = nullptr; // the tensor of the last streamed run: its block's
@@ -552,8 +681,10 @@ int64_t hydra_state_save(hydra_io * io, struct llama_context * ctx, llama_seq_id
 }
 
 int64_t hydra_state_load(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, uint32_t n_stream, size_t size,
-                         uintptr_t handle, size_t stream_min, size_t piece_min, char * err, size_t err_len) {
-    load_reader r(io, handle, stream_min, piece_min);
+                         uintptr_t handle, size_t stream_min, size_t piece_min,
+                         const hydra_part_rule * rules, int n_rules, int32_t n_tokens, char * err, size_t err_len) {
+    state_guard guard(rules, n_stream > 1 ? 0 : n_rules, n_tokens);
+    load_reader r(io, handle, stream_min, piece_min, guard);
     try {
         llama_memory_t mem = memory_of(ctx);
         if (n_stream > 1) {
@@ -562,6 +693,7 @@ int64_t hydra_state_load(hydra_io * io, struct llama_context * ctx, llama_seq_id
         } else {
             mem->state_read(r, seq, 0);
         }
+        guard.done(r.n_bytes());
         return (int64_t) r.n_bytes();
     } catch (const std::exception & e) {
         set_err(err, err_len, e.what());

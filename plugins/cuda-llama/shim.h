@@ -8,6 +8,7 @@
 
 #include "ggml-backend.h"
 #include "llama.h"
+#include "statemem.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -50,9 +51,12 @@ int64_t hydra_state_save(hydra_io * io, struct llama_context * ctx, llama_seq_id
 // llama.cpp consumed, or -1 with a message in err; on failure the sequence
 // may be half-restored and the caller must clear it. The state is one KV
 // stream of size bytes, restored into sequence seq's own stream of a cache of
-// n_stream.
+// n_stream. With one stream, the state's structure is checked against the
+// n_rules rules of its parts (statemem.h) for a sequence of n_tokens as
+// llama.cpp reads it, before it acts on a field.
 int64_t hydra_state_load(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, uint32_t n_stream, size_t size,
-                         uintptr_t handle, size_t stream_min, size_t piece_min, char * err, size_t err_len);
+                         uintptr_t handle, size_t stream_min, size_t piece_min,
+                         const hydra_part_rule * rules, int n_rules, int32_t n_tokens, char * err, size_t err_len);
 
 // hydra_log_install routes llama.cpp's and ggml's logs to the Go callback
 // hydraLog.

@@ -2,51 +2,270 @@ package cudallama
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 
 	"github.com/hydra-engine/hydra-engine/iface"
 )
 
-// A llama.cpp per-sequence state of a plain (non-SWA, non-recurrent) KV cache,
-// as this llama.cpp writes it (llama_kv_cache::state_write), little-endian:
+// A llama.cpp per-sequence state is its memory's parts one after another
+// (llama_memory_i::state_write): a plain cache's one KV part; a
+// sliding-window model's base and window KV parts; a hybrid model's KV part
+// and recurrent part; a recurrent model's recurrent part. Little-endian:
 //
+//	KV part:
 //	u32 n_stream                       1 with kv_unified
 //	per stream: u32 cell_count         0: nothing else for this stream
-//	  cell_count × {i32 pos, u32 n_seq_id = 1, i32 seq_id}
+//	  cell_count × {i32 pos, u32 n_seq_id = 1, [cell ext on M-RoPE models], i32 seq_id}
 //	  u32 v_trans, u32 n_layer
 //	  per layer: i32 k_type, u64 k_row_bytes, cell_count K rows
 //	  !v_trans, per layer: i32 v_type, u64 v_row_bytes, cell_count V rows
 //	  v_trans,  per layer: i32 v_type, u32 v_elem_bytes, u32 n_embd_v_gqa, then per
 //	            embedding row the cells' elements
+//	recurrent part:
+//	u32 cell_count                     1 for a sequence (its state after its last token)
+//	  cell_count × {i32 pos, u32 n_seq_id = 0}
+//	  u32 s_trans, u32 n_layer, per recurrent layer R rows (i32 type, u64 row bytes, rows), then S rows
 //
-// So its size is affine in the number of cells: stateLayout.
+// So a part's size is affine in its cells: statePart. A sliding window's
+// part holds only the window's cells; a recurrent part's one cell is the
+// whole sequence, whatever its length.
 //
 // llama.cpp checks the layer count, types and row sizes on restore, but
-// trusts the head: a cell count of 2^32−1 makes it reserve a batch that
-// large, and odd positions corrupt the sequence. readStateHead checks the head
-// first, against the blob's tokens, before llama.cpp sees a byte.
+// trusts the cell counts and positions: a count of 2^32−1 makes it reserve a
+// batch that large, and odd positions corrupt the sequence. readStateHead
+// checks the first part's head, against the blob's tokens, before llama.cpp
+// sees a byte; the restore's reader checks every part's (stateLayout.rules,
+// shim.cpp's state_guard) as llama.cpp reads it.
 const (
-	cellMetaSize = 12
-	emptyState   = 8 // n_stream, cell_count = 0
+	cellMetaSize = 12 // a KV cell's metadata without the M-RoPE extension
+	emptyState   = 8  // a plain cache's empty sequence: n_stream, cell_count = 0
 )
 
-// stateLayout is the size of a sequence's state as a function of its cells:
-// emptyState for none, Base + cells×PerCell otherwise; and MaxRow, the
-// largest block llama.cpp reads in one piece per cell (a layer's K or V row,
-// or a transposed V's element), which sizes the restore ring. It is
-// measured at load (stateLayout of the model, see Backend.Load).
-type stateLayout struct {
-	Base, PerCell, MaxRow int64
+// partKind is what a part of the state is: statemem.h's HYDRA_PART_*.
+type partKind int
+
+const (
+	partKV partKind = iota
+	partRecurrent
+)
+
+// statePart is one part of the state, measured at load.
+type statePart struct {
+	Kind partKind
+	// Base and PerCell: the part holds Base + cells×PerCell bytes (cells > 0);
+	// a recurrent part's one cell is Base, PerCell is 0.
+	Base, PerCell int64
+	Empty         int64 // its bytes for an empty sequence: its counts (and a recurrent part's row headers)
+	CellMeta      int64 // one cell's metadata bytes
+	Capacity      int   // the cells its cache has
+	SWA           bool  // a sliding window: it keeps only the window's cells
 }
 
-func (l stateLayout) size(cells int) int64 {
-	if cells == 0 {
-		return emptyState
+// cells is the cells the part holds for a sequence of n tokens, as a range:
+// a sliding window holds at least the last token and at most its capacity.
+func (p statePart) cells(n int) (lo, hi int) {
+	switch {
+	case n == 0:
+		return 0, 0
+	case p.Kind == partRecurrent:
+		return 1, 1
+	case p.SWA:
+		return 1, min(n, p.Capacity)
 	}
-	return l.Base + int64(cells)*l.PerCell
+	return n, n
+}
+
+func (p statePart) size(cells int) int64 {
+	if cells == 0 {
+		return p.Empty
+	}
+	return p.Base + int64(cells)*p.PerCell
+}
+
+// stateLayout is the state's parts, and MaxRow, the largest block llama.cpp
+// reads in one piece per cell (a layer's K or V row, a transposed V's
+// element, a recurrent row), which sizes the restore ring. It is measured at
+// load (engine.measureLayout).
+type stateLayout struct {
+	Parts  []statePart
+	MaxRow int64
+	Memory string // llama.cpp's memory module: kv, iswa, hybrid, hybrid_iswa, recurrent
+}
+
+// plainLayout is a plain cache's layout (tests).
+func plainLayout(base, perCell, maxRow int64) stateLayout {
+	return stateLayout{Parts: []statePart{{Kind: partKV, Base: base, PerCell: perCell, Empty: emptyState, CellMeta: cellMetaSize, Capacity: 1 << 30}},
+		MaxRow: maxRow, Memory: "kv"}
+}
+
+// sizes is the range of the state's bytes for a sequence of n tokens (one
+// value unless a sliding window's cells vary).
+func (l stateLayout) sizes(n int) (lo, hi int64) {
+	for _, p := range l.Parts {
+		a, b := p.cells(n)
+		lo, hi = lo+p.size(a), hi+p.size(b)
+	}
+	return lo, hi
+}
+
+// size is the state's bytes for a sequence of n tokens, the most where a
+// sliding window's cells vary.
+func (l stateLayout) size(n int) int64 {
+	_, hi := l.sizes(n)
+	return hi
+}
+
+// perToken is the bytes a further token adds to the state of a long
+// sequence (the parts that keep every cell).
+func (l stateLayout) perToken() int64 {
+	var n int64
+	for _, p := range l.Parts {
+		if !p.SWA {
+			n += p.PerCell
+		}
+	}
+	return n
+}
+
+// recurrent reports whether the state has a recurrent part: its last token
+// cannot be evaluated again from the state (the recurrent state already
+// holds it), so such states carry their logits.
+func (l stateLayout) recurrent() bool {
+	for _, p := range l.Parts {
+		if p.Kind == partRecurrent {
+			return true
+		}
+	}
+	return false
+}
+
+// layoutModel is what a state's layout names of the model and cache beyond
+// its parts: a restore needs the same architecture and dimensions, K/V
+// types and V layout, whatever the weights' quantisation.
+type layoutModel struct {
+	Arch         string
+	Layers, Embd int
+	TypeK, TypeV string
+	VTrans       bool // V stored transposed (flash attention off)
+	Vocab        int
+}
+
+// describe is the layout as the engine's BackendInfo.StateLayout names it:
+// a flat JSON object, so that a restore from another layout is refused
+// naming each key that differs. Sizes that depend on n_ctx or the slot
+// count (a cache's cells) are not in it: a state moves between engines of
+// any.
+func (l stateLayout) describe(m layoutModel) string {
+	kinds := make([]string, len(l.Parts))
+	d := map[string]any{"arch": m.Arch, "memory": l.Memory, "n_layer": m.Layers, "n_embd": m.Embd,
+		"cache_type_k": m.TypeK, "cache_type_v": m.TypeV, "v_trans": m.VTrans}
+	for i, p := range l.Parts {
+		switch {
+		case p.Kind == partRecurrent:
+			kinds[i] = "recurrent"
+			d["recurrent_bytes"] = p.Base
+			d["state_logits"] = m.Vocab
+		case p.SWA:
+			kinds[i] = "kv_window"
+			d["window_bytes_per_token"] = p.PerCell
+		default:
+			kinds[i] = "kv"
+			d["kv_bytes_per_token"] = p.PerCell
+			d["kv_cell_meta"] = p.CellMeta
+		}
+	}
+	d["parts"] = strings.Join(kinds, "+")
+	b, _ := json.Marshal(d) // plain values: cannot fail
+	return string(b)
+}
+
+// vTransOf reads whether the first KV part of a one-token state stores V
+// transposed (its v_trans field, after the cell).
+func vTransOf(l stateLayout, oneToken []byte) (bool, error) {
+	if l.Parts[0].Kind != partKV {
+		return false, nil
+	}
+	at := 8 + l.Parts[0].CellMeta
+	if int64(len(oneToken)) < at+4 || binary.LittleEndian.Uint32(oneToken[4:]) != 1 {
+		return false, fmt.Errorf("a one-token state of %d bytes is not one cell", len(oneToken))
+	}
+	switch v := binary.LittleEndian.Uint32(oneToken[at:]); v {
+	case 0, 1:
+		return v == 1, nil
+	default:
+		return false, fmt.Errorf("a one-token state's v_trans is %d", v)
+	}
+}
+
+// partRule is statemem.h's hydra_part_rule in Go: what a restore's part may
+// hold for a sequence of a given length.
+type partRule struct {
+	Kind                 partKind
+	CellMeta             int64
+	Base, PerCell, Empty int64
+	MinCells, MaxCells   int
+}
+
+// rules is what each part of a restore of n tokens may hold.
+func (l stateLayout) rules(n int) []partRule {
+	out := make([]partRule, len(l.Parts))
+	for i, p := range l.Parts {
+		lo, hi := p.cells(n)
+		out[i] = partRule{Kind: p.Kind, CellMeta: p.CellMeta, Base: p.Base, PerCell: p.PerCell, Empty: p.Empty, MinCells: lo, MaxCells: hi}
+	}
+	return out
+}
+
+// measuredPart is one part of a sequence's state as it is now (statemem.h).
+type measuredPart struct {
+	kind     partKind
+	cellMeta int64
+	capacity int
+	swa      bool
+	bytes    int64
+	maxRow   int64
+}
+
+// measureParts turns the parts of a state measured empty, with one cell
+// and with two (the scratch sequence at load) into the layout; it refuses
+// what a part of its kind cannot be.
+func measureParts(memory string, empty, one, two []measuredPart) (stateLayout, error) {
+	l := stateLayout{Memory: memory}
+	if len(one) == 0 || len(empty) != len(one) || len(two) != len(one) {
+		return l, fmt.Errorf("a state of %d, %d and %d parts for 0, 1 and 2 cells", len(empty), len(one), len(two))
+	}
+	for i, p := range one {
+		sp := statePart{Kind: p.kind, CellMeta: p.cellMeta, Capacity: p.capacity, SWA: p.swa, Empty: empty[i].bytes}
+		if p.kind == partKV && sp.Empty != emptyState || sp.Empty < 4 {
+			return l, fmt.Errorf("part %d of an empty sequence's state is %d bytes", i, sp.Empty)
+		}
+		switch p.kind {
+		case partKV:
+			sp.PerCell = two[i].bytes - p.bytes
+			sp.Base = p.bytes - sp.PerCell
+			if sp.PerCell <= sp.CellMeta || sp.Base <= emptyState || p.capacity < 2 {
+				return l, fmt.Errorf("KV part %d: %d and %d bytes for 1 and 2 cells, a cache of %d", i, p.bytes, two[i].bytes, p.capacity)
+			}
+		case partRecurrent:
+			sp.Base = p.bytes
+			if two[i].bytes != p.bytes || p.bytes <= 4+sp.CellMeta {
+				return l, fmt.Errorf("recurrent part %d: %d and %d bytes for 1 and 2 tokens", i, p.bytes, two[i].bytes)
+			}
+		default:
+			return l, fmt.Errorf("part %d of unknown kind %d", i, p.kind)
+		}
+		if p.maxRow <= 0 || p.maxRow > p.bytes {
+			return l, fmt.Errorf("part %d: largest row %d of %d bytes", i, p.maxRow, p.bytes)
+		}
+		l.MaxRow = max(l.MaxRow, p.maxRow)
+		l.Parts = append(l.Parts, sp)
+	}
+	return l, nil
 }
 
 // stateHead is what readStateHead read and checked.
@@ -58,13 +277,22 @@ type stateHead struct {
 // errStateHead marks a state rejected by readStateHead.
 var errStateHead = errors.New("bad state")
 
-// readStateHead reads and checks the head of a state: one stream, as many
-// cells as tokens, each cell one sequence, and positions 0..n−1 each exactly
-// once (in any order: cells are in KV order, not position order). size is the
-// bytes the payload holds; a state that cannot fit is refused before the slot
-// is touched.
+// readStateHead reads and checks the head of a state whose first part is a
+// KV cache: one stream, as many cells as tokens, each cell one sequence, and
+// positions 0..n−1 each exactly once (in any order: cells are in KV order,
+// not position order). A state whose first part is recurrent has no cells to
+// read ahead: its parts are checked as llama.cpp reads them. size is the
+// bytes the payload holds; a state that cannot fit is refused before the
+// slot is touched.
 func readStateHead(r io.Reader, tokens []int32, nVocab, nCtx int, layout stateLayout, size int64) (stateHead, error) {
-	var h stateHead
+	h := stateHead{cells: len(tokens)}
+	if err := checkStateTokens(tokens, nVocab, nCtx, layout, size); err != nil {
+		return h, err
+	}
+	if layout.Parts[0].Kind == partRecurrent {
+		return h, nil
+	}
+	meta := int(layout.Parts[0].CellMeta)
 	hdr := make([]byte, 8)
 	if n, err := io.ReadFull(r, hdr); err != nil {
 		return h, truncated(int64(n), err)
@@ -80,28 +308,18 @@ func readStateHead(r io.Reader, tokens []int32, nVocab, nCtx int, layout stateLa
 		return h, fmt.Errorf("%w: %w: the state holds %d cells, n_ctx is %d", iface.ErrBadRequest, errStateHead, cells, nCtx)
 	case int(cells) != len(tokens):
 		return h, fmt.Errorf("%w: %w: the state holds %d cells, the blob header %d tokens", iface.ErrBadRequest, errStateHead, cells, len(tokens))
-	}
-	for i, t := range tokens {
-		if t < 0 || int(t) >= nVocab {
-			return h, fmt.Errorf("%w: token %d at position %d is outside the vocabulary [0, %d)", iface.ErrBadRequest, t, i, nVocab)
-		}
-	}
-	h.cells = int(cells)
-	if need := layout.size(h.cells); size < need {
-		return h, fmt.Errorf("%w: the payload holds %d bytes, a state of %d cells needs %d", iface.ErrBadRequest, size, h.cells, need)
-	}
-	if cells == 0 {
+	case cells == 0:
 		return h, nil
 	}
-	meta := make([]byte, 8+int(cells)*cellMetaSize)
-	copy(meta, hdr)
-	if n, err := io.ReadFull(r, meta[8:]); err != nil {
+	raw := make([]byte, 8+int(cells)*meta)
+	copy(raw, hdr)
+	if n, err := io.ReadFull(r, raw[8:]); err != nil {
 		return h, truncated(int64(8+n), err)
 	}
-	h.raw = meta
+	h.raw = raw
 	seen := make([]bool, cells)
 	for i := range h.cells {
-		c := meta[8+i*cellMetaSize:]
+		c := raw[8+i*meta:]
 		pos := int32(binary.LittleEndian.Uint32(c))
 		nSeq := binary.LittleEndian.Uint32(c[4:])
 		switch {
@@ -115,6 +333,24 @@ func readStateHead(r io.Reader, tokens []int32, nVocab, nCtx int, layout stateLa
 		seen[pos] = true
 	}
 	return h, nil
+}
+
+// checkStateTokens checks what a restore's blob header says against the
+// engine: tokens in the vocabulary, no more than a slot holds, and a payload
+// that can hold their state.
+func checkStateTokens(tokens []int32, nVocab, nCtx int, layout stateLayout, size int64) error {
+	if len(tokens) > nCtx {
+		return fmt.Errorf("%w: %w: the state holds %d tokens, n_ctx is %d", iface.ErrBadRequest, errStateHead, len(tokens), nCtx)
+	}
+	for i, t := range tokens {
+		if t < 0 || int(t) >= nVocab {
+			return fmt.Errorf("%w: token %d at position %d is outside the vocabulary [0, %d)", iface.ErrBadRequest, t, i, nVocab)
+		}
+	}
+	if need, _ := layout.sizes(len(tokens)); size < need {
+		return fmt.Errorf("%w: the payload holds %d bytes, a state of %d cells needs %d", iface.ErrBadRequest, size, len(tokens), need)
+	}
+	return nil
 }
 
 // oneStream is a state llama.cpp wrote from a cache of nStream KV streams
@@ -134,94 +370,6 @@ func oneStream(raw []byte, nStream, seq int) []byte {
 	}
 	out := binary.LittleEndian.AppendUint32(nil, 1)
 	return append(out, raw[lead:len(raw)-trail]...)
-}
-
-// maxRow walks a state written as above and returns its largest row (see
-// stateLayout.MaxRow), checking that the rows account for every byte.
-func maxRow(state []byte) (int64, error) {
-	w := &stateWalker{b: state}
-	var row int64
-	// rows skips n rows of size bytes each.
-	rows := func(n, size int64) {
-		row = max(row, size)
-		if size > 0 && n > int64(len(w.b)-w.off)/size {
-			w.fail(fmt.Errorf("%d rows of %d bytes at offset %d overrun a state of %d bytes", n, size, w.off, len(w.b)))
-		}
-		w.skip(n * size)
-	}
-	// The loops stop at the first error: the counts come from the state.
-	for st, streams := int64(0), w.u32(); st < streams && w.err == nil; st++ {
-		cells := w.u32()
-		for c := int64(0); c < cells && w.err == nil; c++ { // pos, n_seq_id, seq_ids
-			w.skip(4)
-			w.skip(4 * w.u32())
-		}
-		if cells == 0 {
-			continue
-		}
-		vTrans, layers := w.u32(), w.u32()
-		for l := int64(0); l < 2*layers && w.err == nil; l++ { // K then V: type, row size, rows
-			w.skip(4)
-			if l < layers || vTrans == 0 {
-				rows(cells, w.u64())
-				continue
-			}
-			el, embd := w.u32(), w.u32() // transposed V: rows of elements
-			rows(embd*cells, el)
-		}
-	}
-	if w.err == nil && w.off != len(state) {
-		w.fail(fmt.Errorf("a state of %d bytes holds %d after its last layer", len(state), len(state)-w.off))
-	}
-	return row, w.err
-}
-
-// stateWalker reads a state's fields; after the first error every read
-// gives 0 and the error stays.
-type stateWalker struct {
-	b   []byte
-	off int
-	err error
-}
-
-func (w *stateWalker) fail(err error) {
-	if w.err == nil {
-		w.err = err
-	}
-}
-
-func (w *stateWalker) take(n int64) []byte {
-	if w.err == nil && (n < 0 || int64(len(w.b)-w.off) < n) {
-		w.fail(fmt.Errorf("a state of %d bytes ends at offset %d, %d more expected", len(w.b), w.off, n))
-	}
-	if w.err != nil {
-		return nil
-	}
-	b := w.b[w.off : w.off+int(n)]
-	w.off += int(n)
-	return b
-}
-
-func (w *stateWalker) skip(n int64) { w.take(n) }
-
-func (w *stateWalker) u32() int64 {
-	if b := w.take(4); b != nil {
-		return int64(binary.LittleEndian.Uint32(b))
-	}
-	return 0
-}
-
-func (w *stateWalker) u64() int64 {
-	b := w.take(8)
-	if b == nil {
-		return 0
-	}
-	v := binary.LittleEndian.Uint64(b)
-	if v > 1<<40 {
-		w.fail(fmt.Errorf("row size %d at offset %d", v, w.off-8))
-		return 0
-	}
-	return int64(v)
 }
 
 // truncated describes a state that ended early (io.ErrUnexpectedEOF, a bad

@@ -79,7 +79,7 @@ func FuzzReadStateHead(f *testing.F) {
 	f.Add(synthState(1, 2, 4, 0, 2, 3), 1)
 	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0}, 0)
 	f.Add([]byte{1, 0, 0, 0, 255, 255, 255, 255}, 2)
-	layout := stateLayout{Base: 16, PerCell: 12 + 2*8, MaxRow: 8}
+	layout := plainLayout(16, 12+2*8, 8)
 	f.Fuzz(func(t *testing.T, state []byte, ntok int) {
 		ntok = min(max(ntok, 0), 64)
 		tokens := make([]int32, ntok)
@@ -138,6 +138,51 @@ func TestOneStream(t *testing.T) {
 	} {
 		if got := oneStream(tc.raw, tc.nStream, tc.seqs); !bytes.Equal(got, tc.want) {
 			t.Errorf("%s: got % x…, want % x…", tc.name, got[:min(len(got), 16)], tc.want[:min(len(tc.want), 16)])
+		}
+	}
+}
+
+// TestMeasureParts: a hybrid state's layout from its parts measured at 0, 1
+// and 2 cells, its sizes and the rules a restore is held to; and what no part
+// can be is refused.
+func TestMeasureParts(t *testing.T) {
+	kv := func(bytes int64) measuredPart {
+		return measuredPart{kind: partKV, cellMeta: 24, capacity: 4096, bytes: bytes, maxRow: 256}
+	}
+	rec := func(bytes int64) measuredPart {
+		return measuredPart{kind: partRecurrent, cellMeta: 8, capacity: 3, bytes: bytes, maxRow: 8192}
+	}
+	swa := func(bytes int64) measuredPart {
+		return measuredPart{kind: partKV, cellMeta: 12, capacity: 96, swa: true, bytes: bytes, maxRow: 64}
+	}
+	l, err := measureParts("hybrid", []measuredPart{kv(8), swa(8), rec(84)},
+		[]measuredPart{kv(8 + 24 + 8 + 1000), swa(8 + 12 + 8 + 200), rec(84 + 12 + 8192)},
+		[]measuredPart{kv(8 + 2*24 + 8 + 2000), swa(8 + 2*12 + 8 + 400), rec(84 + 12 + 8192)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.MaxRow != 8192 || !l.recurrent() || l.perToken() != 1024 {
+		t.Fatalf("layout %+v: max row %d, recurrent %v, per token %d", l, l.MaxRow, l.recurrent(), l.perToken())
+	}
+	if lo, hi := l.sizes(0); lo != 100 || hi != 100 {
+		t.Errorf("empty: %d to %d bytes, want 100", lo, hi)
+	}
+	lo, hi := l.sizes(200)
+	if want := int64(16 + 200*1024 + 16 + 212 + 96 + 8192); lo != want || hi != int64(16+200*1024+16+96*212+96+8192) {
+		t.Errorf("200 tokens: %d to %d bytes, want from %d", lo, hi, want)
+	}
+	r := l.rules(200)
+	if r[0].MinCells != 200 || r[0].MaxCells != 200 || r[1].MinCells != 1 || r[1].MaxCells != 96 || r[2].MinCells != 1 || r[2].MaxCells != 1 {
+		t.Errorf("rules %+v", r)
+	}
+	for _, bad := range [][3][]measuredPart{
+		{{kv(12)}, {kv(1040)}, {kv(2080)}},                        // an empty KV part that is not its two counts
+		{{kv(8)}, {kv(1040)}, {kv(1040)}},                         // no bytes per cell
+		{{rec(84)}, {rec(84 + 12 + 8192)}, {rec(84 + 24 + 8192)}}, // a recurrent part that grows
+		{{kv(8), rec(84)}, {kv(1040)}, {kv(2080)}},                // parts that come and go
+	} {
+		if _, err := measureParts("x", bad[0], bad[1], bad[2]); err == nil {
+			t.Errorf("%+v measured", bad)
 		}
 	}
 }

@@ -68,7 +68,7 @@ var knownOptions = []string{OptAlias, OptKVBytesPerToken, OptKVUnified, OptNCtx,
 var LlamaServerOptions = []string{
 	"cache_reuse", "cache_type_k", "cache_type_v", "chat_template_file", "chat_template_kwargs", "combined_pattern",
 	"context_shift", "flash_attn", "jinja", "n_batch", "n_cpu_moe", "n_gpu_layers", "n_threads", "n_threads_batch",
-	"n_ubatch", "override_tensor", "reasoning", "rope_scale", "rope_scaling", "use_mmap", "yarn_orig_ctx",
+	"n_ubatch", "override_tensor", "reasoning", "rope_scale", "rope_scaling", "swa_full", "use_mmap", "yarn_orig_ctx",
 }
 
 // Backend is the mock backend. The zero value is not usable; call New.
@@ -137,6 +137,7 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 			NCtxSlot:      opts.nCtx,
 			KVUnified:     opts.kvUnified,
 			MaxTokenBytes: 1, // a token is a byte (Tokenize)
+			StateLayout:   StateLayout(opts.kvBytes),
 		},
 		kvBytes:   opts.kvBytes,
 		pat:       newPattern(opts.kvBytes),
@@ -275,6 +276,13 @@ func parseInt(key, v string, lo, hi int) (int, error) {
 		return 0, fmt.Errorf("%w: option %s=%d: out of range [%d, %d]", iface.ErrBadRequest, key, n, lo, hi)
 	}
 	return int(n), nil
+}
+
+// StateLayout is the layout of the mock's states at kvBytes per token: what
+// a state must match to restore (the format and the KV row size; n_ctx and
+// the model file do not shape it).
+func StateLayout(kvBytes int) string {
+	return fmt.Sprintf(`{"memory":"mock","state_format":%d,%q:%d}`, stateVersion, OptKVBytesPerToken, kvBytes)
 }
 
 // modelIdentity names the resident model. With a model file the identity is

@@ -25,6 +25,7 @@ type Client struct {
 	pipe    bool
 	pipeMax int64
 	pipes   int
+	pipeSum bool // it sums piped restores for the host (SumReader)
 
 	// Test hooks, set by Connect to the product's behaviour: depth buffers
 	// in flight (0: ringDepth's auto rule, 1: serial), restores from sockets
@@ -58,8 +59,9 @@ func Connect(ctx context.Context, gc *iface.GRPCClient, h *Host) (*Client, error
 	return &Client{
 		GRPCClient: gc, rpc: rpc, host: h,
 		pipe: resp.GetPipePut(), pipeMax: resp.GetPipePutMaxChunk(),
-		pipes: int(min(max(resp.GetPipePutMaxPipes(), 1), splicePipes)),
-		warm:  putWarm,
+		pipes:   int(min(max(resp.GetPipePutMaxPipes(), 1), splicePipes)),
+		pipeSum: resp.GetPipePutSum(),
+		warm:    putWarm,
 	}, nil
 }
 
@@ -224,15 +226,21 @@ func (g getLoop) result(res shmResult) error {
 }
 
 // statePutShm restores size bytes of r into the slot: through pipes where
-// the plugin takes them from r's socket, else through a ring.
+// the plugin takes them from r's socket, else through a ring. A SumReader's
+// bytes are summed where they land: by the host in the ring's buffers, once
+// each is filled and before the plugin is told of it (so a consumer that
+// reads the ring in place, RegionReader, gets only summed bytes), or by the
+// plugin as it reads its pipes, where it offers to (pipe_put_sum; else the
+// ring).
 func (c *Client) statePutShm(ctx context.Context, slot int, tokens []int32, r io.Reader, size int64) (int64, error) {
 	chunk := transferChunk(ctx)
 	if chunk <= 0 {
 		chunk = putChunk
 	}
-	if src, ok := r.(SocketSource); ok && c.splicesAt(chunk) {
+	r, sum := sumOf(r)
+	if src, ok := r.(SocketSource); ok && c.splicesAt(chunk) && (sum == nil || c.pipeSum) {
 		traceOf(ctx).path(PathPipes)
-		return c.statePutPipe(ctx, slot, tokens, src, size)
+		return c.statePutPipe(ctx, slot, tokens, src, size, sum)
 	}
 	chunk = int(min(int64(chunk), max(size, 1)))
 	ctx, cancel := context.WithCancel(ctx)
@@ -243,6 +251,16 @@ func (c *Client) statePutShm(ctx context.Context, slot int, tokens []int32, r io
 		rl, err := startRelay(ctx, src, size)
 		if err != nil {
 			return 0, err
+		}
+		if sum != nil {
+			// Bytes the relay took off the socket but the ring never got
+			// (the plugin stopped first) were summed by no one. Runs after
+			// stop.
+			defer func() {
+				if rl.fed != sum.N {
+					sum.Lost = true
+				}
+			}()
 		}
 		defer rl.stop()
 		r = rl
@@ -260,7 +278,16 @@ func (c *Client) statePutShm(ctx context.Context, slot int, tokens []int32, r io
 		t.failed(err)
 		resc <- shmResult{resp.GetConsumed(), err}
 	}()
-	sent, rerr, pluginDone := t.fillRing(traceOf(ctx), c.ringFiller(r, t), size)
+	fill := c.ringFiller(r, t)
+	if sum != nil {
+		unsummed := fill
+		fill = func(buf []byte, at int) (int, error) {
+			n, err := unsummed(buf, at)
+			sum.Add(buf[:n])
+			return n, err
+		}
+	}
+	sent, rerr, pluginDone := t.fillRing(traceOf(ctx), fill, size)
 	endPut(t.ctrl, sent, rerr, pluginDone)
 	res := <-resc
 	t.finish(rerr == nil && res.err == nil)

@@ -9,6 +9,7 @@ package shm
 
 import (
 	"context"
+	"hash/crc32"
 	"io"
 	"syscall"
 	"time"
@@ -230,3 +231,54 @@ func ringDepth(depth, chunk int, size int64) int {
 	}
 	return min(d, maxDepth)
 }
+
+// castagnoli is the CRC-32C table (the SSE 4.2 / ARMv8 instruction's
+// polynomial, as transport's blob trailer).
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// SumReader is a StatePut source whose bytes are summed as the data plane
+// takes them, so that the host can check a blob's integrity trailer: the
+// CRC-32C of every byte, continued from the wrapper's, and their count.
+// Read sums what it returns and ends after Limit bytes; a plane that moves
+// the bytes without Read (the shm Client: splices into pipes, reads into
+// the ring) unwraps it and sums them where they land, or marks them Lost.
+// A backend that reads r sums them by reading.
+type SumReader struct {
+	R     io.Reader
+	CRC   uint32 // the sum so far
+	N     int64  // bytes summed
+	Limit int64  // the bytes of the restore: Read ends there
+	// Lost: bytes left the source that no one summed (a plugin that stopped
+	// reading its pipes early): the sum can no longer be completed.
+	Lost bool
+}
+
+// Add sums p, bytes taken from R.
+func (s *SumReader) Add(p []byte) {
+	s.CRC = crc32.Update(s.CRC, castagnoli, p)
+	s.N += int64(len(p))
+}
+
+func (s *SumReader) Read(p []byte) (int, error) {
+	if s.N >= s.Limit {
+		return 0, io.EOF
+	}
+	if rem := s.Limit - s.N; int64(len(p)) > rem {
+		p = p[:rem]
+	}
+	n, err := s.R.Read(p)
+	s.Add(p[:n])
+	return n, err
+}
+
+// sumOf unwraps a SumReader: the reader under it and the sum, or r and nil.
+func sumOf(r io.Reader) (io.Reader, *SumReader) {
+	if s, ok := r.(*SumReader); ok {
+		return s.R, s
+	}
+	return r, nil
+}
+
+// sumMetaKey is the StatePutShm trailer metadata that carries the plugin's
+// sum of a piped restore, "CRC:COUNT" (CRC in hex).
+const sumMetaKey = "hydra-sum"

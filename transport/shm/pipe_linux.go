@@ -6,11 +6,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"os"
 	"time"
 
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/hydra-engine/hydra-engine/iface"
 	backendv1 "github.com/hydra-engine/hydra-engine/iface/proto/hydra/backend/v1"
@@ -127,7 +130,8 @@ func (t *pipeTransfer) close() {
 }
 
 // statePutPipe is statePutShm through pipes fed by splice from src.
-func (c *Client) statePutPipe(ctx context.Context, slot int, tokens []int32, src SocketSource, size int64) (int64, error) {
+// The plugin sums the bytes it reads for sum, where given.
+func (c *Client) statePutPipe(ctx context.Context, slot int, tokens []int32, src SocketSource, size int64, sum *SumReader) (int64, error) {
 	t, err := c.host.beginPipe(max(1, c.pipes))
 	if err != nil {
 		return 0, err
@@ -139,11 +143,16 @@ func (c *Client) statePutPipe(ctx context.Context, slot int, tokens []int32, src
 	// feeder waiting for room in a pipe nobody reads.
 	defer context.AfterFunc(ctx, t.unblock)()
 	resc := make(chan shmResult, 1)
+	var md metadata.MD
+	req := &backendv1.StatePutShmRequest{
+		Slot: int64(slot), Tokens: tokens, Size: size,
+		Transfer: &backendv1.ShmTransfer{Id: t.id, ChunkSize: int64(t.size), Depth: int64(len(t.w)), CtrlVersion: ctrlVersion, Pipe: true},
+	}
+	if sum != nil {
+		req.Sum, req.SumSeed = true, sum.CRC
+	}
 	go func() {
-		resp, err := c.rpc.StatePutShm(ctx, &backendv1.StatePutShmRequest{
-			Slot: int64(slot), Tokens: tokens, Size: size,
-			Transfer: &backendv1.ShmTransfer{Id: t.id, ChunkSize: int64(t.size), Depth: int64(len(t.w)), CtrlVersion: ctrlVersion, Pipe: true},
-		})
+		resp, err := c.rpc.StatePutShm(ctx, req, grpc.Trailer(&md))
 		t.unblock()
 		resc <- shmResult{resp.GetConsumed(), err}
 	}()
@@ -152,7 +161,35 @@ func (c *Client) statePutPipe(ctx context.Context, slot int, tokens []int32, src
 	})
 	endPut(t.ctrl, sent, rerr, pluginDone)
 	t.closePipes() // after the message: the plugin's read sees the end only then
-	return putResult(<-resc, rerr, pluginDone)
+	res := <-resc
+	if sum != nil {
+		pipeSum(sum, md, sent)
+	}
+	return putResult(res, rerr, pluginDone)
+}
+
+// pipeSum takes the plugin's sum of a piped restore into sum: the bytes it
+// read from the pipes, which must be the sent the host spliced into them;
+// any other count (the plugin stopped reading, or did not say) loses the
+// bytes it left for the sum.
+func pipeSum(sum *SumReader, md metadata.MD, sent int64) {
+	var crc uint32
+	var n int64
+	v := md.Get(sumMetaKey)
+	if len(v) != 1 {
+		sum.Lost = true
+		return
+	}
+	if _, err := fmt.Sscanf(v[0], "%x:%d", &crc, &n); err != nil || n != sent {
+		sum.Lost = true
+		return
+	}
+	sum.CRC, sum.N = crc, sum.N+n
+}
+
+// pipeSumMeta is a piped restore's sum as the plugin returns it.
+func pipeSumMeta(crc uint32, n int64) metadata.MD {
+	return metadata.Pairs(sumMetaKey, fmt.Sprintf("%08x:%d", crc, n))
 }
 
 // pipeCursor tracks where the next bytes of a piped restore go. With one
@@ -409,6 +446,8 @@ type pipeReader struct {
 	t      *pluginTransfer
 	remain int64
 	total  int64
+	sum    bool // sum what is read into crc (StatePutShmRequest.sum)
+	crc    uint32
 	k      int   // the pipe being read
 	told   int64 // with several pipes: bytes pipe k holds for us, not read yet
 	err    error
@@ -438,6 +477,9 @@ func (r *pipeReader) Read(p []byte) (int, error) {
 		want = min(want, r.told)
 	}
 	n, err := r.t.pipes[r.k].Read(p[:want])
+	if r.sum {
+		r.crc = crc32.Update(r.crc, castagnoli, p[:n])
+	}
 	r.remain -= int64(n)
 	r.total += int64(n)
 	if multi {

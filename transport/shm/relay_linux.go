@@ -28,6 +28,7 @@ type relay struct {
 	segs   chan relaySeg
 	done   chan struct{} // closed once the feeder returned
 	rerr   error         // why the feeder stopped early; set before done
+	fed    int64         // bytes the feeder took from the socket; set before done
 	cancel context.CancelFunc
 	k      int   // the pipe being read
 	told   int64 // bytes it holds for the reader, not read yet
@@ -56,7 +57,7 @@ func startRelay(ctx context.Context, src SocketSource, size int64) (*relay, erro
 	go func() {
 		defer close(r.done)
 		defer unblock()
-		_, rerr, gone := r.ps.feed(ctx, src, size, func(k int, n int64) error {
+		fed, rerr, gone := r.ps.feed(ctx, src, size, func(k int, n int64) error {
 			select {
 			case r.segs <- relaySeg{k, n}:
 				return nil
@@ -67,7 +68,7 @@ func startRelay(ctx context.Context, src SocketSource, size int64) (*relay, erro
 		if rerr == nil && gone {
 			rerr = fmt.Errorf("host relay stopped: %w", context.Canceled)
 		}
-		r.rerr = rerr
+		r.rerr, r.fed = rerr, fed
 		close(r.segs)
 	}()
 	return r, nil

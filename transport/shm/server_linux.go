@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 
+	"google.golang.org/grpc"
+
 	"github.com/hydra-engine/hydra-engine/iface"
 	backendv1 "github.com/hydra-engine/hydra-engine/iface/proto/hydra/backend/v1"
 )
@@ -38,7 +40,7 @@ func (s *server) DataPlane(context.Context, *backendv1.DataPlaneRequest) (*backe
 		pipe = pipeMax != 0
 		pipeMax = max(pipeMax, 0)
 	}
-	return &backendv1.DataPlaneResponse{Shm: true, CtrlVersion: ctrlVersion, PipePut: pipe, PipePutMaxChunk: int64(pipeMax), PipePutMaxPipes: maxPipes}, nil
+	return &backendv1.DataPlaneResponse{Shm: true, CtrlVersion: ctrlVersion, PipePut: pipe, PipePutMaxChunk: int64(pipeMax), PipePutMaxPipes: maxPipes, PipePutSum: true}, nil
 }
 
 // StateGetShm produces the slot's state into the ring the host passed.
@@ -101,7 +103,14 @@ func (s *server) StatePutShm(ctx context.Context, req *backendv1.StatePutShmRequ
 		drain() error
 	} = &shmReader{t: t, remain: req.GetSize()}
 	if t.pipes != nil {
-		r = &pipeReader{t: t, remain: req.GetSize()}
+		pr := &pipeReader{t: t, remain: req.GetSize(), sum: req.GetSum(), crc: req.GetSumSeed()}
+		if pr.sum {
+			// The host checks the sum whatever the restore came to (it names
+			// bytes that changed on the way rather than what they made the
+			// backend say), so it rides on the trailer, not the response.
+			defer func() { _ = grpc.SetTrailer(ctx, pipeSumMeta(pr.crc, pr.total)) }()
+		}
+		r = pr
 	}
 	n, err := s.Impl.StatePut(ctx, int(req.GetSlot()), req.GetTokens(), r, req.GetSize())
 	if err == nil {

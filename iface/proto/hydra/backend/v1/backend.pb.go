@@ -111,6 +111,11 @@ type BackendInfo struct {
 	// The longest text any one token stands for, in bytes (0: not known): a
 	// prompt of more bytes than n_ctx_slot times this cannot fit a slot.
 	MaxTokenBytes int64 `protobuf:"varint,18,opt,name=max_token_bytes,json=maxTokenBytes,proto3" json:"max_token_bytes,omitempty"`
+	// The layout of the state StateGet writes, a JSON object the backend
+	// defines (architecture, memory kind, dimensions, KV types: what a state
+	// must match to restore here); "" when the backend names none. The host
+	// compares a blob's layout with it before a restore.
+	StateLayout   string `protobuf:"bytes,19,opt,name=state_layout,json=stateLayout,proto3" json:"state_layout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -269,6 +274,13 @@ func (x *BackendInfo) GetMaxTokenBytes() int64 {
 		return x.MaxTokenBytes
 	}
 	return 0
+}
+
+func (x *BackendInfo) GetStateLayout() string {
+	if x != nil {
+		return x.StateLayout
+	}
+	return ""
 }
 
 type LoadRequest struct {
@@ -2163,8 +2175,12 @@ type DataPlaneResponse struct {
 	// With pipe_put: the most pipes the plugin reads a restore from in turn
 	// (ShmTransfer.depth); 0 or 1: one pipe.
 	PipePutMaxPipes int64 `protobuf:"varint,5,opt,name=pipe_put_max_pipes,json=pipePutMaxPipes,proto3" json:"pipe_put_max_pipes,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// With pipe_put: the plugin sums a piped restore's bytes when the request
+	// asks (StatePutShmRequest.sum), so the host, which splices them without
+	// reading them, can check a blob's integrity trailer.
+	PipePutSum    bool `protobuf:"varint,6,opt,name=pipe_put_sum,json=pipePutSum,proto3" json:"pipe_put_sum,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DataPlaneResponse) Reset() {
@@ -2230,6 +2246,13 @@ func (x *DataPlaneResponse) GetPipePutMaxPipes() int64 {
 		return x.PipePutMaxPipes
 	}
 	return 0
+}
+
+func (x *DataPlaneResponse) GetPipePutSum() bool {
+	if x != nil {
+		return x.PipePutSum
+	}
+	return false
 }
 
 // ShmTransfer names the ring and control socket the host sent for one
@@ -2413,11 +2436,17 @@ func (x *StateGetShmResponse) GetWritten() int64 {
 }
 
 type StatePutShmRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Slot          int64                  `protobuf:"varint,1,opt,name=slot,proto3" json:"slot,omitempty"`
-	Tokens        []int32                `protobuf:"varint,2,rep,packed,name=tokens,proto3" json:"tokens,omitempty"`
-	Size          int64                  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"` // exact number of state bytes the ring will carry
-	Transfer      *ShmTransfer           `protobuf:"bytes,4,opt,name=transfer,proto3" json:"transfer,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Slot     int64                  `protobuf:"varint,1,opt,name=slot,proto3" json:"slot,omitempty"`
+	Tokens   []int32                `protobuf:"varint,2,rep,packed,name=tokens,proto3" json:"tokens,omitempty"`
+	Size     int64                  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"` // exact number of state bytes the ring will carry
+	Transfer *ShmTransfer           `protobuf:"bytes,4,opt,name=transfer,proto3" json:"transfer,omitempty"`
+	// Pipes only (DataPlaneResponse.pipe_put_sum): continue the CRC-32C
+	// (Castagnoli) sum_seed over every byte read from the pipes, and return it
+	// and the count in the call's trailer metadata (key hydra-sum,
+	// "CRC:COUNT", CRC in hex), on success and failure alike.
+	Sum           bool   `protobuf:"varint,5,opt,name=sum,proto3" json:"sum,omitempty"`
+	SumSeed       uint32 `protobuf:"varint,6,opt,name=sum_seed,json=sumSeed,proto3" json:"sum_seed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2480,6 +2509,20 @@ func (x *StatePutShmRequest) GetTransfer() *ShmTransfer {
 	return nil
 }
 
+func (x *StatePutShmRequest) GetSum() bool {
+	if x != nil {
+		return x.Sum
+	}
+	return false
+}
+
+func (x *StatePutShmRequest) GetSumSeed() uint32 {
+	if x != nil {
+		return x.SumSeed
+	}
+	return 0
+}
+
 var File_iface_proto_hydra_backend_v1_backend_proto protoreflect.FileDescriptor
 
 const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
@@ -2488,7 +2531,7 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\rModelIdentity\x12\x14\n" +
 	"\x05alias\x18\x01 \x01(\tR\x05alias\x12\x12\n" +
 	"\x04hash\x18\x02 \x01(\tR\x04hash\x12\x12\n" +
-	"\x04path\x18\x03 \x01(\tR\x04path\"\xcb\x04\n" +
+	"\x04path\x18\x03 \x01(\tR\x04path\"\xee\x04\n" +
 	"\vBackendInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x125\n" +
@@ -2514,7 +2557,8 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\n" +
 	"split_mode\x18\x10 \x01(\tR\tsplitMode\x12#\n" +
 	"\rprompt_decode\x18\x11 \x01(\bR\fpromptDecode\x12&\n" +
-	"\x0fmax_token_bytes\x18\x12 \x01(\x03R\rmaxTokenBytes\"\xbe\x01\n" +
+	"\x0fmax_token_bytes\x18\x12 \x01(\x03R\rmaxTokenBytes\x12!\n" +
+	"\fstate_layout\x18\x13 \x01(\tR\vstateLayout\"\xbe\x01\n" +
 	"\vLoadRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x17\n" +
 	"\an_slots\x18\x02 \x01(\x03R\x06nSlots\x12D\n" +
@@ -2649,13 +2693,15 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\vduration_ns\x18\x03 \x01(\x03R\n" +
 	"durationNs\x12!\n" +
 	"\fkv_preserved\x18\x04 \x01(\bR\vkvPreserved\"\x12\n" +
-	"\x10DataPlaneRequest\"\xbd\x01\n" +
+	"\x10DataPlaneRequest\"\xdf\x01\n" +
 	"\x11DataPlaneResponse\x12\x10\n" +
 	"\x03shm\x18\x01 \x01(\bR\x03shm\x12!\n" +
 	"\fctrl_version\x18\x02 \x01(\rR\vctrlVersion\x12\x19\n" +
 	"\bpipe_put\x18\x03 \x01(\bR\apipePut\x12+\n" +
 	"\x12pipe_put_max_chunk\x18\x04 \x01(\x03R\x0fpipePutMaxChunk\x12+\n" +
-	"\x12pipe_put_max_pipes\x18\x05 \x01(\x03R\x0fpipePutMaxPipes\"\x89\x01\n" +
+	"\x12pipe_put_max_pipes\x18\x05 \x01(\x03R\x0fpipePutMaxPipes\x12 \n" +
+	"\fpipe_put_sum\x18\x06 \x01(\bR\n" +
+	"pipePutSum\"\x89\x01\n" +
 	"\vShmTransfer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1d\n" +
 	"\n" +
@@ -2667,12 +2713,14 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\x04slot\x18\x01 \x01(\x03R\x04slot\x129\n" +
 	"\btransfer\x18\x02 \x01(\v2\x1d.hydra.backend.v1.ShmTransferR\btransfer\"/\n" +
 	"\x13StateGetShmResponse\x12\x18\n" +
-	"\awritten\x18\x01 \x01(\x03R\awritten\"\x8f\x01\n" +
+	"\awritten\x18\x01 \x01(\x03R\awritten\"\xbc\x01\n" +
 	"\x12StatePutShmRequest\x12\x12\n" +
 	"\x04slot\x18\x01 \x01(\x03R\x04slot\x12\x16\n" +
 	"\x06tokens\x18\x02 \x03(\x05R\x06tokens\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x03R\x04size\x129\n" +
-	"\btransfer\x18\x04 \x01(\v2\x1d.hydra.backend.v1.ShmTransferR\btransfer2\x92\t\n" +
+	"\btransfer\x18\x04 \x01(\v2\x1d.hydra.backend.v1.ShmTransferR\btransfer\x12\x10\n" +
+	"\x03sum\x18\x05 \x01(\bR\x03sum\x12\x19\n" +
+	"\bsum_seed\x18\x06 \x01(\rR\asumSeed2\x92\t\n" +
 	"\aBackend\x12E\n" +
 	"\x04Load\x12\x1d.hydra.backend.v1.LoadRequest\x1a\x1e.hydra.backend.v1.LoadResponse\x12E\n" +
 	"\x04Info\x12\x1d.hydra.backend.v1.InfoRequest\x1a\x1e.hydra.backend.v1.InfoResponse\x12E\n" +

@@ -1,0 +1,321 @@
+//go:build llama && cgo
+
+package cudallama
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/gguf"
+)
+
+// memoryModels are the test models of each memory kind the plugin streams:
+// a plain cache (llama, and a MoE), a sliding window (gemma3: window 32,
+// every sixth block global) and a hybrid of attention and gated DeltaNet
+// (qwen35moe, the Hydra nodes' architecture).
+var memoryModels = []struct {
+	name, memory string
+	c            gguf.Config
+}{
+	{"llama", "kv", gguf.Tiny()},
+	{"qwen3moe", "kv", gguf.TinyMoE()},
+	{"gemma3", "iswa", gguf.TinyGemma3()},
+	{"qwen35moe", "hybrid", gguf.TinyQwen35MoE()},
+}
+
+// longStory is longer than gemma3's window, so its window cache drops cells.
+var longStory = strings.Repeat("A state moves between engines, and the window slides on. ", 3)
+
+// partOffsets walks a state by the layout: each part's first byte and cell
+// count (the layout's sizes for those counts must account for every byte).
+func partOffsets(t testing.TB, l stateLayout, state []byte) (offs, cells []int) {
+	t.Helper()
+	off := 0
+	for _, p := range l.Parts {
+		at := off
+		if p.Kind == partKV {
+			at += 4
+		}
+		if at+4 > len(state) {
+			t.Fatalf("state of %d bytes ends before part %d's cell count", len(state), len(offs))
+		}
+		n := int(binary.LittleEndian.Uint32(state[at:]))
+		offs, cells = append(offs, off), append(cells, n)
+		off += int(p.size(n))
+	}
+	if off != len(state) {
+		t.Fatalf("the layout's parts hold %d bytes, the state %d", off, len(state))
+	}
+	return offs, cells
+}
+
+// normSeqs zeroes the sequence ids in every KV part's cells (they name the
+// slot the state was saved from).
+func normSeqs(t testing.TB, l stateLayout, state []byte) []byte {
+	s := bytes.Clone(state)
+	offs, cells := partOffsets(t, l, s)
+	for i, p := range l.Parts {
+		if p.Kind != partKV {
+			continue
+		}
+		for c := range cells[i] {
+			binary.LittleEndian.PutUint32(s[offs[i]+8+c*int(p.CellMeta)+int(p.CellMeta)-4:], 0)
+		}
+	}
+	return s
+}
+
+// TestMemoryKinds: each memory kind loads with the layout of its parts; its
+// streamed state is llama.cpp's own (a recurrent one followed by its
+// logits); a state moved to another engine of another slot count, and back
+// into its own after a clear, decodes as the source does; with the K/V
+// blocks held and streamed.
+func TestMemoryKinds(t *testing.T) {
+	for _, m := range memoryModels {
+		t.Run(m.name, func(t *testing.T) {
+			path := modelFile(t, "mem-"+m.name, m.c)
+			src := load(t, path, 2, nil)
+			e := src.eng.Load()
+			if e.layout.Memory != m.memory {
+				t.Fatalf("memory %q, want %q (layout %+v)", e.layout.Memory, m.memory, e.layout)
+			}
+			var desc map[string]any
+			if err := json.Unmarshal([]byte(e.info.StateLayout), &desc); err != nil || desc["memory"] != m.memory || desc["arch"] != m.c.Arch {
+				t.Fatalf("StateLayout %s (%v): want memory %s, arch %s", e.info.StateLayout, err, m.memory, m.c.Arch)
+			}
+			t.Logf("StateLayout %s", e.info.StateLayout)
+			if si := slotInfo(t, src, 0); si.StateSize != e.layout.size(0) || int64(len(stateOf(t, src, 0, 1<<20))) != si.StateSize {
+				t.Fatalf("empty slot: StateSize %d, layout's %d", si.StateSize, e.layout.size(0))
+			}
+			prefill(t, src, 1, "a neighbour in the cache")
+			prefill(t, src, 0, longStory)
+			decode(t, src, 0, 5, iface.SamplerParams{})
+			si := slotInfo(t, src, 0)
+			state := stateOf(t, src, 0, 4093)
+			ref := reference(t, src, 0)
+			extra := 0
+			if e.layout.recurrent() {
+				extra = 4 * e.model.nVocab
+			}
+			if int64(len(state)) != si.StateSize || len(state) != len(ref)+extra || !bytes.Equal(state[:len(ref)], ref) {
+				t.Fatalf("streamed %d bytes, StateSize %d, llama.cpp's state %d (+%d logits); equal %v",
+					len(state), si.StateSize, len(ref), extra, bytes.Equal(state[:min(len(ref), len(state))], ref))
+			}
+			_, cells := partOffsets(t, e.layout, ref)
+			t.Logf("%s: %d tokens, parts %v cells, %d bytes, max row %d", e.layout.Memory, si.NPast, cells, len(state), e.layout.MaxRow)
+			want, wantRes := decode(t, src, 0, 24, iface.SamplerParams{})
+
+			for _, mode := range restoreModes {
+				streamBlocks(t, mode.stream, mode.stream)
+				dst := load(t, path, 3, nil)
+				prefill(t, dst, 0, "something else first")
+				for _, slot := range []int{2, 0} {
+					n, err := dst.StatePut(context.Background(), slot, si.Tokens, bytes.NewReader(state), int64(len(state)))
+					if err != nil || n != int64(len(ref)) { // the state's bytes, its logits apart
+						t.Fatalf("%s slot %d: StatePut %d, %v", mode.name, slot, n, err)
+					}
+					if got := slotInfo(t, dst, slot); got.NPast != si.NPast || got.StateSize != si.StateSize {
+						t.Fatalf("%s slot %d: restored %+v, want %+v", mode.name, slot, got, si)
+					}
+					again := stateOf(t, dst, slot, 1<<20)
+					if !bytes.Equal(normSeqs(t, e.layout, again[:len(ref)]), normSeqs(t, e.layout, ref)) || !bytes.Equal(again[len(ref):], state[len(ref):]) {
+						t.Fatalf("%s slot %d: the restored state re-saves differently", mode.name, slot)
+					}
+					got, res := decode(t, dst, slot, 24, iface.SamplerParams{})
+					if !slices.Equal(got, want) || res != wantRes {
+						t.Fatalf("%s slot %d: decoded %v (%+v), the source %v (%+v)", mode.name, slot, got, res, want, wantRes)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestMemoryBatchedEqualsAlone: three sequences decoding together give each
+// the tokens it gives alone (greedy, ggml's reference kernels).
+func TestMemoryBatchedEqualsAlone(t *testing.T) {
+	prompts := []string{longStory, "short one", "a third, of middling length, to batch"}
+	for _, m := range memoryModels {
+		t.Run(m.name, func(t *testing.T) {
+			path := modelFile(t, "mem-"+m.name, m.c)
+			b := load(t, path, 3, nil)
+			referenceKernels(t, b)
+			for s, p := range prompts {
+				prefill(t, b, s, p)
+			}
+			got := make([][]int32, len(prompts))
+			var wg sync.WaitGroup
+			for s := range prompts {
+				wg.Go(func() {
+					_, err := b.Decode(context.Background(), iface.DecodeRequest{Slot: s, NPredict: 30},
+						func(tok iface.Token) error { got[s] = append(got[s], tok.ID); return nil })
+					if err != nil {
+						t.Error(err)
+					}
+				})
+			}
+			wg.Wait()
+			for s, p := range prompts {
+				alone := load(t, path, 1, nil)
+				referenceKernels(t, alone)
+				prefill(t, alone, 0, p)
+				if want, _ := decode(t, alone, 0, 30, iface.SamplerParams{}); !slices.Equal(got[s], want) {
+					t.Errorf("slot %d: %v batched, %v alone", s, got[s], want)
+				}
+			}
+		})
+	}
+}
+
+// TestMemoryPromptReuse: a prompt that extends a slot's sequence reuses all
+// of it on every kind; one that diverges reuses the common prefix where the
+// memory can be cut there (a plain cache; a sliding window while its cache
+// still holds the window before the cut) and nothing where it cannot (a
+// recurrent state; a window cache whose cells for those positions were
+// overwritten); the tokens decoded after are those of a fresh engine.
+func TestMemoryPromptReuse(t *testing.T) {
+	base := seqTokens(t, 60)
+	longer := append(slices.Clone(base), seqTokens(t, 70)[60:]...)
+	diverged := append(slices.Clone(base[:50]), 7, 8, 9, 10)
+	early := append(slices.Clone(base[:10]), 7, 8, 9, 10)
+	long := seqTokens(t, 1500) // past the window cache's cells: their early positions are overwritten
+	longEarly := append(slices.Clone(long[:10]), 7, 8, 9, 10)
+	for _, m := range memoryModels {
+		t.Run(m.name, func(t *testing.T) {
+			path := modelFile(t, "mem-"+m.name, m.c)
+			b := load(t, path, 1, nil)
+			fresh := load(t, path, 1, nil)
+			for _, c := range []struct {
+				name        string
+				first, then []int32
+				reuse       map[string]int // by memory kind
+			}{
+				{"extends", base, longer, map[string]int{"kv": 60, "iswa": 60, "hybrid": 60}},
+				{"diverges", base, diverged, map[string]int{"kv": 50, "iswa": 50, "hybrid": 0}},
+				{"diverges early", base, early, map[string]int{"kv": 10, "iswa": 10, "hybrid": 0}},
+				{"diverges early in a long sequence", long, longEarly, map[string]int{"kv": 10, "iswa": 0, "hybrid": 0}},
+			} {
+				prefillTokens(t, b, 0, c.first)
+				res := prefillTokens(t, b, 0, c.then)
+				if want := c.reuse[m.memory]; res.Reused != want {
+					t.Errorf("%s: reused %d tokens, want %d", c.name, res.Reused, want)
+				}
+				got, _ := decode(t, b, 0, 12, iface.SamplerParams{})
+				prefillTokens(t, fresh, 0, c.then)
+				if want, _ := decode(t, fresh, 0, 12, iface.SamplerParams{}); !slices.Equal(got, want) {
+					t.Errorf("%s: decoded %v after reuse, %v fresh", c.name, got, want)
+				}
+				if err := fresh.ClearSlot(context.Background(), 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// seqTokens is n token ids of the test models' vocabulary, none special.
+func seqTokens(t testing.TB, n int) []int32 {
+	toks := make([]int32, n)
+	for i := range toks {
+		toks[i] = int32(100 + (i*37)%300)
+	}
+	return toks
+}
+
+// TestMemoryStateRefused: a state whose parts' counts or positions are not
+// what the sequence needs is refused before llama.cpp acts on them, the
+// slot left empty and the engine serving; a recurrent state without its
+// logits is evaluated again and decodes as the source.
+func TestMemoryStateRefused(t *testing.T) {
+	for _, m := range memoryModels[2:] {
+		t.Run(m.name, func(t *testing.T) {
+			path := modelFile(t, "mem-"+m.name, m.c)
+			b := load(t, path, 2, nil)
+			e := b.eng.Load()
+			prefill(t, b, 0, longStory)
+			si := slotInfo(t, b, 0)
+			state := stateOf(t, b, 0, 1<<20)
+			ref := reference(t, b, 0)
+			want, _ := decode(t, b, 0, 10, iface.SamplerParams{})
+			offs, cells := partOffsets(t, e.layout, ref)
+			last := len(e.layout.Parts) - 1
+			lp := e.layout.Parts[last]
+			countAt := offs[last]
+			if lp.Kind == partKV {
+				countAt += 4
+			}
+			set := func(off int, v uint32) []byte {
+				s := bytes.Clone(state)
+				binary.LittleEndian.PutUint32(s[off:], v)
+				return s
+			}
+			for _, c := range []struct {
+				name  string
+				state []byte
+				want  string
+			}{
+				{"last part's count 2^32-1", set(countAt, 0xffffffff), "cells, want"},
+				{"last part's count 0", set(countAt, 0), "cells, want"},
+				{"last part's first position", set(countAt+4, uint32(len(si.Tokens)+5)), "position"},
+				{"last part's cell sequences", set(countAt+8, 3), "sequences"},
+				{"cut in the last part", state[:offs[last]+int(lp.size(cells[last]))/2], ""},
+			} {
+				_, err := b.StatePut(context.Background(), 1, si.Tokens, bytes.NewReader(c.state), int64(len(c.state)))
+				if !errors.Is(err, iface.ErrBadRequest) || !strings.Contains(err.Error(), c.want) {
+					t.Errorf("%s: %v, want ErrBadRequest with %q", c.name, err, c.want)
+				}
+				if got := slotInfo(t, b, 1); got.NPast != 0 || got.StateSize != e.layout.size(0) {
+					t.Errorf("%s: slot after the refusal %+v", c.name, got)
+				}
+			}
+			if lp.Kind == partKV {
+				s := set(offs[last], 2)
+				if _, err := b.StatePut(context.Background(), 1, si.Tokens, bytes.NewReader(s), int64(len(s))); !errors.Is(err, iface.ErrBadRequest) || !strings.Contains(err.Error(), "streams") {
+					t.Errorf("window part of 2 streams: %v", err)
+				}
+			}
+			// Without the logits a recurrent state carries, the sequence is
+			// evaluated again: the same tokens follow.
+			bare := state[:len(ref)]
+			if _, err := b.StatePut(context.Background(), 1, si.Tokens, bytes.NewReader(bare), int64(len(bare))); err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := decode(t, b, 1, 10, iface.SamplerParams{}); !slices.Equal(got, want) {
+				t.Errorf("restored without logits: %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// TestStateLayoutNamesTheCache: engines whose states cannot restore into
+// each other (another K/V type, V transposed) name different layouts; two
+// quantisations of one model's weights, the same.
+func TestStateLayoutNamesTheCache(t *testing.T) {
+	c := gguf.TinyQwen35MoE()
+	f16 := modelFile(t, "mem-qwen35moe", c)
+	c.F16 = true
+	other := modelFile(t, "mem-qwen35moe-f16", c)
+	layout := func(path string, opts map[string]string) string {
+		return load(t, path, 1, opts).eng.Load().info.StateLayout
+	}
+	base := layout(f16, nil)
+	if got := layout(other, nil); got != base {
+		t.Errorf("another quantisation of the weights: %s, want %s", got, base)
+	}
+	for name, opts := range map[string]map[string]string{
+		"q8_0 cache":     {OptCacheTypeK: "q8_0", OptCacheTypeV: "q8_0"},
+		"flash attn off": {OptFlashAttn: "off"},
+	} {
+		if got := layout(f16, opts); got == base {
+			t.Errorf("%s: the same layout %s", name, got)
+		}
+	}
+}
