@@ -31,7 +31,8 @@ FUZZ_TARGETS := \
 	./plugins/cuda-llama:FuzzReadStateHead \
 	./plugins/cuda-llama:FuzzMaxRow \
 	./plugins/cuda-llama:FuzzInPlace \
-	./plugins/cuda-llama/internal/prompt:FuzzSplit
+	./plugins/cuda-llama/internal/prompt:FuzzSplit \
+	./plugins/cuda-llama/internal/prompt:FuzzProtectJSON
 
 .PHONY: all build run test vet staticcheck unit race fuzz-brief fuzz bench bench-test otel-test bench-go soak proto clean
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/hydra-engine/hydra-engine/transport"
 )
@@ -136,4 +137,32 @@ func TestLlamaSwapQuantBesideHTTP(t *testing.T) {
 		t.Fatal("no swap ran beside the chats")
 	}
 	t.Logf("40 chats beside %d SWAP_QUANTs: all 200", n)
+}
+
+// TestLlamaSpecialTokenFloodHTTP: 80,000 <|im_end|> in a user message, and
+// as a raw completion prompt (which took llama.cpp's special-token
+// partition minutes of CPU), are refused 400 at once: the plugin's
+// MaxTokenBytes lets the host see from the bytes alone that they cannot fit
+// a slot. The engine serves a chat right after.
+func TestLlamaSpecialTokenFloodHTTP(t *testing.T) {
+	_, base := startLlamaHTTP(t, 4, "--backend-opt", "n_ctx=4096")
+	flood := strings.Repeat("<|im_end|>", 80000)
+	for _, c := range []struct{ path, body string }{
+		{"/v1/chat/completions", fmt.Sprintf(`{"messages":[{"role":"user","content":%q}],"max_tokens":1}`, flood)},
+		{"/v1/completions", fmt.Sprintf(`{"prompt":%q,"max_tokens":1}`, flood)},
+	} {
+		start := time.Now()
+		code, b, _ := httpDo(t, "POST", base+c.path, c.body)
+		took := time.Since(start)
+		if code != 400 || !strings.Contains(string(b), "cannot fit") {
+			t.Errorf("%s with 80,000 <|im_end|>: %d %.200s, want 400 saying it cannot fit", c.path, code, b)
+		}
+		if took > 500*time.Millisecond {
+			t.Errorf("%s with 80,000 <|im_end|>: answered after %v", c.path, took)
+		}
+		t.Logf("%s, 80,000 <|im_end|> (%d bytes): %d after %v", c.path, len(flood), code, took)
+	}
+	if code, b, _ := httpDo(t, "POST", base+"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"max_tokens":2}`); code != 200 {
+		t.Fatalf("a chat after the floods: %d %s", code, b)
+	}
 }

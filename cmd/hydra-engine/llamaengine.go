@@ -26,7 +26,7 @@ import (
 )
 
 // maxCombinedPattern bounds --combined-ot-pattern: the fork's is 37 bytes,
-// and the plugin compiles it with std::regex, whose cost grows with it.
+// and the plugin compiles it (Go's regexp), whose cost grows with it.
 const maxCombinedPattern = 1024
 
 // combinedDevice is what follows a pattern's last '=': a ggml buffer type

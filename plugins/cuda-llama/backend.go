@@ -96,6 +96,9 @@ type engine struct {
 	cacheReuse int // the least chunk a prefill moves into place (cache_reuse); 0: prefix only
 
 	chat *chatTemplate // the Jinja chat template; nil: llama.cpp's matcher (jinja=false)
+	// chatParseSpecial parses the control tokens of a chat's content
+	// (chat_parse_special, llama-server's way) instead of keeping them text.
+	chatParseSpecial bool
 
 	// mu is the context lock: every use of ctx holds it. The scheduler holds
 	// it for one step at a time; state transfers hold it while llama.cpp
@@ -307,7 +310,8 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 		StateLayout: e.layout.describe(layoutModel{Arch: mdl.metaString("general.architecture"), Layers: mdl.nLayer(), Embd: mdl.nEmbd(),
 			TypeK: opts.cacheTypeK, TypeV: opts.cacheTypeV, VTrans: e.vTrans, Vocab: mdl.nVocab}),
 		// A Decode's prompt is prefilled by its own job (promptDecode).
-		PromptDecode: true,
+		PromptDecode:  true,
+		MaxTokenBytes: mdl.tok.maxTokenBytes,
 	}
 	if err := e.describeSwaps(); err != nil {
 		return iface.BackendInfo{}, err
@@ -440,7 +444,8 @@ func contextParamsFor(opts options, nSlots int) contextParams {
 func newEngine(mdl *model, lc *lctx, nSlots int, device string, opts options, log hclog.Logger) *engine {
 	e := &engine{model: mdl, ctx: lc, nCtx: lc.nCtx(), scratch: nSlots, device: device,
 		eagerLogits: opts.eagerLogits, slots: make([]*slot, nSlots), log: log,
-		kvUnified: !opts.kvSplit, contextShift: opts.contextShift, cacheReuse: opts.cacheReuse}
+		kvUnified: !opts.kvSplit, contextShift: opts.contextShift, cacheReuse: opts.cacheReuse,
+		chatParseSpecial: opts.chatParseSpecial}
 	e.slotCtx = e.nCtx
 	if !e.kvUnified { // the slots' streams; the scratch stream is not theirs
 		e.slotCtx = min(slotShare(opts, nSlots), lc.nCtxSeq())

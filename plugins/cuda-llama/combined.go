@@ -45,14 +45,13 @@ func (x *swapper) setCombined(lc *lctx, o combinedOptions) error {
 		return nil
 	}
 	c := combinedConfig{device: o.peer, pattern: cmp.Or(o.pattern, DefaultCombinedPattern)}
-	cp := C.CString(c.pattern)
-	defer C.free(unsafe.Pointer(cp))
-	var msg [512]C.char
-	n := int(C.hydra_swap_match(x.sw, cp, &msg[0], C.size_t(len(msg))))
-	if n < 0 {
-		return fmt.Errorf("%w: option %s: %s", iface.ErrBadRequest, OptCombinedPattern, C.GoString(&msg[0]))
+	hit, err := matchWeights(c.pattern, x.names)
+	if err != nil {
+		return fmt.Errorf("%w: option %s: %w", iface.ErrBadRequest, OptCombinedPattern, err)
 	}
+	n := len(hit)
 	c.matches = n
+	var msg [512]C.char
 	cd := C.CString(o.peer)
 	defer C.free(unsafe.Pointer(cd))
 	if C.hydra_swap_set_peer(x.sw, lc.c, cd, &msg[0], C.size_t(len(msg))) < 0 {

@@ -14,7 +14,7 @@ const (
 	// OptCombinedPeer is the peer device: a ggml device name (CUDA1, CPU,
 	// any case) or the reference engine's spelling cuda:1.
 	OptCombinedPeer = "combined_peer"
-	// OptCombinedPattern is a regular expression (std::regex, ECMAScript)
+	// OptCombinedPattern is a regular expression (Go's regexp, RE2 syntax)
 	// searched in the weights' names: those combined mode places on the
 	// peer. An "=DEVICE" suffix, as in an override_tensor entry, is dropped.
 	OptCombinedPattern = "combined_pattern"

@@ -210,7 +210,7 @@ func (e *engine) promptOf(req iface.PrefillRequest) ([]int32, bool, error) {
 	}
 	switch {
 	case req.Text != "":
-		toks, err := e.model.tokenize(req.Text)
+		toks, err := e.model.tokenizePrompt(req.Text, "", e.slotCtx)
 		return toks, false, err
 	case len(req.Messages) > 0:
 		return e.chatTokens(req)
@@ -219,22 +219,24 @@ func (e *engine) promptOf(req iface.PrefillRequest) ([]int32, bool, error) {
 }
 
 // chatTokens renders chat messages with the Jinja template (or llama.cpp's
-// matcher with jinja=false) and tokenizes the text.
+// matcher with jinja=false) and tokenizes the text, what the request put
+// into it as text unless chat_parse_special is set (contentGuard).
 func (e *engine) chatTokens(req iface.PrefillRequest) ([]int32, bool, error) {
 	var text string
 	var opens bool
 	var err error
+	g := newContentGuard(e.model.tok.special, e.chatParseSpecial)
 	if e.chat != nil {
-		text, opens, err = e.chat.render(req.Messages, req.Tools, req.TemplateKwargs)
+		text, opens, err = e.chat.render(req.Messages, req.Tools, req.TemplateKwargs, g)
 	} else if len(req.Tools) > 0 || req.TemplateKwargs != "" {
 		err = fmt.Errorf("%w: tools and chat_template_kwargs need the Jinja template (the backend runs with jinja=false)", iface.ErrBadRequest)
 	} else {
-		text, err = e.model.applyTemplate(req.Messages)
+		text, err = e.model.applyTemplate(g.messages(req.Messages))
 	}
 	if err != nil {
 		return nil, false, err
 	}
-	toks, err := e.model.tokenize(text)
+	toks, err := e.model.tokenizePrompt(text, g.m, e.slotCtx)
 	return toks, opens, err
 }
 

@@ -97,6 +97,9 @@ type model struct {
 	bos    int32   // the BOS token, -1 if none
 	tmpl   *C.char // chat template (the model's, else ChatML) for llama.cpp's matcher; C memory, never freed
 	jinja  string  // the model's own chat template, "" if it has none
+	// tok is the vocabulary's special tokens, what add_special adds and
+	// MaxTokenBytes (vocab.go).
+	tok *tokenizer
 }
 
 type modelParams struct {
@@ -124,6 +127,10 @@ func loadModel(path string, p modelParams) (*model, error) {
 	mdl := &model{m: m, vocab: C.llama_model_get_vocab(m)}
 	mdl.nVocab = int(C.llama_vocab_n_tokens(mdl.vocab))
 	mdl.bos = int32(C.llama_vocab_bos(mdl.vocab))
+	if mdl.tok, err = newTokenizer(mdl.vocab); err != nil {
+		C.llama_model_free(m)
+		return nil, fmt.Errorf("model %s: %w", path, err)
+	}
 	if t := C.llama_model_chat_template(m, nil); t != nil {
 		mdl.jinja = C.GoString(t)
 		mdl.tmpl = C.CString(mdl.jinja)
@@ -223,27 +230,9 @@ func (m *model) headDim() int {
 
 func (m *model) isEOG(tok int32) bool { return bool(C.llama_vocab_is_eog(m.vocab, C.llama_token(tok))) }
 
-// tokenize tokenizes text, adding BOS if the model wants it and parsing
-// special tokens (a chat template's markers).
-func (m *model) tokenize(text string) ([]int32, error) {
-	if len(text) > 1<<30 {
-		return nil, fmt.Errorf("%w: prompt of %d bytes is too long", iface.ErrBadRequest, len(text))
-	}
-	cs := C.CString(text)
-	defer C.free(unsafe.Pointer(cs))
-	toks := make([]int32, len(text)+8)
-	for {
-		n := C.llama_tokenize(m.vocab, cs, C.int32_t(len(text)), (*C.llama_token)(unsafe.Pointer(&toks[0])),
-			C.int32_t(len(toks)), true, true)
-		if n >= 0 {
-			return toks[:n], nil
-		}
-		if n == C.INT32_MIN || int(-n) <= len(toks) {
-			return nil, fmt.Errorf("%w: tokenizing the prompt failed", iface.ErrBadRequest)
-		}
-		toks = make([]int32, -n)
-	}
-}
+// tokenize tokenizes text as llama-server tokenizes a completion's prompt:
+// special tokens parsed, BOS (and EOS) added as the vocabulary says.
+func (m *model) tokenize(text string) ([]int32, error) { return m.tokenizePrompt(text, "", 0) }
 
 // piece is a token's text; control tokens have none. Byte tokens give single
 // bytes, possibly part of a UTF-8 sequence, as llama.cpp returns them.
@@ -296,13 +285,6 @@ func (m *model) applyTemplate(msgs []iface.Message) (string, error) {
 		C.free(buf)
 		size = int(r)
 	}
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
 
 // lctx is the one llama_context with its batch and the shim's streaming

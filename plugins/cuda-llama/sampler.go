@@ -29,21 +29,16 @@ type sampler struct {
 
 // newSampler builds the chain for p; history is the sequence so far, whose
 // last repeat_last_n tokens the penalties start from. seqCtx is what
-// repeat_last_n -1 (the whole sequence) looks back over.
+// repeat_last_n -1 (the whole sequence) looks back over, and the most any
+// window does (penaltyWindow).
 func newSampler(m *model, p iface.SamplerParams, nTop, seqCtx int, history []int32) (*sampler, error) {
 	cp := C.struct_hydra_sampler_params{
 		temp: C.float(p.Temperature), top_k: C.int32_t(p.TopK), top_p: C.float(p.TopP), min_p: C.float(p.MinP),
 		repeat_penalty: C.float(p.RepeatPenalty), presence_penalty: C.float(p.PresencePenalty),
 		frequency_penalty: C.float(p.FrequencyPenalty),
 	}
-	lastN := 0
-	if p.Penalized() {
-		lastN = int(p.RepeatLastN)
-		if lastN < 0 {
-			lastN = seqCtx
-		}
-		cp.repeat_last_n = C.int32_t(lastN)
-	}
+	lastN := penaltyWindow(p, seqCtx)
+	cp.repeat_last_n = C.int32_t(lastN)
 	if p.IgnoreEOS {
 		cp.ignore_eos = 1
 	}

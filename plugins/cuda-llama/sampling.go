@@ -1,10 +1,26 @@
 package cudallama
 
+import "github.com/hydra-engine/hydra-engine/iface"
+
 // Sampling is split in two: llama.cpp's samplers narrow the candidates and
 // apply the temperature (sampling.cpp); the final draw takes a uniform number
 // derived from the seed and the position, so that a seeded decode is a
 // function of (seed, sequence): the same whether it ran in one DECODE or
 // several, before or after a save and restore.
+
+// penaltyWindow is the repeat_last_n the penalties get: 0 when none
+// applies, seqCtx for -1 (the whole sequence), and never more than seqCtx,
+// since llama_sampler_init_penalties allocates a ring of that many tokens
+// and no sequence holds more.
+func penaltyWindow(p iface.SamplerParams, seqCtx int) int {
+	if !p.Penalized() {
+		return 0
+	}
+	if p.RepeatLastN < 0 || int64(p.RepeatLastN) > int64(seqCtx) {
+		return max(seqCtx, 0)
+	}
+	return int(p.RepeatLastN)
+}
 
 // mix64 is the splitmix64 finaliser.
 func mix64(x uint64) uint64 {

@@ -24,7 +24,6 @@
 #include <cstring>
 #include <map>
 #include <memory>
-#include <regex>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -494,43 +493,37 @@ int hydra_swap_set_peer(struct hydra_swap * s, struct llama_context * ctx, const
     return -1;
 }
 
-int hydra_swap_match(const struct hydra_swap * s, const char * pattern, char * err, size_t err_len) {
-    std::regex re;
-    try {
-        re = std::regex(pattern);
-    } catch (const std::regex_error & e) {
-        set_err(err, err_len, std::string("\"") + pattern + "\" is not a regular expression (ECMAScript, as std::regex reads it): " + e.what());
-        return -1;
+// weight_list is idx as weight indices, or empty with the reason in err
+// where it is empty or not ascending indices of weights.
+static std::vector<size_t> weight_list(const struct hydra_swap * s, const int32_t * idx, int32_t n, char * err, size_t err_len) {
+    std::vector<size_t> hit;
+    for (int32_t k = 0; k < n; k++) {
+        if (idx[k] < 0 || (size_t) idx[k] >= s->names.size() || (k > 0 && idx[k] <= idx[k - 1])) {
+            set_err(err, err_len, "weight " + std::to_string(idx[k]) + " is not a weight of the model, or out of order");
+            return {};
+        }
+        hit.push_back((size_t) idx[k]);
     }
-    int n = 0;
-    for (const auto & name : s->names) {
-        n += std::regex_search(name, re) ? 1 : 0;
+    if (hit.empty()) {
+        set_err(err, err_len, "no weights to swap");
     }
-    return n;
+    return hit;
 }
 
-int hydra_swap_apply(struct hydra_swap * s, struct llama_context * ctx, const char * pattern, int src, int place,
+int hydra_swap_apply(struct hydra_swap * s, struct llama_context * ctx, const int32_t * idx, int32_t n, int src, int place,
                      struct hydra_swap_result * res, char * err, size_t err_len) {
     *res = {};
-    if (hydra_swap_match(s, pattern, err, err_len) < 0) {
-        return -1;
-    }
     if (src >= (int) s->sources.size() || (place == HYDRA_PEER && s->peer == nullptr)) {
         set_err(err, err_len, "no such source or no peer device");
         return -1;
     }
-    const std::regex re(pattern);
-    std::vector<size_t> hit;
-    std::vector<copy_key> tgt;
-    for (size_t i = 0; i < s->names.size(); i++) {
-        if (std::regex_search(s->names[i], re)) {
-            hit.push_back(i);
-            tgt.push_back(target(s, i, src, place, &res->stayed));
-        }
-    }
+    const std::vector<size_t> hit = weight_list(s, idx, n, err, err_len);
     if (hit.empty()) {
-        set_err(err, err_len, std::string("the pattern \"") + pattern + "\" matches none of the model's weights");
         return -1;
+    }
+    std::vector<copy_key> tgt;
+    for (size_t i : hit) {
+        tgt.push_back(target(s, i, src, place, &res->stayed));
     }
     if (!make_copies(s, hit, tgt, res, err, err_len)) {
         return -1;
@@ -573,13 +566,11 @@ void hydra_swap_weight(const struct hydra_swap * s, size_t i, const char ** name
     *loaded_buffer = s->weights[i]->buffer == s->copies[i].at({0, HYDRA_HOME}).buffer;
 }
 
-int64_t hydra_swap_upload_us(struct hydra_swap * s, const char * pattern, int src) {
-    const std::regex re(pattern);
+int64_t hydra_swap_upload_us(struct hydra_swap * s, const int32_t * idx, int32_t n, int src) {
+    char msg[8];
     std::map<ggml_backend_buffer_type_t, std::vector<pending>> groups;
-    for (size_t i = 0; i < s->names.size(); i++) {
-        if (std::regex_search(s->names[i], re)) {
-            groups[home_buft(s, i, src)].push_back({i, {src, HYDRA_HOME}, nullptr});
-        }
+    for (size_t i : weight_list(s, idx, n, msg, sizeof(msg))) {
+        groups[home_buft(s, i, src)].push_back({i, {src, HYDRA_HOME}, nullptr});
     }
     if (groups.empty()) {
         return -1;

@@ -38,9 +38,10 @@ import (
 // and the donors), the peer device of combined mode, and what the weights
 // use now.
 type swapper struct {
-	sw   *C.struct_hydra_swap
-	keys []string // the sources' keys: QuantBase, then the donors' in sorted order
-	log  hclog.Logger
+	sw    *C.struct_hydra_swap
+	keys  []string // the sources' keys: QuantBase, then the donors' in sorted order
+	names []string // the weights' names, as hydra_swap_weight numbers them: patterns are matched here, in Go
+	log   hclog.Logger
 
 	combined combinedConfig
 
@@ -74,6 +75,9 @@ func newSwapper(ctx context.Context, mdl *model, lc *lctx, path string, opts opt
 		return nil, fmt.Errorf("%w: indexing the model's weights: %s", iface.ErrBadRequest, C.GoString(&msg[0]))
 	}
 	x := &swapper{sw: sw, keys: []string{QuantBase}, log: log}
+	for _, w := range x.weights() {
+		x.names = append(x.names, w.name)
+	}
 	var paths []string
 	for _, k := range slices.Sorted(maps.Keys(opts.quants)) {
 		p, err := donorFile(opts.quants[k])
@@ -187,18 +191,27 @@ func (x *swapper) info(base iface.BackendInfo) iface.BackendInfo {
 // source is the index of a quantisation key, -1 if unknown.
 func (x *swapper) source(key string) int { return slices.Index(x.keys, key) }
 
+// match is the indices of the weights pattern matches; a pattern that does
+// not compile or matches no weight is refused.
+func (x *swapper) match(pattern string) ([]C.int32_t, error) {
+	hit, err := matchWeights(pattern, x.names)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("%w: tensor pattern %w", iface.ErrBadRequest, err)
+	case len(hit) == 0:
+		return nil, fmt.Errorf("%w: the tensor pattern %q matches none of the model's weights", iface.ErrBadRequest, truncate(pattern, 200))
+	}
+	idx := make([]C.int32_t, len(hit))
+	for i, h := range hit {
+		idx[i] = C.int32_t(h)
+	}
+	return idx, nil
+}
+
 // check refuses a pattern that does not compile or matches no weight.
 func (x *swapper) check(pattern string) error {
-	cs := C.CString(pattern)
-	defer C.free(unsafe.Pointer(cs))
-	var msg [512]C.char
-	switch n := C.hydra_swap_match(x.sw, cs, &msg[0], C.size_t(len(msg))); {
-	case n < 0:
-		return fmt.Errorf("%w: tensor pattern %s", iface.ErrBadRequest, C.GoString(&msg[0]))
-	case n == 0:
-		return fmt.Errorf("%w: the tensor pattern %q matches none of the model's weights", iface.ErrBadRequest, pattern)
-	}
-	return nil
+	_, err := x.match(pattern)
+	return err
 }
 
 // Places of a weight's copy (swap.h).
@@ -220,12 +233,14 @@ type applied struct {
 // place (keep: each its own), all or nothing, and updates the state. Needs
 // the engine quiesced.
 func (x *swapper) apply(c *C.struct_llama_context, pattern string, src, place int) (applied, error) {
-	cs := C.CString(pattern)
-	defer C.free(unsafe.Pointer(cs))
+	idx, err := x.match(pattern)
+	if err != nil {
+		return applied{}, err
+	}
 	var r C.struct_hydra_swap_result
 	var msg [512]C.char
 	clearLlamaError()
-	if C.hydra_swap_apply(x.sw, c, cs, C.int(src), C.int(place), &r, &msg[0], C.size_t(len(msg))) < 0 {
+	if C.hydra_swap_apply(x.sw, c, &idx[0], C.int32_t(len(idx)), C.int(src), C.int(place), &r, &msg[0], C.size_t(len(msg))) < 0 {
 		return applied{}, fmt.Errorf("%s%s", C.GoString(&msg[0]), lastLlamaError())
 	}
 	a := applied{swapped: int(r.swapped), stayed: int(r.stayed), bytes: int64(r.bytes), allocated: int64(r.allocated),
@@ -313,9 +328,11 @@ func (x *swapper) weights() []weightPlace {
 // pattern into scratch buffers where those weights live: what a first swap's
 // upload is compared with.
 func (x *swapper) uploadBaseline(pattern, key string) time.Duration {
-	cs := C.CString(pattern)
-	defer C.free(unsafe.Pointer(cs))
-	return time.Duration(C.hydra_swap_upload_us(x.sw, cs, C.int(x.source(key)))) * time.Microsecond
+	idx, err := x.match(pattern)
+	if err != nil {
+		return -time.Microsecond // as hydra_swap_upload_us answers a pattern matching nothing
+	}
+	return time.Duration(C.hydra_swap_upload_us(x.sw, &idx[0], C.int32_t(len(idx)), C.int(x.source(key)))) * time.Microsecond
 }
 
 // quiesce holds every slot and the context, so that nothing runs while

@@ -40,11 +40,6 @@ int hydra_swap_add_donor(struct hydra_swap * s, const struct llama_model * donor
 // operations reading them could not be placed. -1 with the reason in err.
 int hydra_swap_set_peer(struct hydra_swap * s, struct llama_context * ctx, const char * device, char * err, size_t err_len);
 
-// hydra_swap_match counts the weights pattern matches (std::regex_search,
-// ECMAScript, as llama.cpp matches tensor overrides); -1 with the reason in
-// err if pattern does not compile.
-int hydra_swap_match(const struct hydra_swap * s, const char * pattern, char * err, size_t err_len);
-
 // What hydra_swap_apply did.
 struct hydra_swap_result {
     int32_t swapped;    // weights matched, now re-pointed
@@ -58,14 +53,15 @@ struct hydra_swap_result {
     int64_t upload_us, reset_us;
 };
 
-// hydra_swap_apply makes the weights whose names match pattern the copies of
-// source src (HYDRA_KEEP: each keeps its own) at place (HYDRA_KEEP: each
-// keeps its own), making copies it lacks (kept for good: swapping back and
-// forth allocates nothing more), then rebuilds the context's graphs (a graph
-// reused across moved weights would read freed or foreign memory). All or
-// nothing: 0, or -1 with every weight as it was and the reason in err.
-// Needs the context idle.
-int hydra_swap_apply(struct hydra_swap * s, struct llama_context * ctx, const char * pattern, int src, int place,
+// hydra_swap_apply makes the weights idx names (n of them, indices as
+// hydra_swap_weight numbers them, ascending: the caller matches the names,
+// in Go's linear-time regexp) the copies of source src (HYDRA_KEEP: each
+// keeps its own) at place (HYDRA_KEEP: each keeps its own), making copies it
+// lacks (kept for good: swapping back and forth allocates nothing more),
+// then rebuilds the context's graphs (a graph reused across moved weights
+// would read freed or foreign memory). All or nothing: 0, or -1 with every
+// weight as it was and the reason in err. Needs the context idle.
+int hydra_swap_apply(struct hydra_swap * s, struct llama_context * ctx, const int32_t * idx, int32_t n, int src, int place,
                      struct hydra_swap_result * res, char * err, size_t err_len);
 
 // hydra_swap_count is the number of weights, hydra_swap_weight weight i's
@@ -75,11 +71,12 @@ size_t hydra_swap_count(const struct hydra_swap * s);
 void hydra_swap_weight(const struct hydra_swap * s, size_t i, const char ** name, int * src, int * place, const char ** device,
                        int64_t * bytes, int * loaded_buffer);
 
-// hydra_swap_upload_us times copying source src's bytes of the weights
-// matching pattern from its mapping into a scratch buffer of each weight's
-// home buffer type (freed after): the plain host-to-device copy an upload
-// is measured against. -1 if pattern matches nothing or memory runs out.
-int64_t hydra_swap_upload_us(struct hydra_swap * s, const char * pattern, int src);
+// hydra_swap_upload_us times copying source src's bytes of the weights idx
+// names (n, ascending) from its mapping into a scratch buffer of each
+// weight's home buffer type (freed after): the plain host-to-device copy an
+// upload is measured against. -1 if idx is empty or not weights, or memory
+// runs out.
+int64_t hydra_swap_upload_us(struct hydra_swap * s, const int32_t * idx, int32_t n, int src);
 
 // hydra_swap_resident is what the copies take: bytes of buffers allocated,
 // and bytes bound in place from mapped files.

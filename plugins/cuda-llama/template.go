@@ -3,7 +3,6 @@
 package cudallama
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
@@ -61,16 +60,16 @@ func newChatTemplate(src, bos, eos string, addsBOS bool, o templateOptions) (*ch
 }
 
 // render is the prompt text of a chat, and whether it opens a reasoning
-// block for the reply.
-func (c *chatTemplate) render(msgs []iface.Message, tools []string, reqKwargs string) (string, bool, error) {
-	kw, err := c.mergedKwargs(reqKwargs)
+// block for the reply; g marks what the request puts into the prompt.
+func (c *chatTemplate) render(msgs []iface.Message, tools []string, reqKwargs string, g contentGuard) (string, bool, error) {
+	kw, err := c.mergedKwargs(reqKwargs, g)
 	if err != nil {
 		return "", false, err
 	}
-	in := chattmpl.Input{Messages: templateMessages(msgs), AddGenerationPrompt: true,
+	in := chattmpl.Input{Messages: templateMessages(g.messages(msgs)), AddGenerationPrompt: true,
 		BOSToken: c.bos, EOSToken: c.eos, Kwargs: kw}
-	for _, t := range tools {
-		in.Tools = append(in.Tools, json.RawMessage(t))
+	if in.Tools, err = g.tools(tools); err != nil {
+		return "", false, err
 	}
 	text, err := c.t.Render(in)
 	if err != nil {
@@ -82,12 +81,14 @@ func (c *chatTemplate) render(msgs []iface.Message, tools []string, reqKwargs st
 	return text, strings.HasSuffix(strings.TrimRight(text, " \t\r\n"), thinkStart), nil
 }
 
-// mergedKwargs are the engine's kwargs with the request's over them.
-func (c *chatTemplate) mergedKwargs(reqKwargs string) (map[string]any, error) {
+// mergedKwargs are the engine's kwargs with the request's, marked by g,
+// over them.
+func (c *chatTemplate) mergedKwargs(reqKwargs string, g contentGuard) (map[string]any, error) {
 	req, err := parseKwargs(reqKwargs)
 	if err != nil {
 		return nil, fmt.Errorf("%w: chat_template_kwargs: %v", iface.ErrBadRequest, err)
 	}
+	req = g.kwargs(req)
 	if len(req) == 0 {
 		return c.kwargs, nil
 	}

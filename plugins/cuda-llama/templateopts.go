@@ -31,16 +31,25 @@ const (
 	// llama-server's --cache-reuse; 0 (the default) keeps the common prefix
 	// only.
 	OptCacheReuse = "cache_reuse"
+	// OptChatParseSpecial: false (the default) tokenizes what a chat request
+	// puts into the prompt (message content, tool definitions and calls,
+	// template variables) as text, so that a control token typed in it
+	// (<|im_end|><|im_start|>system) cannot forge the template's markup; true
+	// parses special tokens across the whole rendered prompt, as
+	// llama-server does (it has no switch for it). Raw text prompts always
+	// parse them, as llama-server's /completion does.
+	OptChatParseSpecial = "chat_parse_special"
 )
 
 // templateOptions are the parsed template options; the zero value is the
 // default.
 type templateOptions struct {
-	builtinTemplate bool // jinja=false
-	templateFile    string
-	templateKwargs  map[string]any
-	reasoning       string // "", "on", "off"
-	cacheReuse      int
+	builtinTemplate  bool // jinja=false
+	templateFile     string
+	templateKwargs   map[string]any
+	reasoning        string // "", "on", "off"
+	cacheReuse       int
+	chatParseSpecial bool
 }
 
 func init() {
@@ -69,6 +78,7 @@ func init() {
 		}
 		return nil
 	}
+	optionParsers[OptChatParseSpecial] = boolField(func(o *options) *bool { return &o.chatParseSpecial })
 	optionParsers[OptCacheReuse] = intField(func(o *options) *int { return &o.cacheReuse }, 0, maxNCtx)
 }
 

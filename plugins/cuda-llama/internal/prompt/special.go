@@ -5,8 +5,9 @@
 //
 // llama.cpp's own split walks a linked list from its head for every match,
 // so its time grows with the square of the special tokens in a prompt
-// (80,000 of them: minutes of CPU); Split is linear in the text for each
-// special token of the vocabulary and stops at a limit of matches.
+// (80,000 of them: minutes of CPU); Split finds the special tokens in one
+// pass over the text (a trie of their texts), splits at those present, each
+// in one walk over the fragments, and stops at a limit of matches.
 package prompt
 
 import (
@@ -32,9 +33,82 @@ type Token struct {
 }
 
 // Vocab is the special tokens of a vocabulary, longest first, as llama.cpp
-// matches them.
+// matches them, and a trie of their texts that finds every occurrence of
+// all of them in one pass over a text (time: the text's length times the
+// longest prefix of a token it holds at one place), where a search per
+// token would scan the text once for each (Llama 3 has 256).
 type Vocab struct {
 	tokens []Token
+	root   [256]int32 // the trie node after each first byte; 0: none
+	nodes  []node     // nodes[0] is unused: 0 means no node
+}
+
+// node is a trie node: the tokens whose text ends here (indices into
+// tokens) and the nodes one byte further.
+type node struct {
+	ends []int32
+	next []edge
+}
+
+type edge struct {
+	b  byte
+	to int32
+}
+
+// child is the node after b, 0 if none.
+func (n *node) child(b byte) int32 {
+	for _, e := range n.next {
+		if e.b == b {
+			return e.to
+		}
+	}
+	return 0
+}
+
+// add puts token i's text into the trie.
+func (v *Vocab) add(i int) {
+	text := v.tokens[i].Text
+	n := v.root[text[0]]
+	if n == 0 {
+		n = int32(len(v.nodes))
+		v.nodes = append(v.nodes, node{})
+		v.root[text[0]] = n
+	}
+	for k := 1; k < len(text); k++ {
+		c := v.nodes[n].child(text[k])
+		if c == 0 {
+			c = int32(len(v.nodes))
+			v.nodes = append(v.nodes, node{})
+			v.nodes[n].next = append(v.nodes[n].next, edge{text[k], c})
+		}
+		n = c
+	}
+	v.nodes[n].ends = append(v.nodes[n].ends, int32(i))
+}
+
+// occurrences is, for each token that want keeps, the byte offsets of all
+// its occurrences in text, overlapping ones included, ascending; nil for a
+// token that does not occur.
+func (v *Vocab) occurrences(text string, want func(Token) bool) [][]int {
+	var occ [][]int
+	for i := 0; i < len(text); i++ {
+		n := v.root[text[i]]
+		for j := i + 1; n != 0; j++ {
+			for _, t := range v.nodes[n].ends {
+				if want(v.tokens[t]) {
+					if occ == nil {
+						occ = make([][]int, len(v.tokens))
+					}
+					occ[t] = append(occ[t], i)
+				}
+			}
+			if j == len(text) {
+				break
+			}
+			n = v.nodes[n].child(text[j])
+		}
+	}
+	return occ
 }
 
 // NewVocab orders tokens as llama.cpp does: by text length, longest first
@@ -53,8 +127,15 @@ func NewVocab(tokens []Token) *Vocab {
 		}
 		return int(a.ID) - int(b.ID)
 	})
+	v.nodes = make([]node, 1, 1+len(v.tokens))
+	for i := range v.tokens {
+		v.add(i)
+	}
 	return v
 }
+
+// Tokens is the vocabulary's special tokens, longest first.
+func (v *Vocab) Tokens() []Token { return slices.Clone(v.tokens) }
 
 // Piece is a special token (Special, ID) or text to tokenize with special
 // tokens not parsed.
@@ -77,21 +158,20 @@ var ErrTooManySpecial = errors.New("too many special tokens")
 func (v *Vocab) Split(text string, parseControl bool, m Marker, limit int) ([]Piece, error) {
 	frags := []fragment{{raw: true, start: 0, end: len(text)}}
 	matches := 0
-	for _, tok := range v.tokens {
-		if tok.Control && !parseControl {
-			continue
-		}
-		if !strings.Contains(text, tok.Text) {
+	occ := v.occurrences(text, func(t Token) bool { return parseControl || !t.Control })
+	for i, tok := range v.tokens {
+		if occ == nil || len(occ[i]) == 0 {
 			continue
 		}
 		next := make([]fragment, 0, len(frags))
+		at := occ[i]
 		for _, f := range frags {
 			if !f.raw {
 				next = append(next, f)
 				continue
 			}
 			n := 0
-			next, n = splitFragment(next, text, f, tok)
+			next, at, n = splitFragment(next, text, f, tok, at)
 			if matches += n; limit > 0 && matches > limit {
 				return nil, fmt.Errorf("%w: more than %d", ErrTooManySpecial, limit)
 			}
@@ -123,16 +203,21 @@ type fragment struct {
 }
 
 // splitFragment appends to out the pieces of raw fragment f around every
-// match of tok, left to right, and returns how many it matched.
-func splitFragment(out []fragment, text string, f fragment, tok Token) ([]fragment, int) {
+// match of tok, left to right, as repeated searches from the end of the last
+// match find them; at is tok's occurrences in the text from f on
+// (ascending), and what is left of them after f is returned with the number
+// of matches.
+func splitFragment(out []fragment, text string, f fragment, tok Token, at []int) ([]fragment, []int, int) {
 	n := 0
 	start, end := f.start, f.end
-	for start < end {
-		i := strings.Index(text[start:end], tok.Text)
-		if i < 0 {
-			break
+	for len(at) > 0 && at[0] < start {
+		at = at[1:]
+	}
+	for ; len(at) > 0 && at[0]+len(tok.Text) <= end; at = at[1:] {
+		match := at[0]
+		if match < start { // overlaps the last match, or in the whitespace it stripped
+			continue
 		}
-		match := start + i
 		left := match
 		if tok.LStrip {
 			for left > start && isSpace(text[left-1]) {
@@ -154,7 +239,7 @@ func splitFragment(out []fragment, text string, f fragment, tok Token) ([]fragme
 	if start < end {
 		out = append(out, fragment{raw: true, start: start, end: end})
 	}
-	return out, n
+	return out, at, n
 }
 
 // isSpace is C's isspace in the "C" locale, which llama.cpp's strip uses.
@@ -194,18 +279,13 @@ func (v *Vocab) Protect(s string, m Marker) string {
 		return s
 	}
 	var cuts []int // byte offsets to put m at
-	for _, tok := range v.tokens {
-		if !tok.Control {
+	for i, at := range v.occurrences(s, func(t Token) bool { return t.Control }) {
+		if len(at) == 0 {
 			continue
 		}
-		_, first := utf8.DecodeRuneInString(tok.Text)
-		for off := 0; ; {
-			i := strings.Index(s[off:], tok.Text)
-			if i < 0 {
-				break
-			}
-			cuts = append(cuts, off+i+first)
-			off += i + len(tok.Text)
+		_, first := utf8.DecodeRuneInString(v.tokens[i].Text)
+		for _, off := range at {
+			cuts = append(cuts, off+first)
 		}
 	}
 	if len(cuts) == 0 {

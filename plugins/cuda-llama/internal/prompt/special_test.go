@@ -156,6 +156,12 @@ func TestProtect(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("\n got %v\nwant %v", got, want)
 	}
+	// A control text that overlaps itself is broken at every occurrence,
+	// the overlapping ones too.
+	self := NewVocab([]Token{{ID: 1, Text: "|a|a|", Control: true}})
+	if p := self.Protect("|a|a|a|", m); strings.Contains(p, "|a|a|") || strings.ReplaceAll(p, string(m), "") != "|a|a|a|" {
+		t.Errorf("self-overlapping control text: %q", p)
+	}
 	if s := v.Protect("no special text", m); s != "no special text" {
 		t.Errorf("Protect changed text without control tokens: %q", s)
 	}
@@ -193,5 +199,37 @@ func BenchmarkSplitChat(b *testing.B) {
 		if _, err := v.Split(text, true, "", 0); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// reservedVocab is Llama 3's shape: 256 control tokens sharing a prefix.
+func reservedVocab() *Vocab {
+	toks := []Token{{ID: 1, Text: "<|begin_of_text|>", Control: true}, {ID: 2, Text: "<|eot_id|>", Control: true}}
+	for i := range 256 {
+		toks = append(toks, Token{ID: int32(100 + i), Text: fmt.Sprintf("<|reserved_special_token_%d|>", i), Control: true})
+	}
+	return NewVocab(toks)
+}
+
+// nearMisses is 4 MiB of near misses of every reserved token: the text a
+// prompt of 32,768 tokens of 128 bytes may be, scanned for all of them.
+var nearMisses = strings.Repeat("<|reserved_special_token_1", 4<<20/26)
+
+func BenchmarkSplitManySpecials(b *testing.B) {
+	v := reservedVocab()
+	b.SetBytes(int64(len(nearMisses)))
+	for b.Loop() {
+		if _, err := v.Split(nearMisses, true, "", 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkProtectManySpecials(b *testing.B) {
+	v := reservedVocab()
+	m := NewMarker()
+	b.SetBytes(int64(len(nearMisses)))
+	for b.Loop() {
+		v.Protect(nearMisses, m)
 	}
 }
