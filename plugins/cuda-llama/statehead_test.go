@@ -3,6 +3,9 @@ package cudallama
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
+	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -184,5 +187,54 @@ func TestMeasureParts(t *testing.T) {
 		if _, err := measureParts("x", bad[0], bad[1], bad[2]); err == nil {
 			t.Errorf("%+v measured", bad)
 		}
+	}
+}
+
+// TestDescribeLayout: the layout names the model, the cache and each part,
+// flat, and leaves out what depends on n_ctx (a cache's cells).
+func TestDescribeLayout(t *testing.T) {
+	l := stateLayout{Memory: "hybrid", MaxRow: 8192, Parts: []statePart{
+		{Kind: partKV, Base: 40, PerCell: 1024, Empty: 8, CellMeta: 24, Capacity: 4096},
+		{Kind: partRecurrent, Base: 8292, Empty: 84, CellMeta: 8, Capacity: 3},
+	}}
+	m := layoutModel{Arch: "qwen35moe", Layers: 40, Embd: 2048, TypeK: "q8_0", TypeV: "q8_0", Vocab: 151936}
+	var got map[string]any
+	if err := json.Unmarshal([]byte(l.describe(m)), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"arch": "qwen35moe", "memory": "hybrid", "parts": "kv+recurrent", "n_layer": 40.0, "n_embd": 2048.0,
+		"cache_type_k": "q8_0", "cache_type_v": "q8_0", "v_trans": false, "kv_bytes_per_token": 1024.0, "kv_cell_meta": 24.0,
+		"recurrent_bytes": 8292.0, "state_logits": 151936.0}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("layout %v, want %v", got, want)
+	}
+	before := l.describe(m)
+	l.Parts = slices.Clone(l.Parts)
+	l.Parts[0].Capacity, l.MaxRow = 8192, 4096
+	if a, b := before, l.describe(m); a != b {
+		t.Errorf("another cache size names another layout: %s, %s", a, b)
+	}
+}
+
+// TestVTransOf reads the V layout after a one-token state's cell, and
+// refuses what is not one.
+func TestVTransOf(t *testing.T) {
+	l := plainLayout(16, 12+2*8, 8)
+	for _, v := range []int{0, 1} {
+		s := synthState(1, 2, 8, 8, v*2, 4)
+		if got, err := vTransOf(l, s); err != nil || got != (v == 1) {
+			t.Errorf("v_trans %d: %v, %v", v, got, err)
+		}
+	}
+	if _, err := vTransOf(l, synthState(2, 2, 8, 8, 0, 0)); err == nil {
+		t.Error("a two-cell state read as one")
+	}
+	bad := synthState(1, 2, 8, 8, 0, 0)
+	binary.LittleEndian.PutUint32(bad[8+cellMetaSize:], 7)
+	if _, err := vTransOf(l, bad); err == nil {
+		t.Error("v_trans 7 read")
+	}
+	if got, err := vTransOf(stateLayout{Parts: []statePart{{Kind: partRecurrent}}}, nil); err != nil || got {
+		t.Errorf("a recurrent first part: %v, %v", got, err)
 	}
 }
