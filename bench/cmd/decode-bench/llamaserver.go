@@ -37,13 +37,19 @@ func llamaServerArgs(o options, port int) []string {
 		"-m", o.model, "--host", "127.0.0.1", "--port", strconv.Itoa(port),
 		"-np", strconv.Itoa(o.slots), "-c", strconv.Itoa(o.slots * o.ctx), "--kv-unified",
 		"-t", strconv.Itoa(o.threads), "-tb", strconv.Itoa(o.threads),
-		"-fa", o.flashAttn, "-ngl", strconv.Itoa(max(o.ngl, -1)),
+		"-fa", o.flashAttn, "-ngl", strconv.Itoa(llamaServerLayers(o.ngl)),
 		"--no-webui", "--alias", strings.TrimSuffix(filepath.Base(o.model), ".gguf"),
 	}
-	if o.ngl < 0 {
-		a[len(a)-3] = "all"
-	}
 	return a
+}
+
+// llamaServerLayers is -ngl for ours' n_gpu_layers: -1 (all) is a count
+// above any model's, since llama-server at this commit takes a number only.
+func llamaServerLayers(ngl int) int {
+	if ngl < 0 {
+		return 999
+	}
+	return ngl
 }
 
 func startLlamaServer(ctx context.Context, o options, ap api) (*llamaServer, error) {
