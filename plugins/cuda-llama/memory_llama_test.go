@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -317,5 +318,49 @@ func TestStateLayoutNamesTheCache(t *testing.T) {
 		if got := layout(f16, opts); got == base {
 			t.Errorf("%s: the same layout %s", name, got)
 		}
+	}
+}
+
+// TestNonFiniteStateRefused: a state holding an Inf or NaN where no cache
+// can (an f16 K row, a q8_0 block's scale, a recurrent state's f32) is
+// refused, the slot left empty; the same state unchanged restores.
+func TestNonFiniteStateRefused(t *testing.T) {
+	hd32 := func() gguf.Config { c := gguf.Tiny(); c.Heads, c.KVHeads = 2, 1; return c }()
+	for _, tc := range []struct {
+		name  string
+		c     gguf.Config
+		opts  map[string]string
+		value []byte // written at the value's place
+		last  bool   // the state's last value (a recurrent part's S row) instead of the first K row's first
+	}{
+		{"f16 K row, NaN", gguf.Tiny(), nil, []byte{0x00, 0x7e}, false},
+		{"f16 K row, Inf", gguf.Tiny(), nil, []byte{0x00, 0x7c}, false},
+		{"q8_0 block scale, Inf", hd32, map[string]string{OptCacheTypeK: "q8_0", OptCacheTypeV: "q8_0"}, []byte{0x00, 0xfc}, false},
+		{"recurrent f32, NaN", gguf.TinyQwen35MoE(), nil, []byte{0x00, 0x00, 0xc0, 0x7f}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := load(t, modelFile(t, "nf-"+tc.c.Arch+fmt.Sprint(tc.c.Heads), tc.c), 2, tc.opts)
+			e := b.eng.Load()
+			prefill(t, b, 0, story)
+			si := slotInfo(t, b, 0)
+			state := stateOf(t, b, 0, 1<<20)
+			ref := reference(t, b, 0)
+			at := 8 + len(si.Tokens)*int(e.layout.Parts[0].CellMeta) + 8 + 4 + 8 // the first K row's first value
+			if tc.last {
+				at = len(ref) - len(tc.value)
+			}
+			bad := bytes.Clone(state)
+			copy(bad[at:], tc.value)
+			_, err := b.StatePut(context.Background(), 1, si.Tokens, bytes.NewReader(bad), int64(len(bad)))
+			if !errors.Is(err, iface.ErrBadRequest) || !strings.Contains(err.Error(), "Inf or NaN") {
+				t.Fatalf("%v, want ErrBadRequest naming the Inf or NaN", err)
+			}
+			if got := slotInfo(t, b, 1); got.NPast != 0 {
+				t.Fatalf("slot after the refusal: %+v", got)
+			}
+			if _, err := b.StatePut(context.Background(), 1, si.Tokens, bytes.NewReader(state), int64(len(state))); err != nil {
+				t.Fatalf("the state unchanged: %v", err)
+			}
+		})
 	}
 }

@@ -34,6 +34,7 @@
 #include <map>
 #include <new>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "llama-io.h"
@@ -525,6 +526,122 @@ private:
     }
 };
 
+// finite_check refuses a restored K/V or recurrent run holding a value no
+// model's cache can: an f16, bf16 or f32 Inf or NaN, or a q8_0/q4_0 block
+// whose f16 scale is one. A NaN in one sequence's cells reaches the others'
+// attention through masked products (0 × NaN), so the check guards the
+// bystanders, not only the sequence restored. Runs start at an element or
+// block boundary (llama.cpp reads whole rows or elements); pieces of a
+// streamed run may split one, which the check carries over.
+class finite_check {
+public:
+    // start begins a run of t's bytes at offset off within the tensor.
+    void start(const ggml_tensor * t, size_t off) {
+        elem = field = 0;
+        switch (t->type) {
+        case GGML_TYPE_F16: elem = field = 2; exp16 = 0x7c00; break;
+        case GGML_TYPE_BF16: elem = field = 2; exp16 = 0x7f80; break;
+        case GGML_TYPE_F32: elem = field = 4; break;
+        case GGML_TYPE_Q8_0: elem = 34; field = 2; exp16 = 0x7c00; break;
+        case GGML_TYPE_Q4_0: elem = 18; field = 2; exp16 = 0x7c00; break;
+        default: return; // other types: not checked
+        }
+        pos = off % elem;
+        if (pos > 0 && pos < field) {
+            pos = field; // a field cut by the run's start cannot be read whole: skip it
+        }
+    }
+
+    // feed checks the run's next n bytes.
+    void feed(const uint8_t * p, size_t n) {
+        if (elem == 0) {
+            return;
+        }
+        while (n > 0) {
+            if (pos == 0 && n >= elem) { // whole elements: the fast loop
+                const size_t m = n / elem;
+                scan(p, m);
+                p += m * elem;
+                n -= m * elem;
+                continue;
+            }
+            if (pos < field) {
+                const size_t k = std::min(field - pos, n);
+                memcpy(carry + pos, p, k);
+                pos += k, p += k, n -= k;
+                if (pos == field) {
+                    scan(carry, 1, field);
+                }
+                continue;
+            }
+            const size_t k = std::min(elem - pos, n);
+            pos += k, p += k, n -= k;
+            if (pos == elem) {
+                pos = 0;
+            }
+        }
+    }
+
+    // why is the reason of the last refusal: llama.cpp catches what a
+    // tensor read throws and says only that the restore failed.
+    std::string why;
+
+private:
+    size_t elem = 0, field = 0, pos = 0;
+    uint16_t exp16 = 0;
+    uint8_t carry[4] = {};
+
+    // scan checks m elements (or m fields of stride bytes) from p.
+    void scan(const uint8_t * p, size_t m, size_t stride = 0) {
+        stride = stride ? stride : elem;
+        bool bad;
+        if (stride == field) {
+            bad = field == 4 ? nonfinite32(p, m) : nonfinite16(p, m, exp16);
+        } else {
+            bad = false;
+            for (size_t i = 0; i < m; i++) {
+                uint16_t v;
+                memcpy(&v, p + i * stride, 2);
+                bad |= (v & exp16) == exp16;
+            }
+        }
+        if (bad) {
+            why = "hydra: the state holds an Inf or NaN, which no model's cache holds";
+            throw std::runtime_error(why);
+        }
+    }
+
+    // nonfinite16 reports an all-ones exponent (mask e) among m 16-bit
+    // values, four at a time: a lane of (x & E) ^ E is zero exactly there.
+    __attribute__((optimize("O3"))) static bool nonfinite16(const uint8_t * p, size_t m, uint16_t e) {
+        const uint64_t E = 0x0001000100010001ull * e, ONE = 0x0001000100010001ull, HI = 0x8000800080008000ull;
+        uint64_t acc = 0;
+        size_t i = 0;
+        for (; i + 4 <= m; i += 4) {
+            uint64_t x;
+            memcpy(&x, p + 2 * i, 8);
+            const uint64_t t = (x & E) ^ E;
+            acc |= (t - ONE) & ~t & HI;
+        }
+        for (; i < m; i++) {
+            uint16_t v;
+            memcpy(&v, p + 2 * i, 2);
+            acc |= (v & e) == e;
+        }
+        return acc != 0;
+    }
+
+    __attribute__((optimize("O3"))) static bool nonfinite32(const uint8_t * p, size_t m) {
+        uint32_t acc = 0;
+        for (size_t i = 0; i < m; i++) {
+            uint32_t v;
+            memcpy(&v, p + 4 * i, 4);
+            acc |= (v & 0x7f800000u) == 0x7f800000u;
+        }
+        return acc != 0;
+    }
+};
+
 // load_reader serves llama.cpp's reads from the Go side's restore ring or
 // the data plane's buffers (hydraLoadNext). Fields are copied out; a K/V run
 // (read_tensor) is uploaded from where it lies: in one ggml_backend_tensor_set
@@ -554,6 +671,7 @@ public:
             guard.tensor(consumed, size);
         }
         consumed += size;
+        finite.start(t, off);
         if (stream_min > 0 && size >= stream_min) {
             if (t != last_streamed) {
                 io->streamed++;
@@ -561,6 +679,7 @@ public:
             }
             io->streamed_runs++;
             pieces(size, [&](const uint8_t * p, size_t k) {
+                finite.feed(p, k);
                 ggml_backend_tensor_set(t, p, off, k);
                 off += k;
             });
@@ -568,6 +687,7 @@ public:
             if (avail < size) {
                 more(size);
             }
+            finite.feed(cur, size);
             ggml_backend_tensor_set(t, cur, off, size);
             cur += size;
             avail -= size;
@@ -577,11 +697,15 @@ public:
 
     size_t n_bytes() override { return consumed; }
 
+    // refusal is why a tensor read refused the state ("" if none did).
+    const std::string & refusal() const { return finite.why; }
+
 private:
     hydra_io * io;
     uintptr_t h;
     size_t stream_min, piece_min;
     state_guard & guard;
+    finite_check finite;
     const uint8_t * cur = nullptr;
     size_t avail = 0, taken = 0, consumed = 0;
     const ggml_tensor * last_streamed = nullptr; // the tensor of the last streamed run: its block's
@@ -696,7 +820,7 @@ int64_t hydra_state_load(hydra_io * io, struct llama_context * ctx, llama_seq_id
         guard.done(r.n_bytes());
         return (int64_t) r.n_bytes();
     } catch (const std::exception & e) {
-        set_err(err, err_len, e.what());
+        set_err(err, err_len, r.refusal().empty() ? e.what() : r.refusal().c_str());
         return -1;
     }
 }
