@@ -27,6 +27,7 @@ FUZZ_TARGETS := \
 	./host:FuzzParseDecode \
 	./host:FuzzParseSwapQuant \
 	./host:FuzzConfigureInfo \
+	./host:FuzzCountMessages \
 	./host/httpapi:FuzzCompletionBody \
 	./plugins/cuda-llama:FuzzReadStateHead \
 	./plugins/cuda-llama:FuzzMaxRow \

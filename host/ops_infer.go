@@ -134,6 +134,9 @@ func parsePrefill(p []byte, slot int, info iface.BackendInfo) (iface.PrefillRequ
 		return req, errors.New("PREFILL payload is empty")
 	}
 	if isJSONObject(p) {
+		if err := CheckMessageCountJSON(p, info); err != nil {
+			return req, err
+		}
 		var body struct {
 			Messages []ChatMessage `json:"messages"`
 			Model    string        `json:"model"`

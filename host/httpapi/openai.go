@@ -173,6 +173,11 @@ func readAdmittedBody(w http.ResponseWriter, r *http.Request, s *host.Server) ([
 // defaults.
 func parseCompletion(body []byte, chat bool, sampler iface.SamplerParams, nPredict int, info iface.BackendInfo) (completion, error) {
 	var req completionRequest
+	if chat {
+		if err := host.CheckMessageCountJSON(body, info); err != nil {
+			return completion{}, badRequest("%v", err)
+		}
+	}
 	if err := decodeJSON(body, &req); err != nil {
 		return completion{}, err
 	}
