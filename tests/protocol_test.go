@@ -86,11 +86,13 @@ func TestVectors(t *testing.T) {
 			if !bytes.Equal(hdr, unhex(t, "06 67 00 00 00 00 00 00 00 00 00 00")) {
 				t.Fatalf("PIPELINE_ATTACH: % x", hdr)
 			}
-			// Empty slot 0 STATE_GET: meta order and the v2 wrapper of an empty slot.
+			// Empty slot 0 STATE_GET: meta order and the v2 wrapper of an empty
+			// slot, flags bit2: the integrity trailer ends the payload
+			// (docs/protocol.md; the reference engine ignores the bit).
 			req = transport.AppendRequestHeader(nil, transport.RequestHeader{Op: transport.OpStateGet, KeyLen: 1})
 			hdr, meta, payload := exchange(t, c, append(req, '0'))
 			if hdr[0] != 0 || !bytes.HasPrefix(meta, []byte(`{"n_past":0,"state_size":`)) ||
-				!bytes.HasPrefix(payload, unhex(t, "02 00 00 00 00 00 00 00 00 00")) {
+				!bytes.HasPrefix(payload, unhex(t, "02 00 00 00 00 00 00 00 00 04")) || !bytes.Equal(payload[len(payload)-16:][:4], []byte("HYCK")) {
 				t.Fatalf("empty STATE_GET: % x %s % x", hdr, meta, payload[:min(len(payload), 16)])
 			}
 			// E1 PREFILL, tokens 1..5, key "0", trace "test".
@@ -98,7 +100,7 @@ func TestVectors(t *testing.T) {
 			if hdr[0] != 0 || !bytes.HasPrefix(meta, []byte(`{"n_past":5,`)) {
 				t.Fatalf("E1 PREFILL: % x %s", hdr, meta)
 			}
-			wantBlob := unhex(t, "02 05 00 00 00 05 00 00 00 01 00 00 00 02 00 00 00 03 00 00 00 04 00 00 00 05 00 00 00 00")
+			wantBlob := unhex(t, "02 05 00 00 00 05 00 00 00 01 00 00 00 02 00 00 00 03 00 00 00 04 00 00 00 05 00 00 00 04") // flags bit2: the trailer
 			if !bytes.HasPrefix(payload, wantBlob) {
 				t.Fatalf("E1 PREFILL blob header: % x", payload[:len(wantBlob)])
 			}
