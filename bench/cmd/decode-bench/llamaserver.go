@@ -4,12 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/hydra-engine/hydra-engine/internal/enginetest"
@@ -22,12 +19,9 @@ import (
 // one KV pool (--kv-unified, as ours), its completion API on a free
 // loopback port.
 type llamaServer struct {
-	cmd     *exec.Cmd
-	args    []string
-	logFile string
-	log     *os.File
-	done    chan struct{}
-	ep      *endpoint
+	*proc
+	args []string
+	ep   *endpoint
 }
 
 // llamaServerArgs is its command line for o: every setting ours gets, under
@@ -57,19 +51,10 @@ func startLlamaServer(ctx context.Context, o options, ap api) (*llamaServer, err
 	if err != nil {
 		return nil, err
 	}
-	s := &llamaServer{args: llamaServerArgs(o, port), logFile: filepath.Join(o.work, "llama-server.log"), done: make(chan struct{})}
-	if s.log, err = os.Create(s.logFile); err != nil {
+	s := &llamaServer{args: llamaServerArgs(o, port)}
+	if s.proc, err = startProc("llama-server", o.llamaServer, s.args, inheritedEnv(), filepath.Join(o.work, "llama-server.log")); err != nil {
 		return nil, err
 	}
-	s.cmd = exec.Command(o.llamaServer, s.args...)
-	s.cmd.Env = inheritedEnv()
-	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := s.cmd.Start(); err != nil {
-		s.log.Close()
-		return nil, err
-	}
-	go func() { _ = s.cmd.Wait(); close(s.done) }()
 	s.ep = &endpoint{base: fmt.Sprintf("http://127.0.0.1:%d", port), model: s.args[len(s.args)-1], api: ap, http: newHTTPClient()}
 	if err := s.waitHealthy(ctx); err != nil {
 		_ = s.stop()
@@ -107,29 +92,7 @@ func (s *llamaServer) settings() []string {
 	return []string{"llama-server " + strings.Join(s.args, " ")}
 }
 
-func (s *llamaServer) logText() string {
-	b, _ := os.ReadFile(s.logFile)
-	return string(b)
-}
-
 func (s *llamaServer) logTail() string { return tail(s.logText(), 4000) }
-
-func (s *llamaServer) stop() error {
-	defer s.log.Close()
-	select {
-	case <-s.done:
-		return nil
-	default:
-	}
-	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(15 * time.Second):
-		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-		<-s.done
-	}
-	return nil
-}
 
 // llamaServerFacts are what its log says of where it ran: the devices and
 // the offload.

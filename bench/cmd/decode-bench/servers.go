@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -12,7 +11,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/hydra-engine/hydra-engine/internal/enginetest"
@@ -103,11 +101,8 @@ const ollamaModel = "decode-bench"
 // directory, its API on a free loopback port, the model created from the
 // same GGUF file through a Modelfile.
 type ollama struct {
-	cmd     *exec.Cmd
+	*proc
 	env     []string
-	logFile string
-	log     *os.File
-	done    chan struct{}
 	ep      *endpoint
 	created time.Duration // ollama create: hashing and copying the GGUF into the store
 }
@@ -163,26 +158,16 @@ func startOllama(ctx context.Context, o options, ap api) (*ollama, error) {
 		return nil, err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	s := &ollama{env: ollamaEnv(o, addr), logFile: filepath.Join(o.work, "ollama.log"), done: make(chan struct{})}
+	s := &ollama{env: ollamaEnv(o, addr)}
 	for _, d := range []string{"ollama-models", "ollama-home"} {
 		if err := os.MkdirAll(filepath.Join(o.work, d), 0o755); err != nil {
 			return nil, err
 		}
 	}
-	if s.log, err = os.Create(s.logFile); err != nil {
+	// Its process group holds the runner child too.
+	if s.proc, err = startProc("ollama", o.ollama, []string{"serve"}, append(inheritedEnv(), s.env...), filepath.Join(o.work, "ollama.log")); err != nil {
 		return nil, err
 	}
-	s.cmd = exec.Command(o.ollama, "serve")
-	s.cmd.Env = append(inheritedEnv(), s.env...)
-	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
-	// Its own process group, so that stop takes the runner child down too;
-	// SIGKILL if this process dies first.
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := s.cmd.Start(); err != nil {
-		s.log.Close()
-		return nil, err
-	}
-	go func() { _ = s.cmd.Wait(); close(s.done) }()
 	s.ep = &endpoint{base: "http://" + addr, model: ollamaModel, api: ap, http: newHTTPClient()}
 	if err := s.waitServing(ctx); err != nil {
 		_ = s.stop()
@@ -260,20 +245,6 @@ func (s *ollama) logTail() string {
 
 // stop sends SIGTERM to Ollama's process group (serve and its runner),
 // SIGKILL after 15 s.
-func (s *ollama) stop() error {
-	defer s.log.Close()
-	pgid := -s.cmd.Process.Pid
-	_ = syscall.Kill(pgid, syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(15 * time.Second):
-		_ = syscall.Kill(pgid, syscall.SIGKILL)
-		<-s.done
-		return errors.New("ollama did not stop on SIGTERM within 15 s")
-	}
-	_ = syscall.Kill(pgid, syscall.SIGKILL) // a runner left behind
-	return nil
-}
 
 // runnerRe finds the runner Ollama started: "starting runner"
 // cmd="… runner [--ollama-engine] --model …".
