@@ -254,9 +254,6 @@ func TestSpecialTokenFlood(t *testing.T) {
 		if !errors.Is(err, iface.ErrBadRequest) {
 			t.Fatalf("80,000 <|im_end|>: %v, want a bad request", err)
 		}
-		if took > 2*time.Second {
-			t.Errorf("80,000 <|im_end|> refused after %v", took)
-		}
 		t.Logf("text %v: refused after %v: %v", req.Text != "", took, err)
 	}
 	prefill(t, b, 0, story)
