@@ -221,6 +221,12 @@ type PrefillRequest struct {
 	// backend's own), both for Messages.
 	Tools          []string
 	TemplateKwargs string
+	// ToolChoice is OpenAI's tool_choice for Tools: "" (auto), "auto",
+	// "none" or "required"; ToolChoiceName names the one function a
+	// "required" reply calls. ParallelToolCalls nil: as the template allows.
+	ToolChoice        string
+	ToolChoiceName    string
+	ParallelToolCalls *bool
 }
 
 // CheckPrompt is what every backend checks of a prompt before it turns it
@@ -291,6 +297,52 @@ type DecodeRequest struct {
 	// BackendInfo.PromptDecode is set; DecodeResult.Prompt then says what the
 	// prefill did. A prompt that fails fails the call before any token.
 	Prompt *PrefillRequest
+	// Output, when set, is what the reply must be and how the backend reads
+	// it; backends without CapOutput refuse it (ErrNotImplemented).
+	Output *Output
+}
+
+// CapOutput is the capability (BackendInfo.Capabilities) of backends that
+// honour DecodeRequest.Output.
+const CapOutput = "output"
+
+// Output constrains a decode's reply and says how to read it.
+type Output struct {
+	// Chat is the chat the reply answers, as Prefill took it: the backend
+	// constrains the reply as its tool choice asks (and JSONSchema or
+	// Grammar), parses it as the chat template writes tool calls and
+	// reasoning, and sends what each token added as Token.Deltas and the
+	// whole reply as DecodeResult.Message.
+	Chat *PrefillRequest
+	// JSONSchema (JSON text) or Grammar (GBNF) constrain the reply; at most
+	// one of them.
+	JSONSchema string
+	Grammar    string
+	// Stops end the reply before the first of them the text reaches
+	// (StopReason StopString); with Chat the parse ends there too.
+	Stops []string
+}
+
+// StopString is the stop reason of a decode that reached one of Output.Stops.
+const StopString = "stop_string"
+
+// ChatDelta is what a token added to a parsed reply: content, reasoning,
+// or a piece of tool call ToolCall (-1: none), whose ID and name come with
+// its first piece, as llama-server's diffs.
+type ChatDelta struct {
+	Content   string
+	Reasoning string
+	ToolCall  int
+	ToolID    string
+	ToolName  string
+	ToolArgs  string
+}
+
+// ChatReply is a parsed reply.
+type ChatReply struct {
+	Content   string
+	Reasoning string
+	ToolCalls []ToolCall
 }
 
 // Token is one generated token.
@@ -299,6 +351,9 @@ type Token struct {
 	Text    string // the token's UTF-8 piece
 	Logprob float32
 	Top     []TokenProb // the NProbs most likely tokens at this position, most likely first
+	// Deltas: what this token added to the parsed reply (Output.Chat); none
+	// while the parser holds its text back (a tool call's opening marker).
+	Deltas []ChatDelta
 }
 
 // TokenProb is a candidate token and its log-probability.
@@ -312,8 +367,12 @@ type TokenProb struct {
 type DecodeResult struct {
 	TokensGenerated int
 	NPast           int
-	StopReason      string        // "eos", "length" or "n_tokens_limit"
+	StopReason      string        // "eos", "length", "n_tokens_limit" or StopString
 	Prompt          *PromptResult // with DecodeRequest.Prompt
+	Message         *ChatReply    // with DecodeRequest.Output.Chat: the parsed reply
+	// Deltas: what the final parse added after the last token's (text the
+	// parser held back until it knew the reply ended).
+	Deltas []ChatDelta
 }
 
 // PromptResult is what a Decode's prompt did (DecodeRequest.Prompt).
