@@ -18,6 +18,7 @@ import (
 	"github.com/hydra-engine/hydra-engine/host"
 	"github.com/hydra-engine/hydra-engine/host/tracing"
 	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/internal/stoptext"
 )
 
 // A completion runs in steps: the body is validated, a slot taken from the
@@ -469,7 +470,7 @@ func (rn *completionRun) decode() (string, int, string, error) {
 	if rn.nPredict == 0 {
 		return "", 0, "length", nil
 	}
-	ts := &textStream{stops: rn.c.stops}
+	ts := &stoptext.Stream{Stops: rn.c.stops}
 	n := 0
 	nKeep := rn.c.nKeep
 	if nKeep < 0 {
@@ -497,7 +498,7 @@ func (rn *completionRun) decode() (string, int, string, error) {
 		last = now
 		n++
 		rn.probs.add(t)
-		out, stopped := ts.push(t.Text)
+		out, stopped := ts.Push(t.Text)
 		if err := rn.emitText(out); err != nil {
 			return err
 		}
@@ -532,7 +533,7 @@ func (rn *completionRun) decode() (string, int, string, error) {
 	case err != nil:
 		return rn.text.String(), n, "", err
 	}
-	if err := rn.emitText(ts.flush()); err != nil {
+	if err := rn.emitText(ts.Flush()); err != nil {
 		return rn.text.String(), n, "", err
 	}
 	return rn.finishText(n, finishReason(res.StopReason))
