@@ -96,6 +96,10 @@ type engine struct {
 	cacheReuse int // the least chunk a prefill moves into place (cache_reuse); 0: prefix only
 
 	chat *chatTemplate // the Jinja chat template; nil: llama.cpp's matcher (jinja=false)
+	// chatc is the template in llama.cpp's common library, which builds
+	// tool-call grammars and parses replies (chatcommon.go); nil where it
+	// cannot read it or jinja=false.
+	chatc *chatCommon
 
 	// mu is the context lock: every use of ctx holds it. The scheduler holds
 	// it for one step at a time; state transfers hold it while llama.cpp
@@ -277,6 +281,9 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 		if e.chat, err = newChatTemplate(mdl.jinja, mdl.specialText(mdl.bos), mdl.specialText(mdl.eos()), mdl.addsBOS(), opts.templateOptions); err != nil {
 			return iface.BackendInfo{}, err
 		}
+		if e.chatc, err = newChatCommon(mdl, opts.templateFile); err != nil {
+			b.log.Warn("llama.cpp's chat library cannot read the chat template: no tool calls or parsed replies", "error", err)
+		}
 	}
 	if e.layout, err = e.measureLayout(); err != nil {
 		return iface.BackendInfo{}, fmt.Errorf("%w: %s: the cuda-llama backend cannot stream this model's state: %w", iface.ErrBadRequest, path, err)
@@ -312,6 +319,7 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 	if err := e.describeSwaps(); err != nil {
 		return iface.BackendInfo{}, err
 	}
+	e.info.Capabilities = append(e.info.Capabilities, iface.CapOutput)
 	b.eng.Store(e)
 	b.logLoaded(e, opts, nGPU, registerHostBufferAvailable(gpuDev), time.Since(start))
 	return e.info, nil

@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -130,7 +131,7 @@ func TestMemoryKinds(t *testing.T) {
 						t.Fatalf("%s slot %d: the restored state re-saves differently", mode.name, slot)
 					}
 					got, res := decode(t, dst, slot, 24, iface.SamplerParams{})
-					if !slices.Equal(got, want) || res != wantRes {
+					if !slices.Equal(got, want) || !reflect.DeepEqual(res, wantRes) {
 						t.Fatalf("%s slot %d: decoded %v (%+v), the source %v (%+v)", mode.name, slot, got, res, want, wantRes)
 					}
 				}
