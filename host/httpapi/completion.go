@@ -64,9 +64,53 @@ func newTimings(nPrompt int, prompt time.Duration, nPred int, pred time.Duration
 
 // message and choice cover both response shapes; nil fields are omitted.
 type message struct {
-	Role             string  `json:"role,omitempty"`
-	Content          *string `json:"content,omitempty"`
-	ReasoningContent *string `json:"reasoning_content,omitempty"`
+	Role             string     `json:"role,omitempty"`
+	Content          *string    `json:"content,omitempty"`
+	ReasoningContent *string    `json:"reasoning_content,omitempty"`
+	ToolCalls        []toolCall `json:"tool_calls,omitempty"`
+}
+
+// toolCall is OpenAI's: whole in a reply; in a streamed delta, index with
+// the pieces that came (id, type and name with the first, as llama-server
+// streams them).
+type toolCall struct {
+	Index    *int          `json:"index,omitempty"`
+	ID       string        `json:"id,omitempty"`
+	Type     string        `json:"type,omitempty"`
+	Function *toolFunction `json:"function,omitempty"`
+}
+
+type toolFunction struct {
+	Name      string  `json:"name,omitempty"`
+	Arguments *string `json:"arguments,omitempty"`
+}
+
+// deltaToolCall is a parsed delta's tool call piece, as
+// server_chat_msg_diff_to_json_oaicompat writes it.
+func deltaToolCall(d iface.ChatDelta) toolCall {
+	i := d.ToolCall
+	c := toolCall{Index: &i, ID: d.ToolID}
+	if d.ToolID != "" {
+		c.Type = "function"
+	}
+	if d.ToolName != "" || d.ToolArgs != "" {
+		c.Function = &toolFunction{Name: d.ToolName}
+		if d.ToolArgs != "" {
+			args := d.ToolArgs
+			c.Function.Arguments = &args
+		}
+	}
+	return c
+}
+
+// replyToolCalls are a parsed reply's calls, whole.
+func replyToolCalls(calls []iface.ToolCall) []toolCall {
+	var out []toolCall
+	for _, c := range calls {
+		args := c.Arguments
+		out = append(out, toolCall{ID: c.ID, Type: "function", Function: &toolFunction{Name: c.Name, Arguments: &args}})
+	}
+	return out
 }
 
 type choice struct {
@@ -95,7 +139,7 @@ type completionBody struct {
 
 // finishReason maps a backend stop reason to OpenAI's.
 func finishReason(stop string) string {
-	if stop == "eos" {
+	if stop == "eos" || stop == iface.StopString {
 		return "stop"
 	}
 	return "length" // "length", "n_tokens_limit"
@@ -140,6 +184,8 @@ type completionRun struct {
 	// reasoning is split (reasoner set).
 	reasoner        *reasoningSplitter
 	text, reasoning strings.Builder
+	// message is the backend's parsed reply (completion.parsed).
+	message *iface.ChatReply
 }
 
 // complete runs one completion. Until the decode starts streaming, a
@@ -239,7 +285,7 @@ func (a *api) run(w http.ResponseWriter, r *http.Request, b iface.Backend, info 
 		w: w, rc: http.NewResponseController(w), body: newCompletionBody(c, info), probs: newTokenProbs(c),
 		interToken: a.metrics.interToken.WithLabelValues(info.Model.Alias)}
 	rn.body.ModelSwitched = switched
-	if c.chat && a.splitReasoning {
+	if c.chat && a.splitReasoning && !c.parsed { // a parsed reply comes split
 		rn.reasoner = newReasoningSplitter(thinkStart, thinkEnd, c.opensThinking)
 	}
 	// The slot is free again before the reply's last byte, as RPC frees it
@@ -435,6 +481,9 @@ func (rn *completionRun) reply(text, reason string, u *usage, tm *timings) {
 		if r := rn.reasoning.String(); r != "" {
 			ch.Message.ReasoningContent = &r
 		}
+		if m := rn.message; m != nil {
+			ch.Message.ToolCalls = replyToolCalls(m.ToolCalls)
+		}
 	} else {
 		ch.Text = &text
 	}
@@ -471,13 +520,16 @@ func (rn *completionRun) decode() (string, int, string, error) {
 		return "", 0, "length", nil
 	}
 	ts := &stoptext.Stream{Stops: rn.c.stops}
+	if rn.c.parsed { // the backend stops the parse at them
+		ts.Stops = nil
+	}
 	n := 0
 	nKeep := rn.c.nKeep
 	if nKeep < 0 {
 		nKeep = rn.nPrompt
 	}
 	req := iface.DecodeRequest{Slot: rn.slot, NPredict: rn.nPredict, Sampler: rn.c.sampler,
-		Logprobs: rn.c.logprobs, NProbs: rn.c.nProbs, NKeep: nKeep}
+		Logprobs: rn.c.logprobs, NProbs: rn.c.nProbs, NKeep: nKeep, Output: rn.c.output}
 	if rn.promptDecode {
 		rn.c.prefill.Slot = rn.slot
 		req.Prompt = &rn.c.prefill
@@ -498,6 +550,9 @@ func (rn *completionRun) decode() (string, int, string, error) {
 		last = now
 		n++
 		rn.probs.add(t)
+		if rn.c.parsed {
+			return rn.emitDeltas(t.Deltas)
+		}
 		out, stopped := ts.Push(t.Text)
 		if err := rn.emitText(out); err != nil {
 			return err
@@ -526,6 +581,9 @@ func (rn *completionRun) decode() (string, int, string, error) {
 		res, err = rn.b.Decode(rn.ctx, req, emit)
 	}
 	rn.stop = res.StopReason
+	if rn.c.parsed && err == nil {
+		return rn.finishParsed(n, res)
+	}
 	switch {
 	case errors.Is(err, errStopString):
 		rn.stop = "stop_string"
@@ -537,6 +595,45 @@ func (rn *completionRun) decode() (string, int, string, error) {
 		return rn.text.String(), n, "", err
 	}
 	return rn.finishText(n, finishReason(res.StopReason))
+}
+
+// emitDeltas takes what a token added to the parsed reply: kept for the
+// reply and streamed, one chunk a delta as llama-server sends them.
+func (rn *completionRun) emitDeltas(ds []iface.ChatDelta) error {
+	for _, d := range ds {
+		if err := rn.emitParts(d.Reasoning, d.Content); err != nil {
+			return err
+		}
+		if d.ToolCall < 0 || !rn.c.stream {
+			continue
+		}
+		if err := rn.event(rn.chunkBody(&message{ToolCalls: []toolCall{deltaToolCall(d)}}, nil, nil)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// finishParsed ends a parsed reply: the final parse's deltas, and
+// finish_reason "tool_calls" where it calls tools, as llama-server.
+func (rn *completionRun) finishParsed(n int, res iface.DecodeResult) (string, int, string, error) {
+	if err := rn.emitDeltas(res.Deltas); err != nil {
+		return rn.text.String(), n, "", err
+	}
+	reason := finishReason(res.StopReason)
+	if m := res.Message; m != nil {
+		rn.message = m
+		// The reply is the whole parse: what the deltas streamed, and any
+		// text the parser never released (a reply that failed to parse).
+		rn.text.Reset()
+		rn.text.WriteString(m.Content)
+		rn.reasoning.Reset()
+		rn.reasoning.WriteString(m.Reasoning)
+		if len(m.ToolCalls) > 0 && reason == "stop" {
+			reason = "tool_calls"
+		}
+	}
+	return rn.text.String(), n, reason, nil
 }
 
 // emitText takes generated text: split into reasoning and content where the
