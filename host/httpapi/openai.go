@@ -47,7 +47,7 @@ type completionRequest struct {
 	IDSlot      *int64          `json:"id_slot"`
 	Stop        json.RawMessage `json:"stop"`
 	N           *int            `json:"n"`
-	NKeep *int64 `json:"n_keep"`
+	NKeep       *int64          `json:"n_keep"`
 }
 
 // completion is a validated request.

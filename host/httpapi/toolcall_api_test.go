@@ -118,9 +118,9 @@ func TestToolCallsReply(t *testing.T) {
 		t.Fatalf("stream: %d %s", code, out)
 	}
 	type piece struct {
-		Index    *int    `json:"index"`
-		ID       string  `json:"id"`
-		Type     string  `json:"type"`
+		Index    *int   `json:"index"`
+		ID       string `json:"id"`
+		Type     string `json:"type"`
 		Function *struct {
 			Name      string  `json:"name"`
 			Arguments *string `json:"arguments"`
