@@ -213,3 +213,50 @@ func TestOutputRefusals(t *testing.T) {
 		t.Fatalf("the slot decodes %d tokens after the refusals", res.TokensGenerated)
 	}
 }
+
+// TestChatCommonPromptMatches: llama.cpp's common library renders the
+// prompt the Go renderer renders, for each family's template and a
+// conversation with a system prompt, tools, a call, its result and
+// reasoning: the format, grammar and parser it derives from its rendering
+// are then those of the prompt the slot holds.
+func TestChatCommonPromptMatches(t *testing.T) {
+	chat := iface.PrefillRequest{Messages: []iface.Message{
+		{Role: "system", Content: "You help."},
+		{Role: "user", Content: "Weather in Paris?"},
+		// Content with the calls: llama.cpp makes a null content "" for
+		// templates that write calls (requires_non_null_content), which
+		// takes DeepSeek V3's template past its calls, where Hugging Face
+		// and the Go renderer write them.
+		{Role: "assistant", Content: "Checking.", ReasoningContent: "Look it up.", ToolCalls: []iface.ToolCall{{ID: "call_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}}},
+		{Role: "tool", ToolCallID: "call_1", Name: "get_weather", Content: `{"sky":"clear"}`},
+		{Role: "user", Content: "And the time?"},
+	}, Tools: []string{weatherTool, timeTool}}
+	for _, f := range chatFamilies {
+		t.Run(f.family, func(t *testing.T) {
+			b := load(t, familyModel(t, f.arch, f.family), 1, nil)
+			e := b.eng.Load()
+			if e.chatc == nil {
+				t.Fatal("llama.cpp's chat library did not load the template")
+			}
+			kw, err := e.templateKwargs(chat.TemplateKwargs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := e.applyChat(chat, "auto", kw, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ours, _, err := e.chat.render(chat.Messages, chat.Tools, chat.TemplateKwargs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			theirs := p.Prompt
+			if e.chat.stripBOS {
+				theirs = strings.TrimPrefix(theirs, e.chat.bos)
+			}
+			if ours != theirs {
+				t.Errorf("the Go renderer:\n%q\nllama.cpp's common library:\n%q", ours, theirs)
+			}
+		})
+	}
+}
