@@ -260,3 +260,56 @@ func TestChatCommonPromptMatches(t *testing.T) {
 		})
 	}
 }
+
+// TestChatParserStreams: a Qwen3 reply with reasoning, content and a tool
+// call, fed a few bytes at a time as tokens come, parses as llama-server
+// parses it: its deltas add up to the final parse, the call's id and name
+// come with its first piece, and the final reply holds the call.
+func TestChatParserStreams(t *testing.T) {
+	b := load(t, familyModel(t, gguf.ArchQwen3MoE, "qwen3"), 1, nil)
+	e := b.eng.Load()
+	chat := iface.PrefillRequest{Messages: []iface.Message{{Role: "user", Content: "Weather in Paris?"}}, Tools: []string{weatherTool}}
+	kw, _ := e.templateKwargs("")
+	p, err := e.applyChat(chat, "auto", kw, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parser, err := newChatParser(parserSpec{Format: p.Format, GenerationPrompt: p.GenerationPrompt, Parser: p.Parser})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer parser.free()
+	reply := "<think>\nThe user wants weather.\n</think>\n\nLet me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"
+	var deltas []iface.ChatDelta
+	for i := 0; i < len(reply); i += 5 {
+		r, err := parser.add(reply[i:min(i+5, len(reply))], true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		deltas = append(deltas, r.deltas()...)
+	}
+	r, err := parser.add("", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deltas = append(deltas, r.deltas()...)
+	m := r.reply()
+	// llama.cpp keeps the newlines before </think> and the call, and the
+	// arguments as the model wrote them.
+	if m.Reasoning != "The user wants weather.\n" || m.Content != "Let me check.\n" || len(m.ToolCalls) != 1 ||
+		m.ToolCalls[0].Name != "get_weather" || m.ToolCalls[0].Arguments != `{"city": "Paris"}` || m.ToolCalls[0].ID == "" {
+		t.Fatalf("reply %q", *m)
+	}
+	got := reassemble(deltas)
+	if got.Reasoning != m.Reasoning || got.Content != m.Content || len(got.ToolCalls) != 1 || got.ToolCalls[0] != m.ToolCalls[0] {
+		t.Fatalf("deltas add up to %+v, reply %+v", got, m)
+	}
+	for _, d := range deltas {
+		if d.ToolCall == 0 {
+			if d.ToolID == "" || d.ToolName != "get_weather" {
+				t.Errorf("the call's first piece %+v lacks its id or name", d)
+			}
+			break
+		}
+	}
+}
