@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"net/http/httptest"
 	"reflect"
 	"slices"
 	"strings"
@@ -251,5 +252,57 @@ func TestPrefillMatchesChat(t *testing.T) {
 	}
 	if len(rpc.Tools) != 2 || rpc.TemplateKwargs == "" || rpc.ParallelToolCalls == nil || len(rpc.Messages[2].ToolCalls) != 1 {
 		t.Fatalf("the prompt request lost fields: %+v", rpc)
+	}
+}
+
+// TestTopLogprobsFlat: a chat reply's top_logprobs entries are tokens
+// without alternatives of their own, as OpenAI sends them.
+func TestTopLogprobsFlat(t *testing.T) {
+	_, h := newTestServer(t, 1)
+	rec := post(h, "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"max_tokens":3,"logprobs":true,"top_logprobs":2}`)
+	var r struct {
+		Choices []struct {
+			Logprobs struct {
+				Content []struct {
+					Token       string                       `json:"token"`
+					TopLogprobs []map[string]json.RawMessage `json:"top_logprobs"`
+				} `json:"content"`
+			} `json:"logprobs"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &r); err != nil || len(r.Choices) != 1 || len(r.Choices[0].Logprobs.Content) == 0 {
+		t.Fatalf("%d %s", rec.Code, rec.Body)
+	}
+	for _, e := range r.Choices[0].Logprobs.Content {
+		if len(e.TopLogprobs) != 2 {
+			t.Fatalf("entry %q has %d alternatives: %s", e.Token, len(e.TopLogprobs), rec.Body)
+		}
+		for _, alt := range e.TopLogprobs {
+			if _, nested := alt["top_logprobs"]; nested || alt["token"] == nil || alt["logprob"] == nil || alt["bytes"] == nil {
+				t.Fatalf("alternative %v of %q", alt, e.Token)
+			}
+		}
+	}
+}
+
+// TestUnknownPathsJSON: GET / and paths no route serves answer a JSON 404
+// in llama-server's shape.
+func TestUnknownPathsJSON(t *testing.T) {
+	_, h := newTestServer(t, 1)
+	for _, c := range []struct{ method, path string }{{"GET", "/"}, {"GET", "/nope"}, {"POST", "/completion"}, {"POST", "/v1/embeddings"}} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(c.method, c.path, strings.NewReader("{}")))
+		var e struct {
+			Error struct {
+				Code int    `json:"code"`
+				Type string `json:"type"`
+			} `json:"error"`
+		}
+		if rec.Code != 404 || json.Unmarshal(rec.Body.Bytes(), &e) != nil || e.Error.Code != 404 || e.Error.Type != "not_found_error" {
+			t.Errorf("%s %s: %d %s", c.method, c.path, rec.Code, rec.Body)
+		}
+	}
+	if rec := post(h, "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"max_tokens":1}`); rec.Code != 200 {
+		t.Errorf("a route behind the catch-all: %d %s", rec.Code, rec.Body)
 	}
 }
