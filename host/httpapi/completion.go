@@ -10,6 +10,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -200,6 +201,10 @@ func (a *api) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 		return
 	}
 	c.arrived = arrived
+	if err := a.checkModel(c.model); err != nil {
+		writeAPIError(w, err)
+		return
+	}
 	switched, err := a.s.SwitchModel(ctx, c.model)
 	if err != nil {
 		writeAPIError(w, a.apiErrorOf(ctx, "switching models", err))
@@ -251,6 +256,21 @@ func (a *api) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 		}
 		t.Stop()
 	}
+}
+
+// checkModel refuses, in router mode, a model the engine does not serve,
+// as llama-server's router and Ollama do (404 model_not_found); with one
+// model any name is answered by it, and the reply's model names it.
+func (a *api) checkModel(name string) *apiError {
+	if name == "" || !a.s.RouterMode() {
+		return nil
+	}
+	aliases, _ := a.s.ModelAliases()
+	if slices.Contains(aliases, name) {
+		return nil
+	}
+	return &apiError{status: http.StatusNotFound, Type: "invalid_request_error", Code: "model_not_found", Param: "model",
+		Msg: fmt.Sprintf("the model %q does not exist: this engine serves %s", name, strings.Join(aliases, ", "))}
 }
 
 // roomRetryWait is the longest a completion waits between two tries of its

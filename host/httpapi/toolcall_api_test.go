@@ -306,3 +306,40 @@ func TestUnknownPathsJSON(t *testing.T) {
 		t.Errorf("a route behind the catch-all: %d %s", rec.Code, rec.Body)
 	}
 }
+
+// stayingSwitcher is a router whose other models never load (a test's
+// switcher: the names are what is checked).
+type stayingSwitcher struct{ names []string }
+
+func (s stayingSwitcher) Models() []string                           { return s.names }
+func (s stayingSwitcher) Switch(ctx context.Context, _ string) error { return nil }
+func (s stayingSwitcher) Unload(ctx context.Context) error           { return nil }
+
+// TestRouterModelNotFound: in router mode a model the engine does not
+// serve is OpenAI's 404 model_not_found naming the field; with one model,
+// any name is answered and the reply names the model that answered.
+func TestRouterModelNotFound(t *testing.T) {
+	s, h := newTestServer(t, 1)
+	body := `{"model":"gpt-4o","messages":[{"role":"user","content":"x"}],"max_tokens":1}`
+	rec := post(h, "/v1/chat/completions", body)
+	var r struct {
+		Model string `json:"model"`
+	}
+	if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &r) != nil || r.Model != "mock" {
+		t.Fatalf("one model: %d %s", rec.Code, rec.Body)
+	}
+	s.SetModelSwitcher(stayingSwitcher{names: []string{"mock", "other"}})
+	rec = post(h, "/v1/chat/completions", body)
+	var e struct {
+		Error struct {
+			Code  string `json:"code"`
+			Param string `json:"param"`
+		} `json:"error"`
+	}
+	if rec.Code != 404 || json.Unmarshal(rec.Body.Bytes(), &e) != nil || e.Error.Code != "model_not_found" || e.Error.Param != "model" {
+		t.Fatalf("router, unknown model: %d %s", rec.Code, rec.Body)
+	}
+	if rec := post(h, "/v1/chat/completions", strings.Replace(body, "gpt-4o", "mock", 1)); rec.Code != 200 {
+		t.Fatalf("router, the resident model: %d %s", rec.Code, rec.Body)
+	}
+}
