@@ -227,6 +227,17 @@ type PrefillRequest struct {
 	ToolChoice        string
 	ToolChoiceName    string
 	ParallelToolCalls *bool
+	// Tokenize, for Tokenize alone, asks for the answers of llama-server's
+	// /tokenize, /detokenize and /apply-template (Prompt.Text, Pieces) rather
+	// than the prompt Prefill would evaluate; nil: that prompt.
+	Tokenize *TokenizeOptions
+}
+
+// TokenizeOptions are llama-server's /tokenize switches.
+type TokenizeOptions struct {
+	AddSpecial   bool // Text: BOS/EOS added as the model adds them
+	ParseSpecial bool // Text: special tokens' text is the special token
+	WithPieces   bool // Prompt.Pieces: each token's piece
 }
 
 // CheckPrompt is what every backend checks of a prompt before it turns it
@@ -265,6 +276,11 @@ type Prompt struct {
 	// OpensThinking: the rendered prompt ends inside a reasoning block (its
 	// template opened <think> for the reply), so the reply starts in it.
 	OpensThinking bool
+	// With PrefillRequest.Tokenize: Text is the rendered chat (Messages) or
+	// the tokens' text (Tokens: their pieces joined, llama-server's
+	// /detokenize); Pieces each token's piece where asked.
+	Text   string
+	Pieces []string
 }
 
 // PrefillResult is a prefilled slot.

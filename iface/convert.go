@@ -195,7 +195,7 @@ func prefillToPB(req PrefillRequest) *backendv1.PrefillRequest {
 	}
 	return &backendv1.PrefillRequest{Slot: int64(req.Slot), Messages: msgs, Tokens: req.Tokens, Text: req.Text, Model: req.Model,
 		Tools: req.Tools, TemplateKwargs: req.TemplateKwargs, ToolChoice: req.ToolChoice, ToolChoiceName: req.ToolChoiceName,
-		ParallelToolCalls: req.ParallelToolCalls}
+		ParallelToolCalls: req.ParallelToolCalls, Tokenize: tokenizeOptionsToPB(req.Tokenize)}
 }
 
 func prefillFromPB(req *backendv1.PrefillRequest) PrefillRequest {
@@ -208,7 +208,7 @@ func prefillFromPB(req *backendv1.PrefillRequest) PrefillRequest {
 	}
 	return PrefillRequest{Slot: int(req.GetSlot()), Messages: msgs, Tokens: req.GetTokens(), Text: req.GetText(), Model: req.GetModel(),
 		Tools: req.GetTools(), TemplateKwargs: req.GetTemplateKwargs(), ToolChoice: req.GetToolChoice(),
-		ToolChoiceName: req.GetToolChoiceName(), ParallelToolCalls: req.ParallelToolCalls}
+		ToolChoiceName: req.GetToolChoiceName(), ParallelToolCalls: req.ParallelToolCalls, Tokenize: tokenizeOptionsFromPB(req.GetTokenize())}
 }
 
 func messageToPB(m Message) *backendv1.Message {
@@ -257,4 +257,34 @@ func promptResultFromPB(r *backendv1.PromptResult) *PromptResult {
 	}
 	return &PromptResult{NTokens: int(r.GetNTokens()), Reused: int(r.GetNReused()),
 		ModelFallback: r.GetModelFallback(), Prefill: time.Duration(r.GetPrefillNs())}
+}
+
+func tokenizeOptionsToPB(o *TokenizeOptions) *backendv1.TokenizeOptions {
+	if o == nil {
+		return nil
+	}
+	return &backendv1.TokenizeOptions{AddSpecial: o.AddSpecial, ParseSpecial: o.ParseSpecial, WithPieces: o.WithPieces}
+}
+
+func tokenizeOptionsFromPB(o *backendv1.TokenizeOptions) *TokenizeOptions {
+	if o == nil {
+		return nil
+	}
+	return &TokenizeOptions{AddSpecial: o.GetAddSpecial(), ParseSpecial: o.GetParseSpecial(), WithPieces: o.GetWithPieces()}
+}
+
+func piecesToPB(ps []string) [][]byte {
+	var out [][]byte
+	for _, p := range ps {
+		out = append(out, []byte(p))
+	}
+	return out
+}
+
+func piecesFromPB(ps [][]byte) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, string(p))
+	}
+	return out
 }

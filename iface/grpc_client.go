@@ -92,7 +92,7 @@ func (c *GRPCClient) Tokenize(ctx context.Context, req PrefillRequest) (Prompt, 
 	if err != nil {
 		return Prompt{}, FromStatus(err)
 	}
-	return Prompt{Tokens: resp.GetTokens(), OpensThinking: resp.GetOpensThinking()}, nil
+	return Prompt{Tokens: resp.GetTokens(), OpensThinking: resp.GetOpensThinking(), Text: string(resp.GetText()), Pieces: piecesFromPB(resp.GetPieces())}, nil
 }
 
 func (c *GRPCClient) Decode(ctx context.Context, req DecodeRequest, emit func(Token) error) (DecodeResult, error) {

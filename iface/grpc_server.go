@@ -88,7 +88,7 @@ func (s *GRPCServer) Tokenize(ctx context.Context, req *backendv1.PrefillRequest
 	if err != nil {
 		return nil, ToStatus(err)
 	}
-	return &backendv1.TokenizeResponse{Tokens: p.Tokens, OpensThinking: p.OpensThinking}, nil
+	return &backendv1.TokenizeResponse{Tokens: p.Tokens, OpensThinking: p.OpensThinking, Text: []byte(p.Text), Pieces: piecesToPB(p.Pieces)}, nil
 }
 
 func (s *GRPCServer) Decode(req *backendv1.DecodeRequest, stream grpc.ServerStreamingServer[backendv1.DecodeResponse]) error {

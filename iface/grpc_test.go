@@ -90,7 +90,7 @@ func TestRoundTrip(t *testing.T) {
 		},
 		tokenize: func(_ context.Context, req PrefillRequest) (Prompt, error) {
 			gotPrefill = req
-			return Prompt{Tokens: []int32{5, 0, math.MaxInt32}, OpensThinking: true}, nil
+			return Prompt{Tokens: []int32{5, 0, math.MaxInt32}, OpensThinking: true, Text: "a\xe2", Pieces: []string{"a", "", "\xe2"}}, nil
 		},
 		setExpertMode: func(_ context.Context, mode string) (string, error) {
 			gotMode = mode
@@ -170,9 +170,11 @@ func TestRoundTrip(t *testing.T) {
 	t.Run("Tokenize", func(t *testing.T) {
 		req := PrefillRequest{Messages: []Message{{Role: "user", Content: "ünï"}, {Role: "assistant", ReasoningContent: "hm",
 			ToolCalls: []ToolCall{{ID: "c1", Name: "f", Arguments: `{"a":1}`}}}, {Role: "tool", Content: "2", ToolCallID: "c1", Name: "f"}},
-			Tools: []string{`{"type":"function"}`}, TemplateKwargs: `{"enable_thinking":false}`, Model: "m"}
+			Tools: []string{`{"type":"function"}`}, TemplateKwargs: `{"enable_thinking":false}`, Model: "m",
+			Tokenize: &TokenizeOptions{ParseSpecial: true, WithPieces: true}}
 		got, err := b.Tokenize(ctx, req)
-		if err != nil || !reflect.DeepEqual(gotPrefill, req) || !reflect.DeepEqual(got, Prompt{Tokens: []int32{5, 0, math.MaxInt32}, OpensThinking: true}) {
+		want := Prompt{Tokens: []int32{5, 0, math.MaxInt32}, OpensThinking: true, Text: "a\xe2", Pieces: []string{"a", "", "\xe2"}}
+		if err != nil || !reflect.DeepEqual(gotPrefill, req) || !reflect.DeepEqual(got, want) {
 			t.Errorf("plugin got %+v, host got %v %v", gotPrefill, got, err)
 		}
 	})

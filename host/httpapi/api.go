@@ -105,6 +105,10 @@ func Handler(s *host.Server, opts Options) http.Handler {
 	handle("POST /chat/completions", a.chatCompletions)
 	handle("POST /v1/completions", a.textCompletions)
 	handle("POST /completions", a.textCompletions)
+	handle("POST /tokenize", a.tokenize)
+	handle("POST /detokenize", a.detokenize)
+	handle("POST /apply-template", a.applyTemplate)
+	handle("GET /props", a.props)
 	mux.Handle("GET /metrics", a.metrics.handler())
 	handle("GET /", notFound) // not every method: one no route takes stays the mux's 405
 	handle("POST /", notFound)

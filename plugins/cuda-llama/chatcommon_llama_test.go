@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/internal/hfref"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/gguf"
 )
 
@@ -311,5 +312,77 @@ func TestChatParserStreams(t *testing.T) {
 			}
 			break
 		}
+	}
+}
+
+// TestTokenizeAPIMatchesHF: the answers behind /tokenize, /detokenize and
+// /apply-template for each family's tokenizer equal Hugging Face's own
+// (internal/hfref): a mixed text's ids, the text of those ids back, and the
+// rendered conversation with a system prompt, tools, a call, its result and
+// reasoning.
+func TestTokenizeAPIMatchesHF(t *testing.T) {
+	const text = "Hello, world!  <|im_start|>user ünïcödé 🤖 12345\n\tdef f(x): return x**2 # 東京"
+	chat := []iface.Message{
+		{Role: "system", Content: "You help."},
+		{Role: "user", Content: "Weather in Paris?"},
+		{Role: "assistant", Content: "Checking.", ReasoningContent: "Look it up.", ToolCalls: []iface.ToolCall{{ID: "call_1", Name: "get_weather", Arguments: `{"city":"Paris"}`}}},
+		{Role: "tool", ToolCallID: "call_1", Name: "get_weather", Content: `{"sky":"clear"}`},
+		{Role: "user", Content: "Thanks."},
+	}
+	for _, f := range []struct{ arch, family string }{{gguf.ArchQwen3MoE, "qwen3"}, {gguf.ArchLlama, "llama3"}, {gguf.ArchQwen35MoE, "deepseek_v3"}} {
+		t.Run(f.family, func(t *testing.T) {
+			dir := hfref.TokenizerDir(t, f.family)
+			b := load(t, familyModel(t, f.arch, f.family), 1, nil)
+			ctx := context.Background()
+			p, err := b.Tokenize(ctx, iface.PrefillRequest{Text: text, Tokenize: &iface.TokenizeOptions{ParseSpecial: true, WithPieces: true}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := hfref.Encode(t, dir, false, text)[0]
+			if len(p.Tokens) != len(want) || len(p.Pieces) != len(p.Tokens) {
+				t.Fatalf("ids %v (%d pieces), Hugging Face's %v", p.Tokens, len(p.Pieces), want)
+			}
+			for i := range want {
+				if int(p.Tokens[i]) != want[i] {
+					t.Fatalf("id %d: %d, Hugging Face's %d (%v vs %v)", i, p.Tokens[i], want[i], p.Tokens, want)
+				}
+			}
+			back, err := b.Tokenize(ctx, iface.PrefillRequest{Tokens: p.Tokens, Tokenize: &iface.TokenizeOptions{}})
+			if err != nil || back.Text != strings.Join(p.Pieces, "") || !strings.Contains(back.Text, "ünïcödé 🤖") {
+				t.Fatalf("detokenized %q (%v), pieces %q", back.Text, err, p.Pieces)
+			}
+			// The tool in the key order hfref's maps marshal to: a template
+			// writes a tool's JSON in the order it came.
+			var tool map[string]any
+			_ = json.Unmarshal([]byte(weatherTool), &tool)
+			sorted, _ := json.Marshal(tool)
+			rendered, err := b.Tokenize(ctx, iface.PrefillRequest{Messages: chat, Tools: []string{string(sorted)}, Tokenize: &iface.TokenizeOptions{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var msgs []map[string]any
+			for _, m := range chat {
+				hm := map[string]any{"role": m.Role, "content": m.Content}
+				if m.ReasoningContent != "" {
+					hm["reasoning_content"] = m.ReasoningContent
+				}
+				if m.ToolCallID != "" {
+					hm["tool_call_id"], hm["name"] = m.ToolCallID, m.Name
+				}
+				for _, c := range m.ToolCalls {
+					var args map[string]any
+					_ = json.Unmarshal([]byte(c.Arguments), &args)
+					hm["tool_calls"] = []any{map[string]any{"id": c.ID, "type": "function", "function": map[string]any{"name": c.Name, "arguments": args}}}
+				}
+				msgs = append(msgs, hm)
+			}
+			ref := hfref.Render(t, dir, hfref.Chat{Messages: msgs, Tools: []map[string]any{tool}, AddGenerationPrompt: true})
+			if e := b.eng.Load(); e.chat.stripBOS { // the tokenizer adds BOS to the prompt itself
+				ref = strings.TrimPrefix(ref, e.chat.bos)
+			}
+			if rendered.Text != ref || len(rendered.Tokens) == 0 {
+				t.Fatalf("apply-template:\n%q\nHugging Face:\n%q", rendered.Text, ref)
+			}
+		})
 	}
 }

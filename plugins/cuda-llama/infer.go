@@ -74,6 +74,9 @@ func (b *Backend) Tokenize(ctx context.Context, req iface.PrefillRequest) (iface
 	if err != nil {
 		return iface.Prompt{}, err
 	}
+	if req.Tokenize != nil {
+		return e.tokenizeAPI(req)
+	}
 	toks, opens, err := e.promptTokens(req)
 	return iface.Prompt{Tokens: toks, OpensThinking: opens}, err
 }
