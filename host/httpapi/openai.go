@@ -90,7 +90,24 @@ type apiError struct {
 func (e *apiError) Error() string { return e.Msg }
 
 func badRequest(format string, args ...any) *apiError {
-	return &apiError{status: http.StatusBadRequest, Msg: fmt.Sprintf(format, args...), Type: "invalid_request_error"}
+	msg := fmt.Sprintf(format, args...)
+	return &apiError{status: http.StatusBadRequest, Msg: msg, Type: "invalid_request_error", Param: paramOf(msg)}
+}
+
+// bodyFields are the fields a completion's messages name first; the error's
+// param is the one its message starts with (OpenAI's param: the field at
+// fault), none for a fault of the body as a whole.
+var bodyFields = []string{"n_predict", "max_completion_tokens", "max_tokens", "n_keep", "n_probs", "top_logprobs", "logprobs",
+	"logit_bias", "id_slot", "prompt", "stop", "n", "temperature", "top_k", "top_p", "min_p", "seed", "repeat_penalty",
+	"repeat_last_n", "presence_penalty", "frequency_penalty", "messages"}
+
+func paramOf(msg string) any {
+	for _, f := range bodyFields {
+		if rest, ok := strings.CutPrefix(msg, f); ok && (rest == "" || rest[0] == ' ' || rest[0] == ':' || rest[0] == '[') {
+			return f
+		}
+	}
+	return nil
 }
 
 // fieldError is a body's fault as a 400 whose param names the field.
@@ -273,12 +290,13 @@ func parseInput(req *completionRequest, chat bool, info iface.BackendInfo) (ifac
 // setLimit reads the token limit: llama-server's n_predict first, then the
 // OpenAI names.
 func (c *completion) setLimit(req *completionRequest) error {
-	for _, n := range []*int64{req.NPredict, req.MaxCompletionTokens, req.MaxTokens} {
+	for i, n := range []*int64{req.NPredict, req.MaxCompletionTokens, req.MaxTokens} {
 		if n == nil {
 			continue
 		}
-		if *n < -1 || *n > math.MaxInt32 {
-			return badRequest("n_predict/max_tokens must be -1 (no limit) or in [0, %d], got %d", math.MaxInt32, *n)
+		if *n < -1 || *n > math.MaxInt32 { // -1 is llama-server's n_predict -1: until EOS or the context is full
+			name := []string{"n_predict", "max_completion_tokens", "max_tokens"}[i]
+			return badRequest("%s must be -1 (no limit) or in [0, %d], got %d", name, math.MaxInt32, *n)
 		}
 		c.nPredict = int(*n)
 		return nil

@@ -343,3 +343,32 @@ func TestRouterModelNotFound(t *testing.T) {
 		t.Fatalf("router, the resident model: %d %s", rec.Code, rec.Body)
 	}
 }
+
+// TestErrorParam: a 400's param names the field at fault; max_tokens -1 is
+// llama-server's n_predict -1 (no limit), other negatives are refused.
+func TestErrorParam(t *testing.T) {
+	_, info := loadMock(t, 1)
+	for body, param := range map[string]any{
+		`{"prompt":"a","max_tokens":-2}`:              "max_tokens",
+		`{"prompt":"a","n_predict":-3}`:               "n_predict",
+		`{"prompt":"a","n_keep":-2}`:                  "n_keep",
+		`{"prompt":"a","logit_bias":{"x":1}}`:         "logit_bias",
+		`{"prompt":"a","id_slot":-5}`:                 "id_slot",
+		`{"prompt":"a","stop":["1","2","3","4","5"]}`: "stop",
+		`{"prompt":"a","top_logprobs":99}`:            "top_logprobs",
+		`{"prompt":"a","n":2}`:                        "n",
+		`{"prompt":"a","temperature":-1}`:             "temperature",
+		`{"prompt":[]}`:                               "prompt",
+		`[1]`:                                         nil,
+	} {
+		_, err := parseCompletion([]byte(body), false, iface.SamplerParams{}, 16, info)
+		e, ok := err.(*apiError)
+		if !ok || e.status != 400 || e.Param != param {
+			t.Errorf("%s: %v (param %v), want a 400 naming %v", body, err, e.Param, param)
+		}
+	}
+	c, err := parseCompletion([]byte(`{"prompt":"a","max_tokens":-1}`), false, iface.SamplerParams{}, 16, info)
+	if err != nil || c.nPredict != -1 {
+		t.Errorf("max_tokens -1: %v, n_predict %d", err, c.nPredict)
+	}
+}
