@@ -2,6 +2,7 @@ package host
 
 import (
 	"encoding/binary"
+	"reflect"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -112,5 +113,36 @@ func TestParseDecode(t *testing.T) {
 func TestPipelineAttachMeta(t *testing.T) {
 	if len(pipelineAttachMeta) != 103 {
 		t.Fatalf("PIPELINE_ATTACH meta is %d bytes, §10 says 103", len(pipelineAttachMeta))
+	}
+}
+
+// TestParseDecodeChat: a DECODE body's chat renders as PREFILL's (tools,
+// kwargs), its response_format or grammar constrains the tokens, and a
+// required tool choice, which DECODE cannot answer as parsed calls, is
+// refused.
+func TestParseDecodeChat(t *testing.T) {
+	body := `{"n_predict":4,"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],` +
+		`"chat_template_kwargs":{"a":1},"response_format":{"type":"json_object"}}`
+	d, err := parseDecode([]byte(body), 2, NewTunables().Sampler(), iface.BackendInfo{})
+	if err != nil || d.prefill == nil || len(d.prefill.Tools) != 1 || d.prefill.TemplateKwargs != `{"a":1}` ||
+		d.output == nil || d.output.JSONSchema != `{"type":"object"}` || d.output.Chat != nil {
+		t.Fatalf("%+v (prefill %+v, output %+v) %v", d, d.prefill, d.output, err)
+	}
+	pre, err := ParsePrefill([]byte(body), 2, iface.BackendInfo{})
+	if pre.Model = ""; err != nil || !reflect.DeepEqual(*d.prefill, pre) {
+		t.Fatalf("DECODE renders from %+v, PREFILL from %+v (%v)", *d.prefill, pre, err)
+	}
+	d, err = parseDecode([]byte(`{"n_predict":4,"grammar":"root ::= \"a\""}`), 2, NewTunables().Sampler(), iface.BackendInfo{})
+	if err != nil || d.output == nil || d.output.Grammar != `root ::= "a"` {
+		t.Fatalf("grammar: %+v %v", d.output, err)
+	}
+	for _, bad := range []string{
+		`{"n_predict":4,"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required"}`,
+		`{"n_predict":4,"json_schema":{},"grammar":"root ::= \"a\""}`,
+		`{"n_predict":4,"response_format":{"type":"yaml"}}`,
+	} {
+		if _, err := parseDecode([]byte(bad), 0, NewTunables().Sampler(), iface.BackendInfo{}); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
 	}
 }
