@@ -5,9 +5,12 @@ package tests
 import (
 	"bytes"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/gguf"
@@ -113,4 +116,37 @@ func TestLlamaOpenAISDK(t *testing.T) {
 		t.Errorf("unknown tool_choice: %+v", got.Bad)
 	}
 	t.Logf("%s", out)
+
+	// The backend's own refusals (a grammar it cannot parse, a schema
+	// json-schema-to-grammar refuses) are 400s naming the fault, before any
+	// reply byte, streamed or not, and leave the one slot free.
+	for _, body := range []string{
+		`{"messages":[{"role":"user","content":"x"}],"grammar":"root ::= thing"}`,
+		`{"messages":[{"role":"user","content":"x"}],"stream":true,"grammar":"root ::= thing"}`,
+		`{"prompt":"x","json_schema":{"type":"object","properties":{"a":{"$ref":"#/nowhere"}}}}`,
+	} {
+		path := "/v1/chat/completions"
+		if strings.HasPrefix(body, `{"prompt"`) {
+			path = "/v1/completions"
+		}
+		resp, err := http.Post(base+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 400 || !(strings.Contains(string(b), "thing") || strings.Contains(string(b), "json_schema")) {
+			t.Errorf("%s: %d %s", body, resp.StatusCode, b)
+		}
+	}
+	resp, err := http.Post(base+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"messages":[{"role":"user","content":"x"}],"max_tokens":2,"grammar":"root ::= \"ok\""}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"content":"ok"`) {
+		t.Errorf("after the refusals, a grammar of \"ok\": %d %s", resp.StatusCode, b)
+	}
 }
