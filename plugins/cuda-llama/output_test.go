@@ -144,3 +144,29 @@ func TestReplyText(t *testing.T) {
 		t.Errorf("invalid bytes: %q, rest %q", out, r.rest())
 	}
 }
+
+// TestParsedJSON: the Go side reads hydra_chat_parser_add's answer (the
+// message as common_chat_msg::to_json_oaicompat writes it, the diffs as
+// chatcommon.cpp's diff_json) and writes hydra_chat_parser_new's spec in
+// the names chatcommon.cpp reads.
+func TestParsedJSON(t *testing.T) {
+	answer := `{"msg":{"role":"assistant","content":"hi","reasoning_content":"hm","tool_calls":[{"type":"function",` +
+		`"function":{"name":"f","arguments":"{\"a\":1}"},"id":"c1"}]},"diffs":[{"reasoning_content":"","content":"hi",` +
+		`"index":-1,"id":"","name":"","arguments":""},{"reasoning_content":"","content":"","index":0,"id":"c1","name":"f","arguments":"{\"a\":1}"}]}`
+	var p parsed
+	if err := json.Unmarshal([]byte(answer), &p); err != nil {
+		t.Fatal(err)
+	}
+	wantDeltas := []iface.ChatDelta{{Content: "hi", ToolCall: -1}, {ToolCall: 0, ToolID: "c1", ToolName: "f", ToolArgs: `{"a":1}`}}
+	if got := p.deltas(); !reflect.DeepEqual(got, wantDeltas) {
+		t.Errorf("deltas %+v", got)
+	}
+	wantReply := &iface.ChatReply{Content: "hi", Reasoning: "hm", ToolCalls: []iface.ToolCall{{ID: "c1", Name: "f", Arguments: `{"a":1}`}}}
+	if got := p.reply(); !reflect.DeepEqual(got, wantReply) {
+		t.Errorf("reply %+v", got)
+	}
+	b, _ := json.Marshal(parserSpec{Format: 2, GenerationPrompt: "<|im_start|>assistant\n", Parser: "{}"})
+	if string(b) != `{"format":2,"generation_prompt":"\u003c|im_start|\u003eassistant\n","parser":"{}"}` {
+		t.Errorf("parser spec %s", b)
+	}
+}
