@@ -190,7 +190,19 @@ char * hydra_chat_parser_add(hydra_chat_parser * p, const char * text, size_t n,
         }
         if (!next.empty()) {
             next.set_tool_call_ids(p->ids, tool_call_id);
-            for (const auto & d : common_chat_msg_diff::compute_diffs(p->msg, next)) {
+            std::vector<common_chat_msg_diff> ds;
+            try {
+                ds = common_chat_msg_diff::compute_diffs(p->msg, next);
+            } catch (const std::exception &) {
+                // A parse that takes back what an earlier one found (fewer
+                // calls, a renamed call): a partial one waits for more
+                // text; the final one stands, as the reply, without diffs.
+                if (partial) {
+                    ds.clear();
+                    next = p->msg;
+                }
+            }
+            for (const auto & d : ds) {
                 diffs.push_back(diff_json(d));
             }
             p->msg = next;
