@@ -142,6 +142,12 @@ type BackendInfo struct {
 	// backend sees a byte. The model identity is Model's: a state of
 	// another model with the same layout restores.
 	StateLayout string
+
+	// ChatTemplate is the chat template requests are rendered with, BOSToken
+	// and EOSToken its tokens' text, as llama-server's /props reports them;
+	// "" where the backend has none.
+	ChatTemplate       string
+	BOSToken, EOSToken string
 }
 
 // SplitKV reports whether every slot has KV cells of its own (NCtxSlot of

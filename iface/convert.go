@@ -34,6 +34,9 @@ func backendInfoToPB(i BackendInfo) *backendv1.BackendInfo {
 		PromptDecode:  i.PromptDecode,
 		MaxTokenBytes: int64(i.MaxTokenBytes),
 		StateLayout:   i.StateLayout,
+		ChatTemplate:  i.ChatTemplate,
+		BosToken:      i.BOSToken,
+		EosToken:      i.EOSToken,
 	}
 }
 
@@ -63,6 +66,9 @@ func backendInfoFromPB(p *backendv1.BackendInfo) BackendInfo {
 		PromptDecode:  p.GetPromptDecode(),
 		MaxTokenBytes: int(p.GetMaxTokenBytes()),
 		StateLayout:   p.GetStateLayout(),
+		ChatTemplate:  p.GetChatTemplate(),
+		BOSToken:      p.GetBosToken(),
+		EOSToken:      p.GetEosToken(),
 	}
 }
 

@@ -51,6 +51,7 @@ func TestRoundTrip(t *testing.T) {
 		PromptDecode:  true,
 		MaxTokenBytes: 7,
 		StateLayout:   `{"arch":"llama","kv_type":"q8_0","n_layer":48}`,
+		ChatTemplate:  "{{ messages }}", BOSToken: "<s>", EOSToken: "</s>",
 	}
 	slotInfo := SlotInfo{Slot: 3, NPast: 5, Tokens: []int32{1, -2, math.MaxInt32, 4, 5}, StateSize: 1 << 40}
 	swapped := SwapResult{Swapped: 144, Bytes: 5 << 30, Duration: 1234567 * time.Microsecond, KVPreserved: true}

@@ -137,7 +137,7 @@ func (a *api) applyTemplate(w http.ResponseWriter, r *http.Request) {
 }
 
 // props is GET /props: what llama-server reports of itself that this
-// engine has.
+// engine has (the template and BOS/EOS as the backend reports them).
 func (a *api) props(w http.ResponseWriter, r *http.Request) {
 	_, info := a.s.Backend()
 	tun := a.s.Tunables()
@@ -149,12 +149,15 @@ func (a *api) props(w http.ResponseWriter, r *http.Request) {
 				"top_p": sp.TopP, "min_p": sp.MinP, "seed": sp.Seed, "repeat_penalty": sp.RepeatPenalty, "repeat_last_n": sp.RepeatLastN,
 				"presence_penalty": sp.PresencePenalty, "frequency_penalty": sp.FrequencyPenalty, "ignore_eos": sp.IgnoreEOS},
 		},
-		"total_slots": info.NSlots,
-		"model_alias": info.Model.Alias,
-		"model_path":  info.Model.Path,
-		"modalities":  map[string]bool{"vision": false, "video": false, "audio": false},
-		"build_info":  fingerprint(info),
-		"is_sleeping": false,
+		"total_slots":   info.NSlots,
+		"model_alias":   info.Model.Alias,
+		"model_path":    info.Model.Path,
+		"modalities":    map[string]bool{"vision": false, "video": false, "audio": false},
+		"build_info":    fingerprint(info),
+		"is_sleeping":   false,
+		"chat_template": info.ChatTemplate,
+		"bos_token":     info.BOSToken,
+		"eos_token":     info.EOSToken,
 	})
 }
 

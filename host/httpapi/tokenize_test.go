@@ -39,6 +39,7 @@ func (b tokenizingBackend) Tokenize(ctx context.Context, req iface.PrefillReques
 // which has no tokenizer, answers 501.
 func TestTokenizeEndpoints(t *testing.T) {
 	m, info := loadMock(t, 1)
+	info.ChatTemplate, info.BOSToken = "{{ messages }}", "<s>"
 	got := &iface.PrefillRequest{}
 	_, h := serve(t, tokenizingBackend{Backend: m, got: got}, info, nil)
 	call := func(path, body string) (int, map[string]any) {
@@ -79,6 +80,7 @@ func TestTokenizeEndpoints(t *testing.T) {
 	rec := httpGet(h, "/props")
 	var props map[string]any
 	if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &props) != nil || props["total_slots"] != 1.0 || props["model_alias"] != "mock" ||
+		props["chat_template"] != "{{ messages }}" || props["bos_token"] != "<s>" || props["eos_token"] != "" ||
 		props["default_generation_settings"].(map[string]any)["n_ctx"] == nil {
 		t.Errorf("props: %d %s", rec.Code, rec.Body)
 	}

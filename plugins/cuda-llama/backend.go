@@ -320,6 +320,10 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 		return iface.BackendInfo{}, err
 	}
 	e.info.Capabilities = append(e.info.Capabilities, iface.CapOutput)
+	e.info.BOSToken, e.info.EOSToken = mdl.specialText(mdl.bos), mdl.specialText(mdl.eos())
+	if e.chatc != nil {
+		e.info.ChatTemplate = e.chatc.source()
+	}
 	b.eng.Store(e)
 	b.logLoaded(e, opts, nGPU, registerHostBufferAvailable(gpuDev), time.Since(start))
 	return e.info, nil

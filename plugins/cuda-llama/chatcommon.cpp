@@ -87,6 +87,14 @@ hydra_chat * hydra_chat_new(const llama_model * model, const char * tmpl, char *
 
 void hydra_chat_free(hydra_chat * c) { delete c; }
 
+char * hydra_chat_source(const hydra_chat * c) {
+    try {
+        return dup(common_chat_templates_source(c->tmpls.get()));
+    } catch (...) {
+        return dup("");
+    }
+}
+
 char * hydra_chat_apply(const hydra_chat * c, const char * req_text, char ** err) {
     try {
         const auto req = common_json::parse(req_text);

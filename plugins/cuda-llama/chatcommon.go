@@ -58,6 +58,9 @@ func newChatCommon(m *model, templateFile string) (*chatCommon, error) {
 	return &chatCommon{c: c}, nil
 }
 
+// source is the template's source, as llama-server's /props has it.
+func (c *chatCommon) source() string { return goString(C.hydra_chat_source(c.c)) }
+
 // apply is common_chat_templates_apply for a request (newCommonChatRequest).
 func (c *chatCommon) apply(req []byte) (chatParams, error) {
 	cr := C.CString(string(req))

@@ -21,6 +21,10 @@ typedef struct hydra_chat_parser hydra_chat_parser;
 hydra_chat * hydra_chat_new(const struct llama_model * model, const char * tmpl, char ** err);
 void hydra_chat_free(hydra_chat * c);
 
+// hydra_chat_source is the default template's source, as llama-server's
+// /props reports it (common_chat_templates_source).
+char * hydra_chat_source(const hydra_chat * c);
+
 // hydra_chat_apply is common_chat_templates_apply for req, a JSON object with
 // llama-server's chat fields (messages, tools, tool_choice,
 // parallel_tool_calls, json_schema, grammar, chat_template_kwargs): the

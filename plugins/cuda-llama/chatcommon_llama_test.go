@@ -258,6 +258,10 @@ func TestChatCommonPromptMatches(t *testing.T) {
 			if ours != theirs {
 				t.Errorf("the Go renderer:\n%q\nllama.cpp's common library:\n%q", ours, theirs)
 			}
+			// /props' template is the one rendered: the model's, else ChatML.
+			if want := e.model.jinja; e.info.ChatTemplate == "" || (want != "" && e.info.ChatTemplate != want) || e.info.EOSToken == "" {
+				t.Errorf("info's template %q (the model's %q), eos %q", e.info.ChatTemplate, want, e.info.EOSToken)
+			}
 		})
 	}
 }

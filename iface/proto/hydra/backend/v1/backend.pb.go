@@ -115,7 +115,12 @@ type BackendInfo struct {
 	// defines (architecture, memory kind, dimensions, KV types: what a state
 	// must match to restore here); "" when the backend names none. The host
 	// compares a blob's layout with it before a restore.
-	StateLayout   string `protobuf:"bytes,19,opt,name=state_layout,json=stateLayout,proto3" json:"state_layout,omitempty"`
+	StateLayout string `protobuf:"bytes,19,opt,name=state_layout,json=stateLayout,proto3" json:"state_layout,omitempty"`
+	// The chat template requests are rendered with, and the BOS and EOS
+	// tokens' text, as llama-server's /props reports them ("" where none).
+	ChatTemplate  string `protobuf:"bytes,20,opt,name=chat_template,json=chatTemplate,proto3" json:"chat_template,omitempty"`
+	BosToken      string `protobuf:"bytes,21,opt,name=bos_token,json=bosToken,proto3" json:"bos_token,omitempty"`
+	EosToken      string `protobuf:"bytes,22,opt,name=eos_token,json=eosToken,proto3" json:"eos_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -279,6 +284,27 @@ func (x *BackendInfo) GetMaxTokenBytes() int64 {
 func (x *BackendInfo) GetStateLayout() string {
 	if x != nil {
 		return x.StateLayout
+	}
+	return ""
+}
+
+func (x *BackendInfo) GetChatTemplate() string {
+	if x != nil {
+		return x.ChatTemplate
+	}
+	return ""
+}
+
+func (x *BackendInfo) GetBosToken() string {
+	if x != nil {
+		return x.BosToken
+	}
+	return ""
+}
+
+func (x *BackendInfo) GetEosToken() string {
+	if x != nil {
+		return x.EosToken
 	}
 	return ""
 }
@@ -2891,7 +2917,7 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\rModelIdentity\x12\x14\n" +
 	"\x05alias\x18\x01 \x01(\tR\x05alias\x12\x12\n" +
 	"\x04hash\x18\x02 \x01(\tR\x04hash\x12\x12\n" +
-	"\x04path\x18\x03 \x01(\tR\x04path\"\xee\x04\n" +
+	"\x04path\x18\x03 \x01(\tR\x04path\"\xcd\x05\n" +
 	"\vBackendInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x125\n" +
@@ -2918,7 +2944,10 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"split_mode\x18\x10 \x01(\tR\tsplitMode\x12#\n" +
 	"\rprompt_decode\x18\x11 \x01(\bR\fpromptDecode\x12&\n" +
 	"\x0fmax_token_bytes\x18\x12 \x01(\x03R\rmaxTokenBytes\x12!\n" +
-	"\fstate_layout\x18\x13 \x01(\tR\vstateLayout\"\xbe\x01\n" +
+	"\fstate_layout\x18\x13 \x01(\tR\vstateLayout\x12#\n" +
+	"\rchat_template\x18\x14 \x01(\tR\fchatTemplate\x12\x1b\n" +
+	"\tbos_token\x18\x15 \x01(\tR\bbosToken\x12\x1b\n" +
+	"\teos_token\x18\x16 \x01(\tR\beosToken\"\xbe\x01\n" +
 	"\vLoadRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x17\n" +
 	"\an_slots\x18\x02 \x01(\x03R\x06nSlots\x12D\n" +
