@@ -135,7 +135,14 @@ func TestLlamaOpenAISDK(t *testing.T) {
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != 400 || !(strings.Contains(string(b), "thing") || strings.Contains(string(b), "json_schema")) {
+		var e struct {
+			Error struct {
+				Param string `json:"param"`
+			} `json:"error"`
+		}
+		_ = json.Unmarshal(b, &e)
+		if resp.StatusCode != 400 || !(strings.Contains(string(b), "thing") && e.Error.Param == "grammar" ||
+			strings.Contains(string(b), "nowhere") && e.Error.Param == "json_schema") {
 			t.Errorf("%s: %d %s", body, resp.StatusCode, b)
 		}
 	}

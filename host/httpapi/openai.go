@@ -99,9 +99,11 @@ func badRequest(format string, args ...any) *apiError {
 // fault), none for a fault of the body as a whole.
 var bodyFields = []string{"n_predict", "max_completion_tokens", "max_tokens", "n_keep", "n_probs", "top_logprobs", "logprobs",
 	"logit_bias", "id_slot", "prompt", "stop", "n", "temperature", "top_k", "top_p", "min_p", "seed", "repeat_penalty",
-	"repeat_last_n", "presence_penalty", "frequency_penalty", "messages"}
+	"repeat_last_n", "presence_penalty", "frequency_penalty", "messages", "grammar", "json_schema", "tool_choice",
+	"chat_template_kwargs", "response_format"}
 
 func paramOf(msg string) any {
+	msg = strings.TrimPrefix(msg, iface.ErrBadRequest.Error()+": ") // a backend's refusal, as errors.Is reads it
 	for _, f := range bodyFields {
 		if rest, ok := strings.CutPrefix(msg, f); ok && (rest == "" || rest[0] == ' ' || rest[0] == ':' || rest[0] == '[') {
 			return f
@@ -131,7 +133,7 @@ func (a *api) apiErrorOf(ctx context.Context, step string, err error) *apiError 
 	e := &apiError{status: statusOf(err), Msg: a.clientMessage(ctx, step, err)}
 	switch e.status {
 	case http.StatusBadRequest:
-		e.Type = "invalid_request_error"
+		e.Type, e.Param = "invalid_request_error", paramOf(e.Msg)
 	case http.StatusServiceUnavailable:
 		e.Type, e.Code = "unavailable_error", "slot_busy"
 		if errors.Is(err, ErrShuttingDown) {
