@@ -37,7 +37,7 @@ func FuzzParsePrefill(f *testing.F) {
 	f.Add([]byte{1, 0, 0, 0, 2, 0, 0, 0})
 	f.Add([]byte(`{"messages":[{"role":"user","content":[{"type":"text","text":"a"}]}]}`))
 	f.Fuzz(func(t *testing.T, p []byte) {
-		r, err := parsePrefill(p, 3, iface.BackendInfo{})
+		r, err := ParsePrefill(p, 3, iface.BackendInfo{})
 		if err != nil {
 			return
 		}
@@ -60,7 +60,7 @@ func FuzzParseDecode(f *testing.F) {
 	f.Add([]byte{10, 0, 0, 0})
 	f.Add([]byte{2, 0, 0, 0, 5, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, p []byte) {
-		d, err := parseDecode(p, 0, NewTunables().Sampler(), 0)
+		d, err := parseDecode(p, 0, NewTunables().Sampler(), iface.BackendInfo{})
 		if err != nil {
 			return
 		}

@@ -72,6 +72,14 @@ func (s *Server) ModelAliases() (aliases []string, loaded bool) {
 	return out, loaded
 }
 
+// RouterMode reports whether the engine serves several models (presets):
+// a request then names one of them.
+func (s *Server) RouterMode() bool {
+	s.models.mu.Lock()
+	defer s.models.mu.Unlock()
+	return s.models.sw != nil
+}
+
 // ResidentModel is the alias of the model loaded; ok is false while
 // UnloadModel left none.
 func (s *Server) ResidentModel() (alias string, ok bool) {

@@ -124,11 +124,12 @@ func isJSONObject(p []byte) bool {
 	return len(t) > 0 && t[0] == '{'
 }
 
-// parsePrefill accepts an OpenAI chat-completions object (JSON) or raw u32
+// ParsePrefill reads a PREFILL payload: an OpenAI chat-completions object (JSON, read as
+// ChatBody: the prompt a chat completion of that body renders) or raw u32
 // token ids (the E1 form). A payload that starts like JSON but is not, and
 // whose length fits token ids, is read as tokens: a first token id whose low
 // byte is '{' is legal.
-func parsePrefill(p []byte, slot int, info iface.BackendInfo) (iface.PrefillRequest, error) {
+func ParsePrefill(p []byte, slot int, info iface.BackendInfo) (iface.PrefillRequest, error) {
 	req := iface.PrefillRequest{Slot: slot}
 	if len(p) == 0 {
 		return req, errors.New("PREFILL payload is empty")
@@ -137,24 +138,15 @@ func parsePrefill(p []byte, slot int, info iface.BackendInfo) (iface.PrefillRequ
 		if err := CheckMessageCountJSON(p, info); err != nil {
 			return req, err
 		}
-		var body struct {
-			Messages []ChatMessage `json:"messages"`
-			Model    string        `json:"model"`
-		}
+		var body ChatBody
 		jerr := json.Unmarshal(p, &body)
 		if jerr == nil {
 			if len(body.Messages) == 0 {
 				return req, errors.New("PREFILL request has no messages")
 			}
-			if err := CheckMessageCount(len(body.Messages), info); err != nil {
-				return req, err
-			}
-			msgs, err := ToMessages(body.Messages)
-			if err != nil {
-				return req, err
-			}
-			req.Messages, req.Model = msgs, body.Model
-			return req, nil
+			// The HTTP chat completion's prompt for the same body: its
+			// tools, tool choice and template variables too.
+			return body.Prefill(slot, info)
 		}
 		if len(p)%4 != 0 {
 			return req, fmt.Errorf("PREFILL payload is neither JSON (%v) nor u32 token ids", jerr)
@@ -180,7 +172,7 @@ func (s *Server) handlePrefill(req *request, rp *replier) error {
 		return err
 	}
 	_, info := s.Backend()
-	preq, err := parsePrefill(payload, slot, info)
+	preq, err := ParsePrefill(payload, slot, info)
 	if err == nil {
 		err = CheckPromptSize(preq, info)
 	}
@@ -270,16 +262,18 @@ type decodeRequest struct {
 	nPredict int
 	prefill  *iface.PrefillRequest // prompt to evaluate from scratch first
 	sampler  iface.SamplerParams
+	output   *iface.Output // response_format, json_schema or grammar
 }
 
 // parseDecode accepts {"n_predict":N,"messages":[…]|null, sampler overrides}
 // or the E1 binary form [i32 n_predict][u32 tokens…].
-func parseDecode(p []byte, slot int, sampler iface.SamplerParams, nCtx int) (decodeRequest, error) {
+func parseDecode(p []byte, slot int, sampler iface.SamplerParams, info iface.BackendInfo) (decodeRequest, error) {
 	d := decodeRequest{sampler: sampler}
+	nCtx := info.SlotCtx()
 	if isJSONObject(p) {
 		var body struct {
-			NPredict *int64        `json:"n_predict"`
-			Messages []ChatMessage `json:"messages"`
+			NPredict *int64 `json:"n_predict"`
+			ChatBody
 			SamplerFields
 			Seed *uint64 `json:"seed"`
 		}
@@ -294,14 +288,22 @@ func parseDecode(p []byte, slot int, sampler iface.SamplerParams, nCtx int) (dec
 		}
 		d.nPredict = int(*body.NPredict)
 		if body.Messages != nil {
-			msgs, err := ToMessages(body.Messages)
+			if len(body.Messages) == 0 {
+				return d, errors.New("DECODE messages is empty")
+			}
+			pre, err := body.Prefill(slot, info) // PREFILL's prompt for the same body
 			if err != nil {
 				return d, err
 			}
-			if len(msgs) == 0 {
-				return d, errors.New("DECODE messages is empty")
+			pre.Model = ""
+			if pre.ToolChoice == "required" {
+				return d, errors.New("DECODE replies with tokens, not parsed tool calls: a required tool_choice is answered by /v1/chat/completions")
 			}
-			d.prefill = &iface.PrefillRequest{Slot: slot, Messages: msgs}
+			d.prefill = &pre
+		}
+		var err error
+		if d.output, err = body.OutputFields.Output(); err != nil {
+			return d, err
 		}
 		if err := body.SamplerFields.Validate(nCtx); err != nil {
 			return d, err
@@ -343,7 +345,7 @@ func (s *Server) handleDecode(req *request, rp *replier) error {
 		return err
 	}
 	_, info := s.Backend()
-	dreq, err := parseDecode(payload, slot, s.tun.Sampler(), info.SlotCtx())
+	dreq, err := parseDecode(payload, slot, s.tun.Sampler(), info)
 	if err == nil && dreq.prefill != nil {
 		err = CheckPromptSize(*dreq.prefill, info)
 	}
@@ -367,7 +369,7 @@ func (s *Server) handleDecode(req *request, rp *replier) error {
 		}
 	}()
 	tracing.SetModel(req.ctx, info.Model.Alias)
-	dr := iface.DecodeRequest{Slot: slot, NPredict: dreq.nPredict, Sampler: dreq.sampler, Logprobs: true}
+	dr := iface.DecodeRequest{Slot: slot, NPredict: dreq.nPredict, Sampler: dreq.sampler, Logprobs: true, Output: dreq.output}
 	if dreq.prefill != nil {
 		p, err := s.roomForPrompt(req.ctx, b, *dreq.prefill)
 		if err != nil {

@@ -2,6 +2,7 @@ package host
 
 import (
 	"encoding/binary"
+	"reflect"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -61,48 +62,48 @@ func tokBytes(ids ...uint32) []byte {
 }
 
 func TestParsePrefill(t *testing.T) {
-	r, err := parsePrefill([]byte(`{"model":"m","stream":false,"n_predict":0,"messages":[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text","text":"hi "},{"type":"text","text":"there"}]}]}`), 2, iface.BackendInfo{})
+	r, err := ParsePrefill([]byte(`{"model":"m","stream":false,"n_predict":0,"messages":[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text","text":"hi "},{"type":"text","text":"there"}]}]}`), 2, iface.BackendInfo{})
 	if err != nil || len(r.Messages) != 2 || r.Messages[1].Content != "hi there" || r.Model != "m" || r.Slot != 2 {
 		t.Fatalf("%+v %v", r, err)
 	}
-	r, err = parsePrefill(tokBytes(1, 2, 3, 4, 5), 0, iface.BackendInfo{})
+	r, err = ParsePrefill(tokBytes(1, 2, 3, 4, 5), 0, iface.BackendInfo{})
 	if err != nil || len(r.Tokens) != 5 || r.Tokens[4] != 5 {
 		t.Fatalf("%+v %v", r, err)
 	}
 	// A first token whose low byte is '{' is still tokens.
-	r, err = parsePrefill(tokBytes('{', 7), 0, iface.BackendInfo{})
+	r, err = ParsePrefill(tokBytes('{', 7), 0, iface.BackendInfo{})
 	if err != nil || len(r.Tokens) != 2 || r.Tokens[0] != '{' {
 		t.Fatalf("%+v %v", r, err)
 	}
 	for _, bad := range [][]byte{nil, []byte("{}"), []byte(`{"messages":[]}`), []byte(`{"messages":[{"content":"x"}]}`),
 		[]byte(`{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}`), []byte("abc"), []byte("{bad json"), tokBytes(0x80000000)} {
-		if _, err := parsePrefill(bad, 0, iface.BackendInfo{}); err == nil {
+		if _, err := ParsePrefill(bad, 0, iface.BackendInfo{}); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}
 }
 
 func TestParseDecode(t *testing.T) {
-	d, err := parseDecode([]byte(`{"n_predict":10,"messages":null}`), 1, NewTunables().Sampler(), 0)
+	d, err := parseDecode([]byte(`{"n_predict":10,"messages":null}`), 1, NewTunables().Sampler(), iface.BackendInfo{})
 	if err != nil || d.nPredict != 10 || d.prefill != nil {
 		t.Fatalf("%+v %v", d, err)
 	}
-	d, err = parseDecode([]byte(`{"n_predict":3,"messages":[{"role":"user","content":"x"}],"temperature":0.5,"seed":9}`), 1, NewTunables().Sampler(), 0)
+	d, err = parseDecode([]byte(`{"n_predict":3,"messages":[{"role":"user","content":"x"}],"temperature":0.5,"seed":9}`), 1, NewTunables().Sampler(), iface.BackendInfo{})
 	if err != nil || d.prefill == nil || d.prefill.Slot != 1 || d.sampler.Temperature != 0.5 || d.sampler.Seed != 9 {
 		t.Fatalf("%+v %v", d, err)
 	}
 	// E1: [i32 n_predict] and optional tokens.
-	d, err = parseDecode(tokBytes(10), 0, NewTunables().Sampler(), 0)
+	d, err = parseDecode(tokBytes(10), 0, NewTunables().Sampler(), iface.BackendInfo{})
 	if err != nil || d.nPredict != 10 || d.prefill != nil {
 		t.Fatalf("%+v %v", d, err)
 	}
-	d, err = parseDecode(tokBytes(2, 5, 6), 0, NewTunables().Sampler(), 0)
+	d, err = parseDecode(tokBytes(2, 5, 6), 0, NewTunables().Sampler(), iface.BackendInfo{})
 	if err != nil || d.nPredict != 2 || len(d.prefill.Tokens) != 2 {
 		t.Fatalf("%+v %v", d, err)
 	}
 	for _, bad := range [][]byte{nil, {1, 2}, []byte(`{}`), []byte(`{"n_predict":-1}`), []byte(`{"n_predict":"x"}`),
 		[]byte(`{"n_predict":1,"messages":[]}`), tokBytes(0xffffffff), append(tokBytes(1), 1, 2)} {
-		if _, err := parseDecode(bad, 0, NewTunables().Sampler(), 0); err == nil {
+		if _, err := parseDecode(bad, 0, NewTunables().Sampler(), iface.BackendInfo{}); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}
@@ -112,5 +113,36 @@ func TestParseDecode(t *testing.T) {
 func TestPipelineAttachMeta(t *testing.T) {
 	if len(pipelineAttachMeta) != 103 {
 		t.Fatalf("PIPELINE_ATTACH meta is %d bytes, §10 says 103", len(pipelineAttachMeta))
+	}
+}
+
+// TestParseDecodeChat: a DECODE body's chat renders as PREFILL's (tools,
+// kwargs), its response_format or grammar constrains the tokens, and a
+// required tool choice, which DECODE cannot answer as parsed calls, is
+// refused.
+func TestParseDecodeChat(t *testing.T) {
+	body := `{"n_predict":4,"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],` +
+		`"chat_template_kwargs":{"a":1},"response_format":{"type":"json_object"}}`
+	d, err := parseDecode([]byte(body), 2, NewTunables().Sampler(), iface.BackendInfo{})
+	if err != nil || d.prefill == nil || len(d.prefill.Tools) != 1 || d.prefill.TemplateKwargs != `{"a":1}` ||
+		d.output == nil || d.output.JSONSchema != `{"type":"object"}` || d.output.Chat != nil {
+		t.Fatalf("%+v (prefill %+v, output %+v) %v", d, d.prefill, d.output, err)
+	}
+	pre, err := ParsePrefill([]byte(body), 2, iface.BackendInfo{})
+	if pre.Model = ""; err != nil || !reflect.DeepEqual(*d.prefill, pre) {
+		t.Fatalf("DECODE renders from %+v, PREFILL from %+v (%v)", *d.prefill, pre, err)
+	}
+	d, err = parseDecode([]byte(`{"n_predict":4,"grammar":"root ::= \"a\""}`), 2, NewTunables().Sampler(), iface.BackendInfo{})
+	if err != nil || d.output == nil || d.output.Grammar != `root ::= "a"` {
+		t.Fatalf("grammar: %+v %v", d.output, err)
+	}
+	for _, bad := range []string{
+		`{"n_predict":4,"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required"}`,
+		`{"n_predict":4,"json_schema":{},"grammar":"root ::= \"a\""}`,
+		`{"n_predict":4,"response_format":{"type":"yaml"}}`,
+	} {
+		if _, err := parseDecode([]byte(bad), 0, NewTunables().Sampler(), iface.BackendInfo{}); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
 	}
 }

@@ -142,6 +142,12 @@ type BackendInfo struct {
 	// backend sees a byte. The model identity is Model's: a state of
 	// another model with the same layout restores.
 	StateLayout string
+
+	// ChatTemplate is the chat template requests are rendered with, BOSToken
+	// and EOSToken its tokens' text, as llama-server's /props reports them;
+	// "" where the backend has none.
+	ChatTemplate       string
+	BOSToken, EOSToken string
 }
 
 // SplitKV reports whether every slot has KV cells of its own (NCtxSlot of
@@ -221,6 +227,23 @@ type PrefillRequest struct {
 	// backend's own), both for Messages.
 	Tools          []string
 	TemplateKwargs string
+	// ToolChoice is OpenAI's tool_choice for Tools: "" (auto), "auto",
+	// "none" or "required"; ToolChoiceName names the one function a
+	// "required" reply calls. ParallelToolCalls nil: as the template allows.
+	ToolChoice        string
+	ToolChoiceName    string
+	ParallelToolCalls *bool
+	// Tokenize, for Tokenize alone, asks for the answers of llama-server's
+	// /tokenize, /detokenize and /apply-template (Prompt.Text, Pieces) rather
+	// than the prompt Prefill would evaluate; nil: that prompt.
+	Tokenize *TokenizeOptions
+}
+
+// TokenizeOptions are llama-server's /tokenize switches.
+type TokenizeOptions struct {
+	AddSpecial   bool // Text: BOS/EOS added as the model adds them
+	ParseSpecial bool // Text: special tokens' text is the special token
+	WithPieces   bool // Prompt.Pieces: each token's piece
 }
 
 // CheckPrompt is what every backend checks of a prompt before it turns it
@@ -259,6 +282,11 @@ type Prompt struct {
 	// OpensThinking: the rendered prompt ends inside a reasoning block (its
 	// template opened <think> for the reply), so the reply starts in it.
 	OpensThinking bool
+	// With PrefillRequest.Tokenize: Text is the rendered chat (Messages) or
+	// the tokens' text (Tokens: their pieces joined, llama-server's
+	// /detokenize); Pieces each token's piece where asked.
+	Text   string
+	Pieces []string
 }
 
 // PrefillResult is a prefilled slot.
@@ -291,6 +319,52 @@ type DecodeRequest struct {
 	// BackendInfo.PromptDecode is set; DecodeResult.Prompt then says what the
 	// prefill did. A prompt that fails fails the call before any token.
 	Prompt *PrefillRequest
+	// Output, when set, is what the reply must be and how the backend reads
+	// it; backends without CapOutput refuse it (ErrNotImplemented).
+	Output *Output
+}
+
+// CapOutput is the capability (BackendInfo.Capabilities) of backends that
+// honour DecodeRequest.Output.
+const CapOutput = "output"
+
+// Output constrains a decode's reply and says how to read it.
+type Output struct {
+	// Chat is the chat the reply answers, as Prefill took it: the backend
+	// constrains the reply as its tool choice asks (and JSONSchema or
+	// Grammar), parses it as the chat template writes tool calls and
+	// reasoning, and sends what each token added as Token.Deltas and the
+	// whole reply as DecodeResult.Message.
+	Chat *PrefillRequest
+	// JSONSchema (JSON text) or Grammar (GBNF) constrain the reply; at most
+	// one of them.
+	JSONSchema string
+	Grammar    string
+	// Stops end the reply before the first of them the text reaches
+	// (StopReason StopString); with Chat the parse ends there too.
+	Stops []string
+}
+
+// StopString is the stop reason of a decode that reached one of Output.Stops.
+const StopString = "stop_string"
+
+// ChatDelta is what a token added to a parsed reply: content, reasoning,
+// or a piece of tool call ToolCall (-1: none), whose ID and name come with
+// its first piece, as llama-server's diffs.
+type ChatDelta struct {
+	Content   string
+	Reasoning string
+	ToolCall  int
+	ToolID    string
+	ToolName  string
+	ToolArgs  string
+}
+
+// ChatReply is a parsed reply.
+type ChatReply struct {
+	Content   string
+	Reasoning string
+	ToolCalls []ToolCall
 }
 
 // Token is one generated token.
@@ -299,6 +373,9 @@ type Token struct {
 	Text    string // the token's UTF-8 piece
 	Logprob float32
 	Top     []TokenProb // the NProbs most likely tokens at this position, most likely first
+	// Deltas: what this token added to the parsed reply (Output.Chat); none
+	// while the parser holds its text back (a tool call's opening marker).
+	Deltas []ChatDelta
 }
 
 // TokenProb is a candidate token and its log-probability.
@@ -312,8 +389,12 @@ type TokenProb struct {
 type DecodeResult struct {
 	TokensGenerated int
 	NPast           int
-	StopReason      string        // "eos", "length" or "n_tokens_limit"
+	StopReason      string        // "eos", "length", "n_tokens_limit" or StopString
 	Prompt          *PromptResult // with DecodeRequest.Prompt
+	Message         *ChatReply    // with DecodeRequest.Output.Chat: the parsed reply
+	// Deltas: what the final parse added after the last token's (text the
+	// parser held back until it knew the reply ended).
+	Deltas []ChatDelta
 }
 
 // PromptResult is what a Decode's prompt did (DecodeRequest.Prompt).

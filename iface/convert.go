@@ -1,6 +1,7 @@
 package iface
 
 import (
+	"math"
 	"time"
 
 	backendv1 "github.com/hydra-engine/hydra-engine/iface/proto/hydra/backend/v1"
@@ -33,6 +34,9 @@ func backendInfoToPB(i BackendInfo) *backendv1.BackendInfo {
 		PromptDecode:  i.PromptDecode,
 		MaxTokenBytes: int64(i.MaxTokenBytes),
 		StateLayout:   i.StateLayout,
+		ChatTemplate:  i.ChatTemplate,
+		BosToken:      i.BOSToken,
+		EosToken:      i.EOSToken,
 	}
 }
 
@@ -62,6 +66,9 @@ func backendInfoFromPB(p *backendv1.BackendInfo) BackendInfo {
 		PromptDecode:  p.GetPromptDecode(),
 		MaxTokenBytes: int(p.GetMaxTokenBytes()),
 		StateLayout:   p.GetStateLayout(),
+		ChatTemplate:  p.GetChatTemplate(),
+		BOSToken:      p.GetBosToken(),
+		EOSToken:      p.GetEosToken(),
 	}
 }
 
@@ -114,7 +121,26 @@ func tokenToPB(t Token) *backendv1.Token {
 	for _, c := range t.Top {
 		pb.Top = append(pb.Top, &backendv1.TokenProb{Id: c.ID, Text: []byte(c.Text), Logprob: c.Logprob})
 	}
+	pb.Deltas = deltasToPB(t.Deltas)
 	return pb
+}
+
+func deltasToPB(ds []ChatDelta) []*backendv1.ChatDelta {
+	var pb []*backendv1.ChatDelta
+	for _, d := range ds {
+		pb = append(pb, &backendv1.ChatDelta{Content: d.Content, Reasoning: d.Reasoning,
+			ToolCall: int32(min(max(d.ToolCall+1, 0), math.MaxInt32)), ToolId: d.ToolID, ToolName: d.ToolName, ToolArguments: d.ToolArgs})
+	}
+	return pb
+}
+
+func deltasFromPB(pb []*backendv1.ChatDelta) []ChatDelta {
+	var ds []ChatDelta
+	for _, d := range pb {
+		ds = append(ds, ChatDelta{Content: d.GetContent(), Reasoning: d.GetReasoning(),
+			ToolCall: int(max(d.GetToolCall(), 0)) - 1, ToolID: d.GetToolId(), ToolName: d.GetToolName(), ToolArgs: d.GetToolArguments()})
+	}
+	return ds
 }
 
 func tokenFromPB(pb *backendv1.Token) Token {
@@ -122,7 +148,47 @@ func tokenFromPB(pb *backendv1.Token) Token {
 	for _, c := range pb.GetTop() {
 		t.Top = append(t.Top, TokenProb{ID: c.GetId(), Text: string(c.GetText()), Logprob: c.GetLogprob()})
 	}
+	for _, d := range pb.GetDeltas() {
+		t.Deltas = append(t.Deltas, ChatDelta{Content: d.GetContent(), Reasoning: d.GetReasoning(),
+			ToolCall: int(max(d.GetToolCall(), 0)) - 1, ToolID: d.GetToolId(), ToolName: d.GetToolName(), ToolArgs: d.GetToolArguments()})
+	}
 	return t
+}
+
+func outputToPB(o *Output) *backendv1.Output {
+	if o == nil {
+		return nil
+	}
+	return &backendv1.Output{Chat: promptToPB(o.Chat), JsonSchema: o.JSONSchema, Grammar: o.Grammar, Stops: o.Stops}
+}
+
+func outputFromPB(o *backendv1.Output) *Output {
+	if o == nil {
+		return nil
+	}
+	return &Output{Chat: promptFromPB(o.GetChat()), JSONSchema: o.GetJsonSchema(), Grammar: o.GetGrammar(), Stops: o.GetStops()}
+}
+
+func replyToPB(r *ChatReply) *backendv1.ChatReply {
+	if r == nil {
+		return nil
+	}
+	pb := &backendv1.ChatReply{Content: r.Content, Reasoning: r.Reasoning}
+	for _, c := range r.ToolCalls {
+		pb.ToolCalls = append(pb.ToolCalls, &backendv1.ToolCall{Id: c.ID, Name: c.Name, Arguments: c.Arguments})
+	}
+	return pb
+}
+
+func replyFromPB(pb *backendv1.ChatReply) *ChatReply {
+	if pb == nil {
+		return nil
+	}
+	r := &ChatReply{Content: pb.GetContent(), Reasoning: pb.GetReasoning()}
+	for _, c := range pb.GetToolCalls() {
+		r.ToolCalls = append(r.ToolCalls, ToolCall{ID: c.GetId(), Name: c.GetName(), Arguments: c.GetArguments()})
+	}
+	return r
 }
 
 func prefillToPB(req PrefillRequest) *backendv1.PrefillRequest {
@@ -134,7 +200,8 @@ func prefillToPB(req PrefillRequest) *backendv1.PrefillRequest {
 		}
 	}
 	return &backendv1.PrefillRequest{Slot: int64(req.Slot), Messages: msgs, Tokens: req.Tokens, Text: req.Text, Model: req.Model,
-		Tools: req.Tools, TemplateKwargs: req.TemplateKwargs}
+		Tools: req.Tools, TemplateKwargs: req.TemplateKwargs, ToolChoice: req.ToolChoice, ToolChoiceName: req.ToolChoiceName,
+		ParallelToolCalls: req.ParallelToolCalls, Tokenize: tokenizeOptionsToPB(req.Tokenize)}
 }
 
 func prefillFromPB(req *backendv1.PrefillRequest) PrefillRequest {
@@ -146,7 +213,8 @@ func prefillFromPB(req *backendv1.PrefillRequest) PrefillRequest {
 		}
 	}
 	return PrefillRequest{Slot: int(req.GetSlot()), Messages: msgs, Tokens: req.GetTokens(), Text: req.GetText(), Model: req.GetModel(),
-		Tools: req.GetTools(), TemplateKwargs: req.GetTemplateKwargs()}
+		Tools: req.GetTools(), TemplateKwargs: req.GetTemplateKwargs(), ToolChoice: req.GetToolChoice(),
+		ToolChoiceName: req.GetToolChoiceName(), ParallelToolCalls: req.ParallelToolCalls, Tokenize: tokenizeOptionsFromPB(req.GetTokenize())}
 }
 
 func messageToPB(m Message) *backendv1.Message {
@@ -195,4 +263,34 @@ func promptResultFromPB(r *backendv1.PromptResult) *PromptResult {
 	}
 	return &PromptResult{NTokens: int(r.GetNTokens()), Reused: int(r.GetNReused()),
 		ModelFallback: r.GetModelFallback(), Prefill: time.Duration(r.GetPrefillNs())}
+}
+
+func tokenizeOptionsToPB(o *TokenizeOptions) *backendv1.TokenizeOptions {
+	if o == nil {
+		return nil
+	}
+	return &backendv1.TokenizeOptions{AddSpecial: o.AddSpecial, ParseSpecial: o.ParseSpecial, WithPieces: o.WithPieces}
+}
+
+func tokenizeOptionsFromPB(o *backendv1.TokenizeOptions) *TokenizeOptions {
+	if o == nil {
+		return nil
+	}
+	return &TokenizeOptions{AddSpecial: o.GetAddSpecial(), ParseSpecial: o.GetParseSpecial(), WithPieces: o.GetWithPieces()}
+}
+
+func piecesToPB(ps []string) [][]byte {
+	var out [][]byte
+	for _, p := range ps {
+		out = append(out, []byte(p))
+	}
+	return out
+}
+
+func piecesFromPB(ps [][]byte) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, string(p))
+	}
+	return out
 }

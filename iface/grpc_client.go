@@ -92,7 +92,7 @@ func (c *GRPCClient) Tokenize(ctx context.Context, req PrefillRequest) (Prompt, 
 	if err != nil {
 		return Prompt{}, FromStatus(err)
 	}
-	return Prompt{Tokens: resp.GetTokens(), OpensThinking: resp.GetOpensThinking()}, nil
+	return Prompt{Tokens: resp.GetTokens(), OpensThinking: resp.GetOpensThinking(), Text: string(resp.GetText()), Pieces: piecesFromPB(resp.GetPieces())}, nil
 }
 
 func (c *GRPCClient) Decode(ctx context.Context, req DecodeRequest, emit func(Token) error) (DecodeResult, error) {
@@ -108,6 +108,7 @@ func (c *GRPCClient) Decode(ctx context.Context, req DecodeRequest, emit func(To
 		NProbs:   int32(min(max(req.NProbs, 0), math.MaxInt32)),
 		NKeep:    int64(req.NKeep),
 		Prompt:   promptToPB(req.Prompt),
+		Output:   outputToPB(req.Output),
 	})
 	if err != nil {
 		return DecodeResult{}, FromStatus(err)
@@ -144,6 +145,8 @@ func (c *GRPCClient) Decode(ctx context.Context, req DecodeRequest, emit func(To
 		NPast:           int(result.GetNPast()),
 		StopReason:      result.GetStopReason(),
 		Prompt:          promptResultFromPB(result.GetPrompt()),
+		Message:         replyFromPB(result.GetMessage()),
+		Deltas:          deltasFromPB(result.GetDeltas()),
 	}, nil
 }
 

@@ -88,7 +88,7 @@ func (s *GRPCServer) Tokenize(ctx context.Context, req *backendv1.PrefillRequest
 	if err != nil {
 		return nil, ToStatus(err)
 	}
-	return &backendv1.TokenizeResponse{Tokens: p.Tokens, OpensThinking: p.OpensThinking}, nil
+	return &backendv1.TokenizeResponse{Tokens: p.Tokens, OpensThinking: p.OpensThinking, Text: []byte(p.Text), Pieces: piecesToPB(p.Pieces)}, nil
 }
 
 func (s *GRPCServer) Decode(req *backendv1.DecodeRequest, stream grpc.ServerStreamingServer[backendv1.DecodeResponse]) error {
@@ -105,6 +105,7 @@ func (s *GRPCServer) Decode(req *backendv1.DecodeRequest, stream grpc.ServerStre
 		NProbs:   int(req.GetNProbs()),
 		NKeep:    int(req.GetNKeep()),
 		Prompt:   promptFromPB(req.GetPrompt()),
+		Output:   outputFromPB(req.GetOutput()),
 	}, func(t Token) error {
 		// A failed Send means the host is gone or gave up (its emit failed and
 		// it cancelled); fromStatus turns that into context.Canceled for the
@@ -122,6 +123,8 @@ func (s *GRPCServer) Decode(req *backendv1.DecodeRequest, stream grpc.ServerStre
 			NPast:           int64(res.NPast),
 			StopReason:      res.StopReason,
 			Prompt:          promptResultToPB(res.Prompt),
+			Message:         replyToPB(res.Message),
+			Deltas:          deltasToPB(res.Deltas),
 		}},
 	}))
 }

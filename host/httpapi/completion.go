@@ -10,6 +10,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/hydra-engine/hydra-engine/host"
 	"github.com/hydra-engine/hydra-engine/host/tracing"
 	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/internal/stoptext"
 )
 
 // A completion runs in steps: the body is validated, a slot taken from the
@@ -63,9 +65,53 @@ func newTimings(nPrompt int, prompt time.Duration, nPred int, pred time.Duration
 
 // message and choice cover both response shapes; nil fields are omitted.
 type message struct {
-	Role             string  `json:"role,omitempty"`
-	Content          *string `json:"content,omitempty"`
-	ReasoningContent *string `json:"reasoning_content,omitempty"`
+	Role             string     `json:"role,omitempty"`
+	Content          *string    `json:"content,omitempty"`
+	ReasoningContent *string    `json:"reasoning_content,omitempty"`
+	ToolCalls        []toolCall `json:"tool_calls,omitempty"`
+}
+
+// toolCall is OpenAI's: whole in a reply; in a streamed delta, index with
+// the pieces that came (id, type and name with the first, as llama-server
+// streams them).
+type toolCall struct {
+	Index    *int          `json:"index,omitempty"`
+	ID       string        `json:"id,omitempty"`
+	Type     string        `json:"type,omitempty"`
+	Function *toolFunction `json:"function,omitempty"`
+}
+
+type toolFunction struct {
+	Name      string  `json:"name,omitempty"`
+	Arguments *string `json:"arguments,omitempty"`
+}
+
+// deltaToolCall is a parsed delta's tool call piece, as
+// server_chat_msg_diff_to_json_oaicompat writes it.
+func deltaToolCall(d iface.ChatDelta) toolCall {
+	i := d.ToolCall
+	c := toolCall{Index: &i, ID: d.ToolID}
+	if d.ToolID != "" {
+		c.Type = "function"
+	}
+	if d.ToolName != "" || d.ToolArgs != "" {
+		c.Function = &toolFunction{Name: d.ToolName}
+		if d.ToolArgs != "" {
+			args := d.ToolArgs
+			c.Function.Arguments = &args
+		}
+	}
+	return c
+}
+
+// replyToolCalls are a parsed reply's calls, whole.
+func replyToolCalls(calls []iface.ToolCall) []toolCall {
+	var out []toolCall
+	for _, c := range calls {
+		args := c.Arguments
+		out = append(out, toolCall{ID: c.ID, Type: "function", Function: &toolFunction{Name: c.Name, Arguments: &args}})
+	}
+	return out
 }
 
 type choice struct {
@@ -94,7 +140,7 @@ type completionBody struct {
 
 // finishReason maps a backend stop reason to OpenAI's.
 func finishReason(stop string) string {
-	if stop == "eos" {
+	if stop == "eos" || stop == iface.StopString {
 		return "stop"
 	}
 	return "length" // "length", "n_tokens_limit"
@@ -139,6 +185,8 @@ type completionRun struct {
 	// reasoning is split (reasoner set).
 	reasoner        *reasoningSplitter
 	text, reasoning strings.Builder
+	// message is the backend's parsed reply (completion.parsed).
+	message *iface.ChatReply
 }
 
 // complete runs one completion. Until the decode starts streaming, a
@@ -153,6 +201,10 @@ func (a *api) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 		return
 	}
 	c.arrived = arrived
+	if err := a.checkModel(c.model); err != nil {
+		writeAPIError(w, err)
+		return
+	}
 	switched, err := a.s.SwitchModel(ctx, c.model)
 	if err != nil {
 		writeAPIError(w, a.apiErrorOf(ctx, "switching models", err))
@@ -206,6 +258,21 @@ func (a *api) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 	}
 }
 
+// checkModel refuses, in router mode, a model the engine does not serve,
+// as llama-server's router and Ollama do (404 model_not_found); with one
+// model any name is answered by it, and the reply's model names it.
+func (a *api) checkModel(name string) *apiError {
+	if name == "" || !a.s.RouterMode() {
+		return nil
+	}
+	aliases, _ := a.s.ModelAliases()
+	if slices.Contains(aliases, name) {
+		return nil
+	}
+	return &apiError{status: http.StatusNotFound, Type: "invalid_request_error", Code: "model_not_found", Param: "model",
+		Msg: fmt.Sprintf("the model %q does not exist: this engine serves %s", name, strings.Join(aliases, ", "))}
+}
+
 // roomRetryWait is the longest a completion waits between two tries of its
 // prompt against a full shared KV cache when no slot frees meanwhile.
 const roomRetryWait = 250 * time.Millisecond
@@ -238,7 +305,7 @@ func (a *api) run(w http.ResponseWriter, r *http.Request, b iface.Backend, info 
 		w: w, rc: http.NewResponseController(w), body: newCompletionBody(c, info), probs: newTokenProbs(c),
 		interToken: a.metrics.interToken.WithLabelValues(info.Model.Alias)}
 	rn.body.ModelSwitched = switched
-	if c.chat && a.splitReasoning {
+	if c.chat && a.splitReasoning && !c.parsed { // a parsed reply comes split
 		rn.reasoner = newReasoningSplitter(thinkStart, thinkEnd, c.opensThinking)
 	}
 	// The slot is free again before the reply's last byte, as RPC frees it
@@ -434,6 +501,9 @@ func (rn *completionRun) reply(text, reason string, u *usage, tm *timings) {
 		if r := rn.reasoning.String(); r != "" {
 			ch.Message.ReasoningContent = &r
 		}
+		if m := rn.message; m != nil {
+			ch.Message.ToolCalls = replyToolCalls(m.ToolCalls)
+		}
 	} else {
 		ch.Text = &text
 	}
@@ -469,14 +539,17 @@ func (rn *completionRun) decode() (string, int, string, error) {
 	if rn.nPredict == 0 {
 		return "", 0, "length", nil
 	}
-	ts := &textStream{stops: rn.c.stops}
+	ts := &stoptext.Stream{Stops: rn.c.stops}
+	if rn.c.parsed { // the backend stops the parse at them
+		ts.Stops = nil
+	}
 	n := 0
 	nKeep := rn.c.nKeep
 	if nKeep < 0 {
 		nKeep = rn.nPrompt
 	}
 	req := iface.DecodeRequest{Slot: rn.slot, NPredict: rn.nPredict, Sampler: rn.c.sampler,
-		Logprobs: rn.c.logprobs, NProbs: rn.c.nProbs, NKeep: nKeep}
+		Logprobs: rn.c.logprobs, NProbs: rn.c.nProbs, NKeep: nKeep, Output: rn.c.output}
 	if rn.promptDecode {
 		rn.c.prefill.Slot = rn.slot
 		req.Prompt = &rn.c.prefill
@@ -497,7 +570,10 @@ func (rn *completionRun) decode() (string, int, string, error) {
 		last = now
 		n++
 		rn.probs.add(t)
-		out, stopped := ts.push(t.Text)
+		if rn.c.parsed {
+			return rn.emitDeltas(t.Deltas)
+		}
+		out, stopped := ts.Push(t.Text)
 		if err := rn.emitText(out); err != nil {
 			return err
 		}
@@ -525,6 +601,9 @@ func (rn *completionRun) decode() (string, int, string, error) {
 		res, err = rn.b.Decode(rn.ctx, req, emit)
 	}
 	rn.stop = res.StopReason
+	if rn.c.parsed && err == nil {
+		return rn.finishParsed(n, res)
+	}
 	switch {
 	case errors.Is(err, errStopString):
 		rn.stop = "stop_string"
@@ -532,10 +611,49 @@ func (rn *completionRun) decode() (string, int, string, error) {
 	case err != nil:
 		return rn.text.String(), n, "", err
 	}
-	if err := rn.emitText(ts.flush()); err != nil {
+	if err := rn.emitText(ts.Flush()); err != nil {
 		return rn.text.String(), n, "", err
 	}
 	return rn.finishText(n, finishReason(res.StopReason))
+}
+
+// emitDeltas takes what a token added to the parsed reply: kept for the
+// reply and streamed, one chunk a delta as llama-server sends them.
+func (rn *completionRun) emitDeltas(ds []iface.ChatDelta) error {
+	for _, d := range ds {
+		if err := rn.emitParts(d.Reasoning, d.Content); err != nil {
+			return err
+		}
+		if d.ToolCall < 0 || !rn.c.stream {
+			continue
+		}
+		if err := rn.event(rn.chunkBody(&message{ToolCalls: []toolCall{deltaToolCall(d)}}, nil, nil)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// finishParsed ends a parsed reply: the final parse's deltas, and
+// finish_reason "tool_calls" where it calls tools, as llama-server.
+func (rn *completionRun) finishParsed(n int, res iface.DecodeResult) (string, int, string, error) {
+	if err := rn.emitDeltas(res.Deltas); err != nil {
+		return rn.text.String(), n, "", err
+	}
+	reason := finishReason(res.StopReason)
+	if m := res.Message; m != nil {
+		rn.message = m
+		// The reply is the whole parse: what the deltas streamed, and any
+		// text the parser never released (a reply that failed to parse).
+		rn.text.Reset()
+		rn.text.WriteString(m.Content)
+		rn.reasoning.Reset()
+		rn.reasoning.WriteString(m.Reasoning)
+		if len(m.ToolCalls) > 0 && reason == "stop" {
+			reason = "tool_calls"
+		}
+	}
+	return rn.text.String(), n, reason, nil
 }
 
 // emitText takes generated text: split into reasoning and content where the

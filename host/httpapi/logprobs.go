@@ -13,10 +13,8 @@ import (
 
 // chatLogprob is one position of chat's logprobs.content.
 type chatLogprob struct {
-	Token       string        `json:"token"`
-	Logprob     float32       `json:"logprob"`
-	Bytes       []int         `json:"bytes"`
-	TopLogprobs []chatLogprob `json:"top_logprobs"`
+	chatAlternative
+	TopLogprobs []chatAlternative `json:"top_logprobs"`
 }
 
 // textLogprobs is the text API's logprobs object.
@@ -25,6 +23,14 @@ type textLogprobs struct {
 	TokenLogprobs []float32            `json:"token_logprobs"`
 	TopLogprobs   []map[string]float32 `json:"top_logprobs"`
 	TextOffset    []int                `json:"text_offset"`
+}
+
+// chatAlternative is a top_logprobs entry: a token without alternatives of
+// its own, as OpenAI sends it.
+type chatAlternative struct {
+	Token   string  `json:"token"`
+	Logprob float32 `json:"logprob"`
+	Bytes   []int   `json:"bytes"`
 }
 
 // tokenProbs collects the entries of a completion that asked for them.
@@ -59,8 +65,7 @@ func (p *tokenProbs) take() any {
 	if p.chat {
 		content := make([]chatLogprob, len(toks))
 		for i, t := range toks {
-			content[i] = chatEntry(t.Text, t.Logprob)
-			content[i].TopLogprobs = make([]chatLogprob, len(t.Top))
+			content[i] = chatLogprob{chatAlternative: chatEntry(t.Text, t.Logprob), TopLogprobs: make([]chatAlternative, len(t.Top))}
 			for j, c := range t.Top {
 				content[i].TopLogprobs[j] = chatEntry(c.Text, c.Logprob)
 			}
@@ -84,10 +89,10 @@ func (p *tokenProbs) take() any {
 	return out
 }
 
-func chatEntry(text string, lp float32) chatLogprob {
+func chatEntry(text string, lp float32) chatAlternative {
 	b := make([]int, len(text))
 	for i := 0; i < len(text); i++ {
 		b[i] = int(text[i])
 	}
-	return chatLogprob{Token: text, Logprob: lp, Bytes: b, TopLogprobs: []chatLogprob{}}
+	return chatAlternative{Token: text, Logprob: lp, Bytes: b}
 }

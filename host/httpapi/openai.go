@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +9,7 @@ import (
 	"math"
 	mrand "math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -24,10 +24,12 @@ import (
 // completionRequest is the union of the chat and text completion bodies.
 // Fields this engine does not know are ignored, as OpenAI clients send many.
 type completionRequest struct {
-	Model         string             `json:"model"`
-	Messages      []host.ChatMessage `json:"messages"`
-	Prompt        json.RawMessage    `json:"prompt"`
-	Stream        bool               `json:"stream"`
+	// The chat's prompt and the reply's constraints, as RPC PREFILL reads
+	// them (host.ChatBody; a text completion takes its model and output
+	// fields).
+	host.ChatBody
+	Prompt        json.RawMessage `json:"prompt"`
+	Stream        bool            `json:"stream"`
 	StreamOptions *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
@@ -45,10 +47,7 @@ type completionRequest struct {
 	IDSlot      *int64          `json:"id_slot"`
 	Stop        json.RawMessage `json:"stop"`
 	N           *int            `json:"n"`
-	// Chat: OpenAI tool definitions and llama-server's template variables.
-	Tools              []json.RawMessage `json:"tools"`
-	ChatTemplateKwargs json.RawMessage   `json:"chat_template_kwargs"`
-	NKeep              *int64            `json:"n_keep"`
+	NKeep       *int64          `json:"n_keep"`
 }
 
 // completion is a validated request.
@@ -70,6 +69,12 @@ type completion struct {
 	nKeep         int // tokens a context shift keeps (-1: the whole prompt)
 	// arrived is when the request came, where its time to first token starts.
 	arrived time.Time
+	// output is what the reply must be (response_format, json_schema,
+	// grammar) and, for a chat whose reply is parsed (parsed: tools may be
+	// called, or the reply is constrained), the chat it answers and its
+	// stops: the backend then sends the reply as parsed deltas.
+	output *iface.Output
+	parsed bool
 }
 
 // apiError is an OpenAI error reply: {"error":{"message","type","code"}};
@@ -85,7 +90,37 @@ type apiError struct {
 func (e *apiError) Error() string { return e.Msg }
 
 func badRequest(format string, args ...any) *apiError {
-	return &apiError{status: http.StatusBadRequest, Msg: fmt.Sprintf(format, args...), Type: "invalid_request_error"}
+	msg := fmt.Sprintf(format, args...)
+	return &apiError{status: http.StatusBadRequest, Msg: msg, Type: "invalid_request_error", Param: paramOf(msg)}
+}
+
+// bodyFields are the fields a completion's messages name first; the error's
+// param is the one its message starts with (OpenAI's param: the field at
+// fault), none for a fault of the body as a whole.
+var bodyFields = []string{"n_predict", "max_completion_tokens", "max_tokens", "n_keep", "n_probs", "top_logprobs", "logprobs",
+	"logit_bias", "id_slot", "prompt", "stop", "n", "temperature", "top_k", "top_p", "min_p", "seed", "repeat_penalty",
+	"repeat_last_n", "presence_penalty", "frequency_penalty", "messages", "grammar", "json_schema", "tool_choice",
+	"chat_template_kwargs", "response_format"}
+
+func paramOf(msg string) any {
+	msg = strings.TrimPrefix(msg, iface.ErrBadRequest.Error()+": ") // a backend's refusal, as errors.Is reads it
+	for _, f := range bodyFields {
+		if rest, ok := strings.CutPrefix(msg, f); ok && (rest == "" || rest[0] == ' ' || rest[0] == ':' || rest[0] == '[') {
+			return f
+		}
+	}
+	return nil
+}
+
+// fieldError is a body's fault as a 400 whose param names the field.
+func fieldError(err error) error {
+	var fe *host.FieldError
+	if errors.As(err, &fe) {
+		e := badRequest("%s", fe.Msg)
+		e.Param = fe.Param
+		return e
+	}
+	return err
 }
 
 // apiErrorOf maps an error of the step named (a slot or backend error, or
@@ -98,7 +133,7 @@ func (a *api) apiErrorOf(ctx context.Context, step string, err error) *apiError 
 	e := &apiError{status: statusOf(err), Msg: a.clientMessage(ctx, step, err)}
 	switch e.status {
 	case http.StatusBadRequest:
-		e.Type = "invalid_request_error"
+		e.Type, e.Param = "invalid_request_error", paramOf(e.Msg)
 	case http.StatusServiceUnavailable:
 		e.Type, e.Code = "unavailable_error", "slot_busy"
 		if errors.Is(err, ErrShuttingDown) {
@@ -208,38 +243,41 @@ func parseCompletion(body []byte, chat bool, sampler iface.SamplerParams, nPredi
 		}
 		c.nKeep = int(*v)
 	}
-	c.stops, err = parseStop(req.Stop)
-	return c, err
+	if c.stops, err = parseStop(req.Stop); err != nil {
+		return c, err
+	}
+	return c, c.setOutput(&req, info)
+}
+
+// setOutput reads what the reply must be. A chat reply is parsed by the
+// backend (tool calls, reasoning) where tools may be called or the reply is
+// constrained; the stop strings then go with it, as the parse ends there.
+func (c *completion) setOutput(req *completionRequest, info iface.BackendInfo) error {
+	o, err := req.OutputFields.Output()
+	if err != nil {
+		return fieldError(err)
+	}
+	if c.chat && (o != nil || host.CallsTools(c.prefill)) {
+		if o == nil {
+			o = &iface.Output{}
+		}
+		chat := c.prefill
+		o.Chat, o.Stops, c.parsed = &chat, c.stops, true
+	}
+	if o != nil && !slices.Contains(info.Capabilities, iface.CapOutput) {
+		return &apiError{status: http.StatusNotImplemented, Type: "not_supported_error",
+			Msg: fmt.Sprintf("the %s backend cannot constrain or parse a reply (tools with tool_choice other than \"none\", response_format, json_schema, grammar)", info.Name)}
+	}
+	c.output = o
+	return nil
 }
 
 // parseInput reads what to prefill: chat messages, or a text completion's
 // prompt as token ids.
 func parseInput(req *completionRequest, chat bool, info iface.BackendInfo) (iface.PrefillRequest, error) {
-	if chat {
-		if len(req.Messages) == 0 {
-			return iface.PrefillRequest{}, badRequest("messages must be a non-empty array")
-		}
-		if err := host.CheckMessageCount(len(req.Messages), info); err != nil {
-			return iface.PrefillRequest{}, badRequest("%v", err)
-		}
-		msgs, err := host.ToMessages(req.Messages)
-		if err != nil {
-			return iface.PrefillRequest{}, badRequest("%v", err)
-		}
-		p := iface.PrefillRequest{Messages: msgs, Model: req.Model}
-		for i, t := range req.Tools {
-			if !isObject(t) {
-				return iface.PrefillRequest{}, badRequest("tools[%d] must be a JSON object", i)
-			}
-			p.Tools = append(p.Tools, string(t))
-		}
-		if kw := bytes.TrimSpace(req.ChatTemplateKwargs); len(kw) > 0 && string(kw) != "null" {
-			if !isObject(kw) {
-				return iface.PrefillRequest{}, badRequest("chat_template_kwargs must be a JSON object")
-			}
-			p.TemplateKwargs = string(kw)
-		}
-		return p, nil
+	if chat { // RPC PREFILL's prompt for the same body
+		p, err := req.ChatBody.Prefill(0, info)
+		return p, fieldError(err)
 	}
 	toks, text, err := parsePrompt(req.Prompt)
 	if err != nil {
@@ -256,21 +294,16 @@ func parseInput(req *completionRequest, chat bool, info iface.BackendInfo) (ifac
 	return iface.PrefillRequest{Tokens: toks, Model: req.Model}, nil
 }
 
-// isObject reports whether raw is a JSON object.
-func isObject(raw json.RawMessage) bool {
-	var m map[string]json.RawMessage
-	return json.Unmarshal(raw, &m) == nil && m != nil
-}
-
 // setLimit reads the token limit: llama-server's n_predict first, then the
 // OpenAI names.
 func (c *completion) setLimit(req *completionRequest) error {
-	for _, n := range []*int64{req.NPredict, req.MaxCompletionTokens, req.MaxTokens} {
+	for i, n := range []*int64{req.NPredict, req.MaxCompletionTokens, req.MaxTokens} {
 		if n == nil {
 			continue
 		}
-		if *n < -1 || *n > math.MaxInt32 {
-			return badRequest("n_predict/max_tokens must be -1 (no limit) or in [0, %d], got %d", math.MaxInt32, *n)
+		if *n < -1 || *n > math.MaxInt32 { // -1 is llama-server's n_predict -1: until EOS or the context is full
+			name := []string{"n_predict", "max_completion_tokens", "max_tokens"}[i]
+			return badRequest("%s must be -1 (no limit) or in [0, %d], got %d", name, math.MaxInt32, *n)
 		}
 		c.nPredict = int(*n)
 		return nil

@@ -99,6 +99,10 @@ type engine struct {
 	// chatParseSpecial parses the control tokens of a chat's content
 	// (chat_parse_special, llama-server's way) instead of keeping them text.
 	chatParseSpecial bool
+	// chatc is the template in llama.cpp's common library, which builds
+	// tool-call grammars and parses replies (chatcommon.go); nil where it
+	// cannot read it or jinja=false.
+	chatc *chatCommon
 
 	// mu is the context lock: every use of ctx holds it. The scheduler holds
 	// it for one step at a time; state transfers hold it while llama.cpp
@@ -280,6 +284,9 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 		if e.chat, err = newChatTemplate(mdl.jinja, mdl.specialText(mdl.bos), mdl.specialText(mdl.eos()), mdl.addsBOS(), opts.templateOptions); err != nil {
 			return iface.BackendInfo{}, err
 		}
+		if e.chatc, err = newChatCommon(mdl, opts.templateFile); err != nil {
+			b.log.Warn("llama.cpp's chat library cannot read the chat template: no tool calls or parsed replies", "error", err)
+		}
 	}
 	if e.layout, err = e.measureLayout(); err != nil {
 		return iface.BackendInfo{}, fmt.Errorf("%w: %s: the cuda-llama backend cannot stream this model's state: %w", iface.ErrBadRequest, path, err)
@@ -315,6 +322,11 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 	}
 	if err := e.describeSwaps(); err != nil {
 		return iface.BackendInfo{}, err
+	}
+	e.info.Capabilities = append(e.info.Capabilities, iface.CapOutput)
+	e.info.BOSToken, e.info.EOSToken = mdl.specialText(mdl.bos), mdl.specialText(mdl.eos())
+	if e.chatc != nil {
+		e.info.ChatTemplate = e.chatc.source()
 	}
 	b.eng.Store(e)
 	b.logLoaded(e, opts, nGPU, registerHostBufferAvailable(gpuDev), time.Since(start))

@@ -12,6 +12,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -466,7 +467,7 @@ func checkRoundTrip(t *testing.T, name string, b *Backend, slot int, sv saved) {
 		t.Fatalf("%s: same slot id, yet different bytes", name)
 	}
 	toks, res := decode(t, b, slot, sv.cont, iface.SamplerParams{})
-	if !slices.Equal(toks, sv.greedy) || res != sv.greedyRes {
+	if !slices.Equal(toks, sv.greedy) || !reflect.DeepEqual(res, sv.greedyRes) {
 		t.Fatalf("%s: decoded %v (%+v), want %v (%+v)", name, toks, res, sv.greedy, sv.greedyRes)
 	}
 	// And seeded sampling continues alike from a fresh restore.
@@ -1279,7 +1280,7 @@ func testStreamedRestore(t *testing.T, flash string, fragmented bool) {
 	if again := stateOf(t, b, 1, 1<<20); !bytes.Equal(normSeq(again), normSeq(state)) {
 		t.Fatalf("fragmented %v: the restored state re-saves differently", fragmented)
 	}
-	if toks, res := decode(t, b, 1, 12, iface.SamplerParams{}); !slices.Equal(toks, want) || res != wantRes {
+	if toks, res := decode(t, b, 1, 12, iface.SamplerParams{}); !slices.Equal(toks, want) || !reflect.DeepEqual(res, wantRes) {
 		t.Fatalf("fragmented %v: decoded %v, want %v", fragmented, toks, want)
 	}
 	// Cut in the middle of the last layer's block: a bad request, the slot

@@ -74,6 +74,9 @@ func (b *Backend) Tokenize(ctx context.Context, req iface.PrefillRequest) (iface
 	if err != nil {
 		return iface.Prompt{}, err
 	}
+	if req.Tokenize != nil {
+		return e.tokenizeAPI(req)
+	}
 	toks, opens, err := e.promptTokens(req)
 	return iface.Prompt{Tokens: toks, OpensThinking: opens}, err
 }
@@ -252,8 +255,18 @@ func (b *Backend) Decode(ctx context.Context, req iface.DecodeRequest, emit func
 	if req.NPredict < 0 {
 		return iface.DecodeResult{}, fmt.Errorf("%w: n_predict %d is negative", iface.ErrBadRequest, req.NPredict)
 	}
+	out, err := e.newOutputRun(req.Output)
+	if err != nil {
+		return iface.DecodeResult{}, err
+	}
+	res, err := b.decode(ctx, e, s, req, out, out.wrap(emit))
+	return out.finish(e, res, err)
+}
+
+// decode is a Decode whose output (nil: free text) is prepared.
+func (b *Backend) decode(ctx context.Context, e *engine, s *slot, req iface.DecodeRequest, out *outputRun, emit func(iface.Token) error) (iface.DecodeResult, error) {
 	if req.Prompt != nil {
-		return b.promptDecode(ctx, e, s, req, emit)
+		return b.promptDecode(ctx, e, s, req, out, emit)
 	}
 	if err := s.acquire(req.Slot); err != nil {
 		return iface.DecodeResult{}, err
@@ -264,7 +277,7 @@ func (b *Backend) Decode(ctx context.Context, req iface.DecodeRequest, emit func
 		return iface.DecodeResult{}, err
 	}
 	defer e.updateStateSize(req.Slot, s)
-	j, err := e.startDecode(req, s, logits)
+	j, err := e.startDecode(req, s, logits, out)
 	if err != nil || j == nil {
 		return iface.DecodeResult{NPast: len(s.seq()), StopReason: e.stopReasonOf(err)}, ignoreStop(err)
 	}
@@ -307,16 +320,20 @@ func ignoreStop(err error) error {
 	return err
 }
 
-// startDecode builds the request's sampler, samples the first token from
+// startDecode builds the request's sampler (with out's grammar), samples the first token from
 // the slot's logits and registers the job; (nil, errStopBefore) when the
 // decode ends before any token.
-func (e *engine) startDecode(req iface.DecodeRequest, s *slot, logits []float32) (*job, error) {
+func (e *engine) startDecode(req iface.DecodeRequest, s *slot, logits []float32, out *outputRun) (*job, error) {
 	if req.NPredict == 0 {
 		return nil, errStopBefore{StopLength}
 	}
 	history := s.seq()
 	smp, err := newSampler(e.model, req.Sampler, req.NProbs, e.slotCtx, history)
 	if err != nil {
+		return nil, err
+	}
+	if err := out.attach(e.model, smp); err != nil {
+		smp.free()
 		return nil, err
 	}
 	j := &job{slot: req.Slot, s: s, done: make(chan error, 1), decode: &decodeJob{req: req, smp: smp, pending: -1,

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -131,7 +132,7 @@ func TestMemoryKinds(t *testing.T) {
 						t.Fatalf("%s slot %d: the restored state re-saves differently", mode.name, slot)
 					}
 					got, res := decode(t, dst, slot, 24, iface.SamplerParams{})
-					if !slices.Equal(got, want) || res != wantRes {
+					if !slices.Equal(got, want) || !reflect.DeepEqual(res, wantRes) {
 						t.Fatalf("%s slot %d: decoded %v (%+v), the source %v (%+v)", mode.name, slot, got, res, want, wantRes)
 					}
 				}

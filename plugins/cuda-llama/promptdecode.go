@@ -16,7 +16,7 @@ import (
 // of the prefill, when the scheduler has started the next step (with other
 // prompts in it, a long one) without it. On any failure before the first
 // token the slot is left empty, as by Prefill.
-func (b *Backend) promptDecode(ctx context.Context, e *engine, s *slot, req iface.DecodeRequest, emit func(iface.Token) error) (iface.DecodeResult, error) {
+func (b *Backend) promptDecode(ctx context.Context, e *engine, s *slot, req iface.DecodeRequest, out *outputRun, emit func(iface.Token) error) (iface.DecodeResult, error) {
 	start := time.Now()
 	p := *req.Prompt
 	p.Slot = req.Slot
@@ -29,6 +29,10 @@ func (b *Backend) promptDecode(ctx context.Context, e *engine, s *slot, req ifac
 	}
 	smp, err := newSampler(e.model, req.Sampler, req.NProbs, e.slotCtx, toks)
 	if err != nil {
+		return iface.DecodeResult{}, err
+	}
+	if err := out.attach(e.model, smp); err != nil {
+		smp.free()
 		return iface.DecodeResult{}, err
 	}
 	if err := s.acquire(req.Slot); err != nil {

@@ -21,6 +21,9 @@ struct hydra_sampler {
     int32_t n_vocab = 0;
     bool greedy = true;
     llama_sampler * chain = nullptr;  // NULL: nothing changes the raw logits
+    // grammar (hydra_sampler_set_grammar) masks the candidates before the
+    // chain and sees only the tokens accepted after it was set.
+    llama_sampler * grammar = nullptr;
     std::vector<llama_token_data> cur;
 };
 
@@ -186,26 +189,50 @@ void hydra_sampler_free(hydra_sampler * s) {
     if (s->chain != nullptr) {
         llama_sampler_free(s->chain);
     }
+    if (s->grammar != nullptr) {
+        llama_sampler_free(s->grammar);
+    }
     delete s;
+}
+
+void hydra_sampler_set_grammar(hydra_sampler * s, llama_sampler * grammar) {
+    if (s->grammar != nullptr) {
+        llama_sampler_free(s->grammar);
+    }
+    s->grammar = grammar;
+    s->cur.resize(s->n_vocab);
 }
 
 void hydra_sampler_accept(hydra_sampler * s, llama_token tok) {
     if (s->chain != nullptr) {
         llama_sampler_accept(s->chain, tok);
     }
+    if (s->grammar != nullptr) {
+        try {
+            llama_sampler_accept(s->grammar, tok);
+        } catch (...) {  // a token the grammar refuses (every candidate was masked): no exception crosses into Go
+            llama_sampler_free(s->grammar);
+            s->grammar = nullptr;
+        }
+    }
 }
 
 llama_token hydra_sample(hydra_sampler * s, const float * logits, double u, float * logprob,
                          int32_t n_top, llama_token * top_ids, float * top_lp, int32_t * n_top_out) {
     llama_token tok;
-    if (s->chain == nullptr) {
+    if (s->chain == nullptr && s->grammar == nullptr) {
         tok = raw_argmax(logits, s->n_vocab);  // plain greedy: no candidate array to fill
     } else {
         for (int32_t i = 0; i < s->n_vocab; i++) {
             s->cur[i] = {i, logits[i], 0.0f};
         }
         llama_token_data_array arr = {s->cur.data(), (size_t) s->n_vocab, -1, false};
-        llama_sampler_apply(s->chain, &arr);
+        if (s->grammar != nullptr) {
+            llama_sampler_apply(s->grammar, &arr);
+        }
+        if (s->chain != nullptr) {
+            llama_sampler_apply(s->chain, &arr);
+        }
         const size_t k = s->greedy ? argmax(arr.data, arr.size) : draw(arr.data, arr.size, u);
         tok = arr.data[k].id;
     }

@@ -33,7 +33,11 @@ struct hydra_sampler_params {
 hydra_sampler * hydra_sampler_new(const struct llama_vocab * vocab, const struct hydra_sampler_params * p);
 void hydra_sampler_free(hydra_sampler * s);
 
-// hydra_sampler_accept adds tok to the penalties' history.
+// hydra_sampler_set_grammar gives s the grammar sampler g (owned from now
+// on): it masks the candidates first, and advances on each token accepted.
+void hydra_sampler_set_grammar(hydra_sampler * s, struct llama_sampler * g);
+
+// hydra_sampler_accept adds tok to the penalties' history (and the grammar).
 void hydra_sampler_accept(hydra_sampler * s, llama_token tok);
 
 // hydra_sample picks a token from logits (n_vocab of them): the arg-max of

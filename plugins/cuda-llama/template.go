@@ -12,12 +12,15 @@ import (
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/chattmpl"
 )
 
-// defaultTemplate is ChatML, llama-server's choice for a model without a
-// template.
-const defaultTemplate = `{%- for m in messages -%}<|im_start|>{{ m.role }}
-{{ m.content }}<|im_end|>
-{% endfor -%}{%- if add_generation_prompt -%}<|im_start|>assistant
-{% endif -%}`
+// defaultTemplate is ChatML as llama-server has it for a model without a
+// template (common/chat.cpp's CHATML_TEMPLATE_SRC, byte for byte: a newline
+// after each turn).
+const defaultTemplate = "{%- for message in messages -%}\n" +
+	"  {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' -}}\n" +
+	"{%- endfor -%}\n" +
+	"{%- if add_generation_prompt -%}\n" +
+	"  {{- '<|im_start|>assistant\\n' -}}\n" +
+	"{%- endif -%}"
 
 // thinkStart opens a reasoning block; a rendered prompt ending with it
 // makes the reply start inside one.

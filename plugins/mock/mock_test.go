@@ -158,7 +158,7 @@ func TestDeterminism(t *testing.T) {
 	}
 	p1, t1, r1 := run()
 	p2, t2, r2 := run()
-	if !slices.Equal(p1.Logits, p2.Logits) || !reflect.DeepEqual(t1, t2) || r1 != r2 {
+	if !slices.Equal(p1.Logits, p2.Logits) || !reflect.DeepEqual(t1, t2) || !reflect.DeepEqual(r1, r2) {
 		t.Fatal("two backends decoded the same prompt differently")
 	}
 	if len(p1.Logits) != NVocab {
@@ -591,5 +591,22 @@ func TestLoadLlamaServerOptions(t *testing.T) {
 	want := `options of the llama plugin, no effect on the mock: combined_pattern=blk\.([0-9]+)\.ffn_.*_exps\.weight=CPU flash_attn=on n_cpu_moe=8`
 	if strings.Count(logs.String(), "no effect on the mock") != 1 || !strings.Contains(logs.String(), want) {
 		t.Errorf("log:\n%s", logs.String())
+	}
+}
+
+// TestDecodeRefusesOutput: the mock constrains and parses nothing, so a
+// decode asking it to says so rather than decoding free text.
+func TestDecodeRefusesOutput(t *testing.T) {
+	b := newLoaded(t, 1, nil)
+	if _, err := b.Prefill(context.Background(), iface.PrefillRequest{Slot: 0, Tokens: []int32{1, 2}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []*iface.Output{{Grammar: `root ::= "a"`}, {Chat: &iface.PrefillRequest{Messages: []iface.Message{{Role: "user"}}}}} {
+		n := 0
+		_, err := b.Decode(context.Background(), iface.DecodeRequest{Slot: 0, NPredict: 3, Output: o},
+			func(iface.Token) error { n++; return nil })
+		if !errors.Is(err, iface.ErrNotImplemented) || n != 0 {
+			t.Errorf("output %+v: %v after %d tokens, want ErrNotImplemented before any", o, err, n)
+		}
 	}
 }

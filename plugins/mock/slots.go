@@ -221,6 +221,9 @@ func (b *Backend) Tokenize(ctx context.Context, req iface.PrefillRequest) (iface
 	if err != nil {
 		return iface.Prompt{}, err
 	}
+	if req.Tokenize != nil { // its tokens are bytes of no tokenizer, its template a stand-in
+		return iface.Prompt{}, fmt.Errorf("%w: the mock backend has no tokenizer or chat template to answer /tokenize, /detokenize or /apply-template", iface.ErrNotImplemented)
+	}
 	toks, err := promptTokens(req, e.nCtx)
 	return iface.Prompt{Tokens: slices.Clone(toks)}, err
 }
@@ -229,6 +232,10 @@ func (b *Backend) Tokenize(ctx context.Context, req iface.PrefillRequest) (iface
 // is set. Generated tokens join the sequence as they are produced, so an
 // interrupted decode keeps what it emitted.
 func (b *Backend) Decode(ctx context.Context, req iface.DecodeRequest, emit func(iface.Token) error) (iface.DecodeResult, error) {
+	// The mock's tokens are no language: it cannot constrain or parse them.
+	if req.Output != nil {
+		return iface.DecodeResult{}, fmt.Errorf("%w: the mock backend constrains and parses no reply (tool calls, response_format, json_schema, grammar, stop strings of a parsed chat)", iface.ErrNotImplemented)
+	}
 	if req.Prompt == nil || req.NPredict < 0 {
 		return b.decode(ctx, req, emit)
 	}

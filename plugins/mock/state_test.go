@@ -244,7 +244,7 @@ func TestStateRoundTrip(t *testing.T) {
 			t.Fatalf("%s: restored slot %+v, want %+v", tc.name, got, si)
 		}
 		toks, res := decode(t, tc.b, tc.slot, cont, iface.SamplerParams{})
-		if !reflect.DeepEqual(toks, want) || res != wantRes {
+		if !reflect.DeepEqual(toks, want) || !reflect.DeepEqual(res, wantRes) {
 			t.Fatalf("%s: decoded %q (%+v), want %q (%+v)", tc.name, text(toks), res, text(want), wantRes)
 		}
 	}

@@ -115,7 +115,12 @@ type BackendInfo struct {
 	// defines (architecture, memory kind, dimensions, KV types: what a state
 	// must match to restore here); "" when the backend names none. The host
 	// compares a blob's layout with it before a restore.
-	StateLayout   string `protobuf:"bytes,19,opt,name=state_layout,json=stateLayout,proto3" json:"state_layout,omitempty"`
+	StateLayout string `protobuf:"bytes,19,opt,name=state_layout,json=stateLayout,proto3" json:"state_layout,omitempty"`
+	// The chat template requests are rendered with, and the BOS and EOS
+	// tokens' text, as llama-server's /props reports them ("" where none).
+	ChatTemplate  string `protobuf:"bytes,20,opt,name=chat_template,json=chatTemplate,proto3" json:"chat_template,omitempty"`
+	BosToken      string `protobuf:"bytes,21,opt,name=bos_token,json=bosToken,proto3" json:"bos_token,omitempty"`
+	EosToken      string `protobuf:"bytes,22,opt,name=eos_token,json=eosToken,proto3" json:"eos_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -279,6 +284,27 @@ func (x *BackendInfo) GetMaxTokenBytes() int64 {
 func (x *BackendInfo) GetStateLayout() string {
 	if x != nil {
 		return x.StateLayout
+	}
+	return ""
+}
+
+func (x *BackendInfo) GetChatTemplate() string {
+	if x != nil {
+		return x.ChatTemplate
+	}
+	return ""
+}
+
+func (x *BackendInfo) GetBosToken() string {
+	if x != nil {
+		return x.BosToken
+	}
+	return ""
+}
+
+func (x *BackendInfo) GetEosToken() string {
+	if x != nil {
+		return x.EosToken
 	}
 	return ""
 }
@@ -858,8 +884,16 @@ type PrefillRequest struct {
 	Text           string   `protobuf:"bytes,5,opt,name=text,proto3" json:"text,omitempty"`
 	Tools          []string `protobuf:"bytes,6,rep,name=tools,proto3" json:"tools,omitempty"`                                         // OpenAI tool definitions, JSON objects
 	TemplateKwargs string   `protobuf:"bytes,7,opt,name=template_kwargs,json=templateKwargs,proto3" json:"template_kwargs,omitempty"` // a JSON object of chat template variables
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// OpenAI's tool_choice: "" (auto), "auto", "none" or "required";
+	// tool_choice_name names the one function a "required" reply calls.
+	ToolChoice        string `protobuf:"bytes,8,opt,name=tool_choice,json=toolChoice,proto3" json:"tool_choice,omitempty"`
+	ToolChoiceName    string `protobuf:"bytes,9,opt,name=tool_choice_name,json=toolChoiceName,proto3" json:"tool_choice_name,omitempty"`
+	ParallelToolCalls *bool  `protobuf:"varint,10,opt,name=parallel_tool_calls,json=parallelToolCalls,proto3,oneof" json:"parallel_tool_calls,omitempty"` // unset: as the template allows
+	// For Tokenize alone: answer as llama-server's /tokenize, /detokenize and
+	// /apply-template (text, pieces); unset: as the prompt Prefill evaluates.
+	Tokenize      *TokenizeOptions `protobuf:"bytes,11,opt,name=tokenize,proto3" json:"tokenize,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PrefillRequest) Reset() {
@@ -941,6 +975,94 @@ func (x *PrefillRequest) GetTemplateKwargs() string {
 	return ""
 }
 
+func (x *PrefillRequest) GetToolChoice() string {
+	if x != nil {
+		return x.ToolChoice
+	}
+	return ""
+}
+
+func (x *PrefillRequest) GetToolChoiceName() string {
+	if x != nil {
+		return x.ToolChoiceName
+	}
+	return ""
+}
+
+func (x *PrefillRequest) GetParallelToolCalls() bool {
+	if x != nil && x.ParallelToolCalls != nil {
+		return *x.ParallelToolCalls
+	}
+	return false
+}
+
+func (x *PrefillRequest) GetTokenize() *TokenizeOptions {
+	if x != nil {
+		return x.Tokenize
+	}
+	return nil
+}
+
+type TokenizeOptions struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AddSpecial    bool                   `protobuf:"varint,1,opt,name=add_special,json=addSpecial,proto3" json:"add_special,omitempty"`       // text: BOS/EOS added as the model adds them
+	ParseSpecial  bool                   `protobuf:"varint,2,opt,name=parse_special,json=parseSpecial,proto3" json:"parse_special,omitempty"` // text: special tokens' text is the special token
+	WithPieces    bool                   `protobuf:"varint,3,opt,name=with_pieces,json=withPieces,proto3" json:"with_pieces,omitempty"`       // each token's piece in the reply
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TokenizeOptions) Reset() {
+	*x = TokenizeOptions{}
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenizeOptions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenizeOptions) ProtoMessage() {}
+
+func (x *TokenizeOptions) ProtoReflect() protoreflect.Message {
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenizeOptions.ProtoReflect.Descriptor instead.
+func (*TokenizeOptions) Descriptor() ([]byte, []int) {
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *TokenizeOptions) GetAddSpecial() bool {
+	if x != nil {
+		return x.AddSpecial
+	}
+	return false
+}
+
+func (x *TokenizeOptions) GetParseSpecial() bool {
+	if x != nil {
+		return x.ParseSpecial
+	}
+	return false
+}
+
+func (x *TokenizeOptions) GetWithPieces() bool {
+	if x != nil {
+		return x.WithPieces
+	}
+	return false
+}
+
 type PrefillResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Slot          *SlotInfo              `protobuf:"bytes,1,opt,name=slot,proto3" json:"slot,omitempty"`
@@ -955,7 +1077,7 @@ type PrefillResponse struct {
 
 func (x *PrefillResponse) Reset() {
 	*x = PrefillResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[14]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -967,7 +1089,7 @@ func (x *PrefillResponse) String() string {
 func (*PrefillResponse) ProtoMessage() {}
 
 func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[14]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -980,7 +1102,7 @@ func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillResponse.ProtoReflect.Descriptor instead.
 func (*PrefillResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{14}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PrefillResponse) GetSlot() *SlotInfo {
@@ -1015,13 +1137,15 @@ type TokenizeResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tokens        []int32                `protobuf:"varint,1,rep,packed,name=tokens,proto3" json:"tokens,omitempty"`
 	OpensThinking bool                   `protobuf:"varint,2,opt,name=opens_thinking,json=opensThinking,proto3" json:"opens_thinking,omitempty"` // the rendered prompt ends inside a reasoning block
+	Text          []byte                 `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`                                         // with tokenize: the rendered chat, or the tokens' text
+	Pieces        [][]byte               `protobuf:"bytes,4,rep,name=pieces,proto3" json:"pieces,omitempty"`                                     // with tokenize.with_pieces: each token's piece
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TokenizeResponse) Reset() {
 	*x = TokenizeResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[15]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1033,7 +1157,7 @@ func (x *TokenizeResponse) String() string {
 func (*TokenizeResponse) ProtoMessage() {}
 
 func (x *TokenizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[15]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1046,7 +1170,7 @@ func (x *TokenizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenizeResponse.ProtoReflect.Descriptor instead.
 func (*TokenizeResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{15}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TokenizeResponse) GetTokens() []int32 {
@@ -1061,6 +1185,20 @@ func (x *TokenizeResponse) GetOpensThinking() bool {
 		return x.OpensThinking
 	}
 	return false
+}
+
+func (x *TokenizeResponse) GetText() []byte {
+	if x != nil {
+		return x.Text
+	}
+	return nil
+}
+
+func (x *TokenizeResponse) GetPieces() [][]byte {
+	if x != nil {
+		return x.Pieces
+	}
+	return nil
 }
 
 type SamplerParams struct {
@@ -1082,7 +1220,7 @@ type SamplerParams struct {
 
 func (x *SamplerParams) Reset() {
 	*x = SamplerParams{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[16]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1094,7 +1232,7 @@ func (x *SamplerParams) String() string {
 func (*SamplerParams) ProtoMessage() {}
 
 func (x *SamplerParams) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[16]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1107,7 +1245,7 @@ func (x *SamplerParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamplerParams.ProtoReflect.Descriptor instead.
 func (*SamplerParams) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{16}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SamplerParams) GetTemperature() float32 {
@@ -1200,14 +1338,16 @@ type DecodeRequest struct {
 	NKeep int64 `protobuf:"varint,6,opt,name=n_keep,json=nKeep,proto3" json:"n_keep,omitempty"`
 	// Evaluated into the slot first, as Prefill would (its slot is ignored);
 	// only to a backend whose BackendInfo says prompt_decode.
-	Prompt        *PrefillRequest `protobuf:"bytes,7,opt,name=prompt,proto3" json:"prompt,omitempty"`
+	Prompt *PrefillRequest `protobuf:"bytes,7,opt,name=prompt,proto3" json:"prompt,omitempty"`
+	// What the reply must be and how the backend reads it; unset: free text.
+	Output        *Output `protobuf:"bytes,8,opt,name=output,proto3" json:"output,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DecodeRequest) Reset() {
 	*x = DecodeRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[17]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1219,7 +1359,7 @@ func (x *DecodeRequest) String() string {
 func (*DecodeRequest) ProtoMessage() {}
 
 func (x *DecodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[17]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1232,7 +1372,7 @@ func (x *DecodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeRequest.ProtoReflect.Descriptor instead.
 func (*DecodeRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{17}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DecodeRequest) GetSlot() int64 {
@@ -1284,6 +1424,228 @@ func (x *DecodeRequest) GetPrompt() *PrefillRequest {
 	return nil
 }
 
+func (x *DecodeRequest) GetOutput() *Output {
+	if x != nil {
+		return x.Output
+	}
+	return nil
+}
+
+// Output constrains and parses a decode's reply (iface.Output).
+type Output struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Chat          *PrefillRequest        `protobuf:"bytes,1,opt,name=chat,proto3" json:"chat,omitempty"`                               // the chat replied to: parse its tool calls and reasoning
+	JsonSchema    string                 `protobuf:"bytes,2,opt,name=json_schema,json=jsonSchema,proto3" json:"json_schema,omitempty"` // JSON text
+	Grammar       string                 `protobuf:"bytes,3,opt,name=grammar,proto3" json:"grammar,omitempty"`                         // GBNF
+	Stops         []string               `protobuf:"bytes,4,rep,name=stops,proto3" json:"stops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Output) Reset() {
+	*x = Output{}
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Output) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Output) ProtoMessage() {}
+
+func (x *Output) ProtoReflect() protoreflect.Message {
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Output.ProtoReflect.Descriptor instead.
+func (*Output) Descriptor() ([]byte, []int) {
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *Output) GetChat() *PrefillRequest {
+	if x != nil {
+		return x.Chat
+	}
+	return nil
+}
+
+func (x *Output) GetJsonSchema() string {
+	if x != nil {
+		return x.JsonSchema
+	}
+	return ""
+}
+
+func (x *Output) GetGrammar() string {
+	if x != nil {
+		return x.Grammar
+	}
+	return ""
+}
+
+func (x *Output) GetStops() []string {
+	if x != nil {
+		return x.Stops
+	}
+	return nil
+}
+
+// ChatDelta is what a token added to the parsed reply.
+type ChatDelta struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Content       string                 `protobuf:"bytes,1,opt,name=content,proto3" json:"content,omitempty"`
+	Reasoning     string                 `protobuf:"bytes,2,opt,name=reasoning,proto3" json:"reasoning,omitempty"`
+	ToolCall      int32                  `protobuf:"varint,3,opt,name=tool_call,json=toolCall,proto3" json:"tool_call,omitempty"` // the tool call extended, counted from 1; 0: none
+	ToolId        string                 `protobuf:"bytes,4,opt,name=tool_id,json=toolId,proto3" json:"tool_id,omitempty"`
+	ToolName      string                 `protobuf:"bytes,5,opt,name=tool_name,json=toolName,proto3" json:"tool_name,omitempty"`
+	ToolArguments string                 `protobuf:"bytes,6,opt,name=tool_arguments,json=toolArguments,proto3" json:"tool_arguments,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChatDelta) Reset() {
+	*x = ChatDelta{}
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChatDelta) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChatDelta) ProtoMessage() {}
+
+func (x *ChatDelta) ProtoReflect() protoreflect.Message {
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChatDelta.ProtoReflect.Descriptor instead.
+func (*ChatDelta) Descriptor() ([]byte, []int) {
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ChatDelta) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+func (x *ChatDelta) GetReasoning() string {
+	if x != nil {
+		return x.Reasoning
+	}
+	return ""
+}
+
+func (x *ChatDelta) GetToolCall() int32 {
+	if x != nil {
+		return x.ToolCall
+	}
+	return 0
+}
+
+func (x *ChatDelta) GetToolId() string {
+	if x != nil {
+		return x.ToolId
+	}
+	return ""
+}
+
+func (x *ChatDelta) GetToolName() string {
+	if x != nil {
+		return x.ToolName
+	}
+	return ""
+}
+
+func (x *ChatDelta) GetToolArguments() string {
+	if x != nil {
+		return x.ToolArguments
+	}
+	return ""
+}
+
+// ChatReply is the parsed reply.
+type ChatReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Content       string                 `protobuf:"bytes,1,opt,name=content,proto3" json:"content,omitempty"`
+	Reasoning     string                 `protobuf:"bytes,2,opt,name=reasoning,proto3" json:"reasoning,omitempty"`
+	ToolCalls     []*ToolCall            `protobuf:"bytes,3,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChatReply) Reset() {
+	*x = ChatReply{}
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChatReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChatReply) ProtoMessage() {}
+
+func (x *ChatReply) ProtoReflect() protoreflect.Message {
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChatReply.ProtoReflect.Descriptor instead.
+func (*ChatReply) Descriptor() ([]byte, []int) {
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ChatReply) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+func (x *ChatReply) GetReasoning() string {
+	if x != nil {
+		return x.Reasoning
+	}
+	return ""
+}
+
+func (x *ChatReply) GetToolCalls() []*ToolCall {
+	if x != nil {
+		return x.ToolCalls
+	}
+	return nil
+}
+
 type TokenProb struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            int32                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1295,7 +1657,7 @@ type TokenProb struct {
 
 func (x *TokenProb) Reset() {
 	*x = TokenProb{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[18]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1307,7 +1669,7 @@ func (x *TokenProb) String() string {
 func (*TokenProb) ProtoMessage() {}
 
 func (x *TokenProb) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[18]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1320,7 +1682,7 @@ func (x *TokenProb) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenProb.ProtoReflect.Descriptor instead.
 func (*TokenProb) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{18}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *TokenProb) GetId() int32 {
@@ -1352,14 +1714,15 @@ type Token struct {
 	// proto3 string field refuses to carry.
 	Text          []byte       `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
 	Logprob       float32      `protobuf:"fixed32,3,opt,name=logprob,proto3" json:"logprob,omitempty"`
-	Top           []*TokenProb `protobuf:"bytes,4,rep,name=top,proto3" json:"top,omitempty"` // the n_probs most likely tokens at this position, most likely first
+	Top           []*TokenProb `protobuf:"bytes,4,rep,name=top,proto3" json:"top,omitempty"`       // the n_probs most likely tokens at this position, most likely first
+	Deltas        []*ChatDelta `protobuf:"bytes,5,rep,name=deltas,proto3" json:"deltas,omitempty"` // with DecodeRequest.output.chat
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Token) Reset() {
 	*x = Token{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[19]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1371,7 +1734,7 @@ func (x *Token) String() string {
 func (*Token) ProtoMessage() {}
 
 func (x *Token) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[19]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1384,7 +1747,7 @@ func (x *Token) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Token.ProtoReflect.Descriptor instead.
 func (*Token) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{19}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Token) GetId() int32 {
@@ -1415,20 +1778,29 @@ func (x *Token) GetTop() []*TokenProb {
 	return nil
 }
 
+func (x *Token) GetDeltas() []*ChatDelta {
+	if x != nil {
+		return x.Deltas
+	}
+	return nil
+}
+
 type DecodeResult struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	TokensGenerated int64                  `protobuf:"varint,1,opt,name=tokens_generated,json=tokensGenerated,proto3" json:"tokens_generated,omitempty"`
 	NPast           int64                  `protobuf:"varint,2,opt,name=n_past,json=nPast,proto3" json:"n_past,omitempty"`
-	StopReason      string                 `protobuf:"bytes,3,opt,name=stop_reason,json=stopReason,proto3" json:"stop_reason,omitempty"` // "eos", "length" or "n_tokens_limit"
+	StopReason      string                 `protobuf:"bytes,3,opt,name=stop_reason,json=stopReason,proto3" json:"stop_reason,omitempty"` // "eos", "length", "n_tokens_limit" or "stop_string" (output.stops)
 	// With DecodeRequest.prompt: what its prefill did.
 	Prompt        *PromptResult `protobuf:"bytes,4,opt,name=prompt,proto3" json:"prompt,omitempty"`
+	Message       *ChatReply    `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"` // with DecodeRequest.output.chat: the parsed reply
+	Deltas        []*ChatDelta  `protobuf:"bytes,6,rep,name=deltas,proto3" json:"deltas,omitempty"`   // what the final parse added after the last token
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DecodeResult) Reset() {
 	*x = DecodeResult{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1440,7 +1812,7 @@ func (x *DecodeResult) String() string {
 func (*DecodeResult) ProtoMessage() {}
 
 func (x *DecodeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1453,7 +1825,7 @@ func (x *DecodeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeResult.ProtoReflect.Descriptor instead.
 func (*DecodeResult) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{20}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DecodeResult) GetTokensGenerated() int64 {
@@ -1484,6 +1856,20 @@ func (x *DecodeResult) GetPrompt() *PromptResult {
 	return nil
 }
 
+func (x *DecodeResult) GetMessage() *ChatReply {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
+func (x *DecodeResult) GetDeltas() []*ChatDelta {
+	if x != nil {
+		return x.Deltas
+	}
+	return nil
+}
+
 type PromptResult struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NTokens       int64                  `protobuf:"varint,1,opt,name=n_tokens,json=nTokens,proto3" json:"n_tokens,omitempty"` // the prompt's tokens, now the start of the slot's sequence
@@ -1496,7 +1882,7 @@ type PromptResult struct {
 
 func (x *PromptResult) Reset() {
 	*x = PromptResult{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1508,7 +1894,7 @@ func (x *PromptResult) String() string {
 func (*PromptResult) ProtoMessage() {}
 
 func (x *PromptResult) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1521,7 +1907,7 @@ func (x *PromptResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptResult.ProtoReflect.Descriptor instead.
 func (*PromptResult) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{21}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PromptResult) GetNTokens() int64 {
@@ -1565,7 +1951,7 @@ type DecodeResponse struct {
 
 func (x *DecodeResponse) Reset() {
 	*x = DecodeResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1577,7 +1963,7 @@ func (x *DecodeResponse) String() string {
 func (*DecodeResponse) ProtoMessage() {}
 
 func (x *DecodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1590,7 +1976,7 @@ func (x *DecodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeResponse.ProtoReflect.Descriptor instead.
 func (*DecodeResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{22}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DecodeResponse) GetEvent() isDecodeResponse_Event {
@@ -1644,7 +2030,7 @@ type StateGetRequest struct {
 
 func (x *StateGetRequest) Reset() {
 	*x = StateGetRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1656,7 +2042,7 @@ func (x *StateGetRequest) String() string {
 func (*StateGetRequest) ProtoMessage() {}
 
 func (x *StateGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1669,7 +2055,7 @@ func (x *StateGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateGetRequest.ProtoReflect.Descriptor instead.
 func (*StateGetRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{23}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *StateGetRequest) GetSlot() int64 {
@@ -1695,7 +2081,7 @@ type StateGetResponse struct {
 
 func (x *StateGetResponse) Reset() {
 	*x = StateGetResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1707,7 +2093,7 @@ func (x *StateGetResponse) String() string {
 func (*StateGetResponse) ProtoMessage() {}
 
 func (x *StateGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1720,7 +2106,7 @@ func (x *StateGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateGetResponse.ProtoReflect.Descriptor instead.
 func (*StateGetResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{24}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StateGetResponse) GetData() []byte {
@@ -1741,7 +2127,7 @@ type StatePutHeader struct {
 
 func (x *StatePutHeader) Reset() {
 	*x = StatePutHeader{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1753,7 +2139,7 @@ func (x *StatePutHeader) String() string {
 func (*StatePutHeader) ProtoMessage() {}
 
 func (x *StatePutHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1766,7 +2152,7 @@ func (x *StatePutHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatePutHeader.ProtoReflect.Descriptor instead.
 func (*StatePutHeader) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{25}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *StatePutHeader) GetSlot() int64 {
@@ -1803,7 +2189,7 @@ type StatePutRequest struct {
 
 func (x *StatePutRequest) Reset() {
 	*x = StatePutRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1815,7 +2201,7 @@ func (x *StatePutRequest) String() string {
 func (*StatePutRequest) ProtoMessage() {}
 
 func (x *StatePutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1828,7 +2214,7 @@ func (x *StatePutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatePutRequest.ProtoReflect.Descriptor instead.
 func (*StatePutRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{26}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *StatePutRequest) GetMsg() isStatePutRequest_Msg {
@@ -1881,7 +2267,7 @@ type StatePutResponse struct {
 
 func (x *StatePutResponse) Reset() {
 	*x = StatePutResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1893,7 +2279,7 @@ func (x *StatePutResponse) String() string {
 func (*StatePutResponse) ProtoMessage() {}
 
 func (x *StatePutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1906,7 +2292,7 @@ func (x *StatePutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatePutResponse.ProtoReflect.Descriptor instead.
 func (*StatePutResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{27}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StatePutResponse) GetConsumed() int64 {
@@ -1925,7 +2311,7 @@ type SetExpertModeRequest struct {
 
 func (x *SetExpertModeRequest) Reset() {
 	*x = SetExpertModeRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1937,7 +2323,7 @@ func (x *SetExpertModeRequest) String() string {
 func (*SetExpertModeRequest) ProtoMessage() {}
 
 func (x *SetExpertModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1950,7 +2336,7 @@ func (x *SetExpertModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetExpertModeRequest.ProtoReflect.Descriptor instead.
 func (*SetExpertModeRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{28}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SetExpertModeRequest) GetMode() string {
@@ -1969,7 +2355,7 @@ type SetExpertModeResponse struct {
 
 func (x *SetExpertModeResponse) Reset() {
 	*x = SetExpertModeResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1981,7 +2367,7 @@ func (x *SetExpertModeResponse) String() string {
 func (*SetExpertModeResponse) ProtoMessage() {}
 
 func (x *SetExpertModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1994,7 +2380,7 @@ func (x *SetExpertModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetExpertModeResponse.ProtoReflect.Descriptor instead.
 func (*SetExpertModeResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{29}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SetExpertModeResponse) GetMode() string {
@@ -2014,7 +2400,7 @@ type SwapQuantRequest struct {
 
 func (x *SwapQuantRequest) Reset() {
 	*x = SwapQuantRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2026,7 +2412,7 @@ func (x *SwapQuantRequest) String() string {
 func (*SwapQuantRequest) ProtoMessage() {}
 
 func (x *SwapQuantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2039,7 +2425,7 @@ func (x *SwapQuantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SwapQuantRequest.ProtoReflect.Descriptor instead.
 func (*SwapQuantRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{30}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SwapQuantRequest) GetQuantKey() string {
@@ -2068,7 +2454,7 @@ type SwapQuantResponse struct {
 
 func (x *SwapQuantResponse) Reset() {
 	*x = SwapQuantResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2080,7 +2466,7 @@ func (x *SwapQuantResponse) String() string {
 func (*SwapQuantResponse) ProtoMessage() {}
 
 func (x *SwapQuantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2093,7 +2479,7 @@ func (x *SwapQuantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SwapQuantResponse.ProtoReflect.Descriptor instead.
 func (*SwapQuantResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{31}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SwapQuantResponse) GetSwapped() int64 {
@@ -2132,7 +2518,7 @@ type DataPlaneRequest struct {
 
 func (x *DataPlaneRequest) Reset() {
 	*x = DataPlaneRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2144,7 +2530,7 @@ func (x *DataPlaneRequest) String() string {
 func (*DataPlaneRequest) ProtoMessage() {}
 
 func (x *DataPlaneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2157,7 +2543,7 @@ func (x *DataPlaneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataPlaneRequest.ProtoReflect.Descriptor instead.
 func (*DataPlaneRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{32}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{36}
 }
 
 type DataPlaneResponse struct {
@@ -2185,7 +2571,7 @@ type DataPlaneResponse struct {
 
 func (x *DataPlaneResponse) Reset() {
 	*x = DataPlaneResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2197,7 +2583,7 @@ func (x *DataPlaneResponse) String() string {
 func (*DataPlaneResponse) ProtoMessage() {}
 
 func (x *DataPlaneResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2210,7 +2596,7 @@ func (x *DataPlaneResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataPlaneResponse.ProtoReflect.Descriptor instead.
 func (*DataPlaneResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{33}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DataPlaneResponse) GetShm() bool {
@@ -2276,7 +2662,7 @@ type ShmTransfer struct {
 
 func (x *ShmTransfer) Reset() {
 	*x = ShmTransfer{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[34]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2288,7 +2674,7 @@ func (x *ShmTransfer) String() string {
 func (*ShmTransfer) ProtoMessage() {}
 
 func (x *ShmTransfer) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[34]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2301,7 +2687,7 @@ func (x *ShmTransfer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShmTransfer.ProtoReflect.Descriptor instead.
 func (*ShmTransfer) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{34}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ShmTransfer) GetId() uint64 {
@@ -2349,7 +2735,7 @@ type StateGetShmRequest struct {
 
 func (x *StateGetShmRequest) Reset() {
 	*x = StateGetShmRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2361,7 +2747,7 @@ func (x *StateGetShmRequest) String() string {
 func (*StateGetShmRequest) ProtoMessage() {}
 
 func (x *StateGetShmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2374,7 +2760,7 @@ func (x *StateGetShmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateGetShmRequest.ProtoReflect.Descriptor instead.
 func (*StateGetShmRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{35}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *StateGetShmRequest) GetSlot() int64 {
@@ -2400,7 +2786,7 @@ type StateGetShmResponse struct {
 
 func (x *StateGetShmResponse) Reset() {
 	*x = StateGetShmResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[36]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2412,7 +2798,7 @@ func (x *StateGetShmResponse) String() string {
 func (*StateGetShmResponse) ProtoMessage() {}
 
 func (x *StateGetShmResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[36]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2425,7 +2811,7 @@ func (x *StateGetShmResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateGetShmResponse.ProtoReflect.Descriptor instead.
 func (*StateGetShmResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{36}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *StateGetShmResponse) GetWritten() int64 {
@@ -2453,7 +2839,7 @@ type StatePutShmRequest struct {
 
 func (x *StatePutShmRequest) Reset() {
 	*x = StatePutShmRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[37]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2465,7 +2851,7 @@ func (x *StatePutShmRequest) String() string {
 func (*StatePutShmRequest) ProtoMessage() {}
 
 func (x *StatePutShmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[37]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2478,7 +2864,7 @@ func (x *StatePutShmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatePutShmRequest.ProtoReflect.Descriptor instead.
 func (*StatePutShmRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{37}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *StatePutShmRequest) GetSlot() int64 {
@@ -2531,7 +2917,7 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\rModelIdentity\x12\x14\n" +
 	"\x05alias\x18\x01 \x01(\tR\x05alias\x12\x12\n" +
 	"\x04hash\x18\x02 \x01(\tR\x04hash\x12\x12\n" +
-	"\x04path\x18\x03 \x01(\tR\x04path\"\xee\x04\n" +
+	"\x04path\x18\x03 \x01(\tR\x04path\"\xcd\x05\n" +
 	"\vBackendInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x125\n" +
@@ -2558,7 +2944,10 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"split_mode\x18\x10 \x01(\tR\tsplitMode\x12#\n" +
 	"\rprompt_decode\x18\x11 \x01(\bR\fpromptDecode\x12&\n" +
 	"\x0fmax_token_bytes\x18\x12 \x01(\x03R\rmaxTokenBytes\x12!\n" +
-	"\fstate_layout\x18\x13 \x01(\tR\vstateLayout\"\xbe\x01\n" +
+	"\fstate_layout\x18\x13 \x01(\tR\vstateLayout\x12#\n" +
+	"\rchat_template\x18\x14 \x01(\tR\fchatTemplate\x12\x1b\n" +
+	"\tbos_token\x18\x15 \x01(\tR\bbosToken\x12\x1b\n" +
+	"\teos_token\x18\x16 \x01(\tR\beosToken\"\xbe\x01\n" +
 	"\vLoadRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x17\n" +
 	"\an_slots\x18\x02 \x01(\x03R\x06nSlots\x12D\n" +
@@ -2596,7 +2985,7 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\bToolCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
-	"\targuments\x18\x03 \x01(\tR\targuments\"\xdc\x01\n" +
+	"\targuments\x18\x03 \x01(\tR\targuments\"\xb3\x03\n" +
 	"\x0ePrefillRequest\x12\x12\n" +
 	"\x04slot\x18\x01 \x01(\x03R\x04slot\x125\n" +
 	"\bmessages\x18\x02 \x03(\v2\x19.hydra.backend.v1.MessageR\bmessages\x12\x16\n" +
@@ -2604,15 +2993,30 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\x05model\x18\x04 \x01(\tR\x05model\x12\x12\n" +
 	"\x04text\x18\x05 \x01(\tR\x04text\x12\x14\n" +
 	"\x05tools\x18\x06 \x03(\tR\x05tools\x12'\n" +
-	"\x0ftemplate_kwargs\x18\a \x01(\tR\x0etemplateKwargs\"\x9b\x01\n" +
+	"\x0ftemplate_kwargs\x18\a \x01(\tR\x0etemplateKwargs\x12\x1f\n" +
+	"\vtool_choice\x18\b \x01(\tR\n" +
+	"toolChoice\x12(\n" +
+	"\x10tool_choice_name\x18\t \x01(\tR\x0etoolChoiceName\x123\n" +
+	"\x13parallel_tool_calls\x18\n" +
+	" \x01(\bH\x00R\x11parallelToolCalls\x88\x01\x01\x12=\n" +
+	"\btokenize\x18\v \x01(\v2!.hydra.backend.v1.TokenizeOptionsR\btokenizeB\x16\n" +
+	"\x14_parallel_tool_calls\"x\n" +
+	"\x0fTokenizeOptions\x12\x1f\n" +
+	"\vadd_special\x18\x01 \x01(\bR\n" +
+	"addSpecial\x12#\n" +
+	"\rparse_special\x18\x02 \x01(\bR\fparseSpecial\x12\x1f\n" +
+	"\vwith_pieces\x18\x03 \x01(\bR\n" +
+	"withPieces\"\x9b\x01\n" +
 	"\x0fPrefillResponse\x12.\n" +
 	"\x04slot\x18\x01 \x01(\v2\x1a.hydra.backend.v1.SlotInfoR\x04slot\x12\x16\n" +
 	"\x06logits\x18\x02 \x03(\x02R\x06logits\x12%\n" +
 	"\x0emodel_fallback\x18\x03 \x01(\bR\rmodelFallback\x12\x19\n" +
-	"\bn_reused\x18\x04 \x01(\x03R\anReused\"Q\n" +
+	"\bn_reused\x18\x04 \x01(\x03R\anReused\"}\n" +
 	"\x10TokenizeResponse\x12\x16\n" +
 	"\x06tokens\x18\x01 \x03(\x05R\x06tokens\x12%\n" +
-	"\x0eopens_thinking\x18\x02 \x01(\bR\ropensThinking\"\xd3\x03\n" +
+	"\x0eopens_thinking\x18\x02 \x01(\bR\ropensThinking\x12\x12\n" +
+	"\x04text\x18\x03 \x01(\fR\x04text\x12\x16\n" +
+	"\x06pieces\x18\x04 \x03(\fR\x06pieces\"\xd3\x03\n" +
 	"\rSamplerParams\x12 \n" +
 	"\vtemperature\x18\x01 \x01(\x02R\vtemperature\x12\x13\n" +
 	"\x05top_k\x18\x02 \x01(\x05R\x04topK\x12\x13\n" +
@@ -2630,7 +3034,7 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"logit_bias\x18\v \x03(\v2..hydra.backend.v1.SamplerParams.LogitBiasEntryR\tlogitBias\x1a<\n" +
 	"\x0eLogitBiasEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x02R\x05value:\x028\x01\"\x81\x02\n" +
+	"\x05value\x18\x02 \x01(\x02R\x05value:\x028\x01\"\xb3\x02\n" +
 	"\rDecodeRequest\x12\x12\n" +
 	"\x04slot\x18\x01 \x01(\x03R\x04slot\x12\x1b\n" +
 	"\tn_predict\x18\x02 \x01(\x03R\bnPredict\x129\n" +
@@ -2638,22 +3042,44 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\blogprobs\x18\x04 \x01(\bR\blogprobs\x12\x17\n" +
 	"\an_probs\x18\x05 \x01(\x05R\x06nProbs\x12\x15\n" +
 	"\x06n_keep\x18\x06 \x01(\x03R\x05nKeep\x128\n" +
-	"\x06prompt\x18\a \x01(\v2 .hydra.backend.v1.PrefillRequestR\x06prompt\"I\n" +
+	"\x06prompt\x18\a \x01(\v2 .hydra.backend.v1.PrefillRequestR\x06prompt\x120\n" +
+	"\x06output\x18\b \x01(\v2\x18.hydra.backend.v1.OutputR\x06output\"\x8f\x01\n" +
+	"\x06Output\x124\n" +
+	"\x04chat\x18\x01 \x01(\v2 .hydra.backend.v1.PrefillRequestR\x04chat\x12\x1f\n" +
+	"\vjson_schema\x18\x02 \x01(\tR\n" +
+	"jsonSchema\x12\x18\n" +
+	"\agrammar\x18\x03 \x01(\tR\agrammar\x12\x14\n" +
+	"\x05stops\x18\x04 \x03(\tR\x05stops\"\xbd\x01\n" +
+	"\tChatDelta\x12\x18\n" +
+	"\acontent\x18\x01 \x01(\tR\acontent\x12\x1c\n" +
+	"\treasoning\x18\x02 \x01(\tR\treasoning\x12\x1b\n" +
+	"\ttool_call\x18\x03 \x01(\x05R\btoolCall\x12\x17\n" +
+	"\atool_id\x18\x04 \x01(\tR\x06toolId\x12\x1b\n" +
+	"\ttool_name\x18\x05 \x01(\tR\btoolName\x12%\n" +
+	"\x0etool_arguments\x18\x06 \x01(\tR\rtoolArguments\"~\n" +
+	"\tChatReply\x12\x18\n" +
+	"\acontent\x18\x01 \x01(\tR\acontent\x12\x1c\n" +
+	"\treasoning\x18\x02 \x01(\tR\treasoning\x129\n" +
+	"\n" +
+	"tool_calls\x18\x03 \x03(\v2\x1a.hydra.backend.v1.ToolCallR\ttoolCalls\"I\n" +
 	"\tTokenProb\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\fR\x04text\x12\x18\n" +
-	"\alogprob\x18\x03 \x01(\x02R\alogprob\"t\n" +
+	"\alogprob\x18\x03 \x01(\x02R\alogprob\"\xa9\x01\n" +
 	"\x05Token\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\fR\x04text\x12\x18\n" +
 	"\alogprob\x18\x03 \x01(\x02R\alogprob\x12-\n" +
-	"\x03top\x18\x04 \x03(\v2\x1b.hydra.backend.v1.TokenProbR\x03top\"\xa9\x01\n" +
+	"\x03top\x18\x04 \x03(\v2\x1b.hydra.backend.v1.TokenProbR\x03top\x123\n" +
+	"\x06deltas\x18\x05 \x03(\v2\x1b.hydra.backend.v1.ChatDeltaR\x06deltas\"\x95\x02\n" +
 	"\fDecodeResult\x12)\n" +
 	"\x10tokens_generated\x18\x01 \x01(\x03R\x0ftokensGenerated\x12\x15\n" +
 	"\x06n_past\x18\x02 \x01(\x03R\x05nPast\x12\x1f\n" +
 	"\vstop_reason\x18\x03 \x01(\tR\n" +
 	"stopReason\x126\n" +
-	"\x06prompt\x18\x04 \x01(\v2\x1e.hydra.backend.v1.PromptResultR\x06prompt\"\x8a\x01\n" +
+	"\x06prompt\x18\x04 \x01(\v2\x1e.hydra.backend.v1.PromptResultR\x06prompt\x125\n" +
+	"\amessage\x18\x05 \x01(\v2\x1b.hydra.backend.v1.ChatReplyR\amessage\x123\n" +
+	"\x06deltas\x18\x06 \x03(\v2\x1b.hydra.backend.v1.ChatDeltaR\x06deltas\"\x8a\x01\n" +
 	"\fPromptResult\x12\x19\n" +
 	"\bn_tokens\x18\x01 \x01(\x03R\anTokens\x12\x19\n" +
 	"\bn_reused\x18\x02 \x01(\x03R\anReused\x12%\n" +
@@ -2749,7 +3175,7 @@ func file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP() []byte {
 	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescData
 }
 
-var file_iface_proto_hydra_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_iface_proto_hydra_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_iface_proto_hydra_backend_v1_backend_proto_goTypes = []any{
 	(*ModelIdentity)(nil),         // 0: hydra.backend.v1.ModelIdentity
 	(*BackendInfo)(nil),           // 1: hydra.backend.v1.BackendInfo
@@ -2765,85 +3191,96 @@ var file_iface_proto_hydra_backend_v1_backend_proto_goTypes = []any{
 	(*Message)(nil),               // 11: hydra.backend.v1.Message
 	(*ToolCall)(nil),              // 12: hydra.backend.v1.ToolCall
 	(*PrefillRequest)(nil),        // 13: hydra.backend.v1.PrefillRequest
-	(*PrefillResponse)(nil),       // 14: hydra.backend.v1.PrefillResponse
-	(*TokenizeResponse)(nil),      // 15: hydra.backend.v1.TokenizeResponse
-	(*SamplerParams)(nil),         // 16: hydra.backend.v1.SamplerParams
-	(*DecodeRequest)(nil),         // 17: hydra.backend.v1.DecodeRequest
-	(*TokenProb)(nil),             // 18: hydra.backend.v1.TokenProb
-	(*Token)(nil),                 // 19: hydra.backend.v1.Token
-	(*DecodeResult)(nil),          // 20: hydra.backend.v1.DecodeResult
-	(*PromptResult)(nil),          // 21: hydra.backend.v1.PromptResult
-	(*DecodeResponse)(nil),        // 22: hydra.backend.v1.DecodeResponse
-	(*StateGetRequest)(nil),       // 23: hydra.backend.v1.StateGetRequest
-	(*StateGetResponse)(nil),      // 24: hydra.backend.v1.StateGetResponse
-	(*StatePutHeader)(nil),        // 25: hydra.backend.v1.StatePutHeader
-	(*StatePutRequest)(nil),       // 26: hydra.backend.v1.StatePutRequest
-	(*StatePutResponse)(nil),      // 27: hydra.backend.v1.StatePutResponse
-	(*SetExpertModeRequest)(nil),  // 28: hydra.backend.v1.SetExpertModeRequest
-	(*SetExpertModeResponse)(nil), // 29: hydra.backend.v1.SetExpertModeResponse
-	(*SwapQuantRequest)(nil),      // 30: hydra.backend.v1.SwapQuantRequest
-	(*SwapQuantResponse)(nil),     // 31: hydra.backend.v1.SwapQuantResponse
-	(*DataPlaneRequest)(nil),      // 32: hydra.backend.v1.DataPlaneRequest
-	(*DataPlaneResponse)(nil),     // 33: hydra.backend.v1.DataPlaneResponse
-	(*ShmTransfer)(nil),           // 34: hydra.backend.v1.ShmTransfer
-	(*StateGetShmRequest)(nil),    // 35: hydra.backend.v1.StateGetShmRequest
-	(*StateGetShmResponse)(nil),   // 36: hydra.backend.v1.StateGetShmResponse
-	(*StatePutShmRequest)(nil),    // 37: hydra.backend.v1.StatePutShmRequest
-	nil,                           // 38: hydra.backend.v1.LoadRequest.OptionsEntry
-	nil,                           // 39: hydra.backend.v1.SamplerParams.LogitBiasEntry
+	(*TokenizeOptions)(nil),       // 14: hydra.backend.v1.TokenizeOptions
+	(*PrefillResponse)(nil),       // 15: hydra.backend.v1.PrefillResponse
+	(*TokenizeResponse)(nil),      // 16: hydra.backend.v1.TokenizeResponse
+	(*SamplerParams)(nil),         // 17: hydra.backend.v1.SamplerParams
+	(*DecodeRequest)(nil),         // 18: hydra.backend.v1.DecodeRequest
+	(*Output)(nil),                // 19: hydra.backend.v1.Output
+	(*ChatDelta)(nil),             // 20: hydra.backend.v1.ChatDelta
+	(*ChatReply)(nil),             // 21: hydra.backend.v1.ChatReply
+	(*TokenProb)(nil),             // 22: hydra.backend.v1.TokenProb
+	(*Token)(nil),                 // 23: hydra.backend.v1.Token
+	(*DecodeResult)(nil),          // 24: hydra.backend.v1.DecodeResult
+	(*PromptResult)(nil),          // 25: hydra.backend.v1.PromptResult
+	(*DecodeResponse)(nil),        // 26: hydra.backend.v1.DecodeResponse
+	(*StateGetRequest)(nil),       // 27: hydra.backend.v1.StateGetRequest
+	(*StateGetResponse)(nil),      // 28: hydra.backend.v1.StateGetResponse
+	(*StatePutHeader)(nil),        // 29: hydra.backend.v1.StatePutHeader
+	(*StatePutRequest)(nil),       // 30: hydra.backend.v1.StatePutRequest
+	(*StatePutResponse)(nil),      // 31: hydra.backend.v1.StatePutResponse
+	(*SetExpertModeRequest)(nil),  // 32: hydra.backend.v1.SetExpertModeRequest
+	(*SetExpertModeResponse)(nil), // 33: hydra.backend.v1.SetExpertModeResponse
+	(*SwapQuantRequest)(nil),      // 34: hydra.backend.v1.SwapQuantRequest
+	(*SwapQuantResponse)(nil),     // 35: hydra.backend.v1.SwapQuantResponse
+	(*DataPlaneRequest)(nil),      // 36: hydra.backend.v1.DataPlaneRequest
+	(*DataPlaneResponse)(nil),     // 37: hydra.backend.v1.DataPlaneResponse
+	(*ShmTransfer)(nil),           // 38: hydra.backend.v1.ShmTransfer
+	(*StateGetShmRequest)(nil),    // 39: hydra.backend.v1.StateGetShmRequest
+	(*StateGetShmResponse)(nil),   // 40: hydra.backend.v1.StateGetShmResponse
+	(*StatePutShmRequest)(nil),    // 41: hydra.backend.v1.StatePutShmRequest
+	nil,                           // 42: hydra.backend.v1.LoadRequest.OptionsEntry
+	nil,                           // 43: hydra.backend.v1.SamplerParams.LogitBiasEntry
 }
 var file_iface_proto_hydra_backend_v1_backend_proto_depIdxs = []int32{
 	0,  // 0: hydra.backend.v1.BackendInfo.model:type_name -> hydra.backend.v1.ModelIdentity
-	38, // 1: hydra.backend.v1.LoadRequest.options:type_name -> hydra.backend.v1.LoadRequest.OptionsEntry
+	42, // 1: hydra.backend.v1.LoadRequest.options:type_name -> hydra.backend.v1.LoadRequest.OptionsEntry
 	1,  // 2: hydra.backend.v1.LoadResponse.info:type_name -> hydra.backend.v1.BackendInfo
 	1,  // 3: hydra.backend.v1.InfoResponse.info:type_name -> hydra.backend.v1.BackendInfo
 	6,  // 4: hydra.backend.v1.SlotResponse.slot:type_name -> hydra.backend.v1.SlotInfo
 	12, // 5: hydra.backend.v1.Message.tool_calls:type_name -> hydra.backend.v1.ToolCall
 	11, // 6: hydra.backend.v1.PrefillRequest.messages:type_name -> hydra.backend.v1.Message
-	6,  // 7: hydra.backend.v1.PrefillResponse.slot:type_name -> hydra.backend.v1.SlotInfo
-	39, // 8: hydra.backend.v1.SamplerParams.logit_bias:type_name -> hydra.backend.v1.SamplerParams.LogitBiasEntry
-	16, // 9: hydra.backend.v1.DecodeRequest.sampler:type_name -> hydra.backend.v1.SamplerParams
-	13, // 10: hydra.backend.v1.DecodeRequest.prompt:type_name -> hydra.backend.v1.PrefillRequest
-	18, // 11: hydra.backend.v1.Token.top:type_name -> hydra.backend.v1.TokenProb
-	21, // 12: hydra.backend.v1.DecodeResult.prompt:type_name -> hydra.backend.v1.PromptResult
-	19, // 13: hydra.backend.v1.DecodeResponse.token:type_name -> hydra.backend.v1.Token
-	20, // 14: hydra.backend.v1.DecodeResponse.result:type_name -> hydra.backend.v1.DecodeResult
-	25, // 15: hydra.backend.v1.StatePutRequest.header:type_name -> hydra.backend.v1.StatePutHeader
-	34, // 16: hydra.backend.v1.StateGetShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
-	34, // 17: hydra.backend.v1.StatePutShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
-	2,  // 18: hydra.backend.v1.Backend.Load:input_type -> hydra.backend.v1.LoadRequest
-	4,  // 19: hydra.backend.v1.Backend.Info:input_type -> hydra.backend.v1.InfoRequest
-	7,  // 20: hydra.backend.v1.Backend.Slot:input_type -> hydra.backend.v1.SlotRequest
-	9,  // 21: hydra.backend.v1.Backend.ClearSlot:input_type -> hydra.backend.v1.ClearSlotRequest
-	13, // 22: hydra.backend.v1.Backend.Prefill:input_type -> hydra.backend.v1.PrefillRequest
-	13, // 23: hydra.backend.v1.Backend.Tokenize:input_type -> hydra.backend.v1.PrefillRequest
-	17, // 24: hydra.backend.v1.Backend.Decode:input_type -> hydra.backend.v1.DecodeRequest
-	23, // 25: hydra.backend.v1.Backend.StateGet:input_type -> hydra.backend.v1.StateGetRequest
-	26, // 26: hydra.backend.v1.Backend.StatePut:input_type -> hydra.backend.v1.StatePutRequest
-	32, // 27: hydra.backend.v1.Backend.DataPlane:input_type -> hydra.backend.v1.DataPlaneRequest
-	35, // 28: hydra.backend.v1.Backend.StateGetShm:input_type -> hydra.backend.v1.StateGetShmRequest
-	37, // 29: hydra.backend.v1.Backend.StatePutShm:input_type -> hydra.backend.v1.StatePutShmRequest
-	28, // 30: hydra.backend.v1.Backend.SetExpertMode:input_type -> hydra.backend.v1.SetExpertModeRequest
-	30, // 31: hydra.backend.v1.Backend.SwapQuant:input_type -> hydra.backend.v1.SwapQuantRequest
-	3,  // 32: hydra.backend.v1.Backend.Load:output_type -> hydra.backend.v1.LoadResponse
-	5,  // 33: hydra.backend.v1.Backend.Info:output_type -> hydra.backend.v1.InfoResponse
-	8,  // 34: hydra.backend.v1.Backend.Slot:output_type -> hydra.backend.v1.SlotResponse
-	10, // 35: hydra.backend.v1.Backend.ClearSlot:output_type -> hydra.backend.v1.ClearSlotResponse
-	14, // 36: hydra.backend.v1.Backend.Prefill:output_type -> hydra.backend.v1.PrefillResponse
-	15, // 37: hydra.backend.v1.Backend.Tokenize:output_type -> hydra.backend.v1.TokenizeResponse
-	22, // 38: hydra.backend.v1.Backend.Decode:output_type -> hydra.backend.v1.DecodeResponse
-	24, // 39: hydra.backend.v1.Backend.StateGet:output_type -> hydra.backend.v1.StateGetResponse
-	27, // 40: hydra.backend.v1.Backend.StatePut:output_type -> hydra.backend.v1.StatePutResponse
-	33, // 41: hydra.backend.v1.Backend.DataPlane:output_type -> hydra.backend.v1.DataPlaneResponse
-	36, // 42: hydra.backend.v1.Backend.StateGetShm:output_type -> hydra.backend.v1.StateGetShmResponse
-	27, // 43: hydra.backend.v1.Backend.StatePutShm:output_type -> hydra.backend.v1.StatePutResponse
-	29, // 44: hydra.backend.v1.Backend.SetExpertMode:output_type -> hydra.backend.v1.SetExpertModeResponse
-	31, // 45: hydra.backend.v1.Backend.SwapQuant:output_type -> hydra.backend.v1.SwapQuantResponse
-	32, // [32:46] is the sub-list for method output_type
-	18, // [18:32] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	14, // 7: hydra.backend.v1.PrefillRequest.tokenize:type_name -> hydra.backend.v1.TokenizeOptions
+	6,  // 8: hydra.backend.v1.PrefillResponse.slot:type_name -> hydra.backend.v1.SlotInfo
+	43, // 9: hydra.backend.v1.SamplerParams.logit_bias:type_name -> hydra.backend.v1.SamplerParams.LogitBiasEntry
+	17, // 10: hydra.backend.v1.DecodeRequest.sampler:type_name -> hydra.backend.v1.SamplerParams
+	13, // 11: hydra.backend.v1.DecodeRequest.prompt:type_name -> hydra.backend.v1.PrefillRequest
+	19, // 12: hydra.backend.v1.DecodeRequest.output:type_name -> hydra.backend.v1.Output
+	13, // 13: hydra.backend.v1.Output.chat:type_name -> hydra.backend.v1.PrefillRequest
+	12, // 14: hydra.backend.v1.ChatReply.tool_calls:type_name -> hydra.backend.v1.ToolCall
+	22, // 15: hydra.backend.v1.Token.top:type_name -> hydra.backend.v1.TokenProb
+	20, // 16: hydra.backend.v1.Token.deltas:type_name -> hydra.backend.v1.ChatDelta
+	25, // 17: hydra.backend.v1.DecodeResult.prompt:type_name -> hydra.backend.v1.PromptResult
+	21, // 18: hydra.backend.v1.DecodeResult.message:type_name -> hydra.backend.v1.ChatReply
+	20, // 19: hydra.backend.v1.DecodeResult.deltas:type_name -> hydra.backend.v1.ChatDelta
+	23, // 20: hydra.backend.v1.DecodeResponse.token:type_name -> hydra.backend.v1.Token
+	24, // 21: hydra.backend.v1.DecodeResponse.result:type_name -> hydra.backend.v1.DecodeResult
+	29, // 22: hydra.backend.v1.StatePutRequest.header:type_name -> hydra.backend.v1.StatePutHeader
+	38, // 23: hydra.backend.v1.StateGetShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
+	38, // 24: hydra.backend.v1.StatePutShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
+	2,  // 25: hydra.backend.v1.Backend.Load:input_type -> hydra.backend.v1.LoadRequest
+	4,  // 26: hydra.backend.v1.Backend.Info:input_type -> hydra.backend.v1.InfoRequest
+	7,  // 27: hydra.backend.v1.Backend.Slot:input_type -> hydra.backend.v1.SlotRequest
+	9,  // 28: hydra.backend.v1.Backend.ClearSlot:input_type -> hydra.backend.v1.ClearSlotRequest
+	13, // 29: hydra.backend.v1.Backend.Prefill:input_type -> hydra.backend.v1.PrefillRequest
+	13, // 30: hydra.backend.v1.Backend.Tokenize:input_type -> hydra.backend.v1.PrefillRequest
+	18, // 31: hydra.backend.v1.Backend.Decode:input_type -> hydra.backend.v1.DecodeRequest
+	27, // 32: hydra.backend.v1.Backend.StateGet:input_type -> hydra.backend.v1.StateGetRequest
+	30, // 33: hydra.backend.v1.Backend.StatePut:input_type -> hydra.backend.v1.StatePutRequest
+	36, // 34: hydra.backend.v1.Backend.DataPlane:input_type -> hydra.backend.v1.DataPlaneRequest
+	39, // 35: hydra.backend.v1.Backend.StateGetShm:input_type -> hydra.backend.v1.StateGetShmRequest
+	41, // 36: hydra.backend.v1.Backend.StatePutShm:input_type -> hydra.backend.v1.StatePutShmRequest
+	32, // 37: hydra.backend.v1.Backend.SetExpertMode:input_type -> hydra.backend.v1.SetExpertModeRequest
+	34, // 38: hydra.backend.v1.Backend.SwapQuant:input_type -> hydra.backend.v1.SwapQuantRequest
+	3,  // 39: hydra.backend.v1.Backend.Load:output_type -> hydra.backend.v1.LoadResponse
+	5,  // 40: hydra.backend.v1.Backend.Info:output_type -> hydra.backend.v1.InfoResponse
+	8,  // 41: hydra.backend.v1.Backend.Slot:output_type -> hydra.backend.v1.SlotResponse
+	10, // 42: hydra.backend.v1.Backend.ClearSlot:output_type -> hydra.backend.v1.ClearSlotResponse
+	15, // 43: hydra.backend.v1.Backend.Prefill:output_type -> hydra.backend.v1.PrefillResponse
+	16, // 44: hydra.backend.v1.Backend.Tokenize:output_type -> hydra.backend.v1.TokenizeResponse
+	26, // 45: hydra.backend.v1.Backend.Decode:output_type -> hydra.backend.v1.DecodeResponse
+	28, // 46: hydra.backend.v1.Backend.StateGet:output_type -> hydra.backend.v1.StateGetResponse
+	31, // 47: hydra.backend.v1.Backend.StatePut:output_type -> hydra.backend.v1.StatePutResponse
+	37, // 48: hydra.backend.v1.Backend.DataPlane:output_type -> hydra.backend.v1.DataPlaneResponse
+	40, // 49: hydra.backend.v1.Backend.StateGetShm:output_type -> hydra.backend.v1.StateGetShmResponse
+	31, // 50: hydra.backend.v1.Backend.StatePutShm:output_type -> hydra.backend.v1.StatePutResponse
+	33, // 51: hydra.backend.v1.Backend.SetExpertMode:output_type -> hydra.backend.v1.SetExpertModeResponse
+	35, // 52: hydra.backend.v1.Backend.SwapQuant:output_type -> hydra.backend.v1.SwapQuantResponse
+	39, // [39:53] is the sub-list for method output_type
+	25, // [25:39] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_iface_proto_hydra_backend_v1_backend_proto_init() }
@@ -2851,11 +3288,12 @@ func file_iface_proto_hydra_backend_v1_backend_proto_init() {
 	if File_iface_proto_hydra_backend_v1_backend_proto != nil {
 		return
 	}
-	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22].OneofWrappers = []any{
+	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[13].OneofWrappers = []any{}
+	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26].OneofWrappers = []any{
 		(*DecodeResponse_Token)(nil),
 		(*DecodeResponse_Result)(nil),
 	}
-	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26].OneofWrappers = []any{
+	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30].OneofWrappers = []any{
 		(*StatePutRequest_Header)(nil),
 		(*StatePutRequest_Data)(nil),
 	}
@@ -2865,7 +3303,7 @@ func file_iface_proto_hydra_backend_v1_backend_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_iface_proto_hydra_backend_v1_backend_proto_rawDesc), len(file_iface_proto_hydra_backend_v1_backend_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   40,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

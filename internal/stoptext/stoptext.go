@@ -1,30 +1,33 @@
-package httpapi
+// Package stoptext turns generated token pieces into the text a client is
+// shown: cut at the first stop string, never ending inside a UTF-8 sequence.
+// The host's completions and the llama backend's parsed replies share it.
+package stoptext
 
 import (
 	"strings"
 	"unicode/utf8"
 )
 
-// textStream turns generated token pieces into the text a client is shown.
+// Stream turns generated token pieces into the text a client is shown.
 // It ends the text at the first stop string and holds back any tail that may
 // still grow into one, or that ends inside a UTF-8 sequence (byte tokens
 // split characters), so a streamed chunk never shows what a later token
 // would take back.
-type textStream struct {
-	stops   []string
+type Stream struct {
+	Stops   []string
 	pending string // received, not yet released
 	stopped bool
 }
 
-// push adds a piece and returns the text that is now final. Once a stop
+// Push adds a piece and returns the text that is now final. Once a stop
 // string has matched, stopped is true and further pieces are ignored.
-func (t *textStream) push(piece string) (out string, stopped bool) {
+func (t *Stream) Push(piece string) (out string, stopped bool) {
 	if t.stopped {
 		return "", true
 	}
 	t.pending += piece
 	first := -1
-	for _, s := range t.stops {
+	for _, s := range t.Stops {
 		if i := strings.Index(t.pending, s); i >= 0 && (first < 0 || i < first) {
 			first = i
 		}
@@ -34,7 +37,7 @@ func (t *textStream) push(piece string) (out string, stopped bool) {
 		return out, true
 	}
 	hold := 0
-	for _, s := range t.stops {
+	for _, s := range t.Stops {
 		for k := min(len(s)-1, len(t.pending)); k > hold; k-- {
 			if strings.HasSuffix(t.pending, s[:k]) {
 				hold = k
@@ -47,8 +50,8 @@ func (t *textStream) push(piece string) (out string, stopped bool) {
 	return out, false
 }
 
-// flush releases what is held back: generation ended without a stop match.
-func (t *textStream) flush() string {
+// Flush releases what is held back: generation ended without a stop match.
+func (t *Stream) Flush() string {
 	out := t.pending
 	t.pending = ""
 	return out

@@ -1,4 +1,4 @@
-package httpapi
+package stoptext
 
 import "testing"
 
@@ -21,10 +21,10 @@ func TestTextStream(t *testing.T) {
 		{name: "split 4-byte rune", pieces: []string{"\xf0\x9f", "\x98", "\x80"}, want: []string{"", "", "😀"}},
 		{name: "invalid byte passes", pieces: []string{"a\xff"}, want: []string{"a\xff"}},
 	} {
-		ts := &textStream{stops: c.stops}
+		ts := &Stream{Stops: c.stops}
 		stopped := false
 		for i, p := range c.pieces {
-			out, st := ts.push(p)
+			out, st := ts.Push(p)
 			if i < len(c.want) && out != c.want[i] {
 				t.Errorf("%s: piece %d released %q, want %q", c.name, i, out, c.want[i])
 			}
@@ -33,7 +33,7 @@ func TestTextStream(t *testing.T) {
 		if stopped != c.stopped {
 			t.Errorf("%s: stopped %v, want %v", c.name, stopped, c.stopped)
 		}
-		if rest := ts.flush(); !c.stopped && rest != c.rest {
+		if rest := ts.Flush(); !c.stopped && rest != c.rest {
 			t.Errorf("%s: flush %q, want %q", c.name, rest, c.rest)
 		}
 	}
