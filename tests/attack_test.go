@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -153,6 +155,30 @@ func TestSharedCacheServesHTTPBesideRPC(t *testing.T) {
 	}
 }
 
+// waitStopped waits until every thread of process pid is stopped (state T
+// in /proc), so that nothing it was doing can still answer.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+		stopped := len(tasks) > 0
+		for _, f := range tasks {
+			b, err := os.ReadFile(f)
+			i := bytes.LastIndexByte(b, ')')
+			if err != nil || i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+				stopped = false
+				break
+			}
+		}
+		if stopped {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("process %d did not stop within 5 s of SIGSTOP", pid)
+}
+
 // TestInfoWhilePluginHung: with the plugin stopped (SIGSTOP), INFO answers
 // ERROR with backend_available false within its deadline, as /health
 // answers 503; once the plugin runs again both answer OK.
@@ -167,6 +193,7 @@ func TestInfoWhilePluginHung(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer syscall.Kill(pid, syscall.SIGCONT)
+	waitStopped(t, pid) // the signal is queued; its threads stop when next scheduled
 	health := make(chan int, 1)
 	go func() { // no t.Fatal off the test's goroutine: a failed request is code 0
 		code := 0
