@@ -55,7 +55,7 @@ run: build $(if $(filter cuda-llama,$(BACKEND)),build-llama $(if $(filter $(BIN)
 # its fetch and CMake build (cold: minutes) run meanwhile at a lower
 # priority, beside the checks that do not need it, whose tests leave a core
 # idle much of the time.
-test:
+test: test-fixtures
 	@mkdir -p build; log=build/llama-libs.log; \
 	nice -n 10 $(MAKE) --no-print-directory llama-libs >$$log 2>&1 & libs=$$!; \
 	$(MAKE) --no-print-directory vet staticcheck-go unit race fuzz-brief; rc=$$?; \

