@@ -43,8 +43,14 @@ func requireKey(next http.Handler, keys []string, publicMetrics bool, log hclog.
 }
 
 // bearerToken is the credential of an "Authorization: Bearer TOKEN" header
-// (the scheme is case-insensitive, RFC 9110 §11.1); ok is false without one.
+// (the scheme is case-insensitive, RFC 9110 §11.1), or without one of
+// Anthropic's "X-Api-Key: TOKEN", as llama-server takes it; ok is false
+// without either.
 func bearerToken(r *http.Request) (token string, ok bool) {
+	if r.Header.Get("Authorization") == "" {
+		token = strings.TrimSpace(r.Header.Get("X-Api-Key"))
+		return token, token != ""
+	}
 	scheme, token, found := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !found || !strings.EqualFold(scheme, "Bearer") {
 		return "", false

@@ -170,6 +170,9 @@ type completionRun struct {
 	prompt  time.Duration // the prefill's time
 	reused  int           // prompt tokens kept from the slot's previous sequence
 	stop    string        // the backend's stop reason ("stop_string": a stop string ended the decode)
+	// stopWord is the stop string that ended the reply, where one did and
+	// it is known (a parsed reply's is known when only one was given).
+	stopWord string
 	// promptDecode: the decode evaluates the prompt first (promptInDecode).
 	promptDecode bool
 	nPredict     int         // tokens the decode may generate
@@ -193,9 +196,21 @@ type completionRun struct {
 // failure is the reply; after that it is a final error event.
 func (a *api) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 	arrived := time.Now()
+	body, err := readAdmittedBody(w, r, a.s)
+	if err != nil {
+		writeAPIError(w, a.apiErrorOf(r.Context(), "reading the request", err))
+		return
+	}
+	a.completeBody(w, r, chat, body, arrived)
+}
+
+// completeBody runs the completion of body, which arrived then: an OpenAI
+// body, or one converted to it (/v1/messages).
+func (a *api) completeBody(w http.ResponseWriter, r *http.Request, chat bool, body []byte, arrived time.Time) {
 	ctx := r.Context()
 	b, info := a.s.Backend()
-	c, err := a.readCompletion(w, r, chat, info)
+	tun := a.s.Tunables()
+	c, err := parseCompletion(body, chat, tun.Sampler(), tun.NPredict(), info)
 	if err != nil {
 		writeAPIError(w, a.apiErrorOf(ctx, "reading the request", err))
 		return
@@ -356,16 +371,6 @@ func (a *api) promptTokens(ctx context.Context, b iface.Backend, c *completion) 
 	return p.Tokens, nil
 }
 
-// readCompletion reads and validates the body against the engine's defaults.
-func (a *api) readCompletion(w http.ResponseWriter, r *http.Request, chat bool, info iface.BackendInfo) (completion, error) {
-	body, err := readAdmittedBody(w, r, a.s)
-	if err != nil {
-		return completion{}, err
-	}
-	tun := a.s.Tunables()
-	return parseCompletion(body, chat, tun.Sampler(), tun.NPredict(), info)
-}
-
 // newCompletionBody fills the fields every reply and chunk of c shares.
 func newCompletionBody(c completion, info iface.BackendInfo) completionBody {
 	body := completionBody{ID: newCompletionID(c.chat), Object: "text_completion", Created: time.Now().Unix(),
@@ -467,6 +472,7 @@ func (rn *completionRun) generate() error {
 	rn.a.s.Stats().CountTokens(host.PhaseDecode, nGen, elapsed)
 	u := &usage{PromptTokens: rn.nPrompt, CompletionTokens: nGen, TotalTokens: rn.nPrompt + nGen}
 	tm := newTimings(rn.nPrompt, rn.prompt, nGen, elapsed)
+	rn.observe()
 	if rn.c.stream {
 		rn.finishStream(reason, u, tm)
 		return nil
@@ -602,11 +608,14 @@ func (rn *completionRun) decode() (string, int, string, error) {
 	}
 	rn.stop = res.StopReason
 	if rn.c.parsed && err == nil {
+		if rn.stop == iface.StopString && len(rn.c.stops) == 1 {
+			rn.stopWord = rn.c.stops[0]
+		}
 		return rn.finishParsed(n, res)
 	}
 	switch {
 	case errors.Is(err, errStopString):
-		rn.stop = "stop_string"
+		rn.stop, rn.stopWord = iface.StopString, ts.Matched
 		return rn.finishText(n, "stop")
 	case err != nil:
 		return rn.text.String(), n, "", err
@@ -702,6 +711,7 @@ func (rn *completionRun) startStream() error {
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no") // keep reverse proxies from batching events
+	rn.observe()
 	rn.w.WriteHeader(http.StatusOK)
 	rn.started = true
 	if !rn.c.chat {
@@ -771,6 +781,18 @@ func (rn *completionRun) fail(err error) {
 		return
 	}
 	_ = rn.event(map[string]*apiError{"error": e})
+}
+
+// runObserver is a reply writer that turns the OpenAI reply into another
+// API's (anthropicWriter): it is told, before the stream starts and before
+// the reply ends, what the OpenAI reply does not carry (the prompt's reused
+// tokens, the stop string that ended it).
+type runObserver interface{ observeRun(rn *completionRun) }
+
+func (rn *completionRun) observe() {
+	if o, ok := rn.w.(runObserver); ok {
+		o.observeRun(rn)
+	}
 }
 
 // event writes one SSE event and flushes it to the client.

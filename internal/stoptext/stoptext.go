@@ -14,7 +14,9 @@ import (
 // split characters), so a streamed chunk never shows what a later token
 // would take back.
 type Stream struct {
-	Stops   []string
+	Stops []string
+	// Matched is the stop string that ended the text, once one has.
+	Matched string
 	pending string // received, not yet released
 	stopped bool
 }
@@ -29,7 +31,7 @@ func (t *Stream) Push(piece string) (out string, stopped bool) {
 	first := -1
 	for _, s := range t.Stops {
 		if i := strings.Index(t.pending, s); i >= 0 && (first < 0 || i < first) {
-			first = i
+			first, t.Matched = i, s
 		}
 	}
 	if first >= 0 {

@@ -1,0 +1,78 @@
+package httpapi
+
+import (
+	"net/http"
+
+	"github.com/hydra-engine/hydra-engine/host"
+)
+
+// The prompt's token count of a request, without running it:
+// POST /v1/chat/completions/input_tokens (a chat completion body) and
+// POST /v1/messages/count_tokens (a Messages body), as llama-server's
+// handle_count_tokens answers them: the body rendered as its completion
+// renders it, then the backend's Tokenize.
+
+// chatInputTokens serves /v1/chat/completions/input_tokens.
+func (a *api) chatInputTokens(w http.ResponseWriter, r *http.Request) {
+	body, err := readAdmittedBody(w, r, a.s)
+	if err != nil {
+		writeAPIError(w, a.apiErrorOf(r.Context(), "reading the request", err))
+		return
+	}
+	n, err := a.countPrompt(r, body)
+	if err != nil {
+		writeAPIError(w, a.apiErrorOf(r.Context(), "counting the prompt's tokens", err))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "response.input_tokens", "input_tokens": n})
+}
+
+// countMessageTokens serves /v1/messages/count_tokens, errors in
+// Anthropic's shape.
+func (a *api) countMessageTokens(w http.ResponseWriter, r *http.Request) {
+	fail := func(step string, err error) {
+		e := a.apiErrorOf(r.Context(), step, err)
+		writeAnthropicError(w, e.status, e.Msg)
+	}
+	body, err := readAdmittedBody(w, r, a.s)
+	if err != nil {
+		fail("reading the request", err)
+		return
+	}
+	oai, _, err := anthropicToOpenAI(body, true)
+	if err != nil {
+		fail("reading the request", err)
+		return
+	}
+	n, err := a.countPrompt(r, oai)
+	if err != nil {
+		fail("counting the prompt's tokens", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"input_tokens": n})
+}
+
+// countPrompt is the number of tokens the chat completion body's prompt
+// renders to.
+func (a *api) countPrompt(r *http.Request, body []byte) (int, error) {
+	b, info := a.s.Backend()
+	var req completionRequest
+	if err := host.CheckMessageCountJSON(body, info); err != nil {
+		return 0, badRequest("%v", err)
+	}
+	if err := decodeJSON(body, &req); err != nil {
+		return 0, err
+	}
+	if err := a.checkModel(req.Model); err != nil {
+		return 0, err
+	}
+	p, err := parseInput(&req, true, info)
+	if err != nil {
+		return 0, err
+	}
+	toks, err := b.Tokenize(r.Context(), p)
+	if err != nil {
+		return 0, err
+	}
+	return len(toks.Tokens), nil
+}
