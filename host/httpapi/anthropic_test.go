@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/hydra-engine/hydra-engine/iface"
 )
 
 // anthropicReply is a /v1/messages reply.
@@ -250,5 +252,74 @@ func TestMessagesBadInput(t *testing.T) {
 	// The one slot is free: a request with id_slot 0 would wait otherwise.
 	if rec := post(h, "/v1/chat/completions", `{"id_slot":0,"max_tokens":1,`+user+`}`); rec.Code != 200 {
 		t.Errorf("after the refusals: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// TestMessagesToolUse: a round trip's next turn reaches the backend as the
+// chat it converts to (assistant tool_calls with the thinking as reasoning,
+// a tool message per tool_result, in order); the parsed reply comes back as
+// thinking and tool_use blocks with their input objects and stop_reason
+// tool_use, and streamed as thinking_delta and input_json_delta pieces that
+// rebuild it.
+func TestMessagesToolUse(t *testing.T) {
+	m, info := loadMock(t, 1)
+	got := &iface.DecodeRequest{}
+	info.Capabilities = append(info.Capabilities, iface.CapOutput)
+	_, h := serve(t, &parsingBackend{Backend: m, got: got}, info, nil)
+	body := `{"max_tokens":64,"system":"sys","tools":[{"name":"get_weather","description":"d","input_schema":{"type":"object","properties":{"city":{"type":"string"}}}},{"name":"get_time"}],` +
+		`"tool_choice":{"type":"any","disable_parallel_tool_use":true},"stop_sequences":["END"],"messages":[` +
+		`{"role":"user","content":"weather?"},` +
+		`{"role":"assistant","content":[{"type":"thinking","thinking":"hm","signature":""},{"type":"text","text":"checking"},{"type":"tool_use","id":"toolu_1","name":"get_weather","input":{"city":"Paris"}}]},` +
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":[{"type":"text","text":"sunny"}],"is_error":false},{"type":"text","text":"and the time?"}]}]`
+	rec := post(h, "/v1/messages", body+`}`)
+	r := decodeReply(t, rec.Body.String())
+	if rec.Code != 200 {
+		t.Fatalf("%d %s", rec.Code, rec.Body)
+	}
+	chat := got.Output.Chat
+	if chat == nil || chat.ToolChoice != "required" || chat.ParallelToolCalls == nil || *chat.ParallelToolCalls || len(chat.Tools) != 2 ||
+		!reflect.DeepEqual(got.Output.Stops, []string{"END"}) {
+		t.Fatalf("backend got %+v", got.Output)
+	}
+	roles := []string{}
+	for _, m := range chat.Messages {
+		roles = append(roles, m.Role)
+	}
+	ms := chat.Messages
+	if !reflect.DeepEqual(roles, []string{"system", "user", "assistant", "tool", "user"}) || ms[0].Content != "sys" ||
+		ms[2].Content != "checking" || ms[2].ReasoningContent != "hm" || len(ms[2].ToolCalls) != 1 ||
+		ms[2].ToolCalls[0].ID != "toolu_1" || ms[2].ToolCalls[0].Arguments != `{"city":"Paris"}` ||
+		ms[3].ToolCallID != "toolu_1" || ms[3].Content != "sunny" || ms[4].Content != "and the time?" {
+		t.Errorf("messages %+v", ms)
+	}
+	var tools []map[string]any
+	for _, s := range chat.Tools {
+		var tl map[string]any
+		_ = json.Unmarshal([]byte(s), &tl)
+		tools = append(tools, tl)
+	}
+	if fn := tools[0]["function"].(map[string]any); fn["name"] != "get_weather" || fn["description"] != "d" || fn["parameters"].(map[string]any)["type"] != "object" {
+		t.Errorf("tools %v", tools)
+	}
+	if r.StopReason != "tool_use" || len(r.Content) != 3 || r.Content[0].Type != "thinking" || r.Content[0].Thinking != "need weather" ||
+		r.Content[1].Type != "tool_use" || r.Content[1].ID != "call_a" || r.Content[1].Name != "get_weather" || string(r.Content[1].Input) != `{"city":"Paris"}` ||
+		r.Content[2].Name != "get_time" || string(r.Content[2].Input) != `{"zone":"CET"}` {
+		t.Errorf("reply %s", rec.Body)
+	}
+	// A named tool is OpenAI's named function.
+	post(h, "/v1/messages", strings.Replace(body, `{"type":"any","disable_parallel_tool_use":true}`, `{"type":"tool","name":"get_time"}`, 1)+`}`)
+	if c := got.Output.Chat; c.ToolChoice != "required" || c.ToolChoiceName != "get_time" || !*c.ParallelToolCalls {
+		t.Errorf("named tool: %q %q %v", c.ToolChoice, c.ToolChoiceName, *c.ParallelToolCalls)
+	}
+
+	st := post(h, "/v1/messages", body+`,"stream":true}`)
+	names, blocks, stop := reassemble(t, readEvents(t, st.Body.String()))
+	if stop != "tool_use" || len(blocks) != 3 || blocks[0]["type"] != "thinking" || blocks[0]["thinking"] != "need weather" ||
+		blocks[1]["type"] != "tool_use" || blocks[1]["id"] != "call_a" || blocks[1]["name"] != "get_weather" || blocks[1]["partial_json"] != `{"city":"Paris"}` ||
+		blocks[2]["name"] != "get_time" || blocks[2]["partial_json"] != `{"zone":"CET"}` {
+		t.Errorf("stream %v: %v %s\n%s", names, blocks, stop, st.Body)
+	}
+	if names[0] != "message_start" || names[len(names)-1] != "message_stop" || strings.Count(strings.Join(names, " "), "content_block_stop") != 3 {
+		t.Errorf("events %v", names)
 	}
 }

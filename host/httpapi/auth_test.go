@@ -105,3 +105,33 @@ func TestNoAPIKeysOpen(t *testing.T) {
 		}
 	}
 }
+
+// TestAPIKeyAnthropicHeader: Anthropic's clients send the key as X-Api-Key,
+// which is taken where no Authorization header is, as llama-server takes it.
+func TestAPIKeyAnthropicHeader(t *testing.T) {
+	h := keyedServer(t, Options{APIKeys: []string{"key-one"}})
+	body := `{"messages":[{"role":"user","content":"hi"}],"max_tokens":2}`
+	for _, c := range []struct {
+		auth, xkey string
+		code       int
+	}{
+		{"", "key-one", 200},
+		{"", "key-two", 401},
+		{"", "", 401},
+		{"Bearer wrong", "key-one", 401}, // the Authorization header is the credential when sent
+		{"Bearer key-one", "wrong", 200},
+	} {
+		req := httptest.NewRequest("POST", "/v1/messages", strings.NewReader(body))
+		if c.auth != "" {
+			req.Header.Set("Authorization", c.auth)
+		}
+		if c.xkey != "" {
+			req.Header.Set("X-Api-Key", c.xkey)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != c.code {
+			t.Errorf("Authorization %q, X-Api-Key %q: %d %s, want %d", c.auth, c.xkey, rec.Code, rec.Body, c.code)
+		}
+	}
+}
