@@ -151,9 +151,14 @@ func TestMessagesText(t *testing.T) {
 	if err := json.Unmarshal(count.Body.Bytes(), &n); count.Code != 200 || err != nil || n.InputTokens != want.Usage.PromptTokens {
 		t.Errorf("count_tokens: %d %s, want %d", count.Code, count.Body, want.Usage.PromptTokens)
 	}
-	in := post(h, "/v1/chat/completions/input_tokens", `{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Once upon a time"}]}`)
-	if in.Code != 200 || strings.TrimSpace(in.Body.String()) != `{"input_tokens":`+itoa(want.Usage.PromptTokens)+`,"object":"response.input_tokens"}` {
-		t.Errorf("input_tokens: %d %s", in.Code, in.Body)
+	for _, path := range []string{"/v1/chat/completions/input_tokens", "/chat/completions/input_tokens"} {
+		in := post(h, path, `{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Once upon a time"}]}`)
+		if in.Code != 200 || strings.TrimSpace(in.Body.String()) != `{"input_tokens":`+itoa(want.Usage.PromptTokens)+`,"object":"response.input_tokens"}` {
+			t.Errorf("%s: %d %s", path, in.Code, in.Body)
+		}
+	}
+	if in := post(h, "/v1/chat/completions/input_tokens", `{"messages":[]}`); in.Code != 400 || !strings.Contains(in.Body.String(), `"param":"messages"`) {
+		t.Errorf("input_tokens of no messages: %d %s", in.Code, in.Body)
 	}
 
 	st := post(h, "/v1/messages", messagesBodyText+`,"stream":true}`)

@@ -104,6 +104,7 @@ func Handler(s *host.Server, opts Options) http.Handler {
 	handle("POST /v1/chat/completions", a.chatCompletions)
 	handle("POST /chat/completions", a.chatCompletions)
 	handle("POST /v1/chat/completions/input_tokens", a.chatInputTokens)
+	handle("POST /chat/completions/input_tokens", a.chatInputTokens)
 	handle("POST /v1/messages", a.messages)
 	handle("POST /v1/messages/count_tokens", a.countMessageTokens)
 	handle("POST /v1/completions", a.textCompletions)

@@ -38,3 +38,19 @@ func TestTextStream(t *testing.T) {
 		}
 	}
 }
+
+// TestMatched: the stop string that ended the text is the one found first
+// in it, across pieces; none before a match.
+func TestMatched(t *testing.T) {
+	s := &Stream{Stops: []string{"END", "ST"}}
+	if out, stopped := s.Push("abc E"); stopped || s.Matched != "" || out != "abc " {
+		t.Fatalf("%q %v %q", out, stopped, s.Matched)
+	}
+	if out, stopped := s.Push("ND then STOP"); !stopped || s.Matched != "END" || out != "" {
+		t.Errorf("%q %v %q, want END", out, stopped, s.Matched)
+	}
+	s = &Stream{Stops: []string{"END", "ST"}}
+	if _, stopped := s.Push("a STEND"); !stopped || s.Matched != "ST" {
+		t.Errorf("%v %q, want ST", stopped, s.Matched)
+	}
+}
