@@ -38,7 +38,7 @@ func requireKey(next http.Handler, keys []string, publicMetrics bool, log hclog.
 			return
 		}
 		log.Debug("request without a valid API key refused", "remote", r.RemoteAddr, "path", r.URL.Path)
-		writeUnauthorized(w)
+		writeUnauthorized(w, r)
 	})
 }
 
@@ -72,8 +72,13 @@ func keyMatches(digests [][sha256.Size]byte, token string) bool {
 }
 
 // writeUnauthorized answers a missing or wrong key alike, with llama-server's
-// body and the challenge RFC 6750 asks of a 401.
-func writeUnauthorized(w http.ResponseWriter) {
+// body (Anthropic's on its Messages routes) and the challenge RFC 6750 asks
+// of a 401.
+func writeUnauthorized(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="hydra-engine"`)
+	if r.URL.Path == "/v1/messages" || strings.HasPrefix(r.URL.Path, "/v1/messages/") {
+		writeAnthropicError(w, http.StatusUnauthorized, "Invalid API Key")
+		return
+	}
 	writeAPIError(w, &apiError{status: http.StatusUnauthorized, Msg: "Invalid API Key", Type: "authentication_error", Code: http.StatusUnauthorized})
 }

@@ -133,5 +133,8 @@ func TestAPIKeyAnthropicHeader(t *testing.T) {
 		if rec.Code != c.code {
 			t.Errorf("Authorization %q, X-Api-Key %q: %d %s, want %d", c.auth, c.xkey, rec.Code, rec.Body, c.code)
 		}
+		if c.code == 401 && !strings.Contains(rec.Body.String(), `{"error":{"message":"Invalid API Key","type":"authentication_error"},"type":"error"}`) {
+			t.Errorf("401 on /v1/messages: %s, want Anthropic's error", rec.Body)
+		}
 	}
 }
