@@ -50,3 +50,37 @@ func FuzzCompletionBody(f *testing.F) {
 		}
 	})
 }
+
+// FuzzMessagesBody: whatever a /v1/messages body holds, the reply is
+// Anthropic's (a message, an event stream or a {"type":"error"} body) with
+// a status other than a server fault (the mock's 501 for tools aside), and
+// the slot is free again.
+func FuzzMessagesBody(f *testing.F) {
+	for _, s := range []string{messagesBodyText + `}`, messagesBodyText + `,"stream":true}`,
+		`{"max_tokens":2,"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"a","name":"f","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"a","content":"x"}]}],"tools":[{"name":"f"}],"tool_choice":{"type":"none"}}`,
+		`{"max_tokens":2,"messages":[{"role":"user","content":"hi"}],"thinking":{"type":"disabled"},"stop_sequences":["x"]}`} {
+		f.Add([]byte(s))
+	}
+	b := mock.New(nil)
+	info, err := b.Load(context.Background(), iface.LoadRequest{NSlots: 1, Options: map[string]string{"n_ctx": "256"}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		_, h := serve(t, b, info, nil)
+		rec := post(h, "/v1/messages", string(body))
+		if rec.Code >= 500 && rec.Code != http.StatusServiceUnavailable && rec.Code != http.StatusNotImplemented {
+			t.Fatalf("%q: %d %s", body, rec.Code, rec.Body)
+		}
+		var reply struct {
+			Type string `json:"type"`
+		}
+		if ct := rec.Header().Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") &&
+			(json.Unmarshal(rec.Body.Bytes(), &reply) != nil || (reply.Type != "message" && reply.Type != "error")) {
+			t.Fatalf("%q: %d %s is not Anthropic's", body, rec.Code, rec.Body)
+		}
+		if rec := post(h, "/v1/chat/completions", `{"id_slot":0,"max_tokens":1,"messages":[{"role":"user","content":"x"}]}`); rec.Code != 200 {
+			t.Fatalf("after %q: %d %s", body, rec.Code, rec.Body)
+		}
+	})
+}
