@@ -29,6 +29,7 @@ FUZZ_TARGETS := \
 	./host:FuzzConfigureInfo \
 	./host:FuzzCountMessages \
 	./host/httpapi:FuzzCompletionBody \
+	./host/httpapi:FuzzMessagesBody \
 	./plugins/cuda-llama:FuzzReadStateHead \
 	./plugins/cuda-llama:FuzzMaxRow \
 	./plugins/cuda-llama:FuzzInPlace \
