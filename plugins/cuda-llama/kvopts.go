@@ -3,6 +3,7 @@ package cudallama
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/hydra-engine/hydra-engine/iface"
 )
@@ -54,10 +55,19 @@ func init() {
 	}
 }
 
+// parseBool reads every boolean option alike: strconv's forms and on/off,
+// as flash_attn's on/off/auto reads (so kv_unified=on is not refused where
+// flash_attn=on is taken).
 func parseBool(key, v string) (bool, error) {
+	switch strings.ToLower(v) {
+	case "on":
+		return true, nil
+	case "off":
+		return false, nil
+	}
 	b, err := strconv.ParseBool(v)
 	if err != nil {
-		return false, fmt.Errorf("%w: option %s=%q: not a boolean", iface.ErrBadRequest, key, v)
+		return false, fmt.Errorf("%w: option %s=%q: not a boolean (true/false, 1/0, on/off)", iface.ErrBadRequest, key, v)
 	}
 	return b, nil
 }

@@ -225,12 +225,9 @@ func intField(field func(*options) *int, lo, hi int) func(*options, string, stri
 
 func boolField(field func(*options) *bool) func(*options, string, string) error {
 	return func(o *options, key, v string) error {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return fmt.Errorf("%w: option %s=%q: not a boolean", iface.ErrBadRequest, key, v)
-		}
+		b, err := parseBool(key, v)
 		*field(o) = b
-		return nil
+		return err
 	}
 }
 

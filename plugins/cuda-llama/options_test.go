@@ -281,3 +281,28 @@ func TestGPULayersAndRope(t *testing.T) {
 		t.Error("rope_scale=inf accepted")
 	}
 }
+
+// TestBooleanOptionsAlike: every boolean option takes the same forms
+// (strconv's and on/off), as flash_attn takes on/off.
+func TestBooleanOptionsAlike(t *testing.T) {
+	for _, c := range []struct {
+		key  string
+		get  func(options) bool
+		flip bool // the field is the option's negation
+	}{
+		{OptKVUnified, func(o options) bool { return o.kvSplit }, true},
+		{OptContextShift, func(o options) bool { return o.contextShift }, false},
+		{OptSWAFull, func(o options) bool { return o.swaFull }, false},
+		{OptMmap, func(o options) bool { return o.mmap }, false},
+	} {
+		for v, want := range map[string]bool{"on": true, "ON": true, "off": false, "true": true, "0": false, "1": true, "False": false} {
+			o, err := parseOptions(map[string]string{c.key: v})
+			if err != nil || c.get(o) != (want != c.flip) {
+				t.Errorf("%s=%s: %v, %v", c.key, v, c.get(o) != c.flip, err)
+			}
+		}
+		if _, err := parseOptions(map[string]string{c.key: "perhaps"}); !errors.Is(err, iface.ErrBadRequest) || !strings.Contains(err.Error(), "on/off") {
+			t.Errorf("%s=perhaps: %v", c.key, err)
+		}
+	}
+}
