@@ -215,10 +215,7 @@ func (s *Server) handlePrefill(req *request, rp *replier) error {
 	after = &res.Slot
 	s.stats.CountPromptReuse(res.Reused)
 	lease.update(res.Slot)
-	logits := make([]byte, 0, 4*len(res.Logits))
-	for _, f := range res.Logits {
-		logits = binary.LittleEndian.AppendUint32(logits, math.Float32bits(f))
-	}
+	logits := iface.AppendLogits(make([]byte, 0, 4*len(res.Logits)), res.Logits)
 	nTok := len(preq.Tokens)
 	if preq.Messages != nil {
 		nTok = len(res.Slot.Tokens)

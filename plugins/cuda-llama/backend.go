@@ -10,7 +10,6 @@ import "C"
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -294,10 +293,8 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 	for _, s := range e.slots {
 		s.stateSize = e.layout.size(0)
 	}
-	for _, p := range e.layout.Parts {
-		if p.SWA {
-			e.nSWA = mdl.nSWA()
-		}
+	if e.layout.window() {
+		e.nSWA = mdl.nSWA()
 	}
 	e.sched = newScheduler(e)
 	go e.sched.run()
@@ -674,11 +671,7 @@ func (e *engine) writeStateLogits(w io.Writer, logits []float32) (int64, error) 
 	if e.stateLogitsSize(logits) == 0 {
 		return 0, nil
 	}
-	raw := make([]byte, 4*len(logits))
-	for j, f := range logits {
-		binary.LittleEndian.PutUint32(raw[4*j:], math.Float32bits(f))
-	}
-	n, err := w.Write(raw)
+	n, err := w.Write(iface.AppendLogits(make([]byte, 0, 4*len(logits)), logits))
 	return int64(n), err
 }
 
@@ -958,11 +951,7 @@ func (p *statePut) trailingLogits(n int64) ([]float32, error) {
 		p.stopReading = true
 		return nil, truncated(n+int64(k), err)
 	}
-	logits := make([]float32, nVocab)
-	for j := range logits {
-		logits[j] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*j:]))
-	}
-	return logits, nil
+	return iface.ParseLogits(raw), nil
 }
 
 // logDone writes the restore's debug line: how it read and where the time

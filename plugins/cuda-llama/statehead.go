@@ -132,6 +132,17 @@ func (l stateLayout) perToken() int64 {
 	return n
 }
 
+// window reports whether the state has a sliding window's part: a cache
+// that keeps only the window's cells.
+func (l stateLayout) window() bool {
+	for _, p := range l.Parts {
+		if p.SWA {
+			return true
+		}
+	}
+	return false
+}
+
 // recurrent reports whether the state has a recurrent part: its last token
 // cannot be evaluated again from the state (the recurrent state already
 // holds it), so such states carry their logits.

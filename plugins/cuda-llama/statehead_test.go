@@ -164,8 +164,8 @@ func TestMeasureParts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.MaxRow != 8192 || !l.recurrent() || l.perToken() != 1024 {
-		t.Fatalf("layout %+v: max row %d, recurrent %v, per token %d", l, l.MaxRow, l.recurrent(), l.perToken())
+	if l.MaxRow != 8192 || !l.recurrent() || !l.window() || l.perToken() != 1024 {
+		t.Fatalf("layout %+v: max row %d, recurrent %v, window %v, per token %d", l, l.MaxRow, l.recurrent(), l.window(), l.perToken())
 	}
 	if lo, hi := l.sizes(0); lo != 100 || hi != 100 {
 		t.Errorf("empty: %d to %d bytes, want 100", lo, hi)

@@ -84,9 +84,9 @@ bool leaves(llama_memory_i * mem, std::vector<leaf> & out, const char ** name) {
     return false;
 }
 
-// one_stream_counter counts a one-stream state written by a cache of
-// n_stream streams: the other streams' empty counts (4 bytes each) are not
-// part of it (shim.cpp's one_stream_writer drops them).
+// one_stream is the bytes of the one-stream state a cache of n_stream
+// streams writes as bytes: the other streams' empty counts (4 bytes each) are
+// not part of it (shim.cpp's one_stream_writer drops them).
 size_t one_stream(size_t bytes, uint32_t n_stream) { return bytes - 4 * (n_stream - 1); }
 
 } // namespace
