@@ -295,6 +295,8 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 	}
 	if e.layout.window() {
 		e.nSWA = mdl.nSWA()
+	} else if opts.swaFull {
+		b.log.Warn("swa_full has no effect: the model has no sliding-window cache")
 	}
 	e.sched = newScheduler(e)
 	go e.sched.run()
