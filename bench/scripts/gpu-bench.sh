@@ -10,7 +10,7 @@
 #
 #   TARGETS_ONLY=1 REPS=8 RUNS=3 bench/scripts/gpu-bench.sh bench
 #
-#   bench/scripts/gpu-bench.sh build   # libggml-cuda for sm_90, GPU correctness tests, raw copy rate, sm_120 compile
+#   bench/scripts/gpu-bench.sh build   # libggml-cuda for sm_90, GPU correctness tests, raw copy rate, sm_120 compile (SKIP_SM120=1: not; GPU_TESTS=REGEXP: those plugin tests only, verbose; E2E=0: no end-to-end tests; PLUGIN_BENCH=0: no plugin benchmarks)
 #   bench/scripts/gpu-bench.sh bench   # hydra-bench on a 1.2 GB llama state (MODEL=qwen35moe: a hybrid one; builds the sm_90 library if missing; RUNS=N tables in a row; BENCH_OPTS=key=value: one more --backend-opt; BENCH_ARGS: more hydra-bench flags, e.g. "--client-sockbuf 4194304"; TARGETS_ONLY=1: only the rows the targets name, e.g. with REPS=8; with RUNS>1 bench/scripts/targets-summary.py sums the tables up; CLIENT_CPUS=LIST: hydra-bench under taskset, e.g. with BENCH_ARGS="--raw-server process --server-cpus 2-15")
 #   bench/scripts/gpu-bench.sh mock    # hydra-bench on the mock plugin (no CUDA build): the host pipeline with 16 cores (RUNS, REPS, TARGETS_ONLY, BENCH_ARGS as for bench)
 #   bench/scripts/gpu-bench.sh recv    # recv-bench on a 1.2 GB file, twice (no CUDA build): the host's receive loop against a raw one (VARIANTS; NET=unix: over a Unix socket; SOCKBUF=N: the sender asks for that SO_SNDBUF)
@@ -59,6 +59,11 @@ build)
 	start=$(date +%s)
 	plugins/cuda-llama/build-cuda.sh "$G/src" "$G" 90 build/cuda90 "" > "$OUT/cuda90-build.log" 2>&1 || { tail -30 "$OUT/cuda90-build.log"; exit 1; }
 	echo "sm_90 build: $(( $(date +%s) - start )) s"; ls -la "$G"/libggml-*
+	if [[ ${SAVE_LIB:-} == 1 ]]; then
+		# Back through $OUT in parts of 15 MiB, as the bench step's below.
+		mkdir -p "$OUT/libcache" && (cd "$G" && tar -c libggml-cuda.so libggml-base.so* hydra-ggml.version | xz -T0 -6) \
+			| split -b 15M -d - "$OUT/libcache/libggml-cuda.part-"
+	fi
 	# sm_120 compiles in the background (no such GPU here), niced, while the tests run.
 	# SKIP_SM120=1 leaves it out (it competes with the tests for the cores).
 	[[ ${SKIP_SM120:-} == 1 ]] || ( start=$(date +%s); nice -n 10 plugins/cuda-llama/build-cuda.sh "$G/src" "$G/sm120" 120 build/cuda120 "" > "$OUT/cuda120-build.log" 2>&1; \
@@ -77,11 +82,18 @@ for pinned in (True, False):
     print(f"GPU->host {'pinned' if pinned else 'pageable'}: {2*n/best/1e9:.1f} GB/s")
 PY
 	step "plugin tests on the GPU (HYDRA_TEST_REQUIRE_GPU=1)"
-	(cd "$G" && HYDRA_TEST_REQUIRE_GPU=1 HYDRA_TEST_LLAMA_LIB_DIR="$G" timeout 240 ./cuda-llama.test -test.count=1 -test.timeout 230s 2>&1 | tail -25) | tee "$OUT/plugin-gpu-tests.txt"
-	step "end-to-end llama tests on the GPU (engine + plugin processes)"
-	HYDRA_TEST_BIN="$G" HYDRA_TEST_LLAMA_OPTS="lib_dir=$G n_gpu_layers=99" timeout 180 "$G/tests.test" -test.run '^TestLlama' -test.count=1 -test.v 2>&1 \
-		| grep -E '^(=== RUN|--- |PASS|FAIL|ok)|device|CUDA|cuda' | tail -40 | tee "$OUT/e2e-gpu-tests.txt"
-	grep -i "cuda\|gpu\|pinned" "$OUT/e2e-gpu-tests.txt" | head -3
+	# GPU_TESTS=REGEXP: only those plugin tests (-test.run), with their logs.
+	ntail=25; [[ -n ${GPU_TESTS:-} ]] && ntail=150
+	(cd "$G" && HYDRA_TEST_REQUIRE_GPU=1 HYDRA_TEST_LLAMA_LIB_DIR="$G" timeout 240 ./cuda-llama.test -test.count=1 -test.timeout 230s \
+		${GPU_TESTS:+-test.run "$GPU_TESTS" -test.v} 2>&1 | grep -v '^=== ' | tail -$ntail) | tee "$OUT/plugin-gpu-tests.txt"
+	# E2E=0 and PLUGIN_BENCH=0 leave out the steps below up to the sm_120 compile.
+	if [[ ${E2E:-1} != 0 ]]; then
+		step "end-to-end llama tests on the GPU (engine + plugin processes)"
+		HYDRA_TEST_BIN="$G" HYDRA_TEST_LLAMA_OPTS="lib_dir=$G n_gpu_layers=99" timeout 180 "$G/tests.test" -test.run '^TestLlama' -test.count=1 -test.v 2>&1 \
+			| grep -E '^(=== RUN|--- |PASS|FAIL|ok)|device|CUDA|cuda' | tail -40 | tee "$OUT/e2e-gpu-tests.txt"
+		grep -i "cuda\|gpu\|pinned" "$OUT/e2e-gpu-tests.txt" | head -3
+	fi
+	[[ ${PLUGIN_BENCH:-1} == 0 ]] && { wait; exit 0; }
 	step "plugin STATE_GET/PUT on a 1.206 GB state (32 layers, 1024 dim, 8 KV heads, f16)"
 	(cd "$G" && HYDRA_TEST_LLAMA_LIB_DIR="$G" HYDRA_BENCH_MODEL=32,1024,8,8,1024 HYDRA_BENCH_TOKENS=9200 timeout 200 ./cuda-llama.test -test.run '^$' -test.bench . -test.benchtime 3x 2>&1 | tail -20) | tee "$OUT/plugin-gpu-bench.txt"
 	step "plugin STATE_GET/PUT on a 1.2 GB hybrid state (qwen35moe: 32 blocks, every 4th attention, 1024 dim, 8 KV heads, f16)"

@@ -42,7 +42,9 @@
 # script may take), SLOTS2_NEED (120), DECODE_ARGS (more decode-bench flags
 # for both runs), AB_OPT (empty; k=v,...: after the first run, ours alone
 # again at SLOTS with -ours-opt AB_OPT, as decode-h200-ab, so that an option
-# is measured beside the default on one machine). The state measurement, in the first run: STATE_GET_BYTES
+# is measured beside the default on one machine), LONG_P (empty; N: after the
+# first run, the prefill of an N-token prompt, one stream in one slot, ours
+# and llama-server, LONG_REPS (2) times). The state measurement, in the first run: STATE_GET_BYTES
 # (1200000000; 0 or empty: off), STATE_C (8: slot 0 and 7 streams), STATE_N
 # (512 tokens a stream, so that a round spans many transfers), STATE_REPS (2
 # pairs of rounds). SAVE_LIB=1: after building libggml-cuda here, return it
@@ -78,7 +80,7 @@ STATE_GET_BYTES=${STATE_GET_BYTES-1200000000}
 # DeltaNet, 2048 wide), 64 experts of 512 (8 used) and a shared one, Q4_0:
 # ~5 GB, generated within a call (the production model has 256 experts).
 case ${PRESET:-} in
-qwen35moe) MODEL_ARGS=${MODEL_ARGS:--arch qwen35moe -layers 40 -embd 2048 -heads 16 -kv-heads 2 -head-dim 256 -experts 64 -experts-used 8 -expert-ff 512 -shared-ff 512 -vocab 32000 -ctx 65536 -type q4_0} ;;
+qwen35moe) MODEL_ARGS=${MODEL_ARGS:--arch qwen35moe -layers 40 -embd 2048 -heads 16 -kv-heads 2 -head-dim 256 -experts 64 -experts-used 8 -expert-ff 512 -shared-ff 512 -vocab 32000 -ctx 131072 -type q4_0} ;;
 esac
 MODEL_ARGS=${MODEL_ARGS:--layers 24 -embd 2048 -heads 16 -kv-heads 4 -ff 5632 -vocab 32000 -ctx 8192 -f16}
 t0=$(date +%s)
@@ -198,6 +200,12 @@ main() {
 	if [[ -n ${AB_OPT:-} ]]; then
 		bench "$SLOTS" decode-h200-ab -systems ours -ours-opt "$AB_OPT" -joins "${JOINS:-3}" -prefix-reps "${PREFIX_REPS:-2}" || rc=1
 	fi
+	if [[ -n ${LONG_P:-} ]]; then
+		# One stream, one slot: the prefill of a long prompt, ours and
+		# llama-server (TTFT is the prefill's time).
+		DECODE_ARGS= bench 1 decode-h200-long -systems ours,llama-server -c 1 -p "$LONG_P" -n 16 -ctx $((LONG_P + 64)) \
+			-reps "${LONG_REPS:-2}" -joins 0 -prefix-reps 0 || rc=1
+	fi
 	if [[ -n $SLOTS2 ]]; then
 		if (($(elapsed) + SLOTS2_NEED <= BUDGET)); then
 			bench "$SLOTS2" "decode-h200-slots$SLOTS2" -systems ours,ollama -joins 0 -prefix-reps 0 || rc=1
@@ -216,7 +224,7 @@ say() { echo "$*"; echo "$*" >>"$LOG"; }
 # last; a page left out goes into the log in full, so its tables come back.
 collect() {
 	local f want=() files=() left=()
-	want=("$W/decode-h200.md" "$W/decode-h200-ab.md")
+	want=("$W/decode-h200.md" "$W/decode-h200-long.md" "$W/decode-h200-ab.md")
 	mapfile -t -O "${#want[@]}" want < <(compgen -G "$W/libcache-part-*" | sort)
 	want+=("$W/decode-h200.json" "$W/decode-h200-ab.json" "$W/decode-h200.svg")
 	[[ -n $SLOTS2 ]] && want+=("$W/decode-h200-slots$SLOTS2".{md,json,svg})
