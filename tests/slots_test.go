@@ -17,7 +17,7 @@ import (
 	"github.com/hydra-engine/hydra-engine/transport"
 )
 
-// TestRestartKeepsSlotOwnership reproduces issue 27 item 4: a STATE_GET whose
+// TestRestartKeepsSlotOwnership: a STATE_GET whose
 // client stopped reading outlives a plugin restart; a STATE_PUT on the same
 // slot starts on the relaunched plugin; then the old client goes away. The
 // old request must not free the slot the restore holds: STATE_META stays

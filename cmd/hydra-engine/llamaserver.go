@@ -644,7 +644,7 @@ func lsServerParams() []lsParam {
 			return nil
 		}},
 		{names: []string{"--metrics"}, kind: lsSwitch,
-			why: "/metrics is always served (behind the API key unless public_metrics), with hydra_engine_* metrics rather than llama-server's llamacpp:* ones (docs/operators.md)"},
+			why: "/metrics is always served (behind the API key unless public_metrics): the hydra_engine_* metrics and llama-server's llamacpp:* series that mean the same here (docs/operators.md)"},
 		{names: []string{"--slots"}, neg: []string{"--no-slots"}, kind: lsSwitch,
 			why: "/slots is always served (behind the API key)"},
 		{names: []string{"--cont-batching", "-cb"}, neg: []string{"--no-cont-batching", "-nocb"}, kind: lsSwitch,

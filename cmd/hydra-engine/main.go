@@ -108,7 +108,7 @@ func run(c *Config, logger hclog.Logger, tr *otlp.Provider) error {
 		return err
 	}
 	// Listen before loading, so a taken port fails fast; HTTP answers 503
-	// with the startup stage while the model loads (§8).
+	// with the startup stage while the model loads (docs/operators.md).
 	listeners, err := listenRPC(c, logger)
 	defer closeListeners(listeners)
 	if err != nil {

@@ -13,9 +13,9 @@
 // (kv_unified=false); a state is one stream on the wire either way and
 // restores into an engine of any slot count and mode. One extra sequence is
 // scratch space for re-evaluating the last token after a restore. llama.cpp contexts are not
-// safe for concurrent use, so a mutex serialises context work; the host runs
-// different slots concurrently and they take turns, token by token in
-// decodes.
+// safe for concurrent use: one scheduler (sched.go) owns every llama_decode
+// and batches the slots' prompts and decodes into shared steps, and a mutex
+// (ctxlock.go) serialises the context work outside it.
 package cudallama
 
 import (

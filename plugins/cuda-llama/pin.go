@@ -40,7 +40,7 @@ import "unsafe"
 // pinRegion pins region (the shared-memory ring, an mmap, not Go memory)
 // for DMA and returns the function that unpins it, or nil when it could not
 // be pinned (no CUDA runtime loaded, or the driver refused): then copies go
-// through the driver's bounce buffer as before.
+// through the driver's bounce buffer.
 func pinRegion(region []byte) func() {
 	if len(region) == 0 {
 		return nil

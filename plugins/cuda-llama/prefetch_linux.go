@@ -13,9 +13,8 @@ import (
 
 // prefetcher reads a restore's bytes ahead, on a goroutine of its own, into a
 // mirror ring, while llama.cpp's thread takes them block by block (one K or V
-// block per layer, contiguous) and uploads each to the device. Without it
-// that one thread alternated between reading the data plane and a
-// synchronous upload, and the data plane idled during every upload.
+// block per layer, contiguous) and uploads each to the device, so that the
+// data plane is read while the upload runs rather than between uploads.
 //
 // The ring holds the block being uploaded plus slack bytes read ahead: the
 // upload is much faster than the data plane, so a little read-ahead covers
