@@ -237,7 +237,7 @@ func (a *api) takeIdle(ctx context.Context, toks []int32, need int) (*host.SlotL
 		if !ok || v.Holder != host.HolderHTTP {
 			return slotRank(rankUnknown, near, 0), true
 		}
-		if n := commonPrefix(t.tokens, toks); a.similarity > 0 && n > 0 && float64(n) >= a.similarity*float64(len(toks)) {
+		if n := iface.CommonPrefix(t.tokens, toks); a.similarity > 0 && n > 0 && float64(n) >= a.similarity*float64(len(toks)) {
 			picks[slot] = slotPick{lcp: n}
 			return slotRank(rankPrefix, true, 1<<40-int64(n)), true
 		}
@@ -266,15 +266,6 @@ func (a *api) notePick(ctx context.Context, slot int, p slotPick) {
 		tracing.Logger(ctx, a.log).Debug("a completion takes a slot holding an earlier completion's sequence", "slot", slot, "n_past", p.evicts)
 		a.s.Stats().CountSlotEviction(host.HolderHTTP)
 	}
-}
-
-// commonPrefix is the number of leading tokens a and b share.
-func commonPrefix(a, b []int32) int {
-	n := 0
-	for n < len(a) && n < len(b) && a[n] == b[n] {
-		n++
-	}
-	return n
 }
 
 // rememberTokens keeps the sequence a completion left in slot, for picking

@@ -356,16 +356,25 @@ func checkModelFile(model string) (string, error) {
 	if model == "" {
 		return "", fmt.Errorf("%w: the cuda-llama backend needs a model: --model PATH to a GGUF file", iface.ErrBadRequest)
 	}
-	abs, err := filepath.Abs(model)
-	if err != nil {
-		return "", fmt.Errorf("%w: model %q: %w", iface.ErrBadRequest, model, err)
-	}
-	st, err := os.Stat(abs)
+	abs, err := regularFile(model)
 	if err != nil {
 		return "", fmt.Errorf("%w: model: %w", iface.ErrBadRequest, err)
 	}
+	return abs, nil
+}
+
+// regularFile resolves path and checks that it names a regular file.
+func regularFile(path string) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", fmt.Errorf("%q: %w", path, err)
+	}
+	st, err := os.Stat(abs)
+	if err != nil {
+		return "", err
+	}
 	if !st.Mode().IsRegular() {
-		return "", fmt.Errorf("%w: model %s is not a regular file", iface.ErrBadRequest, abs)
+		return "", fmt.Errorf("%s is not a regular file", abs)
 	}
 	return abs, nil
 }

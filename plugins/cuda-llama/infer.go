@@ -90,7 +90,7 @@ func (e *engine) startPrefill(i int, s *slot, toks []int32, then *decodeJob) (*j
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	old := s.seq()
-	prefix := commonPrefix(old, toks)
+	prefix := iface.CommonPrefix(old, toks)
 	moves, keep := e.reusePlan(old, toks, prefix)
 	keep = min(keep, len(toks)-1)
 	if len(moves) == 0 {
@@ -141,7 +141,7 @@ func (e *engine) reusePlan(old, toks []int32, prefix int) ([]kvMove, int) {
 	var moves []kvMove
 	c, p := prefix, prefix // the next old and prompt positions
 	for c < len(old) && p < len(toks) {
-		n := commonPrefix(old[c:], toks[p:])
+		n := iface.CommonPrefix(old[c:], toks[p:])
 		if n < e.cacheReuse {
 			c++
 			continue
@@ -178,15 +178,6 @@ func (e *engine) wait(ctx context.Context, j *job) error {
 		<-j.done
 		return ctx.Err()
 	}
-}
-
-// commonPrefix is the number of leading tokens a and b share.
-func commonPrefix(a, b []int32) int {
-	n := 0
-	for n < len(a) && n < len(b) && a[n] == b[n] {
-		n++
-	}
-	return n
 }
 
 // promptTokens validates a prefill's prompt and returns its tokens, and

@@ -1,12 +1,6 @@
 package cudallama
 
-import (
-	"fmt"
-	"strconv"
-	"strings"
-
-	"github.com/hydra-engine/hydra-engine/iface"
-)
+import "github.com/hydra-engine/hydra-engine/iface"
 
 // Options of the KV cells' sharing between slots and of full slots.
 const (
@@ -39,35 +33,18 @@ type kvOptions struct {
 
 func init() {
 	optionParsers[OptKVUnified] = func(o *options, key, v string) error {
-		b, err := parseBool(key, v)
+		b, err := iface.ParseBoolOption(key, v)
 		o.kvSplit = !b
 		return err
 	}
 	optionParsers[OptSWAFull] = func(o *options, key, v string) error {
-		b, err := parseBool(key, v)
+		b, err := iface.ParseBoolOption(key, v)
 		o.swaFull = b
 		return err
 	}
 	optionParsers[OptContextShift] = func(o *options, key, v string) error {
-		b, err := parseBool(key, v)
+		b, err := iface.ParseBoolOption(key, v)
 		o.contextShift = b
 		return err
 	}
-}
-
-// parseBool reads every boolean option alike: strconv's forms and on/off,
-// as flash_attn's on/off/auto reads (so kv_unified=on is not refused where
-// flash_attn=on is taken).
-func parseBool(key, v string) (bool, error) {
-	switch strings.ToLower(v) {
-	case "on":
-		return true, nil
-	case "off":
-		return false, nil
-	}
-	b, err := strconv.ParseBool(v)
-	if err != nil {
-		return false, fmt.Errorf("%w: option %s=%q: not a boolean (true/false, 1/0, on/off)", iface.ErrBadRequest, key, v)
-	}
-	return b, nil
 }

@@ -218,14 +218,14 @@ func applyOption(o *options, key, v string) error {
 
 func intField(field func(*options) *int, lo, hi int) func(*options, string, string) error {
 	return func(o *options, key, v string) (err error) {
-		*field(o), err = parseInt(key, v, lo, hi)
+		*field(o), err = iface.ParseIntOption(key, v, lo, hi)
 		return err
 	}
 }
 
 func boolField(field func(*options) *bool) func(*options, string, string) error {
 	return func(o *options, key, v string) error {
-		b, err := parseBool(key, v)
+		b, err := iface.ParseBoolOption(key, v)
 		*field(o) = b
 		return err
 	}
@@ -285,7 +285,7 @@ func parseGPULayers(o *options, key, v string) error {
 		o.nGPULayers = -1
 		return nil
 	}
-	n, err := parseInt(key, v, -1, 1<<16)
+	n, err := iface.ParseIntOption(key, v, -1, 1<<16)
 	if err != nil {
 		return fmt.Errorf("%w (or all)", err)
 	}
@@ -319,17 +319,6 @@ func parseRopeScale(o *options, key, v string) error {
 }
 
 func isQuantized(t string) bool { return strings.HasPrefix(t, "q") }
-
-func parseInt(key, v string, lo, hi int) (int, error) {
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%w: option %s=%q: not an integer", iface.ErrBadRequest, key, v)
-	}
-	if n < int64(lo) || n > int64(hi) {
-		return 0, fmt.Errorf("%w: option %s=%d: out of range [%d, %d]", iface.ErrBadRequest, key, n, lo, hi)
-	}
-	return int(n), nil
-}
 
 // versionStamp is the content make cuda writes to VersionStampFile for a
 // library built from the llama.cpp tree at commit.

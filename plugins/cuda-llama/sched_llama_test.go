@@ -110,7 +110,7 @@ func TestPromptReuse(t *testing.T) {
 	}
 	decode(t, b, 0, 5, iface.SamplerParams{})
 	r := prefillTokens(t, b, 0, second)
-	if want := commonPrefix(first, second); r.Reused != want {
+	if want := iface.CommonPrefix(first, second); r.Reused != want {
 		t.Fatalf("reused %d tokens, the prompts share %d", r.Reused, want)
 	}
 	got, _ := decode(t, b, 0, 20, iface.SamplerParams{IgnoreEOS: true})

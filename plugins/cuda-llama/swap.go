@@ -14,8 +14,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -80,7 +78,7 @@ func newSwapper(ctx context.Context, mdl *model, lc *lctx, path string, opts opt
 	}
 	var paths []string
 	for _, k := range slices.Sorted(maps.Keys(opts.quants)) {
-		p, err := donorFile(opts.quants[k])
+		p, err := regularFile(opts.quants[k])
 		if err == nil {
 			err = x.addDonor(p, nGPU, opts.placementOptions)
 		}
@@ -95,22 +93,6 @@ func newSwapper(ctx context.Context, mdl *model, lc *lctx, path string, opts opt
 	x.hashes = hashSources(ctx, paths, opts.alias)
 	x.mode = "solo"
 	return x, nil
-}
-
-// donorFile resolves a donor's path and checks that it is a regular file.
-func donorFile(path string) (string, error) {
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return "", err
-	}
-	st, err := os.Stat(abs)
-	if err != nil {
-		return "", err
-	}
-	if !st.Mode().IsRegular() {
-		return "", fmt.Errorf("%s is not a regular file", abs)
-	}
-	return abs, nil
 }
 
 // addDonor loads a donor's metadata as llama.cpp places the loaded model's

@@ -54,7 +54,7 @@ type templateOptions struct {
 
 func init() {
 	optionParsers[OptJinja] = func(o *options, key, v string) error {
-		b, err := parseBool(key, v)
+		b, err := iface.ParseBoolOption(key, v)
 		o.builtinTemplate = !b
 		return err
 	}

@@ -12,7 +12,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -232,20 +231,17 @@ func parseOptions(m map[string]string) (options, error) {
 		var err error
 		switch k {
 		case OptKVBytesPerToken:
-			o.kvBytes, err = parseInt(k, v, 8, MaxKVBytesPerToken)
+			o.kvBytes, err = iface.ParseIntOption(k, v, 8, MaxKVBytesPerToken)
 			if err == nil && o.kvBytes%8 != 0 {
 				err = fmt.Errorf("%w: option %s=%q: must be a multiple of 8", iface.ErrBadRequest, k, v)
 			}
 		case OptNCtx:
-			o.nCtx, err = parseInt(k, v, 1, MaxNCtx)
+			o.nCtx, err = iface.ParseIntOption(k, v, 1, MaxNCtx)
 		case OptKVUnified:
-			o.kvUnified, err = strconv.ParseBool(strings.TrimSpace(v))
-			if err != nil {
-				err = fmt.Errorf("%w: option %s=%q: not a boolean", iface.ErrBadRequest, k, v)
-			}
+			o.kvUnified, err = iface.ParseBoolOption(k, v)
 		case OptOpDelayMS:
 			var ms int
-			ms, err = parseInt(k, v, 0, int(maxOpDelay/time.Millisecond))
+			ms, err = iface.ParseIntOption(k, v, 0, int(maxOpDelay/time.Millisecond))
 			o.opDelay = time.Duration(ms) * time.Millisecond
 		case OptAlias:
 			if strings.TrimSpace(v) == "" {
@@ -265,17 +261,6 @@ func parseOptions(m map[string]string) (options, error) {
 		}
 	}
 	return o, nil
-}
-
-func parseInt(key, v string, lo, hi int) (int, error) {
-	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%w: option %s=%q: not an integer", iface.ErrBadRequest, key, v)
-	}
-	if n < int64(lo) || n > int64(hi) {
-		return 0, fmt.Errorf("%w: option %s=%d: out of range [%d, %d]", iface.ErrBadRequest, key, n, lo, hi)
-	}
-	return int(n), nil
 }
 
 // StateLayout is the layout of the mock's states at kvBytes per token: what

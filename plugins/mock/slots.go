@@ -180,7 +180,7 @@ func (b *Backend) Prefill(ctx context.Context, req iface.PrefillRequest) (iface.
 	}
 	defer s.release()
 	old, _ := s.snapshot()
-	reused := min(commonPrefix(old, prompt), len(prompt)-1) // the last token is always evaluated: its logits are the reply's
+	reused := min(iface.CommonPrefix(old, prompt), len(prompt)-1) // the last token is always evaluated: its logits are the reply's
 	s.clear()
 	if err := e.claimCells(req.Slot, len(prompt)); err != nil {
 		return iface.PrefillResult{}, err
@@ -204,15 +204,6 @@ func (b *Backend) Prefill(ctx context.Context, req iface.PrefillRequest) (iface.
 		ModelFallback: fallback,
 		Reused:        reused,
 	}, nil
-}
-
-// commonPrefix is the number of leading tokens a and b share.
-func commonPrefix(a, b []int32) int {
-	n := 0
-	for n < len(a) && n < len(b) && a[n] == b[n] {
-		n++
-	}
-	return n
 }
 
 // Tokenize returns the tokens Prefill would evaluate for req.
