@@ -102,11 +102,7 @@ func effortKwargs(kw, effort string) (string, error) {
 		delete(vars, "reasoning_effort")
 		vars["enable_thinking"] = json.RawMessage("false")
 	} else {
-		v, err := json.Marshal(effort)
-		if err != nil {
-			return "", fieldErr("reasoning_effort", "reasoning_effort: %v", err)
-		}
-		vars["reasoning_effort"] = v
+		vars["reasoning_effort"], _ = json.Marshal(effort) // a string always marshals
 	}
 	out, err := json.Marshal(vars)
 	return string(out), err

@@ -160,8 +160,10 @@ func (e *engine) newOutputRun(o *iface.Output) (*outputRun, error) {
 	if o.JSONSchema != "" && o.Grammar != "" {
 		return nil, fmt.Errorf("%w: json_schema and grammar: give one of them", iface.ErrBadRequest)
 	}
-	if b := o.ReasoningBudget; b != nil && (o.Chat == nil || b.Tokens < 0) {
-		return nil, fmt.Errorf("%w: a reasoning budget is a count of tokens >= 0 (got %d) for a chat reply (output.chat)", iface.ErrBadRequest, b.Tokens)
+	if b := o.ReasoningBudget; b != nil && o.Chat == nil {
+		return nil, fmt.Errorf("%w: a reasoning budget bounds a chat reply's reasoning (output.chat)", iface.ErrBadRequest)
+	} else if b != nil && b.Tokens < 0 {
+		return nil, fmt.Errorf("%w: a reasoning budget of %d tokens: want 0 or more", iface.ErrBadRequest, b.Tokens)
 	}
 	if o.Chat == nil {
 		if len(o.Stops) > 0 {
