@@ -20,6 +20,10 @@ type ChatBody struct {
 	ToolChoice         json.RawMessage   `json:"tool_choice"`
 	ParallelToolCalls  *bool             `json:"parallel_tool_calls"`
 	ChatTemplateKwargs json.RawMessage   `json:"chat_template_kwargs"`
+	// ReasoningEffort is OpenAI's, as llama-server reads it: "none" turns
+	// the template's thinking off, another level is the template variable
+	// reasoning_effort.
+	ReasoningEffort *string `json:"reasoning_effort"`
 	OutputFields
 }
 
@@ -76,7 +80,32 @@ func (b *ChatBody) Prefill(slot int, info iface.BackendInfo) (iface.PrefillReque
 		}
 		req.TemplateKwargs = string(kw)
 	}
+	if b.ReasoningEffort != nil && *b.ReasoningEffort != "" {
+		if req.TemplateKwargs, err = effortKwargs(req.TemplateKwargs, *b.ReasoningEffort); err != nil {
+			return req, err
+		}
+	}
 	return req, nil
+}
+
+// effortKwargs sets reasoning_effort over the template variables kw (a JSON
+// object, "" for none) as llama-server does: "none" is enable_thinking
+// false and no reasoning_effort, any other level is reasoning_effort.
+func effortKwargs(kw, effort string) (string, error) {
+	vars := map[string]json.RawMessage{}
+	if kw != "" {
+		if err := json.Unmarshal([]byte(kw), &vars); err != nil {
+			return "", fieldErr("chat_template_kwargs", "chat_template_kwargs must be a JSON object")
+		}
+	}
+	if effort == "none" {
+		delete(vars, "reasoning_effort")
+		vars["enable_thinking"] = json.RawMessage("false")
+	} else {
+		vars["reasoning_effort"], _ = json.Marshal(effort) // a string always marshals
+	}
+	out, err := json.Marshal(vars)
+	return string(out), err
 }
 
 // CallsTools reports whether the reply to req may call its tools.

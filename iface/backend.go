@@ -343,6 +343,25 @@ type Output struct {
 	// Stops end the reply before the first of them the text reaches
 	// (StopReason StopString); with Chat the parse ends there too.
 	Stops []string
+	// ReasoningBudget, when set, bounds the reasoning of Chat's reply as
+	// llama-server's reasoning budget does; nil: unbounded. Only to a
+	// backend with CapReasoningBudget.
+	ReasoningBudget *ReasoningBudget
+}
+
+// CapReasoningBudget is the capability of backends that honour
+// Output.ReasoningBudget: the host refuses a budget to any other, since a
+// backend built before the field would leave the reasoning unbounded.
+const CapReasoningBudget = "reasoning_budget"
+
+// ReasoningBudget is llama-server's reasoning budget (llama.cpp's
+// common/reasoning-budget): once the reply has spent Tokens tokens inside a
+// reasoning block that the chat's template opens and closes with its
+// thinking tags, Message and the end tag are forced and the reply goes on
+// as content. A template without thinking tags has no block to bound.
+type ReasoningBudget struct {
+	Tokens  int32  // tokens the reasoning may take, >= 0; 0: it ends as it opens
+	Message string // forced before the end tag when the budget runs out; "": none
 }
 
 // StopString is the stop reason of a decode that reached one of Output.Stops.

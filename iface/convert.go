@@ -159,14 +159,22 @@ func outputToPB(o *Output) *backendv1.Output {
 	if o == nil {
 		return nil
 	}
-	return &backendv1.Output{Chat: promptToPB(o.Chat), JsonSchema: o.JSONSchema, Grammar: o.Grammar, Stops: o.Stops}
+	pb := &backendv1.Output{Chat: promptToPB(o.Chat), JsonSchema: o.JSONSchema, Grammar: o.Grammar, Stops: o.Stops}
+	if b := o.ReasoningBudget; b != nil {
+		pb.ReasoningBudget = &backendv1.ReasoningBudget{Tokens: b.Tokens, Message: b.Message}
+	}
+	return pb
 }
 
 func outputFromPB(o *backendv1.Output) *Output {
 	if o == nil {
 		return nil
 	}
-	return &Output{Chat: promptFromPB(o.GetChat()), JSONSchema: o.GetJsonSchema(), Grammar: o.GetGrammar(), Stops: o.GetStops()}
+	out := &Output{Chat: promptFromPB(o.GetChat()), JSONSchema: o.GetJsonSchema(), Grammar: o.GetGrammar(), Stops: o.GetStops()}
+	if b := o.GetReasoningBudget(); b != nil {
+		out.ReasoningBudget = &ReasoningBudget{Tokens: b.GetTokens(), Message: b.GetMessage()}
+	}
+	return out
 }
 
 func replyToPB(r *ChatReply) *backendv1.ChatReply {

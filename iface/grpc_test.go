@@ -738,8 +738,9 @@ func TestDecodeEmitFails(t *testing.T) {
 }
 
 // TestDecodeOutput: a decode's output request reaches the plugin whole (the
-// chat with its tool choice), and the parsed deltas and reply come back,
-// tool call indices 0 and none (-1) alike.
+// chat with its tool choice, a reasoning budget of 0 still a budget), and
+// the parsed deltas and reply come back, tool call indices 0 and none (-1)
+// alike.
 func TestDecodeOutput(t *testing.T) {
 	var gotReq DecodeRequest
 	deltas := []ChatDelta{{Reasoning: "hm", ToolCall: -1}, {ToolCall: 0, ToolID: "call_1", ToolName: "f", ToolArgs: `{"a"`},
@@ -760,7 +761,7 @@ func TestDecodeOutput(t *testing.T) {
 	req := DecodeRequest{Slot: 1, NPredict: 9, Output: &Output{
 		Chat: &PrefillRequest{Messages: []Message{{Role: "user", Content: "hi"}}, Tools: []string{`{"type":"function"}`},
 			ToolChoice: "required", ToolChoiceName: "f", ParallelToolCalls: &yes},
-		JSONSchema: `{"type":"object"}`, Stops: []string{"\n\n"}}}
+		JSONSchema: `{"type":"object"}`, Stops: []string{"\n\n"}, ReasoningBudget: &ReasoningBudget{Message: "Enough."}}}
 	var got []ChatDelta
 	res, err := b.Decode(context.Background(), req, func(t Token) error {
 		got = append(got, t.Deltas...)

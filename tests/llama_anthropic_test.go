@@ -4,6 +4,9 @@ package tests
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -91,6 +94,100 @@ func TestLlamaAnthropicSDK(t *testing.T) {
 	}
 	if got.Bad.Status != 400 || got.Bad.Type != "invalid_request_error" || !strings.HasPrefix(got.Bad.Message, "tool_choice") {
 		t.Errorf("unknown tool: %+v", got.Bad)
+	}
+	t.Logf("%s", out)
+}
+
+// TestLlamaAnthropicThinkingBudget runs tests/anthropic/thinking.mjs, the
+// Anthropic SDK, against the llama plugin with the random-weight Qwen3
+// model under a Qwen3 template that opens the reasoning in the generation
+// prompt (as Qwen3's thinking models' do), so that every reply reasons until
+// something ends it: thinking.budget_tokens N ends it after N tokens and the
+// reply goes on as text, streamed as at most N thinking deltas before the
+// text's; budget 0 has no thinking; a budget max_tokens reaches first leaves
+// it all thinking; a negative or fractional budget is a 400 naming the
+// field.
+func TestLlamaAnthropicThinkingBudget(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "bin", "tokenizers", "qwen3", "tokenizer_config.json"))
+	if err != nil {
+		t.Skipf("no Qwen3 tokenizer: %v (make tokenizers)", err)
+	}
+	var cfg struct {
+		ChatTemplate string `json:"chat_template"`
+	}
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	const gen = `{{- '<|im_start|>assistant\n' }}`
+	if !strings.Contains(cfg.ChatTemplate, gen) {
+		t.Fatalf("the Qwen3 template has no generation prompt %s", gen)
+	}
+	tmpl := filepath.Join(t.TempDir(), "qwen3-thinking.jinja")
+	if err := os.WriteFile(tmpl, []byte(strings.Replace(cfg.ChatTemplate, gen, `{{- '<|im_start|>assistant\n<think>\n' }}`, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := runSDKScript(t, "Anthropic", "anthropic", "@anthropic-ai/sdk", "anthropic-client", "thinking.mjs",
+		"--backend-opt", "chat_template_file="+tmpl)
+	type block struct {
+		Type     string `json:"type"`
+		Text     string `json:"text"`
+		Thinking string `json:"thinking"`
+	}
+	type message struct {
+		Content    []block `json:"content"`
+		StopReason string  `json:"stop_reason"`
+	}
+	type stream struct {
+		Deltas  []string `json:"deltas"`
+		Message message  `json:"message"`
+	}
+	var got struct {
+		Budget, Unbounded message
+		Five, Zero        stream
+		Bad               []struct {
+			Status  int    `json:"status"`
+			Type    string `json:"type"`
+			Message string `json:"message"`
+		}
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("thinking.mjs printed %s: %v", out, err)
+	}
+	// parts is a message's thinking and text.
+	parts := func(m message) (thinking, text string) {
+		for _, b := range m.Content {
+			thinking += b.Thinking
+			text += b.Text
+		}
+		return thinking, text
+	}
+	if th, tx := parts(got.Budget); th == "" || tx == "" {
+		t.Errorf("budget 8: thinking %q, text %q: want both", th, tx)
+	}
+	if th, tx := parts(got.Unbounded); th == "" || tx != "" {
+		t.Errorf("budget past max_tokens: thinking %q, text %q: want thinking alone", th, tx)
+	}
+	if th, tx := parts(got.Zero.Message); th != "" || tx == "" || slices.Contains(got.Zero.Deltas, "thinking_delta") {
+		t.Errorf("budget 0: thinking %q, text %q, deltas %v: want text alone", th, tx, got.Zero.Deltas)
+	}
+	d := got.Five.Deltas
+	n := 0
+	for n < len(d) && d[n] == "thinking_delta" {
+		n++
+	}
+	if n == 0 || n > 5 || !slices.Contains(d[n:], "text_delta") || slices.Contains(d[n:], "thinking_delta") {
+		t.Errorf("budget 5: deltas %v: want 1 to 5 thinking deltas, then text", d)
+	}
+	if th, tx := parts(got.Five.Message); th == "" || tx == "" {
+		t.Errorf("budget 5: the SDK rebuilt thinking %q, text %q", th, tx)
+	}
+	if len(got.Bad) != 2 {
+		t.Fatalf("bad budgets: %+v", got.Bad)
+	}
+	for i, want := range []string{"thinking.budget_tokens", "field thinking.budget_tokens"} {
+		if b := got.Bad[i]; b.Status != 400 || b.Type != "invalid_request_error" || !strings.HasPrefix(b.Message, want) {
+			t.Errorf("bad budget %d: %+v, want a 400 naming %s", i, b, want)
+		}
 	}
 	t.Logf("%s", out)
 }

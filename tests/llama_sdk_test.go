@@ -21,6 +21,13 @@ import (
 // on after the client.
 func runSDKClient(t *testing.T, sdk, dir, sdkPackage, target string) (out []byte, base string) {
 	t.Helper()
+	return runSDKScript(t, sdk, dir, sdkPackage, target, "client.mjs")
+}
+
+// runSDKScript is runSDKClient for tests/DIR/SCRIPT, the engine started
+// with engineArgs besides.
+func runSDKScript(t *testing.T, sdk, dir, sdkPackage, target, script string, engineArgs ...string) (out []byte, base string) {
+	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
 		t.Skipf("node is not installed: the %s Node SDK runs under node", sdk)
@@ -43,14 +50,14 @@ func runSDKClient(t *testing.T, sdk, dir, sdkPackage, target string) (out []byte
 		t.Fatal(err)
 	}
 	plugin, _ := llamaSetup(t)
-	_, base = startHTTPEngine(t, "--backend", plugin, "--model", model, "--slots", "1",
-		"--backend-opt", "n_threads=2", "--backend-opt", "n_ctx=4096")
+	_, base = startHTTPEngine(t, append([]string{"--backend", plugin, "--model", model, "--slots", "1",
+		"--backend-opt", "n_threads=2", "--backend-opt", "n_ctx=4096"}, engineArgs...)...)
 
-	cmd := exec.Command(node, filepath.Join(dir, "client.mjs"), base)
+	cmd := exec.Command(node, filepath.Join(dir, script), base)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if out, err = cmd.Output(); err != nil {
-		t.Fatalf("client.mjs: %v: %s %s", err, out, stderr.Bytes())
+		t.Fatalf("%s: %v: %s %s", script, err, out, stderr.Bytes())
 	}
 	return out, base
 }

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"reflect"
 	"strings"
@@ -59,6 +60,10 @@ type Config struct {
 	Sampler         map[string]string `mapstructure:"sampler"`
 	SlotSimilarity  float64           `mapstructure:"slot_prompt_similarity"`
 	ReasoningFormat string            `mapstructure:"reasoning_format"`
+	// ReasoningBudget and ReasoningBudgetMessage are llama-server's
+	// --reasoning-budget (-1: unbounded) and --reasoning-budget-message.
+	ReasoningBudget        int    `mapstructure:"reasoning_budget"`
+	ReasoningBudgetMessage string `mapstructure:"reasoning_budget_message"`
 
 	// apiKeys are APIKey and the lines of APIKeyFile, read by validate: the
 	// keys the HTTP side requires (not a setting of its own).
@@ -102,6 +107,7 @@ func defaultConfig() Config {
 		Sampler:         map[string]string{},
 		SlotSimilarity:  defaultSlotPromptSimilarity,
 		ReasoningFormat: "deepseek",
+		ReasoningBudget: -1,
 	}
 }
 
@@ -185,6 +191,8 @@ var settings = []struct{ key, flag string }{
 	{"sampler", "sampler"},
 	{"slot_prompt_similarity", "slot-prompt-similarity"},
 	{"reasoning_format", "reasoning-format"},
+	{"reasoning_budget", "reasoning-budget"},
+	{"reasoning_budget_message", "reasoning-budget-message"},
 }
 
 func envName(key string) string { return "HYDRA_" + strings.ToUpper(key) }
@@ -246,6 +254,8 @@ func newFlagSet(d Config, configFile *string, printConfig, showVersion *bool) *f
 	fs.Uint64Var(&v.TransferFloor, "state-transfer-floor", d.TransferFloor, "bytes per second below which a state transfer of 64 MiB or more is logged as a warning, with whether the backend or the socket set its pace; 0: none")
 	fs.Var(&sampler, "sampler", "engine-wide sampler default key=value, a CONFIGURE sampler key: temperature, top_k, top_p, min_p, repeat_penalty, … (repeatable)")
 	fs.StringVar(&v.ReasoningFormat, "reasoning-format", d.ReasoningFormat, "deepseek: a chat reply's <think> block streams as reasoning_content, apart from content (llama-server's); none: all is content")
+	fs.IntVar(&v.ReasoningBudget, "reasoning-budget", d.ReasoningBudget, "tokens a chat reply may reason before its template's end tag is forced (llama-server's): -1 unbounded, 0 no reasoning; a request's reasoning_budget_tokens wins")
+	fs.StringVar(&v.ReasoningBudgetMessage, "reasoning-budget-message", d.ReasoningBudgetMessage, "text forced before the end tag when a reasoning budget runs out (llama-server's); a request's reasoning_budget_message wins")
 	fs.Float64Var(&v.SlotSimilarity, "slot-prompt-similarity", d.SlotSimilarity, "how much of a slot's prompt an HTTP request's prompt must share to be given that slot, 0 to 1 (llama-server's; 0: off)")
 	fs.StringVar(configFile, "config", "", "YAML configuration file (default $"+envConfigFile+"; flags and HYDRA_* variables override it)")
 	fs.BoolVar(printConfig, "print-config", false, "print the effective configuration as YAML, with each value's source, and exit")
@@ -498,6 +508,9 @@ func (c *Config) validate() error {
 	if c.ReasoningFormat != "deepseek" && c.ReasoningFormat != "none" {
 		return fmt.Errorf("reasoning_format must be deepseek or none, got %q", c.ReasoningFormat)
 	}
+	if c.ReasoningBudget < -1 || c.ReasoningBudget > math.MaxInt32 {
+		return fmt.Errorf("reasoning_budget must be -1 (unbounded) or a count of tokens in [0, %d], got %d", math.MaxInt32, c.ReasoningBudget)
+	}
 	if !(c.SlotSimilarity >= 0 && c.SlotSimilarity <= 1) {
 		return fmt.Errorf("slot_prompt_similarity must be in [0, 1], got %v", c.SlotSimilarity)
 	}
@@ -697,8 +710,13 @@ func httpOptions(c *Config, logger hclog.Logger) httpapi.Options {
 		logger.Warn("the HTTP API is served to other hosts without an API key: anyone who reaches it can run completions "+
 			"and erase slots; set api_key_file (--api-key-file) or bind http to 127.0.0.1 (docs/operators.md, Security)", "http", c.HTTP)
 	}
-	return httpapi.Options{APIKeys: c.apiKeys, PublicMetrics: c.PublicMetrics, SlotPromptSimilarity: c.SlotSimilarity,
-		SplitReasoning: c.ReasoningFormat == "deepseek"}
+	opts := httpapi.Options{APIKeys: c.apiKeys, PublicMetrics: c.PublicMetrics, SlotPromptSimilarity: c.SlotSimilarity,
+		SplitReasoning: c.ReasoningFormat == "deepseek", ReasoningBudgetMessage: c.ReasoningBudgetMessage}
+	if c.ReasoningBudget >= 0 {
+		n := int32(c.ReasoningBudget)
+		opts.ReasoningBudget = &n
+	}
+	return opts
 }
 
 // openHTTP reports whether the HTTP listener can be reached from other

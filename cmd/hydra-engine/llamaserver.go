@@ -588,8 +588,12 @@ func lsChatParams() []lsParam {
 			ls.set("--reasoning-format", "reasoning_format", f)
 			return nil
 		}},
-		{names: []string{"--reasoning-budget"}, hint: "N",
-			why: "thinking is not budgeted here; turn it off with --reasoning off"},
+		{names: []string{"--reasoning-budget"}, hint: "N", doc: "tokens a chat reply may reason before the end tag is forced (-1: unbounded, 0: none): reasoning_budget", apply: func(ls *lsArgs, v string) error {
+			_, err := integer(v, -1)
+			ls.set("--reasoning-budget", "reasoning_budget", v)
+			return err
+		}},
+		{names: []string{"--reasoning-budget-message"}, hint: "MESSAGE", doc: "text forced before the end tag when the budget runs out: reasoning_budget_message", apply: setting("--reasoning-budget-message", "reasoning_budget_message")},
 	}
 }
 

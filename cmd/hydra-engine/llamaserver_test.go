@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/plugins/mock"
 )
@@ -177,6 +179,14 @@ func TestLlamaServerSampling(t *testing.T) {
 	if !reflect.DeepEqual(inv.cfg.Sampler, want) || inv.cfg.SlotSimilarity != 0 {
 		t.Errorf("sampler %v (want %v), slot_prompt_similarity %v", inv.cfg.Sampler, want, inv.cfg.SlotSimilarity)
 	}
+	// The reasoning budget is the HTTP side's default for every chat reply.
+	if c := parseLS(t).cfg; c.ReasoningBudget != -1 || httpOptions(&c, hclog.NewNullLogger()).ReasoningBudget != nil {
+		t.Errorf("no --reasoning-budget: %d", c.ReasoningBudget)
+	}
+	c := parseLS(t, "--reasoning-budget", "0", "--reasoning-budget-message", "Time to answer.").cfg
+	if o := httpOptions(&c, hclog.NewNullLogger()); o.ReasoningBudget == nil || *o.ReasoningBudget != 0 || o.ReasoningBudgetMessage != "Time to answer." {
+		t.Errorf("--reasoning-budget 0: %+v", o)
+	}
 	for _, seed := range []string{"-1", "4294967295"} { // random: the engine's default
 		if s := parseLS(t, "--seed", seed).cfg.Sampler; len(s) != 0 {
 			t.Errorf("--seed %s: sampler %v", seed, s)
@@ -271,6 +281,9 @@ func TestLlamaServerErrors(t *testing.T) {
 		{[]string{"--top-p", "1.5"}, "top_p must be in (0, 1]"},
 		{[]string{"--seed", "-5"}, "want -1 or a seed"},
 		{[]string{"-sps", "2"}, "slot_prompt_similarity must be in [0, 1]"},
+		{[]string{"--reasoning-budget", "-2"}, "--reasoning-budget -2: must be at least -1"},
+		{[]string{"--reasoning-budget", "many"}, "--reasoning-budget many: not an integer"},
+		{[]string{"--reasoning-budget", "4294967296"}, "reasoning_budget must be -1 (unbounded) or a count of tokens"},
 		{[]string{"--models-preset", bad}, "bad.ini:3: \"this is not a line\" is not key = value"},
 		{[]string{"--models-preset", "/nonexistent.ini"}, "no such file"},
 	} {

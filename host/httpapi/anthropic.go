@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"reflect"
 	"slices"
@@ -220,15 +221,8 @@ func anthropicToOpenAI(body []byte, counting bool) ([]byte, messagesBody, error)
 	if err := convertTools(m, oai); err != nil {
 		return nil, m, err
 	}
-	if counting { // the budget bounds no reply here
-		maxTokens = 0
-	}
-	kwargs, err := thinkingKwargs(m, maxTokens)
-	if err != nil {
+	if err := convertThinking(m, counting, oai); err != nil {
 		return nil, m, err
-	}
-	if kwargs != nil {
-		oai["chat_template_kwargs"] = kwargs
 	}
 	b, err := json.Marshal(oai)
 	return b, m, err
@@ -470,42 +464,46 @@ func convertTools(m messagesBody, oai map[string]any) error {
 	return nil
 }
 
-// thinkingKwargs sets the template's enable_thinking from thinking (over
-// chat_template_kwargs' own). A budget below max_tokens is refused: the
-// engine bounds a reply's reasoning only with the whole reply.
-func thinkingKwargs(m messagesBody, maxTokens int64) (map[string]any, error) {
+// convertThinking sets the template's enable_thinking from thinking (over
+// chat_template_kwargs' own) and, for type "enabled", the reply's reasoning
+// budget, llama-server's thinking_budget_tokens. Counting (count_tokens)
+// reads no budget: it bounds no reply there.
+func convertThinking(m messagesBody, counting bool, oai map[string]any) error {
 	var kw map[string]any
 	if k := bytes.TrimSpace(m.ChatTemplateKwargs); len(k) > 0 && string(k) != "null" {
 		if json.Unmarshal(k, &kw) != nil || kw == nil {
-			return nil, badRequest("chat_template_kwargs must be a JSON object")
+			return badRequest("chat_template_kwargs must be a JSON object")
 		}
 	}
-	t := m.Thinking
-	if t == nil {
-		return kw, nil
-	}
-	if kw == nil {
-		kw = map[string]any{}
-	}
-	switch t.Type {
-	case "disabled":
-		if t.BudgetTokens != nil {
-			return nil, badRequest("thinking.budget_tokens is only taken with type \"enabled\"")
+	if t := m.Thinking; t != nil {
+		if kw == nil {
+			kw = map[string]any{}
 		}
-		kw["enable_thinking"] = false
-	case "enabled":
-		if t.BudgetTokens == nil {
-			return nil, badRequest("thinking.budget_tokens is required with type \"enabled\"")
+		switch t.Type {
+		case "disabled":
+			if t.BudgetTokens != nil {
+				return badRequest("thinking.budget_tokens is only taken with type \"enabled\"")
+			}
+			kw["enable_thinking"] = false
+		case "enabled":
+			switch {
+			case t.BudgetTokens == nil:
+				return badRequest("thinking.budget_tokens is required with type \"enabled\"")
+			case counting:
+			case *t.BudgetTokens < 0 || *t.BudgetTokens > math.MaxInt32:
+				return badRequest("thinking.budget_tokens must be a count of tokens in [0, %d], got %d", math.MaxInt32, *t.BudgetTokens)
+			default:
+				oai["thinking_budget_tokens"] = *t.BudgetTokens
+			}
+			kw["enable_thinking"] = true
+		default:
+			return badRequest("thinking.type must be \"enabled\" or \"disabled\", got %q", t.Type)
 		}
-		if *t.BudgetTokens < maxTokens {
-			return nil, badRequest("thinking.budget_tokens %d is below max_tokens %d: this engine cannot bound the reasoning apart from the whole reply; "+
-				"send a budget of at least max_tokens, or leave thinking out", *t.BudgetTokens, maxTokens)
-		}
-		kw["enable_thinking"] = true
-	default:
-		return nil, badRequest("thinking.type must be \"enabled\" or \"disabled\", got %q", t.Type)
 	}
-	return kw, nil
+	if kw != nil {
+		oai["chat_template_kwargs"] = kw
+	}
+	return nil
 }
 
 // messages serves POST /v1/messages: the body converted, run as a chat

@@ -36,6 +36,8 @@ type api struct {
 	queue          *slotQueue // completions waiting for a slot
 	similarity     float64    // Options.SlotPromptSimilarity
 	splitReasoning bool       // Options.SplitReasoning
+	budget         *int32     // Options.ReasoningBudget
+	budgetMessage  string     // Options.ReasoningBudgetMessage
 
 	mu    sync.Mutex
 	tasks map[int]slotTask // the last HTTP completion of each slot, for /slots
@@ -68,6 +70,12 @@ type Options struct {
 	// reasoning_content, apart from content, as llama-server's
 	// --reasoning-format deepseek.
 	SplitReasoning bool
+	// ReasoningBudget is the reasoning budget of a chat reply whose request
+	// gives none, in tokens (llama-server's --reasoning-budget; nil: none,
+	// as its -1), and ReasoningBudgetMessage what is forced before the end
+	// tag when a budget runs out (--reasoning-budget-message).
+	ReasoningBudget        *int32
+	ReasoningBudgetMessage string
 }
 
 // The markers of a reasoning block.
@@ -82,7 +90,8 @@ const (
 func Handler(s *host.Server, opts Options) http.Handler {
 	_, info := s.Backend()
 	a := &api{s: s, log: s.Config().Logger.Named("http"), tasks: map[int]slotTask{},
-		queue: newSlotQueue(s, info.NSlots), similarity: opts.SlotPromptSimilarity, splitReasoning: opts.SplitReasoning}
+		queue: newSlotQueue(s, info.NSlots), similarity: opts.SlotPromptSimilarity, splitReasoning: opts.SplitReasoning,
+		budget: opts.ReasoningBudget, budgetMessage: opts.ReasoningBudgetMessage}
 	a.metrics = newMetrics(s)
 	a.metrics.queueLen = a.queue.waiting
 	s.Stats().SetObserver(a.metrics)

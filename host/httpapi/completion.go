@@ -211,6 +211,9 @@ func (a *api) completeBody(w http.ResponseWriter, r *http.Request, chat bool, bo
 	b, info := a.s.Backend()
 	tun := a.s.Tunables()
 	c, err := parseCompletion(body, chat, tun.Sampler(), tun.NPredict(), info)
+	if err == nil {
+		err = c.setReasoningBudget(a.budget, a.budgetMessage, info)
+	}
 	if err != nil {
 		writeAPIError(w, a.apiErrorOf(ctx, "reading the request", err))
 		return

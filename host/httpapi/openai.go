@@ -48,6 +48,7 @@ type completionRequest struct {
 	Stop        json.RawMessage `json:"stop"`
 	N           *int            `json:"n"`
 	NKeep       *int64          `json:"n_keep"`
+	ReasoningBudgetFields
 }
 
 // completion is a validated request.
@@ -75,6 +76,7 @@ type completion struct {
 	// stops: the backend then sends the reply as parsed deltas.
 	output *iface.Output
 	parsed bool
+	budget reasoningBudgetRequest // setReasoningBudget puts it into output
 }
 
 // apiError is an OpenAI error reply: {"error":{"message","type","code"}};
@@ -100,10 +102,12 @@ func badRequest(format string, args ...any) *apiError {
 var bodyFields = []string{"n_predict", "max_completion_tokens", "max_tokens", "n_keep", "n_probs", "top_logprobs", "logprobs",
 	"logit_bias", "id_slot", "prompt", "stop", "n", "temperature", "top_k", "top_p", "min_p", "seed", "repeat_penalty",
 	"repeat_last_n", "presence_penalty", "frequency_penalty", "messages", "grammar", "json_schema", "tool_choice",
-	"chat_template_kwargs", "response_format"}
+	"chat_template_kwargs", "response_format", "reasoning_budget_tokens", "thinking_budget_tokens", "reasoning_budget_message",
+	"reasoning_effort"}
 
 func paramOf(msg string) any {
 	msg = strings.TrimPrefix(msg, iface.ErrBadRequest.Error()+": ") // a backend's refusal, as errors.Is reads it
+	msg = strings.TrimPrefix(msg, "field ")                         // a value of the wrong JSON type (decodeJSON)
 	for _, f := range bodyFields {
 		if rest, ok := strings.CutPrefix(msg, f); ok && (rest == "" || rest[0] == ' ' || rest[0] == ':' || rest[0] == '[') {
 			return f
@@ -244,6 +248,9 @@ func parseCompletion(body []byte, chat bool, sampler iface.SamplerParams, nPredi
 		c.nKeep = int(*v)
 	}
 	if c.stops, err = parseStop(req.Stop); err != nil {
+		return c, err
+	}
+	if c.budget, err = req.ReasoningBudgetFields.parse(); err != nil {
 		return c, err
 	}
 	return c, c.setOutput(&req, info)

@@ -322,7 +322,7 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 	if err := e.describeSwaps(); err != nil {
 		return iface.BackendInfo{}, err
 	}
-	e.info.Capabilities = append(e.info.Capabilities, iface.CapOutput)
+	e.info.Capabilities = append(e.info.Capabilities, iface.CapOutput, iface.CapReasoningBudget)
 	e.info.BOSToken, e.info.EOSToken = mdl.specialText(mdl.bos), mdl.specialText(mdl.eos())
 	if e.chatc != nil {
 		e.info.ChatTemplate = e.chatc.source()

@@ -11,7 +11,11 @@
 #include "common.h"
 #include "json-schema-to-grammar.h"
 #include "llama-grammar.h"
+#include "reasoning-budget.h"
 
+#include <algorithm>
+#include <cctype>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -57,6 +61,62 @@ std::string tool_call_id() {
         c = chars[pick(rng)];
     }
     return s;
+}
+
+// prefill_tokens are the generation prompt's tokens as common_sampler_init
+// feeds them to its grammar and reasoning budget: special tokens parsed, and
+// a first token skipped that is only the space some tokenizers put before
+// the first special token.
+std::vector<llama_token> prefill_tokens(const llama_vocab * vocab, const std::string & prefill) {
+    std::vector<llama_token> out;
+    if (prefill.empty()) {
+        return out;
+    }
+    auto toks = common_tokenize(vocab, prefill, false, true);
+    for (size_t i = 0; i < toks.size(); i++) {
+        const auto piece = common_token_to_piece(vocab, toks[i], true);
+        if (i == 0 && !piece.empty() && std::isspace((unsigned char) piece[0]) && !std::isspace((unsigned char) prefill[0])) {
+            continue;
+        }
+        out.push_back(toks[i]);
+    }
+    return out;
+}
+
+// find_seq is the index of the first occurrence of seq in toks at or after
+// from, or toks.size().
+size_t find_seq(const std::vector<llama_token> & toks, const llama_tokens & seq, size_t from) {
+    if (seq.empty()) {
+        return toks.size();
+    }
+    for (size_t i = from; i + seq.size() <= toks.size(); i++) {
+        if (std::equal(seq.begin(), seq.end(), toks.begin() + i)) {
+            return i;
+        }
+    }
+    return toks.size();
+}
+
+// budget_prefill is the part of the generation prompt's tokens a reasoning
+// budget takes: all of them, unless they leave a reasoning block open; then
+// those up to its start tag, since what the prompt has after the tag (the
+// newline a thinking template writes) is no reasoning the reply spent.
+std::vector<llama_token> budget_prefill(std::vector<llama_token> toks, const llama_tokens & start,
+                                        const std::vector<llama_tokens> & ends) {
+    size_t open = toks.size();
+    for (size_t i = find_seq(toks, start, 0); i < toks.size(); i = find_seq(toks, start, i + 1)) {
+        open = i + start.size();
+    }
+    if (open == toks.size()) {
+        return toks;  // no block opens, or it opens at the very end
+    }
+    for (const auto & end : ends) {
+        if (find_seq(toks, end, open) < toks.size()) {
+            return toks;  // the prompt closed the block again
+        }
+    }
+    toks.resize(open);
+    return toks;
 }
 
 common_json diff_json(const common_chat_msg_diff & d) {
@@ -136,6 +196,8 @@ char * hydra_chat_apply(const hydra_chat * c, const char * req_text, char ** err
         out["grammar_lazy"] = p.grammar_lazy;
         out["generation_prompt"] = p.generation_prompt;
         out["parser"] = p.parser;
+        out["thinking_start_tag"] = p.thinking_start_tag;
+        out["thinking_end_tags"] = p.thinking_end_tags;
         auto triggers = common_json::array();
         for (const auto & t : p.grammar_triggers) {
             common_json tj = common_json::object();
@@ -325,21 +387,53 @@ llama_sampler * hydra_grammar_new(const llama_vocab * vocab, const char * spec_t
         // output-format grammar starts after it, as common_sampler_init
         // feeds it (skipping a space some tokenizers put before the first
         // special token).
-        const auto prefill = spec.value("prefill", std::string());
-        if (!lazy && !prefill.empty()) {
-            auto toks = common_tokenize(vocab, prefill, false, true);
-            for (size_t i = 0; i < toks.size(); i++) {
-                const auto piece = common_token_to_piece(vocab, toks[i], true);
-                if (i == 0 && !piece.empty() && std::isspace((unsigned char) piece[0]) && !std::isspace((unsigned char) prefill[0])) {
-                    continue;
-                }
-                llama_sampler_accept(g, toks[i]);
+        if (!lazy) {
+            for (const auto tok : prefill_tokens(vocab, spec.value("prefill", std::string()))) {
+                llama_sampler_accept(g, tok);
             }
         }
         return g;
     } catch (const std::exception & e) {
         if (g != nullptr) {
             llama_sampler_free(g);
+        }
+        set_err(err, e.what());
+    }
+    return nullptr;
+}
+
+llama_sampler * hydra_reasoning_budget_new(const llama_vocab * vocab, const char * spec_text, char ** err) {
+    llama_sampler * rb = nullptr;
+    try {
+        const auto spec = common_json::parse(spec_text);
+        const auto start = common_tokenize(vocab, spec.at("start").get<std::string>(), false, true);
+        std::vector<llama_tokens> ends;
+        for (const auto & t : spec.at("ends")) {
+            const auto tag = t.get<std::string>();
+            if (!tag.empty()) {
+                ends.push_back(common_tokenize(vocab, tag, false, true));
+            }
+        }
+        if (start.empty() || ends.empty()) {
+            throw std::invalid_argument("a reasoning budget needs a start tag and an end tag");
+        }
+        // The forced sequence is the message, then the first end tag, as
+        // llama-server's reasoning_budget_message field makes it.
+        llama_tokens forced;
+        const auto message = spec.value("message", std::string());
+        if (!message.empty()) {
+            forced = common_tokenize(vocab, message, false, true);
+        }
+        forced.insert(forced.end(), ends.front().begin(), ends.front().end());
+        const auto budget = spec.at("budget").get<int64_t>();
+        rb = common_reasoning_budget_init(vocab, {start}, ends, forced, budget < 0 ? INT_MAX : (int32_t) budget);
+        for (const auto tok : budget_prefill(prefill_tokens(vocab, spec.value("prefill", std::string())), start, ends)) {
+            llama_sampler_accept(rb, tok);
+        }
+        return rb;
+    } catch (const std::exception & e) {
+        if (rb != nullptr) {
+            llama_sampler_free(rb);
         }
         set_err(err, e.what());
     }

@@ -141,6 +141,7 @@ func (p *chatParser) add(text string, partial bool) (*parsed, error) {
 // takes, and the parser and stop strings its reply goes through.
 type outputRun struct {
 	grammar *grammarSpec
+	budget  *budgetSpec      // the reasoning budget's sampler, nil: none
 	parser  *chatParser      // nil: the reply is not parsed
 	generic *strings.Builder // a generic call's text (genericRun), parsed at the end
 	text    *replyText
@@ -158,6 +159,11 @@ func (e *engine) newOutputRun(o *iface.Output) (*outputRun, error) {
 	}
 	if o.JSONSchema != "" && o.Grammar != "" {
 		return nil, fmt.Errorf("%w: json_schema and grammar: give one of them", iface.ErrBadRequest)
+	}
+	if b := o.ReasoningBudget; b != nil && o.Chat == nil {
+		return nil, fmt.Errorf("%w: a reasoning budget bounds a chat reply's reasoning (output.chat)", iface.ErrBadRequest)
+	} else if b != nil && b.Tokens < 0 {
+		return nil, fmt.Errorf("%w: a reasoning budget of %d tokens: want 0 or more", iface.ErrBadRequest, b.Tokens)
 	}
 	if o.Chat == nil {
 		if len(o.Stops) > 0 {
@@ -199,16 +205,22 @@ func (e *engine) newOutputRun(o *iface.Output) (*outputRun, error) {
 			return nil, err
 		}
 		if p.Grammar == "" { // the template writes no tool calls: a generic JSON call
-			return e.genericRun(o, r)
+			r, err = e.genericRun(o, r)
+			if err == nil {
+				r.budget = reasoningBudget(p, o.ReasoningBudget, r.grammar)
+			}
+			return r, err
 		}
 		r.grammar = chatGrammar(p, true)
 	default:
 		r.grammar = chatGrammar(p, false)
 	}
+	r.budget = reasoningBudget(p, o.ReasoningBudget, r.grammar)
 	if r.parser, err = newChatParser(parserSpec{Format: p.Format, GenerationPrompt: p.GenerationPrompt, Parser: p.Parser}); err != nil {
 		return nil, err
 	}
-	e.log.Debug("chat reply format", "format", p.FormatName, "grammar", r.grammar != nil, "lazy", r.grammar != nil && r.grammar.Lazy)
+	e.log.Debug("chat reply format", "format", p.FormatName, "grammar", r.grammar != nil, "lazy", r.grammar != nil && r.grammar.Lazy,
+		"thinking", p.ThinkingStart, "reasoning_budget", r.budget != nil)
 	return r, nil
 }
 
@@ -278,24 +290,50 @@ func (e *engine) templateKwargs(reqKwargs string) (map[string]any, error) {
 	return kw, nil
 }
 
-// attach gives the sampler the run's grammar.
+// attach gives the sampler the run's grammar and reasoning budget.
 func (r *outputRun) attach(m *model, s *sampler) error {
-	if r == nil || r.grammar == nil {
+	if r == nil {
 		return nil
 	}
-	b, err := json.Marshal(r.grammar)
+	if r.grammar != nil {
+		g, err := newCSampler(r.grammar, func(spec *C.char, cerr **C.char) *C.struct_llama_sampler {
+			return C.hydra_grammar_new(m.vocab, spec, cerr)
+		})
+		if err != nil {
+			return fmt.Errorf("%w: grammar: %v", iface.ErrBadRequest, err)
+		}
+		C.hydra_sampler_set_grammar(s.c, g)
+	}
+	if r.budget != nil {
+		rb, err := newCSampler(r.budget, func(spec *C.char, cerr **C.char) *C.struct_llama_sampler {
+			return C.hydra_reasoning_budget_new(m.vocab, spec, cerr)
+		})
+		if err != nil {
+			return fmt.Errorf("the reasoning budget: %v", err)
+		}
+		gate := C.int(0)
+		if r.grammar != nil && r.grammar.Lazy {
+			gate = 1
+		}
+		C.hydra_sampler_set_reasoning_budget(s.c, rb, gate)
+	}
+	return nil
+}
+
+// newCSampler builds a llama.cpp sampler from spec's JSON with build.
+func newCSampler(spec any, build func(spec *C.char, cerr **C.char) *C.struct_llama_sampler) (*C.struct_llama_sampler, error) {
+	b, err := json.Marshal(spec)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cs := C.CString(string(b))
 	defer C.free(unsafe.Pointer(cs))
 	var cerr *C.char
-	g := C.hydra_grammar_new(m.vocab, cs, &cerr)
-	if g == nil {
-		return fmt.Errorf("%w: grammar: %s", iface.ErrBadRequest, goString(cerr))
+	smp := build(cs, &cerr)
+	if smp == nil {
+		return nil, errors.New(goString(cerr))
 	}
-	C.hydra_sampler_set_grammar(s.c, g)
-	return nil
+	return smp, nil
 }
 
 // wrap passes each token on with what it added to the parsed reply, and

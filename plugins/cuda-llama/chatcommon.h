@@ -57,6 +57,17 @@ char * hydra_grammar_check(const char * grammar);
 // after. NULL with *err when the grammar cannot be built.
 struct llama_sampler * hydra_grammar_new(const struct llama_vocab * vocab, const char * spec, char ** err);
 
+// hydra_reasoning_budget_new builds llama.cpp's reasoning-budget sampler
+// (common_reasoning_budget_init) for spec, a JSON object
+// {"start","ends":[…],"message","budget","prefill"}, as common_sampler_init
+// builds it from llama-server's reasoning_budget_* fields: the tags and the
+// message tokenized with special tokens parsed, the message and the first
+// end tag forced when the budget runs out, a negative budget unbounded, and
+// the generation prompt (prefill) accepted first, so that a prompt which
+// opens the reasoning starts the count, from its start tag (llama-server
+// counts the prompt's tokens after the tag too). NULL with *err on failure.
+struct llama_sampler * hydra_reasoning_budget_new(const struct llama_vocab * vocab, const char * spec, char ** err);
+
 #ifdef __cplusplus
 }
 #endif

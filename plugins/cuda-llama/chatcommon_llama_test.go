@@ -179,8 +179,8 @@ func TestJSONSchemaOutput(t *testing.T) {
 }
 
 // TestOutputRefusals: a bad schema or grammar, a tool choice naming no
-// tool, and a grammar with tools fail before any token, naming the field,
-// and leave the slot free.
+// tool, a grammar with tools and a reasoning budget below 0 or without a
+// chat fail before any token, naming the field, and leave the slot free.
 func TestOutputRefusals(t *testing.T) {
 	b := load(t, familyModel(t, gguf.ArchQwen3MoE, "qwen3"), 1, nil)
 	chat := iface.PrefillRequest{Messages: []iface.Message{{Role: "user", Content: "hi"}}, Tools: []string{weatherTool}}
@@ -200,6 +200,8 @@ func TestOutputRefusals(t *testing.T) {
 		{"unknown tool", &iface.PrefillRequest{Messages: chat.Messages, Tools: chat.Tools, ToolChoice: "required", ToolChoiceName: "nope"}, iface.Output{}, `"nope"`},
 		{"grammar with tools", &chat, iface.Output{Grammar: `root ::= "a"`}, "grammar"},
 		{"unknown tool choice", &iface.PrefillRequest{Messages: chat.Messages, Tools: chat.Tools, ToolChoice: "sometimes"}, iface.Output{}, "sometimes"},
+		{"negative reasoning budget", &chat, iface.Output{ReasoningBudget: &iface.ReasoningBudget{Tokens: -1}}, "reasoning budget"},
+		{"reasoning budget without chat", nil, iface.Output{Grammar: `root ::= "a"`, ReasoningBudget: &iface.ReasoningBudget{}}, "output.chat"},
 	} {
 		o := c.o
 		o.Chat = c.chat

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -116,6 +117,10 @@ type chatParams struct {
 	Triggers         []grammarTrigger `json:"grammar_triggers"`
 	PreservedTokens  []string         `json:"preserved_tokens"`
 	AdditionalStops  []string         `json:"additional_stops"`
+	// The tags of the format's reasoning block ("" and none: it has none),
+	// which bound a reasoning budget.
+	ThinkingStart string   `json:"thinking_start_tag"`
+	ThinkingEnds  []string `json:"thinking_end_tags"`
 }
 
 // grammarTrigger is common_grammar_trigger: a word, pattern or token that
@@ -156,6 +161,36 @@ func chatGrammar(p chatParams, required bool) *grammarSpec {
 		g.Prefill = ""
 	}
 	return g
+}
+
+// budgetSpec is what hydra_reasoning_budget_new builds llama.cpp's
+// reasoning-budget sampler from.
+type budgetSpec struct {
+	Start   string   `json:"start"`
+	Ends    []string `json:"ends"`
+	Message string   `json:"message,omitempty"`
+	Budget  int64    `json:"budget"` // < 0: unbounded
+	// Prefill is the generation prompt, which may open the reasoning.
+	Prefill string `json:"prefill,omitempty"`
+}
+
+// reasoningBudget is the reasoning-budget sampler of a chat reply in format
+// p with grammar g, as common_sampler_init builds one from llama-server's
+// chat parameters: only where the format has thinking tags, and then for a
+// budget the request gives, or, unbounded, to keep a lazy grammar from
+// waking inside the reasoning; nil: none.
+func reasoningBudget(p chatParams, b *iface.ReasoningBudget, g *grammarSpec) *budgetSpec {
+	if p.ThinkingStart == "" || !slices.ContainsFunc(p.ThinkingEnds, func(t string) bool { return t != "" }) {
+		return nil
+	}
+	spec := &budgetSpec{Start: p.ThinkingStart, Ends: p.ThinkingEnds, Budget: -1, Prefill: p.GenerationPrompt}
+	switch {
+	case b != nil:
+		spec.Budget, spec.Message = int64(b.Tokens), b.Message
+	case g == nil || !g.Lazy:
+		return nil
+	}
+	return spec
 }
 
 // parserSpec is what hydra_chat_parser_new reads.

@@ -48,6 +48,33 @@ func TestChatGrammar(t *testing.T) {
 	}
 }
 
+// TestReasoningBudgetSpec: a budget's sampler is built where the format
+// has thinking tags, from the request's budget, or unbounded for a lazy
+// grammar (which it keeps asleep in the reasoning), as common_sampler_init.
+func TestReasoningBudgetSpec(t *testing.T) {
+	p := chatParams{ThinkingStart: "<think>", ThinkingEnds: []string{"</think>", "<tool_call>"}, GenerationPrompt: "<|im_start|>assistant\n"}
+	b := &iface.ReasoningBudget{Tokens: 0, Message: "Done."}
+	lazy := &grammarSpec{Grammar: "root ::= x", Lazy: true}
+	want := budgetSpec{Start: "<think>", Ends: p.ThinkingEnds, Message: "Done.", Budget: 0, Prefill: p.GenerationPrompt}
+	if got := reasoningBudget(p, b, nil); got == nil || !reflect.DeepEqual(*got, want) {
+		t.Errorf("budget 0: %+v, want %+v", got, want)
+	}
+	if got := reasoningBudget(p, nil, lazy); got == nil || got.Budget >= 0 || got.Message != "" {
+		t.Errorf("lazy grammar, no budget: %+v, want an unbounded one", got)
+	}
+	for name, g := range map[string]*grammarSpec{"none": nil, "not lazy": {Grammar: "root ::= x"}} {
+		if got := reasoningBudget(p, nil, g); got != nil {
+			t.Errorf("no budget, grammar %s: %+v", name, got)
+		}
+	}
+	for name, q := range map[string]chatParams{"no tags": {}, "no end tag": {ThinkingStart: "<think>", ThinkingEnds: []string{""}},
+		"no start tag": {ThinkingEnds: []string{"</think>"}}} {
+		if got := reasoningBudget(q, b, lazy); got != nil {
+			t.Errorf("%s: %+v", name, got)
+		}
+	}
+}
+
 // TestCommonChatRequest: the apply request in llama-server's field names; a
 // named choice keeps its tool alone, and one naming no tool is refused.
 func TestCommonChatRequest(t *testing.T) {

@@ -7,6 +7,8 @@
 
 #include "sampling.h"
 
+#include "reasoning-budget.h"
+
 #include <algorithm>
 #include <cmath>
 #include <new>
@@ -24,6 +26,11 @@ struct hydra_sampler {
     // grammar (hydra_sampler_set_grammar) masks the candidates before the
     // chain and sees only the tokens accepted after it was set.
     llama_sampler * grammar = nullptr;
+    // rbudget (hydra_sampler_set_reasoning_budget) masks the candidates
+    // before the grammar; gate_grammar holds a lazy grammar off while it
+    // counts or forces, as common_sampler's grammar_should_apply.
+    llama_sampler * rbudget = nullptr;
+    bool gate_grammar = false;
     std::vector<llama_token_data> cur;
 };
 
@@ -47,6 +54,31 @@ std::vector<llama_logit_bias> biases(const llama_vocab * vocab, const hydra_samp
         }
     }
     return out;
+}
+
+// grammar_applies is whether the grammar masks the next token and takes
+// the one accepted: always, unless it is gated and the reasoning budget is
+// inside a reasoning block (common_sampler's grammar_should_apply).
+bool grammar_applies(const hydra_sampler * s) {
+    if (s->grammar == nullptr) {
+        return false;
+    }
+    if (s->rbudget == nullptr || !s->gate_grammar) {
+        return true;
+    }
+    const auto st = common_reasoning_budget_get_state(s->rbudget);
+    return st == REASONING_BUDGET_IDLE || st == REASONING_BUDGET_DONE;
+}
+
+// grammar_accept advances the grammar; a token it refuses (every candidate
+// was masked) drops it, so that no exception crosses into Go.
+void grammar_accept(hydra_sampler * s, llama_token tok) {
+    try {
+        llama_sampler_accept(s->grammar, tok);
+    } catch (...) {
+        llama_sampler_free(s->grammar);
+        s->grammar = nullptr;
+    }
 }
 
 // argmax is the first candidate with the largest logit.
@@ -192,6 +224,9 @@ void hydra_sampler_free(hydra_sampler * s) {
     if (s->grammar != nullptr) {
         llama_sampler_free(s->grammar);
     }
+    if (s->rbudget != nullptr) {
+        llama_sampler_free(s->rbudget);
+    }
     delete s;
 }
 
@@ -203,31 +238,54 @@ void hydra_sampler_set_grammar(hydra_sampler * s, llama_sampler * grammar) {
     s->cur.resize(s->n_vocab);
 }
 
+void hydra_sampler_set_reasoning_budget(hydra_sampler * s, llama_sampler * rb, int gate_grammar) {
+    if (s->rbudget != nullptr) {
+        llama_sampler_free(s->rbudget);
+    }
+    s->rbudget = rb;
+    s->gate_grammar = gate_grammar != 0;
+    s->cur.resize(s->n_vocab);
+}
+
 void hydra_sampler_accept(hydra_sampler * s, llama_token tok) {
+    // Whether the grammar takes tok is decided before the budget sees it,
+    // as common_sampler_accept does: the token that ends the reasoning is
+    // the grammar's only through the end sequence replayed below.
+    const bool to_grammar = grammar_applies(s);
+    if (s->rbudget != nullptr) {
+        llama_sampler_accept(s->rbudget, tok);
+        if (s->grammar != nullptr && !to_grammar && common_reasoning_budget_get_state(s->rbudget) == REASONING_BUDGET_DONE) {
+            if (const llama_tokens * end = common_reasoning_budget_get_end_match(s->rbudget)) {
+                for (const llama_token t : *end) {
+                    if (s->grammar != nullptr) {
+                        grammar_accept(s, t);
+                    }
+                }
+            }
+        }
+    }
     if (s->chain != nullptr) {
         llama_sampler_accept(s->chain, tok);
     }
-    if (s->grammar != nullptr) {
-        try {
-            llama_sampler_accept(s->grammar, tok);
-        } catch (...) {  // a token the grammar refuses (every candidate was masked): no exception crosses into Go
-            llama_sampler_free(s->grammar);
-            s->grammar = nullptr;
-        }
+    if (to_grammar && s->grammar != nullptr) {
+        grammar_accept(s, tok);
     }
 }
 
 llama_token hydra_sample(hydra_sampler * s, const float * logits, double u, float * logprob,
                          int32_t n_top, llama_token * top_ids, float * top_lp, int32_t * n_top_out) {
     llama_token tok;
-    if (s->chain == nullptr && s->grammar == nullptr) {
+    if (s->chain == nullptr && s->grammar == nullptr && s->rbudget == nullptr) {
         tok = raw_argmax(logits, s->n_vocab);  // plain greedy: no candidate array to fill
     } else {
         for (int32_t i = 0; i < s->n_vocab; i++) {
             s->cur[i] = {i, logits[i], 0.0f};
         }
         llama_token_data_array arr = {s->cur.data(), (size_t) s->n_vocab, -1, false};
-        if (s->grammar != nullptr) {
+        if (s->rbudget != nullptr) {
+            llama_sampler_apply(s->rbudget, &arr);
+        }
+        if (grammar_applies(s)) {
             llama_sampler_apply(s->grammar, &arr);
         }
         if (s->chain != nullptr) {

@@ -37,7 +37,17 @@ void hydra_sampler_free(hydra_sampler * s);
 // on): it masks the candidates first, and advances on each token accepted.
 void hydra_sampler_set_grammar(hydra_sampler * s, struct llama_sampler * g);
 
-// hydra_sampler_accept adds tok to the penalties' history (and the grammar).
+// hydra_sampler_set_reasoning_budget gives s llama.cpp's reasoning-budget
+// sampler rb (hydra_reasoning_budget_new, owned from now on), as
+// common_sampler holds it: rb masks the candidates first, before the grammar,
+// and sees only the tokens accepted after it was set. With gate_grammar (the
+// grammar is lazy) the grammar neither masks nor advances while rb counts or
+// forces, and takes the end sequence that closed the reasoning, which may be
+// its trigger.
+void hydra_sampler_set_reasoning_budget(hydra_sampler * s, struct llama_sampler * rb, int gate_grammar);
+
+// hydra_sampler_accept adds tok to the penalties' history (and the grammar,
+// and the reasoning budget).
 void hydra_sampler_accept(hydra_sampler * s, llama_token tok);
 
 // hydra_sample picks a token from logits (n_vocab of them): the arg-max of

@@ -594,19 +594,25 @@ func TestLoadLlamaServerOptions(t *testing.T) {
 	}
 }
 
-// TestDecodeRefusesOutput: the mock constrains and parses nothing, so a
-// decode asking it to says so rather than decoding free text.
+// TestDecodeRefusesOutput: the mock constrains and parses nothing and
+// bounds no reasoning, so a decode asking it to says so rather than
+// decoding free text; its info claims neither capability.
 func TestDecodeRefusesOutput(t *testing.T) {
 	b := newLoaded(t, 1, nil)
 	if _, err := b.Prefill(context.Background(), iface.PrefillRequest{Slot: 0, Tokens: []int32{1, 2}}); err != nil {
 		t.Fatal(err)
 	}
-	for _, o := range []*iface.Output{{Grammar: `root ::= "a"`}, {Chat: &iface.PrefillRequest{Messages: []iface.Message{{Role: "user"}}}}} {
+	chat := &iface.PrefillRequest{Messages: []iface.Message{{Role: "user"}}}
+	for _, o := range []*iface.Output{{Grammar: `root ::= "a"`}, {Chat: chat}, {Chat: chat, ReasoningBudget: &iface.ReasoningBudget{Tokens: 4}}} {
 		n := 0
 		_, err := b.Decode(context.Background(), iface.DecodeRequest{Slot: 0, NPredict: 3, Output: o},
 			func(iface.Token) error { n++; return nil })
 		if !errors.Is(err, iface.ErrNotImplemented) || n != 0 {
 			t.Errorf("output %+v: %v after %d tokens, want ErrNotImplemented before any", o, err, n)
 		}
+	}
+	info, err := b.Info(context.Background())
+	if err != nil || slices.Contains(info.Capabilities, iface.CapOutput) || slices.Contains(info.Capabilities, iface.CapReasoningBudget) {
+		t.Errorf("capabilities %v (%v)", info.Capabilities, err)
 	}
 }

@@ -225,7 +225,7 @@ func (b *Backend) Tokenize(ctx context.Context, req iface.PrefillRequest) (iface
 func (b *Backend) Decode(ctx context.Context, req iface.DecodeRequest, emit func(iface.Token) error) (iface.DecodeResult, error) {
 	// The mock's tokens are no language: it cannot constrain or parse them.
 	if req.Output != nil {
-		return iface.DecodeResult{}, fmt.Errorf("%w: the mock backend constrains and parses no reply (tool calls, response_format, json_schema, grammar, stop strings of a parsed chat)", iface.ErrNotImplemented)
+		return iface.DecodeResult{}, fmt.Errorf("%w: the mock backend constrains and parses no reply (tool calls, response_format, json_schema, grammar, stop strings of a parsed chat, a reasoning budget)", iface.ErrNotImplemented)
 	}
 	if req.Prompt == nil || req.NPredict < 0 {
 		return b.decode(ctx, req, emit)

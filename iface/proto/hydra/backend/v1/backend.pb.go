@@ -1433,13 +1433,14 @@ func (x *DecodeRequest) GetOutput() *Output {
 
 // Output constrains and parses a decode's reply (iface.Output).
 type Output struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Chat          *PrefillRequest        `protobuf:"bytes,1,opt,name=chat,proto3" json:"chat,omitempty"`                               // the chat replied to: parse its tool calls and reasoning
-	JsonSchema    string                 `protobuf:"bytes,2,opt,name=json_schema,json=jsonSchema,proto3" json:"json_schema,omitempty"` // JSON text
-	Grammar       string                 `protobuf:"bytes,3,opt,name=grammar,proto3" json:"grammar,omitempty"`                         // GBNF
-	Stops         []string               `protobuf:"bytes,4,rep,name=stops,proto3" json:"stops,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Chat            *PrefillRequest        `protobuf:"bytes,1,opt,name=chat,proto3" json:"chat,omitempty"`                               // the chat replied to: parse its tool calls and reasoning
+	JsonSchema      string                 `protobuf:"bytes,2,opt,name=json_schema,json=jsonSchema,proto3" json:"json_schema,omitempty"` // JSON text
+	Grammar         string                 `protobuf:"bytes,3,opt,name=grammar,proto3" json:"grammar,omitempty"`                         // GBNF
+	Stops           []string               `protobuf:"bytes,4,rep,name=stops,proto3" json:"stops,omitempty"`
+	ReasoningBudget *ReasoningBudget       `protobuf:"bytes,5,opt,name=reasoning_budget,json=reasoningBudget,proto3" json:"reasoning_budget,omitempty"` // unset: the reasoning is unbounded
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Output) Reset() {
@@ -1500,6 +1501,67 @@ func (x *Output) GetStops() []string {
 	return nil
 }
 
+func (x *Output) GetReasoningBudget() *ReasoningBudget {
+	if x != nil {
+		return x.ReasoningBudget
+	}
+	return nil
+}
+
+// ReasoningBudget bounds a chat reply's reasoning (iface.ReasoningBudget);
+// only to a backend whose capabilities say reasoning_budget.
+type ReasoningBudget struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tokens        int32                  `protobuf:"varint,1,opt,name=tokens,proto3" json:"tokens,omitempty"`  // reasoning tokens allowed, >= 0
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"` // forced before the end tag when they run out
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReasoningBudget) Reset() {
+	*x = ReasoningBudget{}
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReasoningBudget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReasoningBudget) ProtoMessage() {}
+
+func (x *ReasoningBudget) ProtoReflect() protoreflect.Message {
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReasoningBudget.ProtoReflect.Descriptor instead.
+func (*ReasoningBudget) Descriptor() ([]byte, []int) {
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ReasoningBudget) GetTokens() int32 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
+func (x *ReasoningBudget) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // ChatDelta is what a token added to the parsed reply.
 type ChatDelta struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1515,7 +1577,7 @@ type ChatDelta struct {
 
 func (x *ChatDelta) Reset() {
 	*x = ChatDelta{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1527,7 +1589,7 @@ func (x *ChatDelta) String() string {
 func (*ChatDelta) ProtoMessage() {}
 
 func (x *ChatDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1540,7 +1602,7 @@ func (x *ChatDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChatDelta.ProtoReflect.Descriptor instead.
 func (*ChatDelta) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{20}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ChatDelta) GetContent() string {
@@ -1597,7 +1659,7 @@ type ChatReply struct {
 
 func (x *ChatReply) Reset() {
 	*x = ChatReply{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1609,7 +1671,7 @@ func (x *ChatReply) String() string {
 func (*ChatReply) ProtoMessage() {}
 
 func (x *ChatReply) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1622,7 +1684,7 @@ func (x *ChatReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChatReply.ProtoReflect.Descriptor instead.
 func (*ChatReply) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{21}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ChatReply) GetContent() string {
@@ -1657,7 +1719,7 @@ type TokenProb struct {
 
 func (x *TokenProb) Reset() {
 	*x = TokenProb{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1669,7 +1731,7 @@ func (x *TokenProb) String() string {
 func (*TokenProb) ProtoMessage() {}
 
 func (x *TokenProb) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1682,7 +1744,7 @@ func (x *TokenProb) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenProb.ProtoReflect.Descriptor instead.
 func (*TokenProb) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{22}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TokenProb) GetId() int32 {
@@ -1722,7 +1784,7 @@ type Token struct {
 
 func (x *Token) Reset() {
 	*x = Token{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1734,7 +1796,7 @@ func (x *Token) String() string {
 func (*Token) ProtoMessage() {}
 
 func (x *Token) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1747,7 +1809,7 @@ func (x *Token) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Token.ProtoReflect.Descriptor instead.
 func (*Token) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{23}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Token) GetId() int32 {
@@ -1800,7 +1862,7 @@ type DecodeResult struct {
 
 func (x *DecodeResult) Reset() {
 	*x = DecodeResult{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1812,7 +1874,7 @@ func (x *DecodeResult) String() string {
 func (*DecodeResult) ProtoMessage() {}
 
 func (x *DecodeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1825,7 +1887,7 @@ func (x *DecodeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeResult.ProtoReflect.Descriptor instead.
 func (*DecodeResult) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{24}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DecodeResult) GetTokensGenerated() int64 {
@@ -1882,7 +1944,7 @@ type PromptResult struct {
 
 func (x *PromptResult) Reset() {
 	*x = PromptResult{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1894,7 +1956,7 @@ func (x *PromptResult) String() string {
 func (*PromptResult) ProtoMessage() {}
 
 func (x *PromptResult) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1907,7 +1969,7 @@ func (x *PromptResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptResult.ProtoReflect.Descriptor instead.
 func (*PromptResult) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{25}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PromptResult) GetNTokens() int64 {
@@ -1951,7 +2013,7 @@ type DecodeResponse struct {
 
 func (x *DecodeResponse) Reset() {
 	*x = DecodeResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1963,7 +2025,7 @@ func (x *DecodeResponse) String() string {
 func (*DecodeResponse) ProtoMessage() {}
 
 func (x *DecodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1976,7 +2038,7 @@ func (x *DecodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeResponse.ProtoReflect.Descriptor instead.
 func (*DecodeResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{26}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DecodeResponse) GetEvent() isDecodeResponse_Event {
@@ -2030,7 +2092,7 @@ type StateGetRequest struct {
 
 func (x *StateGetRequest) Reset() {
 	*x = StateGetRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2042,7 +2104,7 @@ func (x *StateGetRequest) String() string {
 func (*StateGetRequest) ProtoMessage() {}
 
 func (x *StateGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2055,7 +2117,7 @@ func (x *StateGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateGetRequest.ProtoReflect.Descriptor instead.
 func (*StateGetRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{27}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StateGetRequest) GetSlot() int64 {
@@ -2081,7 +2143,7 @@ type StateGetResponse struct {
 
 func (x *StateGetResponse) Reset() {
 	*x = StateGetResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2093,7 +2155,7 @@ func (x *StateGetResponse) String() string {
 func (*StateGetResponse) ProtoMessage() {}
 
 func (x *StateGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2106,7 +2168,7 @@ func (x *StateGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateGetResponse.ProtoReflect.Descriptor instead.
 func (*StateGetResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{28}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *StateGetResponse) GetData() []byte {
@@ -2127,7 +2189,7 @@ type StatePutHeader struct {
 
 func (x *StatePutHeader) Reset() {
 	*x = StatePutHeader{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2139,7 +2201,7 @@ func (x *StatePutHeader) String() string {
 func (*StatePutHeader) ProtoMessage() {}
 
 func (x *StatePutHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2152,7 +2214,7 @@ func (x *StatePutHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatePutHeader.ProtoReflect.Descriptor instead.
 func (*StatePutHeader) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{29}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *StatePutHeader) GetSlot() int64 {
@@ -2189,7 +2251,7 @@ type StatePutRequest struct {
 
 func (x *StatePutRequest) Reset() {
 	*x = StatePutRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2201,7 +2263,7 @@ func (x *StatePutRequest) String() string {
 func (*StatePutRequest) ProtoMessage() {}
 
 func (x *StatePutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2214,7 +2276,7 @@ func (x *StatePutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatePutRequest.ProtoReflect.Descriptor instead.
 func (*StatePutRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{30}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StatePutRequest) GetMsg() isStatePutRequest_Msg {
@@ -2267,7 +2329,7 @@ type StatePutResponse struct {
 
 func (x *StatePutResponse) Reset() {
 	*x = StatePutResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2279,7 +2341,7 @@ func (x *StatePutResponse) String() string {
 func (*StatePutResponse) ProtoMessage() {}
 
 func (x *StatePutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2292,7 +2354,7 @@ func (x *StatePutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatePutResponse.ProtoReflect.Descriptor instead.
 func (*StatePutResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{31}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StatePutResponse) GetConsumed() int64 {
@@ -2311,7 +2373,7 @@ type SetExpertModeRequest struct {
 
 func (x *SetExpertModeRequest) Reset() {
 	*x = SetExpertModeRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2323,7 +2385,7 @@ func (x *SetExpertModeRequest) String() string {
 func (*SetExpertModeRequest) ProtoMessage() {}
 
 func (x *SetExpertModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2336,7 +2398,7 @@ func (x *SetExpertModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetExpertModeRequest.ProtoReflect.Descriptor instead.
 func (*SetExpertModeRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{32}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SetExpertModeRequest) GetMode() string {
@@ -2355,7 +2417,7 @@ type SetExpertModeResponse struct {
 
 func (x *SetExpertModeResponse) Reset() {
 	*x = SetExpertModeResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2367,7 +2429,7 @@ func (x *SetExpertModeResponse) String() string {
 func (*SetExpertModeResponse) ProtoMessage() {}
 
 func (x *SetExpertModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2380,7 +2442,7 @@ func (x *SetExpertModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetExpertModeResponse.ProtoReflect.Descriptor instead.
 func (*SetExpertModeResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{33}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SetExpertModeResponse) GetMode() string {
@@ -2400,7 +2462,7 @@ type SwapQuantRequest struct {
 
 func (x *SwapQuantRequest) Reset() {
 	*x = SwapQuantRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[34]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2412,7 +2474,7 @@ func (x *SwapQuantRequest) String() string {
 func (*SwapQuantRequest) ProtoMessage() {}
 
 func (x *SwapQuantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[34]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2425,7 +2487,7 @@ func (x *SwapQuantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SwapQuantRequest.ProtoReflect.Descriptor instead.
 func (*SwapQuantRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{34}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SwapQuantRequest) GetQuantKey() string {
@@ -2454,7 +2516,7 @@ type SwapQuantResponse struct {
 
 func (x *SwapQuantResponse) Reset() {
 	*x = SwapQuantResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2466,7 +2528,7 @@ func (x *SwapQuantResponse) String() string {
 func (*SwapQuantResponse) ProtoMessage() {}
 
 func (x *SwapQuantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2479,7 +2541,7 @@ func (x *SwapQuantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SwapQuantResponse.ProtoReflect.Descriptor instead.
 func (*SwapQuantResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{35}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SwapQuantResponse) GetSwapped() int64 {
@@ -2518,7 +2580,7 @@ type DataPlaneRequest struct {
 
 func (x *DataPlaneRequest) Reset() {
 	*x = DataPlaneRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[36]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2530,7 +2592,7 @@ func (x *DataPlaneRequest) String() string {
 func (*DataPlaneRequest) ProtoMessage() {}
 
 func (x *DataPlaneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[36]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2543,7 +2605,7 @@ func (x *DataPlaneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataPlaneRequest.ProtoReflect.Descriptor instead.
 func (*DataPlaneRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{36}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{37}
 }
 
 type DataPlaneResponse struct {
@@ -2571,7 +2633,7 @@ type DataPlaneResponse struct {
 
 func (x *DataPlaneResponse) Reset() {
 	*x = DataPlaneResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[37]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2583,7 +2645,7 @@ func (x *DataPlaneResponse) String() string {
 func (*DataPlaneResponse) ProtoMessage() {}
 
 func (x *DataPlaneResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[37]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2596,7 +2658,7 @@ func (x *DataPlaneResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataPlaneResponse.ProtoReflect.Descriptor instead.
 func (*DataPlaneResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{37}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DataPlaneResponse) GetShm() bool {
@@ -2662,7 +2724,7 @@ type ShmTransfer struct {
 
 func (x *ShmTransfer) Reset() {
 	*x = ShmTransfer{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[38]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2674,7 +2736,7 @@ func (x *ShmTransfer) String() string {
 func (*ShmTransfer) ProtoMessage() {}
 
 func (x *ShmTransfer) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[38]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2687,7 +2749,7 @@ func (x *ShmTransfer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShmTransfer.ProtoReflect.Descriptor instead.
 func (*ShmTransfer) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{38}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ShmTransfer) GetId() uint64 {
@@ -2735,7 +2797,7 @@ type StateGetShmRequest struct {
 
 func (x *StateGetShmRequest) Reset() {
 	*x = StateGetShmRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[39]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2747,7 +2809,7 @@ func (x *StateGetShmRequest) String() string {
 func (*StateGetShmRequest) ProtoMessage() {}
 
 func (x *StateGetShmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[39]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2760,7 +2822,7 @@ func (x *StateGetShmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateGetShmRequest.ProtoReflect.Descriptor instead.
 func (*StateGetShmRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{39}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *StateGetShmRequest) GetSlot() int64 {
@@ -2786,7 +2848,7 @@ type StateGetShmResponse struct {
 
 func (x *StateGetShmResponse) Reset() {
 	*x = StateGetShmResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[40]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2798,7 +2860,7 @@ func (x *StateGetShmResponse) String() string {
 func (*StateGetShmResponse) ProtoMessage() {}
 
 func (x *StateGetShmResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[40]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2811,7 +2873,7 @@ func (x *StateGetShmResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateGetShmResponse.ProtoReflect.Descriptor instead.
 func (*StateGetShmResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{40}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *StateGetShmResponse) GetWritten() int64 {
@@ -2839,7 +2901,7 @@ type StatePutShmRequest struct {
 
 func (x *StatePutShmRequest) Reset() {
 	*x = StatePutShmRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[41]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2851,7 +2913,7 @@ func (x *StatePutShmRequest) String() string {
 func (*StatePutShmRequest) ProtoMessage() {}
 
 func (x *StatePutShmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[41]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2864,7 +2926,7 @@ func (x *StatePutShmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatePutShmRequest.ProtoReflect.Descriptor instead.
 func (*StatePutShmRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{41}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *StatePutShmRequest) GetSlot() int64 {
@@ -3043,13 +3105,17 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\an_probs\x18\x05 \x01(\x05R\x06nProbs\x12\x15\n" +
 	"\x06n_keep\x18\x06 \x01(\x03R\x05nKeep\x128\n" +
 	"\x06prompt\x18\a \x01(\v2 .hydra.backend.v1.PrefillRequestR\x06prompt\x120\n" +
-	"\x06output\x18\b \x01(\v2\x18.hydra.backend.v1.OutputR\x06output\"\x8f\x01\n" +
+	"\x06output\x18\b \x01(\v2\x18.hydra.backend.v1.OutputR\x06output\"\xdd\x01\n" +
 	"\x06Output\x124\n" +
 	"\x04chat\x18\x01 \x01(\v2 .hydra.backend.v1.PrefillRequestR\x04chat\x12\x1f\n" +
 	"\vjson_schema\x18\x02 \x01(\tR\n" +
 	"jsonSchema\x12\x18\n" +
 	"\agrammar\x18\x03 \x01(\tR\agrammar\x12\x14\n" +
-	"\x05stops\x18\x04 \x03(\tR\x05stops\"\xbd\x01\n" +
+	"\x05stops\x18\x04 \x03(\tR\x05stops\x12L\n" +
+	"\x10reasoning_budget\x18\x05 \x01(\v2!.hydra.backend.v1.ReasoningBudgetR\x0freasoningBudget\"C\n" +
+	"\x0fReasoningBudget\x12\x16\n" +
+	"\x06tokens\x18\x01 \x01(\x05R\x06tokens\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xbd\x01\n" +
 	"\tChatDelta\x12\x18\n" +
 	"\acontent\x18\x01 \x01(\tR\acontent\x12\x1c\n" +
 	"\treasoning\x18\x02 \x01(\tR\treasoning\x12\x1b\n" +
@@ -3175,7 +3241,7 @@ func file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP() []byte {
 	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescData
 }
 
-var file_iface_proto_hydra_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_iface_proto_hydra_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_iface_proto_hydra_backend_v1_backend_proto_goTypes = []any{
 	(*ModelIdentity)(nil),         // 0: hydra.backend.v1.ModelIdentity
 	(*BackendInfo)(nil),           // 1: hydra.backend.v1.BackendInfo
@@ -3197,34 +3263,35 @@ var file_iface_proto_hydra_backend_v1_backend_proto_goTypes = []any{
 	(*SamplerParams)(nil),         // 17: hydra.backend.v1.SamplerParams
 	(*DecodeRequest)(nil),         // 18: hydra.backend.v1.DecodeRequest
 	(*Output)(nil),                // 19: hydra.backend.v1.Output
-	(*ChatDelta)(nil),             // 20: hydra.backend.v1.ChatDelta
-	(*ChatReply)(nil),             // 21: hydra.backend.v1.ChatReply
-	(*TokenProb)(nil),             // 22: hydra.backend.v1.TokenProb
-	(*Token)(nil),                 // 23: hydra.backend.v1.Token
-	(*DecodeResult)(nil),          // 24: hydra.backend.v1.DecodeResult
-	(*PromptResult)(nil),          // 25: hydra.backend.v1.PromptResult
-	(*DecodeResponse)(nil),        // 26: hydra.backend.v1.DecodeResponse
-	(*StateGetRequest)(nil),       // 27: hydra.backend.v1.StateGetRequest
-	(*StateGetResponse)(nil),      // 28: hydra.backend.v1.StateGetResponse
-	(*StatePutHeader)(nil),        // 29: hydra.backend.v1.StatePutHeader
-	(*StatePutRequest)(nil),       // 30: hydra.backend.v1.StatePutRequest
-	(*StatePutResponse)(nil),      // 31: hydra.backend.v1.StatePutResponse
-	(*SetExpertModeRequest)(nil),  // 32: hydra.backend.v1.SetExpertModeRequest
-	(*SetExpertModeResponse)(nil), // 33: hydra.backend.v1.SetExpertModeResponse
-	(*SwapQuantRequest)(nil),      // 34: hydra.backend.v1.SwapQuantRequest
-	(*SwapQuantResponse)(nil),     // 35: hydra.backend.v1.SwapQuantResponse
-	(*DataPlaneRequest)(nil),      // 36: hydra.backend.v1.DataPlaneRequest
-	(*DataPlaneResponse)(nil),     // 37: hydra.backend.v1.DataPlaneResponse
-	(*ShmTransfer)(nil),           // 38: hydra.backend.v1.ShmTransfer
-	(*StateGetShmRequest)(nil),    // 39: hydra.backend.v1.StateGetShmRequest
-	(*StateGetShmResponse)(nil),   // 40: hydra.backend.v1.StateGetShmResponse
-	(*StatePutShmRequest)(nil),    // 41: hydra.backend.v1.StatePutShmRequest
-	nil,                           // 42: hydra.backend.v1.LoadRequest.OptionsEntry
-	nil,                           // 43: hydra.backend.v1.SamplerParams.LogitBiasEntry
+	(*ReasoningBudget)(nil),       // 20: hydra.backend.v1.ReasoningBudget
+	(*ChatDelta)(nil),             // 21: hydra.backend.v1.ChatDelta
+	(*ChatReply)(nil),             // 22: hydra.backend.v1.ChatReply
+	(*TokenProb)(nil),             // 23: hydra.backend.v1.TokenProb
+	(*Token)(nil),                 // 24: hydra.backend.v1.Token
+	(*DecodeResult)(nil),          // 25: hydra.backend.v1.DecodeResult
+	(*PromptResult)(nil),          // 26: hydra.backend.v1.PromptResult
+	(*DecodeResponse)(nil),        // 27: hydra.backend.v1.DecodeResponse
+	(*StateGetRequest)(nil),       // 28: hydra.backend.v1.StateGetRequest
+	(*StateGetResponse)(nil),      // 29: hydra.backend.v1.StateGetResponse
+	(*StatePutHeader)(nil),        // 30: hydra.backend.v1.StatePutHeader
+	(*StatePutRequest)(nil),       // 31: hydra.backend.v1.StatePutRequest
+	(*StatePutResponse)(nil),      // 32: hydra.backend.v1.StatePutResponse
+	(*SetExpertModeRequest)(nil),  // 33: hydra.backend.v1.SetExpertModeRequest
+	(*SetExpertModeResponse)(nil), // 34: hydra.backend.v1.SetExpertModeResponse
+	(*SwapQuantRequest)(nil),      // 35: hydra.backend.v1.SwapQuantRequest
+	(*SwapQuantResponse)(nil),     // 36: hydra.backend.v1.SwapQuantResponse
+	(*DataPlaneRequest)(nil),      // 37: hydra.backend.v1.DataPlaneRequest
+	(*DataPlaneResponse)(nil),     // 38: hydra.backend.v1.DataPlaneResponse
+	(*ShmTransfer)(nil),           // 39: hydra.backend.v1.ShmTransfer
+	(*StateGetShmRequest)(nil),    // 40: hydra.backend.v1.StateGetShmRequest
+	(*StateGetShmResponse)(nil),   // 41: hydra.backend.v1.StateGetShmResponse
+	(*StatePutShmRequest)(nil),    // 42: hydra.backend.v1.StatePutShmRequest
+	nil,                           // 43: hydra.backend.v1.LoadRequest.OptionsEntry
+	nil,                           // 44: hydra.backend.v1.SamplerParams.LogitBiasEntry
 }
 var file_iface_proto_hydra_backend_v1_backend_proto_depIdxs = []int32{
 	0,  // 0: hydra.backend.v1.BackendInfo.model:type_name -> hydra.backend.v1.ModelIdentity
-	42, // 1: hydra.backend.v1.LoadRequest.options:type_name -> hydra.backend.v1.LoadRequest.OptionsEntry
+	43, // 1: hydra.backend.v1.LoadRequest.options:type_name -> hydra.backend.v1.LoadRequest.OptionsEntry
 	1,  // 2: hydra.backend.v1.LoadResponse.info:type_name -> hydra.backend.v1.BackendInfo
 	1,  // 3: hydra.backend.v1.InfoResponse.info:type_name -> hydra.backend.v1.BackendInfo
 	6,  // 4: hydra.backend.v1.SlotResponse.slot:type_name -> hydra.backend.v1.SlotInfo
@@ -3232,55 +3299,56 @@ var file_iface_proto_hydra_backend_v1_backend_proto_depIdxs = []int32{
 	11, // 6: hydra.backend.v1.PrefillRequest.messages:type_name -> hydra.backend.v1.Message
 	14, // 7: hydra.backend.v1.PrefillRequest.tokenize:type_name -> hydra.backend.v1.TokenizeOptions
 	6,  // 8: hydra.backend.v1.PrefillResponse.slot:type_name -> hydra.backend.v1.SlotInfo
-	43, // 9: hydra.backend.v1.SamplerParams.logit_bias:type_name -> hydra.backend.v1.SamplerParams.LogitBiasEntry
+	44, // 9: hydra.backend.v1.SamplerParams.logit_bias:type_name -> hydra.backend.v1.SamplerParams.LogitBiasEntry
 	17, // 10: hydra.backend.v1.DecodeRequest.sampler:type_name -> hydra.backend.v1.SamplerParams
 	13, // 11: hydra.backend.v1.DecodeRequest.prompt:type_name -> hydra.backend.v1.PrefillRequest
 	19, // 12: hydra.backend.v1.DecodeRequest.output:type_name -> hydra.backend.v1.Output
 	13, // 13: hydra.backend.v1.Output.chat:type_name -> hydra.backend.v1.PrefillRequest
-	12, // 14: hydra.backend.v1.ChatReply.tool_calls:type_name -> hydra.backend.v1.ToolCall
-	22, // 15: hydra.backend.v1.Token.top:type_name -> hydra.backend.v1.TokenProb
-	20, // 16: hydra.backend.v1.Token.deltas:type_name -> hydra.backend.v1.ChatDelta
-	25, // 17: hydra.backend.v1.DecodeResult.prompt:type_name -> hydra.backend.v1.PromptResult
-	21, // 18: hydra.backend.v1.DecodeResult.message:type_name -> hydra.backend.v1.ChatReply
-	20, // 19: hydra.backend.v1.DecodeResult.deltas:type_name -> hydra.backend.v1.ChatDelta
-	23, // 20: hydra.backend.v1.DecodeResponse.token:type_name -> hydra.backend.v1.Token
-	24, // 21: hydra.backend.v1.DecodeResponse.result:type_name -> hydra.backend.v1.DecodeResult
-	29, // 22: hydra.backend.v1.StatePutRequest.header:type_name -> hydra.backend.v1.StatePutHeader
-	38, // 23: hydra.backend.v1.StateGetShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
-	38, // 24: hydra.backend.v1.StatePutShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
-	2,  // 25: hydra.backend.v1.Backend.Load:input_type -> hydra.backend.v1.LoadRequest
-	4,  // 26: hydra.backend.v1.Backend.Info:input_type -> hydra.backend.v1.InfoRequest
-	7,  // 27: hydra.backend.v1.Backend.Slot:input_type -> hydra.backend.v1.SlotRequest
-	9,  // 28: hydra.backend.v1.Backend.ClearSlot:input_type -> hydra.backend.v1.ClearSlotRequest
-	13, // 29: hydra.backend.v1.Backend.Prefill:input_type -> hydra.backend.v1.PrefillRequest
-	13, // 30: hydra.backend.v1.Backend.Tokenize:input_type -> hydra.backend.v1.PrefillRequest
-	18, // 31: hydra.backend.v1.Backend.Decode:input_type -> hydra.backend.v1.DecodeRequest
-	27, // 32: hydra.backend.v1.Backend.StateGet:input_type -> hydra.backend.v1.StateGetRequest
-	30, // 33: hydra.backend.v1.Backend.StatePut:input_type -> hydra.backend.v1.StatePutRequest
-	36, // 34: hydra.backend.v1.Backend.DataPlane:input_type -> hydra.backend.v1.DataPlaneRequest
-	39, // 35: hydra.backend.v1.Backend.StateGetShm:input_type -> hydra.backend.v1.StateGetShmRequest
-	41, // 36: hydra.backend.v1.Backend.StatePutShm:input_type -> hydra.backend.v1.StatePutShmRequest
-	32, // 37: hydra.backend.v1.Backend.SetExpertMode:input_type -> hydra.backend.v1.SetExpertModeRequest
-	34, // 38: hydra.backend.v1.Backend.SwapQuant:input_type -> hydra.backend.v1.SwapQuantRequest
-	3,  // 39: hydra.backend.v1.Backend.Load:output_type -> hydra.backend.v1.LoadResponse
-	5,  // 40: hydra.backend.v1.Backend.Info:output_type -> hydra.backend.v1.InfoResponse
-	8,  // 41: hydra.backend.v1.Backend.Slot:output_type -> hydra.backend.v1.SlotResponse
-	10, // 42: hydra.backend.v1.Backend.ClearSlot:output_type -> hydra.backend.v1.ClearSlotResponse
-	15, // 43: hydra.backend.v1.Backend.Prefill:output_type -> hydra.backend.v1.PrefillResponse
-	16, // 44: hydra.backend.v1.Backend.Tokenize:output_type -> hydra.backend.v1.TokenizeResponse
-	26, // 45: hydra.backend.v1.Backend.Decode:output_type -> hydra.backend.v1.DecodeResponse
-	28, // 46: hydra.backend.v1.Backend.StateGet:output_type -> hydra.backend.v1.StateGetResponse
-	31, // 47: hydra.backend.v1.Backend.StatePut:output_type -> hydra.backend.v1.StatePutResponse
-	37, // 48: hydra.backend.v1.Backend.DataPlane:output_type -> hydra.backend.v1.DataPlaneResponse
-	40, // 49: hydra.backend.v1.Backend.StateGetShm:output_type -> hydra.backend.v1.StateGetShmResponse
-	31, // 50: hydra.backend.v1.Backend.StatePutShm:output_type -> hydra.backend.v1.StatePutResponse
-	33, // 51: hydra.backend.v1.Backend.SetExpertMode:output_type -> hydra.backend.v1.SetExpertModeResponse
-	35, // 52: hydra.backend.v1.Backend.SwapQuant:output_type -> hydra.backend.v1.SwapQuantResponse
-	39, // [39:53] is the sub-list for method output_type
-	25, // [25:39] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	20, // 14: hydra.backend.v1.Output.reasoning_budget:type_name -> hydra.backend.v1.ReasoningBudget
+	12, // 15: hydra.backend.v1.ChatReply.tool_calls:type_name -> hydra.backend.v1.ToolCall
+	23, // 16: hydra.backend.v1.Token.top:type_name -> hydra.backend.v1.TokenProb
+	21, // 17: hydra.backend.v1.Token.deltas:type_name -> hydra.backend.v1.ChatDelta
+	26, // 18: hydra.backend.v1.DecodeResult.prompt:type_name -> hydra.backend.v1.PromptResult
+	22, // 19: hydra.backend.v1.DecodeResult.message:type_name -> hydra.backend.v1.ChatReply
+	21, // 20: hydra.backend.v1.DecodeResult.deltas:type_name -> hydra.backend.v1.ChatDelta
+	24, // 21: hydra.backend.v1.DecodeResponse.token:type_name -> hydra.backend.v1.Token
+	25, // 22: hydra.backend.v1.DecodeResponse.result:type_name -> hydra.backend.v1.DecodeResult
+	30, // 23: hydra.backend.v1.StatePutRequest.header:type_name -> hydra.backend.v1.StatePutHeader
+	39, // 24: hydra.backend.v1.StateGetShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
+	39, // 25: hydra.backend.v1.StatePutShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
+	2,  // 26: hydra.backend.v1.Backend.Load:input_type -> hydra.backend.v1.LoadRequest
+	4,  // 27: hydra.backend.v1.Backend.Info:input_type -> hydra.backend.v1.InfoRequest
+	7,  // 28: hydra.backend.v1.Backend.Slot:input_type -> hydra.backend.v1.SlotRequest
+	9,  // 29: hydra.backend.v1.Backend.ClearSlot:input_type -> hydra.backend.v1.ClearSlotRequest
+	13, // 30: hydra.backend.v1.Backend.Prefill:input_type -> hydra.backend.v1.PrefillRequest
+	13, // 31: hydra.backend.v1.Backend.Tokenize:input_type -> hydra.backend.v1.PrefillRequest
+	18, // 32: hydra.backend.v1.Backend.Decode:input_type -> hydra.backend.v1.DecodeRequest
+	28, // 33: hydra.backend.v1.Backend.StateGet:input_type -> hydra.backend.v1.StateGetRequest
+	31, // 34: hydra.backend.v1.Backend.StatePut:input_type -> hydra.backend.v1.StatePutRequest
+	37, // 35: hydra.backend.v1.Backend.DataPlane:input_type -> hydra.backend.v1.DataPlaneRequest
+	40, // 36: hydra.backend.v1.Backend.StateGetShm:input_type -> hydra.backend.v1.StateGetShmRequest
+	42, // 37: hydra.backend.v1.Backend.StatePutShm:input_type -> hydra.backend.v1.StatePutShmRequest
+	33, // 38: hydra.backend.v1.Backend.SetExpertMode:input_type -> hydra.backend.v1.SetExpertModeRequest
+	35, // 39: hydra.backend.v1.Backend.SwapQuant:input_type -> hydra.backend.v1.SwapQuantRequest
+	3,  // 40: hydra.backend.v1.Backend.Load:output_type -> hydra.backend.v1.LoadResponse
+	5,  // 41: hydra.backend.v1.Backend.Info:output_type -> hydra.backend.v1.InfoResponse
+	8,  // 42: hydra.backend.v1.Backend.Slot:output_type -> hydra.backend.v1.SlotResponse
+	10, // 43: hydra.backend.v1.Backend.ClearSlot:output_type -> hydra.backend.v1.ClearSlotResponse
+	15, // 44: hydra.backend.v1.Backend.Prefill:output_type -> hydra.backend.v1.PrefillResponse
+	16, // 45: hydra.backend.v1.Backend.Tokenize:output_type -> hydra.backend.v1.TokenizeResponse
+	27, // 46: hydra.backend.v1.Backend.Decode:output_type -> hydra.backend.v1.DecodeResponse
+	29, // 47: hydra.backend.v1.Backend.StateGet:output_type -> hydra.backend.v1.StateGetResponse
+	32, // 48: hydra.backend.v1.Backend.StatePut:output_type -> hydra.backend.v1.StatePutResponse
+	38, // 49: hydra.backend.v1.Backend.DataPlane:output_type -> hydra.backend.v1.DataPlaneResponse
+	41, // 50: hydra.backend.v1.Backend.StateGetShm:output_type -> hydra.backend.v1.StateGetShmResponse
+	32, // 51: hydra.backend.v1.Backend.StatePutShm:output_type -> hydra.backend.v1.StatePutResponse
+	34, // 52: hydra.backend.v1.Backend.SetExpertMode:output_type -> hydra.backend.v1.SetExpertModeResponse
+	36, // 53: hydra.backend.v1.Backend.SwapQuant:output_type -> hydra.backend.v1.SwapQuantResponse
+	40, // [40:54] is the sub-list for method output_type
+	26, // [26:40] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_iface_proto_hydra_backend_v1_backend_proto_init() }
@@ -3289,11 +3357,11 @@ func file_iface_proto_hydra_backend_v1_backend_proto_init() {
 		return
 	}
 	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[13].OneofWrappers = []any{}
-	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26].OneofWrappers = []any{
+	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27].OneofWrappers = []any{
 		(*DecodeResponse_Token)(nil),
 		(*DecodeResponse_Result)(nil),
 	}
-	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30].OneofWrappers = []any{
+	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31].OneofWrappers = []any{
 		(*StatePutRequest_Header)(nil),
 		(*StatePutRequest_Data)(nil),
 	}
@@ -3303,7 +3371,7 @@ func file_iface_proto_hydra_backend_v1_backend_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_iface_proto_hydra_backend_v1_backend_proto_rawDesc), len(file_iface_proto_hydra_backend_v1_backend_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   44,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
