@@ -39,7 +39,7 @@ tables() {
 		step "hydra-bench ($name), $what, TCP and Unix, STATE_GET and STATE_PUT"
 		# shellcheck disable=SC2086 # CLIENT_CPUS is one word or none
 		${CLIENT_CPUS:+taskset -c $CLIENT_CPUS} "$G/hydra-bench" --bin "$G" --out "$OUT" --name "$name" --reps "$reps" \
-			"$@" ${TARGETS_ONLY:+--targets-only} ${BENCH_ARGS:-} 2>&1 | tail -60
+			"$@" ${TARGETS_ONLY:+--targets-only} ${BENCH_ARGS:-} 2>&1 | tee "$OUT/$name.log" | tail -60
 		grep -h '^- \*\*shm\*\*' "$OUT/$name.md" 2>/dev/null
 	done
 	if ((${RUNS:-1} > 1)); then
@@ -137,7 +137,7 @@ plugin-ab|variant-ab|bench)
 	if [[ ${MODEL:-} == qwen35moe ]]; then
 		ntok=36800 nctx=74000 what="36,800 tokens → 1.2 GB hybrid (qwen35moe) state"
 		step "synthetic model: qwen35moe, 32 blocks (8 attention), 1024 dim, 8 KV heads, 8 experts, f16"
-		"$G/gguf-gen" -o "$G/synth.gguf" -arch qwen35moe -layers 32 -embd 1024 -heads 8 -kv-heads 8 -experts 8 -experts-used 2 \
+		"$G/gguf-gen" -o "$G/synth.gguf" -arch qwen35moe -layers 32 -embd 1024 -heads 8 -kv-heads 8 -head-dim 128 -experts 8 -experts-used 2 \
 			-expert-ff 256 -shared-ff 256 -vocab 1024 -ctx 40960 -f16 || exit 1
 	else
 		ntok=9200 nctx=18688 what="9,200 tokens → 1.206 GB state"
