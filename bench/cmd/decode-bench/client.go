@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"time"
 )
 
@@ -91,6 +92,32 @@ var openAIChat = api{
 		return b
 	},
 	parse: parseSSE,
+}
+
+// byteBias bans the tokens of gguf-gen's vocabulary that are bytes
+// 0x80–0xFF (<0x80>…<0xFF>, ids 133–260): a random-weight model emits them
+// as invalid UTF-8, on which llama-server's stream parser fails the request
+// ("does not match the expected Content-only format"). Every OpenAI-shaped
+// request of every system carries it, so each pays the same sampler.
+func byteBias() map[string]float64 {
+	const firstByte = 5 // gguf.Vocab: five special tokens, then <0x00>…<0xFF>
+	b := map[string]float64{}
+	for id := firstByte + 0x80; id <= firstByte+0xFF; id++ {
+		b[strconv.Itoa(id)] = -100
+	}
+	return b
+}
+
+// withByteBias is ap with byteBias in every request's body.
+func withByteBias(ap api) api {
+	body := ap.body
+	ap.body = func(model string, c call) any {
+		b := body(model, c).(map[string]any)
+		b["logit_bias"] = byteBias()
+		return b
+	}
+	ap.name += ", gguf-gen's bytes 0x80–0xFF banned (logit_bias)"
+	return ap
 }
 
 // sample is what one request measured. Times are from the round's start.

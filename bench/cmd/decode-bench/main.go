@@ -48,6 +48,7 @@ type options struct {
 	flashAttn                                string
 	reps, joins, prefixReps, prefixTokens    int
 	apiKind                                  string // raw or chat
+	banBytes                                 bool   // -ban-bytes
 	ceilingKV                                string // unified, split or both
 	ollamaEngine                             bool
 	out, name, raw, work                     string
@@ -102,6 +103,7 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	fs.IntVar(&o.joins, "joins", 3, "joining requests at each concurrency (0: no join measurement)")
 	fs.IntVar(&o.prefixReps, "prefix-reps", 2, "A/B pairs of the shared-prefix measurement (0: none)")
 	fs.IntVar(&o.prefixTokens, "prefix-tokens", 2000, "request A's prompt tokens, about")
+	fs.BoolVar(&o.banBytes, "ban-bytes", true, "ours and llama-server: ban gguf-gen's byte tokens 0x80–0xFF (logit_bias), whose invalid UTF-8 fails llama-server's streams; false for a model with another vocabulary")
 	fs.StringVar(&o.apiKind, "api", "raw", "raw: ours /v1/completions with token ids, Ollama /api/generate raw; chat: /v1/chat/completions on both")
 	fs.StringVar(&o.ceilingKV, "ceiling-kv", "unified", "the ceiling's KV cache: unified (one stream, as our plugin), split (one per sequence, as Ollama's llamarunner) or both")
 	fs.BoolVar(&o.ollamaEngine, "ollama-engine", false, "OLLAMA_NEW_ENGINE=1: Ollama's Go engine instead of its llama.cpp runner")
@@ -433,6 +435,9 @@ func measureSystem(ctx context.Context, o options, name string, pl plan, rep *re
 		ap = openAIChat
 	case name == "ollama":
 		ap = ollamaRaw
+	}
+	if o.banBytes && name != "ollama" {
+		ap = withByteBias(ap)
 	}
 	r := &systemRun{Name: name, API: ap.name}
 	logf("%s: starting", name)

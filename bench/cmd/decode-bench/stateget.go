@@ -222,10 +222,14 @@ func stateNCtx(seq, streams, perStream int) int {
 
 // oursAPI is how the streams ask our engine for completions (-api).
 func oursAPI(o options) api {
+	ap := oursRaw
 	if o.apiKind == "chat" {
-		return openAIChat
+		ap = openAIChat
 	}
-	return oursRaw
+	if o.banBytes {
+		ap = withByteBias(ap)
+	}
+	return ap
 }
 
 func longest(ps []prompt) int {
