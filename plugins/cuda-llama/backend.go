@@ -117,6 +117,8 @@ type engine struct {
 	ring   *mirror    // the restore ring (prefetch_linux.go), kept across restores up to keepRing bytes
 
 	swap *swapper // the weights' other copies: quantisations, combined mode (swap.go); nil without
+
+	spec *speculator // the draft model (spec.go); nil without draft_model
 }
 
 // streamedRingBlock is the largest read a streamed restore takes from its
@@ -278,6 +280,11 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 	e := newEngine(mdl, lc, nSlots, gpuName, opts, b.log)
 	if e.swap, err = newSwapper(hashCtx, mdl, lc, path, opts, nGPU, b.log); err != nil {
 		return iface.BackendInfo{}, err
+	}
+	if opts.draftModel != "" {
+		if e.spec, err = newSpeculator(mdl, lc, opts, nSlots, b.gpuLayers(opts.draftNGPU, gpuDev != nil)); err != nil {
+			return iface.BackendInfo{}, err
+		}
 	}
 	if !opts.builtinTemplate {
 		if e.chat, err = newChatTemplate(mdl.jinja, mdl.specialText(mdl.bos), mdl.specialText(mdl.eos()), mdl.addsBOS(), opts.templateOptions); err != nil {

@@ -126,6 +126,7 @@ type options struct {
 	ropeOptions
 	quantOptions
 	combinedOptions
+	specOptions
 }
 
 // ropeOptions are the parsed RoPE options; the zero value is the model's
@@ -177,7 +178,7 @@ func defaultOptions() options {
 	return options{nCtx: DefaultNCtx, nBatch: DefaultNBatch, nUBatch: DefaultNUBatch,
 		nThreads: max(1, min(runtime.NumCPU()/2, 16)), nThreadsBatch: -1, nGPULayers: -1,
 		flashAttn: FlashOn, cacheTypeK: "f16", cacheTypeV: "f16", mmap: true,
-		ropeOptions: ropeOptions{ropeScaling: ropeUnspecified}}
+		ropeOptions: ropeOptions{ropeScaling: ropeUnspecified}, specOptions: defaultSpecOptions()}
 }
 
 // parseOptions applies m's keys in sorted order (so the first error reported
@@ -194,6 +195,9 @@ func parseOptions(m map[string]string) (options, error) {
 	}
 	if o.flashAttn == FlashOff && isQuantized(o.cacheTypeV) {
 		return options{}, fmt.Errorf("%w: a quantized V cache (%s=%s) needs flash attention", iface.ErrBadRequest, OptCacheTypeV, o.cacheTypeV)
+	}
+	if err := o.checkSpec(); err != nil {
+		return options{}, err
 	}
 	return o, nil
 }

@@ -84,6 +84,10 @@ type decodeJob struct {
 	// prompted is when the job's prompt (a Decode's, prefilled by the same
 	// job first) was all evaluated; zero while it is not or for none.
 	prompted time.Time
+	// draft is this step's draft tokens after pending (spec.go), nAccepted
+	// how many of them the target kept.
+	draft     []int32
+	nAccepted int
 }
 
 // eventBuffer is how many sampled tokens may wait for a slow caller; a slot
@@ -228,12 +232,18 @@ func (en entry) lastRow() int { return en.first + en.n - 1 }
 // build fills the batch: decoders first, one token each, then prompt
 // chunks in arrival order while room is left. n is the batch's tokens.
 func (s *scheduler) build() (entries []entry, n int) {
+	var decoders []*job
 	for _, j := range s.jobs {
 		if j.decode == nil || j.decode.pending < 0 || !s.ready(j) {
 			continue
 		}
-		entries = append(entries, entry{j: j, n: 1, last: true})
-		n++
+		decoders = append(decoders, j)
+	}
+	s.draftStep(decoders, s.size-len(decoders))
+	for _, j := range decoders {
+		k := 1 + len(j.decode.draft)
+		entries = append(entries, entry{j: j, n: k, last: true})
+		n += k
 	}
 	for _, j := range s.jobs {
 		p := j.prefill
@@ -270,6 +280,8 @@ func (s *scheduler) fill(entries []entry) int {
 			p := en.j.prefill
 			C.hydra_sched_fill(&s.batch, C.int(n), C.int(en.n), (*C.llama_token)(unsafe.Pointer(&p.prompt[p.next])),
 				C.llama_pos(p.next), seq, C.int(boolInt(en.last)))
+		} else if len(en.j.decode.draft) > 0 {
+			s.fillDraft(en)
 		} else {
 			tok := C.llama_token(en.j.decode.pending)
 			C.hydra_sched_fill(&s.batch, C.int(n), 1, &tok, C.llama_pos(len(en.j.s.seq())), seq, 1)
@@ -335,11 +347,13 @@ func (s *scheduler) collect(entries []entry) {
 	}
 	s.sampleAll(draws)
 	for _, d := range draws {
+		s.acceptDrafted(d)
 		s.drawn(d)
 	}
+	s.settleDrafts(entries)
 	for _, en := range entries {
 		if j := en.j; j.decode != nil && j.prefill == nil && j.decode.pending < 0 && !j.ended {
-			logits := s.e.ctx.logitsPtr(en.lastRow())
+			logits := s.e.ctx.logitsPtr(en.keptRow())
 			j.s.setLogits(slices.Clone(unsafe.Slice((*float32)(unsafe.Pointer(logits)), s.e.model.nVocab)))
 			s.finish(j, nil)
 		}
@@ -385,7 +399,11 @@ func (s *scheduler) dropEnded() {
 type draw struct {
 	j      *job
 	logits *C.float
+	row    int // the batch row of logits
 	tok    iface.Token
+	// accepted is the draft tokens sampled before tok (spec.go), each
+	// already in the KV.
+	accepted []iface.Token
 }
 
 // evaluated records a decoder's token evaluated and says whether it samples
@@ -412,7 +430,11 @@ func (s *scheduler) nextDraw(en entry) (draw, bool) {
 		return draw{}, false
 	}
 	j.s.claim++
-	return draw{j: j, logits: s.e.ctx.logitsPtr(en.lastRow())}, true
+	row := en.lastRow()
+	if !en.prompt {
+		row = en.first // a decoder's pending token: its draft's rows follow
+	}
+	return draw{j: j, logits: s.e.ctx.logitsPtr(row), row: row}, true
 }
 
 // parallelDraws is the fewest draws worth spreading over goroutines: one
@@ -422,6 +444,10 @@ const parallelDraws = 3
 // sampleAll samples every draw, concurrently when there are several.
 func (s *scheduler) sampleAll(draws []draw) {
 	sample := func(d *draw) {
+		if len(d.j.decode.draft) > 0 {
+			s.sampleDraft(d)
+			return
+		}
 		d.tok = d.j.decode.smp.sample(s.e.model, d.logits, len(d.j.s.seq()), d.j.decode.req.Logprobs)
 	}
 	if len(draws) < parallelDraws {

@@ -1,0 +1,298 @@
+//go:build llama && cgo
+
+package cudallama
+
+/*
+#include <stdlib.h>
+#include "spec.h"
+
+// hydra_spec_fill writes a decoder's pending token and its draft at
+// positions pos0.. of sequence seq, every one with logits (each is verified
+// from the row before it).
+static void hydra_spec_fill(struct llama_batch * b, int first, int n, const llama_token * toks, llama_pos pos0,
+                            llama_seq_id seq) {
+	for (int i = 0; i < n; i++) {
+		b->token[first + i] = toks[i];
+		b->pos[first + i] = pos0 + i;
+		b->n_seq_id[first + i] = 1;
+		b->seq_id[first + i][0] = seq;
+		b->logits[first + i] = 1;
+	}
+}
+*/
+import "C"
+
+import (
+	"fmt"
+	"slices"
+	"sync/atomic"
+
+	"github.com/hydra-engine/hydra-engine/iface"
+)
+
+// Speculative decoding: each step, every decoding slot may put a draft of
+// the draft model's (llama.cpp's draft-simple, one draft batch for all
+// slots) after its pending token; the target verifies them in the shared
+// step, each sampled from the row before it as it would be alone, so the
+// output is the one decoding without a draft gives, and the tail after the
+// first mismatch is removed from both contexts.
+//
+// The draft context holds, per slot, a prefix of the slot's tokens (held):
+// before drafting each slot's held tokens are cut back to what they share
+// with the slot's sequence and the rest evaluated, so the draft follows
+// every change of the target's (prompt reuse, context shift, STATE_PUT,
+// clears) by re-deriving its cells at the next step that drafts.
+type speculator struct {
+	c    *C.hydra_spec
+	dft  *model
+	rule specRule
+	held [][]int32    // per slot: the tokens the draft context holds, positions 0..
+	acc  []acceptance // per slot, across decodes
+	// drafted and accepted count every slot's draft tokens, for INFO.
+	drafted, accepted atomic.Uint64
+	// scratch buffers of a step, reused
+	toks, outs []C.llama_token
+	pos, past  []C.llama_pos
+	seqs       []C.llama_seq_id
+	nMax, nOut []C.int32_t
+}
+
+// newSpeculator loads the draft model and its context beside the target's.
+func newSpeculator(tgt *model, lc *lctx, opts options, nSlots int, nGPU int) (*speculator, error) {
+	if c := tgt.composite(); c != "" && c != "sliding-window attention" {
+		return nil, fmt.Errorf("%w: %s: speculative decoding needs a memory that drops a rejected draft's cells; this model's is %s",
+			iface.ErrBadRequest, OptDraftModel, c)
+	}
+	path, err := checkModelFile(opts.draftModel)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", OptDraftModel, err)
+	}
+	dft, err := loadModel(path, modelParams{nGPULayers: nGPU, mmap: opts.mmap})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", iface.ErrBadRequest, OptDraftModel, err)
+	}
+	r := opts.specRule
+	p := C.struct_hydra_spec_params{
+		n_ctx: C.uint32_t(lc.nCtx() + nSlots*(r.nMax+1)), n_batch: C.uint32_t(lc.nBatch), n_seq: C.uint32_t(nSlots),
+		n_threads: C.int32_t(opts.nThreads), n_max: C.int32_t(r.nMax), n_min: C.int32_t(r.nMin), p_min: C.float(opts.draftPMin),
+	}
+	var msg [256]C.char
+	c := C.hydra_spec_new(dft.m, lc.c, &p, &msg[0], C.size_t(len(msg)))
+	if c == nil {
+		dft.free()
+		return nil, fmt.Errorf("%w: %s: %s", iface.ErrBadRequest, OptDraftModel, C.GoString(&msg[0]))
+	}
+	sp := &speculator{c: c, dft: dft, rule: r, held: make([][]int32, nSlots), acc: make([]acceptance, nSlots)}
+	for i := range sp.acc {
+		sp.acc[i] = newAcceptance()
+	}
+	return sp, nil
+}
+
+// specLen is how many tokens decoder j may draft this step beside decoders
+// others: its caller's buffer, n_predict and the cells bound it, then the
+// rule (specRule.draftLen).
+func (s *scheduler) specLen(j *job, decoders, batchRoom int) int {
+	sp, d := s.e.spec, j.decode
+	if sp == nil || d.stop != "" || d.needShift {
+		return 0
+	}
+	room := cap(d.events) - len(d.events) - 1
+	if d.req.NPredict > 0 {
+		room = min(room, d.req.NPredict-d.sampled-1)
+	}
+	room = min(room, s.e.slotCtx-len(j.s.seq())-j.s.claim-1, s.e.freeCells()-1, batchRoom)
+	if room <= 0 {
+		return 0
+	}
+	return sp.rule.draftLen(&sp.acc[j.slot], 0, decoders, room)
+}
+
+// draftStep drafts for the step's decoders and stores each draft in its
+// job, its cells claimed; room is the batch's tokens left after their
+// pending ones.
+func (s *scheduler) draftStep(decoders []*job, room int) {
+	sp := s.e.spec
+	if sp == nil || len(decoders) == 0 {
+		return
+	}
+	lens := make([]int, len(decoders))
+	for i, j := range decoders {
+		j.decode.draft, j.decode.nAccepted = nil, 0
+		lens[i] = s.specLen(j, len(decoders), room/len(decoders))
+		j.s.claim += lens[i] // so that the next decoder's room counts it
+	}
+	s.planDrafts(decoders, lens)
+	for i, j := range decoders {
+		j.s.claim += len(j.decode.draft) - lens[i]
+	}
+}
+
+// planDrafts drafts for the decoders (lens[i] tokens at most for
+// decoders[i]) and stores each draft in its job.
+func (s *scheduler) planDrafts(decoders []*job, lens []int) {
+	sp := s.e.spec
+	sp.toks, sp.pos, sp.seqs = sp.toks[:0], sp.pos[:0], sp.seqs[:0]
+	sp.past, sp.nMax = sp.past[:0], sp.nMax[:0]
+	var drafting []*job
+	for i, sl := range s.e.slots {
+		// Every slot's held cells are cut back to its sequence, so a slot
+		// that changed frees the draft cells it no longer shares.
+		seq := sl.seq()
+		if n := commonPrefix(sp.held[i], seq); n < len(sp.held[i]) {
+			C.hydra_spec_seq_rm(sp.c, C.int32_t(i), C.int32_t(n))
+			sp.held[i] = sp.held[i][:n]
+		}
+	}
+	for k, j := range decoders {
+		if lens[k] == 0 {
+			continue
+		}
+		seq := j.s.seq()
+		for p := len(sp.held[j.slot]); p < len(seq); p++ {
+			sp.toks = append(sp.toks, C.llama_token(seq[p]))
+			sp.pos = append(sp.pos, C.llama_pos(p))
+			sp.seqs = append(sp.seqs, C.llama_seq_id(j.slot))
+		}
+		drafting = append(drafting, j)
+		sp.past = append(sp.past, C.llama_pos(len(seq)))
+		sp.nMax = append(sp.nMax, C.int32_t(lens[k]))
+	}
+	if len(drafting) == 0 {
+		return
+	}
+	if len(sp.toks) > 0 {
+		if r := C.hydra_spec_eval(sp.c, &sp.toks[0], &sp.pos[0], &sp.seqs[0], C.int32_t(len(sp.toks))); r != 0 {
+			s.e.log.Warn("the draft model could not evaluate the slots' tokens: no drafts this step", "code", int(r))
+			sp.dropAll()
+			return
+		}
+		for _, j := range drafting {
+			sp.held[j.slot] = append(sp.held[j.slot], j.s.seq()[len(sp.held[j.slot]):]...)
+		}
+	}
+	seqs := make([]C.llama_seq_id, len(drafting))
+	last := make([]C.llama_token, len(drafting))
+	for i, j := range drafting {
+		seqs[i], last[i] = C.llama_seq_id(j.slot), C.llama_token(j.decode.pending)
+	}
+	stride := sp.rule.nMax
+	sp.outs = slices.Grow(sp.outs[:0], len(drafting)*stride)[:len(drafting)*stride]
+	sp.nOut = slices.Grow(sp.nOut[:0], len(drafting))[:len(drafting)]
+	C.hydra_spec_draft(sp.c, C.int32_t(len(drafting)), &seqs[0], &sp.past[0], &last[0], &sp.nMax[0],
+		&sp.outs[0], C.int32_t(stride), &sp.nOut[0])
+	for i, j := range drafting {
+		n := int(sp.nOut[i])
+		d := j.decode
+		d.draft = make([]int32, n)
+		for k := range n {
+			d.draft[k] = int32(sp.outs[i*stride+k])
+		}
+		// The draft context evaluated the pending token and all of the
+		// draft but its last (none when there is no draft); the rest goes.
+		past := int(sp.past[i])
+		if n == 0 {
+			C.hydra_spec_seq_rm(sp.c, C.int32_t(j.slot), C.int32_t(past))
+			continue
+		}
+		C.hydra_spec_seq_rm(sp.c, C.int32_t(j.slot), C.int32_t(past+n))
+		sp.held[j.slot] = append(append(sp.held[j.slot], d.pending), d.draft[:n-1]...)
+	}
+}
+
+// dropAll empties the draft context, which then re-derives every slot.
+func (sp *speculator) dropAll() {
+	for i := range sp.held {
+		C.hydra_spec_seq_rm(sp.c, C.int32_t(i), 0)
+		sp.held[i] = nil
+	}
+}
+
+// fillDraft writes decoder en's pending token and draft into the batch.
+func (s *scheduler) fillDraft(en *entry) {
+	d := en.j.decode
+	toks := make([]C.llama_token, 0, 1+len(d.draft))
+	toks = append(toks, C.llama_token(d.pending))
+	for _, t := range d.draft {
+		toks = append(toks, C.llama_token(t))
+	}
+	C.hydra_spec_fill(&s.batch, C.int(en.first), C.int(len(toks)), &toks[0], C.llama_pos(len(en.j.s.seq())), C.llama_seq_id(en.j.slot))
+}
+
+// sampleDraft samples decoder d's tokens from its rows: the first as
+// without a draft, then, while each equals the draft token evaluated after
+// it, the next from that token's row. Every token is sampled from the
+// logits of exactly the sequence it follows, at its own position, so the
+// tokens are those of decoding without the draft.
+func (s *scheduler) sampleDraft(d *draw) {
+	j, dj := d.j, d.j.decode
+	pos := len(j.s.seq())
+	t := dj.smp.sample(s.e.model, d.logits, pos, dj.req.Logprobs)
+	for i := 0; i < len(dj.draft) && t.ID == dj.draft[i] && !s.e.model.isEOG(t.ID); i++ {
+		d.accepted = append(d.accepted, t)
+		t = dj.smp.sample(s.e.model, s.e.ctx.logitsPtr(d.row+i+1), pos+i+1, dj.req.Logprobs)
+	}
+	d.tok = t
+}
+
+// acceptDrafted sends and keeps the draft tokens d accepted: each is in the
+// KV already, evaluated in this step after the one before it.
+func (s *scheduler) acceptDrafted(d draw) {
+	j := d.j
+	for _, t := range d.accepted {
+		t.Text = s.e.model.piece(t.ID)
+		j.decode.sampled++
+		j.decode.events <- t // room for the whole draft was kept (specLen)
+		j.s.appendTokens([]int32{t.ID})
+	}
+	j.decode.nAccepted = len(d.accepted)
+}
+
+// settleDrafts ends the step's drafts: the cells after each slot's kept
+// tokens are removed from the target's KV and their claims released, and
+// the acceptance counts recorded.
+func (s *scheduler) settleDrafts(entries []entry) {
+	sp := s.e.spec
+	if sp == nil {
+		return
+	}
+	for _, en := range entries {
+		d := en.j.decode
+		if d == nil || len(d.draft) == 0 {
+			continue
+		}
+		n := len(d.draft)
+		s.e.ctx.seqRmFrom(en.j.slot, len(en.j.s.seq()))
+		en.j.s.claim -= n
+		if en.j.ended {
+			en.j.s.claim = 0
+		}
+		sp.acc[en.j.slot].record(n, d.nAccepted)
+		sp.drafted.Add(uint64(n))
+		sp.accepted.Add(uint64(d.nAccepted))
+	}
+}
+
+// keptRow is the batch row of the last token decoder en kept in the KV.
+func (en entry) keptRow() int {
+	if d := en.j.decode; d != nil && en.j.prefill == nil && !en.prompt {
+		return en.first + d.nAccepted
+	}
+	return en.lastRow()
+}
+
+func commonPrefix(a, b []int32) int {
+	n := min(len(a), len(b))
+	for i := range n {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return n
+}
+
+// free releases the draft context and model.
+func (sp *speculator) free() {
+	C.hydra_spec_free(sp.c)
+	sp.dft.free()
+}

@@ -1,0 +1,120 @@
+//go:build llama && cgo
+
+package cudallama
+
+import (
+	"bytes"
+	"context"
+	"testing"
+
+	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/gguf"
+)
+
+// Speculative decoding: the tokens are those of decoding without a draft,
+// alone and batched, with penalties too; the drafts are verified and
+// mostly accepted when the draft model is the target or a close copy.
+
+// specDrafts are the draft models: the target itself (every greedy draft
+// token should be accepted) and its Q8_0 copy from the same seed.
+func specDrafts(t *testing.T) map[string]string {
+	q8 := gguf.Tiny()
+	q8.Type = gguf.WeightQ8_0
+	return map[string]string{"same": tiny(t), "q8_0": modelFile(t, "tiny-q8_0", q8)}
+}
+
+func specRate(b *Backend) (drafted, accepted uint64) {
+	sp := b.eng.Load().spec
+	return sp.drafted.Load(), sp.accepted.Load()
+}
+
+func TestSpecGreedyEqual(t *testing.T) {
+	plain := load(t, tiny(t), 4, nil)
+	referenceKernels(t, plain)
+	for name, draft := range specDrafts(t) {
+		for sname, sp := range map[string]iface.SamplerParams{
+			"greedy":    {IgnoreEOS: true},
+			"penalties": {RepeatPenalty: 1.3, RepeatLastN: 16, PresencePenalty: 0.4, FrequencyPenalty: 0.2, IgnoreEOS: true},
+		} {
+			t.Run(name+"/"+sname, func(t *testing.T) {
+				spec := load(t, tiny(t), 4, map[string]string{OptDraftModel: draft, OptDraftMax: "6"})
+				referenceKernels(t, spec)
+				for s, p := range prompts {
+					prefill(t, plain, s, p)
+					prefill(t, spec, s, p)
+					want, _ := decode(t, plain, s, 48, sp)
+					got, _ := decode(t, spec, s, 48, sp)
+					sameGreedy(t, spec, s, spec.eng.Load().slots[s].seq()[:len(spec.eng.Load().slots[s].seq())-len(got)], got, want, sp)
+				}
+				aloneDrafted, aloneAccepted := specRate(spec)
+				slots := []int{0, 1, 2, 3}
+				for s, p := range prompts {
+					prefill(t, plain, s, p)
+					prefill(t, spec, s, p)
+				}
+				want := decodeAll(t, plain, slots, 48, sp)
+				got := decodeAll(t, spec, slots, 48, sp)
+				for _, s := range slots {
+					if !slicesEqual(got[s], want[s]) {
+						t.Errorf("batched slot %d: %v\nwant %v", s, got[s], want[s])
+					}
+				}
+				drafted, accepted := specRate(spec)
+				t.Logf("alone: %d of %d draft tokens accepted (%.2f); 4 slots batched: %d of %d (%.2f)",
+					aloneAccepted, aloneDrafted, float64(aloneAccepted)/float64(max(aloneDrafted, 1)),
+					accepted-aloneAccepted, drafted-aloneDrafted, float64(accepted-aloneAccepted)/float64(max(drafted-aloneDrafted, 1)))
+				if aloneDrafted == 0 || drafted == aloneDrafted {
+					t.Fatalf("no drafts: %d alone, %d batched", aloneDrafted, drafted-aloneDrafted)
+				}
+				// The draft model drafts without the penalties, so only plain
+				// greedy decoding of the target as its own draft agrees throughout.
+				if name == "same" && sname == "greedy" && float64(accepted) < 0.9*float64(drafted) {
+					t.Errorf("the target as its own draft: only %d of %d draft tokens accepted", accepted, drafted)
+				}
+			})
+		}
+	}
+}
+
+// TestSpecState: a STATE_GET of a slot that decoded with drafts moves
+// exactly the target's sequence (the tokens emitted, no draft cells), and a
+// STATE_PUT into a speculating engine decodes on as without a draft: the
+// draft context re-derives that slot's cells from the tokens at its next
+// step.
+func TestSpecState(t *testing.T) {
+	plain := load(t, tiny(t), 2, nil)
+	spec := load(t, tiny(t), 2, map[string]string{OptDraftModel: tiny(t), OptDraftMax: "4"})
+	referenceKernels(t, plain)
+	referenceKernels(t, spec)
+	sp := iface.SamplerParams{IgnoreEOS: true}
+	prefill(t, spec, 0, prompts[1])
+	prefill(t, plain, 0, prompts[1])
+	got, _ := decode(t, spec, 0, 30, sp)
+	want, _ := decode(t, plain, 0, 30, sp)
+	if !slicesEqual(got, want) {
+		t.Fatalf("decode: %v\nwant %v", got, want)
+	}
+	si := slotInfo(t, spec, 0)
+	state := stateOf(t, spec, 0, 1<<20)
+	ref := stateOf(t, plain, 0, 1<<20)
+	if len(state) != len(ref) || len(si.Tokens) != len(slotInfo(t, plain, 0).Tokens) {
+		t.Fatalf("state of %d bytes for %d tokens, without drafts %d bytes", len(state), len(si.Tokens), len(ref))
+	}
+	if _, err := spec.StatePut(context.Background(), 1, si.Tokens, bytes.NewReader(state), int64(len(state))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plain.StatePut(context.Background(), 1, si.Tokens, bytes.NewReader(state), int64(len(state))); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := specRate(spec)
+	got, _ = decode(t, spec, 1, 30, sp)
+	want, _ = decode(t, plain, 1, 30, sp)
+	if !slicesEqual(got, want) {
+		t.Fatalf("after STATE_PUT: %v\nwant %v", got, want)
+	}
+	if after, _ := specRate(spec); after == before {
+		t.Fatal("the restored slot decoded without drafts")
+	}
+}
+
+func slicesEqual(a, b []int32) bool { return len(a) == len(b) && firstDiff(a, b) < 0 }
