@@ -281,7 +281,7 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 	if e.swap, err = newSwapper(hashCtx, mdl, lc, path, opts, nGPU, b.log); err != nil {
 		return iface.BackendInfo{}, err
 	}
-	if opts.draftModel != "" {
+	if len(opts.specTypes) > 0 {
 		if e.spec, err = newSpeculator(mdl, lc, opts, nSlots, b.gpuLayers(opts.draftNGPU, gpuDev != nil)); err != nil {
 			return iface.BackendInfo{}, err
 		}

@@ -88,6 +88,7 @@ type decodeJob struct {
 	// how many of them the target kept.
 	draft     []int32
 	nAccepted int
+	specBegun bool // the n-gram drafts indexed the decode's tokens so far
 }
 
 // eventBuffer is how many sampled tokens may wait for a slow caller; a slot

@@ -25,7 +25,9 @@ import "C"
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/hydra-engine/hydra-engine/iface"
 )
@@ -43,18 +45,20 @@ import (
 // every change of the target's (prompt reuse, context shift, STATE_PUT,
 // clears) by re-deriving its cells at the next step that drafts.
 type speculator struct {
-	c    *C.hydra_spec
-	dft  *model
-	rule specRule
-	held [][]int32    // per slot: the tokens the draft context holds, positions 0..
-	acc  []acceptance // per slot, across decodes
+	c     *C.hydra_spec
+	dft   *model // nil: n-gram types only, no draft context
+	ngram bool   // an n-gram type reads each slot's tokens
+	rule  specRule
+	held  [][]int32    // per slot: the tokens the draft context holds, positions 0..
+	acc   []acceptance // per slot, across decodes
 	// drafted and accepted count every slot's draft tokens, for INFO.
 	drafted, accepted atomic.Uint64
 	// scratch buffers of a step, reused
-	toks, outs []C.llama_token
-	pos, past  []C.llama_pos
-	seqs       []C.llama_seq_id
-	nMax, nOut []C.int32_t
+	toks, outs, hist []C.llama_token
+	histOff          []C.int32_t
+	pos, past        []C.llama_pos
+	seqs             []C.llama_seq_id
+	nMax, nOut       []C.int32_t
 }
 
 // newSpeculator loads the draft model and its context beside the target's.
@@ -63,26 +67,38 @@ func newSpeculator(tgt *model, lc *lctx, opts options, nSlots int, nGPU int) (*s
 		return nil, fmt.Errorf("%w: %s: speculative decoding needs a memory that drops a rejected draft's cells; this model's is %s",
 			iface.ErrBadRequest, OptDraftModel, c)
 	}
-	path, err := checkModelFile(opts.draftModel)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", OptDraftModel, err)
-	}
-	dft, err := loadModel(path, modelParams{nGPULayers: nGPU, mmap: opts.mmap})
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", iface.ErrBadRequest, OptDraftModel, err)
+	var dft *model
+	var dm *C.struct_llama_model
+	if opts.draftModel != "" {
+		path, err := checkModelFile(opts.draftModel)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", OptDraftModel, err)
+		}
+		if dft, err = loadModel(path, modelParams{nGPULayers: nGPU, mmap: opts.mmap}); err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", iface.ErrBadRequest, OptDraftModel, err)
+		}
+		dm = dft.m
 	}
 	r := opts.specRule
+	types := C.CString(strings.Join(opts.specTypes, ","))
+	defer C.free(unsafe.Pointer(types))
 	p := C.struct_hydra_spec_params{
 		n_ctx: C.uint32_t(lc.nCtx() + nSlots*(r.nMax+1)), n_batch: C.uint32_t(lc.nBatch), n_seq: C.uint32_t(nSlots),
 		n_threads: C.int32_t(opts.nThreads), n_max: C.int32_t(r.nMax), n_min: C.int32_t(r.nMin), p_min: C.float(opts.draftPMin),
+		types:          types,
+		ngram_simple_n: C.uint16_t(opts.ngramSimple[0]), ngram_simple_m: C.uint16_t(opts.ngramSimple[1]),
+		ngram_map_n: C.uint16_t(opts.ngramMap[0]), ngram_map_m: C.uint16_t(opts.ngramMap[1]),
 	}
 	var msg [256]C.char
-	c := C.hydra_spec_new(dft.m, lc.c, &p, &msg[0], C.size_t(len(msg)))
+	c := C.hydra_spec_new(dm, lc.c, &p, &msg[0], C.size_t(len(msg)))
 	if c == nil {
-		dft.free()
-		return nil, fmt.Errorf("%w: %s: %s", iface.ErrBadRequest, OptDraftModel, C.GoString(&msg[0]))
+		if dft != nil {
+			dft.free()
+		}
+		return nil, fmt.Errorf("%w: %s %s: %s", iface.ErrBadRequest, OptSpecType, strings.Join(opts.specTypes, ","), C.GoString(&msg[0]))
 	}
-	sp := &speculator{c: c, dft: dft, rule: r, held: make([][]int32, nSlots), acc: make([]acceptance, nSlots)}
+	sp := &speculator{c: c, dft: dft, rule: r, held: make([][]int32, nSlots), acc: make([]acceptance, nSlots),
+		ngram: slices.ContainsFunc(opts.specTypes, func(t string) bool { return strings.HasPrefix(t, "ngram-") })}
 	for i := range sp.acc {
 		sp.acc[i] = newAcceptance()
 	}
@@ -144,12 +160,24 @@ func (s *scheduler) planDrafts(decoders []*job, lens []int) {
 			sp.held[i] = sp.held[i][:n]
 		}
 	}
+	sp.hist, sp.histOff = sp.hist[:0], sp.histOff[:0]
 	for k, j := range decoders {
 		if lens[k] == 0 {
 			continue
 		}
 		seq := j.s.seq()
-		for p := len(sp.held[j.slot]); p < len(seq); p++ {
+		if sp.ngram {
+			if !j.decode.specBegun {
+				// A new generation: the n-gram maps index the tokens so far.
+				j.decode.specBegun = true
+				C.hydra_spec_begin(sp.c, C.int32_t(j.slot), (*C.llama_token)(unsafe.Pointer(&seq[0])), C.int32_t(len(seq)))
+			}
+			sp.histOff = append(sp.histOff, C.int32_t(len(sp.hist)))
+			for _, t := range seq {
+				sp.hist = append(sp.hist, C.llama_token(t))
+			}
+		}
+		for p := len(sp.held[j.slot]); sp.dft != nil && p < len(seq); p++ {
 			sp.toks = append(sp.toks, C.llama_token(seq[p]))
 			sp.pos = append(sp.pos, C.llama_pos(p))
 			sp.seqs = append(sp.seqs, C.llama_seq_id(j.slot))
@@ -179,8 +207,17 @@ func (s *scheduler) planDrafts(decoders []*job, lens []int) {
 	stride := sp.rule.nMax
 	sp.outs = slices.Grow(sp.outs[:0], len(drafting)*stride)[:len(drafting)*stride]
 	sp.nOut = slices.Grow(sp.nOut[:0], len(drafting))[:len(drafting)]
+	var hist *C.llama_token
+	var histOff *C.int32_t
+	if sp.ngram {
+		sp.histOff = append(sp.histOff, C.int32_t(len(sp.hist)))
+		if len(sp.hist) > 0 {
+			hist = &sp.hist[0]
+		}
+		histOff = &sp.histOff[0]
+	}
 	C.hydra_spec_draft(sp.c, C.int32_t(len(drafting)), &seqs[0], &sp.past[0], &last[0], &sp.nMax[0],
-		&sp.outs[0], C.int32_t(stride), &sp.nOut[0])
+		hist, histOff, &sp.outs[0], C.int32_t(stride), &sp.nOut[0])
 	for i, j := range drafting {
 		n := int(sp.nOut[i])
 		d := j.decode
@@ -188,15 +225,18 @@ func (s *scheduler) planDrafts(decoders []*job, lens []int) {
 		for k := range n {
 			d.draft[k] = int32(sp.outs[i*stride+k])
 		}
-		// The draft context evaluated the pending token and all of the
-		// draft but its last (none when there is no draft); the rest goes.
-		past := int(sp.past[i])
-		if n == 0 {
-			C.hydra_spec_seq_rm(sp.c, C.int32_t(j.slot), C.int32_t(past))
+		if sp.dft == nil {
 			continue
 		}
-		C.hydra_spec_seq_rm(sp.c, C.int32_t(j.slot), C.int32_t(past+n))
-		sp.held[j.slot] = append(append(sp.held[j.slot], d.pending), d.draft[:n-1]...)
+		// The draft model evaluated the pending token and some of the
+		// draft (none of it where an n-gram drafted): the draft context
+		// keeps those up to the draft's last token, which is not evaluated.
+		past := int(sp.past[i])
+		kept := min(int(C.hydra_spec_pos_max(sp.c, C.int32_t(j.slot)))+1, past+n)
+		C.hydra_spec_seq_rm(sp.c, C.int32_t(j.slot), C.int32_t(max(kept, past)))
+		if kept > past {
+			sp.held[j.slot] = append(append(sp.held[j.slot], d.pending), d.draft[:kept-past-1]...)
+		}
 	}
 }
 
@@ -267,6 +307,7 @@ func (s *scheduler) settleDrafts(entries []entry) {
 		if en.j.ended {
 			en.j.s.claim = 0
 		}
+		C.hydra_spec_accept(sp.c, C.int32_t(en.j.slot), C.int32_t(d.nAccepted))
 		sp.acc[en.j.slot].record(n, d.nAccepted)
 		sp.drafted.Add(uint64(n))
 		sp.accepted.Add(uint64(d.nAccepted))
@@ -294,5 +335,7 @@ func commonPrefix(a, b []int32) int {
 // free releases the draft context and model.
 func (sp *speculator) free() {
 	C.hydra_spec_free(sp.c)
-	sp.dft.free()
+	if sp.dft != nil {
+		sp.dft.free()
+	}
 }

@@ -1,6 +1,7 @@
-// C interface of spec.cpp: speculative decoding's draft model through
-// llama.cpp's common library (common/speculative.h, its draft-simple
-// implementation), one draft context whose sequence i is slot i.
+// C interface of spec.cpp: speculative decoding's drafting through
+// llama.cpp's common library (common/speculative.h): its draft-simple
+// implementation over a draft model's context, whose sequence i is slot i,
+// and its n-gram lookups over each slot's own tokens.
 #pragma once
 
 #include <stddef.h>
@@ -22,15 +23,31 @@ struct hydra_spec_params {
     int32_t n_max;     // draft_max: no draft is longer
     int32_t n_min;     // draft_min: a shorter draft is dropped
     float p_min;       // draft_p_min: the draft stops at a less likely token
+    const char * types;  // llama-server's --spec-type: comma-separated names
+    // --spec-ngram-simple-size-n/-m and --spec-ngram-map-k-size-n/-m (the
+    // k4v map's too); 0: llama.cpp's default
+    uint16_t ngram_simple_n, ngram_simple_m, ngram_map_n, ngram_map_m;
 };
 
-// hydra_spec_new makes the draft context of dft (a loaded model, owned by
-// the caller) beside the target context tgt and llama.cpp's speculative
-// state over it; NULL with a message in err when llama.cpp refuses (e.g.
-// the vocabularies differ).
+// hydra_spec_new makes llama.cpp's speculative state of p->types beside the
+// target context tgt, with the draft context of dft (a loaded model, owned
+// by the caller; NULL: n-gram types only); NULL with a message in err when
+// llama.cpp refuses (e.g. the vocabularies differ).
 hydra_spec * hydra_spec_new(struct llama_model * dft, struct llama_context * tgt, const struct hydra_spec_params * p,
                             char * err, size_t err_len);
 void hydra_spec_free(hydra_spec * s);
+
+// hydra_spec_begin starts sequence seq's generation after prompt (the
+// n-gram maps index it).
+void hydra_spec_begin(hydra_spec * s, int32_t seq, const llama_token * prompt, int32_t n);
+
+// hydra_spec_accept tells the implementation that drafted seq's last draft
+// how many of its tokens the target accepted.
+void hydra_spec_accept(hydra_spec * s, int32_t seq, int32_t n_accepted);
+
+// hydra_spec_pos_max is the last position of seq the draft context holds;
+// -1 when none or without a draft context.
+int32_t hydra_spec_pos_max(hydra_spec * s, int32_t seq);
 
 // hydra_spec_seq_rm removes sequence seq's draft cells from position p0 on
 // (p0 = 0: all of them).
@@ -44,10 +61,11 @@ int hydra_spec_eval(hydra_spec * s, const llama_token * toks, const llama_pos * 
 // hydra_spec_draft drafts for n sequences at once: sequence seqs[i], whose
 // draft context holds positions [0, n_past[i]), continues after id_last[i]
 // (evaluated at n_past[i] first) with at most n_max[i] tokens, written to
-// out[i*stride ...] with their count in n_out[i].
+// out[i*stride ...] with their count in n_out[i]. With hist (n-gram types)
+// sequence i's tokens so far are hist[hist_off[i] .. hist_off[i+1]).
 void hydra_spec_draft(hydra_spec * s, int32_t n, const llama_seq_id * seqs, const llama_pos * n_past,
-                      const llama_token * id_last, const int32_t * n_max, llama_token * out, int32_t stride,
-                      int32_t * n_out);
+                      const llama_token * id_last, const int32_t * n_max, const llama_token * hist,
+                      const int32_t * hist_off, llama_token * out, int32_t stride, int32_t * n_out);
 
 #ifdef __cplusplus
 }

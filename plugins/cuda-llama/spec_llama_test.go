@@ -15,12 +15,19 @@ import (
 // alone and batched, with penalties too; the drafts are verified and
 // mostly accepted when the draft model is the target or a close copy.
 
-// specDrafts are the draft models: the target itself (every greedy draft
-// token should be accepted) and its Q8_0 copy from the same seed.
-func specDrafts(t *testing.T) map[string]string {
+// specDrafts are the ways of drafting: the target as its own draft model
+// (nearly every greedy draft token accepted), its Q8_0 copy from the same
+// seed, and llama.cpp's n-gram lookups of the slot's own tokens (greedy
+// decoding of the random-weight model falls into loops they find).
+func specDrafts(t *testing.T) map[string]map[string]string {
 	q8 := gguf.Tiny()
 	q8.Type = gguf.WeightQ8_0
-	return map[string]string{"same": tiny(t), "q8_0": modelFile(t, "tiny-q8_0", q8)}
+	return map[string]map[string]string{
+		"same":  {OptDraftModel: tiny(t), OptDraftMax: "6"},
+		"q8_0":  {OptDraftModel: modelFile(t, "tiny-q8_0", q8), OptDraftMax: "6"},
+		"ngram": {OptSpecType: "ngram-simple,ngram-map-k", OptDraftMax: "6", OptSpecNgramSimpleSizeN: "3",
+			OptSpecNgramSimpleSizeM: "6", OptSpecNgramMapSizeN: "3", OptSpecNgramMapSizeM: "6"},
+	}
 }
 
 func specRate(b *Backend) (drafted, accepted uint64) {
@@ -31,13 +38,13 @@ func specRate(b *Backend) (drafted, accepted uint64) {
 func TestSpecGreedyEqual(t *testing.T) {
 	plain := load(t, tiny(t), 4, nil)
 	referenceKernels(t, plain)
-	for name, draft := range specDrafts(t) {
+	for name, opts := range specDrafts(t) {
 		for sname, sp := range map[string]iface.SamplerParams{
 			"greedy":    {IgnoreEOS: true},
 			"penalties": {RepeatPenalty: 1.3, RepeatLastN: 16, PresencePenalty: 0.4, FrequencyPenalty: 0.2, IgnoreEOS: true},
 		} {
 			t.Run(name+"/"+sname, func(t *testing.T) {
-				spec := load(t, tiny(t), 4, map[string]string{OptDraftModel: draft, OptDraftMax: "6"})
+				spec := load(t, tiny(t), 4, opts)
 				referenceKernels(t, spec)
 				for s, p := range prompts {
 					prefill(t, plain, s, p)
@@ -114,6 +121,44 @@ func TestSpecState(t *testing.T) {
 	}
 	if after, _ := specRate(spec); after == before {
 		t.Fatal("the restored slot decoded without drafts")
+	}
+}
+
+// TestSpecBatchShrinks: with draft_batch_max 8 a slot alone drafts up to
+// draft_max, while four decoding together (8/4 - 1 = 1 token each) draft
+// one token at most, and the tokens stay those without drafts.
+func TestSpecBatchShrinks(t *testing.T) {
+	plain := load(t, tiny(t), 4, nil)
+	spec := load(t, tiny(t), 4, map[string]string{OptDraftModel: tiny(t), OptDraftMax: "6", OptDraftBatchMax: "8"})
+	referenceKernels(t, plain)
+	referenceKernels(t, spec)
+	sp := iface.SamplerParams{IgnoreEOS: true}
+	e := spec.eng.Load()
+	prefill(t, spec, 0, prompts[0])
+	before := e.sched.stepTokens.Load()
+	steps := e.sched.steps.Load()
+	decode(t, spec, 0, 40, sp)
+	if widest := float64(e.sched.stepTokens.Load()-before) / float64(e.sched.steps.Load()-steps); widest < 3 {
+		t.Errorf("alone: %.1f tokens a step, want drafts of several", widest)
+	}
+	for s, p := range prompts {
+		prefill(t, plain, s, p)
+		prefill(t, spec, s, p)
+	}
+	slots := []int{0, 1, 2, 3}
+	want := decodeAll(t, plain, slots, 40, sp)
+	before, steps = e.sched.stepTokens.Load(), e.sched.steps.Load()
+	got := decodeAll(t, spec, slots, 40, sp)
+	for _, s := range slots {
+		if !slicesEqual(got[s], want[s]) {
+			t.Errorf("slot %d: %v\nwant %v", s, got[s], want[s])
+		}
+	}
+	// A step of four decoders takes at most 4 × 2 tokens.
+	perStep := float64(e.sched.stepTokens.Load()-before) / float64(e.sched.steps.Load()-steps)
+	t.Logf("four slots: %.2f tokens a step", perStep)
+	if perStep > 8 {
+		t.Errorf("four slots: %.2f tokens a step, above draft_batch_max 8", perStep)
 	}
 }
 

@@ -2,7 +2,9 @@ package cudallama
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/hydra-engine/hydra-engine/iface"
 )
@@ -16,6 +18,20 @@ const (
 	OptDraftMin        = "draft_min"          // a shorter draft is not verified (default 0)
 	OptDraftPMin       = "draft_p_min"        // the draft stops at a token the draft model gives less (default 0)
 	OptDraftNGPULayers = "draft_n_gpu_layers" // the draft model's layers on the GPU; -1 all (default)
+	// OptSpecType is llama-server's --spec-type: a comma-separated list of
+	// draft-simple (the draft model's; the default with draft_model),
+	// ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod (the n-gram
+	// lookups of a slot's own tokens, llama.cpp's defaults), the first that
+	// drafts for a slot serving it that step.
+	OptSpecType = "spec_type"
+	// The n-gram sizes, as llama-server's --spec-ngram-simple-size-n/-m and
+	// --spec-ngram-map-k-size-n/-m (these for ngram-map-k4v too): the
+	// n-gram looked up and the m-gram after it drafted; unset, llama.cpp's
+	// defaults (12 and 48).
+	OptSpecNgramSimpleSizeN = "spec_ngram_simple_size_n"
+	OptSpecNgramSimpleSizeM = "spec_ngram_simple_size_m"
+	OptSpecNgramMapSizeN    = "spec_ngram_map_k_size_n"
+	OptSpecNgramMapSizeM    = "spec_ngram_map_k_size_m"
 	// OptDraftBatchMax is the most tokens one step's decoders verify in all
 	// (ours, no llama-server flag): each slot's draft is at most its share
 	// less the token it samples, so drafting shrinks as the batch grows and
@@ -25,10 +41,12 @@ const (
 
 // specOptions are the parsed speculative-decoding options.
 type specOptions struct {
-	draftModel string
-	draftNGPU  int
-	draftPMin  float32
-	specRule   specRule
+	ngramSimple, ngramMap [2]int   // size n, size m; 0: llama.cpp's
+	specTypes             []string // none: no speculative decoding
+	draftModel            string
+	draftNGPU             int
+	draftPMin             float32
+	specRule              specRule
 }
 
 func defaultSpecOptions() specOptions {
@@ -41,6 +59,23 @@ func init() {
 	optionParsers[OptDraftMin] = intField(func(o *options) *int { return &o.specRule.nMin }, 0, 256)
 	optionParsers[OptDraftBatchMax] = intField(func(o *options) *int { return &o.specRule.batchMax }, 2, 1<<16)
 	optionParsers[OptDraftNGPULayers] = intField(func(o *options) *int { return &o.draftNGPU }, -1, 1<<16)
+	optionParsers[OptSpecType] = func(o *options, key, v string) error {
+		o.specTypes = nil
+		for t := range strings.SplitSeq(v, ",") {
+			t = strings.TrimSpace(t)
+			if !slices.Contains(specTypeNames, t) {
+				return fmt.Errorf("%w: %s=%q: %q is not one of %s", iface.ErrBadRequest, key, v, t, strings.Join(specTypeNames, ", "))
+			}
+			if !slices.Contains(o.specTypes, t) {
+				o.specTypes = append(o.specTypes, t)
+			}
+		}
+		return nil
+	}
+	optionParsers[OptSpecNgramSimpleSizeN] = intField(func(o *options) *int { return &o.ngramSimple[0] }, 1, 1024)
+	optionParsers[OptSpecNgramSimpleSizeM] = intField(func(o *options) *int { return &o.ngramSimple[1] }, 1, 1024)
+	optionParsers[OptSpecNgramMapSizeN] = intField(func(o *options) *int { return &o.ngramMap[0] }, 1, 1024)
+	optionParsers[OptSpecNgramMapSizeM] = intField(func(o *options) *int { return &o.ngramMap[1] }, 1, 1024)
 	optionParsers[OptDraftPMin] = func(o *options, key, v string) error {
 		p, err := strconv.ParseFloat(v, 32)
 		if err != nil || p < 0 || p > 1 {
@@ -51,10 +86,26 @@ func init() {
 	}
 }
 
-// checkSpec refuses draft options that contradict each other.
-func (o specOptions) checkSpec() error {
+// specTypeNames are the spec_type names the plugin runs: llama.cpp's,
+// less those that need a model of their own kind (eagle3, mtp, dflash,
+// dspark) or lookup files (ngram-cache).
+var specTypeNames = []string{"draft-simple", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod"}
+
+// checkSpec resolves spec_type's default (draft-simple with a draft_model)
+// and refuses options that contradict each other.
+func (o *specOptions) checkSpec() error {
 	if o.specRule.nMin > o.specRule.nMax {
 		return fmt.Errorf("%w: %s=%d above %s=%d", iface.ErrBadRequest, OptDraftMin, o.specRule.nMin, OptDraftMax, o.specRule.nMax)
+	}
+	simple := slices.Contains(o.specTypes, "draft-simple")
+	switch {
+	case o.draftModel != "" && o.specTypes == nil:
+		o.specTypes = []string{"draft-simple"}
+	case o.draftModel != "" && !simple:
+		return fmt.Errorf("%w: %s is set but %s=%s leaves out draft-simple, which uses it", iface.ErrBadRequest,
+			OptDraftModel, OptSpecType, strings.Join(o.specTypes, ","))
+	case o.draftModel == "" && simple:
+		return fmt.Errorf("%w: %s=draft-simple needs %s", iface.ErrBadRequest, OptSpecType, OptDraftModel)
 	}
 	return nil
 }
