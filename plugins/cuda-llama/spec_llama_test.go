@@ -23,8 +23,8 @@ func specDrafts(t *testing.T) map[string]map[string]string {
 	q8 := gguf.Tiny()
 	q8.Type = gguf.WeightQ8_0
 	return map[string]map[string]string{
-		"same":  {OptDraftModel: tiny(t), OptDraftMax: "6"},
-		"q8_0":  {OptDraftModel: modelFile(t, "tiny-q8_0", q8), OptDraftMax: "6"},
+		"same": {OptDraftModel: tiny(t), OptDraftMax: "6"},
+		"q8_0": {OptDraftModel: modelFile(t, "tiny-q8_0", q8), OptDraftMax: "6"},
 		"ngram": {OptSpecType: "ngram-simple,ngram-map-k", OptDraftMax: "6", OptSpecNgramSimpleSizeN: "3",
 			OptSpecNgramSimpleSizeM: "6", OptSpecNgramMapSizeN: "3", OptSpecNgramMapSizeM: "6"},
 	}
