@@ -414,6 +414,10 @@ type DecodeResult struct {
 	// Deltas: what the final parse added after the last token's (text the
 	// parser held back until it knew the reply ended).
 	Deltas []ChatDelta
+	// DraftTokens are the draft tokens speculative decoding had verified,
+	// DraftAccepted those accepted (llama-server's timings draft_n and
+	// draft_n_accepted); 0 without speculation.
+	DraftTokens, DraftAccepted int
 }
 
 // PromptResult is what a Decode's prompt did (DecodeRequest.Prompt).

@@ -147,6 +147,8 @@ func (c *GRPCClient) Decode(ctx context.Context, req DecodeRequest, emit func(To
 		Prompt:          promptResultFromPB(result.GetPrompt()),
 		Message:         replyFromPB(result.GetMessage()),
 		Deltas:          deltasFromPB(result.GetDeltas()),
+		DraftTokens:     int(result.GetDraftTokens()),
+		DraftAccepted:   int(result.GetDraftAccepted()),
 	}, nil
 }
 

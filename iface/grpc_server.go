@@ -125,6 +125,8 @@ func (s *GRPCServer) Decode(req *backendv1.DecodeRequest, stream grpc.ServerStre
 			Prompt:          promptResultToPB(res.Prompt),
 			Message:         replyToPB(res.Message),
 			Deltas:          deltasToPB(res.Deltas),
+			DraftTokens:     int64(res.DraftTokens),
+			DraftAccepted:   int64(res.DraftAccepted),
 		}},
 	}))
 }

@@ -740,7 +740,7 @@ func TestDecodeEmitFails(t *testing.T) {
 // TestDecodeOutput: a decode's output request reaches the plugin whole (the
 // chat with its tool choice, a reasoning budget of 0 still a budget), and
 // the parsed deltas and reply come back, tool call indices 0 and none (-1)
-// alike.
+// alike, and the draft token counts.
 func TestDecodeOutput(t *testing.T) {
 	var gotReq DecodeRequest
 	deltas := []ChatDelta{{Reasoning: "hm", ToolCall: -1}, {ToolCall: 0, ToolID: "call_1", ToolName: "f", ToolArgs: `{"a"`},
@@ -754,7 +754,8 @@ func TestDecodeOutput(t *testing.T) {
 					return DecodeResult{}, err
 				}
 			}
-			return DecodeResult{TokensGenerated: len(deltas), StopReason: StopString, Message: reply, Deltas: deltas[1:3]}, nil
+			return DecodeResult{TokensGenerated: len(deltas), StopReason: StopString, Message: reply, Deltas: deltas[1:3],
+				DraftTokens: 7, DraftAccepted: 5}, nil
 		},
 	})
 	yes := false
@@ -776,7 +777,8 @@ func TestDecodeOutput(t *testing.T) {
 	if !reflect.DeepEqual(got, deltas) {
 		t.Errorf("deltas %+v, want %+v", got, deltas)
 	}
-	if !reflect.DeepEqual(res.Message, reply) || res.StopReason != StopString || !reflect.DeepEqual(res.Deltas, deltas[1:3]) {
+	if !reflect.DeepEqual(res.Message, reply) || res.StopReason != StopString || !reflect.DeepEqual(res.Deltas, deltas[1:3]) ||
+		res.DraftTokens != 7 || res.DraftAccepted != 5 {
 		t.Errorf("result %+v (message %+v), want %+v", res, res.Message, reply)
 	}
 }

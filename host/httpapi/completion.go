@@ -47,6 +47,10 @@ type timings struct {
 	PredictedMS         float64 `json:"predicted_ms"`
 	PredictedPerTokenMS float64 `json:"predicted_per_token_ms"`
 	PredictedPerSecond  float64 `json:"predicted_per_second"`
+	// Speculative decoding's draft tokens verified and accepted, as
+	// llama-server reports them: only where there were drafts.
+	DraftN         int `json:"draft_n,omitempty"`
+	DraftNAccepted int `json:"draft_n_accepted,omitempty"`
 }
 
 func newTimings(nPrompt int, prompt time.Duration, nPred int, pred time.Duration) *timings {
@@ -154,6 +158,9 @@ var errStopString = errors.New("stop string reached")
 
 // completionRun is one completion in flight, holding its slot.
 type completionRun struct {
+	// draftN and draftAccepted add up the decodes' draft tokens (timings).
+	draftN, draftAccepted int
+
 	a    *api
 	ctx  context.Context // the request's: cancelled when the client goes
 	b    iface.Backend
@@ -475,6 +482,7 @@ func (rn *completionRun) generate() error {
 	rn.a.s.Stats().CountTokens(host.PhaseDecode, nGen, elapsed)
 	u := &usage{PromptTokens: rn.nPrompt, CompletionTokens: nGen, TotalTokens: rn.nPrompt + nGen}
 	tm := newTimings(rn.nPrompt, rn.prompt, nGen, elapsed)
+	tm.DraftN, tm.DraftNAccepted = rn.draftN, rn.draftAccepted
 	rn.observe()
 	if rn.c.stream {
 		rn.finishStream(reason, u, tm)
@@ -592,6 +600,7 @@ func (rn *completionRun) decode() (string, int, string, error) {
 		return nil
 	}
 	res, err := rn.b.Decode(rn.ctx, req, emit)
+	rn.countDrafts(res)
 	switch {
 	case res.Prompt != nil:
 		rn.prompt = res.Prompt.Prefill
@@ -608,6 +617,7 @@ func (rn *completionRun) decode() (string, int, string, error) {
 		}
 		req.NPredict, req.Prompt = rn.nPredict-n, nil
 		res, err = rn.b.Decode(rn.ctx, req, emit)
+		rn.countDrafts(res)
 	}
 	rn.stop = res.StopReason
 	if rn.c.parsed && err == nil {
@@ -627,6 +637,12 @@ func (rn *completionRun) decode() (string, int, string, error) {
 		return rn.text.String(), n, "", err
 	}
 	return rn.finishText(n, finishReason(res.StopReason))
+}
+
+// countDrafts adds a decode's draft tokens to the reply's timings.
+func (rn *completionRun) countDrafts(res iface.DecodeResult) {
+	rn.draftN += res.DraftTokens
+	rn.draftAccepted += res.DraftAccepted
 }
 
 // emitDeltas takes what a token added to the parsed reply: kept for the

@@ -282,7 +282,8 @@ func (e *engine) streamDecode(ctx context.Context, j *job, emit func(iface.Token
 	if err != nil {
 		e.keepEmitted(j.slot, j.s, j.decode.base+n)
 	}
-	res := iface.DecodeResult{TokensGenerated: n, NPast: len(j.s.seq()), StopReason: j.decode.stop}
+	res := iface.DecodeResult{TokensGenerated: n, NPast: len(j.s.seq()), StopReason: j.decode.stop,
+		DraftTokens: j.decode.drafted, DraftAccepted: j.decode.accepted}
 	if res.StopReason == "" || res.StopReason == stopCancelled {
 		res.StopReason = StopLength
 	}

@@ -89,6 +89,8 @@ type decodeJob struct {
 	draft     []int32
 	nAccepted int
 	specBegun bool // the n-gram drafts indexed the decode's tokens so far
+	// drafted and accepted count the decode's draft tokens (DecodeResult).
+	drafted, accepted int
 }
 
 // eventBuffer is how many sampled tokens may wait for a slow caller; a slot

@@ -309,6 +309,8 @@ func (s *scheduler) settleDrafts(entries []entry) {
 		}
 		C.hydra_spec_accept(sp.c, C.int32_t(en.j.slot), C.int32_t(d.nAccepted))
 		sp.acc[en.j.slot].record(n, d.nAccepted)
+		d.drafted += n
+		d.accepted += d.nAccepted
 		sp.drafted.Add(uint64(n))
 		sp.accepted.Add(uint64(d.nAccepted))
 	}

@@ -96,10 +96,13 @@ func TestSpecState(t *testing.T) {
 	sp := iface.SamplerParams{IgnoreEOS: true}
 	prefill(t, spec, 0, prompts[1])
 	prefill(t, plain, 0, prompts[1])
-	got, _ := decode(t, spec, 0, 30, sp)
-	want, _ := decode(t, plain, 0, 30, sp)
+	got, res := decode(t, spec, 0, 30, sp)
+	want, plainRes := decode(t, plain, 0, 30, sp)
 	if !slicesEqual(got, want) {
 		t.Fatalf("decode: %v\nwant %v", got, want)
+	}
+	if res.DraftTokens == 0 || res.DraftAccepted > res.DraftTokens || plainRes.DraftTokens != 0 {
+		t.Errorf("the decode's draft tokens: %d accepted of %d (without drafts %d)", res.DraftAccepted, res.DraftTokens, plainRes.DraftTokens)
 	}
 	si := slotInfo(t, spec, 0)
 	state := stateOf(t, spec, 0, 1<<20)

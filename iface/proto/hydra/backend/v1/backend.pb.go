@@ -1853,9 +1853,13 @@ type DecodeResult struct {
 	NPast           int64                  `protobuf:"varint,2,opt,name=n_past,json=nPast,proto3" json:"n_past,omitempty"`
 	StopReason      string                 `protobuf:"bytes,3,opt,name=stop_reason,json=stopReason,proto3" json:"stop_reason,omitempty"` // "eos", "length", "n_tokens_limit" or "stop_string" (output.stops)
 	// With DecodeRequest.prompt: what its prefill did.
-	Prompt        *PromptResult `protobuf:"bytes,4,opt,name=prompt,proto3" json:"prompt,omitempty"`
-	Message       *ChatReply    `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"` // with DecodeRequest.output.chat: the parsed reply
-	Deltas        []*ChatDelta  `protobuf:"bytes,6,rep,name=deltas,proto3" json:"deltas,omitempty"`   // what the final parse added after the last token
+	Prompt  *PromptResult `protobuf:"bytes,4,opt,name=prompt,proto3" json:"prompt,omitempty"`
+	Message *ChatReply    `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"` // with DecodeRequest.output.chat: the parsed reply
+	Deltas  []*ChatDelta  `protobuf:"bytes,6,rep,name=deltas,proto3" json:"deltas,omitempty"`   // what the final parse added after the last token
+	// Speculative decoding: the draft tokens verified and, of those, accepted
+	// (llama-server's timings draft_n and draft_n_accepted); 0 without.
+	DraftTokens   int64 `protobuf:"varint,7,opt,name=draft_tokens,json=draftTokens,proto3" json:"draft_tokens,omitempty"`
+	DraftAccepted int64 `protobuf:"varint,8,opt,name=draft_accepted,json=draftAccepted,proto3" json:"draft_accepted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1930,6 +1934,20 @@ func (x *DecodeResult) GetDeltas() []*ChatDelta {
 		return x.Deltas
 	}
 	return nil
+}
+
+func (x *DecodeResult) GetDraftTokens() int64 {
+	if x != nil {
+		return x.DraftTokens
+	}
+	return 0
+}
+
+func (x *DecodeResult) GetDraftAccepted() int64 {
+	if x != nil {
+		return x.DraftAccepted
+	}
+	return 0
 }
 
 type PromptResult struct {
@@ -3137,7 +3155,7 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\x04text\x18\x02 \x01(\fR\x04text\x12\x18\n" +
 	"\alogprob\x18\x03 \x01(\x02R\alogprob\x12-\n" +
 	"\x03top\x18\x04 \x03(\v2\x1b.hydra.backend.v1.TokenProbR\x03top\x123\n" +
-	"\x06deltas\x18\x05 \x03(\v2\x1b.hydra.backend.v1.ChatDeltaR\x06deltas\"\x95\x02\n" +
+	"\x06deltas\x18\x05 \x03(\v2\x1b.hydra.backend.v1.ChatDeltaR\x06deltas\"\xdf\x02\n" +
 	"\fDecodeResult\x12)\n" +
 	"\x10tokens_generated\x18\x01 \x01(\x03R\x0ftokensGenerated\x12\x15\n" +
 	"\x06n_past\x18\x02 \x01(\x03R\x05nPast\x12\x1f\n" +
@@ -3145,7 +3163,9 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"stopReason\x126\n" +
 	"\x06prompt\x18\x04 \x01(\v2\x1e.hydra.backend.v1.PromptResultR\x06prompt\x125\n" +
 	"\amessage\x18\x05 \x01(\v2\x1b.hydra.backend.v1.ChatReplyR\amessage\x123\n" +
-	"\x06deltas\x18\x06 \x03(\v2\x1b.hydra.backend.v1.ChatDeltaR\x06deltas\"\x8a\x01\n" +
+	"\x06deltas\x18\x06 \x03(\v2\x1b.hydra.backend.v1.ChatDeltaR\x06deltas\x12!\n" +
+	"\fdraft_tokens\x18\a \x01(\x03R\vdraftTokens\x12%\n" +
+	"\x0edraft_accepted\x18\b \x01(\x03R\rdraftAccepted\"\x8a\x01\n" +
 	"\fPromptResult\x12\x19\n" +
 	"\bn_tokens\x18\x01 \x01(\x03R\anTokens\x12\x19\n" +
 	"\bn_reused\x18\x02 \x01(\x03R\anReused\x12%\n" +
