@@ -448,7 +448,7 @@ func printLlamaServerHelp(w io.Writer) {
 
 // The parameters, in docs/llama-server.md's order.
 func llamaServerParams() []lsParam {
-	return slices.Concat(lsListenerParams(), lsModelParams(), lsPlacementParams(), lsChatParams(), lsSamplingParams(), lsServerParams(),
+	return slices.Concat(lsListenerParams(), lsModelParams(), lsPlacementParams(), lsSpecParams(), lsChatParams(), lsSamplingParams(), lsServerParams(),
 		lsForkParams())
 }
 

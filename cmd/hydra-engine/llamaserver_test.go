@@ -509,7 +509,8 @@ func TestLlamaEngineParams(t *testing.T) {
 
 // Every backend option a llama-server parameter can set is one the mock
 // loads (its own, or one of mock.LlamaServerOptions, without effect), so
-// that the node configurations run on the mock as the tests run them. Each
+// that the node configurations run on the mock as the tests run them, or
+// one it refuses by name (mock.SpecOptions: speculative decoding). Each
 // parameter is tried with values until one is accepted.
 func TestLlamaServerOptionsOnMock(t *testing.T) {
 	tmpl := templateFile(t)
@@ -522,6 +523,13 @@ func TestLlamaServerOptionsOnMock(t *testing.T) {
 				continue
 			}
 			for k := range ls.opts {
+				if slices.Contains(mock.SpecOptions, k) {
+					if _, err := mock.New(hclog.NewNullLogger()).Load(context.Background(), iface.LoadRequest{NSlots: 1, Options: map[string]string{k: v}}); err == nil ||
+						!strings.Contains(err.Error(), "no speculative decoding") {
+						t.Errorf("%s %s: the mock loads %s=%s (%v), want a refusal naming speculative decoding", p.names[0], v, k, v, err)
+					}
+					continue
+				}
 				if !slices.Contains(known, k) {
 					t.Errorf("%s %s sets backend option %s, which the mock refuses (mock.LlamaServerOptions)", p.names[0], v, k)
 				}
@@ -543,5 +551,35 @@ func TestLlamaEnvNotes(t *testing.T) {
 		!strings.HasPrefix(notes[1], "environment LLAMA_CHAT_TEMPLATE_KWARGS: no effect here: llama-server mode reads") ||
 		strings.Contains(strings.Join(notes, ""), "secret") {
 		t.Errorf("notes %q", notes)
+	}
+}
+
+// llama-server's speculative-decoding parameters become the llama plugin's
+// draft options, under each of their spellings.
+func TestLlamaServerSpec(t *testing.T) {
+	draft := filepath.Join(t.TempDir(), "draft.gguf")
+	if err := os.WriteFile(draft, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"draft_model": draft, "spec_type": "draft-simple,ngram-mod", "draft_max": "8", "draft_min": "2",
+		"draft_p_min": "0.75", "draft_n_gpu_layers": "-1", "spec_ngram_simple_size_n": "4", "spec_ngram_map_k_size_m": "16"}
+	for _, args := range [][]string{
+		{"--spec-draft-model", draft, "--spec-type", "draft-simple", "--spec-type", "ngram-mod", "--spec-draft-n-max", "8",
+			"--spec-draft-n-min", "2", "--spec-draft-p-min", "0.75", "--spec-draft-ngl", "all",
+			"--spec-ngram-simple-size-n", "4", "--spec-ngram-map-k-size-m", "16"},
+		{"-md", draft, "--spec-type", "draft-simple,ngram-mod", "--spec-draft-n-max=8", "--spec-draft-n-min", "2",
+			"--draft-p-min", "0.75", "-ngld", "-1", "--spec-ngram-simple-size-n", "4", "--spec-ngram-map-k-size-m", "16"},
+	} {
+		inv := parseLS(t, append([]string{"--model", "m.gguf"}, args...)...)
+		for k, v := range want {
+			if got := inv.cfg.BackendOpts[k]; got != v {
+				t.Errorf("%q: %s=%q, want %q", args, k, got, v)
+			}
+		}
+	}
+	for _, bad := range [][]string{{"-ngld", "auto"}, {"--draft-max", "4"}, {"--spec-draft-n-max", "0"}, {"-md", filepath.Join(t.TempDir(), "none.gguf")}} {
+		if _, err := parseLlamaServer(append([]string{"--model", "m.gguf"}, bad...), envOf(nil), io.Discard); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
 	}
 }

@@ -70,6 +70,15 @@ var LlamaServerOptions = []string{
 	"n_ubatch", "override_tensor", "reasoning", "rope_scale", "rope_scaling", "swa_full", "use_mmap", "yarn_orig_ctx",
 }
 
+// SpecOptions are the llama plugin's speculative-decoding options (and
+// llama-server's --spec-* parameters' in its mode): the mock refuses them,
+// saying so, since it has no model to draft with and its tokens are not a
+// model's, so a configuration that asks for drafts learns it cannot have them.
+var SpecOptions = []string{
+	"draft_model", "draft_max", "draft_min", "draft_p_min", "draft_n_gpu_layers", "draft_batch_max", "spec_type",
+	"spec_ngram_simple_size_n", "spec_ngram_simple_size_m", "spec_ngram_map_k_size_n", "spec_ngram_map_k_size_m",
+}
+
 // Backend is the mock backend. The zero value is not usable; call New.
 type Backend struct {
 	log hclog.Logger
@@ -252,6 +261,10 @@ func parseOptions(m map[string]string) (options, error) {
 			if slices.Contains(LlamaServerOptions, k) {
 				o.inert = append(o.inert, k+"="+v)
 				continue
+			}
+			if slices.Contains(SpecOptions, k) {
+				err = fmt.Errorf("%w: option %s: the mock backend has no speculative decoding (a llama plugin option)", iface.ErrBadRequest, k)
+				break
 			}
 			err = fmt.Errorf("%w: unknown option %q (known: %s; and, without effect, the llama plugin's options that llama-server mode passes)",
 				iface.ErrBadRequest, k, strings.Join(knownOptions, ", "))
