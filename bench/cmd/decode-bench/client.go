@@ -133,7 +133,10 @@ type sample struct {
 	Text    string        `json:"text"`
 	Slot    int           `json:"slot"`
 	Busy    int           `json:"busy_retries"` // 503s before a slot was free (ours: no queue)
-	Err     string        `json:"error,omitempty"`
+	// Draft tokens verified and accepted (speculative decoding); 0 without.
+	DraftN        int    `json:"draft_n,omitempty"`
+	DraftAccepted int    `json:"draft_n_accepted,omitempty"`
+	Err           string `json:"error,omitempty"`
 }
 
 func (s sample) ttft() time.Duration { return s.First - s.Start }
@@ -205,6 +208,9 @@ func (e *endpoint) do(ctx context.Context, t0 time.Time, c call, onFirst func())
 		}
 		if ev.Slot >= 0 {
 			s.Slot = ev.Slot
+		}
+		if ev.DraftN > 0 {
+			s.DraftN, s.DraftAccepted = ev.DraftN, ev.DraftAccepted
 		}
 		return nil
 	})

@@ -32,9 +32,10 @@ func llamaServerArgs(o options, port int) []string {
 		"-np", strconv.Itoa(o.slots), "-c", strconv.Itoa(o.slots * o.ctx), "--kv-unified",
 		"-t", strconv.Itoa(o.threads), "-tb", strconv.Itoa(o.threads),
 		"-fa", o.flashAttn, "-ngl", strconv.Itoa(llamaServerLayers(o.ngl)),
-		"--no-webui", "--alias", strings.TrimSuffix(filepath.Base(o.model), ".gguf"),
 	}
-	return a
+	// The alias stays last: the endpoint's model name is read from there.
+	a = append(a, specLlamaServer(o)...)
+	return append(a, "--no-webui", "--alias", strings.TrimSuffix(filepath.Base(o.model), ".gguf"))
 }
 
 // llamaServerLayers is -ngl for ours' n_gpu_layers: -1 (all) is a count

@@ -56,7 +56,10 @@ type options struct {
 	stateBytes                               int64 // 0: no state-transfer measurement
 	stateC, stateN, stateReps                int
 	oursOpts                                 []string // more --backend-opt KEY=VALUE for ours
-	oursLogLevel                             string
+	// Speculative decoding, the same for ours and llama-server (specArgs).
+	draftModel, draftPMin, specType string
+	draftMax, draftMin              int
+	oursLogLevel                    string
 }
 
 var allSystems = []string{"ours", "llama-server", "ollama", "ceiling"}
@@ -88,6 +91,11 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	fs.StringVar(&o.llamaBatched, "llama-batched", "", "llama-batched executable (default BIN/llama-batched)")
 	fs.StringVar(&o.llamaServer, "llama-server", "", "llama-server executable, built from the plugin's llama.cpp tree (default BIN/llama-server/llama-server: make llama-server)")
 	fs.StringVar(&o.model, "model", "", "GGUF model, the same file for every system (required)")
+	fs.StringVar(&o.draftModel, "draft-model", "", "speculative decoding with this draft GGUF: ours draft_model, llama-server -md (a run without it is the baseline)")
+	fs.IntVar(&o.draftMax, "draft-max", 0, "with -draft-model: ours draft_max, llama-server --spec-draft-n-max (0: each one's default, 3)")
+	fs.IntVar(&o.draftMin, "draft-min", -1, "with -draft-model: ours draft_min, llama-server --spec-draft-n-min (-1: each one's default)")
+	fs.StringVar(&o.draftPMin, "draft-p-min", "", "with -draft-model: ours draft_p_min, llama-server --spec-draft-p-min (\"\": each one's default)")
+	fs.StringVar(&o.specType, "spec-type", "", "ours spec_type, llama-server --spec-type (e.g. ngram-simple: drafting without a model; \"\": draft-simple with -draft-model)")
 	oursOpts := fs.String("ours-opt", "", "more backend options for ours, KEY=VALUE[,KEY=VALUE…] (an A/B of a plugin option)")
 	fs.StringVar(&o.oursLogLevel, "ours-log-level", "info", "ours --log-level (trace: the llama plugin logs every batch step; its log is WORK/ours.log)")
 	systems := fs.String("systems", strings.Join(allSystems, ","), "systems to measure, in this order: ours, llama-server, ollama, ceiling")
@@ -157,7 +165,7 @@ func (o *options) setDefaults() {
 	}
 	// Absolute: Ollama's Modelfile takes a bare name for a model to pull,
 	// and the servers run from other directories.
-	for _, p := range []*string{&o.bin, &o.plugin, &o.ollama, &o.llamaServer, &o.llamaBatched, &o.model} {
+	for _, p := range []*string{&o.bin, &o.plugin, &o.ollama, &o.llamaServer, &o.llamaBatched, &o.model, &o.draftModel} {
 		if abs, err := filepath.Abs(*p); err == nil && *p != "" {
 			*p = abs
 		}
@@ -469,6 +477,9 @@ func measureSystem(ctx context.Context, o options, name string, pl plan, rep *re
 			r.Runner, r.Facts = ollamaRunner(string(b)), ollamaFacts(string(b))
 		}
 		logf("  ollama ran %s", r.Runner)
+	}
+	if f := r.draftFact(); f != "" {
+		r.Facts = append(r.Facts, f)
 	}
 	if serr := srv.stop(); serr != nil && err == nil && ctx.Err() == nil {
 		err = fmt.Errorf("stopping: %w", serr)

@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -64,6 +67,30 @@ type systemRun struct {
 	PrefB    []sample          `json:"prefix_b"`
 	PrefSlot []sample          `json:"prefix_b_same_slot,omitempty"`
 	Prefix   prefixStats       `json:"-"`
+}
+
+// draftFact is the line on speculative decoding's drafts over r's rounds:
+// the draft tokens the server verified and the share accepted, by
+// concurrency; "" where no request drafted.
+func (r *systemRun) draftFact() string {
+	var parts []string
+	var all, acc int
+	for _, c := range slices.Sorted(maps.Keys(r.Rounds)) {
+		n, a := 0, 0
+		for _, rd := range r.Rounds[c] {
+			for _, s := range rd.Samples {
+				n, a = n+s.DraftN, a+s.DraftAccepted
+			}
+		}
+		if n > 0 {
+			parts = append(parts, fmt.Sprintf("c=%d %d/%d (%.2f)", c, a, n, float64(a)/float64(n)))
+		}
+		all, acc = all+n, acc+a
+	}
+	if all == 0 {
+		return ""
+	}
+	return fmt.Sprintf("draft tokens accepted/verified: %d/%d (%.2f); %s", acc, all, float64(acc)/float64(all), strings.Join(parts, ", "))
 }
 
 // measureServer runs the whole plan against one running server.

@@ -65,7 +65,7 @@ func startOurs(ctx context.Context, o options, ap api, l engineLayout) (*ours, e
 	} {
 		args = append(args, "--backend-opt", kv)
 	}
-	for _, kv := range o.oursOpts {
+	for _, kv := range append(specOurs(o), o.oursOpts...) {
 		args = append(args, "--backend-opt", kv)
 	}
 	e, err := enginetest.Start(ctx, enginetest.Config{

@@ -18,6 +18,9 @@ type event struct {
 	Tokens int    // the server's own count of generated tokens; -1 where the message has none
 	Prompt int    // the server's count of prompt tokens; -1 where the message has none
 	Slot   int    // the slot that served it (ours: id_slot); -1 where unknown
+	// Speculative decoding's draft tokens verified and accepted (timings
+	// draft_n, draft_n_accepted: ours and llama-server's); 0 without.
+	DraftN, DraftAccepted int
 }
 
 func newEvent() event { return event{Tokens: -1, Prompt: -1, Slot: -1} }
@@ -41,8 +44,12 @@ type openAIChunk struct {
 		PromptTokens     int `json:"prompt_tokens"`
 		CompletionTokens int `json:"completion_tokens"`
 	} `json:"usage"`
-	IDSlot *int            `json:"id_slot"`
-	Error  json.RawMessage `json:"error"`
+	IDSlot  *int `json:"id_slot"`
+	Timings *struct {
+		DraftN         int `json:"draft_n"`
+		DraftNAccepted int `json:"draft_n_accepted"`
+	} `json:"timings"`
+	Error json.RawMessage `json:"error"`
 }
 
 // parseSSE reads an OpenAI-style server-sent event stream ("data: {…}"
@@ -101,6 +108,9 @@ func openAIEvent(data []byte) (event, error) {
 	}
 	if c.IDSlot != nil {
 		ev.Slot = *c.IDSlot
+	}
+	if c.Timings != nil {
+		ev.DraftN, ev.DraftAccepted = c.Timings.DraftN, c.Timings.DraftNAccepted
 	}
 	return ev, nil
 }
