@@ -322,7 +322,23 @@ type DecodeRequest struct {
 	// Output, when set, is what the reply must be and how the backend reads
 	// it; backends without CapOutput refuse it (ErrNotImplemented).
 	Output *Output
+	// Speculative, when set, bounds this decode's speculative decoding, as
+	// llama-server's per-request fields do; a backend without speculative
+	// decoding configured ignores it, as llama-server does, one without any
+	// (the mock) refuses it.
+	Speculative *SpeculativeParams
 }
+
+// SpeculativeParams are llama-server's per-request speculative.n_max (0:
+// no drafts), speculative.n_min and speculative.p_min; -1 leaves a field
+// the backend's.
+type SpeculativeParams struct {
+	NMax, NMin int
+	PMin       float32
+}
+
+// NoSpeculativeOverride is a SpeculativeParams that overrides nothing.
+var NoSpeculativeOverride = SpeculativeParams{NMax: -1, NMin: -1, PMin: -1}
 
 // CapOutput is the capability (BackendInfo.Capabilities) of backends that
 // honour DecodeRequest.Output.

@@ -740,7 +740,7 @@ func TestDecodeEmitFails(t *testing.T) {
 // TestDecodeOutput: a decode's output request reaches the plugin whole (the
 // chat with its tool choice, a reasoning budget of 0 still a budget), and
 // the parsed deltas and reply come back, tool call indices 0 and none (-1)
-// alike, and the draft token counts.
+// alike, the speculative bounds and the draft token counts.
 func TestDecodeOutput(t *testing.T) {
 	var gotReq DecodeRequest
 	deltas := []ChatDelta{{Reasoning: "hm", ToolCall: -1}, {ToolCall: 0, ToolID: "call_1", ToolName: "f", ToolArgs: `{"a"`},
@@ -762,7 +762,8 @@ func TestDecodeOutput(t *testing.T) {
 	req := DecodeRequest{Slot: 1, NPredict: 9, Output: &Output{
 		Chat: &PrefillRequest{Messages: []Message{{Role: "user", Content: "hi"}}, Tools: []string{`{"type":"function"}`},
 			ToolChoice: "required", ToolChoiceName: "f", ParallelToolCalls: &yes},
-		JSONSchema: `{"type":"object"}`, Stops: []string{"\n\n"}, ReasoningBudget: &ReasoningBudget{Message: "Enough."}}}
+		JSONSchema: `{"type":"object"}`, Stops: []string{"\n\n"}, ReasoningBudget: &ReasoningBudget{Message: "Enough."}},
+		Speculative: &SpeculativeParams{NMax: 4, NMin: -1, PMin: 0.5}}
 	var got []ChatDelta
 	res, err := b.Decode(context.Background(), req, func(t Token) error {
 		got = append(got, t.Deltas...)

@@ -49,6 +49,7 @@ type completionRequest struct {
 	N           *int            `json:"n"`
 	NKeep       *int64          `json:"n_keep"`
 	ReasoningBudgetFields
+	speculativeFields
 }
 
 // completion is a validated request.
@@ -67,7 +68,8 @@ type completion struct {
 	// opensThinking: the prompt's template opened a reasoning block, so the
 	// reply starts inside it (Tokenize says).
 	opensThinking bool
-	nKeep         int // tokens a context shift keeps (-1: the whole prompt)
+	nKeep         int                      // tokens a context shift keeps (-1: the whole prompt)
+	spec          *iface.SpeculativeParams // speculative.*; nil: none given
 	// arrived is when the request came, where its time to first token starts.
 	arrived time.Time
 	// output is what the reply must be (response_format, json_schema,
@@ -103,7 +105,7 @@ var bodyFields = []string{"n_predict", "max_completion_tokens", "max_tokens", "n
 	"logit_bias", "id_slot", "prompt", "stop", "n", "temperature", "top_k", "top_p", "min_p", "seed", "repeat_penalty",
 	"repeat_last_n", "presence_penalty", "frequency_penalty", "messages", "grammar", "json_schema", "tool_choice",
 	"chat_template_kwargs", "response_format", "reasoning_budget_tokens", "thinking_budget_tokens", "reasoning_budget_message",
-	"reasoning_effort"}
+	"reasoning_effort", "speculative.n_max", "speculative.n_min", "speculative.p_min"}
 
 func paramOf(msg string) any {
 	msg = strings.TrimPrefix(msg, iface.ErrBadRequest.Error()+": ") // a backend's refusal, as errors.Is reads it
@@ -246,6 +248,9 @@ func parseCompletion(body []byte, chat bool, sampler iface.SamplerParams, nPredi
 			return c, badRequest("n_keep must be -1 (the whole prompt) or in [0, %d], got %d", math.MaxInt32, *v)
 		}
 		c.nKeep = int(*v)
+	}
+	if c.spec, err = req.speculativeFields.parse(); err != nil {
+		return c, err
 	}
 	if c.stops, err = parseStop(req.Stop); err != nil {
 		return c, err

@@ -246,6 +246,9 @@ func (b *Backend) Decode(ctx context.Context, req iface.DecodeRequest, emit func
 	if req.NPredict < 0 {
 		return iface.DecodeResult{}, fmt.Errorf("%w: n_predict %d is negative", iface.ErrBadRequest, req.NPredict)
 	}
+	if err := e.checkSpeculative(req.Speculative); err != nil {
+		return iface.DecodeResult{}, err
+	}
 	out, err := e.newOutputRun(req.Output)
 	if err != nil {
 		return iface.DecodeResult{}, err

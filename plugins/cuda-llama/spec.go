@@ -46,8 +46,9 @@ import (
 // clears) by re-deriving its cells at the next step that drafts.
 type speculator struct {
 	c     *C.hydra_spec
-	dft   *model // nil: n-gram types only, no draft context
-	ngram bool   // an n-gram type reads each slot's tokens
+	pMin  float32 // draft_p_min
+	dft   *model  // nil: n-gram types only, no draft context
+	ngram bool    // an n-gram type reads each slot's tokens
 	rule  specRule
 	held  [][]int32    // per slot: the tokens the draft context holds, positions 0..
 	acc   []acceptance // per slot, across decodes
@@ -97,7 +98,7 @@ func newSpeculator(tgt *model, lc *lctx, opts options, nSlots int, nGPU int) (*s
 		}
 		return nil, fmt.Errorf("%w: %s %s: %s", iface.ErrBadRequest, OptSpecType, strings.Join(opts.specTypes, ","), C.GoString(&msg[0]))
 	}
-	sp := &speculator{c: c, dft: dft, rule: r, held: make([][]int32, nSlots), acc: make([]acceptance, nSlots),
+	sp := &speculator{c: c, pMin: opts.draftPMin, dft: dft, rule: r, held: make([][]int32, nSlots), acc: make([]acceptance, nSlots),
 		ngram: slices.ContainsFunc(opts.specTypes, func(t string) bool { return strings.HasPrefix(t, "ngram-") })}
 	for i := range sp.acc {
 		sp.acc[i] = newAcceptance()
@@ -110,7 +111,8 @@ func newSpeculator(tgt *model, lc *lctx, opts options, nSlots int, nGPU int) (*s
 // rule (specRule.draftLen).
 func (s *scheduler) specLen(j *job, decoders, batchRoom int) int {
 	sp, d := s.e.spec, j.decode
-	if sp == nil || d.stop != "" || d.needShift {
+	reqMax, reqMin, off := requestBounds(d.req.Speculative)
+	if sp == nil || d.stop != "" || d.needShift || off {
 		return 0
 	}
 	room := cap(d.events) - len(d.events) - 1
@@ -121,7 +123,11 @@ func (s *scheduler) specLen(j *job, decoders, batchRoom int) int {
 	if room <= 0 {
 		return 0
 	}
-	return sp.rule.draftLen(&sp.acc[j.slot], 0, decoders, room)
+	k := sp.rule.draftLen(&sp.acc[j.slot], reqMax, decoders, room)
+	if k < reqMin {
+		return 0 // the request's draft_min: a shorter draft is not worth verifying
+	}
+	return k
 }
 
 // draftStep drafts for the step's decoders and stores each draft in its
@@ -221,6 +227,9 @@ func (s *scheduler) planDrafts(decoders []*job, lens []int) {
 	for i, j := range drafting {
 		n := int(sp.nOut[i])
 		d := j.decode
+		if _, reqMin, _ := requestBounds(d.req.Speculative); n < reqMin {
+			n = 0 // shorter than the request's n_min: not verified
+		}
 		d.draft = make([]int32, n)
 		for k := range n {
 			d.draft[k] = int32(sp.outs[i*stride+k])

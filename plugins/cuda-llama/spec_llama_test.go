@@ -5,6 +5,7 @@ package cudallama
 import (
 	"bytes"
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/hydra-engine/hydra-engine/iface"
@@ -166,3 +167,44 @@ func TestSpecBatchShrinks(t *testing.T) {
 }
 
 func slicesEqual(a, b []int32) bool { return len(a) == len(b) && firstDiff(a, b) < 0 }
+
+// TestSpecRequest: a request's speculative.n_max 0 decodes without drafts,
+// n_max 2 with drafts of two at most, the same tokens either way; a p_min
+// other than the load's is refused, since llama.cpp drafts at one p_min.
+func TestSpecRequest(t *testing.T) {
+	b := load(t, tiny(t), 1, map[string]string{OptDraftModel: tiny(t), OptDraftMax: "6"})
+	referenceKernels(t, b)
+	e := b.eng.Load()
+	var want []int32
+	for _, tc := range []struct {
+		nMax  int
+		perSt float64 // the most tokens a step may take
+	}{{0, 1}, {2, 3}, {-1, 7}} {
+		sp := iface.NoSpeculativeOverride
+		sp.NMax = tc.nMax
+		prefill(t, b, 0, prompts[1])
+		steps, toks := e.sched.steps.Load(), e.sched.stepTokens.Load()
+		var got []int32
+		res, err := b.Decode(context.Background(), iface.DecodeRequest{Slot: 0, NPredict: 40, Sampler: iface.SamplerParams{IgnoreEOS: true}, Speculative: &sp},
+			func(tok iface.Token) error { got = append(got, tok.ID); return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		perStep := float64(e.sched.stepTokens.Load()-toks) / float64(e.sched.steps.Load()-steps)
+		t.Logf("n_max %d: %d of %d draft tokens accepted, %.2f tokens a step", tc.nMax, res.DraftAccepted, res.DraftTokens, perStep)
+		switch {
+		case want == nil:
+			want = got
+		case !slicesEqual(got, want):
+			t.Errorf("n_max %d: %v\nwant %v", tc.nMax, got, want)
+		}
+		if (tc.nMax == 0) != (res.DraftTokens == 0) || perStep > tc.perSt {
+			t.Errorf("n_max %d: %d draft tokens, %.2f tokens a step (at most %.0f)", tc.nMax, res.DraftTokens, perStep, tc.perSt)
+		}
+	}
+	sp := iface.NoSpeculativeOverride
+	sp.PMin = 0.5
+	if _, err := b.Decode(context.Background(), iface.DecodeRequest{Slot: 0, NPredict: 4, Speculative: &sp}, func(iface.Token) error { return nil }); !errors.Is(err, iface.ErrBadRequest) {
+		t.Errorf("p_min 0.5 against draft_p_min 0: %v", err)
+	}
+}

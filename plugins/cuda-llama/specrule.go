@@ -1,6 +1,10 @@
 package cudallama
 
-import "math"
+import (
+	"math"
+
+	"github.com/hydra-engine/hydra-engine/iface"
+)
 
 // The adaptive rule of speculative decoding: how many draft tokens a
 // decoding slot puts into a step for the target model to verify.
@@ -103,4 +107,17 @@ func worthDrafting(p float64) int {
 		return 0
 	}
 	return int(math.Log(specMinGain) / math.Log(p))
+}
+
+// requestBounds reads a request's own bounds (llama-server's
+// speculative.n_max, n_min): its n_max (0: the rule's own) and n_min (0:
+// the load's draft_min), and whether it turns drafting off (n_max 0).
+func requestBounds(p *iface.SpeculativeParams) (nMax, nMin int, off bool) {
+	if p == nil {
+		return 0, 0, false
+	}
+	if p.NMax == 0 {
+		return 0, 0, true
+	}
+	return max(p.NMax, 0), max(p.NMin, 0), false
 }

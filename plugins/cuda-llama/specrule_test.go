@@ -1,6 +1,10 @@
 package cudallama
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/hydra-engine/hydra-engine/iface"
+)
 
 func TestSpecRuleBatchShare(t *testing.T) {
 	r := specRule{nMax: 8, batchMax: 16}
@@ -75,5 +79,23 @@ func TestWorthDrafting(t *testing.T) {
 		if got := worthDrafting(tc.p); got != tc.want {
 			t.Errorf("p %.2f: %d, want %d", tc.p, got, tc.want)
 		}
+	}
+}
+
+func TestRequestBounds(t *testing.T) {
+	sp := iface.NoSpeculativeOverride
+	if m, n, off := requestBounds(&sp); m != 0 || n != 0 || off {
+		t.Errorf("no override: %d %d %v", m, n, off)
+	}
+	sp.NMax, sp.NMin = 5, 2
+	if m, n, off := requestBounds(&sp); m != 5 || n != 2 || off {
+		t.Errorf("5, 2: %d %d %v", m, n, off)
+	}
+	sp.NMax = 0
+	if _, _, off := requestBounds(&sp); !off {
+		t.Error("n_max 0 leaves drafting on")
+	}
+	if m, n, off := requestBounds(nil); m != 0 || n != 0 || off {
+		t.Errorf("nil: %d %d %v", m, n, off)
 	}
 }

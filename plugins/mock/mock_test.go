@@ -616,3 +616,25 @@ func TestDecodeRefusesOutput(t *testing.T) {
 		t.Errorf("capabilities %v (%v)", info.Capabilities, err)
 	}
 }
+
+// TestDecodeRefusesSpeculative: the mock drafts nothing, so a decode with
+// speculative bounds (an HTTP request's speculative.n_max …) says so rather
+// than decoding as if they applied; the speculative options are refused at
+// load by name.
+func TestDecodeRefusesSpeculative(t *testing.T) {
+	b := newLoaded(t, 1, nil)
+	if _, err := b.Prefill(context.Background(), iface.PrefillRequest{Slot: 0, Tokens: []int32{1, 2}}); err != nil {
+		t.Fatal(err)
+	}
+	sp := iface.NoSpeculativeOverride
+	sp.NMax = 4
+	_, err := b.Decode(context.Background(), iface.DecodeRequest{Slot: 0, NPredict: 3, Speculative: &sp}, func(iface.Token) error { return nil })
+	if !errors.Is(err, iface.ErrNotImplemented) || !strings.Contains(err.Error(), "speculative") {
+		t.Errorf("decode with speculative bounds: %v", err)
+	}
+	for _, k := range SpecOptions {
+		if _, err := New(hclog.NewNullLogger()).Load(context.Background(), iface.LoadRequest{NSlots: 1, Options: map[string]string{k: "1"}}); !errors.Is(err, iface.ErrBadRequest) {
+			t.Errorf("option %s: %v", k, err)
+		}
+	}
+}

@@ -224,6 +224,9 @@ func (b *Backend) Tokenize(ctx context.Context, req iface.PrefillRequest) (iface
 // interrupted decode keeps what it emitted.
 func (b *Backend) Decode(ctx context.Context, req iface.DecodeRequest, emit func(iface.Token) error) (iface.DecodeResult, error) {
 	// The mock's tokens are no language: it cannot constrain or parse them.
+	if req.Speculative != nil {
+		return iface.DecodeResult{}, fmt.Errorf("%w: the mock backend has no speculative decoding (speculative.n_max, n_min, p_min)", iface.ErrNotImplemented)
+	}
 	if req.Output != nil {
 		return iface.DecodeResult{}, fmt.Errorf("%w: the mock backend constrains and parses no reply (tool calls, response_format, json_schema, grammar, stop strings of a parsed chat, a reasoning budget)", iface.ErrNotImplemented)
 	}

@@ -1340,7 +1340,9 @@ type DecodeRequest struct {
 	// only to a backend whose BackendInfo says prompt_decode.
 	Prompt *PrefillRequest `protobuf:"bytes,7,opt,name=prompt,proto3" json:"prompt,omitempty"`
 	// What the reply must be and how the backend reads it; unset: free text.
-	Output        *Output `protobuf:"bytes,8,opt,name=output,proto3" json:"output,omitempty"`
+	Output *Output `protobuf:"bytes,8,opt,name=output,proto3" json:"output,omitempty"`
+	// The request's own bounds on speculative decoding; unset: the backend's.
+	Speculative   *SpeculativeParams `protobuf:"bytes,9,opt,name=speculative,proto3" json:"speculative,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1431,6 +1433,75 @@ func (x *DecodeRequest) GetOutput() *Output {
 	return nil
 }
 
+func (x *DecodeRequest) GetSpeculative() *SpeculativeParams {
+	if x != nil {
+		return x.Speculative
+	}
+	return nil
+}
+
+// SpeculativeParams are llama-server's per-request speculative.n_max,
+// .n_min and .p_min (iface.SpeculativeParams); -1: the backend's.
+type SpeculativeParams struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NMax          int32                  `protobuf:"varint,1,opt,name=n_max,json=nMax,proto3" json:"n_max,omitempty"`
+	NMin          int32                  `protobuf:"varint,2,opt,name=n_min,json=nMin,proto3" json:"n_min,omitempty"`
+	PMin          float32                `protobuf:"fixed32,3,opt,name=p_min,json=pMin,proto3" json:"p_min,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SpeculativeParams) Reset() {
+	*x = SpeculativeParams{}
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SpeculativeParams) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SpeculativeParams) ProtoMessage() {}
+
+func (x *SpeculativeParams) ProtoReflect() protoreflect.Message {
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SpeculativeParams.ProtoReflect.Descriptor instead.
+func (*SpeculativeParams) Descriptor() ([]byte, []int) {
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *SpeculativeParams) GetNMax() int32 {
+	if x != nil {
+		return x.NMax
+	}
+	return 0
+}
+
+func (x *SpeculativeParams) GetNMin() int32 {
+	if x != nil {
+		return x.NMin
+	}
+	return 0
+}
+
+func (x *SpeculativeParams) GetPMin() float32 {
+	if x != nil {
+		return x.PMin
+	}
+	return 0
+}
+
 // Output constrains and parses a decode's reply (iface.Output).
 type Output struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
@@ -1445,7 +1516,7 @@ type Output struct {
 
 func (x *Output) Reset() {
 	*x = Output{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[19]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1457,7 +1528,7 @@ func (x *Output) String() string {
 func (*Output) ProtoMessage() {}
 
 func (x *Output) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[19]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1470,7 +1541,7 @@ func (x *Output) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Output.ProtoReflect.Descriptor instead.
 func (*Output) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{19}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Output) GetChat() *PrefillRequest {
@@ -1520,7 +1591,7 @@ type ReasoningBudget struct {
 
 func (x *ReasoningBudget) Reset() {
 	*x = ReasoningBudget{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1532,7 +1603,7 @@ func (x *ReasoningBudget) String() string {
 func (*ReasoningBudget) ProtoMessage() {}
 
 func (x *ReasoningBudget) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1545,7 +1616,7 @@ func (x *ReasoningBudget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReasoningBudget.ProtoReflect.Descriptor instead.
 func (*ReasoningBudget) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{20}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReasoningBudget) GetTokens() int32 {
@@ -1577,7 +1648,7 @@ type ChatDelta struct {
 
 func (x *ChatDelta) Reset() {
 	*x = ChatDelta{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1589,7 +1660,7 @@ func (x *ChatDelta) String() string {
 func (*ChatDelta) ProtoMessage() {}
 
 func (x *ChatDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1602,7 +1673,7 @@ func (x *ChatDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChatDelta.ProtoReflect.Descriptor instead.
 func (*ChatDelta) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{21}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ChatDelta) GetContent() string {
@@ -1659,7 +1730,7 @@ type ChatReply struct {
 
 func (x *ChatReply) Reset() {
 	*x = ChatReply{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1671,7 +1742,7 @@ func (x *ChatReply) String() string {
 func (*ChatReply) ProtoMessage() {}
 
 func (x *ChatReply) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1684,7 +1755,7 @@ func (x *ChatReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChatReply.ProtoReflect.Descriptor instead.
 func (*ChatReply) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{22}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ChatReply) GetContent() string {
@@ -1719,7 +1790,7 @@ type TokenProb struct {
 
 func (x *TokenProb) Reset() {
 	*x = TokenProb{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1731,7 +1802,7 @@ func (x *TokenProb) String() string {
 func (*TokenProb) ProtoMessage() {}
 
 func (x *TokenProb) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1744,7 +1815,7 @@ func (x *TokenProb) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenProb.ProtoReflect.Descriptor instead.
 func (*TokenProb) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{23}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TokenProb) GetId() int32 {
@@ -1784,7 +1855,7 @@ type Token struct {
 
 func (x *Token) Reset() {
 	*x = Token{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1796,7 +1867,7 @@ func (x *Token) String() string {
 func (*Token) ProtoMessage() {}
 
 func (x *Token) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1809,7 +1880,7 @@ func (x *Token) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Token.ProtoReflect.Descriptor instead.
 func (*Token) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{24}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Token) GetId() int32 {
@@ -1866,7 +1937,7 @@ type DecodeResult struct {
 
 func (x *DecodeResult) Reset() {
 	*x = DecodeResult{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1878,7 +1949,7 @@ func (x *DecodeResult) String() string {
 func (*DecodeResult) ProtoMessage() {}
 
 func (x *DecodeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1891,7 +1962,7 @@ func (x *DecodeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeResult.ProtoReflect.Descriptor instead.
 func (*DecodeResult) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{25}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DecodeResult) GetTokensGenerated() int64 {
@@ -1962,7 +2033,7 @@ type PromptResult struct {
 
 func (x *PromptResult) Reset() {
 	*x = PromptResult{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1974,7 +2045,7 @@ func (x *PromptResult) String() string {
 func (*PromptResult) ProtoMessage() {}
 
 func (x *PromptResult) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1987,7 +2058,7 @@ func (x *PromptResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptResult.ProtoReflect.Descriptor instead.
 func (*PromptResult) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{26}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PromptResult) GetNTokens() int64 {
@@ -2031,7 +2102,7 @@ type DecodeResponse struct {
 
 func (x *DecodeResponse) Reset() {
 	*x = DecodeResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2043,7 +2114,7 @@ func (x *DecodeResponse) String() string {
 func (*DecodeResponse) ProtoMessage() {}
 
 func (x *DecodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2056,7 +2127,7 @@ func (x *DecodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeResponse.ProtoReflect.Descriptor instead.
 func (*DecodeResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{27}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DecodeResponse) GetEvent() isDecodeResponse_Event {
@@ -2110,7 +2181,7 @@ type StateGetRequest struct {
 
 func (x *StateGetRequest) Reset() {
 	*x = StateGetRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2122,7 +2193,7 @@ func (x *StateGetRequest) String() string {
 func (*StateGetRequest) ProtoMessage() {}
 
 func (x *StateGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2135,7 +2206,7 @@ func (x *StateGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateGetRequest.ProtoReflect.Descriptor instead.
 func (*StateGetRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{28}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *StateGetRequest) GetSlot() int64 {
@@ -2161,7 +2232,7 @@ type StateGetResponse struct {
 
 func (x *StateGetResponse) Reset() {
 	*x = StateGetResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2173,7 +2244,7 @@ func (x *StateGetResponse) String() string {
 func (*StateGetResponse) ProtoMessage() {}
 
 func (x *StateGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2186,7 +2257,7 @@ func (x *StateGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateGetResponse.ProtoReflect.Descriptor instead.
 func (*StateGetResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{29}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *StateGetResponse) GetData() []byte {
@@ -2207,7 +2278,7 @@ type StatePutHeader struct {
 
 func (x *StatePutHeader) Reset() {
 	*x = StatePutHeader{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2219,7 +2290,7 @@ func (x *StatePutHeader) String() string {
 func (*StatePutHeader) ProtoMessage() {}
 
 func (x *StatePutHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2232,7 +2303,7 @@ func (x *StatePutHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatePutHeader.ProtoReflect.Descriptor instead.
 func (*StatePutHeader) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{30}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StatePutHeader) GetSlot() int64 {
@@ -2269,7 +2340,7 @@ type StatePutRequest struct {
 
 func (x *StatePutRequest) Reset() {
 	*x = StatePutRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2281,7 +2352,7 @@ func (x *StatePutRequest) String() string {
 func (*StatePutRequest) ProtoMessage() {}
 
 func (x *StatePutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2294,7 +2365,7 @@ func (x *StatePutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatePutRequest.ProtoReflect.Descriptor instead.
 func (*StatePutRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{31}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StatePutRequest) GetMsg() isStatePutRequest_Msg {
@@ -2347,7 +2418,7 @@ type StatePutResponse struct {
 
 func (x *StatePutResponse) Reset() {
 	*x = StatePutResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2359,7 +2430,7 @@ func (x *StatePutResponse) String() string {
 func (*StatePutResponse) ProtoMessage() {}
 
 func (x *StatePutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2372,7 +2443,7 @@ func (x *StatePutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatePutResponse.ProtoReflect.Descriptor instead.
 func (*StatePutResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{32}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *StatePutResponse) GetConsumed() int64 {
@@ -2391,7 +2462,7 @@ type SetExpertModeRequest struct {
 
 func (x *SetExpertModeRequest) Reset() {
 	*x = SetExpertModeRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2403,7 +2474,7 @@ func (x *SetExpertModeRequest) String() string {
 func (*SetExpertModeRequest) ProtoMessage() {}
 
 func (x *SetExpertModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2416,7 +2487,7 @@ func (x *SetExpertModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetExpertModeRequest.ProtoReflect.Descriptor instead.
 func (*SetExpertModeRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{33}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SetExpertModeRequest) GetMode() string {
@@ -2435,7 +2506,7 @@ type SetExpertModeResponse struct {
 
 func (x *SetExpertModeResponse) Reset() {
 	*x = SetExpertModeResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[34]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2447,7 +2518,7 @@ func (x *SetExpertModeResponse) String() string {
 func (*SetExpertModeResponse) ProtoMessage() {}
 
 func (x *SetExpertModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[34]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2460,7 +2531,7 @@ func (x *SetExpertModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetExpertModeResponse.ProtoReflect.Descriptor instead.
 func (*SetExpertModeResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{34}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SetExpertModeResponse) GetMode() string {
@@ -2480,7 +2551,7 @@ type SwapQuantRequest struct {
 
 func (x *SwapQuantRequest) Reset() {
 	*x = SwapQuantRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2492,7 +2563,7 @@ func (x *SwapQuantRequest) String() string {
 func (*SwapQuantRequest) ProtoMessage() {}
 
 func (x *SwapQuantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2505,7 +2576,7 @@ func (x *SwapQuantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SwapQuantRequest.ProtoReflect.Descriptor instead.
 func (*SwapQuantRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{35}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SwapQuantRequest) GetQuantKey() string {
@@ -2534,7 +2605,7 @@ type SwapQuantResponse struct {
 
 func (x *SwapQuantResponse) Reset() {
 	*x = SwapQuantResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[36]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2546,7 +2617,7 @@ func (x *SwapQuantResponse) String() string {
 func (*SwapQuantResponse) ProtoMessage() {}
 
 func (x *SwapQuantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[36]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2559,7 +2630,7 @@ func (x *SwapQuantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SwapQuantResponse.ProtoReflect.Descriptor instead.
 func (*SwapQuantResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{36}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SwapQuantResponse) GetSwapped() int64 {
@@ -2598,7 +2669,7 @@ type DataPlaneRequest struct {
 
 func (x *DataPlaneRequest) Reset() {
 	*x = DataPlaneRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[37]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2610,7 +2681,7 @@ func (x *DataPlaneRequest) String() string {
 func (*DataPlaneRequest) ProtoMessage() {}
 
 func (x *DataPlaneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[37]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2623,7 +2694,7 @@ func (x *DataPlaneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataPlaneRequest.ProtoReflect.Descriptor instead.
 func (*DataPlaneRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{37}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{38}
 }
 
 type DataPlaneResponse struct {
@@ -2651,7 +2722,7 @@ type DataPlaneResponse struct {
 
 func (x *DataPlaneResponse) Reset() {
 	*x = DataPlaneResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[38]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2663,7 +2734,7 @@ func (x *DataPlaneResponse) String() string {
 func (*DataPlaneResponse) ProtoMessage() {}
 
 func (x *DataPlaneResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[38]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2676,7 +2747,7 @@ func (x *DataPlaneResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataPlaneResponse.ProtoReflect.Descriptor instead.
 func (*DataPlaneResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{38}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DataPlaneResponse) GetShm() bool {
@@ -2742,7 +2813,7 @@ type ShmTransfer struct {
 
 func (x *ShmTransfer) Reset() {
 	*x = ShmTransfer{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[39]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2754,7 +2825,7 @@ func (x *ShmTransfer) String() string {
 func (*ShmTransfer) ProtoMessage() {}
 
 func (x *ShmTransfer) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[39]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2767,7 +2838,7 @@ func (x *ShmTransfer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShmTransfer.ProtoReflect.Descriptor instead.
 func (*ShmTransfer) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{39}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ShmTransfer) GetId() uint64 {
@@ -2815,7 +2886,7 @@ type StateGetShmRequest struct {
 
 func (x *StateGetShmRequest) Reset() {
 	*x = StateGetShmRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[40]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2827,7 +2898,7 @@ func (x *StateGetShmRequest) String() string {
 func (*StateGetShmRequest) ProtoMessage() {}
 
 func (x *StateGetShmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[40]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2840,7 +2911,7 @@ func (x *StateGetShmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateGetShmRequest.ProtoReflect.Descriptor instead.
 func (*StateGetShmRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{40}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *StateGetShmRequest) GetSlot() int64 {
@@ -2866,7 +2937,7 @@ type StateGetShmResponse struct {
 
 func (x *StateGetShmResponse) Reset() {
 	*x = StateGetShmResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[41]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2878,7 +2949,7 @@ func (x *StateGetShmResponse) String() string {
 func (*StateGetShmResponse) ProtoMessage() {}
 
 func (x *StateGetShmResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[41]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2891,7 +2962,7 @@ func (x *StateGetShmResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateGetShmResponse.ProtoReflect.Descriptor instead.
 func (*StateGetShmResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{41}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *StateGetShmResponse) GetWritten() int64 {
@@ -2919,7 +2990,7 @@ type StatePutShmRequest struct {
 
 func (x *StatePutShmRequest) Reset() {
 	*x = StatePutShmRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[42]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2931,7 +3002,7 @@ func (x *StatePutShmRequest) String() string {
 func (*StatePutShmRequest) ProtoMessage() {}
 
 func (x *StatePutShmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[42]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2944,7 +3015,7 @@ func (x *StatePutShmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatePutShmRequest.ProtoReflect.Descriptor instead.
 func (*StatePutShmRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{42}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *StatePutShmRequest) GetSlot() int64 {
@@ -3114,7 +3185,7 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"logit_bias\x18\v \x03(\v2..hydra.backend.v1.SamplerParams.LogitBiasEntryR\tlogitBias\x1a<\n" +
 	"\x0eLogitBiasEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x02R\x05value:\x028\x01\"\xb3\x02\n" +
+	"\x05value\x18\x02 \x01(\x02R\x05value:\x028\x01\"\xfa\x02\n" +
 	"\rDecodeRequest\x12\x12\n" +
 	"\x04slot\x18\x01 \x01(\x03R\x04slot\x12\x1b\n" +
 	"\tn_predict\x18\x02 \x01(\x03R\bnPredict\x129\n" +
@@ -3123,7 +3194,12 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\an_probs\x18\x05 \x01(\x05R\x06nProbs\x12\x15\n" +
 	"\x06n_keep\x18\x06 \x01(\x03R\x05nKeep\x128\n" +
 	"\x06prompt\x18\a \x01(\v2 .hydra.backend.v1.PrefillRequestR\x06prompt\x120\n" +
-	"\x06output\x18\b \x01(\v2\x18.hydra.backend.v1.OutputR\x06output\"\xdd\x01\n" +
+	"\x06output\x18\b \x01(\v2\x18.hydra.backend.v1.OutputR\x06output\x12E\n" +
+	"\vspeculative\x18\t \x01(\v2#.hydra.backend.v1.SpeculativeParamsR\vspeculative\"R\n" +
+	"\x11SpeculativeParams\x12\x13\n" +
+	"\x05n_max\x18\x01 \x01(\x05R\x04nMax\x12\x13\n" +
+	"\x05n_min\x18\x02 \x01(\x05R\x04nMin\x12\x13\n" +
+	"\x05p_min\x18\x03 \x01(\x02R\x04pMin\"\xdd\x01\n" +
 	"\x06Output\x124\n" +
 	"\x04chat\x18\x01 \x01(\v2 .hydra.backend.v1.PrefillRequestR\x04chat\x12\x1f\n" +
 	"\vjson_schema\x18\x02 \x01(\tR\n" +
@@ -3261,7 +3337,7 @@ func file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP() []byte {
 	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescData
 }
 
-var file_iface_proto_hydra_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_iface_proto_hydra_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_iface_proto_hydra_backend_v1_backend_proto_goTypes = []any{
 	(*ModelIdentity)(nil),         // 0: hydra.backend.v1.ModelIdentity
 	(*BackendInfo)(nil),           // 1: hydra.backend.v1.BackendInfo
@@ -3282,36 +3358,37 @@ var file_iface_proto_hydra_backend_v1_backend_proto_goTypes = []any{
 	(*TokenizeResponse)(nil),      // 16: hydra.backend.v1.TokenizeResponse
 	(*SamplerParams)(nil),         // 17: hydra.backend.v1.SamplerParams
 	(*DecodeRequest)(nil),         // 18: hydra.backend.v1.DecodeRequest
-	(*Output)(nil),                // 19: hydra.backend.v1.Output
-	(*ReasoningBudget)(nil),       // 20: hydra.backend.v1.ReasoningBudget
-	(*ChatDelta)(nil),             // 21: hydra.backend.v1.ChatDelta
-	(*ChatReply)(nil),             // 22: hydra.backend.v1.ChatReply
-	(*TokenProb)(nil),             // 23: hydra.backend.v1.TokenProb
-	(*Token)(nil),                 // 24: hydra.backend.v1.Token
-	(*DecodeResult)(nil),          // 25: hydra.backend.v1.DecodeResult
-	(*PromptResult)(nil),          // 26: hydra.backend.v1.PromptResult
-	(*DecodeResponse)(nil),        // 27: hydra.backend.v1.DecodeResponse
-	(*StateGetRequest)(nil),       // 28: hydra.backend.v1.StateGetRequest
-	(*StateGetResponse)(nil),      // 29: hydra.backend.v1.StateGetResponse
-	(*StatePutHeader)(nil),        // 30: hydra.backend.v1.StatePutHeader
-	(*StatePutRequest)(nil),       // 31: hydra.backend.v1.StatePutRequest
-	(*StatePutResponse)(nil),      // 32: hydra.backend.v1.StatePutResponse
-	(*SetExpertModeRequest)(nil),  // 33: hydra.backend.v1.SetExpertModeRequest
-	(*SetExpertModeResponse)(nil), // 34: hydra.backend.v1.SetExpertModeResponse
-	(*SwapQuantRequest)(nil),      // 35: hydra.backend.v1.SwapQuantRequest
-	(*SwapQuantResponse)(nil),     // 36: hydra.backend.v1.SwapQuantResponse
-	(*DataPlaneRequest)(nil),      // 37: hydra.backend.v1.DataPlaneRequest
-	(*DataPlaneResponse)(nil),     // 38: hydra.backend.v1.DataPlaneResponse
-	(*ShmTransfer)(nil),           // 39: hydra.backend.v1.ShmTransfer
-	(*StateGetShmRequest)(nil),    // 40: hydra.backend.v1.StateGetShmRequest
-	(*StateGetShmResponse)(nil),   // 41: hydra.backend.v1.StateGetShmResponse
-	(*StatePutShmRequest)(nil),    // 42: hydra.backend.v1.StatePutShmRequest
-	nil,                           // 43: hydra.backend.v1.LoadRequest.OptionsEntry
-	nil,                           // 44: hydra.backend.v1.SamplerParams.LogitBiasEntry
+	(*SpeculativeParams)(nil),     // 19: hydra.backend.v1.SpeculativeParams
+	(*Output)(nil),                // 20: hydra.backend.v1.Output
+	(*ReasoningBudget)(nil),       // 21: hydra.backend.v1.ReasoningBudget
+	(*ChatDelta)(nil),             // 22: hydra.backend.v1.ChatDelta
+	(*ChatReply)(nil),             // 23: hydra.backend.v1.ChatReply
+	(*TokenProb)(nil),             // 24: hydra.backend.v1.TokenProb
+	(*Token)(nil),                 // 25: hydra.backend.v1.Token
+	(*DecodeResult)(nil),          // 26: hydra.backend.v1.DecodeResult
+	(*PromptResult)(nil),          // 27: hydra.backend.v1.PromptResult
+	(*DecodeResponse)(nil),        // 28: hydra.backend.v1.DecodeResponse
+	(*StateGetRequest)(nil),       // 29: hydra.backend.v1.StateGetRequest
+	(*StateGetResponse)(nil),      // 30: hydra.backend.v1.StateGetResponse
+	(*StatePutHeader)(nil),        // 31: hydra.backend.v1.StatePutHeader
+	(*StatePutRequest)(nil),       // 32: hydra.backend.v1.StatePutRequest
+	(*StatePutResponse)(nil),      // 33: hydra.backend.v1.StatePutResponse
+	(*SetExpertModeRequest)(nil),  // 34: hydra.backend.v1.SetExpertModeRequest
+	(*SetExpertModeResponse)(nil), // 35: hydra.backend.v1.SetExpertModeResponse
+	(*SwapQuantRequest)(nil),      // 36: hydra.backend.v1.SwapQuantRequest
+	(*SwapQuantResponse)(nil),     // 37: hydra.backend.v1.SwapQuantResponse
+	(*DataPlaneRequest)(nil),      // 38: hydra.backend.v1.DataPlaneRequest
+	(*DataPlaneResponse)(nil),     // 39: hydra.backend.v1.DataPlaneResponse
+	(*ShmTransfer)(nil),           // 40: hydra.backend.v1.ShmTransfer
+	(*StateGetShmRequest)(nil),    // 41: hydra.backend.v1.StateGetShmRequest
+	(*StateGetShmResponse)(nil),   // 42: hydra.backend.v1.StateGetShmResponse
+	(*StatePutShmRequest)(nil),    // 43: hydra.backend.v1.StatePutShmRequest
+	nil,                           // 44: hydra.backend.v1.LoadRequest.OptionsEntry
+	nil,                           // 45: hydra.backend.v1.SamplerParams.LogitBiasEntry
 }
 var file_iface_proto_hydra_backend_v1_backend_proto_depIdxs = []int32{
 	0,  // 0: hydra.backend.v1.BackendInfo.model:type_name -> hydra.backend.v1.ModelIdentity
-	43, // 1: hydra.backend.v1.LoadRequest.options:type_name -> hydra.backend.v1.LoadRequest.OptionsEntry
+	44, // 1: hydra.backend.v1.LoadRequest.options:type_name -> hydra.backend.v1.LoadRequest.OptionsEntry
 	1,  // 2: hydra.backend.v1.LoadResponse.info:type_name -> hydra.backend.v1.BackendInfo
 	1,  // 3: hydra.backend.v1.InfoResponse.info:type_name -> hydra.backend.v1.BackendInfo
 	6,  // 4: hydra.backend.v1.SlotResponse.slot:type_name -> hydra.backend.v1.SlotInfo
@@ -3319,56 +3396,57 @@ var file_iface_proto_hydra_backend_v1_backend_proto_depIdxs = []int32{
 	11, // 6: hydra.backend.v1.PrefillRequest.messages:type_name -> hydra.backend.v1.Message
 	14, // 7: hydra.backend.v1.PrefillRequest.tokenize:type_name -> hydra.backend.v1.TokenizeOptions
 	6,  // 8: hydra.backend.v1.PrefillResponse.slot:type_name -> hydra.backend.v1.SlotInfo
-	44, // 9: hydra.backend.v1.SamplerParams.logit_bias:type_name -> hydra.backend.v1.SamplerParams.LogitBiasEntry
+	45, // 9: hydra.backend.v1.SamplerParams.logit_bias:type_name -> hydra.backend.v1.SamplerParams.LogitBiasEntry
 	17, // 10: hydra.backend.v1.DecodeRequest.sampler:type_name -> hydra.backend.v1.SamplerParams
 	13, // 11: hydra.backend.v1.DecodeRequest.prompt:type_name -> hydra.backend.v1.PrefillRequest
-	19, // 12: hydra.backend.v1.DecodeRequest.output:type_name -> hydra.backend.v1.Output
-	13, // 13: hydra.backend.v1.Output.chat:type_name -> hydra.backend.v1.PrefillRequest
-	20, // 14: hydra.backend.v1.Output.reasoning_budget:type_name -> hydra.backend.v1.ReasoningBudget
-	12, // 15: hydra.backend.v1.ChatReply.tool_calls:type_name -> hydra.backend.v1.ToolCall
-	23, // 16: hydra.backend.v1.Token.top:type_name -> hydra.backend.v1.TokenProb
-	21, // 17: hydra.backend.v1.Token.deltas:type_name -> hydra.backend.v1.ChatDelta
-	26, // 18: hydra.backend.v1.DecodeResult.prompt:type_name -> hydra.backend.v1.PromptResult
-	22, // 19: hydra.backend.v1.DecodeResult.message:type_name -> hydra.backend.v1.ChatReply
-	21, // 20: hydra.backend.v1.DecodeResult.deltas:type_name -> hydra.backend.v1.ChatDelta
-	24, // 21: hydra.backend.v1.DecodeResponse.token:type_name -> hydra.backend.v1.Token
-	25, // 22: hydra.backend.v1.DecodeResponse.result:type_name -> hydra.backend.v1.DecodeResult
-	30, // 23: hydra.backend.v1.StatePutRequest.header:type_name -> hydra.backend.v1.StatePutHeader
-	39, // 24: hydra.backend.v1.StateGetShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
-	39, // 25: hydra.backend.v1.StatePutShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
-	2,  // 26: hydra.backend.v1.Backend.Load:input_type -> hydra.backend.v1.LoadRequest
-	4,  // 27: hydra.backend.v1.Backend.Info:input_type -> hydra.backend.v1.InfoRequest
-	7,  // 28: hydra.backend.v1.Backend.Slot:input_type -> hydra.backend.v1.SlotRequest
-	9,  // 29: hydra.backend.v1.Backend.ClearSlot:input_type -> hydra.backend.v1.ClearSlotRequest
-	13, // 30: hydra.backend.v1.Backend.Prefill:input_type -> hydra.backend.v1.PrefillRequest
-	13, // 31: hydra.backend.v1.Backend.Tokenize:input_type -> hydra.backend.v1.PrefillRequest
-	18, // 32: hydra.backend.v1.Backend.Decode:input_type -> hydra.backend.v1.DecodeRequest
-	28, // 33: hydra.backend.v1.Backend.StateGet:input_type -> hydra.backend.v1.StateGetRequest
-	31, // 34: hydra.backend.v1.Backend.StatePut:input_type -> hydra.backend.v1.StatePutRequest
-	37, // 35: hydra.backend.v1.Backend.DataPlane:input_type -> hydra.backend.v1.DataPlaneRequest
-	40, // 36: hydra.backend.v1.Backend.StateGetShm:input_type -> hydra.backend.v1.StateGetShmRequest
-	42, // 37: hydra.backend.v1.Backend.StatePutShm:input_type -> hydra.backend.v1.StatePutShmRequest
-	33, // 38: hydra.backend.v1.Backend.SetExpertMode:input_type -> hydra.backend.v1.SetExpertModeRequest
-	35, // 39: hydra.backend.v1.Backend.SwapQuant:input_type -> hydra.backend.v1.SwapQuantRequest
-	3,  // 40: hydra.backend.v1.Backend.Load:output_type -> hydra.backend.v1.LoadResponse
-	5,  // 41: hydra.backend.v1.Backend.Info:output_type -> hydra.backend.v1.InfoResponse
-	8,  // 42: hydra.backend.v1.Backend.Slot:output_type -> hydra.backend.v1.SlotResponse
-	10, // 43: hydra.backend.v1.Backend.ClearSlot:output_type -> hydra.backend.v1.ClearSlotResponse
-	15, // 44: hydra.backend.v1.Backend.Prefill:output_type -> hydra.backend.v1.PrefillResponse
-	16, // 45: hydra.backend.v1.Backend.Tokenize:output_type -> hydra.backend.v1.TokenizeResponse
-	27, // 46: hydra.backend.v1.Backend.Decode:output_type -> hydra.backend.v1.DecodeResponse
-	29, // 47: hydra.backend.v1.Backend.StateGet:output_type -> hydra.backend.v1.StateGetResponse
-	32, // 48: hydra.backend.v1.Backend.StatePut:output_type -> hydra.backend.v1.StatePutResponse
-	38, // 49: hydra.backend.v1.Backend.DataPlane:output_type -> hydra.backend.v1.DataPlaneResponse
-	41, // 50: hydra.backend.v1.Backend.StateGetShm:output_type -> hydra.backend.v1.StateGetShmResponse
-	32, // 51: hydra.backend.v1.Backend.StatePutShm:output_type -> hydra.backend.v1.StatePutResponse
-	34, // 52: hydra.backend.v1.Backend.SetExpertMode:output_type -> hydra.backend.v1.SetExpertModeResponse
-	36, // 53: hydra.backend.v1.Backend.SwapQuant:output_type -> hydra.backend.v1.SwapQuantResponse
-	40, // [40:54] is the sub-list for method output_type
-	26, // [26:40] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	20, // 12: hydra.backend.v1.DecodeRequest.output:type_name -> hydra.backend.v1.Output
+	19, // 13: hydra.backend.v1.DecodeRequest.speculative:type_name -> hydra.backend.v1.SpeculativeParams
+	13, // 14: hydra.backend.v1.Output.chat:type_name -> hydra.backend.v1.PrefillRequest
+	21, // 15: hydra.backend.v1.Output.reasoning_budget:type_name -> hydra.backend.v1.ReasoningBudget
+	12, // 16: hydra.backend.v1.ChatReply.tool_calls:type_name -> hydra.backend.v1.ToolCall
+	24, // 17: hydra.backend.v1.Token.top:type_name -> hydra.backend.v1.TokenProb
+	22, // 18: hydra.backend.v1.Token.deltas:type_name -> hydra.backend.v1.ChatDelta
+	27, // 19: hydra.backend.v1.DecodeResult.prompt:type_name -> hydra.backend.v1.PromptResult
+	23, // 20: hydra.backend.v1.DecodeResult.message:type_name -> hydra.backend.v1.ChatReply
+	22, // 21: hydra.backend.v1.DecodeResult.deltas:type_name -> hydra.backend.v1.ChatDelta
+	25, // 22: hydra.backend.v1.DecodeResponse.token:type_name -> hydra.backend.v1.Token
+	26, // 23: hydra.backend.v1.DecodeResponse.result:type_name -> hydra.backend.v1.DecodeResult
+	31, // 24: hydra.backend.v1.StatePutRequest.header:type_name -> hydra.backend.v1.StatePutHeader
+	40, // 25: hydra.backend.v1.StateGetShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
+	40, // 26: hydra.backend.v1.StatePutShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
+	2,  // 27: hydra.backend.v1.Backend.Load:input_type -> hydra.backend.v1.LoadRequest
+	4,  // 28: hydra.backend.v1.Backend.Info:input_type -> hydra.backend.v1.InfoRequest
+	7,  // 29: hydra.backend.v1.Backend.Slot:input_type -> hydra.backend.v1.SlotRequest
+	9,  // 30: hydra.backend.v1.Backend.ClearSlot:input_type -> hydra.backend.v1.ClearSlotRequest
+	13, // 31: hydra.backend.v1.Backend.Prefill:input_type -> hydra.backend.v1.PrefillRequest
+	13, // 32: hydra.backend.v1.Backend.Tokenize:input_type -> hydra.backend.v1.PrefillRequest
+	18, // 33: hydra.backend.v1.Backend.Decode:input_type -> hydra.backend.v1.DecodeRequest
+	29, // 34: hydra.backend.v1.Backend.StateGet:input_type -> hydra.backend.v1.StateGetRequest
+	32, // 35: hydra.backend.v1.Backend.StatePut:input_type -> hydra.backend.v1.StatePutRequest
+	38, // 36: hydra.backend.v1.Backend.DataPlane:input_type -> hydra.backend.v1.DataPlaneRequest
+	41, // 37: hydra.backend.v1.Backend.StateGetShm:input_type -> hydra.backend.v1.StateGetShmRequest
+	43, // 38: hydra.backend.v1.Backend.StatePutShm:input_type -> hydra.backend.v1.StatePutShmRequest
+	34, // 39: hydra.backend.v1.Backend.SetExpertMode:input_type -> hydra.backend.v1.SetExpertModeRequest
+	36, // 40: hydra.backend.v1.Backend.SwapQuant:input_type -> hydra.backend.v1.SwapQuantRequest
+	3,  // 41: hydra.backend.v1.Backend.Load:output_type -> hydra.backend.v1.LoadResponse
+	5,  // 42: hydra.backend.v1.Backend.Info:output_type -> hydra.backend.v1.InfoResponse
+	8,  // 43: hydra.backend.v1.Backend.Slot:output_type -> hydra.backend.v1.SlotResponse
+	10, // 44: hydra.backend.v1.Backend.ClearSlot:output_type -> hydra.backend.v1.ClearSlotResponse
+	15, // 45: hydra.backend.v1.Backend.Prefill:output_type -> hydra.backend.v1.PrefillResponse
+	16, // 46: hydra.backend.v1.Backend.Tokenize:output_type -> hydra.backend.v1.TokenizeResponse
+	28, // 47: hydra.backend.v1.Backend.Decode:output_type -> hydra.backend.v1.DecodeResponse
+	30, // 48: hydra.backend.v1.Backend.StateGet:output_type -> hydra.backend.v1.StateGetResponse
+	33, // 49: hydra.backend.v1.Backend.StatePut:output_type -> hydra.backend.v1.StatePutResponse
+	39, // 50: hydra.backend.v1.Backend.DataPlane:output_type -> hydra.backend.v1.DataPlaneResponse
+	42, // 51: hydra.backend.v1.Backend.StateGetShm:output_type -> hydra.backend.v1.StateGetShmResponse
+	33, // 52: hydra.backend.v1.Backend.StatePutShm:output_type -> hydra.backend.v1.StatePutResponse
+	35, // 53: hydra.backend.v1.Backend.SetExpertMode:output_type -> hydra.backend.v1.SetExpertModeResponse
+	37, // 54: hydra.backend.v1.Backend.SwapQuant:output_type -> hydra.backend.v1.SwapQuantResponse
+	41, // [41:55] is the sub-list for method output_type
+	27, // [27:41] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_iface_proto_hydra_backend_v1_backend_proto_init() }
@@ -3377,11 +3455,11 @@ func file_iface_proto_hydra_backend_v1_backend_proto_init() {
 		return
 	}
 	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[13].OneofWrappers = []any{}
-	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27].OneofWrappers = []any{
+	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28].OneofWrappers = []any{
 		(*DecodeResponse_Token)(nil),
 		(*DecodeResponse_Result)(nil),
 	}
-	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31].OneofWrappers = []any{
+	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32].OneofWrappers = []any{
 		(*StatePutRequest_Header)(nil),
 		(*StatePutRequest_Data)(nil),
 	}
@@ -3391,7 +3469,7 @@ func file_iface_proto_hydra_backend_v1_backend_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_iface_proto_hydra_backend_v1_backend_proto_rawDesc), len(file_iface_proto_hydra_backend_v1_backend_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   45,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
