@@ -405,8 +405,9 @@ type draw struct {
 	row    int // the batch row of logits
 	tok    iface.Token
 	// accepted is the draft tokens sampled before tok (spec.go), each
-	// already in the KV.
+	// already in the KV; rows the logits of the draft tokens' rows.
 	accepted []iface.Token
+	rows     []*C.float
 }
 
 // evaluated records a decoder's token evaluated and says whether it samples
@@ -446,6 +447,7 @@ const parallelDraws = 3
 
 // sampleAll samples every draw, concurrently when there are several.
 func (s *scheduler) sampleAll(draws []draw) {
+	s.draftRows(draws)
 	sample := func(d *draw) {
 		if len(d.j.decode.draft) > 0 {
 			s.sampleDraft(d)

@@ -268,6 +268,19 @@ func (s *scheduler) fillDraft(en *entry) {
 	C.hydra_spec_fill(&s.batch, C.int(en.first), C.int(len(toks)), &toks[0], C.llama_pos(len(en.j.s.seq())), C.llama_seq_id(en.j.slot))
 }
 
+// draftRows looks up the logits of each draw's draft rows before the draws
+// run in parallel: llama.cpp's first lookup after a decode may reorder its
+// outputs, which must not race.
+func (s *scheduler) draftRows(draws []draw) {
+	for i := range draws {
+		d := &draws[i]
+		d.rows = d.rows[:0]
+		for k := range d.j.decode.draft {
+			d.rows = append(d.rows, s.e.ctx.logitsPtr(d.row+k+1))
+		}
+	}
+}
+
 // sampleDraft samples decoder d's tokens from its rows: the first as
 // without a draft, then, while each equals the draft token evaluated after
 // it, the next from that token's row. Every token is sampled from the
@@ -279,7 +292,7 @@ func (s *scheduler) sampleDraft(d *draw) {
 	t := dj.smp.sample(s.e.model, d.logits, pos, dj.req.Logprobs)
 	for i := 0; i < len(dj.draft) && t.ID == dj.draft[i] && !s.e.model.isEOG(t.ID); i++ {
 		d.accepted = append(d.accepted, t)
-		t = dj.smp.sample(s.e.model, s.e.ctx.logitsPtr(d.row+i+1), pos+i+1, dj.req.Logprobs)
+		t = dj.smp.sample(s.e.model, d.rows[i], pos+i+1, dj.req.Logprobs)
 	}
 	d.tok = t
 }
