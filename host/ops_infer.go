@@ -417,6 +417,7 @@ func (s *Server) handleDecode(req *request, rp *replier) error {
 		return rp.failErr(err)
 	}
 	s.stats.tokens(PhaseDecode, res.TokensGenerated, dend.Sub(dstart))
+	s.stats.CountDrafts(res.DraftTokens, res.DraftAccepted)
 	if len(frames) > 0 {
 		frames[len(frames)-1] |= 0x01 // the last frame is the final one
 	}

@@ -50,8 +50,11 @@ type Stats struct {
 	// kvEvictions and kvEvictedCells count idle sequences evicted to make
 	// room in a shared KV cache (CountKVEviction).
 	kvEvictions, kvEvictedCells uint64
-	phases                      map[string]TokenStats
-	observer                    StatsObserver
+	// draftTokens and draftAccepted count speculative decoding's drafts
+	// (CountDrafts).
+	draftTokens, draftAccepted uint64
+	phases                     map[string]TokenStats
+	observer                   StatsObserver
 }
 
 // StatsObserver sees every transfer and every prefill or decode as it is
@@ -268,6 +271,22 @@ func (s *Stats) CountPromptReuse(tokens int) {
 	s.mu.Lock()
 	s.reusedTokens += uint64(tokens)
 	s.mu.Unlock()
+}
+
+// CountDrafts counts a decode's draft tokens verified and accepted
+// (speculative decoding).
+func (s *Stats) CountDrafts(verified, accepted int) {
+	s.mu.Lock()
+	s.draftTokens += uint64(max(verified, 0))
+	s.draftAccepted += uint64(max(accepted, 0))
+	s.mu.Unlock()
+}
+
+// Drafts returns the draft tokens verified and accepted so far.
+func (s *Stats) Drafts() (verified, accepted uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.draftTokens, s.draftAccepted
 }
 
 // PromptTokensReused returns the prompt tokens kept so far.

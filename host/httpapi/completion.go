@@ -480,6 +480,7 @@ func (rn *completionRun) generate() error {
 		return nil
 	}
 	rn.a.s.Stats().CountTokens(host.PhaseDecode, nGen, elapsed)
+	rn.a.s.Stats().CountDrafts(rn.draftN, rn.draftAccepted)
 	u := &usage{PromptTokens: rn.nPrompt, CompletionTokens: nGen, TotalTokens: rn.nPrompt + nGen}
 	tm := newTimings(rn.nPrompt, rn.prompt, nGen, elapsed)
 	tm.DraftN, tm.DraftNAccepted = rn.draftN, rn.draftAccepted

@@ -43,6 +43,8 @@ const (
 	metricKVEvictions     = "hydra_engine_kv_evictions_total"
 	metricKVEvictedCells  = "hydra_engine_kv_evicted_cells_total"
 	metricReused          = "hydra_engine_prompt_tokens_reused_total"
+	metricDraftTokens     = "hydra_engine_draft_tokens_total"
+	metricDraftAccepted   = "hydra_engine_draft_tokens_accepted_total"
 	metricQueue           = "hydra_engine_http_queue_waiting"
 	metricQueueSeconds    = "hydra_engine_http_queue_seconds"
 	metricTTFT            = "hydra_engine_time_to_first_token_seconds"
@@ -70,6 +72,7 @@ type metrics struct {
 	connsOpen, connsRefused, acceptErrors, budgetInUse, budgetSize              *prometheus.Desc
 	evictions, reused, queue                                                    *prometheus.Desc
 	kvEvictions, kvEvictedCells                                                 *prometheus.Desc
+	draftTokens, draftAccepted                                                  *prometheus.Desc
 	queueLen                                                                    func() int
 	llama                                                                       llamaCompat
 }
@@ -194,6 +197,10 @@ func newMetrics(s *host.Server) *metrics {
 			"KV cells those evictions freed.", nil, nil),
 		reused: prometheus.NewDesc(metricReused,
 			"Prompt tokens a prefill kept from the slot's previous sequence instead of evaluating them.", nil, nil),
+		draftTokens: prometheus.NewDesc(metricDraftTokens,
+			"Speculative decoding's draft tokens the target model verified (llama-server's draft_n, summed).", nil, nil),
+		draftAccepted: prometheus.NewDesc(metricDraftAccepted,
+			"Of those, the draft tokens accepted (draft_n_accepted).", nil, nil),
 		queue: prometheus.NewDesc(metricQueue,
 			"HTTP completions waiting for a slot.", nil, nil),
 		llama: newLlamaCompat(),
@@ -236,7 +243,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 		m.pathTransfers, m.pathBytes, m.pathSeconds,
 		m.restarts, m.slots, m.slotsBusy, m.tokens, m.tokenSeconds, m.info,
 		m.connsOpen, m.connsRefused, m.acceptErrors, m.budgetInUse, m.budgetSize, m.evictions, m.reused, m.queue,
-		m.kvEvictions, m.kvEvictedCells} {
+		m.kvEvictions, m.kvEvictedCells, m.draftTokens, m.draftAccepted} {
 		ch <- d
 	}
 	for _, d := range m.llama.descs() {
@@ -326,6 +333,9 @@ func (m *metrics) collectLimits(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(m.kvEvictions, prometheus.CounterValue, float64(seqs))
 	ch <- prometheus.MustNewConstMetric(m.kvEvictedCells, prometheus.CounterValue, float64(cells))
 	ch <- prometheus.MustNewConstMetric(m.reused, prometheus.CounterValue, float64(m.s.Stats().PromptTokensReused()))
+	drafted, accepted := m.s.Stats().Drafts()
+	ch <- prometheus.MustNewConstMetric(m.draftTokens, prometheus.CounterValue, float64(drafted))
+	ch <- prometheus.MustNewConstMetric(m.draftAccepted, prometheus.CounterValue, float64(accepted))
 	if m.queueLen != nil {
 		ch <- prometheus.MustNewConstMetric(m.queue, prometheus.GaugeValue, float64(m.queueLen()))
 	}
