@@ -213,3 +213,30 @@ func TestSpecRequest(t *testing.T) {
 		t.Errorf("p_min 0.5 against draft_p_min 0: %v", err)
 	}
 }
+
+// TestSpecSeeded: above temperature 0 a seeded decode is the same with
+// drafts as without, alone (the draw's number is a function of the seed and
+// the position, and each token is sampled from its own row), while the
+// draft model's greedy drafts are accepted less often.
+func TestSpecSeeded(t *testing.T) {
+	plain := load(t, tiny(t), 1, nil)
+	spec := load(t, tiny(t), 1, map[string]string{OptDraftModel: tiny(t), OptDraftMax: "4"})
+	referenceKernels(t, plain)
+	referenceKernels(t, spec)
+	sp := iface.SamplerParams{Temperature: 0.8, TopK: 40, TopP: 0.95, Seed: 7, IgnoreEOS: true}
+	drafted := 0
+	for s, p := range prompts {
+		prefill(t, plain, 0, p)
+		prefill(t, spec, 0, p)
+		want, _ := decode(t, plain, 0, 48, sp)
+		got, res := decode(t, spec, 0, 48, sp)
+		if !slicesEqual(got, want) {
+			t.Errorf("prompt %d: %v\nwant %v", s, got, want)
+		}
+		t.Logf("prompt %d: %d of %d draft tokens accepted", s, res.DraftAccepted, res.DraftTokens)
+		drafted += res.DraftTokens
+	}
+	if drafted == 0 {
+		t.Error("no drafts")
+	}
+}
