@@ -240,3 +240,30 @@ func TestSpecSeeded(t *testing.T) {
 		t.Error("no drafts")
 	}
 }
+
+// TestSpecContextShift: a slot that fills its cells and shifts its context
+// decodes the same with drafts (they shrink to nothing at the edge, and the
+// draft context re-derives the shifted sequence) as without.
+func TestSpecContextShift(t *testing.T) {
+	opts := map[string]string{OptNCtx: "256", OptContextShift: "true"}
+	plain := load(t, tiny(t), 1, opts)
+	specOpts := map[string]string{OptDraftModel: tiny(t), OptDraftMax: "4"}
+	for k, v := range opts {
+		specOpts[k] = v
+	}
+	spec := load(t, tiny(t), 1, specOpts)
+	referenceKernels(t, plain)
+	referenceKernels(t, spec)
+	sp := iface.SamplerParams{IgnoreEOS: true}
+	prefill(t, plain, 0, prompts[1])
+	prefill(t, spec, 0, prompts[1])
+	want, _ := decode(t, plain, 0, 400, sp)
+	got, res := decode(t, spec, 0, 400, sp)
+	if !slicesEqual(got, want) {
+		t.Errorf("first difference at %d of %d", firstDiff(got, want), len(want))
+	}
+	if len(got) != 400 || res.DraftTokens == 0 {
+		t.Errorf("%d tokens, %d drafted", len(got), res.DraftTokens)
+	}
+	t.Logf("%d of %d draft tokens accepted across the shifts", res.DraftAccepted, res.DraftTokens)
+}
