@@ -97,20 +97,29 @@ func badRequest(format string, args ...any) *apiError {
 }
 
 // bodyFields are the fields a completion's messages name first; the error's
-// param is the one its message starts with (OpenAI's param: the field at
-// fault), none for a fault of the body as a whole.
+// param is the field its message starts with (OpenAI's param: the field at
+// fault, as the path into it the message gives: "tools[0].type"), none for
+// a fault of the body as a whole.
 var bodyFields = []string{"n_predict", "max_completion_tokens", "max_tokens", "n_keep", "n_probs", "top_logprobs", "logprobs",
 	"logit_bias", "id_slot", "prompt", "stop", "n", "temperature", "top_k", "top_p", "min_p", "seed", "repeat_penalty",
 	"repeat_last_n", "presence_penalty", "frequency_penalty", "messages", "grammar", "json_schema", "tool_choice",
 	"chat_template_kwargs", "response_format", "reasoning_budget_tokens", "thinking_budget_tokens", "reasoning_budget_message",
-	"reasoning_effort"}
+	"reasoning_effort", "tools", "parallel_tool_calls", "input", "instructions", "max_output_tokens", "reasoning", "text"}
 
 func paramOf(msg string) any {
 	msg = strings.TrimPrefix(msg, iface.ErrBadRequest.Error()+": ") // a backend's refusal, as errors.Is reads it
 	msg = strings.TrimPrefix(msg, "field ")                         // a value of the wrong JSON type (decodeJSON)
 	for _, f := range bodyFields {
-		if rest, ok := strings.CutPrefix(msg, f); ok && (rest == "" || rest[0] == ' ' || rest[0] == ':' || rest[0] == '[') {
+		rest, ok := strings.CutPrefix(msg, f)
+		switch {
+		case !ok:
+		case rest == "" || rest[0] == ' ' || rest[0] == ':':
 			return f
+		case rest[0] == '[' || rest[0] == '.':
+			if i := strings.IndexAny(msg, " :"); i > 0 {
+				return msg[:i]
+			}
+			return msg
 		}
 	}
 	return nil
