@@ -362,6 +362,13 @@ func (e *stepError) Unwrap() error { return e.err }
 // slot, and has the prefill evaluate those; nil when the backend cannot say
 // (the prompt then goes to the prefill as it came).
 func (a *api) promptTokens(ctx context.Context, b iface.Backend, c *completion) ([]int32, error) {
+	if c.pieces != nil {
+		toks, err := pieceTokens(ctx, b, c.pieces)
+		if err != nil {
+			return nil, err
+		}
+		c.prefill.Tokens, c.pieces = toks, nil
+	}
 	p, err := b.Tokenize(ctx, c.prefill)
 	switch {
 	case errors.Is(err, iface.ErrNotImplemented):
@@ -372,6 +379,27 @@ func (a *api) promptTokens(ctx context.Context, b iface.Backend, c *completion) 
 	c.prefill = iface.PrefillRequest{Tokens: p.Tokens, Model: c.prefill.Model}
 	c.opensThinking = p.OpensThinking
 	return p.Tokens, nil
+}
+
+// pieceTokens tokenizes a prompt of text and token ids mixed as llama-server
+// does: each text piece with its special tokens parsed, the model's BOS only
+// where the prompt starts with text. A backend without a tokenizer of its own
+// cannot (iface.ErrNotImplemented).
+func pieceTokens(ctx context.Context, b iface.Backend, pieces []promptPiece) ([]int32, error) {
+	var toks []int32
+	for i, p := range pieces {
+		if p.tokens != nil {
+			toks = append(toks, p.tokens...)
+			continue
+		}
+		t, err := b.Tokenize(ctx, iface.PrefillRequest{Text: p.text,
+			Tokenize: &iface.TokenizeOptions{AddSpecial: i == 0, ParseSpecial: true}})
+		if err != nil {
+			return nil, fmt.Errorf("prompt: text mixed with token ids is tokenized piece by piece, by the backend's own tokenizer: %w", err)
+		}
+		toks = append(toks, t.Tokens...)
+	}
+	return toks, nil
 }
 
 // newCompletionBody fills the fields every reply and chunk of c shares.

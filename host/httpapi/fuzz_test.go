@@ -13,8 +13,10 @@ import (
 )
 
 // FuzzCompletionBody: whatever a completion body holds, the engine answers
-// it with a status and a JSON body, and /slots and /metrics answer 200
-// afterwards; a client's values never reach a reply that cannot be encoded.
+// it with a status other than a server fault (the mock's 501 for what needs
+// a tokenizer or a parser aside: a mixed prompt, a grammar) and a JSON body,
+// and /slots and /metrics answer 200 afterwards; a client's values never
+// reach a reply that cannot be encoded.
 func FuzzCompletionBody(f *testing.F) {
 	for _, s := range []string{`{"prompt":"ab","max_tokens":2,"temperature":1e300}`,
 		`{"prompt":"ab","max_tokens":2,"repeat_penalty":1.1,"repeat_last_n":2147483647}`,
@@ -35,7 +37,7 @@ func FuzzCompletionBody(f *testing.F) {
 			path = "/v1/chat/completions"
 		}
 		rec := post(h, path, string(body))
-		if rec.Code >= 500 && rec.Code != http.StatusServiceUnavailable {
+		if rec.Code >= 500 && rec.Code != http.StatusServiceUnavailable && rec.Code != http.StatusNotImplemented {
 			t.Fatalf("%s %q: %d %s", path, body, rec.Code, rec.Body)
 		}
 		if strings.HasPrefix(rec.Header().Get("Content-Type"), "application/json") && !json.Valid(rec.Body.Bytes()) {

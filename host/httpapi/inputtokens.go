@@ -66,7 +66,7 @@ func (a *api) countPrompt(r *http.Request, body []byte) (int, error) {
 	if err := a.checkModel(req.Model); err != nil {
 		return 0, err
 	}
-	p, err := parseInput(&req, true, info)
+	p, _, err := parseInput(&req, true, info)
 	if err != nil {
 		return 0, err
 	}
