@@ -116,6 +116,7 @@ func Handler(s *host.Server, opts Options) http.Handler {
 	handle("POST /chat/completions/input_tokens", a.chatInputTokens)
 	handle("POST /v1/messages", a.messages)
 	handle("POST /v1/messages/count_tokens", a.countMessageTokens)
+	handle("POST /completion", a.nativeCompletion)
 	handle("POST /v1/completions", a.textCompletions)
 	handle("POST /completions", a.textCompletions)
 	handle("POST /tokenize", a.tokenize)

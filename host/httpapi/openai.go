@@ -72,6 +72,12 @@ type completion struct {
 	// reply starts inside it (Tokenize says).
 	opensThinking bool
 	nKeep         int // tokens a context shift keeps (-1: the whole prompt)
+	// noCache: nothing of the slot's sequence is reused, the prompt is
+	// evaluated whole (llama-server's cache_prompt false).
+	noCache bool
+	// native: the reply is llama-server's /completion's (native.go), not
+	// OpenAI's.
+	native *nativeOptions
 	// arrived is when the request came, where its time to first token starts.
 	arrived time.Time
 	// output is what the reply must be (response_format, json_schema,
