@@ -206,7 +206,7 @@ func (a *api) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 }
 
 // completeBody runs the completion of body, which arrived then: an OpenAI
-// body, or one converted to it (/v1/messages).
+// body, or one converted to it (/v1/messages, /v1/responses).
 func (a *api) completeBody(w http.ResponseWriter, r *http.Request, chat bool, body []byte, arrived time.Time) {
 	_, info := a.s.Backend()
 	tun := a.s.Tunables()
