@@ -234,6 +234,10 @@ func TestChatCommonPromptMatches(t *testing.T) {
 		{Role: "tool", ToolCallID: "call_1", Name: "get_weather", Content: `{"sky":"clear"}`},
 		{Role: "user", Content: "And the time?"},
 	}, Tools: []string{weatherTool, timeTool}}
+	// OpenAI's developer role: a system message to every template but
+	// gpt-oss's, in both renderers.
+	developer := chat
+	developer.Messages = append([]iface.Message{{Role: "developer", Content: "Be brief."}}, chat.Messages[1:]...)
 	for _, f := range chatFamilies {
 		t.Run(f.family, func(t *testing.T) {
 			b := load(t, familyModel(t, f.arch, f.family), 1, nil)
@@ -241,24 +245,26 @@ func TestChatCommonPromptMatches(t *testing.T) {
 			if e.chatc == nil {
 				t.Fatal("llama.cpp's chat library did not load the template")
 			}
-			kw, err := e.templateKwargs(chat.TemplateKwargs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			p, err := e.applyChat(chat, "auto", kw, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ours, _, err := e.chat.render(chat.Messages, chat.Tools, chat.TemplateKwargs, contentGuard{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			theirs := p.Prompt
-			if e.chat.stripBOS {
-				theirs = strings.TrimPrefix(theirs, e.chat.bos)
-			}
-			if ours != theirs {
-				t.Errorf("the Go renderer:\n%q\nllama.cpp's common library:\n%q", ours, theirs)
+			for _, chat := range []iface.PrefillRequest{chat, developer} {
+				kw, err := e.templateKwargs(chat.TemplateKwargs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p, err := e.applyChat(chat, "auto", kw, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ours, _, err := e.chat.render(chat.Messages, chat.Tools, chat.TemplateKwargs, contentGuard{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				theirs := p.Prompt
+				if e.chat.stripBOS {
+					theirs = strings.TrimPrefix(theirs, e.chat.bos)
+				}
+				if ours != theirs {
+					t.Errorf("%s: the Go renderer:\n%q\nllama.cpp's common library:\n%q", chat.Messages[0].Role, ours, theirs)
+				}
 			}
 			// /props' template is the one rendered: the model's, else ChatML.
 			if want := e.model.jinja; e.info.ChatTemplate == "" || (want != "" && e.info.ChatTemplate != want) || e.info.EOSToken == "" {
