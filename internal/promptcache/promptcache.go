@@ -113,8 +113,8 @@ func CommonPrefix(a, b []int32) int {
 // Entry is one cached sequence.
 type Entry struct {
 	Tokens []int32
-	// PosMin is the first position the state holds (a sliding window's
-	// cache holds the window only), for Rule.Keep.
+	// PosMin is the first position the state holds once restored (a
+	// sliding window's part holds the window only), for Rule.Keep.
 	PosMin int
 	// StateBytes is the state's length in Mem.
 	StateBytes int64
@@ -172,13 +172,16 @@ type Save struct {
 // size.
 func (s *Save) Mem() []byte { return s.entry.Mem.Bytes() }
 
+// Memory is the save's memory as its allocator made it.
+func (s *Save) Memory() Memory { return s.entry.Mem }
+
 // Begin starts saving a sequence of tokens whose state takes stateBytes,
-// first position posMin, as llama-server's alloc does: nothing when an
+// as llama-server's alloc does: nothing when an
 // entry holds all of tokens already or the state alone exceeds the budget
 // (Skipped); else the entries that are prefixes of tokens are dropped (the
 // new one holds them), then the least recently used until it fits, and its
 // memory is allocated. A failed allocation is a save failure. nil: no save.
-func (c *Cache) Begin(tokens []int32, stateBytes int64, posMin int) (*Save, error) {
+func (c *Cache) Begin(tokens []int32, stateBytes int64) (*Save, error) {
 	if c == nil || len(tokens) == 0 {
 		return nil, nil
 	}
@@ -231,15 +234,16 @@ func (c *Cache) Begin(tokens []int32, stateBytes int64, posMin int) (*Save, erro
 		c.mu.Unlock()
 		return nil, fmt.Errorf("prompt cache: memory for a %d-byte state: %w", stateBytes, err)
 	}
-	return &Save{c: c, start: time.Now(), entry: &Entry{Tokens: append([]int32(nil), tokens...), PosMin: posMin,
+	return &Save{c: c, start: time.Now(), entry: &Entry{Tokens: append([]int32(nil), tokens...),
 		StateBytes: stateBytes, Mem: mem, held: held}}, nil
 }
 
 // Commit makes the save an entry, the most recently used, once the state
-// is in Mem; wrote is the state's bytes written, which must be what Begin
-// was told. With no limit in bytes, the least recently used entries then go
-// while the entries hold more than the token limit.
-func (s *Save) Commit(wrote int64) error {
+// is in Mem: wrote is the state's bytes written, which must be what Begin
+// was told, posMin the first position the state holds (Entry.PosMin). With
+// no limit in bytes, the least recently used entries then go while the
+// entries hold more than the token limit.
+func (s *Save) Commit(wrote int64, posMin int) error {
 	if wrote != s.entry.StateBytes {
 		s.fail()
 		return fmt.Errorf("prompt cache: %d state bytes saved, %d announced", wrote, s.entry.StateBytes)
@@ -248,6 +252,7 @@ func (s *Save) Commit(wrote int64) error {
 	s.once.Do(func() {
 		done = true
 		c := s.c
+		s.entry.PosMin = posMin
 		c.mu.Lock()
 		c.entries = append(c.entries, s.entry)
 		c.tokens += len(s.entry.Tokens)

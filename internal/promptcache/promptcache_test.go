@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -75,7 +76,7 @@ func cat(a []int32, b ...int32) []int32 { return append(slices.Clone(a), b...) }
 // save saves tokens with a state of stateBytes, its bytes their count.
 func save(t *testing.T, c *Cache, tokens []int32, stateBytes int64) bool {
 	t.Helper()
-	s, err := c.Begin(tokens, stateBytes, 0)
+	s, err := c.Begin(tokens, stateBytes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +86,7 @@ func save(t *testing.T, c *Cache, tokens []int32, stateBytes int64) bool {
 	if int64(len(s.Mem())) < stateBytes {
 		t.Fatalf("a save's memory of %d bytes for a %d-byte state", len(s.Mem()), stateBytes)
 	}
-	if err := s.Commit(stateBytes); err != nil {
+	if err := s.Commit(stateBytes, 0); err != nil {
 		t.Fatal(err)
 	}
 	return true
@@ -334,20 +335,20 @@ func TestTake(t *testing.T) {
 func TestFailures(t *testing.T) {
 	a := &fakeAlloc{page: 1, fail: errors.New("out of memory")}
 	c := New(1000, 0, a)
-	if s, err := c.Begin(seq(1, 10), 100, 0); s != nil || err == nil {
+	if s, err := c.Begin(seq(1, 10), 100); s != nil || err == nil {
 		t.Fatalf("Begin with a failing allocator: %v, %v", s, err)
 	}
-	s, err := c.Begin(seq(1, 10), 100, 0)
+	s, err := c.Begin(seq(1, 10), 100)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Commit(99); err == nil {
+	if err := s.Commit(99, 0); err == nil {
 		t.Fatal("a short save was committed")
 	}
-	if err := s.Commit(100); err == nil {
+	if err := s.Commit(100, 0); err == nil {
 		t.Fatal("a failed save was committed after all")
 	}
-	s, _ = c.Begin(seq(1, 10), 100, 0)
+	s, _ = c.Begin(seq(1, 10), 100)
 	s.Abort()
 	s.Abort()
 	st := c.Stats()
@@ -358,7 +359,7 @@ func TestFailures(t *testing.T) {
 		t.Fatal("a cache of no bytes")
 	}
 	var none *Cache
-	if s, err := none.Begin(seq(1, 3), 1, 0); s != nil || err != nil || none.Take(Rule{}, nil, -1, seq(1, 3)) != nil || none.Stats() != nil {
+	if s, err := none.Begin(seq(1, 3), 1); s != nil || err != nil || none.Take(Rule{}, nil, -1, seq(1, 3)) != nil || none.Stats() != nil {
 		t.Fatal("the nil cache did something")
 	}
 	none.Drop()
@@ -391,7 +392,7 @@ func TestConcurrentBudget(t *testing.T) {
 					}
 					continue
 				}
-				s, err := c.Begin(prompt, int64(64+rng.IntN(2000)), 0)
+				s, err := c.Begin(prompt, int64(64+rng.IntN(2000)))
 				if err != nil {
 					t.Error(err)
 					return
@@ -401,7 +402,7 @@ func TestConcurrentBudget(t *testing.T) {
 				}
 				if rng.IntN(5) == 0 {
 					s.Abort()
-				} else if err := s.Commit(s.entry.StateBytes); err != nil {
+				} else if err := s.Commit(s.entry.StateBytes, 0); err != nil {
 					t.Error(err)
 				}
 			}
@@ -431,7 +432,7 @@ func TestMapped(t *testing.T) {
 		pinned++
 		return func() { pinned-- }
 	}}
-	if m.Size(1) < 1 || m.Size(1)%m.Size(1) != 0 || m.Size(m.Size(1)+1) != 2*m.Size(1) {
+	if page := int64(os.Getpagesize()); m.Size(1) != page || m.Size(page) != page || m.Size(page+1) != 2*page {
 		t.Fatalf("sizes %d, %d", m.Size(1), m.Size(m.Size(1)+1))
 	}
 	mem, err := m.Alloc(10000)
