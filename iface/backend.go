@@ -268,12 +268,12 @@ type PrefillRequest struct {
 	// than the prompt Prefill would evaluate; nil: that prompt.
 	Tokenize *TokenizeOptions
 	// PromptCache: the prompt is an HTTP completion's, which a backend with
-	// a host-memory prompt cache may start from a cached sequence's state
-	// instead of the slot's. SaveSequence: the slot's sequence is an
-	// earlier HTTP completion's, which the backend may save into that cache
-	// before the prompt replaces it. A Hydra RPC client's prompt sets
-	// neither: a slot the coordinator fills is its own, never saved, dropped
-	// or replaced by the cache.
+	// a host-memory prompt cache may start from a cached sequence's state,
+	// restored into the slot where it is empty or SaveSequence is set.
+	// SaveSequence: the slot's sequence is an earlier HTTP completion's,
+	// which the backend may save into that cache before the prompt replaces
+	// it. A Hydra RPC client's prompt sets neither: a slot the coordinator
+	// fills is its own, never saved, dropped or replaced by the cache.
 	PromptCache  bool
 	SaveSequence bool
 }
