@@ -160,7 +160,7 @@ type PromptCacheStats struct {
 	// BudgetBytes is the most it may hold, -1 for no limit in bytes (the
 	// tokens it holds are then bounded by n_ctx, as llama-server's are).
 	BudgetBytes int64
-	Bytes       int64 // held now: every entry's memory and tokens, and saves under way
+	Bytes       int64 // held now: the entries' memory and tokens, memory kept for the next saves, saves and restores under way
 	Entries     int64
 	Tokens      int64
 	// Hits and Misses count the prompts it was asked for: a cached sequence

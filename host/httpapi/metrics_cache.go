@@ -28,7 +28,7 @@ func newPromptCacheDescs() promptCacheDescs {
 		return prometheus.NewDesc("hydra_engine_prompt_cache_"+name, help, labels, nil)
 	}
 	return promptCacheDescs{
-		bytes:          d("bytes", "Bytes the backend's host-memory prompt cache holds: its entries' state memory and tokens, and saves under way."),
+		bytes:          d("bytes", "Bytes the backend's host-memory prompt cache holds: its entries' state memory and tokens, memory kept for the next saves, saves and restores under way."),
 		budget:         d("budget_bytes", "The prompt cache's budget (cache_ram); +Inf for no limit in bytes (its tokens are then bounded by n_ctx)."),
 		entries:        d("entries", "Sequences the prompt cache holds."),
 		tokens:         d("tokens", "Tokens of the sequences the prompt cache holds."),

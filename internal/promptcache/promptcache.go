@@ -12,6 +12,7 @@ package promptcache
 
 import (
 	"fmt"
+	"math/bits"
 	"slices"
 	"sync"
 	"time"
@@ -137,10 +138,21 @@ type Cache struct {
 
 	mu      sync.Mutex
 	entries []*Entry // least recently used first
-	held    int64    // the entries', those taken and not yet done with, and saves under way
-	tokens  int
-	stats   iface.PromptCacheStats
+	// spare is memory of entries gone (restored, dropped for a longer one,
+	// a failed save's), kept for the next saves: a fresh mapping costs a
+	// page fault a page as it is written, and on a GPU its pinning, which
+	// memory written before does not. At most maxSpare, dropped first when
+	// room is needed.
+	spare []Memory
+	held  int64 // the entries', the spare memory, what restores and saves under way hold
+	// tokens is the entries' tokens; stats the running totals.
+	tokens int
+	stats  iface.PromptCacheStats
 }
+
+// maxSpare bounds the memory kept for reuse: a few conversations taking
+// turns reuse each other's.
+const maxSpare = 4
 
 // New is a cache of budget bytes (< 0: no limit, tokenLimit tokens then)
 // whose memory comes from alloc; budget 0 is no cache: nil.
@@ -157,6 +169,17 @@ func BudgetOf(mib int64) int64 {
 		return -1
 	}
 	return mib << 20
+}
+
+// roomFor is the memory a state of n bytes is given: above 2 MiB up to a
+// quarter more (the next of 5, 6, 7 or 8 × 2^k), so that a conversation's
+// next, longer state still fits the memory its last one left (spare).
+func roomFor(n int64) int64 {
+	if n <= 2<<20 {
+		return n
+	}
+	step := int64(1) << (bits.Len64(uint64(n-1)) - 3)
+	return (n + step - 1) / step * step
 }
 
 // Save is a save under way: Mem is where the state goes, its bytes
@@ -176,16 +199,19 @@ func (s *Save) Mem() []byte { return s.entry.Mem.Bytes() }
 func (s *Save) Memory() Memory { return s.entry.Mem }
 
 // Begin starts saving a sequence of tokens whose state takes stateBytes,
-// as llama-server's alloc does: nothing when an
-// entry holds all of tokens already or the state alone exceeds the budget
-// (Skipped); else the entries that are prefixes of tokens are dropped (the
-// new one holds them), then the least recently used until it fits, and its
-// memory is allocated. A failed allocation is a save failure. nil: no save.
+// as llama-server's alloc does: nothing when an entry holds all of tokens
+// already or the state alone exceeds the budget (Skipped); else the
+// entries that are prefixes of tokens are dropped (the new one holds
+// them), and memory is found: spare memory it fits, else new memory, for
+// which spare memory and then the least recently used entries go until it
+// fits the budget. A failed allocation is a save failure. nil: no save.
 func (c *Cache) Begin(tokens []int32, stateBytes int64) (*Save, error) {
 	if c == nil || len(tokens) == 0 {
 		return nil, nil
 	}
-	held := c.alloc.Size(stateBytes) + tokenBytes*int64(len(tokens))
+	start := time.Now()
+	fresh := c.alloc.Size(roomFor(stateBytes))
+	tokenHeld := tokenBytes * int64(len(tokens))
 	c.mu.Lock()
 	for _, e := range c.entries {
 		if CommonPrefix(e.Tokens, tokens) == len(tokens) {
@@ -194,48 +220,107 @@ func (c *Cache) Begin(tokens []int32, stateBytes int64) (*Save, error) {
 			return nil, nil
 		}
 	}
-	if c.budget > 0 && held > c.budget {
+	if c.budget > 0 && c.alloc.Size(stateBytes)+tokenHeld > c.budget {
 		c.stats.Skipped++
 		c.mu.Unlock()
 		return nil, nil
 	}
-	var drop []*Entry
+	var free []Memory
 	kept := c.entries[:0]
 	for _, e := range c.entries {
 		if CommonPrefix(e.Tokens, tokens) == len(e.Tokens) {
-			drop = append(drop, c.removeLocked(e))
+			c.tokens -= len(e.Tokens)
+			free = append(free, c.retireLocked(e)...)
 			continue
 		}
 		kept = append(kept, e)
 	}
 	clear(c.entries[len(kept):])
 	c.entries = kept
-	for c.budget > 0 && c.held+held > c.budget && len(c.entries) > 0 {
-		drop = append(drop, c.evictOldestLocked())
+	mem := c.takeSpareLocked(stateBytes, fresh) // counted in held already
+	need := tokenHeld
+	if mem == nil {
+		need += fresh
 	}
-	if c.budget > 0 && c.held+held > c.budget { // saves or restores under way hold the rest
+	free = append(free, c.makeRoomLocked(need)...)
+	if c.budget > 0 && c.held+need > c.budget { // restores and saves under way hold the rest
+		if mem != nil {
+			c.spare = append(c.spare, mem)
+		}
 		c.stats.Skipped++
 		c.mu.Unlock()
-		freeAll(drop)
+		freeAll(free)
 		return nil, nil
 	}
-	c.held += held
+	c.held += need
+	held := need
+	if mem != nil {
+		held += int64(len(mem.Bytes()))
+	}
 	c.mu.Unlock()
-	freeAll(drop)
-	mem, err := c.alloc.Alloc(stateBytes)
-	if err == nil && int64(len(mem.Bytes())) < stateBytes {
-		mem.Free()
-		err = fmt.Errorf("an allocation of %d bytes gave %d", stateBytes, len(mem.Bytes()))
+	freeAll(free)
+	if mem == nil {
+		var err error
+		mem, err = c.alloc.Alloc(roomFor(stateBytes))
+		if err == nil && (int64(len(mem.Bytes())) < stateBytes || int64(len(mem.Bytes())) > fresh) {
+			err = fmt.Errorf("an allocation of %d bytes gave %d", fresh, len(mem.Bytes()))
+			mem.Free()
+		}
+		if err != nil {
+			c.mu.Lock()
+			c.held -= held
+			c.stats.SaveFailures++
+			c.mu.Unlock()
+			return nil, fmt.Errorf("prompt cache: memory for a %d-byte state: %w", stateBytes, err)
+		}
 	}
-	if err != nil {
-		c.mu.Lock()
-		c.held -= held
-		c.stats.SaveFailures++
-		c.mu.Unlock()
-		return nil, fmt.Errorf("prompt cache: memory for a %d-byte state: %w", stateBytes, err)
-	}
-	return &Save{c: c, start: time.Now(), entry: &Entry{Tokens: append([]int32(nil), tokens...),
+	return &Save{c: c, start: start, entry: &Entry{Tokens: append([]int32(nil), tokens...),
 		StateBytes: stateBytes, Mem: mem, held: held}}, nil
+}
+
+// takeSpareLocked takes the smallest spare memory a state of n bytes fits,
+// none more than twice fresh (what new memory for it would be): a large
+// spare left for a small state would hold its bytes for nothing. c.mu is
+// held; the memory stays counted in held.
+func (c *Cache) takeSpareLocked(n, fresh int64) Memory {
+	best := -1
+	for i, m := range c.spare {
+		size := int64(len(m.Bytes()))
+		if size >= n && size <= 2*fresh && (best < 0 || size < int64(len(c.spare[best].Bytes()))) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return nil
+	}
+	m := c.spare[best]
+	c.spare = slices.Delete(c.spare, best, best+1)
+	return m
+}
+
+// makeRoomLocked frees spare memory, the largest first, then evicts the
+// least recently used entries, until need more bytes fit the budget; it
+// returns the memory to free once c.mu is let go. c.mu is held.
+func (c *Cache) makeRoomLocked(need int64) []Memory {
+	var free []Memory
+	for c.budget > 0 && c.held+need > c.budget && len(c.spare) > 0 {
+		i := 0
+		for j, m := range c.spare {
+			if len(m.Bytes()) > len(c.spare[i].Bytes()) {
+				i = j
+			}
+		}
+		m := c.spare[i]
+		c.spare = slices.Delete(c.spare, i, i+1)
+		c.held -= int64(len(m.Bytes()))
+		free = append(free, m)
+	}
+	for c.budget > 0 && c.held+need > c.budget && len(c.entries) > 0 {
+		e := c.evictOldestLocked()
+		c.held -= int64(len(e.Mem.Bytes())) // evicted to make room: freed, not kept
+		free = append(free, e.Mem)
+	}
+	return free
 }
 
 // Commit makes the save an entry, the most recently used, once the state
@@ -259,12 +344,12 @@ func (s *Save) Commit(wrote int64, posMin int) error {
 		c.stats.Saves++
 		c.stats.SaveBytes += uint64(wrote)
 		c.stats.SaveSeconds += time.Since(s.start).Seconds()
-		var drop []*Entry
+		var free []Memory
 		for c.budget < 0 && c.tokenLimit > 0 && c.tokens > c.tokenLimit && len(c.entries) > 0 {
-			drop = append(drop, c.evictOldestLocked())
+			free = append(free, c.retireLocked(c.evictOldestLocked())...)
 		}
 		c.mu.Unlock()
-		freeAll(drop)
+		freeAll(free)
 	})
 	if !done {
 		return fmt.Errorf("prompt cache: a save committed twice or after Abort")
@@ -272,16 +357,17 @@ func (s *Save) Commit(wrote int64, posMin int) error {
 	return nil
 }
 
-// Abort drops a save that failed: its memory is freed and uncounted.
+// Abort drops a save that failed: its memory is kept for another or freed.
 func (s *Save) Abort() { s.fail() }
 
 func (s *Save) fail() {
 	s.once.Do(func() {
-		s.entry.Mem.Free()
-		s.c.mu.Lock()
-		s.c.held -= s.entry.held
-		s.c.stats.SaveFailures++
-		s.c.mu.Unlock()
+		c := s.c
+		c.mu.Lock()
+		c.stats.SaveFailures++
+		free := c.retireLocked(s.entry)
+		c.mu.Unlock()
+		freeAll(free)
 	})
 }
 
@@ -336,14 +422,12 @@ func (c *Cache) Take(rule Rule, seq []int32, posMin int, prompt []int32) *Restor
 	return &Restore{c: c, Entry: e, start: time.Now()}
 }
 
-// Done frees a taken entry's memory once its restore is over, counting a
-// restore of its state bytes, or a restore failure.
+// Done ends a taken entry's restore, counting a restore of its state bytes
+// or a restore failure; its memory is kept for another save or freed.
 func (r *Restore) Done(restored bool) {
 	r.once.Do(func() {
-		r.Entry.Mem.Free()
 		c := r.c
 		c.mu.Lock()
-		c.held -= r.Entry.held
 		if restored {
 			c.stats.Restores++
 			c.stats.RestoreBytes += uint64(r.Entry.StateBytes)
@@ -351,31 +435,42 @@ func (r *Restore) Done(restored bool) {
 		} else {
 			c.stats.RestoreFailures++
 		}
+		free := c.retireLocked(r.Entry)
 		c.mu.Unlock()
+		freeAll(free)
 	})
 }
 
-// removeLocked uncounts e, which the caller takes out of c.entries and
-// frees once c.mu is let go; c.mu is held.
-func (c *Cache) removeLocked(e *Entry) *Entry {
-	c.held -= e.held
-	c.tokens -= len(e.Tokens)
-	return e
+// retireLocked uncounts e (out of c.entries, or never in them), keeping its
+// memory as spare while there is room for it, and returns what is to be
+// freed once c.mu is let go. c.mu is held.
+func (c *Cache) retireLocked(e *Entry) []Memory {
+	c.held -= e.held - int64(len(e.Mem.Bytes()))
+	if len(c.spare) < maxSpare {
+		c.spare = append(c.spare, e.Mem)
+		return nil
+	}
+	c.held -= int64(len(e.Mem.Bytes()))
+	return []Memory{e.Mem}
 }
 
 // evictOldestLocked takes out the least recently used entry, counted as an
-// eviction; c.mu is held and there is one.
+// eviction, its tokens uncounted (its bytes are its caller's to retire or
+// free); c.mu is held and there is one.
 func (c *Cache) evictOldestLocked() *Entry {
 	e := c.entries[0]
 	c.entries[0] = nil
 	c.entries = c.entries[1:]
 	c.stats.Evictions++
-	return c.removeLocked(e)
+	c.tokens -= len(e.Tokens)
+	c.held -= e.held - int64(len(e.Mem.Bytes()))
+	e.held = int64(len(e.Mem.Bytes()))
+	return e
 }
 
-func freeAll(es []*Entry) {
-	for _, e := range es {
-		e.Mem.Free()
+func freeAll(ms []Memory) {
+	for _, m := range ms {
+		m.Free()
 	}
 }
 
@@ -391,18 +486,24 @@ func (c *Cache) Stats() *iface.PromptCacheStats {
 	return &s
 }
 
-// Drop frees every entry (the backend's sequences are gone: a model
-// reload). Saves and restores under way keep theirs until they end.
+// Drop frees every entry and the spare memory (the backend's sequences
+// are gone: a model reload). Saves and restores under way keep theirs
+// until they end.
 func (c *Cache) Drop() {
 	if c == nil {
 		return
 	}
 	c.mu.Lock()
-	drop := c.entries
-	for _, e := range drop {
-		c.removeLocked(e)
+	var free []Memory
+	for _, e := range c.entries {
+		c.held -= e.held
+		free = append(free, e.Mem)
 	}
-	c.entries = nil
+	for _, m := range c.spare {
+		c.held -= int64(len(m.Bytes()))
+		free = append(free, m)
+	}
+	c.entries, c.spare, c.tokens = nil, nil, 0
 	c.mu.Unlock()
-	freeAll(drop)
+	freeAll(free)
 }

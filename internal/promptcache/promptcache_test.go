@@ -240,7 +240,7 @@ func TestSaveContained(t *testing.T) {
 	if got := cached(c); !slices.Equal(got, []int32{500, 1}) {
 		t.Fatalf("cached %v", got)
 	}
-	if a.live != 30 {
+	if a.live != 40 { // the dropped entry's memory is kept for the next save
 		t.Fatalf("live %d", a.live)
 	}
 }
@@ -323,7 +323,7 @@ func TestTake(t *testing.T) {
 		}
 		if r != nil {
 			r.Done(false)
-			if st := c.Stats(); st.RestoreFailures != 1 || st.Restores != 0 || st.Bytes != 4*st.Tokens+20 {
+			if st := c.Stats(); st.RestoreFailures != 1 || st.Restores != 0 || st.Bytes != 4*st.Tokens+30 { // two entries, the taken one's memory kept
 				t.Errorf("%s: after a failed restore %+v", tc.name, st)
 			}
 		}
@@ -352,8 +352,12 @@ func TestFailures(t *testing.T) {
 	s.Abort()
 	s.Abort()
 	st := c.Stats()
-	if st.Bytes != 0 || st.Entries != 0 || a.live != 0 || st.SaveFailures != 3 || st.Saves != 0 {
+	if st.Bytes != 100 || st.Entries != 0 || a.live != 100 || st.SaveFailures != 3 || st.Saves != 0 { // the memory kept for the next save
 		t.Fatalf("stats %+v, live %d", st, a.live)
+	}
+	c.Drop()
+	if st := c.Stats(); st.Bytes != 0 || a.live != 0 {
+		t.Fatalf("after Drop: %+v, live %d", st, a.live)
 	}
 	if New(0, 100, a) != nil {
 		t.Fatal("a cache of no bytes")
@@ -423,6 +427,75 @@ func TestConcurrentBudget(t *testing.T) {
 	c.Drop()
 	if a.live != 0 {
 		t.Fatalf("%d bytes live after Drop", a.live)
+	}
+}
+
+// countingAlloc counts the allocations its fakeAlloc makes.
+type countingAlloc struct {
+	*fakeAlloc
+	n int
+}
+
+func (a *countingAlloc) Alloc(n int64) (Memory, error) {
+	a.n++
+	return a.fakeAlloc.Alloc(n)
+}
+
+// TestSpare: an entry's memory, once restored, is kept for the next save
+// it fits (a conversation's longer state in the room roomFor leaves), so
+// conversations taking turns allocate nothing after their first saves;
+// kept memory counts against the budget and goes first, before entries,
+// when a save needs room; at most maxSpare are kept.
+func TestSpare(t *testing.T) {
+	a := &countingAlloc{fakeAlloc: &fakeAlloc{page: 1 << 10}}
+	c := New(64<<20, 0, a)
+	state := func(tokens int) int64 { return 8<<20 + int64(tokens)<<12 } // 8 MiB and 4 KiB a token
+	convs := [][]int32{seq(1000, 100), seq(2000, 100)}
+	save(t, c, convs[0], state(100))
+	for turn := range 6 {
+		k := turn % 2
+		conv := convs[k]
+		if r := c.Take(Rule{}, nil, -1, cat(conv, 9)); turn > 0 && r == nil {
+			t.Fatalf("turn %d: conversation %d not in the cache", turn, k)
+		} else if r != nil {
+			r.Done(true)
+		}
+		convs[1-k] = cat(convs[1-k], seq(int32(5000+10*turn), 10)...) // the other one went on meanwhile
+		save(t, c, convs[1-k], state(len(convs[1-k])))
+	}
+	// One slot: the one coming back leaves its memory to the one leaving.
+	if st := c.Stats(); a.n != 1 || st.Bytes != a.live+4*st.Tokens || st.Bytes > 64<<20 {
+		t.Fatalf("%d allocations for two conversations taking turns on one slot; %+v, live %d", a.n, st, a.live)
+	}
+	if roomFor(8<<20+1) != 10<<20 || roomFor(9<<20) != 10<<20 || roomFor(100) != 100 || roomFor(16<<20) != 16<<20 {
+		t.Fatalf("roomFor %d %d %d %d", roomFor(8<<20+1), roomFor(9<<20), roomFor(100), roomFor(16<<20))
+	}
+
+	// Room: spare memory goes before any entry.
+	small := New(33<<20, 0, &fakeAlloc{page: 1}) // three 10 MiB entries, or two and a 12 MiB one
+	for i := range 3 {
+		save(t, small, seq(int32(100*(i+1)), 10), 9<<20)
+	}
+	r := small.Take(Rule{}, nil, -1, cat(seq(100, 10), 1))
+	r.Done(true) // its 10 MiB kept
+	if got := cached(small); !slices.Equal(got, []int32{200, 300}) || len(small.spare) != 1 {
+		t.Fatalf("cached %v, %d spare", got, len(small.spare))
+	}
+	save(t, small, seq(900, 10), 12<<20) // too large for the spare memory, which is freed for it
+	if got, st := cached(small), small.Stats(); !slices.Equal(got, []int32{200, 300, 900}) || len(small.spare) != 0 || st.Evictions != 0 {
+		t.Fatalf("cached %v, %d spare, %+v", got, len(small.spare), st)
+	}
+
+	// At most maxSpare kept.
+	many := New(-1, 0, &fakeAlloc{page: 1})
+	for i := range maxSpare + 2 {
+		save(t, many, seq(int32(100*(i+1)), 10), 100)
+	}
+	for i := range maxSpare + 2 {
+		many.Take(Rule{}, nil, -1, cat(seq(int32(100*(i+1)), 10), 1)).Done(true)
+	}
+	if st := many.Stats(); len(many.spare) != maxSpare || st.Bytes != maxSpare*100 || st.Entries != 0 {
+		t.Fatalf("%d spare, %+v", len(many.spare), st)
 	}
 }
 
