@@ -1,0 +1,69 @@
+package main
+
+import "fmt"
+
+// writePromptCache is the page's section "A prefix that left its slot":
+// the prompt cache measurement's medians, with the cache and without, and
+// every round.
+func (r *report) writePromptCache(p func(string, ...any)) {
+	c := r.PromptCache
+	if c == nil {
+		return
+	}
+	p("## A prefix that left its slot: the prompt cache")
+	p("")
+	p("Ours only, `--slots 1`, `n_ctx=%d`, one engine with the host-memory prompt cache (`cache_ram=%d`, MiB) and one without (`cache_ram=0`), "+
+		"each alone, one after the other. Each round, prompts as token ids, %d tokens generated each, one request at a time: "+
+		"**A**, a prefix of %d tokens and a question of about %d; **other**, %d tokens of another text, which takes the slot (with the cache, A's sequence is saved first); "+
+		"**back**, the prefix and another question (with the cache, A's sequence is restored and only the question evaluated; without, all of it); "+
+		"**in its slot**, the prefix and a third question, straight after (both engines keep the prefix in the slot: the floor). "+
+		"TTFT is from the request sent to its first token, through HTTP; medians over %d rounds, each of its own prefix, after an untimed warm-up round. "+
+		"Restore and save GB/s: the state bytes over the time of every restore and save (warm-up included), from `/metrics`.",
+		c.NCtx, c.RAM, cacheN, c.Prefix, cacheSuffix, c.Other, c.Reps)
+	p("")
+	if len(c.Engines) < 2 {
+		p("Not measured: it failed (see Failures).")
+		p("")
+		return
+	}
+	on, off := c.Engines[0].Sum, c.Engines[1].Sum
+	p("| TTFT p50 ms | cache on | cache off | on ÷ off |")
+	p("|---|---|---|---|")
+	for _, row := range []struct {
+		name   string
+		on, of fnum
+	}{{"A: the prefix, first time", on.A, off.A}, {"other: takes the slot", on.Other, off.Other},
+		{"**back: the prefix after it left its slot**", on.Back, off.Back}, {"in its slot: the prefix still there", on.InSlot, off.InSlot}} {
+		p("| %s | %s | %s | %s |", row.name, fcell(row.on, 1), fcell(row.of, 1), fratio(row.on, row.of))
+	}
+	p("")
+	p("With the cache: %.0f hits, %.0f restores of %s bytes each at %s GB/s, %.0f saves at %s GB/s (`/metrics`: %s).",
+		on.Hits, on.Restores, fcell(on.RestoreBytes, 0), fcell(on.RestoreGBps, gbPrec), on.Saves, fcell(on.SaveGBps, gbPrec), metricsLine(c.Engines[0].Metrics))
+	p("")
+	p("| engine | round | A ms | other ms | back ms | in its slot ms |")
+	p("|---|---|---|---|---|---|")
+	for _, e := range c.Engines {
+		for i, rd := range e.Rounds {
+			p("| %s | %d | %.1f | %.1f | %.1f | %.1f |", onOff(e.Cache), i+1, msOf(rd.A.ttft()), msOf(rd.Other.ttft()), msOf(rd.Back.ttft()), msOf(rd.InSlot.ttft()))
+		}
+	}
+	p("")
+	for _, e := range c.Engines {
+		for _, s := range e.Settings {
+			p("- cache %s: `%s`", onOff(e.Cache), s)
+		}
+	}
+	p("")
+}
+
+// metricsLine is the cache's series, name=value, in name order.
+func metricsLine(m map[string]float64) string {
+	s := ""
+	for i, k := range sortedKeys(m) {
+		if i > 0 {
+			s += ", "
+		}
+		s += fmt.Sprintf("%s=%g", k, m[k])
+	}
+	return s
+}
