@@ -16,18 +16,22 @@ import (
 	"time"
 )
 
-// cacheN is what each of the measurement's requests generates: its time to
-// first token is what is measured, the rest only ends it.
+// cacheN is what the request whose prefix comes back generates: its time
+// to first token is what is measured, the rest only ends it. The others
+// generate nothing (max_tokens 0, a prefill): the sequence they leave is
+// their prompt exactly, which the next prompt extends, so that a hybrid or
+// recurrent model's state, which cannot be cut, serves it too.
 const cacheN = 4
 
 // cacheSuffix is the length of the questions after the shared prefix.
 const cacheSuffix = 32
 
-// cachePrompts is one round's prompts: the prefix and a question (A), the
-// prompt that takes the slot from it (other), the prefix and another
-// question (back), and a third (inSlot), which finds the prefix in its slot.
+// cachePrompts is one round's prompts, in the order sent: the prefix and a
+// question (A); A and a second question (inSlot), which finds A in its
+// slot; another text (other), which takes the slot; inSlot and a third
+// question (back), which finds inSlot's sequence in the cache or nowhere.
 type cachePrompts struct {
-	A, Other, Back, InSlot prompt
+	A, InSlot, Other, Back prompt
 	Prefix                 int // the prefix's tokens
 }
 
@@ -52,12 +56,12 @@ type cacheEngine struct {
 	Sum      cacheSummary       `json:"summary"`
 }
 
-// cacheRound is one round's requests, in the order sent.
+// cacheRound is one round's requests.
 type cacheRound struct {
 	A      sample `json:"a"`
+	InSlot sample `json:"in_slot"`
 	Other  sample `json:"other"`
 	Back   sample `json:"back"`
-	InSlot sample `json:"in_slot"`
 }
 
 // cacheSummary is the rounds' TTFT medians (ms) and, from /metrics, the
@@ -98,8 +102,9 @@ func cachePlan(ctx context.Context, tk tokenizer, o options) ([]cachePrompts, er
 	}
 	out := make([]cachePrompts, n)
 	for i := range out {
-		out[i] = cachePrompts{A: join(prefixes[i], questions[3*i]), Other: others[i],
-			Back: join(prefixes[i], questions[3*i+1]), InSlot: join(prefixes[i], questions[3*i+2]), Prefix: len(prefixes[i].Tokens)}
+		a := join(prefixes[i], questions[3*i])
+		in := join(a, questions[3*i+1])
+		out[i] = cachePrompts{A: a, InSlot: in, Other: others[i], Back: join(in, questions[3*i+2]), Prefix: len(prefixes[i].Tokens)}
 	}
 	return out, nil
 }
@@ -131,8 +136,8 @@ func measurePromptCache(ctx context.Context, o options, pl plan, rep *report) *p
 			continue
 		}
 		s := eng.Sum
-		logf("  TTFT p50: A %.0f ms, other %.0f, back %.0f, in its slot %.0f; restores %.0f at %.2f GB/s, saves at %.2f GB/s",
-			s.A, s.Other, s.Back, s.InSlot, s.Restores, s.RestoreGBps, s.SaveGBps)
+		logf("  p50: A %.0f ms, in its slot %.0f, other %.0f, back (TTFT) %.0f; restores %.0f at %.2f GB/s, saves at %.2f GB/s",
+			s.A, s.InSlot, s.Other, s.Back, s.Restores, s.RestoreGBps, s.SaveGBps)
 	}
 	return r
 }
@@ -161,8 +166,8 @@ func runCacheEngine(ctx context.Context, o options, pl plan, nCtx int, on bool, 
 			if e := rd.failed(); e != "" {
 				return fmt.Errorf("round %d: %s", i+1, e)
 			}
-			logf("  round %d: TTFT A %.0f ms, other %.0f, back %.0f, in its slot %.0f",
-				i+1, msOf(rd.A.ttft()), msOf(rd.Other.ttft()), msOf(rd.Back.ttft()), msOf(rd.InSlot.ttft()))
+			logf("  round %d: A %.0f ms, in its slot %.0f, other %.0f, back (TTFT) %.0f",
+				i+1, msOf(rd.A.ttft()), msOf(rd.InSlot.ttft()), msOf(rd.Other.ttft()), msOf(rd.Back.ttft()))
 		}
 		m, err := cacheMetrics(ctx, ep)
 		eng.Metrics = m
@@ -185,17 +190,17 @@ func runCacheEngine(ctx context.Context, o options, pl plan, nCtx int, on bool, 
 
 // cacheRoundOf sends a round's requests one after the other.
 func cacheRoundOf(ctx context.Context, ep *endpoint, cp cachePrompts) cacheRound {
-	do := func(p prompt) sample { return ep.do(ctx, time.Now(), call{p: p, n: cacheN, slot: -1}, nil) }
+	do := func(p prompt, n int) sample { return ep.do(ctx, time.Now(), call{p: p, n: n, slot: -1}, nil) }
 	var r cacheRound
-	r.A = do(cp.A)
-	r.Other = do(cp.Other)
-	r.Back = do(cp.Back)
-	r.InSlot = do(cp.InSlot)
+	r.A = do(cp.A, 0)
+	r.InSlot = do(cp.InSlot, 0)
+	r.Other = do(cp.Other, 0)
+	r.Back = do(cp.Back, cacheN)
 	return r
 }
 
 func (r cacheRound) failed() string {
-	for _, s := range []sample{r.A, r.Other, r.Back, r.InSlot} {
+	for _, s := range []sample{r.A, r.InSlot, r.Other, r.Back} {
 		if s.Err != "" {
 			return s.Err
 		}
