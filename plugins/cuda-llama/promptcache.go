@@ -19,6 +19,11 @@ import (
 // through the code STATE_GET and STATE_PUT use. The entries' memory is
 // pinned on a GPU, so saves and restores are DMA copies.
 
+// cachePiece is the most of a state a save writes, or a restore reads, with
+// the context lock held: between pieces the other slots' steps go on, as
+// between a STATE_GET's or STATE_PUT's chunks. Tests lower it.
+var cachePiece = 64 << 20
+
 // newPromptCache is the cache of a cache_ram of mib MiB (nil for 0), its
 // entries pinned for DMA on a GPU.
 func (e *engine) newPromptCache(mib int64) *promptcache.Cache {
@@ -111,7 +116,7 @@ func (e *engine) saveToCache(ctx context.Context, i int, seq []int32) {
 // a STATE_GET does, in one transfer.
 func (e *engine) saveEntry(ctx context.Context, i int, sv *promptcache.Save, size int64) savedState {
 	defer e.beginTransfer()()
-	return e.saveState(ctx, i, int(size), &entryWriter{b: sv.Mem()[:size]})
+	return e.saveState(ctx, i, int(min(size, int64(cachePiece))), &entryWriter{b: sv.Mem()[:size]})
 }
 
 // restoreFromCache restores a taken entry into slot i as a STATE_PUT does,
@@ -138,8 +143,8 @@ func (e *engine) restoreFromCache(ctx context.Context, i int, s *slot, r *prompt
 		"pinned", promptcache.Pinned(r.Entry.Mem), "elapsed", time.Since(start).String())
 }
 
-// entryWriter is an shm.ChunkWriter over a save's memory, one buffer, so
-// the shim writes the state straight into it.
+// entryWriter is an shm.ChunkWriter over a save's memory, in pieces of
+// cachePiece, so the shim writes the state straight into it.
 type entryWriter struct {
 	b   []byte
 	off int
@@ -151,7 +156,7 @@ func (w *entryWriter) Buffer() ([]byte, error) {
 	if w.off == len(w.b) {
 		return nil, fmt.Errorf("prompt cache: the state outgrows the %d bytes it announced", len(w.b))
 	}
-	return w.b[w.off:], nil
+	return w.b[w.off:min(len(w.b), w.off+cachePiece)], nil
 }
 
 func (w *entryWriter) Commit(n int) error {
@@ -176,7 +181,8 @@ func (w *entryWriter) Write(p []byte) (int, error) {
 }
 
 // entryReader is an shm.RegionReader over a cache entry's state: the
-// restore reads its head, then takes the rest in place, in one piece.
+// restore reads its head, then takes the rest in place, in pieces of
+// cachePiece.
 type entryReader struct {
 	b      []byte
 	off    int
@@ -195,8 +201,8 @@ func (r *entryReader) Next() ([]byte, error) {
 	if r.off == len(r.b) {
 		return nil, io.EOF
 	}
-	p := r.b[r.off:]
-	r.off = len(r.b)
+	p := r.b[r.off:min(len(r.b), r.off+cachePiece)]
+	r.off += len(p)
 	return p, nil
 }
 

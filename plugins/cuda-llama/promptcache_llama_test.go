@@ -5,6 +5,7 @@ package cudallama
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -56,6 +57,17 @@ func cacheStats(t testing.TB, b *Backend) iface.PromptCacheStats {
 // the same state; the RPC-style prompt without the cache's flags and a
 // backend without cache_ram see none of it.
 func TestPromptCacheRestoresEvicted(t *testing.T) {
+	for _, piece := range []int{cachePiece, 4093} { // one piece; many, fields across them
+		t.Run(fmt.Sprintf("pieces of %d", piece), func(t *testing.T) {
+			old := cachePiece
+			cachePiece = piece
+			t.Cleanup(func() { cachePiece = old })
+			testPromptCacheRestoresEvicted(t)
+		})
+	}
+}
+
+func testPromptCacheRestoresEvicted(t *testing.T) {
 	b := load(t, tiny(t), 1, map[string]string{OptCacheRAM: "64"})
 	referenceKernels(t, b)
 	first := tokensOf(t, b, "a long conversation about the cache, "+story)
