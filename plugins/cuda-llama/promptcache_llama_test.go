@@ -57,18 +57,21 @@ func cacheStats(t testing.TB, b *Backend) iface.PromptCacheStats {
 // the same state; the RPC-style prompt without the cache's flags and a
 // backend without cache_ram see none of it.
 func TestPromptCacheRestoresEvicted(t *testing.T) {
-	for _, piece := range []int{cachePiece, 4093} { // one piece; many, fields across them
-		t.Run(fmt.Sprintf("pieces of %d", piece), func(t *testing.T) {
+	for _, c := range []struct {
+		piece   int
+		unified string
+	}{{cachePiece, "true"}, {4093, "true"}, {cachePiece, "false"}} { // one piece; many, fields across them; a KV stream per slot
+		t.Run(fmt.Sprintf("pieces of %d, kv_unified %s", c.piece, c.unified), func(t *testing.T) {
 			old := cachePiece
-			cachePiece = piece
+			cachePiece = c.piece
 			t.Cleanup(func() { cachePiece = old })
-			testPromptCacheRestoresEvicted(t)
+			testPromptCacheRestoresEvicted(t, map[string]string{OptKVUnified: c.unified})
 		})
 	}
 }
 
-func testPromptCacheRestoresEvicted(t *testing.T) {
-	b := load(t, tiny(t), 1, map[string]string{OptCacheRAM: "64"})
+func testPromptCacheRestoresEvicted(t *testing.T, opts map[string]string) {
+	b := load(t, tiny(t), 1, map[string]string{OptCacheRAM: "64", OptKVUnified: opts[OptKVUnified]})
 	referenceKernels(t, b)
 	first := tokensOf(t, b, "a long conversation about the cache, "+story)
 	other := tokensOf(t, b, "something else entirely, of some length too, to take the slot")
@@ -97,7 +100,7 @@ func testPromptCacheRestoresEvicted(t *testing.T) {
 	}
 	state := normSeq(stateOf(t, b, 0, 1<<20))
 
-	fresh := load(t, tiny(t), 1, nil)
+	fresh := load(t, tiny(t), 1, opts)
 	referenceKernels(t, fresh)
 	want, wres, err := promptDecode(context.Background(), fresh, 0, next, 20, iface.SamplerParams{IgnoreEOS: true})
 	if err != nil || wres.Prompt == nil || wres.Prompt.Reused != 0 {
