@@ -76,7 +76,7 @@ type Rule struct {
 // prefix, less the prompt's last token, which is always evaluated (its
 // logits are the reply's), where the memory can be cut there.
 func (r Rule) Keep(seq []int32, posMin int, prompt []int32) int {
-	keep := min(CommonPrefix(seq, prompt), len(prompt)-1)
+	keep := min(iface.CommonPrefix(seq, prompt), len(prompt)-1)
 	switch {
 	case keep <= 0 || posMin < 0 || posMin > max(0, keep-r.Window):
 		return 0
@@ -92,7 +92,7 @@ func (r Rule) shared(seq []int32, posMin int, prompt []int32) int {
 	if r.Keep(seq, posMin, prompt) == 0 {
 		return 0
 	}
-	return CommonPrefix(seq, prompt)
+	return iface.CommonPrefix(seq, prompt)
 }
 
 // Leaves reports whether a slot's sequence seq (first position posMin)
@@ -100,15 +100,6 @@ func (r Rule) shared(seq []int32, posMin int, prompt []int32) int {
 // than SaveBelow of them. Such a sequence is what a cache saves.
 func (r Rule) Leaves(seq []int32, posMin int, prompt []int32) bool {
 	return len(seq) > 0 && float64(r.shared(seq, posMin, prompt)) < SaveBelow*float64(len(seq))
-}
-
-// CommonPrefix is the number of leading tokens a and b share.
-func CommonPrefix(a, b []int32) int {
-	n := 0
-	for n < len(a) && n < len(b) && a[n] == b[n] {
-		n++
-	}
-	return n
 }
 
 // Entry is one cached sequence.
@@ -214,7 +205,7 @@ func (c *Cache) Begin(tokens []int32, stateBytes int64) (*Save, error) {
 	tokenHeld := tokenBytes * int64(len(tokens))
 	c.mu.Lock()
 	for _, e := range c.entries {
-		if CommonPrefix(e.Tokens, tokens) == len(tokens) {
+		if iface.CommonPrefix(e.Tokens, tokens) == len(tokens) {
 			c.stats.Skipped++
 			c.mu.Unlock()
 			return nil, nil
@@ -228,7 +219,7 @@ func (c *Cache) Begin(tokens []int32, stateBytes int64) (*Save, error) {
 	var free []Memory
 	kept := c.entries[:0]
 	for _, e := range c.entries {
-		if CommonPrefix(e.Tokens, tokens) == len(e.Tokens) {
+		if iface.CommonPrefix(e.Tokens, tokens) == len(e.Tokens) {
 			c.tokens -= len(e.Tokens)
 			free = append(free, c.retireLocked(e)...)
 			continue

@@ -1,5 +1,7 @@
 package cudallama
 
+import "github.com/hydra-engine/hydra-engine/iface"
+
 // Options of the host-memory prompt cache (promptcache.go).
 const (
 	// OptCacheRAM is the prompt cache's budget in MiB, llama-server's
@@ -22,7 +24,7 @@ type cacheOptions struct {
 
 func init() {
 	optionParsers[OptCacheRAM] = func(o *options, key, v string) error {
-		n, err := parseInt(key, v, -1, maxCacheRAM)
+		n, err := iface.ParseIntOption(key, v, -1, maxCacheRAM)
 		o.cacheRAM = int64(n)
 		return err
 	}
