@@ -148,6 +148,36 @@ type BackendInfo struct {
 	// "" where the backend has none.
 	ChatTemplate       string
 	BOSToken, EOSToken string
+
+	// PromptCache is the backend's host-memory prompt cache as it stands
+	// now (cache_ram, llama-server's --cache-ram); nil where it keeps none.
+	PromptCache *PromptCacheStats
+}
+
+// PromptCacheStats is a prompt cache's figures: what it holds now, and
+// running totals since the backend loaded.
+type PromptCacheStats struct {
+	// BudgetBytes is the most it may hold, -1 for no limit in bytes (the
+	// tokens it holds are then bounded by n_ctx, as llama-server's are).
+	BudgetBytes int64
+	Bytes       int64 // held now: the entries' memory and tokens, memory kept for the next saves, saves and restores under way
+	Entries     int64
+	Tokens      int64
+	// Hits and Misses count the prompts it was asked for: a cached sequence
+	// chosen to start the prompt from, or none.
+	Hits, Misses uint64
+	// Saves are sequences saved into it; Restores sequences restored from
+	// it into a slot; each with its state bytes and the seconds it took.
+	Saves, SaveBytes       uint64
+	SaveSeconds            float64
+	Restores, RestoreBytes uint64
+	RestoreSeconds         float64
+	// Evictions are entries dropped, least recently used first, to stay
+	// within the budget (or n_ctx's tokens); Skipped sequences not saved,
+	// being in it already or larger than the budget; the failures saves
+	// and restores that failed (a restore's slot is then evaluated anew).
+	Evictions, Skipped            uint64
+	SaveFailures, RestoreFailures uint64
 }
 
 // SplitKV reports whether every slot has KV cells of its own (NCtxSlot of
@@ -237,6 +267,15 @@ type PrefillRequest struct {
 	// /tokenize, /detokenize and /apply-template (Prompt.Text, Pieces) rather
 	// than the prompt Prefill would evaluate; nil: that prompt.
 	Tokenize *TokenizeOptions
+	// PromptCache: the prompt is an HTTP completion's, which a backend with
+	// a host-memory prompt cache may start from a cached sequence's state,
+	// restored into the slot where it is empty or SaveSequence is set.
+	// SaveSequence: the slot's sequence is an earlier HTTP completion's,
+	// which the backend may save into that cache before the prompt replaces
+	// it. A Hydra RPC client's prompt sets neither: a slot the coordinator
+	// fills is its own, never saved, dropped or replaced by the cache.
+	PromptCache  bool
+	SaveSequence bool
 }
 
 // TokenizeOptions are llama-server's /tokenize switches.

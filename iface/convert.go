@@ -37,6 +37,7 @@ func backendInfoToPB(i BackendInfo) *backendv1.BackendInfo {
 		ChatTemplate:  i.ChatTemplate,
 		BosToken:      i.BOSToken,
 		EosToken:      i.EOSToken,
+		PromptCache:   promptCacheToPB(i.PromptCache),
 	}
 }
 
@@ -69,7 +70,28 @@ func backendInfoFromPB(p *backendv1.BackendInfo) BackendInfo {
 		ChatTemplate:  p.GetChatTemplate(),
 		BOSToken:      p.GetBosToken(),
 		EOSToken:      p.GetEosToken(),
+		PromptCache:   promptCacheFromPB(p.GetPromptCache()),
 	}
+}
+
+func promptCacheToPB(c *PromptCacheStats) *backendv1.PromptCacheStats {
+	if c == nil {
+		return nil
+	}
+	return &backendv1.PromptCacheStats{BudgetBytes: c.BudgetBytes, Bytes: c.Bytes, Entries: c.Entries, Tokens: c.Tokens,
+		Hits: c.Hits, Misses: c.Misses, Saves: c.Saves, SaveBytes: c.SaveBytes, SaveSeconds: c.SaveSeconds,
+		Restores: c.Restores, RestoreBytes: c.RestoreBytes, RestoreSeconds: c.RestoreSeconds,
+		Evictions: c.Evictions, Skipped: c.Skipped, SaveFailures: c.SaveFailures, RestoreFailures: c.RestoreFailures}
+}
+
+func promptCacheFromPB(p *backendv1.PromptCacheStats) *PromptCacheStats {
+	if p == nil {
+		return nil
+	}
+	return &PromptCacheStats{BudgetBytes: p.GetBudgetBytes(), Bytes: p.GetBytes(), Entries: p.GetEntries(), Tokens: p.GetTokens(),
+		Hits: p.GetHits(), Misses: p.GetMisses(), Saves: p.GetSaves(), SaveBytes: p.GetSaveBytes(), SaveSeconds: p.GetSaveSeconds(),
+		Restores: p.GetRestores(), RestoreBytes: p.GetRestoreBytes(), RestoreSeconds: p.GetRestoreSeconds(),
+		Evictions: p.GetEvictions(), Skipped: p.GetSkipped(), SaveFailures: p.GetSaveFailures(), RestoreFailures: p.GetRestoreFailures()}
 }
 
 func swapResultToPB(r SwapResult) *backendv1.SwapQuantResponse {
@@ -209,7 +231,8 @@ func prefillToPB(req PrefillRequest) *backendv1.PrefillRequest {
 	}
 	return &backendv1.PrefillRequest{Slot: int64(req.Slot), Messages: msgs, Tokens: req.Tokens, Text: req.Text, Model: req.Model,
 		Tools: req.Tools, TemplateKwargs: req.TemplateKwargs, ToolChoice: req.ToolChoice, ToolChoiceName: req.ToolChoiceName,
-		ParallelToolCalls: req.ParallelToolCalls, Tokenize: tokenizeOptionsToPB(req.Tokenize)}
+		ParallelToolCalls: req.ParallelToolCalls, Tokenize: tokenizeOptionsToPB(req.Tokenize),
+		PromptCache: req.PromptCache, SaveSequence: req.SaveSequence}
 }
 
 func prefillFromPB(req *backendv1.PrefillRequest) PrefillRequest {
@@ -222,7 +245,8 @@ func prefillFromPB(req *backendv1.PrefillRequest) PrefillRequest {
 	}
 	return PrefillRequest{Slot: int(req.GetSlot()), Messages: msgs, Tokens: req.GetTokens(), Text: req.GetText(), Model: req.GetModel(),
 		Tools: req.GetTools(), TemplateKwargs: req.GetTemplateKwargs(), ToolChoice: req.GetToolChoice(),
-		ToolChoiceName: req.GetToolChoiceName(), ParallelToolCalls: req.ParallelToolCalls, Tokenize: tokenizeOptionsFromPB(req.GetTokenize())}
+		ToolChoiceName: req.GetToolChoiceName(), ParallelToolCalls: req.ParallelToolCalls, Tokenize: tokenizeOptionsFromPB(req.GetTokenize()),
+		PromptCache: req.GetPromptCache(), SaveSequence: req.GetSaveSequence()}
 }
 
 func messageToPB(m Message) *backendv1.Message {

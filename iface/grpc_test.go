@@ -52,6 +52,9 @@ func TestRoundTrip(t *testing.T) {
 		MaxTokenBytes: 7,
 		StateLayout:   `{"arch":"llama","kv_type":"q8_0","n_layer":48}`,
 		ChatTemplate:  "{{ messages }}", BOSToken: "<s>", EOSToken: "</s>",
+		PromptCache: &PromptCacheStats{BudgetBytes: -1, Bytes: 5 << 30, Entries: 3, Tokens: 40000, Hits: 7, Misses: 2,
+			Saves: 9, SaveBytes: 1 << 33, SaveSeconds: 0.25, Restores: 6, RestoreBytes: 3 << 30, RestoreSeconds: 0.125,
+			Evictions: 4, Skipped: 1, SaveFailures: 1, RestoreFailures: 2},
 	}
 	slotInfo := SlotInfo{Slot: 3, NPast: 5, Tokens: []int32{1, -2, math.MaxInt32, 4, 5}, StateSize: 1 << 40}
 	swapped := SwapResult{Swapped: 144, Bytes: 5 << 30, Duration: 1234567 * time.Microsecond, KVPreserved: true}
@@ -151,8 +154,8 @@ func TestRoundTrip(t *testing.T) {
 	t.Run("Prefill", func(t *testing.T) {
 		for _, req := range []PrefillRequest{
 			{Slot: 1, Messages: []Message{{Role: "system", Content: "be brief"}, {Role: "user", Content: "héllo ✓"}}, Model: "qwen"},
-			{Slot: 2, Tokens: []int32{151643, 0, 7}},
-			{Slot: 3, Text: "<|im_start|>user\nraw ✓"},
+			{Slot: 2, Tokens: []int32{151643, 0, 7}, PromptCache: true},
+			{Slot: 3, Text: "<|im_start|>user\nraw ✓", PromptCache: true, SaveSequence: true},
 		} {
 			got, err := b.Prefill(ctx, req)
 			if err != nil {

@@ -18,6 +18,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -109,6 +110,7 @@ func parseLlamaServer(args []string, getenv func(string) (string, bool), stderr 
 		return nil, fmt.Errorf("llama-server parameters: %w", err)
 	}
 	splitByDefault(inv)
+	cacheByDefault(inv)
 	if err := inv.cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -161,6 +163,23 @@ func splitByDefault(inv *invocation) {
 			inv.cfg.BackendOpts = map[string]string{}
 		}
 		inv.cfg.BackendOpts["kv_unified"] = "false"
+	}
+}
+
+// llamaServerCacheRAM is llama-server's --cache-ram default, in MiB.
+const llamaServerCacheRAM = "8192"
+
+// cacheByDefault gives the llama plugin llama-server's prompt cache when
+// --cache-ram is not given (the plugin's own default is none).
+func cacheByDefault(inv *invocation) {
+	if inv.cfg.Backend != llamaServerBackend {
+		return
+	}
+	if _, ok := inv.cfg.BackendOpts["cache_ram"]; !ok {
+		if inv.cfg.BackendOpts == nil {
+			inv.cfg.BackendOpts = map[string]string{}
+		}
+		inv.cfg.BackendOpts["cache_ram"] = llamaServerCacheRAM
 	}
 }
 
@@ -520,6 +539,17 @@ func lsModelParams() []lsParam {
 		{names: []string{"--context-shift"}, neg: []string{"--no-context-shift"}, kind: lsSwitch, doc: "shift a full slot's context: context_shift", apply: opt("--context-shift", "context_shift")},
 		{names: []string{"--swa-full"}, kind: lsSwitch, doc: "full-size sliding-window caches: swa_full", apply: opt("--swa-full", "swa_full")},
 		{names: []string{"--cache-reuse"}, hint: "N", doc: "min chunk reused from the cache by KV shifting: cache_reuse", apply: intOpt("--cache-reuse", "cache_reuse", 0)},
+		{names: []string{"--cache-ram", "-cram"}, hint: "N", doc: "host-memory prompt cache in MiB (< 0: no limit, 0: off; not given: 8192, as llama-server): cache_ram",
+			apply: func(ls *lsArgs, v string) error {
+				n, err := integer(v, math.MinInt64)
+				if n < 0 { // llama-server reads any negative size as no limit
+					v = "-1"
+				}
+				ls.setOpt("--cache-ram", "cache_ram", v)
+				return err
+			}},
+		{names: []string{"--cache-idle-slots"}, neg: []string{"--no-cache-idle-slots"}, kind: lsSwitch,
+			why: "idle slots are not saved when a task starts; a slot's sequence goes into the prompt cache (cache_ram) when another prompt takes its slot"},
 		{names: []string{"--rope-scaling"}, hint: "{none,linear,yarn}", doc: "RoPE scaling: rope_scaling", apply: func(ls *lsArgs, v string) error {
 			ls.setOpt("--rope-scaling", "rope_scaling", v)
 			if !slices.Contains([]string{"none", "linear", "yarn"}, v) {

@@ -75,7 +75,7 @@ func TestLlamaServerNodeLine(t *testing.T) {
 		"rope_scaling": "yarn", "rope_scale": "5", "yarn_orig_ctx": "32768", "reasoning": "on", "jinja": "true",
 		"chat_template_kwargs": `{"preserve_thinking": true}`, "context_shift": "true", "chat_template_file": tmpl,
 		"n_cpu_moe": "8", "n_gpu_layers": "all", "override_tensor": `token_embd\.weight=CPU,output\.weight=CPU,output_norm\.weight=CPU`,
-		"n_ctx": "320000",
+		"n_ctx": "320000", "cache_ram": "8192",
 	}
 	if !reflect.DeepEqual(c.BackendOpts, wantOpts) {
 		t.Errorf("backend options:\n got %v\nwant %v", c.BackendOpts, wantOpts)
@@ -164,6 +164,11 @@ func TestLlamaServerSpellings(t *testing.T) {
 		{[]string{"-ngl", "-1"}, "n_gpu_layers", "-1"},
 		{[]string{"-ncmoe", "3"}, "n_cpu_moe", "3"},
 		{[]string{"-a", "qwen"}, "alias", "qwen"},
+		{[]string{"-cram", "0"}, "cache_ram", "0"},
+		{[]string{"--cache-ram", "-1"}, "cache_ram", "-1"},
+		{[]string{"--cache-ram", "-5"}, "cache_ram", "-1"},
+		{[]string{"--cache-ram=512"}, "cache_ram", "512"},
+		{nil, "cache_ram", "8192"},
 	} {
 		if got := parseLS(t, tc.args...).cfg.BackendOpts[tc.key]; got != tc.want {
 			t.Errorf("%q: %s=%q, want %q", tc.args, tc.key, got, tc.want)
@@ -268,6 +273,7 @@ func TestLlamaServerErrors(t *testing.T) {
 		{[]string{"--ctx-size", "lots"}, "llama-server --ctx-size lots: not an integer"},
 		{[]string{"--ctx-size", "0"}, "0 (the model's training context) is not supported"},
 		{[]string{"--parallel", "0"}, "--parallel 0: must be at least 1"},
+		{[]string{"--cache-ram", "8G"}, "--cache-ram 8G: not an integer"},
 		{[]string{"-ngl", "auto"}, "auto (fitting the model to free memory) is not done here"},
 		{[]string{"-fa", "maybe"}, "want on, off or auto"},
 		{[]string{"--jinja=perhaps"}, "want a boolean"},
@@ -313,8 +319,10 @@ func TestLlamaServerPresets(t *testing.T) {
 	}
 	inv := parseLS(t, "--models-preset", ini, "--models-max", "2", "--cache-type-k", "q8_0", "--rpc-port", "9510")
 	want := []modelPreset{
-		{alias: "qwen3-moe", model: "/m/q.gguf", opts: map[string]string{"n_ctx": "8192", "n_cpu_moe": "8", "cache_type_k": "q8_0", "kv_unified": "false", "alias": "qwen3-moe"}},
-		{alias: "tiny", model: "/m/s.gguf", opts: map[string]string{"n_ctx": "8192", "cache_type_k": "q8_0", "kv_unified": "true", "alias": "tiny"}},
+		{alias: "qwen3-moe", model: "/m/q.gguf", opts: map[string]string{"n_ctx": "8192", "n_cpu_moe": "8", "cache_type_k": "q8_0", "kv_unified": "false",
+			"cache_ram": "8192", "alias": "qwen3-moe"}},
+		{alias: "tiny", model: "/m/s.gguf", opts: map[string]string{"n_ctx": "8192", "cache_type_k": "q8_0", "kv_unified": "true",
+			"cache_ram": "8192", "alias": "tiny"}},
 	}
 	if !reflect.DeepEqual(inv.cfg.presets, want) {
 		t.Errorf("presets %+v\nwant %+v", inv.cfg.presets, want)
@@ -514,7 +522,7 @@ func TestLlamaEngineParams(t *testing.T) {
 func TestLlamaServerOptionsOnMock(t *testing.T) {
 	tmpl := templateFile(t)
 	values := []string{"1", "on", "true", "all", "yarn", "q8_0", "1.5", "auto", tmpl, `{"a": 1}`, `blk\.0\.=CPU`, "localhost:1", "deepseek"}
-	known := append(slices.Clone(mock.LlamaServerOptions), mock.OptAlias, mock.OptKVBytesPerToken, mock.OptKVUnified, mock.OptNCtx, mock.OptOpDelayMS)
+	known := append(slices.Clone(mock.LlamaServerOptions), mock.OptAlias, mock.OptCacheRAM, mock.OptKVBytesPerToken, mock.OptKVUnified, mock.OptNCtx, mock.OptOpDelayMS)
 	for _, p := range llamaServerParams() {
 		for _, v := range values {
 			ls := &lsArgs{settings: map[string]any{}, opts: map[string]string{}, sampler: map[string]string{}, setBy: map[string][]string{}, noted: map[string]bool{}}

@@ -327,6 +327,10 @@ func (a *api) run(w http.ResponseWriter, r *http.Request, b iface.Backend, info 
 		return &stepError{step: "taking a slot", err: err}
 	}
 	a.metrics.queueSeconds.WithLabelValues(info.Model.Alias).Observe(time.Since(queued).Seconds())
+	// A completion's prompt may start from the backend's prompt cache, and
+	// the slot's sequence go there first where an earlier completion left
+	// it; never a Hydra RPC client's.
+	c.prefill.PromptCache, c.prefill.SaveSequence = true, lease.Found() == host.HolderHTTP
 	rn := &completionRun{a: a, ctx: r.Context(), b: b, info: info, c: c, slot: lease.Slot(),
 		w: w, rc: http.NewResponseController(w), body: newCompletionBody(c, info), probs: newTokenProbs(c),
 		interToken: a.metrics.interToken.WithLabelValues(info.Model.Alias)}

@@ -72,6 +72,7 @@ type metrics struct {
 	kvEvictions, kvEvictedCells                                                 *prometheus.Desc
 	queueLen                                                                    func() int
 	llama                                                                       llamaCompat
+	cache                                                                       promptCacheDescs
 }
 
 // llamaCompat are llama-server's metrics where one of ours means the same,
@@ -197,6 +198,7 @@ func newMetrics(s *host.Server) *metrics {
 		queue: prometheus.NewDesc(metricQueue,
 			"HTTP completions waiting for a slot.", nil, nil),
 		llama: newLlamaCompat(),
+		cache: newPromptCacheDescs(),
 	}
 	m.reg.MustRegister(m, m.transferSeconds, m.transferBytes, m.tokensPerSecond, m.httpRequests, m.queueSeconds, m.ttft, m.interToken,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -242,6 +244,9 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range m.llama.descs() {
 		ch <- d
 	}
+	for _, d := range m.cache.descs() {
+		ch <- d
+	}
 }
 
 // Collect reads the running totals at scrape time.
@@ -266,6 +271,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	m.collectLimits(ch)
 	m.collectLlama(ch, prefill, decode, busy)
+	m.collectPromptCache(ch)
 	_, info := s.Backend()
 	ch <- prometheus.MustNewConstMetric(m.info, prometheus.GaugeValue, 1,
 		s.Config().Version, info.Name, info.Version, info.Model.Alias, info.Model.Hash)

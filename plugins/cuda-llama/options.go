@@ -121,6 +121,7 @@ type options struct {
 	mmap                    bool
 	eagerLogits             bool // restore_logits=eager
 	kvOptions
+	cacheOptions
 	templateOptions
 	placementOptions
 	ropeOptions

@@ -20,6 +20,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/internal/promptcache"
 )
 
 // Identity of the backend as reported by Info.
@@ -56,7 +57,7 @@ const (
 	OptKVUnified = "kv_unified"
 )
 
-var knownOptions = []string{OptAlias, OptKVBytesPerToken, OptKVUnified, OptNCtx, OptOpDelayMS}
+var knownOptions = []string{OptAlias, OptCacheRAM, OptKVBytesPerToken, OptKVUnified, OptNCtx, OptOpDelayMS}
 
 // LlamaServerOptions are the llama plugin's options that hydra-engine's
 // llama-server mode passes (cmd/hydra-engine/llamaserver.go), beyond those
@@ -90,7 +91,8 @@ type engine struct {
 	kvUnified bool
 	opDelay   time.Duration
 	slots     []*slot
-	cells     sync.Mutex // serialises the shared pool's checks with the claims they make (kvUnified)
+	cells     sync.Mutex         // serialises the shared pool's checks with the claims they make (kvUnified)
+	pcache    *promptcache.Cache // HTTP completions' sequences in host memory (promptcache.go); nil without
 }
 
 // New returns an unloaded mock backend logging to logger (nil: discard).
@@ -148,15 +150,17 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 	for i := range e.slots {
 		e.slots[i] = &slot{hash: hashSeed}
 	}
-	b.eng.Store(e)
 	if opts.kvUnified {
 		e.info.NCtx = opts.nCtx
 	}
+	e.pcache = promptcache.New(promptcache.BudgetOf(opts.cacheRAM), e.info.NCtx, promptcache.Mapped{})
+	b.eng.Store(e)
 	if len(opts.inert) > 0 {
 		b.log.Info("options of the llama plugin, no effect on the mock: " + strings.Join(opts.inert, " "))
 	}
 	b.log.Info("mock backend loaded", "model_alias", id.Alias, "model_hash", id.Hash, "model_path", id.Path,
-		"n_slots", nSlots, "n_ctx", opts.nCtx, "kv_unified", opts.kvUnified, "kv_bytes_per_token", opts.kvBytes, "op_delay", opts.opDelay)
+		"n_slots", nSlots, "n_ctx", opts.nCtx, "kv_unified", opts.kvUnified, "kv_bytes_per_token", opts.kvBytes, "op_delay", opts.opDelay,
+		OptCacheRAM+"_mib", opts.cacheRAM)
 	return e.info, nil
 }
 
@@ -166,7 +170,9 @@ func (b *Backend) Info(ctx context.Context) (iface.BackendInfo, error) {
 	if err != nil {
 		return iface.BackendInfo{}, err
 	}
-	return e.info, nil
+	info := e.info
+	info.PromptCache = e.pcache.Stats()
+	return info, nil
 }
 
 // SetExpertMode accepts "solo" and "combined"; the mock has no peer to
@@ -212,6 +218,7 @@ func (b *Backend) slot(i int) (*engine, *slot, error) {
 type options struct {
 	kvBytes   int
 	nCtx      int
+	cacheRAM  int64 // MiB; -1: no limit; 0: no prompt cache
 	kvUnified bool
 	opDelay   time.Duration
 	alias     string
@@ -237,6 +244,10 @@ func parseOptions(m map[string]string) (options, error) {
 			}
 		case OptNCtx:
 			o.nCtx, err = iface.ParseIntOption(k, v, 1, MaxNCtx)
+		case OptCacheRAM:
+			var mib int
+			mib, err = iface.ParseIntOption(k, v, -1, maxCacheRAM)
+			o.cacheRAM = int64(mib)
 		case OptKVUnified:
 			o.kvUnified, err = iface.ParseBoolOption(k, v)
 		case OptOpDelayMS:

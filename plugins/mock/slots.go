@@ -179,6 +179,7 @@ func (b *Backend) Prefill(ctx context.Context, req iface.PrefillRequest) (iface.
 		return iface.PrefillResult{}, err
 	}
 	defer s.release()
+	b.fromCache(ctx, e, req.Slot, s, prompt, req)
 	old, _ := s.snapshot()
 	reused := min(iface.CommonPrefix(old, prompt), len(prompt)-1) // the last token is always evaluated: its logits are the reply's
 	s.clear()
