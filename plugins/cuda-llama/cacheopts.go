@@ -22,10 +22,11 @@ type cacheOptions struct {
 	cacheRAM int64 // MiB; -1: no limit; 0: off
 }
 
-func init() {
-	optionParsers[OptCacheRAM] = func(o *options, key, v string) error {
+// cacheParsers are the options of this file, merged into optionParsers.
+var cacheParsers = map[string]optionParser{
+	OptCacheRAM: func(o *options, key, v string) error {
 		n, err := iface.ParseIntOption(key, v, -1, maxCacheRAM)
 		o.cacheRAM = int64(n)
 		return err
-	}
+	},
 }
