@@ -56,6 +56,14 @@ type Backend interface {
 	// the quantisation quantKey ("base": the loaded model's own), all or
 	// none of them; backends without it return ErrNotImplemented.
 	SwapQuant(ctx context.Context, quantKey, tensorPattern string) (SwapResult, error)
+
+	// Embed evaluates each input as a sequence of its own, apart from every
+	// slot's (no slot's KV is touched), and returns their embeddings in
+	// order, pooled as BackendInfo.Pooling says. Backends without CapEmbed
+	// return ErrNotImplemented; an input the backend cannot take (empty,
+	// a token outside the vocabulary, too long) is ErrBadRequest naming
+	// it as input[i].
+	Embed(ctx context.Context, req EmbedRequest) ([]Embedding, error)
 }
 
 // SwapResult is what a SwapQuant did.
@@ -152,6 +160,20 @@ type BackendInfo struct {
 	// PromptCache is the backend's host-memory prompt cache as it stands
 	// now (cache_ram, llama-server's --cache-ram); nil where it keeps none.
 	PromptCache *PromptCacheStats
+
+	// Special is the vocabulary's special tokens and what tokenizing adds,
+	// for the prompts a front end builds of token ids as llama-server builds
+	// them (infill's FIM tokens, rerank's separators); nil: not known.
+	Special *SpecialTokens
+	// RerankTemplate is the model's "rerank" chat template, in which
+	// {query} and {document} stand for the texts; "" where it has none.
+	RerankTemplate string
+	// NBatch is the logical batch (llama-server's n_batch), which bounds
+	// an infill prompt's prefix and suffix; 0: not known.
+	NBatch int
+	// Pooling is how Embed pools a sequence's embeddings (PoolingNone …
+	// PoolingRank); "" where the backend serves none.
+	Pooling string
 }
 
 // PromptCacheStats is a prompt cache's figures: what it holds now, and
@@ -178,6 +200,53 @@ type PromptCacheStats struct {
 	// and restores that failed (a restore's slot is then evaluated anew).
 	Evictions, Skipped            uint64
 	SaveFailures, RestoreFailures uint64
+}
+
+// NoToken is a SpecialTokens id the vocabulary does not have.
+const NoToken = -1
+
+// SpecialTokens are a vocabulary's special token ids (NoToken for those it
+// lacks) and what tokenizing a text with add_special puts around it, as
+// llama.cpp's llama_vocab_* accessors report them.
+type SpecialTokens struct {
+	BOS, EOS, SEP                                  int32
+	FIMPre, FIMSuf, FIMMid, FIMPad, FIMRep, FIMSep int32
+	AddBOS, AddEOS, AddSEP                         bool
+}
+
+// Poolings of Embed, llama.cpp's pooling types by llama-server's names.
+const (
+	PoolingNone = "none" // one embedding per token, not normalised
+	PoolingMean = "mean"
+	PoolingCLS  = "cls"  // the first token's
+	PoolingLast = "last" // the last token's
+	PoolingRank = "rank" // a classifier's scores (a reranker's relevance first)
+)
+
+// Capabilities (BackendInfo.Capabilities) of the embedding routes: CapEmbed,
+// Embed serves (llama-server's --embeddings); CapRerank, the pooling was
+// asked to be rank (llama-server's --reranking), which llama-server's
+// /rerank requires.
+const (
+	CapEmbed  = "embed"
+	CapRerank = "rerank"
+)
+
+// EmbedRequest is what Embed evaluates.
+type EmbedRequest struct {
+	Inputs [][]int32
+	// Normalize is llama.cpp's embd_normalize for pooled embeddings: -1
+	// none, 0 the largest absolute value scaled to int16's range, 1
+	// taxicab, 2 euclidean, p > 2 the p-norm; nil: the backend's default.
+	// Pooling none is never normalised.
+	Normalize *int
+}
+
+// Embedding is one input's embedding: one vector when pooled, one per token
+// with pooling none.
+type Embedding struct {
+	Vectors [][]float32
+	NTokens int // the input's tokens evaluated
 }
 
 // SplitKV reports whether every slot has KV cells of its own (NCtxSlot of

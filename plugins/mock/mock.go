@@ -57,7 +57,7 @@ const (
 	OptKVUnified = "kv_unified"
 )
 
-var knownOptions = []string{OptAlias, OptCacheRAM, OptKVBytesPerToken, OptKVUnified, OptNCtx, OptOpDelayMS}
+var knownOptions = []string{OptAlias, OptCacheRAM, OptEmbdNormalize, OptEmbeddings, OptKVBytesPerToken, OptKVUnified, OptNCtx, OptOpDelayMS, OptPooling}
 
 // LlamaServerOptions are the llama plugin's options that hydra-engine's
 // llama-server mode passes (cmd/hydra-engine/llamaserver.go), beyond those
@@ -90,6 +90,7 @@ type engine struct {
 	nCtx      int    // cells a slot may hold; with kvUnified, all slots together
 	kvUnified bool
 	opDelay   time.Duration
+	embed     embedOptions
 	slots     []*slot
 	cells     sync.Mutex         // serialises the shared pool's checks with the claims they make (kvUnified)
 	pcache    *promptcache.Cache // HTTP completions' sequences in host memory (promptcache.go); nil without
@@ -139,7 +140,10 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 			KVUnified:     opts.kvUnified,
 			MaxTokenBytes: 1, // a token is a byte (Tokenize)
 			StateLayout:   StateLayout(opts.kvBytes),
+			Special:       specialTokens(),
+			NBatch:        NBatch,
 		},
+		embed:     opts.embed,
 		kvBytes:   opts.kvBytes,
 		pat:       newPattern(opts.kvBytes),
 		nCtx:      opts.nCtx,
@@ -150,6 +154,7 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 	for i := range e.slots {
 		e.slots[i] = &slot{hash: hashSeed}
 	}
+	opts.embed.describe(&e.info)
 	if opts.kvUnified {
 		e.info.NCtx = opts.nCtx
 	}
@@ -160,7 +165,7 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 	}
 	b.log.Info("mock backend loaded", "model_alias", id.Alias, "model_hash", id.Hash, "model_path", id.Path,
 		"n_slots", nSlots, "n_ctx", opts.nCtx, "kv_unified", opts.kvUnified, "kv_bytes_per_token", opts.kvBytes, "op_delay", opts.opDelay,
-		OptCacheRAM+"_mib", opts.cacheRAM)
+		OptCacheRAM+"_mib", opts.cacheRAM, "pooling", e.info.Pooling)
 	return e.info, nil
 }
 
@@ -222,11 +227,12 @@ type options struct {
 	kvUnified bool
 	opDelay   time.Duration
 	alias     string
+	embed     embedOptions
 	inert     []string // LlamaServerOptions given, as key=value
 }
 
 func parseOptions(m map[string]string) (options, error) {
-	o := options{kvBytes: DefaultKVBytesPerToken, nCtx: DefaultNCtx}
+	o := options{kvBytes: DefaultKVBytesPerToken, nCtx: DefaultNCtx, embed: embedOptions{normalize: 2}}
 	// Sorted so that the first error reported does not depend on map order.
 	keys := make([]string, 0, len(m))
 	for k := range m {
@@ -235,6 +241,12 @@ func parseOptions(m map[string]string) (options, error) {
 	slices.Sort(keys)
 	for _, k := range keys {
 		v := m[k]
+		if ok, err := o.embed.parse(k, v); ok {
+			if err != nil {
+				return options{}, err
+			}
+			continue
+		}
 		var err error
 		switch k {
 		case OptKVBytesPerToken:
