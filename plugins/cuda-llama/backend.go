@@ -120,6 +120,7 @@ type engine struct {
 	swap *swapper // the weights' other copies: quantisations, combined mode (swap.go); nil without
 
 	pcache *promptcache.Cache // HTTP completions' sequences in host memory (promptcache.go); nil without
+	embed *embedder // the embedding context (embed.go); nil without embeddings=true
 }
 
 // streamedRingBlock is the largest read a streamed restore takes from its
@@ -282,6 +283,11 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 	if e.swap, err = newSwapper(hashCtx, mdl, lc, path, opts, nGPU, b.log); err != nil {
 		return iface.BackendInfo{}, err
 	}
+	if opts.embeddings {
+		if e.embed, err = newEmbedder(mdl, opts, e.slotCtx, lc.mem != nil, gpuDev, b.log); err != nil {
+			return iface.BackendInfo{}, err
+		}
+	}
 	if !opts.builtinTemplate {
 		if e.chat, err = newChatTemplate(mdl.jinja, mdl.specialText(mdl.bos), mdl.specialText(mdl.eos()), mdl.addsBOS(), opts.templateOptions); err != nil {
 			return iface.BackendInfo{}, err
@@ -327,6 +333,8 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 		return iface.BackendInfo{}, err
 	}
 	e.info.Capabilities = append(e.info.Capabilities, iface.CapOutput, iface.CapReasoningBudget)
+	e.describeVocab(opts)
+	e.describeEmbeddings(opts, b.log)
 	e.info.BOSToken, e.info.EOSToken = mdl.specialText(mdl.bos), mdl.specialText(mdl.eos())
 	if e.chatc != nil {
 		e.info.ChatTemplate = e.chatc.source()

@@ -127,6 +127,7 @@ type options struct {
 	ropeOptions
 	quantOptions
 	combinedOptions
+	embedOptions
 }
 
 // ropeOptions are the parsed RoPE options; the zero value is the model's
@@ -152,7 +153,7 @@ type optionParser func(o *options, key, v string) error
 
 // optionParsers are every option's parser, one per key: those below and
 // each *opts.go file's, merged once (a key defined twice panics at start).
-var optionParsers = mergeParsers(baseParsers, kvParsers, cacheParsers, placementParsers, templateParsers, combinedParsers)
+var optionParsers = mergeParsers(baseParsers, kvParsers, cacheParsers, placementParsers, templateParsers, combinedParsers, embedParsers)
 
 // optionPrefixParsers set the options whose keys start with a prefix
 // (quant.KEY), one per prefix.
@@ -199,7 +200,7 @@ func defaultOptions() options {
 	return options{nCtx: DefaultNCtx, nBatch: DefaultNBatch, nUBatch: DefaultNUBatch,
 		nThreads: max(1, min(runtime.NumCPU()/2, 16)), nThreadsBatch: -1, nGPULayers: -1,
 		flashAttn: FlashOn, cacheTypeK: "f16", cacheTypeV: "f16", mmap: true,
-		ropeOptions: ropeOptions{ropeScaling: ropeUnspecified}}
+		ropeOptions: ropeOptions{ropeScaling: ropeUnspecified}, embedOptions: defaultEmbedOptions()}
 }
 
 // parseOptions applies m's keys in sorted order (so the first error reported

@@ -1,0 +1,13 @@
+//go:build llama && cgo
+
+// The normalisation of pooled embeddings is llama.cpp's own
+// (common/common.cpp), so that a vector here is the vector llama-server
+// returns for the same pooled output.
+
+#include "embed.h"
+
+#include "common.h"
+
+void hydra_embd_normalize(const float * in, float * out, int n, int embd_norm) {
+    common_embd_normalize(in, out, n, embd_norm);
+}
