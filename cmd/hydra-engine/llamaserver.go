@@ -469,8 +469,8 @@ func printLlamaServerHelp(w io.Writer) {
 
 // The parameters, in docs/llama-server.md's order.
 func llamaServerParams() []lsParam {
-	return slices.Concat(lsListenerParams(), lsModelParams(), lsPlacementParams(), lsChatParams(), lsSamplingParams(), lsServerParams(),
-		lsForkParams())
+	return slices.Concat(lsListenerParams(), lsModelParams(), lsPlacementParams(), lsChatParams(), lsEmbeddingParams(), lsSamplingParams(),
+		lsServerParams(), lsForkParams())
 }
 
 func lsListenerParams() []lsParam {

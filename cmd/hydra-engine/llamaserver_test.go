@@ -176,6 +176,34 @@ func TestLlamaServerSpellings(t *testing.T) {
 	}
 }
 
+// TestLlamaServerEmbeddings: --embeddings, --reranking (embeddings with
+// rank pooling, a later --pooling winning as in llama-server), --pooling,
+// --embd-normalize become the plugin's options, --spm-infill the HTTP
+// side's.
+func TestLlamaServerEmbeddings(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want map[string]string
+	}{
+		{[]string{"--embeddings"}, map[string]string{"embeddings": "true"}},
+		{[]string{"--embedding", "false"}, map[string]string{"embeddings": "false"}},
+		{[]string{"--reranking"}, map[string]string{"embeddings": "true", "pooling": "rank"}},
+		{[]string{"--rerank", "--pooling", "last"}, map[string]string{"embeddings": "true", "pooling": "last"}},
+		{[]string{"--reranking", "false"}, map[string]string{}},
+		{[]string{"--embeddings", "--pooling", "cls", "--embd-normalize", "-1"}, map[string]string{"embeddings": "true", "pooling": "cls", "embd_normalize": "-1"}},
+	} {
+		opts := parseLS(t, tc.args...).cfg.BackendOpts
+		for _, k := range []string{"embeddings", "pooling", "embd_normalize"} {
+			if opts[k] != tc.want[k] {
+				t.Errorf("%q: %s=%q, want %q", tc.args, k, opts[k], tc.want[k])
+			}
+		}
+	}
+	if !parseLS(t, "--spm-infill").cfg.SPMInfill || parseLS(t).cfg.SPMInfill {
+		t.Error("--spm-infill does not set spm_infill, or it is set without it")
+	}
+}
+
 func TestLlamaServerSampling(t *testing.T) {
 	inv := parseLS(t, "--temp", "-1", "--top-k", "0", "--min-p", "0.05", "--repeat-last-n", "-1",
 		"--presence-penalty", "0.5", "--frequency-penalty", "0.25", "-s", "42", "-sps", "0")
@@ -292,6 +320,8 @@ func TestLlamaServerErrors(t *testing.T) {
 		{[]string{"--reasoning-budget", "4294967296"}, "reasoning_budget must be -1 (unbounded) or a count of tokens"},
 		{[]string{"--models-preset", bad}, "bad.ini:3: \"this is not a line\" is not key = value"},
 		{[]string{"--models-preset", "/nonexistent.ini"}, "no such file"},
+		{[]string{"--pooling", "max"}, "--pooling max: want none, mean, cls, last or rank"},
+		{[]string{"--embd-normalize", "-2"}, "--embd-normalize -2: must be at least -1"},
 	} {
 		_, err := parseLlamaServer(tc.args, envOf(nil), io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -522,7 +552,8 @@ func TestLlamaEngineParams(t *testing.T) {
 func TestLlamaServerOptionsOnMock(t *testing.T) {
 	tmpl := templateFile(t)
 	values := []string{"1", "on", "true", "all", "yarn", "q8_0", "1.5", "auto", tmpl, `{"a": 1}`, `blk\.0\.=CPU`, "localhost:1", "deepseek"}
-	known := append(slices.Clone(mock.LlamaServerOptions), mock.OptAlias, mock.OptCacheRAM, mock.OptKVBytesPerToken, mock.OptKVUnified, mock.OptNCtx, mock.OptOpDelayMS)
+	known := append(slices.Clone(mock.LlamaServerOptions), mock.OptAlias, mock.OptCacheRAM, mock.OptKVBytesPerToken, mock.OptKVUnified, mock.OptNCtx, mock.OptOpDelayMS,
+		mock.OptEmbeddings, mock.OptPooling, mock.OptEmbdNormalize)
 	for _, p := range llamaServerParams() {
 		for _, v := range values {
 			ls := &lsArgs{settings: map[string]any{}, opts: map[string]string{}, sampler: map[string]string{}, setBy: map[string][]string{}, noted: map[string]bool{}}
