@@ -182,10 +182,11 @@ func parseEmbeddings(raw []byte, oai bool, info iface.BackendInfo) (embeddingsRe
 }
 
 // nativeEmbedding is one input's in llama-server's own reply: its vectors
-// (one when pooled, one a token with pooling none).
+// (one when pooled, one a token with pooling none). The replies' fields are
+// in llama-server's order.
 type nativeEmbedding struct {
-	Embedding [][]float32 `json:"embedding"`
 	Index     int         `json:"index"`
+	Embedding [][]float32 `json:"embedding"`
 }
 
 func nativeEmbeddings(embs []iface.Embedding) []nativeEmbedding {
@@ -200,9 +201,9 @@ func nativeEmbeddings(embs []iface.Embedding) []nativeEmbedding {
 // numbers or as base64 of its little-endian float32s.
 type openAIEmbedding struct {
 	Embedding      any    `json:"embedding"`
-	EncodingFormat string `json:"encoding_format,omitempty"`
 	Index          int    `json:"index"`
 	Object         string `json:"object"`
+	EncodingFormat string `json:"encoding_format,omitempty"`
 }
 
 type embeddingsUsage struct {
@@ -210,11 +211,12 @@ type embeddingsUsage struct {
 	TotalTokens  int `json:"total_tokens"`
 }
 
+// The fields in llama-server's order.
 type openAIEmbeddingsBody struct {
-	Data   []openAIEmbedding `json:"data"`
 	Model  string            `json:"model"`
 	Object string            `json:"object"`
 	Usage  embeddingsUsage   `json:"usage"`
+	Data   []openAIEmbedding `json:"data"`
 }
 
 // openAIEmbeddingsReply is format_embeddings_response_oaicompat.

@@ -37,11 +37,12 @@ type rankResult struct {
 	Text           *string  `json:"text,omitempty"`
 }
 
+// rerankReply is Jina's, its fields in llama-server's order.
 type rerankReply struct {
 	Model   string          `json:"model"`
 	Object  string          `json:"object"`
-	Results []rankResult    `json:"results"`
 	Usage   embeddingsUsage `json:"usage"`
+	Results []rankResult    `json:"results"`
 }
 
 // noScore is llama-server's score for a document whose prompt gave none.

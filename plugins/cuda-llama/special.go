@@ -41,9 +41,13 @@ func (m *model) rerankTemplate() string {
 
 // describeVocab fills in what the front end builds prompts of token ids
 // from: the special tokens, the rerank template, and n_batch as llama-server
-// takes it for infill (the option given, not llama.cpp's cap at n_ctx).
+// takes it for infill: the option given (not llama.cpp's cap at n_ctx),
+// with embeddings capped at n_ubatch, as llama-server caps it then.
 func (e *engine) describeVocab(opts options) {
 	e.info.Special = e.model.specialTokens()
 	e.info.RerankTemplate = e.model.rerankTemplate()
 	e.info.NBatch = opts.nBatch
+	if opts.embeddings {
+		e.info.NBatch = min(opts.nBatch, opts.nUBatch)
+	}
 }
