@@ -53,6 +53,9 @@ type embedder struct {
 	nEmbd     int // values of a token's embedding (pooling none): n_embd_out
 	normalize int // the default normalisation (embd_normalize)
 	nVocab    int
+	// What the context took beside the weights at load, as llama.cpp
+	// reports it: KV cells and compute buffers (bytes).
+	kvBytes, computeBytes uint64
 }
 
 // modelPooling is the pooling the model's GGUF names ({arch}.pooling_type),
@@ -92,8 +95,12 @@ func newEmbedder(m *model, opts options, slotCtx int, hasMemory bool, gpu C.ggml
 	if pooling == poolingRank {
 		em.nOut = int(C.llama_model_n_cls_out(m.m))
 	}
+	var kv, compute C.size_t
+	C.hydra_context_memory(c.c, &kv, &compute)
+	em.kvBytes, em.computeBytes = uint64(kv), uint64(compute)
 	log.Info("embedding context made", "pooling", poolingName(pooling), "cells", c.nCtx(), "batch", l.batch, "split", l.split,
-		"sequences", l.seqs, "n_embd_out", em.nOut)
+		"sequences", l.seqs, "n_embd_out", em.nOut, "kv_bytes", uint64(kv), "compute_bytes", uint64(compute),
+		"output_bytes", 4*l.batch*(m.nVocab+em.nEmbd)) // llama.cpp's output buffer once a batch is whole: every token's logits and embedding
 	return em, nil
 }
 

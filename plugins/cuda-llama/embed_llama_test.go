@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/gguf"
@@ -312,4 +313,103 @@ func TestSpecialTokensLlama(t *testing.T) {
 	if s := info.Special; s.BOS != gguf.TokBOS || s.EOS != gguf.TokEOS || !s.AddBOS || s.AddEOS || s.FIMPre != iface.NoToken {
 		t.Errorf("the generated vocabulary: %+v", s)
 	}
+}
+
+// embedBenchModel is a dense qwen3 big enough for its steps to be timed: 4
+// blocks of 256, a vocabulary of 8192 (an embedding pass computes every
+// token's logits, as llama.cpp does for a context that outputs embeddings).
+func embedBenchModel(b *testing.B, pooling string) string {
+	c := gguf.TinyQwen3()
+	c.Layers, c.Embd, c.Heads, c.KVHeads, c.FF, c.Vocab, c.Type, c.Pooling = 4, 256, 8, 4, 768, 8192, gguf.WeightF16, pooling
+	return modelFile(b, "bench-qwen3-"+pooling, c)
+}
+
+func benchInputs(n, length int) [][]int32 {
+	in := make([][]int32, n)
+	for i := range in {
+		for j := range length {
+			in[i] = append(in[i], int32(100+(i*7919+j*104729)%8000))
+		}
+	}
+	return in
+}
+
+// BenchmarkEmbedBeside times a slot's greedy decode of 32 tokens alone and
+// while embeddings of 8 inputs of 32 tokens run without pause beside it:
+// the embedding context's passes take the context lock between decode
+// steps, so each step waits for one pass. It reports ms per decoded token
+// both ways, embedded tokens per second beside the decode, and the
+// embedding context's memory.
+func BenchmarkEmbedBeside(b *testing.B) {
+	be := load(b, embedBenchModel(b, "mean"), 2, map[string]string{OptEmbeddings: "true", OptNThreads: "2", OptNCtx: "4096"})
+	e := be.eng.Load()
+	in := benchInputs(8, 32)
+	ctx := context.Background()
+	run := func() time.Duration {
+		be.ClearSlot(ctx, 0)
+		prefillTokens(b, be, 0, in[0])
+		start := time.Now()
+		decode(b, be, 0, 32, iface.SamplerParams{})
+		return time.Since(start)
+	}
+	var alone, beside time.Duration
+	var embedded int64
+	for b.Loop() {
+		alone += run()
+		stop := make(chan struct{})
+		done := make(chan int64)
+		go func() {
+			var n int64
+			for {
+				select {
+				case <-stop:
+					done <- n
+					return
+				default:
+				}
+				if _, err := be.Embed(ctx, iface.EmbedRequest{Inputs: in}); err != nil {
+					b.Error(err)
+					done <- n
+					return
+				}
+				n += 8 * 32
+			}
+		}()
+		d := run()
+		close(stop)
+		beside += d
+		embedded += <-done
+	}
+	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / 32 / float64(b.N) }
+	b.ReportMetric(per(alone), "ms/token-alone")
+	b.ReportMetric(per(beside), "ms/token-beside")
+	b.ReportMetric(float64(embedded)/beside.Seconds(), "embedded-tokens/s")
+	b.ReportMetric(float64(e.embed.kvBytes)/(1<<20), "kv-MiB")
+	b.ReportMetric(float64(e.embed.computeBytes)/(1<<20), "compute-MiB")
+}
+
+// BenchmarkEmbedBatch times 32 inputs of 64 tokens in one Embed (passes of
+// 8: the physical batch of 512) against one Embed an input.
+func BenchmarkEmbedBatch(b *testing.B) {
+	be := load(b, embedBenchModel(b, "mean"), 1, map[string]string{OptEmbeddings: "true", OptNThreads: "2"})
+	in := benchInputs(32, 64)
+	ctx := context.Background()
+	var batched, single time.Duration
+	for b.Loop() {
+		start := time.Now()
+		if _, err := be.Embed(ctx, iface.EmbedRequest{Inputs: in}); err != nil {
+			b.Fatal(err)
+		}
+		batched += time.Since(start)
+		start = time.Now()
+		for i := range in {
+			if _, err := be.Embed(ctx, iface.EmbedRequest{Inputs: in[i : i+1]}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		single += time.Since(start)
+	}
+	tokens := float64(32 * 64 * b.N)
+	b.ReportMetric(tokens/batched.Seconds(), "tokens/s-batched")
+	b.ReportMetric(tokens/single.Seconds(), "tokens/s-one-by-one")
 }
