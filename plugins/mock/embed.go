@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 
 	"github.com/hydra-engine/hydra-engine/iface"
@@ -76,9 +75,9 @@ func (o *embedOptions) parse(k, v string) (bool, error) {
 	v = strings.TrimSpace(v)
 	switch k {
 	case OptEmbeddings:
-		b, err := strconv.ParseBool(v)
+		b, err := iface.ParseBoolOption(k, v)
 		if err != nil {
-			return true, fmt.Errorf("%w: option %s=%q: not a boolean", iface.ErrBadRequest, k, v)
+			return true, err
 		}
 		o.embeddings = b
 	case OptPooling:
@@ -89,9 +88,9 @@ func (o *embedOptions) parse(k, v string) (bool, error) {
 			return true, fmt.Errorf("%w: option %s=%q: want none, mean, cls, last or rank", iface.ErrBadRequest, k, v)
 		}
 	case OptEmbdNormalize:
-		n, err := strconv.Atoi(v)
+		n, err := iface.ParseIntOption(k, v, -1, 1<<16)
 		if err != nil {
-			return true, fmt.Errorf("%w: option %s=%q: not an integer", iface.ErrBadRequest, k, v)
+			return true, err
 		}
 		o.normalize = n
 	default:
