@@ -19,9 +19,8 @@ import (
 //	[FIM_PRE]prefix prompt [FIM_SUF]suffix [FIM_MID]
 //
 // with the prefix and suffix cut to fit a batch (3:1) and the extra chunks
-// to what the slot's context leaves — then decoded by the text completion
-// path with the body's completion fields, the reply in llama-server's
-// native /completion shape (nativeWriter).
+// to what the slot's context leaves — then run as a native completion
+// (native.go) of the body's completion fields, the reply /completion's.
 
 // infillBody is what /infill reads beyond the completion fields.
 type infillBody struct {
@@ -95,9 +94,7 @@ func (a *api) infill(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, a.apiErrorOf(ctx, "reading the request", err))
 		return
 	}
-	nw := newNativeWriter(w)
-	a.completeBody(nw, r, false, body2, arrived)
-	nw.finish()
+	a.completeNative(w, r, body2, arrived)
 }
 
 // infillBatch is the n_batch infill's budget takes: the backend's, else
@@ -271,9 +268,8 @@ func formatInfill(sp iface.SpecialTokens, p infillTokens, b infillBudget) []int3
 	return append(out, sp.FIMMid)
 }
 
-// completionOfInfill is the text completion body an infill runs as: its
-// own body with the prompt as the token ids built, the infill's fields
-// dropped.
+// completionOfInfill is the /completion body an infill runs as: its own
+// body with the prompt as the token ids built, the infill's fields dropped.
 func completionOfInfill(raw []byte, prompt []int32) ([]byte, error) {
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &obj); err != nil {
@@ -294,160 +290,4 @@ func completionOfInfill(raw []byte, prompt []int32) ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
-}
-
-// nativeWriter turns the text completion's reply, as completion.go writes
-// it, into llama-server's native /completion shape, the minimum infill
-// needs: a whole reply {index, content, tokens, id_slot, stop, model,
-// tokens_predicted, tokens_evaluated, has_new_line, truncated, stop_type,
-// stopping_word, tokens_cached, timings}, or a stream of {index, content,
-// tokens, stop, id_slot, tokens_predicted, tokens_evaluated} events ending
-// with the whole reply's fields (stop true) and no [DONE]. Errors pass as
-// they are: llama-server's native errors are {"error":{…}} too. Not
-// written: generation_settings, prompt, completion_probabilities.
-type nativeWriter struct {
-	w      http.ResponseWriter
-	status int
-	sse    bool
-	buf    bytes.Buffer
-
-	// From the run (observeRun).
-	slot, nPrompt, reused int
-	stop, stopWord        string
-	model                 string
-
-	predicted int // tokens streamed so far (one a chunk)
-	newLine   bool
-}
-
-func newNativeWriter(w http.ResponseWriter) *nativeWriter { return &nativeWriter{w: w} }
-
-func (nw *nativeWriter) Header() http.Header { return nw.w.Header() }
-
-func (nw *nativeWriter) WriteHeader(code int) {
-	if nw.status != 0 {
-		return
-	}
-	nw.status = code
-	if code == http.StatusOK && strings.HasPrefix(nw.w.Header().Get("Content-Type"), "text/event-stream") {
-		nw.sse = true
-		nw.w.WriteHeader(code)
-	}
-}
-
-func (nw *nativeWriter) Write(p []byte) (int, error) {
-	if nw.status == 0 {
-		nw.WriteHeader(http.StatusOK)
-	}
-	nw.buf.Write(p)
-	if !nw.sse {
-		return len(p), nil
-	}
-	for {
-		b := nw.buf.Bytes()
-		i := bytes.Index(b, []byte("\n\n"))
-		if i < 0 {
-			return len(p), nil
-		}
-		ev := string(b[:i])
-		nw.buf.Next(i + 2)
-		if err := nw.convertEvent(ev); err != nil {
-			return 0, err
-		}
-	}
-}
-
-// FlushError flushes the converted events (http.ResponseController).
-func (nw *nativeWriter) FlushError() error {
-	if !nw.sse {
-		return nil
-	}
-	return http.NewResponseController(nw.w).Flush()
-}
-
-// Unwrap is the connection's writer, for deadlines.
-func (nw *nativeWriter) Unwrap() http.ResponseWriter { return nw.w }
-
-func (nw *nativeWriter) observeRun(rn *completionRun) {
-	nw.slot, nw.nPrompt, nw.reused = rn.slot, rn.nPrompt, rn.reused
-	nw.stop, nw.stopWord, nw.model = rn.stop, rn.stopWord, rn.info.Model.Alias
-}
-
-// stopType is llama-server's stop_type of the backend's stop reason.
-func (nw *nativeWriter) stopType() string {
-	switch nw.stop {
-	case "eos":
-		return "eos"
-	case iface.StopString:
-		return "word"
-	case "":
-		return "none"
-	}
-	return "limit"
-}
-
-// nativeFinal is the last reply's fields.
-func (nw *nativeWriter) nativeFinal(content string, predicted int, tm *timings) map[string]any {
-	return map[string]any{"index": 0, "content": content, "tokens": []int32{}, "id_slot": nw.slot, "stop": true,
-		"model": nw.model, "tokens_predicted": predicted, "tokens_evaluated": nw.nPrompt, "has_new_line": nw.newLine,
-		"truncated": false, "stop_type": nw.stopType(), "stopping_word": nw.stopWord, "tokens_cached": nw.reused, "timings": tm}
-}
-
-// convertEvent converts one SSE event of the text completion's stream.
-func (nw *nativeWriter) convertEvent(ev string) error {
-	data, ok := strings.CutPrefix(ev, "data: ")
-	if !ok || data == "[DONE]" {
-		return nil
-	}
-	var chunk completionBody
-	if err := json.Unmarshal([]byte(data), &chunk); err != nil || len(chunk.Choices) != 1 {
-		return nw.event(data) // an error event: {"error":…} as llama-server streams it
-	}
-	ch := chunk.Choices[0]
-	text := ""
-	if ch.Text != nil {
-		text = *ch.Text
-	}
-	nw.newLine = nw.newLine || strings.Contains(text, "\n")
-	if ch.FinishReason != nil {
-		out, _ := json.Marshal(nw.nativeFinal(text, nw.predicted, chunk.Timings))
-		return nw.event(string(out))
-	}
-	nw.predicted++
-	out, _ := json.Marshal(map[string]any{"index": 0, "content": text, "tokens": []int32{}, "stop": false, "id_slot": nw.slot,
-		"tokens_predicted": nw.predicted, "tokens_evaluated": nw.nPrompt})
-	return nw.event(string(out))
-}
-
-func (nw *nativeWriter) event(data string) error {
-	if _, err := nw.w.Write([]byte("data: " + data + "\n\n")); err != nil {
-		return err
-	}
-	return http.NewResponseController(nw.w).Flush()
-}
-
-// finish writes a whole (non-streamed) reply once the completion returned.
-func (nw *nativeWriter) finish() {
-	if nw.sse || nw.status == 0 {
-		return
-	}
-	if nw.status != http.StatusOK {
-		nw.w.Header().Set("Content-Type", "application/json")
-		nw.w.WriteHeader(nw.status)
-		_, _ = nw.w.Write(nw.buf.Bytes())
-		return
-	}
-	var body completionBody
-	if err := json.Unmarshal(nw.buf.Bytes(), &body); err != nil || len(body.Choices) != 1 || body.Choices[0].Text == nil {
-		writeAPIError(nw.w, &apiError{status: http.StatusInternalServerError, Type: "server_error",
-			Msg: "the completion's reply could not be converted"})
-		return
-	}
-	text := *body.Choices[0].Text
-	nw.newLine = strings.Contains(text, "\n")
-	predicted := 0
-	if body.Usage != nil {
-		predicted = body.Usage.CompletionTokens
-	}
-	writeJSON(nw.w, http.StatusOK, nw.nativeFinal(text, predicted, body.Timings))
 }

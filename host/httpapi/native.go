@@ -122,6 +122,12 @@ func (a *api) nativeCompletion(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, a.apiErrorOf(r.Context(), "reading the request", err))
 		return
 	}
+	a.completeNative(w, r, body, arrived)
+}
+
+// completeNative runs the native completion of body, which arrived then: a
+// /completion body, or one built for it (/infill).
+func (a *api) completeNative(w http.ResponseWriter, r *http.Request, body []byte, arrived time.Time) {
 	_, info := a.s.Backend()
 	tun := a.s.Tunables()
 	cs, err := parseNative(body, tun.Sampler(), tun.NPredict(), info)
