@@ -309,16 +309,17 @@ func checkInfill(t *testing.T, p pair) {
 		TokensPredicted int     `json:"tokens_predicted"`
 		Stop            bool    `json:"stop"`
 		StopType        string  `json:"stop_type"`
+		Prompt          string  `json:"prompt"` // the prompt's tokens as text: the FIM tokens and the files
 	}
 	var o, r native
 	if json.Unmarshal(ours, &o) != nil || json.Unmarshal(ref, &r) != nil || o.Content == nil || r.Content == nil {
 		t.Fatalf("/infill: %s\nllama-server: %s", ours, ref)
 	}
 	if o.TokensEvaluated != r.TokensEvaluated || *o.Content != *r.Content || o.TokensPredicted != r.TokensPredicted ||
-		o.Stop != r.Stop || o.StopType != r.StopType {
+		o.Stop != r.Stop || o.StopType != r.StopType || o.Prompt != r.Prompt || !strings.Contains(o.Prompt, "<|file_sep|>util.py\n") {
 		t.Errorf("/infill: %+v %q\nllama-server: %+v %q", o, *o.Content, r, *r.Content)
 	}
-	t.Logf("/infill: a prompt of %d tokens, %q (llama-server: %d, %q)", o.TokensEvaluated, *o.Content, r.TokensEvaluated, *r.Content)
+	t.Logf("/infill: a prompt of %d tokens, %q: %q (llama-server: %d, %q)", o.TokensEvaluated, o.Prompt, *o.Content, r.TokensEvaluated, *r.Content)
 	streamed := streamInfill(t, p.ours+"/infill", strings.Replace(body, `"n_predict":8`, `"n_predict":8,"stream":true`, 1))
 	refStreamed := streamInfill(t, p.ref+"/infill", strings.Replace(body, `"n_predict":8`, `"n_predict":8,"stream":true`, 1))
 	if streamed != *o.Content || refStreamed != *r.Content {
