@@ -120,7 +120,7 @@ type engine struct {
 	swap *swapper // the weights' other copies: quantisations, combined mode (swap.go); nil without
 
 	pcache *promptcache.Cache // HTTP completions' sequences in host memory (promptcache.go); nil without
-	embed *embedder // the embedding context (embed.go); nil without embeddings=true
+	embed  *embedder          // the embedding context (embed.go); nil without embeddings=true
 }
 
 // streamedRingBlock is the largest read a streamed restore takes from its
