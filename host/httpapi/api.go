@@ -131,6 +131,7 @@ func Handler(s *host.Server, opts Options) http.Handler {
 	handle("POST /detokenize", a.detokenize)
 	handle("POST /apply-template", a.applyTemplate)
 	handle("GET /props", a.props)
+	handle("POST /props", a.setProps)
 	handle("POST /embedding", a.nativeEmbeddings)
 	handle("POST /embeddings", a.nativeEmbeddings)
 	handle("POST /v1/embeddings", a.openAIEmbeddings)

@@ -84,6 +84,9 @@ func TestTokenizeEndpoints(t *testing.T) {
 		props["default_generation_settings"].(map[string]any)["n_ctx"] == nil {
 		t.Errorf("props: %d %s", rec.Code, rec.Body)
 	}
+	if rec := post(h, "/props", `{"x":1}`); rec.Code != 501 || !strings.Contains(rec.Body.String(), "Start it with `--props`") {
+		t.Errorf("POST /props: %d %s, want llama-server's 501", rec.Code, rec.Body)
+	}
 	_, mh := newTestServer(t, 1)
 	// The mock tokenizes text a token per byte (the prompts of infill and
 	// rerank are built of its tokens) but has no text for its tokens or a
