@@ -136,6 +136,8 @@ type Cache struct {
 	// room is needed.
 	spare []Memory
 	held  int64 // the entries', the spare memory, what restores and saves under way hold
+	// releasing is the part of held given up and being freed (release).
+	releasing int64
 	// tokens is the entries' tokens; stats the running totals.
 	tokens int
 	stats  iface.PromptCacheStats
@@ -233,14 +235,18 @@ func (c *Cache) Begin(tokens []int32, stateBytes int64) (*Save, error) {
 	if mem == nil {
 		need += fresh
 	}
-	free = append(free, c.makeRoomLocked(need)...)
-	if c.budget > 0 && c.held+need > c.budget { // restores and saves under way hold the rest
+	// Memory on its way to be freed stays counted until it is (release), so
+	// that what is allocated never exceeds the budget; it makes room here.
+	more, releasing := c.makeRoomLocked(need, sizeOf(free))
+	free = append(free, more...)
+	if c.budget > 0 && c.held-releasing+need > c.budget { // restores and saves under way hold the rest
 		if mem != nil {
 			c.spare = append(c.spare, mem)
 		}
 		c.stats.Skipped++
+		c.giveUpLocked(free)
 		c.mu.Unlock()
-		freeAll(free)
+		c.release(free)
 		return nil, nil
 	}
 	c.held += need
@@ -248,8 +254,9 @@ func (c *Cache) Begin(tokens []int32, stateBytes int64) (*Save, error) {
 	if mem != nil {
 		held += int64(len(mem.Bytes()))
 	}
+	c.giveUpLocked(free)
 	c.mu.Unlock()
-	freeAll(free)
+	c.release(free)
 	if mem == nil {
 		var err error
 		mem, err = c.alloc.Alloc(roomFor(stateBytes))
@@ -289,12 +296,14 @@ func (c *Cache) takeSpareLocked(n, fresh int64) Memory {
 	return m
 }
 
-// makeRoomLocked frees spare memory, the largest first, then evicts the
-// least recently used entries, until need more bytes fit the budget; it
-// returns the memory to free once c.mu is let go. c.mu is held.
-func (c *Cache) makeRoomLocked(need int64) []Memory {
+// makeRoomLocked gives up spare memory, the largest first, then evicts the
+// least recently used entries, until need more bytes fit the budget beside
+// the releasing bytes already on their way out; it returns the memory to
+// release once c.mu is let go and the bytes on their way out then. c.mu is
+// held.
+func (c *Cache) makeRoomLocked(need, releasing int64) ([]Memory, int64) {
 	var free []Memory
-	for c.budget > 0 && c.held+need > c.budget && len(c.spare) > 0 {
+	for c.budget > 0 && c.held-releasing+need > c.budget && len(c.spare) > 0 {
 		i := 0
 		for j, m := range c.spare {
 			if len(m.Bytes()) > len(c.spare[i].Bytes()) {
@@ -303,15 +312,45 @@ func (c *Cache) makeRoomLocked(need int64) []Memory {
 		}
 		m := c.spare[i]
 		c.spare = slices.Delete(c.spare, i, i+1)
-		c.held -= int64(len(m.Bytes()))
+		releasing += int64(len(m.Bytes()))
 		free = append(free, m)
 	}
-	for c.budget > 0 && c.held+need > c.budget && len(c.entries) > 0 {
+	for c.budget > 0 && c.held-releasing+need > c.budget && len(c.entries) > 0 {
 		e := c.evictOldestLocked()
-		c.held -= int64(len(e.Mem.Bytes())) // evicted to make room: freed, not kept
+		releasing += int64(len(e.Mem.Bytes())) // evicted to make room: freed, not kept
 		free = append(free, e.Mem)
 	}
-	return free
+	return free, releasing
+}
+
+// giveUpLocked marks memory as on its way out: it stays in held, which
+// saves check the budget against, until release frees it, so that what is
+// allocated never exceeds the budget even while another save allocates;
+// Stats leaves it out. c.mu is held.
+func (c *Cache) giveUpLocked(ms []Memory) { c.releasing += sizeOf(ms) }
+
+// release frees memory given up under c.mu, then uncounts it.
+func (c *Cache) release(ms []Memory) {
+	if len(ms) == 0 {
+		return
+	}
+	n := sizeOf(ms)
+	for _, m := range ms {
+		m.Free()
+	}
+	c.mu.Lock()
+	c.held -= n
+	c.releasing -= n
+	c.mu.Unlock()
+}
+
+// sizeOf is the bytes of ms.
+func sizeOf(ms []Memory) int64 {
+	var n int64
+	for _, m := range ms {
+		n += int64(len(m.Bytes()))
+	}
+	return n
 }
 
 // Commit makes the save an entry, the most recently used, once the state
@@ -339,8 +378,9 @@ func (s *Save) Commit(wrote int64, posMin int) error {
 		for c.budget < 0 && c.tokenLimit > 0 && c.tokens > c.tokenLimit && len(c.entries) > 0 {
 			free = append(free, c.retireLocked(c.evictOldestLocked())...)
 		}
+		c.giveUpLocked(free)
 		c.mu.Unlock()
-		freeAll(free)
+		c.release(free)
 	})
 	if !done {
 		return fmt.Errorf("prompt cache: a save committed twice or after Abort")
@@ -357,8 +397,9 @@ func (s *Save) fail() {
 		c.mu.Lock()
 		c.stats.SaveFailures++
 		free := c.retireLocked(s.entry)
+		c.giveUpLocked(free)
 		c.mu.Unlock()
-		freeAll(free)
+		c.release(free)
 	})
 }
 
@@ -427,21 +468,21 @@ func (r *Restore) Done(restored bool) {
 			c.stats.RestoreFailures++
 		}
 		free := c.retireLocked(r.Entry)
+		c.giveUpLocked(free)
 		c.mu.Unlock()
-		freeAll(free)
+		c.release(free)
 	})
 }
 
-// retireLocked uncounts e (out of c.entries, or never in them), keeping its
-// memory as spare while there is room for it, and returns what is to be
-// freed once c.mu is let go. c.mu is held.
+// retireLocked uncounts e's tokens (out of c.entries, or never in them),
+// keeping its memory as spare while there is room for it, and returns what
+// is to be released once c.mu is let go. c.mu is held.
 func (c *Cache) retireLocked(e *Entry) []Memory {
 	c.held -= e.held - int64(len(e.Mem.Bytes()))
 	if len(c.spare) < maxSpare {
 		c.spare = append(c.spare, e.Mem)
 		return nil
 	}
-	c.held -= int64(len(e.Mem.Bytes()))
 	return []Memory{e.Mem}
 }
 
@@ -459,12 +500,6 @@ func (c *Cache) evictOldestLocked() *Entry {
 	return e
 }
 
-func freeAll(ms []Memory) {
-	for _, m := range ms {
-		m.Free()
-	}
-}
-
 // Stats is the cache's figures now; nil for no cache.
 func (c *Cache) Stats() *iface.PromptCacheStats {
 	if c == nil {
@@ -473,7 +508,7 @@ func (c *Cache) Stats() *iface.PromptCacheStats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.stats
-	s.BudgetBytes, s.Bytes, s.Entries, s.Tokens = c.budget, c.held, int64(len(c.entries)), int64(c.tokens)
+	s.BudgetBytes, s.Bytes, s.Entries, s.Tokens = c.budget, c.held-c.releasing, int64(len(c.entries)), int64(c.tokens)
 	return &s
 }
 
@@ -487,14 +522,12 @@ func (c *Cache) Drop() {
 	c.mu.Lock()
 	var free []Memory
 	for _, e := range c.entries {
-		c.held -= e.held
+		c.held -= e.held - int64(len(e.Mem.Bytes()))
 		free = append(free, e.Mem)
 	}
-	for _, m := range c.spare {
-		c.held -= int64(len(m.Bytes()))
-		free = append(free, m)
-	}
+	free = append(free, c.spare...)
 	c.entries, c.spare, c.tokens = nil, nil, 0
+	c.giveUpLocked(free)
 	c.mu.Unlock()
-	freeAll(free)
+	c.release(free)
 }
