@@ -30,6 +30,8 @@ FUZZ_TARGETS := \
 	./host:FuzzCountMessages \
 	./host/httpapi:FuzzCompletionBody \
 	./host/httpapi:FuzzMessagesBody \
+	./host/httpapi:FuzzResponsesBody \
+	./host/httpapi:FuzzNativeBody \
 	./plugins/cuda-llama:FuzzReadStateHead \
 	./plugins/cuda-llama:FuzzMaxRow \
 	./plugins/cuda-llama:FuzzInPlace \

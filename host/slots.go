@@ -180,6 +180,7 @@ type slotLease struct {
 	slot   int
 	gen    uint64
 	holder SlotHolder // who the sequence left behind belongs to
+	prev   SlotHolder // who put the sequence the slot held when taken (HolderNone: empty)
 	// source is the slot's state's source once released with an info:
 	// the restoring blob's (STATE_PUT), else none, unless keepSource (a
 	// DECODE, which continues the sequence there) keeps the slot's.
@@ -214,8 +215,13 @@ func (t *slotTable) acquire(slot int, use slotUse) (*slotLease, error) {
 // take marks slot as held by a new lease; t.mu is held.
 func (t *slotTable) take(slot int, use slotUse) *slotLease {
 	t.gen++
-	t.slots[slot].use, t.slots[slot].owner = use, t.gen
-	return &slotLease{t: t, slot: slot, gen: t.gen, holder: HolderRPC}
+	st := &t.slots[slot]
+	prev := st.holder
+	if st.nPast == 0 {
+		prev = HolderNone
+	}
+	st.use, st.owner = use, t.gen
+	return &slotLease{t: t, slot: slot, gen: t.gen, holder: HolderRPC, prev: prev}
 }
 
 // heldLocked reports whether l still holds its slot; t.mu is held.
@@ -361,6 +367,11 @@ type SlotLease struct {
 
 // Slot is the slot held.
 func (sl *SlotLease) Slot() int { return sl.l.slot }
+
+// Found says who put the sequence the slot held when it was taken
+// (HolderNone: it was empty). A completion lets the backend save only an
+// earlier completion's sequence into its prompt cache.
+func (sl *SlotLease) Found() SlotHolder { return sl.l.prev }
 
 // Backend returns the backend the holder may use, or an error once the
 // backend was replaced since the slot was taken.

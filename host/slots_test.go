@@ -160,3 +160,32 @@ func TestHoldAllWaitsForWork(t *testing.T) {
 	}
 	busy.release(nil)
 }
+
+// TestLeaseFound: a front end's lease says who put the sequence the slot
+// held when it was taken (the prompt cache saves only an earlier
+// completion's), none for an empty slot.
+func TestLeaseFound(t *testing.T) {
+	s := NewServer(&stateBackend{}, iface.BackendInfo{NSlots: 1}, nil, Config{})
+	l, err := s.TakeSlot(0)
+	if err != nil || l.Found() != HolderNone {
+		t.Fatalf("an empty slot: %v, found %v", err, l.Found())
+	}
+	l.l.release(&iface.SlotInfo{NPast: 5}) // a completion's sequence left behind
+	l, err = s.TakeIdleSlot(func(int, []SlotView) (int64, bool) { return 0, true })
+	if err != nil || l.Found() != HolderHTTP {
+		t.Fatalf("after a completion: %v, found %v", err, l.Found())
+	}
+	l.l.release(&iface.SlotInfo{NPast: 0})
+	rpc, err := s.slots.acquire(0, slotProcessing) // a PREFILL
+	if err != nil {
+		t.Fatal(err)
+	}
+	rpc.release(&iface.SlotInfo{NPast: 7})
+	if l, err = s.TakeSlot(0); err != nil || l.Found() != HolderRPC {
+		t.Fatalf("after an RPC PREFILL: %v, found %v", err, l.Found())
+	}
+	l.l.release(&iface.SlotInfo{})
+	if l, err = s.TakeSlot(0); err != nil || l.Found() != HolderNone {
+		t.Fatalf("after the slot was emptied: %v, found %v", err, l.Found())
+	}
+}

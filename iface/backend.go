@@ -56,6 +56,14 @@ type Backend interface {
 	// the quantisation quantKey ("base": the loaded model's own), all or
 	// none of them; backends without it return ErrNotImplemented.
 	SwapQuant(ctx context.Context, quantKey, tensorPattern string) (SwapResult, error)
+
+	// Embed evaluates each input as a sequence of its own, apart from every
+	// slot's (no slot's KV is touched), and returns their embeddings in
+	// order, pooled as BackendInfo.Pooling says. Backends without CapEmbed
+	// return ErrNotImplemented; an input the backend cannot take (empty,
+	// a token outside the vocabulary, too long) is ErrBadRequest naming
+	// it as input[i].
+	Embed(ctx context.Context, req EmbedRequest) ([]Embedding, error)
 }
 
 // SwapResult is what a SwapQuant did.
@@ -148,6 +156,97 @@ type BackendInfo struct {
 	// "" where the backend has none.
 	ChatTemplate       string
 	BOSToken, EOSToken string
+
+	// PromptCache is the backend's host-memory prompt cache as it stands
+	// now (cache_ram, llama-server's --cache-ram); nil where it keeps none.
+	PromptCache *PromptCacheStats
+
+	// Special is the vocabulary's special tokens and what tokenizing adds,
+	// for the prompts a front end builds of token ids as llama-server builds
+	// them (infill's FIM tokens, rerank's separators); nil: not known.
+	Special *SpecialTokens
+	// RerankTemplate is the model's "rerank" chat template, in which
+	// {query} and {document} stand for the texts; "" where it has none.
+	RerankTemplate string
+	// NBatch is the logical batch (llama-server's n_batch), which bounds
+	// an infill prompt's prefix and suffix; 0: not known.
+	NBatch int
+	// Pooling is how Embed pools a sequence's embeddings (PoolingNone …
+	// PoolingRank); "" where the backend serves none.
+	Pooling string
+}
+
+// PromptCacheStats is a prompt cache's figures: what it holds now, and
+// running totals since the backend loaded.
+type PromptCacheStats struct {
+	// BudgetBytes is the most it may hold, -1 for no limit in bytes (the
+	// tokens it holds are then bounded by n_ctx, as llama-server's are).
+	BudgetBytes int64
+	Bytes       int64 // held now: the entries' memory and tokens, memory kept for the next saves, saves and restores under way
+	Entries     int64
+	Tokens      int64
+	// Hits and Misses count the prompts it was asked for: a cached sequence
+	// chosen to start the prompt from, or none.
+	Hits, Misses uint64
+	// Saves are sequences saved into it; Restores sequences restored from
+	// it into a slot; each with its state bytes and the seconds it took.
+	Saves, SaveBytes       uint64
+	SaveSeconds            float64
+	Restores, RestoreBytes uint64
+	RestoreSeconds         float64
+	// Evictions are entries dropped, least recently used first, to stay
+	// within the budget (or n_ctx's tokens); Skipped sequences not saved,
+	// being in it already or larger than the budget; the failures saves
+	// and restores that failed (a restore's slot is then evaluated anew).
+	Evictions, Skipped            uint64
+	SaveFailures, RestoreFailures uint64
+}
+
+// NoToken is a SpecialTokens id the vocabulary does not have.
+const NoToken = -1
+
+// SpecialTokens are a vocabulary's special token ids (NoToken for those it
+// lacks) and what tokenizing a text with add_special puts around it, as
+// llama.cpp's llama_vocab_* accessors report them.
+type SpecialTokens struct {
+	BOS, EOS, SEP                                  int32
+	FIMPre, FIMSuf, FIMMid, FIMPad, FIMRep, FIMSep int32
+	AddBOS, AddEOS, AddSEP                         bool
+}
+
+// Poolings of Embed, llama.cpp's pooling types by llama-server's names.
+const (
+	PoolingNone = "none" // one embedding per token, not normalised
+	PoolingMean = "mean"
+	PoolingCLS  = "cls"  // the first token's
+	PoolingLast = "last" // the last token's
+	PoolingRank = "rank" // a classifier's scores (a reranker's relevance first)
+)
+
+// Capabilities (BackendInfo.Capabilities) of the embedding routes: CapEmbed,
+// Embed serves (llama-server's --embeddings); CapRerank, the pooling was
+// asked to be rank (llama-server's --reranking), which llama-server's
+// /rerank requires.
+const (
+	CapEmbed  = "embed"
+	CapRerank = "rerank"
+)
+
+// EmbedRequest is what Embed evaluates.
+type EmbedRequest struct {
+	Inputs [][]int32
+	// Normalize is llama.cpp's embd_normalize for pooled embeddings: -1
+	// none, 0 the largest absolute value scaled to int16's range, 1
+	// taxicab, 2 euclidean, p > 2 the p-norm; nil: the backend's default.
+	// Pooling none is never normalised.
+	Normalize *int
+}
+
+// Embedding is one input's embedding: one vector when pooled, one per token
+// with pooling none.
+type Embedding struct {
+	Vectors [][]float32
+	NTokens int // the input's tokens evaluated
 }
 
 // SplitKV reports whether every slot has KV cells of its own (NCtxSlot of
@@ -237,6 +336,15 @@ type PrefillRequest struct {
 	// /tokenize, /detokenize and /apply-template (Prompt.Text, Pieces) rather
 	// than the prompt Prefill would evaluate; nil: that prompt.
 	Tokenize *TokenizeOptions
+	// PromptCache: the prompt is an HTTP completion's, which a backend with
+	// a host-memory prompt cache may start from a cached sequence's state,
+	// restored into the slot where it is empty or SaveSequence is set.
+	// SaveSequence: the slot's sequence is an earlier HTTP completion's,
+	// which the backend may save into that cache before the prompt replaces
+	// it. A Hydra RPC client's prompt sets neither: a slot the coordinator
+	// fills is its own, never saved, dropped or replaced by the cache.
+	PromptCache  bool
+	SaveSequence bool
 }
 
 // TokenizeOptions are llama-server's /tokenize switches.

@@ -1,6 +1,7 @@
 package iface
 
 import (
+	"fmt"
 	"math"
 	"time"
 
@@ -18,25 +19,30 @@ func backendInfoToPB(i BackendInfo) *backendv1.BackendInfo {
 			Hash:  i.Model.Hash,
 			Path:  i.Model.Path,
 		},
-		NSlots:        int64(i.NSlots),
-		NVocab:        int64(i.NVocab),
-		NCtx:          int64(i.NCtx),
-		Capabilities:  i.Capabilities,
-		NCtxSlot:      int64(i.NCtxSlot),
-		KvUnified:     i.KVUnified,
-		Quants:        i.Quants,
-		ActiveQuant:   i.ActiveQuant,
-		ExpertMode:    i.ExpertMode,
-		PeerDevice:    i.PeerDevice,
-		PeerReachable: i.PeerReachable,
-		LayerSplit:    i.LayerSplit,
-		SplitMode:     i.SplitMode,
-		PromptDecode:  i.PromptDecode,
-		MaxTokenBytes: int64(i.MaxTokenBytes),
-		StateLayout:   i.StateLayout,
-		ChatTemplate:  i.ChatTemplate,
-		BosToken:      i.BOSToken,
-		EosToken:      i.EOSToken,
+		NSlots:         int64(i.NSlots),
+		NVocab:         int64(i.NVocab),
+		NCtx:           int64(i.NCtx),
+		Capabilities:   i.Capabilities,
+		NCtxSlot:       int64(i.NCtxSlot),
+		KvUnified:      i.KVUnified,
+		Quants:         i.Quants,
+		ActiveQuant:    i.ActiveQuant,
+		ExpertMode:     i.ExpertMode,
+		PeerDevice:     i.PeerDevice,
+		PeerReachable:  i.PeerReachable,
+		LayerSplit:     i.LayerSplit,
+		SplitMode:      i.SplitMode,
+		PromptDecode:   i.PromptDecode,
+		MaxTokenBytes:  int64(i.MaxTokenBytes),
+		StateLayout:    i.StateLayout,
+		ChatTemplate:   i.ChatTemplate,
+		BosToken:       i.BOSToken,
+		EosToken:       i.EOSToken,
+		PromptCache:    promptCacheToPB(i.PromptCache),
+		Special:        specialToPB(i.Special),
+		RerankTemplate: i.RerankTemplate,
+		NBatch:         int64(i.NBatch),
+		Pooling:        i.Pooling,
 	}
 }
 
@@ -50,26 +56,119 @@ func backendInfoFromPB(p *backendv1.BackendInfo) BackendInfo {
 			Hash:  m.GetHash(),
 			Path:  m.GetPath(),
 		},
-		NSlots:        int(p.GetNSlots()),
-		NVocab:        int(p.GetNVocab()),
-		NCtx:          int(p.GetNCtx()),
-		Capabilities:  p.GetCapabilities(),
-		NCtxSlot:      int(p.GetNCtxSlot()),
-		KVUnified:     p.GetKvUnified(),
-		Quants:        p.GetQuants(),
-		ActiveQuant:   p.GetActiveQuant(),
-		ExpertMode:    p.GetExpertMode(),
-		PeerDevice:    p.GetPeerDevice(),
-		PeerReachable: p.GetPeerReachable(),
-		LayerSplit:    p.GetLayerSplit(),
-		SplitMode:     p.GetSplitMode(),
-		PromptDecode:  p.GetPromptDecode(),
-		MaxTokenBytes: int(p.GetMaxTokenBytes()),
-		StateLayout:   p.GetStateLayout(),
-		ChatTemplate:  p.GetChatTemplate(),
-		BOSToken:      p.GetBosToken(),
-		EOSToken:      p.GetEosToken(),
+		NSlots:         int(p.GetNSlots()),
+		NVocab:         int(p.GetNVocab()),
+		NCtx:           int(p.GetNCtx()),
+		Capabilities:   p.GetCapabilities(),
+		NCtxSlot:       int(p.GetNCtxSlot()),
+		KVUnified:      p.GetKvUnified(),
+		Quants:         p.GetQuants(),
+		ActiveQuant:    p.GetActiveQuant(),
+		ExpertMode:     p.GetExpertMode(),
+		PeerDevice:     p.GetPeerDevice(),
+		PeerReachable:  p.GetPeerReachable(),
+		LayerSplit:     p.GetLayerSplit(),
+		SplitMode:      p.GetSplitMode(),
+		PromptDecode:   p.GetPromptDecode(),
+		MaxTokenBytes:  int(p.GetMaxTokenBytes()),
+		StateLayout:    p.GetStateLayout(),
+		ChatTemplate:   p.GetChatTemplate(),
+		BOSToken:       p.GetBosToken(),
+		EOSToken:       p.GetEosToken(),
+		PromptCache:    promptCacheFromPB(p.GetPromptCache()),
+		Special:        specialFromPB(p.GetSpecial()),
+		RerankTemplate: p.GetRerankTemplate(),
+		NBatch:         int(p.GetNBatch()),
+		Pooling:        p.GetPooling(),
 	}
+}
+
+func promptCacheToPB(c *PromptCacheStats) *backendv1.PromptCacheStats {
+	if c == nil {
+		return nil
+	}
+	return &backendv1.PromptCacheStats{BudgetBytes: c.BudgetBytes, Bytes: c.Bytes, Entries: c.Entries, Tokens: c.Tokens,
+		Hits: c.Hits, Misses: c.Misses, Saves: c.Saves, SaveBytes: c.SaveBytes, SaveSeconds: c.SaveSeconds,
+		Restores: c.Restores, RestoreBytes: c.RestoreBytes, RestoreSeconds: c.RestoreSeconds,
+		Evictions: c.Evictions, Skipped: c.Skipped, SaveFailures: c.SaveFailures, RestoreFailures: c.RestoreFailures}
+}
+
+func promptCacheFromPB(p *backendv1.PromptCacheStats) *PromptCacheStats {
+	if p == nil {
+		return nil
+	}
+	return &PromptCacheStats{BudgetBytes: p.GetBudgetBytes(), Bytes: p.GetBytes(), Entries: p.GetEntries(), Tokens: p.GetTokens(),
+		Hits: p.GetHits(), Misses: p.GetMisses(), Saves: p.GetSaves(), SaveBytes: p.GetSaveBytes(), SaveSeconds: p.GetSaveSeconds(),
+		Restores: p.GetRestores(), RestoreBytes: p.GetRestoreBytes(), RestoreSeconds: p.GetRestoreSeconds(),
+		Evictions: p.GetEvictions(), Skipped: p.GetSkipped(), SaveFailures: p.GetSaveFailures(), RestoreFailures: p.GetRestoreFailures()}
+}
+
+func specialToPB(s *SpecialTokens) *backendv1.SpecialTokens {
+	if s == nil {
+		return nil
+	}
+	return &backendv1.SpecialTokens{Bos: s.BOS, Eos: s.EOS, Sep: s.SEP, FimPre: s.FIMPre, FimSuf: s.FIMSuf, FimMid: s.FIMMid,
+		FimPad: s.FIMPad, FimRep: s.FIMRep, FimSep: s.FIMSep, AddBos: s.AddBOS, AddEos: s.AddEOS, AddSep: s.AddSEP}
+}
+
+func specialFromPB(p *backendv1.SpecialTokens) *SpecialTokens {
+	if p == nil {
+		return nil
+	}
+	return &SpecialTokens{BOS: p.GetBos(), EOS: p.GetEos(), SEP: p.GetSep(), FIMPre: p.GetFimPre(), FIMSuf: p.GetFimSuf(),
+		FIMMid: p.GetFimMid(), FIMPad: p.GetFimPad(), FIMRep: p.GetFimRep(), FIMSep: p.GetFimSep(),
+		AddBOS: p.GetAddBos(), AddEOS: p.GetAddEos(), AddSEP: p.GetAddSep()}
+}
+
+func embedRequestToPB(req EmbedRequest) *backendv1.EmbedRequest {
+	pb := &backendv1.EmbedRequest{Inputs: make([]*backendv1.TokenList, len(req.Inputs))}
+	for i, in := range req.Inputs {
+		pb.Inputs[i] = &backendv1.TokenList{Tokens: in}
+	}
+	if req.Normalize != nil {
+		n := int32(min(max(*req.Normalize, math.MinInt32), math.MaxInt32))
+		pb.Normalize = &n
+	}
+	return pb
+}
+
+func embedRequestFromPB(pb *backendv1.EmbedRequest) EmbedRequest {
+	req := EmbedRequest{Inputs: make([][]int32, len(pb.GetInputs()))}
+	for i, in := range pb.GetInputs() {
+		req.Inputs[i] = in.GetTokens()
+	}
+	if pb.Normalize != nil {
+		n := int(pb.GetNormalize())
+		req.Normalize = &n
+	}
+	return req
+}
+
+// embeddingToPB flattens the vectors, which must be of one length.
+func embeddingToPB(e Embedding) (*backendv1.Embedding, error) {
+	pb := &backendv1.Embedding{Rows: int64(len(e.Vectors)), NTokens: int64(e.NTokens)}
+	for i, v := range e.Vectors {
+		if len(v) != len(e.Vectors[0]) {
+			return nil, fmt.Errorf("embedding row %d has %d values, row 0 %d", i, len(v), len(e.Vectors[0]))
+		}
+		pb.Values = append(pb.Values, v...)
+	}
+	return pb, nil
+}
+
+func embeddingFromPB(pb *backendv1.Embedding) (Embedding, error) {
+	rows, vals := pb.GetRows(), pb.GetValues()
+	if rows < 0 || (rows == 0 && len(vals) > 0) || (rows > 0 && int64(len(vals))%rows != 0) {
+		return Embedding{}, fmt.Errorf("backend plugin: an embedding of %d values in %d rows", len(vals), rows)
+	}
+	e := Embedding{NTokens: int(pb.GetNTokens()), Vectors: make([][]float32, rows)}
+	if rows > 0 {
+		dim := int64(len(vals)) / rows
+		for r := range e.Vectors {
+			e.Vectors[r] = vals[int64(r)*dim : int64(r+1)*dim : int64(r+1)*dim]
+		}
+	}
+	return e, nil
 }
 
 func swapResultToPB(r SwapResult) *backendv1.SwapQuantResponse {
@@ -209,7 +308,8 @@ func prefillToPB(req PrefillRequest) *backendv1.PrefillRequest {
 	}
 	return &backendv1.PrefillRequest{Slot: int64(req.Slot), Messages: msgs, Tokens: req.Tokens, Text: req.Text, Model: req.Model,
 		Tools: req.Tools, TemplateKwargs: req.TemplateKwargs, ToolChoice: req.ToolChoice, ToolChoiceName: req.ToolChoiceName,
-		ParallelToolCalls: req.ParallelToolCalls, Tokenize: tokenizeOptionsToPB(req.Tokenize)}
+		ParallelToolCalls: req.ParallelToolCalls, Tokenize: tokenizeOptionsToPB(req.Tokenize),
+		PromptCache: req.PromptCache, SaveSequence: req.SaveSequence}
 }
 
 func prefillFromPB(req *backendv1.PrefillRequest) PrefillRequest {
@@ -222,7 +322,8 @@ func prefillFromPB(req *backendv1.PrefillRequest) PrefillRequest {
 	}
 	return PrefillRequest{Slot: int(req.GetSlot()), Messages: msgs, Tokens: req.GetTokens(), Text: req.GetText(), Model: req.GetModel(),
 		Tools: req.GetTools(), TemplateKwargs: req.GetTemplateKwargs(), ToolChoice: req.GetToolChoice(),
-		ToolChoiceName: req.GetToolChoiceName(), ParallelToolCalls: req.ParallelToolCalls, Tokenize: tokenizeOptionsFromPB(req.GetTokenize())}
+		ToolChoiceName: req.GetToolChoiceName(), ParallelToolCalls: req.ParallelToolCalls, Tokenize: tokenizeOptionsFromPB(req.GetTokenize()),
+		PromptCache: req.GetPromptCache(), SaveSequence: req.GetSaveSequence()}
 }
 
 func messageToPB(m Message) *backendv1.Message {

@@ -20,6 +20,14 @@ type fakeBackend struct {
 	statePut      func(context.Context, int, []int32, io.Reader, int64) (int64, error)
 	setExpertMode func(context.Context, string) (string, error)
 	swapQuant     func(context.Context, string, string) (SwapResult, error)
+	embed         func(context.Context, EmbedRequest) ([]Embedding, error)
+}
+
+func (f *fakeBackend) Embed(ctx context.Context, req EmbedRequest) ([]Embedding, error) {
+	if f.embed == nil {
+		return nil, ErrNotImplemented
+	}
+	return f.embed(ctx, req)
 }
 
 func (f *fakeBackend) Load(ctx context.Context, req LoadRequest) (BackendInfo, error) {

@@ -256,6 +256,23 @@ func (c *GRPCClient) SetExpertMode(ctx context.Context, mode string) (string, er
 	return resp.GetMode(), nil
 }
 
+func (c *GRPCClient) Embed(ctx context.Context, req EmbedRequest) ([]Embedding, error) {
+	resp, err := c.client.Embed(ctx, embedRequestToPB(req))
+	if err != nil {
+		return nil, FromStatus(err)
+	}
+	if n := len(resp.GetEmbeddings()); n != len(req.Inputs) {
+		return nil, fmt.Errorf("backend plugin: Embed returned %d embeddings for %d inputs", n, len(req.Inputs))
+	}
+	out := make([]Embedding, len(req.Inputs))
+	for i, pb := range resp.GetEmbeddings() {
+		if out[i], err = embeddingFromPB(pb); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
 func (c *GRPCClient) SwapQuant(ctx context.Context, quantKey, tensorPattern string) (SwapResult, error) {
 	resp, err := c.client.SwapQuant(ctx, &backendv1.SwapQuantRequest{QuantKey: quantKey, TensorPattern: tensorPattern})
 	if err != nil {

@@ -265,3 +265,28 @@ func (s *GRPCServer) SwapQuant(ctx context.Context, req *backendv1.SwapQuantRequ
 	}
 	return swapResultToPB(res), nil
 }
+
+func (s *GRPCServer) Embed(ctx context.Context, req *backendv1.EmbedRequest) (*backendv1.EmbedResponse, error) {
+	embs, err := s.Impl.Embed(ctx, embedRequestFromPB(req))
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	if len(embs) != len(req.GetInputs()) {
+		return nil, ToStatus(fmt.Errorf("the backend returned %d embeddings for %d inputs", len(embs), len(req.GetInputs())))
+	}
+	resp := &backendv1.EmbedResponse{Embeddings: make([]*backendv1.Embedding, len(embs))}
+	size := 0
+	for i, e := range embs {
+		if resp.Embeddings[i], err = embeddingToPB(e); err != nil {
+			return nil, ToStatus(err)
+		}
+		size += 4*len(resp.Embeddings[i].Values) + 32
+	}
+	// One reply carries them all: a request whose embeddings (pooling none
+	// gives one a token) outgrow it is the client's to split.
+	if size > maxChunk {
+		return nil, ToStatus(fmt.Errorf("%w: the embeddings take %d bytes, more than one reply of %d carries: send fewer inputs",
+			ErrBadRequest, size, maxChunk))
+	}
+	return resp, nil
+}

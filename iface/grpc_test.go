@@ -52,6 +52,12 @@ func TestRoundTrip(t *testing.T) {
 		MaxTokenBytes: 7,
 		StateLayout:   `{"arch":"llama","kv_type":"q8_0","n_layer":48}`,
 		ChatTemplate:  "{{ messages }}", BOSToken: "<s>", EOSToken: "</s>",
+		PromptCache: &PromptCacheStats{BudgetBytes: -1, Bytes: 5 << 30, Entries: 3, Tokens: 40000, Hits: 7, Misses: 2,
+			Saves: 9, SaveBytes: 1 << 33, SaveSeconds: 0.25, Restores: 6, RestoreBytes: 3 << 30, RestoreSeconds: 0.125,
+			Evictions: 4, Skipped: 1, SaveFailures: 1, RestoreFailures: 2},
+		Special: &SpecialTokens{BOS: 1, EOS: 2, SEP: NoToken, FIMPre: 151659, FIMSuf: 151661, FIMMid: 151660, FIMPad: 151662,
+			FIMRep: 151663, FIMSep: 151664, AddBOS: true, AddSEP: true},
+		RerankTemplate: "q: {query}\nd: {document}", NBatch: 2048, Pooling: PoolingRank,
 	}
 	slotInfo := SlotInfo{Slot: 3, NPast: 5, Tokens: []int32{1, -2, math.MaxInt32, 4, 5}, StateSize: 1 << 40}
 	swapped := SwapResult{Swapped: 144, Bytes: 5 << 30, Duration: 1234567 * time.Microsecond, KVPreserved: true}
@@ -63,6 +69,7 @@ func TestRoundTrip(t *testing.T) {
 		gotPrefill PrefillRequest
 		gotMode    string
 		gotQuant   [2]string
+		gotEmbed   EmbedRequest
 	)
 	f := &fakeBackend{
 		load: func(_ context.Context, req LoadRequest) (BackendInfo, error) {
@@ -100,6 +107,17 @@ func TestRoundTrip(t *testing.T) {
 		swapQuant: func(_ context.Context, key, pattern string) (SwapResult, error) {
 			gotQuant = [2]string{key, pattern}
 			return swapped, nil
+		},
+		embed: func(_ context.Context, req EmbedRequest) ([]Embedding, error) {
+			gotEmbed = req
+			if len(req.Inputs) == 3 {
+				return []Embedding{
+					{Vectors: [][]float32{{0.5, -1, float32(math.Inf(-1))}}, NTokens: 3},
+					{Vectors: [][]float32{{1, 2}, {3, 4}, {5, 6}}, NTokens: 3},
+					{Vectors: [][]float32{}, NTokens: 1},
+				}, nil
+			}
+			return []Embedding{{Vectors: [][]float32{{1, 2}, {3}}}}, nil // ragged: refused
 		},
 	}
 	b := TestBackend(t, f)
@@ -151,8 +169,8 @@ func TestRoundTrip(t *testing.T) {
 	t.Run("Prefill", func(t *testing.T) {
 		for _, req := range []PrefillRequest{
 			{Slot: 1, Messages: []Message{{Role: "system", Content: "be brief"}, {Role: "user", Content: "héllo ✓"}}, Model: "qwen"},
-			{Slot: 2, Tokens: []int32{151643, 0, 7}},
-			{Slot: 3, Text: "<|im_start|>user\nraw ✓"},
+			{Slot: 2, Tokens: []int32{151643, 0, 7}, PromptCache: true},
+			{Slot: 3, Text: "<|im_start|>user\nraw ✓", PromptCache: true, SaveSequence: true},
 		} {
 			got, err := b.Prefill(ctx, req)
 			if err != nil {
@@ -177,6 +195,24 @@ func TestRoundTrip(t *testing.T) {
 		want := Prompt{Tokens: []int32{5, 0, math.MaxInt32}, OpensThinking: true, Text: "a\xe2", Pieces: []string{"a", "", "\xe2"}}
 		if err != nil || !reflect.DeepEqual(gotPrefill, req) || !reflect.DeepEqual(got, want) {
 			t.Errorf("plugin got %+v, host got %v %v", gotPrefill, got, err)
+		}
+	})
+	t.Run("Embed", func(t *testing.T) {
+		two := 2
+		req := EmbedRequest{Inputs: [][]int32{{1, 2, math.MaxInt32}, {7, 8, 9}, {0}}, Normalize: &two}
+		got, err := b.Embed(ctx, req)
+		want := []Embedding{
+			{Vectors: [][]float32{{0.5, -1, float32(math.Inf(-1))}}, NTokens: 3},
+			{Vectors: [][]float32{{1, 2}, {3, 4}, {5, 6}}, NTokens: 3},
+			{Vectors: [][]float32{}, NTokens: 1},
+		}
+		if err != nil || !reflect.DeepEqual(gotEmbed, req) || !reflect.DeepEqual(got, want) {
+			t.Errorf("plugin got %+v, host got %v %v", gotEmbed, got, err)
+		}
+		// No normalisation named stays unset: the backend's default.
+		req = EmbedRequest{Inputs: [][]int32{{1}}}
+		if _, err := b.Embed(ctx, req); err == nil || gotEmbed.Normalize != nil {
+			t.Errorf("a ragged embedding crossed the boundary (%v), or the plugin got normalize %v", err, gotEmbed.Normalize)
 		}
 	})
 	t.Run("SetExpertMode", func(t *testing.T) {

@@ -44,7 +44,12 @@
 # again at SLOTS with -ours-opt AB_OPT, as decode-h200-ab, so that an option
 # is measured beside the default on one machine), LONG_P (empty; N: after the
 # first run, the prefill of an N-token prompt, one stream in one slot, ours
-# and llama-server, LONG_REPS (2) times). The state measurement, in the first run: STATE_GET_BYTES
+# and llama-server, LONG_REPS (2) times), CACHE_P (empty; N: after the first
+# run, the time to first token of a request whose N-token prefix left its one
+# slot, ours with the host-memory prompt cache (CACHE_RAM MiB, 8192) and
+# without, CACHE_REPS (3) rounds each: the page decode-h200-cache.md), MAIN
+# (1; 0: leave out the first run and the SLOTS2 run, e.g. CACHE_P alone).
+# The state measurement, in the first run: STATE_GET_BYTES
 # (1200000000; 0 or empty: off), STATE_C (8: slot 0 and 7 streams), STATE_N
 # (512 tokens a stream, so that a round spans many transfers), STATE_REPS (2
 # pairs of rounds). SAVE_LIB=1: after building libggml-cuda here, return it
@@ -195,8 +200,16 @@ main() {
 	if [[ -n $STATE_GET_BYTES && $STATE_GET_BYTES != 0 ]]; then
 		state=(-state-get-bytes "$STATE_GET_BYTES" -state-get-c "${STATE_C:-8}" -state-get-n "${STATE_N:-512}" -state-get-reps "${STATE_REPS:-2}")
 	fi
-	bench "$SLOTS" decode-h200 -joins "${JOINS:-3}" -prefix-reps "${PREFIX_REPS:-2}" -ceiling-kv "${CEILING_KV:-both}" "${state[@]}"
-	rc=$?
+	rc=0
+	if [[ ${MAIN:-1} != 0 ]]; then
+		bench "$SLOTS" decode-h200 -joins "${JOINS:-3}" -prefix-reps "${PREFIX_REPS:-2}" -ceiling-kv "${CEILING_KV:-both}" "${state[@]}"
+		rc=$?
+	fi
+	if [[ -n ${CACHE_P:-} ]]; then
+		# Ours alone, one slot, with the prompt cache and without.
+		DECODE_ARGS= bench 1 decode-h200-cache -systems "" -prompt-cache-tokens "$CACHE_P" -prompt-cache-reps "${CACHE_REPS:-3}" \
+			-prompt-cache-ram "${CACHE_RAM:-8192}" -joins 0 -prefix-reps 0 || rc=1
+	fi
 	if [[ -n ${AB_OPT:-} ]]; then
 		bench "$SLOTS" decode-h200-ab -systems ours -ours-opt "$AB_OPT" -joins "${JOINS:-3}" -prefix-reps "${PREFIX_REPS:-2}" || rc=1
 	fi
@@ -206,7 +219,7 @@ main() {
 		DECODE_ARGS= bench 1 decode-h200-long -systems ours,llama-server -c 1 -p "$LONG_P" -n 16 -ctx $((LONG_P + 64)) \
 			-reps "${LONG_REPS:-2}" -joins 0 -prefix-reps 0 || rc=1
 	fi
-	if [[ -n $SLOTS2 ]]; then
+	if [[ -n $SLOTS2 && ${MAIN:-1} != 0 ]]; then
 		if (($(elapsed) + SLOTS2_NEED <= BUDGET)); then
 			bench "$SLOTS2" "decode-h200-slots$SLOTS2" -systems ours,ollama -joins 0 -prefix-reps 0 || rc=1
 		else
@@ -224,9 +237,9 @@ say() { echo "$*"; echo "$*" >>"$LOG"; }
 # last; a page left out goes into the log in full, so its tables come back.
 collect() {
 	local f want=() files=() left=()
-	want=("$W/decode-h200.md" "$W/decode-h200-long.md" "$W/decode-h200-ab.md")
+	want=("$W/decode-h200.md" "$W/decode-h200-cache.md" "$W/decode-h200-long.md" "$W/decode-h200-ab.md")
 	mapfile -t -O "${#want[@]}" want < <(compgen -G "$W/libcache-part-*" | sort)
-	want+=("$W/decode-h200.json" "$W/decode-h200-ab.json" "$W/decode-h200.svg")
+	want+=("$W/decode-h200.json" "$W/decode-h200-cache.json" "$W/decode-h200-ab.json" "$W/decode-h200.svg")
 	[[ -n $SLOTS2 ]] && want+=("$W/decode-h200-slots$SLOTS2".{md,json,svg})
 	for f in "${want[@]}"; do
 		[[ -f $f ]] || continue

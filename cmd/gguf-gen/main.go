@@ -1,6 +1,8 @@
 // Command gguf-gen writes a deterministic random-weight GGUF model for tests
 // and benchmarks of the llama.cpp backend that need no download: llama
-// (dense, or with Mixtral-style experts), qwen3moe, qwen35moe (the production
+// (dense, or with Mixtral-style experts), qwen3 (dense; with -pooling,
+// -classifier and -rerank-template an embedding or reranker model as
+// Qwen3-Embedding's and Qwen3-Reranker's GGUFs are), qwen3moe, qwen35moe (the production
 // Qwen3.6-35B-A3B's hybrid: gated DeltaNet blocks, every fourth a gated full
 // attention, routed plus shared experts) or gemma3 (sliding-window
 // attention). The vocabulary is a minimal generated one with a ChatML
@@ -14,6 +16,7 @@
 //	gguf-gen -o moe4.gguf -arch qwen3moe -type q4_0    # the same model at Q4_0
 //	gguf-gen -o q35.gguf -arch qwen35moe -tokenizer bin/tokenizers/qwen3
 //	gguf-gen -o g3.gguf -arch gemma3 -window 16 -tokenizer bin/tokenizers/gptoss
+//	gguf-gen -o rr.gguf -arch qwen3 -pooling rank -classifier yes,no -tokenizer bin/tokenizers/qwen3
 //	gguf-gen -o prod.gguf -arch qwen35moe -layers 40 -embd 2048 -heads 16 -kv-heads 2 \
 //	    -head-dim 256 -experts 256 -experts-used 8 -expert-ff 512 -shared-ff 512 \
 //	    -ssm-state 128 -ssm-groups 16 -ssm-heads 32 -ctx 262144 -type q4_0 -tokenizer bin/tokenizers/qwen3
@@ -82,7 +85,7 @@ var intFlags = []struct {
 
 // parseFlags reads the command line into a model configuration and the
 // output path; what no flag gives is the architecture's tiny model's
-// (gguf.Tiny, TinyMoE, TinyQwen35MoE or TinyGemma3), and with -tokenizer
+// (gguf.Tiny, TinyQwen3, TinyMoE, TinyQwen35MoE or TinyGemma3), and with -tokenizer
 // the vocabulary is the tokenizer's.
 func parseFlags(args []string, stderr io.Writer) (gguf.Config, string, error) {
 	c := gguf.Tiny()
@@ -90,7 +93,7 @@ func parseFlags(args []string, stderr io.Writer) (gguf.Config, string, error) {
 	fs.SetOutput(stderr)
 	out := fs.String("o", "", "output file (required)")
 	fs.StringVar(&c.Name, "name", c.Name, "general.name")
-	fs.StringVar(&c.Arch, "arch", gguf.ArchLlama, "architecture: llama, qwen3moe, qwen35moe or gemma3")
+	fs.StringVar(&c.Arch, "arch", gguf.ArchLlama, "architecture: llama, qwen3, qwen3moe, qwen35moe or gemma3")
 	for _, f := range intFlags {
 		fs.IntVar(f.field(&c), f.name, *f.field(&c), f.usage)
 	}
@@ -99,6 +102,9 @@ func parseFlags(args []string, stderr io.Writer) (gguf.Config, string, error) {
 	wt := fs.String("type", "f32", "type of the big matrices: f32, f16, q8_0 or q4_0 (norms, routers and other small tensors stay f32)")
 	f16 := fs.Bool("f16", false, "the same as -type f16")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "weight seed")
+	fs.StringVar(&c.Pooling, "pooling", "", "the pooling the model names for embeddings: none, mean, cls, last or rank (default: none written)")
+	classifier := fs.String("classifier", "", "a qwen3 model's classifier head, its labels comma-separated (a reranker's: yes,no)")
+	fs.StringVar(&c.RerankTemplate, "rerank-template", "", "tokenizer.chat_template.rerank: {query} and {document} stand for the texts")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: gguf-gen -o FILE [-arch ARCH] [-tokenizer DIR] [flags]\n")
 		fs.PrintDefaults()
@@ -112,6 +118,9 @@ func parseFlags(args []string, stderr io.Writer) (gguf.Config, string, error) {
 		return c, "", errors.New("-o FILE is required, and nothing after the flags")
 	}
 	set := given(fs)
+	if *classifier != "" {
+		c.Classifier = strings.Split(*classifier, ",")
+	}
 	var err error
 	if c.Type, err = weightType(*wt, *f16, set["type"]); err != nil {
 		return c, "", err
@@ -139,7 +148,7 @@ func parseFlags(args []string, stderr io.Writer) (gguf.Config, string, error) {
 func archDefaults() string {
 	var b strings.Builder
 	llama := gguf.Tiny()
-	for _, arch := range []string{gguf.ArchQwen3MoE, gguf.ArchQwen35MoE, gguf.ArchGemma3} {
+	for _, arch := range []string{gguf.ArchQwen3, gguf.ArchQwen3MoE, gguf.ArchQwen35MoE, gguf.ArchGemma3} {
 		tiny, _ := gguf.TinyFor(arch)
 		fmt.Fprintf(&b, "  %s:", arch)
 		for _, f := range intFlags {
@@ -208,6 +217,12 @@ func summary(out string, c gguf.Config) string {
 		s += fmt.Sprintf(", ff %d", c.FF)
 	}
 	s += fmt.Sprintf(", vocab %d", c.Vocab)
+	if c.Pooling != "" {
+		s += ", pooling " + c.Pooling
+	}
+	if len(c.Classifier) > 0 {
+		s += fmt.Sprintf(", classifier head %v", c.Classifier)
+	}
 	if c.Tokenizer != nil {
 		s += fmt.Sprintf(" (tokenizer %s)", c.Tokenizer.Pre)
 	}

@@ -64,6 +64,7 @@ type Config struct {
 	// --reasoning-budget (-1: unbounded) and --reasoning-budget-message.
 	ReasoningBudget        int    `mapstructure:"reasoning_budget"`
 	ReasoningBudgetMessage string `mapstructure:"reasoning_budget_message"`
+	SPMInfill              bool   `mapstructure:"spm_infill"`
 
 	// apiKeys are APIKey and the lines of APIKeyFile, read by validate: the
 	// keys the HTTP side requires (not a setting of its own).
@@ -193,6 +194,7 @@ var settings = []struct{ key, flag string }{
 	{"reasoning_format", "reasoning-format"},
 	{"reasoning_budget", "reasoning-budget"},
 	{"reasoning_budget_message", "reasoning-budget-message"},
+	{"spm_infill", "spm-infill"},
 }
 
 func envName(key string) string { return "HYDRA_" + strings.ToUpper(key) }
@@ -256,6 +258,7 @@ func newFlagSet(d Config, configFile *string, printConfig, showVersion *bool) *f
 	fs.StringVar(&v.ReasoningFormat, "reasoning-format", d.ReasoningFormat, "deepseek: a chat reply's <think> block streams as reasoning_content, apart from content (llama-server's); none: all is content")
 	fs.IntVar(&v.ReasoningBudget, "reasoning-budget", d.ReasoningBudget, "tokens a chat reply may reason before its template's end tag is forced (llama-server's): -1 unbounded, 0 no reasoning; a request's reasoning_budget_tokens wins")
 	fs.StringVar(&v.ReasoningBudgetMessage, "reasoning-budget-message", d.ReasoningBudgetMessage, "text forced before the end tag when a reasoning budget runs out (llama-server's); a request's reasoning_budget_message wins")
+	fs.BoolVar(&v.SPMInfill, "spm-infill", d.SPMInfill, "/infill prompts put the suffix before the prefix (llama-server's --spm-infill), for models trained so")
 	fs.Float64Var(&v.SlotSimilarity, "slot-prompt-similarity", d.SlotSimilarity, "how much of a slot's prompt an HTTP request's prompt must share to be given that slot, 0 to 1 (llama-server's; 0: off)")
 	fs.StringVar(configFile, "config", "", "YAML configuration file (default $"+envConfigFile+"; flags and HYDRA_* variables override it)")
 	fs.BoolVar(printConfig, "print-config", false, "print the effective configuration as YAML, with each value's source, and exit")
@@ -711,7 +714,8 @@ func httpOptions(c *Config, logger hclog.Logger) httpapi.Options {
 			"and erase slots; set api_key_file (--api-key-file) or bind http to 127.0.0.1 (docs/operators.md, Security)", "http", c.HTTP)
 	}
 	opts := httpapi.Options{APIKeys: c.apiKeys, PublicMetrics: c.PublicMetrics, SlotPromptSimilarity: c.SlotSimilarity,
-		SplitReasoning: c.ReasoningFormat == "deepseek", ReasoningBudgetMessage: c.ReasoningBudgetMessage}
+		SplitReasoning: c.ReasoningFormat == "deepseek", ReasoningBudgetMessage: c.ReasoningBudgetMessage,
+		SPMInfill: c.SPMInfill}
 	if c.ReasoningBudget >= 0 {
 		n := int32(c.ReasoningBudget)
 		opts.ReasoningBudget = &n

@@ -23,6 +23,8 @@ import (
 	"net"
 	"regexp"
 	"strings"
+
+	cudallama "github.com/hydra-engine/hydra-engine/plugins/cuda-llama"
 )
 
 // maxCombinedPattern bounds --combined-ot-pattern: the fork's is 37 bytes,
@@ -51,16 +53,11 @@ func lsForkParams() []lsParam {
 					return err
 				}
 				ls.combinedPattern = v
-				ls.setOpt("--combined-ot-pattern", optCombinedPattern, v)
+				ls.setOpt("--combined-ot-pattern", cudallama.OptCombinedPattern, v)
 				return nil
 			}},
 	}
 }
-
-// optCombinedPattern is the llama plugin's option for the weights combined
-// mode places on its peer (plugins/cuda-llama/combinedopts.go); it drops
-// an "=DEVICE" suffix, as the fork does.
-const optCombinedPattern = "combined_pattern"
 
 // peerAddress checks HOST:PORT: a host name or IP address (an IPv6 one in
 // brackets) and a port number.
@@ -121,6 +118,6 @@ func (ls *lsArgs) finishFork() {
 	}
 	if ls.combinedPattern != "" && ls.rpcEngine != "" {
 		ls.notes = append(ls.notes, fmt.Sprintf("llama-engine --combined-ot-pattern %s: passed to the plugin as %s, the weights its combined mode "+
-			"would place on the peer; not acting while there is none", ls.combinedPattern, optCombinedPattern))
+			"would place on the peer; not acting while there is none", ls.combinedPattern, cudallama.OptCombinedPattern))
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -27,6 +28,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	cudallama "github.com/hydra-engine/hydra-engine/plugins/cuda-llama"
 )
 
 // llamaServerCommand is the subcommand, and the executable name, that reads
@@ -109,6 +112,7 @@ func parseLlamaServer(args []string, getenv func(string) (string, bool), stderr 
 		return nil, fmt.Errorf("llama-server parameters: %w", err)
 	}
 	splitByDefault(inv)
+	cacheByDefault(inv)
 	if err := inv.cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -156,11 +160,28 @@ func splitByDefault(inv *invocation) {
 	if inv.cfg.Backend != llamaServerBackend {
 		return
 	}
-	if _, ok := inv.cfg.BackendOpts["kv_unified"]; !ok {
+	if _, ok := inv.cfg.BackendOpts[cudallama.OptKVUnified]; !ok {
 		if inv.cfg.BackendOpts == nil {
 			inv.cfg.BackendOpts = map[string]string{}
 		}
-		inv.cfg.BackendOpts["kv_unified"] = "false"
+		inv.cfg.BackendOpts[cudallama.OptKVUnified] = "false"
+	}
+}
+
+// llamaServerCacheRAM is llama-server's --cache-ram default, in MiB.
+const llamaServerCacheRAM = "8192"
+
+// cacheByDefault gives the llama plugin llama-server's prompt cache when
+// --cache-ram is not given (the plugin's own default is none).
+func cacheByDefault(inv *invocation) {
+	if inv.cfg.Backend != llamaServerBackend {
+		return
+	}
+	if _, ok := inv.cfg.BackendOpts[cudallama.OptCacheRAM]; !ok {
+		if inv.cfg.BackendOpts == nil {
+			inv.cfg.BackendOpts = map[string]string{}
+		}
+		inv.cfg.BackendOpts[cudallama.OptCacheRAM] = llamaServerCacheRAM
 	}
 }
 
@@ -345,7 +366,7 @@ func (ls *lsArgs) finish() {
 		ls.setBy["rpc"] = append(ls.setBy["rpc"], "--host", "--rpc-port")
 	}
 	var placed []string
-	for _, k := range []string{"n_gpu_layers", "n_cpu_moe", "override_tensor"} {
+	for _, k := range []string{cudallama.OptNGPULayers, cudallama.OptNCPUMoE, cudallama.OptOverrideTensor} {
 		if v, ok := ls.opts[k]; ok {
 			placed = append(placed, k+"="+v)
 		}
@@ -448,8 +469,8 @@ func printLlamaServerHelp(w io.Writer) {
 
 // The parameters, in docs/llama-server.md's order.
 func llamaServerParams() []lsParam {
-	return slices.Concat(lsListenerParams(), lsModelParams(), lsPlacementParams(), lsSpecParams(), lsChatParams(), lsSamplingParams(), lsServerParams(),
-		lsForkParams())
+	return slices.Concat(lsListenerParams(), lsModelParams(), lsPlacementParams(), lsSpecParams(), lsChatParams(), lsEmbeddingParams(),
+		lsSamplingParams(), lsServerParams(), lsForkParams())
 }
 
 func lsListenerParams() []lsParam {
@@ -495,7 +516,7 @@ func lsModelParams() []lsParam {
 			if err == nil && n == 0 {
 				err = errors.New("0 (the model's training context) is not supported here: give the size")
 			}
-			ls.setOpt("--ctx-size", "n_ctx", v)
+			ls.setOpt("--ctx-size", cudallama.OptNCtx, v)
 			return err
 		}},
 		{names: []string{"--parallel", "-np"}, hint: "N", doc: "slots (sequences): slots", apply: func(ls *lsArgs, v string) error {
@@ -503,39 +524,50 @@ func lsModelParams() []lsParam {
 			ls.set("--parallel", "slots", v)
 			return err
 		}},
-		{names: []string{"--alias", "-a"}, hint: "STRING", doc: "the model's name in the API: alias", apply: opt("--alias", "alias")},
-		{names: []string{"--mmap"}, neg: []string{"--no-mmap"}, kind: lsSwitch, doc: "memory-map the model: use_mmap", apply: opt("--mmap", "use_mmap")},
-		{names: []string{"--threads", "-t"}, hint: "N", doc: "CPU threads for generation (<= 0: every CPU): n_threads", apply: threads("--threads", "n_threads")},
-		{names: []string{"--threads-batch", "-tb"}, hint: "N", doc: "CPU threads for prompts (<= 0: every CPU): n_threads_batch", apply: threads("--threads-batch", "n_threads_batch")},
-		{names: []string{"--batch-size", "-b"}, hint: "N", doc: "logical batch: n_batch", apply: intOpt("--batch-size", "n_batch", 1)},
-		{names: []string{"--ubatch-size", "-ub"}, hint: "N", doc: "physical batch: n_ubatch", apply: intOpt("--ubatch-size", "n_ubatch", 1)},
+		{names: []string{"--alias", "-a"}, hint: "STRING", doc: "the model's name in the API: alias", apply: opt("--alias", cudallama.OptAlias)},
+		{names: []string{"--mmap"}, neg: []string{"--no-mmap"}, kind: lsSwitch, doc: "memory-map the model: use_mmap", apply: opt("--mmap", cudallama.OptMmap)},
+		{names: []string{"--threads", "-t"}, hint: "N", doc: "CPU threads for generation (<= 0: every CPU): n_threads", apply: threads("--threads", cudallama.OptNThreads)},
+		{names: []string{"--threads-batch", "-tb"}, hint: "N", doc: "CPU threads for prompts (<= 0: every CPU): n_threads_batch", apply: threads("--threads-batch", cudallama.OptNThreadsBatch)},
+		{names: []string{"--batch-size", "-b"}, hint: "N", doc: "logical batch: n_batch", apply: intOpt("--batch-size", cudallama.OptNBatch, 1)},
+		{names: []string{"--ubatch-size", "-ub"}, hint: "N", doc: "physical batch: n_ubatch", apply: intOpt("--ubatch-size", cudallama.OptNUBatch, 1)},
 		{names: []string{"--flash-attn", "-fa"}, hint: "[on|off|auto]", bare: "on", doc: "flash attention: flash_attn", apply: func(ls *lsArgs, v string) error {
 			mode, err := onOffAuto(v)
-			ls.setOpt("--flash-attn", "flash_attn", mode)
+			ls.setOpt("--flash-attn", cudallama.OptFlashAttn, mode)
 			return err
 		}},
-		{names: []string{"--cache-type-k", "-ctk"}, hint: "TYPE", doc: "K cache type: cache_type_k", apply: lowerOpt("--cache-type-k", "cache_type_k")},
-		{names: []string{"--cache-type-v", "-ctv"}, hint: "TYPE", doc: "V cache type: cache_type_v", apply: lowerOpt("--cache-type-v", "cache_type_v")},
-		{names: []string{"--kv-unified", "-kvu"}, neg: []string{"--no-kv-unified"}, kind: lsSwitch, doc: "one KV pool for all slots: kv_unified", apply: opt("--kv-unified", "kv_unified")},
-		{names: []string{"--context-shift"}, neg: []string{"--no-context-shift"}, kind: lsSwitch, doc: "shift a full slot's context: context_shift", apply: opt("--context-shift", "context_shift")},
-		{names: []string{"--swa-full"}, kind: lsSwitch, doc: "full-size sliding-window caches: swa_full", apply: opt("--swa-full", "swa_full")},
-		{names: []string{"--cache-reuse"}, hint: "N", doc: "min chunk reused from the cache by KV shifting: cache_reuse", apply: intOpt("--cache-reuse", "cache_reuse", 0)},
+		{names: []string{"--cache-type-k", "-ctk"}, hint: "TYPE", doc: "K cache type: cache_type_k", apply: lowerOpt("--cache-type-k", cudallama.OptCacheTypeK)},
+		{names: []string{"--cache-type-v", "-ctv"}, hint: "TYPE", doc: "V cache type: cache_type_v", apply: lowerOpt("--cache-type-v", cudallama.OptCacheTypeV)},
+		{names: []string{"--kv-unified", "-kvu"}, neg: []string{"--no-kv-unified"}, kind: lsSwitch, doc: "one KV pool for all slots: kv_unified", apply: opt("--kv-unified", cudallama.OptKVUnified)},
+		{names: []string{"--context-shift"}, neg: []string{"--no-context-shift"}, kind: lsSwitch, doc: "shift a full slot's context: context_shift", apply: opt("--context-shift", cudallama.OptContextShift)},
+		{names: []string{"--swa-full"}, kind: lsSwitch, doc: "full-size sliding-window caches: swa_full", apply: opt("--swa-full", cudallama.OptSWAFull)},
+		{names: []string{"--cache-reuse"}, hint: "N", doc: "min chunk reused from the cache by KV shifting: cache_reuse", apply: intOpt("--cache-reuse", cudallama.OptCacheReuse, 0)},
+		{names: []string{"--cache-ram", "-cram"}, hint: "N", doc: "host-memory prompt cache in MiB (< 0: no limit, 0: off; not given: 8192, as llama-server): cache_ram",
+			apply: func(ls *lsArgs, v string) error {
+				n, err := integer(v, math.MinInt64)
+				if n < 0 { // llama-server reads any negative size as no limit
+					v = "-1"
+				}
+				ls.setOpt("--cache-ram", cudallama.OptCacheRAM, v)
+				return err
+			}},
+		{names: []string{"--cache-idle-slots"}, neg: []string{"--no-cache-idle-slots"}, kind: lsSwitch,
+			why: "idle slots are not saved when a task starts; a slot's sequence goes into the prompt cache (cache_ram) when another prompt takes its slot"},
 		{names: []string{"--rope-scaling"}, hint: "{none,linear,yarn}", doc: "RoPE scaling: rope_scaling", apply: func(ls *lsArgs, v string) error {
-			ls.setOpt("--rope-scaling", "rope_scaling", v)
+			ls.setOpt("--rope-scaling", cudallama.OptRopeScaling, v)
 			if !slices.Contains([]string{"none", "linear", "yarn"}, v) {
 				return errors.New("want none, linear or yarn")
 			}
 			return nil
 		}},
-		{names: []string{"--rope-scale"}, hint: "N", doc: "RoPE context scaling factor: rope_scale", apply: floatOpt("--rope-scale", "rope_scale")},
-		{names: []string{"--yarn-orig-ctx"}, hint: "N", doc: "YaRN's original context (0: the model's): yarn_orig_ctx", apply: intOpt("--yarn-orig-ctx", "yarn_orig_ctx", 0)},
+		{names: []string{"--rope-scale"}, hint: "N", doc: "RoPE context scaling factor: rope_scale", apply: floatOpt("--rope-scale", cudallama.OptRopeScale)},
+		{names: []string{"--yarn-orig-ctx"}, hint: "N", doc: "YaRN's original context (0: the model's): yarn_orig_ctx", apply: intOpt("--yarn-orig-ctx", cudallama.OptYarnOrigCtx, 0)},
 	}
 }
 
 func lsPlacementParams() []lsParam {
 	return []lsParam{
 		{names: []string{"--n-gpu-layers", "-ngl", "--gpu-layers"}, hint: "N|all", doc: "layers on the GPU: n_gpu_layers", apply: func(ls *lsArgs, v string) error {
-			ls.setOpt("--n-gpu-layers", "n_gpu_layers", v)
+			ls.setOpt("--n-gpu-layers", cudallama.OptNGPULayers, v)
 			if v == "auto" {
 				return errors.New("auto (fitting the model to free memory) is not done here: give a layer count or all")
 			}
@@ -545,12 +577,12 @@ func lsPlacementParams() []lsParam {
 			}
 			return nil
 		}},
-		{names: []string{"--n-cpu-moe", "-ncmoe"}, hint: "N", doc: "the first N layers' experts in host memory: n_cpu_moe", apply: intOpt("--n-cpu-moe", "n_cpu_moe", 0)},
+		{names: []string{"--n-cpu-moe", "-ncmoe"}, hint: "N", doc: "the first N layers' experts in host memory: n_cpu_moe", apply: intOpt("--n-cpu-moe", cudallama.OptNCPUMoE, 0)},
 		{names: []string{"--override-tensor", "-ot"}, hint: "PATTERN=TYPE,…", doc: "weights by name pattern in a device's memory: override_tensor", apply: func(ls *lsArgs, v string) error {
-			if prev := ls.opts["override_tensor"]; prev != "" {
+			if prev := ls.opts[cudallama.OptOverrideTensor]; prev != "" {
 				v = prev + "," + v // repeated, as llama-server appends
 			}
-			ls.setOpt("--override-tensor", "override_tensor", v)
+			ls.setOpt("--override-tensor", cudallama.OptOverrideTensor, v)
 			return nil
 		}},
 	}
@@ -558,10 +590,10 @@ func lsPlacementParams() []lsParam {
 
 func lsChatParams() []lsParam {
 	return []lsParam{
-		{names: []string{"--jinja"}, neg: []string{"--no-jinja"}, kind: lsSwitch, doc: "Jinja chat templates: jinja", apply: opt("--jinja", "jinja")},
+		{names: []string{"--jinja"}, neg: []string{"--no-jinja"}, kind: lsSwitch, doc: "Jinja chat templates: jinja", apply: opt("--jinja", cudallama.OptJinja)},
 		{names: []string{"--chat-template-file"}, hint: "JINJA_TEMPLATE_FILE", doc: "the chat template: chat_template_file", apply: func(ls *lsArgs, v string) error {
 			abs, err := readableFile(v)
-			ls.setOpt("--chat-template-file", "chat_template_file", abs)
+			ls.setOpt("--chat-template-file", cudallama.OptChatTemplateFile, abs)
 			return err
 		}},
 		{names: []string{"--chat-template-kwargs"}, hint: "JSON", doc: "the template's extra variables: chat_template_kwargs", apply: func(ls *lsArgs, v string) error {
@@ -569,12 +601,12 @@ func lsChatParams() []lsParam {
 			if err := json.Unmarshal([]byte(v), &obj); err != nil || obj == nil {
 				return errors.New(`want a JSON object, e.g. {"enable_thinking": false}`)
 			}
-			ls.setOpt("--chat-template-kwargs", "chat_template_kwargs", v)
+			ls.setOpt("--chat-template-kwargs", cudallama.OptChatTemplateKwargs, v)
 			return nil
 		}},
 		{names: []string{"--reasoning", "-rea"}, hint: "[on|off|auto]", doc: "the model's thinking, on, off or as its template decides: reasoning", apply: func(ls *lsArgs, v string) error {
 			mode, err := onOffAuto(v)
-			ls.setOpt("--reasoning", "reasoning", mode)
+			ls.setOpt("--reasoning", cudallama.OptReasoning, mode)
 			return err
 		}},
 		{names: []string{"--reasoning-format"}, hint: "FORMAT", doc: "deepseek (or auto): a <think> block as reasoning_content; none: all content: reasoning_format", apply: func(ls *lsArgs, v string) error {

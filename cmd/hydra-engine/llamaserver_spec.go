@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"strings"
+
+	cudallama "github.com/hydra-engine/hydra-engine/plugins/cuda-llama"
 )
 
 // lsSpecParams are llama-server's speculative-decoding parameters at the
@@ -13,34 +15,34 @@ func lsSpecParams() []lsParam {
 	return []lsParam{
 		{names: []string{"--spec-draft-model", "-md", "--model-draft"}, hint: "FNAME", doc: "the draft model: draft_model", apply: func(ls *lsArgs, v string) error {
 			abs, err := readableFile(v)
-			ls.setOpt("--spec-draft-model", "draft_model", abs)
+			ls.setOpt("--spec-draft-model", cudallama.OptDraftModel, abs)
 			return err
 		}},
 		{names: []string{"--spec-type"}, hint: "TYPE[,TYPE…]", doc: "draft-simple, ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod: spec_type", apply: func(ls *lsArgs, v string) error {
-			if prev := ls.opts["spec_type"]; prev != "" {
+			if prev := ls.opts[cudallama.OptSpecType]; prev != "" {
 				v = prev + "," + v // repeated, as llama-server appends
 			}
-			ls.setOpt("--spec-type", "spec_type", strings.ReplaceAll(v, " ", ""))
+			ls.setOpt("--spec-type", cudallama.OptSpecType, strings.ReplaceAll(v, " ", ""))
 			return nil
 		}},
-		{names: []string{"--spec-draft-n-max"}, hint: "N", doc: "most tokens a slot drafts a step: draft_max", apply: intOpt("--spec-draft-n-max", "draft_max", 1)},
-		{names: []string{"--spec-draft-n-min"}, hint: "N", doc: "a shorter draft is dropped: draft_min", apply: intOpt("--spec-draft-n-min", "draft_min", 0)},
-		{names: []string{"--spec-draft-p-min", "--draft-p-min"}, hint: "P", doc: "the draft stops at a token the draft model gives less: draft_p_min", apply: floatOpt("--spec-draft-p-min", "draft_p_min")},
+		{names: []string{"--spec-draft-n-max"}, hint: "N", doc: "most tokens a slot drafts a step: draft_max", apply: intOpt("--spec-draft-n-max", cudallama.OptDraftMax, 1)},
+		{names: []string{"--spec-draft-n-min"}, hint: "N", doc: "a shorter draft is dropped: draft_min", apply: intOpt("--spec-draft-n-min", cudallama.OptDraftMin, 0)},
+		{names: []string{"--spec-draft-p-min", "--draft-p-min"}, hint: "P", doc: "the draft stops at a token the draft model gives less: draft_p_min", apply: floatOpt("--spec-draft-p-min", cudallama.OptDraftPMin)},
 		{names: []string{"--spec-draft-ngl", "-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft"}, hint: "N|all", doc: "the draft model's layers on the GPU: draft_n_gpu_layers", apply: func(ls *lsArgs, v string) error {
 			switch v {
 			case "auto":
-				ls.setOpt("--spec-draft-ngl", "draft_n_gpu_layers", v)
+				ls.setOpt("--spec-draft-ngl", cudallama.OptDraftNGPULayers, v)
 				return errors.New("auto (fitting the model to free memory) is not done here: give a layer count or all")
 			case "all":
 				v = "-1"
 			}
-			ls.setOpt("--spec-draft-ngl", "draft_n_gpu_layers", v)
+			ls.setOpt("--spec-draft-ngl", cudallama.OptDraftNGPULayers, v)
 			_, err := integer(v, -1)
 			return err
 		}},
-		{names: []string{"--spec-ngram-simple-size-n"}, hint: "N", doc: "ngram-simple's n-gram looked up: spec_ngram_simple_size_n", apply: intOpt("--spec-ngram-simple-size-n", "spec_ngram_simple_size_n", 1)},
-		{names: []string{"--spec-ngram-simple-size-m"}, hint: "N", doc: "ngram-simple's m-gram drafted: spec_ngram_simple_size_m", apply: intOpt("--spec-ngram-simple-size-m", "spec_ngram_simple_size_m", 1)},
-		{names: []string{"--spec-ngram-map-k-size-n"}, hint: "N", doc: "ngram-map-k's (and -k4v's) n-gram: spec_ngram_map_k_size_n", apply: intOpt("--spec-ngram-map-k-size-n", "spec_ngram_map_k_size_n", 1)},
-		{names: []string{"--spec-ngram-map-k-size-m"}, hint: "N", doc: "ngram-map-k's (and -k4v's) m-gram: spec_ngram_map_k_size_m", apply: intOpt("--spec-ngram-map-k-size-m", "spec_ngram_map_k_size_m", 1)},
+		{names: []string{"--spec-ngram-simple-size-n"}, hint: "N", doc: "ngram-simple's n-gram looked up: spec_ngram_simple_size_n", apply: intOpt("--spec-ngram-simple-size-n", cudallama.OptSpecNgramSimpleSizeN, 1)},
+		{names: []string{"--spec-ngram-simple-size-m"}, hint: "N", doc: "ngram-simple's m-gram drafted: spec_ngram_simple_size_m", apply: intOpt("--spec-ngram-simple-size-m", cudallama.OptSpecNgramSimpleSizeM, 1)},
+		{names: []string{"--spec-ngram-map-k-size-n"}, hint: "N", doc: "ngram-map-k's (and -k4v's) n-gram: spec_ngram_map_k_size_n", apply: intOpt("--spec-ngram-map-k-size-n", cudallama.OptSpecNgramMapSizeN, 1)},
+		{names: []string{"--spec-ngram-map-k-size-m"}, hint: "N", doc: "ngram-map-k's (and -k4v's) m-gram: spec_ngram_map_k_size_m", apply: intOpt("--spec-ngram-map-k-size-m", cudallama.OptSpecNgramMapSizeM, 1)},
 	}
 }

@@ -75,7 +75,7 @@ func TestLlamaServerNodeLine(t *testing.T) {
 		"rope_scaling": "yarn", "rope_scale": "5", "yarn_orig_ctx": "32768", "reasoning": "on", "jinja": "true",
 		"chat_template_kwargs": `{"preserve_thinking": true}`, "context_shift": "true", "chat_template_file": tmpl,
 		"n_cpu_moe": "8", "n_gpu_layers": "all", "override_tensor": `token_embd\.weight=CPU,output\.weight=CPU,output_norm\.weight=CPU`,
-		"n_ctx": "320000",
+		"n_ctx": "320000", "cache_ram": "8192",
 	}
 	if !reflect.DeepEqual(c.BackendOpts, wantOpts) {
 		t.Errorf("backend options:\n got %v\nwant %v", c.BackendOpts, wantOpts)
@@ -164,10 +164,43 @@ func TestLlamaServerSpellings(t *testing.T) {
 		{[]string{"-ngl", "-1"}, "n_gpu_layers", "-1"},
 		{[]string{"-ncmoe", "3"}, "n_cpu_moe", "3"},
 		{[]string{"-a", "qwen"}, "alias", "qwen"},
+		{[]string{"-cram", "0"}, "cache_ram", "0"},
+		{[]string{"--cache-ram", "-1"}, "cache_ram", "-1"},
+		{[]string{"--cache-ram", "-5"}, "cache_ram", "-1"},
+		{[]string{"--cache-ram=512"}, "cache_ram", "512"},
+		{nil, "cache_ram", "8192"},
 	} {
 		if got := parseLS(t, tc.args...).cfg.BackendOpts[tc.key]; got != tc.want {
 			t.Errorf("%q: %s=%q, want %q", tc.args, tc.key, got, tc.want)
 		}
+	}
+}
+
+// TestLlamaServerEmbeddings: --embeddings, --reranking (embeddings with
+// rank pooling, a later --pooling winning as in llama-server), --pooling,
+// --embd-normalize become the plugin's options, --spm-infill the HTTP
+// side's.
+func TestLlamaServerEmbeddings(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want map[string]string
+	}{
+		{[]string{"--embeddings"}, map[string]string{"embeddings": "true"}},
+		{[]string{"--embedding", "false"}, map[string]string{"embeddings": "false"}},
+		{[]string{"--reranking"}, map[string]string{"embeddings": "true", "pooling": "rank"}},
+		{[]string{"--rerank", "--pooling", "last"}, map[string]string{"embeddings": "true", "pooling": "last"}},
+		{[]string{"--reranking", "false"}, map[string]string{}},
+		{[]string{"--embeddings", "--pooling", "cls", "--embd-normalize", "-1"}, map[string]string{"embeddings": "true", "pooling": "cls", "embd_normalize": "-1"}},
+	} {
+		opts := parseLS(t, tc.args...).cfg.BackendOpts
+		for _, k := range []string{"embeddings", "pooling", "embd_normalize"} {
+			if opts[k] != tc.want[k] {
+				t.Errorf("%q: %s=%q, want %q", tc.args, k, opts[k], tc.want[k])
+			}
+		}
+	}
+	if !parseLS(t, "--spm-infill").cfg.SPMInfill || parseLS(t).cfg.SPMInfill {
+		t.Error("--spm-infill does not set spm_infill, or it is set without it")
 	}
 }
 
@@ -268,6 +301,7 @@ func TestLlamaServerErrors(t *testing.T) {
 		{[]string{"--ctx-size", "lots"}, "llama-server --ctx-size lots: not an integer"},
 		{[]string{"--ctx-size", "0"}, "0 (the model's training context) is not supported"},
 		{[]string{"--parallel", "0"}, "--parallel 0: must be at least 1"},
+		{[]string{"--cache-ram", "8G"}, "--cache-ram 8G: not an integer"},
 		{[]string{"-ngl", "auto"}, "auto (fitting the model to free memory) is not done here"},
 		{[]string{"-fa", "maybe"}, "want on, off or auto"},
 		{[]string{"--jinja=perhaps"}, "want a boolean"},
@@ -286,6 +320,8 @@ func TestLlamaServerErrors(t *testing.T) {
 		{[]string{"--reasoning-budget", "4294967296"}, "reasoning_budget must be -1 (unbounded) or a count of tokens"},
 		{[]string{"--models-preset", bad}, "bad.ini:3: \"this is not a line\" is not key = value"},
 		{[]string{"--models-preset", "/nonexistent.ini"}, "no such file"},
+		{[]string{"--pooling", "max"}, "--pooling max: want none, mean, cls, last or rank"},
+		{[]string{"--embd-normalize", "-2"}, "--embd-normalize -2: must be at least -1"},
 	} {
 		_, err := parseLlamaServer(tc.args, envOf(nil), io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -313,8 +349,10 @@ func TestLlamaServerPresets(t *testing.T) {
 	}
 	inv := parseLS(t, "--models-preset", ini, "--models-max", "2", "--cache-type-k", "q8_0", "--rpc-port", "9510")
 	want := []modelPreset{
-		{alias: "qwen3-moe", model: "/m/q.gguf", opts: map[string]string{"n_ctx": "8192", "n_cpu_moe": "8", "cache_type_k": "q8_0", "kv_unified": "false", "alias": "qwen3-moe"}},
-		{alias: "tiny", model: "/m/s.gguf", opts: map[string]string{"n_ctx": "8192", "cache_type_k": "q8_0", "kv_unified": "true", "alias": "tiny"}},
+		{alias: "qwen3-moe", model: "/m/q.gguf", opts: map[string]string{"n_ctx": "8192", "n_cpu_moe": "8", "cache_type_k": "q8_0", "kv_unified": "false",
+			"cache_ram": "8192", "alias": "qwen3-moe"}},
+		{alias: "tiny", model: "/m/s.gguf", opts: map[string]string{"n_ctx": "8192", "cache_type_k": "q8_0", "kv_unified": "true",
+			"cache_ram": "8192", "alias": "tiny"}},
 	}
 	if !reflect.DeepEqual(inv.cfg.presets, want) {
 		t.Errorf("presets %+v\nwant %+v", inv.cfg.presets, want)
@@ -515,7 +553,8 @@ func TestLlamaEngineParams(t *testing.T) {
 func TestLlamaServerOptionsOnMock(t *testing.T) {
 	tmpl := templateFile(t)
 	values := []string{"1", "on", "true", "all", "yarn", "q8_0", "1.5", "auto", tmpl, `{"a": 1}`, `blk\.0\.=CPU`, "localhost:1", "deepseek"}
-	known := append(slices.Clone(mock.LlamaServerOptions), mock.OptAlias, mock.OptKVBytesPerToken, mock.OptKVUnified, mock.OptNCtx, mock.OptOpDelayMS)
+	known := append(slices.Clone(mock.LlamaServerOptions), mock.OptAlias, mock.OptCacheRAM, mock.OptKVBytesPerToken, mock.OptKVUnified, mock.OptNCtx, mock.OptOpDelayMS,
+		mock.OptEmbeddings, mock.OptPooling, mock.OptEmbdNormalize)
 	for _, p := range llamaServerParams() {
 		for _, v := range values {
 			ls := &lsArgs{settings: map[string]any{}, opts: map[string]string{}, sampler: map[string]string{}, setBy: map[string][]string{}, noted: map[string]bool{}}

@@ -161,7 +161,10 @@ func checkFields(raw json.RawMessage, path string, known []string) error {
 		return nil
 	}
 	sort.Strings(extra)
-	return badRequest("%s is not supported by this engine", strings.TrimPrefix(path+"."+extra[0], "."))
+	field := strings.TrimPrefix(path+"."+extra[0], ".")
+	e := badRequest("%s is not supported by this engine", field)
+	e.Param = field
+	return e
 }
 
 // anthropicToOpenAI converts a /v1/messages body to the chat completion

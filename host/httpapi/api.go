@@ -38,6 +38,7 @@ type api struct {
 	splitReasoning bool       // Options.SplitReasoning
 	budget         *int32     // Options.ReasoningBudget
 	budgetMessage  string     // Options.ReasoningBudgetMessage
+	spmInfill      bool       // Options.SPMInfill
 
 	mu    sync.Mutex
 	tasks map[int]slotTask // the last HTTP completion of each slot, for /slots
@@ -76,6 +77,9 @@ type Options struct {
 	// tag when a budget runs out (--reasoning-budget-message).
 	ReasoningBudget        *int32
 	ReasoningBudgetMessage string
+	// SPMInfill puts an infill prompt's suffix before its prefix
+	// (llama-server's --spm-infill), for models trained that way.
+	SPMInfill bool
 }
 
 // The markers of a reasoning block.
@@ -91,7 +95,7 @@ func Handler(s *host.Server, opts Options) http.Handler {
 	_, info := s.Backend()
 	a := &api{s: s, log: s.Config().Logger.Named("http"), tasks: map[int]slotTask{},
 		queue: newSlotQueue(s, info.NSlots), similarity: opts.SlotPromptSimilarity, splitReasoning: opts.SplitReasoning,
-		budget: opts.ReasoningBudget, budgetMessage: opts.ReasoningBudgetMessage}
+		budget: opts.ReasoningBudget, budgetMessage: opts.ReasoningBudgetMessage, spmInfill: opts.SPMInfill}
 	a.metrics = newMetrics(s)
 	a.metrics.queueLen = a.queue.waiting
 	s.Stats().SetObserver(a.metrics)
@@ -114,14 +118,27 @@ func Handler(s *host.Server, opts Options) http.Handler {
 	handle("POST /chat/completions", a.chatCompletions)
 	handle("POST /v1/chat/completions/input_tokens", a.chatInputTokens)
 	handle("POST /chat/completions/input_tokens", a.chatInputTokens)
+	handle("POST /v1/responses", a.responses)
+	handle("POST /responses", a.responses)
+	handle("POST /v1/responses/input_tokens", a.responsesInputTokens)
+	handle("POST /responses/input_tokens", a.responsesInputTokens)
 	handle("POST /v1/messages", a.messages)
 	handle("POST /v1/messages/count_tokens", a.countMessageTokens)
+	handle("POST /completion", a.nativeCompletion)
 	handle("POST /v1/completions", a.textCompletions)
 	handle("POST /completions", a.textCompletions)
 	handle("POST /tokenize", a.tokenize)
 	handle("POST /detokenize", a.detokenize)
 	handle("POST /apply-template", a.applyTemplate)
 	handle("GET /props", a.props)
+	handle("POST /props", a.setProps)
+	handle("POST /embedding", a.nativeEmbeddings)
+	handle("POST /embeddings", a.nativeEmbeddings)
+	handle("POST /v1/embeddings", a.openAIEmbeddings)
+	for _, p := range []string{"/rerank", "/reranking", "/v1/rerank", "/v1/reranking"} {
+		handle("POST "+p, a.rerank)
+	}
+	handle("POST /infill", a.infill)
 	mux.Handle("GET /metrics", a.metrics.handler())
 	handle("GET /", notFound) // not every method: one no route takes stays the mux's 405
 	handle("POST /", notFound)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -46,12 +47,21 @@ func TestParseCompletion(t *testing.T) {
 	if c, err := parse(`{"prompt":["AB"]}`, false); err != nil || c.prefill.Text != "AB" {
 		t.Errorf("a batch of one text: %+v %v", c.prefill, err)
 	}
+	// Text and token ids mixed: pieces for the backend to tokenize, runs of
+	// ids together.
+	c, err = parse(`{"prompt":[7,8,"AB",67]}`, false)
+	if want := []promptPiece{{tokens: []int32{7, 8}}, {text: "AB"}, {tokens: []int32{67}}}; err != nil || !reflect.DeepEqual(c.pieces, want) ||
+		c.prefill.Text != "" || c.prefill.Tokens != nil {
+		t.Errorf("a mixed prompt: %+v %+v %v", c.pieces, c.prefill, err)
+	}
 	c, err = parse(`{"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"model":"m","stream":true,"stream_options":{"include_usage":true},"max_completion_tokens":4,"id_slot":2}`, true)
 	if err != nil || c.prefill.Messages[0].Content != "hi" || c.prefill.Model != "m" || !c.includeUsage || c.nPredict != 4 || c.slot != 2 {
 		t.Errorf("chat: %+v %v", c, err)
 	}
 	for _, bad := range []struct{ body, want string }{
 		{`{"prompt":["a","b"]}`, "batches"},
+		{`{"prompt":["a",-1]}`, "not a token id"},
+		{`{"prompt":["a",null,1]}`, "batches"},
 		{`{"prompt":""}`, "empty"},
 		{`{}`, "prompt is required"},
 		{`{"prompt":"a","n":2}`, "n must be 1"},

@@ -183,6 +183,7 @@ type completionRun struct {
 	// promptDecode: the decode evaluates the prompt first (promptInDecode).
 	promptDecode bool
 	nPredict     int         // tokens the decode may generate
+	nPast        int         // tokens in the slot once the decode ended
 	probs        *tokenProbs // the log-probabilities not yet sent, when asked for
 	taskID       int64       // the completion's task, for /slots
 	release      func()      // frees the slot (once; later calls do nothing)
@@ -212,20 +213,27 @@ func (a *api) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 }
 
 // completeBody runs the completion of body, which arrived then: an OpenAI
-// body, or one converted to it (/v1/messages).
+// body, or one converted to it (/v1/messages, /v1/responses).
 func (a *api) completeBody(w http.ResponseWriter, r *http.Request, chat bool, body []byte, arrived time.Time) {
-	ctx := r.Context()
-	b, info := a.s.Backend()
+	_, info := a.s.Backend()
 	tun := a.s.Tunables()
 	c, err := parseCompletion(body, chat, tun.Sampler(), tun.NPredict(), info)
 	if err == nil {
 		err = c.setReasoningBudget(a.budget, a.budgetMessage, info)
 	}
 	if err != nil {
-		writeAPIError(w, a.apiErrorOf(ctx, "reading the request", err))
+		writeAPIError(w, a.apiErrorOf(r.Context(), "reading the request", err))
 		return
 	}
 	c.arrived = arrived
+	a.runCompletion(w, r, c)
+}
+
+// runCompletion runs the validated completion c: on the model it names,
+// in a slot, retried while the shared KV cache has no room for its prompt.
+func (a *api) runCompletion(w http.ResponseWriter, r *http.Request, c completion) {
+	ctx := r.Context()
+	b, info := a.s.Backend()
 	if err := a.checkModel(c.model); err != nil {
 		writeAPIError(w, err)
 		return
@@ -326,6 +334,10 @@ func (a *api) run(w http.ResponseWriter, r *http.Request, b iface.Backend, info 
 		return &stepError{step: "taking a slot", err: err}
 	}
 	a.metrics.queueSeconds.WithLabelValues(info.Model.Alias).Observe(time.Since(queued).Seconds())
+	// A completion's prompt may start from the backend's prompt cache, and
+	// the slot's sequence go there first where an earlier completion left
+	// it; never a Hydra RPC client's.
+	c.prefill.PromptCache, c.prefill.SaveSequence = true, lease.Found() == host.HolderHTTP
 	rn := &completionRun{a: a, ctx: r.Context(), b: b, info: info, c: c, slot: lease.Slot(),
 		w: w, rc: http.NewResponseController(w), body: newCompletionBody(c, info), probs: newTokenProbs(c),
 		interToken: a.metrics.interToken.WithLabelValues(info.Model.Alias)}
@@ -347,6 +359,11 @@ func (a *api) run(w http.ResponseWriter, r *http.Request, b iface.Backend, info 
 		}
 	}
 	defer rn.release()
+	if c.noCache { // llama-server's cache_prompt false: the prompt is evaluated whole
+		if err := b.ClearSlot(r.Context(), rn.slot); err != nil {
+			return &stepError{step: "clearing the slot", err: err}
+		}
+	}
 	if info.PromptDecode && toks != nil && rn.promptInDecode(len(toks)) {
 		return rn.generate()
 	}
@@ -369,6 +386,13 @@ func (e *stepError) Unwrap() error { return e.err }
 // slot, and has the prefill evaluate those; nil when the backend cannot say
 // (the prompt then goes to the prefill as it came).
 func (a *api) promptTokens(ctx context.Context, b iface.Backend, c *completion) ([]int32, error) {
+	if c.pieces != nil {
+		toks, err := pieceTokens(ctx, b, c.pieces)
+		if err != nil {
+			return nil, err
+		}
+		c.prefill.Tokens, c.pieces = toks, nil
+	}
 	p, err := b.Tokenize(ctx, c.prefill)
 	switch {
 	case errors.Is(err, iface.ErrNotImplemented):
@@ -379,6 +403,27 @@ func (a *api) promptTokens(ctx context.Context, b iface.Backend, c *completion) 
 	c.prefill = iface.PrefillRequest{Tokens: p.Tokens, Model: c.prefill.Model}
 	c.opensThinking = p.OpensThinking
 	return p.Tokens, nil
+}
+
+// pieceTokens tokenizes a prompt of text and token ids mixed as llama-server
+// does: each text piece with its special tokens parsed, the model's BOS only
+// where the prompt starts with text. A backend without a tokenizer of its own
+// cannot (iface.ErrNotImplemented).
+func pieceTokens(ctx context.Context, b iface.Backend, pieces []promptPiece) ([]int32, error) {
+	var toks []int32
+	for i, p := range pieces {
+		if p.tokens != nil {
+			toks = append(toks, p.tokens...)
+			continue
+		}
+		t, err := b.Tokenize(ctx, iface.PrefillRequest{Text: p.text,
+			Tokenize: &iface.TokenizeOptions{AddSpecial: i == 0, ParseSpecial: true}})
+		if err != nil {
+			return nil, fmt.Errorf("prompt: text mixed with token ids is tokenized piece by piece, by the backend's own tokenizer: %w", err)
+		}
+		toks = append(toks, t.Tokens...)
+	}
+	return toks, nil
 }
 
 // newCompletionBody fills the fields every reply and chunk of c shares.
@@ -513,6 +558,10 @@ func (rn *completionRun) recordSpans(start, end time.Time, nGen int, err error) 
 
 // reply writes a whole (non-streamed) completion.
 func (rn *completionRun) reply(text, reason string, u *usage, tm *timings) {
+	if rn.c.native != nil {
+		writeJSON(rn.w, http.StatusOK, rn.nativeFinal(text, u.CompletionTokens, tm))
+		return
+	}
 	ch := choice{FinishReason: &reason, Logprobs: rn.probs.take()}
 	if rn.c.chat {
 		ch.Message = &message{Role: "assistant", Content: &text}
@@ -554,7 +603,9 @@ func fingerprint(info iface.BackendInfo) string {
 // finish_reason. nPredict 0 (the coordinator's prefill-only call) decodes
 // nothing.
 func (rn *completionRun) decode() (string, int, string, error) {
+	rn.nPast = rn.nPrompt
 	if rn.nPredict == 0 {
+		rn.stop = "length"
 		return "", 0, "length", nil
 	}
 	ts := &stoptext.Stream{Stops: rn.c.stops}
@@ -621,6 +672,9 @@ func (rn *completionRun) decode() (string, int, string, error) {
 		rn.countDrafts(res)
 	}
 	rn.stop = res.StopReason
+	if res.NPast > 0 {
+		rn.nPast = res.NPast
+	}
 	if rn.c.parsed && err == nil {
 		if rn.stop == iface.StopString && len(rn.c.stops) == 1 {
 			rn.stopWord = rn.c.stops[0]
@@ -718,7 +772,7 @@ func (rn *completionRun) emitParts(reasoning, content string) error {
 			return err
 		}
 	}
-	if content != "" {
+	if content != "" || rn.c.native != nil && rn.probs.waiting() { // a native stream has a chunk for each token
 		return rn.chunk(content, nil)
 	}
 	return nil
@@ -754,6 +808,9 @@ func (rn *completionRun) chunkBody(delta *message, text *string, reason *string)
 
 // chunk streams a piece of generated text.
 func (rn *completionRun) chunk(s string, reason *string) error {
+	if rn.c.native != nil {
+		return rn.event(rn.nativeChunk(s))
+	}
 	if rn.c.chat {
 		return rn.event(rn.chunkBody(&message{Content: &s}, nil, reason))
 	}
@@ -763,6 +820,10 @@ func (rn *completionRun) chunk(s string, reason *string) error {
 // finishStream sends the chunk carrying finish_reason (with llama-server's
 // timings), the usage chunk if asked for, and [DONE].
 func (rn *completionRun) finishStream(reason string, u *usage, tm *timings) {
+	if rn.c.native != nil { // llama-server's last event, and no [DONE]
+		_ = rn.event(rn.nativeFinal("", u.CompletionTokens, tm))
+		return
+	}
 	var last completionBody
 	if rn.c.chat {
 		last = rn.chunkBody(nil, nil, &reason)

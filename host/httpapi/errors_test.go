@@ -19,25 +19,25 @@ import (
 
 // TestDecodeErrorsInClientWords: a body that does not decode is answered
 // 400 in JSON terms (field, expected kind, offset), never with the Go types
-// encoding/json names.
+// encoding/json names, the field at fault its param.
 func TestDecodeErrorsInClientWords(t *testing.T) {
 	_, h := newTestServer(t, 1)
-	for _, c := range []struct{ path, body, want string }{
-		{"/v1/chat/completions", `{"messages":"hi"}`, "field messages: expected an array, got a string"},
-		{"/v1/chat/completions", `{"messages":["hi"]}`, "field messages: expected an array of objects, got an element that is a string"},
-		{"/v1/chat/completions", `{"messages":[{"role":5,"content":"x"}]}`, "field messages.role: expected a string, got a number"},
-		{"/v1/completions", `{"prompt":"a","max_tokens":"5"}`, "field max_tokens: expected an integer, got a string"},
-		{"/v1/completions", `{"prompt":"a","max_tokens":1.5}`, "field max_tokens: expected an integer, got 1.5"},
-		{"/v1/completions", `{"prompt":"a","n":99999999999999999999}`, "field n: 99999999999999999999 is out of range"},
-		{"/v1/completions", `{"prompt":"a","temperature":"hot"}`, "field temperature: expected a number, got a string"},
-		{"/v1/completions", `{"prompt":"a","stream":"yes"}`, "field stream: expected a boolean, got a string"},
-		{"/v1/completions", `{"prompt":"a","stream_options":[]}`, "field stream_options: expected an object, got an array"},
-		{"/v1/completions", `{"prompt":"a","stream_options":{"include_usage":1}}`, "field stream_options.include_usage: expected a boolean, got a number"},
-		{"/v1/completions", `[1]`, "request body must be a JSON object, got an array"},
-		{"/v1/completions", `"prompt"`, "request body must be a JSON object, got a string"},
-		{"/v1/completions", `{"prompt":"a",}`, "request body is not valid JSON: invalid character '}' looking for beginning of object key string (at offset 15)"},
-		{"/v1/completions", `{"prompt":"a"} x`, "request body is not valid JSON: invalid character 'x' after top-level value (at offset 16)"},
-		{"/v1/completions", ``, "request body is not valid JSON: unexpected end of JSON input (at offset 0)"},
+	for _, c := range []struct{ path, body, want, param string }{
+		{"/v1/chat/completions", `{"messages":"hi"}`, "field messages: expected an array, got a string", "messages"},
+		{"/v1/chat/completions", `{"messages":["hi"]}`, "field messages: expected an array of objects, got an element that is a string", "messages"},
+		{"/v1/chat/completions", `{"messages":[{"role":5,"content":"x"}]}`, "field messages.role: expected a string, got a number", "messages.role"},
+		{"/v1/completions", `{"prompt":"a","max_tokens":"5"}`, "field max_tokens: expected an integer, got a string", "max_tokens"},
+		{"/v1/completions", `{"prompt":"a","max_tokens":1.5}`, "field max_tokens: expected an integer, got 1.5", "max_tokens"},
+		{"/v1/completions", `{"prompt":"a","n":99999999999999999999}`, "field n: 99999999999999999999 is out of range", "n"},
+		{"/v1/completions", `{"prompt":"a","temperature":"hot"}`, "field temperature: expected a number, got a string", "temperature"},
+		{"/v1/completions", `{"prompt":"a","stream":"yes"}`, "field stream: expected a boolean, got a string", "stream"},
+		{"/v1/completions", `{"prompt":"a","stream_options":[]}`, "field stream_options: expected an object, got an array", "stream_options"},
+		{"/v1/completions", `{"prompt":"a","stream_options":{"include_usage":1}}`, "field stream_options.include_usage: expected a boolean, got a number", "stream_options.include_usage"},
+		{"/v1/completions", `[1]`, "request body must be a JSON object, got an array", ""},
+		{"/v1/completions", `"prompt"`, "request body must be a JSON object, got a string", ""},
+		{"/v1/completions", `{"prompt":"a",}`, "request body is not valid JSON: invalid character '}' looking for beginning of object key string (at offset 15)", ""},
+		{"/v1/completions", `{"prompt":"a"} x`, "request body is not valid JSON: invalid character 'x' after top-level value (at offset 16)", ""},
+		{"/v1/completions", ``, "request body is not valid JSON: unexpected end of JSON input (at offset 0)", ""},
 	} {
 		rec := post(h, c.path, c.body)
 		var e struct {
@@ -49,6 +49,9 @@ func TestDecodeErrorsInClientWords(t *testing.T) {
 		}
 		if e.Error.Msg != c.want {
 			t.Errorf("%s: %q, want %q", c.body, e.Error.Msg, c.want)
+		}
+		if want := any(c.param); c.param == "" && e.Error.Param != nil || c.param != "" && e.Error.Param != want {
+			t.Errorf("%s: param %v, want %q", c.body, e.Error.Param, c.param)
 		}
 		for _, leak := range []string{"Go ", "host.", "httpapi.", "int64", "float64", "[]", "struct", "json:"} {
 			if strings.Contains(e.Error.Msg, leak) {

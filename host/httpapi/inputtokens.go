@@ -7,7 +7,8 @@ import (
 )
 
 // The prompt's token count of a request, without running it:
-// POST /v1/chat/completions/input_tokens (a chat completion body) and
+// POST /v1/chat/completions/input_tokens (a chat completion body),
+// POST /v1/responses/input_tokens (a Responses body) and
 // POST /v1/messages/count_tokens (a Messages body), as llama-server's
 // handle_count_tokens answers them: the body rendered as its completion
 // renders it, then the backend's Tokenize.
@@ -20,6 +21,27 @@ func (a *api) chatInputTokens(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	n, err := a.countPrompt(r, body)
+	if err != nil {
+		writeAPIError(w, a.apiErrorOf(r.Context(), "counting the prompt's tokens", err))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "response.input_tokens", "input_tokens": n})
+}
+
+// responsesInputTokens serves /v1/responses/input_tokens: the prompt a
+// /v1/responses of the body renders.
+func (a *api) responsesInputTokens(w http.ResponseWriter, r *http.Request) {
+	body, err := readAdmittedBody(w, r, a.s)
+	if err != nil {
+		writeAPIError(w, a.apiErrorOf(r.Context(), "reading the request", err))
+		return
+	}
+	oai, _, err := responsesToOpenAI(body)
+	if err != nil {
+		writeAPIError(w, a.apiErrorOf(r.Context(), "reading the request", err))
+		return
+	}
+	n, err := a.countPrompt(r, oai)
 	if err != nil {
 		writeAPIError(w, a.apiErrorOf(r.Context(), "counting the prompt's tokens", err))
 		return
@@ -66,7 +88,7 @@ func (a *api) countPrompt(r *http.Request, body []byte) (int, error) {
 	if err := a.checkModel(req.Model); err != nil {
 		return 0, err
 	}
-	p, err := parseInput(&req, true, info)
+	p, _, err := parseInput(&req, true, info)
 	if err != nil {
 		return 0, err
 	}

@@ -9,13 +9,22 @@ import (
 )
 
 // decodeJSON decodes a request body into v, a pointer to a struct, and
-// words a failure for the client: which field, what it expected, where the
-// JSON broke. encoding/json's own messages name the Go types it decodes into
+// words a failure for the client: which field (the error's param too), what
+// it expected, where the JSON broke. encoding/json's own messages name the Go types it decodes into
 // ("…of type []host.ChatMessage"), which mean nothing to a client and show
 // the engine's insides.
 func decodeJSON(body []byte, v any) error {
 	if err := json.Unmarshal(body, v); err != nil {
-		return badRequest("%s", jsonErrorText(err, reflect.TypeOf(v)))
+		var param any
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" { // before jsonErrorText words the field
+			param = clientPath(reflect.TypeOf(v), te.Field)
+		}
+		e := badRequest("%s", jsonErrorText(err, reflect.TypeOf(v)))
+		if param != nil {
+			e.Param = param
+		}
+		return e
 	}
 	return nil
 }

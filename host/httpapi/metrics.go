@@ -75,6 +75,7 @@ type metrics struct {
 	draftTokens, draftAccepted                                                  *prometheus.Desc
 	queueLen                                                                    func() int
 	llama                                                                       llamaCompat
+	cache                                                                       promptCacheDescs
 }
 
 // llamaCompat are llama-server's metrics where one of ours means the same,
@@ -204,6 +205,7 @@ func newMetrics(s *host.Server) *metrics {
 		queue: prometheus.NewDesc(metricQueue,
 			"HTTP completions waiting for a slot.", nil, nil),
 		llama: newLlamaCompat(),
+		cache: newPromptCacheDescs(),
 	}
 	m.reg.MustRegister(m, m.transferSeconds, m.transferBytes, m.tokensPerSecond, m.httpRequests, m.queueSeconds, m.ttft, m.interToken,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -249,6 +251,9 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range m.llama.descs() {
 		ch <- d
 	}
+	for _, d := range m.cache.descs() {
+		ch <- d
+	}
 }
 
 // Collect reads the running totals at scrape time.
@@ -273,6 +278,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	m.collectLimits(ch)
 	m.collectLlama(ch, prefill, decode, busy)
+	m.collectPromptCache(ch)
 	_, info := s.Backend()
 	ch <- prometheus.MustNewConstMetric(m.info, prometheus.GaugeValue, 1,
 		s.Config().Version, info.Name, info.Version, info.Model.Alias, info.Model.Hash)

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -64,12 +65,21 @@ type completion struct {
 	logprobs     bool // report each token's log-probability
 	nProbs       int  // and that many alternatives
 	slot         int  // -1: any idle slot
-	stops        []string
+	// pieces is a prompt of text and token ids mixed, which the backend
+	// tokenizes piece by piece before the run (promptTokens).
+	pieces []promptPiece
+	stops  []string
 	// opensThinking: the prompt's template opened a reasoning block, so the
 	// reply starts inside it (Tokenize says).
 	opensThinking bool
 	nKeep         int                      // tokens a context shift keeps (-1: the whole prompt)
 	spec          *iface.SpeculativeParams // speculative.*; nil: none given
+	// noCache: nothing of the slot's sequence is reused, the prompt is
+	// evaluated whole (llama-server's cache_prompt false).
+	noCache bool
+	// native: the reply is llama-server's /completion's (native.go), not
+	// OpenAI's.
+	native *nativeOptions
 	// arrived is when the request came, where its time to first token starts.
 	arrived time.Time
 	// output is what the reply must be (response_format, json_schema,
@@ -99,20 +109,30 @@ func badRequest(format string, args ...any) *apiError {
 }
 
 // bodyFields are the fields a completion's messages name first; the error's
-// param is the one its message starts with (OpenAI's param: the field at
-// fault), none for a fault of the body as a whole.
+// param is the field its message starts with (OpenAI's param: the field at
+// fault, as the path into it the message gives: "tools[0].type"), none for
+// a fault of the body as a whole.
 var bodyFields = []string{"n_predict", "max_completion_tokens", "max_tokens", "n_keep", "n_probs", "top_logprobs", "logprobs",
 	"logit_bias", "id_slot", "prompt", "stop", "n", "temperature", "top_k", "top_p", "min_p", "seed", "repeat_penalty",
 	"repeat_last_n", "presence_penalty", "frequency_penalty", "messages", "grammar", "json_schema", "tool_choice",
 	"chat_template_kwargs", "response_format", "reasoning_budget_tokens", "thinking_budget_tokens", "reasoning_budget_message",
-	"reasoning_effort", "speculative.n_max", "speculative.n_min", "speculative.p_min"}
+	"reasoning_effort", "tools", "parallel_tool_calls", "input", "instructions", "max_output_tokens", "reasoning", "text",
+	"speculative.n_max", "speculative.n_min", "speculative.p_min"}
 
 func paramOf(msg string) any {
 	msg = strings.TrimPrefix(msg, iface.ErrBadRequest.Error()+": ") // a backend's refusal, as errors.Is reads it
 	msg = strings.TrimPrefix(msg, "field ")                         // a value of the wrong JSON type (decodeJSON)
 	for _, f := range bodyFields {
-		if rest, ok := strings.CutPrefix(msg, f); ok && (rest == "" || rest[0] == ' ' || rest[0] == ':' || rest[0] == '[') {
+		rest, ok := strings.CutPrefix(msg, f)
+		switch {
+		case !ok:
+		case rest == "" || rest[0] == ' ' || rest[0] == ':':
 			return f
+		case rest[0] == '[' || rest[0] == '.':
+			if i := strings.IndexAny(msg, " :"); i > 0 {
+				return msg[:i]
+			}
+			return msg
 		}
 	}
 	return nil
@@ -228,10 +248,10 @@ func parseCompletion(body []byte, chat bool, sampler iface.SamplerParams, nPredi
 		return c, badRequest("n must be 1: this engine returns one choice")
 	}
 	var err error
-	if c.prefill, err = parseInput(&req, chat, info); err != nil {
+	if c.prefill, c.pieces, err = parseInput(&req, chat, info); err != nil {
 		return c, err
 	}
-	if err = host.CheckPromptSize(c.prefill, info); err != nil {
+	if err = host.CheckPromptSize(sizeOf(c.prefill, c.pieces), info); err != nil {
 		return c, badRequest("%v", err)
 	}
 	if err = c.setLimit(&req); err != nil {
@@ -285,25 +305,41 @@ func (c *completion) setOutput(req *completionRequest, info iface.BackendInfo) e
 }
 
 // parseInput reads what to prefill: chat messages, or a text completion's
-// prompt as token ids.
-func parseInput(req *completionRequest, chat bool, info iface.BackendInfo) (iface.PrefillRequest, error) {
+// prompt as text, token ids, or pieces of both to tokenize (promptTokens).
+func parseInput(req *completionRequest, chat bool, info iface.BackendInfo) (iface.PrefillRequest, []promptPiece, error) {
 	if chat { // RPC PREFILL's prompt for the same body
 		p, err := req.ChatBody.Prefill(0, info)
-		return p, fieldError(err)
+		return p, nil, fieldError(err)
 	}
-	toks, text, err := parsePrompt(req.Prompt)
+	p, err := parsePrompt(req.Prompt)
 	if err != nil {
-		return iface.PrefillRequest{}, err
+		return iface.PrefillRequest{}, nil, err
 	}
 	switch {
-	case toks == nil && text == "":
-		return iface.PrefillRequest{}, badRequest("prompt is empty")
-	case toks == nil:
-		return iface.PrefillRequest{Text: text, Model: req.Model}, nil
-	case len(toks) == 0:
-		return iface.PrefillRequest{}, badRequest("prompt is empty")
+	case p.pieces != nil:
+		return iface.PrefillRequest{Model: req.Model}, p.pieces, nil
+	case p.tokens == nil && p.text == "":
+		return iface.PrefillRequest{}, nil, badRequest("prompt is empty")
+	case p.tokens == nil:
+		return iface.PrefillRequest{Text: p.text, Model: req.Model}, nil, nil
+	case len(p.tokens) == 0:
+		return iface.PrefillRequest{}, nil, badRequest("prompt is empty")
 	}
-	return iface.PrefillRequest{Tokens: toks, Model: req.Model}, nil
+	return iface.PrefillRequest{Tokens: p.tokens, Model: req.Model}, nil, nil
+}
+
+// sizeOf is the prompt CheckPromptSize judges: the request's, or a mixed
+// prompt's token ids and text together.
+func sizeOf(req iface.PrefillRequest, pieces []promptPiece) iface.PrefillRequest {
+	var text strings.Builder
+	for _, p := range pieces {
+		req.Tokens = append(req.Tokens, p.tokens...)
+		text.WriteString(p.text)
+	}
+	if pieces != nil {
+		req.Text = text.String()
+	}
+	return req
 }
 
 // setLimit reads the token limit: llama-server's n_predict first, then the
@@ -443,38 +479,104 @@ func parseSlot(v *int64) (int, error) {
 	return int(*v), nil
 }
 
-// parsePrompt reads /v1/completions' prompt: a string or token ids, alone or
-// as the only element of a batch (one choice per request here).
-func parsePrompt(raw json.RawMessage) (toks []int32, text string, err error) {
+// textPrompt is a text completion's prompt: text, token ids, or pieces of
+// text and token ids mixed.
+type textPrompt struct {
+	text   string
+	tokens []int32
+	pieces []promptPiece
+}
+
+// promptPiece is a piece of a mixed prompt ([12, "text", 34], as
+// llama-server takes one): text, or a run of token ids (tokens set).
+type promptPiece struct {
+	text   string
+	tokens []int32
+}
+
+// parsePrompt reads a text completion's prompt: a string, token ids, or
+// strings and token ids mixed, alone or as the only element of a batch (one
+// choice per request here).
+func parsePrompt(raw json.RawMessage) (textPrompt, error) {
 	if len(raw) == 0 || string(raw) == "null" {
-		return nil, "", badRequest("prompt is required")
+		return textPrompt{}, badRequest("prompt is required")
 	}
-	if json.Unmarshal(raw, &text) == nil {
-		return nil, text, nil
+	var p textPrompt
+	if json.Unmarshal(raw, &p.text) == nil {
+		return p, nil
 	}
 	var ids []int64
 	if json.Unmarshal(raw, &ids) == nil {
-		return tokenIDs(ids)
+		var err error
+		p.tokens, err = tokenIDs(ids, 0)
+		return p, err
 	}
 	var batch []json.RawMessage
-	if json.Unmarshal(raw, &batch) == nil {
-		if len(batch) != 1 {
-			return nil, "", badRequest("prompt batches of %d are not supported: send one prompt per request", len(batch))
-		}
-		return parsePrompt(batch[0])
+	if json.Unmarshal(raw, &batch) != nil {
+		return p, badRequest("prompt must be a string, an array of token ids, or strings and token ids mixed")
 	}
-	return nil, "", badRequest("prompt must be a string or an array of token ids")
+	if pieces, ok, err := mixedPieces(batch); ok || err != nil {
+		p.pieces = pieces
+		return p, err
+	}
+	if len(batch) != 1 {
+		return p, badRequest("prompt batches of %d are not supported: send one prompt per request", len(batch))
+	}
+	return parsePrompt(batch[0])
 }
 
-func tokenIDs(ids []int64) ([]int32, string, error) {
+// mixedPieces reads an array of strings and token ids with both in it
+// (ok); any other array is not a mixed prompt.
+func mixedPieces(elems []json.RawMessage) (pieces []promptPiece, ok bool, err error) {
+	var hasText, hasID bool
+	for _, e := range elems {
+		var s string
+		var id int64
+		switch {
+		case string(bytes.TrimSpace(e)) == "null": // decodes as "" and 0 alike: neither
+			return nil, false, nil
+		case json.Unmarshal(e, &s) == nil:
+			hasText = true
+		case json.Unmarshal(e, &id) == nil:
+			hasID = true
+		default:
+			return nil, false, nil
+		}
+	}
+	if !hasText || !hasID {
+		return nil, false, nil
+	}
+	for i, e := range elems {
+		var s string
+		if json.Unmarshal(e, &s) == nil {
+			pieces = append(pieces, promptPiece{text: s})
+			continue
+		}
+		var id int64
+		_ = json.Unmarshal(e, &id)
+		toks, err := tokenIDs([]int64{id}, i)
+		if err != nil {
+			return nil, true, err
+		}
+		if n := len(pieces); n > 0 && pieces[n-1].tokens != nil {
+			pieces[n-1].tokens = append(pieces[n-1].tokens, toks...)
+		} else {
+			pieces = append(pieces, promptPiece{tokens: toks})
+		}
+	}
+	return pieces, true, nil
+}
+
+// tokenIDs checks prompt token ids, the first at position first.
+func tokenIDs(ids []int64, first int) ([]int32, error) {
 	toks := make([]int32, len(ids))
 	for i, id := range ids {
 		if id < 0 || id > math.MaxInt32 {
-			return nil, "", badRequest("prompt token %d (%d) is not a token id", i, id)
+			return nil, badRequest("prompt token %d (%d) is not a token id", first+i, id)
 		}
 		toks[i] = int32(id)
 	}
-	return toks, "", nil
+	return toks, nil
 }
 
 // parseStop reads "stop": a string or up to 4 strings (OpenAI's limit).

@@ -136,6 +136,13 @@ func (a *api) applyTemplate(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// setProps is POST /props: llama-server changes nothing through it, and
+// refuses it unless started with --props, which this engine has no use for,
+// so it always answers llama-server's refusal.
+func (a *api) setProps(w http.ResponseWriter, r *http.Request) {
+	writeAPIError(w, notSupported("This server does not support changing global properties. Start it with `--props`"))
+}
+
 // props is GET /props: what llama-server reports of itself that this
 // engine has (the template and BOS/EOS as the backend reports them).
 func (a *api) props(w http.ResponseWriter, r *http.Request) {

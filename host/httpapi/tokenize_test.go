@@ -35,8 +35,8 @@ func (b tokenizingBackend) Tokenize(ctx context.Context, req iface.PrefillReques
 
 // TestTokenizeEndpoints: /tokenize with llama-server's defaults and
 // switches (a piece that is no whole UTF-8 as its bytes), /detokenize,
-// /apply-template over the chat body (tools included), GET /props; the mock,
-// which has no tokenizer, answers 501.
+// /apply-template over the chat body (tools included), GET /props; the mock
+// tokenizes bytes and answers 501 to the others.
 func TestTokenizeEndpoints(t *testing.T) {
 	m, info := loadMock(t, 1)
 	info.ChatTemplate, info.BOSToken = "{{ messages }}", "<s>"
@@ -84,9 +84,19 @@ func TestTokenizeEndpoints(t *testing.T) {
 		props["default_generation_settings"].(map[string]any)["n_ctx"] == nil {
 		t.Errorf("props: %d %s", rec.Code, rec.Body)
 	}
+	if rec := post(h, "/props", `{"x":1}`); rec.Code != 501 || !strings.Contains(rec.Body.String(), "Start it with `--props`") {
+		t.Errorf("POST /props: %d %s, want llama-server's 501", rec.Code, rec.Body)
+	}
 	_, mh := newTestServer(t, 1)
-	for _, path := range []string{"/tokenize", "/detokenize", "/apply-template"} {
-		body := map[string]string{"/tokenize": `{"content":"x"}`, "/detokenize": `{"tokens":[1]}`,
+	// The mock tokenizes text a token per byte (the prompts of infill and
+	// rerank are built of its tokens) but has no text for its tokens or a
+	// real template.
+	if rec := post(mh, "/tokenize", `{"content":"hé","with_pieces":true}`); rec.Code != 200 ||
+		rec.Body.String() != `{"tokens":[{"id":104,"piece":"h"},{"id":195,"piece":[195]},{"id":169,"piece":[169]}]}`+"\n" {
+		t.Errorf("mock /tokenize: %d %s", rec.Code, rec.Body)
+	}
+	for _, path := range []string{"/detokenize", "/apply-template"} {
+		body := map[string]string{"/detokenize": `{"tokens":[1]}`,
 			"/apply-template": `{"messages":[{"role":"user","content":"x"}]}`}[path]
 		if rec := post(mh, path, body); rec.Code != 501 || !strings.Contains(rec.Body.String(), "no tokenizer") {
 			t.Errorf("mock %s: %d %s", path, rec.Code, rec.Body)

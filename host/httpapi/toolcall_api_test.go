@@ -289,7 +289,7 @@ func TestTopLogprobsFlat(t *testing.T) {
 // in llama-server's shape.
 func TestUnknownPathsJSON(t *testing.T) {
 	_, h := newTestServer(t, 1)
-	for _, c := range []struct{ method, path string }{{"GET", "/"}, {"GET", "/nope"}, {"POST", "/completion"}, {"POST", "/v1/embeddings"}} {
+	for _, c := range []struct{ method, path string }{{"GET", "/"}, {"GET", "/nope"}, {"POST", "/lora-adapters"}, {"POST", "/v1/audio/transcriptions"}} {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(c.method, c.path, strings.NewReader("{}")))
 		var e struct {

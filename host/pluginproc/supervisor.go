@@ -270,3 +270,6 @@ func (d downBackend) SetExpertMode(context.Context, string) (string, error) { re
 func (d downBackend) SwapQuant(context.Context, string, string) (iface.SwapResult, error) {
 	return iface.SwapResult{}, d.err()
 }
+func (d downBackend) Embed(context.Context, iface.EmbedRequest) ([]iface.Embedding, error) {
+	return nil, d.err()
+}

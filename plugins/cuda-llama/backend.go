@@ -25,6 +25,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/internal/promptcache"
 	"github.com/hydra-engine/hydra-engine/transport/shm"
 )
 
@@ -118,7 +119,9 @@ type engine struct {
 
 	swap *swapper // the weights' other copies: quantisations, combined mode (swap.go); nil without
 
-	spec *speculator // the draft model (spec.go); nil without draft_model
+	pcache *promptcache.Cache // HTTP completions' sequences in host memory (promptcache.go); nil without
+	embed  *embedder          // the embedding context (embed.go); nil without embeddings=true
+	spec   *speculator        // the draft model or n-gram drafting (spec.go); nil without
 }
 
 // streamedRingBlock is the largest read a streamed restore takes from its
@@ -286,6 +289,11 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 			return iface.BackendInfo{}, err
 		}
 	}
+	if opts.embeddings {
+		if e.embed, err = newEmbedder(mdl, opts, e.slotCtx, lc.mem != nil, gpuDev, b.log); err != nil {
+			return iface.BackendInfo{}, err
+		}
+	}
 	if !opts.builtinTemplate {
 		if e.chat, err = newChatTemplate(mdl.jinja, mdl.specialText(mdl.bos), mdl.specialText(mdl.eos()), mdl.addsBOS(), opts.templateOptions); err != nil {
 			return iface.BackendInfo{}, err
@@ -305,6 +313,7 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 	} else if opts.swaFull {
 		b.log.Warn("swa_full has no effect: the model has no sliding-window cache")
 	}
+	e.pcache = e.newPromptCache(opts.cacheRAM)
 	e.sched = newScheduler(e)
 	go e.sched.run()
 	id, err := identity()
@@ -330,6 +339,8 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 		return iface.BackendInfo{}, err
 	}
 	e.info.Capabilities = append(e.info.Capabilities, iface.CapOutput, iface.CapReasoningBudget)
+	e.describeVocab(opts)
+	e.describeEmbeddings(opts, b.log)
 	e.info.BOSToken, e.info.EOSToken = mdl.specialText(mdl.bos), mdl.specialText(mdl.eos())
 	if e.chatc != nil {
 		e.info.ChatTemplate = e.chatc.source()
@@ -642,7 +653,9 @@ func (b *Backend) Info(ctx context.Context) (iface.BackendInfo, error) {
 	if err != nil {
 		return iface.BackendInfo{}, err
 	}
-	return e.infoNow(), nil
+	info := e.infoNow()
+	info.PromptCache = e.pcache.Stats()
+	return info, nil
 }
 
 func (b *Backend) engine() (*engine, error) {
@@ -744,6 +757,30 @@ func (b *Backend) StateGet(ctx context.Context, i int, chunkSize int, w io.Write
 		return 0, err
 	}
 	defer e.beginTransfer()()
+	start := time.Now()
+	sv := e.saveState(ctx, i, chunkSize, w)
+	b.log.Debug("state get", "slot", i, "bytes", sv.written, "chunk", chunkSize, "chunk_writer", sv.chunkWriter,
+		"pinned", e.ctx.pinnedStaging(), "ring_pinned", sv.ringPinned, "elapsed", time.Since(start).String(), "error", sv.err)
+	if sv.err != nil {
+		return sv.written, sv.err
+	}
+	_, logits, _ := s.snapshot()
+	k, err := e.writeStateLogits(w, logits)
+	return sv.written + k, err
+}
+
+// savedState is what saveState did.
+type savedState struct {
+	written     int64
+	chunkWriter bool // w was a ChunkWriter, filled in place
+	ringPinned  bool // its region was pinned for the save
+	err         error
+}
+
+// saveState streams sequence i's memory state (without the logits a
+// recurrent state carries after it) to w, as StateGet and the prompt cache
+// save it; the caller holds the slot and a transfer (beginTransfer).
+func (e *engine) saveState(ctx context.Context, i, chunkSize int, w io.Writer) savedState {
 	call := &saveCall{ctx: ctx, w: w, lock: &e.mu}
 	mode := C.int(0)
 	if cw, ok := w.(shm.ChunkWriter); ok {
@@ -751,38 +788,32 @@ func (b *Backend) StateGet(ctx context.Context, i int, chunkSize int, w io.Write
 	}
 	// On a GPU the chunks are copied synchronously into the writer's own
 	// buffers; pinning the ring they live in makes that a direct DMA.
-	pinned := false
+	sv := savedState{chunkWriter: call.cw != nil}
 	if rw, ok := w.(shm.RegionWriter); ok && e.device != "" {
 		if unpin := pinRegion(rw.Region()); unpin != nil {
 			defer unpin()
-			pinned = true
+			sv.ringPinned = true
 		}
 	}
 	h := cgo.NewHandle(call)
 	defer h.Delete()
 	defer call.pin.Unpin()
 	var msg [512]C.char
-	start := time.Now()
-	defer func() {
-		b.log.Debug("state get", "slot", i, "bytes", call.written, "chunk", chunkSize, "chunk_writer", call.cw != nil,
-			"pinned", e.ctx.pinnedStaging(), "ring_pinned", pinned, "elapsed", time.Since(start).String(), "error", call.err)
-	}()
 	e.mu.Lock()
 	n := C.hydra_state_save(e.ctx.io, e.ctx.c, C.llama_seq_id(i), C.uint32_t(e.ctx.nStream), C.size_t(e.ctx.stateSize(i)),
 		C.uintptr_t(h), C.size_t(chunkSize), mode, &msg[0], C.size_t(len(msg)))
 	e.mu.Unlock()
+	sv.written = call.written
 	switch {
 	case n >= 0 && int64(n) != call.written:
-		return call.written, fmt.Errorf("state stream: %d bytes produced, %d written", int64(n), call.written)
+		sv.err = fmt.Errorf("state stream: %d bytes produced, %d written", int64(n), call.written)
 	case n >= 0:
-		_, logits, _ := s.snapshot()
-		k, err := e.writeStateLogits(w, logits)
-		return call.written + k, err
 	case call.err != nil:
-		return call.written, call.err
+		sv.err = call.err
 	default:
-		return call.written, fmt.Errorf("llama.cpp state write failed: %s", C.GoString(&msg[0]))
+		sv.err = fmt.Errorf("llama.cpp state write failed: %s", C.GoString(&msg[0]))
 	}
+	return sv
 }
 
 var _ shm.PipePutter = (*Backend)(nil)
@@ -843,6 +874,9 @@ type statePut struct {
 	stopReading   bool
 	start, loaded time.Time     // llama.cpp started and finished reading
 	reeval        time.Duration // re-evaluating the last token (eager)
+	// prompt: a prompt is evaluated after the restore (the prompt cache's),
+	// so its logits are not computed even with restore_logits=eager.
+	prompt bool
 }
 
 // restore empties the slot, then checks the head, sets up the source,
@@ -879,7 +913,7 @@ func (p *statePut) restore(ctx context.Context) (n int64, err error) {
 	}
 	p.run.stop()
 	drain(p.r)
-	if p.head.cells > 0 && logits == nil && e.eagerLogits {
+	if p.head.cells > 0 && logits == nil && e.eagerLogits && !p.prompt {
 		t := time.Now()
 		logits, err = e.reevaluate(p.i, p.tokens)
 		if p.reeval = time.Since(t); err != nil {
@@ -1012,8 +1046,11 @@ const maxInPlaceRegion = 64 << 20
 // shm plane's buffers in place when r lends them (pinned first on a GPU),
 // else the engine's restore ring, which a prefetcher fills ahead from r.
 func (e *engine) restoreRun(ctx context.Context, r io.Reader, head stateHead, size int64) (*restoreRun, error) {
+	if m, ok := r.(*entryReader); ok { // a prompt cache entry, pinned (or not) for as long as it is kept
+		return e.inPlaceRun(m, head, size, false)
+	}
 	if rr, ok := r.(shm.RegionReader); ok && len(rr.Region()) <= maxInPlaceRegion {
-		run, err := e.inPlaceRun(rr, head, size)
+		run, err := e.inPlaceRun(rr, head, size, e.device != "")
 		if run != nil || err != nil {
 			return run, err
 		}
@@ -1023,11 +1060,11 @@ func (e *engine) restoreRun(ctx context.Context, r io.Reader, head stateHead, si
 	return e.ringRun(ctx, r, head, size)
 }
 
-// inPlaceRun lends llama.cpp the data plane's buffers, pinned on a GPU for
-// the restore; nil, nil when pinning fails.
-func (e *engine) inPlaceRun(rr shm.RegionReader, head stateHead, size int64) (*restoreRun, error) {
+// inPlaceRun lends llama.cpp the data plane's buffers, pinned for the
+// restore with pin (on a GPU); nil, nil when pinning fails.
+func (e *engine) inPlaceRun(rr shm.RegionReader, head stateHead, size int64, pin bool) (*restoreRun, error) {
 	var unpin func()
-	if e.device != "" {
+	if pin {
 		if unpin = pinRegion(rr.Region()); unpin == nil {
 			return nil, nil
 		}
@@ -1039,7 +1076,7 @@ func (e *engine) inPlaceRun(rr shm.RegionReader, head stateHead, size int64) (*r
 		}
 		return nil, err
 	}
-	run := &restoreRun{src: ip, inPlace: true, pinned: unpin != nil, pieceMin: streamPiece}
+	run := &restoreRun{src: ip, inPlace: true, pinned: unpin != nil || pinnedRegion(rr), pieceMin: streamPiece}
 	if e.streamInPlaceMin > 0 {
 		run.streamMin, run.pieceMin = e.streamInPlaceMin, 1
 	}

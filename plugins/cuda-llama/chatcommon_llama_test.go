@@ -234,6 +234,10 @@ func TestChatCommonPromptMatches(t *testing.T) {
 		{Role: "tool", ToolCallID: "call_1", Name: "get_weather", Content: `{"sky":"clear"}`},
 		{Role: "user", Content: "And the time?"},
 	}, Tools: []string{weatherTool, timeTool}}
+	// OpenAI's developer role: a system message to every template but
+	// gpt-oss's, in both renderers.
+	developer := chat
+	developer.Messages = append([]iface.Message{{Role: "developer", Content: "Be brief."}}, chat.Messages[1:]...)
 	for _, f := range chatFamilies {
 		t.Run(f.family, func(t *testing.T) {
 			b := load(t, familyModel(t, f.arch, f.family), 1, nil)
@@ -241,24 +245,26 @@ func TestChatCommonPromptMatches(t *testing.T) {
 			if e.chatc == nil {
 				t.Fatal("llama.cpp's chat library did not load the template")
 			}
-			kw, err := e.templateKwargs(chat.TemplateKwargs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			p, err := e.applyChat(chat, "auto", kw, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ours, _, err := e.chat.render(chat.Messages, chat.Tools, chat.TemplateKwargs, contentGuard{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			theirs := p.Prompt
-			if e.chat.stripBOS {
-				theirs = strings.TrimPrefix(theirs, e.chat.bos)
-			}
-			if ours != theirs {
-				t.Errorf("the Go renderer:\n%q\nllama.cpp's common library:\n%q", ours, theirs)
+			for _, chat := range []iface.PrefillRequest{chat, developer} {
+				kw, err := e.templateKwargs(chat.TemplateKwargs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p, err := e.applyChat(chat, "auto", kw, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ours, _, err := e.chat.render(chat.Messages, chat.Tools, chat.TemplateKwargs, contentGuard{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				theirs := p.Prompt
+				if e.chat.stripBOS {
+					theirs = strings.TrimPrefix(theirs, e.chat.bos)
+				}
+				if ours != theirs {
+					t.Errorf("%s: the Go renderer:\n%q\nllama.cpp's common library:\n%q", chat.Messages[0].Role, ours, theirs)
+				}
 			}
 			// /props' template is the one rendered: the model's, else ChatML.
 			if want := e.model.jinja; e.info.ChatTemplate == "" || (want != "" && e.info.ChatTemplate != want) || e.info.EOSToken == "" {
@@ -390,5 +396,62 @@ func TestTokenizeAPIMatchesHF(t *testing.T) {
 				t.Fatalf("apply-template:\n%q\nHugging Face:\n%q", rendered.Text, ref)
 			}
 		})
+	}
+}
+
+// TestChatParserParallelCalls: with parallel_tool_calls a reply of two calls
+// parses into both, in order, each with an id of its own, and the streamed
+// pieces name the call they belong to (0, then 1).
+func TestChatParserParallelCalls(t *testing.T) {
+	b := load(t, familyModel(t, gguf.ArchQwen3MoE, "qwen3"), 1, nil)
+	e := b.eng.Load()
+	parallel := true
+	chat := iface.PrefillRequest{Messages: []iface.Message{{Role: "user", Content: "Weather and time in Paris?"}},
+		Tools: []string{weatherTool, timeTool}, ParallelToolCalls: &parallel}
+	kw, _ := e.templateKwargs("")
+	p, err := e.applyChat(chat, "auto", kw, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parser, err := newChatParser(parserSpec{Format: p.Format, GenerationPrompt: p.GenerationPrompt, Parser: p.Parser})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer parser.free()
+	reply := "<think>\n\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n" +
+		"<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"CET\"}}\n</tool_call>"
+	var deltas []iface.ChatDelta
+	for i := 0; i < len(reply); i += 7 {
+		r, err := parser.add(reply[i:min(i+7, len(reply))], true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		deltas = append(deltas, r.deltas()...)
+	}
+	r, err := parser.add("", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deltas = append(deltas, r.deltas()...)
+	m := r.reply()
+	if len(m.ToolCalls) != 2 || m.ToolCalls[0].Name != "get_weather" || m.ToolCalls[1].Name != "get_time" ||
+		m.ToolCalls[1].Arguments != `{"zone": "CET"}` || m.ToolCalls[0].ID == "" || m.ToolCalls[0].ID == m.ToolCalls[1].ID {
+		t.Fatalf("reply %+v", *m)
+	}
+	got := reassemble(deltas)
+	if len(got.ToolCalls) != 2 || got.ToolCalls[0] != m.ToolCalls[0] || got.ToolCalls[1] != m.ToolCalls[1] {
+		t.Fatalf("deltas add up to %+v, reply %+v", got, m)
+	}
+	seen := map[int]bool{}
+	for _, d := range deltas {
+		if d.ToolCall >= 0 && !seen[d.ToolCall] {
+			seen[d.ToolCall] = true
+			if d.ToolID == "" || d.ToolName == "" {
+				t.Errorf("call %d's first piece %+v lacks its id or name", d.ToolCall, d)
+			}
+		}
+	}
+	if !seen[0] || !seen[1] || len(seen) != 2 {
+		t.Errorf("pieces name calls %v, want 0 and 1", seen)
 	}
 }

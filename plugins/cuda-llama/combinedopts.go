@@ -30,9 +30,10 @@ type combinedOptions struct {
 	pattern string // "" DefaultCombinedPattern
 }
 
-func init() {
-	optionParsers[OptCombinedPeer] = parseCombinedPeer
-	optionParsers[OptCombinedPattern] = parseCombinedPattern
+// combinedParsers are the options of this file, merged into optionParsers.
+var combinedParsers = map[string]optionParser{
+	OptCombinedPeer:    parseCombinedPeer,
+	OptCombinedPattern: parseCombinedPattern,
 }
 
 // deviceSpelling is the reference's DEVICE:N (cuda:1), which ggml names

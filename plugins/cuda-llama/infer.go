@@ -32,6 +32,7 @@ func (b *Backend) Prefill(ctx context.Context, req iface.PrefillRequest) (iface.
 		return iface.PrefillResult{}, err
 	}
 	defer s.release()
+	e.fromCache(ctx, req.Slot, s, toks, req)
 	j, reused, err := e.startPrefill(req.Slot, s, toks, nil)
 	if err != nil {
 		return iface.PrefillResult{}, err

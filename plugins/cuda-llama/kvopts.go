@@ -31,20 +31,21 @@ type kvOptions struct {
 	swaFull      bool
 }
 
-func init() {
-	optionParsers[OptKVUnified] = func(o *options, key, v string) error {
+// kvParsers are the options of this file, merged into optionParsers.
+var kvParsers = map[string]optionParser{
+	OptKVUnified: func(o *options, key, v string) error {
 		b, err := iface.ParseBoolOption(key, v)
 		o.kvSplit = !b
 		return err
-	}
-	optionParsers[OptSWAFull] = func(o *options, key, v string) error {
+	},
+	OptSWAFull: func(o *options, key, v string) error {
 		b, err := iface.ParseBoolOption(key, v)
 		o.swaFull = b
 		return err
-	}
-	optionParsers[OptContextShift] = func(o *options, key, v string) error {
+	},
+	OptContextShift: func(o *options, key, v string) error {
 		b, err := iface.ParseBoolOption(key, v)
 		o.contextShift = b
 		return err
-	}
+	},
 }

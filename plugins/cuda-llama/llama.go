@@ -309,6 +309,9 @@ type contextParams struct {
 	typeK, typeV            string
 	swaFull                 bool
 	ropeOptions             // rope_scaling, rope_scale, yarn_orig_ctx
+	// embedPooling, when set, makes an embedding context (embed.go): it
+	// outputs embeddings pooled so (a llama_pooling_type; -1 the model's).
+	embedPooling *int
 }
 
 func ggmlType(t string) C.enum_ggml_type {
@@ -345,6 +348,10 @@ func newContext(m *model, p contextParams, gpu C.ggml_backend_dev_t) (*lctx, err
 	cp.swa_full = C.bool(p.swaFull)
 	cp.offload_kqv = true
 	cp.no_perf = true
+	if p.embedPooling != nil {
+		cp.embeddings = true
+		cp.pooling_type = C.enum_llama_pooling_type(*p.embedPooling)
+	}
 	// Everything that can fail comes before the context, which is never freed.
 	io := C.hydra_io_new(gpu)
 	if io == nil {

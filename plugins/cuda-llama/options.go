@@ -121,11 +121,13 @@ type options struct {
 	mmap                    bool
 	eagerLogits             bool // restore_logits=eager
 	kvOptions
+	cacheOptions
 	templateOptions
 	placementOptions
 	ropeOptions
 	quantOptions
 	combinedOptions
+	embedOptions
 	specOptions
 }
 
@@ -147,8 +149,33 @@ const (
 
 var cacheTypes = []string{"bf16", "f16", "f32", "q4_0", "q8_0"}
 
-// optionParsers set an option's field from its trimmed value, one per key.
-var optionParsers = map[string]func(o *options, key, v string) error{
+// optionParser sets an option's field from its trimmed value.
+type optionParser func(o *options, key, v string) error
+
+// optionParsers are every option's parser, one per key: those below and
+// each *opts.go file's, merged once (a key defined twice panics at start).
+var optionParsers = mergeParsers(baseParsers, kvParsers, cacheParsers, placementParsers, templateParsers, combinedParsers, embedParsers, specParsers)
+
+// optionPrefixParsers set the options whose keys start with a prefix
+// (quant.KEY), one per prefix.
+var optionPrefixParsers = mergeParsers(swapPrefixParsers)
+
+// mergeParsers is the union of sets of parsers, which must not share a key.
+func mergeParsers(sets ...map[string]optionParser) map[string]optionParser {
+	out := map[string]optionParser{}
+	for _, set := range sets {
+		for k, p := range set {
+			if _, dup := out[k]; dup {
+				panic("cuda-llama: option " + k + " is defined twice")
+			}
+			out[k] = p
+		}
+	}
+	return out
+}
+
+// baseParsers are the options of the model, its context and its devices.
+var baseParsers = map[string]optionParser{
 	OptNCtx:          intField(func(o *options) *int { return &o.nCtx }, 1, maxNCtx),
 	OptNBatch:        intField(func(o *options) *int { return &o.nBatch }, 1, maxNCtx),
 	OptNUBatch:       intField(func(o *options) *int { return &o.nUBatch }, 1, maxNCtx),
@@ -167,10 +194,6 @@ var optionParsers = map[string]func(o *options, key, v string) error{
 	OptYarnOrigCtx:   intField(func(o *options) *int { return &o.yarnOrigCtx }, 0, maxNCtx),
 }
 
-// optionPrefixParsers set the options whose keys start with a prefix
-// (quant.KEY), one per prefix.
-var optionPrefixParsers = map[string]func(o *options, key, v string) error{}
-
 // defaultOptions are the options before any key is applied. Half the CPUs:
 // ggml's threads spin at their barriers, and crowding the Go runtime out of
 // cores slows everything.
@@ -178,7 +201,8 @@ func defaultOptions() options {
 	return options{nCtx: DefaultNCtx, nBatch: DefaultNBatch, nUBatch: DefaultNUBatch,
 		nThreads: max(1, min(runtime.NumCPU()/2, 16)), nThreadsBatch: -1, nGPULayers: -1,
 		flashAttn: FlashOn, cacheTypeK: "f16", cacheTypeV: "f16", mmap: true,
-		ropeOptions: ropeOptions{ropeScaling: ropeUnspecified}, specOptions: defaultSpecOptions()}
+		ropeOptions: ropeOptions{ropeScaling: ropeUnspecified}, embedOptions: defaultEmbedOptions(),
+		specOptions: defaultSpecOptions()}
 }
 
 // parseOptions applies m's keys in sorted order (so the first error reported

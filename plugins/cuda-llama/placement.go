@@ -39,9 +39,10 @@ type placementOptions struct {
 	nCPUMoE   int
 }
 
-func init() {
-	optionParsers[OptOverrideTensor] = parseOverrideTensor
-	optionParsers[OptNCPUMoE] = intField(func(o *options) *int { return &o.nCPUMoE }, 0, maxLayers)
+// placementParsers are the options of this file, merged into optionParsers.
+var placementParsers = map[string]optionParser{
+	OptOverrideTensor: parseOverrideTensor,
+	OptNCPUMoE:        intField(func(o *options) *int { return &o.nCPUMoE }, 0, maxLayers),
 }
 
 // maxLayers bounds n_cpu_moe before the model says how many layers it has.

@@ -53,37 +53,44 @@ func defaultSpecOptions() specOptions {
 	return specOptions{draftNGPU: -1, specRule: specRule{nMax: 3, batchMax: 32}}
 }
 
-func init() {
-	optionParsers[OptDraftModel] = nonEmptyField(func(o *options) *string { return &o.draftModel })
-	optionParsers[OptDraftMax] = intField(func(o *options) *int { return &o.specRule.nMax }, 1, 256)
-	optionParsers[OptDraftMin] = intField(func(o *options) *int { return &o.specRule.nMin }, 0, 256)
-	optionParsers[OptDraftBatchMax] = intField(func(o *options) *int { return &o.specRule.batchMax }, 2, 1<<16)
-	optionParsers[OptDraftNGPULayers] = intField(func(o *options) *int { return &o.draftNGPU }, -1, 1<<16)
-	optionParsers[OptSpecType] = func(o *options, key, v string) error {
-		o.specTypes = nil
-		for t := range strings.SplitSeq(v, ",") {
-			t = strings.TrimSpace(t)
-			if !slices.Contains(specTypeNames, t) {
-				return fmt.Errorf("%w: %s=%q: %q is not one of %s", iface.ErrBadRequest, key, v, t, strings.Join(specTypeNames, ", "))
-			}
-			if !slices.Contains(o.specTypes, t) {
-				o.specTypes = append(o.specTypes, t)
-			}
+// specParsers are the options of this file, merged into optionParsers.
+var specParsers = map[string]optionParser{
+	OptDraftModel:           nonEmptyField(func(o *options) *string { return &o.draftModel }),
+	OptDraftMax:             intField(func(o *options) *int { return &o.specRule.nMax }, 1, 256),
+	OptDraftMin:             intField(func(o *options) *int { return &o.specRule.nMin }, 0, 256),
+	OptDraftBatchMax:        intField(func(o *options) *int { return &o.specRule.batchMax }, 2, 1<<16),
+	OptDraftNGPULayers:      intField(func(o *options) *int { return &o.draftNGPU }, -1, 1<<16),
+	OptSpecType:             parseSpecType,
+	OptSpecNgramSimpleSizeN: intField(func(o *options) *int { return &o.ngramSimple[0] }, 1, 1024),
+	OptSpecNgramSimpleSizeM: intField(func(o *options) *int { return &o.ngramSimple[1] }, 1, 1024),
+	OptSpecNgramMapSizeN:    intField(func(o *options) *int { return &o.ngramMap[0] }, 1, 1024),
+	OptSpecNgramMapSizeM:    intField(func(o *options) *int { return &o.ngramMap[1] }, 1, 1024),
+	OptDraftPMin:            parseDraftPMin,
+}
+
+// parseSpecType reads spec_type's comma-separated names, each once.
+func parseSpecType(o *options, key, v string) error {
+	o.specTypes = nil
+	for t := range strings.SplitSeq(v, ",") {
+		t = strings.TrimSpace(t)
+		if !slices.Contains(specTypeNames, t) {
+			return fmt.Errorf("%w: %s=%q: %q is not one of %s", iface.ErrBadRequest, key, v, t, strings.Join(specTypeNames, ", "))
 		}
-		return nil
-	}
-	optionParsers[OptSpecNgramSimpleSizeN] = intField(func(o *options) *int { return &o.ngramSimple[0] }, 1, 1024)
-	optionParsers[OptSpecNgramSimpleSizeM] = intField(func(o *options) *int { return &o.ngramSimple[1] }, 1, 1024)
-	optionParsers[OptSpecNgramMapSizeN] = intField(func(o *options) *int { return &o.ngramMap[0] }, 1, 1024)
-	optionParsers[OptSpecNgramMapSizeM] = intField(func(o *options) *int { return &o.ngramMap[1] }, 1, 1024)
-	optionParsers[OptDraftPMin] = func(o *options, key, v string) error {
-		p, err := strconv.ParseFloat(v, 32)
-		if err != nil || p < 0 || p > 1 {
-			return fmt.Errorf("%w: %s=%q: a probability in [0, 1]", iface.ErrBadRequest, key, v)
+		if !slices.Contains(o.specTypes, t) {
+			o.specTypes = append(o.specTypes, t)
 		}
-		o.draftPMin = float32(p)
-		return nil
 	}
+	return nil
+}
+
+// parseDraftPMin reads draft_p_min, a probability.
+func parseDraftPMin(o *options, key, v string) error {
+	p, err := strconv.ParseFloat(v, 32)
+	if err != nil || p < 0 || p > 1 {
+		return fmt.Errorf("%w: %s=%q: a probability in [0, 1]", iface.ErrBadRequest, key, v)
+	}
+	o.draftPMin = float32(p)
+	return nil
 }
 
 // specTypeNames are the spec_type names the plugin runs: llama.cpp's,

@@ -67,4 +67,8 @@ func (b *Backend) SwapQuant(context.Context, string, string) (iface.SwapResult, 
 	return iface.SwapResult{}, b.err()
 }
 
+func (b *Backend) Embed(context.Context, iface.EmbedRequest) ([]iface.Embedding, error) {
+	return nil, b.err()
+}
+
 func (b *Backend) err() error { return fmt.Errorf("%w: %w", iface.ErrNotImplemented, ErrNotLinked) }

@@ -23,8 +23,9 @@ type quantOptions struct {
 	quants map[string]string // key → path
 }
 
-func init() {
-	optionPrefixParsers[OptQuantPrefix] = parseQuant
+// swapPrefixParsers are the options of this file whose keys start with a prefix, merged into optionPrefixParsers.
+var swapPrefixParsers = map[string]optionParser{
+	OptQuantPrefix: parseQuant,
 }
 
 // parseQuant reads quant.KEY=PATH. A key is any text without blanks or "+"

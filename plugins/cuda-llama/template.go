@@ -32,6 +32,10 @@ type chatTemplate struct {
 	bos, eos string // the tokens' text, as the template names them
 	stripBOS bool   // the tokenizer adds BOS itself: a rendered one is dropped
 	kwargs   map[string]any
+	// developerAsSystem: OpenAI's "developer" role is rendered as "system",
+	// as llama.cpp's common/chat renders it for every template but
+	// gpt-oss's (whose harmony format has a developer role of its own).
+	developerAsSystem bool
 }
 
 // newChatTemplate compiles the template: o's file, else the model's (src),
@@ -59,7 +63,8 @@ func newChatTemplate(src, bos, eos string, addsBOS bool, o templateOptions) (*ch
 		}
 		kw["enable_thinking"] = o.reasoning == "on"
 	}
-	return &chatTemplate{t: t, bos: bos, eos: eos, stripBOS: addsBOS && bos != "", kwargs: kw}, nil
+	return &chatTemplate{t: t, bos: bos, eos: eos, stripBOS: addsBOS && bos != "", kwargs: kw,
+		developerAsSystem: !strings.Contains(src, "<|channel|>")}, nil
 }
 
 // render is the prompt text of a chat, and whether it opens a reasoning
@@ -69,7 +74,7 @@ func (c *chatTemplate) render(msgs []iface.Message, tools []string, reqKwargs st
 	if err != nil {
 		return "", false, err
 	}
-	in := chattmpl.Input{Messages: templateMessages(g.messages(msgs)), AddGenerationPrompt: true,
+	in := chattmpl.Input{Messages: templateMessages(g.messages(msgs), c.developerAsSystem), AddGenerationPrompt: true,
 		BOSToken: c.bos, EOSToken: c.eos, Kwargs: kw}
 	if in.Tools, err = g.tools(tools); err != nil {
 		return "", false, err
@@ -103,11 +108,14 @@ func (c *chatTemplate) mergedKwargs(reqKwargs string, g contentGuard) (map[strin
 	return kw, nil
 }
 
-func templateMessages(msgs []iface.Message) []chattmpl.Message {
+func templateMessages(msgs []iface.Message, developerAsSystem bool) []chattmpl.Message {
 	out := make([]chattmpl.Message, len(msgs))
 	for i, m := range msgs {
 		out[i] = chattmpl.Message{Role: m.Role, Content: m.Content, ReasoningContent: m.ReasoningContent,
 			ToolCallID: m.ToolCallID, Name: m.Name}
+		if developerAsSystem && m.Role == "developer" {
+			out[i].Role = "system"
+		}
 		for _, c := range m.ToolCalls {
 			out[i].ToolCalls = append(out[i].ToolCalls, chattmpl.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
 		}

@@ -52,22 +52,23 @@ type templateOptions struct {
 	chatParseSpecial bool
 }
 
-func init() {
-	optionParsers[OptJinja] = func(o *options, key, v string) error {
+// templateParsers are the options of this file, merged into optionParsers.
+var templateParsers = map[string]optionParser{
+	OptJinja: func(o *options, key, v string) error {
 		b, err := iface.ParseBoolOption(key, v)
 		o.builtinTemplate = !b
 		return err
-	}
-	optionParsers[OptChatTemplateFile] = nonEmptyField(func(o *options) *string { return &o.templateFile })
-	optionParsers[OptChatTemplateKwargs] = func(o *options, key, v string) error {
+	},
+	OptChatTemplateFile: nonEmptyField(func(o *options) *string { return &o.templateFile }),
+	OptChatTemplateKwargs: func(o *options, key, v string) error {
 		kw, err := parseKwargs(v)
 		if err != nil {
 			return fmt.Errorf("%w: option %s: %v", iface.ErrBadRequest, key, err)
 		}
 		o.templateKwargs = kw
 		return nil
-	}
-	optionParsers[OptReasoning] = func(o *options, key, v string) error {
+	},
+	OptReasoning: func(o *options, key, v string) error {
 		switch strings.ToLower(v) {
 		case "on", "off":
 			o.reasoning = strings.ToLower(v)
@@ -77,9 +78,9 @@ func init() {
 			return fmt.Errorf("%w: option %s=%q: want on, off or auto", iface.ErrBadRequest, key, v)
 		}
 		return nil
-	}
-	optionParsers[OptChatParseSpecial] = boolField(func(o *options) *bool { return &o.chatParseSpecial })
-	optionParsers[OptCacheReuse] = intField(func(o *options) *int { return &o.cacheReuse }, 0, maxNCtx)
+	},
+	OptChatParseSpecial: boolField(func(o *options) *bool { return &o.chatParseSpecial }),
+	OptCacheReuse:       intField(func(o *options) *int { return &o.cacheReuse }, 0, maxNCtx),
 }
 
 // parseKwargs reads a JSON object of template variables.

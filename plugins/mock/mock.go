@@ -20,6 +20,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/internal/promptcache"
 )
 
 // Identity of the backend as reported by Info.
@@ -56,7 +57,7 @@ const (
 	OptKVUnified = "kv_unified"
 )
 
-var knownOptions = []string{OptAlias, OptKVBytesPerToken, OptKVUnified, OptNCtx, OptOpDelayMS}
+var knownOptions = []string{OptAlias, OptCacheRAM, OptEmbdNormalize, OptEmbeddings, OptKVBytesPerToken, OptKVUnified, OptNCtx, OptOpDelayMS, OptPooling}
 
 // LlamaServerOptions are the llama plugin's options that hydra-engine's
 // llama-server mode passes (cmd/hydra-engine/llamaserver.go), beyond those
@@ -98,8 +99,10 @@ type engine struct {
 	nCtx      int    // cells a slot may hold; with kvUnified, all slots together
 	kvUnified bool
 	opDelay   time.Duration
+	embed     embedOptions
 	slots     []*slot
-	cells     sync.Mutex // serialises the shared pool's checks with the claims they make (kvUnified)
+	cells     sync.Mutex         // serialises the shared pool's checks with the claims they make (kvUnified)
+	pcache    *promptcache.Cache // HTTP completions' sequences in host memory (promptcache.go); nil without
 }
 
 // New returns an unloaded mock backend logging to logger (nil: discard).
@@ -146,7 +149,10 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 			KVUnified:     opts.kvUnified,
 			MaxTokenBytes: 1, // a token is a byte (Tokenize)
 			StateLayout:   StateLayout(opts.kvBytes),
+			Special:       specialTokens(),
+			NBatch:        NBatch,
 		},
+		embed:     opts.embed,
 		kvBytes:   opts.kvBytes,
 		pat:       newPattern(opts.kvBytes),
 		nCtx:      opts.nCtx,
@@ -157,15 +163,18 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 	for i := range e.slots {
 		e.slots[i] = &slot{hash: hashSeed}
 	}
-	b.eng.Store(e)
+	opts.embed.describe(&e.info)
 	if opts.kvUnified {
 		e.info.NCtx = opts.nCtx
 	}
+	e.pcache = promptcache.New(promptcache.BudgetOf(opts.cacheRAM), e.info.NCtx, promptcache.Mapped{})
+	b.eng.Store(e)
 	if len(opts.inert) > 0 {
 		b.log.Info("options of the llama plugin, no effect on the mock: " + strings.Join(opts.inert, " "))
 	}
 	b.log.Info("mock backend loaded", "model_alias", id.Alias, "model_hash", id.Hash, "model_path", id.Path,
-		"n_slots", nSlots, "n_ctx", opts.nCtx, "kv_unified", opts.kvUnified, "kv_bytes_per_token", opts.kvBytes, "op_delay", opts.opDelay)
+		"n_slots", nSlots, "n_ctx", opts.nCtx, "kv_unified", opts.kvUnified, "kv_bytes_per_token", opts.kvBytes, "op_delay", opts.opDelay,
+		OptCacheRAM+"_mib", opts.cacheRAM, "pooling", e.info.Pooling)
 	return e.info, nil
 }
 
@@ -175,7 +184,9 @@ func (b *Backend) Info(ctx context.Context) (iface.BackendInfo, error) {
 	if err != nil {
 		return iface.BackendInfo{}, err
 	}
-	return e.info, nil
+	info := e.info
+	info.PromptCache = e.pcache.Stats()
+	return info, nil
 }
 
 // SetExpertMode accepts "solo" and "combined"; the mock has no peer to
@@ -221,14 +232,16 @@ func (b *Backend) slot(i int) (*engine, *slot, error) {
 type options struct {
 	kvBytes   int
 	nCtx      int
+	cacheRAM  int64 // MiB; -1: no limit; 0: no prompt cache
 	kvUnified bool
 	opDelay   time.Duration
 	alias     string
+	embed     embedOptions
 	inert     []string // LlamaServerOptions given, as key=value
 }
 
 func parseOptions(m map[string]string) (options, error) {
-	o := options{kvBytes: DefaultKVBytesPerToken, nCtx: DefaultNCtx}
+	o := options{kvBytes: DefaultKVBytesPerToken, nCtx: DefaultNCtx, embed: embedOptions{normalize: 2}}
 	// Sorted so that the first error reported does not depend on map order.
 	keys := make([]string, 0, len(m))
 	for k := range m {
@@ -237,6 +250,12 @@ func parseOptions(m map[string]string) (options, error) {
 	slices.Sort(keys)
 	for _, k := range keys {
 		v := m[k]
+		if ok, err := o.embed.parse(k, v); ok {
+			if err != nil {
+				return options{}, err
+			}
+			continue
+		}
 		var err error
 		switch k {
 		case OptKVBytesPerToken:
@@ -246,6 +265,10 @@ func parseOptions(m map[string]string) (options, error) {
 			}
 		case OptNCtx:
 			o.nCtx, err = iface.ParseIntOption(k, v, 1, MaxNCtx)
+		case OptCacheRAM:
+			var mib int
+			mib, err = iface.ParseIntOption(k, v, -1, maxCacheRAM)
+			o.cacheRAM = int64(mib)
 		case OptKVUnified:
 			o.kvUnified, err = iface.ParseBoolOption(k, v)
 		case OptOpDelayMS:

@@ -326,7 +326,7 @@ func TestLoadOptions(t *testing.T) {
 		nSlots int
 		msg    string
 	}{
-		{map[string]string{"kv_bytes": "8"}, 1, `unknown option "kv_bytes" (known: alias, kv_bytes_per_token, kv_unified, n_ctx, op_delay_ms; and, without effect,`},
+		{map[string]string{"kv_bytes": "8"}, 1, `unknown option "kv_bytes" (known: alias, cache_ram, embd_normalize, embeddings, kv_bytes_per_token, kv_unified, n_ctx, op_delay_ms, pooling; and, without effect,`},
 		{map[string]string{OptKVUnified: "shared"}, 1, `kv_unified="shared": not a boolean`},
 		{map[string]string{OptKVBytesPerToken: "12"}, 1, "kv_bytes_per_token=\"12\": must be a multiple of 8"},
 		{map[string]string{OptKVBytesPerToken: "0"}, 1, "kv_bytes_per_token=0: out of range"},

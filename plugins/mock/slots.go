@@ -179,6 +179,7 @@ func (b *Backend) Prefill(ctx context.Context, req iface.PrefillRequest) (iface.
 		return iface.PrefillResult{}, err
 	}
 	defer s.release()
+	b.fromCache(ctx, e, req.Slot, s, prompt, req)
 	old, _ := s.snapshot()
 	reused := min(iface.CommonPrefix(old, prompt), len(prompt)-1) // the last token is always evaluated: its logits are the reply's
 	s.clear()
@@ -212,8 +213,8 @@ func (b *Backend) Tokenize(ctx context.Context, req iface.PrefillRequest) (iface
 	if err != nil {
 		return iface.Prompt{}, err
 	}
-	if req.Tokenize != nil { // its tokens are bytes of no tokenizer, its template a stand-in
-		return iface.Prompt{}, fmt.Errorf("%w: the mock backend has no tokenizer or chat template to answer /tokenize, /detokenize or /apply-template", iface.ErrNotImplemented)
+	if req.Tokenize != nil {
+		return tokenizeText(req)
 	}
 	toks, err := promptTokens(req, e.nCtx)
 	return iface.Prompt{Tokens: slices.Clone(toks)}, err

@@ -1,7 +1,8 @@
 // The engine's HTTP API driven by the official OpenAI Node SDK, as an agent
-// drives it: node client.mjs BASE_URL prints one JSON object of what each
-// scenario got back, for tests/llama_openai_test.go to judge. Any SDK error
-// is printed as {"error": …} with the failing scenario, and exits 1.
+// drives it (chat completions and the Responses API): node client.mjs
+// BASE_URL prints one JSON object of what each scenario got back, for
+// tests/llama_openai_test.go to judge. Any SDK error is printed as
+// {"error": …} with the failing scenario, and exits 1.
 import OpenAI from "openai";
 
 const client = new OpenAI({ baseURL: process.argv[2] + "/v1", apiKey: "none", maxRetries: 0 });
@@ -76,6 +77,54 @@ try {
     out.bad = { status: 200 };
   } catch (e) {
     out.bad = { status: e.status, param: e.param, message: e.message };
+  }
+
+  // The Responses API: a plain reply (the SDK's output_text), the same
+  // streamed and rebuilt by the SDK from its events (seed is llama-server's
+  // field, which its Responses API passes on).
+  step = "responses";
+  const brief = { model: "tiny", instructions: "Be brief.", input: "Say hello.", max_output_tokens: 8, temperature: 1, seed: 11 };
+  const plain = await client.responses.create(brief);
+  out.responses = { status: plain.status, output: plain.output, output_text: plain.output_text, usage: plain.usage };
+  step = "responses stream";
+  const rs = client.responses.stream(brief);
+  const events = [];
+  let snapshot = "";
+  rs.on("event", (e) => events.push(e.type));
+  rs.on("response.output_text.delta", (e) => (snapshot = e.snapshot));
+  const rsFinal = await rs.finalResponse();
+  out.responses_stream = { events, snapshot, output: rsFinal.output };
+
+  // A tool round trip in Responses items: a required call streamed (its
+  // arguments rebuilt by the SDK), its output, the next turn.
+  step = "responses call";
+  const rtools = [{ type: "function", name: "get_weather", description: "The weather in a city", parameters: tools[0].function.parameters }];
+  const ask = { role: "user", content: [{ type: "input_text", text: "What is the weather in Paris?" }] };
+  const cs = client.responses.stream({ model: "tiny", input: [ask], tools: rtools, tool_choice: "required", temperature: 1, seed: 11, max_output_tokens: 400 });
+  let argsSnapshot = "";
+  cs.on("response.function_call_arguments.delta", (e) => (argsSnapshot = e.snapshot));
+  const rcall = await cs.finalResponse();
+  out.responses_call = { status: rcall.status, output: rcall.output, snapshot: argsSnapshot };
+  step = "responses next turn";
+  const fc = rcall.output.find((o) => o.type === "function_call");
+  const fcItem = { type: "function_call", id: fc.id, call_id: fc.call_id, name: fc.name, arguments: fc.arguments, status: fc.status };
+  const rnext = await client.responses.create({
+    model: "tiny",
+    input: [ask, fcItem, { type: "function_call_output", call_id: fc.call_id, output: '{"sky":"clear"}' }],
+    tools: rtools,
+    tool_choice: "none",
+    temperature: 1,
+    seed: 11,
+    max_output_tokens: 8,
+  });
+  out.responses_next = { status: rnext.status, output: rnext.output, output_text: rnext.output_text };
+
+  step = "responses bad tool";
+  try {
+    await client.responses.create({ model: "tiny", input: "x", tools: [{ type: "web_search" }] });
+    out.responses_bad = { status: 200 };
+  } catch (e) {
+    out.responses_bad = { status: e.status, param: e.param, message: e.message };
   }
   console.log(JSON.stringify(out));
 } catch (e) {

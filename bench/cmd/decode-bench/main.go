@@ -56,10 +56,13 @@ type options struct {
 	stateBytes                               int64 // 0: no state-transfer measurement
 	stateC, stateN, stateReps                int
 	oursOpts                                 []string // more --backend-opt KEY=VALUE for ours
-	// Speculative decoding, the same for ours and llama-server (specArgs).
+	oursLogLevel                             string
+	// Speculative decoding, the same for ours and llama-server (spec.go).
 	draftModel, draftPMin, specType string
 	draftMax, draftMin              int
-	oursLogLevel                    string
+	// The prompt cache measurement (promptcache.go): the prefix's tokens
+	// (0: not measured), rounds, cache_ram, the other prompt's tokens.
+	cacheTokens, cacheReps, cacheRAM, cacheOther int
 }
 
 var allSystems = []string{"ours", "llama-server", "ollama", "ceiling"}
@@ -124,6 +127,10 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	fs.IntVar(&o.stateC, "state-get-c", 8, "the state measurement's engine slots: slot 0 and c-1 streams")
 	fs.IntVar(&o.stateN, "state-get-n", 0, "tokens each stream of the state measurement generates (0: -n)")
 	fs.IntVar(&o.stateReps, "state-get-reps", 2, "pairs of rounds (one without, one with the STATE_GET loop) of the state measurement")
+	fs.IntVar(&o.cacheTokens, "prompt-cache-tokens", 0, "ours: TTFT of a request whose prefix of about this many tokens left its one slot, with the host-memory prompt cache and without (0: not measured; with -systems \"\", only this)")
+	fs.IntVar(&o.cacheReps, "prompt-cache-reps", 3, "rounds of the prompt cache measurement on each engine, after a warm-up round")
+	fs.IntVar(&o.cacheRAM, "prompt-cache-ram", 8192, "the prompt cache measurement's cache_ram, MiB")
+	fs.IntVar(&o.cacheOther, "prompt-cache-other", 512, "tokens of the prompt that takes the prefix's slot")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -196,8 +203,11 @@ func (o options) validate() error {
 			return fmt.Errorf("-systems: %q is not one of %v", s, allSystems)
 		}
 	}
-	if len(o.systems) == 0 {
+	if len(o.systems) == 0 && o.cacheTokens == 0 {
 		return errors.New("-systems: none")
+	}
+	if err := o.validateCache(); err != nil {
+		return err
 	}
 	return o.validateState()
 }
@@ -217,6 +227,25 @@ func (o options) validateState() error {
 		return fmt.Errorf("-state-get-n %d: at least 2 tokens", o.stateN)
 	case o.stateReps < 1:
 		return fmt.Errorf("-state-get-reps %d: at least 1", o.stateReps)
+	}
+	return nil
+}
+
+// validateCache checks the prompt cache measurement's flags when it is on.
+func (o options) validateCache() error {
+	switch {
+	case o.cacheTokens < 0:
+		return fmt.Errorf("-prompt-cache-tokens %d: not negative", o.cacheTokens)
+	case o.cacheTokens == 0:
+		return nil
+	case o.cacheTokens < 2*cacheSuffix:
+		return fmt.Errorf("-prompt-cache-tokens %d: at least %d", o.cacheTokens, 2*cacheSuffix)
+	case o.cacheReps < 1:
+		return fmt.Errorf("-prompt-cache-reps %d: at least 1", o.cacheReps)
+	case o.cacheRAM < 1:
+		return fmt.Errorf("-prompt-cache-ram %d: at least 1 MiB", o.cacheRAM)
+	case o.cacheOther < 2 || o.cacheOther > o.cacheTokens:
+		return fmt.Errorf("-prompt-cache-other %d: between 2 and -prompt-cache-tokens", o.cacheOther)
 	}
 	return nil
 }
@@ -277,6 +306,9 @@ func run(ctx context.Context, o options) (err error) {
 	mach := probeMachine(ctx)
 	if o.name == "" {
 		o.name = "decode-" + mach.tag()
+		if len(o.systems) == 0 {
+			o.name = "prompt-cache-" + mach.tag()
+		}
 	}
 	logf("decode-bench: %s, %s; prompts…", mach.CPU, mach.GPUName())
 	pl, err := makePlan(ctx, o)
@@ -291,6 +323,9 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	if o.stateBytes > 0 {
 		rep.StateGet = measureStateGet(ctx, o, pl, rep)
+	}
+	if o.cacheTokens > 0 {
+		rep.PromptCache = measurePromptCache(ctx, o, pl, rep)
 	}
 	if o.has("llama-server") {
 		rep.LlamaServer = measureSystem(ctx, o, "llama-server", pl, rep)
@@ -315,7 +350,7 @@ func run(ctx context.Context, o options) (err error) {
 
 func (o options) checkFiles() error {
 	need := map[string]string{"model": o.model, "llama-batched (it tokenizes the prompts)": o.llamaBatched}
-	if o.has("ours") {
+	if o.has("ours") || o.cacheTokens > 0 {
 		need["hydra-engine"] = filepath.Join(o.bin, "hydra-engine")
 		need["llama plugin"] = o.plugin
 	}
@@ -417,6 +452,12 @@ func makePlan(ctx context.Context, o options) (plan, error) {
 	}
 	if len(state) > 0 {
 		pl.stateWarm, pl.state = byseed[state[0]], pick(state[1:])
+	}
+	if o.cacheTokens > 0 {
+		var err error
+		if pl.cache, err = cachePlan(ctx, tk, o); err != nil {
+			return plan{}, err
+		}
 	}
 	if o.prefixReps > 0 {
 		prefSeeds := make([]int, o.prefixReps)

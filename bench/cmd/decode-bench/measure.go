@@ -30,6 +30,8 @@ type plan struct {
 	// round in stateOrder's order.
 	stateWarm prompt
 	state     []prompt
+	// The prompt cache measurement's rounds (promptcache.go), a warm-up first.
+	cache []cachePrompts
 }
 
 // joinStats is a new request joining c-1 running streams.

@@ -24,6 +24,7 @@ type report struct {
 	Ollama      *systemRun
 	Ceilings    []*ceilingRun
 	StateGet    *stateGetRun      // decode beside a state transfer; nil when not measured
+	PromptCache *promptCacheRun   // a prefix that left its slot; nil when not measured
 	Errors      map[string]string // system or measurement → what failed, with its log's tail
 }
 
@@ -39,6 +40,10 @@ func (r *report) fail(system string, err error, logs string) {
 	r.Errors[system] = msg
 }
 
+// cacheOnly reports whether the run measured the prompt cache alone
+// (-systems ""): its page has that section only, and no chart.
+func (r *report) cacheOnly() bool { return len(r.Opts.systems) == 0 && r.PromptCache != nil }
+
 // write writes NAME.md, NAME.svg and, with -raw, the measurements.
 func (r *report) write() error {
 	if err := os.MkdirAll(r.Opts.out, 0o755); err != nil {
@@ -50,16 +55,19 @@ func (r *report) write() error {
 	if err := os.WriteFile(base+".md", md.Bytes(), 0o644); err != nil {
 		return err
 	}
-	var svg bytes.Buffer
-	if err := r.chart(&svg); err != nil {
-		return fmt.Errorf("chart: %w", err)
+	if !r.cacheOnly() {
+		var svg bytes.Buffer
+		if err := r.chart(&svg); err != nil {
+			return fmt.Errorf("chart: %w", err)
+		}
+		if err := os.WriteFile(base+".svg", svg.Bytes(), 0o644); err != nil {
+			return err
+		}
 	}
-	if err := os.WriteFile(base+".svg", svg.Bytes(), 0o644); err != nil {
-		return err
-	}
-	logf("wrote %s.md and %s.svg", base, base)
+	logf("wrote %s.md (and, with systems measured, %s.svg)", base, base)
 	if r.Opts.raw != "" {
-		raw := map[string]any{"ours": r.Ours, "llama_server": r.LlamaServer, "ollama": r.Ollama, "ceilings": r.Ceilings, "state_get": r.StateGet, "errors": r.Errors}
+		raw := map[string]any{"ours": r.Ours, "llama_server": r.LlamaServer, "ollama": r.Ollama, "ceilings": r.Ceilings, "state_get": r.StateGet,
+			"prompt_cache": r.PromptCache, "errors": r.Errors}
 		if err := writeRaw(r.Opts.raw, raw); err != nil {
 			return err
 		}
@@ -88,6 +96,17 @@ func (r *report) ceiling(i, c int) (ceilingResult, bool) {
 func (r *report) markdown(w io.Writer) {
 	o := r.Opts
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+	if r.cacheOnly() {
+		p("# A prefix that left its slot: the prompt cache (%s)", r.Mach.tag())
+		p("")
+		p("Written by `bench/cmd/decode-bench -systems \"\" -prompt-cache-tokens %d` on %s (%s in all); re-run it rather than edit this page.",
+			o.cacheTokens, r.Date.UTC().Format("2006-01-02 15:04 MST"), r.Elapsed.Round(time.Second))
+		p("")
+		r.writeErrors(p)
+		r.writePromptCache(p)
+		r.writeMachine(p)
+		return
+	}
 	p("# Decode throughput at 1–%d concurrent streams: ours, Ollama, llama.cpp's batched decode (%s)", o.conc[len(o.conc)-1], r.Mach.tag())
 	p("")
 	p("Written by `bench/cmd/decode-bench` on %s (%s in all); re-run it rather than edit this page. "+
@@ -101,6 +120,7 @@ func (r *report) markdown(w io.Writer) {
 	r.writeJoins(p)
 	r.writePrefix(p)
 	r.writeStateGet(p)
+	r.writePromptCache(p)
 	r.writeMethod(p)
 	r.writeMachine(p)
 }

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -46,6 +47,7 @@ type ours struct {
 type engineLayout struct {
 	slots, nCtx int
 	log         string
+	opts        []string // more backend options, after -ours-opt's
 }
 
 // mainLayout is the throughput measurement's engine: slots × each
@@ -65,7 +67,7 @@ func startOurs(ctx context.Context, o options, ap api, l engineLayout) (*ours, e
 	} {
 		args = append(args, "--backend-opt", kv)
 	}
-	for _, kv := range append(specOurs(o), o.oursOpts...) {
+	for _, kv := range slices.Concat(specOurs(o), o.oursOpts, l.opts) {
 		args = append(args, "--backend-opt", kv)
 	}
 	e, err := enginetest.Start(ctx, enginetest.Config{

@@ -29,12 +29,23 @@ func TinyGemma3() Config {
 	return c
 }
 
-// TinyFor is the tiny model of an architecture: Tiny, TinyMoE,
+// TinyQwen3 is Tiny as a dense qwen3 (per-head Q/K norms), heads of 32
+// values as quantized KV caches need: the architecture of Qwen3's embedding
+// and reranker models (embed.go).
+func TinyQwen3() Config {
+	c := Tiny()
+	c.Name, c.Arch, c.Heads, c.KVHeads = "hydra-tiny-qwen3", ArchQwen3, 2, 1
+	return c
+}
+
+// TinyFor is the tiny model of an architecture: Tiny, TinyQwen3, TinyMoE,
 // TinyQwen35MoE or TinyGemma3.
 func TinyFor(arch string) (Config, error) {
 	switch arch {
 	case ArchLlama, "":
 		return Tiny(), nil
+	case ArchQwen3:
+		return TinyQwen3(), nil
 	case ArchQwen3MoE:
 		return TinyMoE(), nil
 	case ArchQwen35MoE:
@@ -45,7 +56,7 @@ func TinyFor(arch string) (Config, error) {
 	return Config{}, fmt.Errorf("gguf: architecture %q: want %s", arch, archList)
 }
 
-const archList = "llama, qwen3moe, qwen35moe or gemma3"
+const archList = "llama, qwen3, qwen3moe, qwen35moe or gemma3"
 
 // gemma3SWAPattern is llama.cpp's default for gemma3 files, which carry no
 // pattern key: of every six blocks the last attends to the whole context.

@@ -33,7 +33,7 @@ import (
 // Config sizes a model.
 type Config struct {
 	Name    string // general.name
-	Arch    string // ArchLlama (also ""), ArchQwen3MoE, ArchQwen35MoE or ArchGemma3
+	Arch    string // ArchLlama (also ""), ArchQwen3, ArchQwen3MoE, ArchQwen35MoE or ArchGemma3
 	Layers  int    // transformer blocks
 	Embd    int    // embedding width (n_embd)
 	Heads   int    // attention heads; Embd must be a multiple unless HeadSize is set
@@ -80,11 +80,16 @@ type Config struct {
 	// override matching a name decides): the same model with those weights
 	// from another quantisation, bit for bit.
 	Overrides []TypeOverride
+
+	// Embeddings (embed.go): the pooling the model names, a qwen3 model's
+	// classifier head and its labels (a reranker's), its rerank template.
+	Embedding
 }
 
 // Architectures Write knows.
 const (
 	ArchLlama     = "llama"
+	ArchQwen3     = "qwen3"
 	ArchQwen3MoE  = "qwen3moe"
 	ArchQwen35MoE = "qwen35moe"
 	ArchGemma3    = "gemma3"
@@ -142,6 +147,9 @@ func (c Config) Validate() error {
 	if err := c.validateArch(); err != nil {
 		return err
 	}
+	if err := c.validateEmbedding(); err != nil {
+		return err
+	}
 	return c.validateType()
 }
 
@@ -192,9 +200,9 @@ func (c Config) validateExperts() error {
 		if c.ExpertFF < 1 || c.ExpertFF > 4*maxDim {
 			return fmt.Errorf("gguf: expert ff %d out of range [1, %d]", c.ExpertFF, 4*maxDim)
 		}
-	case ArchGemma3:
+	case ArchGemma3, ArchQwen3:
 		if c.Experts != 0 || c.ExpertsUsed != 0 || c.ExpertFF != 0 {
-			return errors.New("gguf: a gemma3 model has no experts")
+			return fmt.Errorf("gguf: a %s model has no experts", c.arch())
 		}
 		return nil
 	default:
@@ -389,14 +397,14 @@ func (c Config) tensors() []tensor {
 			ts = append(ts, c.denseFFN(i, wt)...)
 		}
 	}
-	return c.overridden(ts)
+	return c.overridden(append(ts, c.classifier(wt)...))
 }
 
 // uniformScale is the bound of a uniform distribution of variance 1/fanIn.
 func uniformScale(fanIn int) float32 { return float32(math.Sqrt(3 / float64(fanIn))) }
 
-// attention is block i's attention: norm, projections, and qwen3moe's
-// per-head norms of Q and K.
+// attention is block i's attention: norm, projections, and qwen3's and
+// qwen3moe's per-head norms of Q and K.
 func (c Config) attention(i int, wt ggmlType) []tensor {
 	p := fmt.Sprintf("blk.%d.", i)
 	kv, u := c.KVHeads*c.HeadDim(), uniformScale(c.Embd)
@@ -407,7 +415,7 @@ func (c Config) attention(i int, wt ggmlType) []tensor {
 		{name: p + "attn_v.weight", dims: []int{c.Embd, kv}, typ: wt, scale: u},
 		{name: p + "attn_output.weight", dims: []int{c.Embd, c.Embd}, typ: wt, scale: u},
 	}
-	if c.arch() == ArchQwen3MoE {
+	if c.arch() == ArchQwen3MoE || c.arch() == ArchQwen3 {
 		ts = append(ts,
 			tensor{name: p + "attn_q_norm.weight", dims: []int{c.HeadDim()}, typ: typeF32},
 			tensor{name: p + "attn_k_norm.weight", dims: []int{c.HeadDim()}, typ: typeF32})
@@ -606,7 +614,8 @@ func (c Config) metadata() []kvPair {
 		{"general.file_type", c.weightType().fileType()},
 	}
 	kv = append(kv, c.hparams()...)
-	return append(kv, c.tokenizer()...)
+	kv = append(kv, c.embeddingHparams()...)
+	return append(append(kv, c.tokenizer()...), c.rerankTemplate()...)
 }
 
 // hparams are the architecture's hyperparameters, under its prefix.

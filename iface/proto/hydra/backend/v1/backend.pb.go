@@ -118,9 +118,23 @@ type BackendInfo struct {
 	StateLayout string `protobuf:"bytes,19,opt,name=state_layout,json=stateLayout,proto3" json:"state_layout,omitempty"`
 	// The chat template requests are rendered with, and the BOS and EOS
 	// tokens' text, as llama-server's /props reports them ("" where none).
-	ChatTemplate  string `protobuf:"bytes,20,opt,name=chat_template,json=chatTemplate,proto3" json:"chat_template,omitempty"`
-	BosToken      string `protobuf:"bytes,21,opt,name=bos_token,json=bosToken,proto3" json:"bos_token,omitempty"`
-	EosToken      string `protobuf:"bytes,22,opt,name=eos_token,json=eosToken,proto3" json:"eos_token,omitempty"`
+	ChatTemplate string `protobuf:"bytes,20,opt,name=chat_template,json=chatTemplate,proto3" json:"chat_template,omitempty"`
+	BosToken     string `protobuf:"bytes,21,opt,name=bos_token,json=bosToken,proto3" json:"bos_token,omitempty"`
+	EosToken     string `protobuf:"bytes,22,opt,name=eos_token,json=eosToken,proto3" json:"eos_token,omitempty"`
+	// The host-memory prompt cache's figures now; unset where it keeps none.
+	PromptCache *PromptCacheStats `protobuf:"bytes,23,opt,name=prompt_cache,json=promptCache,proto3" json:"prompt_cache,omitempty"`
+	// The vocabulary's special tokens and what tokenizing adds, for prompts a
+	// front end builds of token ids (infill, rerank); unset: not known.
+	Special *SpecialTokens `protobuf:"bytes,24,opt,name=special,proto3" json:"special,omitempty"`
+	// The model's "rerank" chat template ({query} and {document} stand for
+	// the two texts); "" where it has none.
+	RerankTemplate string `protobuf:"bytes,25,opt,name=rerank_template,json=rerankTemplate,proto3" json:"rerank_template,omitempty"`
+	// The logical batch, llama-server's n_batch (its infill prompt's budget);
+	// 0: not known.
+	NBatch int64 `protobuf:"varint,26,opt,name=n_batch,json=nBatch,proto3" json:"n_batch,omitempty"`
+	// The pooling of the embeddings Embed returns: none, mean, cls, last or
+	// rank; "" where the backend serves no embeddings.
+	Pooling       string `protobuf:"bytes,27,opt,name=pooling,proto3" json:"pooling,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -309,6 +323,341 @@ func (x *BackendInfo) GetEosToken() string {
 	return ""
 }
 
+func (x *BackendInfo) GetPromptCache() *PromptCacheStats {
+	if x != nil {
+		return x.PromptCache
+	}
+	return nil
+}
+
+func (x *BackendInfo) GetSpecial() *SpecialTokens {
+	if x != nil {
+		return x.Special
+	}
+	return nil
+}
+
+func (x *BackendInfo) GetRerankTemplate() string {
+	if x != nil {
+		return x.RerankTemplate
+	}
+	return ""
+}
+
+func (x *BackendInfo) GetNBatch() int64 {
+	if x != nil {
+		return x.NBatch
+	}
+	return 0
+}
+
+func (x *BackendInfo) GetPooling() string {
+	if x != nil {
+		return x.Pooling
+	}
+	return ""
+}
+
+// PromptCacheStats is a prompt cache's holdings and running totals
+// (iface.PromptCacheStats).
+type PromptCacheStats struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	BudgetBytes     int64                  `protobuf:"varint,1,opt,name=budget_bytes,json=budgetBytes,proto3" json:"budget_bytes,omitempty"` // -1: no limit in bytes
+	Bytes           int64                  `protobuf:"varint,2,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	Entries         int64                  `protobuf:"varint,3,opt,name=entries,proto3" json:"entries,omitempty"`
+	Tokens          int64                  `protobuf:"varint,4,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	Hits            uint64                 `protobuf:"varint,5,opt,name=hits,proto3" json:"hits,omitempty"`
+	Misses          uint64                 `protobuf:"varint,6,opt,name=misses,proto3" json:"misses,omitempty"`
+	Saves           uint64                 `protobuf:"varint,7,opt,name=saves,proto3" json:"saves,omitempty"`
+	SaveBytes       uint64                 `protobuf:"varint,8,opt,name=save_bytes,json=saveBytes,proto3" json:"save_bytes,omitempty"`
+	SaveSeconds     float64                `protobuf:"fixed64,9,opt,name=save_seconds,json=saveSeconds,proto3" json:"save_seconds,omitempty"`
+	Restores        uint64                 `protobuf:"varint,10,opt,name=restores,proto3" json:"restores,omitempty"`
+	RestoreBytes    uint64                 `protobuf:"varint,11,opt,name=restore_bytes,json=restoreBytes,proto3" json:"restore_bytes,omitempty"`
+	RestoreSeconds  float64                `protobuf:"fixed64,12,opt,name=restore_seconds,json=restoreSeconds,proto3" json:"restore_seconds,omitempty"`
+	Evictions       uint64                 `protobuf:"varint,13,opt,name=evictions,proto3" json:"evictions,omitempty"`
+	Skipped         uint64                 `protobuf:"varint,14,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	SaveFailures    uint64                 `protobuf:"varint,15,opt,name=save_failures,json=saveFailures,proto3" json:"save_failures,omitempty"`
+	RestoreFailures uint64                 `protobuf:"varint,16,opt,name=restore_failures,json=restoreFailures,proto3" json:"restore_failures,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *PromptCacheStats) Reset() {
+	*x = PromptCacheStats{}
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromptCacheStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromptCacheStats) ProtoMessage() {}
+
+func (x *PromptCacheStats) ProtoReflect() protoreflect.Message {
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromptCacheStats.ProtoReflect.Descriptor instead.
+func (*PromptCacheStats) Descriptor() ([]byte, []int) {
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *PromptCacheStats) GetBudgetBytes() int64 {
+	if x != nil {
+		return x.BudgetBytes
+	}
+	return 0
+}
+
+func (x *PromptCacheStats) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *PromptCacheStats) GetEntries() int64 {
+	if x != nil {
+		return x.Entries
+	}
+	return 0
+}
+
+func (x *PromptCacheStats) GetTokens() int64 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
+func (x *PromptCacheStats) GetHits() uint64 {
+	if x != nil {
+		return x.Hits
+	}
+	return 0
+}
+
+func (x *PromptCacheStats) GetMisses() uint64 {
+	if x != nil {
+		return x.Misses
+	}
+	return 0
+}
+
+func (x *PromptCacheStats) GetSaves() uint64 {
+	if x != nil {
+		return x.Saves
+	}
+	return 0
+}
+
+func (x *PromptCacheStats) GetSaveBytes() uint64 {
+	if x != nil {
+		return x.SaveBytes
+	}
+	return 0
+}
+
+func (x *PromptCacheStats) GetSaveSeconds() float64 {
+	if x != nil {
+		return x.SaveSeconds
+	}
+	return 0
+}
+
+func (x *PromptCacheStats) GetRestores() uint64 {
+	if x != nil {
+		return x.Restores
+	}
+	return 0
+}
+
+func (x *PromptCacheStats) GetRestoreBytes() uint64 {
+	if x != nil {
+		return x.RestoreBytes
+	}
+	return 0
+}
+
+func (x *PromptCacheStats) GetRestoreSeconds() float64 {
+	if x != nil {
+		return x.RestoreSeconds
+	}
+	return 0
+}
+
+func (x *PromptCacheStats) GetEvictions() uint64 {
+	if x != nil {
+		return x.Evictions
+	}
+	return 0
+}
+
+func (x *PromptCacheStats) GetSkipped() uint64 {
+	if x != nil {
+		return x.Skipped
+	}
+	return 0
+}
+
+func (x *PromptCacheStats) GetSaveFailures() uint64 {
+	if x != nil {
+		return x.SaveFailures
+	}
+	return 0
+}
+
+func (x *PromptCacheStats) GetRestoreFailures() uint64 {
+	if x != nil {
+		return x.RestoreFailures
+	}
+	return 0
+}
+
+// SpecialTokens are a vocabulary's special token ids, -1 for one it lacks.
+type SpecialTokens struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Bos    int32                  `protobuf:"varint,1,opt,name=bos,proto3" json:"bos,omitempty"`
+	Eos    int32                  `protobuf:"varint,2,opt,name=eos,proto3" json:"eos,omitempty"`
+	Sep    int32                  `protobuf:"varint,3,opt,name=sep,proto3" json:"sep,omitempty"`
+	FimPre int32                  `protobuf:"varint,4,opt,name=fim_pre,json=fimPre,proto3" json:"fim_pre,omitempty"`
+	FimSuf int32                  `protobuf:"varint,5,opt,name=fim_suf,json=fimSuf,proto3" json:"fim_suf,omitempty"`
+	FimMid int32                  `protobuf:"varint,6,opt,name=fim_mid,json=fimMid,proto3" json:"fim_mid,omitempty"`
+	FimPad int32                  `protobuf:"varint,7,opt,name=fim_pad,json=fimPad,proto3" json:"fim_pad,omitempty"`
+	FimRep int32                  `protobuf:"varint,8,opt,name=fim_rep,json=fimRep,proto3" json:"fim_rep,omitempty"`
+	FimSep int32                  `protobuf:"varint,9,opt,name=fim_sep,json=fimSep,proto3" json:"fim_sep,omitempty"`
+	// What tokenizing a text with add_special puts around it.
+	AddBos        bool `protobuf:"varint,10,opt,name=add_bos,json=addBos,proto3" json:"add_bos,omitempty"`
+	AddEos        bool `protobuf:"varint,11,opt,name=add_eos,json=addEos,proto3" json:"add_eos,omitempty"`
+	AddSep        bool `protobuf:"varint,12,opt,name=add_sep,json=addSep,proto3" json:"add_sep,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SpecialTokens) Reset() {
+	*x = SpecialTokens{}
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SpecialTokens) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SpecialTokens) ProtoMessage() {}
+
+func (x *SpecialTokens) ProtoReflect() protoreflect.Message {
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SpecialTokens.ProtoReflect.Descriptor instead.
+func (*SpecialTokens) Descriptor() ([]byte, []int) {
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SpecialTokens) GetBos() int32 {
+	if x != nil {
+		return x.Bos
+	}
+	return 0
+}
+
+func (x *SpecialTokens) GetEos() int32 {
+	if x != nil {
+		return x.Eos
+	}
+	return 0
+}
+
+func (x *SpecialTokens) GetSep() int32 {
+	if x != nil {
+		return x.Sep
+	}
+	return 0
+}
+
+func (x *SpecialTokens) GetFimPre() int32 {
+	if x != nil {
+		return x.FimPre
+	}
+	return 0
+}
+
+func (x *SpecialTokens) GetFimSuf() int32 {
+	if x != nil {
+		return x.FimSuf
+	}
+	return 0
+}
+
+func (x *SpecialTokens) GetFimMid() int32 {
+	if x != nil {
+		return x.FimMid
+	}
+	return 0
+}
+
+func (x *SpecialTokens) GetFimPad() int32 {
+	if x != nil {
+		return x.FimPad
+	}
+	return 0
+}
+
+func (x *SpecialTokens) GetFimRep() int32 {
+	if x != nil {
+		return x.FimRep
+	}
+	return 0
+}
+
+func (x *SpecialTokens) GetFimSep() int32 {
+	if x != nil {
+		return x.FimSep
+	}
+	return 0
+}
+
+func (x *SpecialTokens) GetAddBos() bool {
+	if x != nil {
+		return x.AddBos
+	}
+	return false
+}
+
+func (x *SpecialTokens) GetAddEos() bool {
+	if x != nil {
+		return x.AddEos
+	}
+	return false
+}
+
+func (x *SpecialTokens) GetAddSep() bool {
+	if x != nil {
+		return x.AddSep
+	}
+	return false
+}
+
 type LoadRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Model         string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
@@ -320,7 +669,7 @@ type LoadRequest struct {
 
 func (x *LoadRequest) Reset() {
 	*x = LoadRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[2]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -332,7 +681,7 @@ func (x *LoadRequest) String() string {
 func (*LoadRequest) ProtoMessage() {}
 
 func (x *LoadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[2]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -345,7 +694,7 @@ func (x *LoadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadRequest.ProtoReflect.Descriptor instead.
 func (*LoadRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{2}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *LoadRequest) GetModel() string {
@@ -378,7 +727,7 @@ type LoadResponse struct {
 
 func (x *LoadResponse) Reset() {
 	*x = LoadResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[3]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -390,7 +739,7 @@ func (x *LoadResponse) String() string {
 func (*LoadResponse) ProtoMessage() {}
 
 func (x *LoadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[3]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -403,7 +752,7 @@ func (x *LoadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadResponse.ProtoReflect.Descriptor instead.
 func (*LoadResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{3}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *LoadResponse) GetInfo() *BackendInfo {
@@ -421,7 +770,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[4]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -433,7 +782,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[4]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -446,7 +795,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{4}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{6}
 }
 
 type InfoResponse struct {
@@ -458,7 +807,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[5]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -470,7 +819,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[5]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -483,7 +832,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{5}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *InfoResponse) GetInfo() *BackendInfo {
@@ -505,7 +854,7 @@ type SlotInfo struct {
 
 func (x *SlotInfo) Reset() {
 	*x = SlotInfo{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[6]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -517,7 +866,7 @@ func (x *SlotInfo) String() string {
 func (*SlotInfo) ProtoMessage() {}
 
 func (x *SlotInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[6]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -530,7 +879,7 @@ func (x *SlotInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotInfo.ProtoReflect.Descriptor instead.
 func (*SlotInfo) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{6}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SlotInfo) GetSlot() int64 {
@@ -570,7 +919,7 @@ type SlotRequest struct {
 
 func (x *SlotRequest) Reset() {
 	*x = SlotRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[7]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -582,7 +931,7 @@ func (x *SlotRequest) String() string {
 func (*SlotRequest) ProtoMessage() {}
 
 func (x *SlotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[7]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -595,7 +944,7 @@ func (x *SlotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotRequest.ProtoReflect.Descriptor instead.
 func (*SlotRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{7}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SlotRequest) GetSlot() int64 {
@@ -614,7 +963,7 @@ type SlotResponse struct {
 
 func (x *SlotResponse) Reset() {
 	*x = SlotResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[8]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -626,7 +975,7 @@ func (x *SlotResponse) String() string {
 func (*SlotResponse) ProtoMessage() {}
 
 func (x *SlotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[8]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -639,7 +988,7 @@ func (x *SlotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotResponse.ProtoReflect.Descriptor instead.
 func (*SlotResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{8}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SlotResponse) GetSlot() *SlotInfo {
@@ -658,7 +1007,7 @@ type ClearSlotRequest struct {
 
 func (x *ClearSlotRequest) Reset() {
 	*x = ClearSlotRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[9]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -670,7 +1019,7 @@ func (x *ClearSlotRequest) String() string {
 func (*ClearSlotRequest) ProtoMessage() {}
 
 func (x *ClearSlotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[9]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -683,7 +1032,7 @@ func (x *ClearSlotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearSlotRequest.ProtoReflect.Descriptor instead.
 func (*ClearSlotRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{9}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ClearSlotRequest) GetSlot() int64 {
@@ -701,7 +1050,7 @@ type ClearSlotResponse struct {
 
 func (x *ClearSlotResponse) Reset() {
 	*x = ClearSlotResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[10]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -713,7 +1062,7 @@ func (x *ClearSlotResponse) String() string {
 func (*ClearSlotResponse) ProtoMessage() {}
 
 func (x *ClearSlotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[10]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -726,7 +1075,7 @@ func (x *ClearSlotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearSlotResponse.ProtoReflect.Descriptor instead.
 func (*ClearSlotResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{10}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{12}
 }
 
 type Message struct {
@@ -743,7 +1092,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[11]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -755,7 +1104,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[11]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -768,7 +1117,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{11}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Message) GetRole() string {
@@ -824,7 +1173,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[12]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -836,7 +1185,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[12]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -849,7 +1198,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{12}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ToolCall) GetId() string {
@@ -891,14 +1240,19 @@ type PrefillRequest struct {
 	ParallelToolCalls *bool  `protobuf:"varint,10,opt,name=parallel_tool_calls,json=parallelToolCalls,proto3,oneof" json:"parallel_tool_calls,omitempty"` // unset: as the template allows
 	// For Tokenize alone: answer as llama-server's /tokenize, /detokenize and
 	// /apply-template (text, pieces); unset: as the prompt Prefill evaluates.
-	Tokenize      *TokenizeOptions `protobuf:"bytes,11,opt,name=tokenize,proto3" json:"tokenize,omitempty"`
+	Tokenize *TokenizeOptions `protobuf:"bytes,11,opt,name=tokenize,proto3" json:"tokenize,omitempty"`
+	// An HTTP completion's prompt: the backend may start it from its prompt
+	// cache (prompt_cache), and save the slot's sequence there first, an
+	// earlier completion's (save_sequence). Neither for Hydra RPC's prompts.
+	PromptCache   bool `protobuf:"varint,12,opt,name=prompt_cache,json=promptCache,proto3" json:"prompt_cache,omitempty"`
+	SaveSequence  bool `protobuf:"varint,13,opt,name=save_sequence,json=saveSequence,proto3" json:"save_sequence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PrefillRequest) Reset() {
 	*x = PrefillRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[13]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -910,7 +1264,7 @@ func (x *PrefillRequest) String() string {
 func (*PrefillRequest) ProtoMessage() {}
 
 func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[13]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -923,7 +1277,7 @@ func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillRequest.ProtoReflect.Descriptor instead.
 func (*PrefillRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{13}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PrefillRequest) GetSlot() int64 {
@@ -1003,6 +1357,20 @@ func (x *PrefillRequest) GetTokenize() *TokenizeOptions {
 	return nil
 }
 
+func (x *PrefillRequest) GetPromptCache() bool {
+	if x != nil {
+		return x.PromptCache
+	}
+	return false
+}
+
+func (x *PrefillRequest) GetSaveSequence() bool {
+	if x != nil {
+		return x.SaveSequence
+	}
+	return false
+}
+
 type TokenizeOptions struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	AddSpecial    bool                   `protobuf:"varint,1,opt,name=add_special,json=addSpecial,proto3" json:"add_special,omitempty"`       // text: BOS/EOS added as the model adds them
@@ -1014,7 +1382,7 @@ type TokenizeOptions struct {
 
 func (x *TokenizeOptions) Reset() {
 	*x = TokenizeOptions{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[14]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1026,7 +1394,7 @@ func (x *TokenizeOptions) String() string {
 func (*TokenizeOptions) ProtoMessage() {}
 
 func (x *TokenizeOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[14]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1039,7 +1407,7 @@ func (x *TokenizeOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenizeOptions.ProtoReflect.Descriptor instead.
 func (*TokenizeOptions) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{14}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TokenizeOptions) GetAddSpecial() bool {
@@ -1077,7 +1445,7 @@ type PrefillResponse struct {
 
 func (x *PrefillResponse) Reset() {
 	*x = PrefillResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[15]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1089,7 +1457,7 @@ func (x *PrefillResponse) String() string {
 func (*PrefillResponse) ProtoMessage() {}
 
 func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[15]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1102,7 +1470,7 @@ func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillResponse.ProtoReflect.Descriptor instead.
 func (*PrefillResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{15}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PrefillResponse) GetSlot() *SlotInfo {
@@ -1145,7 +1513,7 @@ type TokenizeResponse struct {
 
 func (x *TokenizeResponse) Reset() {
 	*x = TokenizeResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[16]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1157,7 +1525,7 @@ func (x *TokenizeResponse) String() string {
 func (*TokenizeResponse) ProtoMessage() {}
 
 func (x *TokenizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[16]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1170,7 +1538,7 @@ func (x *TokenizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenizeResponse.ProtoReflect.Descriptor instead.
 func (*TokenizeResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{16}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TokenizeResponse) GetTokens() []int32 {
@@ -1220,7 +1588,7 @@ type SamplerParams struct {
 
 func (x *SamplerParams) Reset() {
 	*x = SamplerParams{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[17]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1232,7 +1600,7 @@ func (x *SamplerParams) String() string {
 func (*SamplerParams) ProtoMessage() {}
 
 func (x *SamplerParams) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[17]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1245,7 +1613,7 @@ func (x *SamplerParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamplerParams.ProtoReflect.Descriptor instead.
 func (*SamplerParams) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{17}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SamplerParams) GetTemperature() float32 {
@@ -1349,7 +1717,7 @@ type DecodeRequest struct {
 
 func (x *DecodeRequest) Reset() {
 	*x = DecodeRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[18]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1361,7 +1729,7 @@ func (x *DecodeRequest) String() string {
 func (*DecodeRequest) ProtoMessage() {}
 
 func (x *DecodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[18]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1374,7 +1742,7 @@ func (x *DecodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeRequest.ProtoReflect.Descriptor instead.
 func (*DecodeRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{18}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DecodeRequest) GetSlot() int64 {
@@ -1453,7 +1821,7 @@ type SpeculativeParams struct {
 
 func (x *SpeculativeParams) Reset() {
 	*x = SpeculativeParams{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[19]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1465,7 +1833,7 @@ func (x *SpeculativeParams) String() string {
 func (*SpeculativeParams) ProtoMessage() {}
 
 func (x *SpeculativeParams) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[19]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1478,7 +1846,7 @@ func (x *SpeculativeParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpeculativeParams.ProtoReflect.Descriptor instead.
 func (*SpeculativeParams) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{19}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SpeculativeParams) GetNMax() int32 {
@@ -1516,7 +1884,7 @@ type Output struct {
 
 func (x *Output) Reset() {
 	*x = Output{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1528,7 +1896,7 @@ func (x *Output) String() string {
 func (*Output) ProtoMessage() {}
 
 func (x *Output) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1541,7 +1909,7 @@ func (x *Output) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Output.ProtoReflect.Descriptor instead.
 func (*Output) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{20}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Output) GetChat() *PrefillRequest {
@@ -1591,7 +1959,7 @@ type ReasoningBudget struct {
 
 func (x *ReasoningBudget) Reset() {
 	*x = ReasoningBudget{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1603,7 +1971,7 @@ func (x *ReasoningBudget) String() string {
 func (*ReasoningBudget) ProtoMessage() {}
 
 func (x *ReasoningBudget) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1616,7 +1984,7 @@ func (x *ReasoningBudget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReasoningBudget.ProtoReflect.Descriptor instead.
 func (*ReasoningBudget) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{21}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReasoningBudget) GetTokens() int32 {
@@ -1648,7 +2016,7 @@ type ChatDelta struct {
 
 func (x *ChatDelta) Reset() {
 	*x = ChatDelta{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1660,7 +2028,7 @@ func (x *ChatDelta) String() string {
 func (*ChatDelta) ProtoMessage() {}
 
 func (x *ChatDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1673,7 +2041,7 @@ func (x *ChatDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChatDelta.ProtoReflect.Descriptor instead.
 func (*ChatDelta) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{22}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ChatDelta) GetContent() string {
@@ -1730,7 +2098,7 @@ type ChatReply struct {
 
 func (x *ChatReply) Reset() {
 	*x = ChatReply{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1742,7 +2110,7 @@ func (x *ChatReply) String() string {
 func (*ChatReply) ProtoMessage() {}
 
 func (x *ChatReply) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1755,7 +2123,7 @@ func (x *ChatReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChatReply.ProtoReflect.Descriptor instead.
 func (*ChatReply) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{23}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ChatReply) GetContent() string {
@@ -1790,7 +2158,7 @@ type TokenProb struct {
 
 func (x *TokenProb) Reset() {
 	*x = TokenProb{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1802,7 +2170,7 @@ func (x *TokenProb) String() string {
 func (*TokenProb) ProtoMessage() {}
 
 func (x *TokenProb) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1815,7 +2183,7 @@ func (x *TokenProb) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenProb.ProtoReflect.Descriptor instead.
 func (*TokenProb) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{24}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *TokenProb) GetId() int32 {
@@ -1855,7 +2223,7 @@ type Token struct {
 
 func (x *Token) Reset() {
 	*x = Token{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1867,7 +2235,7 @@ func (x *Token) String() string {
 func (*Token) ProtoMessage() {}
 
 func (x *Token) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1880,7 +2248,7 @@ func (x *Token) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Token.ProtoReflect.Descriptor instead.
 func (*Token) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{25}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Token) GetId() int32 {
@@ -1937,7 +2305,7 @@ type DecodeResult struct {
 
 func (x *DecodeResult) Reset() {
 	*x = DecodeResult{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1949,7 +2317,7 @@ func (x *DecodeResult) String() string {
 func (*DecodeResult) ProtoMessage() {}
 
 func (x *DecodeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1962,7 +2330,7 @@ func (x *DecodeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeResult.ProtoReflect.Descriptor instead.
 func (*DecodeResult) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{26}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DecodeResult) GetTokensGenerated() int64 {
@@ -2033,7 +2401,7 @@ type PromptResult struct {
 
 func (x *PromptResult) Reset() {
 	*x = PromptResult{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2045,7 +2413,7 @@ func (x *PromptResult) String() string {
 func (*PromptResult) ProtoMessage() {}
 
 func (x *PromptResult) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2058,7 +2426,7 @@ func (x *PromptResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptResult.ProtoReflect.Descriptor instead.
 func (*PromptResult) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{27}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PromptResult) GetNTokens() int64 {
@@ -2102,7 +2470,7 @@ type DecodeResponse struct {
 
 func (x *DecodeResponse) Reset() {
 	*x = DecodeResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2114,7 +2482,7 @@ func (x *DecodeResponse) String() string {
 func (*DecodeResponse) ProtoMessage() {}
 
 func (x *DecodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2127,7 +2495,7 @@ func (x *DecodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeResponse.ProtoReflect.Descriptor instead.
 func (*DecodeResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{28}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DecodeResponse) GetEvent() isDecodeResponse_Event {
@@ -2181,7 +2549,7 @@ type StateGetRequest struct {
 
 func (x *StateGetRequest) Reset() {
 	*x = StateGetRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2193,7 +2561,7 @@ func (x *StateGetRequest) String() string {
 func (*StateGetRequest) ProtoMessage() {}
 
 func (x *StateGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2206,7 +2574,7 @@ func (x *StateGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateGetRequest.ProtoReflect.Descriptor instead.
 func (*StateGetRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{29}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StateGetRequest) GetSlot() int64 {
@@ -2232,7 +2600,7 @@ type StateGetResponse struct {
 
 func (x *StateGetResponse) Reset() {
 	*x = StateGetResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2244,7 +2612,7 @@ func (x *StateGetResponse) String() string {
 func (*StateGetResponse) ProtoMessage() {}
 
 func (x *StateGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2257,7 +2625,7 @@ func (x *StateGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateGetResponse.ProtoReflect.Descriptor instead.
 func (*StateGetResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{30}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StateGetResponse) GetData() []byte {
@@ -2278,7 +2646,7 @@ type StatePutHeader struct {
 
 func (x *StatePutHeader) Reset() {
 	*x = StatePutHeader{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2290,7 +2658,7 @@ func (x *StatePutHeader) String() string {
 func (*StatePutHeader) ProtoMessage() {}
 
 func (x *StatePutHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2303,7 +2671,7 @@ func (x *StatePutHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatePutHeader.ProtoReflect.Descriptor instead.
 func (*StatePutHeader) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{31}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *StatePutHeader) GetSlot() int64 {
@@ -2340,7 +2708,7 @@ type StatePutRequest struct {
 
 func (x *StatePutRequest) Reset() {
 	*x = StatePutRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2352,7 +2720,7 @@ func (x *StatePutRequest) String() string {
 func (*StatePutRequest) ProtoMessage() {}
 
 func (x *StatePutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2365,7 +2733,7 @@ func (x *StatePutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatePutRequest.ProtoReflect.Descriptor instead.
 func (*StatePutRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{32}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *StatePutRequest) GetMsg() isStatePutRequest_Msg {
@@ -2418,7 +2786,7 @@ type StatePutResponse struct {
 
 func (x *StatePutResponse) Reset() {
 	*x = StatePutResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2430,7 +2798,7 @@ func (x *StatePutResponse) String() string {
 func (*StatePutResponse) ProtoMessage() {}
 
 func (x *StatePutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2443,7 +2811,7 @@ func (x *StatePutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatePutResponse.ProtoReflect.Descriptor instead.
 func (*StatePutResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{33}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *StatePutResponse) GetConsumed() int64 {
@@ -2462,7 +2830,7 @@ type SetExpertModeRequest struct {
 
 func (x *SetExpertModeRequest) Reset() {
 	*x = SetExpertModeRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[34]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2474,7 +2842,7 @@ func (x *SetExpertModeRequest) String() string {
 func (*SetExpertModeRequest) ProtoMessage() {}
 
 func (x *SetExpertModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[34]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2487,7 +2855,7 @@ func (x *SetExpertModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetExpertModeRequest.ProtoReflect.Descriptor instead.
 func (*SetExpertModeRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{34}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SetExpertModeRequest) GetMode() string {
@@ -2506,7 +2874,7 @@ type SetExpertModeResponse struct {
 
 func (x *SetExpertModeResponse) Reset() {
 	*x = SetExpertModeResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2518,7 +2886,7 @@ func (x *SetExpertModeResponse) String() string {
 func (*SetExpertModeResponse) ProtoMessage() {}
 
 func (x *SetExpertModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2531,7 +2899,7 @@ func (x *SetExpertModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetExpertModeResponse.ProtoReflect.Descriptor instead.
 func (*SetExpertModeResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{35}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SetExpertModeResponse) GetMode() string {
@@ -2551,7 +2919,7 @@ type SwapQuantRequest struct {
 
 func (x *SwapQuantRequest) Reset() {
 	*x = SwapQuantRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[36]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2563,7 +2931,7 @@ func (x *SwapQuantRequest) String() string {
 func (*SwapQuantRequest) ProtoMessage() {}
 
 func (x *SwapQuantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[36]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2576,7 +2944,7 @@ func (x *SwapQuantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SwapQuantRequest.ProtoReflect.Descriptor instead.
 func (*SwapQuantRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{36}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SwapQuantRequest) GetQuantKey() string {
@@ -2605,7 +2973,7 @@ type SwapQuantResponse struct {
 
 func (x *SwapQuantResponse) Reset() {
 	*x = SwapQuantResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[37]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2617,7 +2985,7 @@ func (x *SwapQuantResponse) String() string {
 func (*SwapQuantResponse) ProtoMessage() {}
 
 func (x *SwapQuantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[37]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2630,7 +2998,7 @@ func (x *SwapQuantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SwapQuantResponse.ProtoReflect.Descriptor instead.
 func (*SwapQuantResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{37}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SwapQuantResponse) GetSwapped() int64 {
@@ -2669,7 +3037,7 @@ type DataPlaneRequest struct {
 
 func (x *DataPlaneRequest) Reset() {
 	*x = DataPlaneRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[38]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2681,7 +3049,7 @@ func (x *DataPlaneRequest) String() string {
 func (*DataPlaneRequest) ProtoMessage() {}
 
 func (x *DataPlaneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[38]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2694,7 +3062,7 @@ func (x *DataPlaneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataPlaneRequest.ProtoReflect.Descriptor instead.
 func (*DataPlaneRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{38}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{40}
 }
 
 type DataPlaneResponse struct {
@@ -2722,7 +3090,7 @@ type DataPlaneResponse struct {
 
 func (x *DataPlaneResponse) Reset() {
 	*x = DataPlaneResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[39]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2734,7 +3102,7 @@ func (x *DataPlaneResponse) String() string {
 func (*DataPlaneResponse) ProtoMessage() {}
 
 func (x *DataPlaneResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[39]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2747,7 +3115,7 @@ func (x *DataPlaneResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataPlaneResponse.ProtoReflect.Descriptor instead.
 func (*DataPlaneResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{39}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DataPlaneResponse) GetShm() bool {
@@ -2813,7 +3181,7 @@ type ShmTransfer struct {
 
 func (x *ShmTransfer) Reset() {
 	*x = ShmTransfer{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[40]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2825,7 +3193,7 @@ func (x *ShmTransfer) String() string {
 func (*ShmTransfer) ProtoMessage() {}
 
 func (x *ShmTransfer) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[40]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2838,7 +3206,7 @@ func (x *ShmTransfer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShmTransfer.ProtoReflect.Descriptor instead.
 func (*ShmTransfer) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{40}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ShmTransfer) GetId() uint64 {
@@ -2886,7 +3254,7 @@ type StateGetShmRequest struct {
 
 func (x *StateGetShmRequest) Reset() {
 	*x = StateGetShmRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[41]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2898,7 +3266,7 @@ func (x *StateGetShmRequest) String() string {
 func (*StateGetShmRequest) ProtoMessage() {}
 
 func (x *StateGetShmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[41]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2911,7 +3279,7 @@ func (x *StateGetShmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateGetShmRequest.ProtoReflect.Descriptor instead.
 func (*StateGetShmRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{41}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *StateGetShmRequest) GetSlot() int64 {
@@ -2937,7 +3305,7 @@ type StateGetShmResponse struct {
 
 func (x *StateGetShmResponse) Reset() {
 	*x = StateGetShmResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[42]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2949,7 +3317,7 @@ func (x *StateGetShmResponse) String() string {
 func (*StateGetShmResponse) ProtoMessage() {}
 
 func (x *StateGetShmResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[42]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2962,7 +3330,7 @@ func (x *StateGetShmResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateGetShmResponse.ProtoReflect.Descriptor instead.
 func (*StateGetShmResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{42}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *StateGetShmResponse) GetWritten() int64 {
@@ -2990,7 +3358,7 @@ type StatePutShmRequest struct {
 
 func (x *StatePutShmRequest) Reset() {
 	*x = StatePutShmRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[43]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3002,7 +3370,7 @@ func (x *StatePutShmRequest) String() string {
 func (*StatePutShmRequest) ProtoMessage() {}
 
 func (x *StatePutShmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[43]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3015,7 +3383,7 @@ func (x *StatePutShmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatePutShmRequest.ProtoReflect.Descriptor instead.
 func (*StatePutShmRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{43}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *StatePutShmRequest) GetSlot() int64 {
@@ -3060,6 +3428,211 @@ func (x *StatePutShmRequest) GetSumSeed() uint32 {
 	return 0
 }
 
+type TokenList struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tokens        []int32                `protobuf:"varint,1,rep,packed,name=tokens,proto3" json:"tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TokenList) Reset() {
+	*x = TokenList{}
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenList) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenList) ProtoMessage() {}
+
+func (x *TokenList) ProtoReflect() protoreflect.Message {
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenList.ProtoReflect.Descriptor instead.
+func (*TokenList) Descriptor() ([]byte, []int) {
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *TokenList) GetTokens() []int32 {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+type EmbedRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Inputs []*TokenList           `protobuf:"bytes,1,rep,name=inputs,proto3" json:"inputs,omitempty"` // each evaluated as a sequence of its own
+	// The normalisation of pooled embeddings, llama.cpp's embd_normalize:
+	// -1 none, 0 max absolute (int16 range), 1 taxicab, 2 euclidean, p > 2
+	// p-norm; unset: the backend's default.
+	Normalize     *int32 `protobuf:"varint,2,opt,name=normalize,proto3,oneof" json:"normalize,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EmbedRequest) Reset() {
+	*x = EmbedRequest{}
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EmbedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EmbedRequest) ProtoMessage() {}
+
+func (x *EmbedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EmbedRequest.ProtoReflect.Descriptor instead.
+func (*EmbedRequest) Descriptor() ([]byte, []int) {
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *EmbedRequest) GetInputs() []*TokenList {
+	if x != nil {
+		return x.Inputs
+	}
+	return nil
+}
+
+func (x *EmbedRequest) GetNormalize() int32 {
+	if x != nil && x.Normalize != nil {
+		return *x.Normalize
+	}
+	return 0
+}
+
+// Embedding is one input's: rows vectors of values/rows each, row-major;
+// one row when pooled, one a token with pooling none.
+type Embedding struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Values        []float32              `protobuf:"fixed32,1,rep,packed,name=values,proto3" json:"values,omitempty"`
+	Rows          int64                  `protobuf:"varint,2,opt,name=rows,proto3" json:"rows,omitempty"`
+	NTokens       int64                  `protobuf:"varint,3,opt,name=n_tokens,json=nTokens,proto3" json:"n_tokens,omitempty"` // the input's tokens evaluated
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Embedding) Reset() {
+	*x = Embedding{}
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Embedding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Embedding) ProtoMessage() {}
+
+func (x *Embedding) ProtoReflect() protoreflect.Message {
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Embedding.ProtoReflect.Descriptor instead.
+func (*Embedding) Descriptor() ([]byte, []int) {
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *Embedding) GetValues() []float32 {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+func (x *Embedding) GetRows() int64 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *Embedding) GetNTokens() int64 {
+	if x != nil {
+		return x.NTokens
+	}
+	return 0
+}
+
+type EmbedResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Embeddings    []*Embedding           `protobuf:"bytes,1,rep,name=embeddings,proto3" json:"embeddings,omitempty"` // in the order of the inputs
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EmbedResponse) Reset() {
+	*x = EmbedResponse{}
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EmbedResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EmbedResponse) ProtoMessage() {}
+
+func (x *EmbedResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EmbedResponse.ProtoReflect.Descriptor instead.
+func (*EmbedResponse) Descriptor() ([]byte, []int) {
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *EmbedResponse) GetEmbeddings() []*Embedding {
+	if x != nil {
+		return x.Embeddings
+	}
+	return nil
+}
+
 var File_iface_proto_hydra_backend_v1_backend_proto protoreflect.FileDescriptor
 
 const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
@@ -3068,7 +3641,7 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\rModelIdentity\x12\x14\n" +
 	"\x05alias\x18\x01 \x01(\tR\x05alias\x12\x12\n" +
 	"\x04hash\x18\x02 \x01(\tR\x04hash\x12\x12\n" +
-	"\x04path\x18\x03 \x01(\tR\x04path\"\xcd\x05\n" +
+	"\x04path\x18\x03 \x01(\tR\x04path\"\xab\a\n" +
 	"\vBackendInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x125\n" +
@@ -3098,7 +3671,45 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\fstate_layout\x18\x13 \x01(\tR\vstateLayout\x12#\n" +
 	"\rchat_template\x18\x14 \x01(\tR\fchatTemplate\x12\x1b\n" +
 	"\tbos_token\x18\x15 \x01(\tR\bbosToken\x12\x1b\n" +
-	"\teos_token\x18\x16 \x01(\tR\beosToken\"\xbe\x01\n" +
+	"\teos_token\x18\x16 \x01(\tR\beosToken\x12E\n" +
+	"\fprompt_cache\x18\x17 \x01(\v2\".hydra.backend.v1.PromptCacheStatsR\vpromptCache\x129\n" +
+	"\aspecial\x18\x18 \x01(\v2\x1f.hydra.backend.v1.SpecialTokensR\aspecial\x12'\n" +
+	"\x0frerank_template\x18\x19 \x01(\tR\x0ererankTemplate\x12\x17\n" +
+	"\an_batch\x18\x1a \x01(\x03R\x06nBatch\x12\x18\n" +
+	"\apooling\x18\x1b \x01(\tR\apooling\"\xf3\x03\n" +
+	"\x10PromptCacheStats\x12!\n" +
+	"\fbudget_bytes\x18\x01 \x01(\x03R\vbudgetBytes\x12\x14\n" +
+	"\x05bytes\x18\x02 \x01(\x03R\x05bytes\x12\x18\n" +
+	"\aentries\x18\x03 \x01(\x03R\aentries\x12\x16\n" +
+	"\x06tokens\x18\x04 \x01(\x03R\x06tokens\x12\x12\n" +
+	"\x04hits\x18\x05 \x01(\x04R\x04hits\x12\x16\n" +
+	"\x06misses\x18\x06 \x01(\x04R\x06misses\x12\x14\n" +
+	"\x05saves\x18\a \x01(\x04R\x05saves\x12\x1d\n" +
+	"\n" +
+	"save_bytes\x18\b \x01(\x04R\tsaveBytes\x12!\n" +
+	"\fsave_seconds\x18\t \x01(\x01R\vsaveSeconds\x12\x1a\n" +
+	"\brestores\x18\n" +
+	" \x01(\x04R\brestores\x12#\n" +
+	"\rrestore_bytes\x18\v \x01(\x04R\frestoreBytes\x12'\n" +
+	"\x0frestore_seconds\x18\f \x01(\x01R\x0erestoreSeconds\x12\x1c\n" +
+	"\tevictions\x18\r \x01(\x04R\tevictions\x12\x18\n" +
+	"\askipped\x18\x0e \x01(\x04R\askipped\x12#\n" +
+	"\rsave_failures\x18\x0f \x01(\x04R\fsaveFailures\x12)\n" +
+	"\x10restore_failures\x18\x10 \x01(\x04R\x0frestoreFailures\"\xa6\x02\n" +
+	"\rSpecialTokens\x12\x10\n" +
+	"\x03bos\x18\x01 \x01(\x05R\x03bos\x12\x10\n" +
+	"\x03eos\x18\x02 \x01(\x05R\x03eos\x12\x10\n" +
+	"\x03sep\x18\x03 \x01(\x05R\x03sep\x12\x17\n" +
+	"\afim_pre\x18\x04 \x01(\x05R\x06fimPre\x12\x17\n" +
+	"\afim_suf\x18\x05 \x01(\x05R\x06fimSuf\x12\x17\n" +
+	"\afim_mid\x18\x06 \x01(\x05R\x06fimMid\x12\x17\n" +
+	"\afim_pad\x18\a \x01(\x05R\x06fimPad\x12\x17\n" +
+	"\afim_rep\x18\b \x01(\x05R\x06fimRep\x12\x17\n" +
+	"\afim_sep\x18\t \x01(\x05R\x06fimSep\x12\x17\n" +
+	"\aadd_bos\x18\n" +
+	" \x01(\bR\x06addBos\x12\x17\n" +
+	"\aadd_eos\x18\v \x01(\bR\x06addEos\x12\x17\n" +
+	"\aadd_sep\x18\f \x01(\bR\x06addSep\"\xbe\x01\n" +
 	"\vLoadRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x17\n" +
 	"\an_slots\x18\x02 \x01(\x03R\x06nSlots\x12D\n" +
@@ -3136,7 +3747,7 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\bToolCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
-	"\targuments\x18\x03 \x01(\tR\targuments\"\xb3\x03\n" +
+	"\targuments\x18\x03 \x01(\tR\targuments\"\xfb\x03\n" +
 	"\x0ePrefillRequest\x12\x12\n" +
 	"\x04slot\x18\x01 \x01(\x03R\x04slot\x125\n" +
 	"\bmessages\x18\x02 \x03(\v2\x19.hydra.backend.v1.MessageR\bmessages\x12\x16\n" +
@@ -3150,7 +3761,9 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\x10tool_choice_name\x18\t \x01(\tR\x0etoolChoiceName\x123\n" +
 	"\x13parallel_tool_calls\x18\n" +
 	" \x01(\bH\x00R\x11parallelToolCalls\x88\x01\x01\x12=\n" +
-	"\btokenize\x18\v \x01(\v2!.hydra.backend.v1.TokenizeOptionsR\btokenizeB\x16\n" +
+	"\btokenize\x18\v \x01(\v2!.hydra.backend.v1.TokenizeOptionsR\btokenize\x12!\n" +
+	"\fprompt_cache\x18\f \x01(\bR\vpromptCache\x12#\n" +
+	"\rsave_sequence\x18\r \x01(\bR\fsaveSequenceB\x16\n" +
 	"\x14_parallel_tool_calls\"x\n" +
 	"\x0fTokenizeOptions\x12\x1f\n" +
 	"\vadd_special\x18\x01 \x01(\bR\n" +
@@ -3308,7 +3921,22 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\x04size\x18\x03 \x01(\x03R\x04size\x129\n" +
 	"\btransfer\x18\x04 \x01(\v2\x1d.hydra.backend.v1.ShmTransferR\btransfer\x12\x10\n" +
 	"\x03sum\x18\x05 \x01(\bR\x03sum\x12\x19\n" +
-	"\bsum_seed\x18\x06 \x01(\rR\asumSeed2\x92\t\n" +
+	"\bsum_seed\x18\x06 \x01(\rR\asumSeed\"#\n" +
+	"\tTokenList\x12\x16\n" +
+	"\x06tokens\x18\x01 \x03(\x05R\x06tokens\"t\n" +
+	"\fEmbedRequest\x123\n" +
+	"\x06inputs\x18\x01 \x03(\v2\x1b.hydra.backend.v1.TokenListR\x06inputs\x12!\n" +
+	"\tnormalize\x18\x02 \x01(\x05H\x00R\tnormalize\x88\x01\x01B\f\n" +
+	"\n" +
+	"_normalize\"R\n" +
+	"\tEmbedding\x12\x16\n" +
+	"\x06values\x18\x01 \x03(\x02R\x06values\x12\x12\n" +
+	"\x04rows\x18\x02 \x01(\x03R\x04rows\x12\x19\n" +
+	"\bn_tokens\x18\x03 \x01(\x03R\anTokens\"L\n" +
+	"\rEmbedResponse\x12;\n" +
+	"\n" +
+	"embeddings\x18\x01 \x03(\v2\x1b.hydra.backend.v1.EmbeddingR\n" +
+	"embeddings2\xdc\t\n" +
 	"\aBackend\x12E\n" +
 	"\x04Load\x12\x1d.hydra.backend.v1.LoadRequest\x1a\x1e.hydra.backend.v1.LoadResponse\x12E\n" +
 	"\x04Info\x12\x1d.hydra.backend.v1.InfoRequest\x1a\x1e.hydra.backend.v1.InfoResponse\x12E\n" +
@@ -3323,7 +3951,8 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\vStateGetShm\x12$.hydra.backend.v1.StateGetShmRequest\x1a%.hydra.backend.v1.StateGetShmResponse\x12W\n" +
 	"\vStatePutShm\x12$.hydra.backend.v1.StatePutShmRequest\x1a\".hydra.backend.v1.StatePutResponse\x12`\n" +
 	"\rSetExpertMode\x12&.hydra.backend.v1.SetExpertModeRequest\x1a'.hydra.backend.v1.SetExpertModeResponse\x12T\n" +
-	"\tSwapQuant\x12\".hydra.backend.v1.SwapQuantRequest\x1a#.hydra.backend.v1.SwapQuantResponseBMZKgithub.com/hydra-engine/hydra-engine/iface/proto/hydra/backend/v1;backendv1b\x06proto3"
+	"\tSwapQuant\x12\".hydra.backend.v1.SwapQuantRequest\x1a#.hydra.backend.v1.SwapQuantResponse\x12H\n" +
+	"\x05Embed\x12\x1e.hydra.backend.v1.EmbedRequest\x1a\x1f.hydra.backend.v1.EmbedResponseBMZKgithub.com/hydra-engine/hydra-engine/iface/proto/hydra/backend/v1;backendv1b\x06proto3"
 
 var (
 	file_iface_proto_hydra_backend_v1_backend_proto_rawDescOnce sync.Once
@@ -3337,116 +3966,128 @@ func file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP() []byte {
 	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescData
 }
 
-var file_iface_proto_hydra_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_iface_proto_hydra_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_iface_proto_hydra_backend_v1_backend_proto_goTypes = []any{
 	(*ModelIdentity)(nil),         // 0: hydra.backend.v1.ModelIdentity
 	(*BackendInfo)(nil),           // 1: hydra.backend.v1.BackendInfo
-	(*LoadRequest)(nil),           // 2: hydra.backend.v1.LoadRequest
-	(*LoadResponse)(nil),          // 3: hydra.backend.v1.LoadResponse
-	(*InfoRequest)(nil),           // 4: hydra.backend.v1.InfoRequest
-	(*InfoResponse)(nil),          // 5: hydra.backend.v1.InfoResponse
-	(*SlotInfo)(nil),              // 6: hydra.backend.v1.SlotInfo
-	(*SlotRequest)(nil),           // 7: hydra.backend.v1.SlotRequest
-	(*SlotResponse)(nil),          // 8: hydra.backend.v1.SlotResponse
-	(*ClearSlotRequest)(nil),      // 9: hydra.backend.v1.ClearSlotRequest
-	(*ClearSlotResponse)(nil),     // 10: hydra.backend.v1.ClearSlotResponse
-	(*Message)(nil),               // 11: hydra.backend.v1.Message
-	(*ToolCall)(nil),              // 12: hydra.backend.v1.ToolCall
-	(*PrefillRequest)(nil),        // 13: hydra.backend.v1.PrefillRequest
-	(*TokenizeOptions)(nil),       // 14: hydra.backend.v1.TokenizeOptions
-	(*PrefillResponse)(nil),       // 15: hydra.backend.v1.PrefillResponse
-	(*TokenizeResponse)(nil),      // 16: hydra.backend.v1.TokenizeResponse
-	(*SamplerParams)(nil),         // 17: hydra.backend.v1.SamplerParams
-	(*DecodeRequest)(nil),         // 18: hydra.backend.v1.DecodeRequest
-	(*SpeculativeParams)(nil),     // 19: hydra.backend.v1.SpeculativeParams
-	(*Output)(nil),                // 20: hydra.backend.v1.Output
-	(*ReasoningBudget)(nil),       // 21: hydra.backend.v1.ReasoningBudget
-	(*ChatDelta)(nil),             // 22: hydra.backend.v1.ChatDelta
-	(*ChatReply)(nil),             // 23: hydra.backend.v1.ChatReply
-	(*TokenProb)(nil),             // 24: hydra.backend.v1.TokenProb
-	(*Token)(nil),                 // 25: hydra.backend.v1.Token
-	(*DecodeResult)(nil),          // 26: hydra.backend.v1.DecodeResult
-	(*PromptResult)(nil),          // 27: hydra.backend.v1.PromptResult
-	(*DecodeResponse)(nil),        // 28: hydra.backend.v1.DecodeResponse
-	(*StateGetRequest)(nil),       // 29: hydra.backend.v1.StateGetRequest
-	(*StateGetResponse)(nil),      // 30: hydra.backend.v1.StateGetResponse
-	(*StatePutHeader)(nil),        // 31: hydra.backend.v1.StatePutHeader
-	(*StatePutRequest)(nil),       // 32: hydra.backend.v1.StatePutRequest
-	(*StatePutResponse)(nil),      // 33: hydra.backend.v1.StatePutResponse
-	(*SetExpertModeRequest)(nil),  // 34: hydra.backend.v1.SetExpertModeRequest
-	(*SetExpertModeResponse)(nil), // 35: hydra.backend.v1.SetExpertModeResponse
-	(*SwapQuantRequest)(nil),      // 36: hydra.backend.v1.SwapQuantRequest
-	(*SwapQuantResponse)(nil),     // 37: hydra.backend.v1.SwapQuantResponse
-	(*DataPlaneRequest)(nil),      // 38: hydra.backend.v1.DataPlaneRequest
-	(*DataPlaneResponse)(nil),     // 39: hydra.backend.v1.DataPlaneResponse
-	(*ShmTransfer)(nil),           // 40: hydra.backend.v1.ShmTransfer
-	(*StateGetShmRequest)(nil),    // 41: hydra.backend.v1.StateGetShmRequest
-	(*StateGetShmResponse)(nil),   // 42: hydra.backend.v1.StateGetShmResponse
-	(*StatePutShmRequest)(nil),    // 43: hydra.backend.v1.StatePutShmRequest
-	nil,                           // 44: hydra.backend.v1.LoadRequest.OptionsEntry
-	nil,                           // 45: hydra.backend.v1.SamplerParams.LogitBiasEntry
+	(*PromptCacheStats)(nil),      // 2: hydra.backend.v1.PromptCacheStats
+	(*SpecialTokens)(nil),         // 3: hydra.backend.v1.SpecialTokens
+	(*LoadRequest)(nil),           // 4: hydra.backend.v1.LoadRequest
+	(*LoadResponse)(nil),          // 5: hydra.backend.v1.LoadResponse
+	(*InfoRequest)(nil),           // 6: hydra.backend.v1.InfoRequest
+	(*InfoResponse)(nil),          // 7: hydra.backend.v1.InfoResponse
+	(*SlotInfo)(nil),              // 8: hydra.backend.v1.SlotInfo
+	(*SlotRequest)(nil),           // 9: hydra.backend.v1.SlotRequest
+	(*SlotResponse)(nil),          // 10: hydra.backend.v1.SlotResponse
+	(*ClearSlotRequest)(nil),      // 11: hydra.backend.v1.ClearSlotRequest
+	(*ClearSlotResponse)(nil),     // 12: hydra.backend.v1.ClearSlotResponse
+	(*Message)(nil),               // 13: hydra.backend.v1.Message
+	(*ToolCall)(nil),              // 14: hydra.backend.v1.ToolCall
+	(*PrefillRequest)(nil),        // 15: hydra.backend.v1.PrefillRequest
+	(*TokenizeOptions)(nil),       // 16: hydra.backend.v1.TokenizeOptions
+	(*PrefillResponse)(nil),       // 17: hydra.backend.v1.PrefillResponse
+	(*TokenizeResponse)(nil),      // 18: hydra.backend.v1.TokenizeResponse
+	(*SamplerParams)(nil),         // 19: hydra.backend.v1.SamplerParams
+	(*DecodeRequest)(nil),         // 20: hydra.backend.v1.DecodeRequest
+	(*SpeculativeParams)(nil),     // 21: hydra.backend.v1.SpeculativeParams
+	(*Output)(nil),                // 22: hydra.backend.v1.Output
+	(*ReasoningBudget)(nil),       // 23: hydra.backend.v1.ReasoningBudget
+	(*ChatDelta)(nil),             // 24: hydra.backend.v1.ChatDelta
+	(*ChatReply)(nil),             // 25: hydra.backend.v1.ChatReply
+	(*TokenProb)(nil),             // 26: hydra.backend.v1.TokenProb
+	(*Token)(nil),                 // 27: hydra.backend.v1.Token
+	(*DecodeResult)(nil),          // 28: hydra.backend.v1.DecodeResult
+	(*PromptResult)(nil),          // 29: hydra.backend.v1.PromptResult
+	(*DecodeResponse)(nil),        // 30: hydra.backend.v1.DecodeResponse
+	(*StateGetRequest)(nil),       // 31: hydra.backend.v1.StateGetRequest
+	(*StateGetResponse)(nil),      // 32: hydra.backend.v1.StateGetResponse
+	(*StatePutHeader)(nil),        // 33: hydra.backend.v1.StatePutHeader
+	(*StatePutRequest)(nil),       // 34: hydra.backend.v1.StatePutRequest
+	(*StatePutResponse)(nil),      // 35: hydra.backend.v1.StatePutResponse
+	(*SetExpertModeRequest)(nil),  // 36: hydra.backend.v1.SetExpertModeRequest
+	(*SetExpertModeResponse)(nil), // 37: hydra.backend.v1.SetExpertModeResponse
+	(*SwapQuantRequest)(nil),      // 38: hydra.backend.v1.SwapQuantRequest
+	(*SwapQuantResponse)(nil),     // 39: hydra.backend.v1.SwapQuantResponse
+	(*DataPlaneRequest)(nil),      // 40: hydra.backend.v1.DataPlaneRequest
+	(*DataPlaneResponse)(nil),     // 41: hydra.backend.v1.DataPlaneResponse
+	(*ShmTransfer)(nil),           // 42: hydra.backend.v1.ShmTransfer
+	(*StateGetShmRequest)(nil),    // 43: hydra.backend.v1.StateGetShmRequest
+	(*StateGetShmResponse)(nil),   // 44: hydra.backend.v1.StateGetShmResponse
+	(*StatePutShmRequest)(nil),    // 45: hydra.backend.v1.StatePutShmRequest
+	(*TokenList)(nil),             // 46: hydra.backend.v1.TokenList
+	(*EmbedRequest)(nil),          // 47: hydra.backend.v1.EmbedRequest
+	(*Embedding)(nil),             // 48: hydra.backend.v1.Embedding
+	(*EmbedResponse)(nil),         // 49: hydra.backend.v1.EmbedResponse
+	nil,                           // 50: hydra.backend.v1.LoadRequest.OptionsEntry
+	nil,                           // 51: hydra.backend.v1.SamplerParams.LogitBiasEntry
 }
 var file_iface_proto_hydra_backend_v1_backend_proto_depIdxs = []int32{
 	0,  // 0: hydra.backend.v1.BackendInfo.model:type_name -> hydra.backend.v1.ModelIdentity
-	44, // 1: hydra.backend.v1.LoadRequest.options:type_name -> hydra.backend.v1.LoadRequest.OptionsEntry
-	1,  // 2: hydra.backend.v1.LoadResponse.info:type_name -> hydra.backend.v1.BackendInfo
-	1,  // 3: hydra.backend.v1.InfoResponse.info:type_name -> hydra.backend.v1.BackendInfo
-	6,  // 4: hydra.backend.v1.SlotResponse.slot:type_name -> hydra.backend.v1.SlotInfo
-	12, // 5: hydra.backend.v1.Message.tool_calls:type_name -> hydra.backend.v1.ToolCall
-	11, // 6: hydra.backend.v1.PrefillRequest.messages:type_name -> hydra.backend.v1.Message
-	14, // 7: hydra.backend.v1.PrefillRequest.tokenize:type_name -> hydra.backend.v1.TokenizeOptions
-	6,  // 8: hydra.backend.v1.PrefillResponse.slot:type_name -> hydra.backend.v1.SlotInfo
-	45, // 9: hydra.backend.v1.SamplerParams.logit_bias:type_name -> hydra.backend.v1.SamplerParams.LogitBiasEntry
-	17, // 10: hydra.backend.v1.DecodeRequest.sampler:type_name -> hydra.backend.v1.SamplerParams
-	13, // 11: hydra.backend.v1.DecodeRequest.prompt:type_name -> hydra.backend.v1.PrefillRequest
-	20, // 12: hydra.backend.v1.DecodeRequest.output:type_name -> hydra.backend.v1.Output
-	19, // 13: hydra.backend.v1.DecodeRequest.speculative:type_name -> hydra.backend.v1.SpeculativeParams
-	13, // 14: hydra.backend.v1.Output.chat:type_name -> hydra.backend.v1.PrefillRequest
-	21, // 15: hydra.backend.v1.Output.reasoning_budget:type_name -> hydra.backend.v1.ReasoningBudget
-	12, // 16: hydra.backend.v1.ChatReply.tool_calls:type_name -> hydra.backend.v1.ToolCall
-	24, // 17: hydra.backend.v1.Token.top:type_name -> hydra.backend.v1.TokenProb
-	22, // 18: hydra.backend.v1.Token.deltas:type_name -> hydra.backend.v1.ChatDelta
-	27, // 19: hydra.backend.v1.DecodeResult.prompt:type_name -> hydra.backend.v1.PromptResult
-	23, // 20: hydra.backend.v1.DecodeResult.message:type_name -> hydra.backend.v1.ChatReply
-	22, // 21: hydra.backend.v1.DecodeResult.deltas:type_name -> hydra.backend.v1.ChatDelta
-	25, // 22: hydra.backend.v1.DecodeResponse.token:type_name -> hydra.backend.v1.Token
-	26, // 23: hydra.backend.v1.DecodeResponse.result:type_name -> hydra.backend.v1.DecodeResult
-	31, // 24: hydra.backend.v1.StatePutRequest.header:type_name -> hydra.backend.v1.StatePutHeader
-	40, // 25: hydra.backend.v1.StateGetShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
-	40, // 26: hydra.backend.v1.StatePutShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
-	2,  // 27: hydra.backend.v1.Backend.Load:input_type -> hydra.backend.v1.LoadRequest
-	4,  // 28: hydra.backend.v1.Backend.Info:input_type -> hydra.backend.v1.InfoRequest
-	7,  // 29: hydra.backend.v1.Backend.Slot:input_type -> hydra.backend.v1.SlotRequest
-	9,  // 30: hydra.backend.v1.Backend.ClearSlot:input_type -> hydra.backend.v1.ClearSlotRequest
-	13, // 31: hydra.backend.v1.Backend.Prefill:input_type -> hydra.backend.v1.PrefillRequest
-	13, // 32: hydra.backend.v1.Backend.Tokenize:input_type -> hydra.backend.v1.PrefillRequest
-	18, // 33: hydra.backend.v1.Backend.Decode:input_type -> hydra.backend.v1.DecodeRequest
-	29, // 34: hydra.backend.v1.Backend.StateGet:input_type -> hydra.backend.v1.StateGetRequest
-	32, // 35: hydra.backend.v1.Backend.StatePut:input_type -> hydra.backend.v1.StatePutRequest
-	38, // 36: hydra.backend.v1.Backend.DataPlane:input_type -> hydra.backend.v1.DataPlaneRequest
-	41, // 37: hydra.backend.v1.Backend.StateGetShm:input_type -> hydra.backend.v1.StateGetShmRequest
-	43, // 38: hydra.backend.v1.Backend.StatePutShm:input_type -> hydra.backend.v1.StatePutShmRequest
-	34, // 39: hydra.backend.v1.Backend.SetExpertMode:input_type -> hydra.backend.v1.SetExpertModeRequest
-	36, // 40: hydra.backend.v1.Backend.SwapQuant:input_type -> hydra.backend.v1.SwapQuantRequest
-	3,  // 41: hydra.backend.v1.Backend.Load:output_type -> hydra.backend.v1.LoadResponse
-	5,  // 42: hydra.backend.v1.Backend.Info:output_type -> hydra.backend.v1.InfoResponse
-	8,  // 43: hydra.backend.v1.Backend.Slot:output_type -> hydra.backend.v1.SlotResponse
-	10, // 44: hydra.backend.v1.Backend.ClearSlot:output_type -> hydra.backend.v1.ClearSlotResponse
-	15, // 45: hydra.backend.v1.Backend.Prefill:output_type -> hydra.backend.v1.PrefillResponse
-	16, // 46: hydra.backend.v1.Backend.Tokenize:output_type -> hydra.backend.v1.TokenizeResponse
-	28, // 47: hydra.backend.v1.Backend.Decode:output_type -> hydra.backend.v1.DecodeResponse
-	30, // 48: hydra.backend.v1.Backend.StateGet:output_type -> hydra.backend.v1.StateGetResponse
-	33, // 49: hydra.backend.v1.Backend.StatePut:output_type -> hydra.backend.v1.StatePutResponse
-	39, // 50: hydra.backend.v1.Backend.DataPlane:output_type -> hydra.backend.v1.DataPlaneResponse
-	42, // 51: hydra.backend.v1.Backend.StateGetShm:output_type -> hydra.backend.v1.StateGetShmResponse
-	33, // 52: hydra.backend.v1.Backend.StatePutShm:output_type -> hydra.backend.v1.StatePutResponse
-	35, // 53: hydra.backend.v1.Backend.SetExpertMode:output_type -> hydra.backend.v1.SetExpertModeResponse
-	37, // 54: hydra.backend.v1.Backend.SwapQuant:output_type -> hydra.backend.v1.SwapQuantResponse
-	41, // [41:55] is the sub-list for method output_type
-	27, // [27:41] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	2,  // 1: hydra.backend.v1.BackendInfo.prompt_cache:type_name -> hydra.backend.v1.PromptCacheStats
+	3,  // 2: hydra.backend.v1.BackendInfo.special:type_name -> hydra.backend.v1.SpecialTokens
+	50, // 3: hydra.backend.v1.LoadRequest.options:type_name -> hydra.backend.v1.LoadRequest.OptionsEntry
+	1,  // 4: hydra.backend.v1.LoadResponse.info:type_name -> hydra.backend.v1.BackendInfo
+	1,  // 5: hydra.backend.v1.InfoResponse.info:type_name -> hydra.backend.v1.BackendInfo
+	8,  // 6: hydra.backend.v1.SlotResponse.slot:type_name -> hydra.backend.v1.SlotInfo
+	14, // 7: hydra.backend.v1.Message.tool_calls:type_name -> hydra.backend.v1.ToolCall
+	13, // 8: hydra.backend.v1.PrefillRequest.messages:type_name -> hydra.backend.v1.Message
+	16, // 9: hydra.backend.v1.PrefillRequest.tokenize:type_name -> hydra.backend.v1.TokenizeOptions
+	8,  // 10: hydra.backend.v1.PrefillResponse.slot:type_name -> hydra.backend.v1.SlotInfo
+	51, // 11: hydra.backend.v1.SamplerParams.logit_bias:type_name -> hydra.backend.v1.SamplerParams.LogitBiasEntry
+	19, // 12: hydra.backend.v1.DecodeRequest.sampler:type_name -> hydra.backend.v1.SamplerParams
+	15, // 13: hydra.backend.v1.DecodeRequest.prompt:type_name -> hydra.backend.v1.PrefillRequest
+	22, // 14: hydra.backend.v1.DecodeRequest.output:type_name -> hydra.backend.v1.Output
+	21, // 15: hydra.backend.v1.DecodeRequest.speculative:type_name -> hydra.backend.v1.SpeculativeParams
+	15, // 16: hydra.backend.v1.Output.chat:type_name -> hydra.backend.v1.PrefillRequest
+	23, // 17: hydra.backend.v1.Output.reasoning_budget:type_name -> hydra.backend.v1.ReasoningBudget
+	14, // 18: hydra.backend.v1.ChatReply.tool_calls:type_name -> hydra.backend.v1.ToolCall
+	26, // 19: hydra.backend.v1.Token.top:type_name -> hydra.backend.v1.TokenProb
+	24, // 20: hydra.backend.v1.Token.deltas:type_name -> hydra.backend.v1.ChatDelta
+	29, // 21: hydra.backend.v1.DecodeResult.prompt:type_name -> hydra.backend.v1.PromptResult
+	25, // 22: hydra.backend.v1.DecodeResult.message:type_name -> hydra.backend.v1.ChatReply
+	24, // 23: hydra.backend.v1.DecodeResult.deltas:type_name -> hydra.backend.v1.ChatDelta
+	27, // 24: hydra.backend.v1.DecodeResponse.token:type_name -> hydra.backend.v1.Token
+	28, // 25: hydra.backend.v1.DecodeResponse.result:type_name -> hydra.backend.v1.DecodeResult
+	33, // 26: hydra.backend.v1.StatePutRequest.header:type_name -> hydra.backend.v1.StatePutHeader
+	42, // 27: hydra.backend.v1.StateGetShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
+	42, // 28: hydra.backend.v1.StatePutShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
+	46, // 29: hydra.backend.v1.EmbedRequest.inputs:type_name -> hydra.backend.v1.TokenList
+	48, // 30: hydra.backend.v1.EmbedResponse.embeddings:type_name -> hydra.backend.v1.Embedding
+	4,  // 31: hydra.backend.v1.Backend.Load:input_type -> hydra.backend.v1.LoadRequest
+	6,  // 32: hydra.backend.v1.Backend.Info:input_type -> hydra.backend.v1.InfoRequest
+	9,  // 33: hydra.backend.v1.Backend.Slot:input_type -> hydra.backend.v1.SlotRequest
+	11, // 34: hydra.backend.v1.Backend.ClearSlot:input_type -> hydra.backend.v1.ClearSlotRequest
+	15, // 35: hydra.backend.v1.Backend.Prefill:input_type -> hydra.backend.v1.PrefillRequest
+	15, // 36: hydra.backend.v1.Backend.Tokenize:input_type -> hydra.backend.v1.PrefillRequest
+	20, // 37: hydra.backend.v1.Backend.Decode:input_type -> hydra.backend.v1.DecodeRequest
+	31, // 38: hydra.backend.v1.Backend.StateGet:input_type -> hydra.backend.v1.StateGetRequest
+	34, // 39: hydra.backend.v1.Backend.StatePut:input_type -> hydra.backend.v1.StatePutRequest
+	40, // 40: hydra.backend.v1.Backend.DataPlane:input_type -> hydra.backend.v1.DataPlaneRequest
+	43, // 41: hydra.backend.v1.Backend.StateGetShm:input_type -> hydra.backend.v1.StateGetShmRequest
+	45, // 42: hydra.backend.v1.Backend.StatePutShm:input_type -> hydra.backend.v1.StatePutShmRequest
+	36, // 43: hydra.backend.v1.Backend.SetExpertMode:input_type -> hydra.backend.v1.SetExpertModeRequest
+	38, // 44: hydra.backend.v1.Backend.SwapQuant:input_type -> hydra.backend.v1.SwapQuantRequest
+	47, // 45: hydra.backend.v1.Backend.Embed:input_type -> hydra.backend.v1.EmbedRequest
+	5,  // 46: hydra.backend.v1.Backend.Load:output_type -> hydra.backend.v1.LoadResponse
+	7,  // 47: hydra.backend.v1.Backend.Info:output_type -> hydra.backend.v1.InfoResponse
+	10, // 48: hydra.backend.v1.Backend.Slot:output_type -> hydra.backend.v1.SlotResponse
+	12, // 49: hydra.backend.v1.Backend.ClearSlot:output_type -> hydra.backend.v1.ClearSlotResponse
+	17, // 50: hydra.backend.v1.Backend.Prefill:output_type -> hydra.backend.v1.PrefillResponse
+	18, // 51: hydra.backend.v1.Backend.Tokenize:output_type -> hydra.backend.v1.TokenizeResponse
+	30, // 52: hydra.backend.v1.Backend.Decode:output_type -> hydra.backend.v1.DecodeResponse
+	32, // 53: hydra.backend.v1.Backend.StateGet:output_type -> hydra.backend.v1.StateGetResponse
+	35, // 54: hydra.backend.v1.Backend.StatePut:output_type -> hydra.backend.v1.StatePutResponse
+	41, // 55: hydra.backend.v1.Backend.DataPlane:output_type -> hydra.backend.v1.DataPlaneResponse
+	44, // 56: hydra.backend.v1.Backend.StateGetShm:output_type -> hydra.backend.v1.StateGetShmResponse
+	35, // 57: hydra.backend.v1.Backend.StatePutShm:output_type -> hydra.backend.v1.StatePutResponse
+	37, // 58: hydra.backend.v1.Backend.SetExpertMode:output_type -> hydra.backend.v1.SetExpertModeResponse
+	39, // 59: hydra.backend.v1.Backend.SwapQuant:output_type -> hydra.backend.v1.SwapQuantResponse
+	49, // 60: hydra.backend.v1.Backend.Embed:output_type -> hydra.backend.v1.EmbedResponse
+	46, // [46:61] is the sub-list for method output_type
+	31, // [31:46] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_iface_proto_hydra_backend_v1_backend_proto_init() }
@@ -3454,22 +4095,23 @@ func file_iface_proto_hydra_backend_v1_backend_proto_init() {
 	if File_iface_proto_hydra_backend_v1_backend_proto != nil {
 		return
 	}
-	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[13].OneofWrappers = []any{}
-	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28].OneofWrappers = []any{
+	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[15].OneofWrappers = []any{}
+	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30].OneofWrappers = []any{
 		(*DecodeResponse_Token)(nil),
 		(*DecodeResponse_Result)(nil),
 	}
-	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32].OneofWrappers = []any{
+	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[34].OneofWrappers = []any{
 		(*StatePutRequest_Header)(nil),
 		(*StatePutRequest_Data)(nil),
 	}
+	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[47].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_iface_proto_hydra_backend_v1_backend_proto_rawDesc), len(file_iface_proto_hydra_backend_v1_backend_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   46,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

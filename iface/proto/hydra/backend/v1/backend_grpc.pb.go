@@ -33,6 +33,7 @@ const (
 	Backend_StatePutShm_FullMethodName   = "/hydra.backend.v1.Backend/StatePutShm"
 	Backend_SetExpertMode_FullMethodName = "/hydra.backend.v1.Backend/SetExpertMode"
 	Backend_SwapQuant_FullMethodName     = "/hydra.backend.v1.Backend/SwapQuant"
+	Backend_Embed_FullMethodName         = "/hydra.backend.v1.Backend/Embed"
 )
 
 // BackendClient is the client API for Backend service.
@@ -64,6 +65,11 @@ type BackendClient interface {
 	StatePutShm(ctx context.Context, in *StatePutShmRequest, opts ...grpc.CallOption) (*StatePutResponse, error)
 	SetExpertMode(ctx context.Context, in *SetExpertModeRequest, opts ...grpc.CallOption) (*SetExpertModeResponse, error)
 	SwapQuant(ctx context.Context, in *SwapQuantRequest, opts ...grpc.CallOption) (*SwapQuantResponse, error)
+	// Embed evaluates token sequences apart from every slot's and returns
+	// their embeddings (llama-server's /embeddings, /rerank); only to a
+	// backend whose BackendInfo capabilities include "embed". An older
+	// plugin answers Unimplemented.
+	Embed(ctx context.Context, in *EmbedRequest, opts ...grpc.CallOption) (*EmbedResponse, error)
 }
 
 type backendClient struct {
@@ -235,6 +241,16 @@ func (c *backendClient) SwapQuant(ctx context.Context, in *SwapQuantRequest, opt
 	return out, nil
 }
 
+func (c *backendClient) Embed(ctx context.Context, in *EmbedRequest, opts ...grpc.CallOption) (*EmbedResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EmbedResponse)
+	err := c.cc.Invoke(ctx, Backend_Embed_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BackendServer is the server API for Backend service.
 // All implementations must embed UnimplementedBackendServer
 // for forward compatibility.
@@ -264,6 +280,11 @@ type BackendServer interface {
 	StatePutShm(context.Context, *StatePutShmRequest) (*StatePutResponse, error)
 	SetExpertMode(context.Context, *SetExpertModeRequest) (*SetExpertModeResponse, error)
 	SwapQuant(context.Context, *SwapQuantRequest) (*SwapQuantResponse, error)
+	// Embed evaluates token sequences apart from every slot's and returns
+	// their embeddings (llama-server's /embeddings, /rerank); only to a
+	// backend whose BackendInfo capabilities include "embed". An older
+	// plugin answers Unimplemented.
+	Embed(context.Context, *EmbedRequest) (*EmbedResponse, error)
 	mustEmbedUnimplementedBackendServer()
 }
 
@@ -315,6 +336,9 @@ func (UnimplementedBackendServer) SetExpertMode(context.Context, *SetExpertModeR
 }
 func (UnimplementedBackendServer) SwapQuant(context.Context, *SwapQuantRequest) (*SwapQuantResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method SwapQuant not implemented")
+}
+func (UnimplementedBackendServer) Embed(context.Context, *EmbedRequest) (*EmbedResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Embed not implemented")
 }
 func (UnimplementedBackendServer) mustEmbedUnimplementedBackendServer() {}
 func (UnimplementedBackendServer) testEmbeddedByValue()                 {}
@@ -564,6 +588,24 @@ func _Backend_SwapQuant_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Backend_Embed_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EmbedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackendServer).Embed(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Backend_Embed_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackendServer).Embed(ctx, req.(*EmbedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Backend_ServiceDesc is the grpc.ServiceDesc for Backend service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -614,6 +656,10 @@ var Backend_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SwapQuant",
 			Handler:    _Backend_SwapQuant_Handler,
+		},
+		{
+			MethodName: "Embed",
+			Handler:    _Backend_Embed_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,0 +1,692 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hydra-engine/hydra-engine/iface"
+)
+
+// llama-server's native completion, POST /completion (its
+// handle_completions_impl answering TASK_RESPONSE_TYPE_NONE): the body is
+// read into the text completion path's completion (parseCompletion), which
+// runs as any other; completion.go writes the reply and the stream in
+// llama-server's shape through nativeChunk and nativeFinal. A list of
+// prompts, and n_cmpl above 1, run one completion after another, their
+// replies in one array or one stream, each with its index. Unlike
+// llama-server, a field this engine does not honour is refused, naming it.
+
+// nativeOptions are what a native completion's reply needs besides the run.
+type nativeOptions struct {
+	index          int      // the completion's place among the request's (prompt × n_cmpl)
+	returnTokens   bool     // the whole reply lists the generated tokens' ids
+	responseFields []string // the final reply's fields, where given (response_fields)
+	promptText     string   // the prompt as sent, where it was text
+}
+
+// nativeRequest are the fields /completion reads itself; nativePassed go to
+// parseCompletion, which reads them as llama-server does.
+type nativeRequest struct {
+	Prompt         json.RawMessage `json:"prompt"`
+	Stop           json.RawMessage `json:"stop"`
+	NProbs         json.RawMessage `json:"n_probs"`
+	Logprobs       json.RawMessage `json:"logprobs"` // n_probs where that is absent
+	NCmpl          *int64          `json:"n_cmpl"`
+	N              *int64          `json:"n"` // n_cmpl where that is absent
+	CachePrompt    *bool           `json:"cache_prompt"`
+	ReturnTokens   *bool           `json:"return_tokens"`
+	ResponseFields []string        `json:"response_fields"`
+	// StreamOptions and Verbose change nothing of a native reply, in
+	// llama-server either: include_usage and __verbose are OpenAI replies'.
+	StreamOptions *struct {
+		IncludeUsage *bool `json:"include_usage"`
+	} `json:"stream_options"`
+	Verbose *bool `json:"verbose"`
+}
+
+var nativeOwn = []string{"prompt", "stop", "n_probs", "logprobs", "n_cmpl", "n", "cache_prompt", "return_tokens",
+	"response_fields", "stream_options", "verbose"}
+
+var nativePassed = []string{"model", "stream", "n_predict", "max_completion_tokens", "max_tokens", "n_keep",
+	"temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n", "presence_penalty",
+	"frequency_penalty", "ignore_eos", "seed", "logit_bias", "id_slot", "json_schema", "grammar"}
+
+// offField is a /completion field of a sampler or feature this engine does
+// not have: taken where its value leaves the feature off, as llama-server's
+// default does, and reported with that value in generation_settings; any
+// other value is refused.
+type offField struct {
+	name string
+	what string // the feature, for the refusal
+	off  any    // the value that leaves it off
+	ok   func(json.RawMessage) bool
+}
+
+var nativeOff = []offField{
+	{"mirostat", "Mirostat sampler", 0, numberIs(func(f float64) bool { return f <= 0 })},
+	{"dynatemp_range", "dynamic temperature", 0, numberIs(func(f float64) bool { return f <= 0 })},
+	{"top_n_sigma", "top-n-sigma sampler", -1, numberIs(func(f float64) bool { return f <= 0 })},
+	{"xtc_probability", "XTC sampler", 0, numberIs(func(f float64) bool { return f <= 0 })},
+	{"typical_p", "locally typical sampler", 1, numberIs(func(f float64) bool { return f >= 1 })},
+	{"dry_multiplier", "DRY sampler", 0, numberIs(func(f float64) bool { return f == 0 })},
+	{"adaptive_target", "adaptive-p sampler", -1, numberIs(func(f float64) bool { return f < 0 })},
+	{"min_keep", "min_keep floor of the samplers", 0, numberIs(func(f float64) bool { return f == 0 })},
+	{"n_indent", "indentation limit", 0, numberIs(func(f float64) bool { return f == 0 })},
+	{"n_discard", "context shift size of its own per request (a shift discards half)", 0, numberIs(func(f float64) bool { return f == 0 })},
+	{"t_max_predict_ms", "time limit on prediction", -1, numberIs(func(f float64) bool { return f <= 0 })},
+	{"sse_ping_interval", "SSE pings", -1, numberIs(func(f float64) bool { return f <= 0 })},
+	{"reasoning_budget_tokens", "reasoning budget", -1, numberIs(func(f float64) bool { return f == -1 })},
+	{"timings_per_token", "timings in each streamed chunk", false, isFalse},
+	{"return_progress", "prompt progress events", false, isFalse},
+	{"post_sampling_probs", "probabilities after the sampling chain", false, isFalse},
+	{"backend_sampling", "backend sampling switch", false, isFalse},
+	{"grammar_lazy", "lazy grammars", false, isFalse},
+	{"reasoning_control", "reasoning control", false, isFalse},
+	{"lora", "per-request LoRA adapters", []any{}, isEmptyArray},
+	{"grammar_triggers", "grammar triggers", []any{}, isEmptyArray},
+	{"preserved_tokens", "preserved tokens", []any{}, isEmptyArray},
+}
+
+// nativeMoot are the parameters of those features, which change nothing
+// while the feature is off: any number is taken (dry_sequence_breakers, a
+// non-empty array of strings, as llama-server requires).
+var nativeMoot = []string{"mirostat_tau", "mirostat_eta", "dynatemp_exponent", "xtc_threshold", "dry_base",
+	"dry_allowed_length", "dry_penalty_last_n", "adaptive_decay"}
+
+func numberIs(ok func(float64) bool) func(json.RawMessage) bool {
+	return func(v json.RawMessage) bool {
+		var f float64
+		return json.Unmarshal(v, &f) == nil && ok(f)
+	}
+}
+
+func isFalse(v json.RawMessage) bool { return string(bytes.TrimSpace(v)) == "false" }
+
+func isEmptyArray(v json.RawMessage) bool {
+	var a []json.RawMessage
+	return json.Unmarshal(v, &a) == nil && a != nil && len(a) == 0
+}
+
+// nativeCompletion serves POST /completion.
+func (a *api) nativeCompletion(w http.ResponseWriter, r *http.Request) {
+	arrived := time.Now()
+	body, err := readAdmittedBody(w, r, a.s)
+	if err != nil {
+		writeAPIError(w, a.apiErrorOf(r.Context(), "reading the request", err))
+		return
+	}
+	a.completeNative(w, r, body, arrived)
+}
+
+// completeNative runs the native completion of body, which arrived then: a
+// /completion body, or one built for it (/infill).
+func (a *api) completeNative(w http.ResponseWriter, r *http.Request, body []byte, arrived time.Time) {
+	_, info := a.s.Backend()
+	tun := a.s.Tunables()
+	cs, err := parseNative(body, tun.Sampler(), tun.NPredict(), info)
+	if err != nil {
+		writeAPIError(w, a.apiErrorOf(r.Context(), "reading the request", err))
+		return
+	}
+	for i := range cs {
+		cs[i].arrived = arrived
+	}
+	if len(cs) == 1 {
+		a.runCompletion(w, r, cs[0])
+		return
+	}
+	if cs[0].stream {
+		a.streamEach(w, r, cs)
+		return
+	}
+	a.replyEach(w, r, cs)
+}
+
+// parseNative validates a /completion body: one completion for each prompt
+// and each of its n_cmpl, in llama-server's order of their indexes.
+func parseNative(body []byte, sampler iface.SamplerParams, nPredict int, info iface.BackendInfo) ([]completion, error) {
+	var fields map[string]json.RawMessage
+	if err := decodeJSON(body, &fields); err != nil {
+		return nil, err
+	}
+	if fields == nil {
+		return nil, badRequest("request body must be a JSON object")
+	}
+	if err := checkNativeFields(fields); err != nil {
+		return nil, err
+	}
+	var req nativeRequest
+	if err := decodeJSON(body, &req); err != nil {
+		return nil, err
+	}
+	prompts, err := nativePrompts(req.Prompt)
+	if err != nil {
+		return nil, err
+	}
+	stops, err := nativeStops(req.Stop)
+	if err != nil {
+		return nil, err
+	}
+	nProbs, err := nativeNProbs(req)
+	if err != nil {
+		return nil, err
+	}
+	nCmpl, err := nativeNCmpl(req, info)
+	if err != nil {
+		return nil, err
+	}
+	passed := map[string]json.RawMessage{}
+	for _, k := range nativePassed {
+		if v, ok := fields[k]; ok {
+			passed[k] = v
+		}
+	}
+	var out []completion
+	for i, p := range prompts {
+		passed["prompt"] = p
+		b, err := json.Marshal(passed)
+		if err != nil {
+			return nil, err
+		}
+		for j := range nCmpl {
+			c, err := parseCompletion(b, false, sampler, nPredict, info)
+			if err != nil {
+				return nil, err
+			}
+			c.stops = stops
+			c.logprobs, c.nProbs = nProbs > 0, nProbs
+			c.sampler.Seed += uint64(j) // each further completion of a prompt samples on, as llama-server's children
+			c.noCache = req.CachePrompt != nil && !*req.CachePrompt
+			c.native = &nativeOptions{index: i*nCmpl + j, returnTokens: req.ReturnTokens != nil && *req.ReturnTokens,
+				responseFields: req.ResponseFields}
+			_ = json.Unmarshal(p, &c.native.promptText) // a text prompt is echoed where the backend cannot detokenize
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// checkNativeFields refuses, naming the first (sorted), a field that is
+// neither read here nor one of nativeOff's at its off value.
+func checkNativeFields(fields map[string]json.RawMessage) error {
+	names := make([]string, 0, len(fields))
+	for k := range fields {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		v := bytes.TrimSpace(fields[k])
+		if slices.Contains(nativeOwn, k) || slices.Contains(nativePassed, k) || string(v) == "null" {
+			continue
+		}
+		if err := checkInert(k, v); err != nil {
+			return err
+		}
+	}
+	if raw := bytes.TrimSpace(fields["stream_options"]); len(raw) > 0 && string(raw) != "null" {
+		return checkFields(raw, "stream_options", []string{"include_usage"})
+	}
+	return nil
+}
+
+// checkInert takes a field of nativeOff at its off value or one of
+// nativeMoot's, and refuses any other.
+func checkInert(k string, v json.RawMessage) error {
+	refuse := func(format string, args ...any) error {
+		e := badRequest(format, args...)
+		e.Param = k
+		return e
+	}
+	if i := slices.IndexFunc(nativeOff, func(f offField) bool { return f.name == k }); i >= 0 {
+		f := nativeOff[i]
+		if f.ok(v) {
+			return nil
+		}
+		off, _ := json.Marshal(f.off)
+		return refuse("%s %s is not supported: this engine has no %s (send %s or leave it out)", k, v, f.what, off)
+	}
+	if k == "dry_sequence_breakers" {
+		var s []string
+		if json.Unmarshal(v, &s) != nil || len(s) == 0 {
+			return refuse("dry_sequence_breakers must be a non-empty array of strings")
+		}
+		return nil
+	}
+	if slices.Contains(nativeMoot, k) {
+		if !numberIs(func(float64) bool { return true })(v) {
+			return refuse("%s must be a number", k)
+		}
+		return nil
+	}
+	return refuse("%s is not supported by this engine", k)
+}
+
+// nativePrompts splits prompt as llama-server's tokenize_input_prompts
+// does: an array without token ids at its top is a list of prompts, anything
+// else one prompt. A prompt is text, token ids, the two mixed, or an object
+// whose prompt_string is one of those.
+func nativePrompts(raw json.RawMessage) ([]json.RawMessage, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, badRequest("prompt is required")
+	}
+	var list []json.RawMessage
+	if json.Unmarshal(raw, &list) != nil || hasTokenID(list) {
+		p, err := nativePrompt(raw, "prompt")
+		return []json.RawMessage{p}, err
+	}
+	if len(list) == 0 {
+		return nil, badRequest("prompt must not be empty")
+	}
+	for i, p := range list {
+		var err error
+		if list[i], err = nativePrompt(p, fmt.Sprintf("prompt[%d]", i)); err != nil {
+			return nil, err
+		}
+	}
+	return list, nil
+}
+
+func hasTokenID(elems []json.RawMessage) bool {
+	for _, e := range elems {
+		var id int64
+		if string(bytes.TrimSpace(e)) != "null" && json.Unmarshal(e, &id) == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// nativePrompt checks one prompt at path: text, or an array of token ids and
+// text (parsePrompt reads either), or {"prompt_string": …}, which is its
+// prompt; multimodal_data is refused (no vision here).
+func nativePrompt(raw json.RawMessage, path string) (json.RawMessage, error) {
+	raw = bytes.TrimSpace(raw)
+	var s string
+	var elems []json.RawMessage
+	switch {
+	case json.Unmarshal(raw, &s) == nil && string(raw) != "null":
+		return raw, nil
+	case json.Unmarshal(raw, &elems) == nil && raw[0] == '[':
+		// Token ids, alone or mixed with strings (none: an empty prompt).
+		for _, e := range elems {
+			var id int64
+			if json.Unmarshal(e, &s) != nil && json.Unmarshal(e, &id) != nil || string(bytes.TrimSpace(e)) == "null" {
+				return nil, badRequest("%s must be a string, token ids, or strings and token ids mixed", path)
+			}
+		}
+		if len(elems) > 0 && !hasTokenID(elems) {
+			return nil, badRequest("%s: an array of strings alone is not a prompt (a list of prompts is prompt's own array)", path)
+		}
+		return raw, nil
+	}
+	var obj struct {
+		PromptString   json.RawMessage `json:"prompt_string"`
+		MultimodalData json.RawMessage `json:"multimodal_data"`
+	}
+	if raw[0] != '{' || json.Unmarshal(raw, &obj) != nil || len(obj.PromptString) == 0 {
+		return nil, badRequest("%s must be a string, token ids, strings and token ids mixed, or an object with prompt_string", path)
+	}
+	if err := checkFields(raw, path, []string{"prompt_string", "multimodal_data"}); err != nil {
+		return nil, err
+	}
+	if md := bytes.TrimSpace(obj.MultimodalData); len(md) > 0 && string(md) != "null" {
+		return nil, badRequest("%s.multimodal_data is not supported: this engine has no multimodal model", path)
+	}
+	if p := bytes.TrimSpace(obj.PromptString); len(p) > 0 && p[0] == '{' {
+		return nil, badRequest("%s.prompt_string must be a string, token ids, or strings and token ids mixed", path)
+	}
+	return nativePrompt(obj.PromptString, path+".prompt_string")
+}
+
+// nativeStops reads stop as llama-server does: a string or an array of
+// strings, as many as given, empty ones dropped.
+func nativeStops(raw json.RawMessage) ([]string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var one string
+	if json.Unmarshal(raw, &one) == nil {
+		if one == "" {
+			return nil, nil
+		}
+		return []string{one}, nil
+	}
+	var many []string
+	if err := json.Unmarshal(raw, &many); err != nil {
+		return nil, badRequest("stop must be a string or an array of strings")
+	}
+	return slices.DeleteFunc(many, func(s string) bool { return s == "" }), nil
+}
+
+// nativeNProbs reads n_probs, or logprobs where it is absent: the
+// alternatives to report at each position, 0 or less for no probabilities;
+// a boolean counts as 0 or 1, as llama-server reads one.
+func nativeNProbs(req nativeRequest) (int, error) {
+	name, raw := "n_probs", bytes.TrimSpace(req.NProbs)
+	if len(raw) == 0 || string(raw) == "null" {
+		name, raw = "logprobs", bytes.TrimSpace(req.Logprobs)
+	}
+	var n int64
+	switch s := string(raw); {
+	case s == "" || s == "null" || s == "false":
+		return 0, nil
+	case s == "true":
+		n = 1
+	default:
+		if err := json.Unmarshal(raw, &n); err != nil {
+			e := badRequest("%s must be an integer, got %s", name, raw)
+			e.Param = name
+			return 0, e
+		}
+	}
+	if n > maxTopLogprobs {
+		e := badRequest("%s must be at most %d here, got %d", name, maxTopLogprobs, n)
+		e.Param = name
+		return 0, e
+	}
+	return int(max(n, 0)), nil
+}
+
+// nativeNCmpl reads n_cmpl, or n where it is absent: the completions of each
+// prompt, 1 to the slot count (llama-server's limit, its n_parallel).
+func nativeNCmpl(req nativeRequest, info iface.BackendInfo) (int, error) {
+	name, v := "n_cmpl", req.NCmpl
+	if v == nil {
+		name, v = "n", req.N
+	}
+	if v == nil {
+		return 1, nil
+	}
+	if *v < 1 || *v > int64(max(info.NSlots, 1)) {
+		e := badRequest("%s must be in [1, %d] (the slots), got %d", name, max(info.NSlots, 1), *v)
+		e.Param = name
+		return 0, e
+	}
+	return int(*v), nil
+}
+
+// nativeChunk is a streamed chunk of a native completion: the text that the
+// token (or tokens) since the last chunk released, maybe none while a stop
+// string may be starting, and those tokens.
+func (rn *completionRun) nativeChunk(content string) map[string]any {
+	toks := rn.probs.takeTokens()
+	out := map[string]any{"index": rn.c.native.index, "content": content, "tokens": tokenIDList(toks), "stop": false,
+		"id_slot": rn.slot, "tokens_predicted": rn.probs.count, "tokens_evaluated": rn.nPrompt}
+	if rn.c.logprobs && len(toks) > 0 {
+		out["completion_probabilities"] = nativeProbs(toks)
+	}
+	return out
+}
+
+// nativeFinal is a native completion's whole reply, or its stream's last
+// event (content "": the chunks carried it), with llama-server's fields.
+func (rn *completionRun) nativeFinal(content string, nGen int, tm *timings) map[string]any {
+	toks := rn.probs.takeTokens()
+	ids := []int32{}
+	if rn.c.native.returnTokens && !rn.c.stream {
+		ids = tokenIDList(toks)
+	}
+	stopType, truncated := nativeStopType(rn.stop)
+	stopWord := ""
+	if stopType == "word" {
+		stopWord = rn.stopWord
+	}
+	out := map[string]any{"index": rn.c.native.index, "content": content, "tokens": ids, "id_slot": rn.slot, "stop": true,
+		"model": rn.body.Model, "tokens_predicted": nGen, "tokens_evaluated": rn.nPrompt,
+		"generation_settings": rn.nativeSettings(), "prompt": rn.nativePrompt(),
+		"has_new_line": strings.Contains(rn.text.String(), "\n"), "truncated": truncated, "stop_type": stopType,
+		"stopping_word": stopWord, "tokens_cached": rn.nPast, "timings": nativeTimingsOf(tm, rn.reused)}
+	if rn.c.logprobs && !rn.c.stream && len(toks) > 0 {
+		out["completion_probabilities"] = nativeProbs(shownTokens(toks, len(content)))
+	}
+	if f := rn.c.native.responseFields; len(f) > 0 {
+		return pickFields(out, f)
+	}
+	return out
+}
+
+func tokenIDList(toks []iface.Token) []int32 {
+	ids := make([]int32, len(toks))
+	for i, t := range toks {
+		ids[i] = t.ID
+	}
+	return ids
+}
+
+// shownTokens are the tokens whose text lies within the reply's n bytes: a
+// stop string's tokens, cut from the text, have no probabilities listed
+// either, as in llama-server.
+func shownTokens(toks []iface.Token, n int) []iface.Token {
+	at := 0
+	for i, t := range toks {
+		if at += len(t.Text); at > n {
+			return toks[:i]
+		}
+	}
+	return toks
+}
+
+// nativeStopType is llama-server's stop_type for a backend's stop reason,
+// and whether the context ran out (truncated).
+func nativeStopType(stop string) (string, bool) {
+	switch stop {
+	case "eos":
+		return "eos", false
+	case iface.StopString:
+		return "word", false
+	case stopNTokensLimit:
+		return "limit", true
+	case "length":
+		return "limit", false
+	}
+	return "none", false
+}
+
+// nativeTimings are llama-server's timings: prompt_n counts the prompt's
+// tokens evaluated, cache_n those reused from the slot.
+type nativeTimings struct {
+	CacheN int `json:"cache_n"`
+	timings
+}
+
+func nativeTimingsOf(tm *timings, reused int) nativeTimings {
+	t := nativeTimings{CacheN: reused, timings: *tm}
+	t.PromptN = max(tm.PromptN-reused, 0)
+	t.PromptPerTokenMS, t.PromptPerSecond = 0, 0
+	if t.PromptN > 0 && t.PromptMS > 0 {
+		t.PromptPerTokenMS, t.PromptPerSecond = t.PromptMS/float64(t.PromptN), float64(t.PromptN)/(t.PromptMS/1000)
+	}
+	return t
+}
+
+// nativeSettings is generation_settings: the parameters the completion ran
+// with, and nativeOff's features at the values that leave them off.
+func (rn *completionRun) nativeSettings() map[string]any {
+	c, sp := rn.c, rn.c.sampler
+	bias := []map[string]any{}
+	for _, id := range slices.Sorted(maps.Keys(sp.LogitBias)) {
+		bias = append(bias, map[string]any{"token": id, "bias": sp.LogitBias[id]})
+	}
+	grammar := ""
+	if c.output != nil {
+		grammar = c.output.Grammar
+	}
+	out := map[string]any{"seed": sp.Seed, "temperature": sp.Temperature, "top_k": sp.TopK, "top_p": sp.TopP, "min_p": sp.MinP,
+		"repeat_last_n": sp.RepeatLastN, "repeat_penalty": sp.RepeatPenalty, "presence_penalty": sp.PresencePenalty,
+		"frequency_penalty": sp.FrequencyPenalty, "stop": nonNilStrings(c.stops), "max_tokens": c.nPredict,
+		"n_predict": c.nPredict, "n_keep": c.nKeep, "ignore_eos": sp.IgnoreEOS, "stream": c.stream, "logit_bias": bias,
+		"n_probs": c.nProbs, "grammar": grammar}
+	if c.output != nil && c.output.JSONSchema != "" {
+		out["json_schema"] = json.RawMessage(c.output.JSONSchema)
+	}
+	for _, f := range nativeOff {
+		out[f.name] = f.off
+	}
+	return out
+}
+
+func nonNilStrings(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// nativePrompt is the prompt as llama-server echoes it: its tokens' text,
+// special tokens included, as the backend detokenizes them; a backend that
+// cannot (iface.ErrNotImplemented) has the prompt as sent where it was text.
+func (rn *completionRun) nativePrompt() string {
+	if toks := rn.c.prefill.Tokens; len(toks) > 0 {
+		p, err := rn.b.Tokenize(rn.ctx, iface.PrefillRequest{Tokens: toks, Tokenize: &iface.TokenizeOptions{}})
+		if err == nil {
+			return p.Text
+		}
+	}
+	return rn.c.native.promptText
+}
+
+// pickFields is llama-server's response_fields: each path's value (a path's
+// keys joined by "/" reach into objects), under the path as its key; a
+// path that leads nowhere is left out.
+func pickFields(reply map[string]any, paths []string) map[string]any {
+	b, _ := json.Marshal(reply)
+	var generic map[string]any
+	_ = json.Unmarshal(b, &generic)
+	out := map[string]any{}
+	for _, path := range paths {
+		var v any = generic
+		for key := range strings.SplitSeq(path, "/") {
+			obj, ok := v.(map[string]any)
+			if !ok {
+				v = nil
+				break
+			}
+			if v, ok = obj[key]; !ok {
+				break
+			}
+		}
+		if v != nil {
+			out[path] = v
+		}
+	}
+	return out
+}
+
+// replyEach runs the completions one after another and answers their
+// replies in one array, as llama-server answers several; the first that
+// fails is the reply instead.
+func (a *api) replyEach(w http.ResponseWriter, r *http.Request, cs []completion) {
+	replies := make([]json.RawMessage, 0, len(cs))
+	for _, c := range cs {
+		rec := &heldReply{header: http.Header{}}
+		a.runCompletion(rec, r, c)
+		maps.Copy(w.Header(), rec.header)
+		switch rec.status {
+		case 0: // nothing was written: the client is gone
+			return
+		case http.StatusOK:
+			replies = append(replies, bytes.TrimSpace(rec.body.Bytes()))
+			continue
+		}
+		w.WriteHeader(rec.status)
+		_, _ = w.Write(rec.body.Bytes())
+		return
+	}
+	writeJSON(w, http.StatusOK, replies)
+}
+
+// heldReply keeps a reply for replyEach.
+type heldReply struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (h *heldReply) Header() http.Header { return h.header }
+
+func (h *heldReply) WriteHeader(code int) {
+	if h.status == 0 {
+		h.status = code
+	}
+}
+
+func (h *heldReply) Write(p []byte) (int, error) {
+	h.WriteHeader(http.StatusOK)
+	return h.body.Write(p)
+}
+
+// streamEach streams the completions one after another in one stream (as
+// llama-server's interleave, each event carries its index). A completion
+// that fails ends the stream with its error event, or is the reply where it
+// is the first.
+func (a *api) streamEach(w http.ResponseWriter, r *http.Request, cs []completion) {
+	sw := &eachStream{w: w}
+	for _, c := range cs {
+		sw.status = 0
+		a.runCompletion(sw, r, c)
+		if sw.ended() || r.Context().Err() != nil {
+			return
+		}
+	}
+}
+
+// eachStream is the one stream of streamEach's completions: the first one's
+// status is the reply's, a later one's error reply becomes an error event.
+type eachStream struct {
+	w       http.ResponseWriter
+	started bool         // the stream's header went out
+	status  int          // the status the current completion wrote
+	failed  bool         // an error went out
+	held    bytes.Buffer // a later completion's error reply
+}
+
+func (s *eachStream) Header() http.Header { return s.w.Header() }
+
+func (s *eachStream) WriteHeader(code int) {
+	if s.status != 0 {
+		return
+	}
+	s.status = code
+	if !s.started {
+		s.w.WriteHeader(code)
+		s.started, s.failed = code == http.StatusOK, code != http.StatusOK
+	}
+}
+
+func (s *eachStream) Write(p []byte) (int, error) {
+	s.WriteHeader(http.StatusOK)
+	if s.status != http.StatusOK && s.started {
+		return s.held.Write(p)
+	}
+	if bytes.HasPrefix(p, []byte(`data: {"error"`)) {
+		s.failed = true
+	}
+	return s.w.Write(p)
+}
+
+// FlushError flushes the stream (http.ResponseController).
+func (s *eachStream) FlushError() error { return http.NewResponseController(s.w).Flush() }
+
+// Unwrap is the connection's writer, for deadlines.
+func (s *eachStream) Unwrap() http.ResponseWriter { return s.w }
+
+// ended reports whether the stream is over after a completion: it failed
+// (a later one's error reply sent now as the stream's error event), or
+// wrote nothing because its client is gone.
+func (s *eachStream) ended() bool {
+	if s.held.Len() > 0 {
+		_, _ = s.w.Write(append(append([]byte("data: "), bytes.TrimSpace(s.held.Bytes())...), "\n\n"...))
+		_ = s.FlushError()
+		return true
+	}
+	return s.failed || s.status != http.StatusOK
+}

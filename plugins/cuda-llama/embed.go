@@ -1,0 +1,237 @@
+//go:build llama && cgo
+
+package cudallama
+
+/*
+#include <stdlib.h>
+#include "llama.h"
+#include "embed.h"
+
+// hydra_embed_set puts a token into an embedding batch: every token is
+// output, as llama.cpp requires of a context that outputs embeddings.
+static void hydra_embed_set(struct llama_batch * b, int i, llama_token tok, llama_pos pos, llama_seq_id seq) {
+	b->token[i] = tok;
+	b->pos[i] = pos;
+	b->n_seq_id[i] = 1;
+	b->seq_id[i][0] = seq;
+	b->logits[i] = 1;
+}
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"unsafe"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/hydra-engine/hydra-engine/iface"
+)
+
+// Embeddings run in a llama.cpp context of their own, made at load with
+// embeddings on and the pooling chosen (llama.cpp fixes a context's pooling
+// when it makes it), beside the slots' context and sharing its weights. Its
+// KV cells are its own, so an embedding can neither overwrite nor wait for
+// a slot's cells, nor take a slot from a completion; and the slots'
+// context never switches its output between logits and embeddings. What
+// they share is the device: a pass's llama_decode runs under the context
+// lock between two of the scheduler's steps (a decode step waits for one
+// embedding batch at most), which also keeps it apart from weight swaps.
+// docs/design/batching.md has the measurements.
+
+// embedder is the embedding context and how it takes inputs.
+type embedder struct {
+	mu        sync.Mutex // one pass at a time: passes share the context's cells and batch
+	c         *lctx
+	layout    embedLayout
+	pooling   int // the context's llama_pooling_type
+	nOut      int // values of a pooled output: n_embd_out, or n_cls_out with rank pooling
+	nEmbd     int // values of a token's embedding (pooling none): n_embd_out
+	normalize int // the default normalisation (embd_normalize)
+	nVocab    int
+	// What the context took beside the weights at load, as llama.cpp
+	// reports it: KV cells and compute buffers (bytes).
+	kvBytes, computeBytes uint64
+}
+
+// modelPooling is the pooling the model's GGUF names ({arch}.pooling_type),
+// which llama.cpp gives a context that asks for none; none where it names
+// none.
+func (m *model) modelPooling() int {
+	v := m.metaString(m.metaString("general.architecture") + ".pooling_type")
+	p, err := strconv.Atoi(v)
+	if err != nil || poolingName(p) == "" {
+		return poolingNone
+	}
+	return p
+}
+
+// newEmbedder makes the embedding context for slots of slotCtx cells:
+// pooled as opts.pooling says, else as the model says.
+func newEmbedder(m *model, opts options, slotCtx int, hasMemory bool, gpu C.ggml_backend_dev_t, log hclog.Logger) (*embedder, error) {
+	// Unset, llama.cpp resolves the model's pooling itself (and says
+	// nothing); the layout needs it before the context exists.
+	asked, pooling := opts.pooling, opts.pooling
+	if pooling == poolingUnspecified {
+		pooling = m.modelPooling()
+	}
+	l := newEmbedLayout(pooling, hasMemory, slotCtx, opts.nUBatch, opts.embdCtx)
+	p := contextParams{nCtx: l.cells, nBatch: l.batch, nUBatch: l.batch, nSeqMax: l.seqs, nThreads: opts.nThreads,
+		nThreadsBatch: opts.nThreadsBatch, flashAttn: opts.flashAttn, typeK: opts.cacheTypeK, typeV: opts.cacheTypeV,
+		ropeOptions: opts.ropeOptions, embedPooling: &asked}
+	c, err := newContext(m, p, gpu)
+	if err != nil {
+		return nil, fmt.Errorf("the embedding context: %w", err)
+	}
+	if got := int(C.llama_pooling_type(c.c)); got != pooling {
+		return nil, fmt.Errorf("the embedding context pools %s, the model and options say %s", poolingName(got), poolingName(pooling))
+	}
+	em := &embedder{c: c, layout: l, pooling: pooling, nEmbd: int(C.llama_model_n_embd_out(m.m)), normalize: opts.normalize, nVocab: m.nVocab}
+	em.nOut = em.nEmbd
+	if pooling == poolingRank {
+		em.nOut = int(C.llama_model_n_cls_out(m.m))
+	}
+	var kv, compute C.size_t
+	C.hydra_context_memory(c.c, &kv, &compute)
+	em.kvBytes, em.computeBytes = uint64(kv), uint64(compute)
+	log.Info("embedding context made", "pooling", poolingName(pooling), "cells", c.nCtx(), "batch", l.batch, "split", l.split,
+		"sequences", l.seqs, "n_embd_out", em.nOut, "kv_bytes", uint64(kv), "compute_bytes", uint64(compute),
+		"output_bytes", 4*l.batch*(m.nVocab+em.nEmbd)) // llama.cpp's output buffer once a batch is whole: every token's logits and embedding
+	return em, nil
+}
+
+// Embed evaluates the inputs in the embedding context, in passes of as many
+// as it holds, and returns their embeddings: pooled ones normalised as
+// req.Normalize (else embd_normalize) says, with llama.cpp's
+// common_embd_normalize; with pooling none every token's, as they are.
+func (b *Backend) Embed(ctx context.Context, req iface.EmbedRequest) ([]iface.Embedding, error) {
+	e, err := b.engine()
+	if err != nil {
+		return nil, err
+	}
+	em := e.embed
+	if em == nil {
+		return nil, fmt.Errorf("%w: the cuda-llama backend serves embeddings with the option %s=true", iface.ErrNotImplemented, OptEmbeddings)
+	}
+	lens := make([]int, len(req.Inputs))
+	for i, in := range req.Inputs {
+		if err := em.layout.check(i, len(in)); err != nil {
+			return nil, err
+		}
+		for j, t := range in {
+			if t < 0 || int(t) >= em.nVocab {
+				return nil, fmt.Errorf("%w: input[%d]: token %d at position %d is outside the vocabulary [0, %d)", iface.ErrBadRequest, i, t, j, em.nVocab)
+			}
+		}
+		lens[i] = len(in)
+	}
+	norm := em.normalize
+	if req.Normalize != nil {
+		norm = *req.Normalize
+	}
+	out := make([]iface.Embedding, len(req.Inputs))
+	em.mu.Lock()
+	defer em.mu.Unlock()
+	for _, g := range em.layout.groups(lens) {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if err := em.pass(&e.mu, req.Inputs[g[0]:g[1]], out[g[0]:g[1]], norm); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// pass evaluates inputs, sequence k being input k, in batches of at most
+// layout.batch tokens taken in order, reads each input's embedding after
+// the batch that holds its last token, and empties the cells. Each
+// llama_decode runs under lock, the slots' context lock, and its results
+// are read before the lock goes (llama.cpp's getters wait for the device).
+func (em *embedder) pass(lock *ctxLock, inputs [][]int32, out []iface.Embedding, norm int) error {
+	c := em.c
+	defer C.llama_memory_clear(c.mem, true)
+	seq, pos := 0, 0
+	for seq < len(inputs) {
+		n := 0
+		type ended struct{ seq, first, last int } // batch rows of an input ending in this batch
+		var ends []ended
+		first := 0
+		for n < em.layout.batch && seq < len(inputs) {
+			in := inputs[seq]
+			C.hydra_embed_set(&c.batch, C.int(n), C.llama_token(in[pos]), C.llama_pos(pos), C.llama_seq_id(seq))
+			if pos == 0 {
+				first = n
+			}
+			n++
+			if pos++; pos == len(in) {
+				ends = append(ends, ended{seq, first, n})
+				seq, pos, first = seq+1, 0, n
+			}
+		}
+		lock.Lock()
+		err := c.decodeBatch(&c.batch, n)
+		if err == nil {
+			for _, x := range ends {
+				if out[x.seq], err = em.read(x.seq, x.first, x.last, norm); err != nil {
+					break
+				}
+				out[x.seq].NTokens = len(inputs[x.seq])
+			}
+		}
+		lock.Unlock()
+		if err != nil {
+			return fmt.Errorf("evaluating the embeddings: %w", err)
+		}
+	}
+	return nil
+}
+
+// read is the embedding of sequence seq, whose tokens are the batch's rows
+// [first, last) with pooling none (an input that does not split is in one
+// batch); pooled, the sequence's pooled output.
+func (em *embedder) read(seq, first, last, norm int) (iface.Embedding, error) {
+	c := em.c
+	if em.pooling == poolingNone {
+		rows := make([][]float32, 0, last-first)
+		for i := first; i < last; i++ {
+			p := C.llama_get_embeddings_ith(c.c, C.int32_t(i))
+			if p == nil {
+				return iface.Embedding{}, fmt.Errorf("llama.cpp has no embedding for batch row %d%s", i, lastLlamaError())
+			}
+			rows = append(rows, append([]float32(nil), unsafe.Slice((*float32)(unsafe.Pointer(p)), em.nEmbd)...))
+		}
+		return iface.Embedding{Vectors: rows}, nil
+	}
+	p := C.llama_get_embeddings_seq(c.c, C.llama_seq_id(seq))
+	if p == nil {
+		return iface.Embedding{}, errors.New("llama.cpp has no pooled embedding for the sequence")
+	}
+	v := make([]float32, em.nOut)
+	if em.nOut > 0 {
+		C.hydra_embd_normalize(p, (*C.float)(unsafe.Pointer(&v[0])), C.int(em.nOut), C.int(norm))
+	}
+	return iface.Embedding{Vectors: [][]float32{v}}, nil
+}
+
+// describeEmbeddings fills in the pooling and the capabilities of an
+// engine with an embedding context: embed, and rerank where rank pooling
+// was asked for (llama-server's /rerank wants --reranking, not a model
+// that pools so by itself).
+func (e *engine) describeEmbeddings(opts options, log hclog.Logger) {
+	if e.embed == nil {
+		if opts.pooling != poolingUnspecified {
+			log.Warn("pooling has no effect without embeddings=true", "pooling", poolingName(opts.pooling))
+		}
+		return
+	}
+	e.info.Pooling = poolingName(e.embed.pooling)
+	e.info.Capabilities = append(e.info.Capabilities, iface.CapEmbed)
+	if opts.pooling == poolingRank {
+		e.info.Capabilities = append(e.info.Capabilities, iface.CapRerank)
+	}
+}
