@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"runtime/cgo"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -288,6 +289,9 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 		if e.spec, err = newSpeculator(mdl, lc, opts, nSlots, b.gpuLayers(opts.draftNGPU, gpuDev != nil)); err != nil {
 			return iface.BackendInfo{}, err
 		}
+		b.log.Info("speculative decoding", "spec_type", strings.Join(opts.specTypes, ","), "draft_model", opts.draftModel,
+			"draft_max", opts.specRule.nMax, "draft_min", opts.specRule.nMin, "draft_p_min", opts.draftPMin,
+			"draft_batch_max", opts.specRule.batchMax)
 	}
 	if opts.embeddings {
 		if e.embed, err = newEmbedder(mdl, opts, e.slotCtx, lc.mem != nil, gpuDev, b.log); err != nil {
