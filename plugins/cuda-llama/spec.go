@@ -227,6 +227,12 @@ func (s *scheduler) planDrafts(decoders []*job, lens []int) {
 	for i, j := range drafting {
 		n := int(sp.nOut[i])
 		d := j.decode
+		for k := range n {
+			if int(sp.outs[i*stride+k]) >= s.e.model.nVocab {
+				n = k // a draft vocabulary may be larger (llama.cpp allows 128 more): the target cannot take the rest
+				break
+			}
+		}
 		if _, reqMin, _ := requestBounds(d.req.Speculative); n < reqMin {
 			n = 0 // shorter than the request's n_min: not verified
 		}

@@ -267,3 +267,23 @@ func TestSpecContextShift(t *testing.T) {
 	}
 	t.Logf("%d of %d draft tokens accepted across the shifts", res.DraftAccepted, res.DraftTokens)
 }
+
+// TestSpecLoadRefusals: a draft model whose vocabulary differs by more
+// than llama.cpp allows (128 tokens) and a model whose memory cannot drop a
+// rejected draft are refused at load, by llama.cpp's check and ours, as bad
+// requests.
+func TestSpecLoadRefusals(t *testing.T) {
+	other := gguf.Tiny()
+	other.Vocab = 1024
+	for name, tc := range map[string]struct{ model, draft string }{
+		"vocabulary": {tiny(t), modelFile(t, "tiny-vocab1024", other)},
+		"recurrent":  {modelFile(t, "tiny-qwen35moe", gguf.TinyQwen35MoE()), tiny(t)},
+	} {
+		_, err := New(testLogger()).Load(context.Background(), iface.LoadRequest{Model: tc.model, NSlots: 1,
+			Options: map[string]string{OptNThreads: "1", OptNCtx: "512", OptDraftModel: tc.draft}})
+		if !errors.Is(err, iface.ErrBadRequest) {
+			t.Errorf("%s: %v, want a bad request", name, err)
+		}
+		t.Logf("%s: %v", name, err)
+	}
+}
