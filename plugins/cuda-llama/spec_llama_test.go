@@ -287,3 +287,28 @@ func TestSpecLoadRefusals(t *testing.T) {
 		t.Logf("%s: %v", name, err)
 	}
 }
+
+// TestSpecSlidingWindow: a sliding-window model (window 32) decodes 200
+// tokens the same with drafts as without, as its window caches move on past
+// rejected drafts (llama-server speculates on these models too).
+func TestSpecSlidingWindow(t *testing.T) {
+	m := modelFile(t, "tiny-gemma3", gguf.TinyGemma3())
+	plain := load(t, m, 2, nil)
+	spec := load(t, m, 2, map[string]string{OptDraftModel: m, OptDraftMax: "6"})
+	referenceKernels(t, plain)
+	referenceKernels(t, spec)
+	sp := iface.SamplerParams{IgnoreEOS: true}
+	for s, p := range prompts[:2] {
+		prefill(t, plain, s, p)
+		prefill(t, spec, s, p)
+		want, _ := decode(t, plain, s, 200, sp)
+		got, res := decode(t, spec, s, 200, sp)
+		if !slicesEqual(got, want) {
+			t.Errorf("slot %d: first difference at %d", s, firstDiff(got, want))
+		}
+		if res.DraftTokens == 0 {
+			t.Errorf("slot %d: no drafts", s)
+		}
+		t.Logf("slot %d: %d of %d draft tokens accepted", s, res.DraftAccepted, res.DraftTokens)
+	}
+}
