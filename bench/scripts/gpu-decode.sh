@@ -42,7 +42,9 @@
 # script may take), SLOTS2_NEED (120), DECODE_ARGS (more decode-bench flags
 # for both runs), AB_OPT (empty; k=v,...: after the first run, ours alone
 # again at SLOTS with -ours-opt AB_OPT, as decode-h200-ab, so that an option
-# is measured beside the default on one machine), LONG_P (empty; N: after the
+# is measured beside the default on one machine), DRAFT (empty; a gguf-gen
+# weight type such as q4_0: the model at that type as both servers' draft
+# model, DRAFT_MAX (8) tokens a draft), LONG_P (empty; N: after the
 # first run, the prefill of an N-token prompt, one stream in one slot, ours
 # and llama-server, LONG_REPS (2) times), CACHE_P (empty; N: after the first
 # run, the time to first token of a request whose N-token prefix left its one
@@ -180,6 +182,13 @@ main() {
 	cat "$W/gguf-gen.log"
 	grep -q "^exit 0" "$W/gguf-gen.log" || return 1
 	ls -la "$G/model.gguf" "$G"/cuda/
+	if [[ -n ${DRAFT:-} ]]; then
+		# The target's weights (gguf-gen's seed) at another type: a draft
+		# whose acceptance is high, for ours and llama-server alike.
+		# shellcheck disable=SC2086 # MODEL_ARGS is a list of flags
+		"$G/gguf-gen" -o "$G/draft.gguf" $(sed -E 's/(^| )-f16( |$)/ /; s/(^| )-type [a-z0-9_]+/ /' <<<"$MODEL_ARGS") -type "$DRAFT" || return 1
+		DECODE_ARGS="-draft-model $G/draft.gguf -draft-max ${DRAFT_MAX:-8} ${DECODE_ARGS:-}"
+	fi
 
 	# Beside our plugin and llama-batched, stamped; beside llama-server (it
 	# loads the backends in its directory, its own libggml-base from the same
