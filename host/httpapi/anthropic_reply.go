@@ -61,16 +61,26 @@ func (aw *anthropicWriter) Write(p []byte) (int, error) {
 	if !aw.sse {
 		return len(p), nil
 	}
+	if err := eachEvent(&aw.buf, aw.convertEvent); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// eachEvent hands convert every whole server-sent event buf holds (the
+// text before its blank line), leaving the bytes of an event not yet whole:
+// a converting writer's Write gets the chat completion's stream in pieces.
+func eachEvent(buf *bytes.Buffer, convert func(ev string) error) error {
 	for {
-		b := aw.buf.Bytes()
+		b := buf.Bytes()
 		i := bytes.Index(b, []byte("\n\n"))
 		if i < 0 {
-			return len(p), nil
+			return nil
 		}
 		ev := string(b[:i])
-		aw.buf.Next(i + 2)
-		if err := aw.convertEvent(ev); err != nil {
-			return 0, err
+		buf.Next(i + 2)
+		if err := convert(ev); err != nil {
+			return err
 		}
 	}
 }

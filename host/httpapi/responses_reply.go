@@ -86,18 +86,10 @@ func (rw *responsesWriter) Write(p []byte) (int, error) {
 	if !rw.sse {
 		return len(p), nil
 	}
-	for {
-		b := rw.buf.Bytes()
-		i := bytes.Index(b, []byte("\n\n"))
-		if i < 0 {
-			return len(p), nil
-		}
-		ev := string(b[:i])
-		rw.buf.Next(i + 2)
-		if err := rw.convertEvent(ev); err != nil {
-			return 0, err
-		}
+	if err := eachEvent(&rw.buf, rw.convertEvent); err != nil {
+		return 0, err
 	}
+	return len(p), nil
 }
 
 // FlushError flushes the converted events (http.ResponseController).
