@@ -170,7 +170,7 @@ func parseNative(body []byte, sampler iface.SamplerParams, nPredict int, info if
 	if err != nil {
 		return nil, err
 	}
-	stops, err := nativeStops(req.Stop)
+	stops, err := readStops(req.Stop, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -344,27 +344,6 @@ func nativePrompt(raw json.RawMessage, path string) (json.RawMessage, error) {
 		return nil, badRequest("%s.prompt_string must be a string, token ids, or strings and token ids mixed", path)
 	}
 	return nativePrompt(obj.PromptString, path+".prompt_string")
-}
-
-// nativeStops reads stop as llama-server does: a string or an array of
-// strings, as many as given, empty ones dropped.
-func nativeStops(raw json.RawMessage) ([]string, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil, nil
-	}
-	var one string
-	if json.Unmarshal(raw, &one) == nil {
-		if one == "" {
-			return nil, nil
-		}
-		return []string{one}, nil
-	}
-	var many []string
-	if err := json.Unmarshal(raw, &many); err != nil {
-		return nil, badRequest("stop must be a string or an array of strings")
-	}
-	return slices.DeleteFunc(many, func(s string) bool { return s == "" }), nil
 }
 
 // nativeNProbs reads n_probs, or logprobs where it is absent: the

@@ -272,7 +272,7 @@ func parseCompletion(body []byte, chat bool, sampler iface.SamplerParams, nPredi
 	if c.spec, err = req.speculativeFields.parse(); err != nil {
 		return c, err
 	}
-	if c.stops, err = parseStop(req.Stop); err != nil {
+	if c.stops, err = readStops(req.Stop, openAIStops); err != nil {
 		return c, err
 	}
 	if c.budget, err = req.ReasoningBudgetFields.parse(); err != nil {
@@ -579,8 +579,14 @@ func tokenIDs(ids []int64, first int) ([]int32, error) {
 	return toks, nil
 }
 
-// parseStop reads "stop": a string or up to 4 strings (OpenAI's limit).
-func parseStop(raw json.RawMessage) ([]string, error) {
+// openAIStops is OpenAI's limit on stop strings; llama-server's native
+// /completion takes any number.
+const openAIStops = 4
+
+// readStops reads "stop": a string or an array of strings, at most max of
+// them (0: any number), empty ones dropped.
+func readStops(raw json.RawMessage, max int) ([]string, error) {
+	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, nil
 	}
@@ -595,14 +601,8 @@ func parseStop(raw json.RawMessage) ([]string, error) {
 	if err := json.Unmarshal(raw, &many); err != nil {
 		return nil, badRequest("stop must be a string or an array of strings")
 	}
-	if len(many) > 4 {
-		return nil, badRequest("stop takes at most 4 strings, got %d", len(many))
+	if max > 0 && len(many) > max {
+		return nil, badRequest("stop takes at most %d strings, got %d", max, len(many))
 	}
-	out := many[:0]
-	for _, s := range many {
-		if s != "" {
-			out = append(out, s)
-		}
-	}
-	return out, nil
+	return slices.DeleteFunc(many, func(s string) bool { return s == "" }), nil
 }
