@@ -233,21 +233,11 @@ func (a *api) completeBody(w http.ResponseWriter, r *http.Request, chat bool, bo
 // in a slot, retried while the shared KV cache has no room for its prompt.
 func (a *api) runCompletion(w http.ResponseWriter, r *http.Request, c completion) {
 	ctx := r.Context()
-	b, info := a.s.Backend()
-	if err := a.checkModel(c.model); err != nil {
-		writeAPIError(w, err)
+	b, info, switched, e := a.modelBackend(ctx, w, c.model)
+	if e != nil {
+		writeAPIError(w, e)
 		return
 	}
-	switched, err := a.s.SwitchModel(ctx, c.model)
-	if err != nil {
-		writeAPIError(w, a.apiErrorOf(ctx, "switching models", err))
-		return
-	}
-	if switched { // the reply's model and limits are the new model's
-		b, info = a.s.Backend()
-		w.Header().Set("X-Hydra-Model-Switched", "true")
-	}
-	tracing.SetModel(ctx, info.Model.Alias)
 	toks, err := a.promptTokens(ctx, b, &c)
 	if err != nil {
 		writeAPIError(w, a.apiErrorOf(ctx, "reading the prompt", err))

@@ -51,12 +51,7 @@ type embeddingsRequest struct {
 
 func (a *api) embeddings(w http.ResponseWriter, r *http.Request, oai bool) {
 	ctx := r.Context()
-	raw, err := readAdmittedBody(w, r, a.s)
-	if err != nil {
-		writeAPIError(w, a.apiErrorOf(ctx, "reading the request", err))
-		return
-	}
-	b, info, e := a.backendFor(ctx, w, raw)
+	raw, b, info, e := a.bodyAndBackend(w, r)
 	if e != nil {
 		writeAPIError(w, e)
 		return
@@ -107,29 +102,43 @@ func (a *api) embeddings(w http.ResponseWriter, r *http.Request, oai bool) {
 	writeJSON(w, http.StatusOK, openAIEmbeddingsReply(embs, req))
 }
 
-// backendFor is the backend a request for the model its body names is
-// served by: in router mode the model is loaded first, as for a
-// completion.
-func (a *api) backendFor(ctx context.Context, w http.ResponseWriter, raw []byte) (iface.Backend, iface.BackendInfo, *apiError) {
+// bodyAndBackend reads a request's body and returns it with the backend
+// that serves the model the body names: in router mode the model is loaded
+// first, as for a completion.
+func (a *api) bodyAndBackend(w http.ResponseWriter, r *http.Request) ([]byte, iface.Backend, iface.BackendInfo, *apiError) {
+	ctx := r.Context()
+	raw, err := readAdmittedBody(w, r, a.s)
+	if err != nil {
+		return nil, nil, iface.BackendInfo{}, a.apiErrorOf(ctx, "reading the request", err)
+	}
 	var m struct {
 		Model json.RawMessage `json:"model"`
 	}
 	_ = json.Unmarshal(raw, &m)
 	var name string
 	_ = json.Unmarshal(m.Model, &name)
+	b, info, _, e := a.modelBackend(ctx, w, name)
+	return raw, b, info, e
+}
+
+// modelBackend is the backend that serves the model a request names (""
+// the resident one): an unknown one refused, in router mode another loaded
+// first (switched; the reply's header says so), the request's trace told
+// which.
+func (a *api) modelBackend(ctx context.Context, w http.ResponseWriter, name string) (b iface.Backend, info iface.BackendInfo, switched bool, e *apiError) {
 	if err := a.checkModel(name); err != nil {
-		return nil, iface.BackendInfo{}, err
+		return nil, info, false, err
 	}
 	switched, err := a.s.SwitchModel(ctx, name)
 	if err != nil {
-		return nil, iface.BackendInfo{}, a.apiErrorOf(ctx, "switching models", err)
+		return nil, info, false, a.apiErrorOf(ctx, "switching models", err)
 	}
 	if switched {
 		w.Header().Set("X-Hydra-Model-Switched", "true")
 	}
-	b, info := a.s.Backend()
+	b, info = a.s.Backend() // after a switch, the new model's
 	tracing.SetModel(ctx, info.Model.Alias)
-	return b, info, nil
+	return b, info, switched, nil
 }
 
 // fieldErrorOf is apiErrorOf with field as the param of a 400 that names

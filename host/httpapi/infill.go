@@ -57,12 +57,7 @@ func fimMissing(sp *iface.SpecialTokens) string {
 func (a *api) infill(w http.ResponseWriter, r *http.Request) {
 	arrived := time.Now()
 	ctx := r.Context()
-	raw, err := readAdmittedBody(w, r, a.s)
-	if err != nil {
-		writeAPIError(w, a.apiErrorOf(ctx, "reading the request", err))
-		return
-	}
-	b, info, e := a.backendFor(ctx, w, raw)
+	raw, b, info, e := a.bodyAndBackend(w, r)
 	if e != nil {
 		writeAPIError(w, e)
 		return

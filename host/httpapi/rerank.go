@@ -50,12 +50,7 @@ const noScore = -1e6
 
 func (a *api) rerank(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	raw, err := readAdmittedBody(w, r, a.s)
-	if err != nil {
-		writeAPIError(w, a.apiErrorOf(ctx, "reading the request", err))
-		return
-	}
-	b, info, e := a.backendFor(ctx, w, raw)
+	raw, b, info, e := a.bodyAndBackend(w, r)
 	if e != nil {
 		writeAPIError(w, e)
 		return
