@@ -293,20 +293,7 @@ func TestChatParserStreams(t *testing.T) {
 	}
 	defer parser.free()
 	reply := "<think>\nThe user wants weather.\n</think>\n\nLet me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"
-	var deltas []iface.ChatDelta
-	for i := 0; i < len(reply); i += 5 {
-		r, err := parser.add(reply[i:min(i+5, len(reply))], true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		deltas = append(deltas, r.deltas()...)
-	}
-	r, err := parser.add("", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	deltas = append(deltas, r.deltas()...)
-	m := r.reply()
+	deltas, m := feedReply(t, parser, reply, 5)
 	// llama.cpp keeps the newlines before </think> and the call, and the
 	// arguments as the model wrote them.
 	if m.Reasoning != "The user wants weather.\n" || m.Content != "Let me check.\n" || len(m.ToolCalls) != 1 ||
@@ -420,20 +407,7 @@ func TestChatParserParallelCalls(t *testing.T) {
 	defer parser.free()
 	reply := "<think>\n\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n" +
 		"<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"CET\"}}\n</tool_call>"
-	var deltas []iface.ChatDelta
-	for i := 0; i < len(reply); i += 7 {
-		r, err := parser.add(reply[i:min(i+7, len(reply))], true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		deltas = append(deltas, r.deltas()...)
-	}
-	r, err := parser.add("", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	deltas = append(deltas, r.deltas()...)
-	m := r.reply()
+	deltas, m := feedReply(t, parser, reply, 7)
 	if len(m.ToolCalls) != 2 || m.ToolCalls[0].Name != "get_weather" || m.ToolCalls[1].Name != "get_time" ||
 		m.ToolCalls[1].Arguments != `{"zone": "CET"}` || m.ToolCalls[0].ID == "" || m.ToolCalls[0].ID == m.ToolCalls[1].ID {
 		t.Fatalf("reply %+v", *m)
@@ -454,4 +428,23 @@ func TestChatParserParallelCalls(t *testing.T) {
 	if !seen[0] || !seen[1] || len(seen) != 2 {
 		t.Errorf("pieces name calls %v, want 0 and 1", seen)
 	}
+}
+
+// feedReply gives parser a reply step bytes at a time, as a stream, then
+// ends it, and returns every delta and the parsed reply.
+func feedReply(t *testing.T, parser *chatParser, reply string, step int) ([]iface.ChatDelta, *iface.ChatReply) {
+	t.Helper()
+	var deltas []iface.ChatDelta
+	for i := 0; i < len(reply); i += step {
+		r, err := parser.add(reply[i:min(i+step, len(reply))], true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		deltas = append(deltas, r.deltas()...)
+	}
+	r, err := parser.add("", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(deltas, r.deltas()...), r.reply()
 }
