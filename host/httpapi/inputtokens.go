@@ -15,33 +15,30 @@ import (
 
 // chatInputTokens serves /v1/chat/completions/input_tokens.
 func (a *api) chatInputTokens(w http.ResponseWriter, r *http.Request) {
-	body, err := readAdmittedBody(w, r, a.s)
-	if err != nil {
-		writeAPIError(w, a.apiErrorOf(r.Context(), "reading the request", err))
-		return
-	}
-	n, err := a.countPrompt(r, body)
-	if err != nil {
-		writeAPIError(w, a.apiErrorOf(r.Context(), "counting the prompt's tokens", err))
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "response.input_tokens", "input_tokens": n})
+	a.openAIInputTokens(w, r, func(body []byte) ([]byte, error) { return body, nil })
 }
 
 // responsesInputTokens serves /v1/responses/input_tokens: the prompt a
 // /v1/responses of the body renders.
 func (a *api) responsesInputTokens(w http.ResponseWriter, r *http.Request) {
+	a.openAIInputTokens(w, r, func(body []byte) ([]byte, error) {
+		oai, _, err := responsesToOpenAI(body)
+		return oai, err
+	})
+}
+
+// openAIInputTokens answers OpenAI's input_tokens object for the chat
+// completion body toChat makes of the request's body.
+func (a *api) openAIInputTokens(w http.ResponseWriter, r *http.Request, toChat func([]byte) ([]byte, error)) {
 	body, err := readAdmittedBody(w, r, a.s)
+	if err == nil {
+		body, err = toChat(body)
+	}
 	if err != nil {
 		writeAPIError(w, a.apiErrorOf(r.Context(), "reading the request", err))
 		return
 	}
-	oai, _, err := responsesToOpenAI(body)
-	if err != nil {
-		writeAPIError(w, a.apiErrorOf(r.Context(), "reading the request", err))
-		return
-	}
-	n, err := a.countPrompt(r, oai)
+	n, err := a.countPrompt(r, body)
 	if err != nil {
 		writeAPIError(w, a.apiErrorOf(r.Context(), "counting the prompt's tokens", err))
 		return
