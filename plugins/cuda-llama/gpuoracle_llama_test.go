@@ -35,8 +35,8 @@ func onGPU(b *Backend) bool { return b.eng.Load().device != "" }
 // token each chose was, after sp's penalties, within tieShare of the other.
 func sameGreedy(t *testing.T, b *Backend, slot int, prompt, got, want []int32, sp iface.SamplerParams) {
 	t.Helper()
-	i := firstDiff(got, want)
-	if i < 0 {
+	i := iface.CommonPrefix(got, want) // where they part
+	if i == len(got) && i == len(want) {
 		return
 	}
 	if !onGPU(b) || i >= len(got) || i >= len(want) {
@@ -60,20 +60,6 @@ func sameGreedy(t *testing.T, b *Backend, slot int, prompt, got, want []int32, s
 	}
 	t.Logf("slot %d parts at token %d of %d on the GPU, at a tie: %d and %d are %.3g apart (%.2g%% of the logits' range)",
 		slot, i, len(want), got[i], want[i], gap, 100*gap/float64(hi-lo))
-}
-
-// firstDiff is the first index where a and b differ (the shorter one's
-// length where one extends the other), -1 when they are equal.
-func firstDiff(a, b []int32) int {
-	for i := range min(len(a), len(b)) {
-		if a[i] != b[i] {
-			return i
-		}
-	}
-	if len(a) != len(b) {
-		return min(len(a), len(b))
-	}
-	return -1
 }
 
 // penalized applies llama.cpp's repetition penalties (its penalties

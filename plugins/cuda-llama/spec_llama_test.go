@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -68,7 +69,7 @@ func TestSpecGreedyEqual(t *testing.T) {
 				want := decodeAll(t, plain, slots, 48, sp)
 				got := decodeAll(t, spec, slots, 48, sp)
 				for _, s := range slots {
-					if !slicesEqual(got[s], want[s]) {
+					if !slices.Equal(got[s], want[s]) {
 						t.Errorf("batched slot %d: %v\nwant %v", s, got[s], want[s])
 					}
 				}
@@ -104,7 +105,7 @@ func TestSpecState(t *testing.T) {
 	prefill(t, plain, 0, prompts[1])
 	got, res := decode(t, spec, 0, 30, sp)
 	want, plainRes := decode(t, plain, 0, 30, sp)
-	if !slicesEqual(got, want) {
+	if !slices.Equal(got, want) {
 		t.Fatalf("decode: %v\nwant %v", got, want)
 	}
 	if res.DraftTokens == 0 || res.DraftAccepted > res.DraftTokens || plainRes.DraftTokens != 0 {
@@ -125,7 +126,7 @@ func TestSpecState(t *testing.T) {
 	before, _ := specRate(spec)
 	got, _ = decode(t, spec, 1, 30, sp)
 	want, _ = decode(t, plain, 1, 30, sp)
-	if !slicesEqual(got, want) {
+	if !slices.Equal(got, want) {
 		t.Fatalf("after STATE_PUT: %v\nwant %v", got, want)
 	}
 	if after, _ := specRate(spec); after == before {
@@ -159,7 +160,7 @@ func TestSpecBatchShrinks(t *testing.T) {
 	before, steps = e.sched.stepTokens.Load(), e.sched.steps.Load()
 	got := decodeAll(t, spec, slots, 40, sp)
 	for _, s := range slots {
-		if !slicesEqual(got[s], want[s]) {
+		if !slices.Equal(got[s], want[s]) {
 			t.Errorf("slot %d: %v\nwant %v", s, got[s], want[s])
 		}
 	}
@@ -170,8 +171,6 @@ func TestSpecBatchShrinks(t *testing.T) {
 		t.Errorf("four slots: %.2f tokens a step, above draft_batch_max 8", perStep)
 	}
 }
-
-func slicesEqual(a, b []int32) bool { return len(a) == len(b) && firstDiff(a, b) < 0 }
 
 // TestSpecRequest: a request's speculative.n_max 0 decodes without drafts,
 // n_max 2 with drafts of two at most, the same tokens either way; a p_min
@@ -200,7 +199,7 @@ func TestSpecRequest(t *testing.T) {
 		switch {
 		case want == nil:
 			want = got
-		case !slicesEqual(got, want):
+		case !slices.Equal(got, want):
 			t.Errorf("n_max %d: %v\nwant %v", tc.nMax, got, want)
 		}
 		if (tc.nMax == 0) != (res.DraftTokens == 0) || perStep > tc.perSt {
@@ -230,7 +229,7 @@ func TestSpecSeeded(t *testing.T) {
 		prefill(t, spec, 0, p)
 		want, _ := decode(t, plain, 0, 48, sp)
 		got, res := decode(t, spec, 0, 48, sp)
-		if !slicesEqual(got, want) {
+		if !slices.Equal(got, want) {
 			t.Errorf("prompt %d: %v\nwant %v", s, got, want)
 		}
 		t.Logf("prompt %d: %d of %d draft tokens accepted", s, res.DraftAccepted, res.DraftTokens)
@@ -259,8 +258,8 @@ func TestSpecContextShift(t *testing.T) {
 	prefill(t, spec, 0, prompts[1])
 	want, _ := decode(t, plain, 0, 400, sp)
 	got, res := decode(t, spec, 0, 400, sp)
-	if !slicesEqual(got, want) {
-		t.Errorf("first difference at %d of %d", firstDiff(got, want), len(want))
+	if !slices.Equal(got, want) {
+		t.Errorf("first difference at %d of %d", iface.CommonPrefix(got, want), len(want))
 	}
 	if len(got) != 400 || res.DraftTokens == 0 {
 		t.Errorf("%d tokens, %d drafted", len(got), res.DraftTokens)
@@ -303,8 +302,8 @@ func TestSpecSlidingWindow(t *testing.T) {
 		prefill(t, spec, s, p)
 		want, _ := decode(t, plain, s, 200, sp)
 		got, res := decode(t, spec, s, 200, sp)
-		if !slicesEqual(got, want) {
-			t.Errorf("slot %d: first difference at %d", s, firstDiff(got, want))
+		if !slices.Equal(got, want) {
+			t.Errorf("slot %d: first difference at %d", s, iface.CommonPrefix(got, want))
 		}
 		if res.DraftTokens == 0 {
 			t.Errorf("slot %d: no drafts", s)
