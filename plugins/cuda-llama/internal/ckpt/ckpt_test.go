@@ -1,0 +1,343 @@
+package ckpt
+
+import (
+	"slices"
+	"testing"
+)
+
+// sim plays prompts on one slot of a model whose memory cannot be cut (a
+// recurrent state: its first position is its last token's), as the plugin
+// does: Find, restore or cut or start over, then the prompt in chunks with
+// checkpoints where the rules say; it returns the tokens evaluated.
+type sim struct {
+	t     *testing.T
+	rules Rules
+	store *Store
+	seq   []int32 // what the memory holds
+	task  uint64
+	taken []int // NTokens of each checkpoint taken
+}
+
+func newSim(t *testing.T, r Rules) *sim {
+	return &sim{t: t, rules: r, store: NewStore(r, 1, -1)}
+}
+
+func (s *sim) memMin() int {
+	if len(s.seq) == 0 {
+		return -1
+	}
+	if s.rules.NSWA > 0 {
+		return max(0, len(s.seq)-s.rules.NSWA)
+	}
+	return len(s.seq) - 1
+}
+
+// prompt evaluates toks (with user messages starting at spans) and then
+// generates gen tokens; it returns the prompt tokens evaluated.
+func (s *sim) prompt(toks []int32, spans Spans, gen int) int {
+	s.task++
+	n := len(toks)
+	prefix := commonPrefix(s.seq, toks)
+	res := s.store.Find(0, n, prefix, s.memMin())
+	keep := res.Keep
+	if res.Restore != nil {
+		s.store.Restored(keep)
+		if got, want := res.Restore.Data[0], byte(res.Restore.NTokens); got != want {
+			s.t.Fatalf("restored the data of another checkpoint: %d, want %d", got, want)
+		}
+	}
+	keep = min(keep, n-1)
+	// Without a restore, the memory can be cut only where it is whole.
+	if res.Restore == nil && keep < len(s.seq) && !(s.rules.NSWA > 0 && s.memMin() <= max(0, keep-s.rules.NSWA)) {
+		keep = 0
+	}
+	s.seq = slices.Clone(toks[:keep])
+	for next := keep; next < n; {
+		end := s.rules.ChunkEnd(n, next, s.rules.NBatch, spans, s.store.Newest(0))
+		if end <= next || end > n {
+			s.t.Fatalf("ChunkEnd(%d, %d) = %d", n, next, end)
+		}
+		if s.rules.Take(n, next, end, s.memMin(), spans, s.store.Newest(0)) {
+			mm := s.memMin()
+			s.store.Add(0, &Checkpoint{PosMin: mm, PosMax: next - 1, NTokens: next, Data: []byte{byte(next)}, Task: s.task})
+			s.taken = append(s.taken, next)
+		}
+		s.seq = append(s.seq, toks[next:end]...)
+		next = end
+	}
+	for g := range gen {
+		s.seq = append(s.seq, int32(100000+g))
+	}
+	return n - keep
+}
+
+func commonPrefix(a, b []int32) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
+}
+
+func ramp(from, n int) []int32 {
+	t := make([]int32, n)
+	for i := range t {
+		t[i] = int32(from + i)
+	}
+	return t
+}
+
+var server = Rules{Max: DefaultMax, MinStep: DefaultMinStep, NBatch: 2048, NUBatch: 512}
+
+// The three cases of llama-server's own measurement (the table):
+// prompt A of N tokens and 4 generated, then A + 64, A again, A cut 200
+// before its end + 64.
+func TestThreeCasesAsLlamaServer(t *testing.T) {
+	for _, n := range []int{600, 3000, 32768} {
+		a := ramp(0, n)
+		cases := []struct {
+			name   string
+			prompt []int32
+			want   int
+		}{
+			{"extends", append(slices.Clone(a), ramp(50000, 64)...), 68},
+			{"same", a, 4},
+			{"cut", append(slices.Clone(a[:n-200]), ramp(50000, 64)...), 380},
+		}
+		for _, c := range cases {
+			s := newSim(t, server)
+			if got := s.prompt(a, Spans{}, 4); got != n {
+				t.Fatalf("N=%d: first prompt evaluated %d", n, got)
+			}
+			if want := []int{n - 516, n - 4}; !slices.Equal(s.taken, want) {
+				t.Fatalf("N=%d: checkpoints at %v, want %v", n, s.taken, want)
+			}
+			if got := s.prompt(c.prompt, Spans{}, 4); got != c.want {
+				t.Errorf("N=%d %s: evaluated %d, want %d (llama-server's)", n, c.name, got, c.want)
+			}
+		}
+	}
+}
+
+// Without checkpoints a prompt that parts from the sequence starts over.
+func TestNoCheckpointsStartsOver(t *testing.T) {
+	r := server
+	r.Max = 0
+	s := newSim(t, r)
+	a := ramp(0, 3000)
+	s.prompt(a, Spans{}, 4)
+	if got := s.prompt(a, Spans{}, 0); got != 3000 {
+		t.Fatalf("evaluated %d, want 3000", got)
+	}
+	if len(s.taken) != 0 {
+		t.Fatalf("took %v", s.taken)
+	}
+}
+
+// A prompt that extends what the memory holds keeps it all: no restore.
+func TestExtendKeepsAll(t *testing.T) {
+	s := newSim(t, server)
+	a := ramp(0, 1000)
+	s.prompt(a, Spans{}, 0)
+	if got := s.prompt(append(slices.Clone(a), 7, 8, 9), Spans{}, 0); got != 3 {
+		t.Fatalf("evaluated %d, want 3", got)
+	}
+	if st := s.store.Stats(); st.Restored != 0 {
+		t.Fatalf("restored %d", st.Restored)
+	}
+}
+
+// A prompt parting before every checkpoint starts over, and the
+// checkpoints past the point are dropped.
+func TestPartBeforeAll(t *testing.T) {
+	s := newSim(t, server)
+	a := ramp(0, 3000)
+	s.prompt(a, Spans{}, 4)
+	b := append(slices.Clone(a[:100]), ramp(9000, 50)...)
+	if got := s.prompt(b, Spans{}, 0); got != 150 {
+		t.Fatalf("evaluated %d, want 150", got)
+	}
+	// The two checkpoints of a were dropped (their positions are past 0);
+	// b is shorter than n_ubatch + 4, so only N − 4 was taken.
+	if n, _ := s.store.Slot(0); n != 1 {
+		t.Fatalf("%d checkpoints held, want 1 (b's)", n)
+	}
+}
+
+// User messages: the last one's start always gets a checkpoint; earlier
+// ones only when at least MinStep past the newest.
+func TestUserStarts(t *testing.T) {
+	r := server
+	r.MinStep = 1000
+	s := newSim(t, r)
+	n := 5000
+	spans := Spans{UserStarts: []int{10, 500, 1700, 2000, 4100}}
+	s.prompt(ramp(0, n), spans, 0)
+	// 10: the first chunk ends there, nothing in memory to save. 500: the
+	// chunk from 10 starts a user message and the slot has no checkpoint:
+	// taken at 10. 1700 is over MinStep past 10: the chunk from 500 ends
+	// there, but 500 is not, so none at 500; taken at 1700. 2000: within the
+	// step of 1700. 4100: the last user message. Then n−516 and n−4.
+	want := []int{10, 1700, 4100, n - 516, n - 4}
+	if !slices.Equal(s.taken, want) {
+		t.Fatalf("checkpoints at %v, want %v", s.taken, want)
+	}
+	// The next turn parts inside the last user message: it resumes at its
+	// start.
+	b := append(ramp(0, 4300), ramp(70000, 20)...)
+	if got := s.prompt(b, spans, 0); got != 4320-4100 {
+		t.Fatalf("evaluated %d, want %d", got, 4320-4100)
+	}
+}
+
+func TestChunkEndOffsets(t *testing.T) {
+	r := server
+	cases := []struct{ n, next, room, want int }{
+		{3000, 0, 2048, 2048},
+		{3000, 2048, 2048, 2484}, // n − 516
+		{3000, 2484, 2048, 2996}, // n − 4
+		{3000, 2996, 2048, 3000},
+		{100, 0, 2048, 96}, // shorter than n_ubatch + 4: only n − 4
+		{3000, 0, 10, 10},
+	}
+	for _, c := range cases {
+		if got := r.ChunkEnd(c.n, c.next, c.room, Spans{}, -1); got != c.want {
+			t.Errorf("ChunkEnd(%d, %d, %d) = %d, want %d", c.n, c.next, c.room, got, c.want)
+		}
+	}
+	r.Max = 0
+	if got := r.ChunkEnd(3000, 2048, 2048, Spans{}, -1); got != 3000 {
+		t.Errorf("checkpoints off: ChunkEnd broke at %d", got)
+	}
+	// n_batch smaller than the offsets: the breaks are at n − n_batch.
+	r = Rules{Max: 4, NBatch: 2, NUBatch: 512}
+	if got := r.ChunkEnd(10, 0, 2, Spans{}, -1); got != 2 {
+		t.Errorf("ChunkEnd = %d", got)
+	}
+	if got := r.ChunkEnd(10, 7, 2, Spans{}, -1); got != 8 {
+		t.Errorf("ChunkEnd = %d, want 8 (n − n_batch)", got)
+	}
+}
+
+func TestTake(t *testing.T) {
+	r := server
+	cases := []struct {
+		name                          string
+		n, start, end, memMin, newest int
+		spans                         Spans
+		want                          bool
+	}{
+		{"empty memory", 3000, 0, 2048, -1, -1, Spans{}, false},
+		{"mid prompt", 10000, 2048, 4096, 2047, -1, Spans{}, false},
+		{"near end", 3000, 2484, 2996, 2483, -1, Spans{}, true},
+		{"last chunk", 3000, 2996, 3000, 2995, 2484, Spans{}, true},
+		{"user start, first", 10000, 500, 2548, 499, -1, Spans{UserStarts: []int{500, 9000}}, true},
+		{"user start within step", 20000, 500, 2548, 499, 100, Spans{UserStarts: []int{500, 9000}}, false},
+		{"user start past step", 20000, 8500, 9000, 8499, 100, Spans{UserStarts: []int{8500, 9000}}, true},
+		{"last user within step", 20000, 9000, 11048, 8999, 8500, Spans{UserStarts: []int{8500, 9000}}, true},
+	}
+	for _, c := range cases {
+		if got := r.Take(c.n, c.start, c.end, c.memMin, c.spans, c.newest); got != c.want {
+			t.Errorf("%s: Take = %v, want %v", c.name, got, c.want)
+		}
+	}
+	r.Max = 0
+	if r.Take(3000, 2996, 3000, 2995, Spans{}, -1) {
+		t.Error("checkpoints off: Take")
+	}
+}
+
+func cp(nTokens int, task uint64, size int) *Checkpoint {
+	return &Checkpoint{PosMin: nTokens - 1, PosMax: nTokens - 1, NTokens: nTokens, Data: make([]byte, size), Task: task}
+}
+
+func TestListAdd(t *testing.T) {
+	r := Rules{Max: 3, MinStep: 100}
+	var l List
+	for i, n := range []int{100, 150, 400, 700} {
+		l.Add(r, cp(n, uint64(i+1), 1))
+	}
+	// 150 lies within MinStep of 100 and is another prompt's: dropped when
+	// 400 came; 700 then fits the count.
+	got := []int{}
+	for _, c := range l.All() {
+		got = append(got, c.NTokens)
+	}
+	if !slices.Equal(got, []int{100, 400, 700}) {
+		t.Fatalf("held %v, want [100 400 700]", got)
+	}
+	// The same task keeps its own close checkpoints.
+	var m List
+	m.Add(r, cp(100, 9, 1))
+	m.Add(r, cp(110, 9, 1))
+	m.Add(r, cp(120, 9, 1))
+	if m.Len() != 3 {
+		t.Fatalf("same task: %d held, want 3", m.Len())
+	}
+	m.Add(r, cp(130, 9, 1))
+	if m.Len() != 3 || m.Oldest().NTokens != 110 {
+		t.Fatalf("full: %d held, oldest %d", m.Len(), m.Oldest().NTokens)
+	}
+	if d := m.After(115); len(d) != 2 || m.Len() != 1 {
+		t.Fatalf("After dropped %d, %d left", len(d), m.Len())
+	}
+}
+
+func TestStoreBudget(t *testing.T) {
+	r := Rules{Max: 8}
+	s := NewStore(r, 2, 100)
+	if !s.Add(0, cp(10, 1, 40)) || !s.Add(1, cp(10, 2, 40)) {
+		t.Fatal("refused within budget")
+	}
+	// A third of 40 goes over 100: the oldest (slot 0's) is dropped, never
+	// the new one.
+	if !s.Add(1, cp(20, 2, 40)) {
+		t.Fatal("refused")
+	}
+	if n, _ := s.Slot(0); n != 0 {
+		t.Fatalf("slot 0 holds %d, want 0", n)
+	}
+	st := s.Stats()
+	if st.Bytes != 80 || st.Held != 2 || st.Dropped != 1 || st.Taken != 3 {
+		t.Fatalf("stats %+v", st)
+	}
+	if s.Add(0, cp(30, 3, 101)) {
+		t.Fatal("took a checkpoint larger than the budget")
+	}
+	if st := s.Stats(); st.OverBudget != 1 || st.Bytes != 80 {
+		t.Fatalf("stats %+v", st)
+	}
+	s.Clear(1)
+	if st := s.Stats(); st.Bytes != 0 || st.Held != 0 {
+		t.Fatalf("after clear: %+v", st)
+	}
+}
+
+// Find with a sliding window: the memory's first position must be within
+// the window of the prefix, or a checkpoint whose window reaches there.
+func TestFindWindow(t *testing.T) {
+	r := Rules{Max: 4, NSWA: 100}
+	list := []*Checkpoint{
+		{PosMin: 0, PosMax: 99, NTokens: 100},
+		{PosMin: 400, PosMax: 499, NTokens: 500},
+	}
+	// The memory holds positions 900.. (a window at 1000): a prefix of 600
+	// needs position 500 at least: the checkpoint at 500 serves it.
+	res := r.Find(list, 700, 600, 900)
+	if res.Restore != list[1] || res.Keep != 499 {
+		t.Fatalf("Find = %+v", res)
+	}
+	// A prefix of 450: only the first checkpoint ends before it.
+	res = r.Find(list, 700, 450, 900)
+	if res.Restore != list[0] || res.Keep != 99 {
+		t.Fatalf("Find = %+v", res)
+	}
+	// The window still reaches the prefix: cut there.
+	res = r.Find(list, 2000, 1050, 900)
+	if res.Restore != nil || res.Keep != 1050 {
+		t.Fatalf("Find = %+v", res)
+	}
+	if res := r.Find(list, 10, 0, 900); res.Keep != 0 || res.Restore != nil {
+		t.Fatalf("no prefix: %+v", res)
+	}
+}

@@ -1,0 +1,162 @@
+package ckpt
+
+import "sync"
+
+// Store is every slot's checkpoints under one byte budget. Its methods are
+// safe for concurrent use; the plugin calls the changing ones under its
+// context lock, and the counters are read from anywhere.
+type Store struct {
+	rules  Rules
+	budget int64 // bytes; < 0: none
+
+	mu     sync.Mutex
+	slots  []List
+	bytes  int64
+	serial uint64 // orders checkpoints by age across slots
+	age    map[*Checkpoint]uint64
+	stats  Stats
+}
+
+// Stats are the store's counters, for /metrics and /slots.
+type Stats struct {
+	Held        int   // checkpoints held now
+	Bytes       int64 // their host memory
+	Taken       uint64
+	Restored    uint64
+	Dropped     uint64 // by the count, the spacing or the budget
+	TokensSaved uint64 // prompt tokens restores spared evaluating
+	// OverBudget counts checkpoints not taken: larger than the whole budget.
+	OverBudget uint64
+}
+
+// NewStore keeps checkpoints for n slots by the rules, within budget bytes
+// (< 0: no byte limit, only the count per slot).
+func NewStore(r Rules, n int, budget int64) *Store {
+	return &Store{rules: r, budget: budget, slots: make([]List, n), age: map[*Checkpoint]uint64{}}
+}
+
+// Rules are the store's rules.
+func (s *Store) Rules() Rules { return s.rules }
+
+// Budget is the byte budget; < 0: none.
+func (s *Store) Budget() int64 { return s.budget }
+
+// Enabled reports whether checkpoints are taken at all.
+func (s *Store) Enabled() bool { return s != nil && s.rules.Max > 0 }
+
+// Newest is the NTokens of slot i's newest checkpoint; -1 for none.
+func (s *Store) Newest(i int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.slots[i].Newest()
+}
+
+// Add keeps c as slot i's newest checkpoint, dropping what the rules and
+// the budget say (the oldest checkpoints of any slot first: dropping one
+// never touches a slot's sequence). False when c alone exceeds the budget.
+func (s *Store) Add(i int, c *Checkpoint) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.budget >= 0 && c.Size() > s.budget {
+		s.stats.OverBudget++
+		return false
+	}
+	s.forget(s.slots[i].Add(s.rules, c))
+	s.serial++
+	s.age[c] = s.serial
+	s.bytes += c.Size()
+	s.stats.Taken++
+	for s.budget >= 0 && s.bytes > s.budget {
+		s.dropOldest(c)
+	}
+	return true
+}
+
+// dropOldest drops the oldest checkpoint held other than keep. Needs s.mu.
+func (s *Store) dropOldest(keep *Checkpoint) {
+	var oldest *Checkpoint
+	at := -1
+	for i := range s.slots {
+		for _, c := range s.slots[i].All() {
+			if c != keep && (oldest == nil || s.age[c] < s.age[oldest]) {
+				oldest, at = c, i
+			}
+		}
+	}
+	if oldest == nil {
+		return
+	}
+	s.slots[at].Remove(oldest)
+	s.forget([]*Checkpoint{oldest})
+}
+
+// forget accounts for checkpoints dropped. Needs s.mu.
+func (s *Store) forget(cps []*Checkpoint) {
+	for _, c := range cps {
+		s.bytes -= c.Size()
+		delete(s.age, c)
+		s.stats.Dropped++
+	}
+}
+
+// Find chooses where a prompt of n tokens resumes on slot i (Rules.Find)
+// and drops the checkpoints that end past that point.
+func (s *Store) Find(i, n, prefix, memMin int) Resume {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	res := s.rules.Find(s.slots[i].All(), n, prefix, memMin)
+	for _, c := range s.slots[i].After(res.PosNext) {
+		s.bytes -= c.Size()
+		delete(s.age, c)
+	}
+	return res
+}
+
+// Restored counts a restore that spared evaluating tokens.
+func (s *Store) Restored(tokens int) {
+	s.mu.Lock()
+	s.stats.Restored++
+	s.stats.TokensSaved += uint64(max(tokens, 0))
+	s.mu.Unlock()
+}
+
+// CutTo drops slot i's checkpoints that end past position pos: its sequence
+// was cut back there.
+func (s *Store) CutTo(i, pos int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.slots[i].After(pos) {
+		s.bytes -= c.Size()
+		delete(s.age, c)
+	}
+}
+
+// Clear drops slot i's checkpoints: its sequence was emptied, replaced or
+// moved.
+func (s *Store) Clear(i int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.slots[i].Clear() {
+		s.bytes -= c.Size()
+		delete(s.age, c)
+	}
+}
+
+// Slot is slot i's checkpoints held and their bytes.
+func (s *Store) Slot(i int) (n int, bytes int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.slots[i].Len(), s.slots[i].Bytes()
+}
+
+// Stats are the counters now.
+func (s *Store) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	st.Bytes = s.bytes
+	for i := range s.slots {
+		st.Held += s.slots[i].Len()
+	}
+	return st
+}
