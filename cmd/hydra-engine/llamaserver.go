@@ -550,6 +550,20 @@ func lsModelParams() []lsParam {
 				ls.setOpt("--cache-ram", cudallama.OptCacheRAM, v)
 				return err
 			}},
+		{names: []string{"--ctx-checkpoints", "-ctxcp", "--swa-checkpoints"}, hint: "N",
+			doc: "context checkpoints a slot keeps where its memory cannot be cut (hybrid, recurrent, sliding window; <= 0: none; default 32): ctx_checkpoints",
+			apply: func(ls *lsArgs, v string) error {
+				n, err := integer(v, math.MinInt64)
+				if n < 0 { // llama-server takes none for any count below one
+					v = "0"
+				}
+				ls.setOpt("--ctx-checkpoints", cudallama.OptCtxCheckpoints, v)
+				return err
+			}},
+		{names: []string{"--checkpoint-min-step", "-cms"}, hint: "N", doc: "least spacing in tokens between a slot's checkpoints (default 8192, 0: none): checkpoint_min_step",
+			apply: intOpt("--checkpoint-min-step", cudallama.OptCheckpointMinStep, 0)},
+		{names: []string{"--checkpoint-ram"}, hint: "N", doc: "host memory in MiB every slot's checkpoints share, the oldest dropped first (not llama-server's; -1: no limit; default 8192): checkpoint_ram",
+			apply: intOpt("--checkpoint-ram", cudallama.OptCheckpointRAM, -1)},
 		{names: []string{"--cache-idle-slots"}, neg: []string{"--no-cache-idle-slots"}, kind: lsSwitch,
 			why: "idle slots are not saved when a task starts; a slot's sequence goes into the prompt cache (cache_ram) when another prompt takes its slot"},
 		{names: []string{"--rope-scaling"}, hint: "{none,linear,yarn}", doc: "RoPE scaling: rope_scaling", apply: func(ls *lsArgs, v string) error {

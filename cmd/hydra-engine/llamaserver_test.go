@@ -169,6 +169,11 @@ func TestLlamaServerSpellings(t *testing.T) {
 		{[]string{"--cache-ram", "-5"}, "cache_ram", "-1"},
 		{[]string{"--cache-ram=512"}, "cache_ram", "512"},
 		{nil, "cache_ram", "8192"},
+		{[]string{"--ctx-checkpoints", "8"}, "ctx_checkpoints", "8"},
+		{[]string{"-ctxcp", "-3"}, "ctx_checkpoints", "0"},
+		{[]string{"--swa-checkpoints=0"}, "ctx_checkpoints", "0"},
+		{[]string{"-cms", "1024"}, "checkpoint_min_step", "1024"},
+		{[]string{"--checkpoint-ram", "-1"}, "checkpoint_ram", "-1"},
 	} {
 		if got := parseLS(t, tc.args...).cfg.BackendOpts[tc.key]; got != tc.want {
 			t.Errorf("%q: %s=%q, want %q", tc.args, tc.key, got, tc.want)
@@ -302,6 +307,8 @@ func TestLlamaServerErrors(t *testing.T) {
 		{[]string{"--ctx-size", "0"}, "0 (the model's training context) is not supported"},
 		{[]string{"--parallel", "0"}, "--parallel 0: must be at least 1"},
 		{[]string{"--cache-ram", "8G"}, "--cache-ram 8G: not an integer"},
+		{[]string{"--checkpoint-min-step", "-1"}, "--checkpoint-min-step -1"},
+		{[]string{"--ctx-checkpoints", "many"}, "--ctx-checkpoints many: not an integer"},
 		{[]string{"-ngl", "auto"}, "auto (fitting the model to free memory) is not done here"},
 		{[]string{"-fa", "maybe"}, "want on, off or auto"},
 		{[]string{"--jinja=perhaps"}, "want a boolean"},

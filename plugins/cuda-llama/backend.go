@@ -27,6 +27,7 @@ import (
 
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/internal/promptcache"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/ckpt"
 	"github.com/hydra-engine/hydra-engine/transport/shm"
 )
 
@@ -123,6 +124,10 @@ type engine struct {
 	pcache *promptcache.Cache // HTTP completions' sequences in host memory (promptcache.go); nil without
 	embed  *embedder          // the embedding context (embed.go); nil without embeddings=true
 	spec   *speculator        // the draft model or n-gram drafting (spec.go); nil without
+	// ckpts are the slots' context checkpoints (checkpoints.go); nil where
+	// the memory can always be cut or checkpoints are off. Changed under mu.
+	ckpts *ckpt.Store
+	tasks atomic.Uint64 // numbers the prompts, for the checkpoints' spacing rule
 }
 
 // streamedRingBlock is the largest read a streamed restore takes from its
@@ -318,6 +323,7 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 		b.log.Warn("swa_full has no effect: the model has no sliding-window cache")
 	}
 	e.pcache = e.newPromptCache(opts.cacheRAM)
+	e.ckpts = e.newCheckpoints(opts.ckptOptions, e.ctx.nUBatch())
 	e.sched = newScheduler(e)
 	go e.sched.run()
 	id, err := identity()
@@ -519,6 +525,7 @@ func (b *Backend) logLoaded(e *engine, opts options, nGPU int, registerHost bool
 		"model_path", e.info.Model.Path, "device", device, "n_gpu_layers", nGPU, "n_layer", m.nLayer(), "n_slots", len(e.slots),
 		"n_ctx", e.nCtx, "n_vocab", m.nVocab, "flash_attn", flashName(opts.flashAttn), "cache_type_k", opts.cacheTypeK,
 		"cache_type_v", opts.cacheTypeV, "memory", e.layout.Memory, "state_parts", len(e.layout.Parts), "kv_bytes_per_token", e.layout.perToken(),
+		"ctx_checkpoints", e.checkpointsText(opts.ckptOptions),
 		"register_host_buffer", registerHost, "load_time", took.Round(time.Millisecond).String())
 }
 
@@ -713,6 +720,7 @@ func (e *engine) writeStateLogits(w io.Writer, logits []float32) (int64, error) 
 // clear empties sequence i in the KV and the slot. Needs e.mu.
 func (e *engine) clearLocked(i int, s *slot) {
 	e.ctx.seqRm(i)
+	e.ckpts.Clear(i)
 	s.set(nil, nil, e.layout.size(0))
 	s.claim = 0
 }

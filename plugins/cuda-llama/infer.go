@@ -95,8 +95,10 @@ func (e *engine) startPrefill(i int, s *slot, toks []int32, then *decodeJob) (*j
 	moves, keep := e.reusePlan(old, toks, prefix)
 	keep = min(keep, len(toks)-1)
 	if len(moves) == 0 {
-		keep = e.cut(i, keep)
+		keep = e.resume(i, len(toks), prefix)
 		s.set(old[:keep:keep], nil, e.layout.size(0))
+	} else {
+		e.ckpts.CutTo(i, prefix, nil) // the moved chunks' positions change
 	}
 	need := len(toks) - keep
 	if err := e.fits(i, s, need); err != nil {
@@ -105,7 +107,7 @@ func (e *engine) startPrefill(i int, s *slot, toks []int32, then *decodeJob) (*j
 	}
 	s.claim = need
 	j := &job{slot: i, s: s, done: make(chan error, 1),
-		prefill: &prefillJob{prompt: toks, next: keep, moves: moves}, decode: then}
+		prefill: &prefillJob{prompt: toks, next: keep, moves: moves, task: e.tasks.Add(1)}, decode: then}
 	e.sched.submit(j)
 	return j, keep, nil
 }
@@ -116,7 +118,8 @@ func (e *engine) startPrefill(i int, s *slot, toks []int32, then *decodeJob) (*j
 // token, and a sliding window must still hold the window before keep. Else
 // it empties the sequence. It returns the positions kept. Needs e.mu.
 func (e *engine) cut(i, keep int) int {
-	if first := e.ctx.seqPosMin(i); keep > 0 && first >= 0 && first <= max(0, keep-e.nSWA) && e.ctx.seqRmFrom(i, keep) {
+	if e.cuttable(i, keep) && e.ctx.seqRmFrom(i, keep) {
+		e.ckpts.CutTo(i, keep, nil)
 		return keep
 	}
 	if keep > 0 {
@@ -124,7 +127,18 @@ func (e *engine) cut(i, keep int) int {
 			"slot", i, "memory", e.layout.Memory, "prefix", keep)
 	}
 	e.ctx.seqRm(i)
+	e.ckpts.Clear(i) // a checkpoint restores onto the cells before it, gone now
 	return 0
+}
+
+// cuttable reports whether sequence i may be cut to its first keep
+// positions as far as its first position held tells: a sliding window must
+// still hold the window before keep (a recurrent state's first position is
+// its last token's, so it passes only where nothing after keep is held; the
+// cut itself then refuses the rest). Needs e.mu.
+func (e *engine) cuttable(i, keep int) bool {
+	first := e.ctx.seqPosMin(i)
+	return keep > 0 && first >= 0 && first <= max(0, keep-e.nSWA)
 }
 
 // kvMove moves a slot's cells at positions [from, from+n) to [to, to+n).
@@ -458,6 +472,7 @@ func (e *engine) shiftContext(i int, s *slot, nKeep int) {
 	discard := (len(toks) - nKeep) / 2
 	e.ctx.seqRmRange(i, nKeep, nKeep+discard)
 	e.ctx.seqShift(i, nKeep+discard, len(toks), -discard)
+	e.ckpts.Clear(i) // the positions moved
 	kept := append(slices.Clone(toks[:nKeep]), toks[nKeep+discard:]...)
 	s.set(kept, s.logitsNow(), s.stateSizeNow())
 	e.log.Debug("context shift", "slot", i, "n_keep", nKeep, "n_discard", discard, "n_past", len(kept))

@@ -468,6 +468,45 @@ func (c *lctx) nPos(seq int) int {
 	return int(C.llama_memory_seq_pos_max(c.mem, C.llama_seq_id(seq))) + 1
 }
 
+// seqPosMax is the sequence's last position in memory; -1 if empty.
+func (c *lctx) seqPosMax(seq int) int {
+	return int(C.llama_memory_seq_pos_max(c.mem, C.llama_seq_id(seq)))
+}
+
+// nUBatch is the context's physical batch.
+func (c *lctx) nUBatch() int { return int(C.llama_n_ubatch(c.c)) }
+
+// partialState is the part of the sequence's memory that cannot be cut
+// back (LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY: a hybrid's recurrent rows, a
+// sliding window's cache), in host memory: a context checkpoint's bytes.
+func (c *lctx) partialState(seq int) ([]byte, error) {
+	const flags = C.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+	n := C.llama_state_seq_get_size_ext(c.c, C.llama_seq_id(seq), flags)
+	if n == 0 {
+		return nil, fmt.Errorf("llama.cpp has no partial state of sequence %d", seq)
+	}
+	buf := make([]byte, int(n))
+	got := C.llama_state_seq_get_data_ext(c.c, (*C.uint8_t)(unsafe.Pointer(&buf[0])), n, C.llama_seq_id(seq), flags)
+	if got != n {
+		return nil, fmt.Errorf("llama.cpp wrote %d bytes of sequence %d's partial state, announced %d: %s", got, seq, n, lastLlamaError())
+	}
+	return buf, nil
+}
+
+// setPartialState loads a partialState into the sequence, replacing the
+// part it covers; the rest of the memory is left as it is.
+func (c *lctx) setPartialState(seq int, data []byte) error {
+	if len(data) == 0 {
+		return errors.New("empty partial state")
+	}
+	got := C.llama_state_seq_set_data_ext(c.c, (*C.uint8_t)(unsafe.Pointer(&data[0])), C.size_t(len(data)), C.llama_seq_id(seq),
+		C.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)
+	if int(got) != len(data) {
+		return fmt.Errorf("llama.cpp read %d of the %d bytes of sequence %d's partial state: %s", got, len(data), seq, lastLlamaError())
+	}
+	return nil
+}
+
 // seqStateHead is the head llama_state_seq_get_data writes before the
 // sequence's memory: a magic number and the source sequence id. The wire's
 // state is the memory's serialisation alone (shim.cpp), which restores

@@ -181,9 +181,13 @@ func TestMemoryBatchedEqualsAlone(t *testing.T) {
 // TestMemoryPromptReuse: a prompt that extends a slot's sequence reuses all
 // of it on every kind; one that diverges reuses the common prefix where the
 // memory can be cut there (a plain cache; a sliding window while its cache
-// still holds the window before the cut) and nothing where it cannot (a
-// recurrent state; a window cache whose cells for those positions were
-// overwritten); the tokens decoded after are those of a fresh engine.
+// still holds the window before the cut), else what a context checkpoint
+// serves (checkpoints.go): none of the first prompt's (taken 4 and 516
+// tokens before its end) lies before the points these part at, but the
+// third case's prompt left one at its N − 4, position 10, which the last
+// case restores (a window's ends a position early, llama-server's
+// [TAG_CHECKPOINTS_FIX_POS_MIN]: 9); the tokens decoded after are those of a
+// fresh engine.
 func TestMemoryPromptReuse(t *testing.T) {
 	base := seqTokens(t, 60)
 	longer := append(slices.Clone(base), seqTokens(t, 70)[60:]...)
@@ -204,7 +208,7 @@ func TestMemoryPromptReuse(t *testing.T) {
 				{"extends", base, longer, map[string]int{"kv": 60, "iswa": 60, "hybrid": 60}},
 				{"diverges", base, diverged, map[string]int{"kv": 50, "iswa": 50, "hybrid": 0}},
 				{"diverges early", base, early, map[string]int{"kv": 10, "iswa": 10, "hybrid": 0}},
-				{"diverges early in a long sequence", long, longEarly, map[string]int{"kv": 10, "iswa": 0, "hybrid": 0}},
+				{"diverges early in a long sequence", long, longEarly, map[string]int{"kv": 10, "iswa": 9, "hybrid": 10}},
 			} {
 				prefillTokens(t, b, 0, c.first)
 				res := prefillTokens(t, b, 0, c.then)

@@ -129,6 +129,7 @@ type options struct {
 	combinedOptions
 	embedOptions
 	specOptions
+	ckptOptions
 }
 
 // ropeOptions are the parsed RoPE options; the zero value is the model's
@@ -154,7 +155,7 @@ type optionParser func(o *options, key, v string) error
 
 // optionParsers are every option's parser, one per key: those below and
 // each *opts.go file's, merged once (a key defined twice panics at start).
-var optionParsers = mergeParsers(baseParsers, kvParsers, cacheParsers, placementParsers, templateParsers, combinedParsers, embedParsers, specParsers)
+var optionParsers = mergeParsers(baseParsers, kvParsers, cacheParsers, placementParsers, templateParsers, combinedParsers, embedParsers, specParsers, ckptParsers)
 
 // optionPrefixParsers set the options whose keys start with a prefix
 // (quant.KEY), one per prefix.
@@ -202,7 +203,7 @@ func defaultOptions() options {
 		nThreads: max(1, min(runtime.NumCPU()/2, 16)), nThreadsBatch: -1, nGPULayers: -1,
 		flashAttn: FlashOn, cacheTypeK: "f16", cacheTypeV: "f16", mmap: true,
 		ropeOptions: ropeOptions{ropeScaling: ropeUnspecified}, embedOptions: defaultEmbedOptions(),
-		specOptions: defaultSpecOptions()}
+		specOptions: defaultSpecOptions(), ckptOptions: defaultCkptOptions()}
 }
 
 // parseOptions applies m's keys in sorted order (so the first error reported

@@ -72,6 +72,8 @@ func (e *engine) fromCache(ctx context.Context, i int, s *slot, toks []int32, re
 	switch {
 	case len(old) > 0 && !leaves: // the slot serves the prompt itself
 		return
+	case e.servedByCheckpoint(i, old, toks, posMin): // so it does, from a checkpoint
+		return
 	case len(old) > 0 && !req.SaveSequence:
 		return
 	case leaves:

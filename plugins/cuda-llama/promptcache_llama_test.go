@@ -292,13 +292,14 @@ func TestPromptCacheMemoryKinds(t *testing.T) {
 	}
 }
 
-// The cache's rule is the slot's: for each memory kind, the tokens Rule.Keep
-// says a sequence serves a prompt with are what a prefill reuses of it.
+// The cache's rule is the slot's cut: for each memory kind, the tokens
+// Rule.Keep says a sequence serves a prompt with are what a prefill reuses of
+// it without context checkpoints (a cache entry carries none).
 func TestPromptCacheRuleIsCut(t *testing.T) {
 	base := seqTokens(t, 60)
 	for _, m := range memoryModels {
 		t.Run(m.name, func(t *testing.T) {
-			b := load(t, modelFile(t, "mem-"+m.name, m.c), 1, nil)
+			b := load(t, modelFile(t, "mem-"+m.name, m.c), 1, map[string]string{OptCtxCheckpoints: "0"})
 			e := b.eng.Load()
 			for _, then := range [][]int32{append(slices.Clone(base), 1, 2), append(slices.Clone(base[:30]), 1), base} {
 				prefillTokens(t, b, 0, base)

@@ -30,6 +30,7 @@ import (
 	"unsafe"
 
 	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/ckpt"
 )
 
 // The scheduler owns the batching of prefills and decodes: each step puts
@@ -65,6 +66,8 @@ type prefillJob struct {
 	logits    []float32 // after the last token, filled by the loop
 	stateSize int64     // the slot's state size after the last chunk, likewise
 	moves     []kvMove  // reused chunks to put in place before its first chunk
+	task      uint64    // the prompt's number, for the checkpoints' spacing rule
+	spans     ckpt.Spans
 }
 
 // decodeJob generates tokens into its slot. A token is sampled (and sent to
@@ -259,7 +262,9 @@ func (s *scheduler) build() (entries []entry, n int) {
 			}
 			s.e.applyMoves(j.slot, j.s, p)
 		}
-		k := min(s.size-n, len(p.prompt)-p.next)
+		end := s.e.chunkEnd(j, s.size-n)
+		s.e.checkpointBefore(j, end)
+		k := end - p.next
 		entries = append(entries, entry{j: j, n: k, last: p.next+k == len(p.prompt), prompt: true})
 		n += k
 	}

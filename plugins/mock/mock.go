@@ -66,8 +66,8 @@ var knownOptions = []string{OptAlias, OptCacheRAM, OptEmbdNormalize, OptEmbeddin
 // tests run one, and says at load, in one line, that they have no effect
 // here: the mock has no weights, template or threads for them to set.
 var LlamaServerOptions = []string{
-	"cache_reuse", "cache_type_k", "cache_type_v", "chat_template_file", "chat_template_kwargs", "combined_pattern",
-	"context_shift", "flash_attn", "jinja", "n_batch", "n_cpu_moe", "n_gpu_layers", "n_threads", "n_threads_batch",
+	"cache_reuse", "cache_type_k", "cache_type_v", "chat_template_file", "chat_template_kwargs", "checkpoint_min_step",
+	"checkpoint_ram", "combined_pattern", "context_shift", "ctx_checkpoints", "flash_attn", "jinja", "n_batch", "n_cpu_moe", "n_gpu_layers", "n_threads", "n_threads_batch",
 	"n_ubatch", "override_tensor", "reasoning", "rope_scale", "rope_scaling", "swa_full", "use_mmap", "yarn_orig_ctx",
 }
 

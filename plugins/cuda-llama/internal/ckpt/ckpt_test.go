@@ -51,6 +51,7 @@ func (s *sim) prompt(toks []int32, spans Spans, gen int) int {
 	if res.Restore == nil && keep < len(s.seq) && !(s.rules.NSWA > 0 && s.memMin() <= max(0, keep-s.rules.NSWA)) {
 		keep = 0
 	}
+	s.store.CutTo(0, keep, res.Restore)
 	s.seq = slices.Clone(toks[:keep])
 	for next := keep; next < n; {
 		end := s.rules.ChunkEnd(n, next, s.rules.NBatch, spans, s.store.Newest(0))

@@ -1,6 +1,9 @@
 package ckpt
 
-import "sync"
+import (
+	"slices"
+	"sync"
+)
 
 // Store is every slot's checkpoints under one byte budget. Its methods are
 // safe for concurrent use; the plugin calls the changing ones under its
@@ -112,6 +115,21 @@ func (s *Store) Find(i, n, prefix, memMin int) Resume {
 	return res
 }
 
+// Serves is the tokens of a prompt of n tokens that slot i would keep
+// through a checkpoint (Find), changing nothing; 0 for none.
+func (s *Store) Serves(i, n, prefix, memMin int) int {
+	if !s.Enabled() {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	res := s.rules.Find(s.slots[i].All(), n, prefix, memMin)
+	if res.Restore == nil {
+		return 0
+	}
+	return res.Keep
+}
+
 // Restored counts a restore that spared evaluating tokens.
 func (s *Store) Restored(tokens int) {
 	s.mu.Lock()
@@ -120,20 +138,33 @@ func (s *Store) Restored(tokens int) {
 	s.mu.Unlock()
 }
 
-// CutTo drops slot i's checkpoints that end past position pos: its sequence
-// was cut back there.
-func (s *Store) CutTo(i, pos int) {
+// CutTo drops slot i's checkpoints that hold position pos or later, but
+// except: its sequence was cut to its first pos tokens, and what follows
+// differs from what those checkpoints saw. A restored checkpoint of a
+// sliding window (except) may hold position pos: its restore always cuts
+// its last position. A nil store has none.
+func (s *Store) CutTo(i, pos int, except *Checkpoint) {
+	if s == nil {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, c := range s.slots[i].After(pos) {
+	for _, c := range s.slots[i].After(pos - 1) {
+		if c == except {
+			s.slots[i].cps = append(s.slots[i].cps, c) // the newest kept
+			continue
+		}
 		s.bytes -= c.Size()
 		delete(s.age, c)
 	}
 }
 
 // Clear drops slot i's checkpoints: its sequence was emptied, replaced or
-// moved.
+// moved. A nil store has none.
 func (s *Store) Clear(i int) {
+	if s == nil {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, c := range s.slots[i].Clear() {
@@ -159,4 +190,11 @@ func (s *Store) Stats() Stats {
 		st.Held += s.slots[i].Len()
 	}
 	return st
+}
+
+// All is slot i's checkpoints, oldest first, as they are now (a copy).
+func (s *Store) All(i int) []*Checkpoint {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.slots[i].All())
 }

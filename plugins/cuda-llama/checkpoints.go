@@ -1,0 +1,124 @@
+//go:build llama && cgo
+
+package cudallama
+
+import (
+	"time"
+
+	"github.com/hydra-engine/hydra-engine/internal/promptcache"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/ckpt"
+)
+
+// Context checkpoints: where a sequence's memory cannot be cut back (a
+// hybrid's or recurrent model's state, a sliding window), the part that
+// cannot is saved in host memory before chosen chunks of a prompt, and a
+// prompt that parts from the slot's sequence resumes from the newest one at
+// or before the point where it parts instead of from token 0. The rules are
+// llama-server's (internal/ckpt); this file moves the bytes.
+
+// newCheckpoints is the engine's checkpoint store; nil where the memory can
+// always be cut, or checkpoints are off.
+func (e *engine) newCheckpoints(o ckptOptions, nUBatch int) *ckpt.Store {
+	if o.ctxCheckpoints <= 0 || !(e.layout.recurrent() || e.nSWA > 0) {
+		return nil
+	}
+	r := ckpt.Rules{Max: o.ctxCheckpoints, MinStep: o.checkpointMinStep, NBatch: e.ctx.nBatch, NUBatch: nUBatch, NSWA: e.nSWA}
+	return ckpt.NewStore(r, len(e.slots), o.checkpointBudget())
+}
+
+// checkpointsText says what the load log says of checkpoints.
+func (e *engine) checkpointsText(o ckptOptions) string {
+	if e.ckpts == nil && o.ctxCheckpoints > 0 {
+		return "none needed: the memory can be cut anywhere"
+	}
+	return o.ckptText()
+}
+
+// chunkEnd is where the next chunk of j's prompt ends when room tokens of
+// the batch are left: early where a checkpoint is to be taken before the
+// chunk after it.
+func (e *engine) chunkEnd(j *job, room int) int {
+	p := j.prefill
+	if !e.ckpts.Enabled() {
+		return min(len(p.prompt), p.next+room)
+	}
+	return e.ckpts.Rules().ChunkEnd(len(p.prompt), p.next, room, p.spans, e.ckpts.Newest(j.slot))
+}
+
+// checkpointBefore saves a checkpoint of j's slot before the chunk of its
+// prompt that ends at end is evaluated, where the rules say so. A failure
+// is logged: the prompt goes on without it. Needs e.mu.
+func (e *engine) checkpointBefore(j *job, end int) {
+	if !e.ckpts.Enabled() {
+		return
+	}
+	p := j.prefill
+	memMin := e.ctx.seqPosMin(j.slot)
+	if !e.ckpts.Rules().Take(len(p.prompt), p.next, end, memMin, p.spans, e.ckpts.Newest(j.slot)) {
+		return
+	}
+	start := time.Now()
+	data, err := e.ctx.partialState(j.slot)
+	if err != nil {
+		e.log.Warn("context checkpoint not taken", "slot", j.slot, "n_tokens", p.next, "error", err)
+		return
+	}
+	c := &ckpt.Checkpoint{PosMin: memMin, PosMax: e.ctx.seqPosMax(j.slot), NTokens: p.next, Data: data, Task: p.task}
+	if !e.ckpts.Add(j.slot, c) {
+		e.log.Warn("context checkpoint larger than the checkpoints' whole budget: not kept", "slot", j.slot,
+			"bytes", c.Size(), "budget_bytes", e.ckpts.Budget())
+		return
+	}
+	n, bytes := e.ckpts.Slot(j.slot)
+	e.log.Debug("context checkpoint taken", "slot", j.slot, "pos_min", c.PosMin, "pos_max", c.PosMax, "n_tokens", c.NTokens,
+		"bytes", c.Size(), "slot_checkpoints", n, "slot_bytes", bytes, "elapsed", time.Since(start).String())
+}
+
+// resume keeps what sequence i can keep of a prompt of n tokens sharing
+// prefix tokens with it: the prefix (less the prompt's last token) where
+// the memory can be cut there; else the newest checkpoint that serves the
+// prompt, restored and the cells after it cut; else nothing. It returns the
+// tokens kept. Needs e.mu.
+func (e *engine) resume(i, n, prefix int) int {
+	keep := min(prefix, n-1)
+	if e.cuttable(i, keep) && e.ctx.seqRmFrom(i, keep) {
+		e.ckpts.CutTo(i, keep, nil)
+		return keep // a refused cut leaves the memory as it was
+	}
+	if !e.ckpts.Enabled() {
+		return e.cut(i, 0)
+	}
+	res := e.ckpts.Find(i, n, prefix, e.ctx.seqPosMin(i))
+	c := res.Restore
+	if c == nil {
+		if prefix > 0 {
+			e.log.Info("no context checkpoint serves the prompt: evaluated from its start", "slot", i,
+				"common_prefix", prefix, "memory", e.layout.Memory)
+		}
+		return e.cut(i, 0)
+	}
+	start := time.Now()
+	err := e.ctx.setPartialState(i, c.Data)
+	if err == nil && res.Keep < n && e.ctx.seqRmFrom(i, res.Keep) {
+		e.ckpts.CutTo(i, res.Keep, c)
+		e.ckpts.Restored(res.Keep)
+		e.log.Debug("context checkpoint restored", "slot", i, "pos_min", c.PosMin, "pos_max", c.PosMax, "n_tokens", c.NTokens,
+			"kept", res.Keep, "common_prefix", prefix, "bytes", c.Size(), "elapsed", time.Since(start).String())
+		return res.Keep
+	}
+	e.log.Warn("context checkpoint could not be restored: the prompt is evaluated from its start", "slot", i,
+		"n_tokens", c.NTokens, "error", err)
+	return e.cut(i, 0)
+}
+
+// servedByCheckpoint reports whether slot i's checkpoints serve a prompt
+// that parts from its sequence old as well as a cut would (the prompt
+// cache's measure): the sequence stays in its slot rather than leaving for
+// the cache.
+func (e *engine) servedByCheckpoint(i int, old, toks []int32, posMin int) bool {
+	if !e.ckpts.Enabled() || len(old) == 0 {
+		return false
+	}
+	prefix := commonPrefix(old, toks)
+	return e.ckpts.Serves(i, len(toks), prefix, posMin) > 0 && float64(prefix) >= promptcache.SaveBelow*float64(len(old))
+}

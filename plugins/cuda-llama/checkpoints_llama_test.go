@@ -1,0 +1,183 @@
+//go:build llama && cgo
+
+package cudallama
+
+import (
+	"bytes"
+	"maps"
+	"slices"
+	"testing"
+
+	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/gguf"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/ckpt"
+)
+
+// Checkpoint tests run with small batches so that a short prompt has its
+// checkpoints: n_ubatch 16, so at N − 20 and N − 4.
+var ckptOpts = map[string]string{OptNBatch: "64", OptNUBatch: "16"}
+
+// promptOf is n token ids of the vocabulary's plain range, from seed on.
+func promptOf(n, seed int) []int32 {
+	t := make([]int32, n)
+	for i := range t {
+		t[i] = int32(100 + (seed+i*7)%300)
+	}
+	return t
+}
+
+// TestCheckpointCases: a slot holds prompt A and what it generated; the
+// next prompt parts from that sequence where its memory cannot be cut.
+// Each resumes from the checkpoint llama-server restores (the prompt tokens
+// evaluated are llama-server's, the counts its rules give: internal/ckpt)
+// and gives the logits and greedy tokens of the prompt evaluated whole in an
+// engine of its own. The hybrid (qwen35moe) runs the three cases (A
+// of N tokens, 4 generated; A + 64, A again, A cut 10 before its end + 64:
+// checkpoints at N − 20 and N − 4 with n_ubatch 16); both it and the
+// sliding-window model (gemma3, window 32, whose cache of 256 cells drops
+// positions beyond the window once full) a long reply (A of 200, 250
+// generated) then A + 64. Without checkpoints the hybrid starts over.
+func TestCheckpointCases(t *testing.T) {
+	a := promptOf(120, 0)
+	more := promptOf(64, 11)
+	long := promptOf(200, 5)
+	cases := []struct {
+		model     string
+		name      string
+		a         []int32
+		gen       int
+		prompt    []int32
+		evaluated int
+	}{
+		{"qwen35moe", "extends", a, 4, append(slices.Clone(a), more...), 68},
+		{"qwen35moe", "same", a, 4, a, 4},
+		{"qwen35moe", "cut", a, 4, append(slices.Clone(a[:len(a)-10]), more...), 20 - 10 + 64},
+		{"qwen35moe", "long reply", long, 250, append(slices.Clone(long), more...), 68},
+		// The window's checkpoint ends a position early (llama-server's
+		// [TAG_CHECKPOINTS_FIX_POS_MIN]): 69.
+		{"gemma3", "long reply", long, 250, append(slices.Clone(long), more...), 69},
+	}
+	configs := map[string]gguf.Config{"qwen35moe": gguf.TinyQwen35MoE(), "gemma3": gguf.TinyGemma3()}
+	// A restored window's cells lie in other cells of the cache than a
+	// whole evaluation's, and ggml's CPU flash attention sums V in f16 in
+	// cell order (0.1 % of the logits' span apart here): the window model is
+	// compared without flash attention, in f32, where the sums are exact.
+	exact := map[string]map[string]string{"gemma3": {OptFlashAttn: "off", OptCacheTypeK: "f32", OptCacheTypeV: "f32"}}
+	for _, c := range cases {
+		t.Run(c.model+"/"+c.name, func(t *testing.T) {
+			path := modelFile(t, "ckpt-"+c.model, configs[c.model])
+			opts := maps.Clone(ckptOpts)
+			maps.Copy(opts, exact[c.model])
+			b := load(t, path, 2, opts)
+			referenceKernels(t, b)
+			e := b.eng.Load()
+			if e.ckpts == nil {
+				t.Fatal("no checkpoint store for a memory that cannot be cut")
+			}
+			prefillTokens(t, b, 0, c.a)
+			decode(t, b, 0, c.gen, iface.SamplerParams{IgnoreEOS: true})
+			if held, _ := e.ckpts.Slot(0); held != 2 {
+				t.Fatalf("%d checkpoints after a prompt of %d, want 2 (N − 20, N − 4)", held, len(c.a))
+			}
+			before := e.ckpts.Stats()
+			r := prefillTokens(t, b, 0, c.prompt)
+			if got := len(c.prompt) - r.Reused; got != c.evaluated {
+				t.Errorf("evaluated %d prompt tokens, want %d (llama-server's)", got, c.evaluated)
+			}
+			if st := e.ckpts.Stats(); st.Restored != before.Restored+1 || st.TokensSaved != before.TokensSaved+uint64(r.Reused) {
+				t.Errorf("counters %+v after %+v", st, before)
+			}
+			got, _ := decode(t, b, 0, 12, iface.SamplerParams{IgnoreEOS: true})
+
+			iso := load(t, path, 2, opts)
+			referenceKernels(t, iso)
+			fresh := prefillTokens(t, iso, 0, c.prompt)
+			closeLogits(t, iso, "the restored slot's logits against the prompt's evaluated whole", r.Logits, fresh.Logits)
+			want, _ := decode(t, iso, 0, 12, iface.SamplerParams{IgnoreEOS: true})
+			sameGreedy(t, iso, 0, c.prompt, got, want, iface.SamplerParams{IgnoreEOS: true})
+		})
+	}
+
+	t.Run("off", func(t *testing.T) {
+		opts := maps.Clone(ckptOpts)
+		opts[OptCtxCheckpoints] = "0"
+		b := load(t, modelFile(t, "ckpt-qwen35moe", gguf.TinyQwen35MoE()), 1, opts)
+		if b.eng.Load().ckpts != nil {
+			t.Fatal("a checkpoint store with ctx_checkpoints=0")
+		}
+		prefillTokens(t, b, 0, a)
+		decode(t, b, 0, 4, iface.SamplerParams{IgnoreEOS: true})
+		if r := prefillTokens(t, b, 0, a); r.Reused != 0 {
+			t.Fatalf("without checkpoints a hybrid kept %d tokens", r.Reused)
+		}
+	})
+}
+
+// TestCheckpointsDropped: a slot cleared, or replaced by a STATE_PUT, holds
+// no checkpoint (they restore onto cells that are gone); a plain cache
+// takes none.
+func TestCheckpointsDropped(t *testing.T) {
+	b := load(t, modelFile(t, "ckpt-qwen35moe", gguf.TinyQwen35MoE()), 2, ckptOpts)
+	e := b.eng.Load()
+	a := promptOf(100, 3)
+	prefillTokens(t, b, 0, a)
+	prefillTokens(t, b, 1, a)
+	if held, bytes := e.ckpts.Slot(0); held != 2 || bytes <= 0 {
+		t.Fatalf("%d checkpoints, %d bytes", held, bytes)
+	}
+	if err := b.ClearSlot(t.Context(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if held, _ := e.ckpts.Slot(0); held != 0 {
+		t.Fatalf("a cleared slot holds %d checkpoints", held)
+	}
+	state := stateOf(t, b, 1, 1<<20)
+	if _, err := b.StatePut(t.Context(), 1, a, bytes.NewReader(state), int64(len(state))); err != nil {
+		t.Fatal(err)
+	}
+	if held, _ := e.ckpts.Slot(1); held != 0 {
+		t.Fatalf("a restored slot holds %d checkpoints of its old sequence", held)
+	}
+	// A prompt parting from the restored sequence finds no checkpoint and
+	// starts over, deciding as it should.
+	if r := prefillTokens(t, b, 1, a[:90]); r.Reused != 0 {
+		t.Fatalf("reused %d without a checkpoint", r.Reused)
+	}
+
+	plain := load(t, tiny(t), 1, ckptOpts)
+	if plain.eng.Load().ckpts != nil {
+		t.Fatal("a plain cache keeps checkpoints")
+	}
+}
+
+// TestCheckpointBudget: the checkpoints never hold more than their budget
+// (checkpoint_ram, here three checkpoints' worth); the oldest are dropped,
+// of any slot, and the slots' sequences are untouched.
+func TestCheckpointBudget(t *testing.T) {
+	b := load(t, modelFile(t, "ckpt-qwen35moe", gguf.TinyQwen35MoE()), 2, ckptOpts)
+	e := b.eng.Load()
+	a := promptOf(100, 5)
+	prefillTokens(t, b, 0, a)
+	one := e.ckpts.Stats().Bytes / 2
+	if one <= 0 {
+		t.Fatal("no checkpoint taken")
+	}
+	t.Logf("a checkpoint of the tiny hybrid is %d bytes", one)
+	e.mu.Lock()
+	e.ckpts = ckpt.NewStore(e.ckpts.Rules(), len(e.slots), 3*one) // checkpoint_ram is in MiB
+	e.mu.Unlock()
+	for i := range 6 {
+		prefillTokens(t, b, i%2, promptOf(100, 100+i))
+		if st := e.ckpts.Stats(); st.Bytes > 3*one {
+			t.Fatalf("the checkpoints hold %d bytes, over the budget of %d", st.Bytes, 3*one)
+		}
+	}
+	if st := e.ckpts.Stats(); st.Dropped == 0 || st.Held != 3 {
+		t.Fatalf("stats %+v: want 3 held, some dropped", st)
+	}
+	for i := range 2 {
+		if si := slotInfo(t, b, i); si.NPast != 100 {
+			t.Fatalf("slot %d holds %d tokens", i, si.NPast)
+		}
+	}
+}
