@@ -69,7 +69,8 @@ func (s *Server) handleInfo(req *request, rp *replier) error {
 	if d, ok := b.(DownBackend); ok {
 		return down(d.Down())
 	}
-	if err := s.BackendAnswers(req.ctx); err != nil {
+	now, err := s.backendInfoNow(req.ctx)
+	if err != nil {
 		return down(err)
 	}
 	mode := s.expertMode(info)
@@ -84,6 +85,7 @@ func (s *Server) handleInfo(req *request, rp *replier) error {
 	used, free := s.kvCells(info)
 	m.Add("n_ctx_slot", info.SlotCtx()).Add("kv_unified", info.KVUnified).Add("kv_cells_used", used).
 		Add("kv_cells_free", free).Add("sampler", s.tun.Sampler())
+	addCheckpoints(m, now.Checkpoints)
 	return rp.replyMeta(transport.StatusOK, m, nil)
 }
 
@@ -95,13 +97,32 @@ const BackendAnswerTimeout = 5 * time.Second
 // BackendAnswers asks the backend for its info within BackendAnswerTimeout
 // and says why it did not answer.
 func (s *Server) BackendAnswers(ctx context.Context) error {
+	_, err := s.backendInfoNow(ctx)
+	return err
+}
+
+// backendInfoNow is the backend's info as it answers now, within
+// BackendAnswerTimeout.
+func (s *Server) backendInfoNow(ctx context.Context) (iface.BackendInfo, error) {
 	b, _ := s.Backend()
 	ctx, cancel := context.WithTimeout(ctx, BackendAnswerTimeout)
 	defer cancel()
-	if _, err := b.Info(ctx); err != nil {
-		return fmt.Errorf("the backend is not answering: %w", err)
+	info, err := b.Info(ctx)
+	if err != nil {
+		return iface.BackendInfo{}, fmt.Errorf("the backend is not answering: %w", err)
 	}
-	return nil
+	return info, nil
+}
+
+// addCheckpoints adds the context checkpoints' figures to INFO:
+// ctx_checkpoints, a slot's most (0 where the backend takes none), the
+// checkpoints held by all slots and their bytes.
+func addCheckpoints(m *transport.Meta, c *iface.CheckpointStats) {
+	if c == nil {
+		m.Add("ctx_checkpoints", 0).Add("checkpoints_held", 0).Add("checkpoint_bytes", 0)
+		return
+	}
+	m.Add("ctx_checkpoints", c.MaxPerSlot).Add("checkpoints_held", c.Held).Add("checkpoint_bytes", c.Bytes)
 }
 
 // kvCells is how many KV cells the slots' sequences hold and how many more

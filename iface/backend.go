@@ -174,6 +174,34 @@ type BackendInfo struct {
 	// Pooling is how Embed pools a sequence's embeddings (PoolingNone …
 	// PoolingRank); "" where the backend serves none.
 	Pooling string
+
+	// Checkpoints are the context checkpoints' settings and figures now
+	// (llama-server's --ctx-checkpoints); nil where the backend takes none.
+	Checkpoints *CheckpointStats
+}
+
+// CheckpointStats are context checkpoints' settings, what they hold now,
+// and running totals since the backend loaded. A checkpoint is the part of
+// a sequence's memory that cannot be cut back (a hybrid's recurrent state,
+// a sliding window), saved in host memory so that a prompt parting from the
+// sequence resumes there rather than from its start.
+type CheckpointStats struct {
+	MaxPerSlot, MinStep int   // ctx_checkpoints, checkpoint_min_step
+	BudgetBytes         int64 // checkpoint_ram; -1: no limit in bytes
+	Held, Bytes         int64 // checkpoints held now by all slots, and their bytes
+	// Taken and Restored count checkpoints saved and restored; Dropped those
+	// given up to the count per slot, the spacing or the budget; TokensSaved
+	// the prompt tokens restores spared evaluating; OverBudget checkpoints
+	// not kept, larger than the whole budget.
+	Taken, Restored, Dropped, TokensSaved, OverBudget uint64
+	// Slots are each slot's holdings, by slot.
+	Slots []SlotCheckpoints
+}
+
+// SlotCheckpoints are one slot's checkpoints held and their bytes.
+type SlotCheckpoints struct {
+	Held  int
+	Bytes int64
 }
 
 // PromptCacheStats is a prompt cache's figures: what it holds now, and

@@ -43,6 +43,7 @@ func backendInfoToPB(i BackendInfo) *backendv1.BackendInfo {
 		RerankTemplate: i.RerankTemplate,
 		NBatch:         int64(i.NBatch),
 		Pooling:        i.Pooling,
+		Checkpoints:    checkpointsToPB(i.Checkpoints),
 	}
 }
 
@@ -80,7 +81,40 @@ func backendInfoFromPB(p *backendv1.BackendInfo) BackendInfo {
 		RerankTemplate: p.GetRerankTemplate(),
 		NBatch:         int(p.GetNBatch()),
 		Pooling:        p.GetPooling(),
+		Checkpoints:    checkpointsFromPB(p.GetCheckpoints()),
 	}
+}
+
+func checkpointsToPB(c *CheckpointStats) *backendv1.CheckpointStats {
+	if c == nil {
+		return nil
+	}
+	p := &backendv1.CheckpointStats{MaxPerSlot: int64(c.MaxPerSlot), MinStep: int64(c.MinStep), BudgetBytes: c.BudgetBytes,
+		Held: c.Held, Bytes: c.Bytes, Taken: c.Taken, Restored: c.Restored, Dropped: c.Dropped, TokensSaved: c.TokensSaved,
+		OverBudget: c.OverBudget}
+	for _, s := range c.Slots {
+		p.SlotHeld = append(p.SlotHeld, int64(s.Held))
+		p.SlotBytes = append(p.SlotBytes, s.Bytes)
+	}
+	return p
+}
+
+func checkpointsFromPB(p *backendv1.CheckpointStats) *CheckpointStats {
+	if p == nil {
+		return nil
+	}
+	c := &CheckpointStats{MaxPerSlot: int(p.GetMaxPerSlot()), MinStep: int(p.GetMinStep()), BudgetBytes: p.GetBudgetBytes(),
+		Held: p.GetHeld(), Bytes: p.GetBytes(), Taken: p.GetTaken(), Restored: p.GetRestored(), Dropped: p.GetDropped(),
+		TokensSaved: p.GetTokensSaved(), OverBudget: p.GetOverBudget()}
+	held, bytes := p.GetSlotHeld(), p.GetSlotBytes()
+	for i := range held {
+		var b int64
+		if i < len(bytes) {
+			b = bytes[i]
+		}
+		c.Slots = append(c.Slots, SlotCheckpoints{Held: int(held[i]), Bytes: b})
+	}
+	return c
 }
 
 func promptCacheToPB(c *PromptCacheStats) *backendv1.PromptCacheStats {

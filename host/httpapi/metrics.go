@@ -76,6 +76,7 @@ type metrics struct {
 	queueLen                                                                    func() int
 	llama                                                                       llamaCompat
 	cache                                                                       promptCacheDescs
+	ckpt                                                                        checkpointDescs
 }
 
 // llamaCompat are llama-server's metrics where one of ours means the same,
@@ -206,6 +207,7 @@ func newMetrics(s *host.Server) *metrics {
 			"HTTP completions waiting for a slot.", nil, nil),
 		llama: newLlamaCompat(),
 		cache: newPromptCacheDescs(),
+		ckpt:  newCheckpointDescs(),
 	}
 	m.reg.MustRegister(m, m.transferSeconds, m.transferBytes, m.tokensPerSecond, m.httpRequests, m.queueSeconds, m.ttft, m.interToken,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -254,6 +256,9 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range m.cache.descs() {
 		ch <- d
 	}
+	for _, d := range m.ckpt.descs() {
+		ch <- d
+	}
 }
 
 // Collect reads the running totals at scrape time.
@@ -278,7 +283,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	m.collectLimits(ch)
 	m.collectLlama(ch, prefill, decode, busy)
-	m.collectPromptCache(ch)
+	m.collectBackend(ch)
 	_, info := s.Backend()
 	ch <- prometheus.MustNewConstMetric(m.info, prometheus.GaugeValue, 1,
 		s.Config().Version, info.Name, info.Version, info.Model.Alias, info.Model.Hash)

@@ -5,6 +5,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -51,8 +52,9 @@ func (c promptCacheDescs) descs() []*prometheus.Desc {
 		c.restores, c.restoredBytes, c.restoreSeconds, c.evictions, c.skipped, c.failures}
 }
 
-// collectPromptCache asks the backend for its prompt cache's figures.
-func (m *metrics) collectPromptCache(ch chan<- prometheus.Metric) {
+// collectBackend asks the backend for the figures it keeps itself: its
+// prompt cache's and its context checkpoints'.
+func (m *metrics) collectBackend(ch chan<- prometheus.Metric) {
 	b, _ := m.s.Backend()
 	if b == nil {
 		return
@@ -60,10 +62,20 @@ func (m *metrics) collectPromptCache(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), promptCacheAsk)
 	defer cancel()
 	info, err := b.Info(ctx)
-	if err != nil || info.PromptCache == nil {
+	if err != nil {
 		return
 	}
-	p, d := info.PromptCache, m.cache
+	m.collectPromptCache(ch, info.PromptCache)
+	m.collectCheckpoints(ch, info.Checkpoints)
+}
+
+// collectPromptCache writes the prompt cache's series from the backend's
+// figures p (nil: it keeps none).
+func (m *metrics) collectPromptCache(ch chan<- prometheus.Metric, p *iface.PromptCacheStats) {
+	if p == nil {
+		return
+	}
+	d := m.cache
 	gauge := func(desc *prometheus.Desc, v float64) {
 		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v)
 	}

@@ -30,6 +30,14 @@ type slotStatus struct {
 	Holder         string      `json:"holder"` // who put the slot's sequence there: none, rpc, http
 	Params         slotParams  `json:"params"`
 	NextToken      []nextToken `json:"next_token"`
+	// Checkpoints are the slot's context checkpoints (not llama-server's);
+	// absent where the backend takes none.
+	Checkpoints *slotCheckpoints `json:"checkpoints,omitempty"`
+}
+
+type slotCheckpoints struct {
+	N     int   `json:"n"`
+	Bytes int64 `json:"bytes"`
 }
 
 // slotParams are the sampling parameters of the slot's last completion
@@ -49,7 +57,15 @@ type nextToken struct {
 // listSlots answers from the slot table, so it never waits for a busy slot.
 // The task fields describe the slot's last HTTP completion (id_task -1: none).
 func (a *api) listSlots(w http.ResponseWriter, r *http.Request) {
-	_, info := a.s.Backend()
+	b, info := a.s.Backend()
+	var ckpts []iface.SlotCheckpoints
+	if b != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), promptCacheAsk)
+		if now, err := b.Info(ctx); err == nil && now.Checkpoints != nil {
+			ckpts = now.Checkpoints.Slots
+		}
+		cancel()
+	}
 	views := a.s.Slots()
 	out := make([]slotStatus, len(views))
 	a.mu.Lock()
@@ -65,6 +81,9 @@ func (a *api) listSlots(w http.ResponseWriter, r *http.Request) {
 		}
 		ss.NRemain = nt.NRemain
 		ss.NextToken = []nextToken{nt}
+		if i < len(ckpts) {
+			ss.Checkpoints = &slotCheckpoints{N: ckpts[i].Held, Bytes: ckpts[i].Bytes}
+		}
 		out[i] = ss
 	}
 	writeJSON(w, http.StatusOK, out)

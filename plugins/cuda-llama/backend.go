@@ -666,6 +666,7 @@ func (b *Backend) Info(ctx context.Context) (iface.BackendInfo, error) {
 	}
 	info := e.infoNow()
 	info.PromptCache = e.pcache.Stats()
+	info.Checkpoints = e.checkpointStats()
 	return info, nil
 }
 

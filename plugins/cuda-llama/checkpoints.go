@@ -5,6 +5,7 @@ package cudallama
 import (
 	"time"
 
+	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/internal/promptcache"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/ckpt"
 )
@@ -32,6 +33,23 @@ func (e *engine) checkpointsText(o ckptOptions) string {
 		return "none needed: the memory can be cut anywhere"
 	}
 	return o.ckptText()
+}
+
+// checkpointStats are the checkpoints' settings and figures for Info; nil
+// where none are taken.
+func (e *engine) checkpointStats() *iface.CheckpointStats {
+	if !e.ckpts.Enabled() {
+		return nil
+	}
+	st, r := e.ckpts.Stats(), e.ckpts.Rules()
+	out := &iface.CheckpointStats{MaxPerSlot: r.Max, MinStep: r.MinStep, BudgetBytes: e.ckpts.Budget(),
+		Held: int64(st.Held), Bytes: st.Bytes, Taken: st.Taken, Restored: st.Restored, Dropped: st.Dropped,
+		TokensSaved: st.TokensSaved, OverBudget: st.OverBudget}
+	for i := range e.slots {
+		n, b := e.ckpts.Slot(i)
+		out.Slots = append(out.Slots, iface.SlotCheckpoints{Held: n, Bytes: b})
+	}
+	return out
 }
 
 // chunkEnd is where the next chunk of j's prompt ends when room tokens of

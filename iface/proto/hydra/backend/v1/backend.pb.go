@@ -134,7 +134,10 @@ type BackendInfo struct {
 	NBatch int64 `protobuf:"varint,26,opt,name=n_batch,json=nBatch,proto3" json:"n_batch,omitempty"`
 	// The pooling of the embeddings Embed returns: none, mean, cls, last or
 	// rank; "" where the backend serves no embeddings.
-	Pooling       string `protobuf:"bytes,27,opt,name=pooling,proto3" json:"pooling,omitempty"`
+	Pooling string `protobuf:"bytes,27,opt,name=pooling,proto3" json:"pooling,omitempty"`
+	// Context checkpoints' settings and figures now; unset where the
+	// backend takes none.
+	Checkpoints   *CheckpointStats `protobuf:"bytes,28,opt,name=checkpoints,proto3" json:"checkpoints,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -358,6 +361,148 @@ func (x *BackendInfo) GetPooling() string {
 	return ""
 }
 
+func (x *BackendInfo) GetCheckpoints() *CheckpointStats {
+	if x != nil {
+		return x.Checkpoints
+	}
+	return nil
+}
+
+// CheckpointStats are context checkpoints' settings, holdings and running
+// totals (iface.CheckpointStats).
+type CheckpointStats struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	MaxPerSlot  int64                  `protobuf:"varint,1,opt,name=max_per_slot,json=maxPerSlot,proto3" json:"max_per_slot,omitempty"`
+	MinStep     int64                  `protobuf:"varint,2,opt,name=min_step,json=minStep,proto3" json:"min_step,omitempty"`
+	BudgetBytes int64                  `protobuf:"varint,3,opt,name=budget_bytes,json=budgetBytes,proto3" json:"budget_bytes,omitempty"` // -1: no limit in bytes
+	Held        int64                  `protobuf:"varint,4,opt,name=held,proto3" json:"held,omitempty"`
+	Bytes       int64                  `protobuf:"varint,5,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	Taken       uint64                 `protobuf:"varint,6,opt,name=taken,proto3" json:"taken,omitempty"`
+	Restored    uint64                 `protobuf:"varint,7,opt,name=restored,proto3" json:"restored,omitempty"`
+	Dropped     uint64                 `protobuf:"varint,8,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	TokensSaved uint64                 `protobuf:"varint,9,opt,name=tokens_saved,json=tokensSaved,proto3" json:"tokens_saved,omitempty"`
+	OverBudget  uint64                 `protobuf:"varint,10,opt,name=over_budget,json=overBudget,proto3" json:"over_budget,omitempty"`
+	// Each slot's checkpoints held and their bytes, by slot.
+	SlotHeld      []int64 `protobuf:"varint,11,rep,packed,name=slot_held,json=slotHeld,proto3" json:"slot_held,omitempty"`
+	SlotBytes     []int64 `protobuf:"varint,12,rep,packed,name=slot_bytes,json=slotBytes,proto3" json:"slot_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointStats) Reset() {
+	*x = CheckpointStats{}
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointStats) ProtoMessage() {}
+
+func (x *CheckpointStats) ProtoReflect() protoreflect.Message {
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointStats.ProtoReflect.Descriptor instead.
+func (*CheckpointStats) Descriptor() ([]byte, []int) {
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *CheckpointStats) GetMaxPerSlot() int64 {
+	if x != nil {
+		return x.MaxPerSlot
+	}
+	return 0
+}
+
+func (x *CheckpointStats) GetMinStep() int64 {
+	if x != nil {
+		return x.MinStep
+	}
+	return 0
+}
+
+func (x *CheckpointStats) GetBudgetBytes() int64 {
+	if x != nil {
+		return x.BudgetBytes
+	}
+	return 0
+}
+
+func (x *CheckpointStats) GetHeld() int64 {
+	if x != nil {
+		return x.Held
+	}
+	return 0
+}
+
+func (x *CheckpointStats) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *CheckpointStats) GetTaken() uint64 {
+	if x != nil {
+		return x.Taken
+	}
+	return 0
+}
+
+func (x *CheckpointStats) GetRestored() uint64 {
+	if x != nil {
+		return x.Restored
+	}
+	return 0
+}
+
+func (x *CheckpointStats) GetDropped() uint64 {
+	if x != nil {
+		return x.Dropped
+	}
+	return 0
+}
+
+func (x *CheckpointStats) GetTokensSaved() uint64 {
+	if x != nil {
+		return x.TokensSaved
+	}
+	return 0
+}
+
+func (x *CheckpointStats) GetOverBudget() uint64 {
+	if x != nil {
+		return x.OverBudget
+	}
+	return 0
+}
+
+func (x *CheckpointStats) GetSlotHeld() []int64 {
+	if x != nil {
+		return x.SlotHeld
+	}
+	return nil
+}
+
+func (x *CheckpointStats) GetSlotBytes() []int64 {
+	if x != nil {
+		return x.SlotBytes
+	}
+	return nil
+}
+
 // PromptCacheStats is a prompt cache's holdings and running totals
 // (iface.PromptCacheStats).
 type PromptCacheStats struct {
@@ -384,7 +529,7 @@ type PromptCacheStats struct {
 
 func (x *PromptCacheStats) Reset() {
 	*x = PromptCacheStats{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[2]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -396,7 +541,7 @@ func (x *PromptCacheStats) String() string {
 func (*PromptCacheStats) ProtoMessage() {}
 
 func (x *PromptCacheStats) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[2]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -409,7 +554,7 @@ func (x *PromptCacheStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptCacheStats.ProtoReflect.Descriptor instead.
 func (*PromptCacheStats) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{2}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *PromptCacheStats) GetBudgetBytes() int64 {
@@ -546,7 +691,7 @@ type SpecialTokens struct {
 
 func (x *SpecialTokens) Reset() {
 	*x = SpecialTokens{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[3]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -558,7 +703,7 @@ func (x *SpecialTokens) String() string {
 func (*SpecialTokens) ProtoMessage() {}
 
 func (x *SpecialTokens) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[3]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -571,7 +716,7 @@ func (x *SpecialTokens) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpecialTokens.ProtoReflect.Descriptor instead.
 func (*SpecialTokens) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{3}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SpecialTokens) GetBos() int32 {
@@ -669,7 +814,7 @@ type LoadRequest struct {
 
 func (x *LoadRequest) Reset() {
 	*x = LoadRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[4]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -681,7 +826,7 @@ func (x *LoadRequest) String() string {
 func (*LoadRequest) ProtoMessage() {}
 
 func (x *LoadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[4]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -694,7 +839,7 @@ func (x *LoadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadRequest.ProtoReflect.Descriptor instead.
 func (*LoadRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{4}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *LoadRequest) GetModel() string {
@@ -727,7 +872,7 @@ type LoadResponse struct {
 
 func (x *LoadResponse) Reset() {
 	*x = LoadResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[5]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -739,7 +884,7 @@ func (x *LoadResponse) String() string {
 func (*LoadResponse) ProtoMessage() {}
 
 func (x *LoadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[5]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -752,7 +897,7 @@ func (x *LoadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadResponse.ProtoReflect.Descriptor instead.
 func (*LoadResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{5}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *LoadResponse) GetInfo() *BackendInfo {
@@ -770,7 +915,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[6]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -782,7 +927,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[6]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -795,7 +940,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{6}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{7}
 }
 
 type InfoResponse struct {
@@ -807,7 +952,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[7]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -819,7 +964,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[7]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -832,7 +977,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{7}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *InfoResponse) GetInfo() *BackendInfo {
@@ -854,7 +999,7 @@ type SlotInfo struct {
 
 func (x *SlotInfo) Reset() {
 	*x = SlotInfo{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[8]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -866,7 +1011,7 @@ func (x *SlotInfo) String() string {
 func (*SlotInfo) ProtoMessage() {}
 
 func (x *SlotInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[8]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -879,7 +1024,7 @@ func (x *SlotInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotInfo.ProtoReflect.Descriptor instead.
 func (*SlotInfo) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{8}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SlotInfo) GetSlot() int64 {
@@ -919,7 +1064,7 @@ type SlotRequest struct {
 
 func (x *SlotRequest) Reset() {
 	*x = SlotRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[9]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -931,7 +1076,7 @@ func (x *SlotRequest) String() string {
 func (*SlotRequest) ProtoMessage() {}
 
 func (x *SlotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[9]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -944,7 +1089,7 @@ func (x *SlotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotRequest.ProtoReflect.Descriptor instead.
 func (*SlotRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{9}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SlotRequest) GetSlot() int64 {
@@ -963,7 +1108,7 @@ type SlotResponse struct {
 
 func (x *SlotResponse) Reset() {
 	*x = SlotResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[10]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -975,7 +1120,7 @@ func (x *SlotResponse) String() string {
 func (*SlotResponse) ProtoMessage() {}
 
 func (x *SlotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[10]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -988,7 +1133,7 @@ func (x *SlotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotResponse.ProtoReflect.Descriptor instead.
 func (*SlotResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{10}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SlotResponse) GetSlot() *SlotInfo {
@@ -1007,7 +1152,7 @@ type ClearSlotRequest struct {
 
 func (x *ClearSlotRequest) Reset() {
 	*x = ClearSlotRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[11]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1019,7 +1164,7 @@ func (x *ClearSlotRequest) String() string {
 func (*ClearSlotRequest) ProtoMessage() {}
 
 func (x *ClearSlotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[11]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1032,7 +1177,7 @@ func (x *ClearSlotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearSlotRequest.ProtoReflect.Descriptor instead.
 func (*ClearSlotRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{11}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ClearSlotRequest) GetSlot() int64 {
@@ -1050,7 +1195,7 @@ type ClearSlotResponse struct {
 
 func (x *ClearSlotResponse) Reset() {
 	*x = ClearSlotResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[12]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1062,7 +1207,7 @@ func (x *ClearSlotResponse) String() string {
 func (*ClearSlotResponse) ProtoMessage() {}
 
 func (x *ClearSlotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[12]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1075,7 +1220,7 @@ func (x *ClearSlotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearSlotResponse.ProtoReflect.Descriptor instead.
 func (*ClearSlotResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{12}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{13}
 }
 
 type Message struct {
@@ -1092,7 +1237,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[13]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1104,7 +1249,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[13]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1117,7 +1262,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{13}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Message) GetRole() string {
@@ -1173,7 +1318,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[14]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1185,7 +1330,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[14]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1198,7 +1343,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{14}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ToolCall) GetId() string {
@@ -1252,7 +1397,7 @@ type PrefillRequest struct {
 
 func (x *PrefillRequest) Reset() {
 	*x = PrefillRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[15]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1264,7 +1409,7 @@ func (x *PrefillRequest) String() string {
 func (*PrefillRequest) ProtoMessage() {}
 
 func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[15]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1277,7 +1422,7 @@ func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillRequest.ProtoReflect.Descriptor instead.
 func (*PrefillRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{15}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PrefillRequest) GetSlot() int64 {
@@ -1382,7 +1527,7 @@ type TokenizeOptions struct {
 
 func (x *TokenizeOptions) Reset() {
 	*x = TokenizeOptions{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[16]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1394,7 +1539,7 @@ func (x *TokenizeOptions) String() string {
 func (*TokenizeOptions) ProtoMessage() {}
 
 func (x *TokenizeOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[16]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1407,7 +1552,7 @@ func (x *TokenizeOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenizeOptions.ProtoReflect.Descriptor instead.
 func (*TokenizeOptions) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{16}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TokenizeOptions) GetAddSpecial() bool {
@@ -1445,7 +1590,7 @@ type PrefillResponse struct {
 
 func (x *PrefillResponse) Reset() {
 	*x = PrefillResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[17]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1457,7 +1602,7 @@ func (x *PrefillResponse) String() string {
 func (*PrefillResponse) ProtoMessage() {}
 
 func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[17]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1470,7 +1615,7 @@ func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillResponse.ProtoReflect.Descriptor instead.
 func (*PrefillResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{17}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PrefillResponse) GetSlot() *SlotInfo {
@@ -1513,7 +1658,7 @@ type TokenizeResponse struct {
 
 func (x *TokenizeResponse) Reset() {
 	*x = TokenizeResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[18]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1525,7 +1670,7 @@ func (x *TokenizeResponse) String() string {
 func (*TokenizeResponse) ProtoMessage() {}
 
 func (x *TokenizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[18]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1538,7 +1683,7 @@ func (x *TokenizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenizeResponse.ProtoReflect.Descriptor instead.
 func (*TokenizeResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{18}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *TokenizeResponse) GetTokens() []int32 {
@@ -1588,7 +1733,7 @@ type SamplerParams struct {
 
 func (x *SamplerParams) Reset() {
 	*x = SamplerParams{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[19]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1600,7 +1745,7 @@ func (x *SamplerParams) String() string {
 func (*SamplerParams) ProtoMessage() {}
 
 func (x *SamplerParams) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[19]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1613,7 +1758,7 @@ func (x *SamplerParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamplerParams.ProtoReflect.Descriptor instead.
 func (*SamplerParams) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{19}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SamplerParams) GetTemperature() float32 {
@@ -1717,7 +1862,7 @@ type DecodeRequest struct {
 
 func (x *DecodeRequest) Reset() {
 	*x = DecodeRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1729,7 +1874,7 @@ func (x *DecodeRequest) String() string {
 func (*DecodeRequest) ProtoMessage() {}
 
 func (x *DecodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1742,7 +1887,7 @@ func (x *DecodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeRequest.ProtoReflect.Descriptor instead.
 func (*DecodeRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{20}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DecodeRequest) GetSlot() int64 {
@@ -1821,7 +1966,7 @@ type SpeculativeParams struct {
 
 func (x *SpeculativeParams) Reset() {
 	*x = SpeculativeParams{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1833,7 +1978,7 @@ func (x *SpeculativeParams) String() string {
 func (*SpeculativeParams) ProtoMessage() {}
 
 func (x *SpeculativeParams) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1846,7 +1991,7 @@ func (x *SpeculativeParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpeculativeParams.ProtoReflect.Descriptor instead.
 func (*SpeculativeParams) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{21}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SpeculativeParams) GetNMax() int32 {
@@ -1884,7 +2029,7 @@ type Output struct {
 
 func (x *Output) Reset() {
 	*x = Output{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1896,7 +2041,7 @@ func (x *Output) String() string {
 func (*Output) ProtoMessage() {}
 
 func (x *Output) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1909,7 +2054,7 @@ func (x *Output) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Output.ProtoReflect.Descriptor instead.
 func (*Output) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{22}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Output) GetChat() *PrefillRequest {
@@ -1959,7 +2104,7 @@ type ReasoningBudget struct {
 
 func (x *ReasoningBudget) Reset() {
 	*x = ReasoningBudget{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1971,7 +2116,7 @@ func (x *ReasoningBudget) String() string {
 func (*ReasoningBudget) ProtoMessage() {}
 
 func (x *ReasoningBudget) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1984,7 +2129,7 @@ func (x *ReasoningBudget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReasoningBudget.ProtoReflect.Descriptor instead.
 func (*ReasoningBudget) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{23}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReasoningBudget) GetTokens() int32 {
@@ -2016,7 +2161,7 @@ type ChatDelta struct {
 
 func (x *ChatDelta) Reset() {
 	*x = ChatDelta{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2028,7 +2173,7 @@ func (x *ChatDelta) String() string {
 func (*ChatDelta) ProtoMessage() {}
 
 func (x *ChatDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2041,7 +2186,7 @@ func (x *ChatDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChatDelta.ProtoReflect.Descriptor instead.
 func (*ChatDelta) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{24}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ChatDelta) GetContent() string {
@@ -2098,7 +2243,7 @@ type ChatReply struct {
 
 func (x *ChatReply) Reset() {
 	*x = ChatReply{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2110,7 +2255,7 @@ func (x *ChatReply) String() string {
 func (*ChatReply) ProtoMessage() {}
 
 func (x *ChatReply) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2123,7 +2268,7 @@ func (x *ChatReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChatReply.ProtoReflect.Descriptor instead.
 func (*ChatReply) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{25}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ChatReply) GetContent() string {
@@ -2158,7 +2303,7 @@ type TokenProb struct {
 
 func (x *TokenProb) Reset() {
 	*x = TokenProb{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2170,7 +2315,7 @@ func (x *TokenProb) String() string {
 func (*TokenProb) ProtoMessage() {}
 
 func (x *TokenProb) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2183,7 +2328,7 @@ func (x *TokenProb) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenProb.ProtoReflect.Descriptor instead.
 func (*TokenProb) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{26}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *TokenProb) GetId() int32 {
@@ -2223,7 +2368,7 @@ type Token struct {
 
 func (x *Token) Reset() {
 	*x = Token{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2235,7 +2380,7 @@ func (x *Token) String() string {
 func (*Token) ProtoMessage() {}
 
 func (x *Token) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2248,7 +2393,7 @@ func (x *Token) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Token.ProtoReflect.Descriptor instead.
 func (*Token) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{27}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Token) GetId() int32 {
@@ -2305,7 +2450,7 @@ type DecodeResult struct {
 
 func (x *DecodeResult) Reset() {
 	*x = DecodeResult{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2317,7 +2462,7 @@ func (x *DecodeResult) String() string {
 func (*DecodeResult) ProtoMessage() {}
 
 func (x *DecodeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2330,7 +2475,7 @@ func (x *DecodeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeResult.ProtoReflect.Descriptor instead.
 func (*DecodeResult) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{28}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DecodeResult) GetTokensGenerated() int64 {
@@ -2401,7 +2546,7 @@ type PromptResult struct {
 
 func (x *PromptResult) Reset() {
 	*x = PromptResult{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2413,7 +2558,7 @@ func (x *PromptResult) String() string {
 func (*PromptResult) ProtoMessage() {}
 
 func (x *PromptResult) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2426,7 +2571,7 @@ func (x *PromptResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptResult.ProtoReflect.Descriptor instead.
 func (*PromptResult) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{29}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PromptResult) GetNTokens() int64 {
@@ -2470,7 +2615,7 @@ type DecodeResponse struct {
 
 func (x *DecodeResponse) Reset() {
 	*x = DecodeResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2482,7 +2627,7 @@ func (x *DecodeResponse) String() string {
 func (*DecodeResponse) ProtoMessage() {}
 
 func (x *DecodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2495,7 +2640,7 @@ func (x *DecodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeResponse.ProtoReflect.Descriptor instead.
 func (*DecodeResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{30}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DecodeResponse) GetEvent() isDecodeResponse_Event {
@@ -2549,7 +2694,7 @@ type StateGetRequest struct {
 
 func (x *StateGetRequest) Reset() {
 	*x = StateGetRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2561,7 +2706,7 @@ func (x *StateGetRequest) String() string {
 func (*StateGetRequest) ProtoMessage() {}
 
 func (x *StateGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2574,7 +2719,7 @@ func (x *StateGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateGetRequest.ProtoReflect.Descriptor instead.
 func (*StateGetRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{31}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StateGetRequest) GetSlot() int64 {
@@ -2600,7 +2745,7 @@ type StateGetResponse struct {
 
 func (x *StateGetResponse) Reset() {
 	*x = StateGetResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2612,7 +2757,7 @@ func (x *StateGetResponse) String() string {
 func (*StateGetResponse) ProtoMessage() {}
 
 func (x *StateGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2625,7 +2770,7 @@ func (x *StateGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateGetResponse.ProtoReflect.Descriptor instead.
 func (*StateGetResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{32}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *StateGetResponse) GetData() []byte {
@@ -2646,7 +2791,7 @@ type StatePutHeader struct {
 
 func (x *StatePutHeader) Reset() {
 	*x = StatePutHeader{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2658,7 +2803,7 @@ func (x *StatePutHeader) String() string {
 func (*StatePutHeader) ProtoMessage() {}
 
 func (x *StatePutHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2671,7 +2816,7 @@ func (x *StatePutHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatePutHeader.ProtoReflect.Descriptor instead.
 func (*StatePutHeader) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{33}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *StatePutHeader) GetSlot() int64 {
@@ -2708,7 +2853,7 @@ type StatePutRequest struct {
 
 func (x *StatePutRequest) Reset() {
 	*x = StatePutRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[34]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2720,7 +2865,7 @@ func (x *StatePutRequest) String() string {
 func (*StatePutRequest) ProtoMessage() {}
 
 func (x *StatePutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[34]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2733,7 +2878,7 @@ func (x *StatePutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatePutRequest.ProtoReflect.Descriptor instead.
 func (*StatePutRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{34}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *StatePutRequest) GetMsg() isStatePutRequest_Msg {
@@ -2786,7 +2931,7 @@ type StatePutResponse struct {
 
 func (x *StatePutResponse) Reset() {
 	*x = StatePutResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2798,7 +2943,7 @@ func (x *StatePutResponse) String() string {
 func (*StatePutResponse) ProtoMessage() {}
 
 func (x *StatePutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2811,7 +2956,7 @@ func (x *StatePutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatePutResponse.ProtoReflect.Descriptor instead.
 func (*StatePutResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{35}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *StatePutResponse) GetConsumed() int64 {
@@ -2830,7 +2975,7 @@ type SetExpertModeRequest struct {
 
 func (x *SetExpertModeRequest) Reset() {
 	*x = SetExpertModeRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[36]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2842,7 +2987,7 @@ func (x *SetExpertModeRequest) String() string {
 func (*SetExpertModeRequest) ProtoMessage() {}
 
 func (x *SetExpertModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[36]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2855,7 +3000,7 @@ func (x *SetExpertModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetExpertModeRequest.ProtoReflect.Descriptor instead.
 func (*SetExpertModeRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{36}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SetExpertModeRequest) GetMode() string {
@@ -2874,7 +3019,7 @@ type SetExpertModeResponse struct {
 
 func (x *SetExpertModeResponse) Reset() {
 	*x = SetExpertModeResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[37]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2886,7 +3031,7 @@ func (x *SetExpertModeResponse) String() string {
 func (*SetExpertModeResponse) ProtoMessage() {}
 
 func (x *SetExpertModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[37]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2899,7 +3044,7 @@ func (x *SetExpertModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetExpertModeResponse.ProtoReflect.Descriptor instead.
 func (*SetExpertModeResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{37}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SetExpertModeResponse) GetMode() string {
@@ -2919,7 +3064,7 @@ type SwapQuantRequest struct {
 
 func (x *SwapQuantRequest) Reset() {
 	*x = SwapQuantRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[38]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2931,7 +3076,7 @@ func (x *SwapQuantRequest) String() string {
 func (*SwapQuantRequest) ProtoMessage() {}
 
 func (x *SwapQuantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[38]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2944,7 +3089,7 @@ func (x *SwapQuantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SwapQuantRequest.ProtoReflect.Descriptor instead.
 func (*SwapQuantRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{38}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SwapQuantRequest) GetQuantKey() string {
@@ -2973,7 +3118,7 @@ type SwapQuantResponse struct {
 
 func (x *SwapQuantResponse) Reset() {
 	*x = SwapQuantResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[39]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2985,7 +3130,7 @@ func (x *SwapQuantResponse) String() string {
 func (*SwapQuantResponse) ProtoMessage() {}
 
 func (x *SwapQuantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[39]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2998,7 +3143,7 @@ func (x *SwapQuantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SwapQuantResponse.ProtoReflect.Descriptor instead.
 func (*SwapQuantResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{39}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SwapQuantResponse) GetSwapped() int64 {
@@ -3037,7 +3182,7 @@ type DataPlaneRequest struct {
 
 func (x *DataPlaneRequest) Reset() {
 	*x = DataPlaneRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[40]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3049,7 +3194,7 @@ func (x *DataPlaneRequest) String() string {
 func (*DataPlaneRequest) ProtoMessage() {}
 
 func (x *DataPlaneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[40]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3062,7 +3207,7 @@ func (x *DataPlaneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataPlaneRequest.ProtoReflect.Descriptor instead.
 func (*DataPlaneRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{40}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{41}
 }
 
 type DataPlaneResponse struct {
@@ -3090,7 +3235,7 @@ type DataPlaneResponse struct {
 
 func (x *DataPlaneResponse) Reset() {
 	*x = DataPlaneResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[41]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3102,7 +3247,7 @@ func (x *DataPlaneResponse) String() string {
 func (*DataPlaneResponse) ProtoMessage() {}
 
 func (x *DataPlaneResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[41]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3115,7 +3260,7 @@ func (x *DataPlaneResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataPlaneResponse.ProtoReflect.Descriptor instead.
 func (*DataPlaneResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{41}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DataPlaneResponse) GetShm() bool {
@@ -3181,7 +3326,7 @@ type ShmTransfer struct {
 
 func (x *ShmTransfer) Reset() {
 	*x = ShmTransfer{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[42]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3193,7 +3338,7 @@ func (x *ShmTransfer) String() string {
 func (*ShmTransfer) ProtoMessage() {}
 
 func (x *ShmTransfer) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[42]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3206,7 +3351,7 @@ func (x *ShmTransfer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShmTransfer.ProtoReflect.Descriptor instead.
 func (*ShmTransfer) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{42}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ShmTransfer) GetId() uint64 {
@@ -3254,7 +3399,7 @@ type StateGetShmRequest struct {
 
 func (x *StateGetShmRequest) Reset() {
 	*x = StateGetShmRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[43]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3266,7 +3411,7 @@ func (x *StateGetShmRequest) String() string {
 func (*StateGetShmRequest) ProtoMessage() {}
 
 func (x *StateGetShmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[43]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3279,7 +3424,7 @@ func (x *StateGetShmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateGetShmRequest.ProtoReflect.Descriptor instead.
 func (*StateGetShmRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{43}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *StateGetShmRequest) GetSlot() int64 {
@@ -3305,7 +3450,7 @@ type StateGetShmResponse struct {
 
 func (x *StateGetShmResponse) Reset() {
 	*x = StateGetShmResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[44]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3317,7 +3462,7 @@ func (x *StateGetShmResponse) String() string {
 func (*StateGetShmResponse) ProtoMessage() {}
 
 func (x *StateGetShmResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[44]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3330,7 +3475,7 @@ func (x *StateGetShmResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateGetShmResponse.ProtoReflect.Descriptor instead.
 func (*StateGetShmResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{44}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *StateGetShmResponse) GetWritten() int64 {
@@ -3358,7 +3503,7 @@ type StatePutShmRequest struct {
 
 func (x *StatePutShmRequest) Reset() {
 	*x = StatePutShmRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[45]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3370,7 +3515,7 @@ func (x *StatePutShmRequest) String() string {
 func (*StatePutShmRequest) ProtoMessage() {}
 
 func (x *StatePutShmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[45]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3383,7 +3528,7 @@ func (x *StatePutShmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatePutShmRequest.ProtoReflect.Descriptor instead.
 func (*StatePutShmRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{45}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *StatePutShmRequest) GetSlot() int64 {
@@ -3437,7 +3582,7 @@ type TokenList struct {
 
 func (x *TokenList) Reset() {
 	*x = TokenList{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[46]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3449,7 +3594,7 @@ func (x *TokenList) String() string {
 func (*TokenList) ProtoMessage() {}
 
 func (x *TokenList) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[46]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3462,7 +3607,7 @@ func (x *TokenList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenList.ProtoReflect.Descriptor instead.
 func (*TokenList) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{46}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *TokenList) GetTokens() []int32 {
@@ -3485,7 +3630,7 @@ type EmbedRequest struct {
 
 func (x *EmbedRequest) Reset() {
 	*x = EmbedRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[47]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3497,7 +3642,7 @@ func (x *EmbedRequest) String() string {
 func (*EmbedRequest) ProtoMessage() {}
 
 func (x *EmbedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[47]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3510,7 +3655,7 @@ func (x *EmbedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EmbedRequest.ProtoReflect.Descriptor instead.
 func (*EmbedRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{47}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *EmbedRequest) GetInputs() []*TokenList {
@@ -3540,7 +3685,7 @@ type Embedding struct {
 
 func (x *Embedding) Reset() {
 	*x = Embedding{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[48]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3552,7 +3697,7 @@ func (x *Embedding) String() string {
 func (*Embedding) ProtoMessage() {}
 
 func (x *Embedding) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[48]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3565,7 +3710,7 @@ func (x *Embedding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Embedding.ProtoReflect.Descriptor instead.
 func (*Embedding) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{48}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Embedding) GetValues() []float32 {
@@ -3598,7 +3743,7 @@ type EmbedResponse struct {
 
 func (x *EmbedResponse) Reset() {
 	*x = EmbedResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[49]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3610,7 +3755,7 @@ func (x *EmbedResponse) String() string {
 func (*EmbedResponse) ProtoMessage() {}
 
 func (x *EmbedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[49]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3623,7 +3768,7 @@ func (x *EmbedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EmbedResponse.ProtoReflect.Descriptor instead.
 func (*EmbedResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{49}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *EmbedResponse) GetEmbeddings() []*Embedding {
@@ -3641,7 +3786,7 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\rModelIdentity\x12\x14\n" +
 	"\x05alias\x18\x01 \x01(\tR\x05alias\x12\x12\n" +
 	"\x04hash\x18\x02 \x01(\tR\x04hash\x12\x12\n" +
-	"\x04path\x18\x03 \x01(\tR\x04path\"\xab\a\n" +
+	"\x04path\x18\x03 \x01(\tR\x04path\"\xf0\a\n" +
 	"\vBackendInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x125\n" +
@@ -3676,7 +3821,25 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\aspecial\x18\x18 \x01(\v2\x1f.hydra.backend.v1.SpecialTokensR\aspecial\x12'\n" +
 	"\x0frerank_template\x18\x19 \x01(\tR\x0ererankTemplate\x12\x17\n" +
 	"\an_batch\x18\x1a \x01(\x03R\x06nBatch\x12\x18\n" +
-	"\apooling\x18\x1b \x01(\tR\apooling\"\xf3\x03\n" +
+	"\apooling\x18\x1b \x01(\tR\apooling\x12C\n" +
+	"\vcheckpoints\x18\x1c \x01(\v2!.hydra.backend.v1.CheckpointStatsR\vcheckpoints\"\xe7\x02\n" +
+	"\x0fCheckpointStats\x12 \n" +
+	"\fmax_per_slot\x18\x01 \x01(\x03R\n" +
+	"maxPerSlot\x12\x19\n" +
+	"\bmin_step\x18\x02 \x01(\x03R\aminStep\x12!\n" +
+	"\fbudget_bytes\x18\x03 \x01(\x03R\vbudgetBytes\x12\x12\n" +
+	"\x04held\x18\x04 \x01(\x03R\x04held\x12\x14\n" +
+	"\x05bytes\x18\x05 \x01(\x03R\x05bytes\x12\x14\n" +
+	"\x05taken\x18\x06 \x01(\x04R\x05taken\x12\x1a\n" +
+	"\brestored\x18\a \x01(\x04R\brestored\x12\x18\n" +
+	"\adropped\x18\b \x01(\x04R\adropped\x12!\n" +
+	"\ftokens_saved\x18\t \x01(\x04R\vtokensSaved\x12\x1f\n" +
+	"\vover_budget\x18\n" +
+	" \x01(\x04R\n" +
+	"overBudget\x12\x1b\n" +
+	"\tslot_held\x18\v \x03(\x03R\bslotHeld\x12\x1d\n" +
+	"\n" +
+	"slot_bytes\x18\f \x03(\x03R\tslotBytes\"\xf3\x03\n" +
 	"\x10PromptCacheStats\x12!\n" +
 	"\fbudget_bytes\x18\x01 \x01(\x03R\vbudgetBytes\x12\x14\n" +
 	"\x05bytes\x18\x02 \x01(\x03R\x05bytes\x12\x18\n" +
@@ -3966,128 +4129,130 @@ func file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP() []byte {
 	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescData
 }
 
-var file_iface_proto_hydra_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_iface_proto_hydra_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_iface_proto_hydra_backend_v1_backend_proto_goTypes = []any{
 	(*ModelIdentity)(nil),         // 0: hydra.backend.v1.ModelIdentity
 	(*BackendInfo)(nil),           // 1: hydra.backend.v1.BackendInfo
-	(*PromptCacheStats)(nil),      // 2: hydra.backend.v1.PromptCacheStats
-	(*SpecialTokens)(nil),         // 3: hydra.backend.v1.SpecialTokens
-	(*LoadRequest)(nil),           // 4: hydra.backend.v1.LoadRequest
-	(*LoadResponse)(nil),          // 5: hydra.backend.v1.LoadResponse
-	(*InfoRequest)(nil),           // 6: hydra.backend.v1.InfoRequest
-	(*InfoResponse)(nil),          // 7: hydra.backend.v1.InfoResponse
-	(*SlotInfo)(nil),              // 8: hydra.backend.v1.SlotInfo
-	(*SlotRequest)(nil),           // 9: hydra.backend.v1.SlotRequest
-	(*SlotResponse)(nil),          // 10: hydra.backend.v1.SlotResponse
-	(*ClearSlotRequest)(nil),      // 11: hydra.backend.v1.ClearSlotRequest
-	(*ClearSlotResponse)(nil),     // 12: hydra.backend.v1.ClearSlotResponse
-	(*Message)(nil),               // 13: hydra.backend.v1.Message
-	(*ToolCall)(nil),              // 14: hydra.backend.v1.ToolCall
-	(*PrefillRequest)(nil),        // 15: hydra.backend.v1.PrefillRequest
-	(*TokenizeOptions)(nil),       // 16: hydra.backend.v1.TokenizeOptions
-	(*PrefillResponse)(nil),       // 17: hydra.backend.v1.PrefillResponse
-	(*TokenizeResponse)(nil),      // 18: hydra.backend.v1.TokenizeResponse
-	(*SamplerParams)(nil),         // 19: hydra.backend.v1.SamplerParams
-	(*DecodeRequest)(nil),         // 20: hydra.backend.v1.DecodeRequest
-	(*SpeculativeParams)(nil),     // 21: hydra.backend.v1.SpeculativeParams
-	(*Output)(nil),                // 22: hydra.backend.v1.Output
-	(*ReasoningBudget)(nil),       // 23: hydra.backend.v1.ReasoningBudget
-	(*ChatDelta)(nil),             // 24: hydra.backend.v1.ChatDelta
-	(*ChatReply)(nil),             // 25: hydra.backend.v1.ChatReply
-	(*TokenProb)(nil),             // 26: hydra.backend.v1.TokenProb
-	(*Token)(nil),                 // 27: hydra.backend.v1.Token
-	(*DecodeResult)(nil),          // 28: hydra.backend.v1.DecodeResult
-	(*PromptResult)(nil),          // 29: hydra.backend.v1.PromptResult
-	(*DecodeResponse)(nil),        // 30: hydra.backend.v1.DecodeResponse
-	(*StateGetRequest)(nil),       // 31: hydra.backend.v1.StateGetRequest
-	(*StateGetResponse)(nil),      // 32: hydra.backend.v1.StateGetResponse
-	(*StatePutHeader)(nil),        // 33: hydra.backend.v1.StatePutHeader
-	(*StatePutRequest)(nil),       // 34: hydra.backend.v1.StatePutRequest
-	(*StatePutResponse)(nil),      // 35: hydra.backend.v1.StatePutResponse
-	(*SetExpertModeRequest)(nil),  // 36: hydra.backend.v1.SetExpertModeRequest
-	(*SetExpertModeResponse)(nil), // 37: hydra.backend.v1.SetExpertModeResponse
-	(*SwapQuantRequest)(nil),      // 38: hydra.backend.v1.SwapQuantRequest
-	(*SwapQuantResponse)(nil),     // 39: hydra.backend.v1.SwapQuantResponse
-	(*DataPlaneRequest)(nil),      // 40: hydra.backend.v1.DataPlaneRequest
-	(*DataPlaneResponse)(nil),     // 41: hydra.backend.v1.DataPlaneResponse
-	(*ShmTransfer)(nil),           // 42: hydra.backend.v1.ShmTransfer
-	(*StateGetShmRequest)(nil),    // 43: hydra.backend.v1.StateGetShmRequest
-	(*StateGetShmResponse)(nil),   // 44: hydra.backend.v1.StateGetShmResponse
-	(*StatePutShmRequest)(nil),    // 45: hydra.backend.v1.StatePutShmRequest
-	(*TokenList)(nil),             // 46: hydra.backend.v1.TokenList
-	(*EmbedRequest)(nil),          // 47: hydra.backend.v1.EmbedRequest
-	(*Embedding)(nil),             // 48: hydra.backend.v1.Embedding
-	(*EmbedResponse)(nil),         // 49: hydra.backend.v1.EmbedResponse
-	nil,                           // 50: hydra.backend.v1.LoadRequest.OptionsEntry
-	nil,                           // 51: hydra.backend.v1.SamplerParams.LogitBiasEntry
+	(*CheckpointStats)(nil),       // 2: hydra.backend.v1.CheckpointStats
+	(*PromptCacheStats)(nil),      // 3: hydra.backend.v1.PromptCacheStats
+	(*SpecialTokens)(nil),         // 4: hydra.backend.v1.SpecialTokens
+	(*LoadRequest)(nil),           // 5: hydra.backend.v1.LoadRequest
+	(*LoadResponse)(nil),          // 6: hydra.backend.v1.LoadResponse
+	(*InfoRequest)(nil),           // 7: hydra.backend.v1.InfoRequest
+	(*InfoResponse)(nil),          // 8: hydra.backend.v1.InfoResponse
+	(*SlotInfo)(nil),              // 9: hydra.backend.v1.SlotInfo
+	(*SlotRequest)(nil),           // 10: hydra.backend.v1.SlotRequest
+	(*SlotResponse)(nil),          // 11: hydra.backend.v1.SlotResponse
+	(*ClearSlotRequest)(nil),      // 12: hydra.backend.v1.ClearSlotRequest
+	(*ClearSlotResponse)(nil),     // 13: hydra.backend.v1.ClearSlotResponse
+	(*Message)(nil),               // 14: hydra.backend.v1.Message
+	(*ToolCall)(nil),              // 15: hydra.backend.v1.ToolCall
+	(*PrefillRequest)(nil),        // 16: hydra.backend.v1.PrefillRequest
+	(*TokenizeOptions)(nil),       // 17: hydra.backend.v1.TokenizeOptions
+	(*PrefillResponse)(nil),       // 18: hydra.backend.v1.PrefillResponse
+	(*TokenizeResponse)(nil),      // 19: hydra.backend.v1.TokenizeResponse
+	(*SamplerParams)(nil),         // 20: hydra.backend.v1.SamplerParams
+	(*DecodeRequest)(nil),         // 21: hydra.backend.v1.DecodeRequest
+	(*SpeculativeParams)(nil),     // 22: hydra.backend.v1.SpeculativeParams
+	(*Output)(nil),                // 23: hydra.backend.v1.Output
+	(*ReasoningBudget)(nil),       // 24: hydra.backend.v1.ReasoningBudget
+	(*ChatDelta)(nil),             // 25: hydra.backend.v1.ChatDelta
+	(*ChatReply)(nil),             // 26: hydra.backend.v1.ChatReply
+	(*TokenProb)(nil),             // 27: hydra.backend.v1.TokenProb
+	(*Token)(nil),                 // 28: hydra.backend.v1.Token
+	(*DecodeResult)(nil),          // 29: hydra.backend.v1.DecodeResult
+	(*PromptResult)(nil),          // 30: hydra.backend.v1.PromptResult
+	(*DecodeResponse)(nil),        // 31: hydra.backend.v1.DecodeResponse
+	(*StateGetRequest)(nil),       // 32: hydra.backend.v1.StateGetRequest
+	(*StateGetResponse)(nil),      // 33: hydra.backend.v1.StateGetResponse
+	(*StatePutHeader)(nil),        // 34: hydra.backend.v1.StatePutHeader
+	(*StatePutRequest)(nil),       // 35: hydra.backend.v1.StatePutRequest
+	(*StatePutResponse)(nil),      // 36: hydra.backend.v1.StatePutResponse
+	(*SetExpertModeRequest)(nil),  // 37: hydra.backend.v1.SetExpertModeRequest
+	(*SetExpertModeResponse)(nil), // 38: hydra.backend.v1.SetExpertModeResponse
+	(*SwapQuantRequest)(nil),      // 39: hydra.backend.v1.SwapQuantRequest
+	(*SwapQuantResponse)(nil),     // 40: hydra.backend.v1.SwapQuantResponse
+	(*DataPlaneRequest)(nil),      // 41: hydra.backend.v1.DataPlaneRequest
+	(*DataPlaneResponse)(nil),     // 42: hydra.backend.v1.DataPlaneResponse
+	(*ShmTransfer)(nil),           // 43: hydra.backend.v1.ShmTransfer
+	(*StateGetShmRequest)(nil),    // 44: hydra.backend.v1.StateGetShmRequest
+	(*StateGetShmResponse)(nil),   // 45: hydra.backend.v1.StateGetShmResponse
+	(*StatePutShmRequest)(nil),    // 46: hydra.backend.v1.StatePutShmRequest
+	(*TokenList)(nil),             // 47: hydra.backend.v1.TokenList
+	(*EmbedRequest)(nil),          // 48: hydra.backend.v1.EmbedRequest
+	(*Embedding)(nil),             // 49: hydra.backend.v1.Embedding
+	(*EmbedResponse)(nil),         // 50: hydra.backend.v1.EmbedResponse
+	nil,                           // 51: hydra.backend.v1.LoadRequest.OptionsEntry
+	nil,                           // 52: hydra.backend.v1.SamplerParams.LogitBiasEntry
 }
 var file_iface_proto_hydra_backend_v1_backend_proto_depIdxs = []int32{
 	0,  // 0: hydra.backend.v1.BackendInfo.model:type_name -> hydra.backend.v1.ModelIdentity
-	2,  // 1: hydra.backend.v1.BackendInfo.prompt_cache:type_name -> hydra.backend.v1.PromptCacheStats
-	3,  // 2: hydra.backend.v1.BackendInfo.special:type_name -> hydra.backend.v1.SpecialTokens
-	50, // 3: hydra.backend.v1.LoadRequest.options:type_name -> hydra.backend.v1.LoadRequest.OptionsEntry
-	1,  // 4: hydra.backend.v1.LoadResponse.info:type_name -> hydra.backend.v1.BackendInfo
-	1,  // 5: hydra.backend.v1.InfoResponse.info:type_name -> hydra.backend.v1.BackendInfo
-	8,  // 6: hydra.backend.v1.SlotResponse.slot:type_name -> hydra.backend.v1.SlotInfo
-	14, // 7: hydra.backend.v1.Message.tool_calls:type_name -> hydra.backend.v1.ToolCall
-	13, // 8: hydra.backend.v1.PrefillRequest.messages:type_name -> hydra.backend.v1.Message
-	16, // 9: hydra.backend.v1.PrefillRequest.tokenize:type_name -> hydra.backend.v1.TokenizeOptions
-	8,  // 10: hydra.backend.v1.PrefillResponse.slot:type_name -> hydra.backend.v1.SlotInfo
-	51, // 11: hydra.backend.v1.SamplerParams.logit_bias:type_name -> hydra.backend.v1.SamplerParams.LogitBiasEntry
-	19, // 12: hydra.backend.v1.DecodeRequest.sampler:type_name -> hydra.backend.v1.SamplerParams
-	15, // 13: hydra.backend.v1.DecodeRequest.prompt:type_name -> hydra.backend.v1.PrefillRequest
-	22, // 14: hydra.backend.v1.DecodeRequest.output:type_name -> hydra.backend.v1.Output
-	21, // 15: hydra.backend.v1.DecodeRequest.speculative:type_name -> hydra.backend.v1.SpeculativeParams
-	15, // 16: hydra.backend.v1.Output.chat:type_name -> hydra.backend.v1.PrefillRequest
-	23, // 17: hydra.backend.v1.Output.reasoning_budget:type_name -> hydra.backend.v1.ReasoningBudget
-	14, // 18: hydra.backend.v1.ChatReply.tool_calls:type_name -> hydra.backend.v1.ToolCall
-	26, // 19: hydra.backend.v1.Token.top:type_name -> hydra.backend.v1.TokenProb
-	24, // 20: hydra.backend.v1.Token.deltas:type_name -> hydra.backend.v1.ChatDelta
-	29, // 21: hydra.backend.v1.DecodeResult.prompt:type_name -> hydra.backend.v1.PromptResult
-	25, // 22: hydra.backend.v1.DecodeResult.message:type_name -> hydra.backend.v1.ChatReply
-	24, // 23: hydra.backend.v1.DecodeResult.deltas:type_name -> hydra.backend.v1.ChatDelta
-	27, // 24: hydra.backend.v1.DecodeResponse.token:type_name -> hydra.backend.v1.Token
-	28, // 25: hydra.backend.v1.DecodeResponse.result:type_name -> hydra.backend.v1.DecodeResult
-	33, // 26: hydra.backend.v1.StatePutRequest.header:type_name -> hydra.backend.v1.StatePutHeader
-	42, // 27: hydra.backend.v1.StateGetShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
-	42, // 28: hydra.backend.v1.StatePutShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
-	46, // 29: hydra.backend.v1.EmbedRequest.inputs:type_name -> hydra.backend.v1.TokenList
-	48, // 30: hydra.backend.v1.EmbedResponse.embeddings:type_name -> hydra.backend.v1.Embedding
-	4,  // 31: hydra.backend.v1.Backend.Load:input_type -> hydra.backend.v1.LoadRequest
-	6,  // 32: hydra.backend.v1.Backend.Info:input_type -> hydra.backend.v1.InfoRequest
-	9,  // 33: hydra.backend.v1.Backend.Slot:input_type -> hydra.backend.v1.SlotRequest
-	11, // 34: hydra.backend.v1.Backend.ClearSlot:input_type -> hydra.backend.v1.ClearSlotRequest
-	15, // 35: hydra.backend.v1.Backend.Prefill:input_type -> hydra.backend.v1.PrefillRequest
-	15, // 36: hydra.backend.v1.Backend.Tokenize:input_type -> hydra.backend.v1.PrefillRequest
-	20, // 37: hydra.backend.v1.Backend.Decode:input_type -> hydra.backend.v1.DecodeRequest
-	31, // 38: hydra.backend.v1.Backend.StateGet:input_type -> hydra.backend.v1.StateGetRequest
-	34, // 39: hydra.backend.v1.Backend.StatePut:input_type -> hydra.backend.v1.StatePutRequest
-	40, // 40: hydra.backend.v1.Backend.DataPlane:input_type -> hydra.backend.v1.DataPlaneRequest
-	43, // 41: hydra.backend.v1.Backend.StateGetShm:input_type -> hydra.backend.v1.StateGetShmRequest
-	45, // 42: hydra.backend.v1.Backend.StatePutShm:input_type -> hydra.backend.v1.StatePutShmRequest
-	36, // 43: hydra.backend.v1.Backend.SetExpertMode:input_type -> hydra.backend.v1.SetExpertModeRequest
-	38, // 44: hydra.backend.v1.Backend.SwapQuant:input_type -> hydra.backend.v1.SwapQuantRequest
-	47, // 45: hydra.backend.v1.Backend.Embed:input_type -> hydra.backend.v1.EmbedRequest
-	5,  // 46: hydra.backend.v1.Backend.Load:output_type -> hydra.backend.v1.LoadResponse
-	7,  // 47: hydra.backend.v1.Backend.Info:output_type -> hydra.backend.v1.InfoResponse
-	10, // 48: hydra.backend.v1.Backend.Slot:output_type -> hydra.backend.v1.SlotResponse
-	12, // 49: hydra.backend.v1.Backend.ClearSlot:output_type -> hydra.backend.v1.ClearSlotResponse
-	17, // 50: hydra.backend.v1.Backend.Prefill:output_type -> hydra.backend.v1.PrefillResponse
-	18, // 51: hydra.backend.v1.Backend.Tokenize:output_type -> hydra.backend.v1.TokenizeResponse
-	30, // 52: hydra.backend.v1.Backend.Decode:output_type -> hydra.backend.v1.DecodeResponse
-	32, // 53: hydra.backend.v1.Backend.StateGet:output_type -> hydra.backend.v1.StateGetResponse
-	35, // 54: hydra.backend.v1.Backend.StatePut:output_type -> hydra.backend.v1.StatePutResponse
-	41, // 55: hydra.backend.v1.Backend.DataPlane:output_type -> hydra.backend.v1.DataPlaneResponse
-	44, // 56: hydra.backend.v1.Backend.StateGetShm:output_type -> hydra.backend.v1.StateGetShmResponse
-	35, // 57: hydra.backend.v1.Backend.StatePutShm:output_type -> hydra.backend.v1.StatePutResponse
-	37, // 58: hydra.backend.v1.Backend.SetExpertMode:output_type -> hydra.backend.v1.SetExpertModeResponse
-	39, // 59: hydra.backend.v1.Backend.SwapQuant:output_type -> hydra.backend.v1.SwapQuantResponse
-	49, // 60: hydra.backend.v1.Backend.Embed:output_type -> hydra.backend.v1.EmbedResponse
-	46, // [46:61] is the sub-list for method output_type
-	31, // [31:46] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	3,  // 1: hydra.backend.v1.BackendInfo.prompt_cache:type_name -> hydra.backend.v1.PromptCacheStats
+	4,  // 2: hydra.backend.v1.BackendInfo.special:type_name -> hydra.backend.v1.SpecialTokens
+	2,  // 3: hydra.backend.v1.BackendInfo.checkpoints:type_name -> hydra.backend.v1.CheckpointStats
+	51, // 4: hydra.backend.v1.LoadRequest.options:type_name -> hydra.backend.v1.LoadRequest.OptionsEntry
+	1,  // 5: hydra.backend.v1.LoadResponse.info:type_name -> hydra.backend.v1.BackendInfo
+	1,  // 6: hydra.backend.v1.InfoResponse.info:type_name -> hydra.backend.v1.BackendInfo
+	9,  // 7: hydra.backend.v1.SlotResponse.slot:type_name -> hydra.backend.v1.SlotInfo
+	15, // 8: hydra.backend.v1.Message.tool_calls:type_name -> hydra.backend.v1.ToolCall
+	14, // 9: hydra.backend.v1.PrefillRequest.messages:type_name -> hydra.backend.v1.Message
+	17, // 10: hydra.backend.v1.PrefillRequest.tokenize:type_name -> hydra.backend.v1.TokenizeOptions
+	9,  // 11: hydra.backend.v1.PrefillResponse.slot:type_name -> hydra.backend.v1.SlotInfo
+	52, // 12: hydra.backend.v1.SamplerParams.logit_bias:type_name -> hydra.backend.v1.SamplerParams.LogitBiasEntry
+	20, // 13: hydra.backend.v1.DecodeRequest.sampler:type_name -> hydra.backend.v1.SamplerParams
+	16, // 14: hydra.backend.v1.DecodeRequest.prompt:type_name -> hydra.backend.v1.PrefillRequest
+	23, // 15: hydra.backend.v1.DecodeRequest.output:type_name -> hydra.backend.v1.Output
+	22, // 16: hydra.backend.v1.DecodeRequest.speculative:type_name -> hydra.backend.v1.SpeculativeParams
+	16, // 17: hydra.backend.v1.Output.chat:type_name -> hydra.backend.v1.PrefillRequest
+	24, // 18: hydra.backend.v1.Output.reasoning_budget:type_name -> hydra.backend.v1.ReasoningBudget
+	15, // 19: hydra.backend.v1.ChatReply.tool_calls:type_name -> hydra.backend.v1.ToolCall
+	27, // 20: hydra.backend.v1.Token.top:type_name -> hydra.backend.v1.TokenProb
+	25, // 21: hydra.backend.v1.Token.deltas:type_name -> hydra.backend.v1.ChatDelta
+	30, // 22: hydra.backend.v1.DecodeResult.prompt:type_name -> hydra.backend.v1.PromptResult
+	26, // 23: hydra.backend.v1.DecodeResult.message:type_name -> hydra.backend.v1.ChatReply
+	25, // 24: hydra.backend.v1.DecodeResult.deltas:type_name -> hydra.backend.v1.ChatDelta
+	28, // 25: hydra.backend.v1.DecodeResponse.token:type_name -> hydra.backend.v1.Token
+	29, // 26: hydra.backend.v1.DecodeResponse.result:type_name -> hydra.backend.v1.DecodeResult
+	34, // 27: hydra.backend.v1.StatePutRequest.header:type_name -> hydra.backend.v1.StatePutHeader
+	43, // 28: hydra.backend.v1.StateGetShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
+	43, // 29: hydra.backend.v1.StatePutShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
+	47, // 30: hydra.backend.v1.EmbedRequest.inputs:type_name -> hydra.backend.v1.TokenList
+	49, // 31: hydra.backend.v1.EmbedResponse.embeddings:type_name -> hydra.backend.v1.Embedding
+	5,  // 32: hydra.backend.v1.Backend.Load:input_type -> hydra.backend.v1.LoadRequest
+	7,  // 33: hydra.backend.v1.Backend.Info:input_type -> hydra.backend.v1.InfoRequest
+	10, // 34: hydra.backend.v1.Backend.Slot:input_type -> hydra.backend.v1.SlotRequest
+	12, // 35: hydra.backend.v1.Backend.ClearSlot:input_type -> hydra.backend.v1.ClearSlotRequest
+	16, // 36: hydra.backend.v1.Backend.Prefill:input_type -> hydra.backend.v1.PrefillRequest
+	16, // 37: hydra.backend.v1.Backend.Tokenize:input_type -> hydra.backend.v1.PrefillRequest
+	21, // 38: hydra.backend.v1.Backend.Decode:input_type -> hydra.backend.v1.DecodeRequest
+	32, // 39: hydra.backend.v1.Backend.StateGet:input_type -> hydra.backend.v1.StateGetRequest
+	35, // 40: hydra.backend.v1.Backend.StatePut:input_type -> hydra.backend.v1.StatePutRequest
+	41, // 41: hydra.backend.v1.Backend.DataPlane:input_type -> hydra.backend.v1.DataPlaneRequest
+	44, // 42: hydra.backend.v1.Backend.StateGetShm:input_type -> hydra.backend.v1.StateGetShmRequest
+	46, // 43: hydra.backend.v1.Backend.StatePutShm:input_type -> hydra.backend.v1.StatePutShmRequest
+	37, // 44: hydra.backend.v1.Backend.SetExpertMode:input_type -> hydra.backend.v1.SetExpertModeRequest
+	39, // 45: hydra.backend.v1.Backend.SwapQuant:input_type -> hydra.backend.v1.SwapQuantRequest
+	48, // 46: hydra.backend.v1.Backend.Embed:input_type -> hydra.backend.v1.EmbedRequest
+	6,  // 47: hydra.backend.v1.Backend.Load:output_type -> hydra.backend.v1.LoadResponse
+	8,  // 48: hydra.backend.v1.Backend.Info:output_type -> hydra.backend.v1.InfoResponse
+	11, // 49: hydra.backend.v1.Backend.Slot:output_type -> hydra.backend.v1.SlotResponse
+	13, // 50: hydra.backend.v1.Backend.ClearSlot:output_type -> hydra.backend.v1.ClearSlotResponse
+	18, // 51: hydra.backend.v1.Backend.Prefill:output_type -> hydra.backend.v1.PrefillResponse
+	19, // 52: hydra.backend.v1.Backend.Tokenize:output_type -> hydra.backend.v1.TokenizeResponse
+	31, // 53: hydra.backend.v1.Backend.Decode:output_type -> hydra.backend.v1.DecodeResponse
+	33, // 54: hydra.backend.v1.Backend.StateGet:output_type -> hydra.backend.v1.StateGetResponse
+	36, // 55: hydra.backend.v1.Backend.StatePut:output_type -> hydra.backend.v1.StatePutResponse
+	42, // 56: hydra.backend.v1.Backend.DataPlane:output_type -> hydra.backend.v1.DataPlaneResponse
+	45, // 57: hydra.backend.v1.Backend.StateGetShm:output_type -> hydra.backend.v1.StateGetShmResponse
+	36, // 58: hydra.backend.v1.Backend.StatePutShm:output_type -> hydra.backend.v1.StatePutResponse
+	38, // 59: hydra.backend.v1.Backend.SetExpertMode:output_type -> hydra.backend.v1.SetExpertModeResponse
+	40, // 60: hydra.backend.v1.Backend.SwapQuant:output_type -> hydra.backend.v1.SwapQuantResponse
+	50, // 61: hydra.backend.v1.Backend.Embed:output_type -> hydra.backend.v1.EmbedResponse
+	47, // [47:62] is the sub-list for method output_type
+	32, // [32:47] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_iface_proto_hydra_backend_v1_backend_proto_init() }
@@ -4095,23 +4260,23 @@ func file_iface_proto_hydra_backend_v1_backend_proto_init() {
 	if File_iface_proto_hydra_backend_v1_backend_proto != nil {
 		return
 	}
-	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[15].OneofWrappers = []any{}
-	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30].OneofWrappers = []any{
+	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[16].OneofWrappers = []any{}
+	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31].OneofWrappers = []any{
 		(*DecodeResponse_Token)(nil),
 		(*DecodeResponse_Result)(nil),
 	}
-	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[34].OneofWrappers = []any{
+	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35].OneofWrappers = []any{
 		(*StatePutRequest_Header)(nil),
 		(*StatePutRequest_Data)(nil),
 	}
-	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[47].OneofWrappers = []any{}
+	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[48].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_iface_proto_hydra_backend_v1_backend_proto_rawDesc), len(file_iface_proto_hydra_backend_v1_backend_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   52,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
