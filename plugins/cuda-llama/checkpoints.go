@@ -3,6 +3,7 @@
 package cudallama
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/hydra-engine/hydra-engine/iface"
@@ -25,6 +26,26 @@ func (e *engine) newCheckpoints(o ckptOptions, nUBatch int) *ckpt.Store {
 	}
 	r := ckpt.Rules{Max: o.ctxCheckpoints, MinStep: o.checkpointMinStep, NBatch: e.ctx.nBatch, NUBatch: nUBatch, NSWA: e.nSWA}
 	return ckpt.NewStore(r, len(e.slots), o.checkpointBudget())
+}
+
+// checkpointBudget is the budget in bytes (-1: none).
+func (o ckptOptions) checkpointBudget() int64 {
+	if o.checkpointRAM < 0 {
+		return -1
+	}
+	return o.checkpointRAM << 20
+}
+
+// ckptText describes the options for the load log.
+func (o ckptOptions) ckptText() string {
+	if o.ctxCheckpoints == 0 {
+		return "off"
+	}
+	ram := "no byte limit"
+	if o.checkpointRAM >= 0 {
+		ram = fmt.Sprintf("%d MiB", o.checkpointRAM)
+	}
+	return fmt.Sprintf("%d a slot, %d tokens apart, %s", o.ctxCheckpoints, o.checkpointMinStep, ram)
 }
 
 // checkpointsText says what the load log says of checkpoints.

@@ -125,6 +125,11 @@ func TestCheckpointsDropped(t *testing.T) {
 	if held, bytes := e.ckpts.Slot(0); held != 2 || bytes <= 0 {
 		t.Fatalf("%d checkpoints, %d bytes", held, bytes)
 	}
+	info, err := b.Info(t.Context())
+	if c := info.Checkpoints; err != nil || c == nil || c.Held != 4 || c.MaxPerSlot != 32 || c.MinStep != 8192 ||
+		c.BudgetBytes != DefaultCheckpointRAM<<20 || c.Taken != 4 || len(c.Slots) != 2 || c.Slots[1].Held != 2 || c.Bytes != 2*c.Slots[1].Bytes {
+		t.Fatalf("Info's checkpoints %+v (%v)", c, err)
+	}
 	if err := b.ClearSlot(t.Context(), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +150,7 @@ func TestCheckpointsDropped(t *testing.T) {
 	}
 
 	plain := load(t, tiny(t), 1, ckptOpts)
-	if plain.eng.Load().ckpts != nil {
+	if info, _ := plain.Info(t.Context()); plain.eng.Load().ckpts != nil || info.Checkpoints != nil {
 		t.Fatal("a plain cache keeps checkpoints")
 	}
 }

@@ -1,8 +1,6 @@
 package cudallama
 
 import (
-	"fmt"
-
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/ckpt"
 )
@@ -50,24 +48,4 @@ var ckptParsers = map[string]optionParser{
 		o.checkpointRAM = int64(n)
 		return err
 	},
-}
-
-// checkpointBudget is the budget in bytes (-1: none).
-func (o ckptOptions) checkpointBudget() int64 {
-	if o.checkpointRAM < 0 {
-		return -1
-	}
-	return o.checkpointRAM << 20
-}
-
-// ckptText describes the options for the load log.
-func (o ckptOptions) ckptText() string {
-	if o.ctxCheckpoints == 0 {
-		return "off"
-	}
-	ram := "no byte limit"
-	if o.checkpointRAM >= 0 {
-		ram = fmt.Sprintf("%d MiB", o.checkpointRAM)
-	}
-	return fmt.Sprintf("%d a slot, %d tokens apart, %s", o.ctxCheckpoints, o.checkpointMinStep, ram)
 }
