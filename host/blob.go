@@ -1,6 +1,7 @@
 package host
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/hydra-engine/hydra-engine/host/tracing"
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/transport"
 	"github.com/hydra-engine/hydra-engine/transport/shm"
@@ -22,8 +24,9 @@ import (
 // blobOptions are a client's choice of extras: STATE_GET's payload, keys of
 // PREFILL's JSON. The coordinator sends neither key.
 type blobOptions struct {
-	Layout  bool  `json:"blob_layout"`  // write the layout and source (flags bit1)
-	Trailer *bool `json:"blob_trailer"` // false: no integrity trailer (flags bit2)
+	Layout     bool  `json:"blob_layout"`     // write the layout and source (flags bit1)
+	Trailer    *bool `json:"blob_trailer"`    // false: no integrity trailer (flags bit2)
+	Checkpoint *bool `json:"blob_checkpoint"` // false: leave the slot's context checkpoint out (flags bit0)
 }
 
 // parseBlobOptions reads the extras' keys of a JSON object; anything else
@@ -91,6 +94,53 @@ func (s *Server) blobExtras(o blobOptions, info iface.BackendInfo) (transport.Bl
 		return x, fmt.Errorf("the backend's state layout takes %d bytes, a blob holds %d", len(x.Layout), transport.MaxBlobLayout)
 	}
 	return x, nil
+}
+
+// withCheckpoint puts slot's newest context checkpoint into the extras x,
+// as the reference engine writes it, unless the client opted out. A backend
+// that cannot give it (an older plugin, a failure) or one larger than a blob
+// carries leaves it out with a warning: the sequence still moves, without
+// its rollback point.
+func (s *Server) withCheckpoint(ctx context.Context, b iface.Backend, slot int, o blobOptions, x *transport.BlobExtras) {
+	if o.Checkpoint != nil && !*o.Checkpoint {
+		return
+	}
+	c, err := b.SlotCheckpoint(ctx, slot)
+	log := tracing.Logger(ctx, s.log)
+	switch {
+	case errors.Is(err, iface.ErrNotImplemented):
+		return
+	case err != nil:
+		log.Warn("the slot's context checkpoint is left out of its blob", "slot", slot, "error", err)
+		return
+	case c == nil:
+		return
+	case int64(len(c.Target))+int64(len(c.Draft)) > transport.MaxBlobCheckpoint:
+		log.Warn("the slot's context checkpoint is larger than a blob carries: left out", "slot", slot,
+			"bytes", len(c.Target)+len(c.Draft), "max", transport.MaxBlobCheckpoint)
+		return
+	}
+	x.Checkpoint = &transport.BlobCheckpoint{PosMin: c.PosMin, PosMax: c.PosMax, NTokens: c.NTokens, Target: c.Target, Draft: c.Draft}
+}
+
+// putCheckpoint hands a slot just restored the checkpoint its blob carried
+// and says what became of it for the reply: "kept", or why not. A
+// checkpoint the backend refuses (it does not fit the sequence or the
+// model's memory) fails the STATE_PUT, as any bad blob does.
+func putCheckpoint(ctx context.Context, b iface.Backend, slot int, c *transport.BlobCheckpoint) (string, error) {
+	kept, why, err := b.PutCheckpoint(ctx, slot, iface.Checkpoint{PosMin: c.PosMin, PosMax: c.PosMax, NTokens: c.NTokens,
+		Target: c.Target, Draft: c.Draft})
+	switch {
+	case errors.Is(err, iface.ErrNotImplemented):
+		return "not kept: the backend takes no checkpoints", nil
+	case err != nil:
+		return "", fmt.Errorf("the blob's context checkpoint: %w", err)
+	case kept && why != "":
+		return "kept; " + why, nil
+	case kept:
+		return "kept", nil
+	}
+	return "not kept: " + why, nil
 }
 
 // ErrLayout: a blob's state has another layout than the backend's.

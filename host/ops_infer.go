@@ -232,6 +232,7 @@ func (s *Server) handlePrefill(req *request, rp *replier) error {
 	if err != nil {
 		return rp.fail(transport.StatusError, err.Error())
 	}
+	s.withCheckpoint(req.ctx, b, slot, opts, &x)
 	return s.streamBlob(req.ctx, rp, b, res.Slot, m, x, logits, func() { lease.release(after) })
 }
 

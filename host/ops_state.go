@@ -61,6 +61,7 @@ func (s *Server) handleStateGet(req *request, rp *replier) error {
 	if err != nil {
 		return rp.failErr(err)
 	}
+	s.withCheckpoint(req.ctx, b, slot, opts, &x)
 	return s.streamBlob(req.ctx, rp, b, si, transport.NewMeta().Add("n_past", si.NPast).Add("state_size", si.StateSize).AddFields(info.Model),
 		x, nil, func() { lease.release(nil) })
 }
@@ -296,7 +297,7 @@ func (s *Server) handleStatePut(req *request, rp *replier) error {
 		in = sock
 	}
 	var trace shm.TransferTrace
-	consumed, source, err := s.restore(shm.WithTransferTrace(req.ctx, &trace), b, info, slot, in, req.payload.N)
+	consumed, source, ckpt, err := s.restore(shm.WithTransferTrace(req.ctx, &trace), b, info, slot, in, req.payload.N)
 	trace.AfterPayload = src.sinceLast()
 	s.transferDone(req.ctx, rp, true, slot, int64(req.hdr.PayloadLen)-req.payload.N, start, trace, err)
 	if err != nil {
@@ -322,8 +323,11 @@ func (s *Server) handleStatePut(req *request, rp *replier) error {
 	}
 	after = &si
 	lease.source = source
-	return rp.replyMeta(transport.StatusOK, source.addTo(transport.NewMeta().Add("restored", true).Add("bytes", consumed).
-		Add("n_past", si.NPast).AddFields(info.Model)), nil)
+	m := source.addTo(transport.NewMeta().Add("restored", true).Add("bytes", consumed).Add("n_past", si.NPast).AddFields(info.Model))
+	if ckpt != "" {
+		m.Add("checkpoint", ckpt)
+	}
+	return rp.replyMeta(transport.StatusOK, m, nil)
 }
 
 // transferDone counts a state transfer that began at start, logs it at debug
@@ -372,18 +376,34 @@ func slowWhy(backendWait, d time.Duration) string {
 // way by whichever path the data plane takes (shm.SumReader), and the
 // trailer is checked once the backend is done. It returns the bytes the
 // backend consumed and the source the blob names, if any.
-func (s *Server) restore(ctx context.Context, b iface.Backend, info iface.BackendInfo, slot int, src io.Reader, total int64) (int64, *StateSource, error) {
-	bh, err := transport.ReadBlobHeader(src, total, info.SlotCtx())
+func (s *Server) restore(ctx context.Context, b iface.Backend, info iface.BackendInfo, slot int, src io.Reader, total int64) (int64, *StateSource, string, error) {
+	var releases []func()
+	defer func() {
+		for _, r := range releases {
+			r()
+		}
+	}()
+	// A checkpoint is held in memory until the backend has it: from the
+	// payload budget, as any payload read into memory.
+	admit := func(n int64) error {
+		release, err := s.AdmitPayload(ctx, uint64(n))
+		if err != nil {
+			return fmt.Errorf("the blob's context checkpoint of %d bytes: %w", n, err)
+		}
+		releases = append(releases, release)
+		return nil
+	}
+	bh, err := transport.ReadBlobHeaderAdmit(src, total, info.SlotCtx(), admit)
 	if err != nil {
 		if errors.Is(err, transport.ErrMalformedBlob) {
-			return 0, nil, err
+			return 0, nil, "", err
 		}
-		return 0, nil, fmt.Errorf("%w: %w", transport.ErrMalformedBlob, err)
+		return 0, nil, "", fmt.Errorf("%w: %w", transport.ErrMalformedBlob, err)
 	}
 	var source *StateSource
 	if bh.Layout != nil {
 		if source, err = checkLayout(bh.Layout, info.StateLayout); err != nil {
-			return 0, nil, err
+			return 0, nil, "", err
 		}
 	}
 	size := total - bh.Size
@@ -401,9 +421,15 @@ func (s *Server) restore(ctx context.Context, b iface.Backend, info iface.Backen
 		err = checkTrailer(src, sum, bh.Size, err)
 	}
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, "", err
 	}
-	return n, source, nil
+	ckpt := ""
+	if bh.Checkpoint != nil {
+		if ckpt, err = putCheckpoint(ctx, b, slot, bh.Checkpoint); err != nil {
+			return 0, nil, "", err
+		}
+	}
+	return n, source, ckpt, nil
 }
 
 // handleStateMeta answers from the host's slot table, so it works while the

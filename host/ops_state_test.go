@@ -25,6 +25,10 @@ func (b *stateBackend) Slot(_ context.Context, slot int) (iface.SlotInfo, error)
 	return iface.SlotInfo{Slot: slot, NPast: 2, Tokens: []int32{1, 2}, StateSize: 100}, nil
 }
 
+func (b *stateBackend) SlotCheckpoint(context.Context, int) (*iface.Checkpoint, error) {
+	return nil, nil
+}
+
 func (b *stateBackend) Info(context.Context) (iface.BackendInfo, error) {
 	return iface.BackendInfo{}, nil
 }

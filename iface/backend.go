@@ -64,6 +64,28 @@ type Backend interface {
 	// a token outside the vocabulary, too long) is ErrBadRequest naming
 	// it as input[i].
 	Embed(ctx context.Context, req EmbedRequest) ([]Embedding, error)
+
+	// SlotCheckpoint returns the slot's newest context checkpoint, which a
+	// STATE_GET or PREFILL reply's blob carries; nil where it holds none.
+	SlotCheckpoint(ctx context.Context, slot int) (*Checkpoint, error)
+	// PutCheckpoint gives a slot just restored by StatePut the checkpoint
+	// its blob carried, for a later prompt that parts from the sequence. It
+	// reports whether it was kept and, if not, why (the memory can be cut
+	// anywhere, checkpoints are off); a checkpoint that does not fit the
+	// slot's sequence or the model's memory is ErrBadRequest.
+	PutCheckpoint(ctx context.Context, slot int, c Checkpoint) (kept bool, why string, err error)
+}
+
+// Checkpoint is a context checkpoint as a KV blob carries it: the part of a
+// sequence's memory that cannot be cut back (a hybrid's recurrent state, a
+// sliding window's cells), saved when the sequence held NTokens tokens at
+// positions PosMin..PosMax. Target is the model's partial state as llama.cpp
+// writes it (LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY), Draft a draft model's
+// (empty: none).
+type Checkpoint struct {
+	PosMin, PosMax int32
+	NTokens        int64
+	Target, Draft  []byte
 }
 
 // SwapResult is what a SwapQuant did.

@@ -437,3 +437,17 @@ func piecesFromPB(ps [][]byte) []string {
 	}
 	return out
 }
+
+func checkpointToPB(c *Checkpoint) *backendv1.Checkpoint {
+	if c == nil {
+		return nil
+	}
+	return &backendv1.Checkpoint{PosMin: c.PosMin, PosMax: c.PosMax, NTokens: c.NTokens, Target: c.Target, Draft: c.Draft}
+}
+
+func checkpointFromPB(p *backendv1.Checkpoint) *Checkpoint {
+	if p == nil {
+		return nil
+	}
+	return &Checkpoint{PosMin: p.GetPosMin(), PosMax: p.GetPosMax(), NTokens: p.GetNTokens(), Target: p.GetTarget(), Draft: p.GetDraft()}
+}

@@ -21,6 +21,22 @@ type fakeBackend struct {
 	setExpertMode func(context.Context, string) (string, error)
 	swapQuant     func(context.Context, string, string) (SwapResult, error)
 	embed         func(context.Context, EmbedRequest) ([]Embedding, error)
+	slotCkpt      func(context.Context, int) (*Checkpoint, error)
+	putCkpt       func(context.Context, int, Checkpoint) (bool, string, error)
+}
+
+func (f *fakeBackend) SlotCheckpoint(ctx context.Context, slot int) (*Checkpoint, error) {
+	if f.slotCkpt == nil {
+		return nil, ErrNotImplemented
+	}
+	return f.slotCkpt(ctx, slot)
+}
+
+func (f *fakeBackend) PutCheckpoint(ctx context.Context, slot int, c Checkpoint) (bool, string, error) {
+	if f.putCkpt == nil {
+		return false, "", ErrNotImplemented
+	}
+	return f.putCkpt(ctx, slot, c)
 }
 
 func (f *fakeBackend) Embed(ctx context.Context, req EmbedRequest) ([]Embedding, error) {

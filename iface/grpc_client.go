@@ -280,3 +280,19 @@ func (c *GRPCClient) SwapQuant(ctx context.Context, quantKey, tensorPattern stri
 	}
 	return swapResultFromPB(resp), nil
 }
+
+func (c *GRPCClient) SlotCheckpoint(ctx context.Context, slot int) (*Checkpoint, error) {
+	resp, err := c.client.SlotCheckpoint(ctx, &backendv1.SlotRequest{Slot: int64(slot)})
+	if err != nil {
+		return nil, FromStatus(err)
+	}
+	return checkpointFromPB(resp.GetCheckpoint()), nil
+}
+
+func (c *GRPCClient) PutCheckpoint(ctx context.Context, slot int, cp Checkpoint) (bool, string, error) {
+	resp, err := c.client.PutCheckpoint(ctx, &backendv1.PutCheckpointRequest{Slot: int64(slot), Checkpoint: checkpointToPB(&cp)})
+	if err != nil {
+		return false, "", FromStatus(err)
+	}
+	return resp.GetKept(), resp.GetWhy(), nil
+}

@@ -290,3 +290,28 @@ func (s *GRPCServer) Embed(ctx context.Context, req *backendv1.EmbedRequest) (*b
 	}
 	return resp, nil
 }
+
+func (s *GRPCServer) SlotCheckpoint(ctx context.Context, req *backendv1.SlotRequest) (*backendv1.SlotCheckpointResponse, error) {
+	c, err := s.Impl.SlotCheckpoint(ctx, int(req.GetSlot()))
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &backendv1.SlotCheckpointResponse{Checkpoint: checkpointToPB(c)}, nil
+}
+
+func (s *GRPCServer) PutCheckpoint(ctx context.Context, req *backendv1.PutCheckpointRequest) (*backendv1.PutCheckpointResponse, error) {
+	leave, err := s.EnterSlot(ctx, int(req.GetSlot()))
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	defer leave()
+	c := checkpointFromPB(req.GetCheckpoint())
+	if c == nil {
+		return nil, ToStatus(fmt.Errorf("%w: PutCheckpoint without a checkpoint", ErrBadRequest))
+	}
+	kept, why, err := s.Impl.PutCheckpoint(ctx, int(req.GetSlot()), *c)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &backendv1.PutCheckpointResponse{Kept: kept, Why: why}, nil
+}

@@ -70,6 +70,7 @@ func TestRoundTrip(t *testing.T) {
 		gotCleared int
 		gotPrefill PrefillRequest
 		gotMode    string
+		gotCkpt    Checkpoint
 		gotQuant   [2]string
 		gotEmbed   EmbedRequest
 	)
@@ -109,6 +110,22 @@ func TestRoundTrip(t *testing.T) {
 		swapQuant: func(_ context.Context, key, pattern string) (SwapResult, error) {
 			gotQuant = [2]string{key, pattern}
 			return swapped, nil
+		},
+		slotCkpt: func(_ context.Context, slot int) (*Checkpoint, error) {
+			if slot == 1 {
+				return nil, nil
+			}
+			return &Checkpoint{PosMin: 3, PosMax: 9, NTokens: 10, Target: bytes.Repeat([]byte{7}, 3<<20), Draft: []byte{1}}, nil
+		},
+		putCkpt: func(_ context.Context, slot int, c Checkpoint) (bool, string, error) {
+			gotCkpt = c
+			if slot == 1 {
+				return false, "not needed", nil
+			}
+			if c.NTokens > 100 {
+				return false, "", fmt.Errorf("%w: too many tokens", ErrBadRequest)
+			}
+			return true, "", nil
 		},
 		embed: func(_ context.Context, req EmbedRequest) ([]Embedding, error) {
 			gotEmbed = req
@@ -215,6 +232,24 @@ func TestRoundTrip(t *testing.T) {
 		req = EmbedRequest{Inputs: [][]int32{{1}}}
 		if _, err := b.Embed(ctx, req); err == nil || gotEmbed.Normalize != nil {
 			t.Errorf("a ragged embedding crossed the boundary (%v), or the plugin got normalize %v", err, gotEmbed.Normalize)
+		}
+	})
+	t.Run("Checkpoints", func(t *testing.T) {
+		c, err := b.SlotCheckpoint(ctx, 0)
+		if err != nil || c == nil || c.PosMin != 3 || c.PosMax != 9 || c.NTokens != 10 || len(c.Target) != 3<<20 || !bytes.Equal(c.Draft, []byte{1}) {
+			t.Fatalf("SlotCheckpoint: %v", err)
+		}
+		if none, err := b.SlotCheckpoint(ctx, 1); none != nil || err != nil {
+			t.Fatalf("a slot without one: %+v %v", none, err)
+		}
+		if kept, why, err := b.PutCheckpoint(ctx, 0, *c); !kept || why != "" || err != nil || !reflect.DeepEqual(gotCkpt, *c) {
+			t.Fatalf("PutCheckpoint: %v %q %v", kept, why, err)
+		}
+		if kept, why, err := b.PutCheckpoint(ctx, 1, *c); kept || why != "not needed" || err != nil {
+			t.Fatalf("PutCheckpoint declined: %v %q %v", kept, why, err)
+		}
+		if _, _, err := b.PutCheckpoint(ctx, 0, Checkpoint{NTokens: 101}); !errors.Is(err, ErrBadRequest) {
+			t.Fatalf("a bad checkpoint: %v", err)
 		}
 	})
 	t.Run("SetExpertMode", func(t *testing.T) {

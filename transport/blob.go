@@ -24,7 +24,7 @@ const blobVersion2 = 0x02
 
 // The v2 flags.
 const (
-	blobFlagCheckpoint = 0x01 // a speculative-decoding checkpoint follows the flags byte
+	blobFlagCheckpoint = 0x01 // a context checkpoint follows the flags byte
 	blobFlagLayout     = 0x02 // the state's layout follows (and the checkpoint, if any)
 	blobFlagTrailer    = 0x04 // an integrity trailer ends the payload
 )
@@ -69,12 +69,34 @@ func CheckTrailer(t []byte, crc uint32, n uint64) error {
 // the caller allows.
 const maxBlobTokens = 1 << 24
 
+// MaxBlobCheckpoint bounds a wrapper's checkpoint (target and draft bytes
+// together) before it is read into memory: a hybrid's recurrent state is
+// tens of MiB (the production qwen35moe's 63 MiB); one message between host
+// and plugin carries it whole (iface.MaxMessageSize, 128 MiB).
+const MaxBlobCheckpoint = 120 << 20
+
+// BlobCheckpoint is a context checkpoint as a blob carries it (flags bit0):
+// the part of the sequence's memory that cannot be cut back, saved when it
+// held NTokens tokens at positions PosMin..PosMax. Target is the model's
+// partial state as llama.cpp writes it (llama_state_seq_get_data_ext with
+// LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY), Draft a draft model's (empty: none).
+type BlobCheckpoint struct {
+	PosMin, PosMax int32
+	NTokens        int64
+	Target, Draft  []byte
+}
+
+// size is the checkpoint's bytes in the wrapper.
+func (c *BlobCheckpoint) size() int64 { return 16 + 8 + int64(len(c.Target)) + 8 + int64(len(c.Draft)) }
+
 // BlobHeader is a parsed blob wrapper.
 type BlobHeader struct {
-	Version       int
-	NPast         uint32
-	Tokens        []int32
-	HasCheckpoint bool
+	Version int
+	NPast   uint32
+	Tokens  []int32
+	// Checkpoint is the context checkpoint the wrapper carries (flag bit0);
+	// nil for none.
+	Checkpoint *BlobCheckpoint
 	// Layout is the state's layout and source the wrapper names (flag bit1),
 	// nil when it names none; HasTrailer: an integrity trailer ends the
 	// payload (bit2).
@@ -84,25 +106,28 @@ type BlobHeader struct {
 	CRC        uint32 // the CRC-32C of those bytes, the start of the trailer's sum
 }
 
-// BlobExtras are what a wrapper of this engine carries beyond the reference's.
+// BlobExtras are what a wrapper carries beyond the tokens: the reference
+// engine's checkpoint, and this engine's layout and trailer.
 type BlobExtras struct {
-	Layout  []byte // the state's layout and source, JSON (nil: none)
-	Trailer bool   // the payload ends in an integrity trailer
+	Checkpoint *BlobCheckpoint // the slot's newest context checkpoint (nil: none)
+	Layout     []byte          // the state's layout and source, JSON (nil: none)
+	Trailer    bool            // the payload ends in an integrity trailer
 }
 
 // BlobHeaderSize is the size of the v2 wrapper AppendBlobHeader writes for
 // nTokens tokens and x.
 func BlobHeaderSize(nTokens int, x BlobExtras) int64 {
 	n := int64(1 + 4 + 4 + 4*nTokens + 1)
+	if x.Checkpoint != nil {
+		n += x.Checkpoint.size()
+	}
 	if x.Layout != nil {
 		n += 4 + int64(len(x.Layout))
 	}
 	return n
 }
 
-// AppendBlobHeader appends a v2 wrapper without a checkpoint (this engine
-// keeps no speculative draft, and a restoring engine fabricates one), with
-// the extras x.
+// AppendBlobHeader appends a v2 wrapper with the extras x.
 func AppendBlobHeader(b []byte, nPast int, tokens []int32, x BlobExtras) []byte {
 	b = append(b, blobVersion2)
 	b = binary.LittleEndian.AppendUint32(b, uint32(nPast))
@@ -111,6 +136,9 @@ func AppendBlobHeader(b []byte, nPast int, tokens []int32, x BlobExtras) []byte 
 		b = binary.LittleEndian.AppendUint32(b, uint32(t))
 	}
 	var flags byte
+	if x.Checkpoint != nil {
+		flags |= blobFlagCheckpoint
+	}
 	if x.Layout != nil {
 		flags |= blobFlagLayout
 	}
@@ -118,6 +146,15 @@ func AppendBlobHeader(b []byte, nPast int, tokens []int32, x BlobExtras) []byte 
 		flags |= blobFlagTrailer
 	}
 	b = append(b, flags)
+	if c := x.Checkpoint; c != nil {
+		b = binary.LittleEndian.AppendUint32(b, uint32(c.PosMin))
+		b = binary.LittleEndian.AppendUint32(b, uint32(c.PosMax))
+		b = binary.LittleEndian.AppendUint64(b, uint64(c.NTokens))
+		b = binary.LittleEndian.AppendUint64(b, uint64(len(c.Target)))
+		b = append(b, c.Target...)
+		b = binary.LittleEndian.AppendUint64(b, uint64(len(c.Draft)))
+		b = append(b, c.Draft...)
+	}
 	if x.Layout != nil {
 		b = binary.LittleEndian.AppendUint32(b, uint32(len(x.Layout)))
 		b = append(b, x.Layout...)
@@ -131,14 +168,22 @@ var ErrMalformedBlob = errors.New("malformed KV blob")
 
 // ReadBlobHeader reads the wrapper from r, which holds avail bytes in all. It
 // reads no further than the wrapper, so r is left at the first state byte. A
-// checkpoint is read and discarded (its length is checked against avail first).
+// checkpoint is read into memory, its sizes checked against avail and
+// MaxBlobCheckpoint first.
 // n_tok is checked against maxTokens (the backend's n_ctx; ≤ 0: no limit but
 // the format's) and against avail before anything is allocated for the
 // tokens, so a header cannot make the reader allocate more than the backend
 // could ever hold.
 func ReadBlobHeader(r io.Reader, avail int64, maxTokens int) (BlobHeader, error) {
+	return ReadBlobHeaderAdmit(r, avail, maxTokens, nil)
+}
+
+// ReadBlobHeaderAdmit is ReadBlobHeader asking admit (if not nil) for a
+// checkpoint's bytes once their size is known to fit, before they are
+// allocated: an error from it refuses the blob, the rest unread.
+func ReadBlobHeaderAdmit(r io.Reader, avail int64, maxTokens int, admit func(n int64) error) (BlobHeader, error) {
 	cr := &crcReader{r: r}
-	br := &blobReader{r: cr, avail: avail}
+	br := &blobReader{r: cr, avail: avail, admit: admit}
 	h, err := br.head()
 	if err == nil {
 		err = checkTokenCount(h.nTok, maxTokens)
@@ -182,6 +227,7 @@ type blobReader struct {
 	avail int64
 	size  int64 // bytes consumed
 	buf   [16]byte
+	admit func(n int64) error // asked before a checkpoint's bytes are allocated; nil: none
 }
 
 // tokenBatch is how many token ids tokens reads at a time.
@@ -257,8 +303,8 @@ func (br *blobReader) tokens(n int64) ([]int32, error) {
 	return toks, nil
 }
 
-// flags reads v2's flags byte, skips the checkpoint it announces and reads
-// the layout, if any, into h. Unknown flag bits are refused: they would
+// flags reads v2's flags byte and the checkpoint and layout it announces
+// into h. Unknown flag bits are refused: they would
 // announce bytes this reader cannot place.
 func (br *blobReader) flags(h *BlobHeader) error {
 	fb, err := br.read(1, "flags")
@@ -271,8 +317,7 @@ func (br *blobReader) flags(h *BlobHeader) error {
 	}
 	h.HasTrailer = flags&blobFlagTrailer != 0
 	if flags&blobFlagCheckpoint != 0 {
-		h.HasCheckpoint = true
-		if err := br.checkpoint(); err != nil {
+		if h.Checkpoint, err = br.checkpoint(); err != nil {
 			return err
 		}
 	}
@@ -284,26 +329,45 @@ func (br *blobReader) flags(h *BlobHeader) error {
 	return nil
 }
 
-// checkpoint skips a checkpoint, its sizes checked against the payload.
-func (br *blobReader) checkpoint() error {
-	if _, err := br.read(16, "checkpoint header"); err != nil { // pos_min, pos_max, n_tokens
-		return err
+// checkpoint reads a checkpoint, each size checked against the payload and
+// MaxBlobCheckpoint before anything is allocated for it.
+func (br *blobReader) checkpoint() (*BlobCheckpoint, error) {
+	hb, err := br.read(16, "checkpoint header")
+	if err != nil {
+		return nil, err
 	}
-	for _, what := range []string{"checkpoint target", "checkpoint draft"} {
-		szb, err := br.read(8, what+" size")
+	c := &BlobCheckpoint{PosMin: int32(binary.LittleEndian.Uint32(hb[0:])), PosMax: int32(binary.LittleEndian.Uint32(hb[4:])),
+		NTokens: int64(binary.LittleEndian.Uint64(hb[8:]))}
+	if c.NTokens < 0 || c.PosMin > c.PosMax {
+		return nil, fmt.Errorf("%w: checkpoint of %d tokens at positions %d..%d", ErrMalformedBlob, c.NTokens, c.PosMin, c.PosMax)
+	}
+	var held int64
+	for _, part := range []struct {
+		what string
+		to   *[]byte
+	}{{"checkpoint target", &c.Target}, {"checkpoint draft", &c.Draft}} {
+		szb, err := br.read(8, part.what+" size")
 		if err != nil {
-			return err
+			return nil, err
 		}
 		sz := binary.LittleEndian.Uint64(szb)
-		if sz > uint64(br.avail-br.size) {
-			return fmt.Errorf("%w: %s of %d bytes does not fit the payload", ErrMalformedBlob, what, sz)
+		if sz > uint64(br.avail-br.size) || sz > uint64(MaxBlobCheckpoint-held) {
+			return nil, fmt.Errorf("%w: %s of %d bytes does not fit the payload (or the %d bytes a checkpoint may hold)",
+				ErrMalformedBlob, part.what, sz, MaxBlobCheckpoint)
 		}
-		if _, err := io.CopyN(io.Discard, br.r, int64(sz)); err != nil {
-			return fmt.Errorf("reading blob %s: %w", what, err)
+		if br.admit != nil && sz > 0 {
+			if err := br.admit(int64(sz)); err != nil {
+				return nil, err
+			}
+		}
+		*part.to = make([]byte, sz)
+		if _, err := io.ReadFull(br.r, *part.to); err != nil {
+			return nil, fmt.Errorf("reading blob %s: %w", part.what, err)
 		}
 		br.size += int64(sz)
+		held += int64(sz)
 	}
-	return nil
+	return c, nil
 }
 
 // layout reads a layout of at most MaxBlobLayout bytes.

@@ -23,7 +23,7 @@ func TestBlobHeaderRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h.Version != 2 || h.NPast != 7 || h.Size != int64(len(b)) || h.HasCheckpoint {
+	if h.Version != 2 || h.NPast != 7 || h.Size != int64(len(b)) || h.Checkpoint != nil {
 		t.Fatalf("header %+v", h)
 	}
 	for i := range toks {
@@ -55,7 +55,7 @@ func TestBlobV1AndCheckpoint(t *testing.T) {
 	if err != nil || h.Version != 1 || len(h.Tokens) != 2 || h.Tokens[1] != 11 || h.Size != 16 {
 		t.Fatalf("v1: %+v %v", h, err)
 	}
-	// v2 with a checkpoint: skipped whole.
+	// v2 with a checkpoint in the reference engine's layout: read whole.
 	b := AppendBlobHeader(nil, 1, []int32{9}, BlobExtras{})
 	b[len(b)-1] = blobFlagCheckpoint
 	b = binary.LittleEndian.AppendUint32(b, 0)
@@ -68,8 +68,14 @@ func TestBlobV1AndCheckpoint(t *testing.T) {
 	size := len(b)
 	b = append(b, "S"...)
 	h, err = ReadBlobHeader(bytes.NewReader(b), int64(len(b)), 0)
-	if err != nil || !h.HasCheckpoint || h.Size != int64(size) {
-		t.Fatalf("checkpoint: %+v %v", h, err)
+	c := h.Checkpoint
+	if err != nil || c == nil || h.Size != int64(size) || c.PosMin != 0 || c.PosMax != 0 || c.NTokens != 1 ||
+		string(c.Target) != "tgt" || string(c.Draft) != "df" {
+		t.Fatalf("checkpoint: %+v %+v %v", h, c, err)
+	}
+	// Written back, the same bytes.
+	if re := AppendBlobHeader(nil, 1, []int32{9}, BlobExtras{Checkpoint: c}); !bytes.Equal(re, b[:size]) {
+		t.Fatalf("the checkpoint written back differs:\n% x\n% x", re, b[:size])
 	}
 }
 
@@ -80,8 +86,11 @@ func TestBlobMalformed(t *testing.T) {
 	ck[len(ck)-1] = blobFlagCheckpoint
 	ck = append(ck, make([]byte, 16)...)
 	ck = binary.LittleEndian.AppendUint64(ck, 1<<40)
+	backwards := AppendBlobHeader(nil, 0, nil, BlobExtras{Checkpoint: &BlobCheckpoint{PosMin: 5, PosMax: 4, NTokens: 5}})
+	negative := AppendBlobHeader(nil, 0, nil, BlobExtras{Checkpoint: &BlobCheckpoint{NTokens: -1}})
 	for name, p := range map[string][]byte{
 		"empty": {}, "short v2": {2, 1, 0}, "short v1": {1, 0, 0, 0, 5}, "huge n_tok": huge, "huge checkpoint": ck,
+		"checkpoint ends before its positions begin": backwards, "checkpoint of negative tokens": negative,
 	} {
 		if _, err := ReadBlobHeader(bytes.NewReader(p), int64(len(p)), 0); !errors.Is(err, ErrMalformedBlob) {
 			t.Errorf("%s: err = %v, want ErrMalformedBlob", name, err)
@@ -126,6 +135,8 @@ func FuzzReadBlobHeader(f *testing.F) {
 	f.Add([]byte{2, 0, 0, 0, 0, 0, 0, 0, 0, 1})
 	f.Add([]byte{1, 0, 0, 0, 1, 0, 0, 0, 7, 0, 0, 0})
 	f.Add(AppendBlobHeader(nil, 2, []int32{5, 6}, BlobExtras{Layout: []byte(`{"arch":"llama"}`), Trailer: true}))
+	f.Add(AppendBlobHeader(nil, 2, []int32{5, 6}, BlobExtras{Checkpoint: &BlobCheckpoint{PosMin: 1, PosMax: 1, NTokens: 2, Target: []byte("rs")},
+		Layout: []byte(`{}`), Trailer: true}))
 	f.Fuzz(func(t *testing.T, p []byte) {
 		r := bytes.NewReader(p)
 		h, err := ReadBlobHeader(r, int64(len(p)), 0)
@@ -144,9 +155,10 @@ func FuzzReadBlobHeader(f *testing.F) {
 		if h.Size > int64(len(p)) || h.Size != int64(len(p))-int64(r.Len()) {
 			t.Fatalf("size %d inconsistent with consumed %d", h.Size, len(p)-r.Len())
 		}
-		if h.Version == 2 && !h.HasCheckpoint {
-			re := AppendBlobHeader(nil, int(h.NPast), h.Tokens, BlobExtras{Layout: h.Layout, Trailer: h.HasTrailer})
-			if !bytes.Equal(re, p[:h.Size]) {
+		if h.Version == 2 {
+			x := BlobExtras{Checkpoint: h.Checkpoint, Layout: h.Layout, Trailer: h.HasTrailer}
+			re := AppendBlobHeader(nil, int(h.NPast), h.Tokens, x)
+			if !bytes.Equal(re, p[:h.Size]) || int64(len(re)) != BlobHeaderSize(len(h.Tokens), x) {
 				t.Fatalf("re-encoding differs")
 			}
 		}

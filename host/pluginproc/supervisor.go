@@ -273,3 +273,9 @@ func (d downBackend) SwapQuant(context.Context, string, string) (iface.SwapResul
 func (d downBackend) Embed(context.Context, iface.EmbedRequest) ([]iface.Embedding, error) {
 	return nil, d.err()
 }
+func (d downBackend) SlotCheckpoint(context.Context, int) (*iface.Checkpoint, error) {
+	return nil, d.err()
+}
+func (d downBackend) PutCheckpoint(context.Context, int, iface.Checkpoint) (bool, string, error) {
+	return false, "", d.err()
+}

@@ -3,6 +3,7 @@
 package cudallama
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -160,4 +161,61 @@ func (e *engine) servedByCheckpoint(i int, old, toks []int32, posMin int) bool {
 	}
 	prefix := commonPrefix(old, toks)
 	return e.ckpts.Serves(i, len(toks), prefix, posMin) > 0 && float64(prefix) >= promptcache.SaveBelow*float64(len(old))
+}
+
+// SlotCheckpoint returns slot i's newest checkpoint, which a STATE_GET or
+// PREFILL reply's blob carries; nil where it holds none. Its bytes are
+// never changed once taken, so they are shared, not copied.
+func (b *Backend) SlotCheckpoint(ctx context.Context, i int) (*iface.Checkpoint, error) {
+	e, _, err := b.slot(i)
+	if err != nil || !e.ckpts.Enabled() {
+		return nil, err
+	}
+	all := e.ckpts.All(i)
+	if len(all) == 0 {
+		return nil, nil
+	}
+	c := all[len(all)-1]
+	return &iface.Checkpoint{PosMin: int32(c.PosMin), PosMax: int32(c.PosMax), NTokens: int64(c.NTokens), Target: c.Data}, nil
+}
+
+// PutCheckpoint keeps the checkpoint a STATE_PUT's blob carried as slot i's
+// (just restored, so holding none), once llama.cpp has read it into the
+// scratch sequence: a checkpoint of another memory or model, or cut short,
+// is refused there before the slot relies on it. A draft part is not needed:
+// the draft context re-derives its cells from the slot's tokens.
+func (b *Backend) PutCheckpoint(ctx context.Context, i int, c iface.Checkpoint) (bool, string, error) {
+	e, s, err := b.slot(i)
+	if err != nil {
+		return false, "", err
+	}
+	if !e.ckpts.Enabled() {
+		if e.layout.recurrent() || e.nSWA > 0 {
+			return false, "checkpoints are off (ctx_checkpoints=0)", nil
+		}
+		return false, "the model's memory can be cut anywhere: it needs no checkpoints", nil
+	}
+	n := len(s.seq())
+	if c.NTokens < 1 || c.NTokens > int64(n) || c.PosMin < 0 || c.PosMin > c.PosMax || int64(c.PosMax) >= c.NTokens {
+		return false, "", fmt.Errorf("%w: a checkpoint of %d tokens at positions %d..%d does not fit the slot's sequence of %d",
+			iface.ErrBadRequest, c.NTokens, c.PosMin, c.PosMax, n)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	err = e.ctx.setPartialState(e.scratch, c.Target)
+	e.ctx.seqRm(e.scratch)
+	if err != nil {
+		return false, "", fmt.Errorf("%w: llama.cpp cannot read the checkpoint into this model's memory (%s): %w",
+			iface.ErrBadRequest, e.layout.Memory, err)
+	}
+	kept := &ckpt.Checkpoint{PosMin: int(c.PosMin), PosMax: int(c.PosMax), NTokens: int(c.NTokens), Data: c.Target, Task: e.tasks.Add(1)}
+	if !e.ckpts.Add(i, kept) {
+		return false, fmt.Sprintf("larger (%d bytes) than the checkpoints' whole budget", len(c.Target)), nil
+	}
+	why := ""
+	if len(c.Draft) > 0 {
+		why = "its draft part is not needed: the draft model re-derives its cells from the tokens"
+	}
+	e.log.Debug("context checkpoint restored with the slot's state", "slot", i, "n_tokens", c.NTokens, "bytes", len(c.Target))
+	return true, why, nil
 }

@@ -4,6 +4,7 @@ package cudallama
 
 import (
 	"bytes"
+	"errors"
 	"maps"
 	"slices"
 	"testing"
@@ -184,5 +185,65 @@ func TestCheckpointBudget(t *testing.T) {
 		if si := slotInfo(t, b, i); si.NPast != 100 {
 			t.Fatalf("slot %d holds %d tokens", i, si.NPast)
 		}
+	}
+}
+
+// TestCheckpointAcrossEngines: a hybrid slot's state and newest checkpoint
+// moved to another engine (as STATE_GET writes them into a blob and
+// STATE_PUT hands them over) serve the destination as they would the
+// source: the same prompt again evaluates its last 4 tokens there, and
+// decodes as the prompt evaluated whole. Checkpoints that do not fit the
+// sequence or the memory are refused; a plain cache declines one.
+func TestCheckpointAcrossEngines(t *testing.T) {
+	path := modelFile(t, "ckpt-qwen35moe", gguf.TinyQwen35MoE())
+	src := load(t, path, 2, ckptOpts)
+	dst := load(t, path, 3, ckptOpts)
+	referenceKernels(t, dst)
+	a := promptOf(120, 9)
+	prefillTokens(t, src, 0, a)
+	decode(t, src, 0, 4, iface.SamplerParams{IgnoreEOS: true})
+	c, err := src.SlotCheckpoint(t.Context(), 0)
+	if err != nil || c == nil || c.NTokens != int64(len(a)-4) || c.PosMax != int32(len(a)-5) {
+		t.Fatalf("the slot's newest checkpoint: %+v %v", c, err)
+	}
+	si := slotInfo(t, src, 0)
+	state := stateOf(t, src, 0, 1<<20)
+	put := func(c iface.Checkpoint) (bool, string, error) {
+		t.Helper()
+		if _, err := dst.StatePut(t.Context(), 2, si.Tokens, bytes.NewReader(state), int64(len(state))); err != nil {
+			t.Fatal(err)
+		}
+		return dst.PutCheckpoint(t.Context(), 2, c)
+	}
+	for name, bad := range map[string]iface.Checkpoint{
+		"cut short":           {PosMin: c.PosMin, PosMax: c.PosMax, NTokens: c.NTokens, Target: c.Target[:len(c.Target)-9]},
+		"past the sequence":   {PosMin: c.PosMin, PosMax: int32(len(si.Tokens)), NTokens: int64(len(si.Tokens)) + 1, Target: c.Target},
+		"ends after its end":  {PosMin: c.PosMin, PosMax: int32(c.NTokens), NTokens: c.NTokens, Target: c.Target},
+		"not a state at all":  {PosMin: c.PosMin, PosMax: c.PosMax, NTokens: c.NTokens, Target: []byte("not a state")},
+		"positions backwards": {PosMin: c.PosMax, PosMax: c.PosMin - 1, NTokens: c.NTokens, Target: c.Target},
+	} {
+		if kept, _, err := put(bad); kept || !errors.Is(err, iface.ErrBadRequest) {
+			t.Errorf("%s: kept %v, %v; want ErrBadRequest", name, kept, err)
+		}
+	}
+	kept, why, err := put(*c)
+	if !kept || why != "" || err != nil {
+		t.Fatalf("PutCheckpoint: %v %q %v", kept, why, err)
+	}
+	r := prefillTokens(t, dst, 2, a)
+	if r.Reused != len(a)-4 {
+		t.Fatalf("the destination kept %d of the same prompt, the source would keep %d", r.Reused, len(a)-4)
+	}
+	got, _ := decode(t, dst, 2, 12, iface.SamplerParams{IgnoreEOS: true})
+	iso := load(t, path, 1, ckptOpts)
+	referenceKernels(t, iso)
+	fresh := prefillTokens(t, iso, 0, a)
+	closeLogits(t, iso, "the moved slot's logits after its checkpoint against a whole evaluation", r.Logits, fresh.Logits)
+	want, _ := decode(t, iso, 0, 12, iface.SamplerParams{IgnoreEOS: true})
+	sameGreedy(t, iso, 0, a, got, want, iface.SamplerParams{IgnoreEOS: true})
+
+	plain := load(t, tiny(t), 1, nil)
+	if kept, why, err := plain.PutCheckpoint(t.Context(), 0, *c); kept || why == "" || err != nil {
+		t.Fatalf("a plain cache: kept %v, %q, %v", kept, why, err)
 	}
 }

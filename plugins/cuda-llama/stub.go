@@ -72,3 +72,11 @@ func (b *Backend) Embed(context.Context, iface.EmbedRequest) ([]iface.Embedding,
 }
 
 func (b *Backend) err() error { return fmt.Errorf("%w: %w", iface.ErrNotImplemented, ErrNotLinked) }
+
+func (b *Backend) SlotCheckpoint(context.Context, int) (*iface.Checkpoint, error) {
+	return nil, b.err()
+}
+
+func (b *Backend) PutCheckpoint(context.Context, int, iface.Checkpoint) (bool, string, error) {
+	return false, "", b.err()
+}

@@ -302,3 +302,19 @@ func (b *Backend) decode(ctx context.Context, req iface.DecodeRequest, emit func
 		}
 	}
 }
+
+// SlotCheckpoint: the mock's fake memory can be cut anywhere, so its slots
+// hold no context checkpoints.
+func (b *Backend) SlotCheckpoint(ctx context.Context, i int) (*iface.Checkpoint, error) {
+	_, _, err := b.slot(i)
+	return nil, err
+}
+
+// PutCheckpoint declines a carried checkpoint, saying why: the mock's
+// memory can be cut anywhere, so it needs none.
+func (b *Backend) PutCheckpoint(ctx context.Context, i int, c iface.Checkpoint) (bool, string, error) {
+	if _, _, err := b.slot(i); err != nil {
+		return false, "", err
+	}
+	return false, "the mock's memory can be cut anywhere: it keeps no checkpoints", nil
+}

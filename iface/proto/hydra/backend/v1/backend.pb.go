@@ -21,6 +21,231 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Checkpoint is a context checkpoint (iface.Checkpoint).
+type Checkpoint struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PosMin        int32                  `protobuf:"varint,1,opt,name=pos_min,json=posMin,proto3" json:"pos_min,omitempty"`
+	PosMax        int32                  `protobuf:"varint,2,opt,name=pos_max,json=posMax,proto3" json:"pos_max,omitempty"`
+	NTokens       int64                  `protobuf:"varint,3,opt,name=n_tokens,json=nTokens,proto3" json:"n_tokens,omitempty"`
+	Target        []byte                 `protobuf:"bytes,4,opt,name=target,proto3" json:"target,omitempty"`
+	Draft         []byte                 `protobuf:"bytes,5,opt,name=draft,proto3" json:"draft,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Checkpoint) Reset() {
+	*x = Checkpoint{}
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Checkpoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Checkpoint) ProtoMessage() {}
+
+func (x *Checkpoint) ProtoReflect() protoreflect.Message {
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
+func (*Checkpoint) Descriptor() ([]byte, []int) {
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *Checkpoint) GetPosMin() int32 {
+	if x != nil {
+		return x.PosMin
+	}
+	return 0
+}
+
+func (x *Checkpoint) GetPosMax() int32 {
+	if x != nil {
+		return x.PosMax
+	}
+	return 0
+}
+
+func (x *Checkpoint) GetNTokens() int64 {
+	if x != nil {
+		return x.NTokens
+	}
+	return 0
+}
+
+func (x *Checkpoint) GetTarget() []byte {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *Checkpoint) GetDraft() []byte {
+	if x != nil {
+		return x.Draft
+	}
+	return nil
+}
+
+type SlotCheckpointResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Checkpoint    *Checkpoint            `protobuf:"bytes,1,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"` // unset: the slot holds none
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotCheckpointResponse) Reset() {
+	*x = SlotCheckpointResponse{}
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotCheckpointResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotCheckpointResponse) ProtoMessage() {}
+
+func (x *SlotCheckpointResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotCheckpointResponse.ProtoReflect.Descriptor instead.
+func (*SlotCheckpointResponse) Descriptor() ([]byte, []int) {
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SlotCheckpointResponse) GetCheckpoint() *Checkpoint {
+	if x != nil {
+		return x.Checkpoint
+	}
+	return nil
+}
+
+type PutCheckpointRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Slot          int64                  `protobuf:"varint,1,opt,name=slot,proto3" json:"slot,omitempty"`
+	Checkpoint    *Checkpoint            `protobuf:"bytes,2,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutCheckpointRequest) Reset() {
+	*x = PutCheckpointRequest{}
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutCheckpointRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutCheckpointRequest) ProtoMessage() {}
+
+func (x *PutCheckpointRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutCheckpointRequest.ProtoReflect.Descriptor instead.
+func (*PutCheckpointRequest) Descriptor() ([]byte, []int) {
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *PutCheckpointRequest) GetSlot() int64 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *PutCheckpointRequest) GetCheckpoint() *Checkpoint {
+	if x != nil {
+		return x.Checkpoint
+	}
+	return nil
+}
+
+type PutCheckpointResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kept          bool                   `protobuf:"varint,1,opt,name=kept,proto3" json:"kept,omitempty"`
+	Why           string                 `protobuf:"bytes,2,opt,name=why,proto3" json:"why,omitempty"` // why it was not kept
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutCheckpointResponse) Reset() {
+	*x = PutCheckpointResponse{}
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutCheckpointResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutCheckpointResponse) ProtoMessage() {}
+
+func (x *PutCheckpointResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutCheckpointResponse.ProtoReflect.Descriptor instead.
+func (*PutCheckpointResponse) Descriptor() ([]byte, []int) {
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PutCheckpointResponse) GetKept() bool {
+	if x != nil {
+		return x.Kept
+	}
+	return false
+}
+
+func (x *PutCheckpointResponse) GetWhy() string {
+	if x != nil {
+		return x.Why
+	}
+	return ""
+}
+
 type ModelIdentity struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Alias         string                 `protobuf:"bytes,1,opt,name=alias,proto3" json:"alias,omitempty"`
@@ -32,7 +257,7 @@ type ModelIdentity struct {
 
 func (x *ModelIdentity) Reset() {
 	*x = ModelIdentity{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[0]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -44,7 +269,7 @@ func (x *ModelIdentity) String() string {
 func (*ModelIdentity) ProtoMessage() {}
 
 func (x *ModelIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[0]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -57,7 +282,7 @@ func (x *ModelIdentity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelIdentity.ProtoReflect.Descriptor instead.
 func (*ModelIdentity) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{0}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ModelIdentity) GetAlias() string {
@@ -144,7 +369,7 @@ type BackendInfo struct {
 
 func (x *BackendInfo) Reset() {
 	*x = BackendInfo{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[1]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -156,7 +381,7 @@ func (x *BackendInfo) String() string {
 func (*BackendInfo) ProtoMessage() {}
 
 func (x *BackendInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[1]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -169,7 +394,7 @@ func (x *BackendInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendInfo.ProtoReflect.Descriptor instead.
 func (*BackendInfo) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{1}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *BackendInfo) GetName() string {
@@ -391,7 +616,7 @@ type CheckpointStats struct {
 
 func (x *CheckpointStats) Reset() {
 	*x = CheckpointStats{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[2]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -403,7 +628,7 @@ func (x *CheckpointStats) String() string {
 func (*CheckpointStats) ProtoMessage() {}
 
 func (x *CheckpointStats) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[2]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -416,7 +641,7 @@ func (x *CheckpointStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointStats.ProtoReflect.Descriptor instead.
 func (*CheckpointStats) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{2}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CheckpointStats) GetMaxPerSlot() int64 {
@@ -529,7 +754,7 @@ type PromptCacheStats struct {
 
 func (x *PromptCacheStats) Reset() {
 	*x = PromptCacheStats{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[3]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -541,7 +766,7 @@ func (x *PromptCacheStats) String() string {
 func (*PromptCacheStats) ProtoMessage() {}
 
 func (x *PromptCacheStats) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[3]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -554,7 +779,7 @@ func (x *PromptCacheStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptCacheStats.ProtoReflect.Descriptor instead.
 func (*PromptCacheStats) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{3}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PromptCacheStats) GetBudgetBytes() int64 {
@@ -691,7 +916,7 @@ type SpecialTokens struct {
 
 func (x *SpecialTokens) Reset() {
 	*x = SpecialTokens{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[4]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -703,7 +928,7 @@ func (x *SpecialTokens) String() string {
 func (*SpecialTokens) ProtoMessage() {}
 
 func (x *SpecialTokens) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[4]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -716,7 +941,7 @@ func (x *SpecialTokens) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpecialTokens.ProtoReflect.Descriptor instead.
 func (*SpecialTokens) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{4}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SpecialTokens) GetBos() int32 {
@@ -814,7 +1039,7 @@ type LoadRequest struct {
 
 func (x *LoadRequest) Reset() {
 	*x = LoadRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[5]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -826,7 +1051,7 @@ func (x *LoadRequest) String() string {
 func (*LoadRequest) ProtoMessage() {}
 
 func (x *LoadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[5]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -839,7 +1064,7 @@ func (x *LoadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadRequest.ProtoReflect.Descriptor instead.
 func (*LoadRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{5}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *LoadRequest) GetModel() string {
@@ -872,7 +1097,7 @@ type LoadResponse struct {
 
 func (x *LoadResponse) Reset() {
 	*x = LoadResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[6]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -884,7 +1109,7 @@ func (x *LoadResponse) String() string {
 func (*LoadResponse) ProtoMessage() {}
 
 func (x *LoadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[6]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -897,7 +1122,7 @@ func (x *LoadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadResponse.ProtoReflect.Descriptor instead.
 func (*LoadResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{6}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *LoadResponse) GetInfo() *BackendInfo {
@@ -915,7 +1140,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[7]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -927,7 +1152,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[7]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -940,7 +1165,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{7}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{11}
 }
 
 type InfoResponse struct {
@@ -952,7 +1177,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[8]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -964,7 +1189,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[8]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -977,7 +1202,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{8}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *InfoResponse) GetInfo() *BackendInfo {
@@ -999,7 +1224,7 @@ type SlotInfo struct {
 
 func (x *SlotInfo) Reset() {
 	*x = SlotInfo{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[9]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1011,7 +1236,7 @@ func (x *SlotInfo) String() string {
 func (*SlotInfo) ProtoMessage() {}
 
 func (x *SlotInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[9]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1024,7 +1249,7 @@ func (x *SlotInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotInfo.ProtoReflect.Descriptor instead.
 func (*SlotInfo) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{9}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SlotInfo) GetSlot() int64 {
@@ -1064,7 +1289,7 @@ type SlotRequest struct {
 
 func (x *SlotRequest) Reset() {
 	*x = SlotRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[10]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1076,7 +1301,7 @@ func (x *SlotRequest) String() string {
 func (*SlotRequest) ProtoMessage() {}
 
 func (x *SlotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[10]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1089,7 +1314,7 @@ func (x *SlotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotRequest.ProtoReflect.Descriptor instead.
 func (*SlotRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{10}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SlotRequest) GetSlot() int64 {
@@ -1108,7 +1333,7 @@ type SlotResponse struct {
 
 func (x *SlotResponse) Reset() {
 	*x = SlotResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[11]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1120,7 +1345,7 @@ func (x *SlotResponse) String() string {
 func (*SlotResponse) ProtoMessage() {}
 
 func (x *SlotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[11]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1133,7 +1358,7 @@ func (x *SlotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotResponse.ProtoReflect.Descriptor instead.
 func (*SlotResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{11}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SlotResponse) GetSlot() *SlotInfo {
@@ -1152,7 +1377,7 @@ type ClearSlotRequest struct {
 
 func (x *ClearSlotRequest) Reset() {
 	*x = ClearSlotRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[12]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1164,7 +1389,7 @@ func (x *ClearSlotRequest) String() string {
 func (*ClearSlotRequest) ProtoMessage() {}
 
 func (x *ClearSlotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[12]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1177,7 +1402,7 @@ func (x *ClearSlotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearSlotRequest.ProtoReflect.Descriptor instead.
 func (*ClearSlotRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{12}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ClearSlotRequest) GetSlot() int64 {
@@ -1195,7 +1420,7 @@ type ClearSlotResponse struct {
 
 func (x *ClearSlotResponse) Reset() {
 	*x = ClearSlotResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[13]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1207,7 +1432,7 @@ func (x *ClearSlotResponse) String() string {
 func (*ClearSlotResponse) ProtoMessage() {}
 
 func (x *ClearSlotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[13]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1220,7 +1445,7 @@ func (x *ClearSlotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearSlotResponse.ProtoReflect.Descriptor instead.
 func (*ClearSlotResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{13}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{17}
 }
 
 type Message struct {
@@ -1237,7 +1462,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[14]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1249,7 +1474,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[14]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1262,7 +1487,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{14}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Message) GetRole() string {
@@ -1318,7 +1543,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[15]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1330,7 +1555,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[15]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1343,7 +1568,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{15}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ToolCall) GetId() string {
@@ -1397,7 +1622,7 @@ type PrefillRequest struct {
 
 func (x *PrefillRequest) Reset() {
 	*x = PrefillRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[16]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1409,7 +1634,7 @@ func (x *PrefillRequest) String() string {
 func (*PrefillRequest) ProtoMessage() {}
 
 func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[16]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1422,7 +1647,7 @@ func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillRequest.ProtoReflect.Descriptor instead.
 func (*PrefillRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{16}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PrefillRequest) GetSlot() int64 {
@@ -1527,7 +1752,7 @@ type TokenizeOptions struct {
 
 func (x *TokenizeOptions) Reset() {
 	*x = TokenizeOptions{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[17]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1539,7 +1764,7 @@ func (x *TokenizeOptions) String() string {
 func (*TokenizeOptions) ProtoMessage() {}
 
 func (x *TokenizeOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[17]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1552,7 +1777,7 @@ func (x *TokenizeOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenizeOptions.ProtoReflect.Descriptor instead.
 func (*TokenizeOptions) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{17}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TokenizeOptions) GetAddSpecial() bool {
@@ -1590,7 +1815,7 @@ type PrefillResponse struct {
 
 func (x *PrefillResponse) Reset() {
 	*x = PrefillResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[18]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1602,7 +1827,7 @@ func (x *PrefillResponse) String() string {
 func (*PrefillResponse) ProtoMessage() {}
 
 func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[18]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1615,7 +1840,7 @@ func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillResponse.ProtoReflect.Descriptor instead.
 func (*PrefillResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{18}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PrefillResponse) GetSlot() *SlotInfo {
@@ -1658,7 +1883,7 @@ type TokenizeResponse struct {
 
 func (x *TokenizeResponse) Reset() {
 	*x = TokenizeResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[19]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1670,7 +1895,7 @@ func (x *TokenizeResponse) String() string {
 func (*TokenizeResponse) ProtoMessage() {}
 
 func (x *TokenizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[19]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1683,7 +1908,7 @@ func (x *TokenizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenizeResponse.ProtoReflect.Descriptor instead.
 func (*TokenizeResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{19}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TokenizeResponse) GetTokens() []int32 {
@@ -1733,7 +1958,7 @@ type SamplerParams struct {
 
 func (x *SamplerParams) Reset() {
 	*x = SamplerParams{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1745,7 +1970,7 @@ func (x *SamplerParams) String() string {
 func (*SamplerParams) ProtoMessage() {}
 
 func (x *SamplerParams) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1758,7 +1983,7 @@ func (x *SamplerParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamplerParams.ProtoReflect.Descriptor instead.
 func (*SamplerParams) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{20}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SamplerParams) GetTemperature() float32 {
@@ -1862,7 +2087,7 @@ type DecodeRequest struct {
 
 func (x *DecodeRequest) Reset() {
 	*x = DecodeRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1874,7 +2099,7 @@ func (x *DecodeRequest) String() string {
 func (*DecodeRequest) ProtoMessage() {}
 
 func (x *DecodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1887,7 +2112,7 @@ func (x *DecodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeRequest.ProtoReflect.Descriptor instead.
 func (*DecodeRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{21}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DecodeRequest) GetSlot() int64 {
@@ -1966,7 +2191,7 @@ type SpeculativeParams struct {
 
 func (x *SpeculativeParams) Reset() {
 	*x = SpeculativeParams{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1978,7 +2203,7 @@ func (x *SpeculativeParams) String() string {
 func (*SpeculativeParams) ProtoMessage() {}
 
 func (x *SpeculativeParams) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1991,7 +2216,7 @@ func (x *SpeculativeParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpeculativeParams.ProtoReflect.Descriptor instead.
 func (*SpeculativeParams) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{22}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SpeculativeParams) GetNMax() int32 {
@@ -2029,7 +2254,7 @@ type Output struct {
 
 func (x *Output) Reset() {
 	*x = Output{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2041,7 +2266,7 @@ func (x *Output) String() string {
 func (*Output) ProtoMessage() {}
 
 func (x *Output) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2054,7 +2279,7 @@ func (x *Output) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Output.ProtoReflect.Descriptor instead.
 func (*Output) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{23}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Output) GetChat() *PrefillRequest {
@@ -2104,7 +2329,7 @@ type ReasoningBudget struct {
 
 func (x *ReasoningBudget) Reset() {
 	*x = ReasoningBudget{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2116,7 +2341,7 @@ func (x *ReasoningBudget) String() string {
 func (*ReasoningBudget) ProtoMessage() {}
 
 func (x *ReasoningBudget) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2129,7 +2354,7 @@ func (x *ReasoningBudget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReasoningBudget.ProtoReflect.Descriptor instead.
 func (*ReasoningBudget) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{24}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReasoningBudget) GetTokens() int32 {
@@ -2161,7 +2386,7 @@ type ChatDelta struct {
 
 func (x *ChatDelta) Reset() {
 	*x = ChatDelta{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2173,7 +2398,7 @@ func (x *ChatDelta) String() string {
 func (*ChatDelta) ProtoMessage() {}
 
 func (x *ChatDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2186,7 +2411,7 @@ func (x *ChatDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChatDelta.ProtoReflect.Descriptor instead.
 func (*ChatDelta) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{25}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ChatDelta) GetContent() string {
@@ -2243,7 +2468,7 @@ type ChatReply struct {
 
 func (x *ChatReply) Reset() {
 	*x = ChatReply{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2255,7 +2480,7 @@ func (x *ChatReply) String() string {
 func (*ChatReply) ProtoMessage() {}
 
 func (x *ChatReply) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2268,7 +2493,7 @@ func (x *ChatReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChatReply.ProtoReflect.Descriptor instead.
 func (*ChatReply) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{26}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ChatReply) GetContent() string {
@@ -2303,7 +2528,7 @@ type TokenProb struct {
 
 func (x *TokenProb) Reset() {
 	*x = TokenProb{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2315,7 +2540,7 @@ func (x *TokenProb) String() string {
 func (*TokenProb) ProtoMessage() {}
 
 func (x *TokenProb) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2328,7 +2553,7 @@ func (x *TokenProb) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenProb.ProtoReflect.Descriptor instead.
 func (*TokenProb) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{27}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *TokenProb) GetId() int32 {
@@ -2368,7 +2593,7 @@ type Token struct {
 
 func (x *Token) Reset() {
 	*x = Token{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2380,7 +2605,7 @@ func (x *Token) String() string {
 func (*Token) ProtoMessage() {}
 
 func (x *Token) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2393,7 +2618,7 @@ func (x *Token) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Token.ProtoReflect.Descriptor instead.
 func (*Token) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{28}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Token) GetId() int32 {
@@ -2450,7 +2675,7 @@ type DecodeResult struct {
 
 func (x *DecodeResult) Reset() {
 	*x = DecodeResult{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2462,7 +2687,7 @@ func (x *DecodeResult) String() string {
 func (*DecodeResult) ProtoMessage() {}
 
 func (x *DecodeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2475,7 +2700,7 @@ func (x *DecodeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeResult.ProtoReflect.Descriptor instead.
 func (*DecodeResult) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{29}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DecodeResult) GetTokensGenerated() int64 {
@@ -2546,7 +2771,7 @@ type PromptResult struct {
 
 func (x *PromptResult) Reset() {
 	*x = PromptResult{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2558,7 +2783,7 @@ func (x *PromptResult) String() string {
 func (*PromptResult) ProtoMessage() {}
 
 func (x *PromptResult) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2571,7 +2796,7 @@ func (x *PromptResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptResult.ProtoReflect.Descriptor instead.
 func (*PromptResult) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{30}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PromptResult) GetNTokens() int64 {
@@ -2615,7 +2840,7 @@ type DecodeResponse struct {
 
 func (x *DecodeResponse) Reset() {
 	*x = DecodeResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2627,7 +2852,7 @@ func (x *DecodeResponse) String() string {
 func (*DecodeResponse) ProtoMessage() {}
 
 func (x *DecodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2640,7 +2865,7 @@ func (x *DecodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeResponse.ProtoReflect.Descriptor instead.
 func (*DecodeResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{31}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DecodeResponse) GetEvent() isDecodeResponse_Event {
@@ -2694,7 +2919,7 @@ type StateGetRequest struct {
 
 func (x *StateGetRequest) Reset() {
 	*x = StateGetRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2706,7 +2931,7 @@ func (x *StateGetRequest) String() string {
 func (*StateGetRequest) ProtoMessage() {}
 
 func (x *StateGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2719,7 +2944,7 @@ func (x *StateGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateGetRequest.ProtoReflect.Descriptor instead.
 func (*StateGetRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{32}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *StateGetRequest) GetSlot() int64 {
@@ -2745,7 +2970,7 @@ type StateGetResponse struct {
 
 func (x *StateGetResponse) Reset() {
 	*x = StateGetResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2757,7 +2982,7 @@ func (x *StateGetResponse) String() string {
 func (*StateGetResponse) ProtoMessage() {}
 
 func (x *StateGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2770,7 +2995,7 @@ func (x *StateGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateGetResponse.ProtoReflect.Descriptor instead.
 func (*StateGetResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{33}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StateGetResponse) GetData() []byte {
@@ -2791,7 +3016,7 @@ type StatePutHeader struct {
 
 func (x *StatePutHeader) Reset() {
 	*x = StatePutHeader{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[34]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2803,7 +3028,7 @@ func (x *StatePutHeader) String() string {
 func (*StatePutHeader) ProtoMessage() {}
 
 func (x *StatePutHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[34]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2816,7 +3041,7 @@ func (x *StatePutHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatePutHeader.ProtoReflect.Descriptor instead.
 func (*StatePutHeader) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{34}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *StatePutHeader) GetSlot() int64 {
@@ -2853,7 +3078,7 @@ type StatePutRequest struct {
 
 func (x *StatePutRequest) Reset() {
 	*x = StatePutRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2865,7 +3090,7 @@ func (x *StatePutRequest) String() string {
 func (*StatePutRequest) ProtoMessage() {}
 
 func (x *StatePutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2878,7 +3103,7 @@ func (x *StatePutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatePutRequest.ProtoReflect.Descriptor instead.
 func (*StatePutRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{35}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *StatePutRequest) GetMsg() isStatePutRequest_Msg {
@@ -2931,7 +3156,7 @@ type StatePutResponse struct {
 
 func (x *StatePutResponse) Reset() {
 	*x = StatePutResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[36]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2943,7 +3168,7 @@ func (x *StatePutResponse) String() string {
 func (*StatePutResponse) ProtoMessage() {}
 
 func (x *StatePutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[36]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2956,7 +3181,7 @@ func (x *StatePutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatePutResponse.ProtoReflect.Descriptor instead.
 func (*StatePutResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{36}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *StatePutResponse) GetConsumed() int64 {
@@ -2975,7 +3200,7 @@ type SetExpertModeRequest struct {
 
 func (x *SetExpertModeRequest) Reset() {
 	*x = SetExpertModeRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[37]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2987,7 +3212,7 @@ func (x *SetExpertModeRequest) String() string {
 func (*SetExpertModeRequest) ProtoMessage() {}
 
 func (x *SetExpertModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[37]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3000,7 +3225,7 @@ func (x *SetExpertModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetExpertModeRequest.ProtoReflect.Descriptor instead.
 func (*SetExpertModeRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{37}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SetExpertModeRequest) GetMode() string {
@@ -3019,7 +3244,7 @@ type SetExpertModeResponse struct {
 
 func (x *SetExpertModeResponse) Reset() {
 	*x = SetExpertModeResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[38]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3031,7 +3256,7 @@ func (x *SetExpertModeResponse) String() string {
 func (*SetExpertModeResponse) ProtoMessage() {}
 
 func (x *SetExpertModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[38]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3044,7 +3269,7 @@ func (x *SetExpertModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetExpertModeResponse.ProtoReflect.Descriptor instead.
 func (*SetExpertModeResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{38}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SetExpertModeResponse) GetMode() string {
@@ -3064,7 +3289,7 @@ type SwapQuantRequest struct {
 
 func (x *SwapQuantRequest) Reset() {
 	*x = SwapQuantRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[39]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3076,7 +3301,7 @@ func (x *SwapQuantRequest) String() string {
 func (*SwapQuantRequest) ProtoMessage() {}
 
 func (x *SwapQuantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[39]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3089,7 +3314,7 @@ func (x *SwapQuantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SwapQuantRequest.ProtoReflect.Descriptor instead.
 func (*SwapQuantRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{39}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *SwapQuantRequest) GetQuantKey() string {
@@ -3118,7 +3343,7 @@ type SwapQuantResponse struct {
 
 func (x *SwapQuantResponse) Reset() {
 	*x = SwapQuantResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[40]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3130,7 +3355,7 @@ func (x *SwapQuantResponse) String() string {
 func (*SwapQuantResponse) ProtoMessage() {}
 
 func (x *SwapQuantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[40]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3143,7 +3368,7 @@ func (x *SwapQuantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SwapQuantResponse.ProtoReflect.Descriptor instead.
 func (*SwapQuantResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{40}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *SwapQuantResponse) GetSwapped() int64 {
@@ -3182,7 +3407,7 @@ type DataPlaneRequest struct {
 
 func (x *DataPlaneRequest) Reset() {
 	*x = DataPlaneRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[41]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3194,7 +3419,7 @@ func (x *DataPlaneRequest) String() string {
 func (*DataPlaneRequest) ProtoMessage() {}
 
 func (x *DataPlaneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[41]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3207,7 +3432,7 @@ func (x *DataPlaneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataPlaneRequest.ProtoReflect.Descriptor instead.
 func (*DataPlaneRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{41}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{45}
 }
 
 type DataPlaneResponse struct {
@@ -3235,7 +3460,7 @@ type DataPlaneResponse struct {
 
 func (x *DataPlaneResponse) Reset() {
 	*x = DataPlaneResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[42]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3247,7 +3472,7 @@ func (x *DataPlaneResponse) String() string {
 func (*DataPlaneResponse) ProtoMessage() {}
 
 func (x *DataPlaneResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[42]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3260,7 +3485,7 @@ func (x *DataPlaneResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataPlaneResponse.ProtoReflect.Descriptor instead.
 func (*DataPlaneResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{42}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DataPlaneResponse) GetShm() bool {
@@ -3326,7 +3551,7 @@ type ShmTransfer struct {
 
 func (x *ShmTransfer) Reset() {
 	*x = ShmTransfer{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[43]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3338,7 +3563,7 @@ func (x *ShmTransfer) String() string {
 func (*ShmTransfer) ProtoMessage() {}
 
 func (x *ShmTransfer) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[43]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3351,7 +3576,7 @@ func (x *ShmTransfer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShmTransfer.ProtoReflect.Descriptor instead.
 func (*ShmTransfer) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{43}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ShmTransfer) GetId() uint64 {
@@ -3399,7 +3624,7 @@ type StateGetShmRequest struct {
 
 func (x *StateGetShmRequest) Reset() {
 	*x = StateGetShmRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[44]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3411,7 +3636,7 @@ func (x *StateGetShmRequest) String() string {
 func (*StateGetShmRequest) ProtoMessage() {}
 
 func (x *StateGetShmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[44]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3424,7 +3649,7 @@ func (x *StateGetShmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateGetShmRequest.ProtoReflect.Descriptor instead.
 func (*StateGetShmRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{44}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *StateGetShmRequest) GetSlot() int64 {
@@ -3450,7 +3675,7 @@ type StateGetShmResponse struct {
 
 func (x *StateGetShmResponse) Reset() {
 	*x = StateGetShmResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[45]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3462,7 +3687,7 @@ func (x *StateGetShmResponse) String() string {
 func (*StateGetShmResponse) ProtoMessage() {}
 
 func (x *StateGetShmResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[45]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3475,7 +3700,7 @@ func (x *StateGetShmResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateGetShmResponse.ProtoReflect.Descriptor instead.
 func (*StateGetShmResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{45}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *StateGetShmResponse) GetWritten() int64 {
@@ -3503,7 +3728,7 @@ type StatePutShmRequest struct {
 
 func (x *StatePutShmRequest) Reset() {
 	*x = StatePutShmRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[46]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3515,7 +3740,7 @@ func (x *StatePutShmRequest) String() string {
 func (*StatePutShmRequest) ProtoMessage() {}
 
 func (x *StatePutShmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[46]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3528,7 +3753,7 @@ func (x *StatePutShmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatePutShmRequest.ProtoReflect.Descriptor instead.
 func (*StatePutShmRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{46}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *StatePutShmRequest) GetSlot() int64 {
@@ -3582,7 +3807,7 @@ type TokenList struct {
 
 func (x *TokenList) Reset() {
 	*x = TokenList{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[47]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3594,7 +3819,7 @@ func (x *TokenList) String() string {
 func (*TokenList) ProtoMessage() {}
 
 func (x *TokenList) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[47]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3607,7 +3832,7 @@ func (x *TokenList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenList.ProtoReflect.Descriptor instead.
 func (*TokenList) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{47}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *TokenList) GetTokens() []int32 {
@@ -3630,7 +3855,7 @@ type EmbedRequest struct {
 
 func (x *EmbedRequest) Reset() {
 	*x = EmbedRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[48]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3642,7 +3867,7 @@ func (x *EmbedRequest) String() string {
 func (*EmbedRequest) ProtoMessage() {}
 
 func (x *EmbedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[48]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3655,7 +3880,7 @@ func (x *EmbedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EmbedRequest.ProtoReflect.Descriptor instead.
 func (*EmbedRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{48}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *EmbedRequest) GetInputs() []*TokenList {
@@ -3685,7 +3910,7 @@ type Embedding struct {
 
 func (x *Embedding) Reset() {
 	*x = Embedding{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[49]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3697,7 +3922,7 @@ func (x *Embedding) String() string {
 func (*Embedding) ProtoMessage() {}
 
 func (x *Embedding) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[49]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3710,7 +3935,7 @@ func (x *Embedding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Embedding.ProtoReflect.Descriptor instead.
 func (*Embedding) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{49}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *Embedding) GetValues() []float32 {
@@ -3743,7 +3968,7 @@ type EmbedResponse struct {
 
 func (x *EmbedResponse) Reset() {
 	*x = EmbedResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[50]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3755,7 +3980,7 @@ func (x *EmbedResponse) String() string {
 func (*EmbedResponse) ProtoMessage() {}
 
 func (x *EmbedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[50]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3768,7 +3993,7 @@ func (x *EmbedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EmbedResponse.ProtoReflect.Descriptor instead.
 func (*EmbedResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{50}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *EmbedResponse) GetEmbeddings() []*Embedding {
@@ -3782,7 +4007,26 @@ var File_iface_proto_hydra_backend_v1_backend_proto protoreflect.FileDescriptor
 
 const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\n" +
-	"*iface/proto/hydra/backend/v1/backend.proto\x12\x10hydra.backend.v1\"M\n" +
+	"*iface/proto/hydra/backend/v1/backend.proto\x12\x10hydra.backend.v1\"\x87\x01\n" +
+	"\n" +
+	"Checkpoint\x12\x17\n" +
+	"\apos_min\x18\x01 \x01(\x05R\x06posMin\x12\x17\n" +
+	"\apos_max\x18\x02 \x01(\x05R\x06posMax\x12\x19\n" +
+	"\bn_tokens\x18\x03 \x01(\x03R\anTokens\x12\x16\n" +
+	"\x06target\x18\x04 \x01(\fR\x06target\x12\x14\n" +
+	"\x05draft\x18\x05 \x01(\fR\x05draft\"V\n" +
+	"\x16SlotCheckpointResponse\x12<\n" +
+	"\n" +
+	"checkpoint\x18\x01 \x01(\v2\x1c.hydra.backend.v1.CheckpointR\n" +
+	"checkpoint\"h\n" +
+	"\x14PutCheckpointRequest\x12\x12\n" +
+	"\x04slot\x18\x01 \x01(\x03R\x04slot\x12<\n" +
+	"\n" +
+	"checkpoint\x18\x02 \x01(\v2\x1c.hydra.backend.v1.CheckpointR\n" +
+	"checkpoint\"=\n" +
+	"\x15PutCheckpointResponse\x12\x12\n" +
+	"\x04kept\x18\x01 \x01(\bR\x04kept\x12\x10\n" +
+	"\x03why\x18\x02 \x01(\tR\x03why\"M\n" +
 	"\rModelIdentity\x12\x14\n" +
 	"\x05alias\x18\x01 \x01(\tR\x05alias\x12\x12\n" +
 	"\x04hash\x18\x02 \x01(\tR\x04hash\x12\x12\n" +
@@ -4099,7 +4343,7 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\rEmbedResponse\x12;\n" +
 	"\n" +
 	"embeddings\x18\x01 \x03(\v2\x1b.hydra.backend.v1.EmbeddingR\n" +
-	"embeddings2\xdc\t\n" +
+	"embeddings2\x99\v\n" +
 	"\aBackend\x12E\n" +
 	"\x04Load\x12\x1d.hydra.backend.v1.LoadRequest\x1a\x1e.hydra.backend.v1.LoadResponse\x12E\n" +
 	"\x04Info\x12\x1d.hydra.backend.v1.InfoRequest\x1a\x1e.hydra.backend.v1.InfoResponse\x12E\n" +
@@ -4115,7 +4359,9 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\vStatePutShm\x12$.hydra.backend.v1.StatePutShmRequest\x1a\".hydra.backend.v1.StatePutResponse\x12`\n" +
 	"\rSetExpertMode\x12&.hydra.backend.v1.SetExpertModeRequest\x1a'.hydra.backend.v1.SetExpertModeResponse\x12T\n" +
 	"\tSwapQuant\x12\".hydra.backend.v1.SwapQuantRequest\x1a#.hydra.backend.v1.SwapQuantResponse\x12H\n" +
-	"\x05Embed\x12\x1e.hydra.backend.v1.EmbedRequest\x1a\x1f.hydra.backend.v1.EmbedResponseBMZKgithub.com/hydra-engine/hydra-engine/iface/proto/hydra/backend/v1;backendv1b\x06proto3"
+	"\x05Embed\x12\x1e.hydra.backend.v1.EmbedRequest\x1a\x1f.hydra.backend.v1.EmbedResponse\x12Y\n" +
+	"\x0eSlotCheckpoint\x12\x1d.hydra.backend.v1.SlotRequest\x1a(.hydra.backend.v1.SlotCheckpointResponse\x12`\n" +
+	"\rPutCheckpoint\x12&.hydra.backend.v1.PutCheckpointRequest\x1a'.hydra.backend.v1.PutCheckpointResponseBMZKgithub.com/hydra-engine/hydra-engine/iface/proto/hydra/backend/v1;backendv1b\x06proto3"
 
 var (
 	file_iface_proto_hydra_backend_v1_backend_proto_rawDescOnce sync.Once
@@ -4129,130 +4375,140 @@ func file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP() []byte {
 	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescData
 }
 
-var file_iface_proto_hydra_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
+var file_iface_proto_hydra_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_iface_proto_hydra_backend_v1_backend_proto_goTypes = []any{
-	(*ModelIdentity)(nil),         // 0: hydra.backend.v1.ModelIdentity
-	(*BackendInfo)(nil),           // 1: hydra.backend.v1.BackendInfo
-	(*CheckpointStats)(nil),       // 2: hydra.backend.v1.CheckpointStats
-	(*PromptCacheStats)(nil),      // 3: hydra.backend.v1.PromptCacheStats
-	(*SpecialTokens)(nil),         // 4: hydra.backend.v1.SpecialTokens
-	(*LoadRequest)(nil),           // 5: hydra.backend.v1.LoadRequest
-	(*LoadResponse)(nil),          // 6: hydra.backend.v1.LoadResponse
-	(*InfoRequest)(nil),           // 7: hydra.backend.v1.InfoRequest
-	(*InfoResponse)(nil),          // 8: hydra.backend.v1.InfoResponse
-	(*SlotInfo)(nil),              // 9: hydra.backend.v1.SlotInfo
-	(*SlotRequest)(nil),           // 10: hydra.backend.v1.SlotRequest
-	(*SlotResponse)(nil),          // 11: hydra.backend.v1.SlotResponse
-	(*ClearSlotRequest)(nil),      // 12: hydra.backend.v1.ClearSlotRequest
-	(*ClearSlotResponse)(nil),     // 13: hydra.backend.v1.ClearSlotResponse
-	(*Message)(nil),               // 14: hydra.backend.v1.Message
-	(*ToolCall)(nil),              // 15: hydra.backend.v1.ToolCall
-	(*PrefillRequest)(nil),        // 16: hydra.backend.v1.PrefillRequest
-	(*TokenizeOptions)(nil),       // 17: hydra.backend.v1.TokenizeOptions
-	(*PrefillResponse)(nil),       // 18: hydra.backend.v1.PrefillResponse
-	(*TokenizeResponse)(nil),      // 19: hydra.backend.v1.TokenizeResponse
-	(*SamplerParams)(nil),         // 20: hydra.backend.v1.SamplerParams
-	(*DecodeRequest)(nil),         // 21: hydra.backend.v1.DecodeRequest
-	(*SpeculativeParams)(nil),     // 22: hydra.backend.v1.SpeculativeParams
-	(*Output)(nil),                // 23: hydra.backend.v1.Output
-	(*ReasoningBudget)(nil),       // 24: hydra.backend.v1.ReasoningBudget
-	(*ChatDelta)(nil),             // 25: hydra.backend.v1.ChatDelta
-	(*ChatReply)(nil),             // 26: hydra.backend.v1.ChatReply
-	(*TokenProb)(nil),             // 27: hydra.backend.v1.TokenProb
-	(*Token)(nil),                 // 28: hydra.backend.v1.Token
-	(*DecodeResult)(nil),          // 29: hydra.backend.v1.DecodeResult
-	(*PromptResult)(nil),          // 30: hydra.backend.v1.PromptResult
-	(*DecodeResponse)(nil),        // 31: hydra.backend.v1.DecodeResponse
-	(*StateGetRequest)(nil),       // 32: hydra.backend.v1.StateGetRequest
-	(*StateGetResponse)(nil),      // 33: hydra.backend.v1.StateGetResponse
-	(*StatePutHeader)(nil),        // 34: hydra.backend.v1.StatePutHeader
-	(*StatePutRequest)(nil),       // 35: hydra.backend.v1.StatePutRequest
-	(*StatePutResponse)(nil),      // 36: hydra.backend.v1.StatePutResponse
-	(*SetExpertModeRequest)(nil),  // 37: hydra.backend.v1.SetExpertModeRequest
-	(*SetExpertModeResponse)(nil), // 38: hydra.backend.v1.SetExpertModeResponse
-	(*SwapQuantRequest)(nil),      // 39: hydra.backend.v1.SwapQuantRequest
-	(*SwapQuantResponse)(nil),     // 40: hydra.backend.v1.SwapQuantResponse
-	(*DataPlaneRequest)(nil),      // 41: hydra.backend.v1.DataPlaneRequest
-	(*DataPlaneResponse)(nil),     // 42: hydra.backend.v1.DataPlaneResponse
-	(*ShmTransfer)(nil),           // 43: hydra.backend.v1.ShmTransfer
-	(*StateGetShmRequest)(nil),    // 44: hydra.backend.v1.StateGetShmRequest
-	(*StateGetShmResponse)(nil),   // 45: hydra.backend.v1.StateGetShmResponse
-	(*StatePutShmRequest)(nil),    // 46: hydra.backend.v1.StatePutShmRequest
-	(*TokenList)(nil),             // 47: hydra.backend.v1.TokenList
-	(*EmbedRequest)(nil),          // 48: hydra.backend.v1.EmbedRequest
-	(*Embedding)(nil),             // 49: hydra.backend.v1.Embedding
-	(*EmbedResponse)(nil),         // 50: hydra.backend.v1.EmbedResponse
-	nil,                           // 51: hydra.backend.v1.LoadRequest.OptionsEntry
-	nil,                           // 52: hydra.backend.v1.SamplerParams.LogitBiasEntry
+	(*Checkpoint)(nil),             // 0: hydra.backend.v1.Checkpoint
+	(*SlotCheckpointResponse)(nil), // 1: hydra.backend.v1.SlotCheckpointResponse
+	(*PutCheckpointRequest)(nil),   // 2: hydra.backend.v1.PutCheckpointRequest
+	(*PutCheckpointResponse)(nil),  // 3: hydra.backend.v1.PutCheckpointResponse
+	(*ModelIdentity)(nil),          // 4: hydra.backend.v1.ModelIdentity
+	(*BackendInfo)(nil),            // 5: hydra.backend.v1.BackendInfo
+	(*CheckpointStats)(nil),        // 6: hydra.backend.v1.CheckpointStats
+	(*PromptCacheStats)(nil),       // 7: hydra.backend.v1.PromptCacheStats
+	(*SpecialTokens)(nil),          // 8: hydra.backend.v1.SpecialTokens
+	(*LoadRequest)(nil),            // 9: hydra.backend.v1.LoadRequest
+	(*LoadResponse)(nil),           // 10: hydra.backend.v1.LoadResponse
+	(*InfoRequest)(nil),            // 11: hydra.backend.v1.InfoRequest
+	(*InfoResponse)(nil),           // 12: hydra.backend.v1.InfoResponse
+	(*SlotInfo)(nil),               // 13: hydra.backend.v1.SlotInfo
+	(*SlotRequest)(nil),            // 14: hydra.backend.v1.SlotRequest
+	(*SlotResponse)(nil),           // 15: hydra.backend.v1.SlotResponse
+	(*ClearSlotRequest)(nil),       // 16: hydra.backend.v1.ClearSlotRequest
+	(*ClearSlotResponse)(nil),      // 17: hydra.backend.v1.ClearSlotResponse
+	(*Message)(nil),                // 18: hydra.backend.v1.Message
+	(*ToolCall)(nil),               // 19: hydra.backend.v1.ToolCall
+	(*PrefillRequest)(nil),         // 20: hydra.backend.v1.PrefillRequest
+	(*TokenizeOptions)(nil),        // 21: hydra.backend.v1.TokenizeOptions
+	(*PrefillResponse)(nil),        // 22: hydra.backend.v1.PrefillResponse
+	(*TokenizeResponse)(nil),       // 23: hydra.backend.v1.TokenizeResponse
+	(*SamplerParams)(nil),          // 24: hydra.backend.v1.SamplerParams
+	(*DecodeRequest)(nil),          // 25: hydra.backend.v1.DecodeRequest
+	(*SpeculativeParams)(nil),      // 26: hydra.backend.v1.SpeculativeParams
+	(*Output)(nil),                 // 27: hydra.backend.v1.Output
+	(*ReasoningBudget)(nil),        // 28: hydra.backend.v1.ReasoningBudget
+	(*ChatDelta)(nil),              // 29: hydra.backend.v1.ChatDelta
+	(*ChatReply)(nil),              // 30: hydra.backend.v1.ChatReply
+	(*TokenProb)(nil),              // 31: hydra.backend.v1.TokenProb
+	(*Token)(nil),                  // 32: hydra.backend.v1.Token
+	(*DecodeResult)(nil),           // 33: hydra.backend.v1.DecodeResult
+	(*PromptResult)(nil),           // 34: hydra.backend.v1.PromptResult
+	(*DecodeResponse)(nil),         // 35: hydra.backend.v1.DecodeResponse
+	(*StateGetRequest)(nil),        // 36: hydra.backend.v1.StateGetRequest
+	(*StateGetResponse)(nil),       // 37: hydra.backend.v1.StateGetResponse
+	(*StatePutHeader)(nil),         // 38: hydra.backend.v1.StatePutHeader
+	(*StatePutRequest)(nil),        // 39: hydra.backend.v1.StatePutRequest
+	(*StatePutResponse)(nil),       // 40: hydra.backend.v1.StatePutResponse
+	(*SetExpertModeRequest)(nil),   // 41: hydra.backend.v1.SetExpertModeRequest
+	(*SetExpertModeResponse)(nil),  // 42: hydra.backend.v1.SetExpertModeResponse
+	(*SwapQuantRequest)(nil),       // 43: hydra.backend.v1.SwapQuantRequest
+	(*SwapQuantResponse)(nil),      // 44: hydra.backend.v1.SwapQuantResponse
+	(*DataPlaneRequest)(nil),       // 45: hydra.backend.v1.DataPlaneRequest
+	(*DataPlaneResponse)(nil),      // 46: hydra.backend.v1.DataPlaneResponse
+	(*ShmTransfer)(nil),            // 47: hydra.backend.v1.ShmTransfer
+	(*StateGetShmRequest)(nil),     // 48: hydra.backend.v1.StateGetShmRequest
+	(*StateGetShmResponse)(nil),    // 49: hydra.backend.v1.StateGetShmResponse
+	(*StatePutShmRequest)(nil),     // 50: hydra.backend.v1.StatePutShmRequest
+	(*TokenList)(nil),              // 51: hydra.backend.v1.TokenList
+	(*EmbedRequest)(nil),           // 52: hydra.backend.v1.EmbedRequest
+	(*Embedding)(nil),              // 53: hydra.backend.v1.Embedding
+	(*EmbedResponse)(nil),          // 54: hydra.backend.v1.EmbedResponse
+	nil,                            // 55: hydra.backend.v1.LoadRequest.OptionsEntry
+	nil,                            // 56: hydra.backend.v1.SamplerParams.LogitBiasEntry
 }
 var file_iface_proto_hydra_backend_v1_backend_proto_depIdxs = []int32{
-	0,  // 0: hydra.backend.v1.BackendInfo.model:type_name -> hydra.backend.v1.ModelIdentity
-	3,  // 1: hydra.backend.v1.BackendInfo.prompt_cache:type_name -> hydra.backend.v1.PromptCacheStats
-	4,  // 2: hydra.backend.v1.BackendInfo.special:type_name -> hydra.backend.v1.SpecialTokens
-	2,  // 3: hydra.backend.v1.BackendInfo.checkpoints:type_name -> hydra.backend.v1.CheckpointStats
-	51, // 4: hydra.backend.v1.LoadRequest.options:type_name -> hydra.backend.v1.LoadRequest.OptionsEntry
-	1,  // 5: hydra.backend.v1.LoadResponse.info:type_name -> hydra.backend.v1.BackendInfo
-	1,  // 6: hydra.backend.v1.InfoResponse.info:type_name -> hydra.backend.v1.BackendInfo
-	9,  // 7: hydra.backend.v1.SlotResponse.slot:type_name -> hydra.backend.v1.SlotInfo
-	15, // 8: hydra.backend.v1.Message.tool_calls:type_name -> hydra.backend.v1.ToolCall
-	14, // 9: hydra.backend.v1.PrefillRequest.messages:type_name -> hydra.backend.v1.Message
-	17, // 10: hydra.backend.v1.PrefillRequest.tokenize:type_name -> hydra.backend.v1.TokenizeOptions
-	9,  // 11: hydra.backend.v1.PrefillResponse.slot:type_name -> hydra.backend.v1.SlotInfo
-	52, // 12: hydra.backend.v1.SamplerParams.logit_bias:type_name -> hydra.backend.v1.SamplerParams.LogitBiasEntry
-	20, // 13: hydra.backend.v1.DecodeRequest.sampler:type_name -> hydra.backend.v1.SamplerParams
-	16, // 14: hydra.backend.v1.DecodeRequest.prompt:type_name -> hydra.backend.v1.PrefillRequest
-	23, // 15: hydra.backend.v1.DecodeRequest.output:type_name -> hydra.backend.v1.Output
-	22, // 16: hydra.backend.v1.DecodeRequest.speculative:type_name -> hydra.backend.v1.SpeculativeParams
-	16, // 17: hydra.backend.v1.Output.chat:type_name -> hydra.backend.v1.PrefillRequest
-	24, // 18: hydra.backend.v1.Output.reasoning_budget:type_name -> hydra.backend.v1.ReasoningBudget
-	15, // 19: hydra.backend.v1.ChatReply.tool_calls:type_name -> hydra.backend.v1.ToolCall
-	27, // 20: hydra.backend.v1.Token.top:type_name -> hydra.backend.v1.TokenProb
-	25, // 21: hydra.backend.v1.Token.deltas:type_name -> hydra.backend.v1.ChatDelta
-	30, // 22: hydra.backend.v1.DecodeResult.prompt:type_name -> hydra.backend.v1.PromptResult
-	26, // 23: hydra.backend.v1.DecodeResult.message:type_name -> hydra.backend.v1.ChatReply
-	25, // 24: hydra.backend.v1.DecodeResult.deltas:type_name -> hydra.backend.v1.ChatDelta
-	28, // 25: hydra.backend.v1.DecodeResponse.token:type_name -> hydra.backend.v1.Token
-	29, // 26: hydra.backend.v1.DecodeResponse.result:type_name -> hydra.backend.v1.DecodeResult
-	34, // 27: hydra.backend.v1.StatePutRequest.header:type_name -> hydra.backend.v1.StatePutHeader
-	43, // 28: hydra.backend.v1.StateGetShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
-	43, // 29: hydra.backend.v1.StatePutShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
-	47, // 30: hydra.backend.v1.EmbedRequest.inputs:type_name -> hydra.backend.v1.TokenList
-	49, // 31: hydra.backend.v1.EmbedResponse.embeddings:type_name -> hydra.backend.v1.Embedding
-	5,  // 32: hydra.backend.v1.Backend.Load:input_type -> hydra.backend.v1.LoadRequest
-	7,  // 33: hydra.backend.v1.Backend.Info:input_type -> hydra.backend.v1.InfoRequest
-	10, // 34: hydra.backend.v1.Backend.Slot:input_type -> hydra.backend.v1.SlotRequest
-	12, // 35: hydra.backend.v1.Backend.ClearSlot:input_type -> hydra.backend.v1.ClearSlotRequest
-	16, // 36: hydra.backend.v1.Backend.Prefill:input_type -> hydra.backend.v1.PrefillRequest
-	16, // 37: hydra.backend.v1.Backend.Tokenize:input_type -> hydra.backend.v1.PrefillRequest
-	21, // 38: hydra.backend.v1.Backend.Decode:input_type -> hydra.backend.v1.DecodeRequest
-	32, // 39: hydra.backend.v1.Backend.StateGet:input_type -> hydra.backend.v1.StateGetRequest
-	35, // 40: hydra.backend.v1.Backend.StatePut:input_type -> hydra.backend.v1.StatePutRequest
-	41, // 41: hydra.backend.v1.Backend.DataPlane:input_type -> hydra.backend.v1.DataPlaneRequest
-	44, // 42: hydra.backend.v1.Backend.StateGetShm:input_type -> hydra.backend.v1.StateGetShmRequest
-	46, // 43: hydra.backend.v1.Backend.StatePutShm:input_type -> hydra.backend.v1.StatePutShmRequest
-	37, // 44: hydra.backend.v1.Backend.SetExpertMode:input_type -> hydra.backend.v1.SetExpertModeRequest
-	39, // 45: hydra.backend.v1.Backend.SwapQuant:input_type -> hydra.backend.v1.SwapQuantRequest
-	48, // 46: hydra.backend.v1.Backend.Embed:input_type -> hydra.backend.v1.EmbedRequest
-	6,  // 47: hydra.backend.v1.Backend.Load:output_type -> hydra.backend.v1.LoadResponse
-	8,  // 48: hydra.backend.v1.Backend.Info:output_type -> hydra.backend.v1.InfoResponse
-	11, // 49: hydra.backend.v1.Backend.Slot:output_type -> hydra.backend.v1.SlotResponse
-	13, // 50: hydra.backend.v1.Backend.ClearSlot:output_type -> hydra.backend.v1.ClearSlotResponse
-	18, // 51: hydra.backend.v1.Backend.Prefill:output_type -> hydra.backend.v1.PrefillResponse
-	19, // 52: hydra.backend.v1.Backend.Tokenize:output_type -> hydra.backend.v1.TokenizeResponse
-	31, // 53: hydra.backend.v1.Backend.Decode:output_type -> hydra.backend.v1.DecodeResponse
-	33, // 54: hydra.backend.v1.Backend.StateGet:output_type -> hydra.backend.v1.StateGetResponse
-	36, // 55: hydra.backend.v1.Backend.StatePut:output_type -> hydra.backend.v1.StatePutResponse
-	42, // 56: hydra.backend.v1.Backend.DataPlane:output_type -> hydra.backend.v1.DataPlaneResponse
-	45, // 57: hydra.backend.v1.Backend.StateGetShm:output_type -> hydra.backend.v1.StateGetShmResponse
-	36, // 58: hydra.backend.v1.Backend.StatePutShm:output_type -> hydra.backend.v1.StatePutResponse
-	38, // 59: hydra.backend.v1.Backend.SetExpertMode:output_type -> hydra.backend.v1.SetExpertModeResponse
-	40, // 60: hydra.backend.v1.Backend.SwapQuant:output_type -> hydra.backend.v1.SwapQuantResponse
-	50, // 61: hydra.backend.v1.Backend.Embed:output_type -> hydra.backend.v1.EmbedResponse
-	47, // [47:62] is the sub-list for method output_type
-	32, // [32:47] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	0,  // 0: hydra.backend.v1.SlotCheckpointResponse.checkpoint:type_name -> hydra.backend.v1.Checkpoint
+	0,  // 1: hydra.backend.v1.PutCheckpointRequest.checkpoint:type_name -> hydra.backend.v1.Checkpoint
+	4,  // 2: hydra.backend.v1.BackendInfo.model:type_name -> hydra.backend.v1.ModelIdentity
+	7,  // 3: hydra.backend.v1.BackendInfo.prompt_cache:type_name -> hydra.backend.v1.PromptCacheStats
+	8,  // 4: hydra.backend.v1.BackendInfo.special:type_name -> hydra.backend.v1.SpecialTokens
+	6,  // 5: hydra.backend.v1.BackendInfo.checkpoints:type_name -> hydra.backend.v1.CheckpointStats
+	55, // 6: hydra.backend.v1.LoadRequest.options:type_name -> hydra.backend.v1.LoadRequest.OptionsEntry
+	5,  // 7: hydra.backend.v1.LoadResponse.info:type_name -> hydra.backend.v1.BackendInfo
+	5,  // 8: hydra.backend.v1.InfoResponse.info:type_name -> hydra.backend.v1.BackendInfo
+	13, // 9: hydra.backend.v1.SlotResponse.slot:type_name -> hydra.backend.v1.SlotInfo
+	19, // 10: hydra.backend.v1.Message.tool_calls:type_name -> hydra.backend.v1.ToolCall
+	18, // 11: hydra.backend.v1.PrefillRequest.messages:type_name -> hydra.backend.v1.Message
+	21, // 12: hydra.backend.v1.PrefillRequest.tokenize:type_name -> hydra.backend.v1.TokenizeOptions
+	13, // 13: hydra.backend.v1.PrefillResponse.slot:type_name -> hydra.backend.v1.SlotInfo
+	56, // 14: hydra.backend.v1.SamplerParams.logit_bias:type_name -> hydra.backend.v1.SamplerParams.LogitBiasEntry
+	24, // 15: hydra.backend.v1.DecodeRequest.sampler:type_name -> hydra.backend.v1.SamplerParams
+	20, // 16: hydra.backend.v1.DecodeRequest.prompt:type_name -> hydra.backend.v1.PrefillRequest
+	27, // 17: hydra.backend.v1.DecodeRequest.output:type_name -> hydra.backend.v1.Output
+	26, // 18: hydra.backend.v1.DecodeRequest.speculative:type_name -> hydra.backend.v1.SpeculativeParams
+	20, // 19: hydra.backend.v1.Output.chat:type_name -> hydra.backend.v1.PrefillRequest
+	28, // 20: hydra.backend.v1.Output.reasoning_budget:type_name -> hydra.backend.v1.ReasoningBudget
+	19, // 21: hydra.backend.v1.ChatReply.tool_calls:type_name -> hydra.backend.v1.ToolCall
+	31, // 22: hydra.backend.v1.Token.top:type_name -> hydra.backend.v1.TokenProb
+	29, // 23: hydra.backend.v1.Token.deltas:type_name -> hydra.backend.v1.ChatDelta
+	34, // 24: hydra.backend.v1.DecodeResult.prompt:type_name -> hydra.backend.v1.PromptResult
+	30, // 25: hydra.backend.v1.DecodeResult.message:type_name -> hydra.backend.v1.ChatReply
+	29, // 26: hydra.backend.v1.DecodeResult.deltas:type_name -> hydra.backend.v1.ChatDelta
+	32, // 27: hydra.backend.v1.DecodeResponse.token:type_name -> hydra.backend.v1.Token
+	33, // 28: hydra.backend.v1.DecodeResponse.result:type_name -> hydra.backend.v1.DecodeResult
+	38, // 29: hydra.backend.v1.StatePutRequest.header:type_name -> hydra.backend.v1.StatePutHeader
+	47, // 30: hydra.backend.v1.StateGetShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
+	47, // 31: hydra.backend.v1.StatePutShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
+	51, // 32: hydra.backend.v1.EmbedRequest.inputs:type_name -> hydra.backend.v1.TokenList
+	53, // 33: hydra.backend.v1.EmbedResponse.embeddings:type_name -> hydra.backend.v1.Embedding
+	9,  // 34: hydra.backend.v1.Backend.Load:input_type -> hydra.backend.v1.LoadRequest
+	11, // 35: hydra.backend.v1.Backend.Info:input_type -> hydra.backend.v1.InfoRequest
+	14, // 36: hydra.backend.v1.Backend.Slot:input_type -> hydra.backend.v1.SlotRequest
+	16, // 37: hydra.backend.v1.Backend.ClearSlot:input_type -> hydra.backend.v1.ClearSlotRequest
+	20, // 38: hydra.backend.v1.Backend.Prefill:input_type -> hydra.backend.v1.PrefillRequest
+	20, // 39: hydra.backend.v1.Backend.Tokenize:input_type -> hydra.backend.v1.PrefillRequest
+	25, // 40: hydra.backend.v1.Backend.Decode:input_type -> hydra.backend.v1.DecodeRequest
+	36, // 41: hydra.backend.v1.Backend.StateGet:input_type -> hydra.backend.v1.StateGetRequest
+	39, // 42: hydra.backend.v1.Backend.StatePut:input_type -> hydra.backend.v1.StatePutRequest
+	45, // 43: hydra.backend.v1.Backend.DataPlane:input_type -> hydra.backend.v1.DataPlaneRequest
+	48, // 44: hydra.backend.v1.Backend.StateGetShm:input_type -> hydra.backend.v1.StateGetShmRequest
+	50, // 45: hydra.backend.v1.Backend.StatePutShm:input_type -> hydra.backend.v1.StatePutShmRequest
+	41, // 46: hydra.backend.v1.Backend.SetExpertMode:input_type -> hydra.backend.v1.SetExpertModeRequest
+	43, // 47: hydra.backend.v1.Backend.SwapQuant:input_type -> hydra.backend.v1.SwapQuantRequest
+	52, // 48: hydra.backend.v1.Backend.Embed:input_type -> hydra.backend.v1.EmbedRequest
+	14, // 49: hydra.backend.v1.Backend.SlotCheckpoint:input_type -> hydra.backend.v1.SlotRequest
+	2,  // 50: hydra.backend.v1.Backend.PutCheckpoint:input_type -> hydra.backend.v1.PutCheckpointRequest
+	10, // 51: hydra.backend.v1.Backend.Load:output_type -> hydra.backend.v1.LoadResponse
+	12, // 52: hydra.backend.v1.Backend.Info:output_type -> hydra.backend.v1.InfoResponse
+	15, // 53: hydra.backend.v1.Backend.Slot:output_type -> hydra.backend.v1.SlotResponse
+	17, // 54: hydra.backend.v1.Backend.ClearSlot:output_type -> hydra.backend.v1.ClearSlotResponse
+	22, // 55: hydra.backend.v1.Backend.Prefill:output_type -> hydra.backend.v1.PrefillResponse
+	23, // 56: hydra.backend.v1.Backend.Tokenize:output_type -> hydra.backend.v1.TokenizeResponse
+	35, // 57: hydra.backend.v1.Backend.Decode:output_type -> hydra.backend.v1.DecodeResponse
+	37, // 58: hydra.backend.v1.Backend.StateGet:output_type -> hydra.backend.v1.StateGetResponse
+	40, // 59: hydra.backend.v1.Backend.StatePut:output_type -> hydra.backend.v1.StatePutResponse
+	46, // 60: hydra.backend.v1.Backend.DataPlane:output_type -> hydra.backend.v1.DataPlaneResponse
+	49, // 61: hydra.backend.v1.Backend.StateGetShm:output_type -> hydra.backend.v1.StateGetShmResponse
+	40, // 62: hydra.backend.v1.Backend.StatePutShm:output_type -> hydra.backend.v1.StatePutResponse
+	42, // 63: hydra.backend.v1.Backend.SetExpertMode:output_type -> hydra.backend.v1.SetExpertModeResponse
+	44, // 64: hydra.backend.v1.Backend.SwapQuant:output_type -> hydra.backend.v1.SwapQuantResponse
+	54, // 65: hydra.backend.v1.Backend.Embed:output_type -> hydra.backend.v1.EmbedResponse
+	1,  // 66: hydra.backend.v1.Backend.SlotCheckpoint:output_type -> hydra.backend.v1.SlotCheckpointResponse
+	3,  // 67: hydra.backend.v1.Backend.PutCheckpoint:output_type -> hydra.backend.v1.PutCheckpointResponse
+	51, // [51:68] is the sub-list for method output_type
+	34, // [34:51] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_iface_proto_hydra_backend_v1_backend_proto_init() }
@@ -4260,23 +4516,23 @@ func file_iface_proto_hydra_backend_v1_backend_proto_init() {
 	if File_iface_proto_hydra_backend_v1_backend_proto != nil {
 		return
 	}
-	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[16].OneofWrappers = []any{}
-	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31].OneofWrappers = []any{
+	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[20].OneofWrappers = []any{}
+	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35].OneofWrappers = []any{
 		(*DecodeResponse_Token)(nil),
 		(*DecodeResponse_Result)(nil),
 	}
-	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35].OneofWrappers = []any{
+	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[39].OneofWrappers = []any{
 		(*StatePutRequest_Header)(nil),
 		(*StatePutRequest_Data)(nil),
 	}
-	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[48].OneofWrappers = []any{}
+	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[52].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_iface_proto_hydra_backend_v1_backend_proto_rawDesc), len(file_iface_proto_hydra_backend_v1_backend_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   53,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,21 +19,23 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Backend_Load_FullMethodName          = "/hydra.backend.v1.Backend/Load"
-	Backend_Info_FullMethodName          = "/hydra.backend.v1.Backend/Info"
-	Backend_Slot_FullMethodName          = "/hydra.backend.v1.Backend/Slot"
-	Backend_ClearSlot_FullMethodName     = "/hydra.backend.v1.Backend/ClearSlot"
-	Backend_Prefill_FullMethodName       = "/hydra.backend.v1.Backend/Prefill"
-	Backend_Tokenize_FullMethodName      = "/hydra.backend.v1.Backend/Tokenize"
-	Backend_Decode_FullMethodName        = "/hydra.backend.v1.Backend/Decode"
-	Backend_StateGet_FullMethodName      = "/hydra.backend.v1.Backend/StateGet"
-	Backend_StatePut_FullMethodName      = "/hydra.backend.v1.Backend/StatePut"
-	Backend_DataPlane_FullMethodName     = "/hydra.backend.v1.Backend/DataPlane"
-	Backend_StateGetShm_FullMethodName   = "/hydra.backend.v1.Backend/StateGetShm"
-	Backend_StatePutShm_FullMethodName   = "/hydra.backend.v1.Backend/StatePutShm"
-	Backend_SetExpertMode_FullMethodName = "/hydra.backend.v1.Backend/SetExpertMode"
-	Backend_SwapQuant_FullMethodName     = "/hydra.backend.v1.Backend/SwapQuant"
-	Backend_Embed_FullMethodName         = "/hydra.backend.v1.Backend/Embed"
+	Backend_Load_FullMethodName           = "/hydra.backend.v1.Backend/Load"
+	Backend_Info_FullMethodName           = "/hydra.backend.v1.Backend/Info"
+	Backend_Slot_FullMethodName           = "/hydra.backend.v1.Backend/Slot"
+	Backend_ClearSlot_FullMethodName      = "/hydra.backend.v1.Backend/ClearSlot"
+	Backend_Prefill_FullMethodName        = "/hydra.backend.v1.Backend/Prefill"
+	Backend_Tokenize_FullMethodName       = "/hydra.backend.v1.Backend/Tokenize"
+	Backend_Decode_FullMethodName         = "/hydra.backend.v1.Backend/Decode"
+	Backend_StateGet_FullMethodName       = "/hydra.backend.v1.Backend/StateGet"
+	Backend_StatePut_FullMethodName       = "/hydra.backend.v1.Backend/StatePut"
+	Backend_DataPlane_FullMethodName      = "/hydra.backend.v1.Backend/DataPlane"
+	Backend_StateGetShm_FullMethodName    = "/hydra.backend.v1.Backend/StateGetShm"
+	Backend_StatePutShm_FullMethodName    = "/hydra.backend.v1.Backend/StatePutShm"
+	Backend_SetExpertMode_FullMethodName  = "/hydra.backend.v1.Backend/SetExpertMode"
+	Backend_SwapQuant_FullMethodName      = "/hydra.backend.v1.Backend/SwapQuant"
+	Backend_Embed_FullMethodName          = "/hydra.backend.v1.Backend/Embed"
+	Backend_SlotCheckpoint_FullMethodName = "/hydra.backend.v1.Backend/SlotCheckpoint"
+	Backend_PutCheckpoint_FullMethodName  = "/hydra.backend.v1.Backend/PutCheckpoint"
 )
 
 // BackendClient is the client API for Backend service.
@@ -70,6 +72,12 @@ type BackendClient interface {
 	// backend whose BackendInfo capabilities include "embed". An older
 	// plugin answers Unimplemented.
 	Embed(ctx context.Context, in *EmbedRequest, opts ...grpc.CallOption) (*EmbedResponse, error)
+	// SlotCheckpoint returns the slot's newest context checkpoint, for the
+	// blob of a STATE_GET or PREFILL reply; PutCheckpoint gives a slot just
+	// restored by StatePut the checkpoint its blob carried. An older plugin
+	// answers Unimplemented.
+	SlotCheckpoint(ctx context.Context, in *SlotRequest, opts ...grpc.CallOption) (*SlotCheckpointResponse, error)
+	PutCheckpoint(ctx context.Context, in *PutCheckpointRequest, opts ...grpc.CallOption) (*PutCheckpointResponse, error)
 }
 
 type backendClient struct {
@@ -251,6 +259,26 @@ func (c *backendClient) Embed(ctx context.Context, in *EmbedRequest, opts ...grp
 	return out, nil
 }
 
+func (c *backendClient) SlotCheckpoint(ctx context.Context, in *SlotRequest, opts ...grpc.CallOption) (*SlotCheckpointResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SlotCheckpointResponse)
+	err := c.cc.Invoke(ctx, Backend_SlotCheckpoint_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *backendClient) PutCheckpoint(ctx context.Context, in *PutCheckpointRequest, opts ...grpc.CallOption) (*PutCheckpointResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PutCheckpointResponse)
+	err := c.cc.Invoke(ctx, Backend_PutCheckpoint_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BackendServer is the server API for Backend service.
 // All implementations must embed UnimplementedBackendServer
 // for forward compatibility.
@@ -285,6 +313,12 @@ type BackendServer interface {
 	// backend whose BackendInfo capabilities include "embed". An older
 	// plugin answers Unimplemented.
 	Embed(context.Context, *EmbedRequest) (*EmbedResponse, error)
+	// SlotCheckpoint returns the slot's newest context checkpoint, for the
+	// blob of a STATE_GET or PREFILL reply; PutCheckpoint gives a slot just
+	// restored by StatePut the checkpoint its blob carried. An older plugin
+	// answers Unimplemented.
+	SlotCheckpoint(context.Context, *SlotRequest) (*SlotCheckpointResponse, error)
+	PutCheckpoint(context.Context, *PutCheckpointRequest) (*PutCheckpointResponse, error)
 	mustEmbedUnimplementedBackendServer()
 }
 
@@ -339,6 +373,12 @@ func (UnimplementedBackendServer) SwapQuant(context.Context, *SwapQuantRequest) 
 }
 func (UnimplementedBackendServer) Embed(context.Context, *EmbedRequest) (*EmbedResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Embed not implemented")
+}
+func (UnimplementedBackendServer) SlotCheckpoint(context.Context, *SlotRequest) (*SlotCheckpointResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SlotCheckpoint not implemented")
+}
+func (UnimplementedBackendServer) PutCheckpoint(context.Context, *PutCheckpointRequest) (*PutCheckpointResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method PutCheckpoint not implemented")
 }
 func (UnimplementedBackendServer) mustEmbedUnimplementedBackendServer() {}
 func (UnimplementedBackendServer) testEmbeddedByValue()                 {}
@@ -606,6 +646,42 @@ func _Backend_Embed_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Backend_SlotCheckpoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SlotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackendServer).SlotCheckpoint(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Backend_SlotCheckpoint_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackendServer).SlotCheckpoint(ctx, req.(*SlotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Backend_PutCheckpoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PutCheckpointRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackendServer).PutCheckpoint(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Backend_PutCheckpoint_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackendServer).PutCheckpoint(ctx, req.(*PutCheckpointRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Backend_ServiceDesc is the grpc.ServiceDesc for Backend service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -660,6 +736,14 @@ var Backend_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Embed",
 			Handler:    _Backend_Embed_Handler,
+		},
+		{
+			MethodName: "SlotCheckpoint",
+			Handler:    _Backend_SlotCheckpoint_Handler,
+		},
+		{
+			MethodName: "PutCheckpoint",
+			Handler:    _Backend_PutCheckpoint_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
