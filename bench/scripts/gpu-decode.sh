@@ -49,8 +49,12 @@
 # and llama-server, LONG_REPS (2) times), CACHE_P (empty; N: after the first
 # run, the time to first token of a request whose N-token prefix left its one
 # slot, ours with the host-memory prompt cache (CACHE_RAM MiB, 8192) and
-# without, CACHE_REPS (3) rounds each: the page decode-h200-cache.md), MAIN
-# (1; 0: leave out the first run and the SLOTS2 run, e.g. CACHE_P alone).
+# without, CACHE_REPS (3) rounds each: the page decode-h200-cache.md),
+# CKPT_P (empty; N[,N…]: after the first run, one slot holding an N-token
+# prompt and 4 generated, then a prompt that parts from it (A + 64, A again,
+# A cut 200 + 64), ours and llama-server, CKPT_REPS (2) times: prompt tokens
+# each evaluated and the times, the page decode-h200-ckpt.md), MAIN (1; 0:
+# leave out the first run and the SLOTS2 run, e.g. CACHE_P alone).
 # The state measurement, in the first run: STATE_GET_BYTES
 # (1200000000; 0 or empty: off), STATE_C (8: slot 0 and 7 streams), STATE_N
 # (512 tokens a stream, so that a round spans many transfers), STATE_REPS (2
@@ -219,6 +223,11 @@ main() {
 		DECODE_ARGS= bench 1 decode-h200-cache -systems "" -prompt-cache-tokens "$CACHE_P" -prompt-cache-reps "${CACHE_REPS:-3}" \
 			-prompt-cache-ram "${CACHE_RAM:-8192}" -joins 0 -prefix-reps 0 || rc=1
 	fi
+	if [[ -n ${CKPT_P:-} ]]; then
+		# One slot, ours and llama-server: context checkpoints.
+		DECODE_ARGS= bench 1 decode-h200-ckpt -systems "" -checkpoint-tokens "$CKPT_P" -checkpoint-reps "${CKPT_REPS:-2}" \
+			-joins 0 -prefix-reps 0 || rc=1
+	fi
 	if [[ -n ${AB_OPT:-} ]]; then
 		bench "$SLOTS" decode-h200-ab -systems ours -ours-opt "$AB_OPT" -joins "${JOINS:-3}" -prefix-reps "${PREFIX_REPS:-2}" || rc=1
 	fi
@@ -246,9 +255,9 @@ say() { echo "$*"; echo "$*" >>"$LOG"; }
 # last; a page left out goes into the log in full, so its tables come back.
 collect() {
 	local f want=() files=() left=()
-	want=("$W/decode-h200.md" "$W/decode-h200-cache.md" "$W/decode-h200-long.md" "$W/decode-h200-ab.md")
+	want=("$W/decode-h200.md" "$W/decode-h200-cache.md" "$W/decode-h200-ckpt.md" "$W/decode-h200-long.md" "$W/decode-h200-ab.md")
 	mapfile -t -O "${#want[@]}" want < <(compgen -G "$W/libcache-part-*" | sort)
-	want+=("$W/decode-h200.json" "$W/decode-h200-cache.json" "$W/decode-h200-ab.json" "$W/decode-h200.svg")
+	want+=("$W/decode-h200.json" "$W/decode-h200-cache.json" "$W/decode-h200-ckpt.json" "$W/decode-h200-ab.json" "$W/decode-h200.svg")
 	[[ -n $SLOTS2 ]] && want+=("$W/decode-h200-slots$SLOTS2".{md,json,svg})
 	for f in "${want[@]}"; do
 		[[ -f $f ]] || continue

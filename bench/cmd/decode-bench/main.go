@@ -63,6 +63,10 @@ type options struct {
 	// The prompt cache measurement (promptcache.go): the prefix's tokens
 	// (0: not measured), rounds, cache_ram, the other prompt's tokens.
 	cacheTokens, cacheReps, cacheRAM, cacheOther int
+	// The context checkpoint measurement (checkpoints.go): A's tokens at
+	// each size (none: not measured), reps.
+	ckptTokens []int
+	ckptReps   int
 }
 
 var allSystems = []string{"ours", "llama-server", "ollama", "ceiling"}
@@ -131,8 +135,16 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	fs.IntVar(&o.cacheReps, "prompt-cache-reps", 3, "rounds of the prompt cache measurement on each engine, after a warm-up round")
 	fs.IntVar(&o.cacheRAM, "prompt-cache-ram", 8192, "the prompt cache measurement's cache_ram, MiB")
 	fs.IntVar(&o.cacheOther, "prompt-cache-other", 512, "tokens of the prompt that takes the prefix's slot")
+	ckpt := fs.String("checkpoint-tokens", "", "ours and llama-server: prompt tokens evaluated and time when a prompt parts from a one-slot sequence of about these many tokens (A + 64, A again, A cut 200 + 64), e.g. 32768,131072 (\"\": not measured; with -systems \"\", only this)")
+	fs.IntVar(&o.ckptReps, "checkpoint-reps", 2, "rounds of the checkpoint measurement's cases")
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	if *ckpt != "" {
+		var err error
+		if o.ckptTokens, err = parseInts(*ckpt); err != nil {
+			return o, fmt.Errorf("-checkpoint-tokens: %w", err)
+		}
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -203,8 +215,13 @@ func (o options) validate() error {
 			return fmt.Errorf("-systems: %q is not one of %v", s, allSystems)
 		}
 	}
-	if len(o.systems) == 0 && o.cacheTokens == 0 {
+	if len(o.systems) == 0 && o.cacheTokens == 0 && len(o.ckptTokens) == 0 {
 		return errors.New("-systems: none")
+	}
+	for _, n := range o.ckptTokens {
+		if n < ckptCut+2*ckptMore || o.ckptReps < 1 {
+			return fmt.Errorf("-checkpoint-tokens %d: at least %d, with -checkpoint-reps at least 1", n, ckptCut+2*ckptMore)
+		}
 	}
 	if err := o.validateCache(); err != nil {
 		return err
@@ -306,8 +323,10 @@ func run(ctx context.Context, o options) (err error) {
 	mach := probeMachine(ctx)
 	if o.name == "" {
 		o.name = "decode-" + mach.tag()
-		if len(o.systems) == 0 {
+		if len(o.systems) == 0 && o.cacheTokens > 0 {
 			o.name = "prompt-cache-" + mach.tag()
+		} else if len(o.systems) == 0 {
+			o.name = "checkpoints-" + mach.tag()
 		}
 	}
 	logf("decode-bench: %s, %s; prompts…", mach.CPU, mach.GPUName())
@@ -326,6 +345,9 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	if o.cacheTokens > 0 {
 		rep.PromptCache = measurePromptCache(ctx, o, pl, rep)
+	}
+	if len(o.ckptTokens) > 0 {
+		rep.Checkpoints = measureCheckpoints(ctx, o, rep)
 	}
 	if o.has("llama-server") {
 		rep.LlamaServer = measureSystem(ctx, o, "llama-server", pl, rep)

@@ -25,6 +25,7 @@ type report struct {
 	Ceilings    []*ceilingRun
 	StateGet    *stateGetRun      // decode beside a state transfer; nil when not measured
 	PromptCache *promptCacheRun   // a prefix that left its slot; nil when not measured
+	Checkpoints *ckptRun          // prompts that part from a slot's sequence; nil when not measured
 	Errors      map[string]string // system or measurement → what failed, with its log's tail
 }
 
@@ -42,7 +43,9 @@ func (r *report) fail(system string, err error, logs string) {
 
 // cacheOnly reports whether the run measured the prompt cache alone
 // (-systems ""): its page has that section only, and no chart.
-func (r *report) cacheOnly() bool { return len(r.Opts.systems) == 0 && r.PromptCache != nil }
+func (r *report) cacheOnly() bool {
+	return len(r.Opts.systems) == 0 && (r.PromptCache != nil || r.Checkpoints != nil)
+}
 
 // write writes NAME.md, NAME.svg and, with -raw, the measurements.
 func (r *report) write() error {
@@ -67,7 +70,7 @@ func (r *report) write() error {
 	logf("wrote %s.md (and, with systems measured, %s.svg)", base, base)
 	if r.Opts.raw != "" {
 		raw := map[string]any{"ours": r.Ours, "llama_server": r.LlamaServer, "ollama": r.Ollama, "ceilings": r.Ceilings, "state_get": r.StateGet,
-			"prompt_cache": r.PromptCache, "errors": r.Errors}
+			"prompt_cache": r.PromptCache, "checkpoints": r.Checkpoints, "errors": r.Errors}
 		if err := writeRaw(r.Opts.raw, raw); err != nil {
 			return err
 		}
@@ -97,13 +100,18 @@ func (r *report) markdown(w io.Writer) {
 	o := r.Opts
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
 	if r.cacheOnly() {
-		p("# A prefix that left its slot: the prompt cache (%s)", r.Mach.tag())
+		title, flags := "A prefix that left its slot: the prompt cache", fmt.Sprintf("-prompt-cache-tokens %d", o.cacheTokens)
+		if r.PromptCache == nil {
+			title, flags = "A prompt that parts from the slot's sequence: context checkpoints", "-checkpoint-tokens "+joinInts(o.ckptTokens)
+		}
+		p("# %s (%s)", title, r.Mach.tag())
 		p("")
-		p("Written by `bench/cmd/decode-bench -systems \"\" -prompt-cache-tokens %d` on %s (%s in all); re-run it rather than edit this page.",
-			o.cacheTokens, r.Date.UTC().Format("2006-01-02 15:04 MST"), r.Elapsed.Round(time.Second))
+		p("Written by `bench/cmd/decode-bench -systems \"\" %s` on %s (%s in all); re-run it rather than edit this page.",
+			flags, r.Date.UTC().Format("2006-01-02 15:04 MST"), r.Elapsed.Round(time.Second))
 		p("")
 		r.writeErrors(p)
 		r.writePromptCache(p)
+		r.writeCheckpoints(p)
 		r.writeMachine(p)
 		return
 	}
@@ -121,6 +129,7 @@ func (r *report) markdown(w io.Writer) {
 	r.writePrefix(p)
 	r.writeStateGet(p)
 	r.writePromptCache(p)
+	r.writeCheckpoints(p)
 	r.writeMethod(p)
 	r.writeMachine(p)
 }
