@@ -126,8 +126,9 @@ type engine struct {
 	spec   *speculator        // the draft model or n-gram drafting (spec.go); nil without
 	// ckpts are the slots' context checkpoints (checkpoints.go); nil where
 	// the memory can always be cut or checkpoints are off. Changed under mu.
-	ckpts *ckpt.Store
-	tasks atomic.Uint64 // numbers the prompts, for the checkpoints' spacing rule
+	ckpts  *ckpt.Store
+	tasks  atomic.Uint64    // numbers the prompts, for the checkpoints' spacing rule
+	delims []ckpt.Delimiter // the chat template's message delimiters, as tokens; nil: none known
 }
 
 // streamedRingBlock is the largest read a streamed restore takes from its
@@ -324,6 +325,7 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 	}
 	e.pcache = e.newPromptCache(opts.cacheRAM)
 	e.ckpts = e.newCheckpoints(opts.ckptOptions, e.ctx.nUBatch())
+	e.delims = e.messageDelimiters()
 	e.sched = newScheduler(e)
 	go e.sched.run()
 	id, err := identity()

@@ -212,6 +212,7 @@ char * hydra_chat_apply(const hydra_chat * c, const char * req_text, char ** err
             preserved.push_back(t);
         }
         out["preserved_tokens"] = preserved;
+        out["message_delimiters"] = p.message_delimiters.to_json();
         auto stops = common_json::array();
         for (const auto & s : p.additional_stops) {
             stops.push_back(s);

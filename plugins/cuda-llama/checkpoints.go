@@ -219,3 +219,37 @@ func (b *Backend) PutCheckpoint(ctx context.Context, i int, c iface.Checkpoint) 
 	e.log.Debug("context checkpoint restored with the slot's state", "slot", i, "n_tokens", c.NTokens, "bytes", len(c.Target))
 	return true, why, nil
 }
+
+// messageDelimiters are the chat template's message delimiters as
+// common/chat knows them, tokenized as llama-server tokenizes them (special
+// tokens parsed, nothing added); nil where checkpoints are off or
+// common/chat cannot read the template.
+func (e *engine) messageDelimiters() []ckpt.Delimiter {
+	if !e.ckpts.Enabled() || e.chatc == nil {
+		return nil
+	}
+	p, err := e.chatc.apply([]byte(`{"messages":[{"role":"user","content":"x"}]}`))
+	if err != nil {
+		e.log.Warn("the chat template's message delimiters are unknown: no checkpoints at user messages", "error", err)
+		return nil
+	}
+	var out []ckpt.Delimiter
+	for _, d := range p.MessageDelimiters {
+		toks, err := e.model.tokenizeWith(d.Delimiter, false, true)
+		if err != nil || len(toks) == 0 {
+			continue
+		}
+		out = append(out, ckpt.Delimiter{User: d.Role == "user", Tokens: toks})
+	}
+	return out
+}
+
+// spansOf are where a prompt's user messages start: for a prompt rendered
+// from chat messages, as llama-server finds them for a chat completion; none
+// for text or token ids (llama-server's /completion takes no delimiters).
+func (e *engine) spansOf(req iface.PrefillRequest, toks []int32) ckpt.Spans {
+	if len(req.Messages) == 0 || e.delims == nil {
+		return ckpt.Spans{}
+	}
+	return ckpt.UserStarts(toks, e.delims)
+}

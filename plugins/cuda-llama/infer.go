@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/ckpt"
 )
 
 // Prefill and Decode register with the scheduler (sched.go) and wait for it;
@@ -33,7 +34,7 @@ func (b *Backend) Prefill(ctx context.Context, req iface.PrefillRequest) (iface.
 	}
 	defer s.release()
 	e.fromCache(ctx, req.Slot, s, toks, req)
-	j, reused, err := e.startPrefill(req.Slot, s, toks, nil)
+	j, reused, err := e.startPrefill(req.Slot, s, toks, e.spansOf(req, toks), nil)
 	if err != nil {
 		return iface.PrefillResult{}, err
 	}
@@ -87,7 +88,7 @@ func (b *Backend) Tokenize(ctx context.Context, req iface.PrefillRequest) (iface
 // place by the scheduler), drops the rest of its sequence, claims the cells
 // the prompt needs and registers the job; with then, the job decodes on
 // once the prompt is in (promptDecode).
-func (e *engine) startPrefill(i int, s *slot, toks []int32, then *decodeJob) (*job, int, error) {
+func (e *engine) startPrefill(i int, s *slot, toks []int32, spans ckpt.Spans, then *decodeJob) (*job, int, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	old := s.seq()
@@ -107,7 +108,7 @@ func (e *engine) startPrefill(i int, s *slot, toks []int32, then *decodeJob) (*j
 	}
 	s.claim = need
 	j := &job{slot: i, s: s, done: make(chan error, 1),
-		prefill: &prefillJob{prompt: toks, next: keep, moves: moves, task: e.tasks.Add(1)}, decode: then}
+		prefill: &prefillJob{prompt: toks, next: keep, moves: moves, task: e.tasks.Add(1), spans: spans}, decode: then}
 	e.sched.submit(j)
 	return j, keep, nil
 }

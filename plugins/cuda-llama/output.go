@@ -121,6 +121,12 @@ type chatParams struct {
 	// which bound a reasoning budget.
 	ThinkingStart string   `json:"thinking_start_tag"`
 	ThinkingEnds  []string `json:"thinking_end_tags"`
+	// MessageDelimiters are where the template's messages start, by role
+	// (checkpoints are taken at user messages' starts).
+	MessageDelimiters []struct {
+		Role      string `json:"role"`
+		Delimiter string `json:"delimiter"`
+	} `json:"message_delimiters"`
 }
 
 // grammarTrigger is common_grammar_trigger: a word, pattern or token that

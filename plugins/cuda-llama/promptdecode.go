@@ -42,7 +42,7 @@ func (b *Backend) promptDecode(ctx context.Context, e *engine, s *slot, req ifac
 	defer s.release()
 	e.fromCache(ctx, req.Slot, s, toks, p)
 	d := &decodeJob{req: req, smp: smp, pending: -1, base: len(toks), events: make(chan iface.Token, eventBuffer)}
-	j, reused, err := e.startPrefill(req.Slot, s, toks, d)
+	j, reused, err := e.startPrefill(req.Slot, s, toks, e.spansOf(p, toks), d)
 	if err != nil {
 		smp.free()
 		return iface.DecodeResult{}, err

@@ -251,3 +251,31 @@ func (l *List) Oldest() *Checkpoint {
 	}
 	return l.cps[0]
 }
+
+// Delimiter is a chat template's message delimiter (common/chat's
+// common_chat_msg_delimiter) as tokens: where a message of its role starts.
+type Delimiter struct {
+	User   bool // a user message's; others (assistant, tool, system) only end the one before
+	Tokens []int32
+}
+
+// UserStarts finds where a prompt's user messages start, as llama-server
+// splits a prompt by the template's delimiters: at each position the first
+// delimiter (in the template's order: a tool result's before a user
+// message's, where one begins like the other) whose tokens follow there
+// names the message starting there.
+func UserStarts(prompt []int32, delims []Delimiter) Spans {
+	var s Spans
+	for i := range prompt {
+		for _, d := range delims {
+			if len(d.Tokens) == 0 || i+len(d.Tokens) > len(prompt) || !slices.Equal(prompt[i:i+len(d.Tokens)], d.Tokens) {
+				continue
+			}
+			if d.User {
+				s.UserStarts = append(s.UserStarts, i)
+			}
+			break
+		}
+	}
+	return s
+}

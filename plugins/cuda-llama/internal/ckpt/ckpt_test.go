@@ -167,7 +167,7 @@ func TestPartBeforeAll(t *testing.T) {
 
 // User messages: the last one's start always gets a checkpoint; earlier
 // ones only when at least MinStep past the newest.
-func TestUserStarts(t *testing.T) {
+func TestUserStartCheckpoints(t *testing.T) {
 	r := server
 	r.MinStep = 1000
 	s := newSim(t, r)
@@ -340,5 +340,24 @@ func TestFindWindow(t *testing.T) {
 	}
 	if res := r.Find(list, 10, 0, 900); res.Keep != 0 || res.Restore != nil {
 		t.Fatalf("no prefix: %+v", res)
+	}
+}
+
+// UserStarts: Qwen3's delimiters, a tool result's (<|im_start|>user
+// <tool_response>) listed before a user message's, which it begins like.
+func TestFindUserStarts(t *testing.T) {
+	const start, user, nl, tool, asst = 1, 2, 3, 4, 5
+	delims := []Delimiter{
+		{Tokens: []int32{start, asst}},
+		{Tokens: []int32{start, user, nl, tool}},
+		{User: true, Tokens: []int32{start, user}},
+		{Tokens: []int32{start, 9}},
+	}
+	prompt := []int32{start, 9, 7, start, user, nl, 7, 7, start, asst, 7, start, user, nl, tool, 7, start, user, 8, start, user}
+	if got := UserStarts(prompt, delims).UserStarts; !slices.Equal(got, []int{3, 16, 19}) {
+		t.Fatalf("user starts %v, want [3 16 19]", got)
+	}
+	if got := UserStarts(prompt, nil).UserStarts; got != nil {
+		t.Fatalf("without delimiters: %v", got)
 	}
 }
