@@ -272,8 +272,8 @@ func TestRenderErrors(t *testing.T) {
 	}
 }
 
-// The OpenAI shape of messages: optional keys only when set, content none
-// beside tool calls, arguments parsed (empty ones as an empty object), kwargs
+// The OpenAI shape of messages: optional keys only when set, content ""
+// beside tool calls (llama.cpp's common/chat), arguments parsed (empty ones as an empty object), kwargs
 // of every JSON type.
 func TestVariables(t *testing.T) {
 	tmpl, err := Parse(`{{ messages | tojson }}|{{ flags | tojson }}|{{ n }}|{{ raw | tojson }}|{{ add_generation_prompt }}`)
@@ -293,7 +293,7 @@ func TestVariables(t *testing.T) {
 		},
 	})
 	want := `[{"role": "user", "content": "q"}, ` +
-		`{"role": "assistant", "content": null, "reasoning_content": "r", "tool_calls": [` +
+		`{"role": "assistant", "content": "", "reasoning_content": "r", "tool_calls": [` +
 		`{"type": "function", "function": {"name": "f", "arguments": {}}}, ` +
 		`{"type": "function", "function": {"name": "g", "arguments": [1, 2.5, "x"]}, "id": "1"}]}, ` +
 		`{"role": "tool", "content": "ok", "name": "f", "tool_call_id": "1"}]` +
@@ -369,4 +369,21 @@ func FuzzRender(f *testing.F) {
 			}
 		}
 	})
+}
+
+// An assistant message that only calls tools has content "" as llama.cpp
+// gives it, so a template calling a string method on it unguarded (Qwen3's
+// `message.content.lstrip`) renders instead of failing on none.
+func TestToolCallOnlyContentIsString(t *testing.T) {
+	tmpl, err := Parse(`{% for m in messages %}[{{ m.content.lstrip('\n') }}]{% endfor %}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := render(t, tmpl, Input{Messages: []Message{
+		{Role: "user", Content: "\nq"},
+		{Role: "assistant", ToolCalls: []ToolCall{{Name: "f", Arguments: "{}"}}},
+	}})
+	if got != "[q][]" {
+		t.Errorf("got %q, want %q", got, "[q][]")
+	}
 }

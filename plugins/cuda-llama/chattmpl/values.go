@@ -42,12 +42,10 @@ func messageValue(m Message) jinja.Value {
 	return v
 }
 
-// contentValue is none for an assistant message that only calls tools, as
-// the OpenAI format has it, so `content is string` tells the two apart.
+// contentValue is the message's text; an assistant message that only calls
+// tools gets "" as llama.cpp's common/chat gives it (not none), since
+// templates such as Qwen3's call content's string methods unguarded.
 func contentValue(m Message) jinja.Value {
-	if m.Content == "" && len(m.ToolCalls) > 0 {
-		return jinja.None()
-	}
 	return jinja.NewString(m.Content)
 }
 
