@@ -30,15 +30,24 @@ import (
 func (a *api) chatCompletions(w http.ResponseWriter, r *http.Request) { a.complete(w, r, true) }
 func (a *api) textCompletions(w http.ResponseWriter, r *http.Request) { a.complete(w, r, false) }
 
-// usage is OpenAI's token count.
+// usage is OpenAI's token count, with the prompt tokens kept from the
+// slot's sequence as llama-server gives them (prompt_tokens_details).
 type usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
+	PromptTokens        int           `json:"prompt_tokens"`
+	CompletionTokens    int           `json:"completion_tokens"`
+	TotalTokens         int           `json:"total_tokens"`
+	PromptTokensDetails *promptCached `json:"prompt_tokens_details,omitempty"`
 }
 
-// timings is llama-server's, which the coordinator reads.
+type promptCached struct {
+	CachedTokens int `json:"cached_tokens"`
+}
+
+// timings is llama-server's, which the coordinator reads: cache_n counts
+// the prompt's tokens kept from the slot's sequence, prompt_n those
+// evaluated.
 type timings struct {
+	CacheN              int     `json:"cache_n"`
 	PromptN             int     `json:"prompt_n"`
 	PromptMS            float64 `json:"prompt_ms"`
 	PromptPerTokenMS    float64 `json:"prompt_per_token_ms"`
@@ -53,7 +62,10 @@ type timings struct {
 	DraftNAccepted int `json:"draft_n_accepted,omitempty"`
 }
 
-func newTimings(nPrompt int, prompt time.Duration, nPred int, pred time.Duration) *timings {
+// newTimings are the timings of a prompt of nPrompt tokens of which reused
+// were kept and the rest evaluated in prompt, and nPred tokens generated in
+// pred.
+func newTimings(nPrompt, reused int, prompt time.Duration, nPred int, pred time.Duration) *timings {
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	per := func(n int, d time.Duration) (perToken, perSecond float64) {
 		if n > 0 && d > 0 {
@@ -61,8 +73,9 @@ func newTimings(nPrompt int, prompt time.Duration, nPred int, pred time.Duration
 		}
 		return 0, 0
 	}
-	t := &timings{PromptN: nPrompt, PromptMS: ms(prompt), PredictedN: nPred, PredictedMS: ms(pred)}
-	t.PromptPerTokenMS, t.PromptPerSecond = per(nPrompt, prompt)
+	evaluated := max(nPrompt-reused, 0)
+	t := &timings{CacheN: nPrompt - evaluated, PromptN: evaluated, PromptMS: ms(prompt), PredictedN: nPred, PredictedMS: ms(pred)}
+	t.PromptPerTokenMS, t.PromptPerSecond = per(evaluated, prompt)
 	t.PredictedPerTokenMS, t.PredictedPerSecond = per(nPred, pred)
 	return t
 }
@@ -516,8 +529,9 @@ func (rn *completionRun) generate() error {
 	}
 	rn.a.s.Stats().CountTokens(host.PhaseDecode, nGen, elapsed)
 	rn.a.s.Stats().CountDrafts(rn.draftN, rn.draftAccepted)
-	u := &usage{PromptTokens: rn.nPrompt, CompletionTokens: nGen, TotalTokens: rn.nPrompt + nGen}
-	tm := newTimings(rn.nPrompt, rn.prompt, nGen, elapsed)
+	u := &usage{PromptTokens: rn.nPrompt, CompletionTokens: nGen, TotalTokens: rn.nPrompt + nGen,
+		PromptTokensDetails: &promptCached{CachedTokens: min(rn.reused, rn.nPrompt)}}
+	tm := newTimings(rn.nPrompt, rn.reused, rn.prompt, nGen, elapsed)
 	tm.DraftN, tm.DraftNAccepted = rn.draftN, rn.draftAccepted
 	rn.observe()
 	if rn.c.stream {

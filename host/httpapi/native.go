@@ -423,7 +423,7 @@ func (rn *completionRun) nativeFinal(content string, nGen int, tm *timings) map[
 		"model": rn.body.Model, "tokens_predicted": nGen, "tokens_evaluated": rn.nPrompt,
 		"generation_settings": rn.nativeSettings(), "prompt": rn.nativePrompt(),
 		"has_new_line": strings.Contains(rn.text.String(), "\n"), "truncated": truncated, "stop_type": stopType,
-		"stopping_word": stopWord, "tokens_cached": rn.nPast, "timings": nativeTimingsOf(tm, rn.reused)}
+		"stopping_word": stopWord, "tokens_cached": rn.nPast, "timings": tm}
 	if rn.c.logprobs && !rn.c.stream && len(toks) > 0 {
 		out["completion_probabilities"] = nativeProbs(shownTokens(toks, len(content)))
 	}
@@ -468,23 +468,6 @@ func nativeStopType(stop string) (string, bool) {
 		return "limit", false
 	}
 	return "none", false
-}
-
-// nativeTimings are llama-server's timings: prompt_n counts the prompt's
-// tokens evaluated, cache_n those reused from the slot.
-type nativeTimings struct {
-	CacheN int `json:"cache_n"`
-	timings
-}
-
-func nativeTimingsOf(tm *timings, reused int) nativeTimings {
-	t := nativeTimings{CacheN: reused, timings: *tm}
-	t.PromptN = max(tm.PromptN-reused, 0)
-	t.PromptPerTokenMS, t.PromptPerSecond = 0, 0
-	if t.PromptN > 0 && t.PromptMS > 0 {
-		t.PromptPerTokenMS, t.PromptPerSecond = t.PromptMS/float64(t.PromptN), float64(t.PromptN)/(t.PromptMS/1000)
-	}
-	return t
 }
 
 // nativeSettings is generation_settings: the parameters the completion ran

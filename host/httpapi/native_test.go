@@ -357,3 +357,40 @@ func TestNativeResponseFields(t *testing.T) {
 		t.Errorf("%d %s", rec.Code, rec.Body)
 	}
 }
+
+// TestOpenAITimingsAsLlamaServer: the OpenAI routes' timings and usage
+// count the prompt as llama-server's do: prompt_n the tokens evaluated,
+// cache_n and usage.prompt_tokens_details.cached_tokens those kept from the
+// slot's sequence, prompt_tokens all of them.
+func TestOpenAITimingsAsLlamaServer(t *testing.T) {
+	_, h := newTestServer(t, 1)
+	type reply struct {
+		Usage struct {
+			PromptTokens int `json:"prompt_tokens"`
+			Details      struct {
+				CachedTokens int `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+		} `json:"usage"`
+		Timings struct {
+			CacheN  int `json:"cache_n"`
+			PromptN int `json:"prompt_n"`
+		} `json:"timings"`
+	}
+	var first, again reply
+	for i, r := range []*reply{&first, &again} {
+		rec := post(h, "/v1/completions", `{"prompt":"Once upon a time","max_tokens":4}`)
+		if rec.Code != 200 {
+			t.Fatalf("%d %s", rec.Code, rec.Body)
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), r); err != nil {
+			t.Fatal(err)
+		}
+		u, tm := r.Usage, r.Timings
+		if u.PromptTokens != 16 || tm.PromptN+tm.CacheN != 16 || u.Details.CachedTokens != tm.CacheN {
+			t.Errorf("request %d: usage %+v, timings %+v", i, u, tm)
+		}
+	}
+	if first.Timings.CacheN != 0 || again.Timings.CacheN == 0 {
+		t.Errorf("cache_n %d then %d: the second request reuses the first's prompt", first.Timings.CacheN, again.Timings.CacheN)
+	}
+}
