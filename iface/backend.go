@@ -211,7 +211,8 @@ type CheckpointStats struct {
 	MaxPerSlot, MinStep int   // ctx_checkpoints, checkpoint_min_step
 	BudgetBytes         int64 // checkpoint_ram; -1: no limit in bytes
 	Held, Bytes         int64 // checkpoints held now by all slots, and their bytes
-	// Taken and Restored count checkpoints saved and restored; Dropped those
+	// Taken counts checkpoints saved from a slot's memory (not those a prompt
+	// cache entry or a STATE_PUT brought), Restored those restored; Dropped those
 	// given up to the count per slot, the spacing or the budget; TokensSaved
 	// the prompt tokens restores spared evaluating; OverBudget checkpoints
 	// not kept, larger than the whole budget.

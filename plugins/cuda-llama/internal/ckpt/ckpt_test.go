@@ -5,81 +5,6 @@ import (
 	"testing"
 )
 
-// sim plays prompts on one slot of a model whose memory cannot be cut (a
-// recurrent state: its first position is its last token's), as the plugin
-// does: Find, restore or cut or start over, then the prompt in chunks with
-// checkpoints where the rules say; it returns the tokens evaluated.
-type sim struct {
-	t     *testing.T
-	rules Rules
-	store *Store
-	seq   []int32 // what the memory holds
-	task  uint64
-	taken []int // NTokens of each checkpoint taken
-}
-
-func newSim(t *testing.T, r Rules) *sim {
-	return &sim{t: t, rules: r, store: NewStore(r, 1, -1)}
-}
-
-func (s *sim) memMin() int {
-	if len(s.seq) == 0 {
-		return -1
-	}
-	if s.rules.NSWA > 0 {
-		return max(0, len(s.seq)-s.rules.NSWA)
-	}
-	return len(s.seq) - 1
-}
-
-// prompt evaluates toks (with user messages starting at spans) and then
-// generates gen tokens; it returns the prompt tokens evaluated.
-func (s *sim) prompt(toks []int32, spans Spans, gen int) int {
-	s.task++
-	n := len(toks)
-	prefix := commonPrefix(s.seq, toks)
-	res := s.store.Find(0, n, prefix, s.memMin())
-	keep := res.Keep
-	if res.Restore != nil {
-		s.store.Restored(keep)
-		if got, want := res.Restore.Data[0], byte(res.Restore.NTokens); got != want {
-			s.t.Fatalf("restored the data of another checkpoint: %d, want %d", got, want)
-		}
-	}
-	keep = min(keep, n-1)
-	// Without a restore, the memory can be cut only where it is whole.
-	if res.Restore == nil && keep < len(s.seq) && !(s.rules.NSWA > 0 && s.memMin() <= max(0, keep-s.rules.NSWA)) {
-		keep = 0
-	}
-	s.store.CutTo(0, keep, res.Restore)
-	s.seq = slices.Clone(toks[:keep])
-	for next := keep; next < n; {
-		end := s.rules.ChunkEnd(n, next, s.rules.NBatch, spans, s.store.Newest(0))
-		if end <= next || end > n {
-			s.t.Fatalf("ChunkEnd(%d, %d) = %d", n, next, end)
-		}
-		if s.rules.Take(n, next, end, s.memMin(), spans, s.store.Newest(0)) {
-			mm := s.memMin()
-			s.store.Add(0, &Checkpoint{PosMin: mm, PosMax: next - 1, NTokens: next, Data: []byte{byte(next)}, Task: s.task})
-			s.taken = append(s.taken, next)
-		}
-		s.seq = append(s.seq, toks[next:end]...)
-		next = end
-	}
-	for g := range gen {
-		s.seq = append(s.seq, int32(100000+g))
-	}
-	return n - keep
-}
-
-func commonPrefix(a, b []int32) int {
-	n := 0
-	for n < len(a) && n < len(b) && a[n] == b[n] {
-		n++
-	}
-	return n
-}
-
 func ramp(from, n int) []int32 {
 	t := make([]int32, n)
 	for i := range t {
@@ -89,107 +14,6 @@ func ramp(from, n int) []int32 {
 }
 
 var server = Rules{Max: DefaultMax, MinStep: DefaultMinStep, NBatch: 2048, NUBatch: 512}
-
-// The three cases of llama-server's own measurement (the table):
-// prompt A of N tokens and 4 generated, then A + 64, A again, A cut 200
-// before its end + 64.
-func TestThreeCasesAsLlamaServer(t *testing.T) {
-	for _, n := range []int{600, 3000, 32768} {
-		a := ramp(0, n)
-		cases := []struct {
-			name   string
-			prompt []int32
-			want   int
-		}{
-			{"extends", append(slices.Clone(a), ramp(50000, 64)...), 68},
-			{"same", a, 4},
-			{"cut", append(slices.Clone(a[:n-200]), ramp(50000, 64)...), 380},
-		}
-		for _, c := range cases {
-			s := newSim(t, server)
-			if got := s.prompt(a, Spans{}, 4); got != n {
-				t.Fatalf("N=%d: first prompt evaluated %d", n, got)
-			}
-			if want := []int{n - 516, n - 4}; !slices.Equal(s.taken, want) {
-				t.Fatalf("N=%d: checkpoints at %v, want %v", n, s.taken, want)
-			}
-			if got := s.prompt(c.prompt, Spans{}, 4); got != c.want {
-				t.Errorf("N=%d %s: evaluated %d, want %d (llama-server's)", n, c.name, got, c.want)
-			}
-		}
-	}
-}
-
-// Without checkpoints a prompt that parts from the sequence starts over.
-func TestNoCheckpointsStartsOver(t *testing.T) {
-	r := server
-	r.Max = 0
-	s := newSim(t, r)
-	a := ramp(0, 3000)
-	s.prompt(a, Spans{}, 4)
-	if got := s.prompt(a, Spans{}, 0); got != 3000 {
-		t.Fatalf("evaluated %d, want 3000", got)
-	}
-	if len(s.taken) != 0 {
-		t.Fatalf("took %v", s.taken)
-	}
-}
-
-// A prompt that extends what the memory holds keeps it all: no restore.
-func TestExtendKeepsAll(t *testing.T) {
-	s := newSim(t, server)
-	a := ramp(0, 1000)
-	s.prompt(a, Spans{}, 0)
-	if got := s.prompt(append(slices.Clone(a), 7, 8, 9), Spans{}, 0); got != 3 {
-		t.Fatalf("evaluated %d, want 3", got)
-	}
-	if st := s.store.Stats(); st.Restored != 0 {
-		t.Fatalf("restored %d", st.Restored)
-	}
-}
-
-// A prompt parting before every checkpoint starts over, and the
-// checkpoints past the point are dropped.
-func TestPartBeforeAll(t *testing.T) {
-	s := newSim(t, server)
-	a := ramp(0, 3000)
-	s.prompt(a, Spans{}, 4)
-	b := append(slices.Clone(a[:100]), ramp(9000, 50)...)
-	if got := s.prompt(b, Spans{}, 0); got != 150 {
-		t.Fatalf("evaluated %d, want 150", got)
-	}
-	// The two checkpoints of a were dropped (their positions are past 0);
-	// b is shorter than n_ubatch + 4, so only N − 4 was taken.
-	if n, _ := s.store.Slot(0); n != 1 {
-		t.Fatalf("%d checkpoints held, want 1 (b's)", n)
-	}
-}
-
-// User messages: the last one's start always gets a checkpoint; earlier
-// ones only when at least MinStep past the newest.
-func TestUserStartCheckpoints(t *testing.T) {
-	r := server
-	r.MinStep = 1000
-	s := newSim(t, r)
-	n := 5000
-	spans := Spans{UserStarts: []int{10, 500, 1700, 2000, 4100}}
-	s.prompt(ramp(0, n), spans, 0)
-	// 10: the first chunk ends there, nothing in memory to save. 500: the
-	// chunk from 10 starts a user message and the slot has no checkpoint:
-	// taken at 10. 1700 is over MinStep past 10: the chunk from 500 ends
-	// there, but 500 is not, so none at 500; taken at 1700. 2000: within the
-	// step of 1700. 4100: the last user message. Then n−516 and n−4.
-	want := []int{10, 1700, 4100, n - 516, n - 4}
-	if !slices.Equal(s.taken, want) {
-		t.Fatalf("checkpoints at %v, want %v", s.taken, want)
-	}
-	// The next turn parts inside the last user message: it resumes at its
-	// start.
-	b := append(ramp(0, 4300), ramp(70000, 20)...)
-	if got := s.prompt(b, spans, 0); got != 4320-4100 {
-		t.Fatalf("evaluated %d, want %d", got, 4320-4100)
-	}
-}
 
 func TestChunkEndOffsets(t *testing.T) {
 	r := server
@@ -308,6 +132,15 @@ func TestStoreBudget(t *testing.T) {
 	if st := s.Stats(); st.OverBudget != 1 || st.Bytes != 80 {
 		t.Fatalf("stats %+v", st)
 	}
+	// One brought by a prompt cache entry or a STATE_PUT is held and
+	// budgeted alike, but not counted as taken.
+	if !s.Put(0, cp(40, 4, 30)) {
+		t.Fatal("Put refused within budget")
+	}
+	if st := s.Stats(); st.Taken != 3 || st.Held != 2 || st.Bytes != 70 || st.Dropped != 2 {
+		t.Fatalf("after Put: stats %+v", st)
+	}
+	s.Clear(0)
 	s.Clear(1)
 	if st := s.Stats(); st.Bytes != 0 || st.Held != 0 {
 		t.Fatalf("after clear: %+v", st)

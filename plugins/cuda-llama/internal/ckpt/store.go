@@ -54,12 +54,31 @@ func (s *Store) Newest(i int) int {
 	return s.slots[i].Newest()
 }
 
-// Add keeps c as slot i's newest checkpoint, dropping what the rules and
-// the budget say (the oldest checkpoints of any slot first: dropping one
-// never touches a slot's sequence). False when c alone exceeds the budget.
+// Add keeps c, taken from slot i's memory, as its newest checkpoint,
+// dropping what the rules and the budget say (the oldest checkpoints of any
+// slot first: dropping one never touches a slot's sequence). False when c
+// alone exceeds the budget.
 func (s *Store) Add(i int, c *Checkpoint) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.keepLocked(i, c) {
+		return false
+	}
+	s.stats.Taken++
+	return true
+}
+
+// Put keeps a checkpoint taken elsewhere as slot i's, as Add does, without
+// counting it as taken: one a prompt cache entry or a STATE_PUT carried.
+func (s *Store) Put(i int, c *Checkpoint) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.keepLocked(i, c)
+}
+
+// keepLocked adds c to slot i's list and drops what the rules and the
+// budget say; false where c alone exceeds the budget. Needs s.mu.
+func (s *Store) keepLocked(i int, c *Checkpoint) bool {
 	if s.budget >= 0 && c.Size() > s.budget {
 		s.stats.OverBudget++
 		return false
@@ -68,7 +87,6 @@ func (s *Store) Add(i int, c *Checkpoint) bool {
 	s.serial++
 	s.age[c] = s.serial
 	s.bytes += c.Size()
-	s.stats.Taken++
 	for s.budget >= 0 && s.bytes > s.budget {
 		s.dropOldest(c)
 	}
