@@ -95,6 +95,43 @@ func (r Rule) shared(seq []int32, posMin int, prompt []int32) int {
 	return iface.CommonPrefix(seq, prompt)
 }
 
+// Extra is what an entry carries beside its state: a hybrid's or
+// sliding-window model's context checkpoints, which let a prompt that parts
+// from the sequence resume where the state alone cannot be cut. The cache
+// counts its bytes against the budget and asks it whether it serves a
+// prompt; the backend that saved it restores it with the state.
+type Extra interface {
+	// Bytes is the host memory it holds.
+	Bytes() int64
+	// Serves reports whether it restores the sequence, whose state's first
+	// position is posMin, to a point from which a prompt of n tokens
+	// sharing prefix tokens with it resumes (not from token 0).
+	Serves(n, prefix, posMin int) bool
+}
+
+// keepEntry is Keep for a cached entry: where its state cannot be cut to
+// the common prefix, what it carries (Extra) may still serve the prompt,
+// and then the prefix counts as kept, as llama-server counts an entry
+// restored with its checkpoints.
+func (r Rule) keepEntry(e *Entry, prompt []int32) int {
+	if keep := r.Keep(e.Tokens, e.PosMin, prompt); keep > 0 || e.Extra == nil {
+		return keep
+	}
+	prefix := iface.CommonPrefix(e.Tokens, prompt)
+	if prefix <= 0 || !e.Extra.Serves(len(prompt), prefix, e.PosMin) {
+		return 0
+	}
+	return min(prefix, len(prompt)-1)
+}
+
+// sharedEntry is shared for a cached entry (keepEntry).
+func (r Rule) sharedEntry(e *Entry, prompt []int32) int {
+	if r.keepEntry(e, prompt) == 0 {
+		return 0
+	}
+	return iface.CommonPrefix(e.Tokens, prompt)
+}
+
 // Leaves reports whether a slot's sequence seq (first position posMin)
 // leaves its slot for prompt: it has tokens, and the prompt keeps less
 // than SaveBelow of them. Such a sequence is what a cache saves.
@@ -111,7 +148,9 @@ type Entry struct {
 	// StateBytes is the state's length in Mem.
 	StateBytes int64
 	Mem        Memory
-	held       int64 // what the cache counts for it: Mem's size and the tokens'
+	// Extra is what the entry carries beside its state; nil for nothing.
+	Extra Extra
+	held  int64 // what the cache counts for it: Mem's size and the tokens'
 }
 
 // State is the entry's state bytes.
@@ -191,20 +230,30 @@ func (s *Save) Mem() []byte { return s.entry.Mem.Bytes() }
 // Memory is the save's memory as its allocator made it.
 func (s *Save) Memory() Memory { return s.entry.Mem }
 
-// Begin starts saving a sequence of tokens whose state takes stateBytes,
-// as llama-server's alloc does: nothing when an entry holds all of tokens
-// already or the state alone exceeds the budget (Skipped); else the
-// entries that are prefixes of tokens are dropped (the new one holds
-// them), and memory is found: spare memory it fits, else new memory, for
-// which spare memory and then the least recently used entries go until it
-// fits the budget. A failed allocation is a save failure. nil: no save.
+// Begin starts saving a sequence of tokens whose state takes stateBytes
+// and which carries nothing more (BeginWith).
 func (c *Cache) Begin(tokens []int32, stateBytes int64) (*Save, error) {
+	return c.BeginWith(tokens, stateBytes, nil)
+}
+
+// BeginWith starts saving a sequence of tokens whose state takes
+// stateBytes and which carries extra (nil: nothing), as llama-server's
+// alloc does: nothing when an entry holds all of tokens already or the
+// entry alone (state, tokens, extra) exceeds the budget (Skipped); else the
+// entries that are prefixes of tokens are dropped (the new one holds them),
+// and memory is found: spare memory it fits, else new memory, for which
+// spare memory and then the least recently used entries go until it fits
+// the budget. A failed allocation is a save failure. nil: no save.
+func (c *Cache) BeginWith(tokens []int32, stateBytes int64, extra Extra) (*Save, error) {
 	if c == nil || len(tokens) == 0 {
 		return nil, nil
 	}
 	start := time.Now()
 	fresh := c.alloc.Size(roomFor(stateBytes))
-	tokenHeld := tokenBytes * int64(len(tokens))
+	tokenHeld := tokenBytes * int64(len(tokens)) // and what extra holds
+	if extra != nil {
+		tokenHeld += extra.Bytes()
+	}
 	c.mu.Lock()
 	for _, e := range c.entries {
 		if iface.CommonPrefix(e.Tokens, tokens) == len(tokens) {
@@ -273,7 +322,7 @@ func (c *Cache) Begin(tokens []int32, stateBytes int64) (*Save, error) {
 		}
 	}
 	return &Save{c: c, start: start, entry: &Entry{Tokens: append([]int32(nil), tokens...),
-		StateBytes: stateBytes, Mem: mem, held: held}}, nil
+		StateBytes: stateBytes, Mem: mem, Extra: extra, held: held}}, nil
 }
 
 // takeSpareLocked takes the smallest spare memory a state of n bytes fits,
@@ -434,7 +483,7 @@ func (c *Cache) Take(rule Rule, seq []int32, posMin int, prompt []int32) *Restor
 	defer c.mu.Unlock()
 	best := -1
 	for i, e := range c.entries {
-		n := float64(rule.shared(e.Tokens, e.PosMin, prompt))
+		n := float64(rule.sharedEntry(e, prompt))
 		keep, sim := n/float64(len(e.Tokens)), n/float64(len(prompt))
 		if keep < MinKeep {
 			continue

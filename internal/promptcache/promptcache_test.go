@@ -533,3 +533,72 @@ func TestMapped(t *testing.T) {
 	}
 	plain.Free()
 }
+
+// fakeExtra serves prompts that share at least from tokens with the entry,
+// as a checkpoint taken after from tokens would.
+type fakeExtra struct {
+	bytes int64
+	from  int
+}
+
+func (x fakeExtra) Bytes() int64 { return x.bytes }
+
+func (x fakeExtra) Serves(n, prefix, posMin int) bool { return prefix >= x.from }
+
+// TestExtra: what an entry carries (a hybrid's checkpoints) counts against
+// the budget, lets Take choose an entry whose recurrent state cannot be
+// cut to the prompt, and comes back with the entry.
+func TestExtra(t *testing.T) {
+	hybrid := Rule{Recurrent: true}
+	a := seq(100, 100)
+	parted := cat(a[:90], 7, 8) // parts from a after 90 tokens
+	saveWith := func(c *Cache, tokens []int32, x Extra) bool {
+		t.Helper()
+		s, err := c.BeginWith(tokens, 10, x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s == nil {
+			return false
+		}
+		if err := s.Commit(10, len(tokens)-1); err != nil {
+			t.Fatal(err)
+		}
+		return true
+	}
+
+	c := New(-1, 0, &fakeAlloc{page: 1})
+	saveWith(c, a, nil)
+	if r := c.Take(hybrid, nil, -1, parted); r != nil {
+		t.Fatalf("a recurrent entry without checkpoints served a prompt that parts from it")
+	}
+
+	c = New(-1, 0, &fakeAlloc{page: 1})
+	x := fakeExtra{bytes: 1000, from: 64}
+	saveWith(c, a, x)
+	if st := c.Stats(); st.Bytes != 10+4*100+1000 {
+		t.Errorf("an entry with 1000 bytes of checkpoints holds %d bytes, want %d", st.Bytes, 10+4*100+1000)
+	}
+	r := c.Take(hybrid, nil, -1, parted)
+	if r == nil || r.Entry.Extra != x {
+		t.Fatalf("the entry's checkpoints serve the prompt: took %+v", r)
+	}
+	r.Done(true)
+	if st := c.Stats(); st.Bytes != 10 { // the state's memory kept spare, the checkpoints handed back
+		t.Errorf("after the restore %d bytes held, want 10", st.Bytes)
+	}
+
+	c = New(-1, 0, &fakeAlloc{page: 1})
+	saveWith(c, a, fakeExtra{bytes: 1000, from: 95})
+	if r := c.Take(hybrid, nil, -1, parted); r != nil {
+		t.Errorf("checkpoints after the point where the prompt parts served it")
+	}
+
+	c = New(1200, 0, &fakeAlloc{page: 1})
+	if saveWith(c, a, fakeExtra{bytes: 1000, from: 64}) {
+		t.Errorf("an entry of 1410 bytes saved in a budget of 1200")
+	}
+	if st := c.Stats(); st.Skipped != 1 || st.Bytes != 0 {
+		t.Errorf("an entry over the budget: %+v", st)
+	}
+}

@@ -94,7 +94,10 @@ type engine struct {
 	vTrans       bool // the KV cache stores V transposed (a state's layout names it)
 	// nSWA is the attention window a sliding-window cache keeps (0: every
 	// position is kept): a prompt reuses a prefix only where its window is.
-	nSWA       int
+	nSWA int
+	// swaFull: the window cache keeps every position (swa_full), so it is cut
+	// anywhere and takes no checkpoints, as llama-server decides.
+	swaFull    bool
 	cacheReuse int // the least chunk a prefill moves into place (cache_reuse); 0: prefix only
 
 	chat *chatTemplate // the Jinja chat template; nil: llama.cpp's matcher (jinja=false)
@@ -319,7 +322,7 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 		s.stateSize = e.layout.size(0)
 	}
 	if e.layout.window() {
-		e.nSWA = mdl.nSWA()
+		e.nSWA, e.swaFull = mdl.nSWA(), opts.swaFull
 	} else if opts.swaFull {
 		b.log.Warn("swa_full has no effect: the model has no sliding-window cache")
 	}

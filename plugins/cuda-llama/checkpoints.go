@@ -22,11 +22,18 @@ import (
 // newCheckpoints is the engine's checkpoint store; nil where the memory can
 // always be cut, or checkpoints are off.
 func (e *engine) newCheckpoints(o ckptOptions, nUBatch int) *ckpt.Store {
-	if o.ctxCheckpoints <= 0 || !(e.layout.recurrent() || e.nSWA > 0) {
+	if o.ctxCheckpoints <= 0 || !e.needsCheckpoints() {
 		return nil
 	}
 	r := ckpt.Rules{Max: o.ctxCheckpoints, MinStep: o.checkpointMinStep, NBatch: e.ctx.nBatch, NUBatch: nUBatch, NSWA: e.nSWA}
 	return ckpt.NewStore(r, len(e.slots), o.checkpointBudget())
+}
+
+// needsCheckpoints reports whether a slot's memory cannot always be cut
+// back: a recurrent state, or a sliding window that drops the positions
+// before it (not swa_full), as llama-server decides.
+func (e *engine) needsCheckpoints() bool {
+	return e.layout.recurrent() || (e.nSWA > 0 && !e.swaFull)
 }
 
 // checkpointBudget is the budget in bytes (-1: none).
@@ -163,6 +170,56 @@ func (e *engine) servedByCheckpoint(i int, old, toks []int32, posMin int) bool {
 	return e.ckpts.Serves(i, len(toks), prefix, posMin) > 0 && float64(prefix) >= promptcache.SaveBelow*float64(len(old))
 }
 
+// cachedCheckpoints are a slot's checkpoints carried by a prompt cache
+// entry (promptcache.Extra), as llama-server's cached prompts carry theirs:
+// a hybrid sequence that leaves its slot can later serve a prompt that
+// parts from it. The checkpoints' bytes are never changed once taken, so
+// the entry shares them.
+type cachedCheckpoints struct {
+	rules ckpt.Rules
+	list  []*ckpt.Checkpoint // oldest first
+}
+
+func (c *cachedCheckpoints) Bytes() int64 {
+	var n int64
+	for _, cp := range c.list {
+		n += cp.Size()
+	}
+	return n
+}
+
+func (c *cachedCheckpoints) Serves(n, prefix, posMin int) bool {
+	return c.rules.Find(c.list, n, prefix, posMin).Restore != nil
+}
+
+// checkpointsOut are slot i's checkpoints for the prompt cache entry its
+// sequence is saved as; nil for none.
+func (e *engine) checkpointsOut(i int) promptcache.Extra {
+	if !e.ckpts.Enabled() {
+		return nil
+	}
+	all := e.ckpts.All(i)
+	if len(all) == 0 {
+		return nil
+	}
+	return &cachedCheckpoints{rules: e.ckpts.Rules(), list: all}
+}
+
+// checkpointsIn makes the checkpoints a restored prompt cache entry
+// carried (x) slot i's, oldest first, within the checkpoints' budget.
+func (e *engine) checkpointsIn(i int, x promptcache.Extra) {
+	c, ok := x.(*cachedCheckpoints)
+	if !ok || !e.ckpts.Enabled() {
+		return
+	}
+	for _, cp := range c.list {
+		e.ckpts.Put(i, cp)
+	}
+	n, bytes := e.ckpts.Slot(i)
+	e.log.Debug("prompt cache: the entry's context checkpoints restored", "slot", i, "carried", len(c.list),
+		"slot_checkpoints", n, "slot_bytes", bytes)
+}
+
 // SlotCheckpoint returns slot i's newest checkpoint, which a STATE_GET or
 // PREFILL reply's blob carries; nil where it holds none. Its bytes are
 // never changed once taken, so they are shared, not copied.
@@ -190,7 +247,7 @@ func (b *Backend) PutCheckpoint(ctx context.Context, i int, c iface.Checkpoint) 
 		return false, "", err
 	}
 	if !e.ckpts.Enabled() {
-		if e.layout.recurrent() || e.nSWA > 0 {
+		if e.needsCheckpoints() {
 			return false, "checkpoints are off (ctx_checkpoints=0)", nil
 		}
 		return false, "the model's memory can be cut anywhere: it needs no checkpoints", nil
@@ -209,7 +266,7 @@ func (b *Backend) PutCheckpoint(ctx context.Context, i int, c iface.Checkpoint) 
 			iface.ErrBadRequest, e.layout.Memory, err)
 	}
 	kept := &ckpt.Checkpoint{PosMin: int(c.PosMin), PosMax: int(c.PosMax), NTokens: int(c.NTokens), Data: c.Target, Task: e.tasks.Add(1)}
-	if !e.ckpts.Add(i, kept) {
+	if !e.ckpts.Put(i, kept) {
 		return false, fmt.Sprintf("larger (%d bytes) than the checkpoints' whole budget", len(c.Target)), nil
 	}
 	why := ""

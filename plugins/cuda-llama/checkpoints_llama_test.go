@@ -5,13 +5,16 @@ package cudallama
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/gguf"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/ckpt"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/ckpt/ckpttest"
 )
 
 // Checkpoint tests run with small batches so that a short prompt has its
@@ -115,8 +118,8 @@ func TestCheckpointCases(t *testing.T) {
 }
 
 // TestCheckpointsDropped: a slot cleared, or replaced by a STATE_PUT, holds
-// no checkpoint (they restore onto cells that are gone); a plain cache
-// takes none.
+// no checkpoint (they restore onto cells that are gone); a plain cache and
+// a swa_full window take none.
 func TestCheckpointsDropped(t *testing.T) {
 	b := load(t, modelFile(t, "ckpt-qwen35moe", gguf.TinyQwen35MoE()), 2, ckptOpts)
 	e := b.eng.Load()
@@ -153,6 +156,12 @@ func TestCheckpointsDropped(t *testing.T) {
 	plain := load(t, tiny(t), 1, ckptOpts)
 	if info, _ := plain.Info(t.Context()); plain.eng.Load().ckpts != nil || info.Checkpoints != nil {
 		t.Fatal("a plain cache keeps checkpoints")
+	}
+	// A window cache that keeps every position (swa_full) is cut anywhere:
+	// none, as llama-server (its n_swa is 0 then).
+	full := load(t, modelFile(t, "ckpt-gemma3", gguf.TinyGemma3()), 1, map[string]string{OptSWAFull: "true"})
+	if full.eng.Load().ckpts != nil {
+		t.Fatal("a swa_full window cache keeps checkpoints")
 	}
 }
 
@@ -245,5 +254,142 @@ func TestCheckpointAcrossEngines(t *testing.T) {
 	plain := load(t, tiny(t), 1, nil)
 	if kept, why, err := plain.PutCheckpoint(t.Context(), 0, *c); kept || why == "" || err != nil {
 		t.Fatalf("a plain cache: kept %v, %q, %v", kept, why, err)
+	}
+}
+
+// TestCheckpointsInPromptCache: a hybrid sequence that leaves its slot for
+// the prompt cache takes its checkpoints with it (counted in the cache's
+// bytes, no longer in the checkpoints'); a later prompt that parts from it
+// near its end, or repeats it, restores the entry and then the checkpoint
+// that serves it, evaluating what llama-server does (the counts of
+// TestCheckpointCases), and decodes as the prompt evaluated whole. Without
+// the checkpoints the entry serves neither prompt.
+func TestCheckpointsInPromptCache(t *testing.T) {
+	path := modelFile(t, "ckpt-qwen35moe", gguf.TinyQwen35MoE())
+	a := promptOf(120, 0)
+	for _, c := range []struct {
+		name      string
+		prompt    []int32
+		evaluated int
+	}{
+		{"cut", append(slices.Clone(a[:110]), promptOf(64, 11)...), 20 - 10 + 64},
+		{"same", a, 4},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			opts := maps.Clone(ckptOpts)
+			opts[OptCacheRAM] = "64"
+			b := load(t, path, 1, opts)
+			referenceKernels(t, b)
+			e := b.eng.Load()
+			httpPromptDecode(t, b, 0, a, 4, true) // checkpoints at 100 and 116
+			held, ckBytes := e.ckpts.Slot(0)
+			if held != 2 {
+				t.Fatalf("%d checkpoints after a prompt of 120, want 2", held)
+			}
+			httpPromptDecode(t, b, 0, promptOf(90, 3), 1, true) // A leaves for the cache
+			st := cacheStats(t, b)
+			if st.Saves != 1 || st.Entries != 1 || st.Bytes < ckBytes {
+				t.Fatalf("the cache after A left: %+v (its checkpoints are %d bytes)", st, ckBytes)
+			}
+			before := e.ckpts.Stats()
+			r := httpPrefill(t, b, 0, c.prompt, true)
+			if got := len(c.prompt) - r.Reused; got != c.evaluated {
+				t.Errorf("evaluated %d prompt tokens, want %d (llama-server's)", got, c.evaluated)
+			}
+			if after := cacheStats(t, b); after.Restores != st.Restores+1 {
+				t.Errorf("cache restores %d → %d", st.Restores, after.Restores)
+			}
+			if after := e.ckpts.Stats(); after.Restored != before.Restored+1 || after.Taken < before.Taken {
+				t.Errorf("checkpoint counters %+v after %+v", after, before)
+			}
+			got, _ := decode(t, b, 0, 12, iface.SamplerParams{IgnoreEOS: true})
+
+			iso := load(t, path, 1, ckptOpts)
+			referenceKernels(t, iso)
+			fresh := prefillTokens(t, iso, 0, c.prompt)
+			closeLogits(t, iso, "the slot restored from the cache against the prompt evaluated whole", r.Logits, fresh.Logits)
+			want, _ := decode(t, iso, 0, 12, iface.SamplerParams{IgnoreEOS: true})
+			sameGreedy(t, iso, 0, c.prompt, got, want, iface.SamplerParams{IgnoreEOS: true})
+		})
+	}
+
+	t.Run("no checkpoints", func(t *testing.T) {
+		b := load(t, path, 1, map[string]string{OptNBatch: "64", OptNUBatch: "16", OptCacheRAM: "64", OptCtxCheckpoints: "0"})
+		httpPromptDecode(t, b, 0, a, 4, true)
+		httpPromptDecode(t, b, 0, promptOf(90, 3), 1, true)
+		if r := httpPrefill(t, b, 0, a, true); r.Reused != 0 {
+			t.Errorf("an entry without checkpoints served a prompt its recurrent state cannot be cut to: reused %d", r.Reused)
+		}
+	})
+}
+
+// TestCheckpointAgentTurns: an agent's nine turns on the nodes' model
+// (qwen35moe with Qwen3's tokenizer and chat template), as chat messages:
+// tool calls and their results, then a new user message, three times. Each
+// prompt parts from the slot's sequence (the reply is re-rendered, and
+// Qwen3's template drops earlier turns' reasoning once a user speaks), and
+// each evaluates exactly the tokens the checkpoint rules played alone give
+// (ckpttest.Sim, checkpoints at the last user message, N − 20 and N − 4),
+// with the logits of the prompt evaluated whole.
+func TestCheckpointAgentTurns(t *testing.T) {
+	path := familyModel(t, gguf.ArchQwen35MoE, "qwen3")
+	b := load(t, path, 1, ckptOpts)
+	referenceKernels(t, b)
+	iso := load(t, path, 1, ckptOpts)
+	referenceKernels(t, iso)
+	e := b.eng.Load()
+	if !slices.ContainsFunc(e.delims, func(d ckpt.Delimiter) bool { return d.User }) {
+		t.Fatalf("no user message delimiter found in Qwen3's template: %v", e.delims)
+	}
+	sim := ckpttest.NewSim(t, e.ckpts.Rules())
+
+	msgs := []iface.Message{
+		{Role: "system", Content: "You are a coding agent. Read files with read_file and answer briefly."},
+		{Role: "user", Content: "Why does the build fail on the CI machine but not here?"},
+	}
+	call := func(n int) iface.Message {
+		return iface.Message{Role: "assistant", ReasoningContent: fmt.Sprintf("I should look at file %d first.", n),
+			ToolCalls: []iface.ToolCall{{ID: fmt.Sprintf("call_%d", n), Name: "read_file", Arguments: fmt.Sprintf(`{"path": "src/f%d.go"}`, n)}}}
+	}
+	result := func(n int) iface.Message {
+		return iface.Message{Role: "tool", ToolCallID: fmt.Sprintf("call_%d", n), Name: "read_file",
+			Content: strings.Repeat(fmt.Sprintf("line %d of the file; ", n), 6)}
+	}
+	var evaluated []int
+	for turn := range 9 {
+		prompt, err := b.Tokenize(t.Context(), iface.PrefillRequest{Messages: msgs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		toks := prompt.Tokens
+		want := sim.Prompt(toks, ckpt.UserStarts(toks, e.delims), 0)
+		r, err := b.Prefill(t.Context(), iface.PrefillRequest{Messages: msgs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := len(toks) - r.Reused
+		evaluated = append(evaluated, got)
+		if got != want {
+			t.Errorf("turn %d: evaluated %d of %d prompt tokens, the rules give %d", turn, got, len(toks), want)
+		}
+		if err := iso.ClearSlot(t.Context(), 0); err != nil {
+			t.Fatal(err)
+		}
+		closeLogits(t, iso, fmt.Sprintf("turn %d against the prompt evaluated whole", turn), r.Logits, prefillTokens(t, iso, 0, toks).Logits)
+		reply, _ := decode(t, b, 0, 6, iface.SamplerParams{IgnoreEOS: true})
+		sim.Seq = append(sim.Seq, reply...)
+
+		n := turn + 1
+		switch turn % 3 {
+		case 0, 1: // a tool call and its result
+			msgs = append(msgs, call(n), result(n))
+		case 2: // the answer, and the user speaks again
+			msgs = append(msgs, iface.Message{Role: "assistant", ReasoningContent: "The files say enough.", Content: fmt.Sprintf("Answer %d.", n)},
+				iface.Message{Role: "user", Content: fmt.Sprintf("Thanks. Now question %d: what about the tests?", n)})
+		}
+	}
+	t.Logf("prompt tokens evaluated by turn: %v; checkpoints taken at %v", evaluated, sim.Taken)
+	if st := e.ckpts.Stats(); st.Restored == 0 {
+		t.Errorf("no checkpoint restored in nine turns: %+v", st)
 	}
 }

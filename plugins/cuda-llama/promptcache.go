@@ -90,7 +90,7 @@ func (e *engine) saveToCache(ctx context.Context, i int, seq []int32) {
 	e.mu.Lock()
 	size := e.ctx.stateSize(i)
 	e.mu.Unlock()
-	sv, err := e.pcache.Begin(seq, size)
+	sv, err := e.pcache.BeginWith(seq, size, e.checkpointsOut(i))
 	if err != nil {
 		e.log.Warn("prompt cache: the sequence leaving its slot is not saved", "slot", i, "tokens", len(seq), "error", err)
 		return
@@ -132,8 +132,10 @@ func (e *engine) restoreFromCache(ctx context.Context, i int, s *slot, r *prompt
 		_, err := p.restore(ctx)
 		if err != nil {
 			e.failed(i, s, nil)
+			return err
 		}
-		return err
+		e.checkpointsIn(i, r.Entry.Extra)
+		return nil
 	}()
 	r.Done(err == nil)
 	if err != nil {

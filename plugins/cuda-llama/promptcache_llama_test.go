@@ -222,12 +222,15 @@ func TestPromptCacheLeavesRPCSlots(t *testing.T) {
 
 // TestPromptCacheMemoryKinds: on every memory kind a cached sequence is
 // restored for a prompt only where the restored state can be cut to what
-// the prompt shares with it, as llama-server without context checkpoints:
-// a plain cache any common prefix; a sliding window only one window before
-// the sequence's end, since llama.cpp saves only the window's cells (with
-// swa_full too: its cache keeps every cell, its state does not); a hybrid's
-// recurrent state only a sequence the prompt extends. A prompt the cache
-// serves decodes as a fresh prefill of it does.
+// the prompt shares with it, or a context checkpoint the entry carries
+// serves it: a plain cache any common prefix; a sliding window one window
+// before the sequence's end, since llama.cpp saves only the window's cells
+// (with swa_full too: its cache keeps every cell, its state does not, and
+// it takes no checkpoints), or from its checkpoint at N − 4 − n_ubatch or
+// N − 4; a hybrid's recurrent state a sequence the prompt extends, or from
+// those checkpoints (the window's ends a position earlier: llama-server's
+// [TAG_CHECKPOINTS_FIX_POS_MIN]). A prompt the cache serves decodes as a
+// fresh prefill of it does.
 func TestPromptCacheMemoryKinds(t *testing.T) {
 	base := seqTokens(t, 60)
 	longer := append(slices.Clone(base), seqTokens(t, 70)[60:]...)
@@ -262,8 +265,8 @@ func TestPromptCacheMemoryKinds(t *testing.T) {
 			}{
 				{"extends", base, longer, map[string]int{"kv": 60, "iswa": 60, "iswa-full": 60, "hybrid": 60}},
 				{"diverges", base, diverged, map[string]int{"kv": 50, "iswa": 0, "iswa-full": 0, "hybrid": 0}},
-				{"the same prompt", base, base, map[string]int{"kv": 59, "iswa": 0, "iswa-full": 0, "hybrid": 0}},
-				{"diverges in a long sequence", long, longCut, map[string]int{"kv": 1000, "iswa": 0, "iswa-full": 0, "hybrid": 0}},
+				{"the same prompt", base, base, map[string]int{"kv": 59, "iswa": 55, "iswa-full": 0, "hybrid": 56}},
+				{"diverges in a long sequence", long, longCut, map[string]int{"kv": 1000, "iswa": 983, "iswa-full": 0, "hybrid": 984}},
 				{"keeps less than a quarter of it", long, append(slices.Clone(long[:300]), 7), map[string]int{"kv": 0, "iswa": 0, "iswa-full": 0, "hybrid": 0}},
 			} {
 				httpPrefill(t, b, 0, c.first, true)
