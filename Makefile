@@ -182,8 +182,9 @@ bench-decode: build llama-libs
 # on the GPU the CPU only samples), llama-batched (the plugin's tree, so the
 # CUDA library built from it serves both), llama-server (make llama-server,
 # the same tree), Ollama built with GPU_BENCH_CFLAGS (default -O2; it runs
-# its own module's ggml and CUDA build), gguf-gen, decode-bench, and the ggml
-# sources for make cuda. That Ollama is kept in $(BIN)/gpu.
+# its own module's ggml and CUDA build), gguf-gen, decode-bench, Qwen3's
+# tokenizer (the agent measurement's chat template), and the ggml sources
+# for make cuda. That Ollama is kept in $(BIN)/gpu.
 GPU_BENCH_CFLAGS ?= -O2
 GPU_OLLAMA_ENV    = $(OLLAMA_LLAMA_ENV) CGO_CFLAGS="$(GPU_BENCH_CFLAGS)" CGO_CXXFLAGS="$(GPU_BENCH_CFLAGS)"
 GPU_DECODE_STAGE := gpu/decode-stage
@@ -191,9 +192,10 @@ GPU_DECODE_STAGE := gpu/decode-stage
 # GPU_DECODE_OLLAMA=0 leaves Ollama out (a pack small enough to carry beside
 # other files, for runs without it).
 GPU_DECODE_OLLAMA ?= 1
-gpu-pack-decode: cuda-src llama-libs llama-server
+gpu-pack-decode: cuda-src llama-libs llama-server tokenizers
 	@rm -rf $(GPU_DECODE_STAGE) && mkdir -p $(GPU_DECODE_STAGE)
 	cp -a $(LLAMA_SERVER_DIR) $(GPU_DECODE_STAGE)/llama-server
+	cp -a $(TOKENIZER_DIR)/qwen3 $(GPU_DECODE_STAGE)/tokenizer-qwen3
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(GPU_DECODE_STAGE)/ ./cmd/hydra-engine ./cmd/gguf-gen
 	cd bench && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(CURDIR)/$(GPU_DECODE_STAGE)/ ./cmd/decode-bench
 	$(LLAMA_ENV) $(GO) build $(LLAMA_GOFLAGS) -ldflags '$(LDFLAGS)' -o $(GPU_DECODE_STAGE)/ ./cmd/hydra-plugin-cuda-llama

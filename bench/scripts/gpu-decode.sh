@@ -53,7 +53,13 @@
 # CKPT_P (empty; N[,N…]: after the first run, one slot holding an N-token
 # prompt and 4 generated, then a prompt that parts from it (A + 64, A again,
 # A cut 200 + 64), ours and llama-server, CKPT_REPS (2) times: prompt tokens
-# each evaluated and the times, the page decode-h200-ckpt.md), MAIN (1; 0:
+# each evaluated and the times, the page decode-h200-ckpt.md), AGENT_P
+# (empty; N[,N…]: after the first run, an agent's conversation of AGENT_TURNS
+# (9) turns on /v1/chat/completions from a system prompt of about N tokens,
+# one slot, ours and llama-server, AGENT_REPS (2) conversations: each turn's
+# prompt tokens evaluated and time to first token, the page
+# decode-h200-agent.md; the model gets the pack's Qwen3 tokenizer and chat
+# template, tokenizer-qwen3/, for it and CKPT_P alike), MAIN (1; 0:
 # leave out the first run and the SLOTS2 run, e.g. CACHE_P alone).
 # The state measurement, in the first run: STATE_GET_BYTES
 # (1200000000; 0 or empty: off), STATE_C (8: slot 0 and 7 streams), STATE_N
@@ -94,6 +100,8 @@ case ${PRESET:-} in
 qwen35moe) MODEL_ARGS=${MODEL_ARGS:--arch qwen35moe -layers 40 -embd 2048 -heads 16 -kv-heads 2 -head-dim 256 -experts 64 -experts-used 8 -expert-ff 512 -shared-ff 512 -vocab 32000 -ctx 131072 -type q4_0} ;;
 esac
 MODEL_ARGS=${MODEL_ARGS:--layers 24 -embd 2048 -heads 16 -kv-heads 4 -ff 5632 -vocab 32000 -ctx 8192 -f16}
+# An agent's conversation needs a chat template: Qwen3's, with its tokenizer.
+[[ -n ${AGENT_P:-} ]] && MODEL_ARGS="$MODEL_ARGS -tokenizer $G/tokenizer-qwen3"
 t0=$(date +%s)
 elapsed() { echo $(($(date +%s) - t0)); }
 step() { echo; echo "=== $* ($(date -u +%T), +$(elapsed) s)"; }
@@ -228,6 +236,11 @@ main() {
 		DECODE_ARGS= bench 1 decode-h200-ckpt -systems "" -checkpoint-tokens "$CKPT_P" -checkpoint-reps "${CKPT_REPS:-2}" \
 			-joins 0 -prefix-reps 0 || rc=1
 	fi
+	if [[ -n ${AGENT_P:-} ]]; then
+		# One slot, ours and llama-server: an agent's turns.
+		DECODE_ARGS= bench 1 decode-h200-agent -systems "" -agent-tokens "$AGENT_P" -agent-turns "${AGENT_TURNS:-9}" \
+			-agent-reps "${AGENT_REPS:-2}" -joins 0 -prefix-reps 0 || rc=1
+	fi
 	if [[ -n ${AB_OPT:-} ]]; then
 		bench "$SLOTS" decode-h200-ab -systems ours -ours-opt "$AB_OPT" -joins "${JOINS:-3}" -prefix-reps "${PREFIX_REPS:-2}" || rc=1
 	fi
@@ -255,9 +268,9 @@ say() { echo "$*"; echo "$*" >>"$LOG"; }
 # last; a page left out goes into the log in full, so its tables come back.
 collect() {
 	local f want=() files=() left=()
-	want=("$W/decode-h200.md" "$W/decode-h200-cache.md" "$W/decode-h200-ckpt.md" "$W/decode-h200-long.md" "$W/decode-h200-ab.md")
+	want=("$W/decode-h200.md" "$W/decode-h200-cache.md" "$W/decode-h200-ckpt.md" "$W/decode-h200-agent.md" "$W/decode-h200-long.md" "$W/decode-h200-ab.md")
 	mapfile -t -O "${#want[@]}" want < <(compgen -G "$W/libcache-part-*" | sort)
-	want+=("$W/decode-h200.json" "$W/decode-h200-cache.json" "$W/decode-h200-ckpt.json" "$W/decode-h200-ab.json" "$W/decode-h200.svg")
+	want+=("$W/decode-h200.json" "$W/decode-h200-cache.json" "$W/decode-h200-ckpt.json" "$W/decode-h200-agent.json" "$W/decode-h200-ab.json" "$W/decode-h200.svg")
 	[[ -n $SLOTS2 ]] && want+=("$W/decode-h200-slots$SLOTS2".{md,json,svg})
 	for f in "${want[@]}"; do
 		[[ -f $f ]] || continue

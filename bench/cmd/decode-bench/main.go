@@ -67,6 +67,10 @@ type options struct {
 	// each size (none: not measured), reps.
 	ckptTokens []int
 	ckptReps   int
+	// The agent measurement (agent.go): the system prompt's tokens, the
+	// conversation's turns, its reps.
+	agentTokens           []int
+	agentTurns, agentReps int
 }
 
 var allSystems = []string{"ours", "llama-server", "ollama", "ceiling"}
@@ -137,6 +141,9 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	fs.IntVar(&o.cacheOther, "prompt-cache-other", 512, "tokens of the prompt that takes the prefix's slot")
 	ckpt := fs.String("checkpoint-tokens", "", "ours and llama-server: prompt tokens evaluated and time when a prompt parts from a one-slot sequence of about these many tokens (A + 64, A again, A cut 200 + 64), e.g. 32768,131072 (\"\": not measured; with -systems \"\", only this)")
 	fs.IntVar(&o.ckptReps, "checkpoint-reps", 2, "rounds of the checkpoint measurement's cases")
+	agent := fs.String("agent-tokens", "", "ours and llama-server: each turn's prompt tokens evaluated and time to first token in an agent's conversation on /v1/chat/completions whose system prompt is about these many tokens, e.g. 32768,131072; the model needs a chat template (\"\": not measured; with -systems \"\", only this)")
+	fs.IntVar(&o.agentTurns, "agent-turns", 9, "the agent conversation's turns")
+	fs.IntVar(&o.agentReps, "agent-reps", 2, "conversations played on each server")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -144,6 +151,12 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 		var err error
 		if o.ckptTokens, err = parseInts(*ckpt); err != nil {
 			return o, fmt.Errorf("-checkpoint-tokens: %w", err)
+		}
+	}
+	if *agent != "" {
+		var err error
+		if o.agentTokens, err = parseInts(*agent); err != nil {
+			return o, fmt.Errorf("-agent-tokens: %w", err)
 		}
 	}
 	if fs.NArg() > 0 {
@@ -215,12 +228,17 @@ func (o options) validate() error {
 			return fmt.Errorf("-systems: %q is not one of %v", s, allSystems)
 		}
 	}
-	if len(o.systems) == 0 && o.cacheTokens == 0 && len(o.ckptTokens) == 0 {
+	if len(o.systems) == 0 && o.cacheTokens == 0 && len(o.ckptTokens) == 0 && len(o.agentTokens) == 0 {
 		return errors.New("-systems: none")
 	}
 	for _, n := range o.ckptTokens {
 		if n < ckptCut+2*ckptMore || o.ckptReps < 1 {
 			return fmt.Errorf("-checkpoint-tokens %d: at least %d, with -checkpoint-reps at least 1", n, ckptCut+2*ckptMore)
+		}
+	}
+	for _, n := range o.agentTokens {
+		if n < 64 || o.agentTurns < 1 || o.agentReps < 1 {
+			return fmt.Errorf("-agent-tokens %d: at least 64, with -agent-turns and -agent-reps at least 1", n)
 		}
 	}
 	if err := o.validateCache(); err != nil {
@@ -325,6 +343,8 @@ func run(ctx context.Context, o options) (err error) {
 		o.name = "decode-" + mach.tag()
 		if len(o.systems) == 0 && o.cacheTokens > 0 {
 			o.name = "prompt-cache-" + mach.tag()
+		} else if len(o.systems) == 0 && len(o.ckptTokens) == 0 {
+			o.name = "agent-" + mach.tag()
 		} else if len(o.systems) == 0 {
 			o.name = "checkpoints-" + mach.tag()
 		}
@@ -348,6 +368,9 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	if len(o.ckptTokens) > 0 {
 		rep.Checkpoints = measureCheckpoints(ctx, o, rep)
+	}
+	if len(o.agentTokens) > 0 {
+		rep.Agent = measureAgent(ctx, o, rep)
 	}
 	if o.has("llama-server") {
 		rep.LlamaServer = measureSystem(ctx, o, "llama-server", pl, rep)

@@ -26,6 +26,7 @@ type report struct {
 	StateGet    *stateGetRun      // decode beside a state transfer; nil when not measured
 	PromptCache *promptCacheRun   // a prefix that left its slot; nil when not measured
 	Checkpoints *ckptRun          // prompts that part from a slot's sequence; nil when not measured
+	Agent       *agentRun         // an agent's conversation turn by turn; nil when not measured
 	Errors      map[string]string // system or measurement → what failed, with its log's tail
 }
 
@@ -44,7 +45,7 @@ func (r *report) fail(system string, err error, logs string) {
 // cacheOnly reports whether the run measured the prompt cache alone
 // (-systems ""): its page has that section only, and no chart.
 func (r *report) cacheOnly() bool {
-	return len(r.Opts.systems) == 0 && (r.PromptCache != nil || r.Checkpoints != nil)
+	return len(r.Opts.systems) == 0 && (r.PromptCache != nil || r.Checkpoints != nil || r.Agent != nil)
 }
 
 // write writes NAME.md, NAME.svg and, with -raw, the measurements.
@@ -70,7 +71,7 @@ func (r *report) write() error {
 	logf("wrote %s.md (and, with systems measured, %s.svg)", base, base)
 	if r.Opts.raw != "" {
 		raw := map[string]any{"ours": r.Ours, "llama_server": r.LlamaServer, "ollama": r.Ollama, "ceilings": r.Ceilings, "state_get": r.StateGet,
-			"prompt_cache": r.PromptCache, "checkpoints": r.Checkpoints, "errors": r.Errors}
+			"prompt_cache": r.PromptCache, "checkpoints": r.Checkpoints, "agent": r.Agent, "errors": r.Errors}
 		if err := writeRaw(r.Opts.raw, raw); err != nil {
 			return err
 		}
@@ -102,7 +103,13 @@ func (r *report) markdown(w io.Writer) {
 	if r.cacheOnly() {
 		title, flags := "A prefix that left its slot: the prompt cache", fmt.Sprintf("-prompt-cache-tokens %d", o.cacheTokens)
 		if r.PromptCache == nil {
-			title, flags = "A prompt that parts from the slot's sequence: context checkpoints", "-checkpoint-tokens "+joinInts(o.ckptTokens)
+			title, flags = "Prompts that part from the slot's sequence: context checkpoints", ""
+			if len(o.ckptTokens) > 0 {
+				flags = "-checkpoint-tokens " + joinInts(o.ckptTokens)
+			}
+			if len(o.agentTokens) > 0 {
+				flags = strings.TrimSpace(flags + fmt.Sprintf(" -agent-tokens %s -agent-turns %d", joinInts(o.agentTokens), o.agentTurns))
+			}
 		}
 		p("# %s (%s)", title, r.Mach.tag())
 		p("")
@@ -112,6 +119,7 @@ func (r *report) markdown(w io.Writer) {
 		r.writeErrors(p)
 		r.writePromptCache(p)
 		r.writeCheckpoints(p)
+		r.writeAgent(p)
 		r.writeMachine(p)
 		return
 	}
@@ -130,6 +138,7 @@ func (r *report) markdown(w io.Writer) {
 	r.writeStateGet(p)
 	r.writePromptCache(p)
 	r.writeCheckpoints(p)
+	r.writeAgent(p)
 	r.writeMethod(p)
 	r.writeMachine(p)
 }
