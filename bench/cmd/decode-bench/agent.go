@@ -12,15 +12,12 @@ package main
 // request's time is the time to first token (one token generated).
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
-	"time"
 )
 
 // agentTools is the tool the conversation calls.
@@ -117,15 +114,7 @@ func measureAgent(ctx context.Context, o options, rep *report) *agentRun {
 // once a rep, each rep a new one (another repository), then stops it.
 func runAgentSystem(ctx context.Context, o options, sys string, nCtx, systemWords int) agentSystem {
 	out := agentSystem{Name: sys, Turns: make([][]agentReply, o.agentTurns)}
-	var srv server
-	var err error
-	if sys == "ours" {
-		srv, err = startOurs(ctx, o, oursRaw, engineLayout{slots: 1, nCtx: nCtx, log: "ours-agent.log", opts: []string{"cache_ram=8192"}})
-	} else {
-		lo := o
-		lo.slots, lo.ctx = 1, nCtx
-		srv, err = startLlamaServer(ctx, lo, oursRaw)
-	}
+	srv, err := startOneSlot(ctx, o, sys, nCtx, "ours-agent.log")
 	if err != nil {
 		out.Err = err.Error()
 		return out
@@ -145,55 +134,16 @@ func runAgentSystem(ctx context.Context, o options, sys string, nCtx, systemWord
 		}
 		return nil
 	}()
-	logs := srv.logTail()
-	if serr := srv.stop(); serr != nil && err == nil && ctx.Err() == nil {
-		err = fmt.Errorf("stopping: %w", serr)
-	}
-	if err != nil {
-		out.Err = fmt.Sprintf("%v\n--- log tail ---\n%s", err, logs)
-	}
+	out.Err = stopWith(ctx, srv, err)
 	return out
 }
 
 // chatTurn sends one turn's messages for one greedy token and reads the
 // reply's usage and timings.
 func chatTurn(ctx context.Context, hc *http.Client, base string, msgs []map[string]any) (agentReply, error) {
-	body, _ := json.Marshal(map[string]any{"model": "model", "messages": msgs, "tools": json.RawMessage(agentTools),
-		"max_tokens": 1, "temperature": 0, "seed": seed})
-	req, err := http.NewRequestWithContext(ctx, "POST", base+"/v1/chat/completions", bytes.NewReader(body))
-	if err != nil {
-		return agentReply{}, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	start := time.Now()
-	resp, err := hc.Do(req)
-	if err != nil {
-		return agentReply{}, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	wall := time.Since(start)
-	if err != nil {
-		return agentReply{}, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return agentReply{}, fmt.Errorf("HTTP %d: %.300s", resp.StatusCode, raw)
-	}
-	var r struct {
-		Usage struct {
-			PromptTokens int `json:"prompt_tokens"`
-		} `json:"usage"`
-		Timings struct {
-			PromptN  *int    `json:"prompt_n"`
-			CacheN   int     `json:"cache_n"`
-			PromptMS float64 `json:"prompt_ms"`
-		} `json:"timings"`
-	}
-	if err := json.Unmarshal(raw, &r); err != nil || r.Timings.PromptN == nil {
-		return agentReply{}, fmt.Errorf("no timings.prompt_n in %.300s (%v)", raw, err)
-	}
-	return agentReply{ckptSample: ckptSample{PromptN: *r.Timings.PromptN, CacheN: r.Timings.CacheN, PromptMS: r.Timings.PromptMS,
-		WallMS: float64(wall.Microseconds()) / 1000}, PromptTokens: r.Usage.PromptTokens}, nil
+	s, n, err := postTimings(ctx, hc, base+"/v1/chat/completions", map[string]any{"model": "model", "messages": msgs,
+		"tools": json.RawMessage(agentTools), "max_tokens": 1, "temperature": 0, "seed": seed})
+	return agentReply{ckptSample: s, PromptTokens: n}, err
 }
 
 // writeAgent is the page's section on the agent's conversation: each

@@ -111,16 +111,7 @@ func runCkptSystem(ctx context.Context, o options, sys string, nCtx int, a []int
 	prompt []int32
 }) ckptSystem {
 	out := ckptSystem{Name: sys, Cases: map[string][]ckptSample{}}
-	var srv server
-	var err error
-	if sys == "ours" {
-		// cache_ram as llama-server's default: each with its prompt cache.
-		srv, err = startOurs(ctx, o, oursRaw, engineLayout{slots: 1, nCtx: nCtx, log: "ours-checkpoints.log", opts: []string{"cache_ram=8192"}})
-	} else {
-		lo := o
-		lo.slots, lo.ctx = 1, nCtx
-		srv, err = startLlamaServer(ctx, lo, oursRaw)
-	}
+	srv, err := startOneSlot(ctx, o, sys, nCtx, "ours-checkpoints.log")
 	if err != nil {
 		out.Err = err.Error()
 		return out
@@ -143,41 +134,47 @@ func runCkptSystem(ctx context.Context, o options, sys string, nCtx int, a []int
 		}
 		return nil
 	}()
-	logs := srv.logTail()
-	if serr := srv.stop(); serr != nil && err == nil && ctx.Err() == nil {
-		err = fmt.Errorf("stopping: %w", serr)
-	}
-	if err != nil {
-		out.Err = fmt.Sprintf("%v\n--- log tail ---\n%s", err, logs)
-	}
+	out.Err = stopWith(ctx, srv, err)
 	return out
 }
 
 // completeNative sends prompt to llama-server's /completion (ours serves
 // it too) for n greedy tokens and reads its timings.
 func completeNative(ctx context.Context, hc *http.Client, base string, prompt []int32, n int) (ckptSample, error) {
-	body, _ := json.Marshal(map[string]any{"prompt": prompt, "n_predict": n, "temperature": 0, "seed": seed,
-		"cache_prompt": true, "id_slot": 0})
-	req, err := http.NewRequestWithContext(ctx, "POST", base+"/completion", bytes.NewReader(body))
+	s, _, err := postTimings(ctx, hc, base+"/completion", map[string]any{"prompt": prompt, "n_predict": n, "temperature": 0,
+		"seed": seed, "cache_prompt": true, "id_slot": 0})
+	return s, err
+}
+
+// postTimings posts body as JSON to url and reads the reply's timings
+// (llama-server's: prompt_n evaluated, cache_n kept) and, where it has
+// one, its usage's prompt_tokens; the request's time is sent to answered.
+// A reply without prompt_n is refused, not counted as 0.
+func postTimings(ctx context.Context, hc *http.Client, url string, body any) (ckptSample, int, error) {
+	b, _ := json.Marshal(body)
+	req, err := http.NewRequestWithContext(ctx, "POST", url, bytes.NewReader(b))
 	if err != nil {
-		return ckptSample{}, err
+		return ckptSample{}, 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	start := time.Now()
 	resp, err := hc.Do(req)
 	if err != nil {
-		return ckptSample{}, err
+		return ckptSample{}, 0, err
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	wall := time.Since(start)
 	if err != nil {
-		return ckptSample{}, err
+		return ckptSample{}, 0, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return ckptSample{}, fmt.Errorf("HTTP %d: %.300s", resp.StatusCode, raw)
+		return ckptSample{}, 0, fmt.Errorf("HTTP %d: %.300s", resp.StatusCode, raw)
 	}
 	var r struct {
+		Usage struct {
+			PromptTokens int `json:"prompt_tokens"`
+		} `json:"usage"`
 		Timings struct {
 			PromptN  *int    `json:"prompt_n"`
 			CacheN   int     `json:"cache_n"`
@@ -185,10 +182,34 @@ func completeNative(ctx context.Context, hc *http.Client, base string, prompt []
 		} `json:"timings"`
 	}
 	if err := json.Unmarshal(raw, &r); err != nil || r.Timings.PromptN == nil {
-		return ckptSample{}, fmt.Errorf("no timings.prompt_n in %.300s (%v)", raw, err)
+		return ckptSample{}, 0, fmt.Errorf("no timings.prompt_n in %.300s (%v)", raw, err)
 	}
 	return ckptSample{PromptN: *r.Timings.PromptN, CacheN: r.Timings.CacheN, PromptMS: r.Timings.PromptMS,
-		WallMS: float64(wall.Microseconds()) / 1000}, nil
+		WallMS: float64(wall.Microseconds()) / 1000}, r.Usage.PromptTokens, nil
+}
+
+// startOneSlot starts ours (with its prompt cache, as llama-server's
+// default) or llama-server with one slot of nCtx cells, ours logging to log.
+func startOneSlot(ctx context.Context, o options, sys string, nCtx int, log string) (server, error) {
+	if sys == "ours" {
+		return startOurs(ctx, o, oursRaw, engineLayout{slots: 1, nCtx: nCtx, log: log, opts: []string{"cache_ram=8192"}})
+	}
+	lo := o
+	lo.slots, lo.ctx = 1, nCtx
+	return startLlamaServer(ctx, lo, oursRaw)
+}
+
+// stopWith stops srv; err, what the run gave, comes back with the server's
+// log tail, or the stop's failure where the run had none.
+func stopWith(ctx context.Context, srv server, err error) string {
+	logs := srv.logTail()
+	if serr := srv.stop(); serr != nil && err == nil && ctx.Err() == nil {
+		err = fmt.Errorf("stopping: %w", serr)
+	}
+	if err != nil {
+		return fmt.Sprintf("%v\n--- log tail ---\n%s", err, logs)
+	}
+	return ""
 }
 
 // writeCheckpoints is the page's section on context checkpoints: each
