@@ -129,6 +129,13 @@ cudaLib() {
 		echo "libggml-cuda from gpu/run (built by an earlier call on this machine): $(cat gpu/run/hydra-ggml.version)"
 		return 0
 	fi
+	# This script's own, kept by the call before on this (warm) machine.
+	if [[ -f gpu/decode-libkeep/hydra-ggml.version && -f $G/src/hydra-ggml.version &&
+		"$(<gpu/decode-libkeep/hydra-ggml.version)" == "$(<"$G/src/hydra-ggml.version")" ]]; then
+		mkdir -p "$G/cuda" && cp -P gpu/decode-libkeep/* "$G/cuda/" || return 1
+		echo "libggml-cuda from gpu/decode-libkeep (built by an earlier call on this machine): $(cat gpu/decode-libkeep/hydra-ggml.version)"
+		return 0
+	fi
 	if ((${#parts[@]})); then
 		mkdir -p "$G/cuda" && cat "${parts[@]}" | xz -dc | tar -x -C "$G/cuda" || return 1
 		echo "libggml-cuda from ${parts[*]}"
@@ -140,6 +147,7 @@ cudaLib() {
 		{ echo "--- CUDA build log (last 80 lines)"; tail -80 "$W/cuda90-build.log"; return 1; }
 	tail -3 "$W/cuda90-build.log"
 	echo "sm_90 build: $(($(date +%s) - start)) s"
+	rm -rf gpu/decode-libkeep && cp -a "$G/cuda" gpu/decode-libkeep # for the next call while the machine stays warm
 	if [[ ${SAVE_LIB:-} == 1 ]]; then
 		# Parts of 15 MiB: the device returns files of up to 16.
 		(cd "$G/cuda" && tar -c libggml-cuda.so libggml-base.so* hydra-*) | xz -T0 -6 |
