@@ -252,7 +252,7 @@ func (s *Server) roomForPrompt(ctx context.Context, b iface.Backend, req iface.P
 		return req, err
 	}
 	s.MakeRoom(ctx, req.Slot, len(p.Tokens)+1, false)
-	return iface.PrefillRequest{Slot: req.Slot, Tokens: p.Tokens, Model: req.Model}, nil
+	return iface.PrefillRequest{Slot: req.Slot, Tokens: p.Tokens, Model: req.Model, FromChat: len(req.Messages) > 0 || req.FromChat}, nil
 }
 
 // decodeRequest is a parsed DECODE.

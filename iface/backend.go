@@ -396,6 +396,11 @@ type PrefillRequest struct {
 	// fills is its own, never saved, dropped or replaced by the cache.
 	PromptCache  bool
 	SaveSequence bool
+	// FromChat: Tokens are a chat template's rendering of messages (the
+	// host's Tokenize of Messages), so the backend may find where the
+	// messages start in them, as it does for Messages (context checkpoints
+	// at user messages, as llama-server takes them for a chat completion).
+	FromChat bool
 }
 
 // TokenizeOptions are llama-server's /tokenize switches.

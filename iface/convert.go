@@ -343,7 +343,7 @@ func prefillToPB(req PrefillRequest) *backendv1.PrefillRequest {
 	return &backendv1.PrefillRequest{Slot: int64(req.Slot), Messages: msgs, Tokens: req.Tokens, Text: req.Text, Model: req.Model,
 		Tools: req.Tools, TemplateKwargs: req.TemplateKwargs, ToolChoice: req.ToolChoice, ToolChoiceName: req.ToolChoiceName,
 		ParallelToolCalls: req.ParallelToolCalls, Tokenize: tokenizeOptionsToPB(req.Tokenize),
-		PromptCache: req.PromptCache, SaveSequence: req.SaveSequence}
+		PromptCache: req.PromptCache, SaveSequence: req.SaveSequence, FromChat: req.FromChat}
 }
 
 func prefillFromPB(req *backendv1.PrefillRequest) PrefillRequest {
@@ -357,7 +357,7 @@ func prefillFromPB(req *backendv1.PrefillRequest) PrefillRequest {
 	return PrefillRequest{Slot: int(req.GetSlot()), Messages: msgs, Tokens: req.GetTokens(), Text: req.GetText(), Model: req.GetModel(),
 		Tools: req.GetTools(), TemplateKwargs: req.GetTemplateKwargs(), ToolChoice: req.GetToolChoice(),
 		ToolChoiceName: req.GetToolChoiceName(), ParallelToolCalls: req.ParallelToolCalls, Tokenize: tokenizeOptionsFromPB(req.GetTokenize()),
-		PromptCache: req.GetPromptCache(), SaveSequence: req.GetSaveSequence()}
+		PromptCache: req.GetPromptCache(), SaveSequence: req.GetSaveSequence(), FromChat: req.GetFromChat()}
 }
 
 func messageToPB(m Message) *backendv1.Message {

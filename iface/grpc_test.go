@@ -188,7 +188,7 @@ func TestRoundTrip(t *testing.T) {
 	t.Run("Prefill", func(t *testing.T) {
 		for _, req := range []PrefillRequest{
 			{Slot: 1, Messages: []Message{{Role: "system", Content: "be brief"}, {Role: "user", Content: "héllo ✓"}}, Model: "qwen"},
-			{Slot: 2, Tokens: []int32{151643, 0, 7}, PromptCache: true},
+			{Slot: 2, Tokens: []int32{151643, 0, 7}, PromptCache: true, FromChat: true},
 			{Slot: 3, Text: "<|im_start|>user\nraw ✓", PromptCache: true, SaveSequence: true},
 		} {
 			got, err := b.Prefill(ctx, req)

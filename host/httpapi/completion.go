@@ -403,7 +403,7 @@ func (a *api) promptTokens(ctx context.Context, b iface.Backend, c *completion) 
 	case err != nil:
 		return nil, err
 	}
-	c.prefill = iface.PrefillRequest{Tokens: p.Tokens, Model: c.prefill.Model}
+	c.prefill = iface.PrefillRequest{Tokens: p.Tokens, Model: c.prefill.Model, FromChat: len(c.prefill.Messages) > 0}
 	c.opensThinking = p.OpensThinking
 	return p.Tokens, nil
 }

@@ -17,8 +17,15 @@ import (
 // callSpy is the mock backend noting the calls a completion makes.
 type callSpy struct {
 	iface.Backend
-	mu    sync.Mutex
-	calls []string
+	mu      sync.Mutex
+	calls   []string
+	prompts []iface.PrefillRequest // each Prefill's, and each Decode's prompt
+}
+
+func (b *callSpy) notePrompt(p iface.PrefillRequest) {
+	b.mu.Lock()
+	b.prompts = append(b.prompts, p)
+	b.mu.Unlock()
 }
 
 func (b *callSpy) note(c string) {
@@ -29,12 +36,14 @@ func (b *callSpy) note(c string) {
 
 func (b *callSpy) Prefill(ctx context.Context, req iface.PrefillRequest) (iface.PrefillResult, error) {
 	b.note("prefill")
+	b.notePrompt(req)
 	return b.Backend.Prefill(ctx, req)
 }
 
 func (b *callSpy) Decode(ctx context.Context, req iface.DecodeRequest, emit func(iface.Token) error) (iface.DecodeResult, error) {
 	if req.Prompt != nil {
 		b.note("decode+prompt")
+		b.notePrompt(*req.Prompt)
 	} else {
 		b.note("decode")
 	}
@@ -114,4 +123,35 @@ func normalizeReply(s string) string {
 		return string(b)
 	}
 	return s
+}
+
+// TestPromptFromChat: a chat completion's prompt reaches the backend as the
+// tokens of its rendering, marked FromChat (the backend finds its messages'
+// starts in them, for context checkpoints); a text completion's is not.
+func TestPromptFromChat(t *testing.T) {
+	for _, promptDecode := range []bool{false, true} {
+		m := mock.New(nil)
+		info, err := m.Load(context.Background(), iface.LoadRequest{NSlots: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		info.PromptDecode = promptDecode
+		spy := &callSpy{Backend: m}
+		_, h := serve(t, spy, info, nil)
+		for _, c := range []struct {
+			path, body string
+			chat       bool
+		}{
+			{"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"max_tokens":2}`, true},
+			{"/v1/completions", `{"prompt":"Once upon a time","max_tokens":2}`, false},
+		} {
+			spy.prompts = nil
+			if rec := post(h, c.path, c.body); rec.Code != 200 {
+				t.Fatalf("%s: %d %s", c.path, rec.Code, rec.Body)
+			}
+			if len(spy.prompts) != 1 || len(spy.prompts[0].Tokens) == 0 || spy.prompts[0].FromChat != c.chat {
+				t.Errorf("prompt in decode %v, %s: the backend got %+v, want tokens with FromChat %v", promptDecode, c.path, spy.prompts, c.chat)
+			}
+		}
+	}
 }

@@ -302,10 +302,11 @@ func (e *engine) messageDelimiters() []ckpt.Delimiter {
 }
 
 // spansOf are where a prompt's user messages start: for a prompt rendered
-// from chat messages, as llama-server finds them for a chat completion; none
-// for text or token ids (llama-server's /completion takes no delimiters).
+// from chat messages (here, or by the host: FromChat), as llama-server finds
+// them for a chat completion; none for text or token ids (llama-server's
+// /completion takes no delimiters).
 func (e *engine) spansOf(req iface.PrefillRequest, toks []int32) ckpt.Spans {
-	if len(req.Messages) == 0 || e.delims == nil {
+	if (len(req.Messages) == 0 && !req.FromChat) || e.delims == nil {
 		return ckpt.Spans{}
 	}
 	return ckpt.UserStarts(toks, e.delims)

@@ -1614,8 +1614,11 @@ type PrefillRequest struct {
 	// An HTTP completion's prompt: the backend may start it from its prompt
 	// cache (prompt_cache), and save the slot's sequence there first, an
 	// earlier completion's (save_sequence). Neither for Hydra RPC's prompts.
-	PromptCache   bool `protobuf:"varint,12,opt,name=prompt_cache,json=promptCache,proto3" json:"prompt_cache,omitempty"`
-	SaveSequence  bool `protobuf:"varint,13,opt,name=save_sequence,json=saveSequence,proto3" json:"save_sequence,omitempty"`
+	PromptCache  bool `protobuf:"varint,12,opt,name=prompt_cache,json=promptCache,proto3" json:"prompt_cache,omitempty"`
+	SaveSequence bool `protobuf:"varint,13,opt,name=save_sequence,json=saveSequence,proto3" json:"save_sequence,omitempty"`
+	// tokens are a chat template's rendering of messages (the host tokenized
+	// them): the backend may find where the messages start in them.
+	FromChat      bool `protobuf:"varint,14,opt,name=from_chat,json=fromChat,proto3" json:"from_chat,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1737,6 +1740,13 @@ func (x *PrefillRequest) GetPromptCache() bool {
 func (x *PrefillRequest) GetSaveSequence() bool {
 	if x != nil {
 		return x.SaveSequence
+	}
+	return false
+}
+
+func (x *PrefillRequest) GetFromChat() bool {
+	if x != nil {
+		return x.FromChat
 	}
 	return false
 }
@@ -4154,7 +4164,7 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\bToolCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
-	"\targuments\x18\x03 \x01(\tR\targuments\"\xfb\x03\n" +
+	"\targuments\x18\x03 \x01(\tR\targuments\"\x98\x04\n" +
 	"\x0ePrefillRequest\x12\x12\n" +
 	"\x04slot\x18\x01 \x01(\x03R\x04slot\x125\n" +
 	"\bmessages\x18\x02 \x03(\v2\x19.hydra.backend.v1.MessageR\bmessages\x12\x16\n" +
@@ -4170,7 +4180,8 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	" \x01(\bH\x00R\x11parallelToolCalls\x88\x01\x01\x12=\n" +
 	"\btokenize\x18\v \x01(\v2!.hydra.backend.v1.TokenizeOptionsR\btokenize\x12!\n" +
 	"\fprompt_cache\x18\f \x01(\bR\vpromptCache\x12#\n" +
-	"\rsave_sequence\x18\r \x01(\bR\fsaveSequenceB\x16\n" +
+	"\rsave_sequence\x18\r \x01(\bR\fsaveSequence\x12\x1b\n" +
+	"\tfrom_chat\x18\x0e \x01(\bR\bfromChatB\x16\n" +
 	"\x14_parallel_tool_calls\"x\n" +
 	"\x0fTokenizeOptions\x12\x1f\n" +
 	"\vadd_special\x18\x01 \x01(\bR\n" +
