@@ -324,7 +324,8 @@ func TestCheckpointsInPromptCache(t *testing.T) {
 }
 
 // TestCheckpointAgentTurns: an agent's nine turns on the nodes' model
-// (qwen35moe with Qwen3's tokenizer and chat template), as chat messages:
+// (qwen35moe with Qwen3's tokenizer and chat template), as chat messages or
+// as the host sends them (the rendering's tokens, FromChat):
 // tool calls and their results, then a new user message, three times. Each
 // prompt parts from the slot's sequence (the reply is re-rendered, and
 // Qwen3's template drops earlier turns' reasoning once a user speaks), and
@@ -363,7 +364,13 @@ func TestCheckpointAgentTurns(t *testing.T) {
 		}
 		toks := prompt.Tokens
 		want := sim.Prompt(toks, ckpt.UserStarts(toks, e.delims), 0)
-		r, err := b.Prefill(t.Context(), iface.PrefillRequest{Messages: msgs})
+		// The host's way (its Tokenize's tokens, FromChat) and the
+		// messages themselves, turn about: both find the user messages.
+		req := iface.PrefillRequest{Tokens: toks, FromChat: true}
+		if turn%2 == 1 {
+			req = iface.PrefillRequest{Messages: msgs}
+		}
+		r, err := b.Prefill(t.Context(), req)
 		if err != nil {
 			t.Fatal(err)
 		}
