@@ -5,14 +5,6 @@ import (
 	"testing"
 )
 
-func ramp(from, n int) []int32 {
-	t := make([]int32, n)
-	for i := range t {
-		t[i] = int32(from + i)
-	}
-	return t
-}
-
 var server = Rules{Max: DefaultMax, MinStep: DefaultMinStep, NBatch: 2048, NUBatch: 512}
 
 func TestChunkEndOffsets(t *testing.T) {
