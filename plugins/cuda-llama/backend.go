@@ -295,7 +295,7 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 		return iface.BackendInfo{}, err
 	}
 	if len(opts.specTypes) > 0 {
-		if e.spec, err = newSpeculator(mdl, lc, opts, nSlots, b.gpuLayers(opts.draftNGPU, gpuDev != nil)); err != nil {
+		if e.spec, err = newSpeculator(lc, opts, nSlots, b.gpuLayers(opts.draftNGPU, gpuDev != nil)); err != nil {
 			return iface.BackendInfo{}, err
 		}
 		b.log.Info("speculative decoding", "spec_type", strings.Join(opts.specTypes, ","), "draft_model", opts.draftModel,

@@ -479,13 +479,20 @@ func (c *lctx) nUBatch() int { return int(C.llama_n_ubatch(c.c)) }
 // partialState is the part of the sequence's memory that cannot be cut
 // back (LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY: a hybrid's recurrent rows, a
 // sliding window's cache), in host memory: a context checkpoint's bytes.
-func (c *lctx) partialState(seq int) ([]byte, error) {
+func (c *lctx) partialState(seq int) ([]byte, error) { return c.partialStateInto(seq, nil) }
+
+// partialStateInto is partialState written into buf's memory where it fits
+// (a speculating slot's rollback, saved every step), else into new memory.
+func (c *lctx) partialStateInto(seq int, buf []byte) ([]byte, error) {
 	const flags = C.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 	n := C.llama_state_seq_get_size_ext(c.c, C.llama_seq_id(seq), flags)
 	if n == 0 {
 		return nil, fmt.Errorf("llama.cpp has no partial state of sequence %d", seq)
 	}
-	buf := make([]byte, int(n))
+	if cap(buf) < int(n) {
+		buf = make([]byte, int(n))
+	}
+	buf = buf[:int(n)]
 	got := C.llama_state_seq_get_data_ext(c.c, (*C.uint8_t)(unsafe.Pointer(&buf[0])), n, C.llama_seq_id(seq), flags)
 	if got != n {
 		return nil, fmt.Errorf("llama.cpp wrote %d bytes of sequence %d's partial state, announced %d: %s", got, seq, n, lastLlamaError())

@@ -23,6 +23,7 @@ import "C"
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -91,6 +92,10 @@ type decodeJob struct {
 	// how many of them the target kept.
 	draft     []int32
 	nAccepted int
+	// rollback is the slot's partial state before this step's draft, where
+	// the target's memory cannot be cut back (a hybrid's or recurrent
+	// model's state): a rejected draft token is undone from it (replay).
+	rollback  []byte
 	specBegun bool // the n-gram drafts indexed the decode's tokens so far
 	// drafted and accepted count the decode's draft tokens (DecodeResult).
 	drafted, accepted int
@@ -358,7 +363,7 @@ func (s *scheduler) collect(entries []entry) {
 		s.acceptDrafted(d)
 		s.drawn(d)
 	}
-	s.settleDrafts(entries)
+	rolled := s.settleDrafts(entries)
 	for _, en := range entries {
 		if j := en.j; j.decode != nil && j.prefill == nil && j.decode.pending < 0 && !j.ended {
 			logits := s.e.ctx.logitsPtr(en.keptRow())
@@ -366,6 +371,7 @@ func (s *scheduler) collect(entries []entry) {
 			s.finish(j, nil)
 		}
 	}
+	s.replay(rolled) // after the step's logits are read: it decodes again
 	s.dropEnded()
 }
 
@@ -526,6 +532,55 @@ func (s *scheduler) endCancelled() {
 		s.finish(j, errCancelled)
 	}
 	s.dropEnded()
+}
+
+// replay undoes the rejected draft tokens of the decoders whose memory could
+// not be cut back (settleDrafts): each slot's state saved before the step
+// is restored, the attention cells from the step's first position cut, and
+// the tokens it kept (the pending one and the accepted drafts) evaluated
+// again in one batch for all, without logits (their tokens were sampled
+// already). A slot that cannot be brought back is emptied, its decoder
+// ended with the error: never a state that differs from its tokens.
+func (s *scheduler) replay(jobs []*job) {
+	if len(jobs) == 0 {
+		return
+	}
+	var ok []*job
+	n := 0
+	for _, j := range jobs {
+		d, seq := j.decode, j.s.seq()
+		pos0 := len(seq) - 1 - d.nAccepted
+		err := s.e.ctx.setPartialState(j.slot, d.rollback)
+		if err == nil && !s.e.ctx.seqRmFrom(j.slot, pos0) {
+			err = fmt.Errorf("llama.cpp could not cut sequence %d at %d after restoring its state", j.slot, pos0)
+		}
+		if err != nil {
+			s.failReplay(j, err)
+			continue
+		}
+		C.hydra_sched_fill(&s.batch, C.int(n), C.int(len(seq)-pos0), (*C.llama_token)(unsafe.Pointer(&seq[pos0])),
+			C.llama_pos(pos0), C.llama_seq_id(j.slot), 0)
+		n += len(seq) - pos0
+		ok = append(ok, j)
+	}
+	if n == 0 {
+		return
+	}
+	if err := s.e.ctx.decodeBatch(&s.batch, n); err != nil {
+		for _, j := range ok {
+			s.failReplay(j, fmt.Errorf("evaluating the kept tokens again after a rejected draft: %w", err))
+		}
+	}
+}
+
+// failReplay empties a slot whose rejected draft could not be undone and
+// ends its decoder, if it is still running, with err.
+func (s *scheduler) failReplay(j *job, err error) {
+	s.e.log.Error("speculative decoding: a rejected draft could not be undone: the slot is emptied", "slot", j.slot, "error", err)
+	s.e.clearLocked(j.slot, j.s)
+	if !j.ended {
+		s.finish(j, err)
+	}
 }
 
 // failAll ends every job of a batch that llama.cpp could not evaluate: their

@@ -37,7 +37,9 @@ import (
 // slots) after its pending token; the target verifies them in the shared
 // step, each sampled from the row before it as it would be alone, so the
 // output is the one decoding without a draft gives, and the tail after the
-// first mismatch is removed from both contexts.
+// first mismatch is removed from both contexts; a target whose state cannot
+// be cut back (hybrid, recurrent) restores the state it saved before the
+// step and evaluates the kept tokens again (saveRollbacks, replay).
 //
 // The draft context holds, per slot, a prefix of the slot's tokens (held):
 // before drafting each slot's held tokens are cut back to what they share
@@ -63,11 +65,7 @@ type speculator struct {
 }
 
 // newSpeculator loads the draft model and its context beside the target's.
-func newSpeculator(tgt *model, lc *lctx, opts options, nSlots int, nGPU int) (*speculator, error) {
-	if c := tgt.composite(); c != "" && c != "sliding-window attention" {
-		return nil, fmt.Errorf("%w: %s: speculative decoding needs a memory that drops a rejected draft's cells; this model's is %s",
-			iface.ErrBadRequest, OptDraftModel, c)
-	}
+func newSpeculator(lc *lctx, opts options, nSlots int, nGPU int) (*speculator, error) {
 	var dft *model
 	var dm *C.struct_llama_model
 	if opts.draftModel != "" {
@@ -77,6 +75,12 @@ func newSpeculator(tgt *model, lc *lctx, opts options, nSlots int, nGPU int) (*s
 		}
 		if dft, err = loadModel(path, modelParams{nGPULayers: nGPU, mmap: opts.mmap}); err != nil {
 			return nil, fmt.Errorf("%w: %s: %w", iface.ErrBadRequest, OptDraftModel, err)
+		}
+		if c := dft.composite(); c == "recurrent" || strings.HasPrefix(c, "hybrid") {
+			dft.free()
+			return nil, fmt.Errorf("%w: %s: a draft model whose state cannot be cut back (%s) is not supported: "+
+				"a draft with a plain or sliding-window cache, or n-gram drafts (%s), serve any target, hybrid ones too",
+				iface.ErrBadRequest, OptDraftModel, c, OptSpecType)
 		}
 		dm = dft.m
 	}
@@ -147,6 +151,34 @@ func (s *scheduler) draftStep(decoders []*job, room int) {
 	s.planDrafts(decoders, lens)
 	for i, j := range decoders {
 		j.s.claim += len(j.decode.draft) - lens[i]
+	}
+	s.saveRollbacks(decoders)
+}
+
+// saveRollbacks saves, for each decoder with a draft on a target whose
+// memory cannot be cut back (a hybrid's or recurrent model's state), the
+// part that cannot, before the step evaluates the draft: a rejected draft
+// token is undone by restoring it and evaluating the kept tokens again
+// (replay; llama-server's checkpoint and replay, llama.cpp #19493). A
+// decoder whose state cannot be saved goes on without its draft.
+func (s *scheduler) saveRollbacks(decoders []*job) {
+	if !s.e.layout.recurrent() {
+		return
+	}
+	for _, j := range decoders {
+		d := j.decode
+		if len(d.draft) == 0 {
+			continue
+		}
+		data, err := s.e.ctx.partialStateInto(j.slot, d.rollback)
+		if err != nil {
+			s.e.log.Warn("speculative decoding: the slot's state could not be saved before its draft: no draft this step",
+				"slot", j.slot, "error", err)
+			j.s.claim -= len(d.draft)
+			d.draft = nil
+			continue
+		}
+		d.rollback = data
 	}
 }
 
@@ -240,6 +272,9 @@ func (s *scheduler) planDrafts(decoders []*job, lens []int) {
 		for k := range n {
 			d.draft[k] = int32(sp.outs[i*stride+k])
 		}
+		if testDrafts != nil && sp.dft == nil {
+			d.draft = testDrafts(j.slot, j.s.seq(), d.pending, int(sp.nMax[i]))
+		}
 		if sp.dft == nil {
 			continue
 		}
@@ -254,6 +289,12 @@ func (s *scheduler) planDrafts(decoders []*job, lens []int) {
 		}
 	}
 }
+
+// testDrafts, where a test sets it (n-gram drafting only), replaces each
+// drafting slot's draft with its own of at most n tokens after pending:
+// drafts of a chosen acceptance, which no draft of the tests' random-weight
+// models gives.
+var testDrafts func(slot int, seq []int32, pending int32, n int) []int32
 
 // dropAll empties the draft context, which then re-derives every slot.
 func (sp *speculator) dropAll() {
@@ -318,11 +359,13 @@ func (s *scheduler) acceptDrafted(d draw) {
 
 // settleDrafts ends the step's drafts: the cells after each slot's kept
 // tokens are removed from the target's KV and their claims released, and
-// the acceptance counts recorded.
-func (s *scheduler) settleDrafts(entries []entry) {
+// the acceptance counts recorded. It returns the decoders whose memory
+// could not be cut there (a hybrid's state past a rejected draft token):
+// replay undoes their drafts once the step's logits are read.
+func (s *scheduler) settleDrafts(entries []entry) (rolled []*job) {
 	sp := s.e.spec
 	if sp == nil {
-		return
+		return nil
 	}
 	for _, en := range entries {
 		d := en.j.decode
@@ -330,18 +373,23 @@ func (s *scheduler) settleDrafts(entries []entry) {
 			continue
 		}
 		n := len(d.draft)
-		s.e.ctx.seqRmFrom(en.j.slot, len(en.j.s.seq()))
+		if !s.e.ctx.seqRmFrom(en.j.slot, len(en.j.s.seq())) && d.rollback != nil {
+			rolled = append(rolled, en.j)
+		}
 		en.j.s.claim -= n
 		if en.j.ended {
 			en.j.s.claim = 0
 		}
-		C.hydra_spec_accept(sp.c, C.int32_t(en.j.slot), C.int32_t(d.nAccepted))
+		if testDrafts == nil { // llama.cpp's drafter counts its own drafts' acceptance
+			C.hydra_spec_accept(sp.c, C.int32_t(en.j.slot), C.int32_t(d.nAccepted))
+		}
 		sp.acc[en.j.slot].record(n, d.nAccepted)
 		d.drafted += n
 		d.accepted += d.nAccepted
 		sp.drafted.Add(uint64(n))
 		sp.accepted.Add(uint64(d.nAccepted))
 	}
+	return rolled
 }
 
 // keptRow is the batch row of the last token decoder en kept in the KV.

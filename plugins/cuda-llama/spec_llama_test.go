@@ -8,6 +8,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/hydra-engine/hydra-engine/iface"
@@ -275,8 +276,8 @@ func TestSpecLoadRefusals(t *testing.T) {
 	other := gguf.Tiny()
 	other.Vocab = 1024
 	for name, tc := range map[string]struct{ model, draft string }{
-		"vocabulary": {tiny(t), modelFile(t, "tiny-vocab1024", other)},
-		"recurrent":  {modelFile(t, "tiny-qwen35moe", gguf.TinyQwen35MoE()), tiny(t)},
+		"vocabulary":   {tiny(t), modelFile(t, "tiny-vocab1024", other)},
+		"hybrid draft": {tiny(t), modelFile(t, "tiny-qwen35moe", gguf.TinyQwen35MoE())},
 	} {
 		_, err := New(testLogger()).Load(context.Background(), iface.LoadRequest{Model: tc.model, NSlots: 1,
 			Options: map[string]string{OptNThreads: "1", OptNCtx: "512", OptDraftModel: tc.draft}})
@@ -309,5 +310,138 @@ func TestSpecSlidingWindow(t *testing.T) {
 			t.Errorf("slot %d: no drafts", s)
 		}
 		t.Logf("slot %d: %d of %d draft tokens accepted", s, res.DraftAccepted, res.DraftTokens)
+	}
+}
+
+// TestSpecHybrid: on the nodes' hybrid architecture (qwen35moe), whose
+// recurrent state cannot be cut back, a draft model with a plain cache (the
+// tiny llama: another model, most of its drafts rejected) and n-gram drafts
+// decode the tokens of decoding without drafts (up to the GPU oracle's tie
+// rule: the kept tokens are evaluated again in a batch of their own), alone
+// and four slots batched: each rejected draft is undone by restoring the
+// state saved before the step and evaluating the kept tokens again. A
+// STATE_GET after such a decode moves exactly the emitted sequence: an
+// engine without drafts decodes on from it as the source does.
+func TestSpecHybrid(t *testing.T) {
+	target := modelFile(t, "tiny-qwen35moe", gguf.TinyQwen35MoE())
+	plain := load(t, target, 4, nil)
+	referenceKernels(t, plain)
+	sp := iface.SamplerParams{IgnoreEOS: true}
+	for name, c := range map[string]struct {
+		opts map[string]string
+		n    int // tokens a decode: the greedy text loops within 200, which n-grams find
+	}{
+		"draft model": {map[string]string{OptDraftModel: tiny(t), OptDraftMax: "4"}, 48},
+		"ngram": {map[string]string{OptSpecType: "ngram-simple,ngram-map-k", OptDraftMax: "6", OptSpecNgramSimpleSizeN: "2",
+			OptSpecNgramSimpleSizeM: "6", OptSpecNgramMapSizeN: "2", OptSpecNgramMapSizeM: "6"}, 200},
+	} {
+		t.Run(name, func(t *testing.T) {
+			opts := c.opts
+			spec := load(t, target, 4, opts)
+			referenceKernels(t, spec)
+			for s, p := range prompts {
+				prefill(t, plain, s, p)
+				prefill(t, spec, s, p)
+				want, _ := decode(t, plain, s, c.n, sp)
+				got, _ := decode(t, spec, s, c.n, sp)
+				seq := spec.eng.Load().slots[s].seq()
+				sameGreedy(t, spec, s, seq[:len(seq)-len(got)], got, want, sp)
+			}
+			aloneDrafted, aloneAccepted := specRate(spec)
+			slots := []int{0, 1, 2, 3}
+			for s, p := range prompts {
+				prefill(t, plain, s, p)
+				prefill(t, spec, s, p)
+			}
+			want := decodeAll(t, plain, slots, c.n, sp)
+			got := decodeAll(t, spec, slots, c.n, sp)
+			for _, s := range slots {
+				seq := spec.eng.Load().slots[s].seq()
+				sameGreedy(t, spec, s, seq[:len(seq)-len(got[s])], got[s], want[s], sp)
+			}
+			drafted, accepted := specRate(spec)
+			t.Logf("alone: %d of %d draft tokens accepted; 4 slots batched: %d of %d", aloneAccepted, aloneDrafted,
+				accepted-aloneAccepted, drafted-aloneDrafted)
+			if aloneDrafted == 0 || drafted == aloneDrafted || accepted == drafted {
+				t.Fatalf("want drafts alone and batched, some rejected: %d of %d accepted (%d alone)", accepted, drafted, aloneDrafted)
+			}
+
+			si := slotInfo(t, spec, 0)
+			state := stateOf(t, spec, 0, 1<<20)
+			if _, err := plain.StatePut(context.Background(), 1, si.Tokens, bytes.NewReader(state), int64(len(state))); err != nil {
+				t.Fatal(err)
+			}
+			got0, _ := decode(t, spec, 0, 24, sp)
+			want0, _ := decode(t, plain, 1, 24, sp)
+			sameGreedy(t, plain, 1, si.Tokens, want0, got0, sp)
+		})
+	}
+}
+
+// TestSpecHybridReplay: drafts of a chosen acceptance (the tokens decoding
+// without drafts gives, every third draft wrong from its second token, every
+// fifth from its first) on the hybrid target: accepted in full, in part and
+// not at all, alone and four slots batched, each undone by rollback and
+// replay where rejected, and the tokens are those without drafts.
+func TestSpecHybridReplay(t *testing.T) {
+	target := modelFile(t, "tiny-qwen35moe", gguf.TinyQwen35MoE())
+	plain := load(t, target, 4, nil)
+	spec := load(t, target, 4, map[string]string{OptSpecType: "ngram-simple", OptDraftMax: "4"})
+	referenceKernels(t, plain)
+	referenceKernels(t, spec)
+	sp := iface.SamplerParams{IgnoreEOS: true}
+	const n = 40
+	slots := []int{0, 1, 2, 3}
+	wants, starts := map[int][]int32{}, map[int]int{}
+	for s, p := range prompts {
+		prefill(t, plain, s, p)
+		prefill(t, spec, s, p)
+		starts[s] = len(slotInfo(t, spec, s).Tokens)
+	}
+	wants = decodeAll(t, plain, slots, n, sp)
+	var mu sync.Mutex
+	step := 0
+	testDrafts = func(slot int, seq []int32, pending int32, max int) []int32 {
+		mu.Lock()
+		defer mu.Unlock()
+		step++
+		g := len(seq) - starts[slot] + 1 // the index in want of the token after pending
+		w := wants[slot]
+		if g >= len(w) {
+			return nil
+		}
+		d := slices.Clone(w[g:min(len(w), g+max)])
+		switch {
+		case step%5 == 0:
+			d[0] ^= 1
+		case step%3 == 0 && len(d) > 1:
+			d[1] ^= 1
+		}
+		return d
+	}
+	defer func() { testDrafts = nil }()
+	for _, batched := range []bool{false, true} {
+		if batched {
+			for s, p := range prompts {
+				prefill(t, spec, s, p)
+			}
+		}
+		before, beforeAcc := specRate(spec)
+		got := map[int][]int32{}
+		if batched {
+			got = decodeAll(t, spec, slots, n, sp)
+		} else {
+			for _, s := range slots {
+				got[s], _ = decode(t, spec, s, n, sp)
+			}
+		}
+		for _, s := range slots {
+			sameGreedy(t, spec, s, slotInfo(t, spec, s).Tokens[:starts[s]], got[s], wants[s], sp)
+		}
+		drafted, accepted := specRate(spec)
+		t.Logf("batched %v: %d of %d draft tokens accepted", batched, accepted-beforeAcc, drafted-before)
+		if accepted == beforeAcc || accepted-beforeAcc == drafted-before {
+			t.Errorf("batched %v: want drafts accepted and rejected: %d of %d", batched, accepted-beforeAcc, drafted-before)
+		}
 	}
 }
