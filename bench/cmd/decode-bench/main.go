@@ -149,13 +149,13 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	}
 	if *ckpt != "" {
 		var err error
-		if o.ckptTokens, err = parseInts(*ckpt); err != nil {
+		if o.ckptTokens, err = parseInts(*ckpt, maxPromptTokens); err != nil {
 			return o, fmt.Errorf("-checkpoint-tokens: %w", err)
 		}
 	}
 	if *agent != "" {
 		var err error
-		if o.agentTokens, err = parseInts(*agent); err != nil {
+		if o.agentTokens, err = parseInts(*agent, maxPromptTokens); err != nil {
 			return o, fmt.Errorf("-agent-tokens: %w", err)
 		}
 	}
@@ -163,7 +163,7 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	var err error
-	if o.conc, err = parseInts(*conc); err != nil {
+	if o.conc, err = parseInts(*conc, 255); err != nil {
 		return o, fmt.Errorf("-c: %w", err)
 	}
 	o.systems = splitList(*systems)
@@ -288,12 +288,17 @@ func (o options) validateCache() error {
 func (o options) has(system string) bool { return slices.Contains(o.systems, system) }
 
 // parseInts reads "1,2,4": positive, ascending-or-not, no repeats.
-func parseInts(s string) ([]int, error) {
+// maxPromptTokens bounds the prompt sizes a measurement takes: llama.cpp's
+// contexts of the models measured end well below it.
+const maxPromptTokens = 1 << 20
+
+// parseInts reads a list of distinct counts in [1, most].
+func parseInts(s string, most int) ([]int, error) {
 	var out []int
 	for _, f := range splitList(s) {
 		n, err := strconv.Atoi(f)
-		if err != nil || n < 1 || n > 255 {
-			return nil, fmt.Errorf("%q is not a count in [1, 255]", f)
+		if err != nil || n < 1 || n > most {
+			return nil, fmt.Errorf("%q is not a count in [1, %d]", f, most)
 		}
 		if slices.Contains(out, n) {
 			return nil, fmt.Errorf("%d twice", n)

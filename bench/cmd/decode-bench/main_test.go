@@ -33,6 +33,27 @@ func TestParseFlags(t *testing.T) {
 	}
 }
 
+// The prompt-size lists take the sizes measured (32 K, 128 K tokens); the
+// concurrency list stays within 255 streams.
+func TestParseTokenLists(t *testing.T) {
+	o, err := parseFlags([]string{"-model", "m", "-systems", "", "-checkpoint-tokens", "32768,131072", "-agent-tokens", "4096"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(o.ckptTokens, []int{32768, 131072}) || !slices.Equal(o.agentTokens, []int{4096}) {
+		t.Errorf("checkpoint %v, agent %v", o.ckptTokens, o.agentTokens)
+	}
+	for _, bad := range [][]string{
+		{"-model", "m", "-c", "256"},
+		{"-model", "m", "-systems", "", "-agent-tokens", "32"},
+		{"-model", "m", "-systems", "", "-checkpoint-tokens", "2000000"},
+	} {
+		if _, err := parseFlags(bad, io.Discard); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
 func TestPromptTextIsDeterministicAndVaries(t *testing.T) {
 	a, b := promptText(7, 50), promptText(7, 50)
 	if a != b {
