@@ -491,6 +491,13 @@ type DecodeRequest struct {
 	// decoding configured ignores it, as llama-server does, one without any
 	// (the mock) refuses it.
 	Speculative *SpeculativeParams
+	// LastUnevaluated: a decode that reaches NPredict ends at once, its last
+	// token sent but not evaluated, as llama-server's completions end (an
+	// HTTP completion's, whose next prompt re-renders the reply anyway): the
+	// slot holds the tokens before it, with the logits it was sampled from,
+	// and the reply is a step sooner. A backend that evaluates nothing (the
+	// mock) has nothing to leave out and keeps every token.
+	LastUnevaluated bool
 }
 
 // SpeculativeParams are llama-server's per-request speculative.n_max (0:

@@ -101,15 +101,16 @@ func (c *GRPCClient) Decode(ctx context.Context, req DecodeRequest, emit func(To
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := c.client.Decode(ctx, &backendv1.DecodeRequest{
-		Slot:        int64(req.Slot),
-		NPredict:    int64(req.NPredict),
-		Sampler:     samplerToPB(req.Sampler),
-		Logprobs:    req.Logprobs,
-		NProbs:      int32(min(max(req.NProbs, 0), math.MaxInt32)),
-		NKeep:       int64(req.NKeep),
-		Prompt:      promptToPB(req.Prompt),
-		Output:      outputToPB(req.Output),
-		Speculative: speculativeToPB(req.Speculative),
+		Slot:            int64(req.Slot),
+		NPredict:        int64(req.NPredict),
+		Sampler:         samplerToPB(req.Sampler),
+		Logprobs:        req.Logprobs,
+		NProbs:          int32(min(max(req.NProbs, 0), math.MaxInt32)),
+		NKeep:           int64(req.NKeep),
+		Prompt:          promptToPB(req.Prompt),
+		Output:          outputToPB(req.Output),
+		Speculative:     speculativeToPB(req.Speculative),
+		LastUnevaluated: req.LastUnevaluated,
 	})
 	if err != nil {
 		return DecodeResult{}, FromStatus(err)

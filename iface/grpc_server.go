@@ -98,15 +98,16 @@ func (s *GRPCServer) Decode(req *backendv1.DecodeRequest, stream grpc.ServerStre
 	}
 	defer leave()
 	res, err := s.Impl.Decode(stream.Context(), DecodeRequest{
-		Slot:        int(req.GetSlot()),
-		NPredict:    int(req.GetNPredict()),
-		Sampler:     samplerFromPB(req.GetSampler()),
-		Logprobs:    req.GetLogprobs(),
-		NProbs:      int(req.GetNProbs()),
-		NKeep:       int(req.GetNKeep()),
-		Prompt:      promptFromPB(req.GetPrompt()),
-		Output:      outputFromPB(req.GetOutput()),
-		Speculative: speculativeFromPB(req.GetSpeculative()),
+		Slot:            int(req.GetSlot()),
+		NPredict:        int(req.GetNPredict()),
+		Sampler:         samplerFromPB(req.GetSampler()),
+		Logprobs:        req.GetLogprobs(),
+		NProbs:          int(req.GetNProbs()),
+		NKeep:           int(req.GetNKeep()),
+		Prompt:          promptFromPB(req.GetPrompt()),
+		Output:          outputFromPB(req.GetOutput()),
+		Speculative:     speculativeFromPB(req.GetSpeculative()),
+		LastUnevaluated: req.GetLastUnevaluated(),
 	}, func(t Token) error {
 		// A failed Send means the host is gone or gave up (its emit failed and
 		// it cancelled); fromStatus turns that into context.Canceled for the

@@ -700,7 +700,7 @@ func TestDecode(t *testing.T) {
 			return DecodeResult{TokensGenerated: req.NPredict, NPast: 1000 + req.NPredict, StopReason: "length"}, nil
 		},
 	})
-	req := DecodeRequest{Slot: 1, NPredict: nTokens, Logprobs: true, NProbs: 3, NKeep: 17, Sampler: SamplerParams{
+	req := DecodeRequest{Slot: 1, NPredict: nTokens, Logprobs: true, NProbs: 3, NKeep: 17, LastUnevaluated: true, Sampler: SamplerParams{
 		Temperature: 0.7, TopK: 40, TopP: 0.95, MinP: 0.05, Seed: math.MaxUint64,
 		RepeatPenalty: 1.1, RepeatLastN: -1, PresencePenalty: 0.5, FrequencyPenalty: -0.25,
 		IgnoreEOS: true, LogitBias: map[int32]float32{7: -100, 42: 2.5},

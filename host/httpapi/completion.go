@@ -622,7 +622,8 @@ func (rn *completionRun) decode() (string, int, string, error) {
 		nKeep = rn.nPrompt
 	}
 	req := iface.DecodeRequest{Slot: rn.slot, NPredict: rn.nPredict, Sampler: rn.c.sampler,
-		Logprobs: rn.c.logprobs, NProbs: rn.c.nProbs, NKeep: nKeep, Output: rn.c.output, Speculative: rn.c.spec}
+		Logprobs: rn.c.logprobs, NProbs: rn.c.nProbs, NKeep: nKeep, Output: rn.c.output, Speculative: rn.c.spec,
+		LastUnevaluated: true}
 	if rn.promptDecode {
 		rn.c.prefill.Slot = rn.slot
 		req.Prompt = &rn.c.prefill

@@ -490,6 +490,10 @@ func (s *scheduler) drawn(d draw) {
 	t.Text = s.e.model.piece(t.ID)
 	j.s.claim-- // queue claims it again
 	j.decode.queue(j, t)
+	if d := j.decode; d.stop == StopLength && d.req.LastUnevaluated {
+		d.pending = -1 // sent, not evaluated: the job ends in this step
+		j.s.claim--
+	}
 }
 
 // queue makes t the decoder's next token: sent to the caller now, evaluated

@@ -461,3 +461,58 @@ func TestChatTemplateOptions(t *testing.T) {
 		t.Errorf("a missing template file: %v", err)
 	}
 }
+
+// TestLastUnevaluated: a decode asked to end with its last token
+// unevaluated (an HTTP completion's, as llama-server's end) sends the same
+// tokens, alone or batched, ends a step sooner, and leaves the slot holding
+// the tokens before the last with the logits that token was sampled from:
+// a decode that continues the slot samples that token again first.
+func TestLastUnevaluated(t *testing.T) {
+	b := load(t, tiny(t), 2, nil)
+	ref := load(t, tiny(t), 2, nil)
+	referenceKernels(t, b)
+	referenceKernels(t, ref)
+	sp := iface.SamplerParams{IgnoreEOS: true}
+	for _, n := range []int{1, 5} {
+		prefill(t, b, 0, prompts[0])
+		prefill(t, ref, 0, prompts[0])
+		before := len(slotInfo(t, b, 0).Tokens)
+		steps := b.eng.Load().sched.steps.Load()
+		var got []int32
+		res, err := b.Decode(t.Context(), iface.DecodeRequest{Slot: 0, NPredict: n, Sampler: sp, LastUnevaluated: true},
+			func(tok iface.Token) error { got = append(got, tok.ID); return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := decode(t, ref, 0, n, sp)
+		if !slices.Equal(got, want) {
+			t.Fatalf("n %d: %v, want %v", n, got, want)
+		}
+		if res.NPast != before+n-1 || len(slotInfo(t, b, 0).Tokens) != before+n-1 || res.StopReason != StopLength {
+			t.Errorf("n %d: the slot holds %d tokens (result %+v), want the %d before the last", n, len(slotInfo(t, b, 0).Tokens), res, before+n-1)
+		}
+		if took := b.eng.Load().sched.steps.Load() - steps; took != uint64(n-1) {
+			t.Errorf("n %d: %d steps, want %d (the last token is not evaluated)", n, took, n-1)
+		}
+		// A decode that continues the slot samples the left-out token
+		// again from those logits, then goes on as the reference, which
+		// evaluated it.
+		next, _ := decode(t, b, 0, 6, sp)
+		refNext, _ := decode(t, ref, 0, 5, sp)
+		if wantNext := append([]int32{got[n-1]}, refNext...); !slices.Equal(next, wantNext) {
+			t.Errorf("n %d: the next decode %v, want %v", n, next, wantNext)
+		}
+	}
+	// With its prompt (the HTTP path): the prompt's last step samples the
+	// one token, and the job ends there.
+	prefill(t, ref, 1, prompts[1])
+	toks := slotInfo(t, ref, 1).Tokens
+	want, _ := decode(t, ref, 1, 1, sp)
+	var got []int32
+	res, err := b.Decode(t.Context(), iface.DecodeRequest{Slot: 1, NPredict: 1, Sampler: sp, LastUnevaluated: true,
+		Prompt: &iface.PrefillRequest{Tokens: toks}}, func(tok iface.Token) error { got = append(got, tok.ID); return nil })
+	if err != nil || !slices.Equal(got, want) || res.NPast != len(toks) || len(slotInfo(t, b, 1).Tokens) != len(toks) {
+		t.Errorf("with its prompt: %v (%v), want %v; the slot holds %d tokens (result %+v), want the prompt's %d",
+			got, err, want, len(slotInfo(t, b, 1).Tokens), res, len(toks))
+	}
+}

@@ -2090,9 +2090,12 @@ type DecodeRequest struct {
 	// What the reply must be and how the backend reads it; unset: free text.
 	Output *Output `protobuf:"bytes,8,opt,name=output,proto3" json:"output,omitempty"`
 	// The request's own bounds on speculative decoding; unset: the backend's.
-	Speculative   *SpeculativeParams `protobuf:"bytes,9,opt,name=speculative,proto3" json:"speculative,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Speculative *SpeculativeParams `protobuf:"bytes,9,opt,name=speculative,proto3" json:"speculative,omitempty"`
+	// A decode that reaches n_predict ends without evaluating its last token
+	// (llama-server's completions); the slot holds the tokens before it.
+	LastUnevaluated bool `protobuf:"varint,10,opt,name=last_unevaluated,json=lastUnevaluated,proto3" json:"last_unevaluated,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *DecodeRequest) Reset() {
@@ -2186,6 +2189,13 @@ func (x *DecodeRequest) GetSpeculative() *SpeculativeParams {
 		return x.Speculative
 	}
 	return nil
+}
+
+func (x *DecodeRequest) GetLastUnevaluated() bool {
+	if x != nil {
+		return x.LastUnevaluated
+	}
+	return false
 }
 
 // SpeculativeParams are llama-server's per-request speculative.n_max,
@@ -4216,7 +4226,7 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"logit_bias\x18\v \x03(\v2..hydra.backend.v1.SamplerParams.LogitBiasEntryR\tlogitBias\x1a<\n" +
 	"\x0eLogitBiasEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x02R\x05value:\x028\x01\"\xfa\x02\n" +
+	"\x05value\x18\x02 \x01(\x02R\x05value:\x028\x01\"\xa5\x03\n" +
 	"\rDecodeRequest\x12\x12\n" +
 	"\x04slot\x18\x01 \x01(\x03R\x04slot\x12\x1b\n" +
 	"\tn_predict\x18\x02 \x01(\x03R\bnPredict\x129\n" +
@@ -4226,7 +4236,9 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\x06n_keep\x18\x06 \x01(\x03R\x05nKeep\x128\n" +
 	"\x06prompt\x18\a \x01(\v2 .hydra.backend.v1.PrefillRequestR\x06prompt\x120\n" +
 	"\x06output\x18\b \x01(\v2\x18.hydra.backend.v1.OutputR\x06output\x12E\n" +
-	"\vspeculative\x18\t \x01(\v2#.hydra.backend.v1.SpeculativeParamsR\vspeculative\"R\n" +
+	"\vspeculative\x18\t \x01(\v2#.hydra.backend.v1.SpeculativeParamsR\vspeculative\x12)\n" +
+	"\x10last_unevaluated\x18\n" +
+	" \x01(\bR\x0flastUnevaluated\"R\n" +
 	"\x11SpeculativeParams\x12\x13\n" +
 	"\x05n_max\x18\x01 \x01(\x05R\x04nMax\x12\x13\n" +
 	"\x05n_min\x18\x02 \x01(\x05R\x04nMin\x12\x13\n" +
