@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"slices"
@@ -50,6 +51,21 @@ func (b *callSpy) Decode(ctx context.Context, req iface.DecodeRequest, emit func
 	return b.Backend.Decode(ctx, req, emit)
 }
 
+// spyServer is a server over the one-slot mock behind a callSpy, the
+// backend taking the prompt in Decode where promptDecode says.
+func spyServer(t *testing.T, promptDecode bool) (*callSpy, http.Handler) {
+	t.Helper()
+	m := mock.New(nil)
+	info, err := m.Load(context.Background(), iface.LoadRequest{NSlots: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info.PromptDecode = promptDecode
+	spy := &callSpy{Backend: m}
+	_, h := serve(t, spy, info, nil)
+	return spy, h
+}
+
 // TestPromptInDecode: to a backend that takes the prompt in Decode, a
 // completion is one call; to one that does not, a Prefill then a Decode.
 // Both give the same replies, usage, timings' prompt count and prompt
@@ -62,14 +78,7 @@ func TestPromptInDecode(t *testing.T) {
 		`{"prompt":"Once upon a time there was","max_tokens":0}`,
 	}
 	run := func(t *testing.T, promptDecode bool) (replies []string, calls []string, metrics string) {
-		m := mock.New(nil)
-		info, err := m.Load(context.Background(), iface.LoadRequest{NSlots: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		info.PromptDecode = promptDecode
-		spy := &callSpy{Backend: m}
-		_, h := serve(t, spy, info, nil)
+		spy, h := spyServer(t, promptDecode)
 		for _, body := range bodies {
 			path := "/v1/completions"
 			if strings.Contains(body, "messages") {
@@ -130,14 +139,7 @@ func normalizeReply(s string) string {
 // starts in them, for context checkpoints); a text completion's is not.
 func TestPromptFromChat(t *testing.T) {
 	for _, promptDecode := range []bool{false, true} {
-		m := mock.New(nil)
-		info, err := m.Load(context.Background(), iface.LoadRequest{NSlots: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		info.PromptDecode = promptDecode
-		spy := &callSpy{Backend: m}
-		_, h := serve(t, spy, info, nil)
+		spy, h := spyServer(t, promptDecode)
 		for _, c := range []struct {
 			path, body string
 			chat       bool

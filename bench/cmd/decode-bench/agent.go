@@ -43,10 +43,8 @@ type agentSize struct {
 
 // agentSystem is one server's answers: by turn, one sample a rep.
 type agentSystem struct {
-	Name     string         `json:"name"`
-	Settings []string       `json:"settings"`
-	Turns    [][]agentReply `json:"turns"`
-	Err      string         `json:"error,omitempty"`
+	oneServer
+	Turns [][]agentReply `json:"turns"`
 }
 
 // agentReply is one request's figures.
@@ -113,7 +111,7 @@ func measureAgent(ctx context.Context, o options, rep *report) *agentRun {
 // runAgentSystem starts one server of one slot and plays the conversation
 // once a rep, each rep a new one (another repository), then stops it.
 func runAgentSystem(ctx context.Context, o options, sys string, nCtx, systemWords int) agentSystem {
-	out := agentSystem{Name: sys, Turns: make([][]agentReply, o.agentTurns)}
+	out := agentSystem{oneServer: oneServer{Name: sys}, Turns: make([][]agentReply, o.agentTurns)}
 	srv, err := startOneSlot(ctx, o, sys, nCtx, "ours-agent.log")
 	if err != nil {
 		out.Err = err.Error()
@@ -166,20 +164,17 @@ func (r *report) writeAgent(p func(string, ...any)) {
 		p("| turn | prompt tokens | llama-server evaluates | ours evaluates | llama-server request ms | ours request ms | ours ÷ llama-server |")
 		p("|---|---|---|---|---|---|---|")
 		sys := map[string]agentSystem{}
+		var servers []oneServer
 		for _, s := range sz.Systems {
 			sys[s.Name] = s
+			servers = append(servers, s.oneServer)
 		}
 		for t := range a.Turns {
 			o, l := agentMedian(sys["ours"], t), agentMedian(sys["llama-server"], t)
 			p("| %d | %s | %s | %s | %s | %s | %s |", t+1, l.tokens, l.n, o.n, fcell(l.wall, 1), fcell(o.wall, 1), fratio(o.wall, l.wall))
 		}
 		p("")
-		for _, s := range sz.Systems {
-			for _, st := range s.Settings {
-				p("- %s: `%s`", s.Name, st)
-			}
-		}
-		p("")
+		writeSettings(p, servers)
 	}
 }
 

@@ -67,8 +67,8 @@ func TestWriteAgent(t *testing.T) {
 		return agentReply{ckptSample: ckptSample{PromptN: evaluated, WallMS: ms}, PromptTokens: n}
 	}
 	r := &report{Agent: &agentRun{Reps: 1, Turns: 2, Sizes: []agentSize{{Tokens: 32768, NCtx: 40960, Systems: []agentSystem{
-		{Name: "ours", Turns: [][]agentReply{{reply(32800, 32800, 3000)}, {reply(33100, 300, 90)}}},
-		{Name: "llama-server", Turns: [][]agentReply{{reply(32800, 32800, 3100)}, {reply(33100, 300, 100)}}},
+		{oneServer: oneServer{Name: "ours"}, Turns: [][]agentReply{{reply(32800, 32800, 3000)}, {reply(33100, 300, 90)}}},
+		{oneServer: oneServer{Name: "llama-server"}, Turns: [][]agentReply{{reply(32800, 32800, 3100)}, {reply(33100, 300, 100)}}},
 	}}}}}
 	var b bytes.Buffer
 	r.writeAgent(func(f string, a ...any) { fmt.Fprintf(&b, f+"\n", a...) })

@@ -40,12 +40,28 @@ type ckptSize struct {
 	Systems []ckptSystem `json:"systems"` // ours, then llama-server
 }
 
+// oneServer is a server a one-slot measurement ran: its name, command
+// lines and what failed.
+type oneServer struct {
+	Name     string   `json:"name"`
+	Settings []string `json:"settings"`
+	Err      string   `json:"error,omitempty"`
+}
+
+// writeSettings lists the servers' command lines under a table.
+func writeSettings(p func(string, ...any), servers []oneServer) {
+	for _, s := range servers {
+		for _, st := range s.Settings {
+			p("- %s: `%s`", s.Name, st)
+		}
+	}
+	p("")
+}
+
 // ckptSystem is one server's answers.
 type ckptSystem struct {
-	Name     string                  `json:"name"`
-	Settings []string                `json:"settings"`
-	Cases    map[string][]ckptSample `json:"cases"` // by case, one a rep
-	Err      string                  `json:"error,omitempty"`
+	oneServer
+	Cases map[string][]ckptSample `json:"cases"` // by case, one a rep
 }
 
 // ckptSample is one request's figures.
@@ -110,7 +126,7 @@ func runCkptSystem(ctx context.Context, o options, sys string, nCtx int, a []int
 	name   string
 	prompt []int32
 }) ckptSystem {
-	out := ckptSystem{Name: sys, Cases: map[string][]ckptSample{}}
+	out := ckptSystem{oneServer: oneServer{Name: sys}, Cases: map[string][]ckptSample{}}
 	srv, err := startOneSlot(ctx, o, sys, nCtx, "ours-checkpoints.log")
 	if err != nil {
 		out.Err = err.Error()
@@ -230,20 +246,17 @@ func (r *report) writeCheckpoints(p func(string, ...any)) {
 		p("| case | llama-server evaluates | ours evaluates | llama-server prompt ms | ours prompt ms | llama-server request ms | ours request ms | ours ÷ llama-server (request) |")
 		p("|---|---|---|---|---|---|---|---|")
 		sys := map[string]ckptSystem{}
+		var servers []oneServer
 		for _, s := range sz.Systems {
 			sys[s.Name] = s
+			servers = append(servers, s.oneServer)
 		}
 		for _, name := range c.Cases {
 			o, l := ckptMedian(sys["ours"].Cases[name]), ckptMedian(sys["llama-server"].Cases[name])
 			p("| %s | %s | %s | %s | %s | %s | %s | %s |", name, l.n, o.n, fcell(l.prompt, 1), fcell(o.prompt, 1), fcell(l.wall, 1), fcell(o.wall, 1), fratio(o.wall, l.wall))
 		}
 		p("")
-		for _, s := range sz.Systems {
-			for _, st := range s.Settings {
-				p("- %s: `%s`", s.Name, st)
-			}
-		}
-		p("")
+		writeSettings(p, servers)
 	}
 }
 

@@ -41,8 +41,8 @@ func TestCompleteNative(t *testing.T) {
 func TestWriteCheckpoints(t *testing.T) {
 	r := &report{Checkpoints: &ckptRun{Reps: 2, Cases: []string{"A again"}, Sizes: []ckptSize{{Tokens: 32768, NCtx: 33280,
 		Systems: []ckptSystem{
-			{Name: "ours", Cases: map[string][]ckptSample{"A again": {{PromptN: 4, WallMS: 80}, {PromptN: 4, WallMS: 100}}}},
-			{Name: "llama-server", Cases: map[string][]ckptSample{"A again": {{PromptN: 4, WallMS: 100}, {PromptN: 5, WallMS: 100}}}},
+			{oneServer: oneServer{Name: "ours"}, Cases: map[string][]ckptSample{"A again": {{PromptN: 4, WallMS: 80}, {PromptN: 4, WallMS: 100}}}},
+			{oneServer: oneServer{Name: "llama-server"}, Cases: map[string][]ckptSample{"A again": {{PromptN: 4, WallMS: 100}, {PromptN: 5, WallMS: 100}}}},
 		}}}}}
 	var b bytes.Buffer
 	r.writeCheckpoints(func(f string, a ...any) { fmt.Fprintf(&b, f+"\n", a...) })
