@@ -91,14 +91,7 @@ func TestCheckpointCases(t *testing.T) {
 			if st := e.ckpts.Stats(); st.Restored != before.Restored+1 || st.TokensSaved != before.TokensSaved+uint64(r.Reused) {
 				t.Errorf("counters %+v after %+v", st, before)
 			}
-			got, _ := decode(t, b, 0, 12, iface.SamplerParams{IgnoreEOS: true})
-
-			iso := load(t, path, 2, opts)
-			referenceKernels(t, iso)
-			fresh := prefillTokens(t, iso, 0, c.prompt)
-			closeLogits(t, iso, "the restored slot's logits against the prompt's evaluated whole", r.Logits, fresh.Logits)
-			want, _ := decode(t, iso, 0, 12, iface.SamplerParams{IgnoreEOS: true})
-			sameGreedy(t, iso, 0, c.prompt, got, want, iface.SamplerParams{IgnoreEOS: true})
+			sameAsFresh(t, path, opts, c.prompt, r.Logits, b)
 		})
 	}
 
@@ -115,6 +108,21 @@ func TestCheckpointCases(t *testing.T) {
 			t.Fatalf("without checkpoints a hybrid kept %d tokens", r.Reused)
 		}
 	})
+}
+
+// sameAsFresh checks slot 0 of b, which resumed prompt with logits, against
+// the prompt evaluated whole in an engine of its own (opts): the logits, and
+// the next 12 greedy tokens (up to the GPU oracle's tie rule).
+func sameAsFresh(t *testing.T, path string, opts map[string]string, prompt []int32, logits []float32, b *Backend) {
+	t.Helper()
+	sp := iface.SamplerParams{IgnoreEOS: true}
+	got, _ := decode(t, b, 0, 12, sp)
+	iso := load(t, path, 1, opts)
+	referenceKernels(t, iso)
+	fresh := prefillTokens(t, iso, 0, prompt)
+	closeLogits(t, iso, "the resumed slot's logits against the prompt evaluated whole", logits, fresh.Logits)
+	want, _ := decode(t, iso, 0, 12, sp)
+	sameGreedy(t, iso, 0, prompt, got, want, sp)
 }
 
 // TestCheckpointsDropped: a slot cleared, or replaced by a STATE_PUT, holds
@@ -302,14 +310,7 @@ func TestCheckpointsInPromptCache(t *testing.T) {
 			if after := e.ckpts.Stats(); after.Restored != before.Restored+1 || after.Taken < before.Taken {
 				t.Errorf("checkpoint counters %+v after %+v", after, before)
 			}
-			got, _ := decode(t, b, 0, 12, iface.SamplerParams{IgnoreEOS: true})
-
-			iso := load(t, path, 1, ckptOpts)
-			referenceKernels(t, iso)
-			fresh := prefillTokens(t, iso, 0, c.prompt)
-			closeLogits(t, iso, "the slot restored from the cache against the prompt evaluated whole", r.Logits, fresh.Logits)
-			want, _ := decode(t, iso, 0, 12, iface.SamplerParams{IgnoreEOS: true})
-			sameGreedy(t, iso, 0, c.prompt, got, want, iface.SamplerParams{IgnoreEOS: true})
+			sameAsFresh(t, path, ckptOpts, c.prompt, r.Logits, b)
 		})
 	}
 

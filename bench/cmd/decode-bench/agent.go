@@ -111,15 +111,8 @@ func measureAgent(ctx context.Context, o options, rep *report) *agentRun {
 // runAgentSystem starts one server of one slot and plays the conversation
 // once a rep, each rep a new one (another repository), then stops it.
 func runAgentSystem(ctx context.Context, o options, sys string, nCtx, systemWords int) agentSystem {
-	out := agentSystem{oneServer: oneServer{Name: sys}, Turns: make([][]agentReply, o.agentTurns)}
-	srv, err := startOneSlot(ctx, o, sys, nCtx, "ours-agent.log")
-	if err != nil {
-		out.Err = err.Error()
-		return out
-	}
-	out.Settings = srv.settings()
-	base, hc := srv.endpoint().base, srv.endpoint().http
-	err = func() error {
+	out := agentSystem{Turns: make([][]agentReply, o.agentTurns)}
+	out.oneServer = withOneSlot(ctx, o, sys, nCtx, "ours-agent.log", func(base string, hc *http.Client) error {
 		for rep := range o.agentReps {
 			for t, msgs := range agentConversation(7000+rep, systemWords, o.agentTurns) {
 				s, err := chatTurn(ctx, hc, base, msgs)
@@ -131,8 +124,7 @@ func runAgentSystem(ctx context.Context, o options, sys string, nCtx, systemWord
 			}
 		}
 		return nil
-	}()
-	out.Err = stopWith(ctx, srv, err)
+	})
 	return out
 }
 
@@ -163,12 +155,7 @@ func (r *report) writeAgent(p func(string, ...any)) {
 		p("")
 		p("| turn | prompt tokens | llama-server evaluates | ours evaluates | llama-server request ms | ours request ms | ours ÷ llama-server |")
 		p("|---|---|---|---|---|---|---|")
-		sys := map[string]agentSystem{}
-		var servers []oneServer
-		for _, s := range sz.Systems {
-			sys[s.Name] = s
-			servers = append(servers, s.oneServer)
-		}
+		sys, servers := serversOf(sz.Systems)
 		for t := range a.Turns {
 			o, l := agentMedian(sys["ours"], t), agentMedian(sys["llama-server"], t)
 			p("| %d | %s | %s | %s | %s | %s | %s |", t+1, l.tokens, l.n, o.n, fcell(l.wall, 1), fcell(o.wall, 1), fratio(o.wall, l.wall))

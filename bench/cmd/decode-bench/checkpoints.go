@@ -48,6 +48,20 @@ type oneServer struct {
 	Err      string   `json:"error,omitempty"`
 }
 
+func (s oneServer) server() oneServer { return s }
+
+// serversOf indexes a measurement's systems by name and lists their
+// servers.
+func serversOf[S interface{ server() oneServer }](systems []S) (map[string]S, []oneServer) {
+	byName := map[string]S{}
+	var servers []oneServer
+	for _, s := range systems {
+		byName[s.server().Name] = s
+		servers = append(servers, s.server())
+	}
+	return byName, servers
+}
+
 // writeSettings lists the servers' command lines under a table.
 func writeSettings(p func(string, ...any), servers []oneServer) {
 	for _, s := range servers {
@@ -126,15 +140,8 @@ func runCkptSystem(ctx context.Context, o options, sys string, nCtx int, a []int
 	name   string
 	prompt []int32
 }) ckptSystem {
-	out := ckptSystem{oneServer: oneServer{Name: sys}, Cases: map[string][]ckptSample{}}
-	srv, err := startOneSlot(ctx, o, sys, nCtx, "ours-checkpoints.log")
-	if err != nil {
-		out.Err = err.Error()
-		return out
-	}
-	out.Settings = srv.settings()
-	base, hc := srv.endpoint().base, srv.endpoint().http
-	err = func() error {
+	out := ckptSystem{Cases: map[string][]ckptSample{}}
+	out.oneServer = withOneSlot(ctx, o, sys, nCtx, "ours-checkpoints.log", func(base string, hc *http.Client) error {
 		for rep := range o.ckptReps {
 			for _, c := range cases {
 				if _, err := completeNative(ctx, hc, base, a, 4); err != nil {
@@ -149,8 +156,7 @@ func runCkptSystem(ctx context.Context, o options, sys string, nCtx int, a []int
 			}
 		}
 		return nil
-	}()
-	out.Err = stopWith(ctx, srv, err)
+	})
 	return out
 }
 
@@ -215,17 +221,26 @@ func startOneSlot(ctx context.Context, o options, sys string, nCtx int, log stri
 	return startLlamaServer(ctx, lo, oursRaw)
 }
 
-// stopWith stops srv; err, what the run gave, comes back with the server's
-// log tail, or the stop's failure where the run had none.
-func stopWith(ctx context.Context, srv server, err error) string {
+// withOneSlot starts ours or llama-server with one slot of nCtx cells
+// (startOneSlot), runs measure against it, and stops it: the server's
+// record, with what failed and the server's log tail.
+func withOneSlot(ctx context.Context, o options, sys string, nCtx int, log string, measure func(base string, hc *http.Client) error) oneServer {
+	out := oneServer{Name: sys}
+	srv, err := startOneSlot(ctx, o, sys, nCtx, log)
+	if err != nil {
+		out.Err = err.Error()
+		return out
+	}
+	out.Settings = srv.settings()
+	err = measure(srv.endpoint().base, srv.endpoint().http)
 	logs := srv.logTail()
 	if serr := srv.stop(); serr != nil && err == nil && ctx.Err() == nil {
 		err = fmt.Errorf("stopping: %w", serr)
 	}
 	if err != nil {
-		return fmt.Sprintf("%v\n--- log tail ---\n%s", err, logs)
+		out.Err = fmt.Sprintf("%v\n--- log tail ---\n%s", err, logs)
 	}
-	return ""
+	return out
 }
 
 // writeCheckpoints is the page's section on context checkpoints: each
@@ -245,12 +260,7 @@ func (r *report) writeCheckpoints(p func(string, ...any)) {
 		p("")
 		p("| case | llama-server evaluates | ours evaluates | llama-server prompt ms | ours prompt ms | llama-server request ms | ours request ms | ours ÷ llama-server (request) |")
 		p("|---|---|---|---|---|---|---|---|")
-		sys := map[string]ckptSystem{}
-		var servers []oneServer
-		for _, s := range sz.Systems {
-			sys[s.Name] = s
-			servers = append(servers, s.oneServer)
-		}
+		sys, servers := serversOf(sz.Systems)
 		for _, name := range c.Cases {
 			o, l := ckptMedian(sys["ours"].Cases[name]), ckptMedian(sys["llama-server"].Cases[name])
 			p("| %s | %s | %s | %s | %s | %s | %s | %s |", name, l.n, o.n, fcell(l.prompt, 1), fcell(o.prompt, 1), fcell(l.wall, 1), fcell(o.wall, 1), fratio(o.wall, l.wall))
