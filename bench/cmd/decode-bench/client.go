@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -260,6 +259,3 @@ func (e *endpoint) post(ctx context.Context, body []byte, busy *int) (*http.Resp
 		return nil, fmt.Errorf("%s: %s: %s", e.api.path, resp.Status, bytes.TrimSpace(msg))
 	}
 }
-
-// errFailed marks a measurement in which requests failed.
-var errFailed = errors.New("requests failed")

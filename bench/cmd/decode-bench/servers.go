@@ -34,11 +34,10 @@ const loadTimeout = 5 * time.Minute
 // tests and hydra-bench start engines (internal/enginetest), its OpenAI
 // API on a free loopback port.
 type ours struct {
-	e        *enginetest.Engine
-	args     []string
-	ep       *endpoint
-	logFile  string
-	pluginCF string
+	e       *enginetest.Engine
+	args    []string
+	ep      *endpoint
+	logFile string
 }
 
 // engineLayout is what one of our engines holds: its slots, its KV cells

@@ -146,11 +146,10 @@ func main() {
 
 // bench is one run's state.
 type bench struct {
-	o       options
-	log     io.Writer
-	tmp     string
-	kvBytes int
-	prompt  []byte
+	o      options
+	log    io.Writer
+	tmp    string
+	prompt []byte
 
 	blob  *os.File // slot 0's STATE_GET payload, the STATE_PUT payload
 	size  uint64   // its length: the bytes of every transfer
