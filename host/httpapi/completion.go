@@ -529,9 +529,9 @@ func (rn *completionRun) generate() error {
 	}
 	rn.a.s.Stats().CountTokens(host.PhaseDecode, nGen, elapsed)
 	rn.a.s.Stats().CountDrafts(rn.draftN, rn.draftAccepted)
-	u := &usage{PromptTokens: rn.nPrompt, CompletionTokens: nGen, TotalTokens: rn.nPrompt + nGen,
-		PromptTokensDetails: &promptCached{CachedTokens: min(rn.reused, rn.nPrompt)}}
 	tm := newTimings(rn.nPrompt, rn.reused, rn.prompt, nGen, elapsed)
+	u := &usage{PromptTokens: rn.nPrompt, CompletionTokens: nGen, TotalTokens: rn.nPrompt + nGen,
+		PromptTokensDetails: &promptCached{CachedTokens: tm.CacheN}}
 	tm.DraftN, tm.DraftNAccepted = rn.draftN, rn.draftAccepted
 	rn.observe()
 	if rn.c.stream {

@@ -109,27 +109,19 @@ type Extra interface {
 	Serves(n, prefix, posMin int) bool
 }
 
-// keepEntry is Keep for a cached entry: where its state cannot be cut to
-// the common prefix, what it carries (Extra) may still serve the prompt,
-// and then the prefix counts as kept, as llama-server counts an entry
-// restored with its checkpoints.
-func (r Rule) keepEntry(e *Entry, prompt []int32) int {
-	if keep := r.Keep(e.Tokens, e.PosMin, prompt); keep > 0 || e.Extra == nil {
-		return keep
+// sharedEntry is shared for a cached entry: where its state cannot be cut
+// to the common prefix, what it carries (Extra) may still serve the prompt,
+// and then the prefix counts, as llama-server counts an entry restored with
+// its checkpoints.
+func (r Rule) sharedEntry(e *Entry, prompt []int32) int {
+	if n := r.shared(e.Tokens, e.PosMin, prompt); n > 0 || e.Extra == nil {
+		return n
 	}
 	prefix := iface.CommonPrefix(e.Tokens, prompt)
-	if prefix <= 0 || !e.Extra.Serves(len(prompt), prefix, e.PosMin) {
+	if min(prefix, len(prompt)-1) <= 0 || !e.Extra.Serves(len(prompt), prefix, e.PosMin) {
 		return 0
 	}
-	return min(prefix, len(prompt)-1)
-}
-
-// sharedEntry is shared for a cached entry (keepEntry).
-func (r Rule) sharedEntry(e *Entry, prompt []int32) int {
-	if r.keepEntry(e, prompt) == 0 {
-		return 0
-	}
-	return iface.CommonPrefix(e.Tokens, prompt)
+	return prefix
 }
 
 // Leaves reports whether a slot's sequence seq (first position posMin)
@@ -250,9 +242,9 @@ func (c *Cache) BeginWith(tokens []int32, stateBytes int64, extra Extra) (*Save,
 	}
 	start := time.Now()
 	fresh := c.alloc.Size(roomFor(stateBytes))
-	tokenHeld := tokenBytes * int64(len(tokens)) // and what extra holds
+	beside := tokenBytes * int64(len(tokens)) // what the entry holds beside its state
 	if extra != nil {
-		tokenHeld += extra.Bytes()
+		beside += extra.Bytes()
 	}
 	c.mu.Lock()
 	for _, e := range c.entries {
@@ -262,7 +254,7 @@ func (c *Cache) BeginWith(tokens []int32, stateBytes int64, extra Extra) (*Save,
 			return nil, nil
 		}
 	}
-	if c.budget > 0 && c.alloc.Size(stateBytes)+tokenHeld > c.budget {
+	if c.budget > 0 && c.alloc.Size(stateBytes)+beside > c.budget {
 		c.stats.Skipped++
 		c.mu.Unlock()
 		return nil, nil
@@ -280,7 +272,7 @@ func (c *Cache) BeginWith(tokens []int32, stateBytes int64, extra Extra) (*Save,
 	clear(c.entries[len(kept):])
 	c.entries = kept
 	mem := c.takeSpareLocked(stateBytes, fresh) // counted in held already
-	need := tokenHeld
+	need := beside
 	if mem == nil {
 		need += fresh
 	}

@@ -301,10 +301,10 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 		b.log.Info("speculative decoding", "spec_type", strings.Join(opts.specTypes, ","), "draft_model", opts.draftModel,
 			"draft_max", opts.specRule.nMax, "draft_min", opts.specRule.nMin, "draft_p_min", opts.draftPMin,
 			"draft_batch_max", opts.specRule.batchMax)
-		if c := mdl.composite(); c == "recurrent" || strings.HasPrefix(c, "hybrid") {
+		if mdl.recurrentState() {
 			b.log.Warn("speculative decoding on a model whose state cannot be cut back: each drafting slot's recurrent state is "+
 				"copied out before every step that drafts and restored where a draft is rejected; a draft that is seldom accepted "+
-				"costs more than it gains", "memory", c)
+				"costs more than it gains", "memory", mdl.composite())
 		}
 	}
 	if opts.embeddings {

@@ -365,12 +365,8 @@ func (e *engine) startDecode(req iface.DecodeRequest, s *slot, logits []float32,
 	}
 	t.Text = e.model.piece(t.ID)
 	j.decode.queue(j, t)
-	if j.decode.stop == StopLength && req.LastUnevaluated {
-		// One token, sent and not evaluated: the job ends without a step.
-		j.decode.pending = -1
-		close(j.decode.events)
-		j.s.claim, j.ended = 0, true
-		j.done <- nil
+	if j.decode.pending < 0 { // one token, sent and not evaluated: no step to run
+		e.sched.finish(j, nil)
 		e.mu.Unlock()
 		return j, nil
 	}

@@ -183,6 +183,12 @@ func (m *model) free() {
 
 // composite says what the model's memory is made of when it is more than
 // one attention cache ("" when it is one): its states have several parts.
+// recurrentState reports whether the model's memory holds a recurrent state
+// (recurrent or hybrid), which cannot be cut back before its last token.
+func (m *model) recurrentState() bool {
+	return bool(C.llama_model_is_recurrent(m.m)) || bool(C.llama_model_is_hybrid(m.m))
+}
+
 func (m *model) composite() string {
 	switch {
 	case bool(C.llama_model_is_recurrent(m.m)):

@@ -490,10 +490,6 @@ func (s *scheduler) drawn(d draw) {
 	t.Text = s.e.model.piece(t.ID)
 	j.s.claim-- // queue claims it again
 	j.decode.queue(j, t)
-	if d := j.decode; d.stop == StopLength && d.req.LastUnevaluated {
-		d.pending = -1 // sent, not evaluated: the job ends in this step
-		j.s.claim--
-	}
 }
 
 // queue makes t the decoder's next token: sent to the caller now, evaluated
@@ -505,6 +501,10 @@ func (d *decodeJob) queue(j *job, t iface.Token) {
 	d.events <- t // room was checked (ready) or is fresh
 	if d.sampled >= d.req.NPredict {
 		d.stop = StopLength
+		if d.req.LastUnevaluated { // sent, not evaluated: the job ends without another step
+			d.pending = -1
+			j.s.claim--
+		}
 	}
 }
 

@@ -76,7 +76,8 @@ func newSpeculator(lc *lctx, opts options, nSlots int, nGPU int) (*speculator, e
 		if dft, err = loadModel(path, modelParams{nGPULayers: nGPU, mmap: opts.mmap}); err != nil {
 			return nil, fmt.Errorf("%w: %s: %w", iface.ErrBadRequest, OptDraftModel, err)
 		}
-		if c := dft.composite(); c == "recurrent" || strings.HasPrefix(c, "hybrid") {
+		if dft.recurrentState() {
+			c := dft.composite()
 			dft.free()
 			return nil, fmt.Errorf("%w: %s: a draft model whose state cannot be cut back (%s) is not supported: "+
 				"a draft with a plain or sliding-window cache, or n-gram drafts (%s), serve any target, hybrid ones too",
