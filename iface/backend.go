@@ -200,6 +200,26 @@ type BackendInfo struct {
 	// Checkpoints are the context checkpoints' settings and figures now
 	// (llama-server's --ctx-checkpoints); nil where the backend takes none.
 	Checkpoints *CheckpointStats
+
+	// Speculative is speculative decoding's rule and its last decision;
+	// nil where the backend does not speculate.
+	Speculative *SpeculativeStats
+}
+
+// SpeculativeStats are how speculative decoding decides its drafts and
+// what it decided last, so that an operator sees why it drafts or not.
+type SpeculativeStats struct {
+	// Rule is "measured" (drafts only where they bring more tokens a second
+	// on this device) or "always".
+	Rule string
+	// Drafting is the measured rule's last decision (a probe aside);
+	// PlainRate and DraftRate the tokens a second it expected of that step
+	// without drafts and with its best plan (0: not measured yet).
+	Drafting             bool
+	PlainRate, DraftRate float64
+	// Stops counts the decisions that stopped drafting, Probes the steps
+	// drafted only to measure again.
+	Stops, Probes uint64
 }
 
 // CheckpointStats are context checkpoints' settings, what they hold now,

@@ -44,6 +44,7 @@ func backendInfoToPB(i BackendInfo) *backendv1.BackendInfo {
 		NBatch:         int64(i.NBatch),
 		Pooling:        i.Pooling,
 		Checkpoints:    checkpointsToPB(i.Checkpoints),
+		Speculative:    specStatsToPB(i.Speculative),
 	}
 }
 
@@ -82,7 +83,24 @@ func backendInfoFromPB(p *backendv1.BackendInfo) BackendInfo {
 		NBatch:         int(p.GetNBatch()),
 		Pooling:        p.GetPooling(),
 		Checkpoints:    checkpointsFromPB(p.GetCheckpoints()),
+		Speculative:    specStatsFromPB(p.GetSpeculative()),
 	}
+}
+
+func specStatsToPB(s *SpeculativeStats) *backendv1.SpeculativeStats {
+	if s == nil {
+		return nil
+	}
+	return &backendv1.SpeculativeStats{Rule: s.Rule, Drafting: s.Drafting, PlainRate: s.PlainRate, DraftRate: s.DraftRate,
+		Stops: s.Stops, Probes: s.Probes}
+}
+
+func specStatsFromPB(p *backendv1.SpeculativeStats) *SpeculativeStats {
+	if p == nil {
+		return nil
+	}
+	return &SpeculativeStats{Rule: p.GetRule(), Drafting: p.GetDrafting(), PlainRate: p.GetPlainRate(), DraftRate: p.GetDraftRate(),
+		Stops: p.GetStops(), Probes: p.GetProbes()}
 }
 
 func checkpointsToPB(c *CheckpointStats) *backendv1.CheckpointStats {

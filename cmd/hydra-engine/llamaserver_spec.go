@@ -27,6 +27,14 @@ func lsSpecParams() []lsParam {
 		}},
 		{names: []string{"--spec-draft-n-max"}, hint: "N", doc: "most tokens a slot drafts a step: draft_max", apply: intOpt("--spec-draft-n-max", cudallama.OptDraftMax, 1)},
 		{names: []string{"--spec-draft-n-min"}, hint: "N", doc: "a shorter draft is dropped: draft_min", apply: intOpt("--spec-draft-n-min", cudallama.OptDraftMin, 0)},
+		{names: []string{"--spec-draft-rule"}, hint: "measured|always", doc: "measured: draft only where this device's measured step times and the slots' acceptance say drafts bring more tokens a second (default); always: each slot's most every step, as llama-server (not llama-server's): draft_rule",
+			apply: func(ls *lsArgs, v string) error {
+				ls.setOpt("--spec-draft-rule", cudallama.OptDraftRule, v)
+				if v != cudallama.DraftRuleMeasured && v != cudallama.DraftRuleAlways {
+					return errors.New("measured or always")
+				}
+				return nil
+			}},
 		{names: []string{"--spec-draft-p-min", "--draft-p-min"}, hint: "P", doc: "the draft stops at a token the draft model gives less: draft_p_min", apply: floatOpt("--spec-draft-p-min", cudallama.OptDraftPMin)},
 		{names: []string{"--spec-draft-ngl", "-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft"}, hint: "N|all", doc: "the draft model's layers on the GPU: draft_n_gpu_layers", apply: func(ls *lsArgs, v string) error {
 			switch v {

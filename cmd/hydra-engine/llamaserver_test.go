@@ -174,6 +174,8 @@ func TestLlamaServerSpellings(t *testing.T) {
 		{[]string{"--swa-checkpoints=0"}, "ctx_checkpoints", "0"},
 		{[]string{"-cms", "1024"}, "checkpoint_min_step", "1024"},
 		{[]string{"--checkpoint-ram", "-1"}, "checkpoint_ram", "-1"},
+		{[]string{"--spec-draft-rule", "always"}, "draft_rule", "always"},
+		{[]string{"--spec-draft-rule=measured"}, "draft_rule", "measured"},
 	} {
 		if got := parseLS(t, tc.args...).cfg.BackendOpts[tc.key]; got != tc.want {
 			t.Errorf("%q: %s=%q, want %q", tc.args, tc.key, got, tc.want)
@@ -623,7 +625,7 @@ func TestLlamaServerSpec(t *testing.T) {
 			}
 		}
 	}
-	for _, bad := range [][]string{{"-ngld", "auto"}, {"--draft-max", "4"}, {"--spec-draft-n-max", "0"}, {"-md", filepath.Join(t.TempDir(), "none.gguf")}} {
+	for _, bad := range [][]string{{"-ngld", "auto"}, {"--draft-max", "4"}, {"--spec-draft-n-max", "0"}, {"--spec-draft-rule", "often"}, {"-md", filepath.Join(t.TempDir(), "none.gguf")}} {
 		if _, err := parseLlamaServer(append([]string{"--model", "m.gguf"}, bad...), envOf(nil), io.Discard); err == nil {
 			t.Errorf("%q accepted", bad)
 		}

@@ -77,6 +77,7 @@ type metrics struct {
 	llama                                                                       llamaCompat
 	cache                                                                       promptCacheDescs
 	ckpt                                                                        checkpointDescs
+	spec                                                                        specDescs
 }
 
 // llamaCompat are llama-server's metrics where one of ours means the same,
@@ -208,6 +209,7 @@ func newMetrics(s *host.Server) *metrics {
 		llama: newLlamaCompat(),
 		cache: newPromptCacheDescs(),
 		ckpt:  newCheckpointDescs(),
+		spec:  newSpecDescs(),
 	}
 	m.reg.MustRegister(m, m.transferSeconds, m.transferBytes, m.tokensPerSecond, m.httpRequests, m.queueSeconds, m.ttft, m.interToken,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -257,6 +259,9 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 	for _, d := range m.ckpt.descs() {
+		ch <- d
+	}
+	for _, d := range m.spec.descs() {
 		ch <- d
 	}
 }

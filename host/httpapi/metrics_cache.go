@@ -53,7 +53,7 @@ func (c promptCacheDescs) descs() []*prometheus.Desc {
 }
 
 // collectBackend asks the backend for the figures it keeps itself: its
-// prompt cache's and its context checkpoints'.
+// prompt cache's, its context checkpoints' and its speculative rule's.
 func (m *metrics) collectBackend(ch chan<- prometheus.Metric) {
 	b, _ := m.s.Backend()
 	if b == nil {
@@ -67,6 +67,7 @@ func (m *metrics) collectBackend(ch chan<- prometheus.Metric) {
 	}
 	m.collectPromptCache(ch, info.PromptCache)
 	m.collectCheckpoints(ch, info.Checkpoints)
+	m.collectSpec(ch, info.Speculative)
 }
 
 // collectPromptCache writes the prompt cache's series from the backend's

@@ -295,16 +295,16 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 		return iface.BackendInfo{}, err
 	}
 	if len(opts.specTypes) > 0 {
-		if e.spec, err = newSpeculator(lc, opts, nSlots, b.gpuLayers(opts.draftNGPU, gpuDev != nil)); err != nil {
+		if e.spec, err = newSpeculator(lc, opts, nSlots, b.gpuLayers(opts.draftNGPU, gpuDev != nil), mdl.recurrentState()); err != nil {
 			return iface.BackendInfo{}, err
 		}
 		b.log.Info("speculative decoding", "spec_type", strings.Join(opts.specTypes, ","), "draft_model", opts.draftModel,
-			"draft_max", opts.specRule.nMax, "draft_min", opts.specRule.nMin, "draft_p_min", opts.draftPMin,
-			"draft_batch_max", opts.specRule.batchMax)
+			"draft_max", opts.specBounds.NMax, "draft_min", opts.specBounds.NMin, "draft_p_min", opts.draftPMin,
+			"draft_batch_max", opts.specBounds.BatchMax, "draft_rule", opts.draftRule())
 		if mdl.recurrentState() {
 			b.log.Warn("speculative decoding on a model whose state cannot be cut back: each drafting slot's recurrent state is "+
-				"copied out before every step that drafts and restored where a draft is rejected; a draft that is seldom accepted "+
-				"costs more than it gains", "memory", mdl.composite())
+				"copied out before every step that drafts and restored where a draft is rejected (draft_rule=measured counts "+
+				"these in a step's cost)", "memory", mdl.composite())
 		}
 	}
 	if opts.embeddings {
@@ -677,6 +677,7 @@ func (b *Backend) Info(ctx context.Context) (iface.BackendInfo, error) {
 	info := e.infoNow()
 	info.PromptCache = e.pcache.Stats()
 	info.Checkpoints = e.checkpointStats()
+	info.Speculative = e.specStats()
 	return info, nil
 }
 

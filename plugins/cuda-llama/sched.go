@@ -32,6 +32,7 @@ import (
 
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/ckpt"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/specrule"
 )
 
 // The scheduler owns the batching of prefills and decodes: each step puts
@@ -117,6 +118,8 @@ type scheduler struct {
 
 	jobs []*job // the loop's own
 
+	clock stepClock // this step's times, for the speculative rule
+
 	// Counters of the steps run, for the debug log and the tests.
 	steps, stepTokens atomic.Uint64
 	widest            atomic.Int32 // the most decoders one step evaluated
@@ -169,6 +172,7 @@ func (s *scheduler) step() bool {
 	if n == 0 {
 		return false
 	}
+	s.clock.verifyStart = time.Now()
 	err := e.ctx.decodeBatch(&s.batch, n)
 	if errors.Is(err, errKVFull) {
 		entries, err = s.retryDecodersOnly(entries)
@@ -180,10 +184,37 @@ func (s *scheduler) step() bool {
 	queued := time.Now()
 	s.count(entries)
 	s.collect(entries)
+	s.observe(entries)
 	if e.log.IsTrace() {
 		s.trace(entries, start, queued)
 	}
 	return true
+}
+
+// stepClock is what a step's parts took: the drafting (spec.go), the
+// rollbacks' saves and the replays of rejected drafts, and the shape of the
+// drafts.
+type stepClock struct {
+	draft, save, replay time.Duration
+	verifyStart         time.Time // llama_decode called
+	depth, drafting     int
+	rolled              int
+}
+
+// observe gives the speculative rule a decode-only step's times: the batch
+// from its llama_decode to its tokens sampled, without the replays, which
+// it counts apart.
+func (s *scheduler) observe(entries []entry) {
+	sp := s.e.spec
+	if sp == nil || slices.ContainsFunc(entries, func(en entry) bool { return en.prompt }) {
+		return
+	}
+	c, n := s.clock, 0
+	for _, en := range entries {
+		n += en.n
+	}
+	sp.rule.Observe(specrule.Step{Tokens: n, Depth: c.depth, Drafting: c.drafting, Draft: c.draft, Save: c.save,
+		Verify: time.Since(c.verifyStart) - c.replay, Replay: c.replay, Rolled: c.rolled})
 }
 
 // trace logs a step at trace level: what it evaluated, the time until
@@ -243,6 +274,7 @@ func (en entry) lastRow() int { return en.first + en.n - 1 }
 // build fills the batch: decoders first, one token each, then prompt
 // chunks in arrival order while room is left. n is the batch's tokens.
 func (s *scheduler) build() (entries []entry, n int) {
+	s.clock = stepClock{}
 	var decoders []*job
 	for _, j := range s.jobs {
 		if j.decode == nil || j.decode.pending < 0 || !s.ready(j) {
@@ -549,6 +581,8 @@ func (s *scheduler) replay(jobs []*job) {
 	if len(jobs) == 0 {
 		return
 	}
+	start := time.Now()
+	defer func() { s.clock.replay, s.clock.rolled = time.Since(start), len(jobs) }()
 	var ok []*job
 	n := 0
 	for _, j := range jobs {

@@ -27,9 +27,11 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/specrule"
 )
 
 // Speculative decoding: each step, every decoding slot may put a draft of
@@ -47,13 +49,14 @@ import (
 // every change of the target's (prompt reuse, context shift, STATE_PUT,
 // clears) by re-deriving its cells at the next step that drafts.
 type speculator struct {
-	c     *C.hydra_spec
-	pMin  float32 // draft_p_min
-	dft   *model  // nil: n-gram types only, no draft context
-	ngram bool    // an n-gram type reads each slot's tokens
-	rule  specRule
-	held  [][]int32    // per slot: the tokens the draft context holds, positions 0..
-	acc   []acceptance // per slot, across decodes
+	c        *C.hydra_spec
+	pMin     float32 // draft_p_min
+	dft      *model  // nil: n-gram types only, no draft context
+	ngram    bool    // an n-gram type reads each slot's tokens
+	draftMax int     // draft_max: a draft's stride in outs
+	rule     *specrule.Planner
+	held     [][]int32             // per slot: the tokens the draft context holds, positions 0..
+	acc      []specrule.Acceptance // per slot, across decodes
 	// drafted and accepted count every slot's draft tokens, for INFO.
 	drafted, accepted atomic.Uint64
 	// scratch buffers of a step, reused
@@ -64,8 +67,10 @@ type speculator struct {
 	nMax, nOut       []C.int32_t
 }
 
-// newSpeculator loads the draft model and its context beside the target's.
-func newSpeculator(lc *lctx, opts options, nSlots int, nGPU int) (*speculator, error) {
+// newSpeculator loads the draft model and its context beside the target's;
+// rollback says that the target's memory cannot be cut back (its drafting
+// slots save their state before each step).
+func newSpeculator(lc *lctx, opts options, nSlots int, nGPU int, rollback bool) (*speculator, error) {
 	var dft *model
 	var dm *C.struct_llama_model
 	if opts.draftModel != "" {
@@ -85,12 +90,12 @@ func newSpeculator(lc *lctx, opts options, nSlots int, nGPU int) (*speculator, e
 		}
 		dm = dft.m
 	}
-	r := opts.specRule
+	r := opts.specBounds
 	types := C.CString(strings.Join(opts.specTypes, ","))
 	defer C.free(unsafe.Pointer(types))
 	p := C.struct_hydra_spec_params{
-		n_ctx: C.uint32_t(lc.nCtx() + nSlots*(r.nMax+1)), n_batch: C.uint32_t(lc.nBatch), n_seq: C.uint32_t(nSlots),
-		n_threads: C.int32_t(opts.nThreads), n_max: C.int32_t(r.nMax), n_min: C.int32_t(r.nMin), p_min: C.float(opts.draftPMin),
+		n_ctx: C.uint32_t(lc.nCtx() + nSlots*(r.NMax+1)), n_batch: C.uint32_t(lc.nBatch), n_seq: C.uint32_t(nSlots),
+		n_threads: C.int32_t(opts.nThreads), n_max: C.int32_t(r.NMax), n_min: C.int32_t(r.NMin), p_min: C.float(opts.draftPMin),
 		types:          types,
 		ngram_simple_n: C.uint16_t(opts.ngramSimple[0]), ngram_simple_m: C.uint16_t(opts.ngramSimple[1]),
 		ngram_map_n: C.uint16_t(opts.ngramMap[0]), ngram_map_m: C.uint16_t(opts.ngramMap[1]),
@@ -103,57 +108,102 @@ func newSpeculator(lc *lctx, opts options, nSlots int, nGPU int) (*speculator, e
 		}
 		return nil, fmt.Errorf("%w: %s %s: %s", iface.ErrBadRequest, OptSpecType, strings.Join(opts.specTypes, ","), C.GoString(&msg[0]))
 	}
-	sp := &speculator{c: c, pMin: opts.draftPMin, dft: dft, rule: r, held: make([][]int32, nSlots), acc: make([]acceptance, nSlots),
-		ngram: slices.ContainsFunc(opts.specTypes, func(t string) bool { return strings.HasPrefix(t, "ngram-") })}
-	for i := range sp.acc {
-		sp.acc[i] = newAcceptance()
-	}
-	return sp, nil
+	return &speculator{c: c, pMin: opts.draftPMin, dft: dft, draftMax: r.NMax, rule: specrule.New(r, opts.draftAlways, rollback),
+		held: make([][]int32, nSlots), acc: make([]specrule.Acceptance, nSlots),
+		ngram: slices.ContainsFunc(opts.specTypes, func(t string) bool { return strings.HasPrefix(t, "ngram-") })}, nil
 }
 
-// specLen is how many tokens decoder j may draft this step beside decoders
-// others: its caller's buffer, n_predict and the cells bound it, then the
-// rule (specRule.draftLen).
-func (s *scheduler) specLen(j *job, decoders, batchRoom int) int {
+// specBound is decoder j's part in the step's plan: its acceptance, the
+// most it may draft (its request's n_max; its caller's buffer, n_predict
+// and the cells, less the token it samples) and its request's n_min; nil
+// where it drafts nothing.
+func (s *scheduler) specBound(j *job, batchRoom int) specrule.Decoder {
 	sp, d := s.e.spec, j.decode
 	reqMax, reqMin, off := requestBounds(d.req.Speculative)
-	if sp == nil || d.stop != "" || d.needShift || off {
-		return 0
+	if d.stop != "" || d.needShift || off {
+		return specrule.Decoder{Acc: &sp.acc[j.slot]}
 	}
 	room := cap(d.events) - len(d.events) - 1
 	if d.req.NPredict > 0 {
 		room = min(room, d.req.NPredict-d.sampled-1)
 	}
 	room = min(room, s.e.slotCtx-len(j.s.seq())-j.s.claim-1, s.e.freeCells()-1, batchRoom)
-	if room <= 0 {
-		return 0
+	if reqMax > 0 {
+		room = min(room, reqMax)
 	}
-	k := sp.rule.draftLen(&sp.acc[j.slot], reqMax, decoders, room)
-	if k < reqMin {
-		return 0 // the request's draft_min: a shorter draft is not worth verifying
-	}
-	return k
+	return specrule.Decoder{Acc: &sp.acc[j.slot], Max: max(room, 0), Min: reqMin}
 }
 
 // draftStep drafts for the step's decoders and stores each draft in its
 // job, its cells claimed; room is the batch's tokens left after their
-// pending ones.
+// pending ones. The rule (specrule) says how many each drafts; the time
+// drafting takes and the rollbacks' saves are the step's to measure.
 func (s *scheduler) draftStep(decoders []*job, room int) {
 	sp := s.e.spec
 	if sp == nil || len(decoders) == 0 {
 		return
 	}
-	lens := make([]int, len(decoders))
+	start := time.Now()
+	ds := make([]specrule.Decoder, len(decoders))
 	for i, j := range decoders {
 		j.decode.draft, j.decode.nAccepted = nil, 0
-		lens[i] = s.specLen(j, len(decoders), room/len(decoders))
-		j.s.claim += lens[i] // so that the next decoder's room counts it
+		ds[i] = s.specBound(j, room)
+	}
+	// The decoders' cells are claimed in turn and the batch filled, so each
+	// one's draft is bounded by what the drafts before it left.
+	lens := make([]int, len(decoders))
+	dec := sp.rule.Plan(ds, lens)
+	s.logRule(dec)
+	for i, j := range decoders {
+		lens[i] = max(min(lens[i], s.e.freeCells()-1, room), 0)
+		room -= lens[i]
+		j.s.claim += lens[i]
+		s.clock.depth = max(s.clock.depth, lens[i])
+		if lens[i] > 0 {
+			s.clock.drafting++
+		}
+	}
+	if s.clock.depth == 0 {
+		return
 	}
 	s.planDrafts(decoders, lens)
 	for i, j := range decoders {
 		j.s.claim += len(j.decode.draft) - lens[i]
 	}
+	saved := time.Now()
+	s.clock.draft = saved.Sub(start)
 	s.saveRollbacks(decoders)
+	s.clock.save = time.Since(saved)
+}
+
+// specStats is the speculative rule's last decision; nil without
+// speculative decoding.
+func (e *engine) specStats() *iface.SpeculativeStats {
+	if e.spec == nil {
+		return nil
+	}
+	st := e.spec.rule.Status()
+	rule := DraftRuleMeasured
+	if e.spec.rule.Always() {
+		rule = DraftRuleAlways
+	}
+	return &iface.SpeculativeStats{Rule: rule, Drafting: st.Drafting, PlainRate: st.PlainRate, DraftRate: st.DraftRate,
+		Stops: st.Stops, Probes: st.Probes}
+}
+
+// logRule says in the log when the rule stops or resumes drafting, and
+// why: the tokens a second it expects with and without drafts.
+func (s *scheduler) logRule(d specrule.Decision) {
+	if !d.Changed {
+		return
+	}
+	st := s.e.spec.rule.Status()
+	msg := "speculative decoding stopped: drafts cost more than they bring (probes go on now and then)"
+	if st.Drafting {
+		msg = "speculative decoding drafts: drafts bring more than they cost"
+	}
+	s.e.log.Info(msg, "expected_tok_s_drafting", fmt.Sprintf("%.1f", st.DraftRate),
+		"expected_tok_s_plain", fmt.Sprintf("%.1f", st.PlainRate), "stops", st.Stops, "probes", st.Probes)
 }
 
 // saveRollbacks saves, for each decoder with a draft on a target whose
@@ -243,7 +293,7 @@ func (s *scheduler) planDrafts(decoders []*job, lens []int) {
 	for i, j := range drafting {
 		seqs[i], last[i] = C.llama_seq_id(j.slot), C.llama_token(j.decode.pending)
 	}
-	stride := sp.rule.nMax
+	stride := sp.draftMax
 	sp.outs = slices.Grow(sp.outs[:0], len(drafting)*stride)[:len(drafting)*stride]
 	sp.nOut = slices.Grow(sp.nOut[:0], len(drafting))[:len(drafting)]
 	var hist *C.llama_token
@@ -384,7 +434,7 @@ func (s *scheduler) settleDrafts(entries []entry) (rolled []*job) {
 		if testDrafts == nil { // llama.cpp's drafter counts its own drafts' acceptance
 			C.hydra_spec_accept(sp.c, C.int32_t(en.j.slot), C.int32_t(d.nAccepted))
 		}
-		sp.acc[en.j.slot].record(n, d.nAccepted)
+		sp.rule.Record(&sp.acc[en.j.slot], n, d.nAccepted)
 		d.drafted += n
 		d.accepted += d.nAccepted
 		sp.drafted.Add(uint64(n))

@@ -27,10 +27,10 @@ func specDrafts(t *testing.T) map[string]map[string]string {
 	q8 := gguf.Tiny()
 	q8.Type = gguf.WeightQ8_0
 	return map[string]map[string]string{
-		"same":              {OptDraftModel: tiny(t), OptDraftMax: "6"},
-		"q8_0":              {OptDraftModel: modelFile(t, "tiny-q8_0", q8), OptDraftMax: "6"},
-		"same, kv per slot": {OptDraftModel: tiny(t), OptDraftMax: "6", OptKVUnified: "false"},
-		"ngram": {OptSpecType: "ngram-simple,ngram-map-k", OptDraftMax: "6", OptSpecNgramSimpleSizeN: "3",
+		"same":              {OptDraftModel: tiny(t), OptDraftMax: "6", OptDraftRule: DraftRuleAlways},
+		"q8_0":              {OptDraftModel: modelFile(t, "tiny-q8_0", q8), OptDraftMax: "6", OptDraftRule: DraftRuleAlways},
+		"same, kv per slot": {OptDraftModel: tiny(t), OptDraftMax: "6", OptDraftRule: DraftRuleAlways, OptKVUnified: "false"},
+		"ngram": {OptSpecType: "ngram-simple,ngram-map-k", OptDraftMax: "6", OptDraftRule: DraftRuleAlways, OptSpecNgramSimpleSizeN: "3",
 			OptSpecNgramSimpleSizeM: "6", OptSpecNgramMapSizeN: "3", OptSpecNgramMapSizeM: "6"},
 	}
 }
@@ -98,7 +98,7 @@ func TestSpecGreedyEqual(t *testing.T) {
 // step.
 func TestSpecState(t *testing.T) {
 	plain := load(t, tiny(t), 2, nil)
-	spec := load(t, tiny(t), 2, map[string]string{OptDraftModel: tiny(t), OptDraftMax: "4"})
+	spec := load(t, tiny(t), 2, map[string]string{OptDraftModel: tiny(t), OptDraftMax: "4", OptDraftRule: DraftRuleAlways})
 	referenceKernels(t, plain)
 	referenceKernels(t, spec)
 	sp := iface.SamplerParams{IgnoreEOS: true}
@@ -140,7 +140,7 @@ func TestSpecState(t *testing.T) {
 // one token at most, and the tokens stay those without drafts.
 func TestSpecBatchShrinks(t *testing.T) {
 	plain := load(t, tiny(t), 4, nil)
-	spec := load(t, tiny(t), 4, map[string]string{OptDraftModel: tiny(t), OptDraftMax: "6", OptDraftBatchMax: "8"})
+	spec := load(t, tiny(t), 4, map[string]string{OptDraftModel: tiny(t), OptDraftMax: "6", OptDraftRule: DraftRuleAlways, OptDraftBatchMax: "8"})
 	referenceKernels(t, plain)
 	referenceKernels(t, spec)
 	sp := iface.SamplerParams{IgnoreEOS: true}
@@ -177,7 +177,7 @@ func TestSpecBatchShrinks(t *testing.T) {
 // n_max 2 with drafts of two at most, the same tokens either way; a p_min
 // other than the load's is refused, since llama.cpp drafts at one p_min.
 func TestSpecRequest(t *testing.T) {
-	b := load(t, tiny(t), 1, map[string]string{OptDraftModel: tiny(t), OptDraftMax: "6"})
+	b := load(t, tiny(t), 1, map[string]string{OptDraftModel: tiny(t), OptDraftMax: "6", OptDraftRule: DraftRuleAlways})
 	referenceKernels(t, b)
 	e := b.eng.Load()
 	var want []int32
@@ -220,7 +220,7 @@ func TestSpecRequest(t *testing.T) {
 // draft model's greedy drafts are accepted less often.
 func TestSpecSeeded(t *testing.T) {
 	plain := load(t, tiny(t), 1, nil)
-	spec := load(t, tiny(t), 1, map[string]string{OptDraftModel: tiny(t), OptDraftMax: "4"})
+	spec := load(t, tiny(t), 1, map[string]string{OptDraftModel: tiny(t), OptDraftMax: "4", OptDraftRule: DraftRuleAlways})
 	referenceKernels(t, plain)
 	referenceKernels(t, spec)
 	sp := iface.SamplerParams{Temperature: 0.8, TopK: 40, TopP: 0.95, Seed: 7, IgnoreEOS: true}
@@ -247,7 +247,7 @@ func TestSpecSeeded(t *testing.T) {
 func TestSpecContextShift(t *testing.T) {
 	opts := map[string]string{OptNCtx: "256", OptContextShift: "true"}
 	plain := load(t, tiny(t), 1, opts)
-	specOpts := map[string]string{OptDraftModel: tiny(t), OptDraftMax: "4"}
+	specOpts := map[string]string{OptDraftModel: tiny(t), OptDraftMax: "4", OptDraftRule: DraftRuleAlways}
 	for k, v := range opts {
 		specOpts[k] = v
 	}
@@ -294,7 +294,7 @@ func TestSpecLoadRefusals(t *testing.T) {
 func TestSpecSlidingWindow(t *testing.T) {
 	m := modelFile(t, "tiny-gemma3", gguf.TinyGemma3())
 	plain := load(t, m, 2, nil)
-	spec := load(t, m, 2, map[string]string{OptDraftModel: m, OptDraftMax: "6"})
+	spec := load(t, m, 2, map[string]string{OptDraftModel: m, OptDraftMax: "6", OptDraftRule: DraftRuleAlways})
 	referenceKernels(t, plain)
 	referenceKernels(t, spec)
 	sp := iface.SamplerParams{IgnoreEOS: true}
@@ -331,8 +331,8 @@ func TestSpecHybrid(t *testing.T) {
 		opts map[string]string
 		n    int // tokens a decode: the greedy text loops within 200, which n-grams find
 	}{
-		"draft model": {map[string]string{OptDraftModel: tiny(t), OptDraftMax: "4"}, 48},
-		"ngram": {map[string]string{OptSpecType: "ngram-simple,ngram-map-k", OptDraftMax: "6", OptSpecNgramSimpleSizeN: "2",
+		"draft model": {map[string]string{OptDraftModel: tiny(t), OptDraftMax: "4", OptDraftRule: DraftRuleAlways}, 48},
+		"ngram": {map[string]string{OptSpecType: "ngram-simple,ngram-map-k", OptDraftMax: "6", OptDraftRule: DraftRuleAlways, OptSpecNgramSimpleSizeN: "2",
 			OptSpecNgramSimpleSizeM: "6", OptSpecNgramMapSizeN: "2", OptSpecNgramMapSizeM: "6"}, 200},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -386,7 +386,7 @@ func TestSpecHybrid(t *testing.T) {
 func TestSpecHybridReplay(t *testing.T) {
 	target := modelFile(t, "tiny-qwen35moe", gguf.TinyQwen35MoE())
 	plain := load(t, target, 4, nil)
-	spec := load(t, target, 4, map[string]string{OptSpecType: "ngram-simple", OptDraftMax: "4"})
+	spec := load(t, target, 4, map[string]string{OptSpecType: "ngram-simple", OptDraftMax: "4", OptDraftRule: DraftRuleAlways})
 	referenceKernels(t, plain)
 	referenceKernels(t, spec)
 	sp := iface.SamplerParams{IgnoreEOS: true}
@@ -443,5 +443,39 @@ func TestSpecHybridReplay(t *testing.T) {
 		if accepted == beforeAcc || accepted-beforeAcc == drafted-before {
 			t.Errorf("batched %v: want drafts accepted and rejected: %d of %d", batched, accepted-beforeAcc, drafted-before)
 		}
+	}
+}
+
+// TestSpecMeasured: under the measured rule (the default) the scheduler
+// gives the rule its steps' times, so that it knows a plain step's rate
+// after a decode, operators see its decision in Info, and the text is
+// decoding's without drafts whatever it decides, on the dense and the
+// hybrid target alike. Whether drafts pay on this CPU is the rule's to
+// measure, not the test's to assume.
+func TestSpecMeasured(t *testing.T) {
+	sp := iface.SamplerParams{IgnoreEOS: true}
+	for name, target := range map[string]string{"llama": tiny(t), "qwen35moe": modelFile(t, "tiny-qwen35moe", gguf.TinyQwen35MoE())} {
+		t.Run(name, func(t *testing.T) {
+			plain := load(t, target, 1, nil)
+			spec := load(t, target, 1, map[string]string{OptDraftModel: tiny(t), OptDraftMax: "4"})
+			prefill(t, plain, 0, prompts[1])
+			prefill(t, spec, 0, prompts[1])
+			want, _ := decode(t, plain, 0, 96, sp)
+			got, res := decode(t, spec, 0, 96, sp)
+			seq := spec.eng.Load().slots[0].seq()
+			sameGreedy(t, spec, 0, seq[:len(seq)-len(got)], got, want, sp)
+			info, err := spec.Info(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := info.Speculative
+			if st == nil || st.Rule != DraftRuleMeasured || st.PlainRate <= 0 {
+				t.Fatalf("the rule measured nothing: %+v", st)
+			}
+			t.Logf("%d of %d draft tokens accepted; rule %+v", res.DraftAccepted, res.DraftTokens, *st)
+			if off, _ := plain.Info(context.Background()); off.Speculative != nil {
+				t.Errorf("an engine without drafts reports a rule: %+v", off.Speculative)
+			}
+		})
 	}
 }

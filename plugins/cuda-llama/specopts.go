@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/specrule"
 )
 
 // Options of speculative decoding, named after llama-server's flags at the
@@ -33,10 +34,22 @@ const (
 	OptSpecNgramMapSizeN    = "spec_ngram_map_k_size_n"
 	OptSpecNgramMapSizeM    = "spec_ngram_map_k_size_m"
 	// OptDraftBatchMax is the most tokens one step's decoders verify in all
-	// (ours, no llama-server flag): each slot's draft is at most its share
-	// less the token it samples, so drafting shrinks as the batch grows and
-	// stops beyond batchMax/2 decoders.
+	// (ours, no llama-server flag): the drafts and each decoder's pending
+	// token.
 	OptDraftBatchMax = "draft_batch_max"
+	// OptDraftRule is how a step's drafts are chosen (ours, no llama-server
+	// flag): "measured" (the default) drafts only where, by the step times
+	// measured on this device and each slot's acceptance, a step with
+	// drafts brings more tokens a second than one without, and probes now
+	// and then where it does not; "always" drafts each slot's most every
+	// step, as llama-server does, each slot's share of draft_batch_max.
+	OptDraftRule = "draft_rule"
+)
+
+// Draft rules (OptDraftRule).
+const (
+	DraftRuleMeasured = "measured"
+	DraftRuleAlways   = "always"
 )
 
 // specOptions are the parsed speculative-decoding options.
@@ -46,19 +59,20 @@ type specOptions struct {
 	draftModel            string
 	draftNGPU             int
 	draftPMin             float32
-	specRule              specRule
+	specBounds            specrule.Bounds
+	draftAlways           bool // draft_rule=always
 }
 
 func defaultSpecOptions() specOptions {
-	return specOptions{draftNGPU: -1, specRule: specRule{nMax: 3, batchMax: 32}}
+	return specOptions{draftNGPU: -1, specBounds: specrule.Bounds{NMax: 3, BatchMax: 32}}
 }
 
 // specParsers are the options of this file, merged into optionParsers.
 var specParsers = map[string]optionParser{
 	OptDraftModel:           nonEmptyField(func(o *options) *string { return &o.draftModel }),
-	OptDraftMax:             intField(func(o *options) *int { return &o.specRule.nMax }, 1, 256),
-	OptDraftMin:             intField(func(o *options) *int { return &o.specRule.nMin }, 0, 256),
-	OptDraftBatchMax:        intField(func(o *options) *int { return &o.specRule.batchMax }, 2, 1<<16),
+	OptDraftMax:             intField(func(o *options) *int { return &o.specBounds.NMax }, 1, 256),
+	OptDraftMin:             intField(func(o *options) *int { return &o.specBounds.NMin }, 0, 256),
+	OptDraftBatchMax:        intField(func(o *options) *int { return &o.specBounds.BatchMax }, 2, 1<<16),
 	OptDraftNGPULayers:      intField(func(o *options) *int { return &o.draftNGPU }, -1, 1<<16),
 	OptSpecType:             parseSpecType,
 	OptSpecNgramSimpleSizeN: intField(func(o *options) *int { return &o.ngramSimple[0] }, 1, 1024),
@@ -66,6 +80,25 @@ var specParsers = map[string]optionParser{
 	OptSpecNgramMapSizeN:    intField(func(o *options) *int { return &o.ngramMap[0] }, 1, 1024),
 	OptSpecNgramMapSizeM:    intField(func(o *options) *int { return &o.ngramMap[1] }, 1, 1024),
 	OptDraftPMin:            parseDraftPMin,
+	OptDraftRule:            parseDraftRule,
+}
+
+// draftRule is draft_rule's value.
+func (o *specOptions) draftRule() string {
+	if o.draftAlways {
+		return DraftRuleAlways
+	}
+	return DraftRuleMeasured
+}
+
+// parseDraftRule reads draft_rule.
+func parseDraftRule(o *options, key, v string) error {
+	switch v {
+	case DraftRuleMeasured, DraftRuleAlways:
+		o.draftAlways = v == DraftRuleAlways
+		return nil
+	}
+	return fmt.Errorf("%w: %s=%q: %s or %s", iface.ErrBadRequest, key, v, DraftRuleMeasured, DraftRuleAlways)
 }
 
 // parseSpecType reads spec_type's comma-separated names, each once.
@@ -101,8 +134,8 @@ var specTypeNames = []string{"draft-simple", "ngram-simple", "ngram-map-k", "ngr
 // checkSpec resolves spec_type's default (draft-simple with a draft_model)
 // and refuses options that contradict each other.
 func (o *specOptions) checkSpec() error {
-	if o.specRule.nMin > o.specRule.nMax {
-		return fmt.Errorf("%w: %s=%d above %s=%d", iface.ErrBadRequest, OptDraftMin, o.specRule.nMin, OptDraftMax, o.specRule.nMax)
+	if o.specBounds.NMin > o.specBounds.NMax {
+		return fmt.Errorf("%w: %s=%d above %s=%d", iface.ErrBadRequest, OptDraftMin, o.specBounds.NMin, OptDraftMax, o.specBounds.NMax)
 	}
 	simple := slices.Contains(o.specTypes, "draft-simple")
 	switch {
@@ -115,4 +148,17 @@ func (o *specOptions) checkSpec() error {
 		return fmt.Errorf("%w: %s=draft-simple needs %s", iface.ErrBadRequest, OptSpecType, OptDraftModel)
 	}
 	return nil
+}
+
+// requestBounds reads a request's own bounds (llama-server's
+// speculative.n_max, n_min): its n_max (0: the rule's own) and n_min (0:
+// the load's draft_min), and whether it turns drafting off (n_max 0).
+func requestBounds(p *iface.SpeculativeParams) (nMax, nMin int, off bool) {
+	if p == nil {
+		return 0, 0, false
+	}
+	if p.NMax == 0 {
+		return 0, 0, true
+	}
+	return max(p.NMax, 0), max(p.NMin, 0), false
 }

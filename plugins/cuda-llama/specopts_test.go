@@ -10,10 +10,10 @@ import (
 
 func TestSpecOptions(t *testing.T) {
 	o, err := parseOptions(map[string]string{OptDraftModel: "d.gguf", OptDraftMax: "8", OptDraftPMin: "0.5"})
-	if err != nil || !slices.Equal(o.specTypes, []string{"draft-simple"}) || o.specRule.nMax != 8 || o.draftPMin != 0.5 {
+	if err != nil || !slices.Equal(o.specTypes, []string{"draft-simple"}) || o.specBounds.NMax != 8 || o.draftPMin != 0.5 {
 		t.Fatalf("%+v, %v", o.specOptions, err)
 	}
-	if o, err = parseOptions(nil); err != nil || o.specTypes != nil || o.specRule.nMax != 3 {
+	if o, err = parseOptions(nil); err != nil || o.specTypes != nil || o.specBounds.NMax != 3 {
 		t.Fatalf("defaults: %+v, %v", o.specOptions, err)
 	}
 	if o, err = parseOptions(map[string]string{OptSpecType: "ngram-mod, ngram-simple"}); err != nil ||
@@ -31,5 +31,23 @@ func TestSpecOptions(t *testing.T) {
 		if _, err := parseOptions(bad); !errors.Is(err, iface.ErrBadRequest) {
 			t.Errorf("%v: %v, want a bad request", bad, err)
 		}
+	}
+}
+
+func TestRequestBounds(t *testing.T) {
+	sp := iface.NoSpeculativeOverride
+	if m, n, off := requestBounds(&sp); m != 0 || n != 0 || off {
+		t.Errorf("no override: %d %d %v", m, n, off)
+	}
+	sp.NMax, sp.NMin = 5, 2
+	if m, n, off := requestBounds(&sp); m != 5 || n != 2 || off {
+		t.Errorf("5, 2: %d %d %v", m, n, off)
+	}
+	sp.NMax = 0
+	if _, _, off := requestBounds(&sp); !off {
+		t.Error("n_max 0 leaves drafting on")
+	}
+	if m, n, off := requestBounds(nil); m != 0 || n != 0 || off {
+		t.Errorf("nil: %d %d %v", m, n, off)
 	}
 }

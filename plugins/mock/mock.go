@@ -76,7 +76,7 @@ var LlamaServerOptions = []string{
 // saying so, since it has no model to draft with and its tokens are not a
 // model's, so a configuration that asks for drafts learns it cannot have them.
 var SpecOptions = []string{
-	"draft_model", "draft_max", "draft_min", "draft_p_min", "draft_n_gpu_layers", "draft_batch_max", "spec_type",
+	"draft_model", "draft_max", "draft_min", "draft_p_min", "draft_n_gpu_layers", "draft_batch_max", "draft_rule", "spec_type",
 	"spec_ngram_simple_size_n", "spec_ngram_simple_size_m", "spec_ngram_map_k_size_n", "spec_ngram_map_k_size_m",
 }
 

@@ -362,7 +362,10 @@ type BackendInfo struct {
 	Pooling string `protobuf:"bytes,27,opt,name=pooling,proto3" json:"pooling,omitempty"`
 	// Context checkpoints' settings and figures now; unset where the
 	// backend takes none.
-	Checkpoints   *CheckpointStats `protobuf:"bytes,28,opt,name=checkpoints,proto3" json:"checkpoints,omitempty"`
+	Checkpoints *CheckpointStats `protobuf:"bytes,28,opt,name=checkpoints,proto3" json:"checkpoints,omitempty"`
+	// Speculative decoding's rule and its last decision; unset where the
+	// backend does not speculate.
+	Speculative   *SpeculativeStats `protobuf:"bytes,29,opt,name=speculative,proto3" json:"speculative,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -593,6 +596,99 @@ func (x *BackendInfo) GetCheckpoints() *CheckpointStats {
 	return nil
 }
 
+func (x *BackendInfo) GetSpeculative() *SpeculativeStats {
+	if x != nil {
+		return x.Speculative
+	}
+	return nil
+}
+
+// SpeculativeStats are the speculative rule's last decision
+// (iface.SpeculativeStats).
+type SpeculativeStats struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rule          string                 `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
+	Drafting      bool                   `protobuf:"varint,2,opt,name=drafting,proto3" json:"drafting,omitempty"`
+	PlainRate     float64                `protobuf:"fixed64,3,opt,name=plain_rate,json=plainRate,proto3" json:"plain_rate,omitempty"`
+	DraftRate     float64                `protobuf:"fixed64,4,opt,name=draft_rate,json=draftRate,proto3" json:"draft_rate,omitempty"`
+	Stops         uint64                 `protobuf:"varint,5,opt,name=stops,proto3" json:"stops,omitempty"`
+	Probes        uint64                 `protobuf:"varint,6,opt,name=probes,proto3" json:"probes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SpeculativeStats) Reset() {
+	*x = SpeculativeStats{}
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SpeculativeStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SpeculativeStats) ProtoMessage() {}
+
+func (x *SpeculativeStats) ProtoReflect() protoreflect.Message {
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SpeculativeStats.ProtoReflect.Descriptor instead.
+func (*SpeculativeStats) Descriptor() ([]byte, []int) {
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *SpeculativeStats) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *SpeculativeStats) GetDrafting() bool {
+	if x != nil {
+		return x.Drafting
+	}
+	return false
+}
+
+func (x *SpeculativeStats) GetPlainRate() float64 {
+	if x != nil {
+		return x.PlainRate
+	}
+	return 0
+}
+
+func (x *SpeculativeStats) GetDraftRate() float64 {
+	if x != nil {
+		return x.DraftRate
+	}
+	return 0
+}
+
+func (x *SpeculativeStats) GetStops() uint64 {
+	if x != nil {
+		return x.Stops
+	}
+	return 0
+}
+
+func (x *SpeculativeStats) GetProbes() uint64 {
+	if x != nil {
+		return x.Probes
+	}
+	return 0
+}
+
 // CheckpointStats are context checkpoints' settings, holdings and running
 // totals (iface.CheckpointStats).
 type CheckpointStats struct {
@@ -616,7 +712,7 @@ type CheckpointStats struct {
 
 func (x *CheckpointStats) Reset() {
 	*x = CheckpointStats{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[6]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -628,7 +724,7 @@ func (x *CheckpointStats) String() string {
 func (*CheckpointStats) ProtoMessage() {}
 
 func (x *CheckpointStats) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[6]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -641,7 +737,7 @@ func (x *CheckpointStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointStats.ProtoReflect.Descriptor instead.
 func (*CheckpointStats) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{6}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CheckpointStats) GetMaxPerSlot() int64 {
@@ -754,7 +850,7 @@ type PromptCacheStats struct {
 
 func (x *PromptCacheStats) Reset() {
 	*x = PromptCacheStats{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[7]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -766,7 +862,7 @@ func (x *PromptCacheStats) String() string {
 func (*PromptCacheStats) ProtoMessage() {}
 
 func (x *PromptCacheStats) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[7]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -779,7 +875,7 @@ func (x *PromptCacheStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptCacheStats.ProtoReflect.Descriptor instead.
 func (*PromptCacheStats) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{7}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PromptCacheStats) GetBudgetBytes() int64 {
@@ -916,7 +1012,7 @@ type SpecialTokens struct {
 
 func (x *SpecialTokens) Reset() {
 	*x = SpecialTokens{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[8]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -928,7 +1024,7 @@ func (x *SpecialTokens) String() string {
 func (*SpecialTokens) ProtoMessage() {}
 
 func (x *SpecialTokens) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[8]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -941,7 +1037,7 @@ func (x *SpecialTokens) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpecialTokens.ProtoReflect.Descriptor instead.
 func (*SpecialTokens) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{8}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SpecialTokens) GetBos() int32 {
@@ -1039,7 +1135,7 @@ type LoadRequest struct {
 
 func (x *LoadRequest) Reset() {
 	*x = LoadRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[9]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1051,7 +1147,7 @@ func (x *LoadRequest) String() string {
 func (*LoadRequest) ProtoMessage() {}
 
 func (x *LoadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[9]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1064,7 +1160,7 @@ func (x *LoadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadRequest.ProtoReflect.Descriptor instead.
 func (*LoadRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{9}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *LoadRequest) GetModel() string {
@@ -1097,7 +1193,7 @@ type LoadResponse struct {
 
 func (x *LoadResponse) Reset() {
 	*x = LoadResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[10]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1109,7 +1205,7 @@ func (x *LoadResponse) String() string {
 func (*LoadResponse) ProtoMessage() {}
 
 func (x *LoadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[10]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1122,7 +1218,7 @@ func (x *LoadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadResponse.ProtoReflect.Descriptor instead.
 func (*LoadResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{10}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LoadResponse) GetInfo() *BackendInfo {
@@ -1140,7 +1236,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[11]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1152,7 +1248,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[11]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1165,7 +1261,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{11}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{12}
 }
 
 type InfoResponse struct {
@@ -1177,7 +1273,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[12]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1189,7 +1285,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[12]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1202,7 +1298,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{12}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *InfoResponse) GetInfo() *BackendInfo {
@@ -1224,7 +1320,7 @@ type SlotInfo struct {
 
 func (x *SlotInfo) Reset() {
 	*x = SlotInfo{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[13]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1236,7 +1332,7 @@ func (x *SlotInfo) String() string {
 func (*SlotInfo) ProtoMessage() {}
 
 func (x *SlotInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[13]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1249,7 +1345,7 @@ func (x *SlotInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotInfo.ProtoReflect.Descriptor instead.
 func (*SlotInfo) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{13}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SlotInfo) GetSlot() int64 {
@@ -1289,7 +1385,7 @@ type SlotRequest struct {
 
 func (x *SlotRequest) Reset() {
 	*x = SlotRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[14]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1301,7 +1397,7 @@ func (x *SlotRequest) String() string {
 func (*SlotRequest) ProtoMessage() {}
 
 func (x *SlotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[14]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1314,7 +1410,7 @@ func (x *SlotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotRequest.ProtoReflect.Descriptor instead.
 func (*SlotRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{14}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SlotRequest) GetSlot() int64 {
@@ -1333,7 +1429,7 @@ type SlotResponse struct {
 
 func (x *SlotResponse) Reset() {
 	*x = SlotResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[15]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1345,7 +1441,7 @@ func (x *SlotResponse) String() string {
 func (*SlotResponse) ProtoMessage() {}
 
 func (x *SlotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[15]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1358,7 +1454,7 @@ func (x *SlotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotResponse.ProtoReflect.Descriptor instead.
 func (*SlotResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{15}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SlotResponse) GetSlot() *SlotInfo {
@@ -1377,7 +1473,7 @@ type ClearSlotRequest struct {
 
 func (x *ClearSlotRequest) Reset() {
 	*x = ClearSlotRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[16]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1389,7 +1485,7 @@ func (x *ClearSlotRequest) String() string {
 func (*ClearSlotRequest) ProtoMessage() {}
 
 func (x *ClearSlotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[16]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1402,7 +1498,7 @@ func (x *ClearSlotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearSlotRequest.ProtoReflect.Descriptor instead.
 func (*ClearSlotRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{16}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ClearSlotRequest) GetSlot() int64 {
@@ -1420,7 +1516,7 @@ type ClearSlotResponse struct {
 
 func (x *ClearSlotResponse) Reset() {
 	*x = ClearSlotResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[17]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1432,7 +1528,7 @@ func (x *ClearSlotResponse) String() string {
 func (*ClearSlotResponse) ProtoMessage() {}
 
 func (x *ClearSlotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[17]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1445,7 +1541,7 @@ func (x *ClearSlotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearSlotResponse.ProtoReflect.Descriptor instead.
 func (*ClearSlotResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{17}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{18}
 }
 
 type Message struct {
@@ -1462,7 +1558,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[18]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1474,7 +1570,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[18]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1487,7 +1583,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{18}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Message) GetRole() string {
@@ -1543,7 +1639,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[19]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1555,7 +1651,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[19]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1568,7 +1664,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{19}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ToolCall) GetId() string {
@@ -1625,7 +1721,7 @@ type PrefillRequest struct {
 
 func (x *PrefillRequest) Reset() {
 	*x = PrefillRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1637,7 +1733,7 @@ func (x *PrefillRequest) String() string {
 func (*PrefillRequest) ProtoMessage() {}
 
 func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1650,7 +1746,7 @@ func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillRequest.ProtoReflect.Descriptor instead.
 func (*PrefillRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{20}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PrefillRequest) GetSlot() int64 {
@@ -1762,7 +1858,7 @@ type TokenizeOptions struct {
 
 func (x *TokenizeOptions) Reset() {
 	*x = TokenizeOptions{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1774,7 +1870,7 @@ func (x *TokenizeOptions) String() string {
 func (*TokenizeOptions) ProtoMessage() {}
 
 func (x *TokenizeOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1787,7 +1883,7 @@ func (x *TokenizeOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenizeOptions.ProtoReflect.Descriptor instead.
 func (*TokenizeOptions) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{21}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *TokenizeOptions) GetAddSpecial() bool {
@@ -1825,7 +1921,7 @@ type PrefillResponse struct {
 
 func (x *PrefillResponse) Reset() {
 	*x = PrefillResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1837,7 +1933,7 @@ func (x *PrefillResponse) String() string {
 func (*PrefillResponse) ProtoMessage() {}
 
 func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1850,7 +1946,7 @@ func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillResponse.ProtoReflect.Descriptor instead.
 func (*PrefillResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{22}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PrefillResponse) GetSlot() *SlotInfo {
@@ -1893,7 +1989,7 @@ type TokenizeResponse struct {
 
 func (x *TokenizeResponse) Reset() {
 	*x = TokenizeResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1905,7 +2001,7 @@ func (x *TokenizeResponse) String() string {
 func (*TokenizeResponse) ProtoMessage() {}
 
 func (x *TokenizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1918,7 +2014,7 @@ func (x *TokenizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenizeResponse.ProtoReflect.Descriptor instead.
 func (*TokenizeResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{23}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TokenizeResponse) GetTokens() []int32 {
@@ -1968,7 +2064,7 @@ type SamplerParams struct {
 
 func (x *SamplerParams) Reset() {
 	*x = SamplerParams{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1980,7 +2076,7 @@ func (x *SamplerParams) String() string {
 func (*SamplerParams) ProtoMessage() {}
 
 func (x *SamplerParams) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1993,7 +2089,7 @@ func (x *SamplerParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamplerParams.ProtoReflect.Descriptor instead.
 func (*SamplerParams) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{24}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SamplerParams) GetTemperature() float32 {
@@ -2100,7 +2196,7 @@ type DecodeRequest struct {
 
 func (x *DecodeRequest) Reset() {
 	*x = DecodeRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2112,7 +2208,7 @@ func (x *DecodeRequest) String() string {
 func (*DecodeRequest) ProtoMessage() {}
 
 func (x *DecodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2125,7 +2221,7 @@ func (x *DecodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeRequest.ProtoReflect.Descriptor instead.
 func (*DecodeRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{25}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DecodeRequest) GetSlot() int64 {
@@ -2211,7 +2307,7 @@ type SpeculativeParams struct {
 
 func (x *SpeculativeParams) Reset() {
 	*x = SpeculativeParams{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2223,7 +2319,7 @@ func (x *SpeculativeParams) String() string {
 func (*SpeculativeParams) ProtoMessage() {}
 
 func (x *SpeculativeParams) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2236,7 +2332,7 @@ func (x *SpeculativeParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpeculativeParams.ProtoReflect.Descriptor instead.
 func (*SpeculativeParams) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{26}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SpeculativeParams) GetNMax() int32 {
@@ -2274,7 +2370,7 @@ type Output struct {
 
 func (x *Output) Reset() {
 	*x = Output{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2286,7 +2382,7 @@ func (x *Output) String() string {
 func (*Output) ProtoMessage() {}
 
 func (x *Output) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2299,7 +2395,7 @@ func (x *Output) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Output.ProtoReflect.Descriptor instead.
 func (*Output) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{27}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Output) GetChat() *PrefillRequest {
@@ -2349,7 +2445,7 @@ type ReasoningBudget struct {
 
 func (x *ReasoningBudget) Reset() {
 	*x = ReasoningBudget{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2361,7 +2457,7 @@ func (x *ReasoningBudget) String() string {
 func (*ReasoningBudget) ProtoMessage() {}
 
 func (x *ReasoningBudget) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2374,7 +2470,7 @@ func (x *ReasoningBudget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReasoningBudget.ProtoReflect.Descriptor instead.
 func (*ReasoningBudget) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{28}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReasoningBudget) GetTokens() int32 {
@@ -2406,7 +2502,7 @@ type ChatDelta struct {
 
 func (x *ChatDelta) Reset() {
 	*x = ChatDelta{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2418,7 +2514,7 @@ func (x *ChatDelta) String() string {
 func (*ChatDelta) ProtoMessage() {}
 
 func (x *ChatDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2431,7 +2527,7 @@ func (x *ChatDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChatDelta.ProtoReflect.Descriptor instead.
 func (*ChatDelta) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{29}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ChatDelta) GetContent() string {
@@ -2488,7 +2584,7 @@ type ChatReply struct {
 
 func (x *ChatReply) Reset() {
 	*x = ChatReply{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2500,7 +2596,7 @@ func (x *ChatReply) String() string {
 func (*ChatReply) ProtoMessage() {}
 
 func (x *ChatReply) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2513,7 +2609,7 @@ func (x *ChatReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChatReply.ProtoReflect.Descriptor instead.
 func (*ChatReply) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{30}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ChatReply) GetContent() string {
@@ -2548,7 +2644,7 @@ type TokenProb struct {
 
 func (x *TokenProb) Reset() {
 	*x = TokenProb{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2560,7 +2656,7 @@ func (x *TokenProb) String() string {
 func (*TokenProb) ProtoMessage() {}
 
 func (x *TokenProb) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2573,7 +2669,7 @@ func (x *TokenProb) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenProb.ProtoReflect.Descriptor instead.
 func (*TokenProb) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{31}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *TokenProb) GetId() int32 {
@@ -2613,7 +2709,7 @@ type Token struct {
 
 func (x *Token) Reset() {
 	*x = Token{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2625,7 +2721,7 @@ func (x *Token) String() string {
 func (*Token) ProtoMessage() {}
 
 func (x *Token) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2638,7 +2734,7 @@ func (x *Token) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Token.ProtoReflect.Descriptor instead.
 func (*Token) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{32}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Token) GetId() int32 {
@@ -2695,7 +2791,7 @@ type DecodeResult struct {
 
 func (x *DecodeResult) Reset() {
 	*x = DecodeResult{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2707,7 +2803,7 @@ func (x *DecodeResult) String() string {
 func (*DecodeResult) ProtoMessage() {}
 
 func (x *DecodeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[33]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2720,7 +2816,7 @@ func (x *DecodeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeResult.ProtoReflect.Descriptor instead.
 func (*DecodeResult) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{33}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DecodeResult) GetTokensGenerated() int64 {
@@ -2791,7 +2887,7 @@ type PromptResult struct {
 
 func (x *PromptResult) Reset() {
 	*x = PromptResult{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[34]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2803,7 +2899,7 @@ func (x *PromptResult) String() string {
 func (*PromptResult) ProtoMessage() {}
 
 func (x *PromptResult) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[34]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2816,7 +2912,7 @@ func (x *PromptResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptResult.ProtoReflect.Descriptor instead.
 func (*PromptResult) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{34}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PromptResult) GetNTokens() int64 {
@@ -2860,7 +2956,7 @@ type DecodeResponse struct {
 
 func (x *DecodeResponse) Reset() {
 	*x = DecodeResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2872,7 +2968,7 @@ func (x *DecodeResponse) String() string {
 func (*DecodeResponse) ProtoMessage() {}
 
 func (x *DecodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2885,7 +2981,7 @@ func (x *DecodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeResponse.ProtoReflect.Descriptor instead.
 func (*DecodeResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{35}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DecodeResponse) GetEvent() isDecodeResponse_Event {
@@ -2939,7 +3035,7 @@ type StateGetRequest struct {
 
 func (x *StateGetRequest) Reset() {
 	*x = StateGetRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[36]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2951,7 +3047,7 @@ func (x *StateGetRequest) String() string {
 func (*StateGetRequest) ProtoMessage() {}
 
 func (x *StateGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[36]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2964,7 +3060,7 @@ func (x *StateGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateGetRequest.ProtoReflect.Descriptor instead.
 func (*StateGetRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{36}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StateGetRequest) GetSlot() int64 {
@@ -2990,7 +3086,7 @@ type StateGetResponse struct {
 
 func (x *StateGetResponse) Reset() {
 	*x = StateGetResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[37]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3002,7 +3098,7 @@ func (x *StateGetResponse) String() string {
 func (*StateGetResponse) ProtoMessage() {}
 
 func (x *StateGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[37]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3015,7 +3111,7 @@ func (x *StateGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateGetResponse.ProtoReflect.Descriptor instead.
 func (*StateGetResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{37}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *StateGetResponse) GetData() []byte {
@@ -3036,7 +3132,7 @@ type StatePutHeader struct {
 
 func (x *StatePutHeader) Reset() {
 	*x = StatePutHeader{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[38]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3048,7 +3144,7 @@ func (x *StatePutHeader) String() string {
 func (*StatePutHeader) ProtoMessage() {}
 
 func (x *StatePutHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[38]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3061,7 +3157,7 @@ func (x *StatePutHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatePutHeader.ProtoReflect.Descriptor instead.
 func (*StatePutHeader) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{38}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *StatePutHeader) GetSlot() int64 {
@@ -3098,7 +3194,7 @@ type StatePutRequest struct {
 
 func (x *StatePutRequest) Reset() {
 	*x = StatePutRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[39]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3110,7 +3206,7 @@ func (x *StatePutRequest) String() string {
 func (*StatePutRequest) ProtoMessage() {}
 
 func (x *StatePutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[39]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3123,7 +3219,7 @@ func (x *StatePutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatePutRequest.ProtoReflect.Descriptor instead.
 func (*StatePutRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{39}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *StatePutRequest) GetMsg() isStatePutRequest_Msg {
@@ -3176,7 +3272,7 @@ type StatePutResponse struct {
 
 func (x *StatePutResponse) Reset() {
 	*x = StatePutResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[40]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3188,7 +3284,7 @@ func (x *StatePutResponse) String() string {
 func (*StatePutResponse) ProtoMessage() {}
 
 func (x *StatePutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[40]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3201,7 +3297,7 @@ func (x *StatePutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatePutResponse.ProtoReflect.Descriptor instead.
 func (*StatePutResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{40}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *StatePutResponse) GetConsumed() int64 {
@@ -3220,7 +3316,7 @@ type SetExpertModeRequest struct {
 
 func (x *SetExpertModeRequest) Reset() {
 	*x = SetExpertModeRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[41]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3232,7 +3328,7 @@ func (x *SetExpertModeRequest) String() string {
 func (*SetExpertModeRequest) ProtoMessage() {}
 
 func (x *SetExpertModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[41]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3245,7 +3341,7 @@ func (x *SetExpertModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetExpertModeRequest.ProtoReflect.Descriptor instead.
 func (*SetExpertModeRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{41}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SetExpertModeRequest) GetMode() string {
@@ -3264,7 +3360,7 @@ type SetExpertModeResponse struct {
 
 func (x *SetExpertModeResponse) Reset() {
 	*x = SetExpertModeResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[42]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3276,7 +3372,7 @@ func (x *SetExpertModeResponse) String() string {
 func (*SetExpertModeResponse) ProtoMessage() {}
 
 func (x *SetExpertModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[42]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3289,7 +3385,7 @@ func (x *SetExpertModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetExpertModeResponse.ProtoReflect.Descriptor instead.
 func (*SetExpertModeResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{42}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *SetExpertModeResponse) GetMode() string {
@@ -3309,7 +3405,7 @@ type SwapQuantRequest struct {
 
 func (x *SwapQuantRequest) Reset() {
 	*x = SwapQuantRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[43]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3321,7 +3417,7 @@ func (x *SwapQuantRequest) String() string {
 func (*SwapQuantRequest) ProtoMessage() {}
 
 func (x *SwapQuantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[43]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3334,7 +3430,7 @@ func (x *SwapQuantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SwapQuantRequest.ProtoReflect.Descriptor instead.
 func (*SwapQuantRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{43}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *SwapQuantRequest) GetQuantKey() string {
@@ -3363,7 +3459,7 @@ type SwapQuantResponse struct {
 
 func (x *SwapQuantResponse) Reset() {
 	*x = SwapQuantResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[44]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3375,7 +3471,7 @@ func (x *SwapQuantResponse) String() string {
 func (*SwapQuantResponse) ProtoMessage() {}
 
 func (x *SwapQuantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[44]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3388,7 +3484,7 @@ func (x *SwapQuantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SwapQuantResponse.ProtoReflect.Descriptor instead.
 func (*SwapQuantResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{44}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *SwapQuantResponse) GetSwapped() int64 {
@@ -3427,7 +3523,7 @@ type DataPlaneRequest struct {
 
 func (x *DataPlaneRequest) Reset() {
 	*x = DataPlaneRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[45]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3439,7 +3535,7 @@ func (x *DataPlaneRequest) String() string {
 func (*DataPlaneRequest) ProtoMessage() {}
 
 func (x *DataPlaneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[45]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3452,7 +3548,7 @@ func (x *DataPlaneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataPlaneRequest.ProtoReflect.Descriptor instead.
 func (*DataPlaneRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{45}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{46}
 }
 
 type DataPlaneResponse struct {
@@ -3480,7 +3576,7 @@ type DataPlaneResponse struct {
 
 func (x *DataPlaneResponse) Reset() {
 	*x = DataPlaneResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[46]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3492,7 +3588,7 @@ func (x *DataPlaneResponse) String() string {
 func (*DataPlaneResponse) ProtoMessage() {}
 
 func (x *DataPlaneResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[46]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3505,7 +3601,7 @@ func (x *DataPlaneResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataPlaneResponse.ProtoReflect.Descriptor instead.
 func (*DataPlaneResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{46}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DataPlaneResponse) GetShm() bool {
@@ -3571,7 +3667,7 @@ type ShmTransfer struct {
 
 func (x *ShmTransfer) Reset() {
 	*x = ShmTransfer{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[47]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3583,7 +3679,7 @@ func (x *ShmTransfer) String() string {
 func (*ShmTransfer) ProtoMessage() {}
 
 func (x *ShmTransfer) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[47]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3596,7 +3692,7 @@ func (x *ShmTransfer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShmTransfer.ProtoReflect.Descriptor instead.
 func (*ShmTransfer) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{47}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ShmTransfer) GetId() uint64 {
@@ -3644,7 +3740,7 @@ type StateGetShmRequest struct {
 
 func (x *StateGetShmRequest) Reset() {
 	*x = StateGetShmRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[48]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3656,7 +3752,7 @@ func (x *StateGetShmRequest) String() string {
 func (*StateGetShmRequest) ProtoMessage() {}
 
 func (x *StateGetShmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[48]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3669,7 +3765,7 @@ func (x *StateGetShmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateGetShmRequest.ProtoReflect.Descriptor instead.
 func (*StateGetShmRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{48}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *StateGetShmRequest) GetSlot() int64 {
@@ -3695,7 +3791,7 @@ type StateGetShmResponse struct {
 
 func (x *StateGetShmResponse) Reset() {
 	*x = StateGetShmResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[49]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3707,7 +3803,7 @@ func (x *StateGetShmResponse) String() string {
 func (*StateGetShmResponse) ProtoMessage() {}
 
 func (x *StateGetShmResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[49]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3720,7 +3816,7 @@ func (x *StateGetShmResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateGetShmResponse.ProtoReflect.Descriptor instead.
 func (*StateGetShmResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{49}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *StateGetShmResponse) GetWritten() int64 {
@@ -3748,7 +3844,7 @@ type StatePutShmRequest struct {
 
 func (x *StatePutShmRequest) Reset() {
 	*x = StatePutShmRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[50]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3760,7 +3856,7 @@ func (x *StatePutShmRequest) String() string {
 func (*StatePutShmRequest) ProtoMessage() {}
 
 func (x *StatePutShmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[50]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3773,7 +3869,7 @@ func (x *StatePutShmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatePutShmRequest.ProtoReflect.Descriptor instead.
 func (*StatePutShmRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{50}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *StatePutShmRequest) GetSlot() int64 {
@@ -3827,7 +3923,7 @@ type TokenList struct {
 
 func (x *TokenList) Reset() {
 	*x = TokenList{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[51]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3839,7 +3935,7 @@ func (x *TokenList) String() string {
 func (*TokenList) ProtoMessage() {}
 
 func (x *TokenList) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[51]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3852,7 +3948,7 @@ func (x *TokenList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenList.ProtoReflect.Descriptor instead.
 func (*TokenList) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{51}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *TokenList) GetTokens() []int32 {
@@ -3875,7 +3971,7 @@ type EmbedRequest struct {
 
 func (x *EmbedRequest) Reset() {
 	*x = EmbedRequest{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[52]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3887,7 +3983,7 @@ func (x *EmbedRequest) String() string {
 func (*EmbedRequest) ProtoMessage() {}
 
 func (x *EmbedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[52]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3900,7 +3996,7 @@ func (x *EmbedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EmbedRequest.ProtoReflect.Descriptor instead.
 func (*EmbedRequest) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{52}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *EmbedRequest) GetInputs() []*TokenList {
@@ -3930,7 +4026,7 @@ type Embedding struct {
 
 func (x *Embedding) Reset() {
 	*x = Embedding{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[53]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3942,7 +4038,7 @@ func (x *Embedding) String() string {
 func (*Embedding) ProtoMessage() {}
 
 func (x *Embedding) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[53]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3955,7 +4051,7 @@ func (x *Embedding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Embedding.ProtoReflect.Descriptor instead.
 func (*Embedding) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{53}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *Embedding) GetValues() []float32 {
@@ -3988,7 +4084,7 @@ type EmbedResponse struct {
 
 func (x *EmbedResponse) Reset() {
 	*x = EmbedResponse{}
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[54]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4000,7 +4096,7 @@ func (x *EmbedResponse) String() string {
 func (*EmbedResponse) ProtoMessage() {}
 
 func (x *EmbedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[54]
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4013,7 +4109,7 @@ func (x *EmbedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EmbedResponse.ProtoReflect.Descriptor instead.
 func (*EmbedResponse) Descriptor() ([]byte, []int) {
-	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{54}
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *EmbedResponse) GetEmbeddings() []*Embedding {
@@ -4050,7 +4146,7 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\rModelIdentity\x12\x14\n" +
 	"\x05alias\x18\x01 \x01(\tR\x05alias\x12\x12\n" +
 	"\x04hash\x18\x02 \x01(\tR\x04hash\x12\x12\n" +
-	"\x04path\x18\x03 \x01(\tR\x04path\"\xf0\a\n" +
+	"\x04path\x18\x03 \x01(\tR\x04path\"\xb6\b\n" +
 	"\vBackendInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x125\n" +
@@ -4086,7 +4182,17 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\x0frerank_template\x18\x19 \x01(\tR\x0ererankTemplate\x12\x17\n" +
 	"\an_batch\x18\x1a \x01(\x03R\x06nBatch\x12\x18\n" +
 	"\apooling\x18\x1b \x01(\tR\apooling\x12C\n" +
-	"\vcheckpoints\x18\x1c \x01(\v2!.hydra.backend.v1.CheckpointStatsR\vcheckpoints\"\xe7\x02\n" +
+	"\vcheckpoints\x18\x1c \x01(\v2!.hydra.backend.v1.CheckpointStatsR\vcheckpoints\x12D\n" +
+	"\vspeculative\x18\x1d \x01(\v2\".hydra.backend.v1.SpeculativeStatsR\vspeculative\"\xae\x01\n" +
+	"\x10SpeculativeStats\x12\x12\n" +
+	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x1a\n" +
+	"\bdrafting\x18\x02 \x01(\bR\bdrafting\x12\x1d\n" +
+	"\n" +
+	"plain_rate\x18\x03 \x01(\x01R\tplainRate\x12\x1d\n" +
+	"\n" +
+	"draft_rate\x18\x04 \x01(\x01R\tdraftRate\x12\x14\n" +
+	"\x05stops\x18\x05 \x01(\x04R\x05stops\x12\x16\n" +
+	"\x06probes\x18\x06 \x01(\x04R\x06probes\"\xe7\x02\n" +
 	"\x0fCheckpointStats\x12 \n" +
 	"\fmax_per_slot\x18\x01 \x01(\x03R\n" +
 	"maxPerSlot\x12\x19\n" +
@@ -4398,7 +4504,7 @@ func file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP() []byte {
 	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescData
 }
 
-var file_iface_proto_hydra_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
+var file_iface_proto_hydra_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_iface_proto_hydra_backend_v1_backend_proto_goTypes = []any{
 	(*Checkpoint)(nil),             // 0: hydra.backend.v1.Checkpoint
 	(*SlotCheckpointResponse)(nil), // 1: hydra.backend.v1.SlotCheckpointResponse
@@ -4406,132 +4512,134 @@ var file_iface_proto_hydra_backend_v1_backend_proto_goTypes = []any{
 	(*PutCheckpointResponse)(nil),  // 3: hydra.backend.v1.PutCheckpointResponse
 	(*ModelIdentity)(nil),          // 4: hydra.backend.v1.ModelIdentity
 	(*BackendInfo)(nil),            // 5: hydra.backend.v1.BackendInfo
-	(*CheckpointStats)(nil),        // 6: hydra.backend.v1.CheckpointStats
-	(*PromptCacheStats)(nil),       // 7: hydra.backend.v1.PromptCacheStats
-	(*SpecialTokens)(nil),          // 8: hydra.backend.v1.SpecialTokens
-	(*LoadRequest)(nil),            // 9: hydra.backend.v1.LoadRequest
-	(*LoadResponse)(nil),           // 10: hydra.backend.v1.LoadResponse
-	(*InfoRequest)(nil),            // 11: hydra.backend.v1.InfoRequest
-	(*InfoResponse)(nil),           // 12: hydra.backend.v1.InfoResponse
-	(*SlotInfo)(nil),               // 13: hydra.backend.v1.SlotInfo
-	(*SlotRequest)(nil),            // 14: hydra.backend.v1.SlotRequest
-	(*SlotResponse)(nil),           // 15: hydra.backend.v1.SlotResponse
-	(*ClearSlotRequest)(nil),       // 16: hydra.backend.v1.ClearSlotRequest
-	(*ClearSlotResponse)(nil),      // 17: hydra.backend.v1.ClearSlotResponse
-	(*Message)(nil),                // 18: hydra.backend.v1.Message
-	(*ToolCall)(nil),               // 19: hydra.backend.v1.ToolCall
-	(*PrefillRequest)(nil),         // 20: hydra.backend.v1.PrefillRequest
-	(*TokenizeOptions)(nil),        // 21: hydra.backend.v1.TokenizeOptions
-	(*PrefillResponse)(nil),        // 22: hydra.backend.v1.PrefillResponse
-	(*TokenizeResponse)(nil),       // 23: hydra.backend.v1.TokenizeResponse
-	(*SamplerParams)(nil),          // 24: hydra.backend.v1.SamplerParams
-	(*DecodeRequest)(nil),          // 25: hydra.backend.v1.DecodeRequest
-	(*SpeculativeParams)(nil),      // 26: hydra.backend.v1.SpeculativeParams
-	(*Output)(nil),                 // 27: hydra.backend.v1.Output
-	(*ReasoningBudget)(nil),        // 28: hydra.backend.v1.ReasoningBudget
-	(*ChatDelta)(nil),              // 29: hydra.backend.v1.ChatDelta
-	(*ChatReply)(nil),              // 30: hydra.backend.v1.ChatReply
-	(*TokenProb)(nil),              // 31: hydra.backend.v1.TokenProb
-	(*Token)(nil),                  // 32: hydra.backend.v1.Token
-	(*DecodeResult)(nil),           // 33: hydra.backend.v1.DecodeResult
-	(*PromptResult)(nil),           // 34: hydra.backend.v1.PromptResult
-	(*DecodeResponse)(nil),         // 35: hydra.backend.v1.DecodeResponse
-	(*StateGetRequest)(nil),        // 36: hydra.backend.v1.StateGetRequest
-	(*StateGetResponse)(nil),       // 37: hydra.backend.v1.StateGetResponse
-	(*StatePutHeader)(nil),         // 38: hydra.backend.v1.StatePutHeader
-	(*StatePutRequest)(nil),        // 39: hydra.backend.v1.StatePutRequest
-	(*StatePutResponse)(nil),       // 40: hydra.backend.v1.StatePutResponse
-	(*SetExpertModeRequest)(nil),   // 41: hydra.backend.v1.SetExpertModeRequest
-	(*SetExpertModeResponse)(nil),  // 42: hydra.backend.v1.SetExpertModeResponse
-	(*SwapQuantRequest)(nil),       // 43: hydra.backend.v1.SwapQuantRequest
-	(*SwapQuantResponse)(nil),      // 44: hydra.backend.v1.SwapQuantResponse
-	(*DataPlaneRequest)(nil),       // 45: hydra.backend.v1.DataPlaneRequest
-	(*DataPlaneResponse)(nil),      // 46: hydra.backend.v1.DataPlaneResponse
-	(*ShmTransfer)(nil),            // 47: hydra.backend.v1.ShmTransfer
-	(*StateGetShmRequest)(nil),     // 48: hydra.backend.v1.StateGetShmRequest
-	(*StateGetShmResponse)(nil),    // 49: hydra.backend.v1.StateGetShmResponse
-	(*StatePutShmRequest)(nil),     // 50: hydra.backend.v1.StatePutShmRequest
-	(*TokenList)(nil),              // 51: hydra.backend.v1.TokenList
-	(*EmbedRequest)(nil),           // 52: hydra.backend.v1.EmbedRequest
-	(*Embedding)(nil),              // 53: hydra.backend.v1.Embedding
-	(*EmbedResponse)(nil),          // 54: hydra.backend.v1.EmbedResponse
-	nil,                            // 55: hydra.backend.v1.LoadRequest.OptionsEntry
-	nil,                            // 56: hydra.backend.v1.SamplerParams.LogitBiasEntry
+	(*SpeculativeStats)(nil),       // 6: hydra.backend.v1.SpeculativeStats
+	(*CheckpointStats)(nil),        // 7: hydra.backend.v1.CheckpointStats
+	(*PromptCacheStats)(nil),       // 8: hydra.backend.v1.PromptCacheStats
+	(*SpecialTokens)(nil),          // 9: hydra.backend.v1.SpecialTokens
+	(*LoadRequest)(nil),            // 10: hydra.backend.v1.LoadRequest
+	(*LoadResponse)(nil),           // 11: hydra.backend.v1.LoadResponse
+	(*InfoRequest)(nil),            // 12: hydra.backend.v1.InfoRequest
+	(*InfoResponse)(nil),           // 13: hydra.backend.v1.InfoResponse
+	(*SlotInfo)(nil),               // 14: hydra.backend.v1.SlotInfo
+	(*SlotRequest)(nil),            // 15: hydra.backend.v1.SlotRequest
+	(*SlotResponse)(nil),           // 16: hydra.backend.v1.SlotResponse
+	(*ClearSlotRequest)(nil),       // 17: hydra.backend.v1.ClearSlotRequest
+	(*ClearSlotResponse)(nil),      // 18: hydra.backend.v1.ClearSlotResponse
+	(*Message)(nil),                // 19: hydra.backend.v1.Message
+	(*ToolCall)(nil),               // 20: hydra.backend.v1.ToolCall
+	(*PrefillRequest)(nil),         // 21: hydra.backend.v1.PrefillRequest
+	(*TokenizeOptions)(nil),        // 22: hydra.backend.v1.TokenizeOptions
+	(*PrefillResponse)(nil),        // 23: hydra.backend.v1.PrefillResponse
+	(*TokenizeResponse)(nil),       // 24: hydra.backend.v1.TokenizeResponse
+	(*SamplerParams)(nil),          // 25: hydra.backend.v1.SamplerParams
+	(*DecodeRequest)(nil),          // 26: hydra.backend.v1.DecodeRequest
+	(*SpeculativeParams)(nil),      // 27: hydra.backend.v1.SpeculativeParams
+	(*Output)(nil),                 // 28: hydra.backend.v1.Output
+	(*ReasoningBudget)(nil),        // 29: hydra.backend.v1.ReasoningBudget
+	(*ChatDelta)(nil),              // 30: hydra.backend.v1.ChatDelta
+	(*ChatReply)(nil),              // 31: hydra.backend.v1.ChatReply
+	(*TokenProb)(nil),              // 32: hydra.backend.v1.TokenProb
+	(*Token)(nil),                  // 33: hydra.backend.v1.Token
+	(*DecodeResult)(nil),           // 34: hydra.backend.v1.DecodeResult
+	(*PromptResult)(nil),           // 35: hydra.backend.v1.PromptResult
+	(*DecodeResponse)(nil),         // 36: hydra.backend.v1.DecodeResponse
+	(*StateGetRequest)(nil),        // 37: hydra.backend.v1.StateGetRequest
+	(*StateGetResponse)(nil),       // 38: hydra.backend.v1.StateGetResponse
+	(*StatePutHeader)(nil),         // 39: hydra.backend.v1.StatePutHeader
+	(*StatePutRequest)(nil),        // 40: hydra.backend.v1.StatePutRequest
+	(*StatePutResponse)(nil),       // 41: hydra.backend.v1.StatePutResponse
+	(*SetExpertModeRequest)(nil),   // 42: hydra.backend.v1.SetExpertModeRequest
+	(*SetExpertModeResponse)(nil),  // 43: hydra.backend.v1.SetExpertModeResponse
+	(*SwapQuantRequest)(nil),       // 44: hydra.backend.v1.SwapQuantRequest
+	(*SwapQuantResponse)(nil),      // 45: hydra.backend.v1.SwapQuantResponse
+	(*DataPlaneRequest)(nil),       // 46: hydra.backend.v1.DataPlaneRequest
+	(*DataPlaneResponse)(nil),      // 47: hydra.backend.v1.DataPlaneResponse
+	(*ShmTransfer)(nil),            // 48: hydra.backend.v1.ShmTransfer
+	(*StateGetShmRequest)(nil),     // 49: hydra.backend.v1.StateGetShmRequest
+	(*StateGetShmResponse)(nil),    // 50: hydra.backend.v1.StateGetShmResponse
+	(*StatePutShmRequest)(nil),     // 51: hydra.backend.v1.StatePutShmRequest
+	(*TokenList)(nil),              // 52: hydra.backend.v1.TokenList
+	(*EmbedRequest)(nil),           // 53: hydra.backend.v1.EmbedRequest
+	(*Embedding)(nil),              // 54: hydra.backend.v1.Embedding
+	(*EmbedResponse)(nil),          // 55: hydra.backend.v1.EmbedResponse
+	nil,                            // 56: hydra.backend.v1.LoadRequest.OptionsEntry
+	nil,                            // 57: hydra.backend.v1.SamplerParams.LogitBiasEntry
 }
 var file_iface_proto_hydra_backend_v1_backend_proto_depIdxs = []int32{
 	0,  // 0: hydra.backend.v1.SlotCheckpointResponse.checkpoint:type_name -> hydra.backend.v1.Checkpoint
 	0,  // 1: hydra.backend.v1.PutCheckpointRequest.checkpoint:type_name -> hydra.backend.v1.Checkpoint
 	4,  // 2: hydra.backend.v1.BackendInfo.model:type_name -> hydra.backend.v1.ModelIdentity
-	7,  // 3: hydra.backend.v1.BackendInfo.prompt_cache:type_name -> hydra.backend.v1.PromptCacheStats
-	8,  // 4: hydra.backend.v1.BackendInfo.special:type_name -> hydra.backend.v1.SpecialTokens
-	6,  // 5: hydra.backend.v1.BackendInfo.checkpoints:type_name -> hydra.backend.v1.CheckpointStats
-	55, // 6: hydra.backend.v1.LoadRequest.options:type_name -> hydra.backend.v1.LoadRequest.OptionsEntry
-	5,  // 7: hydra.backend.v1.LoadResponse.info:type_name -> hydra.backend.v1.BackendInfo
-	5,  // 8: hydra.backend.v1.InfoResponse.info:type_name -> hydra.backend.v1.BackendInfo
-	13, // 9: hydra.backend.v1.SlotResponse.slot:type_name -> hydra.backend.v1.SlotInfo
-	19, // 10: hydra.backend.v1.Message.tool_calls:type_name -> hydra.backend.v1.ToolCall
-	18, // 11: hydra.backend.v1.PrefillRequest.messages:type_name -> hydra.backend.v1.Message
-	21, // 12: hydra.backend.v1.PrefillRequest.tokenize:type_name -> hydra.backend.v1.TokenizeOptions
-	13, // 13: hydra.backend.v1.PrefillResponse.slot:type_name -> hydra.backend.v1.SlotInfo
-	56, // 14: hydra.backend.v1.SamplerParams.logit_bias:type_name -> hydra.backend.v1.SamplerParams.LogitBiasEntry
-	24, // 15: hydra.backend.v1.DecodeRequest.sampler:type_name -> hydra.backend.v1.SamplerParams
-	20, // 16: hydra.backend.v1.DecodeRequest.prompt:type_name -> hydra.backend.v1.PrefillRequest
-	27, // 17: hydra.backend.v1.DecodeRequest.output:type_name -> hydra.backend.v1.Output
-	26, // 18: hydra.backend.v1.DecodeRequest.speculative:type_name -> hydra.backend.v1.SpeculativeParams
-	20, // 19: hydra.backend.v1.Output.chat:type_name -> hydra.backend.v1.PrefillRequest
-	28, // 20: hydra.backend.v1.Output.reasoning_budget:type_name -> hydra.backend.v1.ReasoningBudget
-	19, // 21: hydra.backend.v1.ChatReply.tool_calls:type_name -> hydra.backend.v1.ToolCall
-	31, // 22: hydra.backend.v1.Token.top:type_name -> hydra.backend.v1.TokenProb
-	29, // 23: hydra.backend.v1.Token.deltas:type_name -> hydra.backend.v1.ChatDelta
-	34, // 24: hydra.backend.v1.DecodeResult.prompt:type_name -> hydra.backend.v1.PromptResult
-	30, // 25: hydra.backend.v1.DecodeResult.message:type_name -> hydra.backend.v1.ChatReply
-	29, // 26: hydra.backend.v1.DecodeResult.deltas:type_name -> hydra.backend.v1.ChatDelta
-	32, // 27: hydra.backend.v1.DecodeResponse.token:type_name -> hydra.backend.v1.Token
-	33, // 28: hydra.backend.v1.DecodeResponse.result:type_name -> hydra.backend.v1.DecodeResult
-	38, // 29: hydra.backend.v1.StatePutRequest.header:type_name -> hydra.backend.v1.StatePutHeader
-	47, // 30: hydra.backend.v1.StateGetShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
-	47, // 31: hydra.backend.v1.StatePutShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
-	51, // 32: hydra.backend.v1.EmbedRequest.inputs:type_name -> hydra.backend.v1.TokenList
-	53, // 33: hydra.backend.v1.EmbedResponse.embeddings:type_name -> hydra.backend.v1.Embedding
-	9,  // 34: hydra.backend.v1.Backend.Load:input_type -> hydra.backend.v1.LoadRequest
-	11, // 35: hydra.backend.v1.Backend.Info:input_type -> hydra.backend.v1.InfoRequest
-	14, // 36: hydra.backend.v1.Backend.Slot:input_type -> hydra.backend.v1.SlotRequest
-	16, // 37: hydra.backend.v1.Backend.ClearSlot:input_type -> hydra.backend.v1.ClearSlotRequest
-	20, // 38: hydra.backend.v1.Backend.Prefill:input_type -> hydra.backend.v1.PrefillRequest
-	20, // 39: hydra.backend.v1.Backend.Tokenize:input_type -> hydra.backend.v1.PrefillRequest
-	25, // 40: hydra.backend.v1.Backend.Decode:input_type -> hydra.backend.v1.DecodeRequest
-	36, // 41: hydra.backend.v1.Backend.StateGet:input_type -> hydra.backend.v1.StateGetRequest
-	39, // 42: hydra.backend.v1.Backend.StatePut:input_type -> hydra.backend.v1.StatePutRequest
-	45, // 43: hydra.backend.v1.Backend.DataPlane:input_type -> hydra.backend.v1.DataPlaneRequest
-	48, // 44: hydra.backend.v1.Backend.StateGetShm:input_type -> hydra.backend.v1.StateGetShmRequest
-	50, // 45: hydra.backend.v1.Backend.StatePutShm:input_type -> hydra.backend.v1.StatePutShmRequest
-	41, // 46: hydra.backend.v1.Backend.SetExpertMode:input_type -> hydra.backend.v1.SetExpertModeRequest
-	43, // 47: hydra.backend.v1.Backend.SwapQuant:input_type -> hydra.backend.v1.SwapQuantRequest
-	52, // 48: hydra.backend.v1.Backend.Embed:input_type -> hydra.backend.v1.EmbedRequest
-	14, // 49: hydra.backend.v1.Backend.SlotCheckpoint:input_type -> hydra.backend.v1.SlotRequest
-	2,  // 50: hydra.backend.v1.Backend.PutCheckpoint:input_type -> hydra.backend.v1.PutCheckpointRequest
-	10, // 51: hydra.backend.v1.Backend.Load:output_type -> hydra.backend.v1.LoadResponse
-	12, // 52: hydra.backend.v1.Backend.Info:output_type -> hydra.backend.v1.InfoResponse
-	15, // 53: hydra.backend.v1.Backend.Slot:output_type -> hydra.backend.v1.SlotResponse
-	17, // 54: hydra.backend.v1.Backend.ClearSlot:output_type -> hydra.backend.v1.ClearSlotResponse
-	22, // 55: hydra.backend.v1.Backend.Prefill:output_type -> hydra.backend.v1.PrefillResponse
-	23, // 56: hydra.backend.v1.Backend.Tokenize:output_type -> hydra.backend.v1.TokenizeResponse
-	35, // 57: hydra.backend.v1.Backend.Decode:output_type -> hydra.backend.v1.DecodeResponse
-	37, // 58: hydra.backend.v1.Backend.StateGet:output_type -> hydra.backend.v1.StateGetResponse
-	40, // 59: hydra.backend.v1.Backend.StatePut:output_type -> hydra.backend.v1.StatePutResponse
-	46, // 60: hydra.backend.v1.Backend.DataPlane:output_type -> hydra.backend.v1.DataPlaneResponse
-	49, // 61: hydra.backend.v1.Backend.StateGetShm:output_type -> hydra.backend.v1.StateGetShmResponse
-	40, // 62: hydra.backend.v1.Backend.StatePutShm:output_type -> hydra.backend.v1.StatePutResponse
-	42, // 63: hydra.backend.v1.Backend.SetExpertMode:output_type -> hydra.backend.v1.SetExpertModeResponse
-	44, // 64: hydra.backend.v1.Backend.SwapQuant:output_type -> hydra.backend.v1.SwapQuantResponse
-	54, // 65: hydra.backend.v1.Backend.Embed:output_type -> hydra.backend.v1.EmbedResponse
-	1,  // 66: hydra.backend.v1.Backend.SlotCheckpoint:output_type -> hydra.backend.v1.SlotCheckpointResponse
-	3,  // 67: hydra.backend.v1.Backend.PutCheckpoint:output_type -> hydra.backend.v1.PutCheckpointResponse
-	51, // [51:68] is the sub-list for method output_type
-	34, // [34:51] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	8,  // 3: hydra.backend.v1.BackendInfo.prompt_cache:type_name -> hydra.backend.v1.PromptCacheStats
+	9,  // 4: hydra.backend.v1.BackendInfo.special:type_name -> hydra.backend.v1.SpecialTokens
+	7,  // 5: hydra.backend.v1.BackendInfo.checkpoints:type_name -> hydra.backend.v1.CheckpointStats
+	6,  // 6: hydra.backend.v1.BackendInfo.speculative:type_name -> hydra.backend.v1.SpeculativeStats
+	56, // 7: hydra.backend.v1.LoadRequest.options:type_name -> hydra.backend.v1.LoadRequest.OptionsEntry
+	5,  // 8: hydra.backend.v1.LoadResponse.info:type_name -> hydra.backend.v1.BackendInfo
+	5,  // 9: hydra.backend.v1.InfoResponse.info:type_name -> hydra.backend.v1.BackendInfo
+	14, // 10: hydra.backend.v1.SlotResponse.slot:type_name -> hydra.backend.v1.SlotInfo
+	20, // 11: hydra.backend.v1.Message.tool_calls:type_name -> hydra.backend.v1.ToolCall
+	19, // 12: hydra.backend.v1.PrefillRequest.messages:type_name -> hydra.backend.v1.Message
+	22, // 13: hydra.backend.v1.PrefillRequest.tokenize:type_name -> hydra.backend.v1.TokenizeOptions
+	14, // 14: hydra.backend.v1.PrefillResponse.slot:type_name -> hydra.backend.v1.SlotInfo
+	57, // 15: hydra.backend.v1.SamplerParams.logit_bias:type_name -> hydra.backend.v1.SamplerParams.LogitBiasEntry
+	25, // 16: hydra.backend.v1.DecodeRequest.sampler:type_name -> hydra.backend.v1.SamplerParams
+	21, // 17: hydra.backend.v1.DecodeRequest.prompt:type_name -> hydra.backend.v1.PrefillRequest
+	28, // 18: hydra.backend.v1.DecodeRequest.output:type_name -> hydra.backend.v1.Output
+	27, // 19: hydra.backend.v1.DecodeRequest.speculative:type_name -> hydra.backend.v1.SpeculativeParams
+	21, // 20: hydra.backend.v1.Output.chat:type_name -> hydra.backend.v1.PrefillRequest
+	29, // 21: hydra.backend.v1.Output.reasoning_budget:type_name -> hydra.backend.v1.ReasoningBudget
+	20, // 22: hydra.backend.v1.ChatReply.tool_calls:type_name -> hydra.backend.v1.ToolCall
+	32, // 23: hydra.backend.v1.Token.top:type_name -> hydra.backend.v1.TokenProb
+	30, // 24: hydra.backend.v1.Token.deltas:type_name -> hydra.backend.v1.ChatDelta
+	35, // 25: hydra.backend.v1.DecodeResult.prompt:type_name -> hydra.backend.v1.PromptResult
+	31, // 26: hydra.backend.v1.DecodeResult.message:type_name -> hydra.backend.v1.ChatReply
+	30, // 27: hydra.backend.v1.DecodeResult.deltas:type_name -> hydra.backend.v1.ChatDelta
+	33, // 28: hydra.backend.v1.DecodeResponse.token:type_name -> hydra.backend.v1.Token
+	34, // 29: hydra.backend.v1.DecodeResponse.result:type_name -> hydra.backend.v1.DecodeResult
+	39, // 30: hydra.backend.v1.StatePutRequest.header:type_name -> hydra.backend.v1.StatePutHeader
+	48, // 31: hydra.backend.v1.StateGetShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
+	48, // 32: hydra.backend.v1.StatePutShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
+	52, // 33: hydra.backend.v1.EmbedRequest.inputs:type_name -> hydra.backend.v1.TokenList
+	54, // 34: hydra.backend.v1.EmbedResponse.embeddings:type_name -> hydra.backend.v1.Embedding
+	10, // 35: hydra.backend.v1.Backend.Load:input_type -> hydra.backend.v1.LoadRequest
+	12, // 36: hydra.backend.v1.Backend.Info:input_type -> hydra.backend.v1.InfoRequest
+	15, // 37: hydra.backend.v1.Backend.Slot:input_type -> hydra.backend.v1.SlotRequest
+	17, // 38: hydra.backend.v1.Backend.ClearSlot:input_type -> hydra.backend.v1.ClearSlotRequest
+	21, // 39: hydra.backend.v1.Backend.Prefill:input_type -> hydra.backend.v1.PrefillRequest
+	21, // 40: hydra.backend.v1.Backend.Tokenize:input_type -> hydra.backend.v1.PrefillRequest
+	26, // 41: hydra.backend.v1.Backend.Decode:input_type -> hydra.backend.v1.DecodeRequest
+	37, // 42: hydra.backend.v1.Backend.StateGet:input_type -> hydra.backend.v1.StateGetRequest
+	40, // 43: hydra.backend.v1.Backend.StatePut:input_type -> hydra.backend.v1.StatePutRequest
+	46, // 44: hydra.backend.v1.Backend.DataPlane:input_type -> hydra.backend.v1.DataPlaneRequest
+	49, // 45: hydra.backend.v1.Backend.StateGetShm:input_type -> hydra.backend.v1.StateGetShmRequest
+	51, // 46: hydra.backend.v1.Backend.StatePutShm:input_type -> hydra.backend.v1.StatePutShmRequest
+	42, // 47: hydra.backend.v1.Backend.SetExpertMode:input_type -> hydra.backend.v1.SetExpertModeRequest
+	44, // 48: hydra.backend.v1.Backend.SwapQuant:input_type -> hydra.backend.v1.SwapQuantRequest
+	53, // 49: hydra.backend.v1.Backend.Embed:input_type -> hydra.backend.v1.EmbedRequest
+	15, // 50: hydra.backend.v1.Backend.SlotCheckpoint:input_type -> hydra.backend.v1.SlotRequest
+	2,  // 51: hydra.backend.v1.Backend.PutCheckpoint:input_type -> hydra.backend.v1.PutCheckpointRequest
+	11, // 52: hydra.backend.v1.Backend.Load:output_type -> hydra.backend.v1.LoadResponse
+	13, // 53: hydra.backend.v1.Backend.Info:output_type -> hydra.backend.v1.InfoResponse
+	16, // 54: hydra.backend.v1.Backend.Slot:output_type -> hydra.backend.v1.SlotResponse
+	18, // 55: hydra.backend.v1.Backend.ClearSlot:output_type -> hydra.backend.v1.ClearSlotResponse
+	23, // 56: hydra.backend.v1.Backend.Prefill:output_type -> hydra.backend.v1.PrefillResponse
+	24, // 57: hydra.backend.v1.Backend.Tokenize:output_type -> hydra.backend.v1.TokenizeResponse
+	36, // 58: hydra.backend.v1.Backend.Decode:output_type -> hydra.backend.v1.DecodeResponse
+	38, // 59: hydra.backend.v1.Backend.StateGet:output_type -> hydra.backend.v1.StateGetResponse
+	41, // 60: hydra.backend.v1.Backend.StatePut:output_type -> hydra.backend.v1.StatePutResponse
+	47, // 61: hydra.backend.v1.Backend.DataPlane:output_type -> hydra.backend.v1.DataPlaneResponse
+	50, // 62: hydra.backend.v1.Backend.StateGetShm:output_type -> hydra.backend.v1.StateGetShmResponse
+	41, // 63: hydra.backend.v1.Backend.StatePutShm:output_type -> hydra.backend.v1.StatePutResponse
+	43, // 64: hydra.backend.v1.Backend.SetExpertMode:output_type -> hydra.backend.v1.SetExpertModeResponse
+	45, // 65: hydra.backend.v1.Backend.SwapQuant:output_type -> hydra.backend.v1.SwapQuantResponse
+	55, // 66: hydra.backend.v1.Backend.Embed:output_type -> hydra.backend.v1.EmbedResponse
+	1,  // 67: hydra.backend.v1.Backend.SlotCheckpoint:output_type -> hydra.backend.v1.SlotCheckpointResponse
+	3,  // 68: hydra.backend.v1.Backend.PutCheckpoint:output_type -> hydra.backend.v1.PutCheckpointResponse
+	52, // [52:69] is the sub-list for method output_type
+	35, // [35:52] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_iface_proto_hydra_backend_v1_backend_proto_init() }
@@ -4539,23 +4647,23 @@ func file_iface_proto_hydra_backend_v1_backend_proto_init() {
 	if File_iface_proto_hydra_backend_v1_backend_proto != nil {
 		return
 	}
-	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[20].OneofWrappers = []any{}
-	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[35].OneofWrappers = []any{
+	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[21].OneofWrappers = []any{}
+	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[36].OneofWrappers = []any{
 		(*DecodeResponse_Token)(nil),
 		(*DecodeResponse_Result)(nil),
 	}
-	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[39].OneofWrappers = []any{
+	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[40].OneofWrappers = []any{
 		(*StatePutRequest_Header)(nil),
 		(*StatePutRequest_Data)(nil),
 	}
-	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[52].OneofWrappers = []any{}
+	file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[53].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_iface_proto_hydra_backend_v1_backend_proto_rawDesc), len(file_iface_proto_hydra_backend_v1_backend_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   57,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,130 @@
+package specrule
+
+import (
+	"slices"
+	"time"
+)
+
+// smoothing is the weight a new measurement gets in a running estimate:
+// steps are noisy (sampling, the host's other work), and the estimate
+// must still follow a change of load within some tens of steps.
+const smoothing = 0.2
+
+// Step is what one decode-only step measured (a step that also evaluated a
+// prompt's chunk says nothing of decoding's cost and is not recorded).
+type Step struct {
+	Tokens int // the batch's tokens: each decoder's pending token and its draft
+	// Depth is the longest draft the plan asked for (the draft model's
+	// sequential steps), Drafting how many decoders drafted.
+	Depth, Drafting int
+	// Draft is the time spent drafting (the draft model or the n-gram
+	// lookups), Save the time saving the rollback states of a target whose
+	// memory cannot be cut back, Verify the time from the batch's start to
+	// its tokens sampled, Replay the time undoing rejected drafts of such a
+	// target (restores and the kept tokens evaluated again) for Rolled
+	// decoders.
+	Draft, Save, Verify, Replay time.Duration
+	Rolled                      int
+}
+
+// costs are the running estimates of what a step costs on this device, in
+// seconds, each measured and none assumed.
+type costs struct {
+	step  table   // a decode-only step by its batch tokens
+	draft table   // the drafting of a step by its depth
+	save  running // saving one decoder's rollback state
+	// replay is undoing one decoder's rejected draft: its restore and its
+	// share of the replay batch.
+	replay running
+}
+
+func (c *costs) observe(s Step) {
+	if s.Tokens > 0 && s.Verify > 0 {
+		c.step.add(s.Tokens, s.Verify.Seconds())
+	}
+	if s.Depth > 0 {
+		c.draft.add(s.Depth, s.Draft.Seconds())
+	}
+	if s.Drafting > 0 && s.Save > 0 {
+		c.save.add(s.Save.Seconds() / float64(s.Drafting))
+	}
+	if s.Rolled > 0 {
+		c.replay.add(s.Replay.Seconds() / float64(s.Rolled))
+	}
+}
+
+// running is one smoothed estimate; zero until measured.
+type running struct {
+	v     float64
+	known bool
+}
+
+func (r *running) add(v float64) {
+	if !r.known {
+		r.v, r.known = v, true
+		return
+	}
+	r.v += smoothing * (v - r.v)
+}
+
+// table is smoothed estimates by a count (batch tokens, draft depth).
+type table struct {
+	keys []int // sorted
+	vals map[int]*running
+}
+
+func (t *table) add(k int, v float64) {
+	if t.vals == nil {
+		t.vals = map[int]*running{}
+	}
+	r, ok := t.vals[k]
+	if !ok {
+		r = &running{}
+		t.vals[k] = r
+		i, _ := slices.BinarySearch(t.keys, k)
+		t.keys = slices.Insert(t.keys, i, k)
+	}
+	r.add(v)
+}
+
+// at is the estimate at exactly k.
+func (t *table) at(k int) (float64, bool) {
+	if r, ok := t.vals[k]; ok {
+		return r.v, true
+	}
+	return 0, false
+}
+
+// stepTime is a step of b tokens: measured, else the nearest count below
+// that was (a decode step reads every weight whatever its few tokens, so
+// its time is flat until compute dominates: the estimate is never worse
+// than the truth, and the step that tries it measures it). ok is false
+// with nothing measured at or below b.
+func (t *table) stepTime(b int) (float64, bool) {
+	i, found := slices.BinarySearch(t.keys, b)
+	if found {
+		return t.vals[b].v, true
+	}
+	if i == 0 {
+		return 0, false
+	}
+	return t.vals[t.keys[i-1]].v, true
+}
+
+// draftTime is the drafting of depth d: measured, or the nearest depth
+// measured scaled by d (each depth is one more step of the draft model);
+// 0 with nothing measured, so that the first drafts measure it.
+func (t *table) draftTime(d int) float64 {
+	if v, ok := t.at(d); ok {
+		return v
+	}
+	if len(t.keys) == 0 {
+		return 0
+	}
+	i, _ := slices.BinarySearch(t.keys, d)
+	near := t.keys[min(i, len(t.keys)-1)]
+	if i > 0 && (i == len(t.keys) || d-t.keys[i-1] < t.keys[i]-d) {
+		near = t.keys[i-1]
+	}
+	return t.vals[near].v * float64(d) / float64(near)
+}

@@ -1,0 +1,250 @@
+// Package specrule decides how many draft tokens each decoding slot puts
+// into a step of speculative decoding. It drafts only where, by what steps
+// measurably cost on this device and how often each slot's drafts are
+// accepted, a step with drafts brings more tokens a second than one
+// without; where none does it stops, and probes now and then so that a
+// change (a predictable text, a lighter load) brings drafting back.
+package specrule
+
+import (
+	"cmp"
+	"math"
+	"slices"
+	"sync"
+)
+
+// Bounds are the load options' limits.
+type Bounds struct {
+	NMax, NMin int // draft_max, draft_min (llama-server's --spec-draft-n-max, -n-min)
+	// BatchMax is the most draft tokens and pending tokens one step's
+	// decoders verify in all (draft_batch_max).
+	BatchMax int
+}
+
+// Decoder is one decoding slot's part in a step's plan.
+type Decoder struct {
+	Acc *Acceptance
+	// Max is the most it may draft this step: its request's n_max and its
+	// room (cells, its caller's buffer, n_predict); 0: none.
+	Max int
+	Min int // its request's n_min; 0: the load's draft_min
+}
+
+// margin is how much more a step with drafts must bring than one without
+// to be chosen: the estimates are noisy, and a draft that gains nothing
+// measurable is not worth its risk of costing.
+const margin = 1.03
+
+// probeFirst and probeLast bound how many steps pass without drafts before
+// a probe drafts one step: the wait doubles while probes confirm that
+// drafting does not pay, so that a poor draft costs well under 1 % of
+// steps, and starts over once drafting pays again.
+const (
+	probeFirst = 16
+	probeLast  = 512
+)
+
+// Planner is the rule of one engine: its bounds, the costs it measured and
+// the state of its probing.
+type Planner struct {
+	b Bounds
+	// always drafts each decoder's most (llama-server's rule), measuring
+	// nothing.
+	always bool
+	// rollback is set for a target whose memory cannot be cut back: each
+	// drafting decoder saves its state first, and each rejected draft costs
+	// a restore and a replay.
+	rollback bool
+	costs    costs
+	pooled   Acceptance // every slot's verifications: a new sequence's prior
+	idle     int        // steps without drafts since the last that drafted
+	wait     int        // steps the next probe waits
+	items    []item     // scratch
+	mu       sync.Mutex // st: read by Status from any goroutine
+	st       Status
+}
+
+// Status is the rule's last decision, for operators (/metrics, the log).
+type Status struct {
+	// Drafting is whether the last decision (not a probe) drafted.
+	Drafting bool
+	// PlainRate and DraftRate are the estimated tokens a second of that
+	// step without drafts and with the best plan; 0: not known yet.
+	PlainRate, DraftRate float64
+	// Stops counts the decisions that stopped drafting, Probes the steps
+	// drafted to measure while stopped.
+	Stops, Probes uint64
+}
+
+// New makes the rule of an engine.
+func New(b Bounds, always, rollback bool) *Planner {
+	return &Planner{b: b, always: always, rollback: rollback, wait: probeFirst}
+}
+
+// Status is the rule's last decision.
+func (p *Planner) Status() Status {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.st
+}
+
+// Always says whether the rule drafts each decoder's most, measuring
+// nothing.
+func (p *Planner) Always() bool { return p.always }
+
+// Record adds a decoder's verification of n draft tokens of which m were
+// accepted to its acceptance and to the engine's.
+func (p *Planner) Record(a *Acceptance, n, m int) {
+	a.Record(n, m)
+	p.pooled.Record(n, m)
+}
+
+// Observe adds a decode-only step's measurements.
+func (p *Planner) Observe(s Step) {
+	if !p.always {
+		p.costs.observe(s)
+	}
+}
+
+// Decision says what Plan decided.
+type Decision struct {
+	Probe   bool // the plan drafts to measure, though drafting does not pay
+	Changed bool // drafting stopped or started with this decision
+}
+
+// Plan sets lens[i] to the draft tokens decoder ds[i] drafts this step.
+func (p *Planner) Plan(ds []Decoder, lens []int) Decision {
+	caps := p.caps(ds, lens)
+	if p.always {
+		copy(lens, caps)
+		return Decision{}
+	}
+	clear(lens)
+	plain, ok := p.costs.step.at(len(ds))
+	if !ok || plain <= 0 {
+		return Decision{} // a plain step of this width is measured first
+	}
+	m, rate := p.best(ds, caps, plain)
+	if m == 0 {
+		return Decision{} // no decoder may draft: nothing to decide
+	}
+	plainRate := float64(len(ds)) / plain
+	drafting := rate > plainRate*margin
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	d := Decision{Changed: drafting != p.st.Drafting}
+	p.st.Drafting, p.st.PlainRate, p.st.DraftRate = drafting, plainRate, rate
+	if d.Changed && !drafting {
+		p.st.Stops++
+	}
+	if drafting {
+		p.idle, p.wait = 0, probeFirst
+	} else {
+		if p.idle++; p.idle < p.wait {
+			return d
+		}
+		// A probe: the best plan once, so that its costs and the slots'
+		// acceptance are measured again.
+		p.idle, p.wait = 0, min(2*p.wait, probeLast)
+		p.st.Probes++
+		d.Probe = true
+	}
+	p.apply(ds, m, lens)
+	return d
+}
+
+// caps is each decoder's most: draft_max, its Max and, where the rule does
+// not weigh costs, its equal share of draft_batch_max; 0 where that is
+// under its least. lens is reused.
+func (p *Planner) caps(ds []Decoder, lens []int) []int {
+	share := math.MaxInt
+	if p.always && p.b.BatchMax > 0 && len(ds) > 0 {
+		share = p.b.BatchMax/len(ds) - 1
+	}
+	for i, d := range ds {
+		lens[i] = p.withMin(d, min(p.b.NMax, d.Max, share))
+	}
+	return slices.Clone(lens)
+}
+
+// withMin is k where it reaches the decoder's least draft, else 0.
+func (p *Planner) withMin(d Decoder, k int) int {
+	least := p.b.NMin
+	if d.Min > 0 {
+		least = d.Min
+	}
+	if k < max(least, 1) {
+		return 0
+	}
+	return k
+}
+
+// item is one draft token a plan may add: the j-th of decoder i, worth the
+// probability that it is accepted (it is only if the j − 1 before it are).
+type item struct {
+	i, j  int
+	value float64
+}
+
+// best finds the drafting plan of most tokens a second: the draft tokens
+// ordered by their worth, and of every prefix of that order (each decoder's
+// first j tokens; at most draft_batch_max in all) the one whose expected
+// tokens over its estimated time is highest. It returns the prefix's length
+// (0: no decoder may draft) and its rate.
+func (p *Planner) best(ds []Decoder, caps []int, plain float64) (int, float64) {
+	p.items = p.items[:0]
+	rates := make([]float64, len(ds))
+	prior := p.pooled.Rate(1)
+	for i, d := range ds {
+		rates[i] = d.Acc.Rate(prior)
+		for j := 1; j <= caps[i]; j++ {
+			p.items = append(p.items, item{i: i, j: j, value: math.Pow(rates[i], float64(j))})
+		}
+	}
+	slices.SortFunc(p.items, func(a, b item) int {
+		return cmp.Or(cmp.Compare(b.value, a.value), cmp.Compare(a.j, b.j), cmp.Compare(a.i, b.i))
+	})
+	if p.b.BatchMax > 0 {
+		p.items = p.items[:min(len(p.items), max(p.b.BatchMax-len(ds), 0))]
+	}
+	var (
+		tokens          = float64(len(ds)) // each decoder's pending token's successor
+		depth, drafting int
+		rejected        float64 // the expected decoders whose drafts are partly rejected
+		bestM           int
+		bestRate        float64
+	)
+	k := make([]int, len(ds))
+	for m, it := range p.items {
+		if k[it.i] == 0 {
+			drafting++
+		}
+		k[it.i]++
+		depth = max(depth, k[it.i])
+		tokens += it.value
+		rejected += math.Pow(rates[it.i], float64(it.j-1)) - it.value
+		t, ok := p.costs.step.stepTime(len(ds) + m + 1)
+		if !ok {
+			t = plain
+		}
+		t += p.costs.draft.draftTime(depth)
+		if p.rollback {
+			t += p.costs.save.v*float64(drafting) + p.costs.replay.v*rejected
+		}
+		if rate := tokens / t; rate > bestRate {
+			bestM, bestRate = m+1, rate
+		}
+	}
+	return bestM, bestRate
+}
+
+// apply sets lens to the plan of the first m items.
+func (p *Planner) apply(ds []Decoder, m int, lens []int) {
+	clear(lens)
+	for _, it := range p.items[:m] {
+		lens[it.i]++
+	}
+	for i := range ds {
+		lens[i] = p.withMin(ds[i], lens[i])
+	}
+}

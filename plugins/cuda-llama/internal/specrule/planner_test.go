@@ -1,0 +1,266 @@
+package specrule
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// device is a fake GPU: a step of b tokens, drafting of depth d, and the
+// rollbacks of a hybrid target cost what its functions say.
+type device struct {
+	step     func(b int) time.Duration
+	draft    func(depth int) time.Duration
+	save     time.Duration // per drafting decoder
+	replay   time.Duration // per decoder with a rejected draft
+	rollback bool
+}
+
+// flat is a device on which a step costs the same up to 16 tokens, then
+// grows with them: a memory-bound decode step.
+func flat(b int) time.Duration {
+	return 10*time.Millisecond + time.Duration(max(b-16, 0))*500*time.Microsecond
+}
+
+// linear is a device on which every token costs: a compute-bound step (a
+// CPU, or a MoE whose tokens each read their own experts).
+func linear(b int) time.Duration { return time.Duration(b) * 2 * time.Millisecond }
+
+// run plays steps steps of decoders slots, each of whose draft tokens is
+// accepted with probability accept[slot], and returns the tokens a second
+// and the rule's status. A nil planner decodes without drafts.
+func (dev device) run(t *testing.T, p *Planner, accept []float64, steps int) (float64, Status) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(1, 2))
+	n := len(accept)
+	accs := make([]Acceptance, n)
+	ds := make([]Decoder, n)
+	lens := make([]int, n)
+	var elapsed time.Duration
+	tokens := 0
+	for range steps {
+		for i := range ds {
+			ds[i] = Decoder{Acc: &accs[i], Max: 64}
+		}
+		clear(lens)
+		if p != nil {
+			p.Plan(ds, lens)
+		}
+		s := Step{Tokens: n}
+		for _, k := range lens {
+			if k == 0 {
+				continue
+			}
+			s.Tokens += k
+			s.Depth = max(s.Depth, k)
+			s.Drafting++
+		}
+		if s.Depth > 0 {
+			s.Draft = dev.draft(s.Depth)
+		}
+		s.Verify = dev.step(s.Tokens)
+		if dev.rollback {
+			s.Save = dev.save * time.Duration(s.Drafting)
+		}
+		for i, k := range lens {
+			m := 0
+			for m < k && rng.Float64() < accept[i] {
+				m++
+			}
+			tokens += 1 + m
+			if k > 0 {
+				p.Record(&accs[i], k, m)
+				if m < k && dev.rollback {
+					s.Rolled++
+				}
+			}
+		}
+		s.Replay = dev.replay * time.Duration(s.Rolled)
+		elapsed += s.Draft + s.Save + s.Verify + s.Replay
+		if p != nil {
+			p.Observe(s)
+		}
+	}
+	if p == nil {
+		return float64(tokens) / elapsed.Seconds(), Status{}
+	}
+	return float64(tokens) / elapsed.Seconds(), p.Status()
+}
+
+func draftCost(per time.Duration) func(int) time.Duration {
+	return func(d int) time.Duration { return time.Duration(d) * per }
+}
+
+// TestPlannerNeverSlower: whatever the device and the draft, the rule's
+// throughput is at least 0.97 of decoding without drafts, and where the
+// drafts pay it gains.
+func TestPlannerNeverSlower(t *testing.T) {
+	b := Bounds{NMax: 8, BatchMax: 64}
+	for _, tc := range []struct {
+		name      string
+		dev       device
+		accept    float64
+		slots     []int
+		wantGain  float64 // the least speedup, 0: none asked
+		wantDraft bool    // drafting at the end
+	}{
+		{"poor draft, memory-bound", device{step: flat, draft: draftCost(3 * time.Millisecond)}, 0.2, []int{1, 4, 8, 16}, 0, false},
+		{"close draft, memory-bound, one stream", device{step: flat, draft: draftCost(time.Millisecond)}, 0.9, []int{1}, 1.8, true},
+		{"close draft, compute-bound", device{step: linear, draft: draftCost(time.Millisecond)}, 0.9, []int{1, 4, 16}, 0, false},
+		{"n-gram, memory-bound", device{step: flat, draft: draftCost(0)}, 0.5, []int{1, 4}, 1.2, true},
+		{"hybrid target, poor draft", device{step: flat, draft: draftCost(time.Millisecond), rollback: true,
+			save: 2 * time.Millisecond, replay: 8 * time.Millisecond}, 0.3, []int{1, 4, 16}, 0, false},
+		{"hybrid target, close draft", device{step: flat, draft: draftCost(time.Millisecond), rollback: true,
+			save: time.Millisecond, replay: 4 * time.Millisecond}, 0.95, []int{1}, 1.5, true},
+	} {
+		for _, n := range tc.slots {
+			accept := make([]float64, n)
+			for i := range accept {
+				accept[i] = tc.accept
+			}
+			plain, _ := tc.dev.run(t, nil, accept, 3000)
+			got, st := tc.dev.run(t, New(b, false, tc.dev.rollback), accept, 3000)
+			ratio := got / plain
+			t.Logf("%s, %d slots: %.2f× without drafts (plain %.0f tok/s), drafting %v, %d stops, %d probes",
+				tc.name, n, ratio, plain, st.Drafting, st.Stops, st.Probes)
+			if ratio < 0.97 {
+				t.Errorf("%s, %d slots: %.3f× without drafts", tc.name, n, ratio)
+			}
+			if tc.wantGain > 0 && ratio < tc.wantGain {
+				t.Errorf("%s, %d slots: %.2f×, want at least %.2f×", tc.name, n, ratio, tc.wantGain)
+			}
+			if st.Drafting != tc.wantDraft {
+				t.Errorf("%s, %d slots: drafting %v at the end, want %v", tc.name, n, st.Drafting, tc.wantDraft)
+			}
+		}
+	}
+}
+
+// TestPlannerStops: a draft that paid stops paying (its text turned
+// unpredictable): the rule stops drafting, says so, and probes seldom; once
+// drafts pay again it resumes.
+func TestPlannerStops(t *testing.T) {
+	p := New(Bounds{NMax: 8, BatchMax: 64}, false, false)
+	dev := device{step: flat, draft: draftCost(2 * time.Millisecond)}
+	if _, st := dev.run(t, p, []float64{0.9}, 500); !st.Drafting {
+		t.Fatalf("a close draft does not draft: %+v", st)
+	}
+	_, st := dev.run(t, p, []float64{0.05}, 4000)
+	if st.Drafting || st.Stops == 0 {
+		t.Fatalf("a poor draft still drafts: %+v", st)
+	}
+	if st.Probes == 0 || st.Probes > 4000/probeFirst/2 {
+		t.Errorf("%d probes in 4000 steps", st.Probes)
+	}
+	if st.PlainRate <= st.DraftRate {
+		t.Errorf("stopped with the plain rate %.1f under the drafting one %.1f", st.PlainRate, st.DraftRate)
+	}
+	if _, st = dev.run(t, p, []float64{0.95}, 4000); !st.Drafting {
+		t.Errorf("a close draft again does not resume: %+v", st)
+	}
+}
+
+// TestPlannerPerSlot: of two slots, the one whose drafts are accepted gets
+// the draft tokens.
+func TestPlannerPerSlot(t *testing.T) {
+	p := New(Bounds{NMax: 8, BatchMax: 64}, false, false)
+	good, poor := Acceptance{}, Acceptance{}
+	for range 30 {
+		good.Record(8, 8)
+		poor.Record(8, 0)
+	}
+	p.Observe(Step{Tokens: 2, Verify: 10 * time.Millisecond})
+	p.Observe(Step{Tokens: 3, Verify: 10 * time.Millisecond, Depth: 1, Draft: time.Millisecond})
+	ds := []Decoder{{Acc: &good, Max: 100}, {Acc: &poor, Max: 100}}
+	lens := make([]int, 2)
+	p.Plan(ds, lens)
+	if lens[0] == 0 || lens[1] != 0 {
+		t.Errorf("draft lengths %v: want the accepted slot's only", lens)
+	}
+}
+
+// TestPlannerLimits: draft_max, the decoder's own bound, draft_min and
+// draft_batch_max bound the plan; a width never measured is measured
+// without drafts first.
+func TestPlannerLimits(t *testing.T) {
+	p := New(Bounds{NMax: 6, NMin: 3, BatchMax: 8}, false, false)
+	a := Acceptance{}
+	ds := []Decoder{{Acc: &a, Max: 100}, {Acc: &a, Max: 2}, {Acc: &a, Max: 4, Min: 5}}
+	lens := make([]int, 3)
+	if p.Plan(ds, lens); lens[0]+lens[1]+lens[2] != 0 {
+		t.Fatalf("an unmeasured width drafts %v", lens)
+	}
+	p.Observe(Step{Tokens: 3, Verify: 10 * time.Millisecond})
+	p.Plan(ds, lens)
+	if lens[0] > 6 || lens[1] != 0 || lens[2] != 0 || lens[0]+lens[1]+lens[2]+3 > 8 {
+		t.Errorf("lens %v: draft_max 6, draft_min 3, a request's n_min 5, batch 8", lens)
+	}
+	if lens[0] < 3 {
+		t.Errorf("lens %v: the free decoder drafts nothing", lens)
+	}
+}
+
+// TestPlannerAlways: llama-server's rule drafts each decoder's most, its
+// share of draft_batch_max, whatever it costs.
+func TestPlannerAlways(t *testing.T) {
+	p := New(Bounds{NMax: 8, BatchMax: 16}, true, false)
+	a := Acceptance{}
+	for range 50 {
+		a.Record(8, 0)
+	}
+	for _, tc := range []struct{ decoders, want int }{{1, 8}, {2, 7}, {4, 3}, {8, 1}, {9, 0}} {
+		ds := make([]Decoder, tc.decoders)
+		for i := range ds {
+			ds[i] = Decoder{Acc: &a, Max: 100}
+		}
+		lens := make([]int, tc.decoders)
+		p.Plan(ds, lens)
+		if lens[0] != tc.want {
+			t.Errorf("%d decoders: %d, want %d", tc.decoders, lens[0], tc.want)
+		}
+	}
+}
+
+func TestAcceptance(t *testing.T) {
+	var a Acceptance
+	if a.Rate(0.3) != 0.3 {
+		t.Errorf("no record: %v, want the prior", a.Rate(0.3))
+	}
+	a.Record(4, 2) // 3 compared, 2 accepted
+	if r := a.Rate(1); r < 0.66 || r > 0.67 {
+		t.Errorf("rate %.3f, want 2/3", r)
+	}
+	a.Record(4, 4)
+	a.Record(0, 0)
+	a.Record(3, 9) // more accepted than drafted: counted as all
+	if a.Drafted != 11 || a.Accepted != 9 {
+		t.Errorf("totals %d of %d", a.Accepted, a.Drafted)
+	}
+}
+
+func TestTable(t *testing.T) {
+	var tb table
+	if _, ok := tb.stepTime(4); ok {
+		t.Error("an empty table estimates")
+	}
+	tb.add(4, 1)
+	tb.add(16, 3)
+	tb.add(16, 4) // smoothed: 3.2
+	for _, tc := range []struct {
+		b    int
+		want float64
+		ok   bool
+	}{{2, 0, false}, {4, 1, true}, {10, 1, true}, {16, 3.2, true}, {40, 3.2, true}} {
+		if v, ok := tb.stepTime(tc.b); ok != tc.ok || (ok && (v < tc.want-1e-9 || v > tc.want+1e-9)) {
+			t.Errorf("stepTime(%d) = %v, %v; want %v", tc.b, v, ok, tc.want)
+		}
+	}
+	var dr table
+	if dr.draftTime(3) != 0 {
+		t.Error("an unmeasured draft costs")
+	}
+	dr.add(2, 4)
+	if v := dr.draftTime(4); v != 8 {
+		t.Errorf("draftTime(4) from depth 2's 4: %v, want 8", v)
+	}
+}
