@@ -44,7 +44,8 @@
 # again at SLOTS with -ours-opt AB_OPT, as decode-h200-ab, so that an option
 # is measured beside the default on one machine), DRAFT (empty; a gguf-gen
 # weight type such as q4_0: the model at that type as both servers' draft
-# model, DRAFT_MAX (8) tokens a draft), LONG_P (empty; N: after the
+# model, DRAFT_MAX (8) tokens a draft; PLAIN_TOO=1: then the same run
+# without drafts, the page decode-h200-plain.md), LONG_P (empty; N: after the
 # first run, the prefill of an N-token prompt, one stream in one slot, ours
 # and llama-server, LONG_REPS (2) times), CACHE_P (empty; N: after the first
 # run, the time to first token of a request whose N-token prefix left its one
@@ -178,7 +179,7 @@ bench() {
 }
 
 main() {
-	local gen rc state=()
+	local gen rc state=() draft_args=""
 	step "unpack gpu/decode-gpu.tar.xz"
 	[[ -f gpu/decode-gpu.tar.xz ]] || { echo "no gpu/decode-gpu.tar.xz: run make gpu-pack-decode on a Go machine"; return 1; }
 	rm -rf "$G" && mkdir -p "$G/src" && xz -dc gpu/decode-gpu.tar.xz | tar -x -C "$G" || return 1
@@ -207,7 +208,8 @@ main() {
 		# whose acceptance is high, for ours and llama-server alike.
 		# shellcheck disable=SC2086 # MODEL_ARGS is a list of flags
 		"$G/gguf-gen" -o "$G/draft.gguf" $(sed -E 's/(^| )-f16( |$)/ /; s/(^| )-type [a-z0-9_]+/ /' <<<"$MODEL_ARGS") -type "$DRAFT" || return 1
-		DECODE_ARGS="-draft-model $G/draft.gguf -draft-max ${DRAFT_MAX:-8} ${DECODE_ARGS:-}"
+		draft_args="-draft-model $G/draft.gguf -draft-max ${DRAFT_MAX:-8} "
+		DECODE_ARGS="$draft_args${DECODE_ARGS:-}"
 	fi
 
 	# Beside our plugin and llama-batched, stamped; beside llama-server (it
@@ -233,6 +235,11 @@ main() {
 	if [[ ${MAIN:-1} != 0 ]]; then
 		bench "$SLOTS" decode-h200 -joins "${JOINS:-3}" -prefix-reps "${PREFIX_REPS:-2}" -ceiling-kv "${CEILING_KV:-both}" "${state[@]}"
 		rc=$?
+	fi
+	if [[ -n ${DRAFT:-} && ${PLAIN_TOO:-} == 1 ]]; then
+		# The same systems and streams without drafts, on the same machine:
+		# the baseline a draft's speedup is a ratio to.
+		DECODE_ARGS=${DECODE_ARGS/"$draft_args"/} bench "$SLOTS" decode-h200-plain -joins 0 -prefix-reps 0 || rc=1
 	fi
 	if [[ -n ${CACHE_P:-} ]]; then
 		# Ours alone, one slot, with the prompt cache and without.
@@ -276,7 +283,7 @@ say() { echo "$*"; echo "$*" >>"$LOG"; }
 # last; a page left out goes into the log in full, so its tables come back.
 collect() {
 	local f want=() files=() left=()
-	want=("$W/decode-h200.md" "$W/decode-h200-cache.md" "$W/decode-h200-ckpt.md" "$W/decode-h200-agent.md" "$W/decode-h200-long.md" "$W/decode-h200-ab.md")
+	want=("$W/decode-h200.md" "$W/decode-h200-plain.md" "$W/decode-h200-cache.md" "$W/decode-h200-ckpt.md" "$W/decode-h200-agent.md" "$W/decode-h200-long.md" "$W/decode-h200-ab.md")
 	mapfile -t -O "${#want[@]}" want < <(compgen -G "$W/libcache-part-*" | sort)
 	want+=("$W/decode-h200.json" "$W/decode-h200-cache.json" "$W/decode-h200-ckpt.json" "$W/decode-h200-agent.json" "$W/decode-h200-ab.json" "$W/decode-h200.svg")
 	[[ -n $SLOTS2 ]] && want+=("$W/decode-h200-slots$SLOTS2".{md,json,svg})
