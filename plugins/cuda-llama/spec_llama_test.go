@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -478,4 +479,96 @@ func TestSpecMeasured(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSpecStateWhileDrafting: STATE_GET and STATE_PUT of other slots while a
+// slot of the hybrid target decodes with drafts that are partly rejected
+// (each step's rollback saved, restored and replayed): the transfers take
+// the context between steps, never inside one, so the decoding slot's
+// tokens are those without drafts and each moved state is its source's.
+func TestSpecStateWhileDrafting(t *testing.T) {
+	target := modelFile(t, "tiny-qwen35moe", gguf.TinyQwen35MoE())
+	plain := load(t, target, 3, nil)
+	spec := load(t, target, 3, map[string]string{OptSpecType: "ngram-simple", OptDraftMax: "4", OptDraftRule: DraftRuleAlways})
+	referenceKernels(t, plain)
+	referenceKernels(t, spec)
+	sp := iface.SamplerParams{IgnoreEOS: true}
+	const n = 120
+	prefill(t, plain, 0, prompts[0])
+	want, _ := decode(t, plain, 0, n, sp)
+	prefill(t, spec, 0, prompts[0])
+	prefill(t, spec, 1, prompts[1])
+	start := len(slotInfo(t, spec, 0).Tokens)
+	src := stateOf(t, spec, 1, 1<<20)
+	srcTokens := slotInfo(t, spec, 1).Tokens
+	var mu sync.Mutex
+	steps := 0
+	testDrafts = func(slot int, seq []int32, pending int32, max int) []int32 {
+		mu.Lock()
+		defer mu.Unlock()
+		steps++
+		g := len(seq) - start + 1
+		if slot != 0 || g >= len(want) {
+			return nil
+		}
+		d := slices.Clone(want[g:min(len(want), g+max)])
+		if steps%3 == 0 && len(d) > 1 {
+			d[1] ^= 1 // rejected from its second token: a rollback and a replay
+		}
+		return d
+	}
+	defer func() { testDrafts = nil }()
+
+	stop, done := make(chan struct{}), make(chan error, 1)
+	moves := 0 // made while slot 0 was drafting
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			var w recorder
+			if _, err := spec.StateGet(context.Background(), 1, 1<<16, &w); err != nil {
+				done <- fmt.Errorf("StateGet slot 1: %w", err)
+				return
+			}
+			if !bytes.Equal(w.data, src) {
+				done <- fmt.Errorf("slot 1's state changed while slot 0 drafted: %d bytes, was %d", len(w.data), len(src))
+				return
+			}
+			if _, err := spec.StatePut(context.Background(), 2, srcTokens, bytes.NewReader(w.data), int64(len(w.data))); err != nil {
+				done <- fmt.Errorf("StatePut slot 2: %w", err)
+				return
+			}
+			mu.Lock()
+			if steps > 0 {
+				moves++
+			}
+			mu.Unlock()
+		}
+	}()
+	before, beforeAcc := specRate(spec)
+	got, _ := decode(t, spec, 0, n, sp)
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if moves == 0 {
+		t.Error("no state moved while slot 0 drafted")
+	}
+	sameGreedy(t, spec, 0, slotInfo(t, spec, 0).Tokens[:start], got, want, sp)
+	drafted, accepted := specRate(spec)
+	if drafted == before || accepted-beforeAcc == drafted-before {
+		t.Errorf("want drafts accepted and rejected: %d of %d", accepted-beforeAcc, drafted-before)
+	}
+	// The state moved last decodes as its source does.
+	if _, err := plain.StatePut(context.Background(), 1, srcTokens, bytes.NewReader(src), int64(len(src))); err != nil {
+		t.Fatal(err)
+	}
+	want2, _ := decode(t, plain, 1, 24, sp)
+	got2, _ := decode(t, spec, 2, 24, sp)
+	sameGreedy(t, spec, 2, srcTokens, got2, want2, sp)
+	t.Logf("%d moves beside the decode; %d of %d draft tokens accepted", moves, accepted-beforeAcc, drafted-before)
 }
