@@ -191,30 +191,32 @@ func (s *scheduler) step() bool {
 	return true
 }
 
-// stepClock is what a step's parts took: the drafting (spec.go), the
-// rollbacks' saves and the replays of rejected drafts, and the shape of the
-// drafts.
+// stepClock is what a step's parts took: the drafting (spec.go) and the
+// draft model's catch-up within it, the rollbacks' saves and the replays of
+// rejected drafts, and the shape of the drafts.
 type stepClock struct {
-	draft, save, replay time.Duration
-	verifyStart         time.Time // llama_decode called
-	depth, drafting     int
-	rolled              int
+	draft, catchUp, save, replay time.Duration
+	verifyStart                  time.Time // llama_decode called
+	depth, drafting              int
+	catchUpTokens, rolled        int
 }
 
-// observe gives the speculative rule a decode-only step's times: the batch
-// from its llama_decode to its tokens sampled, without the replays, which
-// it counts apart.
+// observe gives the speculative rule a step's times: the batch from its
+// llama_decode to its tokens sampled, without the replays, which it counts
+// apart; only a decode-only step's say what decoding costs.
 func (s *scheduler) observe(entries []entry) {
 	sp := s.e.spec
-	if sp == nil || slices.ContainsFunc(entries, func(en entry) bool { return en.prompt }) {
+	if sp == nil {
 		return
 	}
 	c, n := s.clock, 0
 	for _, en := range entries {
 		n += en.n
 	}
-	sp.rule.Observe(specrule.Step{Tokens: n, Depth: c.depth, Drafting: c.drafting, Draft: c.draft, Save: c.save,
-		Verify: time.Since(c.verifyStart) - c.replay, Replay: c.replay, Rolled: c.rolled})
+	decodeOnly := !slices.ContainsFunc(entries, func(en entry) bool { return en.prompt })
+	sp.rule.Observe(specrule.Step{Tokens: n, Depth: c.depth, Drafting: c.drafting, Draft: c.draft, CatchUp: c.catchUp,
+		CatchUpTokens: c.catchUpTokens, Save: c.save, Verify: time.Since(c.verifyStart) - c.replay, Replay: c.replay,
+		Rolled: c.rolled}, decodeOnly)
 }
 
 // trace logs a step at trace level: what it evaluated, the time until

@@ -143,6 +143,9 @@ int hydra_spec_eval(hydra_spec * s, const llama_token * toks, const llama_pos * 
             return r;
         }
     }
+    // Done here rather than inside the first draft step, so that the
+    // speculative rule times the catch-up apart from the drafting.
+    llama_synchronize(s->ctx);
     return 0;
 }
 

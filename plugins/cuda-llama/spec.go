@@ -131,7 +131,22 @@ func (s *scheduler) specBound(j *job, batchRoom int) specrule.Decoder {
 	if reqMax > 0 {
 		room = min(room, reqMax)
 	}
-	return specrule.Decoder{Acc: &sp.acc[j.slot], Max: max(room, 0), Min: reqMin}
+	return specrule.Decoder{Acc: &sp.acc[j.slot], Max: max(room, 0), Min: reqMin, Behind: sp.behind(j.slot, j.s.seq())}
+}
+
+// behind is how many of seq's tokens the draft model would evaluate before
+// drafting for slot i: those after the prefix it holds. That the prefix
+// still is seq's is judged by its last token (planDrafts checks it whole
+// when it drafts), so that a long sequence costs no scan a step.
+func (sp *speculator) behind(i int, seq []int32) int {
+	if sp.dft == nil {
+		return 0 // n-gram lookups read the slot's tokens directly
+	}
+	h := sp.held[i]
+	if n := len(h); n == 0 || n > len(seq) || h[n-1] != seq[n-1] {
+		return len(seq)
+	}
+	return len(seq) - len(h)
 }
 
 // draftStep drafts for the step's decoders and stores each draft in its
@@ -279,7 +294,10 @@ func (s *scheduler) planDrafts(decoders []*job, lens []int) {
 		return
 	}
 	if len(sp.toks) > 0 {
-		if r := C.hydra_spec_eval(sp.c, &sp.toks[0], &sp.pos[0], &sp.seqs[0], C.int32_t(len(sp.toks))); r != 0 {
+		start := time.Now()
+		r := C.hydra_spec_eval(sp.c, &sp.toks[0], &sp.pos[0], &sp.seqs[0], C.int32_t(len(sp.toks)))
+		s.clock.catchUp, s.clock.catchUpTokens = time.Since(start), len(sp.toks)
+		if r != 0 {
 			s.e.log.Warn("the draft model could not evaluate the slots' tokens: no drafts this step", "code", int(r))
 			sp.dropAll()
 			return

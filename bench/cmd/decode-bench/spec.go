@@ -40,8 +40,14 @@ func specLlamaServer(o options) []string {
 	if o.draftModel != "" {
 		a = append(a, "-md", o.draftModel, "-ngld", strconv.Itoa(llamaServerLayers(o.ngl)))
 	}
-	if o.specType != "" {
+	switch {
+	case o.specType != "":
 		a = append(a, "--spec-type", o.specType)
+	case o.draftModel != "":
+		// At the pinned tree llama-server loads -md but drafts only with a
+		// --spec-type naming it ("no implementations specified"); ours
+		// takes draft-simple for a draft model unasked.
+		a = append(a, "--spec-type", "draft-simple")
 	}
 	if !o.speculating() {
 		return a

@@ -20,7 +20,7 @@ func TestSpecArgs(t *testing.T) {
 	}
 	a := llamaServerArgs(o, 1)
 	line := strings.Join(a, " ")
-	if !strings.Contains(line, "-md "+d+" -ngld 999 --spec-draft-n-max 8 --spec-draft-p-min 0.6") || a[len(a)-1] != "m" {
+	if !strings.Contains(line, "-md "+d+" -ngld 999 --spec-type draft-simple --spec-draft-n-max 8 --spec-draft-p-min 0.6") || a[len(a)-1] != "m" {
 		t.Errorf("llama-server: %s", line)
 	}
 	base, err := parseFlags([]string{"-model", "m.gguf"}, io.Discard)

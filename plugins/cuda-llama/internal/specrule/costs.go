@@ -18,21 +18,24 @@ type Step struct {
 	// sequential steps), Drafting how many decoders drafted.
 	Depth, Drafting int
 	// Draft is the time spent drafting (the draft model or the n-gram
-	// lookups), Save the time saving the rollback states of a target whose
+	// lookups), CatchUp the part of it the draft model spent evaluating
+	// CatchUpTokens of the slots' tokens it had not seen, Save the time saving the rollback states of a target whose
 	// memory cannot be cut back, Verify the time from the batch's start to
 	// its tokens sampled, Replay the time undoing rejected drafts of such a
 	// target (restores and the kept tokens evaluated again) for Rolled
 	// decoders.
-	Draft, Save, Verify, Replay time.Duration
-	Rolled                      int
+	Draft, CatchUp, Save, Verify, Replay time.Duration
+	CatchUpTokens, Rolled                int
 }
 
 // costs are the running estimates of what a step costs on this device, in
 // seconds, each measured and none assumed.
 type costs struct {
-	step  table   // a decode-only step by its batch tokens
-	draft table   // the drafting of a step by its depth
-	save  running // saving one decoder's rollback state
+	step  table // a decode-only step by its batch tokens
+	draft table // the drafting of a step by its depth, its catch-up apart
+	// catchUp is the draft model's evaluation of one token it had not seen.
+	catchUp running
+	save    running // saving one decoder's rollback state
 	// replay is undoing one decoder's rejected draft: its restore and its
 	// share of the replay batch.
 	replay running
@@ -43,7 +46,10 @@ func (c *costs) observe(s Step) {
 		c.step.add(s.Tokens, s.Verify.Seconds())
 	}
 	if s.Depth > 0 {
-		c.draft.add(s.Depth, s.Draft.Seconds())
+		c.draft.add(s.Depth, (s.Draft - s.CatchUp).Seconds())
+	}
+	if s.CatchUpTokens > 0 {
+		c.catchUp.add(s.CatchUp.Seconds() / float64(s.CatchUpTokens))
 	}
 	if s.Drafting > 0 && s.Save > 0 {
 		c.save.add(s.Save.Seconds() / float64(s.Drafting))
@@ -95,11 +101,12 @@ func (t *table) at(k int) (float64, bool) {
 	return 0, false
 }
 
-// stepTime is a step of b tokens: measured, else the nearest count below
-// that was (a decode step reads every weight whatever its few tokens, so
+// stepTime is a step of b tokens: measured, or interpolated between the
+// nearest counts measured on either side; above the largest measured, that
+// one's time (a decode step reads every weight whatever its few tokens, so
 // its time is flat until compute dominates: the estimate is never worse
-// than the truth, and the step that tries it measures it). ok is false
-// with nothing measured at or below b.
+// than the truth there, and the step that tries it measures it). ok is
+// false with nothing measured at or below b.
 func (t *table) stepTime(b int) (float64, bool) {
 	i, found := slices.BinarySearch(t.keys, b)
 	if found {
@@ -108,7 +115,13 @@ func (t *table) stepTime(b int) (float64, bool) {
 	if i == 0 {
 		return 0, false
 	}
-	return t.vals[t.keys[i-1]].v, true
+	lo := t.keys[i-1]
+	if i == len(t.keys) {
+		return t.vals[lo].v, true
+	}
+	hi := t.keys[i]
+	vl, vh := t.vals[lo].v, t.vals[hi].v
+	return vl + (vh-vl)*float64(b-lo)/float64(hi-lo), true
 }
 
 // draftTime is the drafting of depth d: measured, or the nearest depth

@@ -28,6 +28,10 @@ type Decoder struct {
 	// room (cells, its caller's buffer, n_predict); 0: none.
 	Max int
 	Min int // its request's n_min; 0: the load's draft_min
+	// Behind is the tokens of its sequence the draft model has not
+	// evaluated: before drafting it evaluates them (a slot that did not
+	// draft for a while, or took a new prompt, is far behind).
+	Behind int
 }
 
 // margin is how much more a step with drafts must bring than one without
@@ -35,14 +39,24 @@ type Decoder struct {
 // measurable is not worth its risk of costing.
 const margin = 1.03
 
-// probeFirst and probeLast bound how many steps pass without drafts before
-// a probe drafts one step: the wait doubles while probes confirm that
-// drafting does not pay, so that a poor draft costs well under 1 % of
-// steps, and starts over once drafting pays again.
+// A probe drafts one step while drafting does not pay, so that its costs
+// and the slots' acceptance are measured again. It comes once the time
+// decoded since the last one is probeFirst times what the probe is
+// expected to cost (the step with the plan's drafts, less the plain
+// step), the factor doubling up to probeLast while probes confirm that
+// drafting does not pay: probes cost about 3 %, then 0.1 %, of the time
+// however costly a probe is (a draft model far behind a long sequence
+// evaluates all of it first).
 const (
-	probeFirst = 16
-	probeLast  = 512
+	probeFirst = 32
+	probeLast  = 1024
 )
+
+// amortize is the steps over which a plan's catch-up (the draft model
+// evaluating what it has not seen of a slot's sequence) is counted: it is
+// paid once, and the steps after it draft without it, so a new prompt does
+// not stop drafts that pay.
+const amortize = 16
 
 // Planner is the rule of one engine: its bounds, the costs it measured and
 // the state of its probing.
@@ -57,11 +71,13 @@ type Planner struct {
 	rollback bool
 	costs    costs
 	pooled   Acceptance // every slot's verifications: a new sequence's prior
-	idle     int        // steps without drafts since the last that drafted
-	wait     int        // steps the next probe waits
-	items    []item     // scratch
-	mu       sync.Mutex // st: read by Status from any goroutine
-	st       Status
+	// spent is the time decoded since the last step that drafted, factor
+	// the multiple of a probe's cost the next probe waits for.
+	spent  float64
+	factor float64
+	items  []item     // scratch
+	mu     sync.Mutex // st: read by Status from any goroutine
+	st     Status
 }
 
 // Status is the rule's last decision, for operators (/metrics, the log).
@@ -78,7 +94,7 @@ type Status struct {
 
 // New makes the rule of an engine.
 func New(b Bounds, always, rollback bool) *Planner {
-	return &Planner{b: b, always: always, rollback: rollback, wait: probeFirst}
+	return &Planner{b: b, always: always, rollback: rollback, factor: probeFirst}
 }
 
 // Status is the rule's last decision.
@@ -99,9 +115,18 @@ func (p *Planner) Record(a *Acceptance, n, m int) {
 	p.pooled.Record(n, m)
 }
 
-// Observe adds a decode-only step's measurements.
-func (p *Planner) Observe(s Step) {
-	if !p.always {
+// Observe adds a step's measurements; decodeOnly says that it evaluated no
+// prompt, so that its time tells what decoding costs.
+func (p *Planner) Observe(s Step, decodeOnly bool) {
+	if p.always {
+		return
+	}
+	if s.Depth > 0 {
+		p.spent = 0
+	} else {
+		p.spent += (s.Draft + s.Save + s.Verify + s.Replay).Seconds()
+	}
+	if decodeOnly {
 		p.costs.observe(s)
 	}
 }
@@ -124,7 +149,7 @@ func (p *Planner) Plan(ds []Decoder, lens []int) Decision {
 	if !ok || plain <= 0 {
 		return Decision{} // a plain step of this width is measured first
 	}
-	m, rate := p.best(ds, caps, plain)
+	m, rate, t := p.best(ds, caps, plain)
 	if m == 0 {
 		return Decision{} // no decoder may draft: nothing to decide
 	}
@@ -138,14 +163,12 @@ func (p *Planner) Plan(ds []Decoder, lens []int) Decision {
 		p.st.Stops++
 	}
 	if drafting {
-		p.idle, p.wait = 0, probeFirst
+		p.factor = probeFirst
 	} else {
-		if p.idle++; p.idle < p.wait {
+		if p.spent < p.factor*(t-plain) {
 			return d
 		}
-		// A probe: the best plan once, so that its costs and the slots'
-		// acceptance are measured again.
-		p.idle, p.wait = 0, min(2*p.wait, probeLast)
+		p.factor = min(2*p.factor, probeLast)
 		p.st.Probes++
 		d.Probe = true
 	}
@@ -189,9 +212,11 @@ type item struct {
 // best finds the drafting plan of most tokens a second: the draft tokens
 // ordered by their worth, and of every prefix of that order (each decoder's
 // first j tokens; at most draft_batch_max in all) the one whose expected
-// tokens over its estimated time is highest. It returns the prefix's length
-// (0: no decoder may draft) and its rate.
-func (p *Planner) best(ds []Decoder, caps []int, plain float64) (int, float64) {
+// tokens over its estimated time is highest (its catch-up counted over
+// amortize steps). It returns the prefix's length (0: no decoder may
+// draft), its rate and its time with the whole catch-up, what a probe of it
+// costs.
+func (p *Planner) best(ds []Decoder, caps []int, plain float64) (int, float64, float64) {
 	p.items = p.items[:0]
 	rates := make([]float64, len(ds))
 	prior := p.pooled.Rate(1)
@@ -210,14 +235,16 @@ func (p *Planner) best(ds []Decoder, caps []int, plain float64) (int, float64) {
 	var (
 		tokens          = float64(len(ds)) // each decoder's pending token's successor
 		depth, drafting int
+		behind          int     // the drafting decoders' tokens the draft model evaluates first
 		rejected        float64 // the expected decoders whose drafts are partly rejected
 		bestM           int
-		bestRate        float64
+		bestRate, bestT float64
 	)
 	k := make([]int, len(ds))
 	for m, it := range p.items {
 		if k[it.i] == 0 {
 			drafting++
+			behind += ds[it.i].Behind
 		}
 		k[it.i]++
 		depth = max(depth, k[it.i])
@@ -231,11 +258,12 @@ func (p *Planner) best(ds []Decoder, caps []int, plain float64) (int, float64) {
 		if p.rollback {
 			t += p.costs.save.v*float64(drafting) + p.costs.replay.v*rejected
 		}
-		if rate := tokens / t; rate > bestRate {
-			bestM, bestRate = m+1, rate
+		catchUp := p.costs.catchUp.v * float64(behind)
+		if rate := tokens / (t + catchUp/amortize); rate > bestRate {
+			bestM, bestRate, bestT = m+1, rate, t+catchUp
 		}
 	}
-	return bestM, bestRate
+	return bestM, bestRate, bestT
 }
 
 // apply sets lens to the plan of the first m items.
