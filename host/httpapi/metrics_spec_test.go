@@ -34,7 +34,7 @@ func TestSpecSeen(t *testing.T) {
 	_, h := serve(t, &specBackend{Backend: m, stats: st}, info, nil)
 	text := scrape(t, h)
 	for series, want := range map[string]float64{
-		`hydra_engine_spec_drafting{rule="measured"}`:       0,
+		`hydra_engine_spec_drafting{rule="measured"}`:        0,
 		"hydra_engine_spec_expected_plain_tokens_per_second": 465,
 		"hydra_engine_spec_expected_draft_tokens_per_second": 300,
 		"hydra_engine_spec_stops_total":                      2,
