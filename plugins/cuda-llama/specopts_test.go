@@ -51,3 +51,19 @@ func TestRequestBounds(t *testing.T) {
 		t.Errorf("nil: %d %d %v", m, n, off)
 	}
 }
+
+func TestDraftRuleOption(t *testing.T) {
+	for _, tc := range []struct{ v, want string }{{"", DraftRuleMeasured}, {"measured", DraftRuleMeasured}, {"always", DraftRuleAlways}} {
+		opts := map[string]string{OptDraftModel: "d.gguf"}
+		if tc.v != "" {
+			opts[OptDraftRule] = tc.v
+		}
+		o, err := parseOptions(opts)
+		if err != nil || o.draftRule() != tc.want || o.draftAlways != (tc.want == DraftRuleAlways) {
+			t.Errorf("%q: %q, %v", tc.v, o.draftRule(), err)
+		}
+	}
+	if _, err := parseOptions(map[string]string{OptDraftModel: "d.gguf", OptDraftRule: "often"}); !errors.Is(err, iface.ErrBadRequest) {
+		t.Errorf("draft_rule=often: %v", err)
+	}
+}
