@@ -115,8 +115,8 @@ func newSpeculator(lc *lctx, opts options, nSlots int, nGPU int, rollback bool) 
 
 // specBound is decoder j's part in the step's plan: its acceptance, the
 // most it may draft (its request's n_max; its caller's buffer, n_predict
-// and the cells, less the token it samples) and its request's n_min; nil
-// where it drafts nothing.
+// and the cells, less the token it samples; 0 where it drafts nothing),
+// its request's n_min and how far the draft model is behind its sequence.
 func (s *scheduler) specBound(j *job, batchRoom int) specrule.Decoder {
 	sp, d := s.e.spec, j.decode
 	reqMax, reqMin, off := requestBounds(d.req.Speculative)
