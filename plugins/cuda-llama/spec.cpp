@@ -130,6 +130,10 @@ void hydra_spec_seq_rm(hydra_spec * s, int32_t seq, int32_t p0) {
     llama_memory_seq_rm(llama_get_memory(s->ctx), seq, p0, -1);
 }
 
+llama_context * hydra_spec_ctx(hydra_spec * s) {
+    return s->ctx;
+}
+
 int hydra_spec_eval(hydra_spec * s, const llama_token * toks, const llama_pos * pos, const llama_seq_id * seqs, int32_t n) {
     if (s->ctx == nullptr) {
         return 0;

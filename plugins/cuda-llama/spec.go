@@ -53,6 +53,13 @@ type speculator struct {
 	pMin     float32 // draft_p_min
 	dft      *model  // nil: n-gram types only, no draft context
 	ngram    bool    // an n-gram type reads each slot's tokens
+	// dctx is the draft model's context where its memory cannot be cut
+	// back (a hybrid or recurrent draft model), nil otherwise: each
+	// drafting slot's state is saved before its draft (drafts) and
+	// restored after, so that the draft context holds the slot's tokens
+	// alone and evaluates the accepted ones at the next draft.
+	dctx   *lctx
+	drafts [][]byte
 	draftMax int     // draft_max: a draft's stride in outs
 	rule     *specrule.Planner
 	held     [][]int32             // per slot: the tokens the draft context holds, positions 0..
@@ -81,13 +88,6 @@ func newSpeculator(lc *lctx, opts options, nSlots int, nGPU int, rollback bool) 
 		if dft, err = loadModel(path, modelParams{nGPULayers: nGPU, mmap: opts.mmap}); err != nil {
 			return nil, fmt.Errorf("%w: %s: %w", iface.ErrBadRequest, OptDraftModel, err)
 		}
-		if dft.recurrentState() {
-			c := dft.composite()
-			dft.free()
-			return nil, fmt.Errorf("%w: %s: a draft model whose state cannot be cut back (%s) is not supported: "+
-				"a draft with a plain or sliding-window cache, or n-gram drafts (%s), serve any target, hybrid ones too",
-				iface.ErrBadRequest, OptDraftModel, c, OptSpecType)
-		}
 		dm = dft.m
 	}
 	r := opts.specBounds
@@ -108,9 +108,14 @@ func newSpeculator(lc *lctx, opts options, nSlots int, nGPU int, rollback bool) 
 		}
 		return nil, fmt.Errorf("%w: %s %s: %s", iface.ErrBadRequest, OptSpecType, strings.Join(opts.specTypes, ","), C.GoString(&msg[0]))
 	}
-	return &speculator{c: c, pMin: opts.draftPMin, dft: dft, draftMax: r.NMax, rule: specrule.New(r, opts.draftAlways, rollback),
+	sp := &speculator{c: c, pMin: opts.draftPMin, dft: dft, draftMax: r.NMax, rule: specrule.New(r, opts.draftAlways, rollback),
 		held: make([][]int32, nSlots), acc: make([]specrule.Acceptance, nSlots),
-		ngram: slices.ContainsFunc(opts.specTypes, func(t string) bool { return strings.HasPrefix(t, "ngram-") })}, nil
+		ngram: slices.ContainsFunc(opts.specTypes, func(t string) bool { return strings.HasPrefix(t, "ngram-") })}
+	if dft != nil && dft.recurrentState() {
+		ctx := C.hydra_spec_ctx(c)
+		sp.dctx, sp.drafts = &lctx{c: ctx, mem: C.llama_get_memory(ctx)}, make([][]byte, nSlots)
+	}
+	return sp, nil
 }
 
 // specBound is decoder j's part in the step's plan: its acceptance, the
@@ -260,6 +265,9 @@ func (s *scheduler) planDrafts(decoders []*job, lens []int) {
 		// that changed frees the draft cells it no longer shares.
 		seq := sl.seq()
 		if n := commonPrefix(sp.held[i], seq); n < len(sp.held[i]) {
+			if sp.dctx != nil {
+				n = 0 // a recurrent state is not cut back: the slot's tokens are evaluated again
+			}
 			C.hydra_spec_seq_rm(sp.c, C.int32_t(i), C.int32_t(n))
 			sp.held[i] = sp.held[i][:n]
 		}
@@ -323,8 +331,17 @@ func (s *scheduler) planDrafts(decoders []*job, lens []int) {
 		}
 		histOff = &sp.histOff[0]
 	}
+	if !sp.saveDrafts(drafting) {
+		s.e.log.Warn("the draft model's state could not be saved before drafting: no drafts this step")
+		sp.dropAll()
+		return
+	}
 	C.hydra_spec_draft(sp.c, C.int32_t(len(drafting)), &seqs[0], &sp.past[0], &last[0], &sp.nMax[0],
 		hist, histOff, &sp.outs[0], C.int32_t(stride), &sp.nOut[0])
+	if err := sp.restoreDrafts(drafting); err != nil {
+		s.e.log.Warn("the draft model's state could not be restored after drafting: it evaluates the slots' tokens again", "error", err)
+		sp.dropAll()
+	}
 	for i, j := range drafting {
 		n := int(sp.nOut[i])
 		d := j.decode
@@ -344,8 +361,8 @@ func (s *scheduler) planDrafts(decoders []*job, lens []int) {
 		if testDrafts != nil && sp.dft == nil {
 			d.draft = testDrafts(j.slot, j.s.seq(), d.pending, int(sp.nMax[i]))
 		}
-		if sp.dft == nil {
-			continue
+		if sp.dft == nil || sp.dctx != nil {
+			continue // a recurrent draft's state was restored to the slot's tokens (restoreDrafts)
 		}
 		// The draft model evaluated the pending token and some of the
 		// draft (none of it where an n-gram drafted): the draft context
@@ -357,6 +374,41 @@ func (s *scheduler) planDrafts(decoders []*job, lens []int) {
 			sp.held[j.slot] = append(append(sp.held[j.slot], d.pending), d.draft[:kept-past-1]...)
 		}
 	}
+}
+
+// saveDrafts saves, where the draft model's memory cannot be cut back, the
+// part that cannot of each drafting slot's draft state: its tokens, before
+// the draft model evaluates the pending token and the draft.
+func (sp *speculator) saveDrafts(drafting []*job) bool {
+	if sp.dctx == nil {
+		return true
+	}
+	for _, j := range drafting {
+		data, err := sp.dctx.partialStateInto(j.slot, sp.drafts[j.slot])
+		if err != nil {
+			return false
+		}
+		sp.drafts[j.slot] = data
+	}
+	return true
+}
+
+// restoreDrafts brings each drafting slot's draft state back to its
+// tokens (saveDrafts) and cuts the draft's attention cells, so that the
+// draft context holds what held says.
+func (sp *speculator) restoreDrafts(drafting []*job) error {
+	if sp.dctx == nil {
+		return nil
+	}
+	for _, j := range drafting {
+		if err := sp.dctx.setPartialState(j.slot, sp.drafts[j.slot]); err != nil {
+			return err
+		}
+		if n := len(sp.held[j.slot]); !sp.dctx.seqRmFrom(j.slot, n) {
+			return fmt.Errorf("llama.cpp could not cut the draft sequence %d at %d after restoring its state", j.slot, n)
+		}
+	}
+	return nil
 }
 
 // testDrafts, where a test sets it (n-gram drafting only), replaces each

@@ -53,6 +53,9 @@ int32_t hydra_spec_pos_max(hydra_spec * s, int32_t seq);
 // (p0 = 0: all of them).
 void hydra_spec_seq_rm(hydra_spec * s, int32_t seq, int32_t p0);
 
+// hydra_spec_ctx is the draft model's context; NULL without a draft model.
+struct llama_context * hydra_spec_ctx(hydra_spec * s);
+
 // hydra_spec_eval evaluates n tokens (toks at pos in seqs) in the draft
 // context, no logits, in batches of n_batch; 0 when all were, else
 // llama_decode's code.

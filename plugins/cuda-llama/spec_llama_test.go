@@ -277,8 +277,7 @@ func TestSpecLoadRefusals(t *testing.T) {
 	other := gguf.Tiny()
 	other.Vocab = 1024
 	for name, tc := range map[string]struct{ model, draft string }{
-		"vocabulary":   {tiny(t), modelFile(t, "tiny-vocab1024", other)},
-		"hybrid draft": {tiny(t), modelFile(t, "tiny-qwen35moe", gguf.TinyQwen35MoE())},
+		"vocabulary": {tiny(t), modelFile(t, "tiny-vocab1024", other)},
 	} {
 		_, err := New(testLogger()).Load(context.Background(), iface.LoadRequest{Model: tc.model, NSlots: 1,
 			Options: map[string]string{OptNThreads: "1", OptNCtx: "512", OptDraftModel: tc.draft}})
@@ -571,4 +570,55 @@ func TestSpecStateWhileDrafting(t *testing.T) {
 	got2, _ := decode(t, spec, 2, 24, sp)
 	sameGreedy(t, spec, 2, srcTokens, got2, want2, sp)
 	t.Logf("%d moves beside the decode; %d of %d draft tokens accepted", moves, accepted-beforeAcc, drafted-before)
+}
+
+// TestSpecHybridDraft: a draft model whose state cannot be cut back (the
+// hybrid qwen35moe), drafting for a dense target and for itself, alone and
+// four slots batched: its state is saved before each draft and restored
+// after, and the tokens are those without drafts; a prompt that parts from
+// a slot's sequence makes the draft evaluate the slot's tokens again.
+func TestSpecHybridDraft(t *testing.T) {
+	hybrid := modelFile(t, "tiny-qwen35moe", gguf.TinyQwen35MoE())
+	sp := iface.SamplerParams{IgnoreEOS: true}
+	for name, target := range map[string]string{"dense target": tiny(t), "hybrid target": hybrid} {
+		t.Run(name, func(t *testing.T) {
+			plain := load(t, target, 4, nil)
+			spec := load(t, target, 4, map[string]string{OptDraftModel: hybrid, OptDraftMax: "4", OptDraftRule: DraftRuleAlways})
+			referenceKernels(t, plain)
+			referenceKernels(t, spec)
+			if spec.eng.Load().spec.dctx == nil {
+				t.Fatal("the hybrid draft model's state is not saved and restored")
+			}
+			for s, p := range prompts {
+				prefill(t, plain, s, p)
+				prefill(t, spec, s, p)
+				want, _ := decode(t, plain, s, 40, sp)
+				got, _ := decode(t, spec, s, 40, sp)
+				seq := spec.eng.Load().slots[s].seq()
+				sameGreedy(t, spec, s, seq[:len(seq)-len(got)], got, want, sp)
+			}
+			aloneDrafted, _ := specRate(spec)
+			slots := []int{0, 1, 2, 3}
+			for s, p := range prompts {
+				// The same prompts again: each slot's sequence parts from
+				// the one the draft context holds for it.
+				prefill(t, plain, s, p)
+				prefill(t, spec, s, p)
+			}
+			want := decodeAll(t, plain, slots, 40, sp)
+			got := decodeAll(t, spec, slots, 40, sp)
+			for _, s := range slots {
+				seq := spec.eng.Load().slots[s].seq()
+				sameGreedy(t, spec, s, seq[:len(seq)-len(got[s])], got[s], want[s], sp)
+			}
+			drafted, accepted := specRate(spec)
+			t.Logf("alone: %d draft tokens; batched: %d, %d accepted in all", aloneDrafted, drafted-aloneDrafted, accepted)
+			if aloneDrafted == 0 || drafted == aloneDrafted {
+				t.Fatalf("no drafts: %d alone, %d batched", aloneDrafted, drafted-aloneDrafted)
+			}
+			if name == "hybrid target" && float64(accepted) < 0.9*float64(drafted) {
+				t.Errorf("the target as its own draft: %d of %d accepted", accepted, drafted)
+			}
+		})
+	}
 }
