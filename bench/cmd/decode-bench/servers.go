@@ -274,7 +274,39 @@ func ollamaRunner(log string) string {
 // oursFacts are the lines of our engine's log that say how the plugin ran
 // the model: its device, or why it runs on the CPU.
 func oursFacts(log string) []string {
-	return logFacts(log, "cuda-llama backend loaded", "CUDA backend loaded", "running on CPU", "CUDA backend sees no GPU", "not loading the CUDA backend")
+	facts := logFacts(log, "cuda-llama backend loaded", "CUDA backend loaded", "running on CPU", "CUDA backend sees no GPU", "not loading the CUDA backend")
+	if f := specRuleFact(log); f != "" {
+		facts = append(facts, f)
+	}
+	return facts
+}
+
+// specRuleFact is the line on ours' speculative rule: how often it stopped
+// and resumed drafting over the run, and its last decision's line (the
+// expected tokens a second with and without drafts); "" where it decided
+// nothing (no drafts, or draft_rule=always).
+func specRuleFact(log string) string {
+	const stopped, drafts = "speculative decoding stopped", "speculative decoding drafts"
+	var nStop, nDraft int
+	var last string
+	for l := range strings.Lines(log) {
+		switch {
+		case strings.Contains(l, stopped):
+			nStop++
+		case strings.Contains(l, drafts):
+			nDraft++
+		default:
+			continue
+		}
+		last = strings.TrimSpace(l)
+	}
+	if last == "" {
+		return ""
+	}
+	if len(last) > 700 {
+		last = last[:700] + "…"
+	}
+	return fmt.Sprintf("speculative rule: stopped %d times, resumed %d times; last: %s", nStop, nDraft, last)
 }
 
 // logFacts is the first line of log holding each key, in log order, each at

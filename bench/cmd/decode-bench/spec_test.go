@@ -47,3 +47,21 @@ func TestDraftCounts(t *testing.T) {
 		t.Error("a run without drafts has a draft line")
 	}
 }
+
+// The rule's decisions in ours' log become one fact: how often it stopped
+// and resumed, and its last line.
+func TestSpecRuleFact(t *testing.T) {
+	log := "x\n" +
+		"... speculative decoding drafts: drafts bring more than they cost: expected_tok_s_drafting=339.0 expected_tok_s_plain=42.4\n" +
+		"... speculative decoding stopped: drafts cost more than they bring (probes go on now and then): expected_tok_s_drafting=29.9\n"
+	want := "speculative rule: stopped 1 times, resumed 1 times; last: ... speculative decoding stopped: drafts cost more than they bring (probes go on now and then): expected_tok_s_drafting=29.9"
+	if got := specRuleFact(log); got != want {
+		t.Errorf("%q\nwant %q", got, want)
+	}
+	if specRuleFact("nothing here\n") != "" {
+		t.Error("a fact without a decision")
+	}
+	if facts := oursFacts(log); len(facts) != 1 || facts[0] != want {
+		t.Errorf("oursFacts: %q", facts)
+	}
+}
