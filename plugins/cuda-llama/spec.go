@@ -49,18 +49,18 @@ import (
 // every change of the target's (prompt reuse, context shift, STATE_PUT,
 // clears) by re-deriving its cells at the next step that drafts.
 type speculator struct {
-	c        *C.hydra_spec
-	pMin     float32 // draft_p_min
-	dft      *model  // nil: n-gram types only, no draft context
-	ngram    bool    // an n-gram type reads each slot's tokens
+	c     *C.hydra_spec
+	pMin  float32 // draft_p_min
+	dft   *model  // nil: n-gram types only, no draft context
+	ngram bool    // an n-gram type reads each slot's tokens
 	// dctx is the draft model's context where its memory cannot be cut
 	// back (a hybrid or recurrent draft model), nil otherwise: each
 	// drafting slot's state is saved before its draft (drafts) and
 	// restored after, so that the draft context holds the slot's tokens
 	// alone and evaluates the accepted ones at the next draft.
-	dctx   *lctx
-	drafts [][]byte
-	draftMax int     // draft_max: a draft's stride in outs
+	dctx     *lctx
+	drafts   [][]byte
+	draftMax int // draft_max: a draft's stride in outs
 	rule     *specrule.Planner
 	held     [][]int32             // per slot: the tokens the draft context holds, positions 0..
 	acc      []specrule.Acceptance // per slot, across decodes
