@@ -172,8 +172,7 @@ func (s *scheduler) draftStep(decoders []*job, room int) {
 	// The decoders' cells are claimed in turn and the batch filled, so each
 	// one's draft is bounded by what the drafts before it left.
 	lens := make([]int, len(decoders))
-	dec := sp.rule.Plan(ds, lens)
-	s.logRule(dec)
+	s.logRule(sp.rule.Plan(ds, lens))
 	for i, j := range decoders {
 		lens[i] = max(min(lens[i], s.e.freeCells()-1, room), 0)
 		room -= lens[i]
@@ -211,10 +210,11 @@ func (e *engine) specStats() *iface.SpeculativeStats {
 		Stops: st.Stops, Probes: st.Probes}
 }
 
-// logRule says in the log when the rule stops or resumes drafting, and
-// why: the tokens a second it expects with and without drafts.
-func (s *scheduler) logRule(d specrule.Decision) {
-	if !d.Changed {
+// logRule says in the log when the rule stops or resumes drafting
+// (changed), and why: the tokens a second it expects with and without
+// drafts.
+func (s *scheduler) logRule(changed bool) {
+	if !changed {
 		return
 	}
 	st := s.e.spec.rule.Status()

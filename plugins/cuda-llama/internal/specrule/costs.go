@@ -10,8 +10,7 @@ import (
 // must still follow a change of load within some tens of steps.
 const smoothing = 0.2
 
-// Step is what one decode-only step measured (a step that also evaluated a
-// prompt's chunk says nothing of decoding's cost and is not recorded).
+// Step is what one step measured.
 type Step struct {
 	Tokens int // the batch's tokens: each decoder's pending token and its draft
 	// Depth is the longest draft the plan asked for (the draft model's
@@ -19,11 +18,11 @@ type Step struct {
 	Depth, Drafting int
 	// Draft is the time spent drafting (the draft model or the n-gram
 	// lookups), CatchUp the part of it the draft model spent evaluating
-	// CatchUpTokens of the slots' tokens it had not seen, Save the time saving the rollback states of a target whose
-	// memory cannot be cut back, Verify the time from the batch's start to
-	// its tokens sampled, Replay the time undoing rejected drafts of such a
-	// target (restores and the kept tokens evaluated again) for Rolled
-	// decoders.
+	// CatchUpTokens of the slots' tokens it had not seen, Save the time
+	// saving the rollback states of a target whose memory cannot be cut
+	// back, Verify the time from the batch's start to its tokens sampled,
+	// Replay the time undoing rejected drafts of such a target (restores
+	// and the kept tokens evaluated again) for Rolled decoders.
 	Draft, CatchUp, Save, Verify, Replay time.Duration
 	CatchUpTokens, Rolled                int
 }

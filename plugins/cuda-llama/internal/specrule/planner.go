@@ -131,63 +131,59 @@ func (p *Planner) Observe(s Step, decodeOnly bool) {
 	}
 }
 
-// Decision says what Plan decided.
-type Decision struct {
-	Probe   bool // the plan drafts to measure, though drafting does not pay
-	Changed bool // drafting stopped or started with this decision
-}
-
-// Plan sets lens[i] to the draft tokens decoder ds[i] drafts this step.
-func (p *Planner) Plan(ds []Decoder, lens []int) Decision {
-	caps := p.caps(ds, lens)
+// Plan sets lens[i] to the draft tokens decoder ds[i] drafts this step,
+// and says whether drafting stopped or started with this decision.
+func (p *Planner) Plan(ds []Decoder, lens []int) (changed bool) {
+	caps := p.caps(ds)
 	if p.always {
 		copy(lens, caps)
-		return Decision{}
+		return false
 	}
 	clear(lens)
 	plain, ok := p.costs.step.at(len(ds))
 	if !ok || plain <= 0 {
-		return Decision{} // a plain step of this width is measured first
+		return false // a plain step of this width is measured first
 	}
 	m, rate, t := p.best(ds, caps, plain)
 	if m == 0 {
-		return Decision{} // no decoder may draft: nothing to decide
+		return false // no decoder may draft: nothing to decide
 	}
 	plainRate := float64(len(ds)) / plain
 	drafting := rate > plainRate*margin
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	d := Decision{Changed: drafting != p.st.Drafting}
+	changed = drafting != p.st.Drafting
 	p.st.Drafting, p.st.PlainRate, p.st.DraftRate = drafting, plainRate, rate
-	if d.Changed && !drafting {
+	if changed && !drafting {
 		p.st.Stops++
 	}
 	if drafting {
 		p.factor = probeFirst
 	} else {
 		if p.spent < p.factor*(t-plain) {
-			return d
+			return changed
 		}
+		// A probe: the best plan once, though it does not pay.
 		p.factor = min(2*p.factor, probeLast)
 		p.st.Probes++
-		d.Probe = true
 	}
 	p.apply(ds, m, lens)
-	return d
+	return changed
 }
 
 // caps is each decoder's most: draft_max, its Max and, where the rule does
 // not weigh costs, its equal share of draft_batch_max; 0 where that is
-// under its least. lens is reused.
-func (p *Planner) caps(ds []Decoder, lens []int) []int {
+// under its least.
+func (p *Planner) caps(ds []Decoder) []int {
 	share := math.MaxInt
 	if p.always && p.b.BatchMax > 0 && len(ds) > 0 {
 		share = p.b.BatchMax/len(ds) - 1
 	}
+	caps := make([]int, len(ds))
 	for i, d := range ds {
-		lens[i] = p.withMin(d, min(p.b.NMax, d.Max, share))
+		caps[i] = p.withMin(d, min(p.b.NMax, d.Max, share))
 	}
-	return slices.Clone(lens)
+	return caps
 }
 
 // withMin is k where it reaches the decoder's least draft, else 0.
