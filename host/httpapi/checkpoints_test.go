@@ -11,16 +11,17 @@ import (
 	"github.com/hydra-engine/hydra-engine/plugins/mock"
 )
 
-// checkpointBackend is the mock with a backend's context checkpoints in its
-// Info, as the llama plugin reports them.
-type checkpointBackend struct {
+// infoBackend is a backend whose Info is its own with edit applied: the
+// figures a backend keeps itself (checkpoints, the speculative rule), as
+// the llama plugin reports them.
+type infoBackend struct {
 	iface.Backend
-	stats *iface.CheckpointStats
+	edit func(*iface.BackendInfo)
 }
 
-func (c *checkpointBackend) Info(ctx context.Context) (iface.BackendInfo, error) {
-	info, err := c.Backend.Info(ctx)
-	info.Checkpoints = c.stats
+func (b *infoBackend) Info(ctx context.Context) (iface.BackendInfo, error) {
+	info, err := b.Backend.Info(ctx)
+	b.edit(&info)
 	return info, err
 }
 
@@ -35,7 +36,7 @@ func TestCheckpointsSeen(t *testing.T) {
 	}
 	st := &iface.CheckpointStats{MaxPerSlot: 32, MinStep: 8192, BudgetBytes: -1, Held: 3, Bytes: 3 << 20, Taken: 9, Restored: 4,
 		Dropped: 6, TokensSaved: 70000, OverBudget: 1, Slots: []iface.SlotCheckpoints{{Held: 2, Bytes: 2 << 20}, {Held: 1, Bytes: 1 << 20}}}
-	_, h := serve(t, &checkpointBackend{Backend: m, stats: st}, info, nil)
+	_, h := serve(t, &infoBackend{Backend: m, edit: func(i *iface.BackendInfo) { i.Checkpoints = st }}, info, nil)
 	text := scrape(t, h)
 	for series, want := range map[string]float64{
 		"hydra_engine_checkpoints_held":                      3,

@@ -9,19 +9,6 @@ import (
 	"github.com/hydra-engine/hydra-engine/plugins/mock"
 )
 
-// specBackend is the mock with a speculative rule's decision in its Info,
-// as the llama plugin reports it.
-type specBackend struct {
-	iface.Backend
-	stats *iface.SpeculativeStats
-}
-
-func (c *specBackend) Info(ctx context.Context) (iface.BackendInfo, error) {
-	info, err := c.Backend.Info(ctx)
-	info.Speculative = c.stats
-	return info, err
-}
-
 // TestSpecSeen: the speculative rule's decision shows on /metrics; a
 // backend that does not speculate has none of its series.
 func TestSpecSeen(t *testing.T) {
@@ -31,7 +18,7 @@ func TestSpecSeen(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := &iface.SpeculativeStats{Rule: "measured", PlainRate: 465, DraftRate: 300, Stops: 2, Probes: 9}
-	_, h := serve(t, &specBackend{Backend: m, stats: st}, info, nil)
+	_, h := serve(t, &infoBackend{Backend: m, edit: func(i *iface.BackendInfo) { i.Speculative = st }}, info, nil)
 	text := scrape(t, h)
 	for series, want := range map[string]float64{
 		`hydra_engine_spec_drafting{rule="measured"}`:        0,
