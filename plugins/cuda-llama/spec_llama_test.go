@@ -339,26 +339,7 @@ func TestSpecHybrid(t *testing.T) {
 			opts := c.opts
 			spec := load(t, target, 4, opts)
 			referenceKernels(t, spec)
-			for s, p := range prompts {
-				prefill(t, plain, s, p)
-				prefill(t, spec, s, p)
-				want, _ := decode(t, plain, s, c.n, sp)
-				got, _ := decode(t, spec, s, c.n, sp)
-				seq := spec.eng.Load().slots[s].seq()
-				sameGreedy(t, spec, s, seq[:len(seq)-len(got)], got, want, sp)
-			}
-			aloneDrafted, aloneAccepted := specRate(spec)
-			slots := []int{0, 1, 2, 3}
-			for s, p := range prompts {
-				prefill(t, plain, s, p)
-				prefill(t, spec, s, p)
-			}
-			want := decodeAll(t, plain, slots, c.n, sp)
-			got := decodeAll(t, spec, slots, c.n, sp)
-			for _, s := range slots {
-				seq := spec.eng.Load().slots[s].seq()
-				sameGreedy(t, spec, s, seq[:len(seq)-len(got[s])], got[s], want[s], sp)
-			}
+			aloneDrafted, aloneAccepted := aloneThenBatched(t, plain, spec, c.n, sp)
 			drafted, accepted := specRate(spec)
 			t.Logf("alone: %d of %d draft tokens accepted; 4 slots batched: %d of %d", aloneAccepted, aloneDrafted,
 				accepted-aloneAccepted, drafted-aloneDrafted)
@@ -376,6 +357,35 @@ func TestSpecHybrid(t *testing.T) {
 			sameGreedy(t, plain, 1, si.Tokens, want0, got0, sp)
 		})
 	}
+}
+
+// aloneThenBatched decodes n tokens after each of the prompts on plain and
+// spec, one slot at a time, then after the prompts again on the four slots
+// batched, and checks that spec's tokens are plain's (sameGreedy); it
+// returns spec's draft counts after the decodes one at a time.
+func aloneThenBatched(t *testing.T, plain, spec *Backend, n int, sp iface.SamplerParams) (drafted, accepted uint64) {
+	t.Helper()
+	for s, p := range prompts {
+		prefill(t, plain, s, p)
+		prefill(t, spec, s, p)
+		want, _ := decode(t, plain, s, n, sp)
+		got, _ := decode(t, spec, s, n, sp)
+		seq := spec.eng.Load().slots[s].seq()
+		sameGreedy(t, spec, s, seq[:len(seq)-len(got)], got, want, sp)
+	}
+	drafted, accepted = specRate(spec)
+	slots := []int{0, 1, 2, 3}
+	for s, p := range prompts {
+		prefill(t, plain, s, p)
+		prefill(t, spec, s, p)
+	}
+	want := decodeAll(t, plain, slots, n, sp)
+	got := decodeAll(t, spec, slots, n, sp)
+	for _, s := range slots {
+		seq := spec.eng.Load().slots[s].seq()
+		sameGreedy(t, spec, s, seq[:len(seq)-len(got[s])], got[s], want[s], sp)
+	}
+	return drafted, accepted
 }
 
 // TestSpecHybridReplay: drafts of a chosen acceptance (the tokens decoding
@@ -589,28 +599,9 @@ func TestSpecHybridDraft(t *testing.T) {
 			if spec.eng.Load().spec.dctx == nil {
 				t.Fatal("the hybrid draft model's state is not saved and restored")
 			}
-			for s, p := range prompts {
-				prefill(t, plain, s, p)
-				prefill(t, spec, s, p)
-				want, _ := decode(t, plain, s, 40, sp)
-				got, _ := decode(t, spec, s, 40, sp)
-				seq := spec.eng.Load().slots[s].seq()
-				sameGreedy(t, spec, s, seq[:len(seq)-len(got)], got, want, sp)
-			}
-			aloneDrafted, _ := specRate(spec)
-			slots := []int{0, 1, 2, 3}
-			for s, p := range prompts {
-				// The same prompts again: each slot's sequence parts from
-				// the one the draft context holds for it.
-				prefill(t, plain, s, p)
-				prefill(t, spec, s, p)
-			}
-			want := decodeAll(t, plain, slots, 40, sp)
-			got := decodeAll(t, spec, slots, 40, sp)
-			for _, s := range slots {
-				seq := spec.eng.Load().slots[s].seq()
-				sameGreedy(t, spec, s, seq[:len(seq)-len(got[s])], got[s], want[s], sp)
-			}
+			// The batched half takes the same prompts again: each slot's
+			// sequence parts from the one the draft context holds for it.
+			aloneDrafted, _ := aloneThenBatched(t, plain, spec, 40, sp)
 			drafted, accepted := specRate(spec)
 			t.Logf("alone: %d draft tokens; batched: %d, %d accepted in all", aloneDrafted, drafted-aloneDrafted, accepted)
 			if aloneDrafted == 0 || drafted == aloneDrafted {
