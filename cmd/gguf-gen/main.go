@@ -77,6 +77,7 @@ var intFlags = []struct {
 	{"ssm-state", "DeltaNet key and value head width (qwen35moe)", func(c *gguf.Config) *int { return &c.SSMState }},
 	{"ssm-groups", "DeltaNet key heads (qwen35moe)", func(c *gguf.Config) *int { return &c.SSMGroups }},
 	{"ssm-heads", "DeltaNet value heads, a multiple of ssm-groups (qwen35moe)", func(c *gguf.Config) *int { return &c.SSMHeads }},
+	{"mtp", "multi-token-prediction blocks after the layers, 0 or 1 (qwen35moe; llama.cpp's draft-mtp drafts with it)", func(c *gguf.Config) *int { return &c.MTP }},
 	{"window", "sliding window in tokens (gemma3)", func(c *gguf.Config) *int { return &c.Window }},
 	{"swa-pattern", "of every N blocks the last is global, the others sliding-window (gemma3)", func(c *gguf.Config) *int { return &c.SWAPattern }},
 	{"vocab", fmt.Sprintf("vocabulary size (>= %d; with -tokenizer, default and minimum its size)", gguf.MinVocab), func(c *gguf.Config) *int { return &c.Vocab }},
@@ -211,6 +212,9 @@ func summary(out string, c gguf.Config) string {
 	switch c.Arch {
 	case gguf.ArchQwen35MoE:
 		s += fmt.Sprintf(", full attention every %d (DeltaNet %d/%d heads of %d, conv %d)", c.FullAttnInterval, c.SSMHeads, c.SSMGroups, c.SSMState, c.SSMConv)
+		if c.MTP > 0 {
+			s += fmt.Sprintf(", %d MTP block", c.MTP)
+		}
 	case gguf.ArchGemma3:
 		s += fmt.Sprintf(", ff %d, window %d (every %dth block global)", c.FF, c.Window, c.SWAPattern)
 	default:

@@ -65,6 +65,9 @@ const gemma3SWAPattern = 6
 // validateArch checks the shapes only the hybrid and sliding-window
 // architectures have.
 func (c Config) validateArch() error {
+	if c.MTP != 0 && c.arch() != ArchQwen35MoE {
+		return fmt.Errorf("gguf: MTP blocks are for qwen35moe, not %s", c.arch())
+	}
 	switch c.arch() {
 	case ArchQwen35MoE:
 		for _, f := range []struct {
@@ -79,6 +82,8 @@ func (c Config) validateArch() error {
 			}
 		}
 		switch {
+		case c.MTP < 0 || c.MTP > 1:
+			return fmt.Errorf("gguf: %d MTP blocks: llama.cpp's qwen35moe takes 0 or 1", c.MTP)
 		case c.SSMHeads%c.SSMGroups != 0:
 			return fmt.Errorf("gguf: ssm heads %d are not a multiple of ssm groups %d (value heads share key heads)", c.SSMHeads, c.SSMGroups)
 		case c.HeadDim()%8 != 0:
@@ -183,6 +188,36 @@ func (c Config) qwen35Block(i int, wt ggmlType) []tensor {
 	)
 }
 
+// mtpBlock is a qwen35moe model's multi-token-prediction block, block i
+// after the trunk's: nextn's projection of the normed hidden state and
+// the next token's embedding (2·embd → embd) into a full-attention block
+// with the trunk's experts and shared expert (llama.cpp's load_block_mtp).
+func (c Config) mtpBlock(i int, wt ggmlType) []tensor {
+	p := fmt.Sprintf("blk.%d.", i)
+	e, hd := c.Embd, c.HeadDim()
+	q, kv := hd*c.Heads, hd*c.KVHeads
+	ts := []tensor{
+		{name: p + "attn_norm.weight", dims: []int{e}, typ: typeF32},
+		{name: p + "post_attention_norm.weight", dims: []int{e}, typ: typeF32},
+		{name: p + "attn_q.weight", dims: []int{e, 2 * q}, typ: wt, scale: uniformScale(e)},
+		{name: p + "attn_k.weight", dims: []int{e, kv}, typ: wt, scale: uniformScale(e)},
+		{name: p + "attn_v.weight", dims: []int{e, kv}, typ: wt, scale: uniformScale(e)},
+		{name: p + "attn_output.weight", dims: []int{q, e}, typ: wt, scale: uniformScale(q)},
+		{name: p + "attn_q_norm.weight", dims: []int{hd}, typ: typeF32},
+		{name: p + "attn_k_norm.weight", dims: []int{hd}, typ: typeF32},
+	}
+	ts = append(ts, c.experts(i, wt)...)
+	return append(ts,
+		tensor{name: p + "ffn_gate_inp_shexp.weight", dims: []int{e}, typ: typeF32, scale: uniformScale(e)},
+		tensor{name: p + "ffn_gate_shexp.weight", dims: []int{e, c.SharedFF}, typ: wt, scale: uniformScale(e)},
+		tensor{name: p + "ffn_up_shexp.weight", dims: []int{e, c.SharedFF}, typ: wt, scale: uniformScale(e)},
+		tensor{name: p + "ffn_down_shexp.weight", dims: []int{c.SharedFF, e}, typ: wt, scale: uniformScale(c.SharedFF)},
+		tensor{name: p + "nextn.eh_proj.weight", dims: []int{2 * e, e}, typ: wt, scale: uniformScale(2 * e)},
+		tensor{name: p + "nextn.enorm.weight", dims: []int{e}, typ: typeF32},
+		tensor{name: p + "nextn.hnorm.weight", dims: []int{e}, typ: typeF32},
+	)
+}
+
 // gemma3Block is block i of a gemma3 model: attention with per-head Q/K
 // norms and a norm after it, then a gated FFN with a norm after it too.
 func (c Config) gemma3Block(i int, wt ggmlType) []tensor {
@@ -212,8 +247,8 @@ func (c Config) gemma3Block(i int, wt ggmlType) []tensor {
 // rotated, and the DeltaNet's sizes under ssm.*.
 func (c Config) qwen35Hparams() []kvPair {
 	a := c.arch() + "."
-	return []kvPair{
-		{a + "block_count", uint32(c.Layers)},
+	kv := []kvPair{
+		{a + "block_count", uint32(c.Layers + c.MTP)}, // llama.cpp counts the MTP blocks in
 		{a + "context_length", uint32(c.Ctx)},
 		{a + "embedding_length", uint32(c.Embd)},
 		{a + "attention.head_count", uint32(c.Heads)},
@@ -235,6 +270,10 @@ func (c Config) qwen35Hparams() []kvPair {
 		{a + "full_attention_interval", uint32(c.FullAttnInterval)},
 		{a + "rope.dimension_count", uint32(c.HeadDim() / 4)},
 	}
+	if c.MTP > 0 {
+		kv = append(kv, kvPair{a + "nextn_predict_layers", uint32(c.MTP)})
+	}
+	return kv
 }
 
 // gemma3Hparams are the keys convert writes for a Gemma 3 text model: the

@@ -1,6 +1,7 @@
 package gguf
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"strings"
@@ -92,6 +93,51 @@ func TestQwen35MoEWellFormed(t *testing.T) {
 	if got, want := c.KVBytesPerToken(), 2*2*1*32*2; got != want {
 		t.Errorf("KV %d bytes per token, want %d (two attention blocks of eight)", got, want)
 	}
+}
+
+// A qwen35moe model with an MTP block is the model without it, tensor for
+// tensor, plus the block llama.cpp's load_block_mtp asks for after the
+// trunk's, counted in block_count and named by nextn_predict_layers.
+func TestQwen35MoEMTP(t *testing.T) {
+	c := TinyQwen35MoE()
+	plain := writeParsed(t, c)
+	c.MTP = 1
+	f := writeParsed(t, c)
+	a := "qwen35moe."
+	wantKeys(t, f, map[string]any{a + "block_count": uint32(5), a + "nextn_predict_layers": uint32(1)})
+	if _, ok := plain.kv[a+"nextn_predict_layers"]; ok {
+		t.Error("a model without MTP names nextn_predict_layers")
+	}
+	mtp := map[string]parsedTensor{}
+	for _, ts := range f.tensors {
+		mtp[ts.name] = ts
+	}
+	for _, ts := range plain.tensors {
+		got, ok := mtp[ts.name]
+		if !ok || !slices.Equal(got.dims, ts.dims) || !bytes.Equal(got.data, ts.data) {
+			t.Errorf("%s differs with the MTP block", ts.name)
+		}
+		delete(mtp, ts.name)
+	}
+	e, hd, ff, x, sf := c.Embd, 32, 32, 4, 32
+	want := map[string][]int{
+		"attn_norm.weight": {e}, "post_attention_norm.weight": {e},
+		"attn_q.weight": {e, 2 * hd * 2}, "attn_k.weight": {e, hd}, "attn_v.weight": {e, hd},
+		"attn_output.weight": {hd * 2, e}, "attn_q_norm.weight": {hd}, "attn_k_norm.weight": {hd},
+		"ffn_gate_inp.weight": {e, x}, "ffn_gate_exps.weight": {e, ff, x}, "ffn_up_exps.weight": {e, ff, x},
+		"ffn_down_exps.weight": {ff, e, x}, "ffn_gate_inp_shexp.weight": {e}, "ffn_gate_shexp.weight": {e, sf},
+		"ffn_up_shexp.weight": {e, sf}, "ffn_down_shexp.weight": {sf, e},
+		"nextn.eh_proj.weight": {2 * e, e}, "nextn.enorm.weight": {e}, "nextn.hnorm.weight": {e},
+	}
+	if len(mtp) != len(want) {
+		t.Errorf("%d tensors beside the trunk's, want %d", len(mtp), len(want))
+	}
+	for name, dims := range want {
+		if got := mtp["blk.4."+name]; !slices.Equal(got.dims, dims) {
+			t.Errorf("blk.4.%s: dims %v, want %v", name, got.dims, dims)
+		}
+	}
+
 }
 
 // The DeltaNet parameters that decide whether the recurrent state stays
@@ -192,6 +238,8 @@ func TestValidateArch(t *testing.T) {
 		{TinyGemma3(), func(c *Config) { c.Experts, c.ExpertsUsed = 2, 1 }, "no experts"},
 		{TinyGemma3(), func(c *Config) { c.SWAPattern = 0 }, "pattern 0"},
 		{Tiny(), func(c *Config) { c.Window = 8 }, "are for qwen35moe and gemma3"},
+		{TinyGemma3(), func(c *Config) { c.MTP = 1 }, "MTP blocks are for qwen35moe, not gemma3"},
+		{TinyQwen35MoE(), func(c *Config) { c.MTP = 2 }, "2 MTP blocks"},
 		{TinyMoE(), func(c *Config) { c.HeadSize = 64 }, "head size must be 0"},
 	} {
 		c := tc.base

@@ -67,6 +67,11 @@ type Config struct {
 	// value heads and SSMGroups key heads of SSMState values each.
 	SharedFF, FullAttnInterval             int
 	SSMConv, SSMState, SSMGroups, SSMHeads int
+	// MTP is how many multi-token-prediction blocks follow a qwen35moe
+	// model's Layers (nextn_predict_layers: 0 or 1, Qwen3.5's count):
+	// llama.cpp's draft-mtp drafts with it, and a model that does not
+	// load it is the same model without.
+	MTP int
 
 	// gemma3: Window is the sliding window of the local blocks; of every
 	// SWAPattern blocks the last is global (Gemma 3: 6).
@@ -384,6 +389,9 @@ func (c Config) tensors() []tensor {
 		switch c.arch() {
 		case ArchQwen35MoE:
 			ts = append(ts, c.qwen35Block(i, wt)...)
+			if i == c.Layers-1 && c.MTP > 0 {
+				ts = append(ts, c.mtpBlock(c.Layers, wt)...)
+			}
 			continue
 		case ArchGemma3:
 			ts = append(ts, c.gemma3Block(i, wt)...)
