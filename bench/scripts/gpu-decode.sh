@@ -44,7 +44,8 @@
 # again at SLOTS with -ours-opt AB_OPT, as decode-h200-ab, so that an option
 # is measured beside the default on one machine), DRAFT (empty; a gguf-gen
 # weight type such as q4_0: the model at that type as both servers' draft
-# model, DRAFT_MAX (8) tokens a draft; PLAIN_TOO=1: then the same run
+# model; mtp, with PRESET=qwen35moe: the model with its MTP block, both
+# servers' --spec-type draft-mtp; DRAFT_MAX (8) tokens a draft; PLAIN_TOO=1: then the same run
 # without drafts, the page decode-h200-plain.md), LONG_P (empty; N: after the
 # first run, the prefill of an N-token prompt, one stream in one slot, ours
 # and llama-server, LONG_REPS (2) times), CACHE_P (empty; N: after the first
@@ -101,6 +102,8 @@ case ${PRESET:-} in
 qwen35moe) MODEL_ARGS=${MODEL_ARGS:--arch qwen35moe -layers 40 -embd 2048 -heads 16 -kv-heads 2 -head-dim 256 -experts 64 -experts-used 8 -expert-ff 512 -shared-ff 512 -vocab 32000 -ctx 131072 -type q4_0} ;;
 esac
 MODEL_ARGS=${MODEL_ARGS:--layers 24 -embd 2048 -heads 16 -kv-heads 4 -ff 5632 -vocab 32000 -ctx 8192 -f16}
+# DRAFT=mtp: the model carries its MTP block (qwen35moe only).
+[[ ${DRAFT:-} == mtp ]] && MODEL_ARGS="$MODEL_ARGS -mtp 1"
 # An agent's conversation needs a chat template: Qwen3's, with its tokenizer.
 [[ -n ${AGENT_P:-} ]] && MODEL_ARGS="$MODEL_ARGS -tokenizer $G/tokenizer-qwen3"
 t0=$(date +%s)
@@ -203,7 +206,12 @@ main() {
 	cat "$W/gguf-gen.log"
 	grep -q "^exit 0" "$W/gguf-gen.log" || return 1
 	ls -la "$G/model.gguf" "$G"/cuda/
-	if [[ -n ${DRAFT:-} ]]; then
+	if [[ ${DRAFT:-} == mtp ]]; then
+		# The target's own multi-token-prediction block (gguf-gen -mtp 1,
+		# in MODEL_ARGS): both servers draft with --spec-type draft-mtp.
+		draft_args="-spec-type draft-mtp -draft-max ${DRAFT_MAX:-8} "
+		DECODE_ARGS="$draft_args${DECODE_ARGS:-}"
+	elif [[ -n ${DRAFT:-} ]]; then
 		# The target's weights (gguf-gen's seed) at another type: a draft
 		# whose acceptance is high, for ours and llama-server alike.
 		# shellcheck disable=SC2086 # MODEL_ARGS is a list of flags

@@ -18,7 +18,7 @@ func lsSpecParams() []lsParam {
 			ls.setOpt("--spec-draft-model", cudallama.OptDraftModel, abs)
 			return err
 		}},
-		{names: []string{"--spec-type"}, hint: "TYPE[,TYPE…]", doc: "draft-simple, ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod: spec_type", apply: func(ls *lsArgs, v string) error {
+		{names: []string{"--spec-type"}, hint: "TYPE[,TYPE…]", doc: "draft-simple, draft-mtp, ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod: spec_type", apply: func(ls *lsArgs, v string) error {
 			if prev := ls.opts[cudallama.OptSpecType]; prev != "" {
 				v = prev + "," + v // repeated, as llama-server appends
 			}

@@ -462,9 +462,14 @@ func (b *Backend) gpuLayers(n int, gpu bool) int {
 // plugin cannot stream or whose heads a quantized cache cannot hold.
 func loadSupportedModel(path string, opts options, nGPU int) (*model, error) {
 	clearLlamaError()
-	mdl, err := loadModel(path, modelParams{nGPULayers: nGPU, mmap: opts.mmap, placement: opts.placementOptions})
+	mdl, err := loadModel(path, modelParams{nGPULayers: nGPU, mmap: opts.mmap, placement: opts.placementOptions, mtp: opts.mtp()})
 	if err != nil {
 		return nil, err
+	}
+	if opts.mtp() && C.llama_model_n_layer_nextn(mdl.m) < 1 {
+		mdl.free()
+		return nil, fmt.Errorf("%w: %s=%s: model %s carries no multi-token-prediction block (no nextn_predict_layers)",
+			iface.ErrBadRequest, OptSpecType, specMTP, path)
 	}
 	// ggml quantizes cache rows in blocks of 32 values and asserts (aborts
 	// the process) if a head does not divide into them.

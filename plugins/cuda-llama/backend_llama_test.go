@@ -151,6 +151,9 @@ func referenceKernels(t testing.TB, b *Backend) {
 	if n := e.ctx.useReferenceKernels(); n == 0 && e.device == "" {
 		t.Fatal("no CPU backend in the context to switch to the reference kernels")
 	}
+	if e.spec != nil {
+		e.spec.useReferenceKernels()
+	}
 }
 
 func prefillTokens(t testing.TB, b *Backend, slot int, toks []int32) iface.PrefillResult {

@@ -106,6 +106,7 @@ type modelParams struct {
 	nGPULayers int
 	mmap       bool
 	placement  placementOptions // override_tensor, n_cpu_moe
+	mtp        bool             // load the multi-token-prediction block too (draft-mtp)
 }
 
 func loadModel(path string, p modelParams) (*model, error) {
@@ -117,6 +118,7 @@ func loadModel(path string, p modelParams) (*model, error) {
 	mp := modelDefaults(p.mmap)
 	mp.n_gpu_layers = C.int32_t(p.nGPULayers)
 	mp.tensor_buft_overrides = overrides.params()
+	mp.load_mtp = C.bool(p.mtp)
 	cs := C.CString(path)
 	defer C.free(unsafe.Pointer(cs))
 	m := C.llama_model_load_from_file(cs, mp)

@@ -181,6 +181,7 @@ func (s *scheduler) step() bool {
 		s.failAll(entries, err)
 		return true
 	}
+	s.mtpProcess()
 	queued := time.Now()
 	s.count(entries)
 	s.collect(entries)
@@ -611,6 +612,10 @@ func (s *scheduler) replay(jobs []*job) {
 			s.failReplay(j, fmt.Errorf("evaluating the kept tokens again after a rejected draft: %w", err))
 		}
 	}
+	// The MTP block is not handed the replay: the verifying step evaluated
+	// the same tokens from the same state and the block holds them, each
+	// with the hidden state before it, which the replay's first token would
+	// now get wrong (the block has moved on to the kept token's).
 }
 
 // failReplay empties a slot whose rejected draft could not be undone and

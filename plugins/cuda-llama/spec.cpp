@@ -2,22 +2,25 @@
 
 // Speculative decoding's drafting through llama.cpp's common library: its
 // draft-simple implementation drafts for every slot in one batch of the
-// draft context, its n-gram ones look the slots' own tokens up; the
-// scheduler verifies the drafts in its own step.
+// draft context, its draft-mtp one with the target's MTP block from the
+// target's hidden states, its n-gram ones look the slots' own tokens up;
+// the scheduler verifies the drafts in its own step.
 
 #include "spec.h"
 
 #include "common.h"
 #include "speculative.h"
+#include "llama-ext.h" // llama_get_embeddings_nextn: the MTP hook's staging API
 
 #include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
 
-static llama_context * new_draft_context(llama_model * dft, const hydra_spec_params * p);
+static llama_context * new_draft_context(llama_model * dft, const hydra_spec_params * p, bool mtp);
 
 struct hydra_spec {
+    llama_context * tgt = nullptr;
     llama_context * ctx = nullptr;
     common_speculative * spec = nullptr;
     llama_batch batch{};
@@ -50,8 +53,14 @@ hydra_spec * hydra_spec_new(llama_model * dft, llama_context * tgt, const hydra_
         }
     }
     llama_context * ctx = nullptr;
-    if (dft != nullptr) {
-        ctx = new_draft_context(dft, p);
+    if (p->mtp != 0) {
+        ctx = new_draft_context(const_cast<llama_model *>(llama_get_model(tgt)), p, true);
+        if (ctx == nullptr) {
+            snprintf(err, err_len, "llama.cpp could not create the MTP context over the model's multi-token-prediction block");
+            return nullptr;
+        }
+    } else if (dft != nullptr) {
+        ctx = new_draft_context(dft, p, false);
         if (ctx == nullptr) {
             snprintf(err, err_len, "llama.cpp could not create the draft model's context");
             return nullptr;
@@ -74,6 +83,7 @@ hydra_spec * hydra_spec_new(llama_model * dft, llama_context * tgt, const hydra_
         return nullptr;
     }
     auto * s = new hydra_spec;
+    s->tgt = tgt;
     s->ctx = ctx;
     s->spec = spec;
     s->n_batch = (int32_t) p->n_batch;
@@ -83,8 +93,11 @@ hydra_spec * hydra_spec_new(llama_model * dft, llama_context * tgt, const hydra_
     return s;
 }
 
-static llama_context * new_draft_context(llama_model * dft, const hydra_spec_params * p) {
+static llama_context * new_draft_context(llama_model * dft, const hydra_spec_params * p, bool mtp) {
     auto cp = llama_context_default_params();
+    if (mtp) {
+        cp.ctx_type = LLAMA_CONTEXT_TYPE_MTP;
+    }
     cp.n_ctx = p->n_ctx;
     cp.n_batch = p->n_batch;
     cp.n_ubatch = p->n_batch < 512 ? p->n_batch : 512;
@@ -151,6 +164,113 @@ int hydra_spec_eval(hydra_spec * s, const llama_token * toks, const llama_pos * 
     // speculative rule times the catch-up apart from the drafting.
     llama_synchronize(s->ctx);
     return 0;
+}
+
+// ubatch_rows is the batch index of each row of the target's hidden states
+// (h_nextn) after a hybrid or recurrent model's llama_decode, at this tree:
+// its memory splits the batch into ubatches of equal runs of every
+// sequence (llama_batch_allocr::split_equal, not sequential: the cache is
+// unified) and stores each ubatch's rows in turn, and the first read of
+// the outputs swaps rows as it puts the outputs back in the batch's order
+// (the selection sort of llama_context::decode, output_reorder), rows that
+// hold every token's hidden state and not the outputs'. llama.cpp's MTP
+// process hook reads them in the batch's order, which they are in only
+// when every sequence's run is as long (TestSpecMTP compares drafts alone
+// and batched, so a tree that changes this shows).
+static std::vector<int32_t> ubatch_rows(const llama_batch & b, uint32_t n_ubatch) {
+    const int32_t n = b.n_tokens;
+    std::vector<std::vector<int32_t>> runs;  // per sequence, by first appearance: its batch indices
+    std::vector<llama_seq_id> ids;
+    for (int32_t i = 0; i < n; i++) {
+        const llama_seq_id id = b.seq_id[i][0];
+        size_t k = std::find(ids.begin(), ids.end(), id) - ids.begin();
+        if (k == ids.size()) {
+            ids.push_back(id);
+            runs.emplace_back();
+        }
+        runs[k].push_back(i);
+    }
+    std::vector<size_t> next(runs.size(), 0);
+    std::vector<int32_t> rows, outs;
+    while ((int32_t) rows.size() < n) {
+        std::vector<size_t> cur;  // the sequences with tokens left, at most n_ubatch + 1 of them
+        for (size_t k = 0; k < runs.size() && cur.size() <= n_ubatch; k++) {
+            if (next[k] < runs[k].size()) {
+                cur.push_back(k);
+            }
+        }
+        std::vector<std::vector<int32_t>> part(cur.size());
+        for (;;) {
+            bool all = true;
+            for (size_t k : cur) {
+                all = all && next[k] < runs[k].size();
+            }
+            if (!all) {
+                break;
+            }
+            for (size_t c = 0; c < cur.size(); c++) {
+                part[c].push_back(runs[cur[c]][next[cur[c]]++]);
+            }
+            if ((part[0].size() + 1) * cur.size() > n_ubatch) {
+                break;
+            }
+        }
+        for (const auto & p : part) {
+            for (int32_t i : p) {
+                rows.push_back(i);
+                if (b.logits == nullptr || b.logits[i]) {
+                    outs.push_back(i);
+                }
+            }
+        }
+    }
+    // The outputs' selection sort swaps rows i and j_min of every output
+    // array, the hidden states' included.
+    for (size_t i = 0; i + 1 < outs.size(); i++) {
+        size_t j_min = i;
+        for (size_t j = i + 1; j < outs.size(); j++) {
+            if (outs[j] < outs[j_min]) {
+                j_min = j;
+            }
+        }
+        if (j_min != i) {
+            std::swap(outs[i], outs[j_min]);
+            std::swap(rows[i], rows[j_min]);
+        }
+    }
+    return rows;
+}
+
+int hydra_spec_process(hydra_spec * s, const llama_batch * b) {
+    if (s->ctx == nullptr || b->n_tokens <= 0) {
+        return 0;
+    }
+    const llama_model * m = llama_get_model(s->tgt);
+    if (llama_model_is_hybrid(m) || llama_model_is_recurrent(m)) {
+        // Put the hidden states in the batch's order (ubatch_rows).
+        const auto rows = ubatch_rows(*b, llama_n_ubatch(s->tgt));
+        const int32_t n_embd = llama_model_n_embd_out(m);
+        float * h = llama_get_embeddings_nextn(s->tgt);
+        if (h == nullptr) {
+            return -1;
+        }
+        std::vector<float> sorted((size_t) b->n_tokens * n_embd);
+        for (size_t r = 0; r < rows.size(); r++) {
+            std::copy(h + r * n_embd, h + (r + 1) * n_embd, sorted.begin() + (size_t) rows[r] * n_embd);
+        }
+        std::copy(sorted.begin(), sorted.end(), h);
+    }
+    auto * mem = llama_get_memory(s->ctx);
+    llama_seq_id last = -1;
+    for (int32_t i = 0; i < b->n_tokens; i++) {
+        // A sequence's tokens are one run of the batch (the scheduler's
+        // entries), so its first row is the one after another sequence's.
+        if (b->seq_id[i][0] != last) {
+            last = b->seq_id[i][0];
+            llama_memory_seq_rm(mem, last, b->pos[i], -1);
+        }
+    }
+    return common_speculative_process(s->spec, *b) ? 0 : -1;
 }
 
 void hydra_spec_draft(hydra_spec * s, int32_t n, const llama_seq_id * seqs, const llama_pos * n_past,

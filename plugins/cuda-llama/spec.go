@@ -51,8 +51,12 @@ import (
 type speculator struct {
 	c     *C.hydra_spec
 	pMin  float32 // draft_p_min
-	dft   *model  // nil: n-gram types only, no draft context
+	dft   *model  // nil: n-gram types or draft-mtp only, no draft model
 	ngram bool    // an n-gram type reads each slot's tokens
+	// mtp: the draft context is the target's MTP block (draft-mtp), fed
+	// every batch the target evaluates (mtpProcess) rather than caught up
+	// by the token; held is what it holds of each slot.
+	mtp bool
 	// dctx is the draft model's context where its memory cannot be cut
 	// back (a hybrid or recurrent draft model), nil otherwise: each
 	// drafting slot's state is saved before its draft (drafts) and
@@ -100,6 +104,9 @@ func newSpeculator(lc *lctx, opts options, nSlots int, nGPU int, rollback bool) 
 		ngram_simple_n: C.uint16_t(opts.ngramSimple[0]), ngram_simple_m: C.uint16_t(opts.ngramSimple[1]),
 		ngram_map_n: C.uint16_t(opts.ngramMap[0]), ngram_map_m: C.uint16_t(opts.ngramMap[1]),
 	}
+	if opts.mtp() {
+		p.mtp = 1
+	}
 	var msg [256]C.char
 	c := C.hydra_spec_new(dm, lc.c, &p, &msg[0], C.size_t(len(msg)))
 	if c == nil {
@@ -109,7 +116,7 @@ func newSpeculator(lc *lctx, opts options, nSlots int, nGPU int, rollback bool) 
 		return nil, fmt.Errorf("%w: %s %s: %s", iface.ErrBadRequest, OptSpecType, strings.Join(opts.specTypes, ","), C.GoString(&msg[0]))
 	}
 	sp := &speculator{c: c, pMin: opts.draftPMin, dft: dft, draftMax: r.NMax, rule: specrule.New(r, opts.draftAlways, rollback),
-		held: make([][]int32, nSlots), acc: make([]specrule.Acceptance, nSlots),
+		held: make([][]int32, nSlots), acc: make([]specrule.Acceptance, nSlots), mtp: opts.mtp(),
 		ngram: slices.ContainsFunc(opts.specTypes, func(t string) bool { return strings.HasPrefix(t, "ngram-") })}
 	if dft != nil && dft.recurrentState() {
 		ctx := C.hydra_spec_ctx(c)
@@ -358,8 +365,18 @@ func (s *scheduler) planDrafts(decoders []*job, lens []int) {
 		for k := range n {
 			d.draft[k] = int32(sp.outs[i*stride+k])
 		}
+		if testSawDraft != nil {
+			testSawDraft(j.slot, int(sp.past[i]), d.draft)
+		}
 		if testDrafts != nil && sp.dft == nil {
 			d.draft = testDrafts(j.slot, j.s.seq(), d.pending, int(sp.nMax[i]))
+		}
+		if sp.mtp {
+			// The MTP block drafted from its own hidden states: its cells
+			// after the slot's tokens are not the target's (mtpProcess
+			// writes those when the target verifies the draft).
+			C.hydra_spec_seq_rm(sp.c, C.int32_t(j.slot), sp.past[i])
+			continue
 		}
 		if sp.dft == nil || sp.dctx != nil {
 			continue // a recurrent draft's state was restored to the slot's tokens (restoreDrafts)
@@ -374,6 +391,54 @@ func (s *scheduler) planDrafts(decoders []*job, lens []int) {
 			sp.held[j.slot] = append(append(sp.held[j.slot], d.pending), d.draft[:kept-past-1]...)
 		}
 	}
+}
+
+// mtpProcess hands the batch the target just evaluated (n_tokens of
+// s.batch) to the MTP block (draft-mtp), as llama-server does after every
+// llama_decode: prompt chunks, steps and replays, so that it holds every
+// position with the target's hidden state before it. A slot whose
+// positions before the batch's it does not hold (a state put, a restore
+// that evaluated nothing here) is taken to hold them: the MTP block then
+// drafts from the positions evaluated since, and its drafts are verified
+// all the same.
+func (s *scheduler) mtpProcess() {
+	sp := s.e.spec
+	if sp == nil || !sp.mtp {
+		return
+	}
+	if C.hydra_spec_process(sp.c, &s.batch) != 0 {
+		s.e.log.Warn("the MTP block could not evaluate the step's batch: its cells are dropped, it drafts from the positions evaluated from now on")
+		sp.dropAll()
+		return
+	}
+	n := int(s.batch.n_tokens)
+	toks, pos := unsafe.Slice(s.batch.token, n), unsafe.Slice(s.batch.pos, n)
+	seqs := unsafe.Slice(s.batch.seq_id, n)
+	for i := 0; i < n; {
+		slot, p0 := int(*seqs[i]), int(pos[i])
+		k := i
+		for k < n && int(*seqs[k]) == slot {
+			k++
+		}
+		h := sp.held[slot]
+		if seq := s.e.slots[slot].seq(); p0 > len(h) && len(seq) >= p0 {
+			h = append(h, seq[len(h):p0]...)
+		}
+		if p0 <= len(h) {
+			h = h[:p0]
+			for _, t := range toks[i:k] {
+				h = append(h, int32(t))
+			}
+			sp.held[slot] = h
+		}
+		i = k
+	}
+}
+
+// mtpHolds is what the MTP context holds of slot i: the tokens held says
+// and its last position (-1: none).
+func (sp *speculator) mtpHolds(i int) ([]int32, int) {
+	return sp.held[i], int(C.hydra_spec_pos_max(sp.c, C.int32_t(i)))
 }
 
 // saveDrafts saves, where the draft model's memory cannot be cut back, the
@@ -416,6 +481,19 @@ func (sp *speculator) restoreDrafts(drafting []*job) error {
 // drafts of a chosen acceptance, which no draft of the tests' random-weight
 // models gives.
 var testDrafts func(slot int, seq []int32, pending int32, n int) []int32
+
+// useReferenceKernels switches the draft context's CPU work to ggml's
+// reference kernels as lctx.useReferenceKernels does the target's.
+func (sp *speculator) useReferenceKernels() int {
+	if ctx := C.hydra_spec_ctx(sp.c); ctx != nil {
+		return (&lctx{c: ctx}).useReferenceKernels()
+	}
+	return 0
+}
+
+// testSawDraft, where a test sets it, sees each draft made for slot at
+// position pos (its pending token's) before testDrafts may replace it.
+var testSawDraft func(slot, pos int, draft []int32)
 
 // dropAll empties the draft context, which then re-derives every slot.
 func (sp *speculator) dropAll() {
@@ -501,7 +579,7 @@ func (s *scheduler) settleDrafts(entries []entry) (rolled []*job) {
 		if en.j.ended {
 			en.j.s.claim = 0
 		}
-		if testDrafts == nil { // llama.cpp's drafter counts its own drafts' acceptance
+		if testDrafts == nil || sp.mtp { // llama.cpp's drafter counts its own drafts' acceptance; MTP's takes the kept row's hidden state
 			C.hydra_spec_accept(sp.c, C.int32_t(en.j.slot), C.int32_t(d.nAccepted))
 		}
 		sp.rule.Record(&sp.acc[en.j.slot], n, d.nAccepted)

@@ -1,7 +1,8 @@
 // C interface of spec.cpp: speculative decoding's drafting through
 // llama.cpp's common library (common/speculative.h): its draft-simple
 // implementation over a draft model's context, whose sequence i is slot i,
-// and its n-gram lookups over each slot's own tokens.
+// its draft-mtp over the target's own multi-token-prediction block, and its
+// n-gram lookups over each slot's own tokens.
 #pragma once
 
 #include <stddef.h>
@@ -27,12 +28,15 @@ struct hydra_spec_params {
     // --spec-ngram-simple-size-n/-m and --spec-ngram-map-k-size-n/-m (the
     // k4v map's too); 0: llama.cpp's default
     uint16_t ngram_simple_n, ngram_simple_m, ngram_map_n, ngram_map_m;
+    // draft-mtp: the draft context is an MTP context over the target's
+    // model (loaded with load_mtp), fed by hydra_spec_process
+    int32_t mtp;
 };
 
 // hydra_spec_new makes llama.cpp's speculative state of p->types beside the
 // target context tgt, with the draft context of dft (a loaded model, owned
-// by the caller; NULL: n-gram types only); NULL with a message in err when
-// llama.cpp refuses (e.g. the vocabularies differ).
+// by the caller; NULL: n-gram types only, or p->mtp); NULL with a message in
+// err when llama.cpp refuses (e.g. the vocabularies differ).
 hydra_spec * hydra_spec_new(struct llama_model * dft, struct llama_context * tgt, const struct hydra_spec_params * p,
                             char * err, size_t err_len);
 void hydra_spec_free(hydra_spec * s);
@@ -60,6 +64,14 @@ struct llama_context * hydra_spec_ctx(hydra_spec * s);
 // context, no logits, in batches of n_batch; 0 when all were, else
 // llama_decode's code.
 int hydra_spec_eval(hydra_spec * s, const llama_token * toks, const llama_pos * pos, const llama_seq_id * seqs, int32_t n);
+
+// hydra_spec_process hands a batch the target context just evaluated to the
+// MTP context (draft-mtp): each sequence's cells from the batch's first
+// position of it on are removed, then the batch's tokens are evaluated with
+// the target's hidden states of the positions before them, so that the MTP
+// context holds what the target does. 0 when done (or nothing to do), else
+// -1.
+int hydra_spec_process(hydra_spec * s, const struct llama_batch * b);
 
 // hydra_spec_draft drafts for n sequences at once: sequence seqs[i], whose
 // draft context holds positions [0, n_past[i]), continues after id_last[i]

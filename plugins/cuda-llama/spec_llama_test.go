@@ -613,3 +613,180 @@ func TestSpecHybridDraft(t *testing.T) {
 		})
 	}
 }
+
+// TestSpecMTP: draft-mtp drafts with the model's own multi-token-prediction
+// block (gguf-gen's, random weights: nearly every draft is rejected) and
+// with chosen drafts where the block's are replaced (accepted and
+// rejected), alone and on 4 slots batched: the tokens are those of the same
+// file decoded without it, the MTP context holds each slot's positions
+// after every decode, a state moves out of and into a drafting engine, and
+// a model without the block is refused.
+func TestSpecMTP(t *testing.T) {
+	c := gguf.TinyQwen35MoE()
+	c.MTP = 1
+	target := modelFile(t, "tiny-qwen35moe-mtp", c)
+	opts := map[string]string{OptSpecType: "draft-mtp", OptDraftMax: "4", OptDraftRule: DraftRuleAlways}
+	_, err := New(testLogger()).Load(context.Background(), iface.LoadRequest{Model: modelFile(t, "tiny-qwen35moe", gguf.TinyQwen35MoE()),
+		NSlots: 1, Options: map[string]string{OptNThreads: "1", OptNCtx: "512", OptSpecType: "draft-mtp"}})
+	if !errors.Is(err, iface.ErrBadRequest) || !strings.Contains(err.Error(), "no multi-token-prediction block") {
+		t.Fatalf("draft-mtp on a model without the block: %v, want a bad request", err)
+	}
+	plain := load(t, target, 4, nil)
+	spec := load(t, target, 4, opts)
+	referenceKernels(t, plain)
+	referenceKernels(t, spec)
+	sp := iface.SamplerParams{IgnoreEOS: true}
+	slots := []int{0, 1, 2, 3}
+	holdsAll := func(b *Backend, when string) {
+		t.Helper()
+		e := b.eng.Load()
+		for _, s := range slots {
+			seq := e.slots[s].seq()
+			held, last := e.spec.mtpHolds(s)
+			if !slices.Equal(held, seq) || last != len(seq)-1 {
+				t.Errorf("%s: slot %d: the MTP context holds %d tokens (last position %d) of %d, want them all", when, s, len(held), last, len(seq))
+			}
+		}
+	}
+
+	// The block's drafts at a position are the same alone and batched:
+	// each row is paired with the hidden state of its own sequence's
+	// position before it, whatever else the batch holds. Two engines, so
+	// that each slot's sequence has the same history in both.
+	batchedSpec := load(t, target, 4, opts)
+	referenceKernels(t, batchedSpec)
+	type at struct{ slot, pos int }
+	var mu sync.Mutex
+	seen, batched := map[at][]int32{}, false
+	differ, compared := 0, 0
+	testSawDraft = func(slot, pos int, d []int32) {
+		mu.Lock()
+		defer mu.Unlock()
+		k := at{slot, pos}
+		if !batched {
+			seen[k] = slices.Clone(d)
+		} else if w, ok := seen[k]; ok {
+			compared++
+			if !slices.Equal(w, d) {
+				differ++
+				t.Logf("slot %d position %d: alone %v, batched %v", slot, pos, w, d)
+			}
+		}
+	}
+	defer func() { testSawDraft = nil }()
+	// Each slot drafts at most slot+1 tokens, so that a batch holds runs
+	// of every length (llama.cpp splits those into ubatches out of the
+	// batch's order).
+	decodeSpec := func(b *Backend, slots []int) map[int][]int32 {
+		var mu sync.Mutex
+		got := map[int][]int32{}
+		var wg sync.WaitGroup
+		for _, s := range slots {
+			wg.Go(func() {
+				var ids []int32
+				req := iface.DecodeRequest{Slot: s, NPredict: 32, Sampler: sp, Speculative: &iface.SpeculativeParams{NMax: s + 1}}
+				if _, err := b.Decode(context.Background(), req, func(tok iface.Token) error { ids = append(ids, tok.ID); return nil }); err != nil {
+					t.Errorf("slot %d: %v", s, err)
+				}
+				mu.Lock()
+				got[s] = ids
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		return got
+	}
+	for s, p := range prompts {
+		prefill(t, plain, s, p)
+		prefill(t, spec, s, p)
+		want, _ := decode(t, plain, s, 32, sp)
+		got := decodeSpec(spec, []int{s})[s]
+		seq := spec.eng.Load().slots[s].seq()
+		sameGreedy(t, spec, s, seq[:len(seq)-len(got)], got, want, sp)
+	}
+	holdsAll(spec, "alone")
+	drafted, accepted := specRate(spec)
+	mu.Lock()
+	batched = true
+	mu.Unlock()
+	// Slot 0's prompt is evaluated while the others decode: batches of a
+	// prompt's rows, one of them an output, beside decoders' rows.
+	for s, p := range prompts {
+		prefill(t, plain, s, p)
+		if s > 0 {
+			prefill(t, batchedSpec, s, p)
+		}
+	}
+	wantAll := decodeAll(t, plain, slots, 32, sp)
+	var gotAll, got0 map[int][]int32
+	var wg sync.WaitGroup
+	wg.Go(func() { gotAll = decodeSpec(batchedSpec, slots[1:]) })
+	prefill(t, batchedSpec, 0, prompts[0])
+	got0 = decodeSpec(batchedSpec, slots[:1])
+	wg.Wait()
+	gotAll[0] = got0[0]
+	for _, s := range slots {
+		seq := batchedSpec.eng.Load().slots[s].seq()
+		sameGreedy(t, batchedSpec, s, seq[:len(seq)-len(gotAll[s])], gotAll[s], wantAll[s], sp)
+	}
+	holdsAll(batchedSpec, "batched")
+	testSawDraft = nil
+	if batchedDrafted, _ := specRate(batchedSpec); drafted == 0 || batchedDrafted == 0 || compared == 0 || differ > 0 {
+		t.Errorf("the MTP block's drafts alone (%d tokens) and batched (%d): %d of %d at the same positions differ, want 0 of some",
+			drafted, batchedDrafted, differ, compared)
+	}
+	t.Logf("own drafts: %d of %d accepted alone", accepted, drafted)
+
+	// Chosen drafts: the plain model's own continuation, with a token
+	// changed every few steps, so that drafts are accepted whole, in part
+	// and not at all.
+	starts := map[int]int{}
+	for s, p := range prompts {
+		prefill(t, plain, s, p)
+		prefill(t, spec, s, p)
+		starts[s] = len(slotInfo(t, spec, s).Tokens)
+	}
+	wants := decodeAll(t, plain, slots, 40, sp)
+	step := 0
+	testDrafts = func(slot int, seq []int32, pending int32, max int) []int32 {
+		mu.Lock()
+		defer mu.Unlock()
+		step++
+		g := len(seq) - starts[slot] + 1
+		if w := wants[slot]; g < len(w) {
+			d := slices.Clone(w[g:min(len(w), g+max)])
+			if step%4 == 0 {
+				d[len(d)/2] ^= 1
+			}
+			return d
+		}
+		return nil
+	}
+	defer func() { testDrafts = nil }()
+	before, beforeAcc := specRate(spec)
+	got := decodeAll(t, spec, slots, 40, sp)
+	for _, s := range slots {
+		sameGreedy(t, spec, s, slotInfo(t, spec, s).Tokens[:starts[s]], got[s], wants[s], sp)
+	}
+	holdsAll(spec, "chosen drafts")
+	all, acc := specRate(spec)
+	if acc == beforeAcc || acc-beforeAcc == all-before {
+		t.Errorf("chosen drafts: want drafts accepted and rejected: %d of %d", acc-beforeAcc, all-before)
+	}
+	testDrafts = nil
+
+	// A state moves out of the drafting engine and into it.
+	si := slotInfo(t, spec, 0)
+	state := stateOf(t, spec, 0, 1<<20)
+	if _, err := plain.StatePut(context.Background(), 1, si.Tokens, bytes.NewReader(state), int64(len(state))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := spec.StatePut(context.Background(), 2, si.Tokens, bytes.NewReader(state), int64(len(state))); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := decode(t, plain, 1, 24, sp)
+	for _, s := range []int{0, 2} {
+		got, _ := decode(t, spec, s, 24, sp)
+		sameGreedy(t, plain, 1, si.Tokens, want, got, sp)
+	}
+}

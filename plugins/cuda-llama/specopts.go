@@ -21,7 +21,8 @@ const (
 	OptDraftNGPULayers = "draft_n_gpu_layers" // the draft model's layers on the GPU; -1 all (default)
 	// OptSpecType is llama-server's --spec-type: a comma-separated list of
 	// draft-simple (the draft model's; the default with draft_model),
-	// ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod (the n-gram
+	// draft-mtp (the model's own multi-token-prediction block: a qwen35moe
+	// that carries one), ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod (the n-gram
 	// lookups of a slot's own tokens, llama.cpp's defaults), the first that
 	// drafts for a slot serving it that step.
 	OptSpecType = "spec_type"
@@ -127,9 +128,12 @@ func parseDraftPMin(o *options, key, v string) error {
 }
 
 // specTypeNames are the spec_type names the plugin runs: llama.cpp's,
-// less those that need a model of their own kind (eagle3, mtp, dflash,
-// dspark) or lookup files (ngram-cache).
-var specTypeNames = []string{"draft-simple", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod"}
+// less those that need a model of their own kind (eagle3, dflash, dspark)
+// or lookup files (ngram-cache).
+var specTypeNames = []string{"draft-simple", specMTP, "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod"}
+
+// specMTP is spec_type's draft-mtp.
+const specMTP = "draft-mtp"
 
 // checkSpec resolves spec_type's default (draft-simple with a draft_model)
 // and refuses options that contradict each other.
@@ -146,9 +150,16 @@ func (o *specOptions) checkSpec() error {
 			OptDraftModel, OptSpecType, strings.Join(o.specTypes, ","))
 	case o.draftModel == "" && simple:
 		return fmt.Errorf("%w: %s=draft-simple needs %s", iface.ErrBadRequest, OptSpecType, OptDraftModel)
+	case simple && o.mtp():
+		// llama.cpp's draft-simple and draft-mtp each take the one draft context.
+		return fmt.Errorf("%w: %s=draft-mtp drafts with the model's own MTP block and takes no %s; leave out draft-simple and %s",
+			iface.ErrBadRequest, OptSpecType, OptDraftModel, OptDraftModel)
 	}
 	return nil
 }
+
+// mtp says whether the model's MTP block drafts (draft-mtp).
+func (o *specOptions) mtp() bool { return slices.Contains(o.specTypes, specMTP) }
 
 // requestBounds reads a request's own bounds (llama-server's
 // speculative.n_max, n_min): its n_max (0: the rule's own) and n_min (0:

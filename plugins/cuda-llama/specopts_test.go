@@ -20,12 +20,17 @@ func TestSpecOptions(t *testing.T) {
 		!slices.Equal(o.specTypes, []string{"ngram-mod", "ngram-simple"}) {
 		t.Fatalf("n-gram types: %+v, %v", o.specOptions, err)
 	}
+	if o, err = parseOptions(map[string]string{OptSpecType: "draft-mtp,ngram-mod"}); err != nil || !o.mtp() {
+		t.Fatalf("draft-mtp: %+v, %v", o.specOptions, err)
+	}
 	for _, bad := range []map[string]string{
 		{OptDraftMin: "4", OptDraftMax: "2"},
 		{OptDraftPMin: "1.5"},
 		{OptSpecType: "draft-eagle3"},
 		{OptSpecType: "draft-simple"},
 		{OptDraftModel: "d.gguf", OptSpecType: "ngram-mod"},
+		{OptDraftModel: "d.gguf", OptSpecType: "draft-mtp"},
+		{OptDraftModel: "d.gguf", OptSpecType: "draft-simple,draft-mtp"},
 		{OptDraftBatchMax: "1"},
 	} {
 		if _, err := parseOptions(bad); !errors.Is(err, iface.ErrBadRequest) {
