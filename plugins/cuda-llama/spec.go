@@ -395,15 +395,17 @@ func (s *scheduler) planDrafts(decoders []*job, lens []int) {
 
 // mtpProcess hands the batch the target just evaluated (n_tokens of
 // s.batch) to the MTP block (draft-mtp), as llama-server does after every
-// llama_decode: prompt chunks, steps and replays, so that it holds every
-// position with the target's hidden state before it. A slot whose
-// positions before the batch's it does not hold (a state put, a restore
-// that evaluated nothing here) is taken to hold them: the MTP block then
-// drafts from the positions evaluated since, and its drafts are verified
-// all the same.
+// llama_decode (prompt chunks and steps), so that it holds each position
+// with the target's hidden state before it, while the rule drafts or the
+// step verified a probe's drafts: evaluating the block costs every step,
+// so a rule that stopped drafting stops that too, and the block lacks the
+// positions decoded meanwhile. A slot whose positions before the batch's
+// it does not hold (those, a state put, a restore that evaluated nothing
+// here) is taken to hold them: the block drafts from the positions it has,
+// and its drafts are verified all the same.
 func (s *scheduler) mtpProcess() {
 	sp := s.e.spec
-	if sp == nil || !sp.mtp {
+	if sp == nil || !sp.mtp || (s.clock.depth == 0 && !sp.rule.Always() && !sp.rule.Status().Drafting) {
 		return
 	}
 	if C.hydra_spec_process(sp.c, &s.batch) != 0 {

@@ -790,3 +790,33 @@ func TestSpecMTP(t *testing.T) {
 		sameGreedy(t, plain, 1, si.Tokens, want, got, sp)
 	}
 }
+
+// TestSpecMTPStops: under the measured rule (the default) the MTP block's
+// random-weight drafts, never accepted, stop drafting, and with it the
+// block's evaluation of every batch (its cost a step): the block then
+// lacks the positions decoded since, and the text is decoding's without
+// drafts.
+func TestSpecMTPStops(t *testing.T) {
+	c := gguf.TinyQwen35MoE()
+	c.MTP = 1
+	target := modelFile(t, "tiny-qwen35moe-mtp", c)
+	plain := load(t, target, 1, nil)
+	spec := load(t, target, 1, map[string]string{OptSpecType: "draft-mtp", OptDraftMax: "4"})
+	referenceKernels(t, plain)
+	referenceKernels(t, spec)
+	sp := iface.SamplerParams{IgnoreEOS: true}
+	prefill(t, plain, 0, prompts[1])
+	prefill(t, spec, 0, prompts[1])
+	want, _ := decode(t, plain, 0, 96, sp)
+	got, _ := decode(t, spec, 0, 96, sp)
+	e := spec.eng.Load()
+	seq := e.slots[0].seq()
+	sameGreedy(t, spec, 0, seq[:len(seq)-len(got)], got, want, sp)
+	_, last := e.spec.mtpHolds(0)
+	drafted, accepted := specRate(spec)
+	t.Logf("%d of %d draft tokens accepted; the block holds positions to %d of %d", accepted, drafted, last, len(seq)-1)
+	if e.spec.rule.Status().Drafting || drafted == 0 || last >= len(seq)-1 {
+		t.Errorf("want drafts, then the rule stopped (drafting %v) and the block not fed since (last position %d of %d)",
+			e.spec.rule.Status().Drafting, last, len(seq)-1)
+	}
+}
