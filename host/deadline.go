@@ -254,7 +254,13 @@ func (r ratedRawConn) Read(f func(fd uintptr) bool) error {
 	if r.c.payload != nil {
 		r.c.rawN = r.c.payload.N
 	}
+	// Armed again from the instant the read is timed from, so that a read
+	// cut by the rate's deadline has spent the whole window (RateError),
+	// however late it started after the caller armed it.
 	start := time.Now()
+	if err := r.c.armReadAt(start); err != nil {
+		return err
+	}
 	err := r.RawConn.Read(f)
 	return r.c.done(0, start, err)
 }
