@@ -26,6 +26,7 @@ type request struct {
 	payload *io.LimitedReader
 	conn    *deadlineConn // the socket under payload, nil in tests
 	release func()        // gives back the payload budget readPayload took
+	export  *exportFile   // the connection's STATE_EXPORT file, removed when it closes
 }
 
 // readPayload reads the whole payload, which dispatch has bounded, once the
@@ -150,9 +151,15 @@ func (s *Server) serveConn(raw net.Conn) {
 	br := bufio.NewReaderSize(dc, 64<<10)
 	bw := bufio.NewWriterSize(dc, 64<<10)
 	peer := s.peerAttrs(raw)
+	export := &exportFile{}
+	defer export.remove()
 	for {
 		req, ok := s.nextRequest(dc, br, log)
-		if !ok || !s.serveRequest(req, bw, log, peer) {
+		if !ok {
+			return
+		}
+		req.export = export
+		if !s.serveRequest(req, bw, log, peer) {
 			return
 		}
 	}
@@ -277,6 +284,10 @@ func (s *Server) dispatch(req *request, rp *replier) error {
 		return s.handleStatePut(req, rp)
 	case transport.OpStateMeta:
 		return s.handleStateMeta(req, rp)
+	case transport.OpStateExport:
+		return s.handleStateExport(req, rp)
+	case transport.OpStateImport:
+		return s.handleStateImport(req, rp)
 	case transport.OpConfigure:
 		return s.handleConfigure(req, rp)
 	case transport.OpInfo:

@@ -165,11 +165,12 @@ func (s *Server) handleSetExpertMode(req *request, rp *replier) error {
 	return rp.replyMeta(transport.StatusOK, transport.NewMeta().Add("success", true).Add("mode", active), nil)
 }
 
-// capabilities are INFO's: the engine's, the backend's own, and those its
+// capabilities are INFO's: the engine's (state_shm: STATE_EXPORT and
+// STATE_IMPORT on its Unix sockets), the backend's own, and those its
 // info implies (quant_swap with quantisations to swap to, combined with a
 // peer device), each once.
 func capabilities(info iface.BackendInfo) []string {
-	caps := []string{"prefill", "decode", "state_transfer", "expert_mode", "model_hash"}
+	caps := []string{"prefill", "decode", "state_transfer", "expert_mode", "model_hash", "state_shm"}
 	for _, c := range append(slices.Clone(info.Capabilities), implied(info)...) {
 		if !slices.Contains(caps, c) {
 			caps = append(caps, c)

@@ -96,7 +96,7 @@ func TestSwapQuantReplyAndIdentity(t *testing.T) {
 	caps, _ := json.Marshal(m["capabilities"])
 	if m["mode"] != "combined" || m["solo_active"] != false || m["combined_head_attached"] != true || m["peer_addr"] != "CUDA1" ||
 		m["peer_reachable"] != true || m["layer_split"] != "0-47:CUDA0" || m["split_mode"] != "layer" || m["active_quant"] != "base+q8" ||
-		string(caps) != `["prefill","decode","state_transfer","expert_mode","model_hash","quant_swap","combined"]` {
+		string(caps) != `["prefill","decode","state_transfer","expert_mode","model_hash","state_shm","quant_swap","combined"]` {
 		t.Fatalf("INFO %s", meta)
 	}
 	if keys, _ := json.Marshal(m["quant_keys"]); string(keys) != `["base","q8"]` {

@@ -280,6 +280,20 @@ func (s *Server) handleStatePut(req *request, rp *replier) error {
 	if req.hdr.PayloadLen > s.cfg.MaxStateBytes {
 		return rp.fail(transport.StatusError, fmt.Sprintf("state payload of %d bytes exceeds the %d-byte limit", req.hdr.PayloadLen, s.cfg.MaxStateBytes))
 	}
+	src := &readTracker{r: req.payload}
+	var in io.Reader = src
+	if sock := spliceable(req, src); sock != nil {
+		in = sock
+	}
+	return s.putState(req, rp, slot, src, in, true, nil)
+}
+
+// putState restores slot from in, the blob src counts (src.r.N bytes), as
+// STATE_PUT does, and replies. peer says the blob is the request's own
+// payload, whose breaking closes the connection; otherwise (a shared-memory
+// file) a broken read fails the restore like bad bytes. extra adds fields
+// to the OK reply.
+func (s *Server) putState(req *request, rp *replier, slot int, src *readTracker, in io.Reader, peer bool, extra func(*transport.Meta)) error {
 	lease, err := s.slots.acquire(slot, slotTransferring)
 	if err != nil {
 		return rp.failErr(err)
@@ -290,16 +304,11 @@ func (s *Server) handleStatePut(req *request, rp *replier) error {
 	if err != nil {
 		return rp.failErr(err)
 	}
-	start := time.Now()
-	src := &readTracker{r: req.payload}
-	var in io.Reader = src
-	if sock := spliceable(req, src); sock != nil {
-		in = sock
-	}
+	start, total := time.Now(), src.r.N
 	var trace shm.TransferTrace
-	consumed, source, ckpt, err := s.restore(shm.WithTransferTrace(req.ctx, &trace), b, info, slot, in, req.payload.N)
+	consumed, source, ckpt, err := s.restore(shm.WithTransferTrace(req.ctx, &trace), b, info, slot, in, total)
 	trace.AfterPayload = src.sinceLast()
-	s.transferDone(req.ctx, rp, true, slot, int64(req.hdr.PayloadLen)-req.payload.N, start, trace, err)
+	s.transferDone(req.ctx, rp, true, slot, total-src.r.N, start, trace, err)
 	if err != nil {
 		// Never leave a slot half-restored; the backend clears on failure, and
 		// this covers a backend that died on the way.
@@ -311,10 +320,10 @@ func (s *Server) handleStatePut(req *request, rp *replier) error {
 			empty = si
 		}
 		after = &empty
-		if src.err != nil {
+		if peer && src.err != nil {
 			return errFatal{fmt.Errorf("client stream broke during STATE_PUT of slot %d: %w", slot, src.err)}
 		}
-		tracing.Logger(req.ctx, s.log).Warn("STATE_PUT failed, slot cleared", "slot", slot, "error", err)
+		tracing.Logger(req.ctx, s.log).Warn(fmt.Sprintf("%v failed, slot cleared", req.hdr.Op), "slot", slot, "error", err)
 		return rp.fail(transport.StatusError, err.Error())
 	}
 	si, err := b.Slot(req.ctx, slot)
@@ -326,6 +335,9 @@ func (s *Server) handleStatePut(req *request, rp *replier) error {
 	m := source.addTo(transport.NewMeta().Add("restored", true).Add("bytes", consumed).Add("n_past", si.NPast).AddFields(info.Model))
 	if ckpt != "" {
 		m.Add("checkpoint", ckpt)
+	}
+	if extra != nil {
+		extra(m)
 	}
 	return rp.replyMeta(transport.StatusOK, m, nil)
 }

@@ -50,6 +50,10 @@ type Config struct {
 	// FloorMinBytes or more may move before it is logged as a warning (0:
 	// none).
 	TransferFloor uint64
+	// StateShmDir is the directory, shared memory (a tmpfs), where
+	// STATE_EXPORT writes the blobs it hands to another engine on this host
+	// and from which STATE_IMPORT reads them (default DefaultStateShmDir).
+	StateShmDir string
 	// CombinedUnavailable, when set, is why the engine cannot run combined
 	// mode although its configuration named a peer the backend does not
 	// see (llama-engine's --rpc-engine): a SET_EXPERT_MODE "combined" that
@@ -62,6 +66,7 @@ type Config struct {
 
 // Defaults.
 const (
+	DefaultStateShmDir   = "/dev/shm"
 	DefaultIdleTimeout   = 120 * time.Second
 	DefaultChunkTimeout  = 900 * time.Second
 	DefaultMaxStateBytes = 4 << 30

@@ -2,10 +2,12 @@ package tests
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hydra-engine/hydra-engine/transport"
 )
@@ -24,6 +26,48 @@ func hydractlJSON(t testing.TB, args ...string) (map[string]any, error) {
 // TestHydractlMigrate streams a slot from one engine process into another
 // (STATE_GET body → STATE_PUT payload) and checks that both continue with the
 // same greedy decode.
+// TestHydractlMigrateSharedMemory: between two engines' Unix sockets
+// migrate hands the state over shared memory (STATE_EXPORT, STATE_IMPORT),
+// says so, and leaves no file behind; where the source cannot export (its
+// directory is missing) it takes the socket path and says why.
+func TestHydractlMigrateSharedMemory(t *testing.T) {
+	dir := t.TempDir()
+	opts := []string{"--backend-opt", "kv_bytes_per_token=65536", "--state-shm-dir", dir}
+	a, b := startEngine(t, opts...), startEngine(t, opts...)
+	ca, cb := client(t, a.unix), client(t, b.unix)
+	mustOK(t, ca, transport.OpPrefill, "0", chat("Move this conversation through shared memory, please."))
+	src, _ := mustOK(t, ca, transport.OpStateMeta, "0", nil)
+	m, err := hydractlJSON(t, "migrate", "--from", a.unix, "--to", b.unix, "--slot", "0", "--to-slot", "1")
+	meta, _ := m["meta"].(map[string]any)
+	if err != nil || m["path"] != "shared memory" || meta["restored"] != true || meta["n_past"] != float64(num(t, src, "n_past")) ||
+		!strings.HasPrefix(fmt.Sprint(meta["path"]), dir+"/hydra-state-") {
+		t.Fatalf("migrate between Unix sockets: %v %v", err, m)
+	}
+	want, _ := decodeText(t, ca, "0", 32)
+	if got, _ := decodeText(t, cb, "1", 32); got != want || want == "" {
+		t.Errorf("after migrate through shared memory: destination decodes %q, source %q", got, want)
+	}
+	// The export goes when migrate's connection to the source closes.
+	var left []string
+	for range 100 {
+		if left, _ = filepath.Glob(filepath.Join(dir, "*")); len(left) == 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(left) != 0 {
+		t.Errorf("files left in the shared memory directory: %v", left)
+	}
+
+	// A source whose directory is missing: the socket path, and why.
+	c := startEngine(t, "--backend-opt", "kv_bytes_per_token=65536", "--state-shm-dir", filepath.Join(dir, "missing"))
+	mustOK(t, client(t, c.unix), transport.OpPrefill, "0", chat("Move this one over the socket."))
+	m, err = hydractlJSON(t, "migrate", "--from", c.unix, "--to", b.unix, "--slot", "0", "--to-slot", "2")
+	if err != nil || m["path"] != "socket" || !strings.Contains(fmt.Sprint(m["path_why"]), "could not export") {
+		t.Fatalf("migrate from an engine that cannot export: %v %v", err, m)
+	}
+}
+
 func TestHydractlMigrate(t *testing.T) {
 	opts := []string{"--backend-opt", "kv_bytes_per_token=65536"}
 	a, b := startEngine(t, opts...), startEngine(t, opts...)
@@ -43,6 +87,9 @@ func TestHydractlMigrate(t *testing.T) {
 	}
 	if sm, _ := m["source_meta"].(map[string]any); sm["n_past"] != float64(num(t, src, "n_past")) {
 		t.Errorf("source_meta %v", m["source_meta"])
+	}
+	if m["path"] != "socket" || !strings.Contains(fmt.Sprint(m["path_why"]), "unix://") {
+		t.Errorf("migrate to a tcp:// engine: path %v (%v), want the socket's, saying why", m["path"], m["path_why"])
 	}
 	// The source keeps its copy; both decode alike.
 	want, wm := decodeText(t, ca, "0", 48)

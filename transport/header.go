@@ -26,9 +26,13 @@ type Op uint8
 
 // Engine opcodes.
 const (
-	OpStateGet       Op = 0x30
-	OpStatePut       Op = 0x31
-	OpStateMeta      Op = 0x32
+	OpStateGet  Op = 0x30
+	OpStatePut  Op = 0x31
+	OpStateMeta Op = 0x32
+	// Ours, opt-in (docs/protocol.md): a slot's state handed to another
+	// engine on this host through shared memory.
+	OpStateExport    Op = 0x33
+	OpStateImport    Op = 0x34
 	OpConfigure      Op = 0x40
 	OpInfo           Op = 0x41
 	OpPrefill        Op = 0x42
@@ -40,6 +44,7 @@ const (
 
 var opNames = map[Op]string{
 	OpStateGet: "STATE_GET", OpStatePut: "STATE_PUT", OpStateMeta: "STATE_META",
+	OpStateExport: "STATE_EXPORT", OpStateImport: "STATE_IMPORT",
 	OpConfigure: "CONFIGURE", OpInfo: "INFO", OpPrefill: "PREFILL", OpDecode: "DECODE",
 	OpSetExpertMode: "SET_EXPERT_MODE", OpSwapQuant: "SWAP_QUANT", OpPipelineAttach: "PIPELINE_ATTACH",
 }

@@ -57,6 +57,7 @@ type Config struct {
 	PayloadBudget   uint64            `mapstructure:"payload_budget"`
 	MinTransferRate uint64            `mapstructure:"min_transfer_rate"`
 	TransferFloor   uint64            `mapstructure:"state_transfer_floor"`
+	StateShmDir     string            `mapstructure:"state_shm_dir"`
 	Sampler         map[string]string `mapstructure:"sampler"`
 	SlotSimilarity  float64           `mapstructure:"slot_prompt_similarity"`
 	ReasoningFormat string            `mapstructure:"reasoning_format"`
@@ -189,6 +190,7 @@ var settings = []struct{ key, flag string }{
 	{"payload_budget", "payload-budget"},
 	{"min_transfer_rate", "min-transfer-rate"},
 	{"state_transfer_floor", "state-transfer-floor"},
+	{"state_shm_dir", "state-shm-dir"},
 	{"sampler", "sampler"},
 	{"slot_prompt_similarity", "slot-prompt-similarity"},
 	{"reasoning_format", "reasoning-format"},
@@ -254,6 +256,7 @@ func newFlagSet(d Config, configFile *string, printConfig, showVersion *bool) *f
 	fs.Uint64Var(&v.PayloadBudget, "payload-budget", d.PayloadBudget, "bytes of request payloads buffered in memory at once, over all connections and HTTP bodies")
 	fs.Uint64Var(&v.MinTransferRate, "min-transfer-rate", d.MinTransferRate, "bytes per second a request or reply must move at least, over windows of 10 s (--chunk-timeout if shorter) spent waiting on the socket; 0: no minimum")
 	fs.Uint64Var(&v.TransferFloor, "state-transfer-floor", d.TransferFloor, "bytes per second below which a state transfer of 64 MiB or more is logged as a warning, with whether the backend or the socket set its pace; 0: none")
+	fs.StringVar(&v.StateShmDir, "state-shm-dir", d.StateShmDir, "shared-memory directory (a tmpfs) where STATE_EXPORT writes a slot's state for another engine on this host and STATE_IMPORT reads one; both engines need the same; empty: "+host.DefaultStateShmDir)
 	fs.Var(&sampler, "sampler", "engine-wide sampler default key=value, a CONFIGURE sampler key: temperature, top_k, top_p, min_p, repeat_penalty, … (repeatable)")
 	fs.StringVar(&v.ReasoningFormat, "reasoning-format", d.ReasoningFormat, "deepseek: a chat reply's <think> block streams as reasoning_content, apart from content (llama-server's); none: all is content")
 	fs.IntVar(&v.ReasoningBudget, "reasoning-budget", d.ReasoningBudget, "tokens a chat reply may reason before its template's end tag is forced (llama-server's): -1 unbounded, 0 no reasoning; a request's reasoning_budget_tokens wins")

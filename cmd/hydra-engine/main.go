@@ -277,7 +277,7 @@ func serveRPC(c *Config, logger hclog.Logger, p *pluginproc.Plugin, tp trace.Tra
 	}
 	srv := host.NewServer(p.Backend, p.Info, tun, host.Config{
 		Logger: logger, Version: version, IdleTimeout: c.IdleTimeout, ChunkTimeout: c.ChunkTimeout, SocketBuffer: c.SocketBuffer,
-		MaxConns: c.MaxConns, PayloadBudget: c.PayloadBudget, MinTransferRate: transferRate(c.MinTransferRate), TransferFloor: c.TransferFloor,
+		MaxConns: c.MaxConns, PayloadBudget: c.PayloadBudget, MinTransferRate: transferRate(c.MinTransferRate), TransferFloor: c.TransferFloor, StateShmDir: c.StateShmDir,
 		CombinedUnavailable: c.combinedWhy, TracerProvider: tp,
 	})
 	for _, l := range listeners {

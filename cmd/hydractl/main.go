@@ -46,8 +46,10 @@ Commands:
   state get --slot S -o FILE                  stream the slot's state blob to FILE (STATE_GET)
   state put --slot S -i FILE                  restore the slot from a state blob file (STATE_PUT)
   migrate [--from URL] --to URL --slot S [--to-slot T] [--force]
-                                              stream a slot's state from one engine into another,
-                                              STATE_GET into STATE_PUT, without a file (the source keeps it;
+                                              move a slot's state from one engine into another: through
+                                              shared memory between two engines on Unix sockets (STATE_EXPORT,
+                                              STATE_IMPORT), else STATE_GET streamed into STATE_PUT, without
+                                              a file; says which path and why (the source keeps its state;
                                               an empty source slot is refused)
   bench --slot S [--rounds N] [--to-slot T]   STATE_GET/STATE_PUT round trips of the slot's state, in GB/s
   expert-mode solo|combined                   switch the expert mode (SET_EXPERT_MODE)

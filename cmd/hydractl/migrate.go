@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hydra-engine/hydra-engine/transport"
@@ -92,12 +93,81 @@ func (m *migration) run(ctx context.Context, src *transport.Client, out *output)
 		return err
 	}
 	start := time.Now()
-	put, n, err := m.transfer(ctx, src, dst, out)
+	put, n, why, err := m.handOff(ctx, src, dst)
+	path := "shared memory"
+	if put == nil && err == nil {
+		path = "socket"
+		put, n, err = m.transfer(ctx, src, dst, out)
+	}
 	if err != nil {
 		return err
 	}
-	m.report(out, put.Meta, smRaw, n, time.Since(start))
+	m.report(out, put.Meta, smRaw, n, time.Since(start), path, why)
 	return nil
+}
+
+// handOff moves the state through the engines' shared memory (STATE_EXPORT,
+// STATE_IMPORT) where both are on this host's Unix sockets and serve it,
+// and returns the import's reply and the bytes moved; a nil reply without
+// an error is a path not taken, and why says why. A refused import is an
+// error (the destination slot is empty, the source's as it was): the socket
+// path would be refused the same.
+func (m *migration) handOff(ctx context.Context, src, dst *transport.Client) (*transport.Response, int64, string, error) {
+	if !isUnix(m.g.addr) || !isUnix(m.to) {
+		return nil, 0, "an engine is not named by a unix:// address", nil
+	}
+	for _, c := range []struct {
+		name string
+		c    *transport.Client
+	}{{"source", src}, {"destination", dst}} {
+		if ok, err := hasCapability(ctx, c.c, m.g, "state_shm"); err != nil || !ok {
+			return nil, 0, fmt.Sprintf("the %s engine does not hand states over shared memory (INFO: no state_shm)", c.name), nil
+		}
+	}
+	exp, _, err := roundTrip(ctx, src, m.g, transport.OpStateExport, m.srcKey, nil)
+	if err != nil {
+		if exp == nil {
+			return nil, 0, "", err // the connection failed
+		}
+		return nil, 0, "the source could not export: " + err.Error(), nil
+	}
+	var em struct {
+		Path  string `json:"path"`
+		Bytes int64  `json:"bytes"`
+		NPast int64  `json:"n_past"`
+	}
+	if err := json.Unmarshal(exp.Meta, &em); err != nil || em.Path == "" {
+		return nil, 0, "", fmt.Errorf("STATE_EXPORT reply without a path: %s", exp.Meta)
+	}
+	if em.NPast == 0 {
+		return nil, 0, "", emptySlotError(m.slot, em.Bytes)
+	}
+	payload, _ := json.Marshal(map[string]string{"path": em.Path})
+	// The source keeps its export until this command closes its connection,
+	// after the destination's reply.
+	put, _, err := roundTrip(ctx, dst, m.g, transport.OpStateImport, m.dstKey, payload)
+	if err != nil {
+		return nil, 0, "", fmt.Errorf("STATE_IMPORT of %s: %w", em.Path, err)
+	}
+	return put, em.Bytes, "", nil
+}
+
+// isUnix says whether addr names a Unix socket.
+func isUnix(addr string) bool { return strings.HasPrefix(strings.ToLower(addr), "unix://") }
+
+// hasCapability says whether the engine's INFO lists capability.
+func hasCapability(ctx context.Context, c *transport.Client, g *globals, capability string) (bool, error) {
+	resp, _, err := roundTrip(ctx, c, g, transport.OpInfo, "0", nil)
+	if err != nil {
+		return false, err
+	}
+	var info struct {
+		Capabilities []string `json:"capabilities"`
+	}
+	if err := json.Unmarshal(resp.Meta, &info); err != nil {
+		return false, err
+	}
+	return slices.Contains(info.Capabilities, capability), nil
 }
 
 // checkSource refuses a missing or empty source slot, whose state would only
@@ -159,15 +229,21 @@ func (m *migration) transfer(ctx context.Context, src, dst *transport.Client, ou
 	return put, int64(get.PayloadLen), nil
 }
 
-// report gives the destination's reply and the transfer's size and speed.
-func (m *migration) report(out *output, putMeta, smRaw []byte, n int64, elapsed time.Duration) {
+// report gives the destination's reply, the transfer's size and speed, and
+// the path it took (why: why not shared memory).
+func (m *migration) report(out *output, putMeta, smRaw []byte, n int64, elapsed time.Duration, path, why string) {
 	out.meta(putMeta)
 	out.set("source_meta", jsonValue(smRaw))
 	out.set("bytes", n)
 	out.set("seconds", elapsed.Seconds())
 	out.set("gbps", float64(n)/max(elapsed.Seconds(), 1e-9)/1e9)
-	out.notef("%d bytes, slot %d of %s → slot %d of %s, in %.3fs (%s)",
-		n, m.slot, m.g.addr, m.toSlot, m.to, elapsed.Seconds(), gbps(n, elapsed.Seconds()))
+	out.set("path", path)
+	if why != "" {
+		out.set("path_why", why)
+		path += " (" + why + ")"
+	}
+	out.notef("%d bytes, slot %d of %s → slot %d of %s, in %.3fs (%s), path: %s",
+		n, m.slot, m.g.addr, m.toSlot, m.to, elapsed.Seconds(), gbps(n, elapsed.Seconds()), path)
 }
 
 // parseBench reads bench's flags into the action that times a slot's state
