@@ -3,8 +3,8 @@ package host
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -21,32 +21,47 @@ import (
 )
 
 // A slot's state handed to another engine on this host without a socket in
-// the data path (ours, opt-in; docs/protocol.md): STATE_EXPORT writes the
-// slot's blob, the bytes STATE_GET would stream, into a file of the shared
-// memory directory (a tmpfs) and replies with its path; STATE_IMPORT on the
-// other engine restores a slot from that file as STATE_PUT does. The file
-// belongs to the exporting connection: it is removed when that connection
-// closes or exports again, so nothing is freed before the importer has
-// replied to a client that holds the connection open meanwhile. Both ops
-// answer only clients on the engines' Unix sockets, which are on this host.
+// the data path (ours, opt-in; docs/protocol.md): STATE_EXPORT creates a
+// file of the shared memory directory (a tmpfs), replies with its path and
+// size at once, and writes the slot's blob, the bytes STATE_GET would
+// stream, into it; STATE_IMPORT on the other engine restores a slot from
+// that file as STATE_PUT does, reading each part as soon as it is written,
+// so the two halves overlap as a socket's would. A writer that fails cuts
+// the file to nothing and takes its permissions away, which the reader
+// takes as the end. The file belongs
+// to the exporting connection: it is removed when that connection closes or
+// exports again (its writer stopped first), so nothing is freed before the
+// importer has replied to a client that holds the connection open
+// meanwhile. Both ops answer only clients on the engines' Unix sockets,
+// which are on this host.
 
 // exportPrefix names the files STATE_EXPORT writes and STATE_IMPORT reads:
 // hydra-state-PID-RANDOM.blob.
 const exportPrefix = "hydra-state-"
 
-// exportFile is a connection's live export.
-type exportFile struct{ path string }
+// exportFile is a connection's live export: its file, and the writer's
+// cancel and end while it writes.
+type exportFile struct {
+	path   string
+	cancel context.CancelFunc
+	done   chan struct{}
+}
 
-// set makes path the connection's export, removing the one before.
-func (e *exportFile) set(path string) {
+// set makes path the connection's export, written until done closes (nil:
+// written), after stopping the writer of the one before and removing it.
+func (e *exportFile) set(path string, cancel context.CancelFunc, done chan struct{}) {
+	if e.cancel != nil {
+		e.cancel()
+		<-e.done
+	}
 	if e.path != "" {
 		_ = os.Remove(e.path)
 	}
-	e.path = path
+	e.path, e.cancel, e.done = path, cancel, done
 }
 
-// remove removes the connection's export, if any.
-func (e *exportFile) remove() { e.set("") }
+// remove removes the connection's export, if any, its writer stopped first.
+func (e *exportFile) remove() { e.set("", nil, nil) }
 
 // shmDir is the shared-memory directory of exports and imports.
 func (s *Server) shmDir() string {
@@ -85,70 +100,66 @@ func (s *Server) handleStateExport(req *request, rp *replier) error {
 	if err != nil {
 		return rp.failErr(err)
 	}
-	defer lease.release(nil)
 	b, info, err := s.backendFor(lease)
-	if err != nil {
-		return rp.failErr(err)
+	var x transport.BlobExtras
+	if err == nil {
+		x, err = s.blobExtras(opts, info)
 	}
-	x, err := s.blobExtras(opts, info)
-	if err != nil {
-		return rp.fail(transport.StatusError, err.Error())
+	var si iface.SlotInfo
+	if err == nil {
+		si, err = b.Slot(req.ctx, slot)
 	}
-	si, err := b.Slot(req.ctx, slot)
 	if err != nil {
+		lease.release(nil)
 		return rp.failErr(err)
 	}
 	s.withCheckpoint(req.ctx, b, slot, opts, &x)
-	start := time.Now()
-	path, n, err := s.exportBlob(req, b, si, x)
-	s.transferDone(req.ctx, rp, false, slot, n, start, shm.TransferTrace{}, err)
-	if err != nil {
-		return rp.failErr(err)
-	}
-	lease.release(nil)
-	req.export.set(path)
-	m := transport.NewMeta().Add("path", path).Add("bytes", n).Add("n_past", si.NPast).Add("state_size", si.StateSize).AddFields(info.Model)
-	return rp.replyMeta(transport.StatusOK, m, nil)
-}
-
-// exportBlob writes si's blob with the extras x into a new file of the
-// shared memory directory, checked for room first, and returns its path and
-// size; on a failure the file is gone.
-func (s *Server) exportBlob(req *request, b iface.Backend, si iface.SlotInfo, x transport.BlobExtras) (string, int64, error) {
-	dir := s.shmDir()
-	reapExports(dir, s.log.Warn)
 	hdr := transport.AppendBlobHeader(make([]byte, 0, transport.BlobHeaderSize(len(si.Tokens), x)), si.NPast, si.Tokens, x)
 	total := int64(len(hdr)) + si.StateSize
 	if x.Trailer {
 		total += transport.TrailerSize
 	}
+	f, err := s.createExport(total)
+	if err != nil {
+		lease.release(nil)
+		return rp.failErr(err)
+	}
+	// The writer outlives the request: it stops when the export is
+	// replaced or its connection closes (exportFile), not with the reply.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(req.ctx))
+	done := make(chan struct{})
+	req.export.set(f.Name(), cancel, done)
+	go func() {
+		defer close(done)
+		defer lease.release(nil)
+		s.writeExport(ctx, f, b, si, hdr, x.Trailer, total)
+	}()
+	m := transport.NewMeta().Add("path", f.Name()).Add("bytes", total).Add("n_past", si.NPast).Add("state_size", si.StateSize).AddFields(info.Model)
+	return rp.replyMeta(transport.StatusOK, m, nil)
+}
+
+// createExport creates the file of an export of total bytes in the shared
+// memory directory, checked for room first.
+func (s *Server) createExport(total int64) (*os.File, error) {
+	dir := s.shmDir()
+	reapExports(dir, s.log.Warn)
 	if free, err := freeBytes(dir); err == nil && free < total {
-		return "", 0, fmt.Errorf("no room in %s for the slot's %d-byte state (%d bytes free): STATE_GET moves it over the socket", dir, total, free)
+		return nil, fmt.Errorf("no room in %s for the slot's %d-byte state (%d bytes free): STATE_GET moves it over the socket", dir, total, free)
 	}
 	f, err := os.CreateTemp(dir, exportPrefix+strconv.Itoa(os.Getpid())+"-*.blob")
 	if err != nil {
-		return "", 0, fmt.Errorf("creating the export file in %s: %w", dir, err)
+		return nil, fmt.Errorf("creating the export file in %s: %w", dir, err)
 	}
-	n, err := writeBlob(req, f, b, si, hdr, x.Trailer, s.tun.StateChunkSize())
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil && n != total {
-		err = fmt.Errorf("wrote %d bytes of the slot's %d-byte blob", n, total)
-	}
-	if err != nil {
-		_ = os.Remove(f.Name())
-		if errors.Is(err, syscall.ENOSPC) {
-			err = fmt.Errorf("%s filled up while exporting (%w): STATE_GET moves the state over the socket", dir, err)
-		}
-		return "", 0, err
-	}
-	return f.Name(), n, nil
+	return f, nil
 }
 
-// writeBlob writes the blob, header hdr, the backend's state and, with
-// trailer, the integrity trailer, to f.
-func writeBlob(req *request, f *os.File, b iface.Backend, si iface.SlotInfo, hdr []byte, trailer bool, chunk int) (int64, error) {
+// writeExport writes the blob, header hdr, the backend's state and, with
+// trailer, the integrity trailer, to f, and logs the transfer; a failure
+// cuts f to nothing and takes its permissions away, which its reader takes
+// as the end.
+func (s *Server) writeExport(ctx context.Context, f *os.File, b iface.Backend, si iface.SlotInfo, hdr []byte, trailer bool, total int64) {
+	start := time.Now()
+	var trace shm.TransferTrace
 	bw := bufio.NewWriterSize(f, 1<<20)
 	cw := &countingWriter{w: bw}
 	var sw *sumWriter
@@ -156,19 +167,29 @@ func writeBlob(req *request, f *os.File, b iface.Backend, si iface.SlotInfo, hdr
 		sw = &sumWriter{w: bw}
 		cw.w = sw
 	}
-	if _, err := cw.Write(hdr); err != nil {
-		return cw.n, err
+	_, err := cw.Write(hdr)
+	if err == nil {
+		_, err = b.StateGet(shm.WithTransferTrace(ctx, &trace), si.Slot, s.tun.StateChunkSize(), cw)
 	}
-	if _, err := b.StateGet(req.ctx, si.Slot, chunk, cw); err != nil {
-		return cw.n, err
-	}
-	if sw != nil {
+	if err == nil && sw != nil {
 		var t [transport.TrailerSize]byte
-		if _, err := cw.Write(transport.AppendTrailer(t[:0], sw.crc, uint64(sw.n))); err != nil {
-			return cw.n, err
-		}
+		_, err = cw.Write(transport.AppendTrailer(t[:0], sw.crc, uint64(sw.n)))
 	}
-	return cw.n, bw.Flush()
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err == nil && cw.n != total {
+		err = fmt.Errorf("wrote %d bytes of the slot's %d-byte blob", cw.n, total)
+	}
+	if err != nil {
+		// The reader's sign: nothing left, and no permission.
+		_ = f.Truncate(0)
+		_ = f.Chmod(0)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	s.transferDone(ctx, &replier{network: "unix"}, false, si.Slot, cw.n, start, trace, err)
 }
 
 // freeBytes is the room left in dir's file system.
@@ -180,6 +201,16 @@ func freeBytes(dir string) (int64, error) {
 	return int64(st.Bavail) * st.Bsize, nil
 }
 
+// exportPID is the engine that named an export file, 0 if the name says
+// none.
+func exportPID(path string) int {
+	pid, err := strconv.Atoi(strings.SplitN(strings.TrimPrefix(filepath.Base(path), exportPrefix), "-", 2)[0])
+	if err != nil {
+		return 0
+	}
+	return pid
+}
+
 var reapOnce sync.Once
 
 // reapExports removes, once a process, the export files of engines that
@@ -188,8 +219,8 @@ func reapExports(dir string, warn func(string, ...any)) {
 	reapOnce.Do(func() {
 		names, _ := filepath.Glob(filepath.Join(dir, exportPrefix+"*-*.blob"))
 		for _, name := range names {
-			pid, err := strconv.Atoi(strings.SplitN(strings.TrimPrefix(filepath.Base(name), exportPrefix), "-", 2)[0])
-			if err != nil || pid == os.Getpid() || syscall.Kill(pid, 0) != syscall.ESRCH {
+			pid := exportPID(name)
+			if pid <= 0 || pid == os.Getpid() || syscall.Kill(pid, 0) != syscall.ESRCH {
 				continue
 			}
 			if err := os.Remove(name); err == nil {
@@ -199,9 +230,11 @@ func reapExports(dir string, warn func(string, ...any)) {
 	})
 }
 
-// importRequest is STATE_IMPORT's payload.
+// importRequest is STATE_IMPORT's payload: the export's path and, from its
+// reply, its size (the file may still be growing; 0: the file's own).
 type importRequest struct {
-	Path string `json:"path"`
+	Path  string `json:"path"`
+	Bytes int64  `json:"bytes"`
 }
 
 // handleStateImport restores the slot from an export file of another
@@ -224,19 +257,21 @@ func (s *Server) handleStateImport(req *request, rp *replier) error {
 	if err := dec.Decode(&ir); err != nil || ir.Path == "" {
 		return rp.fail(transport.StatusError, fmt.Sprintf(`STATE_IMPORT payload must be {"path":"…"}, a STATE_EXPORT reply's path: %v`, err))
 	}
-	f, size, err := s.openExport(ir.Path)
+	f, size, err := s.openExport(ir.Path, ir.Bytes)
 	if err != nil {
 		return rp.fail(transport.StatusError, err.Error())
 	}
 	defer f.Close()
-	src := &readTracker{r: &io.LimitedReader{R: bufio.NewReaderSize(f, 1<<20), N: size}}
+	g := &growingReader{f: f, size: size, wait: s.cfg.ChunkTimeout, pid: exportPID(ir.Path)}
+	src := &readTracker{r: &io.LimitedReader{R: g, N: size}}
 	return s.putState(req, rp, slot, src, src, false, func(m *transport.Meta) { m.Add("path", ir.Path) })
 }
 
 // openExport opens path if it is an export file of this user in this
-// engine's shared memory directory, and returns it with its size: a client
-// names the file, so nothing else may be read as a state.
-func (s *Server) openExport(path string) (*os.File, int64, error) {
+// engine's shared memory directory, and returns it with its size (bytes, or
+// the file's own when 0): a client names the file, so nothing else may be
+// read as a state.
+func (s *Server) openExport(path string, bytes int64) (*os.File, int64, error) {
 	dir := s.shmDir()
 	base := filepath.Base(path)
 	if !filepath.IsAbs(path) || filepath.Clean(path) != path || filepath.Dir(path) != dir ||
@@ -255,13 +290,65 @@ func (s *Server) openExport(path string) (*os.File, int64, error) {
 			err = fmt.Errorf("%s is not a regular file", path)
 		case st == nil || int(st.Uid) != os.Getuid():
 			err = fmt.Errorf("%s belongs to another user", path)
-		case uint64(fi.Size()) > s.cfg.MaxStateBytes:
-			err = fmt.Errorf("%s holds %d bytes, beyond the %d-byte state limit", path, fi.Size(), s.cfg.MaxStateBytes)
+		case bytes < 0 || (bytes > 0 && bytes < fi.Size()):
+			err = fmt.Errorf("bytes %d: the export already holds %d", bytes, fi.Size())
+		case bytes == 0:
+			bytes = fi.Size()
+		}
+		if err == nil && uint64(bytes) > s.cfg.MaxStateBytes {
+			err = fmt.Errorf("%s holds %d bytes, beyond the %d-byte state limit", path, bytes, s.cfg.MaxStateBytes)
 		}
 	}
 	if err != nil {
 		f.Close()
 		return nil, 0, err
 	}
-	return f, fi.Size(), nil
+	return f, bytes, nil
 }
+
+// growingReader reads an export its engine may still be writing: at the end
+// of what is there it waits for more, up to size; a file cut short (its
+// writer failed), whose engine (pid, from its name) is gone, or that stops
+// growing for wait ends the read with an error.
+type growingReader struct {
+	f         *os.File
+	off, size int64
+	wait      time.Duration
+	pid       int
+}
+
+func (g *growingReader) Read(p []byte) (int, error) {
+	if g.off >= g.size {
+		return 0, io.EOF
+	}
+	p = p[:min(int64(len(p)), g.size-g.off)]
+	var since time.Time
+	for {
+		n, err := g.f.ReadAt(p, g.off)
+		if n > 0 {
+			g.off += int64(n)
+			return n, nil
+		}
+		if err != nil && err != io.EOF {
+			return 0, err
+		}
+		fi, err := g.f.Stat()
+		switch {
+		case err != nil:
+			return 0, err
+		case fi.Size() < g.off || fi.Mode().Perm() == 0:
+			return 0, fmt.Errorf("the export was cut off at its source after %d of %d bytes (its engine's log says why)", g.off, g.size)
+		case since.IsZero():
+			since = time.Now()
+		case time.Since(since) > g.wait:
+			return 0, fmt.Errorf("the export stopped growing at %d of %d bytes for %v", g.off, g.size, g.wait)
+		case g.pid > 0 && syscall.Kill(g.pid, 0) == syscall.ESRCH:
+			return 0, fmt.Errorf("the export's engine (pid %d) is gone after %d of %d bytes", g.pid, g.off, g.size)
+		}
+		time.Sleep(exportPoll)
+	}
+}
+
+// exportPoll is how often an import looks for more of an export being
+// written: short beside a chunk's writing, long beside a system call.
+const exportPoll = 50 * time.Microsecond

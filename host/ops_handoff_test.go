@@ -4,13 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/plugins/mock"
@@ -19,10 +23,13 @@ import (
 
 // handoffServer serves a mock backend of 2 slots on a Unix socket and a TCP
 // one, exports in dir; it returns a dialer of each.
-func handoffServer(t *testing.T, dir string) (b iface.Backend, unix func() *transport.Client, tcp func() *transport.Client) {
+func handoffServer(t *testing.T, dir string, wrap ...func(iface.Backend) iface.Backend) (b iface.Backend, unix func() *transport.Client, tcp func() *transport.Client) {
 	t.Helper()
 	b = mock.New(nil)
 	info, err := b.Load(context.Background(), iface.LoadRequest{NSlots: 2})
+	for _, w := range wrap {
+		b = w(b)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,6 +63,23 @@ func importPayload(path string) []byte {
 	return p
 }
 
+// written waits until the export at path holds n bytes and returns them.
+func written(t *testing.T, path string, n int64) []byte {
+	t.Helper()
+	for range 2000 {
+		if fi, err := os.Stat(path); err == nil && fi.Size() == n {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("the export %s never held %d bytes", path, n)
+	return nil
+}
+
 // exports lists dir's export files.
 func exports(t *testing.T, dir string) []string {
 	t.Helper()
@@ -85,8 +109,11 @@ func TestStateExportImport(t *testing.T) {
 	if st != transport.StatusOK || path == "" || filepath.Dir(path) != dir {
 		t.Fatalf("STATE_EXPORT: %v %v", st, meta)
 	}
-	if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, want) || meta["bytes"] != float64(len(want)) {
-		t.Fatalf("the export holds %d bytes (%v), STATE_GET streamed %d; reply %v", len(got), err, len(want), meta)
+	if meta["bytes"] != float64(len(want)) {
+		t.Fatalf("STATE_EXPORT announces %v bytes, STATE_GET streamed %d", meta["bytes"], len(want))
+	}
+	if got := written(t, path, int64(len(want))); !bytes.Equal(got, want) {
+		t.Fatal("the export's bytes are not STATE_GET's")
 	}
 	st, meta, _ = call(t, dst, transport.OpStateImport, "1", importPayload(path))
 	if st != transport.StatusOK || meta["restored"] != true || meta["path"] != path {
@@ -151,10 +178,7 @@ func TestStateImportRefusals(t *testing.T) {
 	call(t, src, transport.OpPrefill, "0", []byte(`{"messages":[{"role":"user","content":"a prompt to move, somewhat longer"}]}`))
 	_, meta, _ := call(t, src, transport.OpStateExport, "0", nil)
 	path := meta["path"].(string)
-	blob, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	blob := written(t, path, int64(meta["bytes"].(float64)))
 	other := filepath.Join(t.TempDir(), filepath.Base(path))
 	if err := os.WriteFile(other, blob, 0o600); err != nil {
 		t.Fatal(err)
@@ -202,5 +226,81 @@ func TestStateImportRefusals(t *testing.T) {
 	}
 	if st, meta, _ := call(t, dst, transport.OpStateImport, "1", importPayload(path)); st != transport.StatusOK {
 		t.Fatalf("the whole export after the trials: %v %v", st, meta)
+	}
+}
+
+// throttled writes the mock's state slowly, and with fail stops halfway
+// with an error, as a backend that dies mid-transfer.
+type throttled struct {
+	iface.Backend
+	fail  bool
+	armed atomic.Bool // from then on (PREFILL's own blob goes before)
+}
+
+func (b *throttled) StateGet(ctx context.Context, slot, chunk int, w io.Writer) (int64, error) {
+	if !b.armed.Load() {
+		return b.Backend.StateGet(ctx, slot, chunk, w)
+	}
+	si, err := b.Slot(ctx, slot)
+	if err != nil {
+		return 0, err
+	}
+	return b.Backend.StateGet(ctx, slot, chunk, &slowWriter{w: w, limit: si.StateSize / 2, fail: b.fail})
+}
+
+type slowWriter struct {
+	w     io.Writer
+	n     int64
+	limit int64
+	fail  bool
+}
+
+func (s *slowWriter) Write(p []byte) (int, error) {
+	var n int
+	for len(p) > 0 {
+		if s.fail && s.n >= s.limit {
+			return n, errors.New("the device was lost")
+		}
+		k := min(len(p), 64<<10)
+		m, err := s.w.Write(p[:k])
+		n, s.n, p = n+m, s.n+int64(m), p[k:]
+		if err != nil {
+			return n, err
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return n, nil
+}
+
+// TestStateImportWhileExporting: an import started as soon as the export
+// replies reads the file as it is written and restores the slot; an export
+// whose backend fails halfway is cut to nothing, and the import reading it
+// fails with the slot empty; the source slot is free again after either.
+func TestStateImportWhileExporting(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		dir := t.TempDir()
+		var th *throttled
+		srcB, srcUnix, _ := handoffServer(t, dir, func(b iface.Backend) iface.Backend { th = &throttled{Backend: b, fail: fail}; return th })
+		dstB, dstUnix, _ := handoffServer(t, dir)
+		src, dst := srcUnix(), dstUnix()
+		call(t, src, transport.OpPrefill, "0", []byte(`{"messages":[{"role":"user","content":"a prompt to move while it is written"}]}`))
+		th.armed.Store(true)
+		_, meta, _ := call(t, src, transport.OpStateExport, "0", nil)
+		payload, _ := json.Marshal(map[string]any{"path": meta["path"], "bytes": meta["bytes"]})
+		if fi, err := os.Stat(meta["path"].(string)); err != nil || fi.Size() >= int64(meta["bytes"].(float64)) {
+			t.Fatalf("fail %v: the export was written before its reply (%v)", fail, err)
+		}
+		st, im, _ := call(t, dst, transport.OpStateImport, "1", payload)
+		si, _ := dstB.Slot(context.Background(), 1)
+		switch {
+		case !fail && (st != transport.StatusOK || si.NPast == 0):
+			t.Errorf("an import while exporting: %v %v, %d tokens", st, im, si.NPast)
+		case fail && (st != transport.StatusError || !strings.Contains(fmt.Sprint(im["error"]), "cut off at its source") || si.NPast != 0):
+			t.Errorf("an import of a failed export: %v %v, %d tokens", st, im, si.NPast)
+		}
+		waitFor(t, func() bool { m := metaOf(t, src, "0"); return m["is_transferring"] == false })
+		if si, _ := srcB.Slot(context.Background(), 0); si.NPast == 0 {
+			t.Errorf("fail %v: the source slot was emptied", fail)
+		}
 	}
 }

@@ -59,6 +59,17 @@ func TestHydractlMigrateSharedMemory(t *testing.T) {
 		t.Errorf("files left in the shared memory directory: %v", left)
 	}
 
+	// --path socket between the same engines; --path shm where the
+	// destination is not on a Unix socket fails.
+	m, err = hydractlJSON(t, "migrate", "--from", a.unix, "--to", b.unix, "--slot", "0", "--to-slot", "1", "--path", "socket")
+	if err != nil || m["path"] != "socket" || m["path_why"] != "--path socket" {
+		t.Fatalf("migrate --path socket: %v %v", err, m)
+	}
+	m, err = hydractlJSON(t, "migrate", "--from", a.unix, "--to", b.tcp, "--slot", "0", "--to-slot", "1", "--path", "shm")
+	if err == nil || !strings.Contains(fmt.Sprint(m["error"]), "--path shm") {
+		t.Fatalf("migrate --path shm to a tcp:// engine: %v %v", err, m)
+	}
+
 	// A source whose directory is missing: the socket path, and why.
 	c := startEngine(t, "--backend-opt", "kv_bytes_per_token=65536", "--state-shm-dir", filepath.Join(dir, "missing"))
 	mustOK(t, client(t, c.unix), transport.OpPrefill, "0", chat("Move this one over the socket."))

@@ -45,7 +45,7 @@ Commands:
   decode --slot S [--n N]                     generate N (default 16) tokens from the slot's KV (DECODE)
   state get --slot S -o FILE                  stream the slot's state blob to FILE (STATE_GET)
   state put --slot S -i FILE                  restore the slot from a state blob file (STATE_PUT)
-  migrate [--from URL] --to URL --slot S [--to-slot T] [--force]
+  migrate [--from URL] --to URL --slot S [--to-slot T] [--force] [--path auto|shm|socket]
                                               move a slot's state from one engine into another: through
                                               shared memory between two engines on Unix sockets (STATE_EXPORT,
                                               STATE_IMPORT), else STATE_GET streamed into STATE_PUT, without

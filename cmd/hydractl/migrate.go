@@ -44,11 +44,12 @@ func stateMeta(ctx context.Context, c *transport.Client, g *globals, key string)
 // parseMigrate reads migrate's flags into the action that moves one slot's
 // state to a slot of another engine.
 func parseMigrate(g *globals, args []string) (action, error) {
-	fs := newFlagSet(g, "migrate", "migrate [--from URL] --to URL --slot S [--to-slot T] [--force]")
+	fs := newFlagSet(g, "migrate", "migrate [--from URL] --to URL --slot S [--to-slot T] [--force] [--path auto|shm|socket]")
 	from := fs.String("from", "", "source "+addrHelp+" (default --addr)")
 	to := fs.String("to", "", "destination "+addrHelp+" (required)")
 	slots := addSlotPair(fs, "destination slot `id` (default --slot)")
 	force := fs.Bool("force", false, "migrate even when the engines report different model hashes")
+	path := fs.String("path", "auto", "`auto`: through shared memory between two engines on Unix sockets that serve it, else the socket; shm: shared memory or fail; socket: STATE_GET into STATE_PUT")
 	srcKey, dstKey, err := slots.parse(args, func() error {
 		if *to == "" {
 			return fs.usagef("migrate needs --to URL")
@@ -58,10 +59,13 @@ func parseMigrate(g *globals, args []string) (action, error) {
 	if err != nil {
 		return nil, err
 	}
+	if *path != "auto" && *path != "shm" && *path != "socket" {
+		return nil, fs.usagef("--path must be auto, shm or socket, got %q", *path)
+	}
 	if *from != "" {
 		g.addr = *from // the command's own connection is the source
 	}
-	m := &migration{g: g, to: *to, slot: *slots.slot, toSlot: *slots.toSlot, srcKey: srcKey, dstKey: dstKey, force: *force}
+	m := &migration{g: g, to: *to, slot: *slots.slot, toSlot: *slots.toSlot, srcKey: srcKey, dstKey: dstKey, force: *force, path: *path}
 	return m.run, nil
 }
 
@@ -72,6 +76,7 @@ type migration struct {
 	slot, toSlot   int
 	srcKey, dstKey string
 	force          bool
+	path           string // --path: auto, shm or socket
 }
 
 // run checks both slots before a byte moves, then streams the source's state
@@ -93,7 +98,15 @@ func (m *migration) run(ctx context.Context, src *transport.Client, out *output)
 		return err
 	}
 	start := time.Now()
-	put, n, why, err := m.handOff(ctx, src, dst)
+	var put *transport.Response
+	var n int64
+	why := "--path socket"
+	if m.path != "socket" {
+		put, n, why, err = m.handOff(ctx, src, dst)
+	}
+	if put == nil && err == nil && m.path == "shm" {
+		err = fmt.Errorf("--path shm: %s", why)
+	}
 	path := "shared memory"
 	if put == nil && err == nil {
 		path = "socket"
@@ -142,9 +155,10 @@ func (m *migration) handOff(ctx context.Context, src, dst *transport.Client) (*t
 	if em.NPast == 0 {
 		return nil, 0, "", emptySlotError(m.slot, em.Bytes)
 	}
-	payload, _ := json.Marshal(map[string]string{"path": em.Path})
-	// The source keeps its export until this command closes its connection,
-	// after the destination's reply.
+	payload, _ := json.Marshal(map[string]any{"path": em.Path, "bytes": em.Bytes})
+	// The destination reads the export as the source writes it; the source
+	// keeps it until this command closes its connection, after the
+	// destination's reply.
 	put, _, err := roundTrip(ctx, dst, m.g, transport.OpStateImport, m.dstKey, payload)
 	if err != nil {
 		return nil, 0, "", fmt.Errorf("STATE_IMPORT of %s: %w", em.Path, err)
