@@ -402,3 +402,25 @@ func withQwen3Tokenizer(t *testing.T, c gguf.Config) gguf.Config {
 	c.Tokenizer, c.Vocab = tok, tok.Size()
 	return c
 }
+
+// TestLlamaMigrateSharedMemory: hydractl migrate between two llama engines'
+// Unix sockets hands the state over shared memory (STATE_EXPORT,
+// STATE_IMPORT), and the destination decodes the tokens the source does.
+func TestLlamaMigrateSharedMemory(t *testing.T) {
+	dir := t.TempDir()
+	a, b := startLlama(t, 2, "--state-shm-dir", dir), startLlama(t, 2, "--state-shm-dir", dir)
+	ca, cb := client(t, a.unix), client(t, b.unix)
+	mustOK(t, ca, transport.OpPrefill, "0", chat("A conversation that moves to another engine through shared memory."))
+	decodeIDs(t, ca, "0", 5) // the state holds generated tokens too
+	sm, _ := mustOK(t, ca, transport.OpStateMeta, "0", nil)
+	m, err := hydractlJSON(t, "migrate", "--from", a.unix, "--to", b.unix, "--slot", "0", "--to-slot", "1")
+	meta, _ := m["meta"].(map[string]any)
+	if err != nil || m["path"] != "shared memory" || meta["restored"] != true || meta["n_past"] != float64(num(t, sm, "n_past")) {
+		t.Fatalf("migrate: %v %v", err, m)
+	}
+	want, _ := decodeIDs(t, ca, "0", 16)
+	got, _ := decodeIDs(t, cb, "1", 16)
+	if !slices.Equal(got, want) {
+		t.Fatalf("after migrate the destination decodes %v, the source %v", got, want)
+	}
+}
