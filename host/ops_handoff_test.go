@@ -134,7 +134,6 @@ func TestStateExportImport(t *testing.T) {
 	}
 	src.Close()
 	waitFor(t, func() bool { return len(exports(t, dir)) == 0 }) // removed when its connection closed
-	src = srcUnix()
 
 	// Over TCP neither op is served, and the state is untouched.
 	for _, c := range []*transport.Client{srcTCP(), dstTCP()} {
