@@ -1,10 +1,10 @@
 package host
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -22,18 +22,17 @@ import (
 
 // A slot's state handed to another engine on this host without a socket in
 // the data path (ours, opt-in; docs/protocol.md): STATE_EXPORT creates a
-// file of the shared memory directory (a tmpfs), replies with its path and
-// size at once, and writes the slot's blob, the bytes STATE_GET would
-// stream, into it; STATE_IMPORT on the other engine restores a slot from
-// that file as STATE_PUT does, reading each part as soon as it is written,
-// so the two halves overlap as a socket's would. A writer that fails cuts
-// the file to nothing and takes its permissions away, which the reader
-// takes as the end. The file belongs
-// to the exporting connection: it is removed when that connection closes or
-// exports again (its writer stopped first), so nothing is freed before the
-// importer has replied to a client that holds the connection open
-// meanwhile. Both ops answer only clients on the engines' Unix sockets,
-// which are on this host.
+// file of the shared memory directory (a tmpfs) holding a ring (shmring.go),
+// replies with its path and the blob's size at once, and writes the slot's
+// blob, the bytes STATE_GET would stream, through the ring; STATE_IMPORT on
+// the other engine restores a slot from it as STATE_PUT does, reading each
+// part as it is written, so the halves overlap and touch only the ring's
+// memory. Either side that fails says so in the ring, and the other stops.
+// The file belongs to the exporting connection: it is removed when that
+// connection closes or exports again (its writer stopped first), so nothing
+// is freed before the importer has replied to a client that holds the
+// connection open meanwhile. Both ops answer only clients on the engines'
+// Unix sockets, which are on this host.
 
 // exportPrefix names the files STATE_EXPORT writes and STATE_IMPORT reads:
 // hydra-state-PID-RANDOM.blob.
@@ -120,6 +119,13 @@ func (s *Server) handleStateExport(req *request, rp *replier) error {
 		total += transport.TrailerSize
 	}
 	f, err := s.createExport(total)
+	var ring *shmRing
+	if err == nil {
+		if ring, err = createRing(f, total); err != nil {
+			f.Close()
+			_ = os.Remove(f.Name())
+		}
+	}
 	if err != nil {
 		lease.release(nil)
 		return rp.failErr(err)
@@ -132,7 +138,7 @@ func (s *Server) handleStateExport(req *request, rp *replier) error {
 	go func() {
 		defer close(done)
 		defer lease.release(nil)
-		s.writeExport(ctx, f, b, si, hdr, x.Trailer, total)
+		s.writeExport(ctx, f, ring, b, si, hdr, x.Trailer)
 	}()
 	m := transport.NewMeta().Add("path", f.Name()).Add("bytes", total).Add("n_past", si.NPast).Add("state_size", si.StateSize).AddFields(info.Model)
 	return rp.replyMeta(transport.StatusOK, m, nil)
@@ -143,8 +149,8 @@ func (s *Server) handleStateExport(req *request, rp *replier) error {
 func (s *Server) createExport(total int64) (*os.File, error) {
 	dir := s.shmDir()
 	reapExports(dir, s.log.Warn)
-	if free, err := freeBytes(dir); err == nil && free < total {
-		return nil, fmt.Errorf("no room in %s for the slot's %d-byte state (%d bytes free): STATE_GET moves it over the socket", dir, total, free)
+	if free, err := freeBytes(dir); err == nil && free < ringHeader+ringMax {
+		return nil, fmt.Errorf("no room in %s for an export's %d-byte ring (%d bytes free): STATE_GET moves the state over the socket", dir, ringHeader+ringMax, free)
 	}
 	f, err := os.CreateTemp(dir, exportPrefix+strconv.Itoa(os.Getpid())+"-*.blob")
 	if err != nil {
@@ -154,17 +160,17 @@ func (s *Server) createExport(total int64) (*os.File, error) {
 }
 
 // writeExport writes the blob, header hdr, the backend's state and, with
-// trailer, the integrity trailer, to f, and logs the transfer; a failure
-// cuts f to nothing and takes its permissions away, which its reader takes
-// as the end.
-func (s *Server) writeExport(ctx context.Context, f *os.File, b iface.Backend, si iface.SlotInfo, hdr []byte, trailer bool, total int64) {
+// trailer, the integrity trailer, through ring (in f), and logs the
+// transfer; a failure is written into the ring, for the reader.
+func (s *Server) writeExport(ctx context.Context, f *os.File, ring *shmRing, b iface.Backend, si iface.SlotInfo, hdr []byte, trailer bool) {
+	defer f.Close()
+	defer ring.close()
 	start := time.Now()
 	var trace shm.TransferTrace
-	bw := bufio.NewWriterSize(f, 1<<20)
-	cw := &countingWriter{w: bw}
+	cw := &countingWriter{w: &ringWriter{ctx: ctx, r: ring, wait: s.cfg.ChunkTimeout}}
 	var sw *sumWriter
 	if trailer {
-		sw = &sumWriter{w: bw}
+		sw = &sumWriter{w: cw.w}
 		cw.w = sw
 	}
 	_, err := cw.Write(hdr)
@@ -175,21 +181,58 @@ func (s *Server) writeExport(ctx context.Context, f *os.File, b iface.Backend, s
 		var t [transport.TrailerSize]byte
 		_, err = cw.Write(transport.AppendTrailer(t[:0], sw.crc, uint64(sw.n)))
 	}
-	if err == nil {
-		err = bw.Flush()
-	}
-	if err == nil && cw.n != total {
-		err = fmt.Errorf("wrote %d bytes of the slot's %d-byte blob", cw.n, total)
+	if err == nil && cw.n != ring.total {
+		err = fmt.Errorf("wrote %d bytes of the slot's %d-byte blob", cw.n, ring.total)
 	}
 	if err != nil {
-		// The reader's sign: nothing left, and no permission.
-		_ = f.Truncate(0)
-		_ = f.Chmod(0)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
+		ring.setState(ringWriterFailed)
 	}
 	s.transferDone(ctx, &replier{network: "unix"}, false, si.Slot, cw.n, start, trace, err)
+}
+
+// exportClaim is how long an export waits for its importer's first read
+// before it gives the slot back: a client that exports and never imports
+// must not hold the slot for the whole stall limit.
+const exportClaim = 30 * time.Second
+
+// ringWriter writes into an export's ring, waiting for the reader to make
+// room: it gives up with the context, when the reader did, or after wait
+// without room (exportClaim before a reader came).
+type ringWriter struct {
+	ctx   context.Context
+	r     *shmRing
+	wait  time.Duration
+	since time.Time
+}
+
+func (w *ringWriter) Write(p []byte) (int, error) {
+	if w.r.written()+int64(len(p)) > w.r.total {
+		return 0, fmt.Errorf("the backend wrote past the %d bytes announced", w.r.total)
+	}
+	n := 0
+	for n < len(p) {
+		if k := w.r.put(p[n:]); k > 0 {
+			n += k
+			w.since = time.Time{}
+			continue
+		}
+		limit := w.wait
+		if !w.r.claimed() {
+			limit = exportClaim
+		}
+		switch {
+		case w.ctx.Err() != nil:
+			return n, fmt.Errorf("the export was stopped: %w", w.ctx.Err())
+		case w.r.state() == ringReaderGone:
+			return n, errors.New("the importer gave up")
+		case w.since.IsZero():
+			w.since = time.Now()
+		case time.Since(w.since) > limit:
+			return n, fmt.Errorf("no importer made room in the ring for %v", limit)
+		}
+		time.Sleep(exportPoll)
+	}
+	return n, nil
 }
 
 // freeBytes is the room left in dir's file system.
@@ -231,7 +274,7 @@ func reapExports(dir string, warn func(string, ...any)) {
 }
 
 // importRequest is STATE_IMPORT's payload: the export's path and, from its
-// reply, its size (the file may still be growing; 0: the file's own).
+// reply, the blob's size (0: the one its ring announces).
 type importRequest struct {
 	Path  string `json:"path"`
 	Bytes int64  `json:"bytes"`
@@ -257,98 +300,94 @@ func (s *Server) handleStateImport(req *request, rp *replier) error {
 	if err := dec.Decode(&ir); err != nil || ir.Path == "" {
 		return rp.fail(transport.StatusError, fmt.Sprintf(`STATE_IMPORT payload must be {"path":"…"}, a STATE_EXPORT reply's path: %v`, err))
 	}
-	f, size, err := s.openExport(ir.Path, ir.Bytes)
+	ring, err := s.openExport(ir.Path, ir.Bytes)
 	if err != nil {
 		return rp.fail(transport.StatusError, err.Error())
 	}
-	defer f.Close()
-	g := &growingReader{f: f, size: size, wait: s.cfg.ChunkTimeout, pid: exportPID(ir.Path)}
-	src := &readTracker{r: &io.LimitedReader{R: g, N: size}}
-	return s.putState(req, rp, slot, src, src, false, func(m *transport.Meta) { m.Add("path", ir.Path) })
+	defer ring.close()
+	g := &ringReader{r: ring, wait: s.cfg.ChunkTimeout, pid: exportPID(ir.Path)}
+	src := &readTracker{r: &io.LimitedReader{R: g, N: ring.total}}
+	err = s.putState(req, rp, slot, src, src, false, func(m *transport.Meta) { m.Add("path", ir.Path) })
+	if ring.read() < ring.total {
+		ring.setState(ringReaderGone) // the writer stops waiting for room
+	}
+	return err
 }
 
-// openExport opens path if it is an export file of this user in this
-// engine's shared memory directory, and returns it with its size (bytes, or
-// the file's own when 0): a client names the file, so nothing else may be
-// read as a state.
-func (s *Server) openExport(path string, bytes int64) (*os.File, int64, error) {
+// openExport maps the ring of path if it is an export file of this user in
+// this engine's shared memory directory that no other import has taken
+// and whose size is bytes (0: any): a client names the file, so nothing
+// else may be read as a state.
+func (s *Server) openExport(path string, bytes int64) (*shmRing, error) {
 	dir := s.shmDir()
 	base := filepath.Base(path)
 	if !filepath.IsAbs(path) || filepath.Clean(path) != path || filepath.Dir(path) != dir ||
 		!strings.HasPrefix(base, exportPrefix) || !strings.HasSuffix(base, ".blob") {
-		return nil, 0, fmt.Errorf("%q is not a STATE_EXPORT file of %s (%s*.blob): this engine imports only those", path, dir, exportPrefix)
+		return nil, fmt.Errorf("%q is not a STATE_EXPORT file of %s (%s*.blob): this engine imports only those", path, dir, exportPrefix)
 	}
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	f, err := os.OpenFile(path, os.O_RDWR|syscall.O_NOFOLLOW, 0)
 	if err != nil {
-		return nil, 0, fmt.Errorf("opening the export: %w (its engine removes it when the exporting connection closes)", err)
+		return nil, fmt.Errorf("opening the export: %w (its engine removes it when the exporting connection closes)", err)
 	}
+	defer f.Close() // the mapping stays
 	fi, err := f.Stat()
-	if err == nil {
-		st, _ := fi.Sys().(*syscall.Stat_t)
-		switch {
-		case !fi.Mode().IsRegular():
-			err = fmt.Errorf("%s is not a regular file", path)
-		case st == nil || int(st.Uid) != os.Getuid():
-			err = fmt.Errorf("%s belongs to another user", path)
-		case bytes < 0 || (bytes > 0 && bytes < fi.Size()):
-			err = fmt.Errorf("bytes %d: the export already holds %d", bytes, fi.Size())
-		case bytes == 0:
-			bytes = fi.Size()
-		}
-		if err == nil && uint64(bytes) > s.cfg.MaxStateBytes {
-			err = fmt.Errorf("%s holds %d bytes, beyond the %d-byte state limit", path, bytes, s.cfg.MaxStateBytes)
-		}
+	if err != nil {
+		return nil, err
+	}
+	if st, _ := fi.Sys().(*syscall.Stat_t); !fi.Mode().IsRegular() || st == nil || int(st.Uid) != os.Getuid() {
+		return nil, fmt.Errorf("%s is not a regular file of this user", path)
+	}
+	ring, err := openRing(f, fi.Size())
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("%s: %w", path, err)
+	case bytes != 0 && bytes != ring.total:
+		err = fmt.Errorf("bytes %d: the export holds %d", bytes, ring.total)
+	case uint64(ring.total) > s.cfg.MaxStateBytes:
+		err = fmt.Errorf("%s holds %d bytes, beyond the %d-byte state limit", path, ring.total, s.cfg.MaxStateBytes)
+	case !ring.claim():
+		err = fmt.Errorf("%s is being imported, or was: an export is read once", path)
 	}
 	if err != nil {
-		f.Close()
-		return nil, 0, err
+		ring.close()
+		return nil, err
 	}
-	return f, bytes, nil
+	return ring, nil
 }
 
-// growingReader reads an export its engine may still be writing: at the end
-// of what is there it waits for more, up to size; a file cut short (its
-// writer failed), whose engine (pid, from its name) is gone, or that stops
-// growing for wait ends the read with an error.
-type growingReader struct {
-	f         *os.File
-	off, size int64
-	wait      time.Duration
-	pid       int
+// ringReader reads an export's ring as its engine writes it: it waits for
+// more, and fails where the writer failed, its engine (pid, from the file's
+// name) is gone, or nothing comes for wait.
+type ringReader struct {
+	r     *shmRing
+	wait  time.Duration
+	pid   int
+	since time.Time
 }
 
-func (g *growingReader) Read(p []byte) (int, error) {
-	if g.off >= g.size {
-		return 0, io.EOF
-	}
-	p = p[:min(int64(len(p)), g.size-g.off)]
-	var since time.Time
+func (g *ringReader) Read(p []byte) (int, error) {
 	for {
-		n, err := g.f.ReadAt(p, g.off)
-		if n > 0 {
-			g.off += int64(n)
-			return n, nil
+		if g.r.read() >= g.r.total {
+			return 0, io.EOF
 		}
-		if err != nil && err != io.EOF {
-			return 0, err
+		if k := g.r.take(p); k > 0 {
+			g.since = time.Time{}
+			return k, nil
 		}
-		fi, err := g.f.Stat()
 		switch {
-		case err != nil:
-			return 0, err
-		case fi.Size() < g.off || fi.Mode().Perm() == 0:
-			return 0, fmt.Errorf("the export was cut off at its source after %d of %d bytes (its engine's log says why)", g.off, g.size)
-		case since.IsZero():
-			since = time.Now()
-		case time.Since(since) > g.wait:
-			return 0, fmt.Errorf("the export stopped growing at %d of %d bytes for %v", g.off, g.size, g.wait)
+		case g.r.state() == ringWriterFailed:
+			return 0, fmt.Errorf("the export was cut off at its source after %d of %d bytes (its engine's log says why)", g.r.read(), g.r.total)
 		case g.pid > 0 && syscall.Kill(g.pid, 0) == syscall.ESRCH:
-			return 0, fmt.Errorf("the export's engine (pid %d) is gone after %d of %d bytes", g.pid, g.off, g.size)
+			return 0, fmt.Errorf("the export's engine (pid %d) is gone after %d of %d bytes", g.pid, g.r.read(), g.r.total)
+		case g.since.IsZero():
+			g.since = time.Now()
+		case time.Since(g.since) > g.wait:
+			return 0, fmt.Errorf("the export stopped at %d of %d bytes for %v", g.r.read(), g.r.total, g.wait)
 		}
 		time.Sleep(exportPoll)
 	}
 }
 
-// exportPoll is how often an import looks for more of an export being
-// written: short beside a chunk's writing, long beside a system call.
+// exportPoll is how often one side of an export looks for the other's
+// progress: short beside a chunk's copy, long beside a system call.
 const exportPoll = 50 * time.Microsecond

@@ -63,21 +63,26 @@ func importPayload(path string) []byte {
 	return p
 }
 
-// written waits until the export at path holds n bytes and returns them.
-func written(t *testing.T, path string, n int64) []byte {
+// ringFile writes an export's ring at path holding the first n bytes of
+// blob, its writer failed where failed says.
+func ringFile(t *testing.T, path string, blob []byte, n int, failed bool) {
 	t.Helper()
-	for range 2000 {
-		if fi, err := os.Stat(path); err == nil && fi.Size() == n {
-			b, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return b
-		}
-		time.Sleep(time.Millisecond)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("the export %s never held %d bytes", path, n)
-	return nil
+	defer f.Close()
+	r, err := createRing(f, int64(len(blob)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.close()
+	if r.put(blob[:n]) != n {
+		t.Fatalf("the ring took less than %d bytes", n)
+	}
+	if failed {
+		r.setState(ringWriterFailed)
+	}
 }
 
 // exports lists dir's export files.
@@ -112,12 +117,13 @@ func TestStateExportImport(t *testing.T) {
 	if meta["bytes"] != float64(len(want)) {
 		t.Fatalf("STATE_EXPORT announces %v bytes, STATE_GET streamed %d", meta["bytes"], len(want))
 	}
-	if got := written(t, path, int64(len(want))); !bytes.Equal(got, want) {
-		t.Fatal("the export's bytes are not STATE_GET's")
-	}
 	st, meta, _ = call(t, dst, transport.OpStateImport, "1", importPayload(path))
 	if st != transport.StatusOK || meta["restored"] != true || meta["path"] != path {
 		t.Fatalf("STATE_IMPORT: %v %v", st, meta)
+	}
+	if st, meta, _ := call(t, dst, transport.OpStateImport, "0", importPayload(path)); st != transport.StatusError ||
+		!strings.Contains(fmt.Sprint(meta["error"]), "an export is read once") {
+		t.Fatalf("a second import of one export: %v %v", st, meta)
 	}
 	if meta["n_past"] == nil || meta["n_past"] != metaOf(t, src, "0")["n_past"] {
 		t.Fatalf("the imported slot holds %v tokens, the source %v", meta["n_past"], metaOf(t, src, "0")["n_past"])
@@ -175,11 +181,13 @@ func TestStateImportRefusals(t *testing.T) {
 	dstB, dstUnix, _ := handoffServer(t, dir)
 	src, dst := srcUnix(), dstUnix()
 	call(t, src, transport.OpPrefill, "0", []byte(`{"messages":[{"role":"user","content":"a prompt to move, somewhat longer"}]}`))
+	_, _, blob := call(t, src, transport.OpStateGet, "0", nil) // the bytes an export writes
 	_, meta, _ := call(t, src, transport.OpStateExport, "0", nil)
 	path := meta["path"].(string)
-	blob := written(t, path, int64(meta["bytes"].(float64)))
 	other := filepath.Join(t.TempDir(), filepath.Base(path))
-	if err := os.WriteFile(other, blob, 0o600); err != nil {
+	ringFile(t, other, blob, len(blob), false)
+	plain := filepath.Join(dir, exportPrefix+"1-plain.blob")
+	if err := os.WriteFile(plain, blob, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	link := filepath.Join(dir, exportPrefix+"link.blob")
@@ -192,6 +200,8 @@ func TestStateImportRefusals(t *testing.T) {
 		{fmt.Sprintf(`{"path":%q}`, dir+"/../"+filepath.Base(dir)+"/"+filepath.Base(path)), "not a STATE_EXPORT file"},
 		{fmt.Sprintf(`{"path":%q}`, link), "opening the export"},
 		{fmt.Sprintf(`{"path":%q}`, filepath.Join(dir, exportPrefix+"1-gone.blob")), "opening the export"},
+		{fmt.Sprintf(`{"path":%q}`, plain), "not an export's ring"},
+		{fmt.Sprintf(`{"path":%q,"bytes":5}`, path), "bytes 5"},
 		{`{"path":"x","slot":1}`, "must be"},
 		{`not json`, "must be"},
 	} {
@@ -204,16 +214,14 @@ func TestStateImportRefusals(t *testing.T) {
 	// Cut-offs and changed bytes at random points: refused, the slot empty.
 	r := rand.New(rand.NewPCG(1, 2))
 	for i := range 200 {
-		b := bytes.Clone(blob)
+		b, n := bytes.Clone(blob), len(blob)
 		if i%2 == 0 {
-			b = b[:r.IntN(len(b))]
+			n = r.IntN(len(b)) // the writer failed there
 		} else {
 			b[r.IntN(len(b))] ^= byte(1 + r.IntN(255))
 		}
 		cut := filepath.Join(dir, fmt.Sprintf("%s%d-trial%d.blob", exportPrefix, os.Getpid(), i))
-		if err := os.WriteFile(cut, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
+		ringFile(t, cut, b, n, n < len(b))
 		st, meta, _ := call(t, dst, transport.OpStateImport, "1", importPayload(cut))
 		os.Remove(cut)
 		if st == transport.StatusOK {
@@ -286,8 +294,8 @@ func TestStateImportWhileExporting(t *testing.T) {
 		th.armed.Store(true)
 		_, meta, _ := call(t, src, transport.OpStateExport, "0", nil)
 		payload, _ := json.Marshal(map[string]any{"path": meta["path"], "bytes": meta["bytes"]})
-		if fi, err := os.Stat(meta["path"].(string)); err != nil || fi.Size() >= int64(meta["bytes"].(float64)) {
-			t.Fatalf("fail %v: the export was written before its reply (%v)", fail, err)
+		if m := metaOf(t, src, "0"); m["is_transferring"] != true {
+			t.Fatalf("fail %v: the export was written before its reply: %v", fail, m)
 		}
 		st, im, _ := call(t, dst, transport.OpStateImport, "1", payload)
 		si, _ := dstB.Slot(context.Background(), 1)
