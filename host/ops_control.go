@@ -170,7 +170,10 @@ func (s *Server) handleSetExpertMode(req *request, rp *replier) error {
 // info implies (quant_swap with quantisations to swap to, combined with a
 // peer device), each once.
 func capabilities(info iface.BackendInfo) []string {
-	caps := []string{"prefill", "decode", "state_transfer", "expert_mode", "model_hash", "state_shm"}
+	caps := []string{"prefill", "decode", "state_transfer", "expert_mode", "model_hash"}
+	if handoffCapability != "" {
+		caps = append(caps, handoffCapability)
+	}
 	for _, c := range append(slices.Clone(info.Capabilities), implied(info)...) {
 		if !slices.Contains(caps, c) {
 			caps = append(caps, c)

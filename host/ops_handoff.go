@@ -1,3 +1,5 @@
+//go:build unix
+
 package host
 
 import (
@@ -33,6 +35,9 @@ import (
 // is freed before the importer has replied to a client that holds the
 // connection open meanwhile. Both ops answer only clients on the engines'
 // Unix sockets, which are on this host.
+
+// handoffCapability is INFO's name for these ops.
+const handoffCapability = "state_shm"
 
 // exportPrefix names the files STATE_EXPORT writes and STATE_IMPORT reads:
 // hydra-state-PID-RANDOM.blob.
@@ -241,7 +246,7 @@ func freeBytes(dir string) (int64, error) {
 	if err := syscall.Statfs(dir, &st); err != nil {
 		return 0, err
 	}
-	return int64(st.Bavail) * st.Bsize, nil
+	return int64(st.Bavail) * int64(st.Bsize), nil
 }
 
 // exportPID is the engine that named an export file, 0 if the name says
