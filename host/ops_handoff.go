@@ -143,7 +143,7 @@ func (s *Server) handleStateExport(req *request, rp *replier) error {
 	go func() {
 		defer close(done)
 		defer lease.release(nil)
-		s.writeExport(ctx, f, ring, b, si, hdr, x.Trailer)
+		s.writeExport(ctx, f, ring, b, si, hdr, x.Trailer, func() { lease.release(nil) })
 	}()
 	m := transport.NewMeta().Add("path", f.Name()).Add("bytes", total).Add("n_past", si.NPast).Add("state_size", si.StateSize).AddFields(info.Model)
 	return rp.replyMeta(transport.StatusOK, m, nil)
@@ -166,13 +166,16 @@ func (s *Server) createExport(total int64) (*os.File, error) {
 
 // writeExport writes the blob, header hdr, the backend's state and, with
 // trailer, the integrity trailer, through ring (in f), and logs the
-// transfer; a failure is written into the ring, for the reader.
-func (s *Server) writeExport(ctx context.Context, f *os.File, ring *shmRing, b iface.Backend, si iface.SlotInfo, hdr []byte, trailer bool) {
+// transfer; a failure is written into the ring, for the reader. The last
+// byte goes in once release has freed the slot, so an importer that has
+// the whole blob never finds the source slot still busy (as STATE_GET).
+func (s *Server) writeExport(ctx context.Context, f *os.File, ring *shmRing, b iface.Backend, si iface.SlotInfo, hdr []byte, trailer bool, release func()) {
 	defer f.Close()
 	defer ring.close()
 	start := time.Now()
 	var trace shm.TransferTrace
-	cw := &countingWriter{w: &ringWriter{ctx: ctx, r: ring, wait: s.cfg.ChunkTimeout}}
+	rw := &ringWriter{ctx: ctx, r: ring, wait: s.cfg.ChunkTimeout}
+	cw := &countingWriter{w: rw}
 	var sw *sumWriter
 	if trailer {
 		sw = &sumWriter{w: cw.w}
@@ -188,6 +191,10 @@ func (s *Server) writeExport(ctx context.Context, f *os.File, ring *shmRing, b i
 	}
 	if err == nil && cw.n != ring.total {
 		err = fmt.Errorf("wrote %d bytes of the slot's %d-byte blob", cw.n, ring.total)
+	}
+	if err == nil {
+		release()
+		err = rw.flush()
 	}
 	if err != nil {
 		ring.setState(ringWriterFailed)
@@ -208,12 +215,33 @@ type ringWriter struct {
 	r     *shmRing
 	wait  time.Duration
 	since time.Time
+	last  []byte // the blob's last byte, held back for flush
 }
 
+// Write writes p, all of it but the blob's last byte, which it holds back.
 func (w *ringWriter) Write(p []byte) (int, error) {
-	if w.r.written()+int64(len(p)) > w.r.total {
+	end := w.r.written() + int64(len(p))
+	switch {
+	case w.last != nil || end > w.r.total:
 		return 0, fmt.Errorf("the backend wrote past the %d bytes announced", w.r.total)
+	case end == w.r.total && len(p) > 0:
+		w.last = []byte{p[len(p)-1]}
+		if _, err := w.put(p[:len(p)-1]); err != nil {
+			return 0, err
+		}
+		return len(p), nil
 	}
+	return w.put(p)
+}
+
+// flush writes the byte Write held back.
+func (w *ringWriter) flush() error {
+	_, err := w.put(w.last)
+	return err
+}
+
+// put writes p into the ring, waiting for room.
+func (w *ringWriter) put(p []byte) (int, error) {
 	n := 0
 	for n < len(p) {
 		if k := w.r.put(p[n:]); k > 0 {
