@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -38,6 +39,18 @@ func parseBlobOptions(p []byte) (blobOptions, error) {
 	}
 	if err := json.Unmarshal(p, &o); err != nil {
 		return o, fmt.Errorf("blob options: %w", err)
+	}
+	return o, nil
+}
+
+// parseBlobOptionsStrict reads a JSON object of the extras' keys and
+// nothing else, for ops of ours, which ignore nothing a client sends.
+func parseBlobOptionsStrict(p []byte) (blobOptions, error) {
+	var o blobOptions
+	dec := json.NewDecoder(bytes.NewReader(p))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&o); err != nil || !isJSONObject(p) {
+		return o, fmt.Errorf("blob options must be a JSON object of blob_layout, blob_trailer and blob_checkpoint: %v", err)
 	}
 	return o, nil
 }
@@ -245,6 +258,33 @@ func checkTrailer(src io.Reader, sum *shm.SumReader, head int64, berr error) err
 		return err
 	}
 	return berr
+}
+
+// blobWriter writes a blob to its writer, counting the bytes and, for an
+// integrity trailer, summing them.
+type blobWriter struct {
+	countingWriter
+	sum *sumWriter
+}
+
+func newBlobWriter(w io.Writer, trailer bool) *blobWriter {
+	bw := &blobWriter{countingWriter: countingWriter{w: w}}
+	if trailer {
+		bw.sum = &sumWriter{w: w}
+		bw.countingWriter.w = bw.sum
+	}
+	return bw
+}
+
+// writeTrailer writes the integrity trailer of every byte before it; none
+// without one.
+func (bw *blobWriter) writeTrailer() error {
+	if bw.sum == nil {
+		return nil
+	}
+	var t [transport.TrailerSize]byte
+	_, err := bw.Write(transport.AppendTrailer(t[:0], bw.sum.crc, uint64(bw.sum.n)))
+	return err
 }
 
 // sumWriter passes writes through and sums what went out, for the trailer.

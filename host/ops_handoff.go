@@ -86,108 +86,71 @@ func (s *Server) handleStateExport(req *request, rp *replier) error {
 	if rp.network != "unix" || req.export == nil {
 		return localOnly(req.hdr.Op, rp)
 	}
-	slot, ok, err := slotKey(req, rp)
+	bs, ok, err := s.openBlobSlot(req, rp, true)
 	if !ok {
 		return err
 	}
-	var opts blobOptions
-	if req.payload.N > 0 {
-		p, ok, err := s.readPayload(req, rp)
-		if !ok {
-			return err
-		}
-		if opts, err = parseBlobOptions(p); err != nil {
-			return rp.fail(transport.StatusError, err.Error())
-		}
-	}
-	lease, err := s.slots.acquire(slot, slotTransferring)
+	si := bs.si
+	hdr, total := blobHeader(si, bs.x, 0)
+	path, ring, err := s.createExport(total)
 	if err != nil {
-		return rp.failErr(err)
-	}
-	b, info, err := s.backendFor(lease)
-	var x transport.BlobExtras
-	if err == nil {
-		x, err = s.blobExtras(opts, info)
-	}
-	var si iface.SlotInfo
-	if err == nil {
-		si, err = b.Slot(req.ctx, slot)
-	}
-	if err != nil {
-		lease.release(nil)
-		return rp.failErr(err)
-	}
-	s.withCheckpoint(req.ctx, b, slot, opts, &x)
-	hdr := transport.AppendBlobHeader(make([]byte, 0, transport.BlobHeaderSize(len(si.Tokens), x)), si.NPast, si.Tokens, x)
-	total := int64(len(hdr)) + si.StateSize
-	if x.Trailer {
-		total += transport.TrailerSize
-	}
-	f, err := s.createExport(total)
-	var ring *shmRing
-	if err == nil {
-		if ring, err = createRing(f, total); err != nil {
-			f.Close()
-			_ = os.Remove(f.Name())
-		}
-	}
-	if err != nil {
-		lease.release(nil)
+		bs.lease.release(nil)
 		return rp.failErr(err)
 	}
 	// The writer outlives the request: it stops when the export is
 	// replaced or its connection closes (exportFile), not with the reply.
 	ctx, cancel := context.WithCancel(context.WithoutCancel(req.ctx))
 	done := make(chan struct{})
-	req.export.set(f.Name(), cancel, done)
+	req.export.set(path, cancel, done)
 	go func() {
 		defer close(done)
-		defer lease.release(nil)
-		s.writeExport(ctx, f, ring, b, si, hdr, x.Trailer, func() { lease.release(nil) })
+		defer bs.lease.release(nil)
+		s.writeExport(ctx, ring, bs.b, si, hdr, bs.x.Trailer, func() { bs.lease.release(nil) })
 	}()
-	m := transport.NewMeta().Add("path", f.Name()).Add("bytes", total).Add("n_past", si.NPast).Add("state_size", si.StateSize).AddFields(info.Model)
+	m := transport.NewMeta().Add("path", path).Add("bytes", total).Add("n_past", si.NPast).Add("state_size", si.StateSize).AddFields(bs.info.Model)
 	return rp.replyMeta(transport.StatusOK, m, nil)
 }
 
-// createExport creates the file of an export of total bytes in the shared
-// memory directory, checked for room first.
-func (s *Server) createExport(total int64) (*os.File, error) {
+// createExport creates the file of an export in the shared memory
+// directory, checked for room first, with the ring of a blob of total
+// bytes in it, and returns its path and the ring (the mapping outlives the
+// file's descriptor).
+func (s *Server) createExport(total int64) (string, *shmRing, error) {
 	dir := s.shmDir()
 	reapExports(dir, s.log.Warn)
 	if free, err := freeBytes(dir); err == nil && free < ringHeader+ringMax {
-		return nil, fmt.Errorf("no room in %s for an export's %d-byte ring (%d bytes free): STATE_GET moves the state over the socket", dir, ringHeader+ringMax, free)
+		return "", nil, fmt.Errorf("no room in %s for an export's %d-byte ring (%d bytes free): STATE_GET moves the state over the socket", dir, ringHeader+ringMax, free)
 	}
 	f, err := os.CreateTemp(dir, exportPrefix+strconv.Itoa(os.Getpid())+"-*.blob")
 	if err != nil {
-		return nil, fmt.Errorf("creating the export file in %s: %w", dir, err)
+		return "", nil, fmt.Errorf("creating the export file in %s: %w", dir, err)
 	}
-	return f, nil
+	ring, err := createRing(f, total)
+	f.Close()
+	if err != nil {
+		_ = os.Remove(f.Name())
+		return "", nil, err
+	}
+	return f.Name(), ring, nil
 }
 
 // writeExport writes the blob, header hdr, the backend's state and, with
-// trailer, the integrity trailer, through ring (in f), and logs the
+// trailer, the integrity trailer, through ring, and logs the
 // transfer; a failure is written into the ring, for the reader. The last
 // byte goes in once release has freed the slot, so an importer that has
 // the whole blob never finds the source slot still busy (as STATE_GET).
-func (s *Server) writeExport(ctx context.Context, f *os.File, ring *shmRing, b iface.Backend, si iface.SlotInfo, hdr []byte, trailer bool, release func()) {
-	defer f.Close()
+func (s *Server) writeExport(ctx context.Context, ring *shmRing, b iface.Backend, si iface.SlotInfo, hdr []byte, trailer bool, release func()) {
 	defer ring.close()
 	start := time.Now()
 	var trace shm.TransferTrace
 	rw := &ringWriter{ctx: ctx, r: ring, wait: s.cfg.ChunkTimeout}
-	cw := &countingWriter{w: rw}
-	var sw *sumWriter
-	if trailer {
-		sw = &sumWriter{w: cw.w}
-		cw.w = sw
-	}
+	cw := newBlobWriter(rw, trailer)
 	_, err := cw.Write(hdr)
 	if err == nil {
 		_, err = b.StateGet(shm.WithTransferTrace(ctx, &trace), si.Slot, s.tun.StateChunkSize(), cw)
 	}
-	if err == nil && sw != nil {
-		var t [transport.TrailerSize]byte
-		_, err = cw.Write(transport.AppendTrailer(t[:0], sw.crc, uint64(sw.n)))
+	if err == nil {
+		err = cw.writeTrailer()
 	}
 	if err == nil && cw.n != ring.total {
 		err = fmt.Errorf("wrote %d bytes of the slot's %d-byte blob", cw.n, ring.total)
@@ -331,7 +294,11 @@ func (s *Server) handleStateImport(req *request, rp *replier) error {
 	dec := json.NewDecoder(bytes.NewReader(p))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&ir); err != nil || ir.Path == "" {
-		return rp.fail(transport.StatusError, fmt.Sprintf(`STATE_IMPORT payload must be {"path":"…"}, a STATE_EXPORT reply's path: %v`, err))
+		why := "no path"
+		if err != nil {
+			why = err.Error()
+		}
+		return rp.fail(transport.StatusError, fmt.Sprintf(`STATE_IMPORT payload must be {"path":"…","bytes":N}, from a STATE_EXPORT reply: %s`, why))
 	}
 	ring, err := s.openExport(ir.Path, ir.Bytes)
 	if err != nil {

@@ -135,6 +135,14 @@ func TestStateExportImport(t *testing.T) {
 		t.Fatalf("after the import the slots decode %q and %q", srcTok, dstTok)
 	}
 
+	// Blob options, and nothing else.
+	for _, bad := range []string{`{"blob_layout":true,"slot":1}`, `not json`, `{"blob_trailer":"yes"}`} {
+		if st, meta, _ := call(t, src, transport.OpStateExport, "0", []byte(bad)); st != transport.StatusError ||
+			!strings.Contains(fmt.Sprint(meta["error"]), "blob options") {
+			t.Errorf("STATE_EXPORT with %s: %v %v", bad, st, meta)
+		}
+	}
+
 	// One export a connection: the next replaces it; closing removes it.
 	st, meta, _ = call(t, src, transport.OpStateExport, "0", nil)
 	if next, _ := meta["path"].(string); st != transport.StatusOK || next == path || len(exports(t, dir)) != 1 {

@@ -28,42 +28,82 @@ func slotKey(req *request, rp *replier) (int, bool, error) {
 // handleStateGet streams the slot's v2 blob: header, then the backend's state
 // written straight into the socket in state_chunk_size pieces.
 func (s *Server) handleStateGet(req *request, rp *replier) error {
-	slot, ok, err := slotKey(req, rp)
+	bs, ok, err := s.openBlobSlot(req, rp, false)
 	if !ok {
 		return err
 	}
+	defer bs.lease.release(nil)
+	si := bs.si
+	return s.streamBlob(req.ctx, rp, bs.b, si, transport.NewMeta().Add("n_past", si.NPast).Add("state_size", si.StateSize).AddFields(bs.info.Model),
+		bs.x, nil, func() { bs.lease.release(nil) })
+}
+
+// blobSlot is a slot marked transferring whose state goes out as a v2
+// blob: its lease, backend, the backend's info, the slot and the blob's
+// extras.
+type blobSlot struct {
+	lease *slotLease
+	b     iface.Backend
+	info  iface.BackendInfo
+	si    iface.SlotInfo
+	x     transport.BlobExtras
+}
+
+// openBlobSlot reads a request for a slot's blob (STATE_GET, STATE_EXPORT:
+// the slot key, then nothing or JSON blob options, where strict nothing
+// else), marks the slot transferring and gathers what its blob needs, the
+// slot's newest context checkpoint included. ok false: the request was
+// answered (err is the reply's) and the slot is free.
+func (s *Server) openBlobSlot(req *request, rp *replier, strict bool) (bs blobSlot, ok bool, err error) {
+	slot, ok, err := slotKey(req, rp)
+	if !ok {
+		return bs, false, err
+	}
 	var opts blobOptions
 	if req.payload.N > 0 {
-		// The extras' options (blob_layout, blob_trailer); any other
-		// payload is ignored, as it always was.
+		// The extras' options (blob_layout, blob_trailer); STATE_GET
+		// ignores any other payload, as it always did.
 		p, ok, err := s.readPayload(req, rp)
 		if !ok {
-			return err
+			return bs, false, err
 		}
-		if opts, err = parseBlobOptions(p); err != nil {
-			return rp.fail(transport.StatusError, err.Error())
+		parse := parseBlobOptions
+		if strict {
+			parse = parseBlobOptionsStrict
+		}
+		if opts, err = parse(p); err != nil {
+			return bs, false, rp.fail(transport.StatusError, err.Error())
 		}
 	}
-	lease, err := s.slots.acquire(slot, slotTransferring)
-	if err != nil {
-		return rp.failErr(err)
+	if bs.lease, err = s.slots.acquire(slot, slotTransferring); err != nil {
+		return bs, false, rp.failErr(err)
 	}
-	defer lease.release(nil)
-	b, info, err := s.backendFor(lease)
-	if err != nil {
-		return rp.failErr(err)
+	fail := func(reply error) (blobSlot, bool, error) {
+		bs.lease.release(nil)
+		return bs, false, reply
 	}
-	x, err := s.blobExtras(opts, info)
-	if err != nil {
-		return rp.fail(transport.StatusError, err.Error())
+	if bs.b, bs.info, err = s.backendFor(bs.lease); err != nil {
+		return fail(rp.failErr(err))
 	}
-	si, err := b.Slot(req.ctx, slot)
-	if err != nil {
-		return rp.failErr(err)
+	if bs.x, err = s.blobExtras(opts, bs.info); err != nil {
+		return fail(rp.fail(transport.StatusError, err.Error()))
 	}
-	s.withCheckpoint(req.ctx, b, slot, opts, &x)
-	return s.streamBlob(req.ctx, rp, b, si, transport.NewMeta().Add("n_past", si.NPast).Add("state_size", si.StateSize).AddFields(info.Model),
-		x, nil, func() { lease.release(nil) })
+	if bs.si, err = bs.b.Slot(req.ctx, slot); err != nil {
+		return fail(rp.failErr(err))
+	}
+	s.withCheckpoint(req.ctx, bs.b, slot, opts, &bs.x)
+	return bs, true, nil
+}
+
+// blobHeader is the v2 header of si's blob with the extras x, and the
+// blob's whole size with extra bytes after the state (PREFILL's logits).
+func blobHeader(si iface.SlotInfo, x transport.BlobExtras, extra int64) (hdr []byte, total int64) {
+	hdr = transport.AppendBlobHeader(make([]byte, 0, transport.BlobHeaderSize(len(si.Tokens), x)), si.NPast, si.Tokens, x)
+	total = int64(len(hdr)) + si.StateSize + extra
+	if x.Trailer {
+		total += transport.TrailerSize
+	}
+	return hdr, total
 }
 
 // streamBlob replies OK with meta and the v2 blob of si with the extras x,
@@ -80,18 +120,9 @@ func (s *Server) streamBlob(ctx context.Context, rp *replier, b iface.Backend, s
 		release()
 		return rp.fail(transport.StatusError, "the reply could not be encoded: "+err.Error())
 	}
-	hdr := transport.AppendBlobHeader(make([]byte, 0, transport.BlobHeaderSize(len(si.Tokens), x)), si.NPast, si.Tokens, x)
-	total := int64(len(hdr)) + si.StateSize + int64(len(logits))
-	if x.Trailer {
-		total += transport.TrailerSize
-	}
+	hdr, total := blobHeader(si, x, int64(len(logits)))
 	start := time.Now()
-	var sw *sumWriter
-	cw := &countingWriter{w: rp.w}
-	if x.Trailer {
-		sw = &sumWriter{w: rp.w}
-		cw.w = sw
-	}
+	cw := newBlobWriter(rp.w, x.Trailer)
 	lr := &lazyReply{rp: rp, meta: m.Bytes(), payloadLen: uint64(total), first: hdr, w: cw}
 	hl := &holdLast{w: lr, remain: si.StateSize}
 	var trace shm.TransferTrace
@@ -115,9 +146,8 @@ func (s *Server) streamBlob(ctx context.Context, rp *replier, b iface.Backend, s
 	if err == nil {
 		_, err = cw.Write(logits)
 	}
-	if err == nil && sw != nil {
-		var t [transport.TrailerSize]byte
-		_, err = cw.Write(transport.AppendTrailer(t[:0], sw.crc, uint64(sw.n)))
+	if err == nil {
+		err = cw.writeTrailer()
 	}
 	if err == nil {
 		err = rp.w.Flush()
