@@ -139,7 +139,7 @@ func (c Config) ropeSections() []int32 {
 // qwen35Block is block i of a qwen35moe model: norms before and after
 // attention, a gated full attention (Q projects to query and gate, per-head
 // Q/K norms) or a gated DeltaNet, then the routed experts and the gated
-// shared expert.
+// shared expert; recurrent: the DeltaNet (c.recurrent(i) in the trunk).
 //
 // The DeltaNet's random parameters are the ones that decide whether its
 // recurrent state stays bounded, and they are drawn the way Qwen3-Next
@@ -147,14 +147,14 @@ func (c Config) ropeSections() []int32 {
 // step decays the state (exp(softplus(·)·a) < 1); ssm_dt.bias near 1; keys
 // are L2-normalised and beta is a sigmoid in the graph, so the delta rule
 // itself cannot grow it.
-func (c Config) qwen35Block(i int, wt ggmlType) []tensor {
+func (c Config) qwen35Block(i int, wt ggmlType, recurrent bool) []tensor {
 	p := fmt.Sprintf("blk.%d.", i)
 	e, hd := c.Embd, c.HeadDim()
 	ts := []tensor{
 		{name: p + "attn_norm.weight", dims: []int{e}, typ: typeF32},
 		{name: p + "post_attention_norm.weight", dims: []int{e}, typ: typeF32},
 	}
-	if c.recurrent(i) {
+	if recurrent {
 		keys, values := c.SSMState*c.SSMGroups, c.SSMState*c.SSMHeads
 		conv := 2*keys + values
 		ts = append(ts,
@@ -189,29 +189,12 @@ func (c Config) qwen35Block(i int, wt ggmlType) []tensor {
 }
 
 // mtpBlock is a qwen35moe model's multi-token-prediction block, block i
-// after the trunk's: nextn's projection of the normed hidden state and
-// the next token's embedding (2·embd → embd) into a full-attention block
-// with the trunk's experts and shared expert (llama.cpp's load_block_mtp).
+// after the trunk's: a full-attention block with the trunk's experts and
+// shared expert, fed by nextn's projection of the normed hidden state and
+// the next token's embedding (2·embd → embd; llama.cpp's load_block_mtp).
 func (c Config) mtpBlock(i int, wt ggmlType) []tensor {
-	p := fmt.Sprintf("blk.%d.", i)
-	e, hd := c.Embd, c.HeadDim()
-	q, kv := hd*c.Heads, hd*c.KVHeads
-	ts := []tensor{
-		{name: p + "attn_norm.weight", dims: []int{e}, typ: typeF32},
-		{name: p + "post_attention_norm.weight", dims: []int{e}, typ: typeF32},
-		{name: p + "attn_q.weight", dims: []int{e, 2 * q}, typ: wt, scale: uniformScale(e)},
-		{name: p + "attn_k.weight", dims: []int{e, kv}, typ: wt, scale: uniformScale(e)},
-		{name: p + "attn_v.weight", dims: []int{e, kv}, typ: wt, scale: uniformScale(e)},
-		{name: p + "attn_output.weight", dims: []int{q, e}, typ: wt, scale: uniformScale(q)},
-		{name: p + "attn_q_norm.weight", dims: []int{hd}, typ: typeF32},
-		{name: p + "attn_k_norm.weight", dims: []int{hd}, typ: typeF32},
-	}
-	ts = append(ts, c.experts(i, wt)...)
-	return append(ts,
-		tensor{name: p + "ffn_gate_inp_shexp.weight", dims: []int{e}, typ: typeF32, scale: uniformScale(e)},
-		tensor{name: p + "ffn_gate_shexp.weight", dims: []int{e, c.SharedFF}, typ: wt, scale: uniformScale(e)},
-		tensor{name: p + "ffn_up_shexp.weight", dims: []int{e, c.SharedFF}, typ: wt, scale: uniformScale(e)},
-		tensor{name: p + "ffn_down_shexp.weight", dims: []int{c.SharedFF, e}, typ: wt, scale: uniformScale(c.SharedFF)},
+	p, e := fmt.Sprintf("blk.%d.", i), c.Embd
+	return append(c.qwen35Block(i, wt, false),
 		tensor{name: p + "nextn.eh_proj.weight", dims: []int{2 * e, e}, typ: wt, scale: uniformScale(2 * e)},
 		tensor{name: p + "nextn.enorm.weight", dims: []int{e}, typ: typeF32},
 		tensor{name: p + "nextn.hnorm.weight", dims: []int{e}, typ: typeF32},

@@ -388,7 +388,7 @@ func (c Config) tensors() []tensor {
 	for i := range c.Layers {
 		switch c.arch() {
 		case ArchQwen35MoE:
-			ts = append(ts, c.qwen35Block(i, wt)...)
+			ts = append(ts, c.qwen35Block(i, wt, c.recurrent(i))...)
 			if i == c.Layers-1 && c.MTP > 0 {
 				ts = append(ts, c.mtpBlock(c.Layers, wt)...)
 			}
