@@ -85,17 +85,27 @@ func qwen35moeQwen3(t *testing.T) string {
 // timings.prompt_n: the prompt tokens evaluated, as llama-server counts them.
 func promptEvaluated(t *testing.T, url, body string) int {
 	t.Helper()
+	return completionTimings(t, url, body).PromptN
+}
+
+// timings are a /completion reply's, as llama-server names them.
+type timings struct {
+	PromptN    int `json:"prompt_n"`
+	PredictedN int `json:"predicted_n"`
+	DraftN     int `json:"draft_n"`
+}
+
+// completionTimings posts body to url and returns the reply's timings.
+func completionTimings(t *testing.T, url, body string) timings {
+	t.Helper()
 	code, raw := postBody(t, url, body)
 	var r struct {
-		Timings *struct {
-			PromptN int `json:"prompt_n"`
-			CacheN  int `json:"cache_n"`
-		} `json:"timings"`
+		Timings *timings `json:"timings"`
 	}
 	if err := json.Unmarshal(raw, &r); err != nil || code != 200 || r.Timings == nil {
 		t.Fatalf("POST %s: %d %.400s (%v)", url, code, raw, err)
 	}
-	return r.Timings.PromptN
+	return *r.Timings
 }
 
 // TestLlamaCheckpointsAsLlamaServer: ours in llama-server mode and

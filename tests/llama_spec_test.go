@@ -4,7 +4,6 @@ package tests
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -44,19 +43,10 @@ func TestLlamaServerDraftMTP(t *testing.T) {
 	}
 	body := `{"prompt":"Write a short note about moving state between engines.","n_predict":32,"temperature":0}`
 	for name, url := range urls {
-		code, raw := postBody(t, url, body)
-		var r struct {
-			Timings *struct {
-				PredictedN int `json:"predicted_n"`
-				DraftN     int `json:"draft_n"`
-			} `json:"timings"`
-		}
-		if err := json.Unmarshal(raw, &r); err != nil || code != 200 || r.Timings == nil {
-			t.Fatalf("%s: %d %.400s (%v)", name, code, raw, err)
-		}
-		t.Logf("%s: %d tokens, %d draft tokens verified", name, r.Timings.PredictedN, r.Timings.DraftN)
-		if r.Timings.PredictedN != 32 || r.Timings.DraftN == 0 {
-			t.Errorf("%s: %d tokens and %d draft tokens, want 32 and drafts", name, r.Timings.PredictedN, r.Timings.DraftN)
+		tm := completionTimings(t, url, body)
+		t.Logf("%s: %d tokens, %d draft tokens verified", name, tm.PredictedN, tm.DraftN)
+		if tm.PredictedN != 32 || tm.DraftN == 0 {
+			t.Errorf("%s: %d tokens and %d draft tokens, want 32 and drafts", name, tm.PredictedN, tm.DraftN)
 		}
 	}
 

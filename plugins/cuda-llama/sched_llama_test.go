@@ -25,13 +25,20 @@ import (
 // decodeAll decodes n tokens in each of slots at once and returns them.
 func decodeAll(t *testing.T, b *Backend, slots []int, n int, sp iface.SamplerParams) map[int][]int32 {
 	t.Helper()
+	return decodeEach(t, b, slots, func(s int) iface.DecodeRequest { return iface.DecodeRequest{Slot: s, NPredict: n, Sampler: sp} })
+}
+
+// decodeEach runs slot s's request req(s) in each of slots at once and
+// returns their tokens.
+func decodeEach(t *testing.T, b *Backend, slots []int, req func(s int) iface.DecodeRequest) map[int][]int32 {
+	t.Helper()
 	var mu sync.Mutex
 	got := map[int][]int32{}
 	var wg sync.WaitGroup
 	for _, s := range slots {
 		wg.Go(func() {
 			var ids []int32
-			if _, err := b.Decode(context.Background(), iface.DecodeRequest{Slot: s, NPredict: n, Sampler: sp},
+			if _, err := b.Decode(context.Background(), req(s),
 				func(tok iface.Token) error { ids = append(ids, tok.ID); return nil }); err != nil {
 				t.Errorf("slot %d: %v", s, err)
 			}

@@ -614,6 +614,13 @@ func TestSpecHybridDraft(t *testing.T) {
 	}
 }
 
+// tinyMTP is the tests' hybrid model with its MTP block.
+func tinyMTP(t *testing.T) string {
+	c := gguf.TinyQwen35MoE()
+	c.MTP = 1
+	return modelFile(t, "tiny-qwen35moe-mtp", c)
+}
+
 // TestSpecMTP: draft-mtp drafts with the model's own multi-token-prediction
 // block (gguf-gen's, random weights: nearly every draft is rejected) and
 // with chosen drafts where the block's are replaced (accepted and
@@ -622,9 +629,7 @@ func TestSpecHybridDraft(t *testing.T) {
 // after every decode, a state moves out of and into a drafting engine, and
 // a model without the block is refused.
 func TestSpecMTP(t *testing.T) {
-	c := gguf.TinyQwen35MoE()
-	c.MTP = 1
-	target := modelFile(t, "tiny-qwen35moe-mtp", c)
+	target := tinyMTP(t)
 	opts := map[string]string{OptSpecType: "draft-mtp", OptDraftMax: "4", OptDraftRule: DraftRuleAlways}
 	_, err := New(testLogger()).Load(context.Background(), iface.LoadRequest{Model: modelFile(t, "tiny-qwen35moe", gguf.TinyQwen35MoE()),
 		NSlots: 1, Options: map[string]string{OptNThreads: "1", OptNCtx: "512", OptSpecType: "draft-mtp"}})
@@ -678,23 +683,9 @@ func TestSpecMTP(t *testing.T) {
 	// of every length (llama.cpp splits those into ubatches out of the
 	// batch's order).
 	decodeSpec := func(b *Backend, slots []int) map[int][]int32 {
-		var mu sync.Mutex
-		got := map[int][]int32{}
-		var wg sync.WaitGroup
-		for _, s := range slots {
-			wg.Go(func() {
-				var ids []int32
-				req := iface.DecodeRequest{Slot: s, NPredict: 32, Sampler: sp, Speculative: &iface.SpeculativeParams{NMax: s + 1}}
-				if _, err := b.Decode(context.Background(), req, func(tok iface.Token) error { ids = append(ids, tok.ID); return nil }); err != nil {
-					t.Errorf("slot %d: %v", s, err)
-				}
-				mu.Lock()
-				got[s] = ids
-				mu.Unlock()
-			})
-		}
-		wg.Wait()
-		return got
+		return decodeEach(t, b, slots, func(s int) iface.DecodeRequest {
+			return iface.DecodeRequest{Slot: s, NPredict: 32, Sampler: sp, Speculative: &iface.SpeculativeParams{NMax: s + 1}}
+		})
 	}
 	for s, p := range prompts {
 		prefill(t, plain, s, p)
@@ -797,9 +788,7 @@ func TestSpecMTP(t *testing.T) {
 // lacks the positions decoded since, and the text is decoding's without
 // drafts.
 func TestSpecMTPStops(t *testing.T) {
-	c := gguf.TinyQwen35MoE()
-	c.MTP = 1
-	target := modelFile(t, "tiny-qwen35moe-mtp", c)
+	target := tinyMTP(t)
 	plain := load(t, target, 1, nil)
 	spec := load(t, target, 1, map[string]string{OptSpecType: "draft-mtp", OptDraftMax: "4"})
 	referenceKernels(t, plain)
