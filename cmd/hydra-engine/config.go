@@ -20,6 +20,7 @@ import (
 
 	"github.com/hydra-engine/hydra-engine/host"
 	"github.com/hydra-engine/hydra-engine/host/httpapi"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 	"github.com/hydra-engine/hydra-engine/transport"
 )
 
@@ -272,6 +273,7 @@ func newFlagSet(d Config, configFile *string, printConfig, showVersion *bool) *f
 			"       (also as %[2]s, and under either name as the executable)\n\nflags:\n",
 			llamaServerCommand, llamaEngineCommand)
 		fs.PrintDefaults()
+		fmt.Fprintf(fs.Output(), "\nbackend options of cuda-llama (--backend cuda-llama --backend-opt KEY=VALUE):\n%s", llamaopt.Help())
 	}
 	return fs
 }

@@ -24,7 +24,7 @@ import (
 	"regexp"
 	"strings"
 
-	cudallama "github.com/hydra-engine/hydra-engine/plugins/cuda-llama"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
 
 // maxCombinedPattern bounds --combined-ot-pattern: the fork's is 37 bytes,
@@ -53,7 +53,7 @@ func lsForkParams() []lsParam {
 					return err
 				}
 				ls.combinedPattern = v
-				ls.setOpt("--combined-ot-pattern", cudallama.OptCombinedPattern, v)
+				ls.setOpt("--combined-ot-pattern", llamaopt.OptCombinedPattern, v)
 				return nil
 			}},
 	}
@@ -118,6 +118,6 @@ func (ls *lsArgs) finishFork() {
 	}
 	if ls.combinedPattern != "" && ls.rpcEngine != "" {
 		ls.notes = append(ls.notes, fmt.Sprintf("llama-engine --combined-ot-pattern %s: passed to the plugin as %s, the weights its combined mode "+
-			"would place on the peer; not acting while there is none", ls.combinedPattern, cudallama.OptCombinedPattern))
+			"would place on the peer; not acting while there is none", ls.combinedPattern, llamaopt.OptCombinedPattern))
 	}
 }

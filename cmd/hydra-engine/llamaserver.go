@@ -29,7 +29,7 @@ import (
 	"sync"
 	"time"
 
-	cudallama "github.com/hydra-engine/hydra-engine/plugins/cuda-llama"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
 
 // llamaServerCommand is the subcommand, and the executable name, that reads
@@ -160,11 +160,11 @@ func splitByDefault(inv *invocation) {
 	if inv.cfg.Backend != llamaServerBackend {
 		return
 	}
-	if _, ok := inv.cfg.BackendOpts[cudallama.OptKVUnified]; !ok {
+	if _, ok := inv.cfg.BackendOpts[llamaopt.OptKVUnified]; !ok {
 		if inv.cfg.BackendOpts == nil {
 			inv.cfg.BackendOpts = map[string]string{}
 		}
-		inv.cfg.BackendOpts[cudallama.OptKVUnified] = "false"
+		inv.cfg.BackendOpts[llamaopt.OptKVUnified] = "false"
 	}
 }
 
@@ -177,11 +177,11 @@ func cacheByDefault(inv *invocation) {
 	if inv.cfg.Backend != llamaServerBackend {
 		return
 	}
-	if _, ok := inv.cfg.BackendOpts[cudallama.OptCacheRAM]; !ok {
+	if _, ok := inv.cfg.BackendOpts[llamaopt.OptCacheRAM]; !ok {
 		if inv.cfg.BackendOpts == nil {
 			inv.cfg.BackendOpts = map[string]string{}
 		}
-		inv.cfg.BackendOpts[cudallama.OptCacheRAM] = llamaServerCacheRAM
+		inv.cfg.BackendOpts[llamaopt.OptCacheRAM] = llamaServerCacheRAM
 	}
 }
 
@@ -366,7 +366,7 @@ func (ls *lsArgs) finish() {
 		ls.setBy["rpc"] = append(ls.setBy["rpc"], "--host", "--rpc-port")
 	}
 	var placed []string
-	for _, k := range []string{cudallama.OptNGPULayers, cudallama.OptNCPUMoE, cudallama.OptOverrideTensor} {
+	for _, k := range []string{llamaopt.OptNGPULayers, llamaopt.OptNCPUMoE, llamaopt.OptOverrideTensor} {
 		if v, ok := ls.opts[k]; ok {
 			placed = append(placed, k+"="+v)
 		}
@@ -516,7 +516,7 @@ func lsModelParams() []lsParam {
 			if err == nil && n == 0 {
 				err = errors.New("0 (the model's training context) is not supported here: give the size")
 			}
-			ls.setOpt("--ctx-size", cudallama.OptNCtx, v)
+			ls.setOpt("--ctx-size", llamaopt.OptNCtx, v)
 			return err
 		}},
 		{names: []string{"--parallel", "-np"}, hint: "N", doc: "slots (sequences): slots", apply: func(ls *lsArgs, v string) error {
@@ -524,30 +524,30 @@ func lsModelParams() []lsParam {
 			ls.set("--parallel", "slots", v)
 			return err
 		}},
-		{names: []string{"--alias", "-a"}, hint: "STRING", doc: "the model's name in the API: alias", apply: opt("--alias", cudallama.OptAlias)},
-		{names: []string{"--mmap"}, neg: []string{"--no-mmap"}, kind: lsSwitch, doc: "memory-map the model: use_mmap", apply: opt("--mmap", cudallama.OptMmap)},
-		{names: []string{"--threads", "-t"}, hint: "N", doc: "CPU threads for generation (<= 0: every CPU): n_threads", apply: threads("--threads", cudallama.OptNThreads)},
-		{names: []string{"--threads-batch", "-tb"}, hint: "N", doc: "CPU threads for prompts (<= 0: every CPU): n_threads_batch", apply: threads("--threads-batch", cudallama.OptNThreadsBatch)},
-		{names: []string{"--batch-size", "-b"}, hint: "N", doc: "logical batch: n_batch", apply: intOpt("--batch-size", cudallama.OptNBatch, 1)},
-		{names: []string{"--ubatch-size", "-ub"}, hint: "N", doc: "physical batch: n_ubatch", apply: intOpt("--ubatch-size", cudallama.OptNUBatch, 1)},
+		{names: []string{"--alias", "-a"}, hint: "STRING", doc: "the model's name in the API: alias", apply: opt("--alias", llamaopt.OptAlias)},
+		{names: []string{"--mmap"}, neg: []string{"--no-mmap"}, kind: lsSwitch, doc: "memory-map the model: use_mmap", apply: opt("--mmap", llamaopt.OptMmap)},
+		{names: []string{"--threads", "-t"}, hint: "N", doc: "CPU threads for generation (<= 0: every CPU): n_threads", apply: threads("--threads", llamaopt.OptNThreads)},
+		{names: []string{"--threads-batch", "-tb"}, hint: "N", doc: "CPU threads for prompts (<= 0: every CPU): n_threads_batch", apply: threads("--threads-batch", llamaopt.OptNThreadsBatch)},
+		{names: []string{"--batch-size", "-b"}, hint: "N", doc: "logical batch: n_batch", apply: intOpt("--batch-size", llamaopt.OptNBatch, 1)},
+		{names: []string{"--ubatch-size", "-ub"}, hint: "N", doc: "physical batch: n_ubatch", apply: intOpt("--ubatch-size", llamaopt.OptNUBatch, 1)},
 		{names: []string{"--flash-attn", "-fa"}, hint: "[on|off|auto]", bare: "on", doc: "flash attention: flash_attn", apply: func(ls *lsArgs, v string) error {
 			mode, err := onOffAuto(v)
-			ls.setOpt("--flash-attn", cudallama.OptFlashAttn, mode)
+			ls.setOpt("--flash-attn", llamaopt.OptFlashAttn, mode)
 			return err
 		}},
-		{names: []string{"--cache-type-k", "-ctk"}, hint: "TYPE", doc: "K cache type: cache_type_k", apply: lowerOpt("--cache-type-k", cudallama.OptCacheTypeK)},
-		{names: []string{"--cache-type-v", "-ctv"}, hint: "TYPE", doc: "V cache type: cache_type_v", apply: lowerOpt("--cache-type-v", cudallama.OptCacheTypeV)},
-		{names: []string{"--kv-unified", "-kvu"}, neg: []string{"--no-kv-unified"}, kind: lsSwitch, doc: "one KV pool for all slots: kv_unified", apply: opt("--kv-unified", cudallama.OptKVUnified)},
-		{names: []string{"--context-shift"}, neg: []string{"--no-context-shift"}, kind: lsSwitch, doc: "shift a full slot's context: context_shift", apply: opt("--context-shift", cudallama.OptContextShift)},
-		{names: []string{"--swa-full"}, kind: lsSwitch, doc: "full-size sliding-window caches: swa_full", apply: opt("--swa-full", cudallama.OptSWAFull)},
-		{names: []string{"--cache-reuse"}, hint: "N", doc: "min chunk reused from the cache by KV shifting: cache_reuse", apply: intOpt("--cache-reuse", cudallama.OptCacheReuse, 0)},
+		{names: []string{"--cache-type-k", "-ctk"}, hint: "TYPE", doc: "K cache type: cache_type_k", apply: lowerOpt("--cache-type-k", llamaopt.OptCacheTypeK)},
+		{names: []string{"--cache-type-v", "-ctv"}, hint: "TYPE", doc: "V cache type: cache_type_v", apply: lowerOpt("--cache-type-v", llamaopt.OptCacheTypeV)},
+		{names: []string{"--kv-unified", "-kvu"}, neg: []string{"--no-kv-unified"}, kind: lsSwitch, doc: "one KV pool for all slots: kv_unified", apply: opt("--kv-unified", llamaopt.OptKVUnified)},
+		{names: []string{"--context-shift"}, neg: []string{"--no-context-shift"}, kind: lsSwitch, doc: "shift a full slot's context: context_shift", apply: opt("--context-shift", llamaopt.OptContextShift)},
+		{names: []string{"--swa-full"}, kind: lsSwitch, doc: "full-size sliding-window caches: swa_full", apply: opt("--swa-full", llamaopt.OptSWAFull)},
+		{names: []string{"--cache-reuse"}, hint: "N", doc: "min chunk reused from the cache by KV shifting: cache_reuse", apply: intOpt("--cache-reuse", llamaopt.OptCacheReuse, 0)},
 		{names: []string{"--cache-ram", "-cram"}, hint: "N", doc: "host-memory prompt cache in MiB (< 0: no limit, 0: off; not given: 8192, as llama-server): cache_ram",
 			apply: func(ls *lsArgs, v string) error {
 				n, err := integer(v, math.MinInt64)
 				if n < 0 { // llama-server reads any negative size as no limit
 					v = "-1"
 				}
-				ls.setOpt("--cache-ram", cudallama.OptCacheRAM, v)
+				ls.setOpt("--cache-ram", llamaopt.OptCacheRAM, v)
 				return err
 			}},
 		{names: []string{"--ctx-checkpoints", "-ctxcp", "--swa-checkpoints"}, hint: "N",
@@ -557,31 +557,31 @@ func lsModelParams() []lsParam {
 				if n < 0 { // llama-server takes none for any count below one
 					v = "0"
 				}
-				ls.setOpt("--ctx-checkpoints", cudallama.OptCtxCheckpoints, v)
+				ls.setOpt("--ctx-checkpoints", llamaopt.OptCtxCheckpoints, v)
 				return err
 			}},
 		{names: []string{"--checkpoint-min-step", "-cms"}, hint: "N", doc: "least spacing in tokens between a slot's checkpoints (default 8192, 0: none): checkpoint_min_step",
-			apply: intOpt("--checkpoint-min-step", cudallama.OptCheckpointMinStep, 0)},
+			apply: intOpt("--checkpoint-min-step", llamaopt.OptCheckpointMinStep, 0)},
 		{names: []string{"--checkpoint-ram"}, hint: "N", doc: "host memory in MiB every slot's checkpoints share, the oldest dropped first (not llama-server's; -1: no limit; default 8192): checkpoint_ram",
-			apply: intOpt("--checkpoint-ram", cudallama.OptCheckpointRAM, -1)},
+			apply: intOpt("--checkpoint-ram", llamaopt.OptCheckpointRAM, -1)},
 		{names: []string{"--cache-idle-slots"}, neg: []string{"--no-cache-idle-slots"}, kind: lsSwitch,
 			why: "idle slots are not saved when a task starts; a slot's sequence goes into the prompt cache (cache_ram) when another prompt takes its slot"},
 		{names: []string{"--rope-scaling"}, hint: "{none,linear,yarn}", doc: "RoPE scaling: rope_scaling", apply: func(ls *lsArgs, v string) error {
-			ls.setOpt("--rope-scaling", cudallama.OptRopeScaling, v)
+			ls.setOpt("--rope-scaling", llamaopt.OptRopeScaling, v)
 			if !slices.Contains([]string{"none", "linear", "yarn"}, v) {
 				return errors.New("want none, linear or yarn")
 			}
 			return nil
 		}},
-		{names: []string{"--rope-scale"}, hint: "N", doc: "RoPE context scaling factor: rope_scale", apply: floatOpt("--rope-scale", cudallama.OptRopeScale)},
-		{names: []string{"--yarn-orig-ctx"}, hint: "N", doc: "YaRN's original context (0: the model's): yarn_orig_ctx", apply: intOpt("--yarn-orig-ctx", cudallama.OptYarnOrigCtx, 0)},
+		{names: []string{"--rope-scale"}, hint: "N", doc: "RoPE context scaling factor: rope_scale", apply: floatOpt("--rope-scale", llamaopt.OptRopeScale)},
+		{names: []string{"--yarn-orig-ctx"}, hint: "N", doc: "YaRN's original context (0: the model's): yarn_orig_ctx", apply: intOpt("--yarn-orig-ctx", llamaopt.OptYarnOrigCtx, 0)},
 	}
 }
 
 func lsPlacementParams() []lsParam {
 	return []lsParam{
 		{names: []string{"--n-gpu-layers", "-ngl", "--gpu-layers"}, hint: "N|all", doc: "layers on the GPU: n_gpu_layers", apply: func(ls *lsArgs, v string) error {
-			ls.setOpt("--n-gpu-layers", cudallama.OptNGPULayers, v)
+			ls.setOpt("--n-gpu-layers", llamaopt.OptNGPULayers, v)
 			if v == "auto" {
 				return errors.New("auto (fitting the model to free memory) is not done here: give a layer count or all")
 			}
@@ -591,12 +591,12 @@ func lsPlacementParams() []lsParam {
 			}
 			return nil
 		}},
-		{names: []string{"--n-cpu-moe", "-ncmoe"}, hint: "N", doc: "the first N layers' experts in host memory: n_cpu_moe", apply: intOpt("--n-cpu-moe", cudallama.OptNCPUMoE, 0)},
+		{names: []string{"--n-cpu-moe", "-ncmoe"}, hint: "N", doc: "the first N layers' experts in host memory: n_cpu_moe", apply: intOpt("--n-cpu-moe", llamaopt.OptNCPUMoE, 0)},
 		{names: []string{"--override-tensor", "-ot"}, hint: "PATTERN=TYPE,…", doc: "weights by name pattern in a device's memory: override_tensor", apply: func(ls *lsArgs, v string) error {
-			if prev := ls.opts[cudallama.OptOverrideTensor]; prev != "" {
+			if prev := ls.opts[llamaopt.OptOverrideTensor]; prev != "" {
 				v = prev + "," + v // repeated, as llama-server appends
 			}
-			ls.setOpt("--override-tensor", cudallama.OptOverrideTensor, v)
+			ls.setOpt("--override-tensor", llamaopt.OptOverrideTensor, v)
 			return nil
 		}},
 	}
@@ -604,10 +604,10 @@ func lsPlacementParams() []lsParam {
 
 func lsChatParams() []lsParam {
 	return []lsParam{
-		{names: []string{"--jinja"}, neg: []string{"--no-jinja"}, kind: lsSwitch, doc: "Jinja chat templates: jinja", apply: opt("--jinja", cudallama.OptJinja)},
+		{names: []string{"--jinja"}, neg: []string{"--no-jinja"}, kind: lsSwitch, doc: "Jinja chat templates: jinja", apply: opt("--jinja", llamaopt.OptJinja)},
 		{names: []string{"--chat-template-file"}, hint: "JINJA_TEMPLATE_FILE", doc: "the chat template: chat_template_file", apply: func(ls *lsArgs, v string) error {
 			abs, err := readableFile(v)
-			ls.setOpt("--chat-template-file", cudallama.OptChatTemplateFile, abs)
+			ls.setOpt("--chat-template-file", llamaopt.OptChatTemplateFile, abs)
 			return err
 		}},
 		{names: []string{"--chat-template-kwargs"}, hint: "JSON", doc: "the template's extra variables: chat_template_kwargs", apply: func(ls *lsArgs, v string) error {
@@ -615,12 +615,12 @@ func lsChatParams() []lsParam {
 			if err := json.Unmarshal([]byte(v), &obj); err != nil || obj == nil {
 				return errors.New(`want a JSON object, e.g. {"enable_thinking": false}`)
 			}
-			ls.setOpt("--chat-template-kwargs", cudallama.OptChatTemplateKwargs, v)
+			ls.setOpt("--chat-template-kwargs", llamaopt.OptChatTemplateKwargs, v)
 			return nil
 		}},
 		{names: []string{"--reasoning", "-rea"}, hint: "[on|off|auto]", doc: "the model's thinking, on, off or as its template decides: reasoning", apply: func(ls *lsArgs, v string) error {
 			mode, err := onOffAuto(v)
-			ls.setOpt("--reasoning", cudallama.OptReasoning, mode)
+			ls.setOpt("--reasoning", llamaopt.OptReasoning, mode)
 			return err
 		}},
 		{names: []string{"--reasoning-format"}, hint: "FORMAT", doc: "deepseek (or auto): a <think> block as reasoning_content; none: all content: reasoning_format", apply: func(ls *lsArgs, v string) error {

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"slices"
 
-	cudallama "github.com/hydra-engine/hydra-engine/plugins/cuda-llama"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
 
 // llama-server's embedding, reranking and infill parameters: the llama
@@ -13,25 +13,25 @@ import (
 func lsEmbeddingParams() []lsParam {
 	return []lsParam{
 		{names: []string{"--embeddings", "--embedding"}, kind: lsSwitch, doc: "serve /embedding, /embeddings and /v1/embeddings: embeddings",
-			apply: opt("--embeddings", cudallama.OptEmbeddings)},
+			apply: opt("--embeddings", llamaopt.OptEmbeddings)},
 		{names: []string{"--reranking", "--rerank"}, kind: lsSwitch, doc: "serve /rerank (and /reranking, /v1/rerank, /v1/reranking): embeddings with pooling rank",
 			apply: func(ls *lsArgs, v string) error {
 				if v == "true" { // as llama-server, which sets both; a false switch is one not given
-					ls.setOpt("--reranking", cudallama.OptEmbeddings, "true")
-					ls.setOpt("--reranking", cudallama.OptPooling, "rank")
+					ls.setOpt("--reranking", llamaopt.OptEmbeddings, "true")
+					ls.setOpt("--reranking", llamaopt.OptPooling, "rank")
 				}
 				return nil
 			}},
 		{names: []string{"--pooling"}, hint: "{none,mean,cls,last,rank}", doc: "the embeddings' pooling (default: the model's): pooling",
 			apply: func(ls *lsArgs, v string) error {
-				ls.setOpt("--pooling", cudallama.OptPooling, v)
+				ls.setOpt("--pooling", llamaopt.OptPooling, v)
 				if !slices.Contains([]string{"none", "mean", "cls", "last", "rank"}, v) {
 					return errors.New("want none, mean, cls, last or rank")
 				}
 				return nil
 			}},
 		{names: []string{"--embd-normalize"}, hint: "N", doc: "pooled embeddings' normalisation (-1 none, 0 max absolute, 1 taxicab, 2 euclidean, >2 p-norm): embd_normalize",
-			apply: intOpt("--embd-normalize", cudallama.OptEmbdNormalize, -1)},
+			apply: intOpt("--embd-normalize", llamaopt.OptEmbdNormalize, -1)},
 		{names: []string{"--spm-infill"}, kind: lsSwitch, doc: "/infill puts the suffix before the prefix: spm_infill",
 			apply: func(ls *lsArgs, v string) error {
 				ls.set("--spm-infill", "spm_infill", v == "true")

@@ -28,6 +28,7 @@ import (
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/internal/promptcache"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/ckpt"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 	"github.com/hydra-engine/hydra-engine/transport/shm"
 )
 
@@ -272,15 +273,15 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 	// Hash the model while llama.cpp loads it: both read the whole file.
 	hashCtx, cancelHash := context.WithCancel(ctx)
 	defer cancelHash()
-	identity := hashModel(hashCtx, path, opts.alias)
+	identity := hashModel(hashCtx, path, opts.Alias)
 
 	gpuDev, gpuName := b.loadGPU(opts)
-	nGPU := b.gpuLayers(opts.nGPULayers, gpuDev != nil)
+	nGPU := b.gpuLayers(opts.NGPULayers, gpuDev != nil)
 	mdl, err := loadSupportedModel(path, opts, nGPU)
-	if err == nil && opts.kvSplit && mdl.composite() != "" {
+	if err == nil && opts.KVSplit && mdl.composite() != "" {
 		b.log.Warn("kv_unified=false is not supported for this model's state yet: its slots share one pool of n_ctx cells",
 			"model", mdl.composite())
-		opts.kvSplit = false
+		opts.KVSplit = false
 	}
 	if err != nil {
 		return iface.BackendInfo{}, err
@@ -294,29 +295,29 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 	if e.swap, err = newSwapper(hashCtx, mdl, lc, path, opts, nGPU, b.log); err != nil {
 		return iface.BackendInfo{}, err
 	}
-	if len(opts.specTypes) > 0 {
-		if e.spec, err = newSpeculator(lc, opts, nSlots, b.gpuLayers(opts.draftNGPU, gpuDev != nil), mdl.recurrentState()); err != nil {
+	if len(opts.SpecTypes) > 0 {
+		if e.spec, err = newSpeculator(lc, opts, nSlots, b.gpuLayers(opts.DraftNGPU, gpuDev != nil), mdl.recurrentState()); err != nil {
 			return iface.BackendInfo{}, err
 		}
-		b.log.Info("speculative decoding", "spec_type", strings.Join(opts.specTypes, ","), "draft_model", opts.draftModel,
-			"draft_max", opts.specBounds.NMax, "draft_min", opts.specBounds.NMin, "draft_p_min", opts.draftPMin,
-			"draft_batch_max", opts.specBounds.BatchMax, "draft_rule", opts.draftRule())
+		b.log.Info("speculative decoding", "spec_type", strings.Join(opts.SpecTypes, ","), "draft_model", opts.DraftModel,
+			"draft_max", opts.SpecBounds.NMax, "draft_min", opts.SpecBounds.NMin, "draft_p_min", opts.DraftPMin,
+			"draft_batch_max", opts.SpecBounds.BatchMax, "draft_rule", opts.DraftRule())
 		if mdl.recurrentState() {
 			b.log.Warn("speculative decoding on a model whose state cannot be cut back: each drafting slot's recurrent state is "+
 				"copied out before every step that drafts and restored where a draft is rejected (draft_rule=measured counts "+
 				"these in a step's cost)", "memory", mdl.composite())
 		}
 	}
-	if opts.embeddings {
+	if opts.Embeddings {
 		if e.embed, err = newEmbedder(mdl, opts, e.slotCtx, lc.mem != nil, gpuDev, b.log); err != nil {
 			return iface.BackendInfo{}, err
 		}
 	}
-	if !opts.builtinTemplate {
-		if e.chat, err = newChatTemplate(mdl.jinja, mdl.specialText(mdl.bos), mdl.specialText(mdl.eos()), mdl.addsBOS(), opts.templateOptions); err != nil {
+	if !opts.BuiltinTemplate {
+		if e.chat, err = newChatTemplate(mdl.jinja, mdl.specialText(mdl.bos), mdl.specialText(mdl.eos()), mdl.addsBOS(), opts.TemplateOptions); err != nil {
 			return iface.BackendInfo{}, err
 		}
-		if e.chatc, err = newChatCommon(mdl, opts.templateFile); err != nil {
+		if e.chatc, err = newChatCommon(mdl, opts.TemplateFile); err != nil {
 			b.log.Warn("llama.cpp's chat library cannot read the chat template: no tool calls or parsed replies", "error", err)
 		}
 	}
@@ -327,12 +328,12 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 		s.stateSize = e.layout.size(0)
 	}
 	if e.layout.window() {
-		e.nSWA, e.swaFull = mdl.nSWA(), opts.swaFull
-	} else if opts.swaFull {
+		e.nSWA, e.swaFull = mdl.nSWA(), opts.SWAFull
+	} else if opts.SWAFull {
 		b.log.Warn("swa_full has no effect: the model has no sliding-window cache")
 	}
-	e.pcache = e.newPromptCache(opts.cacheRAM)
-	e.ckpts = e.newCheckpoints(opts.ckptOptions, e.ctx.nUBatch())
+	e.pcache = e.newPromptCache(opts.CacheRAM)
+	e.ckpts = e.newCheckpoints(opts.CkptOptions, e.ctx.nUBatch())
 	e.delims = e.messageDelimiters()
 	e.sched = newScheduler(e)
 	go e.sched.run()
@@ -350,7 +351,7 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 		NCtxSlot:  e.slotCtx,
 		KVUnified: e.kvUnified,
 		StateLayout: e.layout.describe(layoutModel{Arch: mdl.metaString("general.architecture"), Layers: mdl.nLayer(), Embd: mdl.nEmbd(),
-			TypeK: opts.cacheTypeK, TypeV: opts.cacheTypeV, VTrans: e.vTrans, Vocab: mdl.nVocab}),
+			TypeK: opts.CacheTypeK, TypeV: opts.CacheTypeV, VTrans: e.vTrans, Vocab: mdl.nVocab}),
 		// A Decode's prompt is prefilled by its own job (promptDecode).
 		PromptDecode:  true,
 		MaxTokenBytes: mdl.tok.maxTokenBytes,
@@ -372,18 +373,18 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 
 // checkLoadRequest parses the options and checks the slot count and the
 // model file before anything is loaded.
-func checkLoadRequest(req iface.LoadRequest) (opts options, nSlots int, path string, err error) {
-	if opts, err = parseOptions(req.Options); err != nil {
-		return options{}, 0, "", err
+func checkLoadRequest(req iface.LoadRequest) (opts llamaopt.Options, nSlots int, path string, err error) {
+	if opts, err = llamaopt.Parse(req.Options); err != nil {
+		return llamaopt.Options{}, 0, "", err
 	}
 	switch nSlots = req.NSlots; {
 	case nSlots == 0:
-		nSlots = DefaultNSlots
-	case nSlots < 0 || nSlots > MaxSlots:
-		return options{}, 0, "", fmt.Errorf("%w: n_slots %d out of range [1, %d]", iface.ErrBadRequest, nSlots, MaxSlots)
+		nSlots = llamaopt.DefaultNSlots
+	case nSlots < 0 || nSlots > llamaopt.MaxSlots:
+		return llamaopt.Options{}, 0, "", fmt.Errorf("%w: n_slots %d out of range [1, %d]", iface.ErrBadRequest, nSlots, llamaopt.MaxSlots)
 	}
 	if path, err = checkModelFile(req.Model); err != nil {
-		return options{}, 0, "", err
+		return llamaopt.Options{}, 0, "", err
 	}
 	return opts, nSlots, path, nil
 }
@@ -460,21 +461,21 @@ func (b *Backend) gpuLayers(n int, gpu bool) int {
 
 // loadSupportedModel loads the model and refuses one whose KV state the
 // plugin cannot stream or whose heads a quantized cache cannot hold.
-func loadSupportedModel(path string, opts options, nGPU int) (*model, error) {
+func loadSupportedModel(path string, opts llamaopt.Options, nGPU int) (*model, error) {
 	clearLlamaError()
-	mdl, err := loadModel(path, modelParams{nGPULayers: nGPU, mmap: opts.mmap, placement: opts.placementOptions, mtp: opts.mtp()})
+	mdl, err := loadModel(path, modelParams{nGPULayers: nGPU, mmap: opts.Mmap, placement: opts.PlacementOptions, mtp: opts.MTP()})
 	if err != nil {
 		return nil, err
 	}
-	if opts.mtp() && C.llama_model_n_layer_nextn(mdl.m) < 1 {
+	if opts.MTP() && C.llama_model_n_layer_nextn(mdl.m) < 1 {
 		mdl.free()
 		return nil, fmt.Errorf("%w: %s=%s: model %s carries no multi-token-prediction block (no nextn_predict_layers)",
-			iface.ErrBadRequest, OptSpecType, specMTP, path)
+			iface.ErrBadRequest, llamaopt.OptSpecType, llamaopt.SpecMTP, path)
 	}
 	// ggml quantizes cache rows in blocks of 32 values and asserts (aborts
 	// the process) if a head does not divide into them.
-	for _, ct := range []string{opts.cacheTypeK, opts.cacheTypeV} {
-		if hd := mdl.headDim(); isQuantized(ct) && hd%32 != 0 {
+	for _, ct := range []string{opts.CacheTypeK, opts.CacheTypeV} {
+		if hd := mdl.headDim(); llamaopt.IsQuantized(ct) && hd%32 != 0 {
 			mdl.free()
 			return nil, fmt.Errorf("%w: a %s KV cache needs a head size that is a multiple of 32; this model's is %d",
 				iface.ErrBadRequest, ct, hd)
@@ -485,17 +486,17 @@ func loadSupportedModel(path string, opts options, nGPU int) (*model, error) {
 
 // slotShare is the cells a slot holds with a KV stream per sequence
 // (kv_unified=false): n_ctx / nSlots, at least one.
-func slotShare(opts options, nSlots int) int { return max(opts.nCtx/nSlots, 1) }
+func slotShare(opts llamaopt.Options, nSlots int) int { return max(opts.NCtx/nSlots, 1) }
 
 // contextParamsFor is the context for nSlots slots and the scratch sequence.
 // Split (kv_unified=false), every sequence has a KV stream of its own, the
 // scratch one too: n_ctx grows by one slot's share (llama.cpp rounds a stream
 // up to 256 cells).
-func contextParamsFor(opts options, nSlots int) contextParams {
+func contextParamsFor(opts llamaopt.Options, nSlots int) contextParams {
 	p := contextParams{
-		nCtx: opts.nCtx, nBatch: opts.nBatch, nUBatch: opts.nUBatch, nSeqMax: nSlots + 1, perSeqKV: opts.kvSplit,
-		nThreads: opts.nThreads, nThreadsBatch: opts.nThreadsBatch, flashAttn: opts.flashAttn,
-		typeK: opts.cacheTypeK, typeV: opts.cacheTypeV, swaFull: opts.swaFull, ropeOptions: opts.ropeOptions,
+		nCtx: opts.NCtx, nBatch: opts.NBatch, nUBatch: opts.NUBatch, nSeqMax: nSlots + 1, perSeqKV: opts.KVSplit,
+		nThreads: opts.NThreads, nThreadsBatch: opts.NThreadsBatch, flashAttn: opts.FlashAttn,
+		typeK: opts.CacheTypeK, typeV: opts.CacheTypeV, swaFull: opts.SWAFull, RopeOptions: opts.RopeOptions,
 	}
 	if p.perSeqKV {
 		p.nCtx = slotShare(opts, nSlots) * (nSlots + 1)
@@ -504,11 +505,11 @@ func contextParamsFor(opts options, nSlots int) contextParams {
 }
 
 // newEngine is the engine of a loaded model and context, its slots empty.
-func newEngine(mdl *model, lc *lctx, nSlots int, device string, opts options, log hclog.Logger) *engine {
+func newEngine(mdl *model, lc *lctx, nSlots int, device string, opts llamaopt.Options, log hclog.Logger) *engine {
 	e := &engine{model: mdl, ctx: lc, nCtx: lc.nCtx(), scratch: nSlots, device: device,
-		eagerLogits: opts.eagerLogits, slots: make([]*slot, nSlots), log: log,
-		kvUnified: !opts.kvSplit, contextShift: opts.contextShift, cacheReuse: opts.cacheReuse,
-		chatParseSpecial: opts.chatParseSpecial}
+		eagerLogits: opts.EagerLogits, slots: make([]*slot, nSlots), log: log,
+		kvUnified: !opts.KVSplit, contextShift: opts.ContextShift, cacheReuse: opts.CacheReuse,
+		chatParseSpecial: opts.ChatParseSpecial}
 	e.slotCtx = e.nCtx
 	if !e.kvUnified { // the slots' streams; the scratch stream is not theirs
 		e.slotCtx = min(slotShare(opts, nSlots), lc.nCtxSeq())
@@ -522,15 +523,15 @@ func newEngine(mdl *model, lc *lctx, nSlots int, device string, opts options, lo
 
 func flashName(mode int) string {
 	switch mode {
-	case FlashOn:
+	case llamaopt.FlashOn:
 		return "on"
-	case FlashOff:
+	case llamaopt.FlashOff:
 		return "off"
 	}
 	return "auto"
 }
 
-func (b *Backend) logLoaded(e *engine, opts options, nGPU int, registerHost bool, took time.Duration) {
+func (b *Backend) logLoaded(e *engine, opts llamaopt.Options, nGPU int, registerHost bool, took time.Duration) {
 	device := "CPU"
 	if e.device != "" {
 		device = e.device
@@ -538,9 +539,9 @@ func (b *Backend) logLoaded(e *engine, opts options, nGPU int, registerHost bool
 	m := e.model
 	b.log.Info("cuda-llama backend loaded", "model", m.desc(), "model_alias", e.info.Model.Alias, "model_hash", e.info.Model.Hash,
 		"model_path", e.info.Model.Path, "device", device, "n_gpu_layers", nGPU, "n_layer", m.nLayer(), "n_slots", len(e.slots),
-		"n_ctx", e.nCtx, "n_vocab", m.nVocab, "flash_attn", flashName(opts.flashAttn), "cache_type_k", opts.cacheTypeK,
-		"cache_type_v", opts.cacheTypeV, "memory", e.layout.Memory, "state_parts", len(e.layout.Parts), "kv_bytes_per_token", e.layout.perToken(),
-		"ctx_checkpoints", e.checkpointsText(opts.ckptOptions),
+		"n_ctx", e.nCtx, "n_vocab", m.nVocab, "flash_attn", flashName(opts.FlashAttn), "cache_type_k", opts.CacheTypeK,
+		"cache_type_v", opts.CacheTypeV, "memory", e.layout.Memory, "state_parts", len(e.layout.Parts), "kv_bytes_per_token", e.layout.perToken(),
+		"ctx_checkpoints", e.checkpointsText(opts.CkptOptions),
 		"register_host_buffer", registerHost, "load_time", took.Round(time.Millisecond).String())
 }
 
@@ -556,12 +557,12 @@ var gpuLoad struct {
 
 // loadGPU loads the ggml CUDA backend library if there is one; nil means CPU,
 // and the log says why.
-func (b *Backend) loadGPU(o options) (C.ggml_backend_dev_t, string) {
+func (b *Backend) loadGPU(o llamaopt.Options) (C.ggml_backend_dev_t, string) {
 	gpuLoad.Lock()
 	defer gpuLoad.Unlock()
 	if gpuLoad.done {
-		if gpuLoad.dev != nil && o.libDir != "" && filepath.Dir(gpuLoad.lib) != filepath.Clean(o.libDir) {
-			b.log.Warn("the CUDA backend is already loaded from another directory", "loaded", gpuLoad.lib, OptLibDir, o.libDir)
+		if gpuLoad.dev != nil && o.LibDir != "" && filepath.Dir(gpuLoad.lib) != filepath.Clean(o.LibDir) {
+			b.log.Warn("the CUDA backend is already loaded from another directory", "loaded", gpuLoad.lib, llamaopt.OptLibDir, o.LibDir)
 		}
 		return gpuLoad.dev, gpuLoad.name
 	}
@@ -573,8 +574,8 @@ func (b *Backend) loadGPU(o options) (C.ggml_backend_dev_t, string) {
 // loadGPUOnce asks the CUDA driver for the GPUs, loads the CUDA build that
 // fits them (gpuselect.go) and returns the first GPU device; nil means CPU,
 // and the log says why.
-func (b *Backend) loadGPUOnce(o options) (_ C.ggml_backend_dev_t, _ string, loaded string) {
-	lib, note, problems, err := selectCUDALibrary(o.libDir, func() (gpuInfo, error) { return queryGPUs(CUDADriverLibrary) })
+func (b *Backend) loadGPUOnce(o llamaopt.Options) (_ C.ggml_backend_dev_t, _ string, loaded string) {
+	lib, note, problems, err := selectCUDALibrary(o.LibDir, func() (gpuInfo, error) { return queryGPUs(CUDADriverLibrary) })
 	for _, p := range problems {
 		// A library from another llama.cpp would corrupt memory, not fail
 		// cleanly: refuse it loudly.
@@ -585,7 +586,7 @@ func (b *Backend) loadGPUOnce(o options) (_ C.ggml_backend_dev_t, _ string, load
 		b.log.Info("running on CPU: "+err.Error(), "hint", "make cuda builds it; --backend-opt lib_dir=DIR points at it")
 		return nil, "", ""
 	case errors.Is(err, errNoGPU):
-		b.log.Warn("running on CPU: "+err.Error(), "lib_dir", libDirOrExe(o.libDir))
+		b.log.Warn("running on CPU: "+err.Error(), "lib_dir", libDirOrExe(o.LibDir))
 		return nil, "", ""
 	case err != nil:
 		b.log.Error("running on CPU: " + err.Error())

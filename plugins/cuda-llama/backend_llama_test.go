@@ -25,6 +25,7 @@ import (
 
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/gguf"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
 
 // These tests run real llama.cpp (CPU) on generated random-weight models.
@@ -118,7 +119,7 @@ func TestDevice(t *testing.T) {
 
 func load(t testing.TB, model string, nSlots int, opts map[string]string) *Backend {
 	t.Helper()
-	o := map[string]string{OptNThreads: "1", OptNCtx: "2048"}
+	o := map[string]string{llamaopt.OptNThreads: "1", llamaopt.OptNCtx: "2048"}
 	for k, v := range opts {
 		o[k] = v
 	}
@@ -302,10 +303,10 @@ func TestStateBytesMatchLlama(t *testing.T) {
 		opts map[string]string
 	}{
 		{"flash", nil},
-		{"no-flash", map[string]string{OptFlashAttn: "off"}},
-		{"q8_0", map[string]string{OptCacheTypeK: "q8_0", OptCacheTypeV: "q8_0"}},
-		{"kv per slot", map[string]string{OptKVUnified: "false"}}, // one stream of five on the wire
-		{"kv per slot no-flash", map[string]string{OptKVUnified: "false", OptFlashAttn: "off"}},
+		{"no-flash", map[string]string{llamaopt.OptFlashAttn: "off"}},
+		{"q8_0", map[string]string{llamaopt.OptCacheTypeK: "q8_0", llamaopt.OptCacheTypeV: "q8_0"}},
+		{"kv per slot", map[string]string{llamaopt.OptKVUnified: "false"}}, // one stream of five on the wire
+		{"kv per slot no-flash", map[string]string{llamaopt.OptKVUnified: "false", llamaopt.OptFlashAttn: "off"}},
 	} {
 		t.Run(cfg.name, func(t *testing.T) {
 			model := tiny(t)
@@ -412,7 +413,7 @@ func testRoundTrip(t *testing.T) {
 	sv := roundTripSource(t)
 	a := load(t, tiny(t), 3, nil)
 	other := load(t, tiny(t), 5, nil)
-	split := load(t, tiny(t), 4, map[string]string{OptKVUnified: "false"})
+	split := load(t, tiny(t), 4, map[string]string{llamaopt.OptKVUnified: "false"})
 	prefill(t, a, 1, "another sequence, so the restored one lands elsewhere in the cache")
 	prefill(t, split, 1, "a sequence in another KV stream")
 	for _, tc := range []struct {
@@ -488,16 +489,16 @@ func checkRoundTrip(t *testing.T, name string, b *Backend, slot int, sv saved) {
 // the default) or within StatePut (eager).
 func TestRestoredLogits(t *testing.T) {
 	for _, mode := range []string{"lazy", "eager"} {
-		t.Run(mode, func(t *testing.T) { testRestoredLogits(t, map[string]string{OptRestoreLogits: mode}) })
+		t.Run(mode, func(t *testing.T) { testRestoredLogits(t, map[string]string{llamaopt.OptRestoreLogits: mode}) })
 		// Eager, the scratch sequence re-evaluates in a copy of the slot's stream.
 		t.Run(mode+" kv per slot", func(t *testing.T) {
-			testRestoredLogits(t, map[string]string{OptRestoreLogits: mode, OptKVUnified: "false"})
+			testRestoredLogits(t, map[string]string{llamaopt.OptRestoreLogits: mode, llamaopt.OptKVUnified: "false"})
 		})
 	}
 }
 
 func testRestoredLogits(t *testing.T, opts map[string]string) {
-	mode := opts[OptRestoreLogits]
+	mode := opts[llamaopt.OptRestoreLogits]
 	b := load(t, tiny(t), 3, opts)
 	res := prefill(t, b, 0, story)
 	state := stateOf(t, b, 0, 1<<20)
@@ -804,7 +805,7 @@ func (f *failCommit) Commit(n int) error {
 // TestPrefillAndDecode: the chat template, validation (a rejected prefill
 // leaves the slot as it was), stop reasons and the KV shared by slots.
 func TestPrefillAndDecode(t *testing.T) {
-	b := load(t, tiny(t), 3, map[string]string{OptNCtx: "256", OptAlias: "tiny-test"})
+	b := load(t, tiny(t), 3, map[string]string{llamaopt.OptNCtx: "256", llamaopt.OptAlias: "tiny-test"})
 	e := b.eng.Load()
 	if e.nCtx != 256 || e.info.Model.Alias != "tiny-test" || len(e.info.Model.Hash) != 64 || !filepath.IsAbs(e.info.Model.Path) {
 		t.Fatalf("info %+v", e.info)
@@ -1004,7 +1005,7 @@ func TestLoadErrors(t *testing.T) {
 		{"too many slots", iface.LoadRequest{Model: tiny(t), NSlots: 300}, "n_slots 300", true},
 		{"unknown option", iface.LoadRequest{Model: tiny(t), Options: map[string]string{"n_ctxx": "5"}}, `unknown option "n_ctxx"`, true},
 		{"removed option", iface.LoadRequest{Model: tiny(t), Options: map[string]string{"copy_threads": "4"}}, `option "copy_threads" was removed`, true},
-		{"lib_dir without a library", iface.LoadRequest{Model: tiny(t), Options: map[string]string{OptLibDir: "/nonexistent"}}, "", false},
+		{"lib_dir without a library", iface.LoadRequest{Model: tiny(t), Options: map[string]string{llamaopt.OptLibDir: "/nonexistent"}}, "", false},
 	} {
 		b := New(testLogger())
 		_, err := b.Load(context.Background(), tc.req)
@@ -1064,7 +1065,7 @@ func benchBackend(b *testing.B) (*Backend, []int32, []float32) {
 	bench.once.Do(func() {
 		model, n := benchModel(b)
 		// Room for the source and a restored copy, and the scratch token.
-		bench.b = load(b, model, 2, map[string]string{OptNCtx: fmt.Sprint(2*n + 256)})
+		bench.b = load(b, model, 2, map[string]string{llamaopt.OptNCtx: fmt.Sprint(2*n + 256)})
 		bench.toks = make([]int32, n)
 		for i := range bench.toks {
 			bench.toks[i] = int32(5 + i%500)
@@ -1171,7 +1172,7 @@ func TestRestoreIntoFullCache(t *testing.T) {
 }
 
 func testRestoreIntoFullCache(t *testing.T, mode string) {
-	b := load(t, tiny(t), 2, map[string]string{OptNCtx: "256", OptRestoreLogits: mode})
+	b := load(t, tiny(t), 2, map[string]string{llamaopt.OptNCtx: "256", llamaopt.OptRestoreLogits: mode})
 	referenceKernels(t, b)
 	toks := make([]int32, 100)
 	for i := range toks {
@@ -1252,7 +1253,7 @@ func testStreamThreshold(t *testing.T) {
 }
 
 func testStreamedRestore(t *testing.T, flash string, fragmented bool) {
-	opts := map[string]string{OptFlashAttn: flash}
+	opts := map[string]string{llamaopt.OptFlashAttn: flash}
 	src := load(t, tiny(t), 2, opts)
 	prefill(t, src, 0, story)
 	si := slotInfo(t, src, 0)
@@ -1305,7 +1306,7 @@ func testStreamedRestore(t *testing.T, flash string, fragmented bool) {
 // time, a prefill of slot 2 fills the rest, slot 1 goes. llama.cpp then
 // scatters a restore into slot 1 over them, a tensor set a row.
 func fragmentedTarget(t *testing.T, opts map[string]string, need int) *Backend {
-	small := map[string]string{OptNCtx: "256"}
+	small := map[string]string{llamaopt.OptNCtx: "256"}
 	for k, v := range opts {
 		small[k] = v
 	}
@@ -1360,12 +1361,12 @@ func TestRestoreInPlace(t *testing.T) {
 }
 
 func testRestoreInPlace(t *testing.T, flash string, streamed bool) {
-	src := load(t, tiny(t), 1, map[string]string{OptFlashAttn: flash})
+	src := load(t, tiny(t), 1, map[string]string{llamaopt.OptFlashAttn: flash})
 	prefill(t, src, 0, story)
 	si := slotInfo(t, src, 0)
 	state := stateOf(t, src, 0, 64<<10)
 	want, _ := decode(t, src, 0, 12, iface.SamplerParams{})
-	b := load(t, tiny(t), 2, map[string]string{OptFlashAttn: flash})
+	b := load(t, tiny(t), 2, map[string]string{llamaopt.OptFlashAttn: flash})
 	e := b.eng.Load()
 	for _, chunk := range []int{4 << 10, 7777, 64 << 10} {
 		name := fmt.Sprintf("chunk %d", chunk)

@@ -19,6 +19,7 @@ import (
 	"unsafe"
 
 	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
 
 // The Go side of chatcommon.cpp: llama.cpp's common library decides a chat
@@ -278,7 +279,7 @@ func plainGrammar(o *iface.Output) (*grammarSpec, error) {
 // templateKwargs are the engine's template variables with the request's
 // over them, as the prompt was rendered with.
 func (e *engine) templateKwargs(reqKwargs string) (map[string]any, error) {
-	req, err := parseKwargs(reqKwargs)
+	req, err := llamaopt.ParseKwargs(reqKwargs)
 	if err != nil {
 		return nil, fmt.Errorf("%w: chat_template_kwargs: %v", iface.ErrBadRequest, err)
 	}

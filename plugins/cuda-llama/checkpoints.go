@@ -10,6 +10,7 @@ import (
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/internal/promptcache"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/ckpt"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
 
 // Context checkpoints: where a sequence's memory cannot be cut back (a
@@ -21,12 +22,12 @@ import (
 
 // newCheckpoints is the engine's checkpoint store; nil where the memory can
 // always be cut, or checkpoints are off.
-func (e *engine) newCheckpoints(o ckptOptions, nUBatch int) *ckpt.Store {
-	if o.ctxCheckpoints <= 0 || !e.needsCheckpoints() {
+func (e *engine) newCheckpoints(o llamaopt.CkptOptions, nUBatch int) *ckpt.Store {
+	if o.CtxCheckpoints <= 0 || !e.needsCheckpoints() {
 		return nil
 	}
-	r := ckpt.Rules{Max: o.ctxCheckpoints, MinStep: o.checkpointMinStep, NBatch: e.ctx.nBatch, NUBatch: nUBatch, NSWA: e.nSWA}
-	return ckpt.NewStore(r, len(e.slots), o.checkpointBudget())
+	r := ckpt.Rules{Max: o.CtxCheckpoints, MinStep: o.CheckpointMinStep, NBatch: e.ctx.nBatch, NUBatch: nUBatch, NSWA: e.nSWA}
+	return ckpt.NewStore(r, len(e.slots), o.Budget())
 }
 
 // needsCheckpoints reports whether a slot's memory cannot always be cut
@@ -36,32 +37,12 @@ func (e *engine) needsCheckpoints() bool {
 	return e.layout.recurrent() || (e.nSWA > 0 && !e.swaFull)
 }
 
-// checkpointBudget is the budget in bytes (-1: none).
-func (o ckptOptions) checkpointBudget() int64 {
-	if o.checkpointRAM < 0 {
-		return -1
-	}
-	return o.checkpointRAM << 20
-}
-
-// ckptText describes the options for the load log.
-func (o ckptOptions) ckptText() string {
-	if o.ctxCheckpoints == 0 {
-		return "off"
-	}
-	ram := "no byte limit"
-	if o.checkpointRAM >= 0 {
-		ram = fmt.Sprintf("%d MiB", o.checkpointRAM)
-	}
-	return fmt.Sprintf("%d a slot, %d tokens apart, %s", o.ctxCheckpoints, o.checkpointMinStep, ram)
-}
-
 // checkpointsText says what the load log says of checkpoints.
-func (e *engine) checkpointsText(o ckptOptions) string {
-	if e.ckpts == nil && o.ctxCheckpoints > 0 {
+func (e *engine) checkpointsText(o llamaopt.CkptOptions) string {
+	if e.ckpts == nil && o.CtxCheckpoints > 0 {
 		return "none needed: the memory can be cut anywhere"
 	}
-	return o.ckptText()
+	return o.Text()
 }
 
 // checkpointStats are the checkpoints' settings and figures for Info; nil

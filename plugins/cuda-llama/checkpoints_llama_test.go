@@ -15,11 +15,12 @@ import (
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/gguf"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/ckpt"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/ckpt/ckpttest"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
 
 // Checkpoint tests run with small batches so that a short prompt has its
 // checkpoints: n_ubatch 16, so at N − 20 and N − 4.
-var ckptOpts = map[string]string{OptNBatch: "64", OptNUBatch: "16"}
+var ckptOpts = map[string]string{llamaopt.OptNBatch: "64", llamaopt.OptNUBatch: "16"}
 
 // promptOf is n token ids of the vocabulary's plain range, from seed on.
 func promptOf(n, seed int) []int32 {
@@ -66,7 +67,7 @@ func TestCheckpointCases(t *testing.T) {
 	// whole evaluation's, and ggml's CPU flash attention sums V in f16 in
 	// cell order (0.1 % of the logits' span apart here): the window model is
 	// compared without flash attention, in f32, where the sums are exact.
-	exact := map[string]map[string]string{"gemma3": {OptFlashAttn: "off", OptCacheTypeK: "f32", OptCacheTypeV: "f32"}}
+	exact := map[string]map[string]string{"gemma3": {llamaopt.OptFlashAttn: "off", llamaopt.OptCacheTypeK: "f32", llamaopt.OptCacheTypeV: "f32"}}
 	for _, c := range cases {
 		t.Run(c.model+"/"+c.name, func(t *testing.T) {
 			path := modelFile(t, "ckpt-"+c.model, configs[c.model])
@@ -97,7 +98,7 @@ func TestCheckpointCases(t *testing.T) {
 
 	t.Run("off", func(t *testing.T) {
 		opts := maps.Clone(ckptOpts)
-		opts[OptCtxCheckpoints] = "0"
+		opts[llamaopt.OptCtxCheckpoints] = "0"
 		b := load(t, modelFile(t, "ckpt-qwen35moe", gguf.TinyQwen35MoE()), 1, opts)
 		if b.eng.Load().ckpts != nil {
 			t.Fatal("a checkpoint store with ctx_checkpoints=0")
@@ -139,7 +140,7 @@ func TestCheckpointsDropped(t *testing.T) {
 	}
 	info, err := b.Info(t.Context())
 	if c := info.Checkpoints; err != nil || c == nil || c.Held != 4 || c.MaxPerSlot != 32 || c.MinStep != 8192 ||
-		c.BudgetBytes != DefaultCheckpointRAM<<20 || c.Taken != 4 || len(c.Slots) != 2 || c.Slots[1].Held != 2 || c.Bytes != 2*c.Slots[1].Bytes {
+		c.BudgetBytes != llamaopt.DefaultCheckpointRAM<<20 || c.Taken != 4 || len(c.Slots) != 2 || c.Slots[1].Held != 2 || c.Bytes != 2*c.Slots[1].Bytes {
 		t.Fatalf("Info's checkpoints %+v (%v)", c, err)
 	}
 	if err := b.ClearSlot(t.Context(), 0); err != nil {
@@ -167,7 +168,7 @@ func TestCheckpointsDropped(t *testing.T) {
 	}
 	// A window cache that keeps every position (swa_full) is cut anywhere:
 	// none, as llama-server (its n_swa is 0 then).
-	full := load(t, modelFile(t, "ckpt-gemma3", gguf.TinyGemma3()), 1, map[string]string{OptSWAFull: "true"})
+	full := load(t, modelFile(t, "ckpt-gemma3", gguf.TinyGemma3()), 1, map[string]string{llamaopt.OptSWAFull: "true"})
 	if full.eng.Load().ckpts != nil {
 		t.Fatal("a swa_full window cache keeps checkpoints")
 	}
@@ -285,7 +286,7 @@ func TestCheckpointsInPromptCache(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			opts := maps.Clone(ckptOpts)
-			opts[OptCacheRAM] = "64"
+			opts[llamaopt.OptCacheRAM] = "64"
 			b := load(t, path, 1, opts)
 			referenceKernels(t, b)
 			e := b.eng.Load()
@@ -315,7 +316,7 @@ func TestCheckpointsInPromptCache(t *testing.T) {
 	}
 
 	t.Run("no checkpoints", func(t *testing.T) {
-		b := load(t, path, 1, map[string]string{OptNBatch: "64", OptNUBatch: "16", OptCacheRAM: "64", OptCtxCheckpoints: "0"})
+		b := load(t, path, 1, map[string]string{llamaopt.OptNBatch: "64", llamaopt.OptNUBatch: "16", llamaopt.OptCacheRAM: "64", llamaopt.OptCtxCheckpoints: "0"})
 		httpPromptDecode(t, b, 0, a, 4, true)
 		httpPromptDecode(t, b, 0, promptOf(90, 3), 1, true)
 		if r := httpPrefill(t, b, 0, a, true); r.Reused != 0 {

@@ -17,6 +17,7 @@ import (
 	"unsafe"
 
 	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
 
 // Combined mode on one host: SET_EXPERT_MODE "combined" places the weights
@@ -40,27 +41,27 @@ type combinedConfig struct {
 // on this host, or not a device llama.cpp uses), or a pattern matching no
 // weight, leaves combined mode unavailable (it answers "solo", as the
 // reference engine does without a peer) and says so in the log.
-func (x *swapper) setCombined(lc *lctx, o combinedOptions) error {
-	if o.peer == "" {
+func (x *swapper) setCombined(lc *lctx, o llamaopt.CombinedOptions) error {
+	if o.Peer == "" {
 		return nil
 	}
-	c := combinedConfig{device: o.peer, pattern: cmp.Or(o.pattern, DefaultCombinedPattern)}
+	c := combinedConfig{device: o.Peer, pattern: cmp.Or(o.Pattern, llamaopt.DefaultCombinedPattern)}
 	hit, err := matchWeights(c.pattern, x.names)
 	if err != nil {
-		return fmt.Errorf("%w: option %s: %w", iface.ErrBadRequest, OptCombinedPattern, err)
+		return fmt.Errorf("%w: option %s: %w", iface.ErrBadRequest, llamaopt.OptCombinedPattern, err)
 	}
 	n := len(hit)
 	c.matches = n
 	var msg [512]C.char
-	cd := C.CString(o.peer)
+	cd := C.CString(o.Peer)
 	defer C.free(unsafe.Pointer(cd))
 	if C.hydra_swap_set_peer(x.sw, lc.c, cd, &msg[0], C.size_t(len(msg))) < 0 {
-		x.log.Warn("combined mode unavailable: "+C.GoString(&msg[0]), OptCombinedPeer, o.peer)
+		x.log.Warn("combined mode unavailable: "+C.GoString(&msg[0]), llamaopt.OptCombinedPeer, o.Peer)
 	} else {
 		c.reachable, c.device = true, C.GoString(C.ggml_backend_dev_name(C.ggml_backend_dev_by_name(cd)))
 	}
 	if n == 0 {
-		x.log.Warn("combined mode unavailable: the pattern matches none of the model's weights", OptCombinedPattern, c.pattern)
+		x.log.Warn("combined mode unavailable: the pattern matches none of the model's weights", llamaopt.OptCombinedPattern, c.pattern)
 	}
 	x.combined = c
 	return nil
@@ -69,11 +70,11 @@ func (x *swapper) setCombined(lc *lctx, o combinedOptions) error {
 // unavailable says why combined mode cannot be had, "" when it can.
 func (x *swapper) unavailable() string {
 	if x == nil {
-		return "no peer is configured (" + OptCombinedPeer + ")"
+		return "no peer is configured (" + llamaopt.OptCombinedPeer + ")"
 	}
 	switch c := x.combined; {
 	case c.device == "":
-		return "no peer is configured (" + OptCombinedPeer + ")"
+		return "no peer is configured (" + llamaopt.OptCombinedPeer + ")"
 	case !c.reachable:
 		return "the peer device " + c.device + " is not one the context runs on"
 	case c.matches == 0:

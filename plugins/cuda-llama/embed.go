@@ -30,6 +30,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
 
 // Embeddings run in a llama.cpp context of their own, made at load with
@@ -64,41 +65,41 @@ type embedder struct {
 func (m *model) modelPooling() int {
 	v := m.metaString(m.metaString("general.architecture") + ".pooling_type")
 	p, err := strconv.Atoi(v)
-	if err != nil || poolingName(p) == "" {
-		return poolingNone
+	if err != nil || llamaopt.PoolingName(p) == "" {
+		return llamaopt.PoolingNone
 	}
 	return p
 }
 
 // newEmbedder makes the embedding context for slots of slotCtx cells:
 // pooled as opts.pooling says, else as the model says.
-func newEmbedder(m *model, opts options, slotCtx int, hasMemory bool, gpu C.ggml_backend_dev_t, log hclog.Logger) (*embedder, error) {
+func newEmbedder(m *model, opts llamaopt.Options, slotCtx int, hasMemory bool, gpu C.ggml_backend_dev_t, log hclog.Logger) (*embedder, error) {
 	// Unset, llama.cpp resolves the model's pooling itself (and says
 	// nothing); the layout needs it before the context exists.
-	asked, pooling := opts.pooling, opts.pooling
-	if pooling == poolingUnspecified {
+	asked, pooling := opts.Pooling, opts.Pooling
+	if pooling == llamaopt.PoolingUnspecified {
 		pooling = m.modelPooling()
 	}
-	l := newEmbedLayout(pooling, hasMemory, slotCtx, opts.nUBatch, opts.embdCtx)
-	p := contextParams{nCtx: l.cells, nBatch: l.batch, nUBatch: l.batch, nSeqMax: l.seqs, nThreads: opts.nThreads,
-		nThreadsBatch: opts.nThreadsBatch, flashAttn: opts.flashAttn, typeK: opts.cacheTypeK, typeV: opts.cacheTypeV,
-		ropeOptions: opts.ropeOptions, embedPooling: &asked}
+	l := newEmbedLayout(pooling, hasMemory, slotCtx, opts.NUBatch, opts.EmbdCtx)
+	p := contextParams{nCtx: l.cells, nBatch: l.batch, nUBatch: l.batch, nSeqMax: l.seqs, nThreads: opts.NThreads,
+		nThreadsBatch: opts.NThreadsBatch, flashAttn: opts.FlashAttn, typeK: opts.CacheTypeK, typeV: opts.CacheTypeV,
+		RopeOptions: opts.RopeOptions, embedPooling: &asked}
 	c, err := newContext(m, p, gpu)
 	if err != nil {
 		return nil, fmt.Errorf("the embedding context: %w", err)
 	}
 	if got := int(C.llama_pooling_type(c.c)); got != pooling {
-		return nil, fmt.Errorf("the embedding context pools %s, the model and options say %s", poolingName(got), poolingName(pooling))
+		return nil, fmt.Errorf("the embedding context pools %s, the model and options say %s", llamaopt.PoolingName(got), llamaopt.PoolingName(pooling))
 	}
-	em := &embedder{c: c, layout: l, pooling: pooling, nEmbd: int(C.llama_model_n_embd_out(m.m)), normalize: opts.normalize, nVocab: m.nVocab}
+	em := &embedder{c: c, layout: l, pooling: pooling, nEmbd: int(C.llama_model_n_embd_out(m.m)), normalize: opts.Normalize, nVocab: m.nVocab}
 	em.nOut = em.nEmbd
-	if pooling == poolingRank {
+	if pooling == llamaopt.PoolingRank {
 		em.nOut = int(C.llama_model_n_cls_out(m.m))
 	}
 	var kv, compute C.size_t
 	C.hydra_context_memory(c.c, &kv, &compute)
 	em.kvBytes, em.computeBytes = uint64(kv), uint64(compute)
-	log.Info("embedding context made", "pooling", poolingName(pooling), "cells", c.nCtx(), "batch", l.batch, "split", l.split,
+	log.Info("embedding context made", "pooling", llamaopt.PoolingName(pooling), "cells", c.nCtx(), "batch", l.batch, "split", l.split,
 		"sequences", l.seqs, "n_embd_out", em.nOut, "kv_bytes", uint64(kv), "compute_bytes", uint64(compute),
 		"output_bytes", 4*l.batch*(m.nVocab+em.nEmbd)) // llama.cpp's output buffer once a batch is whole: every token's logits and embedding
 	return em, nil
@@ -115,7 +116,7 @@ func (b *Backend) Embed(ctx context.Context, req iface.EmbedRequest) ([]iface.Em
 	}
 	em := e.embed
 	if em == nil {
-		return nil, fmt.Errorf("%w: the cuda-llama backend serves embeddings with the option %s=true", iface.ErrNotImplemented, OptEmbeddings)
+		return nil, fmt.Errorf("%w: the cuda-llama backend serves embeddings with the option %s=true", iface.ErrNotImplemented, llamaopt.OptEmbeddings)
 	}
 	lens := make([]int, len(req.Inputs))
 	for i, in := range req.Inputs {
@@ -196,7 +197,7 @@ func (em *embedder) pass(lock *ctxLock, inputs [][]int32, out []iface.Embedding,
 // batch); pooled, the sequence's pooled output.
 func (em *embedder) read(seq, first, last, norm int) (iface.Embedding, error) {
 	c := em.c
-	if em.pooling == poolingNone {
+	if em.pooling == llamaopt.PoolingNone {
 		rows := make([][]float32, 0, last-first)
 		for i := first; i < last; i++ {
 			p := C.llama_get_embeddings_ith(c.c, C.int32_t(i))
@@ -222,16 +223,16 @@ func (em *embedder) read(seq, first, last, norm int) (iface.Embedding, error) {
 // engine with an embedding context: embed, and rerank where rank pooling
 // was asked for (llama-server's /rerank wants --reranking, not a model
 // that pools so by itself).
-func (e *engine) describeEmbeddings(opts options, log hclog.Logger) {
+func (e *engine) describeEmbeddings(opts llamaopt.Options, log hclog.Logger) {
 	if e.embed == nil {
-		if opts.pooling != poolingUnspecified {
-			log.Warn("pooling has no effect without embeddings=true", "pooling", poolingName(opts.pooling))
+		if opts.Pooling != llamaopt.PoolingUnspecified {
+			log.Warn("pooling has no effect without embeddings=true", "pooling", llamaopt.PoolingName(opts.Pooling))
 		}
 		return
 	}
-	e.info.Pooling = poolingName(e.embed.pooling)
+	e.info.Pooling = llamaopt.PoolingName(e.embed.pooling)
 	e.info.Capabilities = append(e.info.Capabilities, iface.CapEmbed)
-	if opts.pooling == poolingRank {
+	if opts.Pooling == llamaopt.PoolingRank {
 		e.info.Capabilities = append(e.info.Capabilities, iface.CapRerank)
 	}
 }

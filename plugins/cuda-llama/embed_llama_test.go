@@ -16,6 +16,7 @@ import (
 
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/gguf"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
 
 // embedReferenceKernels makes the embedding context's CPU work run ggml's
@@ -86,7 +87,7 @@ func embedInputs(t testing.TB, b *Backend) [][]int32 {
 // bit; INFO says the pooling and only an asked-for rank says rerank.
 func TestEmbedLlamaPoolings(t *testing.T) {
 	model := tiny(t)
-	none := load(t, model, 1, map[string]string{OptEmbeddings: "true", OptPooling: "none"})
+	none := load(t, model, 1, map[string]string{llamaopt.OptEmbeddings: "true", llamaopt.OptPooling: "none"})
 	embedReferenceKernels(t, none)
 	inputs := embedInputs(t, none)
 	rows := embed(t, none, nil, inputs...)
@@ -109,7 +110,7 @@ func TestEmbedLlamaPoolings(t *testing.T) {
 		"last": func(rows [][]float32) []float32 { return rows[len(rows)-1] },
 	}
 	for name, pool := range pooled {
-		b := load(t, model, 1, map[string]string{OptEmbeddings: "true", OptPooling: name})
+		b := load(t, model, 1, map[string]string{llamaopt.OptEmbeddings: "true", llamaopt.OptPooling: name})
 		embedReferenceKernels(t, b)
 		info, _ := b.Info(context.Background())
 		if info.Pooling != name || !slices.Contains(info.Capabilities, iface.CapEmbed) || slices.Contains(info.Capabilities, iface.CapRerank) {
@@ -150,8 +151,8 @@ func TestEmbedLlamaPoolings(t *testing.T) {
 // the embedding is the one of a context whose batch holds it whole.
 func TestEmbedLlamaSplit(t *testing.T) {
 	model := tiny(t)
-	small := load(t, model, 1, map[string]string{OptEmbeddings: "true", OptPooling: "last", OptNUBatch: "64"})
-	whole := load(t, model, 1, map[string]string{OptEmbeddings: "true", OptPooling: "last", OptNUBatch: "512"})
+	small := load(t, model, 1, map[string]string{llamaopt.OptEmbeddings: "true", llamaopt.OptPooling: "last", llamaopt.OptNUBatch: "64"})
+	whole := load(t, model, 1, map[string]string{llamaopt.OptEmbeddings: "true", llamaopt.OptPooling: "last", llamaopt.OptNUBatch: "512"})
 	embedReferenceKernels(t, small)
 	embedReferenceKernels(t, whole)
 	long, err := small.eng.Load().model.tokenize(strings.Repeat(story+" ", 4))
@@ -168,7 +169,7 @@ func TestEmbedLlamaSplit(t *testing.T) {
 	if small.eng.Load().embed.layout.cells != 2048 {
 		t.Errorf("the split context holds %d cells, want a slot's 2048", small.eng.Load().embed.layout.cells)
 	}
-	mean := load(t, model, 1, map[string]string{OptEmbeddings: "true", OptPooling: "mean", OptNUBatch: "64"})
+	mean := load(t, model, 1, map[string]string{llamaopt.OptEmbeddings: "true", llamaopt.OptPooling: "mean", llamaopt.OptNUBatch: "64"})
 	if _, err := mean.Embed(context.Background(), iface.EmbedRequest{Inputs: [][]int32{long[:10], long}}); !errors.Is(err, iface.ErrBadRequest) ||
 		!strings.Contains(err.Error(), "input[1]") || !strings.Contains(err.Error(), "physical batch of 64") {
 		t.Errorf("a mean-pooled input longer than n_ubatch: %v", err)
@@ -179,7 +180,7 @@ func TestEmbedLlamaSplit(t *testing.T) {
 // KV state as they were, and run while a slot decodes, whose tokens are
 // the tokens it decodes alone.
 func TestEmbedLlamaSlotsUntouched(t *testing.T) {
-	b := load(t, tiny(t), 2, map[string]string{OptEmbeddings: "true", OptPooling: "mean"})
+	b := load(t, tiny(t), 2, map[string]string{llamaopt.OptEmbeddings: "true", llamaopt.OptPooling: "mean"})
 	referenceKernels(t, b)
 	embedReferenceKernels(t, b)
 	inputs := embedInputs(t, b)
@@ -239,7 +240,7 @@ func TestEmbedLlamaRefusals(t *testing.T) {
 	if info, _ := plain.Info(context.Background()); info.Pooling != "" || slices.Contains(info.Capabilities, iface.CapEmbed) {
 		t.Errorf("without embeddings, INFO says pooling %q, capabilities %v", info.Pooling, info.Capabilities)
 	}
-	b := load(t, model, 1, map[string]string{OptEmbeddings: "true"})
+	b := load(t, model, 1, map[string]string{llamaopt.OptEmbeddings: "true"})
 	if info, _ := b.Info(context.Background()); info.Pooling != iface.PoolingNone {
 		t.Errorf("a model naming no pooling pools %q, want none (llama.cpp's)", info.Pooling)
 	}
@@ -267,7 +268,7 @@ func TestEmbedLlamaRank(t *testing.T) {
 	c := gguf.TinyQwen3()
 	c.Pooling, c.Classifier, c.RerankTemplate = "rank", []string{"yes", "no"}, "Q: {query}\nD: {document}\n"
 	model := modelFile(t, "qwen3-rank", c)
-	asked := load(t, model, 1, map[string]string{OptEmbeddings: "true", OptPooling: "rank"})
+	asked := load(t, model, 1, map[string]string{llamaopt.OptEmbeddings: "true", llamaopt.OptPooling: "rank"})
 	info, _ := asked.Info(context.Background())
 	if info.Pooling != iface.PoolingRank || !slices.Contains(info.Capabilities, iface.CapRerank) || info.RerankTemplate != c.RerankTemplate {
 		t.Errorf("INFO: pooling %q, capabilities %v, rerank template %q", info.Pooling, info.Capabilities, info.RerankTemplate)
@@ -280,7 +281,7 @@ func TestEmbedLlamaRank(t *testing.T) {
 			t.Errorf("input %d: scores %v, want a softmax of two", i, v)
 		}
 	}
-	own := load(t, model, 1, map[string]string{OptEmbeddings: "true"})
+	own := load(t, model, 1, map[string]string{llamaopt.OptEmbeddings: "true"})
 	if info, _ := own.Info(context.Background()); info.Pooling != iface.PoolingRank || slices.Contains(info.Capabilities, iface.CapRerank) {
 		t.Errorf("the model's own rank pooling: %q %v, want rank without the rerank capability", info.Pooling, info.Capabilities)
 	}
@@ -293,7 +294,7 @@ func TestSpecialTokensLlama(t *testing.T) {
 	b := load(t, qwen3Model(t), 1, nil)
 	info, _ := b.Info(context.Background())
 	sp := info.Special
-	if sp == nil || info.NBatch != DefaultNBatch {
+	if sp == nil || info.NBatch != llamaopt.DefaultNBatch {
 		t.Fatalf("INFO: special %+v, n_batch %d", sp, info.NBatch)
 	}
 	for text, id := range map[string]int32{"<|fim_prefix|>": sp.FIMPre, "<|fim_suffix|>": sp.FIMSuf, "<|fim_middle|>": sp.FIMMid,
@@ -341,7 +342,7 @@ func benchInputs(n, length int) [][]int32 {
 // both ways, embedded tokens per second beside the decode, and the
 // embedding context's memory.
 func BenchmarkEmbedBeside(b *testing.B) {
-	be := load(b, embedBenchModel(b, "mean"), 2, map[string]string{OptEmbeddings: "true", OptNThreads: "2", OptNCtx: "4096"})
+	be := load(b, embedBenchModel(b, "mean"), 2, map[string]string{llamaopt.OptEmbeddings: "true", llamaopt.OptNThreads: "2", llamaopt.OptNCtx: "4096"})
 	e := be.eng.Load()
 	in := benchInputs(8, 32)
 	ctx := context.Background()
@@ -391,7 +392,7 @@ func BenchmarkEmbedBeside(b *testing.B) {
 // BenchmarkEmbedBatch times 32 inputs of 64 tokens in one Embed (passes of
 // 8: the physical batch of 512) against one Embed an input.
 func BenchmarkEmbedBatch(b *testing.B) {
-	be := load(b, embedBenchModel(b, "mean"), 1, map[string]string{OptEmbeddings: "true", OptNThreads: "2"})
+	be := load(b, embedBenchModel(b, "mean"), 1, map[string]string{llamaopt.OptEmbeddings: "true", llamaopt.OptNThreads: "2"})
 	in := benchInputs(32, 64)
 	ctx := context.Background()
 	var batched, single time.Duration

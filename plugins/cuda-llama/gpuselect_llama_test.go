@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
 
 func TestQueryGPUsWithoutDriver(t *testing.T) {
@@ -61,7 +63,7 @@ func TestCUDABuildOnDevice(t *testing.T) {
 	if lib != filepath.Join(dir, want, CUDALibrary) {
 		t.Fatalf("chose %s, want %s", lib, filepath.Join(dir, want, CUDALibrary))
 	}
-	b := load(t, tiny(t), 1, map[string]string{OptLibDir: dir})
+	b := load(t, tiny(t), 1, map[string]string{llamaopt.OptLibDir: dir})
 	prefill(t, b, 0, story)
 	e := b.eng.Load()
 	if e.device == "" || gpuLoad.lib != lib {
@@ -79,7 +81,7 @@ func TestLoadWithBuildsWithoutGPU(t *testing.T) {
 	}
 	dir := t.TempDir()
 	writeBuild(t, filepath.Join(dir, CUDABuildsDir, "sm90"), versionStamp(llamaCommit), "cuda 13.0\narchs 90\n")
-	b := load(t, tiny(t), 1, map[string]string{OptLibDir: dir})
+	b := load(t, tiny(t), 1, map[string]string{llamaopt.OptLibDir: dir})
 	if e := b.eng.Load(); e.device != "" {
 		t.Fatalf("device %q without a GPU", e.device)
 	}

@@ -35,6 +35,7 @@ import (
 	"unsafe"
 
 	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
 
 // llamaCommit is the commit of the llama.cpp tree this binary was built
@@ -105,8 +106,8 @@ type model struct {
 type modelParams struct {
 	nGPULayers int
 	mmap       bool
-	placement  placementOptions // override_tensor, n_cpu_moe
-	mtp        bool             // load the multi-token-prediction block too (draft-mtp)
+	placement  llamaopt.PlacementOptions // override_tensor, n_cpu_moe
+	mtp        bool                      // load the multi-token-prediction block too (draft-mtp)
 }
 
 func loadModel(path string, p modelParams) (*model, error) {
@@ -125,7 +126,7 @@ func loadModel(path string, p modelParams) (*model, error) {
 	if m == nil {
 		return nil, fmt.Errorf("llama.cpp could not load model %s%s", path, lastLlamaError())
 	}
-	logPlacement(m, p.placement.rules())
+	logPlacement(m, p.placement.Rules())
 	mdl := &model{m: m, vocab: C.llama_model_get_vocab(m)}
 	mdl.nVocab = int(C.llama_vocab_n_tokens(mdl.vocab))
 	mdl.bos = int32(C.llama_vocab_bos(mdl.vocab))
@@ -316,7 +317,7 @@ type contextParams struct {
 	flashAttn               int
 	typeK, typeV            string
 	swaFull                 bool
-	ropeOptions             // rope_scaling, rope_scale, yarn_orig_ctx
+	llamaopt.RopeOptions    // rope_scaling, rope_scale, yarn_orig_ctx
 	// embedPooling, when set, makes an embedding context (embed.go): it
 	// outputs embeddings pooled so (a llama_pooling_type; -1 the model's).
 	embedPooling *int
@@ -347,11 +348,11 @@ func newContext(m *model, p contextParams, gpu C.ggml_backend_dev_t) (*lctx, err
 	cp.flash_attn_type = C.enum_llama_flash_attn_type(p.flashAttn)
 	cp.type_k = ggmlType(p.typeK)
 	cp.type_v = ggmlType(p.typeV)
-	cp.rope_scaling_type = C.enum_llama_rope_scaling_type(p.ropeScaling) // -1: the model's
-	if p.ropeFreqScale > 0 {
-		cp.rope_freq_scale = C.float(p.ropeFreqScale) // 0 (the default): the model's
+	cp.rope_scaling_type = C.enum_llama_rope_scaling_type(p.RopeScaling) // -1: the model's
+	if p.RopeFreqScale > 0 {
+		cp.rope_freq_scale = C.float(p.RopeFreqScale) // 0 (the default): the model's
 	}
-	cp.yarn_orig_ctx = C.uint32_t(p.yarnOrigCtx) // 0: the model's training context
+	cp.yarn_orig_ctx = C.uint32_t(p.YarnOrigCtx) // 0: the model's training context
 	cp.kv_unified = C.bool(!p.perSeqKV)          // states are one stream on the wire either way (shim.cpp)
 	cp.swa_full = C.bool(p.swaFull)
 	cp.offload_kqv = true

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/gguf"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
 
 // memoryModels are the test models of each memory kind the plugin streams:
@@ -318,8 +319,8 @@ func TestStateLayoutNamesTheCache(t *testing.T) {
 		t.Errorf("another quantisation of the weights: %s, want %s", got, base)
 	}
 	for name, opts := range map[string]map[string]string{
-		"q8_0 cache":     {OptCacheTypeK: "q8_0", OptCacheTypeV: "q8_0"},
-		"flash attn off": {OptFlashAttn: "off"},
+		"q8_0 cache":     {llamaopt.OptCacheTypeK: "q8_0", llamaopt.OptCacheTypeV: "q8_0"},
+		"flash attn off": {llamaopt.OptFlashAttn: "off"},
 	} {
 		if got := layout(f16, opts); got == base {
 			t.Errorf("%s: the same layout %s", name, got)
@@ -341,7 +342,7 @@ func TestNonFiniteStateRefused(t *testing.T) {
 	}{
 		{"f16 K row, NaN", gguf.Tiny(), nil, []byte{0x00, 0x7e}, false},
 		{"f16 K row, Inf", gguf.Tiny(), nil, []byte{0x00, 0x7c}, false},
-		{"q8_0 block scale, Inf", hd32, map[string]string{OptCacheTypeK: "q8_0", OptCacheTypeV: "q8_0"}, []byte{0x00, 0xfc}, false},
+		{"q8_0 block scale, Inf", hd32, map[string]string{llamaopt.OptCacheTypeK: "q8_0", llamaopt.OptCacheTypeV: "q8_0"}, []byte{0x00, 0xfc}, false},
 		{"recurrent f32, NaN", gguf.TinyQwen35MoE(), nil, []byte{0x00, 0x00, 0xc0, 0x7f}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
 
 // overrideList is llama.cpp's tensor_buft_overrides for a load, in C memory
@@ -22,34 +23,34 @@ import (
 // only after the load returns (nothing reads it later: the model keeps just
 // whether there were overrides).
 type overrideList struct {
-	rules []placementRule
+	rules []llamaopt.PlacementRule
 	list  *C.struct_llama_model_tensor_buft_override // len(rules)+1 entries, the last {NULL, NULL}
 	strs  []*C.char                                  // the patterns and devices
 }
 
 // newOverrideList checks p against the model file and the devices ggml has
 // and builds its override list; nil (no list) when p places nothing.
-func newOverrideList(path string, p placementOptions) (*overrideList, error) {
-	if err := checkMoELayers(path, p.nCPUMoE); err != nil {
+func newOverrideList(path string, p llamaopt.PlacementOptions) (*overrideList, error) {
+	if err := checkMoELayers(path, p.NCPUMoE); err != nil {
 		return nil, err
 	}
-	rules := p.rules()
+	rules := p.Rules()
 	if len(rules) == 0 {
 		return nil, nil
 	}
 	o := &overrideList{rules: rules}
-	patterns, devices := o.cStrings(func(r placementRule) string { return r.pattern }), o.cStrings(func(r placementRule) string { return r.device })
+	patterns, devices := o.cStrings(func(r llamaopt.PlacementRule) string { return r.Pattern }), o.cStrings(func(r llamaopt.PlacementRule) string { return r.Device })
 	o.list = (*C.struct_llama_model_tensor_buft_override)(C.malloc(C.size_t(len(rules)+1) * C.size_t(unsafe.Sizeof(C.struct_llama_model_tensor_buft_override{}))))
 	var msg [512]C.char
 	if C.hydra_placement_resolve(&patterns[0], &devices[0], C.size_t(len(rules)), o.list, &msg[0], C.size_t(len(msg))) < 0 {
 		o.free()
-		return nil, fmt.Errorf("%w: placement (%s, %s): %s", iface.ErrBadRequest, OptOverrideTensor, OptNCPUMoE, C.GoString(&msg[0]))
+		return nil, fmt.Errorf("%w: placement (%s, %s): %s", iface.ErrBadRequest, llamaopt.OptOverrideTensor, llamaopt.OptNCPUMoE, C.GoString(&msg[0]))
 	}
 	return o, nil
 }
 
 // cStrings copies one field of every rule into C memory o frees.
-func (o *overrideList) cStrings(field func(placementRule) string) []*C.char {
+func (o *overrideList) cStrings(field func(llamaopt.PlacementRule) string) []*C.char {
 	out := make([]*C.char, len(o.rules))
 	for i, r := range o.rules {
 		out[i] = C.CString(field(r))
@@ -85,7 +86,7 @@ func checkMoELayers(path string, nCPUMoE int) error {
 	cs := C.CString(path)
 	defer C.free(unsafe.Pointer(cs))
 	if n := int64(C.hydra_gguf_block_count(cs)); n >= 0 && int64(nCPUMoE) > n {
-		return fmt.Errorf("%w: option %s=%d: the model has %d layers", iface.ErrBadRequest, OptNCPUMoE, nCPUMoE, n)
+		return fmt.Errorf("%w: option %s=%d: the model has %d layers", iface.ErrBadRequest, llamaopt.OptNCPUMoE, nCPUMoE, n)
 	}
 	return nil
 }
@@ -100,7 +101,7 @@ type tensorPlacement struct {
 
 // placements lists the model's weights and where they are, assigned to the
 // rules as llama.cpp matched them.
-func placements(m *C.struct_llama_model, rules []placementRule) []tensorPlacement {
+func placements(m *C.struct_llama_model, rules []llamaopt.PlacementRule) []tensorPlacement {
 	n := int(C.hydra_model_tensor_count(m))
 	if n == 0 {
 		return nil
@@ -117,7 +118,7 @@ func placements(m *C.struct_llama_model, rules []placementRule) []tensorPlacemen
 
 // assignRules is, for each of the model's n weights, the index of the rule
 // that placed it, or -1.
-func assignRules(m *C.struct_llama_model, rules []placementRule, n int) []C.int {
+func assignRules(m *C.struct_llama_model, rules []llamaopt.PlacementRule, n int) []C.int {
 	ruleOf := make([]C.int, n)
 	if len(rules) == 0 {
 		for i := range ruleOf {
@@ -127,7 +128,7 @@ func assignRules(m *C.struct_llama_model, rules []placementRule, n int) []C.int 
 	}
 	patterns := make([]*C.char, len(rules))
 	for i, r := range rules {
-		patterns[i] = C.CString(r.pattern)
+		patterns[i] = C.CString(r.Pattern)
 	}
 	C.hydra_placement_assign(m, &patterns[0], C.size_t(len(rules)), &ruleOf[0])
 	for _, s := range patterns {
@@ -139,7 +140,7 @@ func assignRules(m *C.struct_llama_model, rules []placementRule, n int) []C.int 
 // logPlacement reports, once the model is loaded, what each rule placed
 // and where it landed, one line per rule, and warns of a rule that matched
 // no weight (a pattern's typo would otherwise go unnoticed).
-func logPlacement(m *C.struct_llama_model, rules []placementRule) {
+func logPlacement(m *C.struct_llama_model, rules []llamaopt.PlacementRule) {
 	if len(rules) == 0 {
 		return
 	}

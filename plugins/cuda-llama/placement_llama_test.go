@@ -16,6 +16,7 @@ import (
 
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/gguf"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
 
 // Weight placement on the tests' MoE model (gguf.TinyMoE, 4 layers of 4
@@ -36,9 +37,9 @@ func moeModel(t testing.TB) string {
 // experts of the first two layers and the embeddings, output norm and
 // output head in host memory.
 var nodePlacement = map[string]string{
-	OptNCPUMoE:        "2",
-	OptOverrideTensor: `token_embd\.weight=CPU,output\.weight=CPU,output_norm\.weight=CPU`,
-	OptNGPULayers:     "all",
+	llamaopt.OptNCPUMoE:        "2",
+	llamaopt.OptOverrideTensor: `token_embd\.weight=CPU,output\.weight=CPU,output_norm\.weight=CPU`,
+	llamaopt.OptNGPULayers:     "all",
 }
 
 // placedWeights are the weights nodePlacement places. llama.cpp searches a
@@ -74,7 +75,7 @@ func (l *logBuffer) String() string {
 func loadLogged(t *testing.T, model string, opts map[string]string) (*Backend, *logBuffer, error) {
 	t.Helper()
 	logs := &logBuffer{}
-	o := map[string]string{OptNThreads: "1", OptNCtx: "512"}
+	o := map[string]string{llamaopt.OptNThreads: "1", llamaopt.OptNCtx: "512"}
 	for k, v := range opts {
 		o[k] = v
 	}
@@ -87,12 +88,12 @@ func loadLogged(t *testing.T, model string, opts map[string]string) (*Backend, *
 // when there is one, with the placement p, logging everything (llama.cpp's
 // debug lines included) into the returned buffer. It calls loadModel
 // itself, so that it sees the placement whatever Load passes on.
-func loadPlaced(t *testing.T, path string, p placementOptions) (*model, string, *logBuffer) {
+func loadPlaced(t *testing.T, path string, p llamaopt.PlacementOptions) (*model, string, *logBuffer) {
 	t.Helper()
 	logs := &logBuffer{}
 	b := New(hclog.New(&hclog.LoggerOptions{Level: hclog.Trace, Output: logs}))
 	b.initLlama()
-	gpu, name := b.loadGPU(defaultOptions())
+	gpu, name := b.loadGPU(llamaopt.Defaults())
 	m, err := loadModel(path, modelParams{nGPULayers: b.gpuLayers(-1, gpu != nil), mmap: true, placement: p})
 	if err != nil {
 		t.Fatal(err)
@@ -113,12 +114,12 @@ func placedOn(m *model) map[string]string {
 
 func TestPlacementBuffers(t *testing.T) {
 	path := moeModel(t)
-	plain, _, _ := loadPlaced(t, path, placementOptions{})
-	o, err := parseOptions(nodePlacement)
+	plain, _, _ := loadPlaced(t, path, llamaopt.PlacementOptions{})
+	o, err := llamaopt.Parse(nodePlacement)
 	if err != nil {
 		t.Fatal(err)
 	}
-	placed, gpu, logs := loadPlaced(t, path, o.placementOptions)
+	placed, gpu, logs := loadPlaced(t, path, o.PlacementOptions)
 	before, after := placedOn(plain), placedOn(placed)
 	if len(after) != len(before) || len(after) == 0 {
 		t.Fatalf("%d weights placed, %d without placement", len(after), len(before))
@@ -127,7 +128,7 @@ func TestPlacementBuffers(t *testing.T) {
 	for name, mem := range after {
 		want := before[name]
 		if slices.Contains(placedWeights, name) {
-			want = CPUDevice
+			want = llamaopt.CPUDevice
 			// With a GPU, llama.cpp puts weights overridden to the CPU in
 			// the GPU's pinned host buffer type, so that they upload fast.
 			if gpu != "" && isHostBuffer(mem) {
@@ -190,12 +191,12 @@ func grepLines(logs, s string) string {
 func TestPlacementSameTokens(t *testing.T) {
 	model := moeModel(t)
 	var runs [][]int32
-	for _, opts := range []map[string]string{{OptNGPULayers: "all"}, nodePlacement} {
+	for _, opts := range []map[string]string{{llamaopt.OptNGPULayers: "all"}, nodePlacement} {
 		b, logs, err := loadLogged(t, model, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if opts[OptNCPUMoE] != "" && !strings.Contains(logs.String(), "buffer type overridden to") {
+		if opts[llamaopt.OptNCPUMoE] != "" && !strings.Contains(logs.String(), "buffer type overridden to") {
 			t.Fatalf("Load did not apply the placement options (llama.cpp logged no override)")
 		}
 		prefill(t, b, 0, story)
@@ -215,9 +216,9 @@ func TestPlacementErrors(t *testing.T) {
 		opts map[string]string
 		want string
 	}{
-		{map[string]string{OptOverrideTensor: `output\.weight=NPU7`}, `device "NPU7" is not one ggml has here; known: CPU`},
-		{map[string]string{OptOverrideTensor: `blk\.(0=CPU`}, `pattern "blk\.(0" is not a regular expression llama.cpp can use`},
-		{map[string]string{OptNCPUMoE: "5"}, fmt.Sprintf("option n_cpu_moe=5: the model has %d layers", gguf.TinyMoE().Layers)},
+		{map[string]string{llamaopt.OptOverrideTensor: `output\.weight=NPU7`}, `device "NPU7" is not one ggml has here; known: CPU`},
+		{map[string]string{llamaopt.OptOverrideTensor: `blk\.(0=CPU`}, `pattern "blk\.(0" is not a regular expression llama.cpp can use`},
+		{map[string]string{llamaopt.OptNCPUMoE: "5"}, fmt.Sprintf("option n_cpu_moe=5: the model has %d layers", gguf.TinyMoE().Layers)},
 	} {
 		_, _, err := loadLogged(t, model, tc.opts)
 		if !errors.Is(err, iface.ErrBadRequest) || !strings.Contains(err.Error(), tc.want) {
@@ -225,14 +226,14 @@ func TestPlacementErrors(t *testing.T) {
 		}
 	}
 	// The layer count is the model's: n_cpu_moe may name every layer.
-	if _, _, err := loadLogged(t, model, map[string]string{OptNCPUMoE: fmt.Sprint(gguf.TinyMoE().Layers)}); err != nil {
+	if _, _, err := loadLogged(t, model, map[string]string{llamaopt.OptNCPUMoE: fmt.Sprint(gguf.TinyMoE().Layers)}); err != nil {
 		t.Errorf("n_cpu_moe = the layer count: %v", err)
 	}
 }
 
 // An override that matches nothing is loaded, with a warning naming it.
 func TestPlacementNoMatchWarns(t *testing.T) {
-	_, logs, err := loadLogged(t, moeModel(t), map[string]string{OptOverrideTensor: `ffn_gate_exp\.weight=CPU`})
+	_, logs, err := loadLogged(t, moeModel(t), map[string]string{llamaopt.OptOverrideTensor: `ffn_gate_exp\.weight=CPU`})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/internal/promptcache"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 	"github.com/hydra-engine/hydra-engine/transport/shm"
 )
 
@@ -38,7 +39,7 @@ func (e *engine) newPromptCache(mib int64) *promptcache.Cache {
 			limit = fmt.Sprintf("no limit in bytes, %d tokens", e.nCtx)
 		}
 		e.log.Info("prompt cache in host memory: HTTP completions' sequences leaving their slot are kept there",
-			OptCacheRAM, limit, "pinned", alloc.Pin != nil)
+			llamaopt.OptCacheRAM, limit, "pinned", alloc.Pin != nil)
 	}
 	return c
 }

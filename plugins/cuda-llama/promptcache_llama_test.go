@@ -14,6 +14,7 @@ import (
 
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/gguf"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
 
 // httpPrefill is an HTTP completion's prefill: the prompt cache may start
@@ -65,13 +66,13 @@ func TestPromptCacheRestoresEvicted(t *testing.T) {
 			old := cachePiece
 			cachePiece = c.piece
 			t.Cleanup(func() { cachePiece = old })
-			testPromptCacheRestoresEvicted(t, map[string]string{OptKVUnified: c.unified})
+			testPromptCacheRestoresEvicted(t, map[string]string{llamaopt.OptKVUnified: c.unified})
 		})
 	}
 }
 
 func testPromptCacheRestoresEvicted(t *testing.T, opts map[string]string) {
-	b := load(t, tiny(t), 1, map[string]string{OptCacheRAM: "64", OptKVUnified: opts[OptKVUnified]})
+	b := load(t, tiny(t), 1, map[string]string{llamaopt.OptCacheRAM: "64", llamaopt.OptKVUnified: opts[llamaopt.OptKVUnified]})
 	referenceKernels(t, b)
 	first := tokensOf(t, b, "a long conversation about the cache, "+story)
 	other := tokensOf(t, b, "something else entirely, of some length too, to take the slot")
@@ -117,7 +118,7 @@ func testPromptCacheRestoresEvicted(t *testing.T, opts map[string]string) {
 // 1 MiB cache: the cache never holds more than the budget, evicts the least
 // recently used, and what it restores decodes as a fresh prefill.
 func TestPromptCacheBudget(t *testing.T) {
-	b := load(t, tiny(t), 2, map[string]string{OptCacheRAM: "1"})
+	b := load(t, tiny(t), 2, map[string]string{llamaopt.OptCacheRAM: "1"})
 	referenceKernels(t, b)
 	e := b.eng.Load()
 	perToken := e.layout.size(2) - e.layout.size(1)
@@ -176,7 +177,7 @@ func TestPromptCacheBudget(t *testing.T) {
 // nor replaces its sequence, and HTTP work in the other slot leaves its
 // state as it was.
 func TestPromptCacheLeavesRPCSlots(t *testing.T) {
-	b := load(t, tiny(t), 2, map[string]string{OptCacheRAM: "16"})
+	b := load(t, tiny(t), 2, map[string]string{llamaopt.OptCacheRAM: "16"})
 	conv := seqTokens(t, 200)
 	rpc := append(slices.Clone(conv[:20]), seqTokens(t, 300)[200:]...)
 	httpPrefill(t, b, 1, conv, false)
@@ -247,7 +248,7 @@ func TestPromptCacheMemoryKinds(t *testing.T) {
 	for _, m := range memoryModels {
 		kinds = append(kinds, kind{m.name, m.memory, m.c, nil})
 	}
-	kinds = append(kinds, kind{"gemma3 swa_full", "iswa-full", gguf.TinyGemma3(), map[string]string{OptSWAFull: "true"}})
+	kinds = append(kinds, kind{"gemma3 swa_full", "iswa-full", gguf.TinyGemma3(), map[string]string{llamaopt.OptSWAFull: "true"}})
 	for _, m := range kinds {
 		t.Run(m.name, func(t *testing.T) {
 			path := modelFile(t, "mem-"+strings.Fields(m.name)[0], m.c)
@@ -255,7 +256,7 @@ func TestPromptCacheMemoryKinds(t *testing.T) {
 			if opts == nil {
 				opts = map[string]string{}
 			}
-			opts[OptCacheRAM] = "64"
+			opts[llamaopt.OptCacheRAM] = "64"
 			b := load(t, path, 1, opts)
 			fresh := load(t, path, 1, m.opts)
 			for _, c := range []struct {
@@ -302,7 +303,7 @@ func TestPromptCacheRuleIsCut(t *testing.T) {
 	base := seqTokens(t, 60)
 	for _, m := range memoryModels {
 		t.Run(m.name, func(t *testing.T) {
-			b := load(t, modelFile(t, "mem-"+m.name, m.c), 1, map[string]string{OptCtxCheckpoints: "0"})
+			b := load(t, modelFile(t, "mem-"+m.name, m.c), 1, map[string]string{llamaopt.OptCtxCheckpoints: "0"})
 			e := b.eng.Load()
 			for _, then := range [][]int32{append(slices.Clone(base), 1, 2), append(slices.Clone(base[:30]), 1), base} {
 				prefillTokens(t, b, 0, base)

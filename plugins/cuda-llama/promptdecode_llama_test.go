@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
 
 // promptDecode runs a Decode with a prompt of toks and returns its tokens.
@@ -33,7 +34,7 @@ func TestPromptDecode(t *testing.T) {
 	}{
 		"greedy":      {iface.SamplerParams{IgnoreEOS: true}, nil},
 		"penalties":   {iface.SamplerParams{RepeatPenalty: 1.3, RepeatLastN: 16, PresencePenalty: 0.4, IgnoreEOS: true}, nil},
-		"kv per slot": {iface.SamplerParams{IgnoreEOS: true}, map[string]string{OptKVUnified: "false"}},
+		"kv per slot": {iface.SamplerParams{IgnoreEOS: true}, map[string]string{llamaopt.OptKVUnified: "false"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			sp := tc.sp
@@ -100,7 +101,7 @@ func TestPromptDecode(t *testing.T) {
 // one that fails on the way leaves it empty, as Prefill does; no tokens asked
 // for is the prompt's prefill alone; the other slot keeps its sequence.
 func TestPromptDecodeFailures(t *testing.T) {
-	b := load(t, tiny(t), 2, map[string]string{OptNCtx: "256"})
+	b := load(t, tiny(t), 2, map[string]string{llamaopt.OptNCtx: "256"})
 	sp := iface.SamplerParams{IgnoreEOS: true}
 	prefill(t, b, 1, "the other slot")
 	other := slotInfo(t, b, 1)

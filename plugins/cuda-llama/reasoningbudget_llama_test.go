@@ -15,6 +15,7 @@ import (
 
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/gguf"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
 
 // Tests of the reasoning budget (llama.cpp's common/reasoning-budget in the
@@ -45,7 +46,7 @@ func thinkingBackend(t *testing.T, nSlots int) *Backend {
 	if err := os.WriteFile(file, []byte(tmpl), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return load(t, familyModel(t, gguf.ArchQwen3MoE, "qwen3"), nSlots, map[string]string{OptChatTemplateFile: file})
+	return load(t, familyModel(t, gguf.ArchQwen3MoE, "qwen3"), nSlots, map[string]string{llamaopt.OptChatTemplateFile: file})
 }
 
 // specialToken is the one token text tokenizes to.

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
 
 // Tests of the batching scheduler: what a slot decodes does not depend on
@@ -70,8 +71,8 @@ func TestBatchedEqualsAlone(t *testing.T) {
 	}{
 		"greedy":                {iface.SamplerParams{IgnoreEOS: true}, nil, []int{0, 1, 2, 3}},
 		"penalties":             {iface.SamplerParams{RepeatPenalty: 1.3, RepeatLastN: 16, PresencePenalty: 0.4, FrequencyPenalty: 0.2, IgnoreEOS: true}, nil, []int{0, 1, 2, 3}},
-		"kv per slot":           {iface.SamplerParams{IgnoreEOS: true}, map[string]string{OptKVUnified: "false"}, []int{0, 1, 2, 3}},
-		"kv per slot, one idle": {iface.SamplerParams{IgnoreEOS: true}, map[string]string{OptKVUnified: "false"}, []int{3, 0, 1}},
+		"kv per slot":           {iface.SamplerParams{IgnoreEOS: true}, map[string]string{llamaopt.OptKVUnified: "false"}, []int{0, 1, 2, 3}},
+		"kv per slot, one idle": {iface.SamplerParams{IgnoreEOS: true}, map[string]string{llamaopt.OptKVUnified: "false"}, []int{3, 0, 1}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			sp := tc.sp
@@ -255,7 +256,7 @@ func TestDecodeCancelled(t *testing.T) {
 // whose reader stalls, does not stop the decoding.
 func TestRestoredJoinsBatch(t *testing.T) {
 	t.Run("unified", func(t *testing.T) { testRestoredJoinsBatch(t, nil) })
-	t.Run("kv per slot", func(t *testing.T) { testRestoredJoinsBatch(t, map[string]string{OptKVUnified: "false"}) })
+	t.Run("kv per slot", func(t *testing.T) { testRestoredJoinsBatch(t, map[string]string{llamaopt.OptKVUnified: "false"}) })
 }
 
 func testRestoredJoinsBatch(t *testing.T, opts map[string]string) {
@@ -334,7 +335,7 @@ func (w *stallWriter) Write(p []byte) (int, error) {
 // is refused naming it; shared, a prompt that does not fit the free cells is
 // refused naming both counts; INFO tells which.
 func TestKVCapacity(t *testing.T) {
-	split := load(t, tiny(t), 4, map[string]string{OptNCtx: "256", OptKVUnified: "false"})
+	split := load(t, tiny(t), 4, map[string]string{llamaopt.OptNCtx: "256", llamaopt.OptKVUnified: "false"})
 	info, _ := split.Info(context.Background())
 	if info.KVUnified || info.SlotCtx() != 64 {
 		t.Fatalf("split cache: %+v", info)
@@ -352,7 +353,7 @@ func TestKVCapacity(t *testing.T) {
 		t.Fatalf("decode to a slot's share: %+v", res)
 	}
 
-	shared := load(t, tiny(t), 2, map[string]string{OptNCtx: "256"})
+	shared := load(t, tiny(t), 2, map[string]string{llamaopt.OptNCtx: "256"})
 	prefillTokens(t, shared, 0, make([]int32, 200))
 	_, err = shared.Prefill(context.Background(), iface.PrefillRequest{Slot: 1, Tokens: make([]int32, 100)})
 	if !errors.Is(err, iface.ErrNoRoom) || !strings.Contains(err.Error(), "needs 100 KV cells, 56 free (shared by all slots") {
@@ -364,7 +365,7 @@ func TestKVCapacity(t *testing.T) {
 // the older half after n_keep and decodes on; the sequence stays within the
 // slot and starts with what was kept.
 func TestContextShift(t *testing.T) {
-	b := load(t, tiny(t), 2, map[string]string{OptNCtx: "256", OptKVUnified: "false", OptContextShift: "true"})
+	b := load(t, tiny(t), 2, map[string]string{llamaopt.OptNCtx: "256", llamaopt.OptKVUnified: "false", llamaopt.OptContextShift: "true"})
 	prompt := make([]int32, 100)
 	for i := range prompt {
 		prompt[i] = int32(10 + i%200)
@@ -396,7 +397,7 @@ func TestContextShift(t *testing.T) {
 // its cells moved into place; the slot then holds exactly the prompt and
 // decodes on.
 func TestCacheReuse(t *testing.T) {
-	b := load(t, tiny(t), 1, map[string]string{OptCacheReuse: "8"})
+	b := load(t, tiny(t), 1, map[string]string{llamaopt.OptCacheReuse: "8"})
 	head := tokensOf(t, b, "a shared beginning")
 	mid := tokensOf(t, b, strings.Repeat(" the long middle part that stays", 3))
 	tail := tokensOf(t, b, " and an end")
@@ -430,7 +431,7 @@ func TestChatTemplateOptions(t *testing.T) {
 	if err := os.WriteFile(file, []byte(tmpl), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	b := load(t, tiny(t), 1, map[string]string{OptChatTemplateFile: file, OptReasoning: "on"})
+	b := load(t, tiny(t), 1, map[string]string{llamaopt.OptChatTemplateFile: file, llamaopt.OptReasoning: "on"})
 	ctx := context.Background()
 	msgs := []iface.Message{{Role: "user", Content: "hi"}}
 	p, err := b.Tokenize(ctx, iface.PrefillRequest{Messages: msgs})
@@ -456,7 +457,7 @@ func TestChatTemplateOptions(t *testing.T) {
 		t.Errorf("kwargs that are not an object: %v", err)
 	}
 
-	builtin := load(t, tiny(t), 1, map[string]string{OptJinja: "false"})
+	builtin := load(t, tiny(t), 1, map[string]string{llamaopt.OptJinja: "false"})
 	if _, err := builtin.Tokenize(ctx, iface.PrefillRequest{Messages: msgs, Tools: []string{`{}`}}); !errors.Is(err, iface.ErrBadRequest) {
 		t.Errorf("tools without Jinja: %v", err)
 	}
@@ -464,7 +465,7 @@ func TestChatTemplateOptions(t *testing.T) {
 		t.Errorf("llama.cpp's matcher: %v", err)
 	}
 	if _, err := New(testLogger()).Load(ctx, iface.LoadRequest{Model: tiny(t), NSlots: 1,
-		Options: map[string]string{OptChatTemplateFile: file + ".missing"}}); !errors.Is(err, iface.ErrBadRequest) {
+		Options: map[string]string{llamaopt.OptChatTemplateFile: file + ".missing"}}); !errors.Is(err, iface.ErrBadRequest) {
 		t.Errorf("a missing template file: %v", err)
 	}
 }

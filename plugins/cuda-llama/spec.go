@@ -32,6 +32,7 @@ import (
 
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/specrule"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
 
 // Speculative decoding: each step, every decoding slot may put a draft of
@@ -81,30 +82,30 @@ type speculator struct {
 // newSpeculator loads the draft model and its context beside the target's;
 // rollback says that the target's memory cannot be cut back (its drafting
 // slots save their state before each step).
-func newSpeculator(lc *lctx, opts options, nSlots int, nGPU int, rollback bool) (*speculator, error) {
+func newSpeculator(lc *lctx, opts llamaopt.Options, nSlots int, nGPU int, rollback bool) (*speculator, error) {
 	var dft *model
 	var dm *C.struct_llama_model
-	if opts.draftModel != "" {
-		path, err := checkModelFile(opts.draftModel)
+	if opts.DraftModel != "" {
+		path, err := checkModelFile(opts.DraftModel)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", OptDraftModel, err)
+			return nil, fmt.Errorf("%s: %w", llamaopt.OptDraftModel, err)
 		}
-		if dft, err = loadModel(path, modelParams{nGPULayers: nGPU, mmap: opts.mmap}); err != nil {
-			return nil, fmt.Errorf("%w: %s: %w", iface.ErrBadRequest, OptDraftModel, err)
+		if dft, err = loadModel(path, modelParams{nGPULayers: nGPU, mmap: opts.Mmap}); err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", iface.ErrBadRequest, llamaopt.OptDraftModel, err)
 		}
 		dm = dft.m
 	}
-	r := opts.specBounds
-	types := C.CString(strings.Join(opts.specTypes, ","))
+	r := opts.SpecBounds
+	types := C.CString(strings.Join(opts.SpecTypes, ","))
 	defer C.free(unsafe.Pointer(types))
 	p := C.struct_hydra_spec_params{
 		n_ctx: C.uint32_t(lc.nCtx() + nSlots*(r.NMax+1)), n_batch: C.uint32_t(lc.nBatch), n_seq: C.uint32_t(nSlots),
-		n_threads: C.int32_t(opts.nThreads), n_max: C.int32_t(r.NMax), n_min: C.int32_t(r.NMin), p_min: C.float(opts.draftPMin),
+		n_threads: C.int32_t(opts.NThreads), n_max: C.int32_t(r.NMax), n_min: C.int32_t(r.NMin), p_min: C.float(opts.DraftPMin),
 		types:          types,
-		ngram_simple_n: C.uint16_t(opts.ngramSimple[0]), ngram_simple_m: C.uint16_t(opts.ngramSimple[1]),
-		ngram_map_n: C.uint16_t(opts.ngramMap[0]), ngram_map_m: C.uint16_t(opts.ngramMap[1]),
+		ngram_simple_n: C.uint16_t(opts.NgramSimple[0]), ngram_simple_m: C.uint16_t(opts.NgramSimple[1]),
+		ngram_map_n: C.uint16_t(opts.NgramMap[0]), ngram_map_m: C.uint16_t(opts.NgramMap[1]),
 	}
-	if opts.mtp() {
+	if opts.MTP() {
 		p.mtp = 1
 	}
 	var msg [256]C.char
@@ -113,11 +114,11 @@ func newSpeculator(lc *lctx, opts options, nSlots int, nGPU int, rollback bool) 
 		if dft != nil {
 			dft.free()
 		}
-		return nil, fmt.Errorf("%w: %s %s: %s", iface.ErrBadRequest, OptSpecType, strings.Join(opts.specTypes, ","), C.GoString(&msg[0]))
+		return nil, fmt.Errorf("%w: %s %s: %s", iface.ErrBadRequest, llamaopt.OptSpecType, strings.Join(opts.SpecTypes, ","), C.GoString(&msg[0]))
 	}
-	sp := &speculator{c: c, pMin: opts.draftPMin, dft: dft, draftMax: r.NMax, rule: specrule.New(r, opts.draftAlways, rollback),
-		held: make([][]int32, nSlots), acc: make([]specrule.Acceptance, nSlots), mtp: opts.mtp(),
-		ngram: slices.ContainsFunc(opts.specTypes, func(t string) bool { return strings.HasPrefix(t, "ngram-") })}
+	sp := &speculator{c: c, pMin: opts.DraftPMin, dft: dft, draftMax: r.NMax, rule: specrule.New(r, opts.DraftAlways, rollback),
+		held: make([][]int32, nSlots), acc: make([]specrule.Acceptance, nSlots), mtp: opts.MTP(),
+		ngram: slices.ContainsFunc(opts.SpecTypes, func(t string) bool { return strings.HasPrefix(t, "ngram-") })}
 	if dft != nil && dft.recurrentState() {
 		ctx := C.hydra_spec_ctx(c)
 		sp.dctx, sp.drafts = &lctx{c: ctx, mem: C.llama_get_memory(ctx)}, make([][]byte, nSlots)
@@ -209,9 +210,9 @@ func (e *engine) specStats() *iface.SpeculativeStats {
 		return nil
 	}
 	st := e.spec.rule.Status()
-	rule := DraftRuleMeasured
+	rule := llamaopt.DraftRuleMeasured
 	if e.spec.rule.Always() {
-		rule = DraftRuleAlways
+		rule = llamaopt.DraftRuleAlways
 	}
 	return &iface.SpeculativeStats{Rule: rule, Drafting: st.Drafting, PlainRate: st.PlainRate, DraftRate: st.DraftRate,
 		Stops: st.Stops, Probes: st.Probes}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/gguf"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
 
 // Speculative decoding: the tokens are those of decoding without a draft,
@@ -28,11 +29,11 @@ func specDrafts(t *testing.T) map[string]map[string]string {
 	q8 := gguf.Tiny()
 	q8.Type = gguf.WeightQ8_0
 	return map[string]map[string]string{
-		"same":              {OptDraftModel: tiny(t), OptDraftMax: "6", OptDraftRule: DraftRuleAlways},
-		"q8_0":              {OptDraftModel: modelFile(t, "tiny-q8_0", q8), OptDraftMax: "6", OptDraftRule: DraftRuleAlways},
-		"same, kv per slot": {OptDraftModel: tiny(t), OptDraftMax: "6", OptDraftRule: DraftRuleAlways, OptKVUnified: "false"},
-		"ngram": {OptSpecType: "ngram-simple,ngram-map-k", OptDraftMax: "6", OptDraftRule: DraftRuleAlways, OptSpecNgramSimpleSizeN: "3",
-			OptSpecNgramSimpleSizeM: "6", OptSpecNgramMapSizeN: "3", OptSpecNgramMapSizeM: "6"},
+		"same":              {llamaopt.OptDraftModel: tiny(t), llamaopt.OptDraftMax: "6", llamaopt.OptDraftRule: llamaopt.DraftRuleAlways},
+		"q8_0":              {llamaopt.OptDraftModel: modelFile(t, "tiny-q8_0", q8), llamaopt.OptDraftMax: "6", llamaopt.OptDraftRule: llamaopt.DraftRuleAlways},
+		"same, kv per slot": {llamaopt.OptDraftModel: tiny(t), llamaopt.OptDraftMax: "6", llamaopt.OptDraftRule: llamaopt.DraftRuleAlways, llamaopt.OptKVUnified: "false"},
+		"ngram": {llamaopt.OptSpecType: "ngram-simple,ngram-map-k", llamaopt.OptDraftMax: "6", llamaopt.OptDraftRule: llamaopt.DraftRuleAlways, llamaopt.OptSpecNgramSimpleSizeN: "3",
+			llamaopt.OptSpecNgramSimpleSizeM: "6", llamaopt.OptSpecNgramMapSizeN: "3", llamaopt.OptSpecNgramMapSizeM: "6"},
 	}
 }
 
@@ -42,12 +43,12 @@ func specRate(b *Backend) (drafted, accepted uint64) {
 }
 
 func TestSpecGreedyEqual(t *testing.T) {
-	plains := map[bool]*Backend{true: load(t, tiny(t), 4, nil), false: load(t, tiny(t), 4, map[string]string{OptKVUnified: "false"})}
+	plains := map[bool]*Backend{true: load(t, tiny(t), 4, nil), false: load(t, tiny(t), 4, map[string]string{llamaopt.OptKVUnified: "false"})}
 	for _, p := range plains {
 		referenceKernels(t, p)
 	}
 	for name, opts := range specDrafts(t) {
-		plain := plains[opts[OptKVUnified] != "false"]
+		plain := plains[opts[llamaopt.OptKVUnified] != "false"]
 		for sname, sp := range map[string]iface.SamplerParams{
 			"greedy":    {IgnoreEOS: true},
 			"penalties": {RepeatPenalty: 1.3, RepeatLastN: 16, PresencePenalty: 0.4, FrequencyPenalty: 0.2, IgnoreEOS: true},
@@ -99,7 +100,7 @@ func TestSpecGreedyEqual(t *testing.T) {
 // step.
 func TestSpecState(t *testing.T) {
 	plain := load(t, tiny(t), 2, nil)
-	spec := load(t, tiny(t), 2, map[string]string{OptDraftModel: tiny(t), OptDraftMax: "4", OptDraftRule: DraftRuleAlways})
+	spec := load(t, tiny(t), 2, map[string]string{llamaopt.OptDraftModel: tiny(t), llamaopt.OptDraftMax: "4", llamaopt.OptDraftRule: llamaopt.DraftRuleAlways})
 	referenceKernels(t, plain)
 	referenceKernels(t, spec)
 	sp := iface.SamplerParams{IgnoreEOS: true}
@@ -141,7 +142,7 @@ func TestSpecState(t *testing.T) {
 // one token at most, and the tokens stay those without drafts.
 func TestSpecBatchShrinks(t *testing.T) {
 	plain := load(t, tiny(t), 4, nil)
-	spec := load(t, tiny(t), 4, map[string]string{OptDraftModel: tiny(t), OptDraftMax: "6", OptDraftRule: DraftRuleAlways, OptDraftBatchMax: "8"})
+	spec := load(t, tiny(t), 4, map[string]string{llamaopt.OptDraftModel: tiny(t), llamaopt.OptDraftMax: "6", llamaopt.OptDraftRule: llamaopt.DraftRuleAlways, llamaopt.OptDraftBatchMax: "8"})
 	referenceKernels(t, plain)
 	referenceKernels(t, spec)
 	sp := iface.SamplerParams{IgnoreEOS: true}
@@ -178,7 +179,7 @@ func TestSpecBatchShrinks(t *testing.T) {
 // n_max 2 with drafts of two at most, the same tokens either way; a p_min
 // other than the load's is refused, since llama.cpp drafts at one p_min.
 func TestSpecRequest(t *testing.T) {
-	b := load(t, tiny(t), 1, map[string]string{OptDraftModel: tiny(t), OptDraftMax: "6", OptDraftRule: DraftRuleAlways})
+	b := load(t, tiny(t), 1, map[string]string{llamaopt.OptDraftModel: tiny(t), llamaopt.OptDraftMax: "6", llamaopt.OptDraftRule: llamaopt.DraftRuleAlways})
 	referenceKernels(t, b)
 	e := b.eng.Load()
 	var want []int32
@@ -221,7 +222,7 @@ func TestSpecRequest(t *testing.T) {
 // draft model's greedy drafts are accepted less often.
 func TestSpecSeeded(t *testing.T) {
 	plain := load(t, tiny(t), 1, nil)
-	spec := load(t, tiny(t), 1, map[string]string{OptDraftModel: tiny(t), OptDraftMax: "4", OptDraftRule: DraftRuleAlways})
+	spec := load(t, tiny(t), 1, map[string]string{llamaopt.OptDraftModel: tiny(t), llamaopt.OptDraftMax: "4", llamaopt.OptDraftRule: llamaopt.DraftRuleAlways})
 	referenceKernels(t, plain)
 	referenceKernels(t, spec)
 	sp := iface.SamplerParams{Temperature: 0.8, TopK: 40, TopP: 0.95, Seed: 7, IgnoreEOS: true}
@@ -246,9 +247,9 @@ func TestSpecSeeded(t *testing.T) {
 // decodes the same with drafts (they shrink to nothing at the edge, and the
 // draft context re-derives the shifted sequence) as without.
 func TestSpecContextShift(t *testing.T) {
-	opts := map[string]string{OptNCtx: "256", OptContextShift: "true"}
+	opts := map[string]string{llamaopt.OptNCtx: "256", llamaopt.OptContextShift: "true"}
 	plain := load(t, tiny(t), 1, opts)
-	specOpts := map[string]string{OptDraftModel: tiny(t), OptDraftMax: "4", OptDraftRule: DraftRuleAlways}
+	specOpts := map[string]string{llamaopt.OptDraftModel: tiny(t), llamaopt.OptDraftMax: "4", llamaopt.OptDraftRule: llamaopt.DraftRuleAlways}
 	for k, v := range opts {
 		specOpts[k] = v
 	}
@@ -280,7 +281,7 @@ func TestSpecLoadRefusals(t *testing.T) {
 		"vocabulary": {tiny(t), modelFile(t, "tiny-vocab1024", other)},
 	} {
 		_, err := New(testLogger()).Load(context.Background(), iface.LoadRequest{Model: tc.model, NSlots: 1,
-			Options: map[string]string{OptNThreads: "1", OptNCtx: "512", OptDraftModel: tc.draft}})
+			Options: map[string]string{llamaopt.OptNThreads: "1", llamaopt.OptNCtx: "512", llamaopt.OptDraftModel: tc.draft}})
 		if !errors.Is(err, iface.ErrBadRequest) {
 			t.Errorf("%s: %v, want a bad request", name, err)
 		}
@@ -294,7 +295,7 @@ func TestSpecLoadRefusals(t *testing.T) {
 func TestSpecSlidingWindow(t *testing.T) {
 	m := modelFile(t, "tiny-gemma3", gguf.TinyGemma3())
 	plain := load(t, m, 2, nil)
-	spec := load(t, m, 2, map[string]string{OptDraftModel: m, OptDraftMax: "6", OptDraftRule: DraftRuleAlways})
+	spec := load(t, m, 2, map[string]string{llamaopt.OptDraftModel: m, llamaopt.OptDraftMax: "6", llamaopt.OptDraftRule: llamaopt.DraftRuleAlways})
 	referenceKernels(t, plain)
 	referenceKernels(t, spec)
 	sp := iface.SamplerParams{IgnoreEOS: true}
@@ -331,9 +332,9 @@ func TestSpecHybrid(t *testing.T) {
 		opts map[string]string
 		n    int // tokens a decode: the greedy text loops within 200, which n-grams find
 	}{
-		"draft model": {map[string]string{OptDraftModel: tiny(t), OptDraftMax: "4", OptDraftRule: DraftRuleAlways}, 48},
-		"ngram": {map[string]string{OptSpecType: "ngram-simple,ngram-map-k", OptDraftMax: "6", OptDraftRule: DraftRuleAlways, OptSpecNgramSimpleSizeN: "2",
-			OptSpecNgramSimpleSizeM: "6", OptSpecNgramMapSizeN: "2", OptSpecNgramMapSizeM: "6"}, 200},
+		"draft model": {map[string]string{llamaopt.OptDraftModel: tiny(t), llamaopt.OptDraftMax: "4", llamaopt.OptDraftRule: llamaopt.DraftRuleAlways}, 48},
+		"ngram": {map[string]string{llamaopt.OptSpecType: "ngram-simple,ngram-map-k", llamaopt.OptDraftMax: "6", llamaopt.OptDraftRule: llamaopt.DraftRuleAlways, llamaopt.OptSpecNgramSimpleSizeN: "2",
+			llamaopt.OptSpecNgramSimpleSizeM: "6", llamaopt.OptSpecNgramMapSizeN: "2", llamaopt.OptSpecNgramMapSizeM: "6"}, 200},
 	} {
 		t.Run(name, func(t *testing.T) {
 			opts := c.opts
@@ -396,7 +397,7 @@ func aloneThenBatched(t *testing.T, plain, spec *Backend, n int, sp iface.Sample
 func TestSpecHybridReplay(t *testing.T) {
 	target := modelFile(t, "tiny-qwen35moe", gguf.TinyQwen35MoE())
 	plain := load(t, target, 4, nil)
-	spec := load(t, target, 4, map[string]string{OptSpecType: "ngram-simple", OptDraftMax: "4", OptDraftRule: DraftRuleAlways})
+	spec := load(t, target, 4, map[string]string{llamaopt.OptSpecType: "ngram-simple", llamaopt.OptDraftMax: "4", llamaopt.OptDraftRule: llamaopt.DraftRuleAlways})
 	referenceKernels(t, plain)
 	referenceKernels(t, spec)
 	sp := iface.SamplerParams{IgnoreEOS: true}
@@ -467,7 +468,7 @@ func TestSpecMeasured(t *testing.T) {
 	for name, target := range map[string]string{"llama": tiny(t), "qwen35moe": modelFile(t, "tiny-qwen35moe", gguf.TinyQwen35MoE())} {
 		t.Run(name, func(t *testing.T) {
 			plain := load(t, target, 1, nil)
-			spec := load(t, target, 1, map[string]string{OptDraftModel: tiny(t), OptDraftMax: "4"})
+			spec := load(t, target, 1, map[string]string{llamaopt.OptDraftModel: tiny(t), llamaopt.OptDraftMax: "4"})
 			prefill(t, plain, 0, prompts[1])
 			prefill(t, spec, 0, prompts[1])
 			want, _ := decode(t, plain, 0, 96, sp)
@@ -479,7 +480,7 @@ func TestSpecMeasured(t *testing.T) {
 				t.Fatal(err)
 			}
 			st := info.Speculative
-			if st == nil || st.Rule != DraftRuleMeasured || st.PlainRate <= 0 {
+			if st == nil || st.Rule != llamaopt.DraftRuleMeasured || st.PlainRate <= 0 {
 				t.Fatalf("the rule measured nothing: %+v", st)
 			}
 			t.Logf("%d of %d draft tokens accepted; rule %+v", res.DraftAccepted, res.DraftTokens, *st)
@@ -498,7 +499,7 @@ func TestSpecMeasured(t *testing.T) {
 func TestSpecStateWhileDrafting(t *testing.T) {
 	target := modelFile(t, "tiny-qwen35moe", gguf.TinyQwen35MoE())
 	plain := load(t, target, 3, nil)
-	spec := load(t, target, 3, map[string]string{OptSpecType: "ngram-simple", OptDraftMax: "4", OptDraftRule: DraftRuleAlways})
+	spec := load(t, target, 3, map[string]string{llamaopt.OptSpecType: "ngram-simple", llamaopt.OptDraftMax: "4", llamaopt.OptDraftRule: llamaopt.DraftRuleAlways})
 	referenceKernels(t, plain)
 	referenceKernels(t, spec)
 	sp := iface.SamplerParams{IgnoreEOS: true}
@@ -593,7 +594,7 @@ func TestSpecHybridDraft(t *testing.T) {
 	for name, target := range map[string]string{"dense target": tiny(t), "hybrid target": hybrid} {
 		t.Run(name, func(t *testing.T) {
 			plain := load(t, target, 4, nil)
-			spec := load(t, target, 4, map[string]string{OptDraftModel: hybrid, OptDraftMax: "4", OptDraftRule: DraftRuleAlways})
+			spec := load(t, target, 4, map[string]string{llamaopt.OptDraftModel: hybrid, llamaopt.OptDraftMax: "4", llamaopt.OptDraftRule: llamaopt.DraftRuleAlways})
 			referenceKernels(t, plain)
 			referenceKernels(t, spec)
 			if spec.eng.Load().spec.dctx == nil {
@@ -630,9 +631,9 @@ func tinyMTP(t *testing.T) string {
 // a model without the block is refused.
 func TestSpecMTP(t *testing.T) {
 	target := tinyMTP(t)
-	opts := map[string]string{OptSpecType: "draft-mtp", OptDraftMax: "4", OptDraftRule: DraftRuleAlways}
+	opts := map[string]string{llamaopt.OptSpecType: "draft-mtp", llamaopt.OptDraftMax: "4", llamaopt.OptDraftRule: llamaopt.DraftRuleAlways}
 	_, err := New(testLogger()).Load(context.Background(), iface.LoadRequest{Model: modelFile(t, "tiny-qwen35moe", gguf.TinyQwen35MoE()),
-		NSlots: 1, Options: map[string]string{OptNThreads: "1", OptNCtx: "512", OptSpecType: "draft-mtp"}})
+		NSlots: 1, Options: map[string]string{llamaopt.OptNThreads: "1", llamaopt.OptNCtx: "512", llamaopt.OptSpecType: "draft-mtp"}})
 	if !errors.Is(err, iface.ErrBadRequest) || !strings.Contains(err.Error(), "no multi-token-prediction block") {
 		t.Fatalf("draft-mtp on a model without the block: %v, want a bad request", err)
 	}
@@ -790,7 +791,7 @@ func TestSpecMTP(t *testing.T) {
 func TestSpecMTPStops(t *testing.T) {
 	target := tinyMTP(t)
 	plain := load(t, target, 1, nil)
-	spec := load(t, target, 1, map[string]string{OptSpecType: "draft-mtp", OptDraftMax: "4"})
+	spec := load(t, target, 1, map[string]string{llamaopt.OptSpecType: "draft-mtp", llamaopt.OptDraftMax: "4"})
 	referenceKernels(t, plain)
 	referenceKernels(t, spec)
 	sp := iface.SamplerParams{IgnoreEOS: true}

@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
 
 // specialTokens is BackendInfo.Special: the vocabulary's special tokens as
@@ -43,11 +44,11 @@ func (m *model) rerankTemplate() string {
 // from: the special tokens, the rerank template, and n_batch as llama-server
 // takes it for infill: the option given (not llama.cpp's cap at n_ctx),
 // with embeddings capped at n_ubatch, as llama-server caps it then.
-func (e *engine) describeVocab(opts options) {
+func (e *engine) describeVocab(opts llamaopt.Options) {
 	e.info.Special = e.model.specialTokens()
 	e.info.RerankTemplate = e.model.rerankTemplate()
-	e.info.NBatch = opts.nBatch
-	if opts.embeddings {
-		e.info.NBatch = min(opts.nBatch, opts.nUBatch)
+	e.info.NBatch = opts.NBatch
+	if opts.Embeddings {
+		e.info.NBatch = min(opts.NBatch, opts.NUBatch)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
 
 // SWAP_QUANT (and, through the same machinery, combined mode: combined.go):
@@ -37,7 +38,7 @@ import (
 // use now.
 type swapper struct {
 	sw    *C.struct_hydra_swap
-	keys  []string // the sources' keys: QuantBase, then the donors' in sorted order
+	keys  []string // the sources' keys: llamaopt.QuantBase, then the donors' in sorted order
 	names []string // the weights' names, as hydra_swap_weight numbers them: patterns are matched here, in Go
 	log   hclog.Logger
 
@@ -61,36 +62,36 @@ type state struct {
 // newSwapper checks the donors against the loaded model and starts hashing
 // their files; nil when no quantisation and no peer are configured (nothing
 // to swap, nothing indexed).
-func newSwapper(ctx context.Context, mdl *model, lc *lctx, path string, opts options, nGPU int, log hclog.Logger) (*swapper, error) {
-	if len(opts.quants) == 0 && opts.peer == "" {
+func newSwapper(ctx context.Context, mdl *model, lc *lctx, path string, opts llamaopt.Options, nGPU int, log hclog.Logger) (*swapper, error) {
+	if len(opts.Quants) == 0 && opts.Peer == "" {
 		return nil, nil
 	}
 	cs := C.CString(path)
 	defer C.free(unsafe.Pointer(cs))
 	var msg [512]C.char
-	sw := C.hydra_swap_new(mdl.m, cs, C.bool(opts.mmap), &msg[0], C.size_t(len(msg)))
+	sw := C.hydra_swap_new(mdl.m, cs, C.bool(opts.Mmap), &msg[0], C.size_t(len(msg)))
 	if sw == nil {
 		return nil, fmt.Errorf("%w: indexing the model's weights: %s", iface.ErrBadRequest, C.GoString(&msg[0]))
 	}
-	x := &swapper{sw: sw, keys: []string{QuantBase}, log: log}
+	x := &swapper{sw: sw, keys: []string{llamaopt.QuantBase}, log: log}
 	for _, w := range x.weights() {
 		x.names = append(x.names, w.name)
 	}
 	var paths []string
-	for _, k := range slices.Sorted(maps.Keys(opts.quants)) {
-		p, err := regularFile(opts.quants[k])
+	for _, k := range slices.Sorted(maps.Keys(opts.Quants)) {
+		p, err := regularFile(opts.Quants[k])
 		if err == nil {
-			err = x.addDonor(p, nGPU, opts.placementOptions)
+			err = x.addDonor(p, nGPU, opts.PlacementOptions)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%w: option %s%s: %w", iface.ErrBadRequest, OptQuantPrefix, k, err)
+			return nil, fmt.Errorf("%w: option %s%s: %w", iface.ErrBadRequest, llamaopt.OptQuantPrefix, k, err)
 		}
 		x.keys, paths = append(x.keys, k), append(paths, p)
 	}
-	if err := x.setCombined(lc, opts.combinedOptions); err != nil {
+	if err := x.setCombined(lc, opts.CombinedOptions); err != nil {
 		return nil, err
 	}
-	x.hashes = hashSources(ctx, paths, opts.alias)
+	x.hashes = hashSources(ctx, paths, opts.Alias)
 	x.mode = "solo"
 	return x, nil
 }
@@ -99,7 +100,7 @@ func newSwapper(ctx context.Context, mdl *model, lc *lctx, path string, opts opt
 // weights (the same GPU layers and placement rules, nothing allocated:
 // no_alloc, which needs mmap off) and checks it against them. The donor
 // model is freed: the swapper keeps where each weight goes and its file.
-func (x *swapper) addDonor(path string, nGPU int, p placementOptions) error {
+func (x *swapper) addDonor(path string, nGPU int, p llamaopt.PlacementOptions) error {
 	overrides, err := newOverrideList(path, p)
 	if err != nil {
 		return err
@@ -346,7 +347,7 @@ func (e *engine) quiesce() (func(), error) {
 func (e *engine) swapQuant(key, pattern string) (iface.SwapResult, error) {
 	x := e.swap
 	if x == nil || len(x.keys) == 1 {
-		return iface.SwapResult{}, fmt.Errorf("%w: no quantisation to swap to: configure %sKEY=PATH", iface.ErrNotImplemented, OptQuantPrefix)
+		return iface.SwapResult{}, fmt.Errorf("%w: no quantisation to swap to: configure %sKEY=PATH", iface.ErrNotImplemented, llamaopt.OptQuantPrefix)
 	}
 	src := x.source(key)
 	if src < 0 {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/gguf"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
 
 // SWAP_QUANT and combined mode on GPUs: what only a GPU can show (uploads
@@ -124,7 +125,7 @@ func expertHome(t *testing.T, x *swapper) string {
 func TestSwapQuantGPU(t *testing.T) {
 	requireGPU(t)
 	f16, q8, q4 := gpuMoE(t)
-	b := load(t, f16, 4, map[string]string{OptQuantPrefix + "q8": q8, OptQuantPrefix + "q4": q4, OptNCtx: "4096", OptNGPULayers: "all"})
+	b := load(t, f16, 4, map[string]string{llamaopt.OptQuantPrefix + "q8": q8, llamaopt.OptQuantPrefix + "q4": q4, llamaopt.OptNCtx: "4096", llamaopt.OptNGPULayers: "all"})
 	x := b.eng.Load().swap
 	home := expertHome(t, x)
 	free := func() int64 { f, _, _ := deviceMemory(home); return f }
@@ -197,7 +198,7 @@ func TestCombinedGPU(t *testing.T) {
 		t.Skip("combined mode on GPUs needs a second one (CUDA1)")
 	}
 	f16, _, _ := gpuMoE(t)
-	b := load(t, f16, 4, map[string]string{OptCombinedPeer: "cuda:1", OptNCtx: "4096", OptNGPULayers: "all"})
+	b := load(t, f16, 4, map[string]string{llamaopt.OptCombinedPeer: "cuda:1", llamaopt.OptNCtx: "4096", llamaopt.OptNGPULayers: "all"})
 	x := b.eng.Load().swap
 	moved, _ := experts(x)
 	var expected int64
@@ -223,7 +224,7 @@ func TestCombinedGPU(t *testing.T) {
 	if grew := before - after; grew < expected || grew > expected+1<<30 {
 		t.Errorf("CUDA1 grew by %s for %s of experts", mib(grew), mib(expected))
 	}
-	re := regexp.MustCompile(DefaultCombinedPattern)
+	re := regexp.MustCompile(llamaopt.DefaultCombinedPattern)
 	for _, w := range x.weights() {
 		if re.MatchString(w.name) && w.device != "CUDA1" {
 			t.Errorf("combined: %s is on %s", w.name, w.device)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/gguf"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
 
 // SWAP_QUANT and combined mode on real llama.cpp (CPU here): the tests'
@@ -49,9 +50,9 @@ func swapModel(t testing.TB, w gguf.WeightType, pattern string, other gguf.Weigh
 // swapOptions are the quantisations every swap test configures.
 func swapOptions(t testing.TB) map[string]string {
 	return map[string]string{
-		OptQuantPrefix + "q8": swapModel(t, gguf.WeightQ8_0, "", 0),
-		OptQuantPrefix + "q4": swapModel(t, gguf.WeightQ4_0, "", 0),
-		OptNCtx:               "512",
+		llamaopt.OptQuantPrefix + "q8": swapModel(t, gguf.WeightQ8_0, "", 0),
+		llamaopt.OptQuantPrefix + "q4": swapModel(t, gguf.WeightQ4_0, "", 0),
+		llamaopt.OptNCtx:               "512",
 	}
 }
 
@@ -151,7 +152,7 @@ func TestSwapQuantMatchesOracles(t *testing.T) {
 		if tc.oracle == "" {
 			continue
 		}
-		want, have := compute(t, load(t, tc.oracle, 1, map[string]string{OptNCtx: "512"})), compute(t, b)
+		want, have := compute(t, load(t, tc.oracle, 1, map[string]string{llamaopt.OptNCtx: "512"})), compute(t, b)
 		if !same(have, want) {
 			t.Errorf("swap %s %s: tokens %v, the oracle's %v (logits equal: %v)", tc.key, tc.pattern, have.tokens, want.tokens,
 				same(computed{logits: have.logits}, computed{logits: want.logits}))
@@ -190,7 +191,7 @@ func TestSwapQuantKeepsState(t *testing.T) {
 	// Decoding after a swap equals decoding the same state restored into
 	// the other quantisation: its first token is computed with the new
 	// weights too.
-	q8 := load(t, swapModel(t, gguf.WeightQ8_0, "", 0), 1, map[string]string{OptNCtx: "512"})
+	q8 := load(t, swapModel(t, gguf.WeightQ8_0, "", 0), 1, map[string]string{llamaopt.OptNCtx: "512"})
 	if _, err := q8.StatePut(context.Background(), 0, si.Tokens, bytes.NewReader(before[0]), int64(len(before[0]))); err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +209,7 @@ func TestSwapQuantKeepsState(t *testing.T) {
 // mode in force; both succeed once the slot is idle.
 func TestSwapQuantBusy(t *testing.T) {
 	opts := swapOptions(t)
-	opts[OptCombinedPeer] = "CPU"
+	opts[llamaopt.OptCombinedPeer] = "CPU"
 	b := load(t, swapModel(t, gguf.WeightF16, "", 0), 2, opts)
 	prefill(t, b, 1, story)
 	hold, emitted := make(chan struct{}), make(chan struct{}, 1)
@@ -306,7 +307,7 @@ func TestSwapQuantLoadChecks(t *testing.T) {
 	} {
 		b := New(testLogger())
 		_, err := b.Load(context.Background(), iface.LoadRequest{Model: swapModel(t, gguf.WeightF16, "", 0), NSlots: 1,
-			Options: map[string]string{OptNThreads: "1", OptNCtx: "512", OptQuantPrefix + tc.key: tc.path}})
+			Options: map[string]string{llamaopt.OptNThreads: "1", llamaopt.OptNCtx: "512", llamaopt.OptQuantPrefix + tc.key: tc.path}})
 		if !errors.Is(err, iface.ErrBadRequest) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: Load: %v, want %q", tc.name, err, tc.want)
 		}
@@ -364,12 +365,12 @@ func memoryModel(t testing.TB, w gguf.WeightType) string {
 func TestSwapQuantMemory(t *testing.T) {
 	for _, mmap := range []bool{false, true} {
 		t.Run(fmt.Sprintf("use_mmap=%v", mmap), func(t *testing.T) {
-			plain := map[string]string{OptNCtx: "512", OptMmap: strconv.FormatBool(mmap)}
+			plain := map[string]string{llamaopt.OptNCtx: "512", llamaopt.OptMmap: strconv.FormatBool(mmap)}
 			anonP, fileP := rss(t)
 			load(t, memoryModel(t, gguf.WeightF16), 1, plain)
 			anon0, file0 := rss(t)
 			opts := maps.Clone(plain)
-			opts[OptQuantPrefix+"q8"] = memoryModel(t, gguf.WeightQ8_0)
+			opts[llamaopt.OptQuantPrefix+"q8"] = memoryModel(t, gguf.WeightQ8_0)
 			b := load(t, memoryModel(t, gguf.WeightF16), 1, opts)
 			anon1, file1 := rss(t)
 			x := b.eng.Load().swap
@@ -416,7 +417,7 @@ func combinedTest(t *testing.T, nSlots int, extra map[string]string) (*Backend, 
 		peer = "cuda:1"
 	}
 	opts := swapOptions(t)
-	opts[OptCombinedPeer] = peer
+	opts[llamaopt.OptCombinedPeer] = peer
 	for k, v := range extra {
 		opts[k] = v
 	}
@@ -425,7 +426,7 @@ func combinedTest(t *testing.T, nSlots int, extra map[string]string) (*Backend, 
 
 // experts splits the weights into those combined mode moves and the rest.
 func experts(x *swapper) (moved, rest []weightPlace) {
-	re := regexp.MustCompile(DefaultCombinedPattern)
+	re := regexp.MustCompile(llamaopt.DefaultCombinedPattern)
 	for _, w := range x.weights() {
 		if re.MatchString(w.name) {
 			moved = append(moved, w)
@@ -536,7 +537,7 @@ func checkStateRoundTrip(t *testing.T, b *Backend) {
 // brings the swapped experts home.
 func TestCombinedWithSwaps(t *testing.T) {
 	b, _ := combinedTest(t, 1, nil)
-	oracle := compute(t, load(t, swapModel(t, gguf.WeightF16, expertWeights, gguf.WeightQ8_0), 1, map[string]string{OptNCtx: "512"}))
+	oracle := compute(t, load(t, swapModel(t, gguf.WeightF16, expertWeights, gguf.WeightQ8_0), 1, map[string]string{llamaopt.OptNCtx: "512"}))
 	strict := sameKernels(t, b)
 	if mode, _ := b.SetExpertMode(context.Background(), "combined"); mode != "combined" {
 		t.Fatalf("mode %q", mode)
@@ -573,8 +574,8 @@ func TestCombinedUnavailable(t *testing.T) {
 		opts map[string]string
 	}{
 		{"no peer", nil},
-		{"absent peer", map[string]string{OptCombinedPeer: "cuda:7"}},
-		{"pattern matching nothing", map[string]string{OptCombinedPeer: "CPU", OptCombinedPattern: `blk\.\d+\.ffn_nothing=CUDA1`}},
+		{"absent peer", map[string]string{llamaopt.OptCombinedPeer: "cuda:7"}},
+		{"pattern matching nothing", map[string]string{llamaopt.OptCombinedPeer: "CPU", llamaopt.OptCombinedPattern: `blk\.\d+\.ffn_nothing=CUDA1`}},
 	} {
 		b := load(t, swapModel(t, gguf.WeightF16, "", 0), 1, tc.opts)
 		if mode, err := b.SetExpertMode(context.Background(), "combined"); err != nil || mode != "solo" {
@@ -588,13 +589,13 @@ func TestCombinedUnavailable(t *testing.T) {
 			}
 		}
 		i := info(t, b)
-		if want := tc.opts[OptCombinedPeer] == "CPU"; i.PeerReachable != want || i.ExpertMode != "solo" {
+		if want := tc.opts[llamaopt.OptCombinedPeer] == "CPU"; i.PeerReachable != want || i.ExpertMode != "solo" {
 			t.Errorf("%s: info %+v", tc.name, i)
 		}
 	}
 	_, err := New(testLogger()).Load(context.Background(), iface.LoadRequest{Model: swapModel(t, gguf.WeightF16, "", 0), NSlots: 1,
-		Options: map[string]string{OptNThreads: "1", OptNCtx: "512", OptCombinedPeer: "CPU", OptCombinedPattern: `blk\.(`}})
-	if !errors.Is(err, iface.ErrBadRequest) || !strings.Contains(err.Error(), OptCombinedPattern) {
+		Options: map[string]string{llamaopt.OptNThreads: "1", llamaopt.OptNCtx: "512", llamaopt.OptCombinedPeer: "CPU", llamaopt.OptCombinedPattern: `blk\.(`}})
+	if !errors.Is(err, iface.ErrBadRequest) || !strings.Contains(err.Error(), llamaopt.OptCombinedPattern) {
 		t.Errorf("Load with a pattern that does not compile: %v", err)
 	}
 }
@@ -604,7 +605,7 @@ func TestCombinedUnavailable(t *testing.T) {
 // state the engine was in.
 func TestSwapInfoWhileSwapping(t *testing.T) {
 	opts := swapOptions(t)
-	opts[OptCombinedPeer] = "CPU"
+	opts[llamaopt.OptCombinedPeer] = "CPU"
 	b := load(t, swapModel(t, gguf.WeightF16, "", 0), 1, opts)
 	stop := make(chan struct{})
 	done := make(chan error, 1)

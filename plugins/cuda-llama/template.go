@@ -10,6 +10,7 @@ import (
 
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/chattmpl"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
 
 // defaultTemplate is ChatML as llama-server has it for a model without a
@@ -40,14 +41,14 @@ type chatTemplate struct {
 
 // newChatTemplate compiles the template: o's file, else the model's (src),
 // else ChatML.
-func newChatTemplate(src, bos, eos string, addsBOS bool, o templateOptions) (*chatTemplate, error) {
+func newChatTemplate(src, bos, eos string, addsBOS bool, o llamaopt.TemplateOptions) (*chatTemplate, error) {
 	what := "the model's chat template"
-	if o.templateFile != "" {
-		b, err := os.ReadFile(o.templateFile)
+	if o.TemplateFile != "" {
+		b, err := os.ReadFile(o.TemplateFile)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: %w", iface.ErrBadRequest, OptChatTemplateFile, err)
+			return nil, fmt.Errorf("%w: %s: %w", iface.ErrBadRequest, llamaopt.OptChatTemplateFile, err)
 		}
-		src, what = string(b), o.templateFile
+		src, what = string(b), o.TemplateFile
 	}
 	if src == "" {
 		src, what = defaultTemplate, "the default ChatML template"
@@ -56,12 +57,12 @@ func newChatTemplate(src, bos, eos string, addsBOS bool, o templateOptions) (*ch
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", iface.ErrBadRequest, what, err)
 	}
-	kw := maps.Clone(o.templateKwargs)
-	if o.reasoning != "" {
+	kw := maps.Clone(o.TemplateKwargs)
+	if o.Reasoning != "" {
 		if kw == nil {
 			kw = map[string]any{}
 		}
-		kw["enable_thinking"] = o.reasoning == "on"
+		kw["enable_thinking"] = o.Reasoning == "on"
 	}
 	return &chatTemplate{t: t, bos: bos, eos: eos, stripBOS: addsBOS && bos != "", kwargs: kw,
 		developerAsSystem: !strings.Contains(src, "<|channel|>")}, nil
@@ -92,7 +93,7 @@ func (c *chatTemplate) render(msgs []iface.Message, tools []string, reqKwargs st
 // mergedKwargs are the engine's kwargs with the request's, marked by g,
 // over them.
 func (c *chatTemplate) mergedKwargs(reqKwargs string, g contentGuard) (map[string]any, error) {
-	req, err := parseKwargs(reqKwargs)
+	req, err := llamaopt.ParseKwargs(reqKwargs)
 	if err != nil {
 		return nil, fmt.Errorf("%w: chat_template_kwargs: %v", iface.ErrBadRequest, err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/internal/hfref"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
 
 // testModel is bin/testmodels/NAME.gguf (make test-models): a tiny model
@@ -156,7 +157,7 @@ func TestChatControlTokensStayText(t *testing.T) {
 	for _, parse := range []bool{false, true} {
 		opts := map[string]string{}
 		if parse {
-			opts[OptChatParseSpecial] = "true"
+			opts[llamaopt.OptChatParseSpecial] = "true"
 		}
 		b := load(t, qwen3Model(t), 1, opts)
 		e := b.eng.Load()

@@ -1,4 +1,4 @@
-package cudallama
+package llamaopt
 
 import "github.com/hydra-engine/hydra-engine/iface"
 
@@ -16,17 +16,18 @@ const (
 	maxCacheRAM = 1 << 32
 )
 
-// cacheOptions are the parsed prompt cache options; the zero value keeps
+// CacheOptions are the parsed prompt cache options; the zero value keeps
 // no cache.
-type cacheOptions struct {
-	cacheRAM int64 // MiB; -1: no limit; 0: off
+type CacheOptions struct {
+	CacheRAM int64 // MiB; -1: no limit; 0: off
 }
 
-// cacheParsers are the options of this file, merged into optionParsers.
-var cacheParsers = map[string]optionParser{
-	OptCacheRAM: func(o *options, key, v string) error {
-		n, err := iface.ParseIntOption(key, v, -1, maxCacheRAM)
-		o.cacheRAM = int64(n)
-		return err
-	},
+// cacheOptions are the options of this file, in the table.
+var cacheOptions = []option{
+	{key: OptCacheRAM, def: "0", doc: "host-memory prompt cache in MiB (llama-server's --cache-ram): 0 off, -1 no byte limit",
+		parse: func(o *Options, key, v string) error {
+			n, err := iface.ParseIntOption(key, v, -1, maxCacheRAM)
+			o.CacheRAM = int64(n)
+			return err
+		}},
 }

@@ -1,4 +1,4 @@
-package cudallama
+package llamaopt
 
 import "github.com/hydra-engine/hydra-engine/iface"
 
@@ -24,28 +24,31 @@ const (
 	OptSWAFull = "swa_full"
 )
 
-// kvOptions are the parsed KV options; the zero value is the default.
-type kvOptions struct {
-	kvSplit      bool // kv_unified=false
-	contextShift bool
-	swaFull      bool
+// KVOptions are the parsed KV options; the zero value is the default.
+type KVOptions struct {
+	KVSplit      bool // kv_unified=false
+	ContextShift bool
+	SWAFull      bool
 }
 
-// kvParsers are the options of this file, merged into optionParsers.
-var kvParsers = map[string]optionParser{
-	OptKVUnified: func(o *options, key, v string) error {
-		b, err := iface.ParseBoolOption(key, v)
-		o.kvSplit = !b
-		return err
-	},
-	OptSWAFull: func(o *options, key, v string) error {
-		b, err := iface.ParseBoolOption(key, v)
-		o.swaFull = b
-		return err
-	},
-	OptContextShift: func(o *options, key, v string) error {
-		b, err := iface.ParseBoolOption(key, v)
-		o.contextShift = b
-		return err
-	},
+// kvOptions are the options of this file, in the table.
+var kvOptions = []option{
+	{key: OptKVUnified, def: "true", doc: "true: one KV pool every slot uses; false: n_ctx/slots cells a slot, as llama-server without --kv-unified",
+		parse: func(o *Options, key, v string) error {
+			b, err := iface.ParseBoolOption(key, v)
+			o.KVSplit = !b
+			return err
+		}},
+	{key: OptSWAFull, def: "false", doc: "a sliding-window model's window caches keep every position (llama-server's --swa-full)",
+		parse: func(o *Options, key, v string) error {
+			b, err := iface.ParseBoolOption(key, v)
+			o.SWAFull = b
+			return err
+		}},
+	{key: OptContextShift, def: "false", doc: "a full slot drops the older half of its sequence after n_keep and goes on (llama-server's --context-shift)",
+		parse: func(o *Options, key, v string) error {
+			b, err := iface.ParseBoolOption(key, v)
+			o.ContextShift = b
+			return err
+		}},
 }

@@ -1,4 +1,4 @@
-package cudallama
+package llamaopt
 
 import (
 	"errors"
@@ -22,13 +22,13 @@ func TestCombinedOptions(t *testing.T) {
 		if tc.pattern != "" {
 			opts[OptCombinedPattern] = tc.pattern
 		}
-		o, err := parseOptions(opts)
-		if err != nil || o.peer != tc.wantPeer || o.pattern != tc.wantPattern {
-			t.Errorf("%v: peer %q, pattern %q, %v", opts, o.peer, o.pattern, err)
+		o, err := Parse(opts)
+		if err != nil || o.Peer != tc.wantPeer || o.Pattern != tc.wantPattern {
+			t.Errorf("%v: peer %q, pattern %q, %v", opts, o.Peer, o.Pattern, err)
 		}
 	}
 	for key, v := range map[string]string{OptCombinedPeer: " ", OptCombinedPattern: "=CUDA1"} {
-		if _, err := parseOptions(map[string]string{key: v}); !errors.Is(err, iface.ErrBadRequest) || !strings.Contains(err.Error(), key) {
+		if _, err := Parse(map[string]string{key: v}); !errors.Is(err, iface.ErrBadRequest) || !strings.Contains(err.Error(), key) {
 			t.Errorf("%s=%q: %v", key, v, err)
 		}
 	}

@@ -1,4 +1,4 @@
-package cudallama
+package llamaopt
 
 import (
 	"fmt"
@@ -23,31 +23,33 @@ const (
 	DefaultCombinedPattern = `blk\.\d+\.ffn_(up|down|gate)_exps`
 )
 
-// combinedOptions are the parsed combined options; the zero value has no
+// CombinedOptions are the parsed combined options; the zero value has no
 // peer.
-type combinedOptions struct {
-	peer    string // ggml device name, "" none
-	pattern string // "" DefaultCombinedPattern
+type CombinedOptions struct {
+	Peer    string // ggml device name, "" none
+	Pattern string // "" DefaultCombinedPattern
 }
 
-// combinedParsers are the options of this file, merged into optionParsers.
-var combinedParsers = map[string]optionParser{
-	OptCombinedPeer:    parseCombinedPeer,
-	OptCombinedPattern: parseCombinedPattern,
+// combinedOptions are the options of this file, in the table.
+var combinedOptions = []option{
+	{key: OptCombinedPeer, def: "none", doc: `the device SET_EXPERT_MODE "combined" runs the experts on: CUDA1, cuda:1, CPU`,
+		parse: parseCombinedPeer},
+	{key: OptCombinedPattern, def: `blk\.\d+\.ffn_(up|down|gate)_exps`, doc: "the weights combined mode moves (Go regexp, searched in the name; an =DEVICE suffix is dropped)",
+		parse: parseCombinedPattern},
 }
 
 // deviceSpelling is the reference's DEVICE:N (cuda:1), which ggml names
 // DEVICEN (CUDA1).
 var deviceSpelling = regexp.MustCompile(`^([A-Za-z]+):([0-9]+)$`)
 
-func parseCombinedPeer(o *options, key, v string) error {
+func parseCombinedPeer(o *Options, key, v string) error {
 	if v == "" {
 		return fmt.Errorf("%w: option %s: needs a device (CUDA1, cuda:1, CPU)", iface.ErrBadRequest, key)
 	}
 	if m := deviceSpelling.FindStringSubmatch(v); m != nil {
 		v = strings.ToUpper(m[1]) + m[2]
 	}
-	o.peer = v
+	o.Peer = v
 	return nil
 }
 
@@ -55,13 +57,13 @@ func parseCombinedPeer(o *options, key, v string) error {
 // (CUDA1, RPC[host:port]) rather than continues the expression.
 var deviceSuffix = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.:\[\]-]*$`)
 
-func parseCombinedPattern(o *options, key, v string) error {
+func parseCombinedPattern(o *Options, key, v string) error {
 	if i := strings.LastIndexByte(v, '='); i >= 0 && deviceSuffix.MatchString(strings.TrimSpace(v[i+1:])) {
 		v = strings.TrimSpace(v[:i])
 	}
 	if v == "" {
 		return fmt.Errorf("%w: option %s: needs a regular expression (default %s)", iface.ErrBadRequest, key, DefaultCombinedPattern)
 	}
-	o.pattern = v
+	o.Pattern = v
 	return nil
 }

@@ -1,4 +1,4 @@
-package cudallama
+package llamaopt
 
 import (
 	"fmt"
@@ -24,25 +24,27 @@ const (
 // CPUDevice is the buffer type of host memory, the device n_cpu_moe names.
 const CPUDevice = "CPU"
 
-// placementRule keeps the weights whose names match pattern in device's
+// PlacementRule keeps the weights whose names match pattern in device's
 // memory.
-type placementRule struct {
-	pattern, device string
+type PlacementRule struct {
+	Pattern, Device string
 }
 
-func (r placementRule) String() string { return r.pattern + "=" + r.device }
+func (r PlacementRule) String() string { return r.Pattern + "=" + r.Device }
 
-// placementOptions are the parsed placement options; the zero value places
+// PlacementOptions are the parsed placement options; the zero value places
 // every weight where n_gpu_layers puts it.
-type placementOptions struct {
-	overrides []placementRule // override_tensor, in its order
-	nCPUMoE   int
+type PlacementOptions struct {
+	Overrides []PlacementRule // override_tensor, in its order
+	NCPUMoE   int
 }
 
-// placementParsers are the options of this file, merged into optionParsers.
-var placementParsers = map[string]optionParser{
-	OptOverrideTensor: parseOverrideTensor,
-	OptNCPUMoE:        intField(func(o *options) *int { return &o.nCPUMoE }, 0, maxLayers),
+// placementOptions are the options of this file, in the table.
+var placementOptions = []option{
+	{key: OptOverrideTensor, def: "none", doc: "PATTERN=DEVICE[,...]: weights whose names match stay in DEVICE's memory (llama-server's --override-tensor)",
+		parse: parseOverrideTensor},
+	{key: OptNCPUMoE, def: "0", doc: "the first N layers' expert weights stay in host memory (llama-server's --n-cpu-moe)",
+		parse: intField(func(o *Options) *int { return &o.NCPUMoE }, 0, maxLayers)},
 }
 
 // maxLayers bounds n_cpu_moe before the model says how many layers it has.
@@ -52,8 +54,8 @@ const maxLayers = 1 << 16
 // llama-server splits them; a pattern may hold '=', the device cannot, so
 // each entry is cut at its last one. Whether the device exists and the
 // pattern compiles is for Load to say, with the devices ggml has.
-func parseOverrideTensor(o *options, key, v string) error {
-	var rules []placementRule
+func parseOverrideTensor(o *Options, key, v string) error {
+	var rules []PlacementRule
 	for entry := range strings.SplitSeq(v, ",") {
 		entry = strings.TrimSpace(entry)
 		i := strings.LastIndexByte(entry, '=')
@@ -61,19 +63,19 @@ func parseOverrideTensor(o *options, key, v string) error {
 			return fmt.Errorf("%w: option %s: %q is not PATTERN=DEVICE (e.g. %s=%s, entries separated by commas)",
 				iface.ErrBadRequest, key, entry, `blk\.[0-3]\.ffn_.*_exps`, CPUDevice)
 		}
-		rules = append(rules, placementRule{pattern: entry[:i], device: strings.TrimSpace(entry[i+1:])})
+		rules = append(rules, PlacementRule{Pattern: entry[:i], Device: strings.TrimSpace(entry[i+1:])})
 	}
-	o.overrides = rules
+	o.Overrides = rules
 	return nil
 }
 
-// rules are the overrides in the order llama.cpp tries them (the first
+// Rules are the overrides in the order llama.cpp tries them (the first
 // pattern that matches a weight decides): override_tensor's, then
 // n_cpu_moe's, so an explicit override wins.
-func (p placementOptions) rules() []placementRule {
-	rules := append([]placementRule(nil), p.overrides...)
-	for i := range p.nCPUMoE {
-		rules = append(rules, placementRule{pattern: expertsPattern(i), device: CPUDevice})
+func (p PlacementOptions) Rules() []PlacementRule {
+	rules := append([]PlacementRule(nil), p.Overrides...)
+	for i := range p.NCPUMoE {
+		rules = append(rules, PlacementRule{Pattern: expertsPattern(i), Device: CPUDevice})
 	}
 	return rules
 }

@@ -1,4 +1,4 @@
-package cudallama
+package llamaopt
 
 import (
 	"errors"
@@ -12,15 +12,15 @@ import (
 // quant.KEY options: one per key, whatever the key's text; "base", blanks,
 // "+" and empty values are refused.
 func TestQuantOptions(t *testing.T) {
-	o, err := parseOptions(map[string]string{"quant.q8_0": "/m/q8.gguf", "quant.Q6_K/experts": " /m/q6.gguf ", "n_ctx": "512"})
+	o, err := Parse(map[string]string{"quant.q8_0": "/m/q8.gguf", "quant.Q6_K/experts": " /m/q6.gguf ", "n_ctx": "512"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := map[string]string{"q8_0": "/m/q8.gguf", "Q6_K/experts": "/m/q6.gguf"}; !maps.Equal(o.quants, want) {
-		t.Fatalf("quants %v, want %v", o.quants, want)
+	if want := map[string]string{"q8_0": "/m/q8.gguf", "Q6_K/experts": "/m/q6.gguf"}; !maps.Equal(o.Quants, want) {
+		t.Fatalf("quants %v, want %v", o.Quants, want)
 	}
-	if o, _ := parseOptions(nil); o.quants != nil {
-		t.Fatalf("no quant options: %v", o.quants)
+	if o, _ := Parse(nil); o.Quants != nil {
+		t.Fatalf("no quant options: %v", o.Quants)
 	}
 	for key, want := range map[string]string{
 		"quant.":      "must not be empty",
@@ -35,7 +35,7 @@ func TestQuantOptions(t *testing.T) {
 		if key == "quant.empty" {
 			v = " "
 		}
-		_, err := parseOptions(map[string]string{key: v})
+		_, err := Parse(map[string]string{key: v})
 		if !errors.Is(err, iface.ErrBadRequest) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", key, err, want)
 		}

@@ -1,4 +1,4 @@
-package cudallama
+package llamaopt
 
 import (
 	"fmt"
@@ -17,21 +17,22 @@ const (
 	QuantBase = "base"
 )
 
-// quantOptions are the parsed quant.KEY options; the zero value swaps to
+// QuantOptions are the parsed quant.KEY options; the zero value swaps to
 // nothing.
-type quantOptions struct {
-	quants map[string]string // key → path
+type QuantOptions struct {
+	Quants map[string]string // key → path
 }
 
-// swapPrefixParsers are the options of this file whose keys start with a prefix, merged into optionPrefixParsers.
-var swapPrefixParsers = map[string]optionParser{
-	OptQuantPrefix: parseQuant,
+// swapPrefixOptions are the options of this file whose keys start with a prefix, in the table.
+var swapPrefixOptions = []option{
+	{key: OptQuantPrefix, def: "none", doc: "quant.KEY=PATH: the loaded model in another quantisation, which SWAP_QUANT names KEY",
+		parse: parseQuant},
 }
 
 // parseQuant reads quant.KEY=PATH. A key is any text without blanks or "+"
 // (INFO joins the active keys with it), "base" excepted; whether PATH is a
 // model of the same weights is for Load to say.
-func parseQuant(o *options, key, v string) error {
+func parseQuant(o *Options, key, v string) error {
 	k := strings.TrimPrefix(key, OptQuantPrefix)
 	switch {
 	case k == "":
@@ -43,9 +44,9 @@ func parseQuant(o *options, key, v string) error {
 	case v == "":
 		return fmt.Errorf("%w: option %s: needs the path of a GGUF file", iface.ErrBadRequest, key)
 	}
-	if o.quants == nil {
-		o.quants = map[string]string{}
+	if o.Quants == nil {
+		o.Quants = map[string]string{}
 	}
-	o.quants[k] = v
+	o.Quants[k] = v
 	return nil
 }

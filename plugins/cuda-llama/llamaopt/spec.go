@@ -1,4 +1,4 @@
-package cudallama
+package llamaopt
 
 import (
 	"fmt"
@@ -53,104 +53,116 @@ const (
 	DraftRuleAlways   = "always"
 )
 
-// specOptions are the parsed speculative-decoding options.
-type specOptions struct {
-	ngramSimple, ngramMap [2]int   // size n, size m; 0: llama.cpp's
-	specTypes             []string // none: no speculative decoding
-	draftModel            string
-	draftNGPU             int
-	draftPMin             float32
-	specBounds            specrule.Bounds
-	draftAlways           bool // draft_rule=always
+// SpecOptions are the parsed speculative-decoding options.
+type SpecOptions struct {
+	NgramSimple, NgramMap [2]int   // size n, size m; 0: llama.cpp's
+	SpecTypes             []string // none: no speculative decoding
+	DraftModel            string
+	DraftNGPU             int
+	DraftPMin             float32
+	SpecBounds            specrule.Bounds
+	DraftAlways           bool // draft_rule=always
 }
 
-func defaultSpecOptions() specOptions {
-	return specOptions{draftNGPU: -1, specBounds: specrule.Bounds{NMax: 3, BatchMax: 32}}
+func defaultSpecOptions() SpecOptions {
+	return SpecOptions{DraftNGPU: -1, SpecBounds: specrule.Bounds{NMax: 3, BatchMax: 32}}
 }
 
-// specParsers are the options of this file, merged into optionParsers.
-var specParsers = map[string]optionParser{
-	OptDraftModel:           nonEmptyField(func(o *options) *string { return &o.draftModel }),
-	OptDraftMax:             intField(func(o *options) *int { return &o.specBounds.NMax }, 1, 256),
-	OptDraftMin:             intField(func(o *options) *int { return &o.specBounds.NMin }, 0, 256),
-	OptDraftBatchMax:        intField(func(o *options) *int { return &o.specBounds.BatchMax }, 2, 1<<16),
-	OptDraftNGPULayers:      intField(func(o *options) *int { return &o.draftNGPU }, -1, 1<<16),
-	OptSpecType:             parseSpecType,
-	OptSpecNgramSimpleSizeN: intField(func(o *options) *int { return &o.ngramSimple[0] }, 1, 1024),
-	OptSpecNgramSimpleSizeM: intField(func(o *options) *int { return &o.ngramSimple[1] }, 1, 1024),
-	OptSpecNgramMapSizeN:    intField(func(o *options) *int { return &o.ngramMap[0] }, 1, 1024),
-	OptSpecNgramMapSizeM:    intField(func(o *options) *int { return &o.ngramMap[1] }, 1, 1024),
-	OptDraftPMin:            parseDraftPMin,
-	OptDraftRule:            parseDraftRule,
+// specOptions are the options of this file, in the table.
+var specOptions = []option{
+	{key: OptDraftModel, def: "none", doc: "speculative decoding with this draft GGUF (the same vocabulary)",
+		parse: nonEmptyField(func(o *Options) *string { return &o.DraftModel })},
+	{key: OptDraftMax, def: "3", doc: "the most tokens a slot drafts a step (llama-server's --spec-draft-n-max)",
+		parse: intField(func(o *Options) *int { return &o.SpecBounds.NMax }, 1, 256)},
+	{key: OptDraftMin, def: "0", doc: "a shorter draft is not verified (llama-server's --spec-draft-n-min)",
+		parse: intField(func(o *Options) *int { return &o.SpecBounds.NMin }, 0, 256)},
+	{key: OptDraftBatchMax, def: "32", doc: "the most tokens one step's decoders verify in all, drafts and pending tokens",
+		parse: intField(func(o *Options) *int { return &o.SpecBounds.BatchMax }, 2, 1<<16)},
+	{key: OptDraftNGPULayers, def: "-1", doc: "the draft model's layers on the GPU; -1: all",
+		parse: intField(func(o *Options) *int { return &o.DraftNGPU }, -1, 1<<16)},
+	{key: OptSpecType, def: "draft-simple with draft_model, else none", doc: "llama-server's --spec-type: draft-simple, draft-mtp, ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, comma-separated",
+		parse: parseSpecType},
+	{key: OptSpecNgramSimpleSizeN, def: "llama.cpp's (12)", doc: "ngram-simple: the n-gram looked up",
+		parse: intField(func(o *Options) *int { return &o.NgramSimple[0] }, 1, 1024)},
+	{key: OptSpecNgramSimpleSizeM, def: "llama.cpp's (48)", doc: "ngram-simple: the tokens drafted after it",
+		parse: intField(func(o *Options) *int { return &o.NgramSimple[1] }, 1, 1024)},
+	{key: OptSpecNgramMapSizeN, def: "llama.cpp's (12)", doc: "ngram-map-k and ngram-map-k4v: the n-gram looked up",
+		parse: intField(func(o *Options) *int { return &o.NgramMap[0] }, 1, 1024)},
+	{key: OptSpecNgramMapSizeM, def: "llama.cpp's (48)", doc: "ngram-map-k and ngram-map-k4v: the tokens drafted after it",
+		parse: intField(func(o *Options) *int { return &o.NgramMap[1] }, 1, 1024)},
+	{key: OptDraftPMin, def: "0", doc: "the draft stops at a token the draft model gives less (llama-server's --spec-draft-p-min)",
+		parse: parseDraftPMin},
+	{key: OptDraftRule, def: "measured", doc: "measured: draft only where the step times measured here and the acceptance say it pays; always: every step, as llama-server",
+		parse: parseDraftRule},
 }
 
-// draftRule is draft_rule's value.
-func (o *specOptions) draftRule() string {
-	if o.draftAlways {
+// DraftRule is draft_rule's value.
+func (o *SpecOptions) DraftRule() string {
+	if o.DraftAlways {
 		return DraftRuleAlways
 	}
 	return DraftRuleMeasured
 }
 
 // parseDraftRule reads draft_rule.
-func parseDraftRule(o *options, key, v string) error {
+func parseDraftRule(o *Options, key, v string) error {
 	switch v {
 	case DraftRuleMeasured, DraftRuleAlways:
-		o.draftAlways = v == DraftRuleAlways
+		o.DraftAlways = v == DraftRuleAlways
 		return nil
 	}
 	return fmt.Errorf("%w: %s=%q: %s or %s", iface.ErrBadRequest, key, v, DraftRuleMeasured, DraftRuleAlways)
 }
 
 // parseSpecType reads spec_type's comma-separated names, each once.
-func parseSpecType(o *options, key, v string) error {
-	o.specTypes = nil
+func parseSpecType(o *Options, key, v string) error {
+	o.SpecTypes = nil
 	for t := range strings.SplitSeq(v, ",") {
 		t = strings.TrimSpace(t)
 		if !slices.Contains(specTypeNames, t) {
 			return fmt.Errorf("%w: %s=%q: %q is not one of %s", iface.ErrBadRequest, key, v, t, strings.Join(specTypeNames, ", "))
 		}
-		if !slices.Contains(o.specTypes, t) {
-			o.specTypes = append(o.specTypes, t)
+		if !slices.Contains(o.SpecTypes, t) {
+			o.SpecTypes = append(o.SpecTypes, t)
 		}
 	}
 	return nil
 }
 
 // parseDraftPMin reads draft_p_min, a probability.
-func parseDraftPMin(o *options, key, v string) error {
+func parseDraftPMin(o *Options, key, v string) error {
 	p, err := strconv.ParseFloat(v, 32)
 	if err != nil || p < 0 || p > 1 {
 		return fmt.Errorf("%w: %s=%q: a probability in [0, 1]", iface.ErrBadRequest, key, v)
 	}
-	o.draftPMin = float32(p)
+	o.DraftPMin = float32(p)
 	return nil
 }
 
 // specTypeNames are the spec_type names the plugin runs: llama.cpp's,
 // less those that need a model of their own kind (eagle3, dflash, dspark)
 // or lookup files (ngram-cache).
-var specTypeNames = []string{"draft-simple", specMTP, "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod"}
+var specTypeNames = []string{"draft-simple", SpecMTP, "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod"}
 
-// specMTP is spec_type's draft-mtp.
-const specMTP = "draft-mtp"
+// SpecMTP is spec_type's draft-mtp.
+const SpecMTP = "draft-mtp"
 
 // checkSpec resolves spec_type's default (draft-simple with a draft_model)
 // and refuses options that contradict each other.
-func (o *specOptions) checkSpec() error {
-	if o.specBounds.NMin > o.specBounds.NMax {
-		return fmt.Errorf("%w: %s=%d above %s=%d", iface.ErrBadRequest, OptDraftMin, o.specBounds.NMin, OptDraftMax, o.specBounds.NMax)
+func (o *SpecOptions) checkSpec() error {
+	if o.SpecBounds.NMin > o.SpecBounds.NMax {
+		return fmt.Errorf("%w: %s=%d above %s=%d", iface.ErrBadRequest, OptDraftMin, o.SpecBounds.NMin, OptDraftMax, o.SpecBounds.NMax)
 	}
-	simple := slices.Contains(o.specTypes, "draft-simple")
+	simple := slices.Contains(o.SpecTypes, "draft-simple")
 	switch {
-	case o.draftModel != "" && o.specTypes == nil:
-		o.specTypes = []string{"draft-simple"}
-	case o.draftModel != "" && !simple:
+	case o.DraftModel != "" && o.SpecTypes == nil:
+		o.SpecTypes = []string{"draft-simple"}
+	case o.DraftModel != "" && !simple:
 		return fmt.Errorf("%w: %s is set but %s=%s leaves out draft-simple, which uses it", iface.ErrBadRequest,
-			OptDraftModel, OptSpecType, strings.Join(o.specTypes, ","))
-	case o.draftModel == "" && simple:
+			OptDraftModel, OptSpecType, strings.Join(o.SpecTypes, ","))
+	case o.DraftModel == "" && simple:
 		return fmt.Errorf("%w: %s=draft-simple needs %s", iface.ErrBadRequest, OptSpecType, OptDraftModel)
-	case simple && o.mtp():
+	case simple && o.MTP():
 		// llama.cpp's draft-simple and draft-mtp each take the one draft context.
 		return fmt.Errorf("%w: %s=draft-mtp drafts with the model's own MTP block and takes no %s; leave out draft-simple and %s",
 			iface.ErrBadRequest, OptSpecType, OptDraftModel, OptDraftModel)
@@ -158,18 +170,5 @@ func (o *specOptions) checkSpec() error {
 	return nil
 }
 
-// mtp says whether the model's MTP block drafts (draft-mtp).
-func (o *specOptions) mtp() bool { return slices.Contains(o.specTypes, specMTP) }
-
-// requestBounds reads a request's own bounds (llama-server's
-// speculative.n_max, n_min): its n_max (0: the rule's own) and n_min (0:
-// the load's draft_min), and whether it turns drafting off (n_max 0).
-func requestBounds(p *iface.SpeculativeParams) (nMax, nMin int, off bool) {
-	if p == nil {
-		return 0, 0, false
-	}
-	if p.NMax == 0 {
-		return 0, 0, true
-	}
-	return max(p.NMax, 0), max(p.NMin, 0), false
-}
+// MTP says whether the model's MTP block drafts (draft-MTP).
+func (o *SpecOptions) MTP() bool { return slices.Contains(o.SpecTypes, SpecMTP) }
