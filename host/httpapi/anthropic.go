@@ -4,11 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/hydra-engine/hydra-engine/host/httpapi/run"
 	"math"
 	"net/http"
 	"reflect"
-	"slices"
-	"sort"
 	"strings"
 	"time"
 )
@@ -70,7 +69,7 @@ func checkNested(body []byte) error {
 			continue
 		}
 		if !each {
-			if err := checkFields(raw, name, known); err != nil {
+			if err := run.CheckFields(raw, name, known); err != nil {
 				return err
 			}
 			continue
@@ -80,7 +79,7 @@ func checkNested(body []byte) error {
 			return badRequest("%s must be an array", name)
 		}
 		for i, e := range elems {
-			if err := checkFields(e, fmt.Sprintf("%s[%d]", name, i), known); err != nil {
+			if err := run.CheckFields(e, fmt.Sprintf("%s[%d]", name, i), known); err != nil {
 				return err
 			}
 		}
@@ -144,41 +143,18 @@ type anthropicThinking struct {
 // (Anthropic requires it; llama-server is permissive).
 const defaultMaxTokens = 4096
 
-// checkFields refuses a JSON object's keys that are not in known, naming the
-// first (sorted) at path.
-func checkFields(raw json.RawMessage, path string, known []string) error {
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		return badRequest("%s must be a JSON object", strings.TrimPrefix(path, "."))
-	}
-	var extra []string
-	for k := range obj {
-		if !slices.Contains(known, k) {
-			extra = append(extra, k)
-		}
-	}
-	if len(extra) == 0 {
-		return nil
-	}
-	sort.Strings(extra)
-	field := strings.TrimPrefix(path+"."+extra[0], ".")
-	e := badRequest("%s is not supported by this engine", field)
-	e.Param = field
-	return e
-}
-
 // anthropicToOpenAI converts a /v1/messages body to the chat completion
 // body it runs as.
 // Counting (count_tokens) skips what only bounds the reply.
 func anthropicToOpenAI(body []byte, counting bool) ([]byte, messagesBody, error) {
 	var m messagesBody
-	if err := checkFields(body, "", messagesFields); err != nil {
+	if err := run.CheckFields(body, "", messagesFields); err != nil {
 		return nil, m, err
 	}
 	if err := checkNested(body); err != nil {
 		return nil, m, err
 	}
-	if err := decodeJSON(body, &m); err != nil {
+	if err := run.DecodeJSON(body, &m); err != nil {
 		return nil, m, err
 	}
 	oai := map[string]any{"stream": m.Stream}
@@ -276,13 +252,13 @@ func systemText(raw json.RawMessage) (*string, error) {
 func decodeBlock(raw json.RawMessage, path string) (anthropicBlock, error) {
 	var b anthropicBlock
 	if err := json.Unmarshal(raw, &b); err != nil {
-		return b, badRequest("%s must be a content block object: %s", path, jsonErrorText(err, reflect.TypeOf(&b)))
+		return b, badRequest("%s must be a content block object: %s", path, run.JSONErrorText(err, reflect.TypeOf(&b)))
 	}
 	fields, ok := blockFields[b.Type]
 	if !ok {
 		return b, badRequest("%s.type %q is not supported (text, thinking, tool_use and tool_result are)", path, b.Type)
 	}
-	if err := checkFields(raw, path, append([]string{"type", "cache_control"}, fields...)); err != nil {
+	if err := run.CheckFields(raw, path, append([]string{"type", "cache_control"}, fields...)); err != nil {
 		return b, err
 	}
 	switch b.Type {
@@ -510,23 +486,28 @@ func convertThinking(m messagesBody, counting bool, oai map[string]any) error {
 }
 
 // messages serves POST /v1/messages: the body converted, run as a chat
-// completion whose reply anthropicWriter converts back.
+// completion whose events anthropicSink writes as Anthropic's reply.
 func (a *api) messages(w http.ResponseWriter, r *http.Request) {
 	arrived := time.Now()
-	aw := newAnthropicWriter(w)
-	defer aw.finish()
+	sink := newAnthropicSink(w)
 	body, err := readAdmittedBody(w, r, a.s)
 	if err != nil {
-		writeAPIError(aw, a.apiErrorOf(r.Context(), "reading the request", err))
+		sink.Fail(a.apiErrorOf(r.Context(), "reading the request", err))
 		return
 	}
 	oai, m, err := anthropicToOpenAI(body, false)
 	if err != nil {
-		writeAPIError(aw, a.apiErrorOf(r.Context(), "reading the request", err))
+		sink.Fail(a.apiErrorOf(r.Context(), "reading the request", err))
 		return
 	}
 	if m.Metadata != nil && m.Metadata.UserID != "" {
 		a.log.Debug("Anthropic messages request", "metadata.user_id", m.Metadata.UserID)
 	}
-	a.completeBody(aw, r, true, oai, arrived)
+	c, e := a.parseBody(r.Context(), oai, true)
+	if e != nil {
+		sink.Fail(e)
+		return
+	}
+	c.arrived = arrived
+	a.runCompletion(w, r, c, sink)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hydra-engine/hydra-engine/host"
+	"github.com/hydra-engine/hydra-engine/host/httpapi/run"
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/plugins/mock"
 )
@@ -115,7 +116,7 @@ func TestParseCompletion(t *testing.T) {
 // isStatus reports whether err is an apiError of HTTP status code.
 func isStatus(err error, code int) bool {
 	e, ok := err.(*apiError)
-	return ok && e.status == code
+	return ok && e.Status == code
 }
 
 // newTestServer is a server over the in-process mock backend.
@@ -289,7 +290,7 @@ func TestQueueFull(t *testing.T) {
 		t.Fatalf("over the queue: %v", err)
 	}
 	rec := httptest.NewRecorder()
-	writeAPIError(rec, err.(*apiError))
+	run.WriteError(rec, err.(*apiError))
 	if rec.Header().Get("Retry-After") == "" {
 		t.Error("no Retry-After")
 	}

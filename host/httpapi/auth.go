@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hydra-engine/hydra-engine/host/httpapi/run"
 )
 
 // API keys as llama-server's --api-key: with keys configured every path
@@ -80,5 +81,5 @@ func writeUnauthorized(w http.ResponseWriter, r *http.Request) {
 		writeAnthropicError(w, http.StatusUnauthorized, "Invalid API Key")
 		return
 	}
-	writeAPIError(w, &apiError{status: http.StatusUnauthorized, Msg: "Invalid API Key", Type: "authentication_error", Code: http.StatusUnauthorized})
+	run.WriteError(w, &apiError{Status: http.StatusUnauthorized, Msg: "Invalid API Key", Type: "authentication_error", Code: http.StatusUnauthorized})
 }

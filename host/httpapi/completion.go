@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -17,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hydra-engine/hydra-engine/host"
+	"github.com/hydra-engine/hydra-engine/host/httpapi/run"
 	"github.com/hydra-engine/hydra-engine/host/tracing"
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/internal/stoptext"
@@ -29,139 +29,6 @@ import (
 
 func (a *api) chatCompletions(w http.ResponseWriter, r *http.Request) { a.complete(w, r, true) }
 func (a *api) textCompletions(w http.ResponseWriter, r *http.Request) { a.complete(w, r, false) }
-
-// usage is OpenAI's token count, with the prompt tokens kept from the
-// slot's sequence as llama-server gives them (prompt_tokens_details).
-type usage struct {
-	PromptTokens        int           `json:"prompt_tokens"`
-	CompletionTokens    int           `json:"completion_tokens"`
-	TotalTokens         int           `json:"total_tokens"`
-	PromptTokensDetails *promptCached `json:"prompt_tokens_details,omitempty"`
-}
-
-type promptCached struct {
-	CachedTokens int `json:"cached_tokens"`
-}
-
-// timings is llama-server's, which the coordinator reads: cache_n counts
-// the prompt's tokens kept from the slot's sequence, prompt_n those
-// evaluated.
-type timings struct {
-	CacheN              int     `json:"cache_n"`
-	PromptN             int     `json:"prompt_n"`
-	PromptMS            float64 `json:"prompt_ms"`
-	PromptPerTokenMS    float64 `json:"prompt_per_token_ms"`
-	PromptPerSecond     float64 `json:"prompt_per_second"`
-	PredictedN          int     `json:"predicted_n"`
-	PredictedMS         float64 `json:"predicted_ms"`
-	PredictedPerTokenMS float64 `json:"predicted_per_token_ms"`
-	PredictedPerSecond  float64 `json:"predicted_per_second"`
-	// Speculative decoding's draft tokens verified and accepted, as
-	// llama-server reports them: only where there were drafts.
-	DraftN         int `json:"draft_n,omitempty"`
-	DraftNAccepted int `json:"draft_n_accepted,omitempty"`
-}
-
-// newTimings are the timings of a prompt of nPrompt tokens of which reused
-// were kept and the rest evaluated in prompt, and nPred tokens generated in
-// pred.
-func newTimings(nPrompt, reused int, prompt time.Duration, nPred int, pred time.Duration) *timings {
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	per := func(n int, d time.Duration) (perToken, perSecond float64) {
-		if n > 0 && d > 0 {
-			return ms(d) / float64(n), float64(n) / d.Seconds()
-		}
-		return 0, 0
-	}
-	evaluated := max(nPrompt-reused, 0)
-	t := &timings{CacheN: nPrompt - evaluated, PromptN: evaluated, PromptMS: ms(prompt), PredictedN: nPred, PredictedMS: ms(pred)}
-	t.PromptPerTokenMS, t.PromptPerSecond = per(evaluated, prompt)
-	t.PredictedPerTokenMS, t.PredictedPerSecond = per(nPred, pred)
-	return t
-}
-
-// message and choice cover both response shapes; nil fields are omitted.
-type message struct {
-	Role             string     `json:"role,omitempty"`
-	Content          *string    `json:"content,omitempty"`
-	ReasoningContent *string    `json:"reasoning_content,omitempty"`
-	ToolCalls        []toolCall `json:"tool_calls,omitempty"`
-}
-
-// toolCall is OpenAI's: whole in a reply; in a streamed delta, index with
-// the pieces that came (id, type and name with the first, as llama-server
-// streams them).
-type toolCall struct {
-	Index    *int          `json:"index,omitempty"`
-	ID       string        `json:"id,omitempty"`
-	Type     string        `json:"type,omitempty"`
-	Function *toolFunction `json:"function,omitempty"`
-}
-
-type toolFunction struct {
-	Name      string  `json:"name,omitempty"`
-	Arguments *string `json:"arguments,omitempty"`
-}
-
-// deltaToolCall is a parsed delta's tool call piece, as
-// server_chat_msg_diff_to_json_oaicompat writes it.
-func deltaToolCall(d iface.ChatDelta) toolCall {
-	i := d.ToolCall
-	c := toolCall{Index: &i, ID: d.ToolID}
-	if d.ToolID != "" {
-		c.Type = "function"
-	}
-	if d.ToolName != "" || d.ToolArgs != "" {
-		c.Function = &toolFunction{Name: d.ToolName}
-		if d.ToolArgs != "" {
-			args := d.ToolArgs
-			c.Function.Arguments = &args
-		}
-	}
-	return c
-}
-
-// replyToolCalls are a parsed reply's calls, whole.
-func replyToolCalls(calls []iface.ToolCall) []toolCall {
-	var out []toolCall
-	for _, c := range calls {
-		args := c.Arguments
-		out = append(out, toolCall{ID: c.ID, Type: "function", Function: &toolFunction{Name: c.Name, Arguments: &args}})
-	}
-	return out
-}
-
-type choice struct {
-	Index        int      `json:"index"`
-	Message      *message `json:"message,omitempty"` // chat, whole reply
-	Delta        *message `json:"delta,omitempty"`   // chat, streamed chunk
-	Text         *string  `json:"text,omitempty"`    // text completion
-	Logprobs     any      `json:"logprobs"`
-	FinishReason *string  `json:"finish_reason"`
-}
-
-type completionBody struct {
-	ID                string   `json:"id"`
-	Object            string   `json:"object"`
-	Created           int64    `json:"created"`
-	Model             string   `json:"model"`
-	SystemFingerprint string   `json:"system_fingerprint"`
-	Choices           []choice `json:"choices"`
-	Usage             *usage   `json:"usage,omitempty"`
-	Timings           *timings `json:"timings,omitempty"`
-	IDSlot            *int     `json:"id_slot,omitempty"`
-	// ModelSwitched: the request named another model, which the engine
-	// loaded for it, emptying every slot.
-	ModelSwitched bool `json:"model_switched,omitempty"`
-}
-
-// finishReason maps a backend stop reason to OpenAI's.
-func finishReason(stop string) string {
-	if stop == "eos" || stop == iface.StopString {
-		return "stop"
-	}
-	return "length" // "length", "n_tokens_limit"
-}
 
 // stopNTokensLimit is the backends' stop reason for a full slot or KV cache.
 const stopNTokensLimit = "n_tokens_limit"
@@ -181,10 +48,8 @@ type completionRun struct {
 	c    completion
 	slot int
 
-	w       http.ResponseWriter
-	rc      *http.ResponseController
-	body    completionBody // the fields every reply and chunk shares
-	started bool           // SSE headers sent
+	sink run.Sink // the reply, in the request's dialect
+	head run.Head // the fields every event of the reply shares
 
 	nPrompt int           // tokens in the slot after the prefill
 	prompt  time.Duration // the prefill's time
@@ -195,11 +60,10 @@ type completionRun struct {
 	stopWord string
 	// promptDecode: the decode evaluates the prompt first (promptInDecode).
 	promptDecode bool
-	nPredict     int         // tokens the decode may generate
-	nPast        int         // tokens in the slot once the decode ended
-	probs        *tokenProbs // the log-probabilities not yet sent, when asked for
-	taskID       int64       // the completion's task, for /slots
-	release      func()      // frees the slot (once; later calls do nothing)
+	nPredict     int    // tokens the decode may generate
+	nPast        int    // tokens in the slot once the decode ended
+	taskID       int64  // the completion's task, for /slots
+	release      func() // frees the slot (once; later calls do nothing)
 	// firstToken is when the first token came; interToken observes the gaps
 	// between the next ones.
 	firstToken time.Time
@@ -213,21 +77,28 @@ type completionRun struct {
 	message *iface.ChatReply
 }
 
-// complete runs one completion. Until the decode starts streaming, a
-// failure is the reply; after that it is a final error event.
+// complete serves an OpenAI chat or text completion. Until the decode
+// starts streaming, a failure is the reply; after that it is a final error
+// event.
 func (a *api) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 	arrived := time.Now()
 	body, err := readAdmittedBody(w, r, a.s)
 	if err != nil {
-		writeAPIError(w, a.apiErrorOf(r.Context(), "reading the request", err))
+		run.WriteError(w, a.apiErrorOf(r.Context(), "reading the request", err))
 		return
 	}
-	a.completeBody(w, r, chat, body, arrived)
+	c, e := a.parseBody(r.Context(), body, chat)
+	if e != nil {
+		run.WriteError(w, e)
+		return
+	}
+	c.arrived = arrived
+	a.runCompletion(w, r, c, newOpenAISink(w, c))
 }
 
-// completeBody runs the completion of body, which arrived then: an OpenAI
-// body, or one converted to it (/v1/messages, /v1/responses).
-func (a *api) completeBody(w http.ResponseWriter, r *http.Request, chat bool, body []byte, arrived time.Time) {
+// parseBody validates a completion body: an OpenAI body, or one converted
+// to it (/v1/messages, /v1/responses).
+func (a *api) parseBody(ctx context.Context, body []byte, chat bool) (completion, *apiError) {
 	_, info := a.s.Backend()
 	tun := a.s.Tunables()
 	c, err := parseCompletion(body, chat, tun.Sampler(), tun.NPredict(), info)
@@ -235,31 +106,30 @@ func (a *api) completeBody(w http.ResponseWriter, r *http.Request, chat bool, bo
 		err = c.setReasoningBudget(a.budget, a.budgetMessage, info)
 	}
 	if err != nil {
-		writeAPIError(w, a.apiErrorOf(r.Context(), "reading the request", err))
-		return
+		return c, a.apiErrorOf(ctx, "reading the request", err)
 	}
-	c.arrived = arrived
-	a.runCompletion(w, r, c)
+	return c, nil
 }
 
 // runCompletion runs the validated completion c: on the model it names,
 // in a slot, retried while the shared KV cache has no room for its prompt.
-func (a *api) runCompletion(w http.ResponseWriter, r *http.Request, c completion) {
+// Its reply goes to sink; w's header takes what the run learns before it.
+func (a *api) runCompletion(w http.ResponseWriter, r *http.Request, c completion, sink run.Sink) {
 	ctx := r.Context()
 	b, info, switched, e := a.modelBackend(ctx, w, c.model)
 	if e != nil {
-		writeAPIError(w, e)
+		sink.Fail(e)
 		return
 	}
 	toks, err := a.promptTokens(ctx, b, &c)
 	if err != nil {
-		writeAPIError(w, a.apiErrorOf(ctx, "reading the prompt", err))
+		sink.Fail(a.apiErrorOf(ctx, "reading the prompt", err))
 		return
 	}
 	need := 0 // the cells the prompt and its first token take, when known
 	if toks != nil {
 		if n := info.SlotCtx(); n > 0 && len(toks) >= n {
-			writeAPIError(w, badRequest("the prompt has %d tokens, %s, its reply included", len(toks), host.SlotSize(info)))
+			sink.Fail(badRequest("the prompt has %d tokens, %s, its reply included", len(toks), host.SlotSize(info)))
 			return
 		}
 		need = len(toks) + 1
@@ -269,7 +139,7 @@ func (a *api) runCompletion(w http.ResponseWriter, r *http.Request, c completion
 	// to free, or a moment, and tries again, for up to maxRoomWait.
 	deadline := time.Now().Add(maxRoomWait)
 	for {
-		err := a.run(w, r, b, info, c, toks, need, switched)
+		err := a.runOnce(r, sink, b, info, c, toks, need, switched)
 		if err == nil {
 			return
 		}
@@ -279,7 +149,7 @@ func (a *api) runCompletion(w http.ResponseWriter, r *http.Request, c completion
 			if errors.As(err, &se) {
 				step = se.step
 			}
-			writeAPIError(w, a.apiErrorOf(ctx, step, roomError(shutdownCut(r.Context(), err))))
+			sink.Fail(a.apiErrorOf(ctx, step, roomError(shutdownCut(r.Context(), err))))
 			return
 		}
 		t := time.NewTimer(roomRetryWait)
@@ -305,7 +175,7 @@ func (a *api) checkModel(name string) *apiError {
 	if slices.Contains(aliases, name) {
 		return nil
 	}
-	return &apiError{status: http.StatusNotFound, Type: "invalid_request_error", Code: "model_not_found", Param: "model",
+	return &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "model_not_found", Param: "model",
 		Msg: fmt.Sprintf("the model %q does not exist: this engine serves %s", name, strings.Join(aliases, ", "))}
 }
 
@@ -321,16 +191,16 @@ const maxRoomWait = 60 * time.Second
 // room comes back as other sequences end.
 func roomError(err error) error {
 	if errors.Is(err, iface.ErrNoRoom) {
-		return &apiError{status: http.StatusServiceUnavailable, Type: "unavailable_error", Code: "kv_cache_full", Msg: err.Error()}
+		return &apiError{Status: http.StatusServiceUnavailable, Type: "unavailable_error", Code: "kv_cache_full", Msg: err.Error()}
 	}
 	return err
 }
 
-// run runs a completion once it has its prompt's tokens: it takes a slot
+// runOnce runs a completion once it has its prompt's tokens: it takes a slot
 // (waiting in the queue when none is free), prefills and decodes. It returns
 // an error only when nothing of the reply was written; after that, errors
 // are the reply's.
-func (a *api) run(w http.ResponseWriter, r *http.Request, b iface.Backend, info iface.BackendInfo, c completion, toks []int32, need int, switched bool) error {
+func (a *api) runOnce(r *http.Request, sink run.Sink, b iface.Backend, info iface.BackendInfo, c completion, toks []int32, need int, switched bool) error {
 	queued := time.Now()
 	lease, err := a.queue.take(r.Context(), a.pickSlot(r.Context(), c.slot, toks, need))
 	if err != nil {
@@ -341,10 +211,10 @@ func (a *api) run(w http.ResponseWriter, r *http.Request, b iface.Backend, info 
 	// the slot's sequence go there first where an earlier completion left
 	// it; never a Hydra RPC client's.
 	c.prefill.PromptCache, c.prefill.SaveSequence = true, lease.Found() == host.HolderHTTP
-	rn := &completionRun{a: a, ctx: r.Context(), b: b, info: info, c: c, slot: lease.Slot(),
-		w: w, rc: http.NewResponseController(w), body: newCompletionBody(c, info), probs: newTokenProbs(c),
+	rn := &completionRun{a: a, ctx: r.Context(), b: b, info: info, c: c, slot: lease.Slot(), sink: sink,
+		head: run.Head{ID: newCompletionID(), Created: time.Now().Unix(), Model: info.Model.Alias,
+			Fingerprint: fingerprint(info), Slot: lease.Slot(), Switched: switched},
 		interToken: a.metrics.interToken.WithLabelValues(info.Model.Alias)}
-	rn.body.ModelSwitched = switched
 	if c.chat && a.splitReasoning && !c.parsed { // a parsed reply comes split
 		rn.reasoner = newReasoningSplitter(thinkStart, thinkEnd, c.opensThinking)
 	}
@@ -429,19 +299,6 @@ func pieceTokens(ctx context.Context, b iface.Backend, pieces []promptPiece) ([]
 	return toks, nil
 }
 
-// newCompletionBody fills the fields every reply and chunk of c shares.
-func newCompletionBody(c completion, info iface.BackendInfo) completionBody {
-	body := completionBody{ID: newCompletionID(c.chat), Object: "text_completion", Created: time.Now().Unix(),
-		Model: info.Model.Alias, SystemFingerprint: fingerprint(info)}
-	switch {
-	case c.chat && c.stream:
-		body.Object = "chat.completion.chunk"
-	case c.chat:
-		body.Object = "chat.completion"
-	}
-	return body
-}
-
 // prefill evaluates the prompt into the slot. It runs before any byte of the
 // reply, so a bad prompt gets a real HTTP status even when streaming.
 func (rn *completionRun) prefill() error {
@@ -497,25 +354,25 @@ func (rn *completionRun) setPredict(nPast int) {
 func (rn *completionRun) generate() error {
 	rn.taskID = rn.a.beginTask(rn.slot, rn.nPrompt, rn.nPredict, slotParams{SamplerParams: rn.c.sampler, NPredict: rn.c.nPredict})
 	taskID := rn.taskID
-	if rn.c.stream && !rn.promptDecode { // with the prompt in the decode, at its first event
-		if err := rn.startStream(); err != nil {
+	if rn.c.stream { // lazily where the prompt is in the decode, which may still refuse it
+		if err := rn.sink.Begin(rn.observe(), rn.promptDecode); err != nil {
 			return nil // the client is gone
 		}
 	}
 	start := time.Now()
 	text, nGen, reason, err := rn.decode()
-	end := time.Now()
-	elapsed := end.Sub(start)
+	stop := time.Now()
+	elapsed := stop.Sub(start)
 	if rn.promptDecode {
 		elapsed -= rn.prompt
 	}
-	rn.recordSpans(start, end, nGen, err)
+	rn.recordSpans(start, stop, nGen, err)
 	rn.a.endTask(rn.slot, taskID, nGen, rn.nPredict)
 	rn.release()
 	if err != nil {
 		var rate *host.RateError
 		switch {
-		case errors.Is(err, iface.ErrNoRoom) && !rn.started && nGen == 0:
+		case errors.Is(err, iface.ErrNoRoom) && !rn.sink.Started() && nGen == 0:
 			return err
 		case errors.As(err, &rate) || errors.Is(err, os.ErrDeadlineExceeded):
 			tracing.Logger(rn.ctx, rn.a.log).Info("HTTP client cut: it stopped reading the reply", "slot", rn.slot, "tokens", nGen, "error", err)
@@ -529,17 +386,36 @@ func (rn *completionRun) generate() error {
 	}
 	rn.a.s.Stats().CountTokens(host.PhaseDecode, nGen, elapsed)
 	rn.a.s.Stats().CountDrafts(rn.draftN, rn.draftAccepted)
-	tm := newTimings(rn.nPrompt, rn.reused, rn.prompt, nGen, elapsed)
-	u := &usage{PromptTokens: rn.nPrompt, CompletionTokens: nGen, TotalTokens: rn.nPrompt + nGen,
-		PromptTokensDetails: &promptCached{CachedTokens: tm.CacheN}}
+	tm := run.NewTimings(rn.nPrompt, rn.reused, rn.prompt, nGen, elapsed)
 	tm.DraftN, tm.DraftNAccepted = rn.draftN, rn.draftAccepted
-	rn.observe()
-	if rn.c.stream {
-		rn.finishStream(reason, u, tm)
-		return nil
+	end := run.End{Head: rn.observe(), Text: text, Reasoning: rn.reasoning.String(), Finish: reason, Stop: rn.stop,
+		StopWord: rn.stopWord, Generated: nGen, NPast: rn.nPast, Timings: tm, PromptText: rn.promptText}
+	if m := rn.message; m != nil {
+		end.ToolCalls = m.ToolCalls
 	}
-	rn.reply(text, reason, u, tm)
+	_ = rn.sink.End(end)
 	return nil
+}
+
+// observe is the head of the reply's next event: the prompt as known now.
+func (rn *completionRun) observe() run.Head {
+	h := rn.head
+	h.NPrompt, h.Reused = rn.nPrompt, rn.reused
+	return h
+}
+
+// promptText is the prompt's text, special tokens included, as the backend
+// detokenizes its tokens; false where it has none or cannot.
+func (rn *completionRun) promptText() (string, bool) {
+	toks := rn.c.prefill.Tokens
+	if len(toks) == 0 {
+		return "", false
+	}
+	p, err := rn.b.Tokenize(rn.ctx, iface.PrefillRequest{Tokens: toks, Tokenize: &iface.TokenizeOptions{}})
+	if err != nil {
+		return "", false
+	}
+	return p.Text, true
 }
 
 // recordSpans makes the decode's span, from start to end, and the prompt's
@@ -560,46 +436,12 @@ func (rn *completionRun) recordSpans(start, end time.Time, nGen int, err error) 
 		FirstToken: rn.firstToken}.Record(rn.ctx, start, end, err)
 }
 
-// reply writes a whole (non-streamed) completion.
-func (rn *completionRun) reply(text, reason string, u *usage, tm *timings) {
-	if rn.c.native != nil {
-		writeJSON(rn.w, http.StatusOK, rn.nativeFinal(text, u.CompletionTokens, tm))
-		return
-	}
-	ch := choice{FinishReason: &reason, Logprobs: rn.probs.take()}
-	if rn.c.chat {
-		ch.Message = &message{Role: "assistant", Content: &text}
-		if r := rn.reasoning.String(); r != "" {
-			ch.Message.ReasoningContent = &r
-		}
-		if m := rn.message; m != nil {
-			ch.Message.ToolCalls = replyToolCalls(m.ToolCalls)
-		}
-	} else {
-		ch.Text = &text
-	}
-	slot := rn.slot
-	rn.body.Choices, rn.body.Usage, rn.body.Timings, rn.body.IDSlot = []choice{ch}, u, tm, &slot
-	writeJSON(rn.w, http.StatusOK, rn.body)
-}
-
-func newCompletionID(chat bool) string {
+// newCompletionID is a completion's random id, which each dialect prefixes
+// its own way.
+func newCompletionID() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
-	if chat {
-		return "chatcmpl-" + hex.EncodeToString(b[:])
-	}
-	return "cmpl-" + hex.EncodeToString(b[:])
-}
-
-// fingerprint names the backend and model that answered, as OpenAI's
-// system_fingerprint names a configuration.
-func fingerprint(info iface.BackendInfo) string {
-	h := info.Model.Hash
-	if len(h) > 12 {
-		h = h[:12]
-	}
-	return fmt.Sprintf("%s-%s-%s", info.Name, info.Version, h)
+	return hex.EncodeToString(b[:])
 }
 
 // decode generates up to nPredict tokens into the slot, streaming them when
@@ -643,7 +485,7 @@ func (rn *completionRun) decode() (string, int, string, error) {
 		}
 		last = now
 		n++
-		rn.probs.add(t)
+		rn.sink.Token(t)
 		if rn.c.parsed {
 			return rn.emitDeltas(t.Deltas)
 		}
@@ -706,16 +548,14 @@ func (rn *completionRun) countDrafts(res iface.DecodeResult) {
 }
 
 // emitDeltas takes what a token added to the parsed reply: kept for the
-// reply and streamed, one chunk a delta as llama-server sends them.
+// reply and streamed, one event a delta as llama-server sends them.
 func (rn *completionRun) emitDeltas(ds []iface.ChatDelta) error {
 	for _, d := range ds {
-		if err := rn.emitParts(d.Reasoning, d.Content); err != nil {
-			return err
+		var tool *run.ToolPiece
+		if d.ToolCall >= 0 {
+			tool = &run.ToolPiece{Index: d.ToolCall, ID: d.ToolID, Name: d.ToolName, Args: d.ToolArgs}
 		}
-		if d.ToolCall < 0 || !rn.c.stream {
-			continue
-		}
-		if err := rn.event(rn.chunkBody(&message{ToolCalls: []toolCall{deltaToolCall(d)}}, nil, nil)); err != nil {
+		if err := rn.emit(run.Delta{Reasoning: d.Reasoning, Content: d.Content, Tool: tool}); err != nil {
 			return err
 		}
 	}
@@ -767,90 +607,17 @@ func (rn *completionRun) finishText(n int, reason string) (string, int, string, 
 }
 
 func (rn *completionRun) emitParts(reasoning, content string) error {
-	rn.reasoning.WriteString(reasoning)
-	rn.text.WriteString(content)
+	return rn.emit(run.Delta{Reasoning: reasoning, Content: content})
+}
+
+// emit keeps a delta's text for the reply and streams the delta.
+func (rn *completionRun) emit(d run.Delta) error {
+	rn.reasoning.WriteString(d.Reasoning)
+	rn.text.WriteString(d.Content)
 	if !rn.c.stream {
 		return nil
 	}
-	if reasoning != "" {
-		if err := rn.event(rn.chunkBody(&message{ReasoningContent: &reasoning}, nil, nil)); err != nil {
-			return err
-		}
-	}
-	if content != "" || rn.c.native != nil && rn.probs.waiting() { // a native stream has a chunk for each token
-		return rn.chunk(content, nil)
-	}
-	return nil
-}
-
-// startStream sends the SSE headers and, for chat, the role-only first
-// chunk OpenAI clients expect.
-func (rn *completionRun) startStream() error {
-	h := rn.w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no") // keep reverse proxies from batching events
-	rn.observe()
-	rn.w.WriteHeader(http.StatusOK)
-	rn.started = true
-	if !rn.c.chat {
-		return rn.rc.Flush()
-	}
-	empty := ""
-	return rn.event(rn.chunkBody(&message{Role: "assistant", Content: &empty}, nil, nil))
-}
-
-// chunkBody is one streamed chunk with a delta (chat) or text.
-func (rn *completionRun) chunkBody(delta *message, text *string, reason *string) completionBody {
-	b := rn.body
-	ch := choice{Delta: delta, Text: text, FinishReason: reason, Logprobs: rn.probs.take()}
-	if rn.c.chat && delta == nil {
-		ch.Delta = &message{}
-	}
-	b.Choices = []choice{ch}
-	return b
-}
-
-// chunk streams a piece of generated text.
-func (rn *completionRun) chunk(s string, reason *string) error {
-	if rn.c.native != nil {
-		return rn.event(rn.nativeChunk(s))
-	}
-	if rn.c.chat {
-		return rn.event(rn.chunkBody(&message{Content: &s}, nil, reason))
-	}
-	return rn.event(rn.chunkBody(nil, &s, reason))
-}
-
-// finishStream sends the chunk carrying finish_reason (with llama-server's
-// timings), the usage chunk if asked for, and [DONE].
-func (rn *completionRun) finishStream(reason string, u *usage, tm *timings) {
-	if rn.c.native != nil { // llama-server's last event, and no [DONE]
-		_ = rn.event(rn.nativeFinal("", u.CompletionTokens, tm))
-		return
-	}
-	var last completionBody
-	if rn.c.chat {
-		last = rn.chunkBody(nil, nil, &reason)
-	} else {
-		empty := ""
-		last = rn.chunkBody(nil, &empty, &reason)
-	}
-	slot := rn.slot
-	last.Timings, last.IDSlot = tm, &slot
-	if rn.event(last) != nil {
-		return
-	}
-	if rn.c.includeUsage {
-		ub := rn.body
-		ub.Choices, ub.Usage = []choice{}, u
-		if rn.event(ub) != nil {
-			return
-		}
-	}
-	if _, err := rn.w.Write([]byte("data: [DONE]\n\n")); err == nil {
-		_ = rn.rc.Flush()
-	}
+	return rn.sink.Delta(d)
 }
 
 // fail reports a failed decode: as the reply when nothing was sent yet, else
@@ -861,41 +628,5 @@ func (rn *completionRun) fail(err error) {
 	if rn.promptDecode && rn.prompt == 0 { // the prompt's part failed
 		step = "evaluating the prompt"
 	}
-	e := rn.a.apiErrorOf(rn.ctx, step, err)
-	if !rn.started {
-		writeAPIError(rn.w, e)
-		return
-	}
-	_ = rn.event(map[string]*apiError{"error": e})
-}
-
-// runObserver is a reply writer that turns the OpenAI reply into another
-// API's (anthropicWriter): it is told, before the stream starts and before
-// the reply ends, what the OpenAI reply does not carry (the prompt's reused
-// tokens, the stop string that ended it).
-type runObserver interface{ observeRun(rn *completionRun) }
-
-func (rn *completionRun) observe() {
-	if o, ok := rn.w.(runObserver); ok {
-		o.observeRun(rn)
-	}
-}
-
-// event writes one SSE event and flushes it to the client.
-func (rn *completionRun) event(v any) error {
-	if !rn.started { // the prompt was in the decode: the stream starts at its first event
-		if err := rn.startStream(); err != nil {
-			return err
-		}
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	buf := make([]byte, 0, len(b)+8)
-	buf = append(append(append(buf, "data: "...), b...), "\n\n"...)
-	if _, err := rn.w.Write(buf); err != nil {
-		return err
-	}
-	return rn.rc.Flush()
+	rn.sink.Fail(rn.a.apiErrorOf(rn.ctx, step, err))
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hydra-engine/hydra-engine/host/httpapi/run"
 	"github.com/hydra-engine/hydra-engine/iface"
 )
 
@@ -59,34 +60,34 @@ func (a *api) infill(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	raw, b, info, e := a.bodyAndBackend(w, r)
 	if e != nil {
-		writeAPIError(w, e)
+		run.WriteError(w, e)
 		return
 	}
 	if missing := fimMissing(info.Special); missing != "" {
-		writeAPIError(w, notSupported("Infill is not supported by this model: "+missing))
+		run.WriteError(w, notSupported("Infill is not supported by this model: "+missing))
 		return
 	}
 	var body infillBody
-	if err := decodeJSON(raw, &body); err != nil {
-		writeAPIError(w, a.apiErrorOf(ctx, "reading the request", err))
+	if err := run.DecodeJSON(raw, &body); err != nil {
+		run.WriteError(w, a.apiErrorOf(ctx, "reading the request", err))
 		return
 	}
 	in, e := parseInfill(body)
 	if e != nil {
-		writeAPIError(w, e)
+		run.WriteError(w, e)
 		return
 	}
 	tt := textTokens{ctx: ctx, b: b}
 	p, err := in.tokens(tt)
 	if err != nil {
-		writeAPIError(w, a.apiErrorOf(ctx, "tokenizing the input", err))
+		run.WriteError(w, a.apiErrorOf(ctx, "tokenizing the input", err))
 		return
 	}
 	prompt := formatInfill(*info.Special, p, infillBudget{nBatch: infillBatch(info), nPredict: a.s.Tunables().NPredict(),
 		nCtx: info.SlotCtx(), spm: a.spmInfill})
 	body2, err := completionOfInfill(raw, prompt)
 	if err != nil {
-		writeAPIError(w, a.apiErrorOf(ctx, "reading the request", err))
+		run.WriteError(w, a.apiErrorOf(ctx, "reading the request", err))
 		return
 	}
 	a.completeNative(w, r, body2, arrived)

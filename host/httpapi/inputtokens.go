@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/hydra-engine/hydra-engine/host"
+	"github.com/hydra-engine/hydra-engine/host/httpapi/run"
 )
 
 // The prompt's token count of a request, without running it:
@@ -35,15 +36,15 @@ func (a *api) openAIInputTokens(w http.ResponseWriter, r *http.Request, toChat f
 		body, err = toChat(body)
 	}
 	if err != nil {
-		writeAPIError(w, a.apiErrorOf(r.Context(), "reading the request", err))
+		run.WriteError(w, a.apiErrorOf(r.Context(), "reading the request", err))
 		return
 	}
 	n, err := a.countPrompt(r, body)
 	if err != nil {
-		writeAPIError(w, a.apiErrorOf(r.Context(), "counting the prompt's tokens", err))
+		run.WriteError(w, a.apiErrorOf(r.Context(), "counting the prompt's tokens", err))
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "response.input_tokens", "input_tokens": n})
+	run.WriteJSON(w, http.StatusOK, map[string]any{"object": "response.input_tokens", "input_tokens": n})
 }
 
 // countMessageTokens serves /v1/messages/count_tokens, errors in
@@ -51,7 +52,7 @@ func (a *api) openAIInputTokens(w http.ResponseWriter, r *http.Request, toChat f
 func (a *api) countMessageTokens(w http.ResponseWriter, r *http.Request) {
 	fail := func(step string, err error) {
 		e := a.apiErrorOf(r.Context(), step, err)
-		writeAnthropicError(w, e.status, e.Msg)
+		writeAnthropicError(w, e.Status, e.Msg)
 	}
 	body, err := readAdmittedBody(w, r, a.s)
 	if err != nil {
@@ -68,7 +69,7 @@ func (a *api) countMessageTokens(w http.ResponseWriter, r *http.Request) {
 		fail("counting the prompt's tokens", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"input_tokens": n})
+	run.WriteJSON(w, http.StatusOK, map[string]any{"input_tokens": n})
 }
 
 // countPrompt is the number of tokens the chat completion body's prompt
@@ -79,7 +80,7 @@ func (a *api) countPrompt(r *http.Request, body []byte) (int, error) {
 	if err := host.CheckMessageCountJSON(body, info); err != nil {
 		return 0, badRequest("%v", err)
 	}
-	if err := decodeJSON(body, &req); err != nil {
+	if err := run.DecodeJSON(body, &req); err != nil {
 		return 0, err
 	}
 	if err := a.checkModel(req.Model); err != nil {

@@ -35,42 +35,17 @@ type chatAlternative struct {
 	Bytes   []int   `json:"bytes"`
 }
 
-// tokenProbs collects the entries of a completion that asked for them, and
-// every token of a native one (its reply carries their ids).
+// tokenProbs collects the entries of a completion that asked for them.
 type tokenProbs struct {
 	chat    bool
 	pending []iface.Token
 	offset  int // text offset of the next token (text API)
-	count   int // tokens added
-}
-
-// newTokenProbs is nil (collects nothing) unless c asked for logprobs or is
-// native.
-func newTokenProbs(c completion) *tokenProbs {
-	if !c.logprobs && c.native == nil {
-		return nil
-	}
-	return &tokenProbs{chat: c.chat}
 }
 
 func (p *tokenProbs) add(t iface.Token) {
 	if p != nil {
 		p.pending = append(p.pending, t)
-		p.count++
 	}
-}
-
-// waiting reports whether tokens wait to be taken.
-func (p *tokenProbs) waiting() bool { return p != nil && len(p.pending) > 0 }
-
-// takeTokens returns the tokens not yet taken and forgets them.
-func (p *tokenProbs) takeTokens() []iface.Token {
-	if p == nil {
-		return nil
-	}
-	toks := p.pending
-	p.pending = nil
-	return toks
 }
 
 // take returns the pending entries in the completion's shape (nil when
@@ -79,7 +54,8 @@ func (p *tokenProbs) take() any {
 	if p == nil {
 		return nil
 	}
-	toks := p.takeTokens()
+	toks := p.pending
+	p.pending = nil
 	if p.chat {
 		content := make([]chatLogprob, len(toks))
 		for i, t := range toks {

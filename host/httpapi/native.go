@@ -4,21 +4,20 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"net/http"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
+	"github.com/hydra-engine/hydra-engine/host/httpapi/run"
 	"github.com/hydra-engine/hydra-engine/iface"
 )
 
 // llama-server's native completion, POST /completion (its
 // handle_completions_impl answering TASK_RESPONSE_TYPE_NONE): the body is
 // read into the text completion path's completion (parseCompletion), which
-// runs as any other; completion.go writes the reply and the stream in
-// llama-server's shape through nativeChunk and nativeFinal. A list of
+// runs as any other; nativeSink writes the reply and the stream in
+// llama-server's shape (native_reply.go). A list of
 // prompts, and n_cmpl above 1, run one completion after another, their
 // replies in one array or one stream, each with its index. Unlike
 // llama-server, a field this engine does not honour is refused, naming it.
@@ -119,7 +118,7 @@ func (a *api) nativeCompletion(w http.ResponseWriter, r *http.Request) {
 	arrived := time.Now()
 	body, err := readAdmittedBody(w, r, a.s)
 	if err != nil {
-		writeAPIError(w, a.apiErrorOf(r.Context(), "reading the request", err))
+		run.WriteError(w, a.apiErrorOf(r.Context(), "reading the request", err))
 		return
 	}
 	a.completeNative(w, r, body, arrived)
@@ -132,28 +131,28 @@ func (a *api) completeNative(w http.ResponseWriter, r *http.Request, body []byte
 	tun := a.s.Tunables()
 	cs, err := parseNative(body, tun.Sampler(), tun.NPredict(), info)
 	if err != nil {
-		writeAPIError(w, a.apiErrorOf(r.Context(), "reading the request", err))
+		run.WriteError(w, a.apiErrorOf(r.Context(), "reading the request", err))
 		return
 	}
 	for i := range cs {
 		cs[i].arrived = arrived
 	}
-	if len(cs) == 1 {
-		a.runCompletion(w, r, cs[0])
-		return
+	reply := &nativeReplies{w: w, many: len(cs) > 1}
+	for _, c := range cs {
+		s := &nativeSink{reply: reply, c: c}
+		a.runCompletion(w, r, c, s)
+		if s.failed || !s.wrote || r.Context().Err() != nil {
+			return // the first that fails is the reply, or ends the stream
+		}
 	}
-	if cs[0].stream {
-		a.streamEach(w, r, cs)
-		return
-	}
-	a.replyEach(w, r, cs)
+	reply.finish()
 }
 
 // parseNative validates a /completion body: one completion for each prompt
 // and each of its n_cmpl, in llama-server's order of their indexes.
 func parseNative(body []byte, sampler iface.SamplerParams, nPredict int, info iface.BackendInfo) ([]completion, error) {
 	var fields map[string]json.RawMessage
-	if err := decodeJSON(body, &fields); err != nil {
+	if err := run.DecodeJSON(body, &fields); err != nil {
 		return nil, err
 	}
 	if fields == nil {
@@ -163,7 +162,7 @@ func parseNative(body []byte, sampler iface.SamplerParams, nPredict int, info if
 		return nil, err
 	}
 	var req nativeRequest
-	if err := decodeJSON(body, &req); err != nil {
+	if err := run.DecodeJSON(body, &req); err != nil {
 		return nil, err
 	}
 	prompts, err := nativePrompts(req.Prompt)
@@ -231,7 +230,7 @@ func checkNativeFields(fields map[string]json.RawMessage) error {
 		}
 	}
 	if raw := bytes.TrimSpace(fields["stream_options"]); len(raw) > 0 && string(raw) != "null" {
-		return checkFields(raw, "stream_options", []string{"include_usage"})
+		return run.CheckFields(raw, "stream_options", []string{"include_usage"})
 	}
 	return nil
 }
@@ -334,7 +333,7 @@ func nativePrompt(raw json.RawMessage, path string) (json.RawMessage, error) {
 	if raw[0] != '{' || json.Unmarshal(raw, &obj) != nil || len(obj.PromptString) == 0 {
 		return nil, badRequest("%s must be a string, token ids, strings and token ids mixed, or an object with prompt_string", path)
 	}
-	if err := checkFields(raw, path, []string{"prompt_string", "multimodal_data"}); err != nil {
+	if err := run.CheckFields(raw, path, []string{"prompt_string", "multimodal_data"}); err != nil {
 		return nil, err
 	}
 	if md := bytes.TrimSpace(obj.MultimodalData); len(md) > 0 && string(md) != "null" {
@@ -391,264 +390,4 @@ func nativeNCmpl(req nativeRequest, info iface.BackendInfo) (int, error) {
 		return 0, e
 	}
 	return int(*v), nil
-}
-
-// nativeChunk is a streamed chunk of a native completion: the text that the
-// token (or tokens) since the last chunk released, maybe none while a stop
-// string may be starting, and those tokens.
-func (rn *completionRun) nativeChunk(content string) map[string]any {
-	toks := rn.probs.takeTokens()
-	out := map[string]any{"index": rn.c.native.index, "content": content, "tokens": tokenIDList(toks), "stop": false,
-		"id_slot": rn.slot, "tokens_predicted": rn.probs.count, "tokens_evaluated": rn.nPrompt}
-	if rn.c.logprobs && len(toks) > 0 {
-		out["completion_probabilities"] = nativeProbs(toks)
-	}
-	return out
-}
-
-// nativeFinal is a native completion's whole reply, or its stream's last
-// event (content "": the chunks carried it), with llama-server's fields.
-func (rn *completionRun) nativeFinal(content string, nGen int, tm *timings) map[string]any {
-	toks := rn.probs.takeTokens()
-	ids := []int32{}
-	if rn.c.native.returnTokens && !rn.c.stream {
-		ids = tokenIDList(toks)
-	}
-	stopType, truncated := nativeStopType(rn.stop)
-	stopWord := ""
-	if stopType == "word" {
-		stopWord = rn.stopWord
-	}
-	out := map[string]any{"index": rn.c.native.index, "content": content, "tokens": ids, "id_slot": rn.slot, "stop": true,
-		"model": rn.body.Model, "tokens_predicted": nGen, "tokens_evaluated": rn.nPrompt,
-		"generation_settings": rn.nativeSettings(), "prompt": rn.nativePrompt(),
-		"has_new_line": strings.Contains(rn.text.String(), "\n"), "truncated": truncated, "stop_type": stopType,
-		"stopping_word": stopWord, "tokens_cached": rn.nPast, "timings": tm}
-	if rn.c.logprobs && !rn.c.stream && len(toks) > 0 {
-		out["completion_probabilities"] = nativeProbs(shownTokens(toks, len(content)))
-	}
-	if f := rn.c.native.responseFields; len(f) > 0 {
-		return pickFields(out, f)
-	}
-	return out
-}
-
-func tokenIDList(toks []iface.Token) []int32 {
-	ids := make([]int32, len(toks))
-	for i, t := range toks {
-		ids[i] = t.ID
-	}
-	return ids
-}
-
-// shownTokens are the tokens whose text lies within the reply's n bytes: a
-// stop string's tokens, cut from the text, have no probabilities listed
-// either, as in llama-server.
-func shownTokens(toks []iface.Token, n int) []iface.Token {
-	at := 0
-	for i, t := range toks {
-		if at += len(t.Text); at > n {
-			return toks[:i]
-		}
-	}
-	return toks
-}
-
-// nativeStopType is llama-server's stop_type for a backend's stop reason,
-// and whether the context ran out (truncated).
-func nativeStopType(stop string) (string, bool) {
-	switch stop {
-	case "eos":
-		return "eos", false
-	case iface.StopString:
-		return "word", false
-	case stopNTokensLimit:
-		return "limit", true
-	case "length":
-		return "limit", false
-	}
-	return "none", false
-}
-
-// nativeSettings is generation_settings: the parameters the completion ran
-// with, and nativeOff's features at the values that leave them off.
-func (rn *completionRun) nativeSettings() map[string]any {
-	c, sp := rn.c, rn.c.sampler
-	bias := []map[string]any{}
-	for _, id := range slices.Sorted(maps.Keys(sp.LogitBias)) {
-		bias = append(bias, map[string]any{"token": id, "bias": sp.LogitBias[id]})
-	}
-	grammar := ""
-	if c.output != nil {
-		grammar = c.output.Grammar
-	}
-	out := map[string]any{"seed": sp.Seed, "temperature": sp.Temperature, "top_k": sp.TopK, "top_p": sp.TopP, "min_p": sp.MinP,
-		"repeat_last_n": sp.RepeatLastN, "repeat_penalty": sp.RepeatPenalty, "presence_penalty": sp.PresencePenalty,
-		"frequency_penalty": sp.FrequencyPenalty, "stop": nonNilStrings(c.stops), "max_tokens": c.nPredict,
-		"n_predict": c.nPredict, "n_keep": c.nKeep, "ignore_eos": sp.IgnoreEOS, "stream": c.stream, "logit_bias": bias,
-		"n_probs": c.nProbs, "grammar": grammar}
-	if c.output != nil && c.output.JSONSchema != "" {
-		out["json_schema"] = json.RawMessage(c.output.JSONSchema)
-	}
-	for _, f := range nativeOff {
-		out[f.name] = f.off
-	}
-	return out
-}
-
-func nonNilStrings(s []string) []string {
-	if s == nil {
-		return []string{}
-	}
-	return s
-}
-
-// nativePrompt is the prompt as llama-server echoes it: its tokens' text,
-// special tokens included, as the backend detokenizes them; a backend that
-// cannot (iface.ErrNotImplemented) has the prompt as sent where it was text.
-func (rn *completionRun) nativePrompt() string {
-	if toks := rn.c.prefill.Tokens; len(toks) > 0 {
-		p, err := rn.b.Tokenize(rn.ctx, iface.PrefillRequest{Tokens: toks, Tokenize: &iface.TokenizeOptions{}})
-		if err == nil {
-			return p.Text
-		}
-	}
-	return rn.c.native.promptText
-}
-
-// pickFields is llama-server's response_fields: each path's value (a path's
-// keys joined by "/" reach into objects), under the path as its key; a
-// path that leads nowhere is left out.
-func pickFields(reply map[string]any, paths []string) map[string]any {
-	b, _ := json.Marshal(reply)
-	var generic map[string]any
-	_ = json.Unmarshal(b, &generic)
-	out := map[string]any{}
-	for _, path := range paths {
-		var v any = generic
-		for key := range strings.SplitSeq(path, "/") {
-			obj, ok := v.(map[string]any)
-			if !ok {
-				v = nil
-				break
-			}
-			if v, ok = obj[key]; !ok {
-				break
-			}
-		}
-		if v != nil {
-			out[path] = v
-		}
-	}
-	return out
-}
-
-// replyEach runs the completions one after another and answers their
-// replies in one array, as llama-server answers several; the first that
-// fails is the reply instead.
-func (a *api) replyEach(w http.ResponseWriter, r *http.Request, cs []completion) {
-	replies := make([]json.RawMessage, 0, len(cs))
-	for _, c := range cs {
-		rec := &heldReply{header: http.Header{}}
-		a.runCompletion(rec, r, c)
-		maps.Copy(w.Header(), rec.header)
-		switch rec.status {
-		case 0: // nothing was written: the client is gone
-			return
-		case http.StatusOK:
-			replies = append(replies, bytes.TrimSpace(rec.body.Bytes()))
-			continue
-		}
-		w.WriteHeader(rec.status)
-		_, _ = w.Write(rec.body.Bytes())
-		return
-	}
-	writeJSON(w, http.StatusOK, replies)
-}
-
-// heldReply keeps a reply for replyEach.
-type heldReply struct {
-	header http.Header
-	status int
-	body   bytes.Buffer
-}
-
-func (h *heldReply) Header() http.Header { return h.header }
-
-func (h *heldReply) WriteHeader(code int) {
-	if h.status == 0 {
-		h.status = code
-	}
-}
-
-func (h *heldReply) Write(p []byte) (int, error) {
-	h.WriteHeader(http.StatusOK)
-	return h.body.Write(p)
-}
-
-// streamEach streams the completions one after another in one stream (as
-// llama-server's interleave, each event carries its index). A completion
-// that fails ends the stream with its error event, or is the reply where it
-// is the first.
-func (a *api) streamEach(w http.ResponseWriter, r *http.Request, cs []completion) {
-	sw := &eachStream{w: w}
-	for _, c := range cs {
-		sw.status = 0
-		a.runCompletion(sw, r, c)
-		if sw.ended() || r.Context().Err() != nil {
-			return
-		}
-	}
-}
-
-// eachStream is the one stream of streamEach's completions: the first one's
-// status is the reply's, a later one's error reply becomes an error event.
-type eachStream struct {
-	w       http.ResponseWriter
-	started bool         // the stream's header went out
-	status  int          // the status the current completion wrote
-	failed  bool         // an error went out
-	held    bytes.Buffer // a later completion's error reply
-}
-
-func (s *eachStream) Header() http.Header { return s.w.Header() }
-
-func (s *eachStream) WriteHeader(code int) {
-	if s.status != 0 {
-		return
-	}
-	s.status = code
-	if !s.started {
-		s.w.WriteHeader(code)
-		s.started, s.failed = code == http.StatusOK, code != http.StatusOK
-	}
-}
-
-func (s *eachStream) Write(p []byte) (int, error) {
-	s.WriteHeader(http.StatusOK)
-	if s.status != http.StatusOK && s.started {
-		return s.held.Write(p)
-	}
-	if bytes.HasPrefix(p, []byte(`data: {"error"`)) {
-		s.failed = true
-	}
-	return s.w.Write(p)
-}
-
-// FlushError flushes the stream (http.ResponseController).
-func (s *eachStream) FlushError() error { return http.NewResponseController(s.w).Flush() }
-
-// Unwrap is the connection's writer, for deadlines.
-func (s *eachStream) Unwrap() http.ResponseWriter { return s.w }
-
-// ended reports whether the stream is over after a completion: it failed
-// (a later one's error reply sent now as the stream's error event), or
-// wrote nothing because its client is gone.
-func (s *eachStream) ended() bool {
-	if s.held.Len() > 0 {
-		_, _ = s.w.Write(append(append([]byte("data: "), bytes.TrimSpace(s.held.Bytes())...), "\n\n"...))
-		_ = s.FlushError()
-		return true
-	}
-	return s.failed || s.status != http.StatusOK
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hydra-engine/hydra-engine/host"
+	"github.com/hydra-engine/hydra-engine/host/httpapi/run"
 	"github.com/hydra-engine/hydra-engine/iface"
 )
 
@@ -91,52 +92,11 @@ type completion struct {
 	budget reasoningBudgetRequest // setReasoningBudget puts it into output
 }
 
-// apiError is an OpenAI error reply: {"error":{"message","type","code"}};
-// the types are llama-server's, which the coordinator was written against.
-type apiError struct {
-	status int
-	Msg    string `json:"message"`
-	Type   string `json:"type"`
-	Code   any    `json:"code"`
-	Param  any    `json:"param"`
-}
+// apiError is a request's failure, in OpenAI's shape unless a dialect
+// words it its own way.
+type apiError = run.Error
 
-func (e *apiError) Error() string { return e.Msg }
-
-func badRequest(format string, args ...any) *apiError {
-	msg := fmt.Sprintf(format, args...)
-	return &apiError{status: http.StatusBadRequest, Msg: msg, Type: "invalid_request_error", Param: paramOf(msg)}
-}
-
-// bodyFields are the fields a completion's messages name first; the error's
-// param is the field its message starts with (OpenAI's param: the field at
-// fault, as the path into it the message gives: "tools[0].type"), none for
-// a fault of the body as a whole.
-var bodyFields = []string{"n_predict", "max_completion_tokens", "max_tokens", "n_keep", "n_probs", "top_logprobs", "logprobs",
-	"logit_bias", "id_slot", "prompt", "stop", "n", "temperature", "top_k", "top_p", "min_p", "seed", "repeat_penalty",
-	"repeat_last_n", "presence_penalty", "frequency_penalty", "messages", "grammar", "json_schema", "tool_choice",
-	"chat_template_kwargs", "response_format", "reasoning_budget_tokens", "thinking_budget_tokens", "reasoning_budget_message",
-	"reasoning_effort", "tools", "parallel_tool_calls", "input", "instructions", "max_output_tokens", "reasoning", "text",
-	"speculative.n_max", "speculative.n_min", "speculative.p_min"}
-
-func paramOf(msg string) any {
-	msg = strings.TrimPrefix(msg, iface.ErrBadRequest.Error()+": ") // a backend's refusal, as errors.Is reads it
-	msg = strings.TrimPrefix(msg, "field ")                         // a value of the wrong JSON type (decodeJSON)
-	for _, f := range bodyFields {
-		rest, ok := strings.CutPrefix(msg, f)
-		switch {
-		case !ok:
-		case rest == "" || rest[0] == ' ' || rest[0] == ':':
-			return f
-		case rest[0] == '[' || rest[0] == '.':
-			if i := strings.IndexAny(msg, " :"); i > 0 {
-				return msg[:i]
-			}
-			return msg
-		}
-	}
-	return nil
-}
+func badRequest(format string, args ...any) *apiError { return run.BadRequest(format, args...) }
 
 // fieldError is a body's fault as a 400 whose param names the field.
 func fieldError(err error) error {
@@ -156,10 +116,10 @@ func (a *api) apiErrorOf(ctx context.Context, step string, err error) *apiError 
 	if errors.As(err, &ae) {
 		return ae
 	}
-	e := &apiError{status: statusOf(err), Msg: a.clientMessage(ctx, step, err)}
-	switch e.status {
+	e := &apiError{Status: statusOf(err), Msg: a.clientMessage(ctx, step, err)}
+	switch e.Status {
 	case http.StatusBadRequest:
-		e.Type, e.Param = "invalid_request_error", paramOf(e.Msg)
+		e.Type, e.Param = "invalid_request_error", run.ParamOf(e.Msg)
 	case http.StatusServiceUnavailable:
 		e.Type, e.Code = "unavailable_error", "slot_busy"
 		if errors.Is(err, ErrShuttingDown) {
@@ -173,20 +133,13 @@ func (a *api) apiErrorOf(ctx context.Context, step string, err error) *apiError 
 	return e
 }
 
-func writeAPIError(w http.ResponseWriter, e *apiError) {
-	if e.status == http.StatusServiceUnavailable {
-		w.Header().Set("Retry-After", "1")
-	}
-	writeJSON(w, e.status, map[string]*apiError{"error": e})
-}
-
 // readBody reads a request body of at most limit bytes.
 func readBody(w http.ResponseWriter, r *http.Request, limit uint64) ([]byte, error) {
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(min(limit, math.MaxInt64))))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, &apiError{status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error",
+			return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error",
 				Msg: fmt.Sprintf("request body exceeds the %d-byte limit", mbe.Limit)}
 		}
 		return nil, badRequest("reading the request body: %v", err)
@@ -204,7 +157,7 @@ func readAdmittedBody(w http.ResponseWriter, r *http.Request, s *host.Server) ([
 	n := limit
 	if r.ContentLength >= 0 {
 		if uint64(r.ContentLength) > limit {
-			return nil, &apiError{status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error",
+			return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error",
 				Msg: fmt.Sprintf("request body of %d bytes exceeds the %d-byte limit", r.ContentLength, limit)}
 		}
 		n = uint64(r.ContentLength)
@@ -212,9 +165,9 @@ func readAdmittedBody(w http.ResponseWriter, r *http.Request, s *host.Server) ([
 	release, err := s.AdmitPayload(r.Context(), n)
 	switch {
 	case errors.Is(err, host.ErrBudgetBusy):
-		return nil, &apiError{status: http.StatusServiceUnavailable, Type: "unavailable_error", Code: "payload_budget", Msg: err.Error()}
+		return nil, &apiError{Status: http.StatusServiceUnavailable, Type: "unavailable_error", Code: "payload_budget", Msg: err.Error()}
 	case err != nil:
-		return nil, &apiError{status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error",
+		return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error",
 			Msg: fmt.Sprintf("request body of %d bytes: %v", n, err)}
 	}
 	context.AfterFunc(r.Context(), release)
@@ -239,7 +192,7 @@ func parseCompletion(body []byte, chat bool, sampler iface.SamplerParams, nPredi
 			return completion{}, badRequest("%v", err)
 		}
 	}
-	if err := decodeJSON(body, &req); err != nil {
+	if err := run.DecodeJSON(body, &req); err != nil {
 		return completion{}, err
 	}
 	c := completion{chat: chat, model: req.Model, stream: req.Stream, sampler: sampler, nPredict: nPredict, slot: -1}
@@ -297,7 +250,7 @@ func (c *completion) setOutput(req *completionRequest, info iface.BackendInfo) e
 		o.Chat, o.Stops, c.parsed = &chat, c.stops, true
 	}
 	if o != nil && !slices.Contains(info.Capabilities, iface.CapOutput) {
-		return &apiError{status: http.StatusNotImplemented, Type: "not_supported_error",
+		return &apiError{Status: http.StatusNotImplemented, Type: "not_supported_error",
 			Msg: fmt.Sprintf("the %s backend cannot constrain or parse a reply (tools with tool_choice other than \"none\", response_format, json_schema, grammar)", info.Name)}
 	}
 	c.output = o

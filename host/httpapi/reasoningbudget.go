@@ -70,7 +70,7 @@ func (c *completion) setReasoningBudget(tokens *int32, message string, info ifac
 		message = *c.budget.message
 	}
 	if !slices.Contains(info.Capabilities, iface.CapReasoningBudget) || !slices.Contains(info.Capabilities, iface.CapOutput) {
-		return &apiError{status: http.StatusNotImplemented, Type: "not_supported_error",
+		return &apiError{Status: http.StatusNotImplemented, Type: "not_supported_error",
 			Msg: fmt.Sprintf("the %s backend cannot bound a reply's reasoning (reasoning_budget_tokens, thinking_budget_tokens, "+
 				"Anthropic's thinking.budget_tokens, the engine's reasoning_budget): leave the budget out, or -1", info.Name)}
 	}

@@ -94,7 +94,7 @@ func TestReasoningBudgetRefused(t *testing.T) {
 	} {
 		_, err := parseCompletion([]byte(`{`+msgs+`,`+body+`}`), true, iface.SamplerParams{}, 16, info)
 		e, ok := err.(*apiError)
-		if !ok || e.status != 400 || e.Param != param {
+		if !ok || e.Status != 400 || e.Param != param {
 			t.Errorf("%s: %v, want a 400 naming %s", body, err, param)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/hydra-engine/hydra-engine/host/httpapi/run"
 	"maps"
 	"net/http"
 	"slices"
@@ -126,20 +127,20 @@ var partFields = map[string][]string{
 func responsesToOpenAI(body []byte) ([]byte, responsesBody, error) {
 	var rb responsesBody
 	var raw map[string]json.RawMessage
-	if err := decodeJSON(body, &raw); err != nil {
+	if err := run.DecodeJSON(body, &raw); err != nil {
 		return nil, rb, err
 	}
-	if err := checkFields(body, "", responsesFields); err != nil {
+	if err := run.CheckFields(body, "", responsesFields); err != nil {
 		return nil, rb, err
 	}
 	for _, name := range slices.Sorted(maps.Keys(responsesNested)) {
 		if v := bytes.TrimSpace(raw[name]); len(v) > 0 && string(v) != "null" {
-			if err := checkFields(v, name, responsesNested[name]); err != nil {
+			if err := run.CheckFields(v, name, responsesNested[name]); err != nil {
 				return nil, rb, err
 			}
 		}
 	}
-	if err := decodeJSON(body, &rb); err != nil {
+	if err := run.DecodeJSON(body, &rb); err != nil {
 		return nil, rb, err
 	}
 	if err := checkResponsesAsks(rb); err != nil {
@@ -272,7 +273,7 @@ func decodeItem(raw json.RawMessage, path string) (inputItem, error) {
 	if !ok {
 		return it, badRequest("%s.type %q is not supported (message, function_call, function_call_output and reasoning are)", path, it.Type)
 	}
-	return it, checkFields(raw, path, fields)
+	return it, run.CheckFields(raw, path, fields)
 }
 
 // inputMessage is a message item as a chat message, or nil where an
@@ -328,7 +329,7 @@ func partsText(raw json.RawMessage, path string, kinds []string) (string, error)
 			}
 			return "", badRequest("%s.type %q is not supported%s (%s are)", ppath, p.Type, why, strings.Join(kinds, ", "))
 		}
-		if err := checkFields(rp, ppath, partFields[p.Type]); err != nil {
+		if err := run.CheckFields(rp, ppath, partFields[p.Type]); err != nil {
 			return "", err
 		}
 		if p.Text == nil {
@@ -417,7 +418,7 @@ func convertResponsesTools(rb responsesBody, oai map[string]any) error {
 		if t.Type != "function" {
 			return badRequest("%s.type %q is not supported: only function tools are", path, t.Type)
 		}
-		if err := checkFields(raw, path, responsesToolFields); err != nil {
+		if err := run.CheckFields(raw, path, responsesToolFields); err != nil {
 			return err
 		}
 		var fn map[string]json.RawMessage
@@ -451,7 +452,7 @@ func convertResponsesTools(rb responsesBody, oai map[string]any) error {
 	if f.Type != "function" {
 		return badRequest("tool_choice.type %q is not supported: only function tools are", f.Type)
 	}
-	if err := checkFields(tc, "tool_choice", []string{"type", "name"}); err != nil {
+	if err := run.CheckFields(tc, "tool_choice", []string{"type", "name"}); err != nil {
 		return err
 	}
 	oai["tool_choice"] = map[string]any{"type": "function", "function": map[string]any{"name": f.Name}}
@@ -483,12 +484,12 @@ func convertTextFormat(rb responsesBody, oai map[string]any) error {
 	}
 	switch f.Type {
 	case "text":
-		return checkFields(raw, "text.format", []string{"type"})
+		return run.CheckFields(raw, "text.format", []string{"type"})
 	case "json_object":
 		oai["response_format"] = map[string]any{"type": "json_object"}
-		return checkFields(raw, "text.format", []string{"type"})
+		return run.CheckFields(raw, "text.format", []string{"type"})
 	case "json_schema":
-		if err := checkFields(raw, "text.format", []string{"type", "name", "schema", "strict", "description"}); err != nil {
+		if err := run.CheckFields(raw, "text.format", []string{"type", "name", "schema", "strict", "description"}); err != nil {
 			return err
 		}
 		if !isObjectJSON(f.Schema) {
@@ -533,23 +534,28 @@ func convertReasoning(rb responsesBody, oai map[string]any) error {
 }
 
 // responses serves POST /v1/responses: the body converted, run as a chat
-// completion whose reply responsesWriter converts back.
+// completion whose events responsesSink writes as a Response.
 func (a *api) responses(w http.ResponseWriter, r *http.Request) {
 	arrived := time.Now()
-	rw := newResponsesWriter(w)
-	defer rw.finish()
+	sink := newResponsesSink(w)
 	body, err := readAdmittedBody(w, r, a.s)
 	if err != nil {
-		writeAPIError(rw, a.apiErrorOf(r.Context(), "reading the request", err))
+		sink.Fail(a.apiErrorOf(r.Context(), "reading the request", err))
 		return
 	}
 	oai, rb, err := responsesToOpenAI(body)
 	if err != nil {
-		writeAPIError(rw, a.apiErrorOf(r.Context(), "reading the request", err))
+		sink.Fail(a.apiErrorOf(r.Context(), "reading the request", err))
 		return
 	}
 	if rb.User != "" || rb.SafetyIdentifier != "" || len(rb.Metadata) > 0 {
 		a.log.Debug("Responses request", "user", rb.User, "safety_identifier", rb.SafetyIdentifier, "metadata", rb.Metadata)
 	}
-	a.completeBody(rw, r, true, oai, arrived)
+	c, e := a.parseBody(r.Context(), oai, true)
+	if e != nil {
+		sink.Fail(e)
+		return
+	}
+	c.arrived = arrived
+	a.runCompletion(w, r, c, sink)
 }

@@ -1,17 +1,16 @@
 package httpapi
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
+	"github.com/hydra-engine/hydra-engine/host/httpapi/run"
+	"github.com/hydra-engine/hydra-engine/iface"
 	"net/http"
 	"strings"
 	"time"
 )
 
-// responsesWriter turns the chat completion's reply, as completion.go
-// writes it, into a Response (llama-server's to_json_oaicompat_resp): its
+// responsesSink writes a chat completion's events as a Response (llama-server's to_json_oaicompat_resp): its
 // output items (reasoning, a message of output_text, function calls), or
 // its event stream (to_json_oaicompat_resp_stream and the partial results'
 // events). Errors are OpenAI's in either API and pass as they are.
@@ -23,22 +22,14 @@ import (
 // its deltas: OpenAI's SDKs build the streamed response from those. A reply
 // cut at max_output_tokens is "incomplete", as OpenAI's, where llama-server
 // says "completed".
-type responsesWriter struct {
-	w      http.ResponseWriter
-	status int
-	sse    bool
-	pass   bool         // an error reply, written as it is
-	buf    bytes.Buffer // the JSON reply, or SSE bytes not yet a whole event
+type responsesSink struct {
+	w http.ResponseWriter
 
-	// From the run (observeRun).
-	nPrompt, cached int
-
-	// Stream state.
-	id, model string
-	created   int64
-	seq       int // sequence_number of the next event
-	started   bool
-	ended     bool
+	head      run.Head
+	begun     bool // the reply is a stream
+	pending   bool // the stream starts with its first event (lazy)
+	started   bool // response.created sent
+	seq       int  // sequence_number of the next event
 	items     []*respItem
 	reasoning *respItem
 	message   *respItem
@@ -54,114 +45,104 @@ type respItem struct {
 	text         strings.Builder // the reasoning, the message's text, the call's arguments
 }
 
-func newResponsesWriter(w http.ResponseWriter) *responsesWriter {
-	return &responsesWriter{w: w, calls: map[int]*respItem{}}
+func newResponsesSink(w http.ResponseWriter) *responsesSink {
+	return &responsesSink{w: w, calls: map[int]*respItem{}}
 }
 
-func (rw *responsesWriter) Header() http.Header { return rw.w.Header() }
-
-func (rw *responsesWriter) WriteHeader(code int) {
-	if rw.status != 0 {
-		return
-	}
-	rw.status = code
-	switch {
-	case code != http.StatusOK:
-		rw.pass = true
-		rw.w.WriteHeader(code)
-	case strings.HasPrefix(rw.w.Header().Get("Content-Type"), "text/event-stream"):
-		rw.sse = true
-		rw.w.WriteHeader(code)
-	}
-}
-
-func (rw *responsesWriter) Write(p []byte) (int, error) {
-	if rw.status == 0 {
-		rw.WriteHeader(http.StatusOK)
-	}
-	if rw.pass {
-		return rw.w.Write(p)
-	}
-	rw.buf.Write(p)
-	if !rw.sse {
-		return len(p), nil
-	}
-	if err := eachEvent(&rw.buf, rw.convertEvent); err != nil {
-		return 0, err
-	}
-	return len(p), nil
-}
-
-// FlushError flushes the converted events (http.ResponseController).
-func (rw *responsesWriter) FlushError() error {
-	if !rw.sse && !rw.pass {
+func (rw *responsesSink) Begin(h run.Head, lazy bool) error {
+	rw.begun, rw.head = true, h
+	if lazy {
+		rw.pending = true
 		return nil
 	}
-	return http.NewResponseController(rw.w).Flush()
+	return rw.start()
 }
 
-// Unwrap is the connection's writer, for deadlines.
-func (rw *responsesWriter) Unwrap() http.ResponseWriter { return rw.w }
+func (rw *responsesSink) Token(iface.Token) {}
 
-func (rw *responsesWriter) observeRun(rn *completionRun) {
-	rw.nPrompt, rw.cached = rn.nPrompt, rn.reused
-}
+func (rw *responsesSink) Started() bool { return rw.started }
 
-// finish writes a whole (non-streamed) reply once the completion returned.
-func (rw *responsesWriter) finish() {
-	if rw.sse || rw.pass || rw.status == 0 {
-		return
+func (rw *responsesSink) Delta(d run.Delta) error {
+	if d.Reasoning == "" && d.Content == "" && d.Tool == nil {
+		return nil
 	}
-	var body completionBody
-	if err := json.Unmarshal(rw.buf.Bytes(), &body); err != nil || len(body.Choices) != 1 || body.Choices[0].Message == nil {
-		writeAPIError(rw.w, &apiError{status: http.StatusInternalServerError, Type: "server_error",
-			Msg: "the chat completion's reply could not be converted"})
-		return
-	}
-	ch := body.Choices[0]
-	m := ch.Message
-	var output []map[string]any
-	if m.ReasoningContent != nil && *m.ReasoningContent != "" {
-		output = append(output, reasoningOutput(newID("rs_"), *m.ReasoningContent))
-	}
-	if m.Content != nil && *m.Content != "" {
-		output = append(output, messageOutput(newID("msg_"), *m.Content))
-	}
-	for _, c := range m.ToolCalls {
-		name, args := "", ""
-		if f := c.Function; f != nil {
-			name = f.Name
-			if f.Arguments != nil {
-				args = *f.Arguments
-			}
+	if rw.pending {
+		if err := rw.start(); err != nil {
+			return err
 		}
-		output = append(output, callOutput(c.ID, name, args))
 	}
-	out := usageOf(body.Usage)
-	writeJSON(rw.w, http.StatusOK, rw.response(responseID(body.ID), body.Model, body.Created, ch.FinishReason, output, out))
+	if d.Reasoning != "" {
+		if err := rw.reasoningDelta(d.Reasoning); err != nil {
+			return err
+		}
+	}
+	if d.Content != "" {
+		if err := rw.textDelta(d.Content); err != nil {
+			return err
+		}
+	}
+	if d.Tool != nil {
+		return rw.toolDelta(*d.Tool)
+	}
+	return nil
 }
 
-// response is the Response object of a reply that ended for finish.
-func (rw *responsesWriter) response(id, model string, created int64, finish *string, output []map[string]any, outTokens int) map[string]any {
+func (rw *responsesSink) End(e run.End) error {
+	if !rw.begun {
+		rw.reply(e)
+		return nil
+	}
+	if rw.pending {
+		if err := rw.start(); err != nil {
+			return err
+		}
+	}
+	out := 0
+	if e.Timings != nil {
+		out = e.Timings.PredictedN
+	}
+	return rw.end(e, out)
+}
+
+// Fail writes OpenAI's error, in either API: as the reply, or as the
+// stream's last event as llama-server sends it and OpenAI's SDKs raise it.
+func (rw *responsesSink) Fail(e *run.Error) {
+	if !rw.started {
+		run.WriteError(rw.w, e)
+		return
+	}
+	_ = run.Event(rw.w, "", map[string]*run.Error{"error": e})
+}
+
+// reply writes the whole (non-streamed) Response.
+func (rw *responsesSink) reply(e run.End) {
+	var output []map[string]any
+	if e.Reasoning != "" {
+		output = append(output, reasoningOutput(newID("rs_"), e.Reasoning))
+	}
+	if e.Text != "" {
+		output = append(output, messageOutput(newID("msg_"), e.Text))
+	}
+	for _, c := range e.ToolCalls {
+		output = append(output, callOutput(c.ID, c.Name, c.Arguments))
+	}
+	run.WriteJSON(rw.w, http.StatusOK, response(e, output, e.Generated))
+}
+
+// response is the Response object of the reply that ended with e.
+func response(e run.End, output []map[string]any, outTokens int) map[string]any {
 	if output == nil {
 		output = []map[string]any{}
 	}
-	r := map[string]any{"id": id, "object": "response", "created_at": created, "model": model, "output": output,
-		"status": "completed", "usage": map[string]any{"input_tokens": rw.nPrompt, "output_tokens": outTokens,
-			"total_tokens": rw.nPrompt + outTokens, "input_tokens_details": map[string]any{"cached_tokens": rw.cached}}}
-	if finish != nil && *finish == "length" {
+	r := map[string]any{"id": "resp_" + e.ID, "object": "response", "created_at": e.Created, "model": e.Model, "output": output,
+		"status": "completed", "usage": map[string]any{"input_tokens": e.NPrompt, "output_tokens": outTokens,
+			"total_tokens": e.NPrompt + outTokens, "input_tokens_details": map[string]any{"cached_tokens": e.Reused}}}
+	if e.Finish == "length" {
 		r["status"], r["incomplete_details"] = "incomplete", map[string]any{"reason": "max_output_tokens"}
 	} else {
 		r["completed_at"] = time.Now().Unix()
 	}
 	return r
-}
-
-func usageOf(u *usage) int {
-	if u == nil {
-		return 0
-	}
-	return u.CompletionTokens
 }
 
 func reasoningOutput(id, text string) map[string]any {
@@ -184,80 +165,20 @@ func callOutput(id, name, args string) map[string]any {
 		"call_id": "call_" + id, "name": name}
 }
 
-// responseID is the resp_ form of the completion's id.
-func responseID(id string) string {
-	if _, rest, ok := strings.Cut(id, "-"); ok {
-		return "resp_" + rest
-	}
-	return "resp_" + id
-}
-
 func newID(prefix string) string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return prefix + hex.EncodeToString(b[:])
 }
 
-// convertEvent turns one chat completion SSE event into the Response's.
-func (rw *responsesWriter) convertEvent(ev string) error {
-	data, ok := strings.CutPrefix(ev, "data: ")
-	if !ok || data == "[DONE]" { // llama-server's Responses stream has no [DONE]
-		return nil
-	}
-	var chunk struct {
-		completionBody
-		Error *apiError `json:"error"`
-	}
-	if err := json.Unmarshal([]byte(data), &chunk); err != nil {
-		return err
-	}
-	if chunk.Error != nil { // as llama-server sends it, and OpenAI's SDKs raise it
-		_, err := rw.w.Write([]byte(ev + "\n\n"))
-		return err
-	}
-	if !rw.started {
-		if err := rw.start(chunk.ID, chunk.Model, chunk.Created); err != nil {
-			return err
-		}
-	}
-	if len(chunk.Choices) == 0 || rw.ended {
-		return nil
-	}
-	ch := chunk.Choices[0]
-	if d := ch.Delta; d != nil {
-		if d.ReasoningContent != nil && *d.ReasoningContent != "" {
-			if err := rw.reasoningDelta(*d.ReasoningContent); err != nil {
-				return err
-			}
-		}
-		if d.Content != nil && *d.Content != "" {
-			if err := rw.textDelta(*d.Content); err != nil {
-				return err
-			}
-		}
-		for _, c := range d.ToolCalls {
-			if err := rw.toolDelta(c); err != nil {
-				return err
-			}
-		}
-	}
-	if ch.FinishReason == nil {
-		return nil
-	}
-	rw.ended = true
-	out := 0
-	if chunk.Timings != nil {
-		out = chunk.Timings.PredictedN
-	}
-	return rw.end(ch.FinishReason, out, chunk.Timings)
-}
-
 // start sends response.created and response.in_progress.
-func (rw *responsesWriter) start(id, model string, created int64) error {
-	rw.started, rw.id, rw.model, rw.created = true, responseID(id), model, created
+func (rw *responsesSink) start() error {
+	rw.pending, rw.started = false, true
+	run.StartSSE(rw.w)
+	h := rw.head
 	for _, name := range []string{"response.created", "response.in_progress"} {
-		if err := rw.send(name, map[string]any{"response": map[string]any{"id": rw.id, "object": "response",
-			"created_at": created, "status": "in_progress", "model": model, "output": []any{}}}); err != nil {
+		if err := rw.send(name, map[string]any{"response": map[string]any{"id": "resp_" + h.ID, "object": "response",
+			"created_at": h.Created, "status": "in_progress", "model": h.Model, "output": []any{}}}); err != nil {
 			return err
 		}
 	}
@@ -266,7 +187,7 @@ func (rw *responsesWriter) start(id, model string, created int64) error {
 
 // open adds an output item (output_item.added), and its text part where it
 // has one (content_part.added).
-func (rw *responsesWriter) open(kind, id string, item map[string]any, part map[string]any) (*respItem, error) {
+func (rw *responsesSink) open(kind, id string, item map[string]any, part map[string]any) (*respItem, error) {
 	it := &respItem{index: len(rw.items), kind: kind, id: id}
 	rw.items = append(rw.items, it)
 	if err := rw.send("response.output_item.added", map[string]any{"output_index": it.index, "item": item}); err != nil {
@@ -279,7 +200,7 @@ func (rw *responsesWriter) open(kind, id string, item map[string]any, part map[s
 		"content_index": 0, "part": part})
 }
 
-func (rw *responsesWriter) reasoningDelta(text string) error {
+func (rw *responsesSink) reasoningDelta(text string) error {
 	if rw.reasoning == nil {
 		id := newID("rs_")
 		var err error
@@ -295,7 +216,7 @@ func (rw *responsesWriter) reasoningDelta(text string) error {
 		"output_index": it.index, "content_index": 0})
 }
 
-func (rw *responsesWriter) textDelta(text string) error {
+func (rw *responsesSink) textDelta(text string) error {
 	if rw.message == nil {
 		id := newID("msg_")
 		var err error
@@ -313,38 +234,30 @@ func (rw *responsesWriter) textDelta(text string) error {
 
 // toolDelta opens a call's item at its first piece (id and name, as
 // llama-server streams them) and streams its arguments.
-func (rw *responsesWriter) toolDelta(c toolCall) error {
-	i := 0
-	if c.Index != nil {
-		i = *c.Index
-	}
-	it, seen := rw.calls[i]
+func (rw *responsesSink) toolDelta(c run.ToolPiece) error {
+	it, seen := rw.calls[c.Index]
 	if !seen {
-		name := ""
-		if c.Function != nil {
-			name = c.Function.Name
-		}
-		item := callOutput(c.ID, name, "")
+		item := callOutput(c.ID, c.Name, "")
 		item["status"] = "in_progress"
 		var err error
 		if it, err = rw.open("function_call", "fc_"+c.ID, item, nil); err != nil {
 			return err
 		}
-		it.callID, it.name = c.ID, name
-		rw.calls[i] = it
+		it.callID, it.name = c.ID, c.Name
+		rw.calls[c.Index] = it
 	}
-	if c.Function == nil || c.Function.Arguments == nil || *c.Function.Arguments == "" {
+	if c.Args == "" {
 		return nil
 	}
-	it.text.WriteString(*c.Function.Arguments)
-	return rw.send("response.function_call_arguments.delta", map[string]any{"delta": *c.Function.Arguments,
+	it.text.WriteString(c.Args)
+	return rw.send("response.function_call_arguments.delta", map[string]any{"delta": c.Args,
 		"item_id": it.id, "output_index": it.index})
 }
 
 // end closes every item (the done events, in the order they opened) and
 // sends the response: response.completed, or response.incomplete where the
 // reply was cut at its limit; with llama-server's timings.
-func (rw *responsesWriter) end(finish *string, outTokens int, tm *timings) error {
+func (rw *responsesSink) end(e run.End, outTokens int) error {
 	var output []map[string]any
 	for _, it := range rw.items {
 		var item map[string]any
@@ -370,26 +283,21 @@ func (rw *responsesWriter) end(finish *string, outTokens int, tm *timings) error
 		}
 		output = append(output, item)
 	}
-	r := rw.response(rw.id, rw.model, rw.created, finish, output, outTokens)
+	r := response(e, output, outTokens)
 	name := "response.completed"
 	if r["status"] == "incomplete" {
 		name = "response.incomplete"
 	}
 	data := map[string]any{"response": r}
-	if tm != nil {
-		data["timings"] = tm
+	if e.Timings != nil {
+		data["timings"] = e.Timings
 	}
 	return rw.send(name, data)
 }
 
 // send writes one event, named as its type, with the next sequence_number.
-func (rw *responsesWriter) send(name string, data map[string]any) error {
+func (rw *responsesSink) send(name string, data map[string]any) error {
 	data["type"], data["sequence_number"] = name, rw.seq
 	rw.seq++
-	b, err := json.Marshal(data)
-	if err != nil {
-		return err
-	}
-	_, err = rw.w.Write([]byte("event: " + name + "\ndata: " + string(b) + "\n\n"))
-	return err
+	return run.Event(rw.w, name, data)
 }

@@ -363,7 +363,7 @@ func TestErrorParam(t *testing.T) {
 	} {
 		_, err := parseCompletion([]byte(body), false, iface.SamplerParams{}, 16, info)
 		e, ok := err.(*apiError)
-		if !ok || e.status != 400 || e.Param != param {
+		if !ok || e.Status != 400 || e.Param != param {
 			t.Errorf("%s: %v (param %v), want a 400 naming %v", body, err, e.Param, param)
 		}
 	}

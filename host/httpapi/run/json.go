@@ -1,4 +1,4 @@
-package httpapi
+package run
 
 import (
 	"encoding/json"
@@ -8,19 +8,19 @@ import (
 	"strings"
 )
 
-// decodeJSON decodes a request body into v, a pointer to a struct, and
+// DecodeJSON decodes a request body into v, a pointer to a struct, and
 // words a failure for the client: which field (the error's param too), what
 // it expected, where the JSON broke. encoding/json's own messages name the Go types it decodes into
 // ("…of type []host.ChatMessage"), which mean nothing to a client and show
 // the engine's insides.
-func decodeJSON(body []byte, v any) error {
+func DecodeJSON(body []byte, v any) error {
 	if err := json.Unmarshal(body, v); err != nil {
 		var param any
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" { // before jsonErrorText words the field
 			param = clientPath(reflect.TypeOf(v), te.Field)
 		}
-		e := badRequest("%s", jsonErrorText(err, reflect.TypeOf(v)))
+		e := BadRequest("%s", JSONErrorText(err, reflect.TypeOf(v)))
 		if param != nil {
 			e.Param = param
 		}
@@ -29,8 +29,8 @@ func decodeJSON(body []byte, v any) error {
 	return nil
 }
 
-// jsonErrorText says in JSON terms why decoding into root failed.
-func jsonErrorText(err error, root reflect.Type) string {
+// JSONErrorText says in JSON terms why decoding into root failed.
+func JSONErrorText(err error, root reflect.Type) string {
 	var se *json.SyntaxError
 	var te *json.UnmarshalTypeError
 	switch {
