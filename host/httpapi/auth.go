@@ -3,6 +3,7 @@ package httpapi
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"github.com/hydra-engine/hydra-engine/host/httpapi/anthropic"
 	"net/http"
 	"strings"
 
@@ -78,7 +79,7 @@ func keyMatches(digests [][sha256.Size]byte, token string) bool {
 func writeUnauthorized(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="hydra-engine"`)
 	if r.URL.Path == "/v1/messages" || strings.HasPrefix(r.URL.Path, "/v1/messages/") {
-		writeAnthropicError(w, http.StatusUnauthorized, "Invalid API Key")
+		anthropic.WriteError(w, http.StatusUnauthorized, "Invalid API Key")
 		return
 	}
 	run.WriteError(w, &apiError{Status: http.StatusUnauthorized, Msg: "Invalid API Key", Type: "authentication_error", Code: http.StatusUnauthorized})

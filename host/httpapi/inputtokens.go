@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"github.com/hydra-engine/hydra-engine/host/httpapi/anthropic"
+	"github.com/hydra-engine/hydra-engine/host/httpapi/responses"
 	"net/http"
 
 	"github.com/hydra-engine/hydra-engine/host"
@@ -23,7 +25,7 @@ func (a *api) chatInputTokens(w http.ResponseWriter, r *http.Request) {
 // /v1/responses of the body renders.
 func (a *api) responsesInputTokens(w http.ResponseWriter, r *http.Request) {
 	a.openAIInputTokens(w, r, func(body []byte) ([]byte, error) {
-		oai, _, err := responsesToOpenAI(body)
+		oai, _, err := responses.Convert(body)
 		return oai, err
 	})
 }
@@ -52,14 +54,14 @@ func (a *api) openAIInputTokens(w http.ResponseWriter, r *http.Request, toChat f
 func (a *api) countMessageTokens(w http.ResponseWriter, r *http.Request) {
 	fail := func(step string, err error) {
 		e := a.apiErrorOf(r.Context(), step, err)
-		writeAnthropicError(w, e.Status, e.Msg)
+		anthropic.WriteError(w, e.Status, e.Msg)
 	}
 	body, err := readAdmittedBody(w, r, a.s)
 	if err != nil {
 		fail("reading the request", err)
 		return
 	}
-	oai, _, err := anthropicToOpenAI(body, true)
+	oai, _, err := anthropic.Convert(body, true)
 	if err != nil {
 		fail("reading the request", err)
 		return

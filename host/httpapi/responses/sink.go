@@ -1,4 +1,4 @@
-package httpapi
+package responses
 
 import (
 	"crypto/rand"
@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// responsesSink writes a chat completion's events as a Response (llama-server's to_json_oaicompat_resp): its
+// Sink writes a chat completion's events as a Response (llama-server's to_json_oaicompat_resp): its
 // output items (reasoning, a message of output_text, function calls), or
 // its event stream (to_json_oaicompat_resp_stream and the partial results'
 // events). Errors are OpenAI's in either API and pass as they are.
@@ -22,7 +22,7 @@ import (
 // its deltas: OpenAI's SDKs build the streamed response from those. A reply
 // cut at max_output_tokens is "incomplete", as OpenAI's, where llama-server
 // says "completed".
-type responsesSink struct {
+type Sink struct {
 	w http.ResponseWriter
 
 	head      run.Head
@@ -45,55 +45,56 @@ type respItem struct {
 	text         strings.Builder // the reasoning, the message's text, the call's arguments
 }
 
-func newResponsesSink(w http.ResponseWriter) *responsesSink {
-	return &responsesSink{w: w, calls: map[int]*respItem{}}
+// NewSink is the reply to w.
+func NewSink(w http.ResponseWriter) *Sink {
+	return &Sink{w: w, calls: map[int]*respItem{}}
 }
 
-func (rw *responsesSink) Begin(h run.Head, lazy bool) error {
-	rw.begun, rw.head = true, h
+func (s *Sink) Begin(h run.Head, lazy bool) error {
+	s.begun, s.head = true, h
 	if lazy {
-		rw.pending = true
+		s.pending = true
 		return nil
 	}
-	return rw.start()
+	return s.start()
 }
 
-func (rw *responsesSink) Token(iface.Token) {}
+func (s *Sink) Token(iface.Token) {}
 
-func (rw *responsesSink) Started() bool { return rw.started }
+func (s *Sink) Started() bool { return s.started }
 
-func (rw *responsesSink) Delta(d run.Delta) error {
+func (s *Sink) Delta(d run.Delta) error {
 	if d.Reasoning == "" && d.Content == "" && d.Tool == nil {
 		return nil
 	}
-	if rw.pending {
-		if err := rw.start(); err != nil {
+	if s.pending {
+		if err := s.start(); err != nil {
 			return err
 		}
 	}
 	if d.Reasoning != "" {
-		if err := rw.reasoningDelta(d.Reasoning); err != nil {
+		if err := s.reasoningDelta(d.Reasoning); err != nil {
 			return err
 		}
 	}
 	if d.Content != "" {
-		if err := rw.textDelta(d.Content); err != nil {
+		if err := s.textDelta(d.Content); err != nil {
 			return err
 		}
 	}
 	if d.Tool != nil {
-		return rw.toolDelta(*d.Tool)
+		return s.toolDelta(*d.Tool)
 	}
 	return nil
 }
 
-func (rw *responsesSink) End(e run.End) error {
-	if !rw.begun {
-		rw.reply(e)
+func (s *Sink) End(e run.End) error {
+	if !s.begun {
+		s.reply(e)
 		return nil
 	}
-	if rw.pending {
-		if err := rw.start(); err != nil {
+	if s.pending {
+		if err := s.start(); err != nil {
 			return err
 		}
 	}
@@ -101,21 +102,21 @@ func (rw *responsesSink) End(e run.End) error {
 	if e.Timings != nil {
 		out = e.Timings.PredictedN
 	}
-	return rw.end(e, out)
+	return s.end(e, out)
 }
 
 // Fail writes OpenAI's error, in either API: as the reply, or as the
 // stream's last event as llama-server sends it and OpenAI's SDKs raise it.
-func (rw *responsesSink) Fail(e *run.Error) {
-	if !rw.started {
-		run.WriteError(rw.w, e)
+func (s *Sink) Fail(e *run.Error) {
+	if !s.started {
+		run.WriteError(s.w, e)
 		return
 	}
-	_ = run.Event(rw.w, "", map[string]*run.Error{"error": e})
+	_ = run.Event(s.w, "", map[string]*run.Error{"error": e})
 }
 
 // reply writes the whole (non-streamed) Response.
-func (rw *responsesSink) reply(e run.End) {
+func (s *Sink) reply(e run.End) {
 	var output []map[string]any
 	if e.Reasoning != "" {
 		output = append(output, reasoningOutput(newID("rs_"), e.Reasoning))
@@ -126,7 +127,7 @@ func (rw *responsesSink) reply(e run.End) {
 	for _, c := range e.ToolCalls {
 		output = append(output, callOutput(c.ID, c.Name, c.Arguments))
 	}
-	run.WriteJSON(rw.w, http.StatusOK, response(e, output, e.Generated))
+	run.WriteJSON(s.w, http.StatusOK, response(e, output, e.Generated))
 }
 
 // response is the Response object of the reply that ended with e.
@@ -172,12 +173,12 @@ func newID(prefix string) string {
 }
 
 // start sends response.created and response.in_progress.
-func (rw *responsesSink) start() error {
-	rw.pending, rw.started = false, true
-	run.StartSSE(rw.w)
-	h := rw.head
+func (s *Sink) start() error {
+	s.pending, s.started = false, true
+	run.StartSSE(s.w)
+	h := s.head
 	for _, name := range []string{"response.created", "response.in_progress"} {
-		if err := rw.send(name, map[string]any{"response": map[string]any{"id": "resp_" + h.ID, "object": "response",
+		if err := s.send(name, map[string]any{"response": map[string]any{"id": "resp_" + h.ID, "object": "response",
 			"created_at": h.Created, "status": "in_progress", "model": h.Model, "output": []any{}}}); err != nil {
 			return err
 		}
@@ -187,90 +188,90 @@ func (rw *responsesSink) start() error {
 
 // open adds an output item (output_item.added), and its text part where it
 // has one (content_part.added).
-func (rw *responsesSink) open(kind, id string, item map[string]any, part map[string]any) (*respItem, error) {
-	it := &respItem{index: len(rw.items), kind: kind, id: id}
-	rw.items = append(rw.items, it)
-	if err := rw.send("response.output_item.added", map[string]any{"output_index": it.index, "item": item}); err != nil {
+func (s *Sink) open(kind, id string, item map[string]any, part map[string]any) (*respItem, error) {
+	it := &respItem{index: len(s.items), kind: kind, id: id}
+	s.items = append(s.items, it)
+	if err := s.send("response.output_item.added", map[string]any{"output_index": it.index, "item": item}); err != nil {
 		return it, err
 	}
 	if part == nil {
 		return it, nil
 	}
-	return it, rw.send("response.content_part.added", map[string]any{"item_id": id, "output_index": it.index,
+	return it, s.send("response.content_part.added", map[string]any{"item_id": id, "output_index": it.index,
 		"content_index": 0, "part": part})
 }
 
-func (rw *responsesSink) reasoningDelta(text string) error {
-	if rw.reasoning == nil {
+func (s *Sink) reasoningDelta(text string) error {
+	if s.reasoning == nil {
 		id := newID("rs_")
 		var err error
-		if rw.reasoning, err = rw.open("reasoning", id, map[string]any{"id": id, "summary": []any{}, "type": "reasoning",
+		if s.reasoning, err = s.open("reasoning", id, map[string]any{"id": id, "summary": []any{}, "type": "reasoning",
 			"content": []any{}, "encrypted_content": "", "status": "in_progress"},
 			map[string]any{"type": "reasoning_text", "text": ""}); err != nil {
 			return err
 		}
 	}
-	it := rw.reasoning
+	it := s.reasoning
 	it.text.WriteString(text)
-	return rw.send("response.reasoning_text.delta", map[string]any{"delta": text, "item_id": it.id,
+	return s.send("response.reasoning_text.delta", map[string]any{"delta": text, "item_id": it.id,
 		"output_index": it.index, "content_index": 0})
 }
 
-func (rw *responsesSink) textDelta(text string) error {
-	if rw.message == nil {
+func (s *Sink) textDelta(text string) error {
+	if s.message == nil {
 		id := newID("msg_")
 		var err error
-		if rw.message, err = rw.open("message", id, map[string]any{"content": []any{}, "id": id, "role": "assistant",
+		if s.message, err = s.open("message", id, map[string]any{"content": []any{}, "id": id, "role": "assistant",
 			"status": "in_progress", "type": "message"},
 			map[string]any{"type": "output_text", "text": "", "annotations": []any{}}); err != nil {
 			return err
 		}
 	}
-	it := rw.message
+	it := s.message
 	it.text.WriteString(text)
-	return rw.send("response.output_text.delta", map[string]any{"item_id": it.id, "delta": text,
+	return s.send("response.output_text.delta", map[string]any{"item_id": it.id, "delta": text,
 		"output_index": it.index, "content_index": 0})
 }
 
 // toolDelta opens a call's item at its first piece (id and name, as
 // llama-server streams them) and streams its arguments.
-func (rw *responsesSink) toolDelta(c run.ToolPiece) error {
-	it, seen := rw.calls[c.Index]
+func (s *Sink) toolDelta(c run.ToolPiece) error {
+	it, seen := s.calls[c.Index]
 	if !seen {
 		item := callOutput(c.ID, c.Name, "")
 		item["status"] = "in_progress"
 		var err error
-		if it, err = rw.open("function_call", "fc_"+c.ID, item, nil); err != nil {
+		if it, err = s.open("function_call", "fc_"+c.ID, item, nil); err != nil {
 			return err
 		}
 		it.callID, it.name = c.ID, c.Name
-		rw.calls[c.Index] = it
+		s.calls[c.Index] = it
 	}
 	if c.Args == "" {
 		return nil
 	}
 	it.text.WriteString(c.Args)
-	return rw.send("response.function_call_arguments.delta", map[string]any{"delta": c.Args,
+	return s.send("response.function_call_arguments.delta", map[string]any{"delta": c.Args,
 		"item_id": it.id, "output_index": it.index})
 }
 
 // end closes every item (the done events, in the order they opened) and
 // sends the response: response.completed, or response.incomplete where the
 // reply was cut at its limit; with llama-server's timings.
-func (rw *responsesSink) end(e run.End, outTokens int) error {
+func (s *Sink) end(e run.End, outTokens int) error {
 	var output []map[string]any
-	for _, it := range rw.items {
+	for _, it := range s.items {
 		var item map[string]any
 		switch it.kind {
 		case "reasoning":
 			item = reasoningOutput(it.id, it.text.String())
 		case "message":
 			text := it.text.String()
-			if err := rw.send("response.output_text.done", map[string]any{"item_id": it.id, "output_index": it.index,
+			if err := s.send("response.output_text.done", map[string]any{"item_id": it.id, "output_index": it.index,
 				"content_index": 0, "text": text}); err != nil {
 				return err
 			}
-			if err := rw.send("response.content_part.done", map[string]any{"item_id": it.id, "output_index": it.index,
+			if err := s.send("response.content_part.done", map[string]any{"item_id": it.id, "output_index": it.index,
 				"content_index": 0, "part": textPart(text)}); err != nil {
 				return err
 			}
@@ -278,7 +279,7 @@ func (rw *responsesSink) end(e run.End, outTokens int) error {
 		case "function_call":
 			item = callOutput(it.callID, it.name, it.text.String())
 		}
-		if err := rw.send("response.output_item.done", map[string]any{"output_index": it.index, "item": item}); err != nil {
+		if err := s.send("response.output_item.done", map[string]any{"output_index": it.index, "item": item}); err != nil {
 			return err
 		}
 		output = append(output, item)
@@ -292,12 +293,12 @@ func (rw *responsesSink) end(e run.End, outTokens int) error {
 	if e.Timings != nil {
 		data["timings"] = e.Timings
 	}
-	return rw.send(name, data)
+	return s.send(name, data)
 }
 
 // send writes one event, named as its type, with the next sequence_number.
-func (rw *responsesSink) send(name string, data map[string]any) error {
-	data["type"], data["sequence_number"] = name, rw.seq
-	rw.seq++
-	return run.Event(rw.w, name, data)
+func (s *Sink) send(name string, data map[string]any) error {
+	data["type"], data["sequence_number"] = name, s.seq
+	s.seq++
+	return run.Event(s.w, name, data)
 }

@@ -1,4 +1,4 @@
-package httpapi
+package anthropic
 
 import (
 	"bytes"
@@ -10,12 +10,12 @@ import (
 	"github.com/hydra-engine/hydra-engine/iface"
 )
 
-// anthropicSink writes a chat completion's events as Anthropic's reply: a
+// Sink writes a chat completion's events as Anthropic's reply: a
 // message with content blocks (to_json_anthropic), or its event stream
 // (message_start, content_block_start / delta / stop, message_delta,
 // message_stop), and errors in Anthropic's shape. Blocks stream in the
 // order their deltas come, each closed before the next opens.
-type anthropicSink struct {
+type Sink struct {
 	w http.ResponseWriter
 
 	head    run.Head
@@ -28,99 +28,100 @@ type anthropicSink struct {
 	tools   map[int]int // tool call index → block index
 }
 
-func newAnthropicSink(w http.ResponseWriter) *anthropicSink {
-	return &anthropicSink{w: w, tools: map[int]int{}}
+// NewSink is the reply to w.
+func NewSink(w http.ResponseWriter) *Sink {
+	return &Sink{w: w, tools: map[int]int{}}
 }
 
-func (aw *anthropicSink) Begin(h run.Head, lazy bool) error {
-	aw.begun, aw.head = true, h
+func (s *Sink) Begin(h run.Head, lazy bool) error {
+	s.begun, s.head = true, h
 	if lazy {
-		aw.pending = true
+		s.pending = true
 		return nil
 	}
-	return aw.start(h)
+	return s.start(h)
 }
 
 // start sends the stream's header and message_start, its usage the
 // prompt's as known now.
-func (aw *anthropicSink) start(h run.Head) error {
-	aw.pending, aw.started = false, true
-	run.StartSSE(aw.w)
-	return aw.send("message_start", map[string]any{"type": "message_start", "message": map[string]any{
+func (s *Sink) start(h run.Head) error {
+	s.pending, s.started = false, true
+	run.StartSSE(s.w)
+	return s.send("message_start", map[string]any{"type": "message_start", "message": map[string]any{
 		"id": "msg_" + h.ID, "type": "message", "role": "assistant", "content": []any{}, "model": h.Model,
 		"stop_reason": nil, "stop_sequence": nil, "usage": map[string]any{
 			"input_tokens": h.NPrompt - h.Reused, "cache_read_input_tokens": h.Reused, "output_tokens": 0}}})
 }
 
-func (aw *anthropicSink) Token(iface.Token) {}
+func (s *Sink) Token(iface.Token) {}
 
-func (aw *anthropicSink) Started() bool { return aw.started }
+func (s *Sink) Started() bool { return s.started }
 
-func (aw *anthropicSink) Delta(d run.Delta) error {
+func (s *Sink) Delta(d run.Delta) error {
 	if d.Reasoning == "" && d.Content == "" && d.Tool == nil {
 		return nil
 	}
-	if aw.pending {
-		if err := aw.start(aw.head); err != nil {
+	if s.pending {
+		if err := s.start(s.head); err != nil {
 			return err
 		}
 	}
 	if d.Reasoning != "" {
-		if err := aw.delta("thinking", map[string]any{"type": "thinking", "thinking": ""},
+		if err := s.delta("thinking", map[string]any{"type": "thinking", "thinking": ""},
 			map[string]any{"type": "thinking_delta", "thinking": d.Reasoning}); err != nil {
 			return err
 		}
 	}
 	if d.Content != "" {
-		if err := aw.delta("text", map[string]any{"type": "text", "text": ""},
+		if err := s.delta("text", map[string]any{"type": "text", "text": ""},
 			map[string]any{"type": "text_delta", "text": d.Content}); err != nil {
 			return err
 		}
 	}
 	if d.Tool != nil {
-		return aw.toolDelta(*d.Tool)
+		return s.toolDelta(*d.Tool)
 	}
 	return nil
 }
 
-func (aw *anthropicSink) End(e run.End) error {
-	if !aw.begun {
-		aw.reply(e)
+func (s *Sink) End(e run.End) error {
+	if !s.begun {
+		s.reply(e)
 		return nil
 	}
-	if aw.pending {
-		if err := aw.start(e.Head); err != nil {
+	if s.pending {
+		if err := s.start(e.Head); err != nil {
 			return err
 		}
 	}
-	if err := aw.closeBlock(); err != nil {
+	if err := s.closeBlock(); err != nil {
 		return err
 	}
 	out := 0
 	if e.Timings != nil {
 		out = e.Timings.PredictedN
 	}
-	if err := aw.send("message_delta", map[string]any{"type": "message_delta",
+	if err := s.send("message_delta", map[string]any{"type": "message_delta",
 		"delta": map[string]any{"stop_reason": stopReason(e), "stop_sequence": stopSequence(e)},
 		"usage": map[string]any{"output_tokens": out}}); err != nil {
 		return err
 	}
-	return aw.send("message_stop", map[string]any{"type": "message_stop"})
+	return s.send("message_stop", map[string]any{"type": "message_stop"})
 }
 
 // Fail is Anthropic's error reply where nothing went out, else its error
 // event, typed as the OpenAI error's type reads.
-func (aw *anthropicSink) Fail(e *run.Error) {
-	if !aw.started {
-		run.RetryAfter(aw.w, e)
-		writeAnthropicError(aw.w, e.Status, e.Msg)
+func (s *Sink) Fail(e *run.Error) {
+	if !s.started {
+		run.RetryAfter(s.w, e)
+		WriteError(s.w, e.Status, e.Msg)
 		return
 	}
-	_ = aw.send("error", anthropicErrorBody(statusOfType(e.Type), e.Msg))
+	_ = s.send("error", errorBody(statusOfType(e.Type), e.Msg))
 }
 
 // reply writes the whole (non-streamed) message.
-func (aw *anthropicSink) reply(e run.End) {
+func (s *Sink) reply(e run.End) {
 	content := []map[string]any{}
 	if e.Reasoning != "" {
 		content = append(content, map[string]any{"type": "thinking", "thinking": e.Reasoning, "signature": ""})
@@ -134,7 +135,7 @@ func (aw *anthropicSink) reply(e run.End) {
 	out := map[string]any{"id": "msg_" + e.ID, "type": "message", "role": "assistant", "content": content,
 		"model": e.Model, "stop_reason": stopReason(e), "stop_sequence": stopSequence(e),
 		"usage": map[string]any{"input_tokens": e.NPrompt - e.Reused, "cache_read_input_tokens": e.Reused, "output_tokens": e.Generated}}
-	run.WriteJSON(aw.w, http.StatusOK, out)
+	run.WriteJSON(s.w, http.StatusOK, out)
 }
 
 // toolUseBlock is a call as a tool_use block: with its input parsed (an
@@ -172,59 +173,59 @@ func stopSequence(e run.End) any {
 
 // delta streams a piece of the block of kind, opening it (start) first
 // when another block is open.
-func (aw *anthropicSink) delta(kind string, start, delta map[string]any) error {
-	if aw.open != kind {
-		if err := aw.openBlock(kind, start); err != nil {
+func (s *Sink) delta(kind string, start, delta map[string]any) error {
+	if s.open != kind {
+		if err := s.openBlock(kind, start); err != nil {
 			return err
 		}
 	}
-	return aw.send("content_block_delta", map[string]any{"type": "content_block_delta", "index": aw.openIdx, "delta": delta})
+	return s.send("content_block_delta", map[string]any{"type": "content_block_delta", "index": s.openIdx, "delta": delta})
 }
 
-func (aw *anthropicSink) toolDelta(c run.ToolPiece) error {
+func (s *Sink) toolDelta(c run.ToolPiece) error {
 	kind := "tool_use:" + strconv.Itoa(c.Index)
-	idx, seen := aw.tools[c.Index]
+	idx, seen := s.tools[c.Index]
 	if !seen {
-		if err := aw.openBlock(kind, toolUseBlock(c.ID, c.Name, "", false)); err != nil {
+		if err := s.openBlock(kind, toolUseBlock(c.ID, c.Name, "", false)); err != nil {
 			return err
 		}
-		idx = aw.openIdx
-		aw.tools[c.Index] = idx
+		idx = s.openIdx
+		s.tools[c.Index] = idx
 	}
 	if c.Args == "" {
 		return nil
 	}
-	return aw.send("content_block_delta", map[string]any{"type": "content_block_delta", "index": idx,
+	return s.send("content_block_delta", map[string]any{"type": "content_block_delta", "index": idx,
 		"delta": map[string]any{"type": "input_json_delta", "partial_json": c.Args}})
 }
 
-func (aw *anthropicSink) openBlock(kind string, block map[string]any) error {
-	if err := aw.closeBlock(); err != nil {
+func (s *Sink) openBlock(kind string, block map[string]any) error {
+	if err := s.closeBlock(); err != nil {
 		return err
 	}
-	aw.open, aw.openIdx = kind, aw.next
-	aw.next++
-	return aw.send("content_block_start", map[string]any{"type": "content_block_start", "index": aw.openIdx, "content_block": block})
+	s.open, s.openIdx = kind, s.next
+	s.next++
+	return s.send("content_block_start", map[string]any{"type": "content_block_start", "index": s.openIdx, "content_block": block})
 }
 
 // closeBlock ends the open block; a thinking block gets its (empty)
 // signature first, which Anthropic's clients expect.
-func (aw *anthropicSink) closeBlock() error {
-	if aw.open == "" {
+func (s *Sink) closeBlock() error {
+	if s.open == "" {
 		return nil
 	}
-	if aw.open == "thinking" {
-		if err := aw.send("content_block_delta", map[string]any{"type": "content_block_delta", "index": aw.openIdx,
+	if s.open == "thinking" {
+		if err := s.send("content_block_delta", map[string]any{"type": "content_block_delta", "index": s.openIdx,
 			"delta": map[string]any{"type": "signature_delta", "signature": ""}}); err != nil {
 			return err
 		}
 	}
-	aw.open = ""
-	return aw.send("content_block_stop", map[string]any{"type": "content_block_stop", "index": aw.openIdx})
+	s.open = ""
+	return s.send("content_block_stop", map[string]any{"type": "content_block_stop", "index": s.openIdx})
 }
 
-func (aw *anthropicSink) send(event string, data any) error {
-	return run.Event(aw.w, event, data)
+func (s *Sink) send(event string, data any) error {
+	return run.Event(s.w, event, data)
 }
 
 // statusOfType is the HTTP status an OpenAI error type stands for, to name
@@ -239,9 +240,9 @@ func statusOfType(t string) int {
 	return http.StatusInternalServerError
 }
 
-// anthropicErrorBody is Anthropic's error: {"type":"error","error":{type,
+// errorBody is Anthropic's error: {"type":"error","error":{type,
 // message}}, the type its status's. The message names the field at fault.
-func anthropicErrorBody(status int, msg string) map[string]any {
+func errorBody(status int, msg string) map[string]any {
 	t := "api_error"
 	switch {
 	case status == http.StatusUnauthorized:
@@ -262,6 +263,7 @@ func anthropicErrorBody(status int, msg string) map[string]any {
 	return map[string]any{"type": "error", "error": map[string]any{"type": t, "message": msg}}
 }
 
-func writeAnthropicError(w http.ResponseWriter, status int, msg string) {
-	run.WriteJSON(w, status, anthropicErrorBody(status, msg))
+// WriteError writes Anthropic's error of status as the whole reply.
+func WriteError(w http.ResponseWriter, status int, msg string) {
+	run.WriteJSON(w, status, errorBody(status, msg))
 }
