@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/hydra-engine/hydra-engine/host/httpapi/anthropic"
+	"github.com/hydra-engine/hydra-engine/host/httpapi/request"
 )
 
 // messages serves POST /v1/messages: the body converted, run as a chat
@@ -25,11 +26,10 @@ func (a *api) messages(w http.ResponseWriter, r *http.Request) {
 	if m.Metadata != nil && m.Metadata.UserID != "" {
 		a.log.Debug("Anthropic messages request", "metadata.user_id", m.Metadata.UserID)
 	}
-	c, e := a.parseBody(r.Context(), chat, true)
+	c, e := a.readCompletion(r.Context(), request.Parse, chat, true)
 	if e != nil {
 		sink.Fail(e)
 		return
 	}
-	c.arrived = arrived
-	a.runCompletion(w, r, c, sink)
+	a.runCompletion(w, r, c, arrived, sink)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hydra-engine/hydra-engine/host"
+	"github.com/hydra-engine/hydra-engine/host/httpapi/request"
 	"github.com/hydra-engine/hydra-engine/host/httpapi/run"
 	"github.com/hydra-engine/hydra-engine/host/tracing"
 	"github.com/hydra-engine/hydra-engine/iface"
@@ -26,12 +27,6 @@ import (
 // host's table, the prompt prefilled into it before any reply byte, then
 // decoded; with "stream":true every token the backend emits goes out at once
 // as a server-sent event.
-
-func (a *api) chatCompletions(w http.ResponseWriter, r *http.Request) { a.complete(w, r, true) }
-func (a *api) textCompletions(w http.ResponseWriter, r *http.Request) { a.complete(w, r, false) }
-
-// stopNTokensLimit is the backends' stop reason for a full slot or KV cache.
-const stopNTokensLimit = "n_tokens_limit"
 
 // errStopString ends a decode whose text reached a stop string.
 var errStopString = errors.New("stop string reached")
@@ -45,8 +40,10 @@ type completionRun struct {
 	ctx  context.Context // the request's: cancelled when the client goes
 	b    iface.Backend
 	info iface.BackendInfo
-	c    completion
+	c    request.Completion
 	slot int
+	// arrived is when the request came, where its time to first token starts.
+	arrived time.Time
 
 	sink run.Sink // the reply, in the request's dialect
 	head run.Head // the fields every event of the reply shares
@@ -73,37 +70,23 @@ type completionRun struct {
 	// reasoning is split (reasoner set).
 	reasoner        *reasoningSplitter
 	text, reasoning strings.Builder
-	// message is the backend's parsed reply (completion.parsed).
+	// message is the backend's parsed reply (request.Completion.Parsed).
 	message *iface.ChatReply
 }
 
-// complete serves an OpenAI chat or text completion. Until the decode
-// starts streaming, a failure is the reply; after that it is a final error
-// event.
-func (a *api) complete(w http.ResponseWriter, r *http.Request, chat bool) {
-	arrived := time.Now()
-	body, err := readAdmittedBody(w, r, a.s)
-	if err != nil {
-		run.WriteError(w, a.apiErrorOf(r.Context(), "reading the request", err))
-		return
-	}
-	c, e := a.parseBody(r.Context(), body, chat)
-	if e != nil {
-		run.WriteError(w, e)
-		return
-	}
-	c.arrived = arrived
-	a.runCompletion(w, r, c, newOpenAISink(w, c))
-}
+// converter reads a request body into the completion it runs as, over the
+// engine's sampler and nPredict defaults: a dialect's Convert, or
+// request.Parse of the chat completion body a dialect's request became.
+type converter func(body []byte, chat bool, sampler iface.SamplerParams, nPredict int, info iface.BackendInfo) (request.Completion, error)
 
-// parseBody validates a completion body: an OpenAI body, or one converted
-// to it (/v1/messages, /v1/responses).
-func (a *api) parseBody(ctx context.Context, body []byte, chat bool) (completion, *apiError) {
+// readCompletion is the completion convert makes of body, with its
+// reasoning budget, or the refusal in OpenAI's shape.
+func (a *api) readCompletion(ctx context.Context, convert converter, body []byte, chat bool) (request.Completion, *apiError) {
 	_, info := a.s.Backend()
 	tun := a.s.Tunables()
-	c, err := parseCompletion(body, chat, tun.Sampler(), tun.NPredict(), info)
+	c, err := convert(body, chat, tun.Sampler(), tun.NPredict(), info)
 	if err == nil {
-		err = c.setReasoningBudget(a.budget, a.budgetMessage, info)
+		err = c.SetReasoningBudget(a.budget, a.budgetMessage, info)
 	}
 	if err != nil {
 		return c, a.apiErrorOf(ctx, "reading the request", err)
@@ -111,35 +94,36 @@ func (a *api) parseBody(ctx context.Context, body []byte, chat bool) (completion
 	return c, nil
 }
 
-// runCompletion runs the validated completion c: on the model it names,
-// in a slot, retried while the shared KV cache has no room for its prompt.
-// Its reply goes to sink; w's header takes what the run learns before it.
-func (a *api) runCompletion(w http.ResponseWriter, r *http.Request, c completion, sink run.Sink) {
+// runCompletion runs the validated completion c, whose request arrived
+// then: on the model it names, in a slot, retried while the shared KV cache
+// has no room for its prompt. Its reply goes to sink; w's header takes what
+// the run learns before it.
+func (a *api) runCompletion(w http.ResponseWriter, r *http.Request, c request.Completion, arrived time.Time, sink run.Sink) {
 	ctx := r.Context()
-	b, info, switched, e := a.modelBackend(ctx, w, c.model)
+	b, info, switched, e := a.modelBackend(ctx, w, c.Model)
 	if e != nil {
 		sink.Fail(e)
 		return
 	}
-	toks, err := a.promptTokens(ctx, b, &c)
+	p, err := a.promptTokens(ctx, b, &c)
 	if err != nil {
 		sink.Fail(a.apiErrorOf(ctx, "reading the prompt", err))
 		return
 	}
-	need := 0 // the cells the prompt and its first token take, when known
-	if toks != nil {
-		if n := info.SlotCtx(); n > 0 && len(toks) >= n {
-			sink.Fail(badRequest("the prompt has %d tokens, %s, its reply included", len(toks), host.SlotSize(info)))
+	p.arrived = arrived
+	if p.toks != nil {
+		if n := info.SlotCtx(); n > 0 && len(p.toks) >= n {
+			sink.Fail(badRequest("the prompt has %d tokens, %s, its reply included", len(p.toks), host.SlotSize(info)))
 			return
 		}
-		need = len(toks) + 1
+		p.need = len(p.toks) + 1
 	}
 	// A prompt that the shared KV cache had no room for (the sequences of
 	// running decodes grew after the slot was taken) waits for the next slot
 	// to free, or a moment, and tries again, for up to maxRoomWait.
 	deadline := time.Now().Add(maxRoomWait)
 	for {
-		err := a.runOnce(r, sink, b, info, c, toks, need, switched)
+		err := a.runOnce(r, sink, b, info, c, p, switched)
 		if err == nil {
 			return
 		}
@@ -200,9 +184,9 @@ func roomError(err error) error {
 // (waiting in the queue when none is free), prefills and decodes. It returns
 // an error only when nothing of the reply was written; after that, errors
 // are the reply's.
-func (a *api) runOnce(r *http.Request, sink run.Sink, b iface.Backend, info iface.BackendInfo, c completion, toks []int32, need int, switched bool) error {
+func (a *api) runOnce(r *http.Request, sink run.Sink, b iface.Backend, info iface.BackendInfo, c request.Completion, p runPrompt, switched bool) error {
 	queued := time.Now()
-	lease, err := a.queue.take(r.Context(), a.pickSlot(r.Context(), c.slot, toks, need))
+	lease, err := a.queue.take(r.Context(), a.pickSlot(r.Context(), c.Slot, p.toks, p.need))
 	if err != nil {
 		return &stepError{step: "taking a slot", err: err}
 	}
@@ -210,13 +194,13 @@ func (a *api) runOnce(r *http.Request, sink run.Sink, b iface.Backend, info ifac
 	// A completion's prompt may start from the backend's prompt cache, and
 	// the slot's sequence go there first where an earlier completion left
 	// it; never a Hydra RPC client's.
-	c.prefill.PromptCache, c.prefill.SaveSequence = true, lease.Found() == host.HolderHTTP
-	rn := &completionRun{a: a, ctx: r.Context(), b: b, info: info, c: c, slot: lease.Slot(), sink: sink,
+	c.Prefill.PromptCache, c.Prefill.SaveSequence = true, lease.Found() == host.HolderHTTP
+	rn := &completionRun{a: a, ctx: r.Context(), b: b, info: info, c: c, arrived: p.arrived, slot: lease.Slot(), sink: sink,
 		head: run.Head{ID: newCompletionID(), Created: time.Now().Unix(), Model: info.Model.Alias,
 			Fingerprint: fingerprint(info), Slot: lease.Slot(), Switched: switched},
 		interToken: a.metrics.interToken.WithLabelValues(info.Model.Alias)}
-	if c.chat && a.splitReasoning && !c.parsed { // a parsed reply comes split
-		rn.reasoner = newReasoningSplitter(thinkStart, thinkEnd, c.opensThinking)
+	if c.Chat && a.splitReasoning && !c.Parsed { // a parsed reply comes split
+		rn.reasoner = newReasoningSplitter(thinkStart, thinkEnd, p.opensThinking)
 	}
 	// The slot is free again before the reply's last byte, as RPC frees it
 	// before its trailer: a client's next request then finds it, and the
@@ -232,12 +216,12 @@ func (a *api) runOnce(r *http.Request, sink run.Sink, b iface.Backend, info ifac
 		}
 	}
 	defer rn.release()
-	if c.noCache { // llama-server's cache_prompt false: the prompt is evaluated whole
+	if c.NoCache { // llama-server's cache_prompt false: the prompt is evaluated whole
 		if err := b.ClearSlot(r.Context(), rn.slot); err != nil {
 			return &stepError{step: "clearing the slot", err: err}
 		}
 	}
-	if info.PromptDecode && toks != nil && rn.promptInDecode(len(toks)) {
+	if info.PromptDecode && p.toks != nil && rn.promptInDecode(len(p.toks)) {
 		return rn.generate()
 	}
 	if err := rn.prefill(); err != nil {
@@ -255,41 +239,50 @@ type stepError struct {
 func (e *stepError) Error() string { return e.err.Error() }
 func (e *stepError) Unwrap() error { return e.err }
 
+// runPrompt is what a completion knows of its prompt before it takes a slot.
+type runPrompt struct {
+	arrived time.Time // when the request came, where its time to first token starts
+	toks    []int32   // the prompt's tokens; nil where the backend cannot say
+	need    int       // the cells the prompt and its first token take, when known
+	// opensThinking: the prompt's template opened a reasoning block, so the
+	// reply starts inside it (Tokenize says).
+	opensThinking bool
+}
+
 // promptTokens asks the backend for the tokens of c's prompt, which pick its
-// slot, and has the prefill evaluate those; nil when the backend cannot say
+// slot, and has the prefill evaluate those; none when the backend cannot say
 // (the prompt then goes to the prefill as it came).
-func (a *api) promptTokens(ctx context.Context, b iface.Backend, c *completion) ([]int32, error) {
-	if c.pieces != nil {
-		toks, err := pieceTokens(ctx, b, c.pieces)
+func (a *api) promptTokens(ctx context.Context, b iface.Backend, c *request.Completion) (runPrompt, error) {
+	if c.Pieces != nil {
+		toks, err := pieceTokens(ctx, b, c.Pieces)
 		if err != nil {
-			return nil, err
+			return runPrompt{}, err
 		}
-		c.prefill.Tokens, c.pieces = toks, nil
+		c.Prefill.Tokens, c.Pieces = toks, nil
 	}
-	p, err := b.Tokenize(ctx, c.prefill)
+	p, err := b.Tokenize(ctx, c.Prefill)
 	switch {
 	case errors.Is(err, iface.ErrNotImplemented):
-		return nil, nil
+		return runPrompt{}, nil
 	case err != nil:
-		return nil, err
+		return runPrompt{}, err
 	}
-	c.prefill = iface.PrefillRequest{Tokens: p.Tokens, Model: c.prefill.Model, FromChat: len(c.prefill.Messages) > 0}
-	c.opensThinking = p.OpensThinking
-	return p.Tokens, nil
+	c.Prefill = iface.PrefillRequest{Tokens: p.Tokens, Model: c.Prefill.Model, FromChat: len(c.Prefill.Messages) > 0}
+	return runPrompt{toks: p.Tokens, opensThinking: p.OpensThinking}, nil
 }
 
 // pieceTokens tokenizes a prompt of text and token ids mixed as llama-server
 // does: each text piece with its special tokens parsed, the model's BOS only
 // where the prompt starts with text. A backend without a tokenizer of its own
 // cannot (iface.ErrNotImplemented).
-func pieceTokens(ctx context.Context, b iface.Backend, pieces []promptPiece) ([]int32, error) {
+func pieceTokens(ctx context.Context, b iface.Backend, pieces []request.Piece) ([]int32, error) {
 	var toks []int32
 	for i, p := range pieces {
-		if p.tokens != nil {
-			toks = append(toks, p.tokens...)
+		if p.Tokens != nil {
+			toks = append(toks, p.Tokens...)
 			continue
 		}
-		t, err := b.Tokenize(ctx, iface.PrefillRequest{Text: p.text,
+		t, err := b.Tokenize(ctx, iface.PrefillRequest{Text: p.Text,
 			Tokenize: &iface.TokenizeOptions{AddSpecial: i == 0, ParseSpecial: true}})
 		if err != nil {
 			return nil, fmt.Errorf("prompt: text mixed with token ids is tokenized piece by piece, by the backend's own tokenizer: %w", err)
@@ -302,9 +295,9 @@ func pieceTokens(ctx context.Context, b iface.Backend, pieces []promptPiece) ([]
 // prefill evaluates the prompt into the slot. It runs before any byte of the
 // reply, so a bad prompt gets a real HTTP status even when streaming.
 func (rn *completionRun) prefill() error {
-	rn.c.prefill.Slot = rn.slot
+	rn.c.Prefill.Slot = rn.slot
 	start := time.Now()
-	res, err := rn.b.Prefill(rn.ctx, rn.c.prefill)
+	res, err := rn.b.Prefill(rn.ctx, rn.c.Prefill)
 	end := time.Now()
 	if err != nil {
 		tracing.Prefill{Slot: rn.slot}.Record(rn.ctx, start, end, err)
@@ -339,7 +332,7 @@ func (rn *completionRun) countPrompt(reused int) {
 // setPredict sets how many tokens the decode may generate after a prompt
 // that leaves nPast tokens in the slot.
 func (rn *completionRun) setPredict(nPast int) {
-	rn.nPredict = rn.c.nPredict
+	rn.nPredict = rn.c.NPredict
 	if rn.nPredict < 0 { // until EOS or the context is full
 		rn.nPredict = math.MaxInt32
 		if rn.info.NCtx > 0 {
@@ -352,9 +345,9 @@ func (rn *completionRun) setPredict(nPast int) {
 // A prompt in the decode that found no room in the shared KV cache, before
 // any reply byte, is returned (ErrNoRoom) for the completion to try again.
 func (rn *completionRun) generate() error {
-	rn.taskID = rn.a.beginTask(rn.slot, rn.nPrompt, rn.nPredict, slotParams{SamplerParams: rn.c.sampler, NPredict: rn.c.nPredict})
+	rn.taskID = rn.a.beginTask(rn.slot, rn.nPrompt, rn.nPredict, slotParams{SamplerParams: rn.c.Sampler, NPredict: rn.c.NPredict})
 	taskID := rn.taskID
-	if rn.c.stream { // lazily where the prompt is in the decode, which may still refuse it
+	if rn.c.Stream { // lazily where the prompt is in the decode, which may still refuse it
 		if err := rn.sink.Begin(rn.observe(), rn.promptDecode); err != nil {
 			return nil // the client is gone
 		}
@@ -407,7 +400,7 @@ func (rn *completionRun) observe() run.Head {
 // promptText is the prompt's text, special tokens included, as the backend
 // detokenizes its tokens; false where it has none or cannot.
 func (rn *completionRun) promptText() (string, bool) {
-	toks := rn.c.prefill.Tokens
+	toks := rn.c.Prefill.Tokens
 	if len(toks) == 0 {
 		return "", false
 	}
@@ -454,21 +447,21 @@ func (rn *completionRun) decode() (string, int, string, error) {
 		rn.stop = "length"
 		return "", 0, "length", nil
 	}
-	ts := &stoptext.Stream{Stops: rn.c.stops}
-	if rn.c.parsed { // the backend stops the parse at them
+	ts := &stoptext.Stream{Stops: rn.c.Stops}
+	if rn.c.Parsed { // the backend stops the parse at them
 		ts.Stops = nil
 	}
 	n := 0
-	nKeep := rn.c.nKeep
+	nKeep := rn.c.NKeep
 	if nKeep < 0 {
 		nKeep = rn.nPrompt
 	}
-	req := iface.DecodeRequest{Slot: rn.slot, NPredict: rn.nPredict, Sampler: rn.c.sampler,
-		Logprobs: rn.c.logprobs, NProbs: rn.c.nProbs, NKeep: nKeep, Output: rn.c.output, Speculative: rn.c.spec,
+	req := iface.DecodeRequest{Slot: rn.slot, NPredict: rn.nPredict, Sampler: rn.c.Sampler,
+		Logprobs: rn.c.Logprobs, NProbs: rn.c.NProbs, NKeep: nKeep, Output: rn.c.Output, Speculative: rn.c.Spec,
 		LastUnevaluated: true}
 	if rn.promptDecode {
-		rn.c.prefill.Slot = rn.slot
-		req.Prompt = &rn.c.prefill
+		rn.c.Prefill.Slot = rn.slot
+		req.Prompt = &rn.c.Prefill
 	}
 	start := time.Now()
 	var last time.Time
@@ -479,14 +472,14 @@ func (rn *completionRun) decode() (string, int, string, error) {
 				rn.prompt = now.Sub(start) // until res.Prompt says
 			}
 			rn.firstToken = now
-			rn.a.metrics.ttft.WithLabelValues(rn.info.Model.Alias).Observe(now.Sub(rn.c.arrived).Seconds())
+			rn.a.metrics.ttft.WithLabelValues(rn.info.Model.Alias).Observe(now.Sub(rn.arrived).Seconds())
 		} else {
 			rn.interToken.Observe(now.Sub(last).Seconds())
 		}
 		last = now
 		n++
 		rn.sink.Token(t)
-		if rn.c.parsed {
+		if rn.c.Parsed {
 			return rn.emitDeltas(t.Deltas)
 		}
 		out, stopped := ts.Push(t.Text)
@@ -509,7 +502,7 @@ func (rn *completionRun) decode() (string, int, string, error) {
 	}
 	// The shared KV cache filled before the slot did: idle HTTP sequences
 	// make room for the rest of the reply, and the decode goes on.
-	for err == nil && res.StopReason == stopNTokensLimit && n < rn.nPredict && res.NPast+1 < rn.info.SlotCtx() && !rn.info.SplitKV() {
+	for err == nil && res.StopReason == run.StopNTokensLimit && n < rn.nPredict && res.NPast+1 < rn.info.SlotCtx() && !rn.info.SplitKV() {
 		want := res.NPast + min(rn.nPredict-n, rn.info.SlotCtx()-res.NPast)
 		if rn.a.s.MakeRoom(rn.ctx, rn.slot, want, true) == 0 {
 			break
@@ -522,9 +515,9 @@ func (rn *completionRun) decode() (string, int, string, error) {
 	if res.NPast > 0 {
 		rn.nPast = res.NPast
 	}
-	if rn.c.parsed && err == nil {
-		if rn.stop == iface.StopString && len(rn.c.stops) == 1 {
-			rn.stopWord = rn.c.stops[0]
+	if rn.c.Parsed && err == nil {
+		if rn.stop == iface.StopString && len(rn.c.Stops) == 1 {
+			rn.stopWord = rn.c.Stops[0]
 		}
 		return rn.finishParsed(n, res)
 	}
@@ -614,7 +607,7 @@ func (rn *completionRun) emitParts(reasoning, content string) error {
 func (rn *completionRun) emit(d run.Delta) error {
 	rn.reasoning.WriteString(d.Reasoning)
 	rn.text.WriteString(d.Content)
-	if !rn.c.stream {
+	if !rn.c.Stream {
 		return nil
 	}
 	return rn.sink.Delta(d)
@@ -629,4 +622,22 @@ func (rn *completionRun) fail(err error) {
 		step = "evaluating the prompt"
 	}
 	rn.sink.Fail(rn.a.apiErrorOf(rn.ctx, step, err))
+}
+
+// finishReason maps a backend stop reason to OpenAI's.
+func finishReason(stop string) string {
+	if stop == "eos" || stop == iface.StopString {
+		return "stop"
+	}
+	return "length" // "length", "n_tokens_limit"
+}
+
+// fingerprint names the backend and model that answered, as OpenAI's
+// system_fingerprint names a configuration.
+func fingerprint(info iface.BackendInfo) string {
+	h := info.Model.Hash
+	if len(h) > 12 {
+		h = h[:12]
+	}
+	return fmt.Sprintf("%s-%s-%s", info.Name, info.Version, h)
 }

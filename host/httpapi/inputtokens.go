@@ -1,11 +1,11 @@
 package httpapi
 
 import (
-	"github.com/hydra-engine/hydra-engine/host/httpapi/anthropic"
-	"github.com/hydra-engine/hydra-engine/host/httpapi/responses"
 	"net/http"
 
-	"github.com/hydra-engine/hydra-engine/host"
+	"github.com/hydra-engine/hydra-engine/host/httpapi/anthropic"
+	"github.com/hydra-engine/hydra-engine/host/httpapi/request"
+	"github.com/hydra-engine/hydra-engine/host/httpapi/responses"
 	"github.com/hydra-engine/hydra-engine/host/httpapi/run"
 )
 
@@ -78,17 +78,14 @@ func (a *api) countMessageTokens(w http.ResponseWriter, r *http.Request) {
 // renders to.
 func (a *api) countPrompt(r *http.Request, body []byte) (int, error) {
 	b, info := a.s.Backend()
-	var req completionRequest
-	if err := host.CheckMessageCountJSON(body, info); err != nil {
-		return 0, badRequest("%v", err)
-	}
-	if err := run.DecodeJSON(body, &req); err != nil {
+	req, err := request.Decode(body, true, info)
+	if err != nil {
 		return 0, err
 	}
 	if err := a.checkModel(req.Model); err != nil {
 		return 0, err
 	}
-	p, _, err := parseInput(&req, true, info)
+	p, err := req.ChatPrefill(info)
 	if err != nil {
 		return 0, err
 	}

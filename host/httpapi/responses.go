@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/hydra-engine/hydra-engine/host/httpapi/request"
 	"github.com/hydra-engine/hydra-engine/host/httpapi/responses"
 )
 
@@ -25,11 +26,10 @@ func (a *api) responses(w http.ResponseWriter, r *http.Request) {
 	if rb.User != "" || rb.SafetyIdentifier != "" || len(rb.Metadata) > 0 {
 		a.log.Debug("Responses request", "user", rb.User, "safety_identifier", rb.SafetyIdentifier, "metadata", rb.Metadata)
 	}
-	c, e := a.parseBody(r.Context(), chat, true)
+	c, e := a.readCompletion(r.Context(), request.Parse, chat, true)
 	if e != nil {
 		sink.Fail(e)
 		return
 	}
-	c.arrived = arrived
-	a.runCompletion(w, r, c, sink)
+	a.runCompletion(w, r, c, arrived, sink)
 }

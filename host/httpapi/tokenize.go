@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/hydra-engine/hydra-engine/host"
+	"github.com/hydra-engine/hydra-engine/host/httpapi/request"
 	"github.com/hydra-engine/hydra-engine/host/httpapi/run"
 	"github.com/hydra-engine/hydra-engine/iface"
 )
@@ -128,7 +129,7 @@ func (a *api) applyTemplate(w http.ResponseWriter, r *http.Request) {
 	_, info := a.s.Backend()
 	req, err := body.Prefill(0, info)
 	if err != nil {
-		run.WriteError(w, a.apiErrorOf(r.Context(), "reading the request", fieldError(err)))
+		run.WriteError(w, a.apiErrorOf(r.Context(), "reading the request", request.FieldError(err)))
 		return
 	}
 	req.Model, req.Tokenize = "", &iface.TokenizeOptions{}

@@ -57,6 +57,9 @@ type ToolPiece struct {
 	ID, Name, Args string
 }
 
+// StopNTokensLimit is the backends' stop reason for a full slot or KV cache.
+const StopNTokensLimit = "n_tokens_limit"
+
 // End is the end of a completion.
 type End struct {
 	Head

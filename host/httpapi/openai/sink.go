@@ -1,9 +1,9 @@
-package httpapi
+package openai
 
 import (
-	"fmt"
 	"net/http"
 
+	"github.com/hydra-engine/hydra-engine/host/httpapi/request"
 	"github.com/hydra-engine/hydra-engine/host/httpapi/run"
 	"github.com/hydra-engine/hydra-engine/iface"
 )
@@ -100,16 +100,8 @@ type completionBody struct {
 	ModelSwitched bool `json:"model_switched,omitempty"`
 }
 
-// finishReason maps a backend stop reason to OpenAI's.
-func finishReason(stop string) string {
-	if stop == "eos" || stop == iface.StopString {
-		return "stop"
-	}
-	return "length" // "length", "n_tokens_limit"
-}
-
-// openAISink writes a completion's events as OpenAI's reply.
-type openAISink struct {
+// Sink writes a completion's events as OpenAI's reply.
+type Sink struct {
 	w            http.ResponseWriter
 	chat         bool
 	includeUsage bool
@@ -121,16 +113,17 @@ type openAISink struct {
 	started bool           // SSE headers sent
 }
 
-func newOpenAISink(w http.ResponseWriter, c completion) *openAISink {
-	s := &openAISink{w: w, chat: c.chat, includeUsage: c.includeUsage}
-	if c.logprobs {
-		s.probs = &tokenProbs{chat: c.chat}
+// NewSink is the reply to w of the completion c.
+func NewSink(w http.ResponseWriter, c request.Completion) *Sink {
+	s := &Sink{w: w, chat: c.Chat, includeUsage: c.IncludeUsage}
+	if c.Logprobs {
+		s.probs = &tokenProbs{chat: c.Chat}
 	}
 	return s
 }
 
 // setHead fills the fields every reply and chunk shares.
-func (s *openAISink) setHead(h run.Head) {
+func (s *Sink) setHead(h run.Head) {
 	prefix, object := "cmpl-", "text_completion"
 	switch {
 	case s.chat && s.begun:
@@ -142,7 +135,7 @@ func (s *openAISink) setHead(h run.Head) {
 		SystemFingerprint: h.Fingerprint, ModelSwitched: h.Switched}
 }
 
-func (s *openAISink) Begin(h run.Head, lazy bool) error {
+func (s *Sink) Begin(h run.Head, lazy bool) error {
 	s.begun = true
 	s.setHead(h)
 	if lazy {
@@ -154,7 +147,7 @@ func (s *openAISink) Begin(h run.Head, lazy bool) error {
 
 // start sends the SSE headers and, for chat, the role-only first chunk
 // OpenAI clients expect.
-func (s *openAISink) start() error {
+func (s *Sink) start() error {
 	s.pending, s.started = false, true
 	run.StartSSE(s.w)
 	if !s.chat {
@@ -164,11 +157,11 @@ func (s *openAISink) start() error {
 	return s.event(s.chunkBody(&message{Role: "assistant", Content: &empty}, nil, nil))
 }
 
-func (s *openAISink) Token(t iface.Token) { s.probs.add(t) }
+func (s *Sink) Token(t iface.Token) { s.probs.add(t) }
 
-func (s *openAISink) Started() bool { return s.started }
+func (s *Sink) Started() bool { return s.started }
 
-func (s *openAISink) Delta(d run.Delta) error {
+func (s *Sink) Delta(d run.Delta) error {
 	if d.Reasoning != "" {
 		if err := s.event(s.chunkBody(&message{ReasoningContent: &d.Reasoning}, nil, nil)); err != nil {
 			return err
@@ -185,7 +178,7 @@ func (s *openAISink) Delta(d run.Delta) error {
 	return nil
 }
 
-func (s *openAISink) End(e run.End) error {
+func (s *Sink) End(e run.End) error {
 	u := &usage{PromptTokens: e.NPrompt, CompletionTokens: e.Generated, TotalTokens: e.NPrompt + e.Generated,
 		PromptTokensDetails: &promptCached{CachedTokens: e.Timings.CacheN}}
 	slot := e.Slot
@@ -210,7 +203,7 @@ func (s *openAISink) End(e run.End) error {
 
 // finishStream sends the chunk carrying finish_reason (with llama-server's
 // timings), the usage chunk if asked for, and [DONE].
-func (s *openAISink) finishStream(reason string, u *usage, tm *run.Timings, slot int) error {
+func (s *Sink) finishStream(reason string, u *usage, tm *run.Timings, slot int) error {
 	var last completionBody
 	if s.chat {
 		last = s.chunkBody(nil, nil, &reason)
@@ -237,7 +230,7 @@ func (s *openAISink) finishStream(reason string, u *usage, tm *run.Timings, slot
 
 // Fail writes e as the reply when nothing was sent yet, else as a final
 // {"error":…} event, which OpenAI clients raise as an APIError.
-func (s *openAISink) Fail(e *run.Error) {
+func (s *Sink) Fail(e *run.Error) {
 	if !s.started {
 		run.WriteError(s.w, e)
 		return
@@ -246,7 +239,7 @@ func (s *openAISink) Fail(e *run.Error) {
 }
 
 // chunkBody is one streamed chunk with a delta (chat) or text.
-func (s *openAISink) chunkBody(delta *message, text *string, reason *string) completionBody {
+func (s *Sink) chunkBody(delta *message, text *string, reason *string) completionBody {
 	b := s.body
 	ch := choice{Delta: delta, Text: text, FinishReason: reason, Logprobs: s.probs.take()}
 	if s.chat && delta == nil {
@@ -257,7 +250,7 @@ func (s *openAISink) chunkBody(delta *message, text *string, reason *string) com
 }
 
 // chunk streams a piece of generated text.
-func (s *openAISink) chunk(text string, reason *string) error {
+func (s *Sink) chunk(text string, reason *string) error {
 	if s.chat {
 		return s.event(s.chunkBody(&message{Content: &text}, nil, reason))
 	}
@@ -265,21 +258,11 @@ func (s *openAISink) chunk(text string, reason *string) error {
 }
 
 // event writes one SSE event, starting a lazy stream first.
-func (s *openAISink) event(v any) error {
+func (s *Sink) event(v any) error {
 	if s.pending {
 		if err := s.start(); err != nil {
 			return err
 		}
 	}
 	return run.Event(s.w, "", v)
-}
-
-// fingerprint names the backend and model that answered, as OpenAI's
-// system_fingerprint names a configuration.
-func fingerprint(info iface.BackendInfo) string {
-	h := info.Model.Hash
-	if len(h) > 12 {
-		h = h[:12]
-	}
-	return fmt.Sprintf("%s-%s-%s", info.Name, info.Version, h)
 }

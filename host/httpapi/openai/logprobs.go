@@ -1,10 +1,6 @@
-package httpapi
+package openai
 
-import (
-	"math"
-
-	"github.com/hydra-engine/hydra-engine/iface"
-)
+import "github.com/hydra-engine/hydra-engine/iface"
 
 // Log-probabilities in OpenAI's two shapes: chat's choices[].logprobs
 // {"content":[{token, logprob, bytes, top_logprobs}]}, and the text API's
@@ -94,53 +90,4 @@ func textBytes(text string) []int {
 		b[i] = int(text[i])
 	}
 	return b
-}
-
-// nativeProb is a position of llama-server's completion_probabilities: the
-// token, its id and bytes, and its alternatives likewise.
-type nativeProb struct {
-	nativeAlternative
-	TopLogprobs []nativeAlternative `json:"top_logprobs"`
-}
-
-type nativeAlternative struct {
-	ID      int32   `json:"id"`
-	Token   string  `json:"token"`
-	Bytes   []int   `json:"bytes"`
-	Logprob float32 `json:"logprob"`
-}
-
-// nativeProbs are toks' entries in llama-server's shape.
-func nativeProbs(toks []iface.Token) []nativeProb {
-	out := make([]nativeProb, len(toks))
-	for i, t := range toks {
-		out[i] = nativeProb{nativeAlternative: nativeEntry(t.ID, t.Text, t.Logprob), TopLogprobs: make([]nativeAlternative, len(t.Top))}
-		for j, c := range t.Top {
-			out[i].TopLogprobs[j] = nativeEntry(c.ID, c.Text, c.Logprob)
-		}
-	}
-	return out
-}
-
-// nativeEntry is a token as llama-server writes it: its piece cut before a
-// UTF-8 sequence the piece ends inside of (the bytes keep it all), and a
-// log-probability of -Inf as the lowest float32, which JSON can carry.
-func nativeEntry(id int32, text string, lp float32) nativeAlternative {
-	if math.IsInf(float64(lp), -1) {
-		lp = -math.MaxFloat32
-	}
-	return nativeAlternative{ID: id, Token: text[:utf8Whole(text)], Bytes: textBytes(text), Logprob: lp}
-}
-
-// utf8Whole is the length of s without a UTF-8 sequence cut off at its end,
-// as llama-server's validate_utf8 measures it.
-func utf8Whole(s string) int {
-	for i := 1; i <= 4 && i <= len(s); i++ {
-		c := s[len(s)-i]
-		switch {
-		case c&0xE0 == 0xC0 && i < 2, c&0xF0 == 0xE0 && i < 3, c&0xF8 == 0xF0 && i < 4:
-			return len(s) - i
-		}
-	}
-	return len(s)
 }

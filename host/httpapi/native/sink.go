@@ -1,4 +1,4 @@
-package httpapi
+package native
 
 import (
 	"encoding/json"
@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/hydra-engine/hydra-engine/host/httpapi/request"
 	"github.com/hydra-engine/hydra-engine/host/httpapi/run"
 	"github.com/hydra-engine/hydra-engine/iface"
 )
@@ -18,26 +19,31 @@ import (
 // completions of one request (prompts × n_cmpl) answer in one array, or in
 // one stream, each with its index.
 
-// nativeReplies is the one reply of a request's completions, which run one
-// after another.
-type nativeReplies struct {
+// Reply is the one reply of a request's completions, which run one after
+// another, each into a Sink of its own.
+type Reply struct {
 	w       http.ResponseWriter
 	many    bool              // the completions' replies go in one array
 	replies []json.RawMessage // the whole replies so far (many)
 	started bool              // the stream's header went out
 }
 
-// finish writes the array of the whole replies once every completion ended.
-func (r *nativeReplies) finish() {
+// NewReply is the reply to w of a request of n completions.
+func NewReply(w http.ResponseWriter, n int) *Reply {
+	return &Reply{w: w, many: n > 1}
+}
+
+// Finish writes the array of the whole replies once every completion ended.
+func (r *Reply) Finish() {
 	if r.many && !r.started {
 		run.WriteJSON(r.w, http.StatusOK, r.replies)
 	}
 }
 
-// nativeSink writes one completion's events into its request's reply.
-type nativeSink struct {
-	reply *nativeReplies
-	c     completion
+// Sink writes one completion's events into its request's reply.
+type Sink struct {
+	reply *Reply
+	c     Completion
 
 	head    run.Head
 	pending bool          // the stream starts with its first event (lazy)
@@ -48,7 +54,14 @@ type nativeSink struct {
 	failed  bool          // an error went out
 }
 
-func (s *nativeSink) Begin(h run.Head, lazy bool) error {
+// Sink is the sink of completion c, whose events go into r.
+func (r *Reply) Sink(c Completion) *Sink { return &Sink{reply: r, c: c} }
+
+// Done reports whether the completion's reply went out whole: the next
+// completion of the request may run.
+func (s *Sink) Done() bool { return s.wrote && !s.failed }
+
+func (s *Sink) Begin(h run.Head, lazy bool) error {
 	s.head = h
 	if lazy {
 		s.pending = true
@@ -59,7 +72,7 @@ func (s *nativeSink) Begin(h run.Head, lazy bool) error {
 
 // start begins the completion's part of the stream: the stream's header
 // with the first completion's.
-func (s *nativeSink) start() error {
+func (s *Sink) start() error {
 	s.pending, s.started, s.wrote = false, true, true
 	if !s.reply.started {
 		s.reply.started = true
@@ -68,22 +81,22 @@ func (s *nativeSink) start() error {
 	return http.NewResponseController(s.reply.w).Flush()
 }
 
-func (s *nativeSink) Token(t iface.Token) {
+func (s *Sink) Token(t iface.Token) {
 	s.tokens = append(s.tokens, t)
 	s.count++
 }
 
-func (s *nativeSink) Started() bool { return s.started }
+func (s *Sink) Started() bool { return s.started }
 
 // Delta streams a chunk for each token, even one whose text is held back.
-func (s *nativeSink) Delta(d run.Delta) error {
+func (s *Sink) Delta(d run.Delta) error {
 	if d.Content == "" && len(s.tokens) == 0 {
 		return nil
 	}
 	return s.event(s.chunk(d.Content))
 }
 
-func (s *nativeSink) End(e run.End) error {
+func (s *Sink) End(e run.End) error {
 	if s.pending || s.started {
 		return s.event(s.final("", e))
 	}
@@ -102,7 +115,7 @@ func (s *nativeSink) End(e run.End) error {
 
 // Fail is the reply where nothing of the request's went out, else the
 // stream's last event.
-func (s *nativeSink) Fail(e *run.Error) {
+func (s *Sink) Fail(e *run.Error) {
 	s.failed, s.wrote = true, true
 	if !s.reply.started {
 		run.WriteError(s.reply.w, e)
@@ -115,7 +128,7 @@ func (s *nativeSink) Fail(e *run.Error) {
 }
 
 // event writes one event, starting a lazy stream first.
-func (s *nativeSink) event(v any) error {
+func (s *Sink) event(v any) error {
 	if s.pending {
 		if err := s.start(); err != nil {
 			return err
@@ -125,7 +138,7 @@ func (s *nativeSink) event(v any) error {
 }
 
 // takeTokens returns the tokens not yet sent and forgets them.
-func (s *nativeSink) takeTokens() []iface.Token {
+func (s *Sink) takeTokens() []iface.Token {
 	toks := s.tokens
 	s.tokens = nil
 	return toks
@@ -133,42 +146,42 @@ func (s *nativeSink) takeTokens() []iface.Token {
 
 // chunk is a streamed chunk: the text that the token (or tokens) since the
 // last chunk released, and those tokens.
-func (s *nativeSink) chunk(content string) map[string]any {
+func (s *Sink) chunk(content string) map[string]any {
 	toks := s.takeTokens()
-	out := map[string]any{"index": s.c.native.index, "content": content, "tokens": tokenIDList(toks), "stop": false,
+	out := map[string]any{"index": s.c.Index, "content": content, "tokens": tokenIDList(toks), "stop": false,
 		"id_slot": s.head.Slot, "tokens_predicted": s.count, "tokens_evaluated": s.head.NPrompt}
-	if s.c.logprobs && len(toks) > 0 {
-		out["completion_probabilities"] = nativeProbs(toks)
+	if s.c.Request.Logprobs && len(toks) > 0 {
+		out["completion_probabilities"] = probs(toks)
 	}
 	return out
 }
 
 // final is a completion's whole reply, or its stream's last event (content
 // "": the chunks carried it), with llama-server's fields.
-func (s *nativeSink) final(content string, e run.End) map[string]any {
+func (s *Sink) final(content string, e run.End) map[string]any {
 	toks := s.takeTokens()
 	ids := []int32{}
-	if s.c.native.returnTokens && !s.c.stream {
+	if s.c.ReturnTokens && !s.c.Request.Stream {
 		ids = tokenIDList(toks)
 	}
-	stopType, truncated := nativeStopType(e.Stop)
+	kind, truncated := stopType(e.Stop)
 	stopWord := ""
-	if stopType == "word" {
+	if kind == "word" {
 		stopWord = e.StopWord
 	}
 	prompt, ok := e.PromptText()
 	if !ok {
-		prompt = s.c.native.promptText
+		prompt = s.c.PromptText
 	}
-	out := map[string]any{"index": s.c.native.index, "content": content, "tokens": ids, "id_slot": e.Slot, "stop": true,
+	out := map[string]any{"index": s.c.Index, "content": content, "tokens": ids, "id_slot": e.Slot, "stop": true,
 		"model": e.Model, "tokens_predicted": e.Generated, "tokens_evaluated": e.NPrompt,
-		"generation_settings": nativeSettings(s.c), "prompt": prompt,
-		"has_new_line": strings.Contains(e.Text, "\n"), "truncated": truncated, "stop_type": stopType,
+		"generation_settings": settings(s.c.Request), "prompt": prompt,
+		"has_new_line": strings.Contains(e.Text, "\n"), "truncated": truncated, "stop_type": kind,
 		"stopping_word": stopWord, "tokens_cached": e.NPast, "timings": e.Timings}
-	if s.c.logprobs && !s.c.stream && len(toks) > 0 {
-		out["completion_probabilities"] = nativeProbs(shownTokens(toks, len(content)))
+	if s.c.Request.Logprobs && !s.c.Request.Stream && len(toks) > 0 {
+		out["completion_probabilities"] = probs(shownTokens(toks, len(content)))
 	}
-	if f := s.c.native.responseFields; len(f) > 0 {
+	if f := s.c.ResponseFields; len(f) > 0 {
 		return pickFields(out, f)
 	}
 	return out
@@ -195,15 +208,15 @@ func shownTokens(toks []iface.Token, n int) []iface.Token {
 	return toks
 }
 
-// nativeStopType is llama-server's stop_type for a backend's stop reason,
+// stopType is llama-server's stop_type for a backend's stop reason,
 // and whether the context ran out (truncated).
-func nativeStopType(stop string) (string, bool) {
+func stopType(stop string) (string, bool) {
 	switch stop {
 	case "eos":
 		return "eos", false
 	case iface.StopString:
 		return "word", false
-	case stopNTokensLimit:
+	case run.StopNTokensLimit:
 		return "limit", true
 	case "length":
 		return "limit", false
@@ -211,27 +224,27 @@ func nativeStopType(stop string) (string, bool) {
 	return "none", false
 }
 
-// nativeSettings is generation_settings: the parameters the completion ran
-// with, and nativeOff's features at the values that leave them off.
-func nativeSettings(c completion) map[string]any {
-	sp := c.sampler
+// settings is generation_settings: the parameters the completion ran
+// with, and offFields' features at the values that leave them off.
+func settings(c request.Completion) map[string]any {
+	sp := c.Sampler
 	bias := []map[string]any{}
 	for _, id := range slices.Sorted(maps.Keys(sp.LogitBias)) {
 		bias = append(bias, map[string]any{"token": id, "bias": sp.LogitBias[id]})
 	}
 	grammar := ""
-	if c.output != nil {
-		grammar = c.output.Grammar
+	if c.Output != nil {
+		grammar = c.Output.Grammar
 	}
 	out := map[string]any{"seed": sp.Seed, "temperature": sp.Temperature, "top_k": sp.TopK, "top_p": sp.TopP, "min_p": sp.MinP,
 		"repeat_last_n": sp.RepeatLastN, "repeat_penalty": sp.RepeatPenalty, "presence_penalty": sp.PresencePenalty,
-		"frequency_penalty": sp.FrequencyPenalty, "stop": nonNilStrings(c.stops), "max_tokens": c.nPredict,
-		"n_predict": c.nPredict, "n_keep": c.nKeep, "ignore_eos": sp.IgnoreEOS, "stream": c.stream, "logit_bias": bias,
-		"n_probs": c.nProbs, "grammar": grammar}
-	if c.output != nil && c.output.JSONSchema != "" {
-		out["json_schema"] = json.RawMessage(c.output.JSONSchema)
+		"frequency_penalty": sp.FrequencyPenalty, "stop": nonNilStrings(c.Stops), "max_tokens": c.NPredict,
+		"n_predict": c.NPredict, "n_keep": c.NKeep, "ignore_eos": sp.IgnoreEOS, "stream": c.Stream, "logit_bias": bias,
+		"n_probs": c.NProbs, "grammar": grammar}
+	if c.Output != nil && c.Output.JSONSchema != "" {
+		out["json_schema"] = json.RawMessage(c.Output.JSONSchema)
 	}
-	for _, f := range nativeOff {
+	for _, f := range offFields {
 		out[f.name] = f.off
 	}
 	return out

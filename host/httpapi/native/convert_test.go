@@ -1,4 +1,4 @@
-package httpapi
+package native
 
 import (
 	"errors"
@@ -9,13 +9,13 @@ import (
 	"github.com/hydra-engine/hydra-engine/iface"
 )
 
-// TestParseNative: a /completion body is one completion for each prompt and
+// TestConvert: a /completion body is one completion for each prompt and
 // each of its n_cmpl, in llama-server's order of their indexes, or a 400
 // naming the field at fault.
-func TestParseNative(t *testing.T) {
+func TestConvert(t *testing.T) {
 	info := iface.BackendInfo{Name: "mock", NCtx: 100, NVocab: 50, NSlots: 2}
 	def := iface.SamplerParams{Temperature: 0.5, Seed: 10}
-	parse := func(body string) ([]completion, error) { return parseNative([]byte(body), def, -1, info) }
+	parse := func(body string) ([]Completion, error) { return Convert([]byte(body), def, -1, info) }
 
 	cs, err := parse(`{"prompt":["ab","cd"],"n_cmpl":2,"n_predict":3,"stop":["x","y","z","w","v"],"n_probs":2,` +
 		`"cache_prompt":false,"return_tokens":true,"response_fields":["content"],"stream":true}`)
@@ -24,10 +24,11 @@ func TestParseNative(t *testing.T) {
 	}
 	for i, c := range cs {
 		prompt := []string{"ab", "ab", "cd", "cd"}[i]
-		if c.native == nil || c.native.index != i || c.native.promptText != prompt || !c.native.returnTokens ||
-			len(c.native.responseFields) != 1 || c.chat || !c.stream || c.nPredict != 3 || len(c.stops) != 5 ||
-			!c.logprobs || c.nProbs != 2 || !c.noCache || c.prefill.Text != prompt || c.sampler.Seed != 10+uint64(i%2) {
-			t.Errorf("completion %d: %+v %+v", i, c, c.native)
+		r := c.Request
+		if c.Index != i || c.PromptText != prompt || !c.ReturnTokens ||
+			len(c.ResponseFields) != 1 || r.Chat || !r.Stream || r.NPredict != 3 || len(r.Stops) != 5 ||
+			!r.Logprobs || r.NProbs != 2 || !r.NoCache || r.Prefill.Text != prompt || r.Sampler.Seed != 10+uint64(i%2) {
+			t.Errorf("completion %d: %+v", i, c)
 		}
 	}
 	for body, want := range map[string]string{
@@ -35,11 +36,11 @@ func TestParseNative(t *testing.T) {
 		`{"prompt":"hi","logprobs":true}`:   "hi",
 	} {
 		cs, err := parse(body)
-		if err != nil || len(cs) != 1 || cs[0].prefill.Text != want || cs[0].native.index != 0 {
+		if err != nil || len(cs) != 1 || cs[0].Request.Prefill.Text != want || cs[0].Index != 0 {
 			t.Errorf("%s: %+v %v", body, cs, err)
 		}
 	}
-	if cs, err := parse(`{"prompt":[1,2,"x"]}`); err != nil || len(cs) != 1 || len(cs[0].pieces) != 2 {
+	if cs, err := parse(`{"prompt":[1,2,"x"]}`); err != nil || len(cs) != 1 || len(cs[0].Request.Pieces) != 2 {
 		t.Errorf("a mixed prompt: %+v %v", cs, err)
 	}
 
