@@ -96,6 +96,12 @@ func TestConvert(t *testing.T) {
 	}, {
 		name: "messages not an array", body: `{"messages":"hi"}`,
 		err: "messages must be an array", param: "messages",
+	}, {
+		name: "a body that is no object", body: `[1]`,
+		err: "request body must be a JSON object",
+	}, {
+		name: "a field that is no object", body: `{"messages":[{"role":"user","content":"hi"}],"metadata":[1]}`,
+		err: "metadata must be a JSON object",
 	}} {
 		t.Run(c.name, func(t *testing.T) {
 			got, _, err := Convert([]byte(c.body), c.counting)

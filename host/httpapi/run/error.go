@@ -88,10 +88,13 @@ func RetryAfter(w http.ResponseWriter, e *Error) {
 }
 
 // CheckFields refuses a JSON object's keys that are not in known, naming
-// the first (sorted) at path.
+// the first (sorted) at path ("": the request body itself).
 func CheckFields(raw json.RawMessage, path string, known []string) error {
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &obj); err != nil {
+		if path == "" {
+			return BadRequest("request body must be a JSON object")
+		}
 		return BadRequest("%s must be a JSON object", strings.TrimPrefix(path, "."))
 	}
 	var extra []string
