@@ -28,8 +28,8 @@ type Completion struct {
 	PromptText     string   // the prompt as sent, where it was text
 }
 
-// body are the fields /completion reads itself; passed go to
-// request.Parse, which reads them as llama-server does.
+// body holds the fields /completion reads itself; those named in passed go
+// to request.Parse, which reads them as llama-server does.
 type body struct {
 	Prompt         json.RawMessage `json:"prompt"`
 	Stop           json.RawMessage `json:"stop"`
