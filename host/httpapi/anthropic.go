@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/hydra-engine/hydra-engine/host/httpapi/anthropic"
-	"github.com/hydra-engine/hydra-engine/host/httpapi/request"
 )
 
 // messages serves POST /v1/messages: the body converted, run as a chat
@@ -26,7 +25,7 @@ func (a *api) messages(w http.ResponseWriter, r *http.Request) {
 	if m.Metadata != nil && m.Metadata.UserID != "" {
 		a.log.Debug("Anthropic messages request", "metadata.user_id", m.Metadata.UserID)
 	}
-	c, e := a.readCompletion(r.Context(), request.Parse, chat, true)
+	c, e := a.readCompletion(r.Context(), chatParser(chat))
 	if e != nil {
 		sink.Fail(e)
 		return

@@ -74,17 +74,24 @@ type completionRun struct {
 	message *iface.ChatReply
 }
 
-// converter reads a request body into the completion it runs as, over the
-// engine's sampler and nPredict defaults: a dialect's Convert, or
-// request.Parse of the chat completion body a dialect's request became.
-type converter func(body []byte, chat bool, sampler iface.SamplerParams, nPredict int, info iface.BackendInfo) (request.Completion, error)
+// parser validates a request into the completion it runs as, over the
+// engine's sampler and nPredict defaults: a dialect's Convert of its body,
+// or request.ParseChat of the chat a dialect's converter made.
+type parser func(sampler iface.SamplerParams, nPredict int, info iface.BackendInfo) (request.Completion, error)
 
-// readCompletion is the completion convert makes of body, with its
-// reasoning budget, or the refusal in OpenAI's shape.
-func (a *api) readCompletion(ctx context.Context, convert converter, body []byte, chat bool) (request.Completion, *apiError) {
+// chatParser parses the chat a dialect's converter made.
+func chatParser(chat request.Chat) parser {
+	return func(sampler iface.SamplerParams, nPredict int, info iface.BackendInfo) (request.Completion, error) {
+		return request.ParseChat(chat, sampler, nPredict, info)
+	}
+}
+
+// readCompletion is the completion parse makes, with its reasoning budget,
+// or the refusal in OpenAI's shape.
+func (a *api) readCompletion(ctx context.Context, parse parser) (request.Completion, *apiError) {
 	_, info := a.s.Backend()
 	tun := a.s.Tunables()
-	c, err := convert(body, chat, tun.Sampler(), tun.NPredict(), info)
+	c, err := parse(tun.Sampler(), tun.NPredict(), info)
 	if err == nil {
 		err = c.SetReasoningBudget(a.budget, a.budgetMessage, info)
 	}

@@ -5,7 +5,9 @@ import (
 	"time"
 
 	"github.com/hydra-engine/hydra-engine/host/httpapi/openai"
+	"github.com/hydra-engine/hydra-engine/host/httpapi/request"
 	"github.com/hydra-engine/hydra-engine/host/httpapi/run"
+	"github.com/hydra-engine/hydra-engine/iface"
 )
 
 func (a *api) chatCompletions(w http.ResponseWriter, r *http.Request) { a.complete(w, r, true) }
@@ -22,7 +24,9 @@ func (a *api) complete(w http.ResponseWriter, r *http.Request, chat bool) {
 		run.WriteError(w, a.apiErrorOf(r.Context(), "reading the request", err))
 		return
 	}
-	c, e := a.readCompletion(r.Context(), openai.Convert, body, chat)
+	c, e := a.readCompletion(r.Context(), func(sampler iface.SamplerParams, nPredict int, info iface.BackendInfo) (request.Completion, error) {
+		return openai.Convert(body, chat, sampler, nPredict, info)
+	})
 	if e != nil {
 		run.WriteError(w, e)
 		return

@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/hydra-engine/hydra-engine/host/httpapi/request"
 	"github.com/hydra-engine/hydra-engine/host/httpapi/responses"
 )
 
@@ -26,7 +25,7 @@ func (a *api) responses(w http.ResponseWriter, r *http.Request) {
 	if rb.User != "" || rb.SafetyIdentifier != "" || len(rb.Metadata) > 0 {
 		a.log.Debug("Responses request", "user", rb.User, "safety_identifier", rb.SafetyIdentifier, "metadata", rb.Metadata)
 	}
-	c, e := a.readCompletion(r.Context(), request.Parse, chat, true)
+	c, e := a.readCompletion(r.Context(), chatParser(chat))
 	if e != nil {
 		sink.Fail(e)
 		return

@@ -1,6 +1,6 @@
 // Package anthropic is Anthropic's Messages API (POST /v1/messages,
 // /v1/messages/count_tokens) as llama-server serves it: Convert makes a
-// Messages body the chat completion body it runs as, and Sink writes the
+// Messages body the engine's chat request it runs as, and Sink writes the
 // run's events as Anthropic's message or event stream.
 package anthropic
 
@@ -8,10 +8,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/hydra-engine/hydra-engine/host/httpapi/run"
 	"math"
 	"reflect"
 	"strings"
+
+	"github.com/hydra-engine/hydra-engine/host"
+	"github.com/hydra-engine/hydra-engine/host/httpapi/request"
+	"github.com/hydra-engine/hydra-engine/host/httpapi/run"
 )
 
 // The body is converted as llama-server's server_chat_convert_anthropic_to_oai
@@ -143,79 +146,60 @@ type thinking struct {
 // (Anthropic requires it; llama-server is permissive).
 const defaultMaxTokens = 4096
 
-// Convert makes a /v1/messages body the chat completion body it runs as;
+// Convert makes a /v1/messages body the engine's chat request it runs as;
 // counting (count_tokens) skips what only bounds the reply. It is a pure
 // function of the body: a body it refuses gets a *run.Error naming the
 // field at fault.
-func Convert(body []byte, counting bool) ([]byte, Request, error) {
+func Convert(body []byte, counting bool) (request.Chat, Request, error) {
 	var m Request
+	var chat request.Chat
 	if err := run.CheckFields(body, "", messagesFields); err != nil {
-		return nil, m, err
+		return chat, m, err
 	}
 	if err := checkNested(body); err != nil {
-		return nil, m, err
+		return chat, m, err
 	}
 	if err := run.DecodeJSON(body, &m); err != nil {
-		return nil, m, err
+		return chat, m, err
 	}
-	oai := map[string]any{"stream": m.Stream}
-	if m.Model != "" {
-		oai["model"] = m.Model
-	}
-	var msgs []map[string]any
+	chat.Stream, chat.Model = m.Stream, m.Model
 	if sys, err := systemText(m.System); err != nil {
-		return nil, m, err
+		return chat, m, err
 	} else if sys != nil {
-		msgs = append(msgs, map[string]any{"role": "system", "content": *sys})
+		chat.Messages = append(chat.Messages, request.TextMessage("system", *sys))
 	}
 	if len(m.Messages) == 0 {
-		return nil, m, run.BadRequest("messages must be a non-empty array")
+		return chat, m, run.BadRequest("messages must be a non-empty array")
 	}
 	for i, msg := range m.Messages {
 		out, err := convertMessage(i, msg)
 		if err != nil {
-			return nil, m, err
+			return chat, m, err
 		}
-		msgs = append(msgs, out...)
+		chat.Messages = append(chat.Messages, out...)
 	}
-	oai["messages"] = msgs
 	maxTokens := int64(defaultMaxTokens)
 	if m.MaxTokens != nil {
 		if *m.MaxTokens < 1 {
-			return nil, m, run.BadRequest("max_tokens must be at least 1, got %d", *m.MaxTokens)
+			return chat, m, run.BadRequest("max_tokens must be at least 1, got %d", *m.MaxTokens)
 		}
 		maxTokens = *m.MaxTokens
 	}
-	oai["max_tokens"] = maxTokens
+	chat.MaxTokens = &maxTokens
 	if len(m.StopSequences) > 4 {
-		return nil, m, run.BadRequest("stop_sequences takes at most 4 strings here, got %d", len(m.StopSequences))
+		return chat, m, run.BadRequest("stop_sequences takes at most 4 strings here, got %d", len(m.StopSequences))
 	}
 	if len(m.StopSequences) > 0 {
-		oai["stop"] = m.StopSequences
+		chat.Stop = request.JSON(m.StopSequences)
 	}
-	for k, v := range map[string]any{"temperature": m.Temperature, "top_p": m.TopP, "top_k": m.TopK} {
-		if !isNilPtr(v) {
-			oai[k] = v
-		}
+	chat.Temperature, chat.TopP, chat.TopK = m.Temperature, m.TopP, m.TopK
+	if err := convertTools(m, &chat.Body); err != nil {
+		return chat, m, err
 	}
-	if err := convertTools(m, oai); err != nil {
-		return nil, m, err
+	if err := convertThinking(m, counting, &chat.Body); err != nil {
+		return chat, m, err
 	}
-	if err := convertThinking(m, counting, oai); err != nil {
-		return nil, m, err
-	}
-	b, err := json.Marshal(oai)
-	return b, m, err
-}
-
-func isNilPtr(v any) bool {
-	switch p := v.(type) {
-	case *float64:
-		return p == nil
-	case *int64:
-		return p == nil
-	}
-	return v == nil
+	return chat, m, nil
 }
 
 // systemText is the system prompt: a string, or text blocks joined as
@@ -286,11 +270,11 @@ func decodeBlock(raw json.RawMessage, path string) (block, error) {
 	return b, nil
 }
 
-// convertMessage is message i as chat completion messages, in its blocks'
-// order: an assistant's text, thinking and tool_use blocks make one message
-// (content, reasoning_content, tool_calls); a user's tool_result blocks are
-// tool messages, its text blocks user messages between them.
-func convertMessage(i int, msg message) ([]map[string]any, error) {
+// convertMessage is message i as chat messages, in its blocks' order: an
+// assistant's text, thinking and tool_use blocks make one message (content,
+// reasoning_content, tool_calls); a user's tool_result blocks are tool
+// messages, its text blocks user messages between them.
+func convertMessage(i int, msg message) ([]host.ChatMessage, error) {
 	path := fmt.Sprintf("messages[%d]", i)
 	if msg.Role != "user" && msg.Role != "assistant" {
 		return nil, run.BadRequest("%s.role must be \"user\" or \"assistant\", got %q", path, msg.Role)
@@ -298,27 +282,22 @@ func convertMessage(i int, msg message) ([]map[string]any, error) {
 	c := bytes.TrimSpace(msg.Content)
 	var s string
 	if json.Unmarshal(c, &s) == nil {
-		return []map[string]any{{"role": msg.Role, "content": s}}, nil
+		return []host.ChatMessage{request.TextMessage(msg.Role, s)}, nil
 	}
 	var blocks []json.RawMessage
 	if json.Unmarshal(c, &blocks) != nil {
 		return nil, run.BadRequest("%s.content must be a string or an array of content blocks", path)
 	}
-	var out []map[string]any
+	var out []host.ChatMessage
 	var text, reasoning strings.Builder
-	var calls []map[string]any
+	var calls []host.ChatToolCall
 	pending := false
 	flush := func() {
 		if !pending {
 			return
 		}
-		m := map[string]any{"role": msg.Role, "content": text.String()}
-		if reasoning.Len() > 0 {
-			m["reasoning_content"] = reasoning.String()
-		}
-		if len(calls) > 0 {
-			m["tool_calls"] = calls
-		}
+		m := request.TextMessage(msg.Role, text.String())
+		m.ReasoningContent, m.ToolCalls = reasoning.String(), calls
 		out = append(out, m)
 		text.Reset()
 		reasoning.Reset()
@@ -336,15 +315,16 @@ func convertMessage(i int, msg message) ([]map[string]any, error) {
 		case b.Type == "thinking" && msg.Role == "assistant":
 			reasoning.WriteString(*b.Thinking)
 		case b.Type == "tool_use" && msg.Role == "assistant":
-			calls = append(calls, map[string]any{"id": b.ID, "type": "function",
-				"function": map[string]any{"name": b.Name, "arguments": string(bytes.TrimSpace(b.Input))}})
+			calls = append(calls, request.ToolCall(b.ID, b.Name, string(bytes.TrimSpace(b.Input))))
 		case b.Type == "tool_result" && msg.Role == "user":
 			flush()
 			res, err := toolResultText(b.Content, bpath)
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, map[string]any{"role": "tool", "tool_call_id": b.ToolUseID, "content": res})
+			m := request.TextMessage("tool", res)
+			m.ToolCallID = b.ToolUseID
+			out = append(out, m)
 			continue
 		default:
 			return nil, run.BadRequest("%s: a %s block cannot be in a %s message", bpath, b.Type, msg.Role)
@@ -385,11 +365,9 @@ func toolResultText(raw json.RawMessage, path string) (string, error) {
 	return sb.String(), nil
 }
 
-// convertTools sets the chat body's tools, tool_choice and
-// parallel_tool_calls (Anthropic allows parallel tool use unless
-// disable_parallel_tool_use).
-func convertTools(m Request, oai map[string]any) error {
-	var tools []map[string]any
+// convertTools sets the chat's tools, tool_choice and parallel_tool_calls
+// (Anthropic allows parallel tool use unless disable_parallel_tool_use).
+func convertTools(m Request, chat *request.Body) error {
 	for i, t := range m.Tools {
 		if t.Type != "" && t.Type != "custom" {
 			return run.BadRequest("tools[%d].type %q is not supported: only client tools (custom) are", i, t.Type)
@@ -408,47 +386,46 @@ func convertTools(m Request, oai map[string]any) error {
 		if t.Description != "" {
 			fn["description"] = t.Description
 		}
-		tools = append(tools, map[string]any{"type": "function", "function": fn})
-	}
-	if len(tools) > 0 {
-		oai["tools"] = tools
+		chat.Tools = append(chat.Tools, request.JSON(map[string]any{"type": "function", "function": fn}))
 	}
 	tc := m.ToolChoice
 	if tc == nil {
-		if len(tools) > 0 {
-			oai["parallel_tool_calls"] = true
+		if len(chat.Tools) > 0 {
+			chat.ParallelToolCalls = ptr(true)
 		}
 		return nil
 	}
 	switch tc.Type {
 	case "auto":
-		oai["tool_choice"] = "auto"
+		chat.ToolChoice = request.JSON("auto")
 	case "any":
-		oai["tool_choice"] = "required"
+		chat.ToolChoice = request.JSON("required")
 	case "none":
-		oai["tool_choice"] = "none"
+		chat.ToolChoice = request.JSON("none")
 	case "tool":
 		if tc.Name == "" {
 			return run.BadRequest("tool_choice.name is required with type \"tool\"")
 		}
-		oai["tool_choice"] = map[string]any{"type": "function", "function": map[string]any{"name": tc.Name}}
+		chat.ToolChoice = request.FunctionChoice(tc.Name)
 	default:
 		return run.BadRequest("tool_choice.type must be auto, any, tool or none, got %q", tc.Type)
 	}
 	if tc.Type != "tool" && tc.Name != "" {
 		return run.BadRequest("tool_choice.name is only taken with type \"tool\"")
 	}
-	if len(tools) > 0 {
-		oai["parallel_tool_calls"] = tc.DisableParallelToolUse == nil || !*tc.DisableParallelToolUse
+	if len(chat.Tools) > 0 {
+		chat.ParallelToolCalls = ptr(tc.DisableParallelToolUse == nil || !*tc.DisableParallelToolUse)
 	}
 	return nil
 }
+
+func ptr[T any](v T) *T { return &v }
 
 // convertThinking sets the template's enable_thinking from thinking (over
 // chat_template_kwargs' own) and, for type "enabled", the reply's reasoning
 // budget, llama-server's thinking_budget_tokens. Counting (count_tokens)
 // reads no budget: it bounds no reply there.
-func convertThinking(m Request, counting bool, oai map[string]any) error {
+func convertThinking(m Request, counting bool, chat *request.Body) error {
 	var kw map[string]any
 	if k := bytes.TrimSpace(m.ChatTemplateKwargs); len(k) > 0 && string(k) != "null" {
 		if json.Unmarshal(k, &kw) != nil || kw == nil {
@@ -473,7 +450,7 @@ func convertThinking(m Request, counting bool, oai map[string]any) error {
 			case *t.BudgetTokens < 0 || *t.BudgetTokens > math.MaxInt32:
 				return run.BadRequest("thinking.budget_tokens must be a count of tokens in [0, %d], got %d", math.MaxInt32, *t.BudgetTokens)
 			default:
-				oai["thinking_budget_tokens"] = *t.BudgetTokens
+				chat.ThinkingBudgetTokens = t.BudgetTokens
 			}
 			kw["enable_thinking"] = true
 		default:
@@ -481,7 +458,7 @@ func convertThinking(m Request, counting bool, oai map[string]any) error {
 		}
 	}
 	if kw != nil {
-		oai["chat_template_kwargs"] = kw
+		chat.ChatTemplateKwargs = request.JSON(kw)
 	}
 	return nil
 }

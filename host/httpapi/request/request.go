@@ -113,6 +113,12 @@ func Parse(body []byte, chat bool, sampler iface.SamplerParams, nPredict int, in
 	if err != nil {
 		return Completion{}, err
 	}
+	return parse(req, chat, sampler, nPredict, info)
+}
+
+// parse validates a decoded body.
+func parse(req Body, chat bool, sampler iface.SamplerParams, nPredict int, info iface.BackendInfo) (Completion, error) {
+	var err error
 	c := Completion{Chat: chat, Model: req.Model, Stream: req.Stream, Sampler: sampler, NPredict: nPredict, Slot: -1}
 	c.IncludeUsage = req.Stream && req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 	if req.N != nil && *req.N != 1 {

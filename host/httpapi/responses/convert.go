@@ -1,6 +1,6 @@
 // Package responses is OpenAI's Responses API (POST /v1/responses,
 // /v1/responses/input_tokens) as llama-server serves it: Convert makes a
-// Responses body the chat completion body it runs as, and Sink writes the
+// Responses body the engine's chat request it runs as, and Sink writes the
 // run's events as a Response or its event stream.
 package responses
 
@@ -8,10 +8,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/hydra-engine/hydra-engine/host/httpapi/run"
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/hydra-engine/hydra-engine/host"
+	"github.com/hydra-engine/hydra-engine/host/httpapi/request"
+	"github.com/hydra-engine/hydra-engine/host/httpapi/run"
 )
 
 // The body is converted as llama-server's
@@ -123,66 +126,82 @@ var partFields = map[string][]string{
 	"reasoning_text": {"type", "text"},
 }
 
-// Convert makes a /v1/responses body the chat completion body it runs as.
+// Convert makes a /v1/responses body the engine's chat request it runs as.
 // It is a pure function of the body: a body it refuses gets a *run.Error
 // naming the field at fault.
-func Convert(body []byte) ([]byte, Request, error) {
+func Convert(body []byte) (request.Chat, Request, error) {
 	var rb Request
+	var chat request.Chat
 	var raw map[string]json.RawMessage
 	if err := run.DecodeJSON(body, &raw); err != nil {
-		return nil, rb, err
+		return chat, rb, err
 	}
 	if err := run.CheckFields(body, "", responsesFields); err != nil {
-		return nil, rb, err
+		return chat, rb, err
 	}
 	for _, name := range slices.Sorted(maps.Keys(responsesNested)) {
 		if v := bytes.TrimSpace(raw[name]); len(v) > 0 && string(v) != "null" {
 			if err := run.CheckFields(v, name, responsesNested[name]); err != nil {
-				return nil, rb, err
+				return chat, rb, err
 			}
 		}
 	}
 	if err := run.DecodeJSON(body, &rb); err != nil {
-		return nil, rb, err
+		return chat, rb, err
 	}
 	if err := checkResponsesAsks(rb); err != nil {
-		return nil, rb, err
+		return chat, rb, err
 	}
-	oai := map[string]any{"stream": rb.Stream}
-	if rb.Model != "" {
-		oai["model"] = rb.Model
-	}
-	var msgs []map[string]any
+	chat.Stream, chat.Model = rb.Stream, rb.Model
+	var msgs []turn
 	if rb.Instructions != nil {
-		msgs = append(msgs, map[string]any{"role": "system", "content": *rb.Instructions})
+		msgs = append(msgs, turn{role: "system", content: *rb.Instructions})
 	}
 	msgs, err := convertInput(rb.Input, msgs)
 	if err != nil {
-		return nil, rb, err
+		return chat, rb, err
 	}
-	oai["messages"] = msgs
-	if err := convertResponsesTools(rb, oai); err != nil {
-		return nil, rb, err
+	for _, t := range msgs {
+		chat.Messages = append(chat.Messages, t.message())
+	}
+	if err := convertResponsesTools(rb, &chat.Body); err != nil {
+		return chat, rb, err
 	}
 	if v := rb.MaxOutputTokens; v != nil {
 		if *v < 1 {
-			return nil, rb, run.BadRequest("max_output_tokens must be at least 1, got %d", *v)
+			return chat, rb, run.BadRequest("max_output_tokens must be at least 1, got %d", *v)
 		}
-		oai["max_tokens"] = *v
+		chat.MaxTokens = v
 	}
 	for _, k := range responsesPassed {
 		if v, ok := raw[k]; ok {
-			oai[k] = v
+			if chat.Passed == nil {
+				chat.Passed = map[string]json.RawMessage{}
+			}
+			chat.Passed[k] = v
 		}
 	}
-	if err := convertTextFormat(rb, oai); err != nil {
-		return nil, rb, err
+	if err := convertTextFormat(rb, &chat.Body); err != nil {
+		return chat, rb, err
 	}
-	if err := convertReasoning(rb, oai); err != nil {
-		return nil, rb, err
+	if err := convertReasoning(rb, &chat.Body); err != nil {
+		return chat, rb, err
 	}
-	b, err := json.Marshal(oai)
-	return b, rb, err
+	return chat, rb, nil
+}
+
+// turn is a chat message as the input makes it, its content text; an
+// assistant's items merge into the turn before them.
+type turn struct {
+	role, content, reasoning, callID string
+	calls                            []host.ChatToolCall
+}
+
+// message is the turn as the chat's message.
+func (t turn) message() host.ChatMessage {
+	m := request.TextMessage(t.role, t.content)
+	m.ReasoningContent, m.ToolCallID, m.ToolCalls = t.reasoning, t.callID, t.calls
+	return m
 }
 
 // checkResponsesAsks refuses what the body asks that this engine has not:
@@ -215,14 +234,14 @@ func checkResponsesAsks(rb Request) error {
 // message; input items become messages in their order, an assistant's
 // message, reasoning and function calls merged into one assistant message
 // as llama-server merges them.
-func convertInput(raw json.RawMessage, msgs []map[string]any) ([]map[string]any, error) {
+func convertInput(raw json.RawMessage, msgs []turn) ([]turn, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, run.BadRequest("input is required")
 	}
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
-		return append(msgs, map[string]any{"role": "user", "content": s}), nil
+		return append(msgs, turn{role: "user", content: s}), nil
 	}
 	var items []json.RawMessage
 	if json.Unmarshal(raw, &items) != nil {
@@ -237,11 +256,11 @@ func convertInput(raw json.RawMessage, msgs []map[string]any) ([]map[string]any,
 		if err != nil {
 			return nil, err
 		}
-		var prev map[string]any // the assistant message an assistant item merges into
-		if n := len(msgs); n > 0 && msgs[n-1]["role"] == "assistant" {
-			prev = msgs[n-1]
+		var prev *turn // the assistant message an assistant item merges into
+		if n := len(msgs); n > 0 && msgs[n-1].role == "assistant" {
+			prev = &msgs[n-1]
 		}
-		var m map[string]any
+		var m *turn
 		switch it.Type {
 		case "message":
 			m, err = inputMessage(it, path, prev)
@@ -256,7 +275,7 @@ func convertInput(raw json.RawMessage, msgs []map[string]any) ([]map[string]any,
 			return nil, err
 		}
 		if m != nil {
-			msgs = append(msgs, m)
+			msgs = append(msgs, *m)
 		}
 	}
 	return msgs, nil
@@ -280,7 +299,7 @@ func decodeItem(raw json.RawMessage, path string) (inputItem, error) {
 
 // inputMessage is a message item as a chat message, or nil where an
 // assistant's merges into prev.
-func inputMessage(it inputItem, path string, prev map[string]any) (map[string]any, error) {
+func inputMessage(it inputItem, path string, prev *turn) (*turn, error) {
 	var kinds []string
 	switch it.Role {
 	case "user", "system", "developer":
@@ -295,11 +314,10 @@ func inputMessage(it inputItem, path string, prev map[string]any) (map[string]an
 		return nil, err
 	}
 	if it.Role == "assistant" && prev != nil {
-		had, _ := prev["content"].(string)
-		prev["content"] = had + text
+		prev.content += text
 		return nil, nil
 	}
-	return map[string]any{"role": it.Role, "content": text}, nil
+	return &turn{role: it.Role, content: text}, nil
 }
 
 // partsText is a content's text: a string, or content parts of the kinds
@@ -344,23 +362,21 @@ func partsText(raw json.RawMessage, path string, kinds []string) (string, error)
 
 // functionCall is a function_call item as an assistant's tool call, merged
 // into prev where there is one.
-func functionCall(it inputItem, path string, prev map[string]any) (map[string]any, error) {
+func functionCall(it inputItem, path string, prev *turn) (*turn, error) {
 	if it.CallID == nil || *it.CallID == "" || it.Name == nil || *it.Name == "" || it.Arguments == nil {
 		return nil, run.BadRequest("%s: a function_call item needs call_id, name and arguments (strings)", path)
 	}
-	call := map[string]any{"id": *it.CallID, "type": "function",
-		"function": map[string]any{"name": *it.Name, "arguments": *it.Arguments}}
+	call := request.ToolCall(*it.CallID, *it.Name, *it.Arguments)
 	if prev != nil {
-		calls, _ := prev["tool_calls"].([]map[string]any)
-		prev["tool_calls"] = append(calls, call)
+		prev.calls = append(prev.calls, call)
 		return nil, nil
 	}
-	return map[string]any{"role": "assistant", "tool_calls": []map[string]any{call}}, nil
+	return &turn{role: "assistant", calls: []host.ChatToolCall{call}}, nil
 }
 
 // functionCallOutput is a function_call_output item as a tool message: its
 // output a string or input_text parts.
-func functionCallOutput(it inputItem, path string) (map[string]any, error) {
+func functionCallOutput(it inputItem, path string) (*turn, error) {
 	if it.CallID == nil || *it.CallID == "" {
 		return nil, run.BadRequest("%s.call_id is required", path)
 	}
@@ -371,14 +387,14 @@ func functionCallOutput(it inputItem, path string) (map[string]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"role": "tool", "tool_call_id": *it.CallID, "content": out}, nil
+	return &turn{role: "tool", callID: *it.CallID, content: out}, nil
 }
 
 // reasoningItem is a reasoning item as an assistant's reasoning_content,
 // set on prev where there is one. Its content's reasoning_text is the
 // reasoning (llama-server requires it); an encrypted_content is another
 // server's, which this engine cannot read.
-func reasoningItem(it inputItem, path string, prev map[string]any) (map[string]any, error) {
+func reasoningItem(it inputItem, path string, prev *turn) (*turn, error) {
 	var summary []json.RawMessage
 	if json.Unmarshal(it.Summary, &summary) != nil || summary == nil {
 		return nil, run.BadRequest("%s.summary must be an array", path)
@@ -395,20 +411,19 @@ func reasoningItem(it inputItem, path string, prev map[string]any) (map[string]a
 		return nil, err
 	}
 	if prev != nil {
-		prev["reasoning_content"] = text
+		prev.reasoning = text
 		return nil, nil
 	}
-	return map[string]any{"role": "assistant", "content": "", "reasoning_content": text}, nil
+	return &turn{role: "assistant", reasoning: text}, nil
 }
 
 // responsesToolFields are a function tool's fields in the Responses shape.
 var responsesToolFields = []string{"type", "name", "description", "parameters", "strict"}
 
-// convertResponsesTools sets the chat body's tools (the function's fields
-// under function, strict true where not given, as llama-server passes them),
+// convertResponsesTools sets the chat's tools (the function's fields under
+// function, strict true where not given, as llama-server passes them),
 // tool_choice and parallel_tool_calls.
-func convertResponsesTools(rb Request, oai map[string]any) error {
-	var tools []map[string]any
+func convertResponsesTools(rb Request, chat *request.Body) error {
 	for i, raw := range rb.Tools {
 		path := fmt.Sprintf("tools[%d]", i)
 		var t struct {
@@ -429,18 +444,13 @@ func convertResponsesTools(rb Request, oai map[string]any) error {
 		if _, ok := fn["strict"]; !ok {
 			fn["strict"] = json.RawMessage("true")
 		}
-		tools = append(tools, map[string]any{"type": "function", "function": fn})
+		chat.Tools = append(chat.Tools, request.JSON(map[string]any{"type": "function", "function": fn}))
 	}
-	if len(tools) > 0 {
-		oai["tools"] = tools
-	}
-	if rb.ParallelToolCalls != nil {
-		oai["parallel_tool_calls"] = *rb.ParallelToolCalls
-	}
+	chat.ParallelToolCalls = rb.ParallelToolCalls
 	tc := bytes.TrimSpace(rb.ToolChoice)
 	if len(tc) == 0 || string(tc) == "null" || tc[0] == '"' { // auto, none, required: the chat's own
 		if len(tc) > 0 && string(tc) != "null" {
-			oai["tool_choice"] = json.RawMessage(tc)
+			chat.ToolChoice = request.JSON(json.RawMessage(tc))
 		}
 		return nil
 	}
@@ -457,13 +467,13 @@ func convertResponsesTools(rb Request, oai map[string]any) error {
 	if err := run.CheckFields(tc, "tool_choice", []string{"type", "name"}); err != nil {
 		return err
 	}
-	oai["tool_choice"] = map[string]any{"type": "function", "function": map[string]any{"name": f.Name}}
+	chat.ToolChoice = request.FunctionChoice(f.Name)
 	return nil
 }
 
-// convertTextFormat sets the chat body's response_format from text.format;
+// convertTextFormat sets the chat's response_format from text.format;
 // text.verbosity is taken at "medium", the model's own.
-func convertTextFormat(rb Request, oai map[string]any) error {
+func convertTextFormat(rb Request, chat *request.Body) error {
 	if rb.Text == nil {
 		return nil
 	}
@@ -488,7 +498,7 @@ func convertTextFormat(rb Request, oai map[string]any) error {
 	case "text":
 		return run.CheckFields(raw, "text.format", []string{"type"})
 	case "json_object":
-		oai["response_format"] = map[string]any{"type": "json_object"}
+		chat.ResponseFormat = request.JSON(map[string]any{"type": "json_object"})
 		return run.CheckFields(raw, "text.format", []string{"type"})
 	case "json_schema":
 		if err := run.CheckFields(raw, "text.format", []string{"type", "name", "schema", "strict", "description"}); err != nil {
@@ -501,7 +511,7 @@ func convertTextFormat(rb Request, oai map[string]any) error {
 		if f.Strict != nil {
 			js["strict"] = *f.Strict
 		}
-		oai["response_format"] = map[string]any{"type": "json_schema", "json_schema": js}
+		chat.ResponseFormat = request.JSON(map[string]any{"type": "json_schema", "json_schema": js})
 		return nil
 	}
 	return run.BadRequest(`text.format.type %q is not "text", "json_object" or "json_schema"`, f.Type)
@@ -512,10 +522,10 @@ func isObjectJSON(raw json.RawMessage) bool {
 	return len(raw) > 0 && raw[0] == '{' && json.Valid(raw)
 }
 
-// convertReasoning sets the chat body's reasoning_effort from
-// reasoning.effort, as llama-server does. A summary is refused: the reply
-// carries the reasoning itself.
-func convertReasoning(rb Request, oai map[string]any) error {
+// convertReasoning sets the chat's reasoning_effort from reasoning.effort,
+// as llama-server does. A summary is refused: the reply carries the
+// reasoning itself.
+func convertReasoning(rb Request, chat *request.Body) error {
 	r := rb.Reasoning
 	if r == nil {
 		return nil
@@ -531,6 +541,6 @@ func convertReasoning(rb Request, oai map[string]any) error {
 	if !slices.Contains(reasoningEfforts, *r.Effort) {
 		return run.BadRequest("reasoning.effort must be one of %s, got %q", strings.Join(reasoningEfforts, ", "), *r.Effort)
 	}
-	oai["reasoning_effort"] = *r.Effort
+	chat.ReasoningEffort = r.Effort
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/hydra-engine/hydra-engine/host/httpapi/request/requesttest"
 	"github.com/hydra-engine/hydra-engine/host/httpapi/run"
 )
 
@@ -36,27 +37,24 @@ func TestConvertInputItems(t *testing.T) {
 				"function": map[string]any{"name": "f", "arguments": "{}"}}}}, {"role": "tool", "tool_call_id": "c", "content": "ok"}}},
 	}
 	for _, c := range cases {
-		b, _, err := Convert([]byte(`{"input":` + c.input + `}`))
+		chat, _, err := Convert([]byte(`{"input":` + c.input + `}`))
 		if err != nil {
 			t.Fatalf("%s: %v", c.input, err)
 		}
-		var got struct {
-			Messages []map[string]any `json:"messages"`
-		}
-		_ = json.Unmarshal(b, &got)
-		if !reflect.DeepEqual(got.Messages, normalize(t, c.want)) {
-			t.Errorf("%s:\n got %v\nwant %v", c.input, got.Messages, c.want)
+		got := requesttest.ChatJSON(t, chat)["messages"]
+		if want := requesttest.Empty(normalize(t, c.want)); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s:\n got %v\nwant %v", c.input, got, c.want)
 		}
 	}
 }
 
 // normalize is v as JSON decodes it.
-func normalize(t *testing.T, v any) []map[string]any {
+func normalize(t *testing.T, v any) any {
 	b, err := json.Marshal(v)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []map[string]any
+	var out any
 	_ = json.Unmarshal(b, &out)
 	return out
 }
@@ -71,12 +69,11 @@ func TestConvertFields(t *testing.T) {
 		`{"type":"function","name":"g","strict":false}],"tool_choice":{"type":"function","name":"g"},"parallel_tool_calls":false,` +
 		`"max_output_tokens":5,"temperature":0.5,"top_k":3,"seed":7,"reasoning":{"effort":"high"},"chat_template_kwargs":{"a":1},` +
 		`"text":{"format":{"type":"json_schema","name":"p","schema":{"type":"object"},"strict":true},"verbosity":"medium"},"stream":true}`
-	b, _, err := Convert([]byte(body))
+	chat, _, err := Convert([]byte(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got map[string]any
-	_ = json.Unmarshal(b, &got)
+	got := requesttest.ChatJSON(t, chat)
 	delete(got, "messages")
 	want := map[string]any{"stream": true, "max_tokens": 5.0, "temperature": 0.5, "top_k": 3.0, "seed": 7.0, "parallel_tool_calls": false,
 		"reasoning_effort": "high", "chat_template_kwargs": map[string]any{"a": 1.0},
@@ -88,9 +85,8 @@ func TestConvertFields(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("converted\n %v\nwant %v", got, want)
 	}
-	b, _, err = Convert([]byte(`{"input":"x","tool_choice":"required","text":{"format":{"type":"json_object"}},"reasoning_budget_tokens":4}`))
-	got = nil
-	_ = json.Unmarshal(b, &got)
+	chat, _, err = Convert([]byte(`{"input":"x","tool_choice":"required","text":{"format":{"type":"json_object"}},"reasoning_budget_tokens":4}`))
+	got = requesttest.ChatJSON(t, chat)
 	if err != nil || got["tool_choice"] != "required" || !reflect.DeepEqual(got["response_format"], map[string]any{"type": "json_object"}) ||
 		got["reasoning_budget_tokens"] != 4.0 {
 		t.Errorf("required, json_object, a budget: %v %v", got, err)

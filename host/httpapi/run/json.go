@@ -15,18 +15,64 @@ import (
 // the engine's insides.
 func DecodeJSON(body []byte, v any) error {
 	if err := json.Unmarshal(body, v); err != nil {
-		var param any
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field != "" { // before jsonErrorText words the field
-			param = clientPath(reflect.TypeOf(v), te.Field)
-		}
-		e := BadRequest("%s", JSONErrorText(err, reflect.TypeOf(v)))
-		if param != nil {
-			e.Param = param
-		}
-		return e
+		return decodeError(err, reflect.TypeOf(v))
 	}
 	return nil
+}
+
+// DecodeField decodes raw, the JSON value of the body's field key, into that
+// field of the struct v points to (an embedded struct's included), and
+// words a failure as DecodeJSON words it for a body holding the field.
+func DecodeField(v any, key string, raw json.RawMessage) error {
+	f, ok := fieldValue(reflect.ValueOf(v).Elem(), key)
+	if !ok {
+		return fmt.Errorf("%T has no field %q", v, key)
+	}
+	err := json.Unmarshal(raw, f.Addr().Interface())
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		te.Field = strings.TrimSuffix(key+"."+te.Field, ".")
+	}
+	if err != nil {
+		return decodeError(err, reflect.TypeOf(v))
+	}
+	return nil
+}
+
+// fieldValue is the field of struct s whose JSON key is key, looking into
+// embedded structs as jsonField does.
+func fieldValue(s reflect.Value, key string) (reflect.Value, bool) {
+	for i := range s.NumField() {
+		f := s.Type().Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" {
+			name = f.Name
+		}
+		if f.IsExported() && !f.Anonymous && strings.EqualFold(name, key) {
+			return s.Field(i), true
+		}
+		if f.Anonymous && f.Type.Kind() == reflect.Struct {
+			if v, ok := fieldValue(s.Field(i), key); ok {
+				return v, true
+			}
+		}
+	}
+	return reflect.Value{}, false
+}
+
+// decodeError words a decoding failure into root for the client, the field
+// at fault its param.
+func decodeError(err error, root reflect.Type) *Error {
+	var param any
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" { // before jsonErrorText words the field
+		param = clientPath(root, te.Field)
+	}
+	e := BadRequest("%s", JSONErrorText(err, root))
+	if param != nil {
+		e.Param = param
+	}
+	return e
 }
 
 // JSONErrorText says in JSON terms why decoding into root failed.
