@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/hydra-engine/hydra-engine/host/httpapi/run"
+	"github.com/hydra-engine/hydra-engine/host/httpapi/tokenin"
 	"github.com/hydra-engine/hydra-engine/host/tracing"
 	"github.com/hydra-engine/hydra-engine/iface"
 )
@@ -71,7 +72,7 @@ func (a *api) embeddings(w http.ResponseWriter, r *http.Request, oai bool) {
 		return
 	}
 	tt := textTokens{ctx: ctx, b: b}
-	inputs, err := tt.inputPrompts(req.prompts, req.field, true, true)
+	inputs, err := tokenin.InputPrompts(tt, req.prompts, req.field, true, true)
 	if err != nil {
 		run.WriteError(w, a.fieldErrorOf(ctx, "tokenizing the input", err, req.field))
 		return
@@ -165,10 +166,10 @@ func parseEmbeddings(raw []byte, oai bool, info iface.BackendInfo) (embeddingsRe
 	switch {
 	case len(body.Input) > 0:
 		req.field = "input"
-		req.prompts, err = jsonValue(body.Input)
+		req.prompts, err = tokenin.JSONValue(body.Input)
 	case len(body.Content) > 0:
 		req.field, req.oai = "content", false // not OpenAI's field: llama-server answers in its own shape
-		req.prompts, err = jsonValue(body.Content)
+		req.prompts, err = tokenin.JSONValue(body.Content)
 	default:
 		return req, badRequest(`"input" or "content" must be provided`)
 	}

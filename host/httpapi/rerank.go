@@ -142,13 +142,13 @@ func rerankPrompts(tt textTokens, info iface.BackendInfo, query string, docs []s
 			// {document} inside the query is replaced too.
 			p := strings.ReplaceAll(strings.ReplaceAll(tmpl, "{query}", query), "{document}", d)
 			var err error
-			if out[i], err = tt.text(p, false, true); err != nil {
+			if out[i], err = tt.Tokenize(p, false, true); err != nil {
 				return nil, err
 			}
 		}
 		return out, nil
 	}
-	q, err := tt.text(query, false, false)
+	q, err := tt.Tokenize(query, false, false)
 	if err != nil {
 		return nil, err
 	}
@@ -158,7 +158,7 @@ func rerankPrompts(tt textTokens, info iface.BackendInfo, query string, docs []s
 		eos = sp.SEP
 	}
 	for i, d := range docs {
-		dt, err := tt.text(d, false, false)
+		dt, err := tt.Tokenize(d, false, false)
 		if err != nil {
 			return nil, err
 		}

@@ -2,8 +2,10 @@
 // (its handle_completions_impl answering TASK_RESPONSE_TYPE_NONE): Convert
 // reads a body into one run's request for each prompt and each of its
 // n_cmpl, and Sink writes the runs' events into one reply or stream in
-// llama-server's shape, each completion with its index. Unlike
-// llama-server, a field this engine does not honour is refused, naming it.
+// llama-server's shape, each completion with its index; /infill
+// (infill.go) runs as the /completion of its body with the prompt it
+// builds. Unlike llama-server, a field this engine does not honour is
+// refused, naming it.
 package native
 
 import (
