@@ -11,7 +11,6 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -23,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/hydra-engine/hydra-engine/host"
+	"github.com/hydra-engine/hydra-engine/host/httpapi/run"
 	"github.com/hydra-engine/hydra-engine/host/tracing"
 	"github.com/hydra-engine/hydra-engine/iface"
 )
@@ -153,7 +153,7 @@ func Handler(s *host.Server, opts Options) http.Handler {
 // here) in llama-server's JSON shape, not the mux's plain text, so that an
 // OpenAI client raises a NotFoundError it can read.
 func notFound(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusNotFound, map[string]any{"error": map[string]any{"code": http.StatusNotFound,
+	run.WriteJSON(w, http.StatusNotFound, map[string]any{"error": map[string]any{"code": http.StatusNotFound,
 		"message": fmt.Sprintf("%s %s: no such route", r.Method, r.URL.Path), "type": "not_found_error"}})
 }
 
@@ -178,22 +178,22 @@ func (a *api) health(w http.ResponseWriter, r *http.Request) {
 		// No model by request (POST /models/unload): the engine is well, as
 		// llama-server's router is with none loaded, and loads one when asked.
 		body.HasModel, body.ModelName = false, ""
-		writeJSON(w, http.StatusOK, body)
+		run.WriteJSON(w, http.StatusOK, body)
 		return
 	}
 	if err := a.s.BackendAnswers(r.Context()); err != nil {
 		a.log.Debug("health: the backend does not answer", "error", err)
 		body.Status, body.Error, body.HasModel = "unavailable", "the backend is not answering", false
 		w.Header().Set("Retry-After", "1")
-		writeJSON(w, http.StatusServiceUnavailable, body)
+		run.WriteJSON(w, http.StatusServiceUnavailable, body)
 		return
 	}
-	writeJSON(w, http.StatusOK, body)
+	run.WriteJSON(w, http.StatusOK, body)
 }
 
 func (a *api) version(w http.ResponseWriter, r *http.Request) {
 	_, info := a.s.Backend()
-	writeJSON(w, http.StatusOK, struct {
+	run.WriteJSON(w, http.StatusOK, struct {
 		Version        string `json:"version"`
 		Engine         string `json:"engine"`
 		Backend        string `json:"backend"`
@@ -231,21 +231,10 @@ func (a *api) models(w http.ResponseWriter, r *http.Request) {
 		list = append(list, model{ID: alias, Object: "model", OwnedBy: "hydra-engine", Status: status{"unloaded"},
 			Meta: modelMeta{ModelIdentity: iface.ModelIdentity{Alias: alias}, Backend: info.Name}})
 	}
-	writeJSON(w, http.StatusOK, struct {
+	run.WriteJSON(w, http.StatusOK, struct {
 		Object string  `json:"object"`
 		Data   []model `json:"data"`
 	}{"list", list})
-}
-
-// writeJSON writes v as the whole JSON reply.
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		code, b = http.StatusInternalServerError, []byte(`{"error":"encoding the reply failed"}`)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_, _ = w.Write(append(b, '\n'))
 }
 
 // writeError writes the flat {"error":msg} of the llama-engine endpoints
@@ -254,7 +243,7 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 	if code == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", "1")
 	}
-	writeJSON(w, code, map[string]string{"error": msg})
+	run.WriteJSON(w, code, map[string]string{"error": msg})
 }
 
 // statusOf maps a slot or backend error to an HTTP status.

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -16,106 +15,25 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hydra-engine/hydra-engine/host"
+	"github.com/hydra-engine/hydra-engine/host/httpapi/run"
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/plugins/mock"
 )
 
-func TestParseCompletion(t *testing.T) {
-	info := iface.BackendInfo{Name: "mock", NCtx: 100, NVocab: 50}
-	def := iface.SamplerParams{Temperature: 0.5, TopK: 7}
-	parse := func(body string, chat bool) (completion, error) {
-		return parseCompletion([]byte(body), chat, def, -1, info)
-	}
-	c, err := parse(`{"prompt":"AB","max_tokens":3,"n_predict":5,"top_k":2,"seed":9,"stop":["x",""],"id_slot":-1}`, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.prefill.Text != "AB" || c.prefill.Tokens != nil {
-		t.Errorf("a text prompt goes to the backend as text: %+v", c.prefill)
-	}
-	if c.nPredict != 5 || c.sampler.TopK != 2 || c.sampler.Temperature != 0.5 || c.sampler.Seed != 9 || c.slot != -1 {
-		t.Errorf("parsed %+v", c)
-	}
-	if len(c.stops) != 1 || c.stops[0] != "x" {
-		t.Errorf("stops %q", c.stops)
-	}
-	for _, body := range []string{`{"prompt":[65,66]}`, `{"prompt":[[65,66]]}`} {
-		if c, err := parse(body, false); err != nil || len(c.prefill.Tokens) != 2 {
-			t.Errorf("%s: %v %v", body, c.prefill.Tokens, err)
-		}
-	}
-	if c, err := parse(`{"prompt":["AB"]}`, false); err != nil || c.prefill.Text != "AB" {
-		t.Errorf("a batch of one text: %+v %v", c.prefill, err)
-	}
-	// Text and token ids mixed: pieces for the backend to tokenize, runs of
-	// ids together.
-	c, err = parse(`{"prompt":[7,8,"AB",67]}`, false)
-	if want := []promptPiece{{tokens: []int32{7, 8}}, {text: "AB"}, {tokens: []int32{67}}}; err != nil || !reflect.DeepEqual(c.pieces, want) ||
-		c.prefill.Text != "" || c.prefill.Tokens != nil {
-		t.Errorf("a mixed prompt: %+v %+v %v", c.pieces, c.prefill, err)
-	}
-	c, err = parse(`{"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"model":"m","stream":true,"stream_options":{"include_usage":true},"max_completion_tokens":4,"id_slot":2}`, true)
-	if err != nil || c.prefill.Messages[0].Content != "hi" || c.prefill.Model != "m" || !c.includeUsage || c.nPredict != 4 || c.slot != 2 {
-		t.Errorf("chat: %+v %v", c, err)
-	}
-	for _, bad := range []struct{ body, want string }{
-		{`{"prompt":["a","b"]}`, "batches"},
-		{`{"prompt":["a",-1]}`, "not a token id"},
-		{`{"prompt":["a",null,1]}`, "batches"},
-		{`{"prompt":""}`, "empty"},
-		{`{}`, "prompt is required"},
-		{`{"prompt":"a","n":2}`, "n must be 1"},
-		{`{"prompt":"a","temperature":-1}`, "temperature"},
-		{`{"prompt":"a","top_p":0}`, "top_p"},
-		{`{"prompt":"a","max_tokens":-2}`, "max_tokens must be -1"},
-		{`{"prompt":"a","stop":["1","2","3","4","5"]}`, "at most 4"},
-		{`{"prompt":"a","id_slot":-5}`, "not a slot id"},
-		{`[1]`, "must be a JSON object"},
-	} {
-		if _, err := parse(bad.body, false); err == nil || !strings.Contains(err.Error(), bad.want) || !isStatus(err, 400) {
-			t.Errorf("%s: %v, want 400 %q", bad.body, err, bad.want)
-		}
-	}
-	if _, err := parse(`{"messages":[]}`, true); err == nil {
-		t.Error("empty messages accepted")
-	}
-	// Sampler fields over the defaults, logit biases in both forms, and the
-	// ways of asking for log-probabilities.
-	c, err = parse(`{"prompt":"a","min_p":0.1,"repeat_penalty":1.1,"repeat_last_n":-1,"presence_penalty":0.5,`+
-		`"frequency_penalty":-0.5,"ignore_eos":true,"logit_bias":{"7":-100,"9":300},"logprobs":3}`, false)
-	if err != nil || c.sampler.MinP != 0.1 || c.sampler.RepeatPenalty != 1.1 || c.sampler.RepeatLastN != -1 ||
-		c.sampler.PresencePenalty != 0.5 || c.sampler.FrequencyPenalty != -0.5 || !c.sampler.IgnoreEOS ||
-		c.sampler.LogitBias[7] != -100 || c.sampler.LogitBias[9] != 100 || !c.logprobs || c.nProbs != 3 || c.sampler.TopK != 7 {
-		t.Errorf("sampler fields: %+v %v", c, err)
-	}
-	c, err = parse(`{"messages":[{"role":"user","content":"x"}],"logit_bias":[[5,false],[6,1.5]],"logprobs":true,"top_logprobs":2}`, true)
-	if err != nil || c.sampler.LogitBias[5] != -100 || c.sampler.LogitBias[6] != 1.5 ||
-		!c.logprobs || c.nProbs != 2 {
-		t.Errorf("chat logprobs and llama-server biases: %+v %v", c, err)
-	}
-	if c, err := parse(`{"prompt":"a","logprobs":false}`, false); err != nil || c.logprobs {
-		t.Errorf("logprobs false: %+v %v", c, err)
-	}
-	for _, bad := range []struct{ body, want string }{
-		{`{"prompt":"a","min_p":2}`, "min_p"},
-		{`{"prompt":"a","repeat_last_n":-2}`, "repeat_last_n"},
-		{`{"prompt":"a","logit_bias":{"x":1}}`, "not a token id"},
-		{`{"prompt":"a","logit_bias":{"100":1}}`, "outside the vocabulary"},
-		{`{"prompt":"a","logit_bias":[[1,"x"]]}`, "number or false"},
-		{`{"prompt":"a","logprobs":21}`, "logprobs"},
-		{`{"prompt":"a","top_logprobs":-1}`, "top_logprobs"},
-		{`{"prompt":"a","logprobs":"yes"}`, "logprobs"},
-	} {
-		if _, err := parse(bad.body, false); err == nil || !strings.Contains(err.Error(), bad.want) || !isStatus(err, 400) {
-			t.Errorf("%s: %v, want 400 %q", bad.body, err, bad.want)
-		}
-	}
+// usage is an OpenAI reply's token count, as a client reads it.
+type usage struct {
+	PromptTokens        int `json:"prompt_tokens"`
+	CompletionTokens    int `json:"completion_tokens"`
+	TotalTokens         int `json:"total_tokens"`
+	PromptTokensDetails *struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details,omitempty"`
 }
 
 // isStatus reports whether err is an apiError of HTTP status code.
 func isStatus(err error, code int) bool {
 	e, ok := err.(*apiError)
-	return ok && e.status == code
+	return ok && e.Status == code
 }
 
 // newTestServer is a server over the in-process mock backend.
@@ -289,7 +207,7 @@ func TestQueueFull(t *testing.T) {
 		t.Fatalf("over the queue: %v", err)
 	}
 	rec := httptest.NewRecorder()
-	writeAPIError(rec, err.(*apiError))
+	run.WriteError(rec, err.(*apiError))
 	if rec.Header().Get("Retry-After") == "" {
 		t.Error("no Retry-After")
 	}

@@ -3,10 +3,12 @@ package httpapi
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"github.com/hydra-engine/hydra-engine/host/httpapi/anthropic"
 	"net/http"
 	"strings"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hydra-engine/hydra-engine/host/httpapi/run"
 )
 
 // API keys as llama-server's --api-key: with keys configured every path
@@ -77,8 +79,8 @@ func keyMatches(digests [][sha256.Size]byte, token string) bool {
 func writeUnauthorized(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="hydra-engine"`)
 	if r.URL.Path == "/v1/messages" || strings.HasPrefix(r.URL.Path, "/v1/messages/") {
-		writeAnthropicError(w, http.StatusUnauthorized, "Invalid API Key")
+		anthropic.WriteError(w, http.StatusUnauthorized, "Invalid API Key")
 		return
 	}
-	writeAPIError(w, &apiError{status: http.StatusUnauthorized, Msg: "Invalid API Key", Type: "authentication_error", Code: http.StatusUnauthorized})
+	run.WriteError(w, &apiError{Status: http.StatusUnauthorized, Msg: "Invalid API Key", Type: "authentication_error", Code: http.StatusUnauthorized})
 }

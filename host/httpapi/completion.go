@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -17,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hydra-engine/hydra-engine/host"
+	"github.com/hydra-engine/hydra-engine/host/httpapi/request"
+	"github.com/hydra-engine/hydra-engine/host/httpapi/run"
 	"github.com/hydra-engine/hydra-engine/host/tracing"
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/internal/stoptext"
@@ -26,145 +27,6 @@ import (
 // host's table, the prompt prefilled into it before any reply byte, then
 // decoded; with "stream":true every token the backend emits goes out at once
 // as a server-sent event.
-
-func (a *api) chatCompletions(w http.ResponseWriter, r *http.Request) { a.complete(w, r, true) }
-func (a *api) textCompletions(w http.ResponseWriter, r *http.Request) { a.complete(w, r, false) }
-
-// usage is OpenAI's token count, with the prompt tokens kept from the
-// slot's sequence as llama-server gives them (prompt_tokens_details).
-type usage struct {
-	PromptTokens        int           `json:"prompt_tokens"`
-	CompletionTokens    int           `json:"completion_tokens"`
-	TotalTokens         int           `json:"total_tokens"`
-	PromptTokensDetails *promptCached `json:"prompt_tokens_details,omitempty"`
-}
-
-type promptCached struct {
-	CachedTokens int `json:"cached_tokens"`
-}
-
-// timings is llama-server's, which the coordinator reads: cache_n counts
-// the prompt's tokens kept from the slot's sequence, prompt_n those
-// evaluated.
-type timings struct {
-	CacheN              int     `json:"cache_n"`
-	PromptN             int     `json:"prompt_n"`
-	PromptMS            float64 `json:"prompt_ms"`
-	PromptPerTokenMS    float64 `json:"prompt_per_token_ms"`
-	PromptPerSecond     float64 `json:"prompt_per_second"`
-	PredictedN          int     `json:"predicted_n"`
-	PredictedMS         float64 `json:"predicted_ms"`
-	PredictedPerTokenMS float64 `json:"predicted_per_token_ms"`
-	PredictedPerSecond  float64 `json:"predicted_per_second"`
-	// Speculative decoding's draft tokens verified and accepted, as
-	// llama-server reports them: only where there were drafts.
-	DraftN         int `json:"draft_n,omitempty"`
-	DraftNAccepted int `json:"draft_n_accepted,omitempty"`
-}
-
-// newTimings are the timings of a prompt of nPrompt tokens of which reused
-// were kept and the rest evaluated in prompt, and nPred tokens generated in
-// pred.
-func newTimings(nPrompt, reused int, prompt time.Duration, nPred int, pred time.Duration) *timings {
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	per := func(n int, d time.Duration) (perToken, perSecond float64) {
-		if n > 0 && d > 0 {
-			return ms(d) / float64(n), float64(n) / d.Seconds()
-		}
-		return 0, 0
-	}
-	evaluated := max(nPrompt-reused, 0)
-	t := &timings{CacheN: nPrompt - evaluated, PromptN: evaluated, PromptMS: ms(prompt), PredictedN: nPred, PredictedMS: ms(pred)}
-	t.PromptPerTokenMS, t.PromptPerSecond = per(evaluated, prompt)
-	t.PredictedPerTokenMS, t.PredictedPerSecond = per(nPred, pred)
-	return t
-}
-
-// message and choice cover both response shapes; nil fields are omitted.
-type message struct {
-	Role             string     `json:"role,omitempty"`
-	Content          *string    `json:"content,omitempty"`
-	ReasoningContent *string    `json:"reasoning_content,omitempty"`
-	ToolCalls        []toolCall `json:"tool_calls,omitempty"`
-}
-
-// toolCall is OpenAI's: whole in a reply; in a streamed delta, index with
-// the pieces that came (id, type and name with the first, as llama-server
-// streams them).
-type toolCall struct {
-	Index    *int          `json:"index,omitempty"`
-	ID       string        `json:"id,omitempty"`
-	Type     string        `json:"type,omitempty"`
-	Function *toolFunction `json:"function,omitempty"`
-}
-
-type toolFunction struct {
-	Name      string  `json:"name,omitempty"`
-	Arguments *string `json:"arguments,omitempty"`
-}
-
-// deltaToolCall is a parsed delta's tool call piece, as
-// server_chat_msg_diff_to_json_oaicompat writes it.
-func deltaToolCall(d iface.ChatDelta) toolCall {
-	i := d.ToolCall
-	c := toolCall{Index: &i, ID: d.ToolID}
-	if d.ToolID != "" {
-		c.Type = "function"
-	}
-	if d.ToolName != "" || d.ToolArgs != "" {
-		c.Function = &toolFunction{Name: d.ToolName}
-		if d.ToolArgs != "" {
-			args := d.ToolArgs
-			c.Function.Arguments = &args
-		}
-	}
-	return c
-}
-
-// replyToolCalls are a parsed reply's calls, whole.
-func replyToolCalls(calls []iface.ToolCall) []toolCall {
-	var out []toolCall
-	for _, c := range calls {
-		args := c.Arguments
-		out = append(out, toolCall{ID: c.ID, Type: "function", Function: &toolFunction{Name: c.Name, Arguments: &args}})
-	}
-	return out
-}
-
-type choice struct {
-	Index        int      `json:"index"`
-	Message      *message `json:"message,omitempty"` // chat, whole reply
-	Delta        *message `json:"delta,omitempty"`   // chat, streamed chunk
-	Text         *string  `json:"text,omitempty"`    // text completion
-	Logprobs     any      `json:"logprobs"`
-	FinishReason *string  `json:"finish_reason"`
-}
-
-type completionBody struct {
-	ID                string   `json:"id"`
-	Object            string   `json:"object"`
-	Created           int64    `json:"created"`
-	Model             string   `json:"model"`
-	SystemFingerprint string   `json:"system_fingerprint"`
-	Choices           []choice `json:"choices"`
-	Usage             *usage   `json:"usage,omitempty"`
-	Timings           *timings `json:"timings,omitempty"`
-	IDSlot            *int     `json:"id_slot,omitempty"`
-	// ModelSwitched: the request named another model, which the engine
-	// loaded for it, emptying every slot.
-	ModelSwitched bool `json:"model_switched,omitempty"`
-}
-
-// finishReason maps a backend stop reason to OpenAI's.
-func finishReason(stop string) string {
-	if stop == "eos" || stop == iface.StopString {
-		return "stop"
-	}
-	return "length" // "length", "n_tokens_limit"
-}
-
-// stopNTokensLimit is the backends' stop reason for a full slot or KV cache.
-const stopNTokensLimit = "n_tokens_limit"
 
 // errStopString ends a decode whose text reached a stop string.
 var errStopString = errors.New("stop string reached")
@@ -178,13 +40,13 @@ type completionRun struct {
 	ctx  context.Context // the request's: cancelled when the client goes
 	b    iface.Backend
 	info iface.BackendInfo
-	c    completion
+	c    request.Completion
 	slot int
+	// arrived is when the request came, where its time to first token starts.
+	arrived time.Time
 
-	w       http.ResponseWriter
-	rc      *http.ResponseController
-	body    completionBody // the fields every reply and chunk shares
-	started bool           // SSE headers sent
+	sink run.Sink // the reply, in the request's dialect
+	head run.Head // the fields every event of the reply shares
 
 	nPrompt int           // tokens in the slot after the prefill
 	prompt  time.Duration // the prefill's time
@@ -195,11 +57,10 @@ type completionRun struct {
 	stopWord string
 	// promptDecode: the decode evaluates the prompt first (promptInDecode).
 	promptDecode bool
-	nPredict     int         // tokens the decode may generate
-	nPast        int         // tokens in the slot once the decode ended
-	probs        *tokenProbs // the log-probabilities not yet sent, when asked for
-	taskID       int64       // the completion's task, for /slots
-	release      func()      // frees the slot (once; later calls do nothing)
+	nPredict     int    // tokens the decode may generate
+	nPast        int    // tokens in the slot once the decode ended
+	taskID       int64  // the completion's task, for /slots
+	release      func() // frees the slot (once; later calls do nothing)
 	// firstToken is when the first token came; interToken observes the gaps
 	// between the next ones.
 	firstToken time.Time
@@ -209,67 +70,67 @@ type completionRun struct {
 	// reasoning is split (reasoner set).
 	reasoner        *reasoningSplitter
 	text, reasoning strings.Builder
-	// message is the backend's parsed reply (completion.parsed).
+	// message is the backend's parsed reply (request.Completion.Parsed).
 	message *iface.ChatReply
 }
 
-// complete runs one completion. Until the decode starts streaming, a
-// failure is the reply; after that it is a final error event.
-func (a *api) complete(w http.ResponseWriter, r *http.Request, chat bool) {
-	arrived := time.Now()
-	body, err := readAdmittedBody(w, r, a.s)
-	if err != nil {
-		writeAPIError(w, a.apiErrorOf(r.Context(), "reading the request", err))
-		return
+// parser validates a request into the completion it runs as, over the
+// engine's sampler and nPredict defaults: a dialect's Convert of its body,
+// or request.ParseChat of the chat a dialect's converter made.
+type parser func(sampler iface.SamplerParams, nPredict int, info iface.BackendInfo) (request.Completion, error)
+
+// chatParser parses the chat a dialect's converter made.
+func chatParser(chat request.Chat) parser {
+	return func(sampler iface.SamplerParams, nPredict int, info iface.BackendInfo) (request.Completion, error) {
+		return request.ParseChat(chat, sampler, nPredict, info)
 	}
-	a.completeBody(w, r, chat, body, arrived)
 }
 
-// completeBody runs the completion of body, which arrived then: an OpenAI
-// body, or one converted to it (/v1/messages, /v1/responses).
-func (a *api) completeBody(w http.ResponseWriter, r *http.Request, chat bool, body []byte, arrived time.Time) {
+// readCompletion is the completion parse makes, with its reasoning budget,
+// or the refusal in OpenAI's shape.
+func (a *api) readCompletion(ctx context.Context, parse parser) (request.Completion, *apiError) {
 	_, info := a.s.Backend()
 	tun := a.s.Tunables()
-	c, err := parseCompletion(body, chat, tun.Sampler(), tun.NPredict(), info)
+	c, err := parse(tun.Sampler(), tun.NPredict(), info)
 	if err == nil {
-		err = c.setReasoningBudget(a.budget, a.budgetMessage, info)
+		err = c.SetReasoningBudget(a.budget, a.budgetMessage, info)
 	}
 	if err != nil {
-		writeAPIError(w, a.apiErrorOf(r.Context(), "reading the request", err))
-		return
+		return c, a.apiErrorOf(ctx, "reading the request", err)
 	}
-	c.arrived = arrived
-	a.runCompletion(w, r, c)
+	return c, nil
 }
 
-// runCompletion runs the validated completion c: on the model it names,
-// in a slot, retried while the shared KV cache has no room for its prompt.
-func (a *api) runCompletion(w http.ResponseWriter, r *http.Request, c completion) {
+// runCompletion runs the validated completion c, whose request arrived
+// then: on the model it names, in a slot, retried while the shared KV cache
+// has no room for its prompt. Its reply goes to sink; w's header takes what
+// the run learns before it.
+func (a *api) runCompletion(w http.ResponseWriter, r *http.Request, c request.Completion, arrived time.Time, sink run.Sink) {
 	ctx := r.Context()
-	b, info, switched, e := a.modelBackend(ctx, w, c.model)
+	b, info, switched, e := a.modelBackend(ctx, w, c.Model)
 	if e != nil {
-		writeAPIError(w, e)
+		sink.Fail(e)
 		return
 	}
-	toks, err := a.promptTokens(ctx, b, &c)
+	p, err := a.promptTokens(ctx, b, &c)
 	if err != nil {
-		writeAPIError(w, a.apiErrorOf(ctx, "reading the prompt", err))
+		sink.Fail(a.apiErrorOf(ctx, "reading the prompt", err))
 		return
 	}
-	need := 0 // the cells the prompt and its first token take, when known
-	if toks != nil {
-		if n := info.SlotCtx(); n > 0 && len(toks) >= n {
-			writeAPIError(w, badRequest("the prompt has %d tokens, %s, its reply included", len(toks), host.SlotSize(info)))
+	p.arrived = arrived
+	if p.toks != nil {
+		if n := info.SlotCtx(); n > 0 && len(p.toks) >= n {
+			sink.Fail(badRequest("the prompt has %d tokens, %s, its reply included", len(p.toks), host.SlotSize(info)))
 			return
 		}
-		need = len(toks) + 1
+		p.need = len(p.toks) + 1
 	}
 	// A prompt that the shared KV cache had no room for (the sequences of
 	// running decodes grew after the slot was taken) waits for the next slot
 	// to free, or a moment, and tries again, for up to maxRoomWait.
 	deadline := time.Now().Add(maxRoomWait)
 	for {
-		err := a.run(w, r, b, info, c, toks, need, switched)
+		err := a.runOnce(r, sink, b, info, c, p, switched)
 		if err == nil {
 			return
 		}
@@ -279,7 +140,7 @@ func (a *api) runCompletion(w http.ResponseWriter, r *http.Request, c completion
 			if errors.As(err, &se) {
 				step = se.step
 			}
-			writeAPIError(w, a.apiErrorOf(ctx, step, roomError(shutdownCut(r.Context(), err))))
+			sink.Fail(a.apiErrorOf(ctx, step, roomError(shutdownCut(r.Context(), err))))
 			return
 		}
 		t := time.NewTimer(roomRetryWait)
@@ -305,7 +166,7 @@ func (a *api) checkModel(name string) *apiError {
 	if slices.Contains(aliases, name) {
 		return nil
 	}
-	return &apiError{status: http.StatusNotFound, Type: "invalid_request_error", Code: "model_not_found", Param: "model",
+	return &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "model_not_found", Param: "model",
 		Msg: fmt.Sprintf("the model %q does not exist: this engine serves %s", name, strings.Join(aliases, ", "))}
 }
 
@@ -321,18 +182,18 @@ const maxRoomWait = 60 * time.Second
 // room comes back as other sequences end.
 func roomError(err error) error {
 	if errors.Is(err, iface.ErrNoRoom) {
-		return &apiError{status: http.StatusServiceUnavailable, Type: "unavailable_error", Code: "kv_cache_full", Msg: err.Error()}
+		return &apiError{Status: http.StatusServiceUnavailable, Type: "unavailable_error", Code: "kv_cache_full", Msg: err.Error()}
 	}
 	return err
 }
 
-// run runs a completion once it has its prompt's tokens: it takes a slot
+// runOnce runs a completion once it has its prompt's tokens: it takes a slot
 // (waiting in the queue when none is free), prefills and decodes. It returns
 // an error only when nothing of the reply was written; after that, errors
 // are the reply's.
-func (a *api) run(w http.ResponseWriter, r *http.Request, b iface.Backend, info iface.BackendInfo, c completion, toks []int32, need int, switched bool) error {
+func (a *api) runOnce(r *http.Request, sink run.Sink, b iface.Backend, info iface.BackendInfo, c request.Completion, p runPrompt, switched bool) error {
 	queued := time.Now()
-	lease, err := a.queue.take(r.Context(), a.pickSlot(r.Context(), c.slot, toks, need))
+	lease, err := a.queue.take(r.Context(), a.pickSlot(r.Context(), c.Slot, p.toks, p.need))
 	if err != nil {
 		return &stepError{step: "taking a slot", err: err}
 	}
@@ -340,13 +201,13 @@ func (a *api) run(w http.ResponseWriter, r *http.Request, b iface.Backend, info 
 	// A completion's prompt may start from the backend's prompt cache, and
 	// the slot's sequence go there first where an earlier completion left
 	// it; never a Hydra RPC client's.
-	c.prefill.PromptCache, c.prefill.SaveSequence = true, lease.Found() == host.HolderHTTP
-	rn := &completionRun{a: a, ctx: r.Context(), b: b, info: info, c: c, slot: lease.Slot(),
-		w: w, rc: http.NewResponseController(w), body: newCompletionBody(c, info), probs: newTokenProbs(c),
+	c.Prefill.PromptCache, c.Prefill.SaveSequence = true, lease.Found() == host.HolderHTTP
+	rn := &completionRun{a: a, ctx: r.Context(), b: b, info: info, c: c, arrived: p.arrived, slot: lease.Slot(), sink: sink,
+		head: run.Head{ID: newCompletionID(), Created: time.Now().Unix(), Model: info.Model.Alias,
+			Fingerprint: fingerprint(info), Slot: lease.Slot(), Switched: switched},
 		interToken: a.metrics.interToken.WithLabelValues(info.Model.Alias)}
-	rn.body.ModelSwitched = switched
-	if c.chat && a.splitReasoning && !c.parsed { // a parsed reply comes split
-		rn.reasoner = newReasoningSplitter(thinkStart, thinkEnd, c.opensThinking)
+	if c.Chat && a.splitReasoning && !c.Parsed { // a parsed reply comes split
+		rn.reasoner = newReasoningSplitter(thinkStart, thinkEnd, p.opensThinking)
 	}
 	// The slot is free again before the reply's last byte, as RPC frees it
 	// before its trailer: a client's next request then finds it, and the
@@ -362,12 +223,12 @@ func (a *api) run(w http.ResponseWriter, r *http.Request, b iface.Backend, info 
 		}
 	}
 	defer rn.release()
-	if c.noCache { // llama-server's cache_prompt false: the prompt is evaluated whole
+	if c.NoCache { // llama-server's cache_prompt false: the prompt is evaluated whole
 		if err := b.ClearSlot(r.Context(), rn.slot); err != nil {
 			return &stepError{step: "clearing the slot", err: err}
 		}
 	}
-	if info.PromptDecode && toks != nil && rn.promptInDecode(len(toks)) {
+	if info.PromptDecode && p.toks != nil && rn.promptInDecode(len(p.toks)) {
 		return rn.generate()
 	}
 	if err := rn.prefill(); err != nil {
@@ -385,41 +246,50 @@ type stepError struct {
 func (e *stepError) Error() string { return e.err.Error() }
 func (e *stepError) Unwrap() error { return e.err }
 
+// runPrompt is what a completion knows of its prompt before it takes a slot.
+type runPrompt struct {
+	arrived time.Time // when the request came, where its time to first token starts
+	toks    []int32   // the prompt's tokens; nil where the backend cannot say
+	need    int       // the cells the prompt and its first token take, when known
+	// opensThinking: the prompt's template opened a reasoning block, so the
+	// reply starts inside it (Tokenize says).
+	opensThinking bool
+}
+
 // promptTokens asks the backend for the tokens of c's prompt, which pick its
-// slot, and has the prefill evaluate those; nil when the backend cannot say
+// slot, and has the prefill evaluate those; none when the backend cannot say
 // (the prompt then goes to the prefill as it came).
-func (a *api) promptTokens(ctx context.Context, b iface.Backend, c *completion) ([]int32, error) {
-	if c.pieces != nil {
-		toks, err := pieceTokens(ctx, b, c.pieces)
+func (a *api) promptTokens(ctx context.Context, b iface.Backend, c *request.Completion) (runPrompt, error) {
+	if c.Pieces != nil {
+		toks, err := pieceTokens(ctx, b, c.Pieces)
 		if err != nil {
-			return nil, err
+			return runPrompt{}, err
 		}
-		c.prefill.Tokens, c.pieces = toks, nil
+		c.Prefill.Tokens, c.Pieces = toks, nil
 	}
-	p, err := b.Tokenize(ctx, c.prefill)
+	p, err := b.Tokenize(ctx, c.Prefill)
 	switch {
 	case errors.Is(err, iface.ErrNotImplemented):
-		return nil, nil
+		return runPrompt{}, nil
 	case err != nil:
-		return nil, err
+		return runPrompt{}, err
 	}
-	c.prefill = iface.PrefillRequest{Tokens: p.Tokens, Model: c.prefill.Model, FromChat: len(c.prefill.Messages) > 0}
-	c.opensThinking = p.OpensThinking
-	return p.Tokens, nil
+	c.Prefill = iface.PrefillRequest{Tokens: p.Tokens, Model: c.Prefill.Model, FromChat: len(c.Prefill.Messages) > 0}
+	return runPrompt{toks: p.Tokens, opensThinking: p.OpensThinking}, nil
 }
 
 // pieceTokens tokenizes a prompt of text and token ids mixed as llama-server
 // does: each text piece with its special tokens parsed, the model's BOS only
 // where the prompt starts with text. A backend without a tokenizer of its own
 // cannot (iface.ErrNotImplemented).
-func pieceTokens(ctx context.Context, b iface.Backend, pieces []promptPiece) ([]int32, error) {
+func pieceTokens(ctx context.Context, b iface.Backend, pieces []request.Piece) ([]int32, error) {
 	var toks []int32
 	for i, p := range pieces {
-		if p.tokens != nil {
-			toks = append(toks, p.tokens...)
+		if p.Tokens != nil {
+			toks = append(toks, p.Tokens...)
 			continue
 		}
-		t, err := b.Tokenize(ctx, iface.PrefillRequest{Text: p.text,
+		t, err := b.Tokenize(ctx, iface.PrefillRequest{Text: p.Text,
 			Tokenize: &iface.TokenizeOptions{AddSpecial: i == 0, ParseSpecial: true}})
 		if err != nil {
 			return nil, fmt.Errorf("prompt: text mixed with token ids is tokenized piece by piece, by the backend's own tokenizer: %w", err)
@@ -429,25 +299,12 @@ func pieceTokens(ctx context.Context, b iface.Backend, pieces []promptPiece) ([]
 	return toks, nil
 }
 
-// newCompletionBody fills the fields every reply and chunk of c shares.
-func newCompletionBody(c completion, info iface.BackendInfo) completionBody {
-	body := completionBody{ID: newCompletionID(c.chat), Object: "text_completion", Created: time.Now().Unix(),
-		Model: info.Model.Alias, SystemFingerprint: fingerprint(info)}
-	switch {
-	case c.chat && c.stream:
-		body.Object = "chat.completion.chunk"
-	case c.chat:
-		body.Object = "chat.completion"
-	}
-	return body
-}
-
 // prefill evaluates the prompt into the slot. It runs before any byte of the
 // reply, so a bad prompt gets a real HTTP status even when streaming.
 func (rn *completionRun) prefill() error {
-	rn.c.prefill.Slot = rn.slot
+	rn.c.Prefill.Slot = rn.slot
 	start := time.Now()
-	res, err := rn.b.Prefill(rn.ctx, rn.c.prefill)
+	res, err := rn.b.Prefill(rn.ctx, rn.c.Prefill)
 	end := time.Now()
 	if err != nil {
 		tracing.Prefill{Slot: rn.slot}.Record(rn.ctx, start, end, err)
@@ -482,7 +339,7 @@ func (rn *completionRun) countPrompt(reused int) {
 // setPredict sets how many tokens the decode may generate after a prompt
 // that leaves nPast tokens in the slot.
 func (rn *completionRun) setPredict(nPast int) {
-	rn.nPredict = rn.c.nPredict
+	rn.nPredict = rn.c.NPredict
 	if rn.nPredict < 0 { // until EOS or the context is full
 		rn.nPredict = math.MaxInt32
 		if rn.info.NCtx > 0 {
@@ -495,27 +352,27 @@ func (rn *completionRun) setPredict(nPast int) {
 // A prompt in the decode that found no room in the shared KV cache, before
 // any reply byte, is returned (ErrNoRoom) for the completion to try again.
 func (rn *completionRun) generate() error {
-	rn.taskID = rn.a.beginTask(rn.slot, rn.nPrompt, rn.nPredict, slotParams{SamplerParams: rn.c.sampler, NPredict: rn.c.nPredict})
+	rn.taskID = rn.a.beginTask(rn.slot, rn.nPrompt, rn.nPredict, slotParams{SamplerParams: rn.c.Sampler, NPredict: rn.c.NPredict})
 	taskID := rn.taskID
-	if rn.c.stream && !rn.promptDecode { // with the prompt in the decode, at its first event
-		if err := rn.startStream(); err != nil {
+	if rn.c.Stream { // lazily where the prompt is in the decode, which may still refuse it
+		if err := rn.sink.Begin(rn.observe(), rn.promptDecode); err != nil {
 			return nil // the client is gone
 		}
 	}
 	start := time.Now()
 	text, nGen, reason, err := rn.decode()
-	end := time.Now()
-	elapsed := end.Sub(start)
+	stop := time.Now()
+	elapsed := stop.Sub(start)
 	if rn.promptDecode {
 		elapsed -= rn.prompt
 	}
-	rn.recordSpans(start, end, nGen, err)
+	rn.recordSpans(start, stop, nGen, err)
 	rn.a.endTask(rn.slot, taskID, nGen, rn.nPredict)
 	rn.release()
 	if err != nil {
 		var rate *host.RateError
 		switch {
-		case errors.Is(err, iface.ErrNoRoom) && !rn.started && nGen == 0:
+		case errors.Is(err, iface.ErrNoRoom) && !rn.sink.Started() && nGen == 0:
 			return err
 		case errors.As(err, &rate) || errors.Is(err, os.ErrDeadlineExceeded):
 			tracing.Logger(rn.ctx, rn.a.log).Info("HTTP client cut: it stopped reading the reply", "slot", rn.slot, "tokens", nGen, "error", err)
@@ -529,17 +386,36 @@ func (rn *completionRun) generate() error {
 	}
 	rn.a.s.Stats().CountTokens(host.PhaseDecode, nGen, elapsed)
 	rn.a.s.Stats().CountDrafts(rn.draftN, rn.draftAccepted)
-	tm := newTimings(rn.nPrompt, rn.reused, rn.prompt, nGen, elapsed)
-	u := &usage{PromptTokens: rn.nPrompt, CompletionTokens: nGen, TotalTokens: rn.nPrompt + nGen,
-		PromptTokensDetails: &promptCached{CachedTokens: tm.CacheN}}
+	tm := run.NewTimings(rn.nPrompt, rn.reused, rn.prompt, nGen, elapsed)
 	tm.DraftN, tm.DraftNAccepted = rn.draftN, rn.draftAccepted
-	rn.observe()
-	if rn.c.stream {
-		rn.finishStream(reason, u, tm)
-		return nil
+	end := run.End{Head: rn.observe(), Text: text, Reasoning: rn.reasoning.String(), Finish: reason, Stop: rn.stop,
+		StopWord: rn.stopWord, Generated: nGen, NPast: rn.nPast, Timings: tm, PromptText: rn.promptText}
+	if m := rn.message; m != nil {
+		end.ToolCalls = m.ToolCalls
 	}
-	rn.reply(text, reason, u, tm)
+	_ = rn.sink.End(end)
 	return nil
+}
+
+// observe is the head of the reply's next event: the prompt as known now.
+func (rn *completionRun) observe() run.Head {
+	h := rn.head
+	h.NPrompt, h.Reused = rn.nPrompt, rn.reused
+	return h
+}
+
+// promptText is the prompt's text, special tokens included, as the backend
+// detokenizes its tokens; false where it has none or cannot.
+func (rn *completionRun) promptText() (string, bool) {
+	toks := rn.c.Prefill.Tokens
+	if len(toks) == 0 {
+		return "", false
+	}
+	p, err := rn.b.Tokenize(rn.ctx, iface.PrefillRequest{Tokens: toks, Tokenize: &iface.TokenizeOptions{}})
+	if err != nil {
+		return "", false
+	}
+	return p.Text, true
 }
 
 // recordSpans makes the decode's span, from start to end, and the prompt's
@@ -560,46 +436,12 @@ func (rn *completionRun) recordSpans(start, end time.Time, nGen int, err error) 
 		FirstToken: rn.firstToken}.Record(rn.ctx, start, end, err)
 }
 
-// reply writes a whole (non-streamed) completion.
-func (rn *completionRun) reply(text, reason string, u *usage, tm *timings) {
-	if rn.c.native != nil {
-		writeJSON(rn.w, http.StatusOK, rn.nativeFinal(text, u.CompletionTokens, tm))
-		return
-	}
-	ch := choice{FinishReason: &reason, Logprobs: rn.probs.take()}
-	if rn.c.chat {
-		ch.Message = &message{Role: "assistant", Content: &text}
-		if r := rn.reasoning.String(); r != "" {
-			ch.Message.ReasoningContent = &r
-		}
-		if m := rn.message; m != nil {
-			ch.Message.ToolCalls = replyToolCalls(m.ToolCalls)
-		}
-	} else {
-		ch.Text = &text
-	}
-	slot := rn.slot
-	rn.body.Choices, rn.body.Usage, rn.body.Timings, rn.body.IDSlot = []choice{ch}, u, tm, &slot
-	writeJSON(rn.w, http.StatusOK, rn.body)
-}
-
-func newCompletionID(chat bool) string {
+// newCompletionID is a completion's random id, which each dialect prefixes
+// its own way.
+func newCompletionID() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
-	if chat {
-		return "chatcmpl-" + hex.EncodeToString(b[:])
-	}
-	return "cmpl-" + hex.EncodeToString(b[:])
-}
-
-// fingerprint names the backend and model that answered, as OpenAI's
-// system_fingerprint names a configuration.
-func fingerprint(info iface.BackendInfo) string {
-	h := info.Model.Hash
-	if len(h) > 12 {
-		h = h[:12]
-	}
-	return fmt.Sprintf("%s-%s-%s", info.Name, info.Version, h)
+	return hex.EncodeToString(b[:])
 }
 
 // decode generates up to nPredict tokens into the slot, streaming them when
@@ -612,21 +454,21 @@ func (rn *completionRun) decode() (string, int, string, error) {
 		rn.stop = "length"
 		return "", 0, "length", nil
 	}
-	ts := &stoptext.Stream{Stops: rn.c.stops}
-	if rn.c.parsed { // the backend stops the parse at them
+	ts := &stoptext.Stream{Stops: rn.c.Stops}
+	if rn.c.Parsed { // the backend stops the parse at them
 		ts.Stops = nil
 	}
 	n := 0
-	nKeep := rn.c.nKeep
+	nKeep := rn.c.NKeep
 	if nKeep < 0 {
 		nKeep = rn.nPrompt
 	}
-	req := iface.DecodeRequest{Slot: rn.slot, NPredict: rn.nPredict, Sampler: rn.c.sampler,
-		Logprobs: rn.c.logprobs, NProbs: rn.c.nProbs, NKeep: nKeep, Output: rn.c.output, Speculative: rn.c.spec,
+	req := iface.DecodeRequest{Slot: rn.slot, NPredict: rn.nPredict, Sampler: rn.c.Sampler,
+		Logprobs: rn.c.Logprobs, NProbs: rn.c.NProbs, NKeep: nKeep, Output: rn.c.Output, Speculative: rn.c.Spec,
 		LastUnevaluated: true}
 	if rn.promptDecode {
-		rn.c.prefill.Slot = rn.slot
-		req.Prompt = &rn.c.prefill
+		rn.c.Prefill.Slot = rn.slot
+		req.Prompt = &rn.c.Prefill
 	}
 	start := time.Now()
 	var last time.Time
@@ -637,14 +479,14 @@ func (rn *completionRun) decode() (string, int, string, error) {
 				rn.prompt = now.Sub(start) // until res.Prompt says
 			}
 			rn.firstToken = now
-			rn.a.metrics.ttft.WithLabelValues(rn.info.Model.Alias).Observe(now.Sub(rn.c.arrived).Seconds())
+			rn.a.metrics.ttft.WithLabelValues(rn.info.Model.Alias).Observe(now.Sub(rn.arrived).Seconds())
 		} else {
 			rn.interToken.Observe(now.Sub(last).Seconds())
 		}
 		last = now
 		n++
-		rn.probs.add(t)
-		if rn.c.parsed {
+		rn.sink.Token(t)
+		if rn.c.Parsed {
 			return rn.emitDeltas(t.Deltas)
 		}
 		out, stopped := ts.Push(t.Text)
@@ -667,7 +509,7 @@ func (rn *completionRun) decode() (string, int, string, error) {
 	}
 	// The shared KV cache filled before the slot did: idle HTTP sequences
 	// make room for the rest of the reply, and the decode goes on.
-	for err == nil && res.StopReason == stopNTokensLimit && n < rn.nPredict && res.NPast+1 < rn.info.SlotCtx() && !rn.info.SplitKV() {
+	for err == nil && res.StopReason == run.StopNTokensLimit && n < rn.nPredict && res.NPast+1 < rn.info.SlotCtx() && !rn.info.SplitKV() {
 		want := res.NPast + min(rn.nPredict-n, rn.info.SlotCtx()-res.NPast)
 		if rn.a.s.MakeRoom(rn.ctx, rn.slot, want, true) == 0 {
 			break
@@ -680,9 +522,9 @@ func (rn *completionRun) decode() (string, int, string, error) {
 	if res.NPast > 0 {
 		rn.nPast = res.NPast
 	}
-	if rn.c.parsed && err == nil {
-		if rn.stop == iface.StopString && len(rn.c.stops) == 1 {
-			rn.stopWord = rn.c.stops[0]
+	if rn.c.Parsed && err == nil {
+		if rn.stop == iface.StopString && len(rn.c.Stops) == 1 {
+			rn.stopWord = rn.c.Stops[0]
 		}
 		return rn.finishParsed(n, res)
 	}
@@ -706,16 +548,14 @@ func (rn *completionRun) countDrafts(res iface.DecodeResult) {
 }
 
 // emitDeltas takes what a token added to the parsed reply: kept for the
-// reply and streamed, one chunk a delta as llama-server sends them.
+// reply and streamed, one event a delta as llama-server sends them.
 func (rn *completionRun) emitDeltas(ds []iface.ChatDelta) error {
 	for _, d := range ds {
-		if err := rn.emitParts(d.Reasoning, d.Content); err != nil {
-			return err
+		var tool *run.ToolPiece
+		if d.ToolCall >= 0 {
+			tool = &run.ToolPiece{Index: d.ToolCall, ID: d.ToolID, Name: d.ToolName, Args: d.ToolArgs}
 		}
-		if d.ToolCall < 0 || !rn.c.stream {
-			continue
-		}
-		if err := rn.event(rn.chunkBody(&message{ToolCalls: []toolCall{deltaToolCall(d)}}, nil, nil)); err != nil {
+		if err := rn.emit(run.Delta{Reasoning: d.Reasoning, Content: d.Content, Tool: tool}); err != nil {
 			return err
 		}
 	}
@@ -767,90 +607,17 @@ func (rn *completionRun) finishText(n int, reason string) (string, int, string, 
 }
 
 func (rn *completionRun) emitParts(reasoning, content string) error {
-	rn.reasoning.WriteString(reasoning)
-	rn.text.WriteString(content)
-	if !rn.c.stream {
+	return rn.emit(run.Delta{Reasoning: reasoning, Content: content})
+}
+
+// emit keeps a delta's text for the reply and streams the delta.
+func (rn *completionRun) emit(d run.Delta) error {
+	rn.reasoning.WriteString(d.Reasoning)
+	rn.text.WriteString(d.Content)
+	if !rn.c.Stream {
 		return nil
 	}
-	if reasoning != "" {
-		if err := rn.event(rn.chunkBody(&message{ReasoningContent: &reasoning}, nil, nil)); err != nil {
-			return err
-		}
-	}
-	if content != "" || rn.c.native != nil && rn.probs.waiting() { // a native stream has a chunk for each token
-		return rn.chunk(content, nil)
-	}
-	return nil
-}
-
-// startStream sends the SSE headers and, for chat, the role-only first
-// chunk OpenAI clients expect.
-func (rn *completionRun) startStream() error {
-	h := rn.w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no") // keep reverse proxies from batching events
-	rn.observe()
-	rn.w.WriteHeader(http.StatusOK)
-	rn.started = true
-	if !rn.c.chat {
-		return rn.rc.Flush()
-	}
-	empty := ""
-	return rn.event(rn.chunkBody(&message{Role: "assistant", Content: &empty}, nil, nil))
-}
-
-// chunkBody is one streamed chunk with a delta (chat) or text.
-func (rn *completionRun) chunkBody(delta *message, text *string, reason *string) completionBody {
-	b := rn.body
-	ch := choice{Delta: delta, Text: text, FinishReason: reason, Logprobs: rn.probs.take()}
-	if rn.c.chat && delta == nil {
-		ch.Delta = &message{}
-	}
-	b.Choices = []choice{ch}
-	return b
-}
-
-// chunk streams a piece of generated text.
-func (rn *completionRun) chunk(s string, reason *string) error {
-	if rn.c.native != nil {
-		return rn.event(rn.nativeChunk(s))
-	}
-	if rn.c.chat {
-		return rn.event(rn.chunkBody(&message{Content: &s}, nil, reason))
-	}
-	return rn.event(rn.chunkBody(nil, &s, reason))
-}
-
-// finishStream sends the chunk carrying finish_reason (with llama-server's
-// timings), the usage chunk if asked for, and [DONE].
-func (rn *completionRun) finishStream(reason string, u *usage, tm *timings) {
-	if rn.c.native != nil { // llama-server's last event, and no [DONE]
-		_ = rn.event(rn.nativeFinal("", u.CompletionTokens, tm))
-		return
-	}
-	var last completionBody
-	if rn.c.chat {
-		last = rn.chunkBody(nil, nil, &reason)
-	} else {
-		empty := ""
-		last = rn.chunkBody(nil, &empty, &reason)
-	}
-	slot := rn.slot
-	last.Timings, last.IDSlot = tm, &slot
-	if rn.event(last) != nil {
-		return
-	}
-	if rn.c.includeUsage {
-		ub := rn.body
-		ub.Choices, ub.Usage = []choice{}, u
-		if rn.event(ub) != nil {
-			return
-		}
-	}
-	if _, err := rn.w.Write([]byte("data: [DONE]\n\n")); err == nil {
-		_ = rn.rc.Flush()
-	}
+	return rn.sink.Delta(d)
 }
 
 // fail reports a failed decode: as the reply when nothing was sent yet, else
@@ -861,41 +628,23 @@ func (rn *completionRun) fail(err error) {
 	if rn.promptDecode && rn.prompt == 0 { // the prompt's part failed
 		step = "evaluating the prompt"
 	}
-	e := rn.a.apiErrorOf(rn.ctx, step, err)
-	if !rn.started {
-		writeAPIError(rn.w, e)
-		return
-	}
-	_ = rn.event(map[string]*apiError{"error": e})
+	rn.sink.Fail(rn.a.apiErrorOf(rn.ctx, step, err))
 }
 
-// runObserver is a reply writer that turns the OpenAI reply into another
-// API's (anthropicWriter): it is told, before the stream starts and before
-// the reply ends, what the OpenAI reply does not carry (the prompt's reused
-// tokens, the stop string that ended it).
-type runObserver interface{ observeRun(rn *completionRun) }
-
-func (rn *completionRun) observe() {
-	if o, ok := rn.w.(runObserver); ok {
-		o.observeRun(rn)
+// finishReason maps a backend stop reason to OpenAI's.
+func finishReason(stop string) string {
+	if stop == "eos" || stop == iface.StopString {
+		return "stop"
 	}
+	return "length" // "length", "n_tokens_limit"
 }
 
-// event writes one SSE event and flushes it to the client.
-func (rn *completionRun) event(v any) error {
-	if !rn.started { // the prompt was in the decode: the stream starts at its first event
-		if err := rn.startStream(); err != nil {
-			return err
-		}
+// fingerprint names the backend and model that answered, as OpenAI's
+// system_fingerprint names a configuration.
+func fingerprint(info iface.BackendInfo) string {
+	h := info.Model.Hash
+	if len(h) > 12 {
+		h = h[:12]
 	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	buf := make([]byte, 0, len(b)+8)
-	buf = append(append(append(buf, "data: "...), b...), "\n\n"...)
-	if _, err := rn.w.Write(buf); err != nil {
-		return err
-	}
-	return rn.rc.Flush()
+	return fmt.Sprintf("%s-%s-%s", info.Name, info.Version, h)
 }

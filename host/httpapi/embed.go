@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/hydra-engine/hydra-engine/host/httpapi/run"
+	"github.com/hydra-engine/hydra-engine/host/httpapi/tokenin"
 	"github.com/hydra-engine/hydra-engine/host/tracing"
 	"github.com/hydra-engine/hydra-engine/iface"
 )
@@ -26,7 +28,7 @@ func (a *api) openAIEmbeddings(w http.ResponseWriter, r *http.Request) { a.embed
 // notSupported is llama-server's 501 for a route its command line did not
 // enable.
 func notSupported(msg string) *apiError {
-	return &apiError{status: http.StatusNotImplemented, Type: "not_supported_error", Code: http.StatusNotImplemented, Msg: msg}
+	return &apiError{Status: http.StatusNotImplemented, Type: "not_supported_error", Code: http.StatusNotImplemented, Msg: msg}
 }
 
 // embeddingsBody is the body's fields; raw where llama-server reads
@@ -53,40 +55,40 @@ func (a *api) embeddings(w http.ResponseWriter, r *http.Request, oai bool) {
 	ctx := r.Context()
 	raw, b, info, e := a.bodyAndBackend(w, r)
 	if e != nil {
-		writeAPIError(w, e)
+		run.WriteError(w, e)
 		return
 	}
 	if !slices.Contains(info.Capabilities, iface.CapEmbed) {
-		writeAPIError(w, notSupported("This server does not support embeddings. Start it with `--embeddings`"))
+		run.WriteError(w, notSupported("This server does not support embeddings. Start it with `--embeddings`"))
 		return
 	}
 	if oai && info.Pooling == iface.PoolingNone {
-		writeAPIError(w, badRequest("Pooling type 'none' is not OAI compatible. Please use a different pooling type"))
+		run.WriteError(w, badRequest("Pooling type 'none' is not OAI compatible. Please use a different pooling type"))
 		return
 	}
 	req, err := parseEmbeddings(raw, oai, info)
 	if err != nil {
-		writeAPIError(w, a.apiErrorOf(ctx, "reading the request", err))
+		run.WriteError(w, a.apiErrorOf(ctx, "reading the request", err))
 		return
 	}
 	tt := textTokens{ctx: ctx, b: b}
-	inputs, err := tt.inputPrompts(req.prompts, req.field, true, true)
+	inputs, err := tokenin.InputPrompts(tt, req.prompts, req.field, true, true)
 	if err != nil {
-		writeAPIError(w, a.fieldErrorOf(ctx, "tokenizing the input", err, req.field))
+		run.WriteError(w, a.fieldErrorOf(ctx, "tokenizing the input", err, req.field))
 		return
 	}
 	for _, in := range inputs {
 		if len(in) == 0 { // a model that adds no BOS gives an empty text no tokens
 			e := badRequest("Input content cannot be empty")
 			e.Param = req.field
-			writeAPIError(w, e)
+			run.WriteError(w, e)
 			return
 		}
 	}
 	embs, err := b.Embed(ctx, iface.EmbedRequest{Inputs: inputs, Normalize: req.normalize})
 	if err != nil {
 		if ctx.Err() == nil {
-			writeAPIError(w, a.fieldErrorOf(ctx, "computing the embeddings", err, req.field))
+			run.WriteError(w, a.fieldErrorOf(ctx, "computing the embeddings", err, req.field))
 		}
 		return
 	}
@@ -96,10 +98,10 @@ func (a *api) embeddings(w http.ResponseWriter, r *http.Request, oai bool) {
 	}
 	tracing.Logger(ctx, a.log).Debug("embeddings", "inputs", len(embs), "tokens", n, "pooling", info.Pooling)
 	if !req.oai {
-		writeJSON(w, http.StatusOK, nativeEmbeddings(embs))
+		run.WriteJSON(w, http.StatusOK, nativeEmbeddings(embs))
 		return
 	}
-	writeJSON(w, http.StatusOK, openAIEmbeddingsReply(embs, req))
+	run.WriteJSON(w, http.StatusOK, openAIEmbeddingsReply(embs, req))
 }
 
 // bodyAndBackend reads a request's body and returns it with the backend
@@ -145,7 +147,7 @@ func (a *api) modelBackend(ctx context.Context, w http.ResponseWriter, name stri
 // none (a backend's refusal of an input).
 func (a *api) fieldErrorOf(ctx context.Context, step string, err error, field string) *apiError {
 	e := a.apiErrorOf(ctx, step, err)
-	if e.status == http.StatusBadRequest && e.Param == nil {
+	if e.Status == http.StatusBadRequest && e.Param == nil {
 		e.Param = field
 	}
 	return e
@@ -156,7 +158,7 @@ func (a *api) fieldErrorOf(ctx context.Context, step string, err error, field st
 // encoding_format float or base64, embd_normalize.
 func parseEmbeddings(raw []byte, oai bool, info iface.BackendInfo) (embeddingsRequest, error) {
 	var body embeddingsBody
-	if err := decodeJSON(raw, &body); err != nil {
+	if err := run.DecodeJSON(raw, &body); err != nil {
 		return embeddingsRequest{}, err
 	}
 	req := embeddingsRequest{oai: oai, normalize: body.EmbdNormalize, model: info.Model.Alias}
@@ -164,10 +166,10 @@ func parseEmbeddings(raw []byte, oai bool, info iface.BackendInfo) (embeddingsRe
 	switch {
 	case len(body.Input) > 0:
 		req.field = "input"
-		req.prompts, err = jsonValue(body.Input)
+		req.prompts, err = tokenin.JSONValue(body.Input)
 	case len(body.Content) > 0:
 		req.field, req.oai = "content", false // not OpenAI's field: llama-server answers in its own shape
-		req.prompts, err = jsonValue(body.Content)
+		req.prompts, err = tokenin.JSONValue(body.Content)
 	default:
 		return req, badRequest(`"input" or "content" must be provided`)
 	}

@@ -15,54 +15,12 @@ const (
 	fPre, fSuf, fMid, fRep, fSep = mock.FIMPre, mock.FIMSuf, mock.FIMMid, mock.FIMRep, mock.FIMSep
 )
 
-func infillPieces() infillTokens {
-	return infillTokens{prefix: []int32{1, 2, 3, 4, 5}, suffix: []int32{6, 7, 8}, prompt: []int32{9},
-		repo: []int32{20, 21}, current: []int32{22}, snippet: []int32{30},
-		extra: []extraTokens{{filename: []int32{40}, text: []int32{41, 42}}}}
-}
-
 func cat(parts ...[]int32) []int32 {
 	var out []int32
 	for _, p := range parts {
 		out = append(out, p...)
 	}
 	return out
-}
-
-// TestFormatInfill holds the prompt to format_prompt_infill's layout and
-// budget: the repository context, prefix and prompt, suffix, middle; the
-// prefix's last and the suffix's first tokens to fit a batch, the extra
-// context's last tokens to what the context leaves; suffix first with spm;
-// BOS where the vocabulary adds it; the snippet separator without FIM_SEP.
-func TestFormatInfill(t *testing.T) {
-	_, info := loadMock(t, 1)
-	sp := *info.Special
-	p := infillPieces()
-	extra := []int32{fRep, 20, 21, fSep, 40, 41, 42, fSep, 22}
-	for _, c := range []struct {
-		name string
-		sp   iface.SpecialTokens
-		b    infillBudget
-		want []int32
-	}{
-		{"room for all", sp, infillBudget{nBatch: 100, nPredict: 10, nCtx: 1000},
-			cat(extra, []int32{fPre, 1, 2, 3, 4, 5, 9, fSuf, 6, 7, 8, fMid})},
-		// n_batch 4: 3 of the prefix, none of the suffix (1 - (2 + 1) < 0);
-		// the context leaves 10 - 4 - 2 of the extra context.
-		{"tight", sp, infillBudget{nBatch: 4, nPredict: 1, nCtx: 10},
-			cat(extra[len(extra)-4:], []int32{fPre, 3, 4, 5, 9, fSuf, fMid})},
-		// n_predict -1 (unbounded) leaves two more of the context.
-		{"n_predict -1", sp, infillBudget{nBatch: 4, nPredict: -1, nCtx: 4},
-			cat(extra[len(extra)-2:], []int32{fPre, 3, 4, 5, 9, fSuf, fMid})},
-		{"spm with BOS", func() iface.SpecialTokens { s := sp; s.BOS, s.AddBOS = 1, true; return s }(), infillBudget{nBatch: 100, nCtx: 1000, spm: true},
-			cat(extra, []int32{1, fSuf, 6, 7, 8, fPre, 1, 2, 3, 4, 5, 9, fMid})},
-		{"no FIM_REP, no FIM_SEP", func() iface.SpecialTokens { s := sp; s.FIMRep, s.FIMSep = iface.NoToken, iface.NoToken; return s }(),
-			infillBudget{nBatch: 100, nCtx: 1000}, []int32{30, 41, 42, fPre, 1, 2, 3, 4, 5, 9, fSuf, 6, 7, 8, fMid}},
-	} {
-		if got := formatInfill(c.sp, p, c.b); !reflect.DeepEqual(got, c.want) {
-			t.Errorf("%s: %v, want %v", c.name, got, c.want)
-		}
-	}
 }
 
 // TestInfill: /infill over the mock builds the prompt of the body's

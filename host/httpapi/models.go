@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/hydra-engine/hydra-engine/host"
+	"github.com/hydra-engine/hydra-engine/host/httpapi/run"
 	"github.com/hydra-engine/hydra-engine/iface"
 )
 
@@ -38,16 +39,16 @@ func (a *api) unloadModel(w http.ResponseWriter, r *http.Request) {
 func (a *api) modelOp(w http.ResponseWriter, r *http.Request, step string, notFound int, op func(context.Context, string) error) {
 	body, err := readBody(w, r, maxModelBody)
 	if err != nil {
-		writeAPIError(w, a.apiErrorOf(r.Context(), step, err))
+		run.WriteError(w, a.apiErrorOf(r.Context(), step, err))
 		return
 	}
 	var req modelRequest
-	if err := decodeJSON(body, &req); err != nil {
-		writeAPIError(w, modelError(http.StatusBadRequest, err.Error()))
+	if err := run.DecodeJSON(body, &req); err != nil {
+		run.WriteError(w, modelError(http.StatusBadRequest, err.Error()))
 		return
 	}
 	if req.Model == "" {
-		writeAPIError(w, modelError(http.StatusBadRequest, "model name is missing from the request"))
+		run.WriteError(w, modelError(http.StatusBadRequest, "model name is missing from the request"))
 		return
 	}
 	// A load takes as long as the model does and is not undone when the
@@ -64,25 +65,25 @@ func (a *api) modelOp(w http.ResponseWriter, r *http.Request, step string, notFo
 	switch err := op(ctx, req.Model); {
 	case err == nil:
 		a.log.Info(step+": done", "model", req.Model)
-		writeJSON(w, http.StatusOK, map[string]bool{"success": true})
+		run.WriteJSON(w, http.StatusOK, map[string]bool{"success": true})
 	case errors.Is(err, host.ErrNoRouter):
-		writeAPIError(w, modelError(http.StatusNotFound, err.Error()))
+		run.WriteError(w, modelError(http.StatusNotFound, err.Error()))
 	case errors.Is(err, host.ErrModelNotFound):
-		writeAPIError(w, modelError(notFound, err.Error()))
+		run.WriteError(w, modelError(notFound, err.Error()))
 	case errors.Is(err, host.ErrModelRunning), errors.Is(err, host.ErrModelNotRunning):
-		writeAPIError(w, modelError(http.StatusBadRequest, err.Error()))
+		run.WriteError(w, modelError(http.StatusBadRequest, err.Error()))
 	case errors.Is(err, iface.ErrBusy):
-		writeAPIError(w, modelError(http.StatusServiceUnavailable, err.Error()))
+		run.WriteError(w, modelError(http.StatusServiceUnavailable, err.Error()))
 	default: // the load itself failed: a refused option is the operator's to read, an internal failure is in the log
 		err = shutdownCut(r.Context(), err)
-		writeAPIError(w, modelError(statusOf(err), a.clientMessage(r.Context(), step, err)))
+		run.WriteError(w, modelError(statusOf(err), a.clientMessage(r.Context(), step, err)))
 	}
 }
 
 // modelError is an error of the router endpoints in llama-server's shape:
 // the HTTP status as the code, and its error type.
 func modelError(status int, msg string) *apiError {
-	e := &apiError{status: status, Code: status, Msg: msg, Type: "server_error"}
+	e := &apiError{Status: status, Code: status, Msg: msg, Type: "server_error"}
 	switch status {
 	case http.StatusBadRequest:
 		e.Type = "invalid_request_error"

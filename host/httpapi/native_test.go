@@ -38,6 +38,19 @@ type nativeReply struct {
 	Probs []nativeProb `json:"completion_probabilities"`
 }
 
+// nativeProb is a position of completion_probabilities, as a client reads it.
+type nativeProb struct {
+	nativeAlternative
+	TopLogprobs []nativeAlternative `json:"top_logprobs"`
+}
+
+type nativeAlternative struct {
+	ID      int32   `json:"id"`
+	Token   string  `json:"token"`
+	Bytes   []int   `json:"bytes"`
+	Logprob float32 `json:"logprob"`
+}
+
 func decodeNative(t *testing.T, body string) nativeReply {
 	t.Helper()
 	var r nativeReply

@@ -77,7 +77,7 @@ func (q *slotQueue) take(ctx context.Context, pick func() (*host.SlotLease, erro
 	span.Ahead, span.Waited = len(q.waiters), true
 	if len(q.waiters) >= q.max {
 		q.mu.Unlock()
-		return nil, &apiError{status: http.StatusServiceUnavailable, Type: "unavailable_error", Code: "queue_full",
+		return nil, &apiError{Status: http.StatusServiceUnavailable, Type: "unavailable_error", Code: "queue_full",
 			Msg: fmt.Sprintf("%v (%d waiting)", errQueueFull, q.max)}
 	}
 	w := &waiter{pick: pick, got: make(chan takeResult, 1)}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/hydra-engine/hydra-engine/host"
+	"github.com/hydra-engine/hydra-engine/host/httpapi/request"
 	"github.com/hydra-engine/hydra-engine/iface"
 )
 
@@ -92,9 +93,9 @@ func TestReasoningBudgetRefused(t *testing.T) {
 		`"reasoning_effort":["high"]`:    "reasoning_effort",
 		`"reasoning_budget_tokens":true`: "reasoning_budget_tokens",
 	} {
-		_, err := parseCompletion([]byte(`{`+msgs+`,`+body+`}`), true, iface.SamplerParams{}, 16, info)
+		_, err := request.Parse([]byte(`{`+msgs+`,`+body+`}`), true, iface.SamplerParams{}, 16, info)
 		e, ok := err.(*apiError)
-		if !ok || e.status != 400 || e.Param != param {
+		if !ok || e.Status != 400 || e.Param != param {
 			t.Errorf("%s: %v, want a 400 naming %s", body, err, param)
 		}
 	}

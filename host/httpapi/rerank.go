@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/hydra-engine/hydra-engine/host/httpapi/run"
 	"github.com/hydra-engine/hydra-engine/host/tracing"
 	"github.com/hydra-engine/hydra-engine/iface"
 )
@@ -52,41 +53,41 @@ func (a *api) rerank(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	raw, b, info, e := a.bodyAndBackend(w, r)
 	if e != nil {
-		writeAPIError(w, e)
+		run.WriteError(w, e)
 		return
 	}
 	if !slices.Contains(info.Capabilities, iface.CapRerank) || info.Special == nil {
-		writeAPIError(w, notSupported("This server does not support reranking. Start it with `--reranking`"))
+		run.WriteError(w, notSupported("This server does not support reranking. Start it with `--reranking`"))
 		return
 	}
 	var body rerankBody
-	if err := decodeJSON(raw, &body); err != nil {
-		writeAPIError(w, a.apiErrorOf(ctx, "reading the request", err))
+	if err := run.DecodeJSON(raw, &body); err != nil {
+		run.WriteError(w, a.apiErrorOf(ctx, "reading the request", err))
 		return
 	}
 	tei := body.Texts != nil // the key present, as llama-server's body.contains("texts")
 	query, docs, topN, e := parseRerank(body)
 	if e != nil {
-		writeAPIError(w, e)
+		run.WriteError(w, e)
 		return
 	}
 	prompts, err := rerankPrompts(textTokens{ctx: ctx, b: b}, info, query, docs)
 	if err != nil {
-		writeAPIError(w, a.fieldErrorOf(ctx, "tokenizing the documents", err, "documents"))
+		run.WriteError(w, a.fieldErrorOf(ctx, "tokenizing the documents", err, "documents"))
 		return
 	}
 	none := -1 // a score is the classifier's, never normalised
 	embs, err := b.Embed(ctx, iface.EmbedRequest{Inputs: prompts, Normalize: &none})
 	if err != nil {
 		if ctx.Err() == nil {
-			writeAPIError(w, a.fieldErrorOf(ctx, "ranking the documents", err, "documents"))
+			run.WriteError(w, a.fieldErrorOf(ctx, "ranking the documents", err, "documents"))
 		}
 		return
 	}
 	results, nTokens := rankResults(embs, docs, tei, tei && body.ReturnText != nil && *body.ReturnText, topN)
 	tracing.Logger(ctx, a.log).Debug("rerank", "documents", len(docs), "tokens", nTokens)
 	if tei {
-		writeJSON(w, http.StatusOK, results)
+		run.WriteJSON(w, http.StatusOK, results)
 		return
 	}
 	model := info.Model.Alias
@@ -94,7 +95,7 @@ func (a *api) rerank(w http.ResponseWriter, r *http.Request) {
 	if json.Unmarshal(body.Model, &name) == nil && name != "" {
 		model = name
 	}
-	writeJSON(w, http.StatusOK, rerankReply{Model: model, Object: "list", Results: results,
+	run.WriteJSON(w, http.StatusOK, rerankReply{Model: model, Object: "list", Results: results,
 		Usage: embeddingsUsage{PromptTokens: nTokens, TotalTokens: nTokens}})
 }
 
@@ -141,13 +142,13 @@ func rerankPrompts(tt textTokens, info iface.BackendInfo, query string, docs []s
 			// {document} inside the query is replaced too.
 			p := strings.ReplaceAll(strings.ReplaceAll(tmpl, "{query}", query), "{document}", d)
 			var err error
-			if out[i], err = tt.text(p, false, true); err != nil {
+			if out[i], err = tt.Tokenize(p, false, true); err != nil {
 				return nil, err
 			}
 		}
 		return out, nil
 	}
-	q, err := tt.text(query, false, false)
+	q, err := tt.Tokenize(query, false, false)
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +158,7 @@ func rerankPrompts(tt textTokens, info iface.BackendInfo, query string, docs []s
 		eos = sp.SEP
 	}
 	for i, d := range docs {
-		dt, err := tt.text(d, false, false)
+		dt, err := tt.Tokenize(d, false, false)
 		if err != nil {
 			return nil, err
 		}

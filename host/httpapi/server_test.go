@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hydra-engine/hydra-engine/host"
+	"github.com/hydra-engine/hydra-engine/host/httpapi/run"
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/plugins/mock"
 )
@@ -30,7 +31,7 @@ func budgetServer(t *testing.T, budget uint64) (*host.Server, string) {
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := readAdmittedBody(w, r, s)
 		if err != nil {
-			writeAPIError(w, err.(*apiError))
+			run.WriteError(w, err.(*apiError))
 			return
 		}
 		fmt.Fprint(w, len(body))

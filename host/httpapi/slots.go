@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hydra-engine/hydra-engine/host"
+	"github.com/hydra-engine/hydra-engine/host/httpapi/run"
 	"github.com/hydra-engine/hydra-engine/host/tracing"
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/transport"
@@ -86,7 +87,7 @@ func (a *api) listSlots(w http.ResponseWriter, r *http.Request) {
 		}
 		out[i] = ss
 	}
-	writeJSON(w, http.StatusOK, out)
+	run.WriteJSON(w, http.StatusOK, out)
 }
 
 // pathSlot reads {id} like the RPC keys are read and returns the slot's
@@ -151,7 +152,7 @@ func (a *api) slotAction(w http.ResponseWriter, r *http.Request) {
 	a.mu.Lock()
 	delete(a.tasks, slot)
 	a.mu.Unlock()
-	writeJSON(w, http.StatusOK, struct {
+	run.WriteJSON(w, http.StatusOK, struct {
 		IDSlot  int `json:"id_slot"`
 		NErased int `json:"n_erased"`
 	}{slot, nErased})

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"github.com/hydra-engine/hydra-engine/host/httpapi/run"
 	"net/http"
 	"sync/atomic"
 )
@@ -46,8 +47,8 @@ func (g *Startup) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Retry-After", "1")
 	if r.URL.Path == "/health" {
-		writeJSON(w, http.StatusServiceUnavailable, healthBody{Status: "starting", StartupStage: g.Stage()})
+		run.WriteJSON(w, http.StatusServiceUnavailable, healthBody{Status: "starting", StartupStage: g.Stage()})
 		return
 	}
-	writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "engine is starting"})
+	run.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "engine is starting"})
 }

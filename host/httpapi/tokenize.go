@@ -8,6 +8,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/hydra-engine/hydra-engine/host"
+	"github.com/hydra-engine/hydra-engine/host/httpapi/request"
+	"github.com/hydra-engine/hydra-engine/host/httpapi/run"
 	"github.com/hydra-engine/hydra-engine/iface"
 )
 
@@ -34,18 +36,18 @@ type tokenPiece struct {
 func (a *api) tokenize(w http.ResponseWriter, r *http.Request) {
 	var req tokenizeRequest
 	if err := a.readJSON(w, r, &req); err != nil {
-		writeAPIError(w, a.apiErrorOf(r.Context(), "reading the request", err))
+		run.WriteError(w, a.apiErrorOf(r.Context(), "reading the request", err))
 		return
 	}
 	if len(req.Content) == 0 || string(req.Content) == "null" { // llama-server: no content, no tokens
-		writeJSON(w, http.StatusOK, map[string]any{"tokens": []int32{}})
+		run.WriteJSON(w, http.StatusOK, map[string]any{"tokens": []int32{}})
 		return
 	}
 	var text string
 	if err := json.Unmarshal(req.Content, &text); err != nil {
 		e := badRequest("content must be a string (a mix of text and token ids is not supported here)")
 		e.Param = "content"
-		writeAPIError(w, e)
+		run.WriteError(w, e)
 		return
 	}
 	o := &iface.TokenizeOptions{ParseSpecial: true, WithPieces: req.WithPieces}
@@ -60,11 +62,11 @@ func (a *api) tokenize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !req.WithPieces {
-		writeJSON(w, http.StatusOK, map[string]any{"tokens": nonNil(p.Tokens)})
+		run.WriteJSON(w, http.StatusOK, map[string]any{"tokens": nonNil(p.Tokens)})
 		return
 	}
 	if len(p.Pieces) != len(p.Tokens) {
-		writeAPIError(w, &apiError{status: http.StatusInternalServerError, Type: "server_error",
+		run.WriteError(w, &apiError{Status: http.StatusInternalServerError, Type: "server_error",
 			Msg: fmt.Sprintf("the backend gave %d pieces for %d tokens", len(p.Pieces), len(p.Tokens))})
 		return
 	}
@@ -72,7 +74,7 @@ func (a *api) tokenize(w http.ResponseWriter, r *http.Request) {
 	for i, id := range p.Tokens {
 		out[i] = tokenPiece{ID: id, Piece: pieceJSON(p.Pieces[i])}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"tokens": out})
+	run.WriteJSON(w, http.StatusOK, map[string]any{"tokens": out})
 }
 
 // pieceJSON is a piece as llama-server writes it: a string where valid
@@ -93,11 +95,11 @@ func (a *api) detokenize(w http.ResponseWriter, r *http.Request) {
 		Tokens []int64 `json:"tokens"`
 	}
 	if err := a.readJSON(w, r, &req); err != nil {
-		writeAPIError(w, a.apiErrorOf(r.Context(), "reading the request", err))
+		run.WriteError(w, a.apiErrorOf(r.Context(), "reading the request", err))
 		return
 	}
 	if len(req.Tokens) == 0 {
-		writeJSON(w, http.StatusOK, map[string]string{"content": ""})
+		run.WriteJSON(w, http.StatusOK, map[string]string{"content": ""})
 		return
 	}
 	toks := make([]int32, len(req.Tokens))
@@ -105,14 +107,14 @@ func (a *api) detokenize(w http.ResponseWriter, r *http.Request) {
 		if t < 0 || t > math.MaxInt32 {
 			e := badRequest("tokens[%d] (%d) is not a token id", i, t)
 			e.Param = "tokens"
-			writeAPIError(w, e)
+			run.WriteError(w, e)
 			return
 		}
 		toks[i] = int32(t)
 	}
 	p, ok := a.backendTokenize(w, r, iface.PrefillRequest{Tokens: toks, Tokenize: &iface.TokenizeOptions{}})
 	if ok {
-		writeJSON(w, http.StatusOK, map[string]string{"content": p.Text})
+		run.WriteJSON(w, http.StatusOK, map[string]string{"content": p.Text})
 	}
 }
 
@@ -121,18 +123,18 @@ func (a *api) detokenize(w http.ResponseWriter, r *http.Request) {
 func (a *api) applyTemplate(w http.ResponseWriter, r *http.Request) {
 	var body host.ChatBody
 	if err := a.readJSON(w, r, &body); err != nil {
-		writeAPIError(w, a.apiErrorOf(r.Context(), "reading the request", err))
+		run.WriteError(w, a.apiErrorOf(r.Context(), "reading the request", err))
 		return
 	}
 	_, info := a.s.Backend()
 	req, err := body.Prefill(0, info)
 	if err != nil {
-		writeAPIError(w, a.apiErrorOf(r.Context(), "reading the request", fieldError(err)))
+		run.WriteError(w, a.apiErrorOf(r.Context(), "reading the request", request.FieldError(err)))
 		return
 	}
 	req.Model, req.Tokenize = "", &iface.TokenizeOptions{}
 	if p, ok := a.backendTokenize(w, r, req); ok {
-		writeJSON(w, http.StatusOK, map[string]string{"prompt": p.Text})
+		run.WriteJSON(w, http.StatusOK, map[string]string{"prompt": p.Text})
 	}
 }
 
@@ -140,7 +142,7 @@ func (a *api) applyTemplate(w http.ResponseWriter, r *http.Request) {
 // refuses it unless started with --props, which this engine has no use for,
 // so it always answers llama-server's refusal.
 func (a *api) setProps(w http.ResponseWriter, r *http.Request) {
-	writeAPIError(w, notSupported("This server does not support changing global properties. Start it with `--props`"))
+	run.WriteError(w, notSupported("This server does not support changing global properties. Start it with `--props`"))
 }
 
 // props is GET /props: what llama-server reports of itself that this
@@ -149,7 +151,7 @@ func (a *api) props(w http.ResponseWriter, r *http.Request) {
 	_, info := a.s.Backend()
 	tun := a.s.Tunables()
 	sp := tun.Sampler()
-	writeJSON(w, http.StatusOK, map[string]any{
+	run.WriteJSON(w, http.StatusOK, map[string]any{
 		"default_generation_settings": map[string]any{
 			"n_ctx": info.SlotCtx(),
 			"params": map[string]any{"n_predict": tun.NPredict(), "temperature": sp.Temperature, "top_k": sp.TopK,
@@ -174,7 +176,7 @@ func (a *api) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	if err != nil {
 		return err
 	}
-	return decodeJSON(body, v)
+	return run.DecodeJSON(body, v)
 }
 
 // backendTokenize asks the backend, answering the error itself (false).
@@ -182,7 +184,7 @@ func (a *api) backendTokenize(w http.ResponseWriter, r *http.Request, req iface.
 	b, _ := a.s.Backend()
 	p, err := b.Tokenize(r.Context(), req)
 	if err != nil {
-		writeAPIError(w, a.apiErrorOf(r.Context(), "tokenizing", err))
+		run.WriteError(w, a.apiErrorOf(r.Context(), "tokenizing", err))
 		return p, false
 	}
 	return p, true

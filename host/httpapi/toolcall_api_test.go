@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/hydra-engine/hydra-engine/host"
+	"github.com/hydra-engine/hydra-engine/host/httpapi/request"
 	"github.com/hydra-engine/hydra-engine/iface"
 )
 
@@ -239,7 +240,7 @@ func TestPrefillMatchesChat(t *testing.T) {
 		`"tools":` + toolsJSON + `,"tool_choice":"auto","parallel_tool_calls":true,"chat_template_kwargs":{"enable_thinking":false},` +
 		`"response_format":{"type":"json_object"},"temperature":0.3}`
 	info.Capabilities = append(info.Capabilities, iface.CapOutput)
-	c, err := parseCompletion([]byte(body), true, iface.SamplerParams{}, 16, info)
+	c, err := request.Parse([]byte(body), true, iface.SamplerParams{}, 16, info)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,8 +248,8 @@ func TestPrefillMatchesChat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(c.prefill, rpc) {
-		t.Fatalf("HTTP renders from %+v,\nPREFILL from %+v", c.prefill, rpc)
+	if !reflect.DeepEqual(c.Prefill, rpc) {
+		t.Fatalf("HTTP renders from %+v,\nPREFILL from %+v", c.Prefill, rpc)
 	}
 	if len(rpc.Tools) != 2 || rpc.TemplateKwargs == "" || rpc.ParallelToolCalls == nil || len(rpc.Messages[2].ToolCalls) != 1 {
 		t.Fatalf("the prompt request lost fields: %+v", rpc)
@@ -361,14 +362,14 @@ func TestErrorParam(t *testing.T) {
 		`{"prompt":[]}`:                               "prompt",
 		`[1]`:                                         nil,
 	} {
-		_, err := parseCompletion([]byte(body), false, iface.SamplerParams{}, 16, info)
+		_, err := request.Parse([]byte(body), false, iface.SamplerParams{}, 16, info)
 		e, ok := err.(*apiError)
-		if !ok || e.status != 400 || e.Param != param {
+		if !ok || e.Status != 400 || e.Param != param {
 			t.Errorf("%s: %v (param %v), want a 400 naming %v", body, err, e.Param, param)
 		}
 	}
-	c, err := parseCompletion([]byte(`{"prompt":"a","max_tokens":-1}`), false, iface.SamplerParams{}, 16, info)
-	if err != nil || c.nPredict != -1 {
-		t.Errorf("max_tokens -1: %v, n_predict %d", err, c.nPredict)
+	c, err := request.Parse([]byte(`{"prompt":"a","max_tokens":-1}`), false, iface.SamplerParams{}, 16, info)
+	if err != nil || c.NPredict != -1 {
+		t.Errorf("max_tokens -1: %v, n_predict %d", err, c.NPredict)
 	}
 }

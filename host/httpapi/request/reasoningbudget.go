@@ -1,4 +1,4 @@
-package httpapi
+package request
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/hydra-engine/hydra-engine/host/httpapi/run"
 	"github.com/hydra-engine/hydra-engine/iface"
 )
 
@@ -18,7 +19,7 @@ import (
 // llama-server, no budget.
 
 // ReasoningBudgetFields are the body's fields (exported: an embedded
-// struct's fields name themselves in decodeJSON's errors only then).
+// struct's fields name themselves in run.DecodeJSON's errors only then).
 type ReasoningBudgetFields struct {
 	ReasoningBudgetTokens  *int64  `json:"reasoning_budget_tokens"`
 	ThinkingBudgetTokens   *int64  `json:"thinking_budget_tokens"`
@@ -52,33 +53,33 @@ func (f ReasoningBudgetFields) parse() (reasoningBudgetRequest, error) {
 	return r, nil
 }
 
-// setReasoningBudget gives a chat reply its budget, the request's or the
+// SetReasoningBudget gives a chat reply its budget, the request's or the
 // engine's (tokens nil: unbounded): the reply is then the backend's to
 // parse, as a budget needs the chat's format. A budget the reply's token
 // limit reaches first bounds nothing and is left out. A backend that cannot
 // bound the reasoning refuses the budget (501) rather than let it run
 // unbounded.
-func (c *completion) setReasoningBudget(tokens *int32, message string, info iface.BackendInfo) error {
+func (c *Completion) SetReasoningBudget(tokens *int32, message string, info iface.BackendInfo) error {
 	n := c.budget.tokens
 	if n < 0 && tokens != nil {
 		n = int64(*tokens)
 	}
-	if !c.chat || n < 0 || (c.nPredict >= 0 && n >= int64(c.nPredict)) {
+	if !c.Chat || n < 0 || (c.NPredict >= 0 && n >= int64(c.NPredict)) {
 		return nil
 	}
 	if c.budget.message != nil {
 		message = *c.budget.message
 	}
 	if !slices.Contains(info.Capabilities, iface.CapReasoningBudget) || !slices.Contains(info.Capabilities, iface.CapOutput) {
-		return &apiError{status: http.StatusNotImplemented, Type: "not_supported_error",
+		return &run.Error{Status: http.StatusNotImplemented, Type: "not_supported_error",
 			Msg: fmt.Sprintf("the %s backend cannot bound a reply's reasoning (reasoning_budget_tokens, thinking_budget_tokens, "+
 				"Anthropic's thinking.budget_tokens, the engine's reasoning_budget): leave the budget out, or -1", info.Name)}
 	}
-	if c.output == nil {
-		chat := c.prefill
-		c.output = &iface.Output{Chat: &chat, Stops: c.stops}
-		c.parsed = true
+	if c.Output == nil {
+		chat := c.Prefill
+		c.Output = &iface.Output{Chat: &chat, Stops: c.Stops}
+		c.Parsed = true
 	}
-	c.output.ReasoningBudget = &iface.ReasoningBudget{Tokens: int32(n), Message: message}
+	c.Output.ReasoningBudget = &iface.ReasoningBudget{Tokens: int32(n), Message: message}
 	return nil
 }

@@ -1,10 +1,6 @@
-package httpapi
+package openai
 
-import (
-	"math"
-
-	"github.com/hydra-engine/hydra-engine/iface"
-)
+import "github.com/hydra-engine/hydra-engine/iface"
 
 // Log-probabilities in OpenAI's two shapes: chat's choices[].logprobs
 // {"content":[{token, logprob, bytes, top_logprobs}]}, and the text API's
@@ -35,42 +31,17 @@ type chatAlternative struct {
 	Bytes   []int   `json:"bytes"`
 }
 
-// tokenProbs collects the entries of a completion that asked for them, and
-// every token of a native one (its reply carries their ids).
+// tokenProbs collects the entries of a completion that asked for them.
 type tokenProbs struct {
 	chat    bool
 	pending []iface.Token
 	offset  int // text offset of the next token (text API)
-	count   int // tokens added
-}
-
-// newTokenProbs is nil (collects nothing) unless c asked for logprobs or is
-// native.
-func newTokenProbs(c completion) *tokenProbs {
-	if !c.logprobs && c.native == nil {
-		return nil
-	}
-	return &tokenProbs{chat: c.chat}
 }
 
 func (p *tokenProbs) add(t iface.Token) {
 	if p != nil {
 		p.pending = append(p.pending, t)
-		p.count++
 	}
-}
-
-// waiting reports whether tokens wait to be taken.
-func (p *tokenProbs) waiting() bool { return p != nil && len(p.pending) > 0 }
-
-// takeTokens returns the tokens not yet taken and forgets them.
-func (p *tokenProbs) takeTokens() []iface.Token {
-	if p == nil {
-		return nil
-	}
-	toks := p.pending
-	p.pending = nil
-	return toks
 }
 
 // take returns the pending entries in the completion's shape (nil when
@@ -79,7 +50,8 @@ func (p *tokenProbs) take() any {
 	if p == nil {
 		return nil
 	}
-	toks := p.takeTokens()
+	toks := p.pending
+	p.pending = nil
 	if p.chat {
 		content := make([]chatLogprob, len(toks))
 		for i, t := range toks {
@@ -118,53 +90,4 @@ func textBytes(text string) []int {
 		b[i] = int(text[i])
 	}
 	return b
-}
-
-// nativeProb is a position of llama-server's completion_probabilities: the
-// token, its id and bytes, and its alternatives likewise.
-type nativeProb struct {
-	nativeAlternative
-	TopLogprobs []nativeAlternative `json:"top_logprobs"`
-}
-
-type nativeAlternative struct {
-	ID      int32   `json:"id"`
-	Token   string  `json:"token"`
-	Bytes   []int   `json:"bytes"`
-	Logprob float32 `json:"logprob"`
-}
-
-// nativeProbs are toks' entries in llama-server's shape.
-func nativeProbs(toks []iface.Token) []nativeProb {
-	out := make([]nativeProb, len(toks))
-	for i, t := range toks {
-		out[i] = nativeProb{nativeAlternative: nativeEntry(t.ID, t.Text, t.Logprob), TopLogprobs: make([]nativeAlternative, len(t.Top))}
-		for j, c := range t.Top {
-			out[i].TopLogprobs[j] = nativeEntry(c.ID, c.Text, c.Logprob)
-		}
-	}
-	return out
-}
-
-// nativeEntry is a token as llama-server writes it: its piece cut before a
-// UTF-8 sequence the piece ends inside of (the bytes keep it all), and a
-// log-probability of -Inf as the lowest float32, which JSON can carry.
-func nativeEntry(id int32, text string, lp float32) nativeAlternative {
-	if math.IsInf(float64(lp), -1) {
-		lp = -math.MaxFloat32
-	}
-	return nativeAlternative{ID: id, Token: text[:utf8Whole(text)], Bytes: textBytes(text), Logprob: lp}
-}
-
-// utf8Whole is the length of s without a UTF-8 sequence cut off at its end,
-// as llama-server's validate_utf8 measures it.
-func utf8Whole(s string) int {
-	for i := 1; i <= 4 && i <= len(s); i++ {
-		c := s[len(s)-i]
-		switch {
-		case c&0xE0 == 0xC0 && i < 2, c&0xF0 == 0xE0 && i < 3, c&0xF8 == 0xF0 && i < 4:
-			return len(s) - i
-		}
-	}
-	return len(s)
 }

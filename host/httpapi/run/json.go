@@ -1,4 +1,4 @@
-package httpapi
+package run
 
 import (
 	"encoding/json"
@@ -8,29 +8,75 @@ import (
 	"strings"
 )
 
-// decodeJSON decodes a request body into v, a pointer to a struct, and
+// DecodeJSON decodes a request body into v, a pointer to a struct, and
 // words a failure for the client: which field (the error's param too), what
 // it expected, where the JSON broke. encoding/json's own messages name the Go types it decodes into
 // ("…of type []host.ChatMessage"), which mean nothing to a client and show
 // the engine's insides.
-func decodeJSON(body []byte, v any) error {
+func DecodeJSON(body []byte, v any) error {
 	if err := json.Unmarshal(body, v); err != nil {
-		var param any
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field != "" { // before jsonErrorText words the field
-			param = clientPath(reflect.TypeOf(v), te.Field)
-		}
-		e := badRequest("%s", jsonErrorText(err, reflect.TypeOf(v)))
-		if param != nil {
-			e.Param = param
-		}
-		return e
+		return decodeError(err, reflect.TypeOf(v))
 	}
 	return nil
 }
 
-// jsonErrorText says in JSON terms why decoding into root failed.
-func jsonErrorText(err error, root reflect.Type) string {
+// DecodeField decodes raw, the JSON value of the body's field key, into that
+// field of the struct v points to (an embedded struct's included), and
+// words a failure as DecodeJSON words it for a body holding the field.
+func DecodeField(v any, key string, raw json.RawMessage) error {
+	f, ok := fieldValue(reflect.ValueOf(v).Elem(), key)
+	if !ok {
+		return fmt.Errorf("%T has no field %q", v, key)
+	}
+	err := json.Unmarshal(raw, f.Addr().Interface())
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		te.Field = strings.TrimSuffix(key+"."+te.Field, ".")
+	}
+	if err != nil {
+		return decodeError(err, reflect.TypeOf(v))
+	}
+	return nil
+}
+
+// fieldValue is the field of struct s whose JSON key is key, looking into
+// embedded structs as jsonField does.
+func fieldValue(s reflect.Value, key string) (reflect.Value, bool) {
+	for i := range s.NumField() {
+		f := s.Type().Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" {
+			name = f.Name
+		}
+		if f.IsExported() && !f.Anonymous && strings.EqualFold(name, key) {
+			return s.Field(i), true
+		}
+		if f.Anonymous && f.Type.Kind() == reflect.Struct {
+			if v, ok := fieldValue(s.Field(i), key); ok {
+				return v, true
+			}
+		}
+	}
+	return reflect.Value{}, false
+}
+
+// decodeError words a decoding failure into root for the client, the field
+// at fault its param.
+func decodeError(err error, root reflect.Type) *Error {
+	var param any
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" { // before jsonErrorText words the field
+		param = clientPath(root, te.Field)
+	}
+	e := BadRequest("%s", JSONErrorText(err, root))
+	if param != nil {
+		e.Param = param
+	}
+	return e
+}
+
+// JSONErrorText says in JSON terms why decoding into root failed.
+func JSONErrorText(err error, root reflect.Type) string {
 	var se *json.SyntaxError
 	var te *json.UnmarshalTypeError
 	switch {
