@@ -32,6 +32,7 @@ import (
 
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/ckpt"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/kv"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/specrule"
 )
 
@@ -49,7 +50,7 @@ import (
 // a prompt has both, prefill until the prompt is in (prompted), then decode.
 type job struct {
 	slot  int
-	s     *slot
+	s     *kv.Slot
 	done  chan error // the job's end: one value, after events (if any) closed
 	ended bool       // the loop's: done was sent
 
@@ -67,7 +68,7 @@ type prefillJob struct {
 	next      int
 	logits    []float32 // after the last token, filled by the loop
 	stateSize int64     // the slot's state size after the last chunk, likewise
-	moves     []kvMove  // reused chunks to put in place before its first chunk
+	moves     []kv.Move // reused chunks to put in place before its first chunk
 	task      uint64    // the prompt's number, for the checkpoints' spacing rule
 	spans     ckpt.Spans
 }
@@ -308,7 +309,7 @@ func (s *scheduler) build() (entries []entry, n int) {
 		entries = append(entries, entry{j: j, n: k, last: p.next+k == len(p.prompt), prompt: true})
 		n += k
 	}
-	if !s.e.kvUnified {
+	if !s.e.cells.Unified {
 		// With a KV stream per sequence llama.cpp puts only sequences of
 		// consecutive ids, in batch order, into one micro-batch.
 		slices.SortStableFunc(entries, func(a, b entry) int { return a.j.slot - b.j.slot })
@@ -332,7 +333,7 @@ func (s *scheduler) fill(entries []entry) int {
 			s.fillDraft(en)
 		} else {
 			tok := C.llama_token(en.j.decode.pending)
-			C.hydra_sched_fill(&s.batch, C.int(n), 1, &tok, C.llama_pos(len(en.j.s.seq())), seq, 1)
+			C.hydra_sched_fill(&s.batch, C.int(n), 1, &tok, C.llama_pos(len(en.j.s.Seq())), seq, 1)
 		}
 		n += en.n
 	}
@@ -402,7 +403,7 @@ func (s *scheduler) collect(entries []entry) {
 	for _, en := range entries {
 		if j := en.j; j.decode != nil && j.prefill == nil && j.decode.pending < 0 && !j.ended {
 			logits := s.e.ctx.logitsPtr(en.keptRow())
-			j.s.setLogits(slices.Clone(unsafe.Slice((*float32)(unsafe.Pointer(logits)), s.e.model.nVocab)))
+			j.s.SetLogits(slices.Clone(unsafe.Slice((*float32)(unsafe.Pointer(logits)), s.e.model.nVocab)))
 			s.finish(j, nil)
 		}
 	}
@@ -414,8 +415,8 @@ func (s *scheduler) collect(entries []entry) {
 // with its logits, or turns a Decode's prompt into its decoder (prompted).
 func (s *scheduler) prefilled(en entry) (draw, bool) {
 	j, p := en.j, en.j.prefill
-	j.s.appendTokens(p.prompt[p.next : p.next+en.n])
-	j.s.claim -= en.n
+	j.s.Append(p.prompt[p.next : p.next+en.n])
+	j.s.Claim -= en.n
 	p.next += en.n
 	switch {
 	case !en.last:
@@ -460,8 +461,8 @@ type draw struct {
 // another (nextDraw).
 func (s *scheduler) evaluated(en entry) (draw, bool) {
 	j, d := en.j, en.j.decode
-	j.s.appendTokens([]int32{d.pending})
-	j.s.claim--
+	j.s.Append([]int32{d.pending})
+	j.s.Claim--
 	d.pending = -1
 	return s.nextDraw(en)
 }
@@ -479,7 +480,7 @@ func (s *scheduler) nextDraw(en entry) (draw, bool) {
 		d.stop = stop
 		return draw{}, false
 	}
-	j.s.claim++
+	j.s.Claim++
 	row := en.lastRow()
 	if !en.prompt {
 		row = en.first // a decoder's pending token: its draft's rows follow
@@ -499,7 +500,7 @@ func (s *scheduler) sampleAll(draws []draw) {
 			s.sampleDraft(d)
 			return
 		}
-		d.tok = d.j.decode.smp.sample(s.e.model, d.logits, len(d.j.s.seq()), d.j.decode.req.Logprobs)
+		d.tok = d.j.decode.smp.sample(s.e.model, d.logits, len(d.j.s.Seq()), d.j.decode.req.Logprobs)
 	}
 	if len(draws) < parallelDraws {
 		for i := range draws {
@@ -519,11 +520,11 @@ func (s *scheduler) drawn(d draw) {
 	j, t := d.j, d.tok
 	if s.e.model.isEOG(t.ID) && !j.decode.req.Sampler.IgnoreEOS {
 		j.decode.stop = StopEOS
-		j.s.claim--
+		j.s.Claim--
 		return
 	}
 	t.Text = s.e.model.piece(t.ID)
-	j.s.claim-- // queue claims it again
+	j.s.Claim-- // queue claims it again
 	j.decode.queue(j, t)
 }
 
@@ -531,14 +532,14 @@ func (s *scheduler) drawn(d draw) {
 // next step. It claims the cell t will take.
 func (d *decodeJob) queue(j *job, t iface.Token) {
 	d.pending = t.ID
-	j.s.claim++
+	j.s.Claim++
 	d.sampled++
 	d.events <- t // room was checked (ready) or is fresh
 	if d.sampled >= d.req.NPredict {
 		d.stop = StopLength
 		if d.req.LastUnevaluated { // sent, not evaluated: the job ends without another step
 			d.pending = -1
-			j.s.claim--
+			j.s.Claim--
 		}
 	}
 }
@@ -553,7 +554,7 @@ func (s *scheduler) endCancelled() {
 		}
 		if j.prefill != nil {
 			s.e.clearLocked(j.slot, j.s)
-			j.s.claim = 0
+			j.s.Claim = 0
 			s.finish(j, errCancelled)
 			continue
 		}
@@ -589,10 +590,10 @@ func (s *scheduler) replay(jobs []*job) {
 	var ok []*job
 	n := 0
 	for _, j := range jobs {
-		d, seq := j.decode, j.s.seq()
+		d, seq := j.decode, j.s.Seq()
 		pos0 := len(seq) - 1 - d.nAccepted
 		err := s.e.ctx.setPartialState(j.slot, d.rollback)
-		if err == nil && !s.e.ctx.seqRmFrom(j.slot, pos0) {
+		if err == nil && !s.e.ctx.SeqRmFrom(j.slot, pos0) {
 			err = fmt.Errorf("llama.cpp could not cut sequence %d at %d after restoring its state", j.slot, pos0)
 		}
 		if err != nil {
@@ -633,7 +634,7 @@ func (s *scheduler) failReplay(j *job, err error) {
 func (s *scheduler) failAll(entries []entry, err error) {
 	for _, en := range entries {
 		s.e.clearLocked(en.j.slot, en.j.s)
-		en.j.s.claim = 0
+		en.j.s.Claim = 0
 		s.finish(en.j, err)
 	}
 	s.dropEnded()
@@ -645,7 +646,7 @@ func (s *scheduler) finish(j *job, err error) {
 	if j.decode != nil {
 		close(j.decode.events)
 	}
-	j.s.claim, j.ended = 0, true
+	j.s.Claim, j.ended = 0, true
 	j.done <- err
 }
 

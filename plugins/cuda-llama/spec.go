@@ -140,11 +140,11 @@ func (s *scheduler) specBound(j *job, batchRoom int) specrule.Decoder {
 	if d.req.NPredict > 0 {
 		room = min(room, d.req.NPredict-d.sampled-1)
 	}
-	room = min(room, s.e.slotCtx-len(j.s.seq())-j.s.claim-1, s.e.freeCells()-1, batchRoom)
+	room = min(room, s.e.cells.SlotCtx-len(j.s.Seq())-j.s.Claim-1, s.e.cells.Free()-1, batchRoom)
 	if reqMax > 0 {
 		room = min(room, reqMax)
 	}
-	return specrule.Decoder{Acc: &sp.acc[j.slot], Max: max(room, 0), Min: reqMin, Behind: sp.behind(j.slot, j.s.seq())}
+	return specrule.Decoder{Acc: &sp.acc[j.slot], Max: max(room, 0), Min: reqMin, Behind: sp.behind(j.slot, j.s.Seq())}
 }
 
 // behind is how many of seq's tokens the draft model would evaluate before
@@ -182,9 +182,9 @@ func (s *scheduler) draftStep(decoders []*job, room int) {
 	lens := make([]int, len(decoders))
 	s.logRule(sp.rule.Plan(ds, lens))
 	for i, j := range decoders {
-		lens[i] = max(min(lens[i], s.e.freeCells()-1, room), 0)
+		lens[i] = max(min(lens[i], s.e.cells.Free()-1, room), 0)
 		room -= lens[i]
-		j.s.claim += lens[i]
+		j.s.Claim += lens[i]
 		s.clock.depth = max(s.clock.depth, lens[i])
 		if lens[i] > 0 {
 			s.clock.drafting++
@@ -195,7 +195,7 @@ func (s *scheduler) draftStep(decoders []*job, room int) {
 	}
 	s.planDrafts(decoders, lens)
 	for i, j := range decoders {
-		j.s.claim += len(j.decode.draft) - lens[i]
+		j.s.Claim += len(j.decode.draft) - lens[i]
 	}
 	saved := time.Now()
 	s.clock.draft = saved.Sub(start)
@@ -253,7 +253,7 @@ func (s *scheduler) saveRollbacks(decoders []*job) {
 		if err != nil {
 			s.e.log.Warn("speculative decoding: the slot's state could not be saved before its draft: no draft this step",
 				"slot", j.slot, "error", err)
-			j.s.claim -= len(d.draft)
+			j.s.Claim -= len(d.draft)
 			d.draft = nil
 			continue
 		}
@@ -268,10 +268,10 @@ func (s *scheduler) planDrafts(decoders []*job, lens []int) {
 	sp.toks, sp.pos, sp.seqs = sp.toks[:0], sp.pos[:0], sp.seqs[:0]
 	sp.past, sp.nMax = sp.past[:0], sp.nMax[:0]
 	var drafting []*job
-	for i, sl := range s.e.slots {
+	for i, sl := range s.e.cells.Slots {
 		// Every slot's held cells are cut back to its sequence, so a slot
 		// that changed frees the draft cells it no longer shares.
-		seq := sl.seq()
+		seq := sl.Seq()
 		if n := commonPrefix(sp.held[i], seq); n < len(sp.held[i]) {
 			if sp.dctx != nil {
 				n = 0 // a recurrent state is not cut back: the slot's tokens are evaluated again
@@ -285,7 +285,7 @@ func (s *scheduler) planDrafts(decoders []*job, lens []int) {
 		if lens[k] == 0 {
 			continue
 		}
-		seq := j.s.seq()
+		seq := j.s.Seq()
 		if sp.ngram {
 			if !j.decode.specBegun {
 				// A new generation: the n-gram maps index the tokens so far.
@@ -319,7 +319,7 @@ func (s *scheduler) planDrafts(decoders []*job, lens []int) {
 			return
 		}
 		for _, j := range drafting {
-			sp.held[j.slot] = append(sp.held[j.slot], j.s.seq()[len(sp.held[j.slot]):]...)
+			sp.held[j.slot] = append(sp.held[j.slot], j.s.Seq()[len(sp.held[j.slot]):]...)
 		}
 	}
 	seqs := make([]C.llama_seq_id, len(drafting))
@@ -370,7 +370,7 @@ func (s *scheduler) planDrafts(decoders []*job, lens []int) {
 			testSawDraft(j.slot, int(sp.past[i]), d.draft)
 		}
 		if testDrafts != nil && sp.dft == nil {
-			d.draft = testDrafts(j.slot, j.s.seq(), d.pending, int(sp.nMax[i]))
+			d.draft = testDrafts(j.slot, j.s.Seq(), d.pending, int(sp.nMax[i]))
 		}
 		if sp.mtp {
 			// The MTP block drafted from its own hidden states: its cells
@@ -424,7 +424,7 @@ func (s *scheduler) mtpProcess() {
 			k++
 		}
 		h := sp.held[slot]
-		if seq := s.e.slots[slot].seq(); p0 > len(h) && len(seq) >= p0 {
+		if seq := s.e.cells.Slots[slot].Seq(); p0 > len(h) && len(seq) >= p0 {
 			h = append(h, seq[len(h):p0]...)
 		}
 		if p0 <= len(h) {
@@ -472,7 +472,7 @@ func (sp *speculator) restoreDrafts(drafting []*job) error {
 		if err := sp.dctx.setPartialState(j.slot, sp.drafts[j.slot]); err != nil {
 			return err
 		}
-		if n := len(sp.held[j.slot]); !sp.dctx.seqRmFrom(j.slot, n) {
+		if n := len(sp.held[j.slot]); !sp.dctx.SeqRmFrom(j.slot, n) {
 			return fmt.Errorf("llama.cpp could not cut the draft sequence %d at %d after restoring its state", j.slot, n)
 		}
 	}
@@ -514,7 +514,7 @@ func (s *scheduler) fillDraft(en *entry) {
 	for _, t := range d.draft {
 		toks = append(toks, C.llama_token(t))
 	}
-	C.hydra_spec_fill(&s.batch, C.int(en.first), C.int(len(toks)), &toks[0], C.llama_pos(len(en.j.s.seq())), C.llama_seq_id(en.j.slot))
+	C.hydra_spec_fill(&s.batch, C.int(en.first), C.int(len(toks)), &toks[0], C.llama_pos(len(en.j.s.Seq())), C.llama_seq_id(en.j.slot))
 }
 
 // draftRows looks up the logits of each draw's draft rows before the draws
@@ -537,7 +537,7 @@ func (s *scheduler) draftRows(draws []draw) {
 // tokens are those of decoding without the draft.
 func (s *scheduler) sampleDraft(d *draw) {
 	j, dj := d.j, d.j.decode
-	pos := len(j.s.seq())
+	pos := len(j.s.Seq())
 	t := dj.smp.sample(s.e.model, d.logits, pos, dj.req.Logprobs)
 	for i := 0; i < len(dj.draft) && t.ID == dj.draft[i] && !s.e.model.isEOG(t.ID); i++ {
 		d.accepted = append(d.accepted, t)
@@ -554,7 +554,7 @@ func (s *scheduler) acceptDrafted(d draw) {
 		t.Text = s.e.model.piece(t.ID)
 		j.decode.sampled++
 		j.decode.events <- t // room for the whole draft was kept (specLen)
-		j.s.appendTokens([]int32{t.ID})
+		j.s.Append([]int32{t.ID})
 	}
 	j.decode.nAccepted = len(d.accepted)
 }
@@ -575,12 +575,12 @@ func (s *scheduler) settleDrafts(entries []entry) (rolled []*job) {
 			continue
 		}
 		n := len(d.draft)
-		if !s.e.ctx.seqRmFrom(en.j.slot, len(en.j.s.seq())) && d.rollback != nil {
+		if !s.e.ctx.SeqRmFrom(en.j.slot, len(en.j.s.Seq())) && d.rollback != nil {
 			rolled = append(rolled, en.j)
 		}
-		en.j.s.claim -= n
+		en.j.s.Claim -= n
 		if en.j.ended {
-			en.j.s.claim = 0
+			en.j.s.Claim = 0
 		}
 		if testDrafts == nil || sp.mtp { // llama.cpp's drafter counts its own drafts' acceptance; MTP's takes the kept row's hidden state
 			C.hydra_spec_accept(sp.c, C.int32_t(en.j.slot), C.int32_t(d.nAccepted))
