@@ -29,6 +29,7 @@ import (
 	"github.com/hydra-engine/hydra-engine/internal/promptcache"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/ckpt"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/kv"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/sched"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 	"github.com/hydra-engine/hydra-engine/transport/shm"
 )
@@ -111,7 +112,7 @@ type engine struct {
 	// it for one step at a time; state transfers hold it while llama.cpp
 	// works and let go while they wait on the data plane, counting
 	// themselves in transfers meanwhile (a context shift waits for none).
-	mu        ctxLock
+	mu        sched.Lock
 	ctx       *lctx
 	sched     *scheduler
 	transfers atomic.Int32

@@ -308,7 +308,7 @@ func (e *engine) startDecode(req iface.DecodeRequest, s *kv.Slot, logits []float
 	stop := e.decodeLimit(j)
 	var t iface.Token
 	if stop == "" {
-		t = smp.sample(e.model, goLogits(logits), len(history), req.Logprobs)
+		t = smp.sample(e.model, logits, len(history), req.Logprobs)
 		if e.model.isEOG(t.ID) && !req.Sampler.IgnoreEOS {
 			stop = StopEOS
 		}

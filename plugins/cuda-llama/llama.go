@@ -35,6 +35,7 @@ import (
 	"unsafe"
 
 	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/sched"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
 
@@ -419,6 +420,34 @@ func (c *lctx) decodeBatch(batch *C.struct_llama_batch, n int) error {
 	default:
 		return fmt.Errorf("llama_decode failed (%d)%s", int(r), lastLlamaError())
 	}
+}
+
+// decodeRows evaluates b (at most nBatch rows) through the context's batch.
+func (c *lctx) decodeRows(b *sched.Batch) error {
+	n := b.Len()
+	copy(unsafe.Slice((*int32)(unsafe.Pointer(c.batch.token)), n), b.Token)
+	copy(unsafe.Slice((*int32)(unsafe.Pointer(c.batch.pos)), n), b.Pos)
+	nSeq, seqs, logits := unsafe.Slice(c.batch.n_seq_id, n), unsafe.Slice(c.batch.seq_id, n), unsafe.Slice(c.batch.logits, n)
+	for i := range n {
+		nSeq[i], *seqs[i], logits[i] = 1, C.llama_seq_id(b.Seq[i]), 0
+		if b.Logits[i] {
+			logits[i] = 1
+		}
+	}
+	return c.decodeBatch(&c.batch, n)
+}
+
+// lastBatch is the llama_batch the context evaluated last.
+func (c *lctx) lastBatch() *C.struct_llama_batch { return &c.batch }
+
+// rowLogits is the logits of the batch's row i (computed for it), in
+// llama.cpp's memory until the next evaluation; nil where it has none.
+func (c *lctx) rowLogits(i int) []float32 {
+	p := c.logitsPtr(i)
+	if p == nil {
+		return nil
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(p)), c.nVocab)
 }
 
 // logitsInto copies the logits of the batch's last token.

@@ -2,25 +2,6 @@
 
 package cudallama
 
-/*
-#include "llama.h"
-
-// hydra_sched_fill writes tokens [first, first+n) of a batch in one call:
-// token i at position pos0+i of sequence seq, logits for the last one when
-// last is set.
-static void hydra_sched_fill(struct llama_batch * b, int first, int n, const llama_token * toks, llama_pos pos0,
-                             llama_seq_id seq, int last) {
-	for (int i = 0; i < n; i++) {
-		b->token[first + i] = toks[i];
-		b->pos[first + i] = pos0 + i;
-		b->n_seq_id[first + i] = 1;
-		b->seq_id[first + i][0] = seq;
-		b->logits[first + i] = (int8_t) (last && i == n - 1);
-	}
-}
-*/
-import "C"
-
 import (
 	"errors"
 	"fmt"
@@ -28,11 +9,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/ckpt"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/kv"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/sched"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/specrule"
 )
 
@@ -110,7 +91,7 @@ const eventBuffer = 8
 
 type scheduler struct {
 	e     *engine
-	batch C.struct_llama_batch
+	batch sched.Batch
 	size  int // tokens a batch takes: n_batch
 
 	mu       sync.Mutex
@@ -127,9 +108,7 @@ type scheduler struct {
 }
 
 func newScheduler(e *engine) *scheduler {
-	s := &scheduler{e: e, size: e.ctx.nBatch, wake: make(chan struct{}, 1)}
-	s.batch = C.llama_batch_init(C.int32_t(s.size), 0, 1)
-	return s
+	return &scheduler{e: e, size: e.ctx.nBatch, wake: make(chan struct{}, 1)}
 }
 
 // submit registers j; the loop picks it up at its next step.
@@ -160,11 +139,11 @@ func (s *scheduler) run() {
 // step runs one batch; false when no job could make progress (all idle or
 // waiting for their callers). The jobs submitted so far join it once it
 // holds the context lock: those whose callers took the lock before it
-// (stepLock lets them go first) registered then, and are in this step
+// (StepLock lets them go first) registered then, and are in this step
 // rather than the next.
 func (s *scheduler) step() bool {
 	e := s.e
-	e.mu.stepLock()
+	e.mu.StepLock()
 	defer e.mu.Unlock()
 	start := time.Now()
 	s.takeIncoming()
@@ -174,7 +153,7 @@ func (s *scheduler) step() bool {
 		return false
 	}
 	s.clock.verifyStart = time.Now()
-	err := e.ctx.decodeBatch(&s.batch, n)
+	err := e.ctx.decodeRows(&s.batch)
 	if errors.Is(err, errKVFull) {
 		entries, err = s.retryDecodersOnly(entries)
 	}
@@ -319,25 +298,26 @@ func (s *scheduler) build() (entries []entry, n int) {
 
 // fill writes the entries' tokens into the batch in their order, setting
 // each one's first row, and returns the batch's tokens.
+// A decoder's pending token and its draft all have logits: each draft
+// token is verified from the row before it.
 func (s *scheduler) fill(entries []entry) int {
-	n := 0
+	s.batch.Reset()
 	for i := range entries {
 		en := &entries[i]
-		en.first = n
-		seq := C.llama_seq_id(en.j.slot)
+		en.first = s.batch.Len()
 		if en.prompt {
-			p := en.j.prefill
-			C.hydra_sched_fill(&s.batch, C.int(n), C.int(en.n), (*C.llama_token)(unsafe.Pointer(&p.prompt[p.next])),
-				C.llama_pos(p.next), seq, C.int(boolInt(en.last)))
-		} else if len(en.j.decode.draft) > 0 {
-			s.fillDraft(en)
-		} else {
-			tok := C.llama_token(en.j.decode.pending)
-			C.hydra_sched_fill(&s.batch, C.int(n), 1, &tok, C.llama_pos(len(en.j.s.Seq())), seq, 1)
+			p, rows := en.j.prefill, sched.RowsNone
+			if en.last {
+				rows = sched.RowsLast
+			}
+			s.batch.Add(p.prompt[p.next:p.next+en.n], p.next, en.j.slot, rows)
+			continue
 		}
-		n += en.n
+		d, pos := en.j.decode, len(en.j.s.Seq())
+		s.batch.Add([]int32{d.pending}, pos, en.j.slot, sched.RowsAll)
+		s.batch.Add(d.draft, pos+1, en.j.slot, sched.RowsAll)
 	}
-	return n
+	return s.batch.Len()
 }
 
 // ready reports whether decoder j can take part in this step: its caller
@@ -372,7 +352,8 @@ func (s *scheduler) retryDecodersOnly(entries []entry) ([]entry, error) {
 	if len(dec) == 0 || len(dec) == len(entries) {
 		return entries, errKVFull
 	}
-	return dec, s.e.ctx.decodeBatch(&s.batch, s.fill(dec))
+	s.fill(dec)
+	return dec, s.e.ctx.decodeRows(&s.batch)
 }
 
 // collect takes the step's results: prompt progress, and for each decoder
@@ -402,8 +383,7 @@ func (s *scheduler) collect(entries []entry) {
 	rolled := s.settleDrafts(entries)
 	for _, en := range entries {
 		if j := en.j; j.decode != nil && j.prefill == nil && j.decode.pending < 0 && !j.ended {
-			logits := s.e.ctx.logitsPtr(en.keptRow())
-			j.s.SetLogits(slices.Clone(unsafe.Slice((*float32)(unsafe.Pointer(logits)), s.e.model.nVocab)))
+			j.s.SetLogits(slices.Clone(s.e.ctx.rowLogits(en.keptRow())))
 			s.finish(j, nil)
 		}
 	}
@@ -448,13 +428,13 @@ func (s *scheduler) dropEnded() {
 // draw is one decoder's sampling of this step.
 type draw struct {
 	j      *job
-	logits *C.float
-	row    int // the batch row of logits
+	logits []float32 // llama.cpp's, valid until the next evaluation
+	row    int       // the batch row of logits
 	tok    iface.Token
 	// accepted is the draft tokens sampled before tok (spec.go), each
 	// already in the KV; rows the logits of the draft tokens' rows.
 	accepted []iface.Token
-	rows     []*C.float
+	rows     [][]float32
 }
 
 // evaluated records a decoder's token evaluated and says whether it samples
@@ -485,7 +465,7 @@ func (s *scheduler) nextDraw(en entry) (draw, bool) {
 	if !en.prompt {
 		row = en.first // a decoder's pending token: its draft's rows follow
 	}
-	return draw{j: j, logits: s.e.ctx.logitsPtr(row), row: row}, true
+	return draw{j: j, logits: s.e.ctx.rowLogits(row), row: row}, true
 }
 
 // parallelDraws is the fewest draws worth spreading over goroutines: one
@@ -588,7 +568,7 @@ func (s *scheduler) replay(jobs []*job) {
 	start := time.Now()
 	defer func() { s.clock.replay, s.clock.rolled = time.Since(start), len(jobs) }()
 	var ok []*job
-	n := 0
+	s.batch.Reset()
 	for _, j := range jobs {
 		d, seq := j.decode, j.s.Seq()
 		pos0 := len(seq) - 1 - d.nAccepted
@@ -600,15 +580,13 @@ func (s *scheduler) replay(jobs []*job) {
 			s.failReplay(j, err)
 			continue
 		}
-		C.hydra_sched_fill(&s.batch, C.int(n), C.int(len(seq)-pos0), (*C.llama_token)(unsafe.Pointer(&seq[pos0])),
-			C.llama_pos(pos0), C.llama_seq_id(j.slot), 0)
-		n += len(seq) - pos0
+		s.batch.Add(seq[pos0:], pos0, j.slot, sched.RowsNone)
 		ok = append(ok, j)
 	}
-	if n == 0 {
+	if s.batch.Len() == 0 {
 		return
 	}
-	if err := s.e.ctx.decodeBatch(&s.batch, n); err != nil {
+	if err := s.e.ctx.decodeRows(&s.batch); err != nil {
 		for _, j := range ok {
 			s.failReplay(j, fmt.Errorf("evaluating the kept tokens again after a rejected draft: %w", err))
 		}
@@ -648,13 +626,6 @@ func (s *scheduler) finish(j *job, err error) {
 	}
 	j.s.Claim, j.ended = 0, true
 	j.done <- err
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // errCancelled ends a job whose caller gave up; the caller has its own error.

@@ -6,19 +6,6 @@ package cudallama
 #include <stdlib.h>
 #include "spec.h"
 
-// hydra_spec_fill writes a decoder's pending token and its draft at
-// positions pos0.. of sequence seq, every one with logits (each is verified
-// from the row before it).
-static void hydra_spec_fill(struct llama_batch * b, int first, int n, const llama_token * toks, llama_pos pos0,
-                            llama_seq_id seq) {
-	for (int i = 0; i < n; i++) {
-		b->token[first + i] = toks[i];
-		b->pos[first + i] = pos0 + i;
-		b->n_seq_id[first + i] = 1;
-		b->seq_id[first + i][0] = seq;
-		b->logits[first + i] = 1;
-	}
-}
 */
 import "C"
 
@@ -409,18 +396,17 @@ func (s *scheduler) mtpProcess() {
 	if sp == nil || !sp.mtp || (s.clock.depth == 0 && !sp.rule.Always() && !sp.rule.Status().Drafting) {
 		return
 	}
-	if C.hydra_spec_process(sp.c, &s.batch) != 0 {
+	if C.hydra_spec_process(sp.c, s.e.ctx.lastBatch()) != 0 {
 		s.e.log.Warn("the MTP block could not evaluate the step's batch: its cells are dropped, it drafts from the positions evaluated from now on")
 		sp.dropAll()
 		return
 	}
-	n := int(s.batch.n_tokens)
-	toks, pos := unsafe.Slice(s.batch.token, n), unsafe.Slice(s.batch.pos, n)
-	seqs := unsafe.Slice(s.batch.seq_id, n)
+	b := &s.batch
+	n := b.Len()
 	for i := 0; i < n; {
-		slot, p0 := int(*seqs[i]), int(pos[i])
+		slot, p0 := int(b.Seq[i]), int(b.Pos[i])
 		k := i
-		for k < n && int(*seqs[k]) == slot {
+		for k < n && int(b.Seq[k]) == slot {
 			k++
 		}
 		h := sp.held[slot]
@@ -429,9 +415,7 @@ func (s *scheduler) mtpProcess() {
 		}
 		if p0 <= len(h) {
 			h = h[:p0]
-			for _, t := range toks[i:k] {
-				h = append(h, int32(t))
-			}
+			h = append(h, b.Token[i:k]...)
 			sp.held[slot] = h
 		}
 		i = k
@@ -506,17 +490,6 @@ func (sp *speculator) dropAll() {
 	}
 }
 
-// fillDraft writes decoder en's pending token and draft into the batch.
-func (s *scheduler) fillDraft(en *entry) {
-	d := en.j.decode
-	toks := make([]C.llama_token, 0, 1+len(d.draft))
-	toks = append(toks, C.llama_token(d.pending))
-	for _, t := range d.draft {
-		toks = append(toks, C.llama_token(t))
-	}
-	C.hydra_spec_fill(&s.batch, C.int(en.first), C.int(len(toks)), &toks[0], C.llama_pos(len(en.j.s.Seq())), C.llama_seq_id(en.j.slot))
-}
-
 // draftRows looks up the logits of each draw's draft rows before the draws
 // run in parallel: llama.cpp's first lookup after a decode may reorder its
 // outputs, which must not race.
@@ -525,7 +498,7 @@ func (s *scheduler) draftRows(draws []draw) {
 		d := &draws[i]
 		d.rows = d.rows[:0]
 		for k := range d.j.decode.draft {
-			d.rows = append(d.rows, s.e.ctx.logitsPtr(d.row+k+1))
+			d.rows = append(d.rows, s.e.ctx.rowLogits(d.row+k+1))
 		}
 	}
 }
