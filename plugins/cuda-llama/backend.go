@@ -28,6 +28,8 @@ import (
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/internal/promptcache"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/ckpt"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/kv"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/sched"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 	"github.com/hydra-engine/hydra-engine/transport/shm"
 )
@@ -70,7 +72,6 @@ func New(logger hclog.Logger) *Backend {
 type engine struct {
 	info    iface.BackendInfo
 	model   *model
-	nCtx    int
 	scratch int         // the sequence id re-evaluations borrow: nSlots
 	layout  stateLayout // state size as a function of cells
 	device  string      // the GPU in use, "" on CPU
@@ -81,16 +82,13 @@ type engine struct {
 	// eagerLogits: a restore without logits re-evaluates its last token
 	// before STATE_PUT answers, not in the first decode (restore_logits).
 	eagerLogits bool
-	slots       []*slot
 	log         hclog.Logger
 
-	// The KV cells: nCtx in all, of which one slot may hold slotCtx (all
-	// of them when the slots share them, kvUnified; an equal share each
-	// otherwise). The scratch sequence borrows a free cell for a moment and
-	// re-evaluates in place when there is none (reevaluate). A full slot shifts its context when
+	// cells are the slots and the KV cells they share. The scratch sequence
+	// borrows a free cell for a moment and re-evaluates in place when there
+	// is none (reevaluate). A full slot shifts its context when
 	// contextShift is set, else its decode stops.
-	slotCtx      int
-	kvUnified    bool
+	cells        kv.Cells
 	contextShift bool
 	vTrans       bool // the KV cache stores V transposed (a state's layout names it)
 	// nSWA is the attention window a sliding-window cache keeps (0: every
@@ -114,7 +112,7 @@ type engine struct {
 	// it for one step at a time; state transfers hold it while llama.cpp
 	// works and let go while they wait on the data plane, counting
 	// themselves in transfers meanwhile (a context shift waits for none).
-	mu        ctxLock
+	mu        sched.Lock
 	ctx       *lctx
 	sched     *scheduler
 	transfers atomic.Int32
@@ -167,93 +165,6 @@ func (e *engine) newRing(size, tail int) (*mirror, error) {
 		m.unpin = pinRegion(m.mem)
 	}
 	return m, nil
-}
-
-// slot is one sequence. mu guards the fields and is held briefly, so Slot
-// answers while an operation runs; busy turns a second concurrent operation
-// on the slot into ErrBusy should a caller break the one-op-per-slot rule.
-// tokens and logits describe what the KV holds: the logits are the
-// next-token distribution after the last token, nil when the slot is empty
-// or a restore left them to the first decode (restore_logits=lazy).
-type slot struct {
-	mu        sync.Mutex
-	busy      bool
-	tokens    []int32 // append-only below len: snapshots share the array
-	logits    []float32
-	stateSize int64
-	// claim is the KV cells an operation under way holds for the slot beyond
-	// its tokens: a prompt's rest, a decode's next token, a restore's cells.
-	// Needs engine.mu.
-	claim int
-}
-
-func (s *slot) acquire(i int) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.busy {
-		return fmt.Errorf("%w: slot %d", iface.ErrBusy, i)
-	}
-	s.busy = true
-	return nil
-}
-
-func (s *slot) release() {
-	s.mu.Lock()
-	s.busy = false
-	s.mu.Unlock()
-}
-
-func (s *slot) snapshot() ([]int32, []float32, int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.tokens[:len(s.tokens):len(s.tokens)], s.logits, s.stateSize
-}
-
-func (s *slot) set(tokens []int32, logits []float32, size int64) {
-	s.mu.Lock()
-	s.tokens, s.logits, s.stateSize = tokens, logits, size
-	s.mu.Unlock()
-}
-
-// seq is the slot's tokens, capped so that appends cannot clobber them.
-func (s *slot) seq() []int32 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.tokens[:len(s.tokens):len(s.tokens)]
-}
-
-// appendTokens adds evaluated tokens; the logits no longer follow the last
-// token until the caller sets them.
-func (s *slot) appendTokens(t []int32) {
-	s.mu.Lock()
-	s.tokens = append(s.tokens, t...)
-	s.mu.Unlock()
-}
-
-// truncate keeps the first n tokens; the logits are dropped (recomputed by
-// the next decode).
-func (s *slot) truncate(n int) {
-	s.mu.Lock()
-	s.tokens, s.logits = s.tokens[:n:n], nil
-	s.mu.Unlock()
-}
-
-func (s *slot) setLogits(l []float32) {
-	s.mu.Lock()
-	s.logits = l
-	s.mu.Unlock()
-}
-
-func (s *slot) logitsNow() []float32 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.logits
-}
-
-func (s *slot) stateSizeNow() int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.stateSize
 }
 
 // Load loads the model (on the GPU when libggml-cuda.so is present and sees
@@ -309,7 +220,7 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 		}
 	}
 	if opts.Embeddings {
-		if e.embed, err = newEmbedder(mdl, opts, e.slotCtx, lc.mem != nil, gpuDev, b.log); err != nil {
+		if e.embed, err = newEmbedder(mdl, opts, e.cells.SlotCtx, lc.mem != nil, gpuDev, b.log); err != nil {
 			return iface.BackendInfo{}, err
 		}
 	}
@@ -324,8 +235,8 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 	if e.layout, err = e.measureLayout(); err != nil {
 		return iface.BackendInfo{}, fmt.Errorf("%w: %s: the cuda-llama backend cannot stream this model's state: %w", iface.ErrBadRequest, path, err)
 	}
-	for _, s := range e.slots {
-		s.stateSize = e.layout.size(0)
+	for _, s := range e.cells.Slots {
+		s.SetStateSize(e.layout.size(0))
 	}
 	if e.layout.window() {
 		e.nSWA, e.swaFull = mdl.nSWA(), opts.SWAFull
@@ -347,9 +258,9 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 		Model:     id,
 		NSlots:    nSlots,
 		NVocab:    mdl.nVocab,
-		NCtx:      e.nCtx,
-		NCtxSlot:  e.slotCtx,
-		KVUnified: e.kvUnified,
+		NCtx:      e.cells.NCtx,
+		NCtxSlot:  e.cells.SlotCtx,
+		KVUnified: e.cells.Unified,
 		StateLayout: e.layout.describe(layoutModel{Arch: mdl.metaString("general.architecture"), Layers: mdl.nLayer(), Embd: mdl.nEmbd(),
 			TypeK: opts.CacheTypeK, TypeV: opts.CacheTypeV, VTrans: e.vTrans, Vocab: mdl.nVocab}),
 		// A Decode's prompt is prefilled by its own job (promptDecode).
@@ -506,17 +417,17 @@ func contextParamsFor(opts llamaopt.Options, nSlots int) contextParams {
 
 // newEngine is the engine of a loaded model and context, its slots empty.
 func newEngine(mdl *model, lc *lctx, nSlots int, device string, opts llamaopt.Options, log hclog.Logger) *engine {
-	e := &engine{model: mdl, ctx: lc, nCtx: lc.nCtx(), scratch: nSlots, device: device,
-		eagerLogits: opts.EagerLogits, slots: make([]*slot, nSlots), log: log,
-		kvUnified: !opts.KVSplit, contextShift: opts.ContextShift, cacheReuse: opts.CacheReuse,
+	e := &engine{model: mdl, ctx: lc, scratch: nSlots, device: device, eagerLogits: opts.EagerLogits, log: log,
+		cells:        kv.Cells{NCtx: lc.nCtx(), Unified: !opts.KVSplit, Slots: make([]*kv.Slot, nSlots)},
+		contextShift: opts.ContextShift, cacheReuse: opts.CacheReuse,
 		chatParseSpecial: opts.ChatParseSpecial}
-	e.slotCtx = e.nCtx
-	if !e.kvUnified { // the slots' streams; the scratch stream is not theirs
-		e.slotCtx = min(slotShare(opts, nSlots), lc.nCtxSeq())
-		e.nCtx = e.slotCtx * nSlots
+	e.cells.SlotCtx = e.cells.NCtx
+	if !e.cells.Unified { // the slots' streams; the scratch stream is not theirs
+		e.cells.SlotCtx = min(slotShare(opts, nSlots), lc.nCtxSeq())
+		e.cells.NCtx = e.cells.SlotCtx * nSlots
 	}
-	for i := range e.slots {
-		e.slots[i] = &slot{stateSize: emptyState}
+	for i := range e.cells.Slots {
+		e.cells.Slots[i] = kv.NewSlot(emptyState)
 	}
 	return e
 }
@@ -538,8 +449,8 @@ func (b *Backend) logLoaded(e *engine, opts llamaopt.Options, nGPU int, register
 	}
 	m := e.model
 	b.log.Info("cuda-llama backend loaded", "model", m.desc(), "model_alias", e.info.Model.Alias, "model_hash", e.info.Model.Hash,
-		"model_path", e.info.Model.Path, "device", device, "n_gpu_layers", nGPU, "n_layer", m.nLayer(), "n_slots", len(e.slots),
-		"n_ctx", e.nCtx, "n_vocab", m.nVocab, "flash_attn", flashName(opts.FlashAttn), "cache_type_k", opts.CacheTypeK,
+		"model_path", e.info.Model.Path, "device", device, "n_gpu_layers", nGPU, "n_layer", m.nLayer(), "n_slots", len(e.cells.Slots),
+		"n_ctx", e.cells.NCtx, "n_vocab", m.nVocab, "flash_attn", flashName(opts.FlashAttn), "cache_type_k", opts.CacheTypeK,
 		"cache_type_v", opts.CacheTypeV, "memory", e.layout.Memory, "state_parts", len(e.layout.Parts), "kv_bytes_per_token", e.layout.perToken(),
 		"ctx_checkpoints", e.checkpointsText(opts.CkptOptions),
 		"register_host_buffer", registerHost, "load_time", took.Round(time.Millisecond).String())
@@ -629,7 +540,7 @@ func (e *engine) measureLayout() (stateLayout, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	c := e.ctx
-	defer c.seqRm(e.scratch)
+	defer c.SeqRm(e.scratch)
 	var parts [3][]measuredPart
 	var oneToken []byte
 	for i := range parts {
@@ -663,7 +574,7 @@ func (e *engine) measureLayout() (stateLayout, error) {
 // most row × n_ctx bytes) can reach; 0 for one no block reaches, so that the
 // restore logs say whether streaming was possible at all.
 func (e *engine) setStreaming(row int64) {
-	maxBlock := row * int64(e.nCtx)
+	maxBlock := row * int64(e.cells.NCtx)
 	reachable := func(threshold int64) int64 {
 		if threshold > maxBlock {
 			return 0
@@ -695,15 +606,15 @@ func (b *Backend) engine() (*engine, error) {
 	return e, nil
 }
 
-func (b *Backend) slot(i int) (*engine, *slot, error) {
+func (b *Backend) slot(i int) (*engine, *kv.Slot, error) {
 	e, err := b.engine()
 	if err != nil {
 		return nil, nil, err
 	}
-	if i < 0 || i >= len(e.slots) {
-		return nil, nil, fmt.Errorf("%w: %d (slots are 0..%d)", iface.ErrNoSlot, i, len(e.slots)-1)
+	if i < 0 || i >= len(e.cells.Slots) {
+		return nil, nil, fmt.Errorf("%w: %d (slots are 0..%d)", iface.ErrNoSlot, i, len(e.cells.Slots)-1)
 	}
-	return e, e.slots[i], nil
+	return e, e.cells.Slots[i], nil
 }
 
 // Slot reports a slot's sequence from what the last operation on it left; it
@@ -713,7 +624,7 @@ func (b *Backend) Slot(ctx context.Context, i int) (iface.SlotInfo, error) {
 	if err != nil {
 		return iface.SlotInfo{}, err
 	}
-	toks, logits, size := s.snapshot()
+	toks, logits, size := s.Snapshot()
 	return iface.SlotInfo{Slot: i, NPast: len(toks), Tokens: slices.Clone(toks), StateSize: size + e.stateLogitsSize(logits)}, nil
 }
 
@@ -736,11 +647,11 @@ func (e *engine) writeStateLogits(w io.Writer, logits []float32) (int64, error) 
 }
 
 // clear empties sequence i in the KV and the slot. Needs e.mu.
-func (e *engine) clearLocked(i int, s *slot) {
-	e.ctx.seqRm(i)
+func (e *engine) clearLocked(i int, s *kv.Slot) {
+	e.ctx.SeqRm(i)
 	e.ckpts.Clear(i)
-	s.set(nil, nil, e.layout.size(0))
-	s.claim = 0
+	s.Set(nil, nil, e.layout.size(0))
+	s.Claim = 0
 }
 
 // ClearSlot empties a slot.
@@ -749,10 +660,10 @@ func (b *Backend) ClearSlot(ctx context.Context, i int) error {
 	if err != nil {
 		return err
 	}
-	if err := s.acquire(i); err != nil {
+	if err := s.Acquire(i); err != nil {
 		return err
 	}
-	defer s.release()
+	defer s.Release()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.clearLocked(i, s)
@@ -760,7 +671,7 @@ func (b *Backend) ClearSlot(ctx context.Context, i int) error {
 }
 
 // failed empties the slot after a failed operation and returns err.
-func (e *engine) failed(i int, s *slot, err error) error {
+func (e *engine) failed(i int, s *kv.Slot, err error) error {
 	e.mu.Lock()
 	e.clearLocked(i, s)
 	e.mu.Unlock()
@@ -779,10 +690,10 @@ func (b *Backend) StateGet(ctx context.Context, i int, chunkSize int, w io.Write
 	if chunkSize <= 0 {
 		return 0, fmt.Errorf("%w: chunk size %d", iface.ErrBadRequest, chunkSize)
 	}
-	if err := s.acquire(i); err != nil {
+	if err := s.Acquire(i); err != nil {
 		return 0, err
 	}
-	defer s.release()
+	defer s.Release()
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -794,7 +705,7 @@ func (b *Backend) StateGet(ctx context.Context, i int, chunkSize int, w io.Write
 	if sv.err != nil {
 		return sv.written, sv.err
 	}
-	_, logits, _ := s.snapshot()
+	_, logits, _ := s.Snapshot()
 	k, err := e.writeStateLogits(w, logits)
 	return sv.written + k, err
 }
@@ -865,13 +776,13 @@ func (b *Backend) StatePut(ctx context.Context, i int, tokens []int32, r io.Read
 	entered := time.Now()
 	e, s, err := b.slot(i)
 	if err == nil {
-		err = s.acquire(i)
+		err = s.Acquire(i)
 	}
 	if err != nil {
 		drain(r)
 		return 0, err
 	}
-	defer s.release()
+	defer s.Release()
 	defer e.beginTransfer()()
 	p := &statePut{e: e, i: i, s: s, tokens: tokens, r: r, size: size, entered: entered, log: b.log}
 	n, err := p.restore(ctx)
@@ -890,7 +801,7 @@ func (b *Backend) StatePut(ctx context.Context, i int, tokens []int32, r io.Read
 type statePut struct {
 	e       *engine
 	i       int
-	s       *slot
+	s       *kv.Slot
 	tokens  []int32
 	r       io.Reader
 	size    int64
@@ -921,7 +832,7 @@ func (p *statePut) restore(ctx context.Context) (n int64, err error) {
 		p.stopReading = true
 		return 0, err
 	}
-	if p.head, err = readStateHead(p.r, p.tokens, e.model.nVocab, e.slotCtx, e.layout, p.size); err != nil {
+	if p.head, err = readStateHead(p.r, p.tokens, e.model.nVocab, e.cells.SlotCtx, e.layout, p.size); err != nil {
 		p.stopReading = !errors.Is(err, iface.ErrBadRequest)
 		return 0, err
 	}
@@ -952,8 +863,8 @@ func (p *statePut) restore(ctx context.Context) (n int64, err error) {
 	}
 	e.mu.Lock()
 	stateSize := e.ctx.stateSize(p.i)
-	p.s.set(slices.Clone(p.tokens), logits, stateSize)
-	p.s.claim = 0
+	p.s.Set(slices.Clone(p.tokens), logits, stateSize)
+	p.s.Claim = 0
 	e.mu.Unlock()
 	return n, nil
 }
@@ -973,13 +884,13 @@ func (e *engine) beginTransfer() func() {
 
 // claimCells holds the cells a restore of slot i (empty now) will take, or
 // says why they cannot be had.
-func (e *engine) claimCells(i int, s *slot, cells int) error {
+func (e *engine) claimCells(i int, s *kv.Slot, cells int) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if err := e.fits(i, s, cells); err != nil {
+	if err := e.cells.Fits(i, cells); err != nil {
 		return err
 	}
-	s.claim = cells
+	s.Claim = cells
 	return nil
 }
 
@@ -1166,17 +1077,17 @@ func (e *engine) reevaluate(i int, tokens []int32) ([]float32, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	c := e.ctx
-	c.seqRm(e.scratch)
-	if e.kvUnified {
+	c.SeqRm(e.scratch)
+	if e.cells.Unified {
 		c.seqCp(i, e.scratch, 0, n-1)
 	} else {
 		c.seqCp(i, e.scratch, -1, -1) // llama.cpp copies whole streams only
-		c.seqRmFrom(e.scratch, n-1)
+		c.SeqRmFrom(e.scratch, n-1)
 	}
 	err := c.decode(e.scratch, tokens[n-1:], n-1, true)
-	c.seqRm(e.scratch)
+	c.SeqRm(e.scratch)
 	if errors.Is(err, errKVFull) {
-		c.seqRmFrom(i, n-1)
+		c.SeqRmFrom(i, n-1)
 		err = c.decode(i, tokens[n-1:], n-1, true)
 	}
 	if err != nil {
@@ -1197,11 +1108,11 @@ func (e *engine) recompute(i int, tokens []int32) ([]float32, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	c := e.ctx
-	c.seqRm(i)
+	c.SeqRm(i)
 	for p := 0; p < len(tokens); p += c.nBatch {
 		chunk := tokens[p:min(p+c.nBatch, len(tokens))]
 		if err := c.decode(i, chunk, p, p+len(chunk) == len(tokens)); err != nil {
-			c.seqRm(i)
+			c.SeqRm(i)
 			return nil, fmt.Errorf("evaluating the restored sequence again: %w", err)
 		}
 	}

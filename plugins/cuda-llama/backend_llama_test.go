@@ -525,7 +525,7 @@ func testRestoredLogits(t *testing.T, opts map[string]string) {
 		if err != nil || n != int64(len(state)) || !r.eof {
 			t.Fatalf("%s: StatePut = %d, %v (drained %v)", name, n, err, r.eof)
 		}
-		_, l, _ := b.eng.Load().slots[1].snapshot()
+		_, l, _ := b.eng.Load().cells.Slots[1].Snapshot()
 		if adopted := name == "prefill logits"; (l == nil) != (mode == "lazy" && !adopted) {
 			t.Fatalf("%s, restore_logits=%s: slot holds logits %v after StatePut", name, mode, l != nil)
 		}
@@ -807,7 +807,7 @@ func (f *failCommit) Commit(n int) error {
 func TestPrefillAndDecode(t *testing.T) {
 	b := load(t, tiny(t), 3, map[string]string{llamaopt.OptNCtx: "256", llamaopt.OptAlias: "tiny-test"})
 	e := b.eng.Load()
-	if e.nCtx != 256 || e.info.Model.Alias != "tiny-test" || len(e.info.Model.Hash) != 64 || !filepath.IsAbs(e.info.Model.Path) {
+	if e.cells.NCtx != 256 || e.info.Model.Alias != "tiny-test" || len(e.info.Model.Hash) != 64 || !filepath.IsAbs(e.info.Model.Path) {
 		t.Fatalf("info %+v", e.info)
 	}
 	msgs := []iface.Message{{Role: "system", Content: "be brief"}, {Role: "user", Content: "hi"}}
@@ -1188,7 +1188,7 @@ func testRestoreIntoFullCache(t *testing.T, mode string) {
 		t.Fatal(err)
 	}
 	if mode == "lazy" {
-		if _, l, _ := b.eng.Load().slots[0].snapshot(); l != nil {
+		if _, l, _ := b.eng.Load().cells.Slots[0].Snapshot(); l != nil {
 			t.Fatal("restore_logits=lazy: StatePut computed the logits")
 		}
 		// A decode of no tokens computes them and emits nothing.
@@ -1196,7 +1196,7 @@ func testRestoreIntoFullCache(t *testing.T, mode string) {
 			t.Fatalf("decode of 0 tokens: %v %+v", got, res)
 		}
 	}
-	_, got, _ := b.eng.Load().slots[0].snapshot()
+	_, got, _ := b.eng.Load().cells.Slots[0].Snapshot()
 	if argmax(got) != argmax(want) {
 		t.Fatalf("arg-max %d after an in-place re-evaluation, %d after the prefill", argmax(got), argmax(want))
 	}

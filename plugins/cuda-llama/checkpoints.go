@@ -10,6 +10,7 @@ import (
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/internal/promptcache"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/ckpt"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/kv"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
 
@@ -27,7 +28,7 @@ func (e *engine) newCheckpoints(o llamaopt.CkptOptions, nUBatch int) *ckpt.Store
 		return nil
 	}
 	r := ckpt.Rules{Max: o.CtxCheckpoints, MinStep: o.CheckpointMinStep, NBatch: e.ctx.nBatch, NUBatch: nUBatch, NSWA: e.nSWA}
-	return ckpt.NewStore(r, len(e.slots), o.Budget())
+	return ckpt.NewStore(r, len(e.cells.Slots), o.Budget())
 }
 
 // needsCheckpoints reports whether a slot's memory cannot always be cut
@@ -55,7 +56,7 @@ func (e *engine) checkpointStats() *iface.CheckpointStats {
 	out := &iface.CheckpointStats{MaxPerSlot: r.Max, MinStep: r.MinStep, BudgetBytes: e.ckpts.Budget(),
 		Held: int64(st.Held), Bytes: st.Bytes, Taken: st.Taken, Restored: st.Restored, Dropped: st.Dropped,
 		TokensSaved: st.TokensSaved, OverBudget: st.OverBudget}
-	for i := range e.slots {
+	for i := range e.cells.Slots {
 		n, b := e.ckpts.Slot(i)
 		out.Slots = append(out.Slots, iface.SlotCheckpoints{Held: n, Bytes: b})
 	}
@@ -81,7 +82,7 @@ func (e *engine) checkpointBefore(j *job, end int) {
 		return
 	}
 	p := j.prefill
-	memMin := e.ctx.seqPosMin(j.slot)
+	memMin := e.ctx.SeqPosMin(j.slot)
 	if !e.ckpts.Rules().Take(len(p.prompt), p.next, end, memMin, p.spans, e.ckpts.Newest(j.slot)) {
 		return
 	}
@@ -109,14 +110,14 @@ func (e *engine) checkpointBefore(j *job, end int) {
 // tokens kept. Needs e.mu.
 func (e *engine) resume(i, n, prefix int) int {
 	keep := min(prefix, n-1)
-	if e.cuttable(i, keep) && e.ctx.seqRmFrom(i, keep) {
+	if kv.Cut(e.ctx, i, keep, e.nSWA) {
 		e.ckpts.CutTo(i, keep, nil)
 		return keep // a refused cut leaves the memory as it was
 	}
 	if !e.ckpts.Enabled() {
 		return e.cut(i, 0)
 	}
-	res := e.ckpts.Find(i, n, prefix, e.ctx.seqPosMin(i))
+	res := e.ckpts.Find(i, n, prefix, e.ctx.SeqPosMin(i))
 	c := res.Restore
 	if c == nil {
 		if prefix > 0 {
@@ -127,7 +128,7 @@ func (e *engine) resume(i, n, prefix int) int {
 	}
 	start := time.Now()
 	err := e.ctx.setPartialState(i, c.Data)
-	if err == nil && res.Keep < n && e.ctx.seqRmFrom(i, res.Keep) {
+	if err == nil && res.Keep < n && e.ctx.SeqRmFrom(i, res.Keep) {
 		e.ckpts.CutTo(i, res.Keep, c)
 		e.ckpts.Restored(res.Keep)
 		e.log.Debug("context checkpoint restored", "slot", i, "pos_min", c.PosMin, "pos_max", c.PosMax, "n_tokens", c.NTokens,
@@ -233,7 +234,7 @@ func (b *Backend) PutCheckpoint(ctx context.Context, i int, c iface.Checkpoint) 
 		}
 		return false, "the model's memory can be cut anywhere: it needs no checkpoints", nil
 	}
-	n := len(s.seq())
+	n := len(s.Seq())
 	if c.NTokens < 1 || c.NTokens > int64(n) || c.PosMin < 0 || c.PosMin > c.PosMax || int64(c.PosMax) >= c.NTokens {
 		return false, "", fmt.Errorf("%w: a checkpoint of %d tokens at positions %d..%d does not fit the slot's sequence of %d",
 			iface.ErrBadRequest, c.NTokens, c.PosMin, c.PosMax, n)
@@ -241,7 +242,7 @@ func (b *Backend) PutCheckpoint(ctx context.Context, i int, c iface.Checkpoint) 
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	err = e.ctx.setPartialState(e.scratch, c.Target)
-	e.ctx.seqRm(e.scratch)
+	e.ctx.SeqRm(e.scratch)
 	if err != nil {
 		return false, "", fmt.Errorf("%w: llama.cpp cannot read the checkpoint into this model's memory (%s): %w",
 			iface.ErrBadRequest, e.layout.Memory, err)

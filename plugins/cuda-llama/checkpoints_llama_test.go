@@ -188,7 +188,7 @@ func TestCheckpointBudget(t *testing.T) {
 	}
 	t.Logf("a checkpoint of the tiny hybrid is %d bytes", one)
 	e.mu.Lock()
-	e.ckpts = ckpt.NewStore(e.ckpts.Rules(), len(e.slots), 3*one) // checkpoint_ram is in MiB
+	e.ckpts = ckpt.NewStore(e.ckpts.Rules(), len(e.cells.Slots), 3*one) // checkpoint_ram is in MiB
 	e.mu.Unlock()
 	for i := range 6 {
 		prefillTokens(t, b, i%2, promptOf(100, 100+i))

@@ -15,5 +15,5 @@
 // scratch space for re-evaluating the last token after a restore. llama.cpp contexts are not
 // safe for concurrent use: one scheduler (sched.go) owns every llama_decode
 // and batches the slots' prompts and decodes into shared steps, and a mutex
-// (ctxlock.go) serialises the context work outside it.
+// (internal/sched's Lock) serialises the context work outside it.
 package cudallama

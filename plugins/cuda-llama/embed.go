@@ -30,6 +30,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/sched"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
 
@@ -153,7 +154,7 @@ func (b *Backend) Embed(ctx context.Context, req iface.EmbedRequest) ([]iface.Em
 // the batch that holds its last token, and empties the cells. Each
 // llama_decode runs under lock, the slots' context lock, and its results
 // are read before the lock goes (llama.cpp's getters wait for the device).
-func (em *embedder) pass(lock *ctxLock, inputs [][]int32, out []iface.Embedding, norm int) error {
+func (em *embedder) pass(lock *sched.Lock, inputs [][]int32, out []iface.Embedding, norm int) error {
 	c := em.c
 	defer C.llama_memory_clear(c.mem, true)
 	seq, pos := 0, 0

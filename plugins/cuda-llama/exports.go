@@ -20,6 +20,7 @@ import (
 	"runtime/cgo"
 	"unsafe"
 
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/sched"
 	"github.com/hydra-engine/hydra-engine/transport/shm"
 )
 
@@ -29,14 +30,14 @@ type saveCall struct {
 	w       io.Writer
 	cw      shm.ChunkWriter // w as a ChunkWriter, or nil
 	pin     runtime.Pinner  // pins the ChunkWriter buffer C++ is filling
-	lock    *ctxLock        // the context lock, let go while the chunks wait on their reader
+	lock    *sched.Lock     // the context lock, let go while the chunks wait on their reader
 	written int64
 	err     error
 }
 
 // unlocked runs f without the context lock, which the caller of the shim
 // holds: a transfer waiting on its peer lets the other slots' steps run.
-func unlocked(lock *ctxLock, f func()) {
+func unlocked(lock *sched.Lock, f func()) {
 	lock.Unlock()
 	defer lock.Lock()
 	f()
@@ -126,7 +127,7 @@ func hydraSaveBuffer(h C.uintptr_t, commit C.size_t, p **C.uint8_t, n *C.size_t)
 // buffers in place, or the restore ring).
 type loadCall struct {
 	pf   restoreSource
-	lock *ctxLock // the context lock, let go while waiting for bytes
+	lock *sched.Lock // the context lock, let go while waiting for bytes
 	err  error
 }
 

@@ -46,11 +46,11 @@ func sameGreedy(t *testing.T, b *Backend, slot int, prompt, got, want []int32, s
 	seq := append(slices.Clone(prompt), want[:i]...)
 	prefillTokens(t, b, slot, seq)
 	// The slot's logits: a recurrent model's reply carries them in its state.
-	_, logits, _ := b.eng.Load().slots[slot].snapshot()
+	_, logits, _ := b.eng.Load().cells.Slots[slot].Snapshot()
 	if len(logits) == 0 {
 		t.Fatalf("slot %d holds no logits after a prefill", slot)
 	}
-	logits = penalized(logits, seq, sp, penaltyWindow(sp, b.eng.Load().slotCtx))
+	logits = penalized(logits, seq, sp, penaltyWindow(sp, b.eng.Load().cells.SlotCtx))
 	lo, hi := slices.Min(logits), slices.Max(logits)
 	gap := math.Abs(float64(logits[want[i]] - logits[got[i]]))
 	if gap > tieShare*float64(hi-lo) {

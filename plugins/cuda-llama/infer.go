@@ -11,6 +11,7 @@ import (
 
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/ckpt"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/kv"
 )
 
 // Prefill and Decode register with the scheduler (sched.go) and wait for it;
@@ -29,10 +30,10 @@ func (b *Backend) Prefill(ctx context.Context, req iface.PrefillRequest) (iface.
 	if err != nil {
 		return iface.PrefillResult{}, err
 	}
-	if err := s.acquire(req.Slot); err != nil {
+	if err := s.Acquire(req.Slot); err != nil {
 		return iface.PrefillResult{}, err
 	}
-	defer s.release()
+	defer s.Release()
 	e.fromCache(ctx, req.Slot, s, toks, req)
 	j, reused, err := e.startPrefill(req.Slot, s, toks, e.spansOf(req, toks), nil)
 	if err != nil {
@@ -42,7 +43,7 @@ func (b *Backend) Prefill(ctx context.Context, req iface.PrefillRequest) (iface.
 		return iface.PrefillResult{}, err
 	}
 	size, logits := j.prefill.stateSize, j.prefill.logits
-	s.set(toks, logits, size)
+	s.Set(toks, logits, size)
 	// A recurrent state carries its logits itself (stateLogitsSize): the
 	// blob's bytes after the state are the same, and sent once.
 	replyLogits := slices.Clone(logits)
@@ -88,38 +89,35 @@ func (b *Backend) Tokenize(ctx context.Context, req iface.PrefillRequest) (iface
 // place by the scheduler), drops the rest of its sequence, claims the cells
 // the prompt needs and registers the job; with then, the job decodes on
 // once the prompt is in (promptDecode).
-func (e *engine) startPrefill(i int, s *slot, toks []int32, spans ckpt.Spans, then *decodeJob) (*job, int, error) {
+func (e *engine) startPrefill(i int, s *kv.Slot, toks []int32, spans ckpt.Spans, then *decodeJob) (*job, int, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	old := s.seq()
-	prefix := iface.CommonPrefix(old, toks)
-	moves, keep := e.reusePlan(old, toks, prefix)
-	keep = min(keep, len(toks)-1)
-	if len(moves) == 0 {
-		keep = e.resume(i, len(toks), prefix)
-		s.set(old[:keep:keep], nil, e.layout.size(0))
+	old := s.Seq()
+	plan := kv.PlanPrefill(e.ctx, old, toks, e.cacheReuse)
+	keep := plan.Keep
+	if len(plan.Moves) == 0 {
+		keep = e.resume(i, len(toks), plan.Prefix)
+		s.Set(old[:keep:keep], nil, e.layout.size(0))
 	} else {
-		e.ckpts.CutTo(i, prefix, nil) // the moved chunks' positions change
+		e.ckpts.CutTo(i, plan.Prefix, nil) // the moved chunks' positions change
 	}
 	need := len(toks) - keep
-	if err := e.fits(i, s, need); err != nil {
+	if err := e.cells.Fits(i, need); err != nil {
 		e.clearLocked(i, s)
 		return nil, 0, err
 	}
-	s.claim = need
+	s.Claim = need
 	j := &job{slot: i, s: s, done: make(chan error, 1),
-		prefill: &prefillJob{prompt: toks, next: keep, moves: moves, task: e.tasks.Add(1), spans: spans}, decode: then}
+		prefill: &prefillJob{prompt: toks, next: keep, moves: plan.Moves, task: e.tasks.Add(1), spans: spans}, decode: then}
 	e.sched.submit(j)
 	return j, keep, nil
 }
 
-// cut keeps the first keep positions of sequence i where its memory can be
-// cut there and still serve the next position, as llama-server reuses a
-// prompt without checkpoints: a recurrent state cannot be cut before its last
-// token, and a sliding window must still hold the window before keep. Else
-// it empties the sequence. It returns the positions kept. Needs e.mu.
+// cut keeps the first keep positions of sequence i where its memory can
+// be cut there (kv.Cut), else empties it. It returns the positions kept.
+// Needs e.mu.
 func (e *engine) cut(i, keep int) int {
-	if e.cuttable(i, keep) && e.ctx.seqRmFrom(i, keep) {
+	if kv.Cut(e.ctx, i, keep, e.nSWA) {
 		e.ckpts.CutTo(i, keep, nil)
 		return keep
 	}
@@ -127,57 +125,17 @@ func (e *engine) cut(i, keep int) int {
 		e.log.Debug("the cached sequence cannot be cut to its common prefix with the prompt: evaluated again",
 			"slot", i, "memory", e.layout.Memory, "prefix", keep)
 	}
-	e.ctx.seqRm(i)
+	e.ctx.SeqRm(i)
 	e.ckpts.Clear(i) // a checkpoint restores onto the cells before it, gone now
 	return 0
-}
-
-// cuttable reports whether sequence i may be cut to its first keep
-// positions as far as its first position held tells: a sliding window must
-// still hold the window before keep (a recurrent state's first position is
-// its last token's, so it passes only where nothing after keep is held; the
-// cut itself then refuses the rest). Needs e.mu.
-func (e *engine) cuttable(i, keep int) bool {
-	first := e.ctx.seqPosMin(i)
-	return keep > 0 && first >= 0 && first <= max(0, keep-e.nSWA)
-}
-
-// kvMove moves a slot's cells at positions [from, from+n) to [to, to+n).
-type kvMove struct{ from, to, n int }
-
-// reusePlan finds, after the common prefix, the chunks of at least
-// cache_reuse tokens of the old sequence that the prompt repeats in order,
-// as llama-server's --cache-reuse: the moves that put them in place and the
-// prompt tokens the slot then holds. No moves without cache_reuse or where
-// the cache cannot shift.
-func (e *engine) reusePlan(old, toks []int32, prefix int) ([]kvMove, int) {
-	if e.cacheReuse <= 0 || !e.ctx.canShift() {
-		return nil, prefix
-	}
-	var moves []kvMove
-	c, p := prefix, prefix // the next old and prompt positions
-	for c < len(old) && p < len(toks) {
-		n := iface.CommonPrefix(old[c:], toks[p:])
-		if n < e.cacheReuse {
-			c++
-			continue
-		}
-		moves = append(moves, kvMove{from: c, to: p, n: n})
-		c, p = c+n, p+n
-	}
-	return moves, p
 }
 
 // applyMoves puts a prefill's reused chunks in place and drops the rest of
 // the old sequence. Needs e.mu, with no state transfer in flight (the next
 // llama_decode re-rotates the moved keys, rewriting the whole cache).
-func (e *engine) applyMoves(i int, s *slot, p *prefillJob) {
-	for _, m := range p.moves {
-		e.ctx.seqRmRange(i, m.to, m.from)
-		e.ctx.seqShift(i, m.from, m.from+m.n, m.to-m.from)
-	}
-	e.ctx.seqRmFrom(i, p.next)
-	s.set(p.prompt[:p.next:p.next], nil, e.layout.size(0))
+func (e *engine) applyMoves(i int, s *kv.Slot, p *prefillJob) {
+	kv.ApplyMoves(e.ctx, i, p.moves, p.next)
+	s.Set(p.prompt[:p.next:p.next], nil, e.layout.size(0))
 	e.log.Debug("prompt chunks reused from the cache", "slot", i, "chunks", len(p.moves), "kept", p.next)
 	p.moves = nil
 }
@@ -203,13 +161,10 @@ func (e *engine) promptTokens(req iface.PrefillRequest) ([]int32, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	switch {
-	case len(toks) == 0:
+	if len(toks) == 0 {
 		return nil, false, fmt.Errorf("%w: the prompt has no tokens", iface.ErrBadRequest)
-	case len(toks) > e.slotCtx:
-		return nil, false, fmt.Errorf("%w: prompt has %d tokens, %s", iface.ErrBadRequest, len(toks), e.slotCtxText())
 	}
-	return toks, opens, nil
+	return toks, opens, e.cells.CheckPrompt(len(toks))
 }
 
 // promptOf tokenizes the prompt given: chat messages through the chat
@@ -220,7 +175,7 @@ func (e *engine) promptOf(req iface.PrefillRequest) ([]int32, bool, error) {
 	}
 	switch {
 	case req.Text != "":
-		toks, err := e.model.tokenizePrompt(req.Text, "", e.slotCtx)
+		toks, err := e.model.tokenizePrompt(req.Text, "", e.cells.SlotCtx)
 		return toks, false, err
 	case len(req.Messages) > 0:
 		return e.chatTokens(req)
@@ -246,7 +201,7 @@ func (e *engine) chatTokens(req iface.PrefillRequest) ([]int32, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	toks, err := e.model.tokenizePrompt(text, g.m, e.slotCtx)
+	toks, err := e.model.tokenizePrompt(text, g.m, e.cells.SlotCtx)
 	return toks, opens, err
 }
 
@@ -274,14 +229,14 @@ func (b *Backend) Decode(ctx context.Context, req iface.DecodeRequest, emit func
 }
 
 // decode is a Decode whose output (nil: free text) is prepared.
-func (b *Backend) decode(ctx context.Context, e *engine, s *slot, req iface.DecodeRequest, out *outputRun, emit func(iface.Token) error) (iface.DecodeResult, error) {
+func (b *Backend) decode(ctx context.Context, e *engine, s *kv.Slot, req iface.DecodeRequest, out *outputRun, emit func(iface.Token) error) (iface.DecodeResult, error) {
 	if req.Prompt != nil {
 		return b.promptDecode(ctx, e, s, req, out, emit)
 	}
-	if err := s.acquire(req.Slot); err != nil {
+	if err := s.Acquire(req.Slot); err != nil {
 		return iface.DecodeResult{}, err
 	}
-	defer s.release()
+	defer s.Release()
 	logits, err := b.decodeStart(e, req.Slot, s)
 	if err != nil {
 		return iface.DecodeResult{}, err
@@ -289,7 +244,7 @@ func (b *Backend) decode(ctx context.Context, e *engine, s *slot, req iface.Deco
 	defer e.updateStateSize(req.Slot, s)
 	j, err := e.startDecode(req, s, logits, out)
 	if err != nil || j == nil {
-		return iface.DecodeResult{NPast: len(s.seq()), StopReason: e.stopReasonOf(err)}, ignoreStop(err)
+		return iface.DecodeResult{NPast: len(s.Seq()), StopReason: e.stopReasonOf(err)}, ignoreStop(err)
 	}
 	return e.streamDecode(ctx, j, emit)
 }
@@ -301,7 +256,7 @@ func (e *engine) streamDecode(ctx context.Context, j *job, emit func(iface.Token
 	if err != nil {
 		e.keepEmitted(j.slot, j.s, j.decode.base+n)
 	}
-	res := iface.DecodeResult{TokensGenerated: n, NPast: len(j.s.seq()), StopReason: j.decode.stop,
+	res := iface.DecodeResult{TokensGenerated: n, NPast: len(j.s.Seq()), StopReason: j.decode.stop,
 		DraftTokens: j.decode.drafted, DraftAccepted: j.decode.accepted}
 	if res.StopReason == "" || res.StopReason == stopCancelled {
 		res.StopReason = StopLength
@@ -334,12 +289,12 @@ func ignoreStop(err error) error {
 // startDecode builds the request's sampler (with out's grammar), samples the first token from
 // the slot's logits and registers the job; (nil, errStopBefore) when the
 // decode ends before any token.
-func (e *engine) startDecode(req iface.DecodeRequest, s *slot, logits []float32, out *outputRun) (*job, error) {
+func (e *engine) startDecode(req iface.DecodeRequest, s *kv.Slot, logits []float32, out *outputRun) (*job, error) {
 	if req.NPredict == 0 {
 		return nil, errStopBefore{StopLength}
 	}
-	history := s.seq()
-	smp, err := newSampler(e.model, req.Sampler, req.NProbs, e.slotCtx, history)
+	history := s.Seq()
+	smp, err := newSampler(e.model, req.Sampler, req.NProbs, e.cells.SlotCtx, history)
 	if err != nil {
 		return nil, err
 	}
@@ -353,7 +308,7 @@ func (e *engine) startDecode(req iface.DecodeRequest, s *slot, logits []float32,
 	stop := e.decodeLimit(j)
 	var t iface.Token
 	if stop == "" {
-		t = smp.sample(e.model, goLogits(logits), len(history), req.Logprobs)
+		t = smp.sample(e.model, logits, len(history), req.Logprobs)
 		if e.model.isEOG(t.ID) && !req.Sampler.IgnoreEOS {
 			stop = StopEOS
 		}
@@ -417,19 +372,19 @@ func (e *engine) cancelDecode(j *job, n int, err error) error {
 // keepEmitted drops what an interrupted decode evaluated past the n tokens
 // the slot is to keep (those sampled ahead of a caller that stopped
 // reading); the next decode recomputes the logits.
-func (e *engine) keepEmitted(i int, s *slot, n int) {
+func (e *engine) keepEmitted(i int, s *kv.Slot, n int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if len(s.seq()) > n {
-		s.truncate(e.cut(i, n))
+	if len(s.Seq()) > n {
+		s.Truncate(e.cut(i, n))
 	}
 }
 
 // decodeStart returns the slot's logits, computing them first when a restore
 // left them to the first decode (restore_logits=lazy) or an interrupted
 // decode dropped them.
-func (b *Backend) decodeStart(e *engine, i int, s *slot) ([]float32, error) {
-	toks, logits, _ := s.snapshot()
+func (b *Backend) decodeStart(e *engine, i int, s *kv.Slot) ([]float32, error) {
+	toks, logits, _ := s.Snapshot()
 	if len(toks) == 0 {
 		return nil, fmt.Errorf("%w: slot is empty (slot %d)", iface.ErrBadRequest, i)
 	}
@@ -442,7 +397,7 @@ func (b *Backend) decodeStart(e *engine, i int, s *slot) ([]float32, error) {
 		return nil, e.failed(i, s, err)
 	}
 	b.log.Debug("decode re-evaluated the last token", "slot", i, "reeval", time.Since(t).String())
-	s.setLogits(logits)
+	s.SetLogits(logits)
 	return logits, nil
 }
 
@@ -450,76 +405,32 @@ func (b *Backend) decodeStart(e *engine, i int, s *slot) ([]float32, error) {
 // its slot is full (unless the context shifts, which is then marked), or the
 // cells all slots share are taken. Needs e.mu.
 func (e *engine) decodeLimit(j *job) string {
-	n := len(j.s.seq()) + j.s.claim
-	if n+1 > e.slotCtx {
-		if e.contextShift && e.ctx.canShift() && n > j.decode.req.NKeep+1 {
-			j.decode.needShift = true
-			return ""
-		}
+	switch e.cells.Room(j.slot, e.contextShift && e.ctx.CanShift(), j.decode.req.NKeep) {
+	case kv.RoomShift:
+		j.decode.needShift = true
+	case kv.RoomSlotFull:
 		return StopNTokensLimit
-	}
-	if e.freeCells() < 1 {
-		e.log.Warn("KV cache full: the slots' sequences fill n_ctx together", "slot", j.slot, "n_ctx", e.nCtx)
+	case kv.RoomCacheFull:
+		e.log.Warn("KV cache full: the slots' sequences fill n_ctx together", "slot", j.slot, "n_ctx", e.cells.NCtx)
 		return StopNTokensLimit
 	}
 	return ""
 }
 
 // shiftContext makes room in a full slot as llama-server's context shift
-// does: it keeps the first nKeep tokens (after BOS), drops half of the rest
-// and moves the later half down. The KV's keys are re-rotated by the next
-// llama_decode. Needs e.mu, with no state transfer in flight.
-func (e *engine) shiftContext(i int, s *slot, nKeep int) {
-	toks := s.seq()
-	if len(toks) > 0 && toks[0] == e.model.bos {
-		nKeep++
-	}
-	nKeep = min(max(nKeep, 0), len(toks)-1)
-	discard := (len(toks) - nKeep) / 2
-	e.ctx.seqRmRange(i, nKeep, nKeep+discard)
-	e.ctx.seqShift(i, nKeep+discard, len(toks), -discard)
+// does (kv.Shift); the KV's keys are re-rotated by the next llama_decode.
+// Needs e.mu, with no state transfer in flight.
+func (e *engine) shiftContext(i int, s *kv.Slot, nKeep int) {
+	kept, keep, discard := kv.Shift(e.ctx, i, s.Seq(), nKeep, e.model.bos)
 	e.ckpts.Clear(i) // the positions moved
-	kept := append(slices.Clone(toks[:nKeep]), toks[nKeep+discard:]...)
-	s.set(kept, s.logitsNow(), s.stateSizeNow())
-	e.log.Debug("context shift", "slot", i, "n_keep", nKeep, "n_discard", discard, "n_past", len(kept))
-}
-
-// freeCells is how many KV cells no slot holds or claims. Needs e.mu.
-func (e *engine) freeCells() int {
-	used := 0
-	for _, s := range e.slots {
-		used += len(s.seq()) + s.claim
-	}
-	return e.nCtx - used
-}
-
-// fits checks that slot i can take need more cells: within its own share
-// and among the free ones. Needs e.mu.
-func (e *engine) fits(i int, s *slot, need int) error {
-	if have := len(s.seq()) + s.claim; have+need > e.slotCtx {
-		return fmt.Errorf("%w: slot %d needs %d cells, %s", iface.ErrBadRequest, i, have+need, e.slotCtxText())
-	}
-	if free := e.freeCells(); need > free {
-		return fmt.Errorf("%w: needs %d KV cells, %d free (shared by all slots, n_ctx %d): clear a slot first",
-			iface.ErrNoRoom, need, free, e.nCtx)
-	}
-	return nil
-}
-
-// slotCtxText says how many cells a slot holds and why, for errors.
-func (e *engine) slotCtxText() string {
-	if e.kvUnified {
-		return fmt.Sprintf("n_ctx is %d", e.slotCtx)
-	}
-	return fmt.Sprintf("a slot holds %d (n_ctx %d split across %d slots)", e.slotCtx, e.nCtx, len(e.slots))
+	s.Set(kept, s.Logits(), s.StateSize())
+	e.log.Debug("context shift", "slot", i, "n_keep", keep, "n_discard", discard, "n_past", len(kept))
 }
 
 // updateStateSize records the slot's state size after it changed.
-func (e *engine) updateStateSize(i int, s *slot) {
+func (e *engine) updateStateSize(i int, s *kv.Slot) {
 	e.mu.Lock()
 	size := e.ctx.stateSize(i)
 	e.mu.Unlock()
-	s.mu.Lock()
-	s.stateSize = size
-	s.mu.Unlock()
+	s.SetStateSize(size)
 }

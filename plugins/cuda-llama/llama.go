@@ -35,6 +35,7 @@ import (
 	"unsafe"
 
 	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/sched"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
 
@@ -421,6 +422,34 @@ func (c *lctx) decodeBatch(batch *C.struct_llama_batch, n int) error {
 	}
 }
 
+// decodeRows evaluates b (at most nBatch rows) through the context's batch.
+func (c *lctx) decodeRows(b *sched.Batch) error {
+	n := b.Len()
+	copy(unsafe.Slice((*int32)(unsafe.Pointer(c.batch.token)), n), b.Token)
+	copy(unsafe.Slice((*int32)(unsafe.Pointer(c.batch.pos)), n), b.Pos)
+	nSeq, seqs, logits := unsafe.Slice(c.batch.n_seq_id, n), unsafe.Slice(c.batch.seq_id, n), unsafe.Slice(c.batch.logits, n)
+	for i := range n {
+		nSeq[i], *seqs[i], logits[i] = 1, C.llama_seq_id(b.Seq[i]), 0
+		if b.Logits[i] {
+			logits[i] = 1
+		}
+	}
+	return c.decodeBatch(&c.batch, n)
+}
+
+// lastBatch is the llama_batch the context evaluated last.
+func (c *lctx) lastBatch() *C.struct_llama_batch { return &c.batch }
+
+// rowLogits is the logits of the batch's row i (computed for it), in
+// llama.cpp's memory until the next evaluation; nil where it has none.
+func (c *lctx) rowLogits(i int) []float32 {
+	p := c.logitsPtr(i)
+	if p == nil {
+		return nil
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(p)), c.nVocab)
+}
+
 // logitsInto copies the logits of the batch's last token.
 func (c *lctx) logitsInto(dst []float32) { c.logitsAt(-1, dst) }
 
@@ -433,35 +462,35 @@ func (c *lctx) logitsAt(i int, dst []float32) {
 	copy(dst, unsafe.Slice((*float32)(unsafe.Pointer(c.logitsPtr(i))), c.nVocab))
 }
 
-func (c *lctx) seqRm(seq int) {
+func (c *lctx) SeqRm(seq int) {
 	C.llama_memory_seq_rm(c.mem, C.llama_seq_id(seq), -1, -1)
 }
 
 // seqRmFrom removes positions p0 and after from the sequence; false where
 // the memory cannot be cut there (a recurrent state, which holds its last
 // token), the sequence then as it was.
-func (c *lctx) seqRmFrom(seq, p0 int) bool {
+func (c *lctx) SeqRmFrom(seq, p0 int) bool {
 	return bool(C.llama_memory_seq_rm(c.mem, C.llama_seq_id(seq), C.llama_pos(p0), -1))
 }
 
 // seqPosMin is the sequence's first position the memory still holds (a
 // sliding window drops the positions before its window); -1 if empty.
-func (c *lctx) seqPosMin(seq int) int {
+func (c *lctx) SeqPosMin(seq int) int {
 	return int(C.llama_memory_seq_pos_min(c.mem, C.llama_seq_id(seq)))
 }
 
 // canShift reports whether the cache can move positions (context shift,
 // cache reuse).
-func (c *lctx) canShift() bool { return bool(C.llama_memory_can_shift(c.mem)) }
+func (c *lctx) CanShift() bool { return bool(C.llama_memory_can_shift(c.mem)) }
 
 // seqRmRange removes positions [p0, p1) from the sequence.
-func (c *lctx) seqRmRange(seq, p0, p1 int) {
+func (c *lctx) SeqRmRange(seq, p0, p1 int) {
 	C.llama_memory_seq_rm(c.mem, C.llama_seq_id(seq), C.llama_pos(p0), C.llama_pos(p1))
 }
 
 // seqShift adds delta to the positions [p0, p1) of the sequence; the keys
 // are re-rotated by the next llama_decode.
-func (c *lctx) seqShift(seq, p0, p1, delta int) {
+func (c *lctx) SeqShift(seq, p0, p1, delta int) {
 	C.llama_memory_seq_add(c.mem, C.llama_seq_id(seq), C.llama_pos(p0), C.llama_pos(p1), C.llama_pos(delta))
 }
 

@@ -171,7 +171,7 @@ func TestMemoryBatchedEqualsAlone(t *testing.T) {
 				alone := load(t, path, 1, nil)
 				referenceKernels(t, alone)
 				prefill(t, alone, 0, p)
-				prompt := alone.eng.Load().slots[0].seq()
+				prompt := alone.eng.Load().cells.Slots[0].Seq()
 				want, _ := decode(t, alone, 0, 30, iface.SamplerParams{})
 				sameGreedy(t, alone, 0, prompt, got[s], want, iface.SamplerParams{})
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/internal/promptcache"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/kv"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 	"github.com/hydra-engine/hydra-engine/transport/shm"
 )
@@ -32,11 +33,11 @@ func (e *engine) newPromptCache(mib int64) *promptcache.Cache {
 	if e.device != "" {
 		alloc.Pin = pinRegion
 	}
-	c := promptcache.New(promptcache.BudgetOf(mib), e.nCtx, alloc)
+	c := promptcache.New(promptcache.BudgetOf(mib), e.cells.NCtx, alloc)
 	if c != nil {
 		limit := fmt.Sprintf("%d MiB", mib)
 		if mib < 0 {
-			limit = fmt.Sprintf("no limit in bytes, %d tokens", e.nCtx)
+			limit = fmt.Sprintf("no limit in bytes, %d tokens", e.cells.NCtx)
 		}
 		e.log.Info("prompt cache in host memory: HTTP completions' sequences leaving their slot are kept there",
 			llamaopt.OptCacheRAM, limit, "pinned", alloc.Pin != nil)
@@ -60,13 +61,13 @@ func (e *engine) cacheRule() promptcache.Rule {
 // HTTP's is neither saved nor replaced: the coordinator's slots are its own.
 // The caller holds the slot. A failure is logged and counted, and the
 // prompt is evaluated as without a cache.
-func (e *engine) fromCache(ctx context.Context, i int, s *slot, toks []int32, req iface.PrefillRequest) {
+func (e *engine) fromCache(ctx context.Context, i int, s *kv.Slot, toks []int32, req iface.PrefillRequest) {
 	if e.pcache == nil || !req.PromptCache {
 		return
 	}
-	old := s.seq()
+	old := s.Seq()
 	e.mu.Lock()
-	posMin := e.ctx.seqPosMin(i)
+	posMin := e.ctx.SeqPosMin(i)
 	e.mu.Unlock()
 	rule := e.cacheRule()
 	leaves := rule.Leaves(old, posMin, toks)
@@ -124,7 +125,7 @@ func (e *engine) saveEntry(ctx context.Context, i int, sv *promptcache.Save, siz
 
 // restoreFromCache restores a taken entry into slot i as a STATE_PUT does,
 // from its memory in place; on failure the slot is empty.
-func (e *engine) restoreFromCache(ctx context.Context, i int, s *slot, r *promptcache.Restore) {
+func (e *engine) restoreFromCache(ctx context.Context, i int, s *kv.Slot, r *promptcache.Restore) {
 	start := time.Now()
 	err := func() error {
 		defer e.beginTransfer()()

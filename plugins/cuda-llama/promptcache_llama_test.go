@@ -308,7 +308,7 @@ func TestPromptCacheRuleIsCut(t *testing.T) {
 			for _, then := range [][]int32{append(slices.Clone(base), 1, 2), append(slices.Clone(base[:30]), 1), base} {
 				prefillTokens(t, b, 0, base)
 				e.mu.Lock()
-				posMin := e.ctx.seqPosMin(0)
+				posMin := e.ctx.SeqPosMin(0)
 				e.mu.Unlock()
 				keep := e.cacheRule().Keep(base, posMin, then)
 				if r := prefillTokens(t, b, 0, then); r.Reused != keep {

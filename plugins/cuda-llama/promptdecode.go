@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/kv"
 )
 
 // promptDecode is a Decode with a prompt (DecodeRequest.Prompt): one
@@ -16,7 +17,7 @@ import (
 // of the prefill, when the scheduler has started the next step (with other
 // prompts in it, a long one) without it. On any failure before the first
 // token the slot is left empty, as by Prefill.
-func (b *Backend) promptDecode(ctx context.Context, e *engine, s *slot, req iface.DecodeRequest, out *outputRun, emit func(iface.Token) error) (iface.DecodeResult, error) {
+func (b *Backend) promptDecode(ctx context.Context, e *engine, s *kv.Slot, req iface.DecodeRequest, out *outputRun, emit func(iface.Token) error) (iface.DecodeResult, error) {
 	start := time.Now()
 	p := *req.Prompt
 	p.Slot = req.Slot
@@ -27,7 +28,7 @@ func (b *Backend) promptDecode(ctx context.Context, e *engine, s *slot, req ifac
 	if err != nil {
 		return iface.DecodeResult{}, err
 	}
-	smp, err := newSampler(e.model, req.Sampler, req.NProbs, e.slotCtx, toks)
+	smp, err := newSampler(e.model, req.Sampler, req.NProbs, e.cells.SlotCtx, toks)
 	if err != nil {
 		return iface.DecodeResult{}, err
 	}
@@ -35,11 +36,11 @@ func (b *Backend) promptDecode(ctx context.Context, e *engine, s *slot, req ifac
 		smp.free()
 		return iface.DecodeResult{}, err
 	}
-	if err := s.acquire(req.Slot); err != nil {
+	if err := s.Acquire(req.Slot); err != nil {
 		smp.free()
 		return iface.DecodeResult{}, err
 	}
-	defer s.release()
+	defer s.Release()
 	e.fromCache(ctx, req.Slot, s, toks, p)
 	d := &decodeJob{req: req, smp: smp, pending: -1, base: len(toks), events: make(chan iface.Token, eventBuffer)}
 	j, reused, err := e.startPrefill(req.Slot, s, toks, e.spansOf(p, toks), d)

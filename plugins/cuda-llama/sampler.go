@@ -78,7 +78,7 @@ func (s *sampler) free() { C.hydra_sampler_free(s.c) }
 // sample picks the token at position pos from logits (n_vocab floats, C or
 // Go memory), with its log-probability and alternatives when asked, and
 // adds it to the penalties' history.
-func (s *sampler) sample(m *model, logits *C.float, pos int, wantLogprob bool) iface.Token {
+func (s *sampler) sample(m *model, logits []float32, pos int, wantLogprob bool) iface.Token {
 	var lp C.float
 	var lpp *C.float
 	if wantLogprob {
@@ -90,7 +90,11 @@ func (s *sampler) sample(m *model, logits *C.float, pos int, wantLogprob bool) i
 	if s.nTop > 0 {
 		ids, lps = &s.topIDs[0], &s.topLP[0]
 	}
-	tok := C.hydra_sample(s.c, logits, C.double(uniform(s.seed, pos)), lpp, C.int32_t(s.nTop), ids, lps, &nOut)
+	var lg *C.float // nil where llama.cpp had no logits for the row, as it answers
+	if len(logits) > 0 {
+		lg = goLogits(logits)
+	}
+	tok := C.hydra_sample(s.c, lg, C.double(uniform(s.seed, pos)), lpp, C.int32_t(s.nTop), ids, lps, &nOut)
 	C.hydra_sampler_accept(s.c, tok)
 	t := iface.Token{ID: int32(tok), Logprob: float32(lp)}
 	for i := range int(nOut) {

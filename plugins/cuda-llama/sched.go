@@ -2,25 +2,6 @@
 
 package cudallama
 
-/*
-#include "llama.h"
-
-// hydra_sched_fill writes tokens [first, first+n) of a batch in one call:
-// token i at position pos0+i of sequence seq, logits for the last one when
-// last is set.
-static void hydra_sched_fill(struct llama_batch * b, int first, int n, const llama_token * toks, llama_pos pos0,
-                             llama_seq_id seq, int last) {
-	for (int i = 0; i < n; i++) {
-		b->token[first + i] = toks[i];
-		b->pos[first + i] = pos0 + i;
-		b->n_seq_id[first + i] = 1;
-		b->seq_id[first + i][0] = seq;
-		b->logits[first + i] = (int8_t) (last && i == n - 1);
-	}
-}
-*/
-import "C"
-
 import (
 	"errors"
 	"fmt"
@@ -28,10 +9,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/ckpt"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/kv"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/sched"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/specrule"
 )
 
@@ -49,7 +31,7 @@ import (
 // a prompt has both, prefill until the prompt is in (prompted), then decode.
 type job struct {
 	slot  int
-	s     *slot
+	s     *kv.Slot
 	done  chan error // the job's end: one value, after events (if any) closed
 	ended bool       // the loop's: done was sent
 
@@ -67,7 +49,7 @@ type prefillJob struct {
 	next      int
 	logits    []float32 // after the last token, filled by the loop
 	stateSize int64     // the slot's state size after the last chunk, likewise
-	moves     []kvMove  // reused chunks to put in place before its first chunk
+	moves     []kv.Move // reused chunks to put in place before its first chunk
 	task      uint64    // the prompt's number, for the checkpoints' spacing rule
 	spans     ckpt.Spans
 }
@@ -109,7 +91,7 @@ const eventBuffer = 8
 
 type scheduler struct {
 	e     *engine
-	batch C.struct_llama_batch
+	batch sched.Batch
 	size  int // tokens a batch takes: n_batch
 
 	mu       sync.Mutex
@@ -126,9 +108,7 @@ type scheduler struct {
 }
 
 func newScheduler(e *engine) *scheduler {
-	s := &scheduler{e: e, size: e.ctx.nBatch, wake: make(chan struct{}, 1)}
-	s.batch = C.llama_batch_init(C.int32_t(s.size), 0, 1)
-	return s
+	return &scheduler{e: e, size: e.ctx.nBatch, wake: make(chan struct{}, 1)}
 }
 
 // submit registers j; the loop picks it up at its next step.
@@ -159,11 +139,11 @@ func (s *scheduler) run() {
 // step runs one batch; false when no job could make progress (all idle or
 // waiting for their callers). The jobs submitted so far join it once it
 // holds the context lock: those whose callers took the lock before it
-// (stepLock lets them go first) registered then, and are in this step
+// (StepLock lets them go first) registered then, and are in this step
 // rather than the next.
 func (s *scheduler) step() bool {
 	e := s.e
-	e.mu.stepLock()
+	e.mu.StepLock()
 	defer e.mu.Unlock()
 	start := time.Now()
 	s.takeIncoming()
@@ -173,7 +153,7 @@ func (s *scheduler) step() bool {
 		return false
 	}
 	s.clock.verifyStart = time.Now()
-	err := e.ctx.decodeBatch(&s.batch, n)
+	err := e.ctx.decodeRows(&s.batch)
 	if errors.Is(err, errKVFull) {
 		entries, err = s.retryDecodersOnly(entries)
 	}
@@ -308,7 +288,7 @@ func (s *scheduler) build() (entries []entry, n int) {
 		entries = append(entries, entry{j: j, n: k, last: p.next+k == len(p.prompt), prompt: true})
 		n += k
 	}
-	if !s.e.kvUnified {
+	if !s.e.cells.Unified {
 		// With a KV stream per sequence llama.cpp puts only sequences of
 		// consecutive ids, in batch order, into one micro-batch.
 		slices.SortStableFunc(entries, func(a, b entry) int { return a.j.slot - b.j.slot })
@@ -318,25 +298,26 @@ func (s *scheduler) build() (entries []entry, n int) {
 
 // fill writes the entries' tokens into the batch in their order, setting
 // each one's first row, and returns the batch's tokens.
+// A decoder's pending token and its draft all have logits: each draft
+// token is verified from the row before it.
 func (s *scheduler) fill(entries []entry) int {
-	n := 0
+	s.batch.Reset()
 	for i := range entries {
 		en := &entries[i]
-		en.first = n
-		seq := C.llama_seq_id(en.j.slot)
+		en.first = s.batch.Len()
 		if en.prompt {
-			p := en.j.prefill
-			C.hydra_sched_fill(&s.batch, C.int(n), C.int(en.n), (*C.llama_token)(unsafe.Pointer(&p.prompt[p.next])),
-				C.llama_pos(p.next), seq, C.int(boolInt(en.last)))
-		} else if len(en.j.decode.draft) > 0 {
-			s.fillDraft(en)
-		} else {
-			tok := C.llama_token(en.j.decode.pending)
-			C.hydra_sched_fill(&s.batch, C.int(n), 1, &tok, C.llama_pos(len(en.j.s.seq())), seq, 1)
+			p, rows := en.j.prefill, sched.RowsNone
+			if en.last {
+				rows = sched.RowsLast
+			}
+			s.batch.Add(p.prompt[p.next:p.next+en.n], p.next, en.j.slot, rows)
+			continue
 		}
-		n += en.n
+		d, pos := en.j.decode, len(en.j.s.Seq())
+		s.batch.Add([]int32{d.pending}, pos, en.j.slot, sched.RowsAll)
+		s.batch.Add(d.draft, pos+1, en.j.slot, sched.RowsAll)
 	}
-	return n
+	return s.batch.Len()
 }
 
 // ready reports whether decoder j can take part in this step: its caller
@@ -371,7 +352,8 @@ func (s *scheduler) retryDecodersOnly(entries []entry) ([]entry, error) {
 	if len(dec) == 0 || len(dec) == len(entries) {
 		return entries, errKVFull
 	}
-	return dec, s.e.ctx.decodeBatch(&s.batch, s.fill(dec))
+	s.fill(dec)
+	return dec, s.e.ctx.decodeRows(&s.batch)
 }
 
 // collect takes the step's results: prompt progress, and for each decoder
@@ -401,8 +383,7 @@ func (s *scheduler) collect(entries []entry) {
 	rolled := s.settleDrafts(entries)
 	for _, en := range entries {
 		if j := en.j; j.decode != nil && j.prefill == nil && j.decode.pending < 0 && !j.ended {
-			logits := s.e.ctx.logitsPtr(en.keptRow())
-			j.s.setLogits(slices.Clone(unsafe.Slice((*float32)(unsafe.Pointer(logits)), s.e.model.nVocab)))
+			j.s.SetLogits(slices.Clone(s.e.ctx.rowLogits(en.keptRow())))
 			s.finish(j, nil)
 		}
 	}
@@ -414,8 +395,8 @@ func (s *scheduler) collect(entries []entry) {
 // with its logits, or turns a Decode's prompt into its decoder (prompted).
 func (s *scheduler) prefilled(en entry) (draw, bool) {
 	j, p := en.j, en.j.prefill
-	j.s.appendTokens(p.prompt[p.next : p.next+en.n])
-	j.s.claim -= en.n
+	j.s.Append(p.prompt[p.next : p.next+en.n])
+	j.s.Claim -= en.n
 	p.next += en.n
 	switch {
 	case !en.last:
@@ -447,21 +428,21 @@ func (s *scheduler) dropEnded() {
 // draw is one decoder's sampling of this step.
 type draw struct {
 	j      *job
-	logits *C.float
-	row    int // the batch row of logits
+	logits []float32 // llama.cpp's, valid until the next evaluation
+	row    int       // the batch row of logits
 	tok    iface.Token
 	// accepted is the draft tokens sampled before tok (spec.go), each
 	// already in the KV; rows the logits of the draft tokens' rows.
 	accepted []iface.Token
-	rows     []*C.float
+	rows     [][]float32
 }
 
 // evaluated records a decoder's token evaluated and says whether it samples
 // another (nextDraw).
 func (s *scheduler) evaluated(en entry) (draw, bool) {
 	j, d := en.j, en.j.decode
-	j.s.appendTokens([]int32{d.pending})
-	j.s.claim--
+	j.s.Append([]int32{d.pending})
+	j.s.Claim--
 	d.pending = -1
 	return s.nextDraw(en)
 }
@@ -479,12 +460,12 @@ func (s *scheduler) nextDraw(en entry) (draw, bool) {
 		d.stop = stop
 		return draw{}, false
 	}
-	j.s.claim++
+	j.s.Claim++
 	row := en.lastRow()
 	if !en.prompt {
 		row = en.first // a decoder's pending token: its draft's rows follow
 	}
-	return draw{j: j, logits: s.e.ctx.logitsPtr(row), row: row}, true
+	return draw{j: j, logits: s.e.ctx.rowLogits(row), row: row}, true
 }
 
 // parallelDraws is the fewest draws worth spreading over goroutines: one
@@ -499,7 +480,7 @@ func (s *scheduler) sampleAll(draws []draw) {
 			s.sampleDraft(d)
 			return
 		}
-		d.tok = d.j.decode.smp.sample(s.e.model, d.logits, len(d.j.s.seq()), d.j.decode.req.Logprobs)
+		d.tok = d.j.decode.smp.sample(s.e.model, d.logits, len(d.j.s.Seq()), d.j.decode.req.Logprobs)
 	}
 	if len(draws) < parallelDraws {
 		for i := range draws {
@@ -519,11 +500,11 @@ func (s *scheduler) drawn(d draw) {
 	j, t := d.j, d.tok
 	if s.e.model.isEOG(t.ID) && !j.decode.req.Sampler.IgnoreEOS {
 		j.decode.stop = StopEOS
-		j.s.claim--
+		j.s.Claim--
 		return
 	}
 	t.Text = s.e.model.piece(t.ID)
-	j.s.claim-- // queue claims it again
+	j.s.Claim-- // queue claims it again
 	j.decode.queue(j, t)
 }
 
@@ -531,14 +512,14 @@ func (s *scheduler) drawn(d draw) {
 // next step. It claims the cell t will take.
 func (d *decodeJob) queue(j *job, t iface.Token) {
 	d.pending = t.ID
-	j.s.claim++
+	j.s.Claim++
 	d.sampled++
 	d.events <- t // room was checked (ready) or is fresh
 	if d.sampled >= d.req.NPredict {
 		d.stop = StopLength
 		if d.req.LastUnevaluated { // sent, not evaluated: the job ends without another step
 			d.pending = -1
-			j.s.claim--
+			j.s.Claim--
 		}
 	}
 }
@@ -553,7 +534,7 @@ func (s *scheduler) endCancelled() {
 		}
 		if j.prefill != nil {
 			s.e.clearLocked(j.slot, j.s)
-			j.s.claim = 0
+			j.s.Claim = 0
 			s.finish(j, errCancelled)
 			continue
 		}
@@ -587,27 +568,25 @@ func (s *scheduler) replay(jobs []*job) {
 	start := time.Now()
 	defer func() { s.clock.replay, s.clock.rolled = time.Since(start), len(jobs) }()
 	var ok []*job
-	n := 0
+	s.batch.Reset()
 	for _, j := range jobs {
-		d, seq := j.decode, j.s.seq()
+		d, seq := j.decode, j.s.Seq()
 		pos0 := len(seq) - 1 - d.nAccepted
 		err := s.e.ctx.setPartialState(j.slot, d.rollback)
-		if err == nil && !s.e.ctx.seqRmFrom(j.slot, pos0) {
+		if err == nil && !s.e.ctx.SeqRmFrom(j.slot, pos0) {
 			err = fmt.Errorf("llama.cpp could not cut sequence %d at %d after restoring its state", j.slot, pos0)
 		}
 		if err != nil {
 			s.failReplay(j, err)
 			continue
 		}
-		C.hydra_sched_fill(&s.batch, C.int(n), C.int(len(seq)-pos0), (*C.llama_token)(unsafe.Pointer(&seq[pos0])),
-			C.llama_pos(pos0), C.llama_seq_id(j.slot), 0)
-		n += len(seq) - pos0
+		s.batch.Add(seq[pos0:], pos0, j.slot, sched.RowsNone)
 		ok = append(ok, j)
 	}
-	if n == 0 {
+	if s.batch.Len() == 0 {
 		return
 	}
-	if err := s.e.ctx.decodeBatch(&s.batch, n); err != nil {
+	if err := s.e.ctx.decodeRows(&s.batch); err != nil {
 		for _, j := range ok {
 			s.failReplay(j, fmt.Errorf("evaluating the kept tokens again after a rejected draft: %w", err))
 		}
@@ -633,7 +612,7 @@ func (s *scheduler) failReplay(j *job, err error) {
 func (s *scheduler) failAll(entries []entry, err error) {
 	for _, en := range entries {
 		s.e.clearLocked(en.j.slot, en.j.s)
-		en.j.s.claim = 0
+		en.j.s.Claim = 0
 		s.finish(en.j, err)
 	}
 	s.dropEnded()
@@ -645,15 +624,8 @@ func (s *scheduler) finish(j *job, err error) {
 	if j.decode != nil {
 		close(j.decode.events)
 	}
-	j.s.claim, j.ended = 0, true
+	j.s.Claim, j.ended = 0, true
 	j.done <- err
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // errCancelled ends a job whose caller gave up; the caller has its own error.

@@ -86,7 +86,7 @@ func TestBatchedEqualsAlone(t *testing.T) {
 			prompt := map[int][]int32{}
 			for s, p := range prompts {
 				prefill(t, b, s, p)
-				prompt[s] = e.slots[s].seq()
+				prompt[s] = e.cells.Slots[s].Seq()
 			}
 			before := e.sched.steps.Load()
 			got := decodeAll(t, b, tc.slots, 48, sp)

@@ -6,19 +6,6 @@ package cudallama
 #include <stdlib.h>
 #include "spec.h"
 
-// hydra_spec_fill writes a decoder's pending token and its draft at
-// positions pos0.. of sequence seq, every one with logits (each is verified
-// from the row before it).
-static void hydra_spec_fill(struct llama_batch * b, int first, int n, const llama_token * toks, llama_pos pos0,
-                            llama_seq_id seq) {
-	for (int i = 0; i < n; i++) {
-		b->token[first + i] = toks[i];
-		b->pos[first + i] = pos0 + i;
-		b->n_seq_id[first + i] = 1;
-		b->seq_id[first + i][0] = seq;
-		b->logits[first + i] = 1;
-	}
-}
 */
 import "C"
 
@@ -140,11 +127,11 @@ func (s *scheduler) specBound(j *job, batchRoom int) specrule.Decoder {
 	if d.req.NPredict > 0 {
 		room = min(room, d.req.NPredict-d.sampled-1)
 	}
-	room = min(room, s.e.slotCtx-len(j.s.seq())-j.s.claim-1, s.e.freeCells()-1, batchRoom)
+	room = min(room, s.e.cells.SlotCtx-len(j.s.Seq())-j.s.Claim-1, s.e.cells.Free()-1, batchRoom)
 	if reqMax > 0 {
 		room = min(room, reqMax)
 	}
-	return specrule.Decoder{Acc: &sp.acc[j.slot], Max: max(room, 0), Min: reqMin, Behind: sp.behind(j.slot, j.s.seq())}
+	return specrule.Decoder{Acc: &sp.acc[j.slot], Max: max(room, 0), Min: reqMin, Behind: sp.behind(j.slot, j.s.Seq())}
 }
 
 // behind is how many of seq's tokens the draft model would evaluate before
@@ -182,9 +169,9 @@ func (s *scheduler) draftStep(decoders []*job, room int) {
 	lens := make([]int, len(decoders))
 	s.logRule(sp.rule.Plan(ds, lens))
 	for i, j := range decoders {
-		lens[i] = max(min(lens[i], s.e.freeCells()-1, room), 0)
+		lens[i] = max(min(lens[i], s.e.cells.Free()-1, room), 0)
 		room -= lens[i]
-		j.s.claim += lens[i]
+		j.s.Claim += lens[i]
 		s.clock.depth = max(s.clock.depth, lens[i])
 		if lens[i] > 0 {
 			s.clock.drafting++
@@ -195,7 +182,7 @@ func (s *scheduler) draftStep(decoders []*job, room int) {
 	}
 	s.planDrafts(decoders, lens)
 	for i, j := range decoders {
-		j.s.claim += len(j.decode.draft) - lens[i]
+		j.s.Claim += len(j.decode.draft) - lens[i]
 	}
 	saved := time.Now()
 	s.clock.draft = saved.Sub(start)
@@ -253,7 +240,7 @@ func (s *scheduler) saveRollbacks(decoders []*job) {
 		if err != nil {
 			s.e.log.Warn("speculative decoding: the slot's state could not be saved before its draft: no draft this step",
 				"slot", j.slot, "error", err)
-			j.s.claim -= len(d.draft)
+			j.s.Claim -= len(d.draft)
 			d.draft = nil
 			continue
 		}
@@ -268,10 +255,10 @@ func (s *scheduler) planDrafts(decoders []*job, lens []int) {
 	sp.toks, sp.pos, sp.seqs = sp.toks[:0], sp.pos[:0], sp.seqs[:0]
 	sp.past, sp.nMax = sp.past[:0], sp.nMax[:0]
 	var drafting []*job
-	for i, sl := range s.e.slots {
+	for i, sl := range s.e.cells.Slots {
 		// Every slot's held cells are cut back to its sequence, so a slot
 		// that changed frees the draft cells it no longer shares.
-		seq := sl.seq()
+		seq := sl.Seq()
 		if n := commonPrefix(sp.held[i], seq); n < len(sp.held[i]) {
 			if sp.dctx != nil {
 				n = 0 // a recurrent state is not cut back: the slot's tokens are evaluated again
@@ -285,7 +272,7 @@ func (s *scheduler) planDrafts(decoders []*job, lens []int) {
 		if lens[k] == 0 {
 			continue
 		}
-		seq := j.s.seq()
+		seq := j.s.Seq()
 		if sp.ngram {
 			if !j.decode.specBegun {
 				// A new generation: the n-gram maps index the tokens so far.
@@ -319,7 +306,7 @@ func (s *scheduler) planDrafts(decoders []*job, lens []int) {
 			return
 		}
 		for _, j := range drafting {
-			sp.held[j.slot] = append(sp.held[j.slot], j.s.seq()[len(sp.held[j.slot]):]...)
+			sp.held[j.slot] = append(sp.held[j.slot], j.s.Seq()[len(sp.held[j.slot]):]...)
 		}
 	}
 	seqs := make([]C.llama_seq_id, len(drafting))
@@ -370,7 +357,7 @@ func (s *scheduler) planDrafts(decoders []*job, lens []int) {
 			testSawDraft(j.slot, int(sp.past[i]), d.draft)
 		}
 		if testDrafts != nil && sp.dft == nil {
-			d.draft = testDrafts(j.slot, j.s.seq(), d.pending, int(sp.nMax[i]))
+			d.draft = testDrafts(j.slot, j.s.Seq(), d.pending, int(sp.nMax[i]))
 		}
 		if sp.mtp {
 			// The MTP block drafted from its own hidden states: its cells
@@ -409,29 +396,26 @@ func (s *scheduler) mtpProcess() {
 	if sp == nil || !sp.mtp || (s.clock.depth == 0 && !sp.rule.Always() && !sp.rule.Status().Drafting) {
 		return
 	}
-	if C.hydra_spec_process(sp.c, &s.batch) != 0 {
+	if C.hydra_spec_process(sp.c, s.e.ctx.lastBatch()) != 0 {
 		s.e.log.Warn("the MTP block could not evaluate the step's batch: its cells are dropped, it drafts from the positions evaluated from now on")
 		sp.dropAll()
 		return
 	}
-	n := int(s.batch.n_tokens)
-	toks, pos := unsafe.Slice(s.batch.token, n), unsafe.Slice(s.batch.pos, n)
-	seqs := unsafe.Slice(s.batch.seq_id, n)
+	b := &s.batch
+	n := b.Len()
 	for i := 0; i < n; {
-		slot, p0 := int(*seqs[i]), int(pos[i])
+		slot, p0 := int(b.Seq[i]), int(b.Pos[i])
 		k := i
-		for k < n && int(*seqs[k]) == slot {
+		for k < n && int(b.Seq[k]) == slot {
 			k++
 		}
 		h := sp.held[slot]
-		if seq := s.e.slots[slot].seq(); p0 > len(h) && len(seq) >= p0 {
+		if seq := s.e.cells.Slots[slot].Seq(); p0 > len(h) && len(seq) >= p0 {
 			h = append(h, seq[len(h):p0]...)
 		}
 		if p0 <= len(h) {
 			h = h[:p0]
-			for _, t := range toks[i:k] {
-				h = append(h, int32(t))
-			}
+			h = append(h, b.Token[i:k]...)
 			sp.held[slot] = h
 		}
 		i = k
@@ -472,7 +456,7 @@ func (sp *speculator) restoreDrafts(drafting []*job) error {
 		if err := sp.dctx.setPartialState(j.slot, sp.drafts[j.slot]); err != nil {
 			return err
 		}
-		if n := len(sp.held[j.slot]); !sp.dctx.seqRmFrom(j.slot, n) {
+		if n := len(sp.held[j.slot]); !sp.dctx.SeqRmFrom(j.slot, n) {
 			return fmt.Errorf("llama.cpp could not cut the draft sequence %d at %d after restoring its state", j.slot, n)
 		}
 	}
@@ -506,17 +490,6 @@ func (sp *speculator) dropAll() {
 	}
 }
 
-// fillDraft writes decoder en's pending token and draft into the batch.
-func (s *scheduler) fillDraft(en *entry) {
-	d := en.j.decode
-	toks := make([]C.llama_token, 0, 1+len(d.draft))
-	toks = append(toks, C.llama_token(d.pending))
-	for _, t := range d.draft {
-		toks = append(toks, C.llama_token(t))
-	}
-	C.hydra_spec_fill(&s.batch, C.int(en.first), C.int(len(toks)), &toks[0], C.llama_pos(len(en.j.s.seq())), C.llama_seq_id(en.j.slot))
-}
-
 // draftRows looks up the logits of each draw's draft rows before the draws
 // run in parallel: llama.cpp's first lookup after a decode may reorder its
 // outputs, which must not race.
@@ -525,7 +498,7 @@ func (s *scheduler) draftRows(draws []draw) {
 		d := &draws[i]
 		d.rows = d.rows[:0]
 		for k := range d.j.decode.draft {
-			d.rows = append(d.rows, s.e.ctx.logitsPtr(d.row+k+1))
+			d.rows = append(d.rows, s.e.ctx.rowLogits(d.row+k+1))
 		}
 	}
 }
@@ -537,7 +510,7 @@ func (s *scheduler) draftRows(draws []draw) {
 // tokens are those of decoding without the draft.
 func (s *scheduler) sampleDraft(d *draw) {
 	j, dj := d.j, d.j.decode
-	pos := len(j.s.seq())
+	pos := len(j.s.Seq())
 	t := dj.smp.sample(s.e.model, d.logits, pos, dj.req.Logprobs)
 	for i := 0; i < len(dj.draft) && t.ID == dj.draft[i] && !s.e.model.isEOG(t.ID); i++ {
 		d.accepted = append(d.accepted, t)
@@ -554,7 +527,7 @@ func (s *scheduler) acceptDrafted(d draw) {
 		t.Text = s.e.model.piece(t.ID)
 		j.decode.sampled++
 		j.decode.events <- t // room for the whole draft was kept (specLen)
-		j.s.appendTokens([]int32{t.ID})
+		j.s.Append([]int32{t.ID})
 	}
 	j.decode.nAccepted = len(d.accepted)
 }
@@ -575,12 +548,12 @@ func (s *scheduler) settleDrafts(entries []entry) (rolled []*job) {
 			continue
 		}
 		n := len(d.draft)
-		if !s.e.ctx.seqRmFrom(en.j.slot, len(en.j.s.seq())) && d.rollback != nil {
+		if !s.e.ctx.SeqRmFrom(en.j.slot, len(en.j.s.Seq())) && d.rollback != nil {
 			rolled = append(rolled, en.j)
 		}
-		en.j.s.claim -= n
+		en.j.s.Claim -= n
 		if en.j.ended {
-			en.j.s.claim = 0
+			en.j.s.Claim = 0
 		}
 		if testDrafts == nil || sp.mtp { // llama.cpp's drafter counts its own drafts' acceptance; MTP's takes the kept row's hidden state
 			C.hydra_spec_accept(sp.c, C.int32_t(en.j.slot), C.int32_t(d.nAccepted))

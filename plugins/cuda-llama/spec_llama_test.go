@@ -61,7 +61,7 @@ func TestSpecGreedyEqual(t *testing.T) {
 					prefill(t, spec, s, p)
 					want, _ := decode(t, plain, s, 48, sp)
 					got, _ := decode(t, spec, s, 48, sp)
-					sameGreedy(t, spec, s, spec.eng.Load().slots[s].seq()[:len(spec.eng.Load().slots[s].seq())-len(got)], got, want, sp)
+					sameGreedy(t, spec, s, spec.eng.Load().cells.Slots[s].Seq()[:len(spec.eng.Load().cells.Slots[s].Seq())-len(got)], got, want, sp)
 				}
 				aloneDrafted, aloneAccepted := specRate(spec)
 				slots := []int{0, 1, 2, 3}
@@ -371,7 +371,7 @@ func aloneThenBatched(t *testing.T, plain, spec *Backend, n int, sp iface.Sample
 		prefill(t, spec, s, p)
 		want, _ := decode(t, plain, s, n, sp)
 		got, _ := decode(t, spec, s, n, sp)
-		seq := spec.eng.Load().slots[s].seq()
+		seq := spec.eng.Load().cells.Slots[s].Seq()
 		sameGreedy(t, spec, s, seq[:len(seq)-len(got)], got, want, sp)
 	}
 	drafted, accepted = specRate(spec)
@@ -383,7 +383,7 @@ func aloneThenBatched(t *testing.T, plain, spec *Backend, n int, sp iface.Sample
 	want := decodeAll(t, plain, slots, n, sp)
 	got := decodeAll(t, spec, slots, n, sp)
 	for _, s := range slots {
-		seq := spec.eng.Load().slots[s].seq()
+		seq := spec.eng.Load().cells.Slots[s].Seq()
 		sameGreedy(t, spec, s, seq[:len(seq)-len(got[s])], got[s], want[s], sp)
 	}
 	return drafted, accepted
@@ -473,7 +473,7 @@ func TestSpecMeasured(t *testing.T) {
 			prefill(t, spec, 0, prompts[1])
 			want, _ := decode(t, plain, 0, 96, sp)
 			got, res := decode(t, spec, 0, 96, sp)
-			seq := spec.eng.Load().slots[0].seq()
+			seq := spec.eng.Load().cells.Slots[0].Seq()
 			sameGreedy(t, spec, 0, seq[:len(seq)-len(got)], got, want, sp)
 			info, err := spec.Info(context.Background())
 			if err != nil {
@@ -647,7 +647,7 @@ func TestSpecMTP(t *testing.T) {
 		t.Helper()
 		e := b.eng.Load()
 		for _, s := range slots {
-			seq := e.slots[s].seq()
+			seq := e.cells.Slots[s].Seq()
 			held, last := e.spec.mtpHolds(s)
 			if !slices.Equal(held, seq) || last != len(seq)-1 {
 				t.Errorf("%s: slot %d: the MTP context holds %d tokens (last position %d) of %d, want them all", when, s, len(held), last, len(seq))
@@ -693,7 +693,7 @@ func TestSpecMTP(t *testing.T) {
 		prefill(t, spec, s, p)
 		want, _ := decode(t, plain, s, 32, sp)
 		got := decodeSpec(spec, []int{s})[s]
-		seq := spec.eng.Load().slots[s].seq()
+		seq := spec.eng.Load().cells.Slots[s].Seq()
 		sameGreedy(t, spec, s, seq[:len(seq)-len(got)], got, want, sp)
 	}
 	holdsAll(spec, "alone")
@@ -718,7 +718,7 @@ func TestSpecMTP(t *testing.T) {
 	wg.Wait()
 	gotAll[0] = got0[0]
 	for _, s := range slots {
-		seq := batchedSpec.eng.Load().slots[s].seq()
+		seq := batchedSpec.eng.Load().cells.Slots[s].Seq()
 		sameGreedy(t, batchedSpec, s, seq[:len(seq)-len(gotAll[s])], gotAll[s], wantAll[s], sp)
 	}
 	holdsAll(batchedSpec, "batched")
@@ -800,7 +800,7 @@ func TestSpecMTPStops(t *testing.T) {
 	want, _ := decode(t, plain, 0, 96, sp)
 	got, _ := decode(t, spec, 0, 96, sp)
 	e := spec.eng.Load()
-	seq := e.slots[0].seq()
+	seq := e.cells.Slots[0].Seq()
 	sameGreedy(t, spec, 0, seq[:len(seq)-len(got)], got, want, sp)
 	_, last := e.spec.mtpHolds(0)
 	drafted, accepted := specRate(spec)

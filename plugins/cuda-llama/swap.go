@@ -322,10 +322,10 @@ func (x *swapper) uploadBaseline(pattern, key string) time.Duration {
 // weights move; ErrBusy naming a slot at work otherwise. The function
 // returned lets them go.
 func (e *engine) quiesce() (func(), error) {
-	for i, s := range e.slots {
-		if err := s.acquire(i); err != nil {
-			for _, held := range e.slots[:i] {
-				held.release()
+	for i, s := range e.cells.Slots {
+		if err := s.Acquire(i); err != nil {
+			for _, held := range e.cells.Slots[:i] {
+				held.Release()
 			}
 			return nil, fmt.Errorf("%w: slot %d is at work, and weights move only while every slot is idle", iface.ErrBusy, i)
 		}
@@ -333,8 +333,8 @@ func (e *engine) quiesce() (func(), error) {
 	e.mu.Lock()
 	return func() {
 		e.mu.Unlock()
-		for _, s := range e.slots {
-			s.release()
+		for _, s := range e.cells.Slots {
+			s.Release()
 		}
 	}, nil
 }
@@ -366,8 +366,8 @@ func (e *engine) swapQuant(key, pattern string) (iface.SwapResult, error) {
 	if err != nil {
 		return iface.SwapResult{}, fmt.Errorf("swapping to %s: %s (nothing changed)", key, err)
 	}
-	for _, s := range e.slots {
-		s.setLogits(nil)
+	for _, s := range e.cells.Slots {
+		s.SetLogits(nil)
 	}
 	took := time.Since(start)
 	e.logApplied("quantisation swapped", res, took, "quant_key", key, "tensor_pattern", pattern)

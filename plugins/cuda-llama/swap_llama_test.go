@@ -183,7 +183,7 @@ func TestSwapQuantKeepsState(t *testing.T) {
 		if got := slotInfo(t, b, 0); got.NPast != si.NPast || !slices.Equal(got.Tokens, si.Tokens) || got.StateSize != si.StateSize {
 			t.Fatalf("after the swap to %s slot 0 is %+v, was %+v", key, got, si)
 		}
-		if l := b.eng.Load().slots[0].logitsNow(); l != nil {
+		if l := b.eng.Load().cells.Slots[0].Logits(); l != nil {
 			t.Fatalf("after the swap to %s slot 0 kept the old weights' logits", key)
 		}
 	}

@@ -53,7 +53,7 @@ func TestTableMatchesREADME(t *testing.T) {
 	sec = sec[start:]
 	sec = sec[:strings.Index(sec, "|\n\n")+1] // the first table
 	var documented []string
-	for _, row := range regexp.MustCompile("(?m)^\\| ([^|]+) \\|").FindAllStringSubmatch(sec, -1) {
+	for _, row := range regexp.MustCompile(`(?m)^\| ([^|]+) \|`).FindAllStringSubmatch(sec, -1) {
 		for _, k := range regexp.MustCompile("`([A-Za-z_.]+)`").FindAllStringSubmatch(row[1], -1) {
 			documented = append(documented, k[1])
 		}

@@ -249,6 +249,36 @@ func TestPlannerAlways(t *testing.T) {
 	}
 }
 
+// TestSpecBatchShrinks: the plugin's test of draft_batch_max 8 with
+// draft_max 6, on the plan alone: a slot alone drafts up to draft_max,
+// while four decoding together (8/4 - 1 = 1 token each) draft one token at
+// most, a step taking 8 tokens at most.
+func TestSpecBatchShrinks(t *testing.T) {
+	p := New(Bounds{NMax: 6, BatchMax: 8}, true, false)
+	a := Acceptance{}
+	alone := []int{0}
+	p.Plan([]Decoder{{Acc: &a, Max: 100}}, alone)
+	if alone[0] != 6 {
+		t.Errorf("alone: drafts %d, want draft_max 6", alone[0])
+	}
+	ds := make([]Decoder, 4)
+	for i := range ds {
+		ds[i] = Decoder{Acc: &a, Max: 100}
+	}
+	lens := make([]int, 4)
+	p.Plan(ds, lens)
+	perStep := len(ds)
+	for i, n := range lens {
+		perStep += n
+		if n > 1 {
+			t.Errorf("decoder %d of four drafts %d, want 1 at most", i, n)
+		}
+	}
+	if perStep > 8 {
+		t.Errorf("four slots: %d tokens a step, above draft_batch_max 8", perStep)
+	}
+}
+
 func TestAcceptance(t *testing.T) {
 	var a Acceptance
 	if a.Rate(0.3) != 0.3 {

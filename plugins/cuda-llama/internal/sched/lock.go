@@ -1,6 +1,7 @@
-//go:build llama && cgo
-
-package cudallama
+// Package sched is the llama plugin's scheduling in plain Go; for now the
+// context lock that the scheduler's steps and everyone else share
+// (docs/design/engine.md says what is to follow).
+package sched
 
 import (
 	"runtime"
@@ -9,30 +10,32 @@ import (
 	"time"
 )
 
-// ctxLock is the llama_context's lock. The scheduler takes it for one step
+// Lock is the llama_context's lock. The scheduler takes it for one step
 // after another; anyone else (a prefill or decode registering, a state
 // transfer between its waits) is let in before the next step, so that they
 // wait for one step at most instead of queueing behind several.
-type ctxLock struct {
+type Lock struct {
 	mu      sync.Mutex
 	waiting atomic.Int32 // callers other than the scheduler blocked in Lock
 }
 
 // Lock takes the lock for work outside the scheduler.
-func (l *ctxLock) Lock() {
+func (l *Lock) Lock() {
 	l.waiting.Add(1)
 	l.mu.Lock()
 	l.waiting.Add(-1)
 }
 
-func (l *ctxLock) Unlock() { l.mu.Unlock() }
+// Unlock lets the lock go, whoever took it.
+func (l *Lock) Unlock() { l.mu.Unlock() }
 
 // stepYield bounds how long the scheduler lets waiters go first: past it a
-// waiter that has not been scheduled yet waits for the next step.
-const stepYield = time.Millisecond
+// waiter that has not been scheduled yet waits for the next step. Tests
+// lengthen it.
+var stepYield = time.Millisecond
 
-// stepLock is the scheduler's Lock: callers waiting in Lock go first.
-func (l *ctxLock) stepLock() {
+// StepLock is the scheduler's Lock: callers waiting in Lock go first.
+func (l *Lock) StepLock() {
 	if l.waiting.Load() > 0 {
 		deadline := time.Now().Add(stepYield)
 		for l.waiting.Load() > 0 && time.Now().Before(deadline) {
