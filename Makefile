@@ -57,14 +57,19 @@ run: build $(if $(filter cuda-llama,$(BACKEND)),build-llama $(if $(filter $(BIN)
 # The checks that need llama.cpp (test-llama, staticcheck-llama) come last;
 # its fetch and CMake build (cold: minutes) run meanwhile at a lower
 # priority, beside the checks that do not need it, whose tests leave a core
-# idle much of the time.
+# idle much of the time. The race run is every test of ./... (make unit runs
+# them without the detector, for the inner loop), and the brief fuzzing, one
+# worker a target, takes the core its end-to-end tests leave idle.
 # build/go.mod makes build/ a module of its own, which ./... then skips: vet,
 # staticcheck and the tests walk the tree while CMake creates and removes
 # directories in it (vet failed on a vanishing CMakeFiles/Progress).
 test: test-fixtures
-	@mkdir -p build; echo 'module build' > build/go.mod; log=build/llama-libs.log; \
+	@mkdir -p build; echo 'module build' > build/go.mod; log=build/llama-libs.log; flog=build/fuzz-brief.log; \
 	nice -n 10 $(MAKE) --no-print-directory llama-libs >$$log 2>&1 & libs=$$!; \
-	$(MAKE) --no-print-directory vet staticcheck-go unit race fuzz-brief; rc=$$?; \
+	nice -n 5 $(MAKE) --no-print-directory fuzz-brief FUZZ_PARALLEL=1 >$$flog 2>&1 & fuzz=$$!; \
+	$(MAKE) --no-print-directory vet staticcheck-go race; rc=$$?; \
+	if wait $$fuzz; then echo "fuzz-brief: passed beside the checks above ($$flog)"; \
+	else cat $$flog; echo "make test: fuzzing failed (above; $$flog)"; rc=1; fi; \
 	if ! wait $$libs; then cat $$log; echo "make test: the llama.cpp build failed (above; $$log)"; exit 1; fi; \
 	echo "llama.cpp: fetched and built beside the checks above ($$log)"; \
 	[ $$rc = 0 ] || exit $$rc; \
@@ -96,12 +101,13 @@ race: hydra-head-maybe
 	@if [ -x $(BIN)/hydra-head ]; then export $(HYDRA_HEAD_ENV); fi; \
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 30m ./...
 
-# Each fuzz target briefly, from its checked-in corpus.
+# Each fuzz target briefly, from its checked-in corpus; FUZZ_PARALLEL caps
+# its workers (default: one a CPU).
 fuzz-brief:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t##*:}; \
 		echo "fuzz $$pkg $$name ($(FUZZTIME))"; \
-		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$pkg; \
+		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $(if $(FUZZ_PARALLEL),-parallel $(FUZZ_PARALLEL)) $$pkg; \
 	done
 
 # Longer fuzzing: make fuzz LONGFUZZ=1h
