@@ -2,8 +2,10 @@ package request
 
 import (
 	"encoding/json"
+	"errors"
 	"testing"
 
+	"github.com/hydra-engine/hydra-engine/host/httpapi/run"
 	"github.com/hydra-engine/hydra-engine/iface"
 )
 
@@ -33,6 +35,22 @@ func TestSpeculativeFields(t *testing.T) {
 			t.Errorf("%s: %v", tc.body, err)
 		case !tc.bad && (got == nil) != (tc.want == nil), got != nil && *got != *tc.want:
 			t.Errorf("%s: %+v, want %+v", tc.body, got, tc.want)
+		}
+	}
+}
+
+// A field of a struct the request embeds is named by its JSON key alone,
+// as every other field is.
+func TestSpeculativeFieldTypeError(t *testing.T) {
+	for _, chat := range []bool{true, false} {
+		body := `{"prompt":"hi","speculative.n_max":"x"}`
+		if chat {
+			body = `{"messages":[{"role":"user","content":"hi"}],"speculative.n_max":"x"}`
+		}
+		_, err := Parse([]byte(body), chat, iface.SamplerParams{}, 16, iface.BackendInfo{})
+		var e *run.Error
+		if !errors.As(err, &e) || e.Msg != "field speculative.n_max: expected an integer, got a string" || e.Param != "speculative.n_max" {
+			t.Errorf("chat %v: %#v", chat, err)
 		}
 	}
 }

@@ -251,7 +251,7 @@ func jsonField(t reflect.Type, name string, promoted bool) (reflect.StructField,
 		if key == "" {
 			key = f.Name
 		}
-		if f.IsExported() && strings.EqualFold(key, name) {
+		if (f.IsExported() || f.Anonymous) && strings.EqualFold(key, name) { // encoding/json names an embedded struct by its type, exported or not
 			return f, true
 		}
 		if promoted && f.Anonymous {
