@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 	"github.com/hydra-engine/hydra-engine/plugins/mock"
 )
 
@@ -416,6 +417,11 @@ func TestLlamaServerHelp(t *testing.T) {
 	if _, err := parseInvocation([]string{"--help"}, envOf(nil), &out); !errors.Is(err, flag.ErrHelp) ||
 		!strings.Contains(out.String(), "hydra-engine llama-server [llama-server flags]") {
 		t.Errorf("hydra-engine --help: %v\n%s", err, out.String())
+	}
+	// The llama plugin's options, from the table that parses them.
+	if !strings.Contains(out.String(), "backend options of cuda-llama") || !strings.Contains(out.String(), llamaopt.Help()) ||
+		!strings.Contains(llamaopt.Help(), "  "+llamaopt.OptCtxCheckpoints+" ") {
+		t.Errorf("hydra-engine --help leaves out the llama plugin's options:\n%s", out.String())
 	}
 	out.Reset()
 	if _, err := parseCommandLine([]string{"hydra-engine", "llama-server", "--help"}, envOf(nil), &out); !errors.Is(err, flag.ErrHelp) {
