@@ -39,9 +39,9 @@ const Linked = true
 
 // Stop reasons of Decode.
 const (
-	StopEOS          = "eos"
-	StopLength       = "length"
-	StopNTokensLimit = "n_tokens_limit"
+	StopEOS          = sched.StopEOS
+	StopLength       = sched.StopLength
+	StopNTokensLimit = sched.StopNTokensLimit
 )
 
 // Backend is the llama.cpp backend. The zero value is not usable; call New.
@@ -114,7 +114,7 @@ type engine struct {
 	// themselves in transfers meanwhile (a context shift waits for none).
 	mu        sched.Lock
 	ctx       *lctx
-	sched     *scheduler
+	sched     *sched.Scheduler
 	transfers atomic.Int32
 	stateMu   sync.Mutex // one state transfer at a time: they share the shim's streaming state
 
@@ -207,7 +207,7 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 		return iface.BackendInfo{}, err
 	}
 	if len(opts.SpecTypes) > 0 {
-		if e.spec, err = newSpeculator(lc, opts, nSlots, b.gpuLayers(opts.DraftNGPU, gpuDev != nil), mdl.recurrentState()); err != nil {
+		if e.spec, err = newSpeculator(lc, opts, e.cells.Slots, b.gpuLayers(opts.DraftNGPU, gpuDev != nil), mdl.recurrentState(), b.log); err != nil {
 			return iface.BackendInfo{}, err
 		}
 		b.log.Info("speculative decoding", "spec_type", strings.Join(opts.SpecTypes, ","), "draft_model", opts.DraftModel,
@@ -247,7 +247,7 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 	e.ckpts = e.newCheckpoints(opts.CkptOptions, e.ctx.nUBatch())
 	e.delims = e.messageDelimiters()
 	e.sched = newScheduler(e)
-	go e.sched.run()
+	go e.sched.Run()
 	id, err := identity()
 	if err != nil {
 		return iface.BackendInfo{}, err
@@ -741,7 +741,7 @@ func (e *engine) saveState(ctx context.Context, i, chunkSize int, w io.Writer) s
 	defer call.pin.Unpin()
 	var msg [512]C.char
 	e.mu.Lock()
-	n := C.hydra_state_save(e.ctx.io, e.ctx.c, C.llama_seq_id(i), C.uint32_t(e.ctx.nStream), C.size_t(e.ctx.stateSize(i)),
+	n := C.hydra_state_save(e.ctx.io, e.ctx.c, C.llama_seq_id(i), C.uint32_t(e.ctx.nStream), C.size_t(e.ctx.StateSize(i)),
 		C.uintptr_t(h), C.size_t(chunkSize), mode, &msg[0], C.size_t(len(msg)))
 	e.mu.Unlock()
 	sv.written = call.written
@@ -862,7 +862,7 @@ func (p *statePut) restore(ctx context.Context) (n int64, err error) {
 		}
 	}
 	e.mu.Lock()
-	stateSize := e.ctx.stateSize(p.i)
+	stateSize := e.ctx.StateSize(p.i)
 	p.s.Set(slices.Clone(p.tokens), logits, stateSize)
 	p.s.Claim = 0
 	e.mu.Unlock()
@@ -878,7 +878,7 @@ func (e *engine) beginTransfer() func() {
 	return func() {
 		e.transfers.Add(-1)
 		e.stateMu.Unlock()
-		e.sched.poke()
+		e.sched.Poke()
 	}
 }
 

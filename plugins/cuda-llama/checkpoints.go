@@ -11,6 +11,7 @@ import (
 	"github.com/hydra-engine/hydra-engine/internal/promptcache"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/ckpt"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/kv"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/sched"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
 
@@ -63,43 +64,43 @@ func (e *engine) checkpointStats() *iface.CheckpointStats {
 	return out
 }
 
-// chunkEnd is where the next chunk of j's prompt ends when room tokens of
+// ChunkEnd is where the next chunk of j's prompt ends when room tokens of
 // the batch are left: early where a checkpoint is to be taken before the
 // chunk after it.
-func (e *engine) chunkEnd(j *job, room int) int {
-	p := j.prefill
+func (e *engine) ChunkEnd(j *sched.Job, room int) int {
+	p := j.Prefill
 	if !e.ckpts.Enabled() {
-		return min(len(p.prompt), p.next+room)
+		return min(len(p.Prompt), p.Next+room)
 	}
-	return e.ckpts.Rules().ChunkEnd(len(p.prompt), p.next, room, p.spans, e.ckpts.Newest(j.slot))
+	return e.ckpts.Rules().ChunkEnd(len(p.Prompt), p.Next, room, p.Spans, e.ckpts.Newest(j.Slot))
 }
 
-// checkpointBefore saves a checkpoint of j's slot before the chunk of its
+// CheckpointBefore saves a checkpoint of j's slot before the chunk of its
 // prompt that ends at end is evaluated, where the rules say so. A failure
 // is logged: the prompt goes on without it. Needs e.mu.
-func (e *engine) checkpointBefore(j *job, end int) {
+func (e *engine) CheckpointBefore(j *sched.Job, end int) {
 	if !e.ckpts.Enabled() {
 		return
 	}
-	p := j.prefill
-	memMin := e.ctx.SeqPosMin(j.slot)
-	if !e.ckpts.Rules().Take(len(p.prompt), p.next, end, memMin, p.spans, e.ckpts.Newest(j.slot)) {
+	p := j.Prefill
+	memMin := e.ctx.SeqPosMin(j.Slot)
+	if !e.ckpts.Rules().Take(len(p.Prompt), p.Next, end, memMin, p.Spans, e.ckpts.Newest(j.Slot)) {
 		return
 	}
 	start := time.Now()
-	data, err := e.ctx.partialState(j.slot)
+	data, err := e.ctx.partialState(j.Slot)
 	if err != nil {
-		e.log.Warn("context checkpoint not taken", "slot", j.slot, "n_tokens", p.next, "error", err)
+		e.log.Warn("context checkpoint not taken", "slot", j.Slot, "n_tokens", p.Next, "error", err)
 		return
 	}
-	c := &ckpt.Checkpoint{PosMin: memMin, PosMax: e.ctx.seqPosMax(j.slot), NTokens: p.next, Data: data, Task: p.task}
-	if !e.ckpts.Add(j.slot, c) {
-		e.log.Warn("context checkpoint larger than the checkpoints' whole budget: not kept", "slot", j.slot,
+	c := &ckpt.Checkpoint{PosMin: memMin, PosMax: e.ctx.seqPosMax(j.Slot), NTokens: p.Next, Data: data, Task: p.Task}
+	if !e.ckpts.Add(j.Slot, c) {
+		e.log.Warn("context checkpoint larger than the checkpoints' whole budget: not kept", "slot", j.Slot,
 			"bytes", c.Size(), "budget_bytes", e.ckpts.Budget())
 		return
 	}
-	n, bytes := e.ckpts.Slot(j.slot)
-	e.log.Debug("context checkpoint taken", "slot", j.slot, "pos_min", c.PosMin, "pos_max", c.PosMax, "n_tokens", c.NTokens,
+	n, bytes := e.ckpts.Slot(j.Slot)
+	e.log.Debug("context checkpoint taken", "slot", j.Slot, "pos_min", c.PosMin, "pos_max", c.PosMax, "n_tokens", c.NTokens,
 		"bytes", c.Size(), "slot_checkpoints", n, "slot_bytes", bytes, "elapsed", time.Since(start).String())
 }
 
@@ -127,7 +128,7 @@ func (e *engine) resume(i, n, prefix int) int {
 		return e.cut(i, 0)
 	}
 	start := time.Now()
-	err := e.ctx.setPartialState(i, c.Data)
+	err := e.ctx.SetPartialState(i, c.Data)
 	if err == nil && res.Keep < n && e.ctx.SeqRmFrom(i, res.Keep) {
 		e.ckpts.CutTo(i, res.Keep, c)
 		e.ckpts.Restored(res.Keep)
@@ -241,7 +242,7 @@ func (b *Backend) PutCheckpoint(ctx context.Context, i int, c iface.Checkpoint) 
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	err = e.ctx.setPartialState(e.scratch, c.Target)
+	err = e.ctx.SetPartialState(e.scratch, c.Target)
 	e.ctx.SeqRm(e.scratch)
 	if err != nil {
 		return false, "", fmt.Errorf("%w: llama.cpp cannot read the checkpoint into this model's memory (%s): %w",

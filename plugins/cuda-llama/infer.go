@@ -12,9 +12,10 @@ import (
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/ckpt"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/kv"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/sched"
 )
 
-// Prefill and Decode register with the scheduler (sched.go) and wait for it;
+// Prefill and Decode register with the scheduler (internal/sched) and wait for it;
 // this file holds what they check before and the KV accounting they need.
 
 // Prefill replaces the slot's sequence with the prompt. Tokens the slot
@@ -42,7 +43,7 @@ func (b *Backend) Prefill(ctx context.Context, req iface.PrefillRequest) (iface.
 	if err := e.wait(ctx, j); err != nil {
 		return iface.PrefillResult{}, err
 	}
-	size, logits := j.prefill.stateSize, j.prefill.logits
+	size, logits := j.Prefill.StateSize, j.Prefill.Logits
 	s.Set(toks, logits, size)
 	// A recurrent state carries its logits itself (stateLogitsSize): the
 	// blob's bytes after the state are the same, and sent once.
@@ -89,7 +90,7 @@ func (b *Backend) Tokenize(ctx context.Context, req iface.PrefillRequest) (iface
 // place by the scheduler), drops the rest of its sequence, claims the cells
 // the prompt needs and registers the job; with then, the job decodes on
 // once the prompt is in (promptDecode).
-func (e *engine) startPrefill(i int, s *kv.Slot, toks []int32, spans ckpt.Spans, then *decodeJob) (*job, int, error) {
+func (e *engine) startPrefill(i int, s *kv.Slot, toks []int32, spans ckpt.Spans, then *sched.Decode) (*sched.Job, int, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	old := s.Seq()
@@ -107,9 +108,9 @@ func (e *engine) startPrefill(i int, s *kv.Slot, toks []int32, spans ckpt.Spans,
 		return nil, 0, err
 	}
 	s.Claim = need
-	j := &job{slot: i, s: s, done: make(chan error, 1),
-		prefill: &prefillJob{prompt: toks, next: keep, moves: plan.Moves, task: e.tasks.Add(1), spans: spans}, decode: then}
-	e.sched.submit(j)
+	j := &sched.Job{Slot: i, KV: s, Done: make(chan error, 1),
+		Prefill: &sched.Prefill{Prompt: toks, Next: keep, Moves: plan.Moves, Task: e.tasks.Add(1), Spans: spans}, Decode: then}
+	e.sched.Submit(j)
 	return j, keep, nil
 }
 
@@ -133,23 +134,23 @@ func (e *engine) cut(i, keep int) int {
 // applyMoves puts a prefill's reused chunks in place and drops the rest of
 // the old sequence. Needs e.mu, with no state transfer in flight (the next
 // llama_decode re-rotates the moved keys, rewriting the whole cache).
-func (e *engine) applyMoves(i int, s *kv.Slot, p *prefillJob) {
-	kv.ApplyMoves(e.ctx, i, p.moves, p.next)
-	s.Set(p.prompt[:p.next:p.next], nil, e.layout.size(0))
-	e.log.Debug("prompt chunks reused from the cache", "slot", i, "chunks", len(p.moves), "kept", p.next)
-	p.moves = nil
+func (e *engine) applyMoves(i int, s *kv.Slot, p *sched.Prefill) {
+	kv.ApplyMoves(e.ctx, i, p.Moves, p.Next)
+	s.Set(p.Prompt[:p.Next:p.Next], nil, e.layout.size(0))
+	e.log.Debug("prompt chunks reused from the cache", "slot", i, "chunks", len(p.Moves), "kept", p.Next)
+	p.Moves = nil
 }
 
 // wait waits for j's end; ctx ending cancels it. A prefill that fails leaves
 // its slot empty (the scheduler clears it).
-func (e *engine) wait(ctx context.Context, j *job) error {
+func (e *engine) wait(ctx context.Context, j *sched.Job) error {
 	select {
-	case err := <-j.done:
+	case err := <-j.Done:
 		return err
 	case <-ctx.Done():
-		j.cancelled.Store(true)
-		e.sched.poke()
-		<-j.done
+		j.Cancelled.Store(true)
+		e.sched.Poke()
+		<-j.Done
 		return ctx.Err()
 	}
 }
@@ -242,23 +243,23 @@ func (b *Backend) decode(ctx context.Context, e *engine, s *kv.Slot, req iface.D
 		return iface.DecodeResult{}, err
 	}
 	defer e.updateStateSize(req.Slot, s)
-	j, err := e.startDecode(req, s, logits, out)
+	j, smp, err := e.startDecode(req, s, logits, out)
 	if err != nil || j == nil {
 		return iface.DecodeResult{NPast: len(s.Seq()), StopReason: e.stopReasonOf(err)}, ignoreStop(err)
 	}
-	return e.streamDecode(ctx, j, emit)
+	return e.streamDecode(ctx, j, smp, emit)
 }
 
-// streamDecode passes decoder j's tokens to emit until it ends; interrupted,
-// the slot keeps the tokens emitted.
-func (e *engine) streamDecode(ctx context.Context, j *job, emit func(iface.Token) error) (iface.DecodeResult, error) {
-	n, err := e.stream(ctx, j, emit)
+// streamDecode passes decoder j's tokens to emit until it ends, then frees
+// its sampler smp; interrupted, the slot keeps the tokens emitted.
+func (e *engine) streamDecode(ctx context.Context, j *sched.Job, smp *sampler, emit func(iface.Token) error) (iface.DecodeResult, error) {
+	n, err := e.stream(ctx, j, smp, emit)
 	if err != nil {
-		e.keepEmitted(j.slot, j.s, j.decode.base+n)
+		e.keepEmitted(j.Slot, j.KV, j.Decode.Base+n)
 	}
-	res := iface.DecodeResult{TokensGenerated: n, NPast: len(j.s.Seq()), StopReason: j.decode.stop,
-		DraftTokens: j.decode.drafted, DraftAccepted: j.decode.accepted}
-	if res.StopReason == "" || res.StopReason == stopCancelled {
+	res := iface.DecodeResult{TokensGenerated: n, NPast: len(j.KV.Seq()), StopReason: j.Decode.Stop,
+		DraftTokens: j.Decode.Drafted, DraftAccepted: j.Decode.Accepted}
+	if res.StopReason == "" || res.StopReason == sched.StopCancelled {
 		res.StopReason = StopLength
 	}
 	return res, err
@@ -289,61 +290,60 @@ func ignoreStop(err error) error {
 // startDecode builds the request's sampler (with out's grammar), samples the first token from
 // the slot's logits and registers the job; (nil, errStopBefore) when the
 // decode ends before any token.
-func (e *engine) startDecode(req iface.DecodeRequest, s *kv.Slot, logits []float32, out *outputRun) (*job, error) {
+func (e *engine) startDecode(req iface.DecodeRequest, s *kv.Slot, logits []float32, out *outputRun) (*sched.Job, *sampler, error) {
 	if req.NPredict == 0 {
-		return nil, errStopBefore{StopLength}
+		return nil, nil, errStopBefore{StopLength}
 	}
 	history := s.Seq()
 	smp, err := newSampler(e.model, req.Sampler, req.NProbs, e.cells.SlotCtx, history)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := out.attach(e.model, smp); err != nil {
 		smp.free()
-		return nil, err
+		return nil, nil, err
 	}
-	j := &job{slot: req.Slot, s: s, done: make(chan error, 1), decode: &decodeJob{req: req, smp: smp, pending: -1,
-		base: len(history), events: make(chan iface.Token, eventBuffer)}}
+	j := &sched.Job{Slot: req.Slot, KV: s, Done: make(chan error, 1), Decode: sched.NewDecode(req, smp, len(history))}
 	e.mu.Lock()
-	stop := e.decodeLimit(j)
+	stop := e.sched.Limit(j)
 	var t iface.Token
 	if stop == "" {
-		t = smp.sample(e.model, logits, len(history), req.Logprobs)
-		if e.model.isEOG(t.ID) && !req.Sampler.IgnoreEOS {
+		t = smp.Sample(logits, len(history), req.Logprobs)
+		if e.model.IsEOG(t.ID) && !req.Sampler.IgnoreEOS {
 			stop = StopEOS
 		}
 	}
 	if stop != "" {
 		e.mu.Unlock()
 		smp.free()
-		return nil, errStopBefore{stop}
+		return nil, nil, errStopBefore{stop}
 	}
-	t.Text = e.model.piece(t.ID)
-	j.decode.queue(j, t)
-	if j.decode.pending < 0 { // one token, sent and not evaluated: no step to run
-		e.sched.finish(j, nil)
+	t.Text = e.model.Piece(t.ID)
+	j.Decode.Queue(j, t)
+	if j.Decode.Pending < 0 { // one token, sent and not evaluated: no step to run
+		e.sched.Finish(j, nil)
 		e.mu.Unlock()
-		return j, nil
+		return j, smp, nil
 	}
 	e.mu.Unlock()
-	e.sched.submit(j)
-	return j, nil
+	e.sched.Submit(j)
+	return j, smp, nil
 }
 
 // stream passes the job's tokens to emit until it ends, returning how many
-// were emitted. On ctx ending or emit failing it cancels the job, telling it
-// how many tokens to keep, and waits for it.
-func (e *engine) stream(ctx context.Context, j *job, emit func(iface.Token) error) (int, error) {
-	d := j.decode
-	defer d.smp.free()
+// were emitted, then frees its sampler smp. On ctx ending or emit failing
+// it cancels the job, telling it how many tokens to keep, and waits for it.
+func (e *engine) stream(ctx context.Context, j *sched.Job, smp *sampler, emit func(iface.Token) error) (int, error) {
+	d := j.Decode
+	defer smp.free()
 	n := 0
 	for {
 		select {
-		case t, ok := <-d.events:
+		case t, ok := <-d.Events:
 			if !ok {
-				return n, <-j.done
+				return n, <-j.Done
 			}
-			e.sched.poke() // a decoder that waited for room in events goes on
+			e.sched.Poke() // a decoder that waited for room in events goes on
 			// A token handed to emit counts as emitted even when emit fails:
 			// the caller may have passed some of it on.
 			n++
@@ -359,13 +359,13 @@ func (e *engine) stream(ctx context.Context, j *job, emit func(iface.Token) erro
 }
 
 // cancelDecode ends j, telling it the n tokens emitted, and returns err.
-func (e *engine) cancelDecode(j *job, n int, err error) error {
-	j.decode.emitted.Store(int64(n))
-	j.cancelled.Store(true)
-	e.sched.poke()
-	for range j.decode.events { // the scheduler closes them when it ends the job
+func (e *engine) cancelDecode(j *sched.Job, n int, err error) error {
+	j.Decode.Emitted.Store(int64(n))
+	j.Cancelled.Store(true)
+	e.sched.Poke()
+	for range j.Decode.Events { // the scheduler closes them when it ends the job
 	}
-	<-j.done
+	<-j.Done
 	return err
 }
 
@@ -401,22 +401,6 @@ func (b *Backend) decodeStart(e *engine, i int, s *kv.Slot) ([]float32, error) {
 	return logits, nil
 }
 
-// decodeLimit is why decoder j cannot take another token ("" when it can):
-// its slot is full (unless the context shifts, which is then marked), or the
-// cells all slots share are taken. Needs e.mu.
-func (e *engine) decodeLimit(j *job) string {
-	switch e.cells.Room(j.slot, e.contextShift && e.ctx.CanShift(), j.decode.req.NKeep) {
-	case kv.RoomShift:
-		j.decode.needShift = true
-	case kv.RoomSlotFull:
-		return StopNTokensLimit
-	case kv.RoomCacheFull:
-		e.log.Warn("KV cache full: the slots' sequences fill n_ctx together", "slot", j.slot, "n_ctx", e.cells.NCtx)
-		return StopNTokensLimit
-	}
-	return ""
-}
-
 // shiftContext makes room in a full slot as llama-server's context shift
 // does (kv.Shift); the KV's keys are re-rotated by the next llama_decode.
 // Needs e.mu, with no state transfer in flight.
@@ -430,7 +414,7 @@ func (e *engine) shiftContext(i int, s *kv.Slot, nKeep int) {
 // updateStateSize records the slot's state size after it changed.
 func (e *engine) updateStateSize(i int, s *kv.Slot) {
 	e.mu.Lock()
-	size := e.ctx.stateSize(i)
+	size := e.ctx.StateSize(i)
 	e.mu.Unlock()
 	s.SetStateSize(size)
 }

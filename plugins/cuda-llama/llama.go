@@ -238,15 +238,15 @@ func (m *model) headDim() int {
 	return int(C.llama_model_n_embd(m.m)) / h
 }
 
-func (m *model) isEOG(tok int32) bool { return bool(C.llama_vocab_is_eog(m.vocab, C.llama_token(tok))) }
+func (m *model) IsEOG(tok int32) bool { return bool(C.llama_vocab_is_eog(m.vocab, C.llama_token(tok))) }
 
 // tokenize tokenizes text as llama-server tokenizes a completion's prompt:
 // special tokens parsed, BOS (and EOS) added as the vocabulary says.
 func (m *model) tokenize(text string) ([]int32, error) { return m.tokenizePrompt(text, "", 0) }
 
-// piece is a token's text; control tokens have none. Byte tokens give single
+// Piece is a token's text; control tokens have none. Byte tokens give single
 // bytes, possibly part of a UTF-8 sequence, as llama.cpp returns them.
-func (m *model) piece(tok int32) string {
+func (m *model) Piece(tok int32) string {
 	var buf [128]C.char
 	n := C.llama_token_to_piece(m.vocab, C.llama_token(tok), &buf[0], C.int32_t(len(buf)), 0, false)
 	if n >= 0 {
@@ -392,7 +392,7 @@ func (c *lctx) useReferenceKernels() int { return int(C.hydra_cpu_reference_kern
 func (c *lctx) nCtxSeq() int { return int(C.llama_n_ctx_seq(c.c)) }
 
 // errKVFull: llama_decode found no free KV cells for the batch.
-var errKVFull = errors.New("the KV cache is full")
+var errKVFull = sched.ErrKVFull
 
 // decode evaluates tokens at positions pos.. in sequence seq (at most nBatch
 // of them), computing logits for the last one when logits is set.
@@ -422,8 +422,8 @@ func (c *lctx) decodeBatch(batch *C.struct_llama_batch, n int) error {
 	}
 }
 
-// decodeRows evaluates b (at most nBatch rows) through the context's batch.
-func (c *lctx) decodeRows(b *sched.Batch) error {
+// Decode evaluates b (at most nBatch rows) through the context's batch.
+func (c *lctx) Decode(b *sched.Batch) error {
 	n := b.Len()
 	copy(unsafe.Slice((*int32)(unsafe.Pointer(c.batch.token)), n), b.Token)
 	copy(unsafe.Slice((*int32)(unsafe.Pointer(c.batch.pos)), n), b.Pos)
@@ -440,9 +440,9 @@ func (c *lctx) decodeRows(b *sched.Batch) error {
 // lastBatch is the llama_batch the context evaluated last.
 func (c *lctx) lastBatch() *C.struct_llama_batch { return &c.batch }
 
-// rowLogits is the logits of the batch's row i (computed for it), in
+// Logits is the logits of the batch's row i (computed for it), in
 // llama.cpp's memory until the next evaluation; nil where it has none.
-func (c *lctx) rowLogits(i int) []float32 {
+func (c *lctx) Logits(i int) []float32 {
 	p := c.logitsPtr(i)
 	if p == nil {
 		return nil
@@ -517,11 +517,11 @@ func (c *lctx) nUBatch() int { return int(C.llama_n_ubatch(c.c)) }
 // partialState is the part of the sequence's memory that cannot be cut
 // back (LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY: a hybrid's recurrent rows, a
 // sliding window's cache), in host memory: a context checkpoint's bytes.
-func (c *lctx) partialState(seq int) ([]byte, error) { return c.partialStateInto(seq, nil) }
+func (c *lctx) partialState(seq int) ([]byte, error) { return c.PartialStateInto(seq, nil) }
 
-// partialStateInto is partialState written into buf's memory where it fits
+// PartialStateInto is partialState written into buf's memory where it fits
 // (a speculating slot's rollback, saved every step), else into new memory.
-func (c *lctx) partialStateInto(seq int, buf []byte) ([]byte, error) {
+func (c *lctx) PartialStateInto(seq int, buf []byte) ([]byte, error) {
 	const flags = C.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 	n := C.llama_state_seq_get_size_ext(c.c, C.llama_seq_id(seq), flags)
 	if n == 0 {
@@ -538,9 +538,9 @@ func (c *lctx) partialStateInto(seq int, buf []byte) ([]byte, error) {
 	return buf, nil
 }
 
-// setPartialState loads a partialState into the sequence, replacing the
+// SetPartialState loads a partialState into the sequence, replacing the
 // part it covers; the rest of the memory is left as it is.
-func (c *lctx) setPartialState(seq int, data []byte) error {
+func (c *lctx) SetPartialState(seq int, data []byte) error {
 	if len(data) == 0 {
 		return errors.New("empty partial state")
 	}
@@ -561,9 +561,9 @@ const (
 	seqStateMagic = 0xaf143cd8
 )
 
-// stateSize is the bytes of the sequence's state as one stream (shim.cpp):
+// StateSize is the bytes of the sequence's state as one stream (shim.cpp):
 // llama.cpp's, less its head and the other streams' empty cell counts.
-func (c *lctx) stateSize(seq int) int64 {
+func (c *lctx) StateSize(seq int) int64 {
 	return int64(C.llama_state_seq_get_size(c.c, C.llama_seq_id(seq))) - seqStateHead - 4*int64(c.nStream-1)
 }
 
@@ -571,7 +571,7 @@ func (c *lctx) stateSize(seq int) int64 {
 // without its head, the reference the tests compare the streamed bytes
 // with.
 func (c *lctx) stateData(seq int) ([]byte, error) {
-	n := c.stateSize(seq) + seqStateHead + 4*int64(c.nStream-1)
+	n := c.StateSize(seq) + seqStateHead + 4*int64(c.nStream-1)
 	buf := C.malloc(C.size_t(max(n, 1)))
 	defer C.free(buf)
 	got := C.llama_state_seq_get_data(c.c, (*C.uint8_t)(buf), C.size_t(n), C.llama_seq_id(seq))

@@ -90,7 +90,7 @@ func (e *engine) fromCache(ctx context.Context, i int, s *kv.Slot, toks []int32,
 // declines it (held already, or over the budget).
 func (e *engine) saveToCache(ctx context.Context, i int, seq []int32) {
 	e.mu.Lock()
-	size := e.ctx.stateSize(i)
+	size := e.ctx.StateSize(i)
 	e.mu.Unlock()
 	sv, err := e.pcache.BeginWith(seq, size, e.checkpointsOut(i))
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/kv"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/sched"
 )
 
 // promptDecode is a Decode with a prompt (DecodeRequest.Prompt): one
@@ -42,19 +43,19 @@ func (b *Backend) promptDecode(ctx context.Context, e *engine, s *kv.Slot, req i
 	}
 	defer s.Release()
 	e.fromCache(ctx, req.Slot, s, toks, p)
-	d := &decodeJob{req: req, smp: smp, pending: -1, base: len(toks), events: make(chan iface.Token, eventBuffer)}
+	d := sched.NewDecode(req, smp, len(toks))
 	j, reused, err := e.startPrefill(req.Slot, s, toks, e.spansOf(p, toks), d)
 	if err != nil {
 		smp.free()
 		return iface.DecodeResult{}, err
 	}
 	defer e.updateStateSize(req.Slot, s)
-	res, err := e.streamDecode(ctx, j, emit) // frees the sampler
-	if d.prompted.IsZero() {                 // the prompt failed or was cancelled: no tokens, the slot is empty
+	res, err := e.streamDecode(ctx, j, smp, emit) // frees the sampler
+	if d.Prompted.IsZero() {                      // the prompt failed or was cancelled: no tokens, the slot is empty
 		return iface.DecodeResult{}, err
 	}
 	res.Prompt = &iface.PromptResult{NTokens: len(toks), Reused: reused,
-		ModelFallback: b.modelFallback(e, p), Prefill: d.prompted.Sub(start)}
+		ModelFallback: b.modelFallback(e, p), Prefill: d.Prompted.Sub(start)}
 	return res, err
 }
 

@@ -203,7 +203,7 @@ func TestReasoningBudgetBatched(t *testing.T) {
 	b := thinkingBackend(t, len(budgets))
 	end := specialToken(t, b, "</think>")
 	e, _ := b.engine()
-	before := e.sched.steps.Load()
+	before := e.sched.Steps.Load()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	got := map[int][]iface.Token{}
@@ -233,9 +233,9 @@ func TestReasoningBudgetBatched(t *testing.T) {
 		}
 		checkBudget(t, got[slot], res[slot], n, nil, end)
 	}
-	steps := e.sched.steps.Load() - before
-	if e.sched.widest.Load() < 2 || steps >= uint64(40*len(budgets)) {
-		t.Errorf("the decodes did not share steps: %d steps, at most %d decoders a step", steps, e.sched.widest.Load())
+	steps := e.sched.Steps.Load() - before
+	if e.sched.Widest.Load() < 2 || steps >= uint64(40*len(budgets)) {
+		t.Errorf("the decodes did not share steps: %d steps, at most %d decoders a step", steps, e.sched.Widest.Load())
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 // number of the seed and the position. Used by one goroutine at a time.
 type sampler struct {
 	c      *C.hydra_sampler
+	m      *model // the alternatives' texts
 	seed   uint64
 	nTop   int
 	topIDs []C.llama_token
@@ -63,7 +64,7 @@ func newSampler(m *model, p iface.SamplerParams, nTop, seqCtx int, history []int
 	if c == nil {
 		return nil, errors.New("out of memory for a sampler")
 	}
-	s := &sampler{c: c, seed: p.Seed, nTop: nTop}
+	s := &sampler{c: c, m: m, seed: p.Seed, nTop: nTop}
 	if nTop > 0 {
 		s.topIDs, s.topLP = make([]C.llama_token, nTop), make([]C.float, nTop)
 	}
@@ -75,10 +76,10 @@ func newSampler(m *model, p iface.SamplerParams, nTop, seqCtx int, history []int
 
 func (s *sampler) free() { C.hydra_sampler_free(s.c) }
 
-// sample picks the token at position pos from logits (n_vocab floats, C or
+// Sample picks the token at position pos from logits (n_vocab floats, C or
 // Go memory), with its log-probability and alternatives when asked, and
 // adds it to the penalties' history.
-func (s *sampler) sample(m *model, logits []float32, pos int, wantLogprob bool) iface.Token {
+func (s *sampler) Sample(logits []float32, pos int, wantLogprob bool) iface.Token {
 	var lp C.float
 	var lpp *C.float
 	if wantLogprob {
@@ -99,7 +100,7 @@ func (s *sampler) sample(m *model, logits []float32, pos int, wantLogprob bool) 
 	t := iface.Token{ID: int32(tok), Logprob: float32(lp)}
 	for i := range int(nOut) {
 		id := int32(s.topIDs[i])
-		t.Top = append(t.Top, iface.TokenProb{ID: id, Text: m.piece(id), Logprob: float32(s.topLP[i])})
+		t.Top = append(t.Top, iface.TokenProb{ID: id, Text: s.m.Piece(id), Logprob: float32(s.topLP[i])})
 	}
 	return t
 }

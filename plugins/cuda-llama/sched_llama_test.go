@@ -88,15 +88,15 @@ func TestBatchedEqualsAlone(t *testing.T) {
 				prefill(t, b, s, p)
 				prompt[s] = e.cells.Slots[s].Seq()
 			}
-			before := e.sched.steps.Load()
+			before := e.sched.Steps.Load()
 			got := decodeAll(t, b, tc.slots, 48, sp)
 			n := len(tc.slots) * 48
-			steps := e.sched.steps.Load() - before
+			steps := e.sched.Steps.Load() - before
 			for _, s := range tc.slots {
 				sameGreedy(t, b, s, prompt[s], got[s], alone[s], sp)
 			}
-			t.Logf("%d tokens in %d steps, at most %d decoders a step", n, steps, e.sched.widest.Load())
-			if e.sched.widest.Load() < 2 || steps >= uint64(n) {
+			t.Logf("%d tokens in %d steps, at most %d decoders a step", n, steps, e.sched.Widest.Load())
+			if e.sched.Widest.Load() < 2 || steps >= uint64(n) {
 				t.Errorf("the decodes did not share steps: %d steps for %d tokens", steps, n)
 			}
 		})
@@ -183,14 +183,14 @@ func TestSamplerRequests(t *testing.T) {
 		t.Fatalf("%+v %v", res, err)
 	}
 	for i, tok := range toks {
-		if b.eng.Load().model.isEOG(tok.ID) {
+		if b.eng.Load().model.IsEOG(tok.ID) {
 			t.Fatalf("token %d is an end of generation despite ignore_eos", i)
 		}
 		if len(tok.Top) != 3 || tok.Logprob > 0 || tok.Logprob < tok.Top[2].Logprob-1e-4 ||
 			tok.Top[0].Logprob < tok.Top[1].Logprob || tok.Top[1].Logprob < tok.Top[2].Logprob {
 			t.Fatalf("token %d: %+v", i, tok)
 		}
-		if tok.Top[0].ID != tok.ID && !b.eng.Load().model.isEOG(tok.Top[0].ID) {
+		if tok.Top[0].ID != tok.ID && !b.eng.Load().model.IsEOG(tok.Top[0].ID) {
 			t.Fatalf("greedy token %d is not the most likely %+v", tok.ID, tok.Top)
 		}
 	}
@@ -485,7 +485,7 @@ func TestLastUnevaluated(t *testing.T) {
 		prefill(t, b, 0, prompts[0])
 		prefill(t, ref, 0, prompts[0])
 		before := len(slotInfo(t, b, 0).Tokens)
-		steps := b.eng.Load().sched.steps.Load()
+		steps := b.eng.Load().sched.Steps.Load()
 		var got []int32
 		res, err := b.Decode(t.Context(), iface.DecodeRequest{Slot: 0, NPredict: n, Sampler: sp, LastUnevaluated: true},
 			func(tok iface.Token) error { got = append(got, tok.ID); return nil })
@@ -499,7 +499,7 @@ func TestLastUnevaluated(t *testing.T) {
 		if res.NPast != before+n-1 || len(slotInfo(t, b, 0).Tokens) != before+n-1 || res.StopReason != StopLength {
 			t.Errorf("n %d: the slot holds %d tokens (result %+v), want the %d before the last", n, len(slotInfo(t, b, 0).Tokens), res, before+n-1)
 		}
-		if took := b.eng.Load().sched.steps.Load() - steps; took != uint64(n-1) {
+		if took := b.eng.Load().sched.Steps.Load() - steps; took != uint64(n-1) {
 			t.Errorf("n %d: %d steps, want %d (the last token is not evaluated)", n, took, n-1)
 		}
 		// A decode that continues the slot samples the left-out token

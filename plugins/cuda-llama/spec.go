@@ -13,11 +13,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 	"unsafe"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/kv"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/sched"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/specrule"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
@@ -29,7 +31,8 @@ import (
 // output is the one decoding without a draft gives, and the tail after the
 // first mismatch is removed from both contexts; a target whose state cannot
 // be cut back (hybrid, recurrent) restores the state it saved before the
-// step and evaluates the kept tokens again (saveRollbacks, replay).
+// step and evaluates the kept tokens again (internal/sched: saveRollbacks,
+// replay). This file is the drafting itself, the scheduler's Drafter.
 //
 // The draft context holds, per slot, a prefix of the slot's tokens (held):
 // before drafting each slot's held tokens are cut back to what they share
@@ -52,12 +55,17 @@ type speculator struct {
 	// alone and evaluates the accepted ones at the next draft.
 	dctx     *lctx
 	drafts   [][]byte
-	draftMax int // draft_max: a draft's stride in outs
-	rule     *specrule.Planner
-	held     [][]int32             // per slot: the tokens the draft context holds, positions 0..
-	acc      []specrule.Acceptance // per slot, across decodes
-	// drafted and accepted count every slot's draft tokens, for INFO.
-	drafted, accepted atomic.Uint64
+	draftMax int       // draft_max: a draft's stride in outs
+	held     [][]int32 // per slot: the tokens the draft context holds, positions 0..
+	// Speculation is the scheduler's side: the rule, the slots' acceptance
+	// and the counts; its Drafter is sp.
+	*sched.Speculation
+	// target, slots, nVocab and log are the engine's: the context the
+	// draft model follows, the slots whose tokens it drafts after.
+	target *lctx
+	slots  []*kv.Slot
+	nVocab int
+	log    hclog.Logger
 	// scratch buffers of a step, reused
 	toks, outs, hist []C.llama_token
 	histOff          []C.int32_t
@@ -66,10 +74,11 @@ type speculator struct {
 	nMax, nOut       []C.int32_t
 }
 
-// newSpeculator loads the draft model and its context beside the target's;
-// rollback says that the target's memory cannot be cut back (its drafting
-// slots save their state before each step).
-func newSpeculator(lc *lctx, opts llamaopt.Options, nSlots int, nGPU int, rollback bool) (*speculator, error) {
+// newSpeculator loads the draft model and its context beside the target's,
+// drafting for slots; rollback says that the target's memory cannot be cut
+// back (its drafting slots save their state before each step).
+func newSpeculator(lc *lctx, opts llamaopt.Options, slots []*kv.Slot, nGPU int, rollback bool, log hclog.Logger) (*speculator, error) {
+	nSlots := len(slots)
 	var dft *model
 	var dm *C.struct_llama_model
 	if opts.DraftModel != "" {
@@ -103,9 +112,10 @@ func newSpeculator(lc *lctx, opts llamaopt.Options, nSlots int, nGPU int, rollba
 		}
 		return nil, fmt.Errorf("%w: %s %s: %s", iface.ErrBadRequest, llamaopt.OptSpecType, strings.Join(opts.SpecTypes, ","), C.GoString(&msg[0]))
 	}
-	sp := &speculator{c: c, pMin: opts.DraftPMin, dft: dft, draftMax: r.NMax, rule: specrule.New(r, opts.DraftAlways, rollback),
-		held: make([][]int32, nSlots), acc: make([]specrule.Acceptance, nSlots), mtp: opts.MTP(),
-		ngram: slices.ContainsFunc(opts.SpecTypes, func(t string) bool { return strings.HasPrefix(t, "ngram-") })}
+	sp := &speculator{c: c, pMin: opts.DraftPMin, dft: dft, draftMax: r.NMax, held: make([][]int32, nSlots), mtp: opts.MTP(),
+		ngram:  slices.ContainsFunc(opts.SpecTypes, func(t string) bool { return strings.HasPrefix(t, "ngram-") }),
+		target: lc, slots: slots, nVocab: lc.nVocab, log: log}
+	sp.Speculation = &sched.Speculation{Drafter: sp, Rule: specrule.New(r, opts.DraftAlways, rollback), Acc: make([]specrule.Acceptance, nSlots)}
 	if dft != nil && dft.recurrentState() {
 		ctx := C.hydra_spec_ctx(c)
 		sp.dctx, sp.drafts = &lctx{c: ctx, mem: C.llama_get_memory(ctx)}, make([][]byte, nSlots)
@@ -113,32 +123,11 @@ func newSpeculator(lc *lctx, opts llamaopt.Options, nSlots int, nGPU int, rollba
 	return sp, nil
 }
 
-// specBound is decoder j's part in the step's plan: its acceptance, the
-// most it may draft (its request's n_max; its caller's buffer, n_predict
-// and the cells, less the token it samples; 0 where it drafts nothing),
-// its request's n_min and how far the draft model is behind its sequence.
-func (s *scheduler) specBound(j *job, batchRoom int) specrule.Decoder {
-	sp, d := s.e.spec, j.decode
-	reqMax, reqMin, off := requestBounds(d.req.Speculative)
-	if d.stop != "" || d.needShift || off {
-		return specrule.Decoder{Acc: &sp.acc[j.slot]}
-	}
-	room := cap(d.events) - len(d.events) - 1
-	if d.req.NPredict > 0 {
-		room = min(room, d.req.NPredict-d.sampled-1)
-	}
-	room = min(room, s.e.cells.SlotCtx-len(j.s.Seq())-j.s.Claim-1, s.e.cells.Free()-1, batchRoom)
-	if reqMax > 0 {
-		room = min(room, reqMax)
-	}
-	return specrule.Decoder{Acc: &sp.acc[j.slot], Max: max(room, 0), Min: reqMin, Behind: sp.behind(j.slot, j.s.Seq())}
-}
-
-// behind is how many of seq's tokens the draft model would evaluate before
+// Behind is how many of seq's tokens the draft model would evaluate before
 // drafting for slot i: those after the prefix it holds. That the prefix
-// still is seq's is judged by its last token (planDrafts checks it whole
-// when it drafts), so that a long sequence costs no scan a step.
-func (sp *speculator) behind(i int, seq []int32) int {
+// still is seq's is judged by its last token (Draft checks it whole when
+// it drafts), so that a long sequence costs no scan a step.
+func (sp *speculator) Behind(i int, seq []int32) int {
 	if sp.dft == nil {
 		return 0 // n-gram lookups read the slot's tokens directly
 	}
@@ -149,113 +138,29 @@ func (sp *speculator) behind(i int, seq []int32) int {
 	return len(seq) - len(h)
 }
 
-// draftStep drafts for the step's decoders and stores each draft in its
-// job, its cells claimed; room is the batch's tokens left after their
-// pending ones. The rule (specrule) says how many each drafts; the time
-// drafting takes and the rollbacks' saves are the step's to measure.
-func (s *scheduler) draftStep(decoders []*job, room int) {
-	sp := s.e.spec
-	if sp == nil || len(decoders) == 0 {
-		return
-	}
-	start := time.Now()
-	ds := make([]specrule.Decoder, len(decoders))
-	for i, j := range decoders {
-		j.decode.draft, j.decode.nAccepted = nil, 0
-		ds[i] = s.specBound(j, room)
-	}
-	// The decoders' cells are claimed in turn and the batch filled, so each
-	// one's draft is bounded by what the drafts before it left.
-	lens := make([]int, len(decoders))
-	s.logRule(sp.rule.Plan(ds, lens))
-	for i, j := range decoders {
-		lens[i] = max(min(lens[i], s.e.cells.Free()-1, room), 0)
-		room -= lens[i]
-		j.s.Claim += lens[i]
-		s.clock.depth = max(s.clock.depth, lens[i])
-		if lens[i] > 0 {
-			s.clock.drafting++
-		}
-	}
-	if s.clock.depth == 0 {
-		return
-	}
-	s.planDrafts(decoders, lens)
-	for i, j := range decoders {
-		j.s.Claim += len(j.decode.draft) - lens[i]
-	}
-	saved := time.Now()
-	s.clock.draft = saved.Sub(start)
-	s.saveRollbacks(decoders)
-	s.clock.save = time.Since(saved)
-}
-
 // specStats is the speculative rule's last decision; nil without
 // speculative decoding.
 func (e *engine) specStats() *iface.SpeculativeStats {
 	if e.spec == nil {
 		return nil
 	}
-	st := e.spec.rule.Status()
+	st := e.spec.Rule.Status()
 	rule := llamaopt.DraftRuleMeasured
-	if e.spec.rule.Always() {
+	if e.spec.Rule.Always() {
 		rule = llamaopt.DraftRuleAlways
 	}
 	return &iface.SpeculativeStats{Rule: rule, Drafting: st.Drafting, PlainRate: st.PlainRate, DraftRate: st.DraftRate,
 		Stops: st.Stops, Probes: st.Probes}
 }
 
-// logRule says in the log when the rule stops or resumes drafting
-// (changed), and why: the tokens a second it expects with and without
-// drafts.
-func (s *scheduler) logRule(changed bool) {
-	if !changed {
-		return
-	}
-	st := s.e.spec.rule.Status()
-	msg := "speculative decoding stopped: drafts cost more than they bring (probes go on now and then)"
-	if st.Drafting {
-		msg = "speculative decoding drafts: drafts bring more than they cost"
-	}
-	s.e.log.Info(msg, "expected_tok_s_drafting", fmt.Sprintf("%.1f", st.DraftRate),
-		"expected_tok_s_plain", fmt.Sprintf("%.1f", st.PlainRate), "stops", st.Stops, "probes", st.Probes)
-}
-
-// saveRollbacks saves, for each decoder with a draft on a target whose
-// memory cannot be cut back (a hybrid's or recurrent model's state), the
-// part that cannot, before the step evaluates the draft: a rejected draft
-// token is undone by restoring it and evaluating the kept tokens again
-// (replay; llama-server's checkpoint and replay, llama.cpp #19493). A
-// decoder whose state cannot be saved goes on without its draft.
-func (s *scheduler) saveRollbacks(decoders []*job) {
-	if !s.e.layout.recurrent() {
-		return
-	}
-	for _, j := range decoders {
-		d := j.decode
-		if len(d.draft) == 0 {
-			continue
-		}
-		data, err := s.e.ctx.partialStateInto(j.slot, d.rollback)
-		if err != nil {
-			s.e.log.Warn("speculative decoding: the slot's state could not be saved before its draft: no draft this step",
-				"slot", j.slot, "error", err)
-			j.s.Claim -= len(d.draft)
-			d.draft = nil
-			continue
-		}
-		d.rollback = data
-	}
-}
-
-// planDrafts drafts for the decoders (lens[i] tokens at most for
-// decoders[i]) and stores each draft in its job.
-func (s *scheduler) planDrafts(decoders []*job, lens []int) {
-	sp := s.e.spec
+// Draft drafts for the decoders (lens[i] tokens at most for decoders[i])
+// and stores each draft in its job; it returns the time and tokens the
+// draft model took to catch up with their sequences.
+func (sp *speculator) Draft(decoders []*sched.Job, lens []int) (catchUp time.Duration, catchUpTokens int) {
 	sp.toks, sp.pos, sp.seqs = sp.toks[:0], sp.pos[:0], sp.seqs[:0]
 	sp.past, sp.nMax = sp.past[:0], sp.nMax[:0]
-	var drafting []*job
-	for i, sl := range s.e.cells.Slots {
+	var drafting []*sched.Job
+	for i, sl := range sp.slots {
 		// Every slot's held cells are cut back to its sequence, so a slot
 		// that changed frees the draft cells it no longer shares.
 		seq := sl.Seq()
@@ -272,47 +177,47 @@ func (s *scheduler) planDrafts(decoders []*job, lens []int) {
 		if lens[k] == 0 {
 			continue
 		}
-		seq := j.s.Seq()
+		seq := j.KV.Seq()
 		if sp.ngram {
-			if !j.decode.specBegun {
+			if !j.Decode.SpecBegun {
 				// A new generation: the n-gram maps index the tokens so far.
-				j.decode.specBegun = true
-				C.hydra_spec_begin(sp.c, C.int32_t(j.slot), (*C.llama_token)(unsafe.Pointer(&seq[0])), C.int32_t(len(seq)))
+				j.Decode.SpecBegun = true
+				C.hydra_spec_begin(sp.c, C.int32_t(j.Slot), (*C.llama_token)(unsafe.Pointer(&seq[0])), C.int32_t(len(seq)))
 			}
 			sp.histOff = append(sp.histOff, C.int32_t(len(sp.hist)))
 			for _, t := range seq {
 				sp.hist = append(sp.hist, C.llama_token(t))
 			}
 		}
-		for p := len(sp.held[j.slot]); sp.dft != nil && p < len(seq); p++ {
+		for p := len(sp.held[j.Slot]); sp.dft != nil && p < len(seq); p++ {
 			sp.toks = append(sp.toks, C.llama_token(seq[p]))
 			sp.pos = append(sp.pos, C.llama_pos(p))
-			sp.seqs = append(sp.seqs, C.llama_seq_id(j.slot))
+			sp.seqs = append(sp.seqs, C.llama_seq_id(j.Slot))
 		}
 		drafting = append(drafting, j)
 		sp.past = append(sp.past, C.llama_pos(len(seq)))
 		sp.nMax = append(sp.nMax, C.int32_t(lens[k]))
 	}
 	if len(drafting) == 0 {
-		return
+		return 0, 0
 	}
 	if len(sp.toks) > 0 {
 		start := time.Now()
 		r := C.hydra_spec_eval(sp.c, &sp.toks[0], &sp.pos[0], &sp.seqs[0], C.int32_t(len(sp.toks)))
-		s.clock.catchUp, s.clock.catchUpTokens = time.Since(start), len(sp.toks)
+		catchUp, catchUpTokens = time.Since(start), len(sp.toks)
 		if r != 0 {
-			s.e.log.Warn("the draft model could not evaluate the slots' tokens: no drafts this step", "code", int(r))
+			sp.log.Warn("the draft model could not evaluate the slots' tokens: no drafts this step", "code", int(r))
 			sp.dropAll()
-			return
+			return catchUp, catchUpTokens
 		}
 		for _, j := range drafting {
-			sp.held[j.slot] = append(sp.held[j.slot], j.s.Seq()[len(sp.held[j.slot]):]...)
+			sp.held[j.Slot] = append(sp.held[j.Slot], j.KV.Seq()[len(sp.held[j.Slot]):]...)
 		}
 	}
 	seqs := make([]C.llama_seq_id, len(drafting))
 	last := make([]C.llama_token, len(drafting))
 	for i, j := range drafting {
-		seqs[i], last[i] = C.llama_seq_id(j.slot), C.llama_token(j.decode.pending)
+		seqs[i], last[i] = C.llama_seq_id(j.Slot), C.llama_token(j.Decode.Pending)
 	}
 	stride := sp.draftMax
 	sp.outs = slices.Grow(sp.outs[:0], len(drafting)*stride)[:len(drafting)*stride]
@@ -327,43 +232,43 @@ func (s *scheduler) planDrafts(decoders []*job, lens []int) {
 		histOff = &sp.histOff[0]
 	}
 	if !sp.saveDrafts(drafting) {
-		s.e.log.Warn("the draft model's state could not be saved before drafting: no drafts this step")
+		sp.log.Warn("the draft model's state could not be saved before drafting: no drafts this step")
 		sp.dropAll()
-		return
+		return catchUp, catchUpTokens
 	}
 	C.hydra_spec_draft(sp.c, C.int32_t(len(drafting)), &seqs[0], &sp.past[0], &last[0], &sp.nMax[0],
 		hist, histOff, &sp.outs[0], C.int32_t(stride), &sp.nOut[0])
 	if err := sp.restoreDrafts(drafting); err != nil {
-		s.e.log.Warn("the draft model's state could not be restored after drafting: it evaluates the slots' tokens again", "error", err)
+		sp.log.Warn("the draft model's state could not be restored after drafting: it evaluates the slots' tokens again", "error", err)
 		sp.dropAll()
 	}
 	for i, j := range drafting {
 		n := int(sp.nOut[i])
-		d := j.decode
+		d := j.Decode
 		for k := range n {
-			if int(sp.outs[i*stride+k]) >= s.e.model.nVocab {
+			if int(sp.outs[i*stride+k]) >= sp.nVocab {
 				n = k // a draft vocabulary may be larger (llama.cpp allows 128 more): the target cannot take the rest
 				break
 			}
 		}
-		if _, reqMin, _ := requestBounds(d.req.Speculative); n < reqMin {
+		if _, reqMin, _ := sched.RequestBounds(d.Req.Speculative); n < reqMin {
 			n = 0 // shorter than the request's n_min: not verified
 		}
-		d.draft = make([]int32, n)
+		d.Draft = make([]int32, n)
 		for k := range n {
-			d.draft[k] = int32(sp.outs[i*stride+k])
+			d.Draft[k] = int32(sp.outs[i*stride+k])
 		}
 		if testSawDraft != nil {
-			testSawDraft(j.slot, int(sp.past[i]), d.draft)
+			testSawDraft(j.Slot, int(sp.past[i]), d.Draft)
 		}
 		if testDrafts != nil && sp.dft == nil {
-			d.draft = testDrafts(j.slot, j.s.Seq(), d.pending, int(sp.nMax[i]))
+			d.Draft = testDrafts(j.Slot, j.KV.Seq(), d.Pending, int(sp.nMax[i]))
 		}
 		if sp.mtp {
 			// The MTP block drafted from its own hidden states: its cells
 			// after the slot's tokens are not the target's (mtpProcess
 			// writes those when the target verifies the draft).
-			C.hydra_spec_seq_rm(sp.c, C.int32_t(j.slot), sp.past[i])
+			C.hydra_spec_seq_rm(sp.c, C.int32_t(j.Slot), sp.past[i])
 			continue
 		}
 		if sp.dft == nil || sp.dctx != nil {
@@ -373,35 +278,42 @@ func (s *scheduler) planDrafts(decoders []*job, lens []int) {
 		// draft (none of it where an n-gram drafted): the draft context
 		// keeps those up to the draft's last token, which is not evaluated.
 		past := int(sp.past[i])
-		kept := min(int(C.hydra_spec_pos_max(sp.c, C.int32_t(j.slot)))+1, past+n)
-		C.hydra_spec_seq_rm(sp.c, C.int32_t(j.slot), C.int32_t(max(kept, past)))
+		kept := min(int(C.hydra_spec_pos_max(sp.c, C.int32_t(j.Slot)))+1, past+n)
+		C.hydra_spec_seq_rm(sp.c, C.int32_t(j.Slot), C.int32_t(max(kept, past)))
 		if kept > past {
-			sp.held[j.slot] = append(append(sp.held[j.slot], d.pending), d.draft[:kept-past-1]...)
+			sp.held[j.Slot] = append(append(sp.held[j.Slot], d.Pending), d.Draft[:kept-past-1]...)
 		}
+	}
+	return catchUp, catchUpTokens
+}
+
+// Accept tells llama.cpp's drafter how many of slot's draft tokens the
+// target kept: it counts its own drafts' acceptance (not testDrafts'), and
+// an MTP block takes the kept row's hidden state.
+func (sp *speculator) Accept(slot, n int) {
+	if testDrafts == nil || sp.mtp {
+		C.hydra_spec_accept(sp.c, C.int32_t(slot), C.int32_t(n))
 	}
 }
 
-// mtpProcess hands the batch the target just evaluated (n_tokens of
-// s.batch) to the MTP block (draft-mtp), as llama-server does after every
-// llama_decode (prompt chunks and steps), so that it holds each position
-// with the target's hidden state before it, while the rule drafts or the
-// step verified a probe's drafts: evaluating the block costs every step,
-// so a rule that stopped drafting stops that too, and the block lacks the
+// Process hands the batch b the target just evaluated to the MTP block
+// (draft-mtp), as llama-server does after every llama_decode (prompt
+// chunks and steps), so that it holds each position with the target's
+// hidden state before it; the scheduler hands it only while the rule
+// drafts or the step verified a probe's drafts, so the block lacks the
 // positions decoded meanwhile. A slot whose positions before the batch's
 // it does not hold (those, a state put, a restore that evaluated nothing
 // here) is taken to hold them: the block drafts from the positions it has,
 // and its drafts are verified all the same.
-func (s *scheduler) mtpProcess() {
-	sp := s.e.spec
-	if sp == nil || !sp.mtp || (s.clock.depth == 0 && !sp.rule.Always() && !sp.rule.Status().Drafting) {
+func (sp *speculator) Process(b *sched.Batch) {
+	if !sp.mtp {
 		return
 	}
-	if C.hydra_spec_process(sp.c, s.e.ctx.lastBatch()) != 0 {
-		s.e.log.Warn("the MTP block could not evaluate the step's batch: its cells are dropped, it drafts from the positions evaluated from now on")
+	if C.hydra_spec_process(sp.c, sp.target.lastBatch()) != 0 {
+		sp.log.Warn("the MTP block could not evaluate the step's batch: its cells are dropped, it drafts from the positions evaluated from now on")
 		sp.dropAll()
 		return
 	}
-	b := &s.batch
 	n := b.Len()
 	for i := 0; i < n; {
 		slot, p0 := int(b.Seq[i]), int(b.Pos[i])
@@ -410,7 +322,7 @@ func (s *scheduler) mtpProcess() {
 			k++
 		}
 		h := sp.held[slot]
-		if seq := s.e.cells.Slots[slot].Seq(); p0 > len(h) && len(seq) >= p0 {
+		if seq := sp.slots[slot].Seq(); p0 > len(h) && len(seq) >= p0 {
 			h = append(h, seq[len(h):p0]...)
 		}
 		if p0 <= len(h) {
@@ -431,16 +343,16 @@ func (sp *speculator) mtpHolds(i int) ([]int32, int) {
 // saveDrafts saves, where the draft model's memory cannot be cut back, the
 // part that cannot of each drafting slot's draft state: its tokens, before
 // the draft model evaluates the pending token and the draft.
-func (sp *speculator) saveDrafts(drafting []*job) bool {
+func (sp *speculator) saveDrafts(drafting []*sched.Job) bool {
 	if sp.dctx == nil {
 		return true
 	}
 	for _, j := range drafting {
-		data, err := sp.dctx.partialStateInto(j.slot, sp.drafts[j.slot])
+		data, err := sp.dctx.PartialStateInto(j.Slot, sp.drafts[j.Slot])
 		if err != nil {
 			return false
 		}
-		sp.drafts[j.slot] = data
+		sp.drafts[j.Slot] = data
 	}
 	return true
 }
@@ -448,16 +360,16 @@ func (sp *speculator) saveDrafts(drafting []*job) bool {
 // restoreDrafts brings each drafting slot's draft state back to its
 // tokens (saveDrafts) and cuts the draft's attention cells, so that the
 // draft context holds what held says.
-func (sp *speculator) restoreDrafts(drafting []*job) error {
+func (sp *speculator) restoreDrafts(drafting []*sched.Job) error {
 	if sp.dctx == nil {
 		return nil
 	}
 	for _, j := range drafting {
-		if err := sp.dctx.setPartialState(j.slot, sp.drafts[j.slot]); err != nil {
+		if err := sp.dctx.SetPartialState(j.Slot, sp.drafts[j.Slot]); err != nil {
 			return err
 		}
-		if n := len(sp.held[j.slot]); !sp.dctx.SeqRmFrom(j.slot, n) {
-			return fmt.Errorf("llama.cpp could not cut the draft sequence %d at %d after restoring its state", j.slot, n)
+		if n := len(sp.held[j.Slot]); !sp.dctx.SeqRmFrom(j.Slot, n) {
+			return fmt.Errorf("llama.cpp could not cut the draft sequence %d at %d after restoring its state", j.Slot, n)
 		}
 	}
 	return nil
@@ -488,91 +400,6 @@ func (sp *speculator) dropAll() {
 		C.hydra_spec_seq_rm(sp.c, C.int32_t(i), 0)
 		sp.held[i] = nil
 	}
-}
-
-// draftRows looks up the logits of each draw's draft rows before the draws
-// run in parallel: llama.cpp's first lookup after a decode may reorder its
-// outputs, which must not race.
-func (s *scheduler) draftRows(draws []draw) {
-	for i := range draws {
-		d := &draws[i]
-		d.rows = d.rows[:0]
-		for k := range d.j.decode.draft {
-			d.rows = append(d.rows, s.e.ctx.rowLogits(d.row+k+1))
-		}
-	}
-}
-
-// sampleDraft samples decoder d's tokens from its rows: the first as
-// without a draft, then, while each equals the draft token evaluated after
-// it, the next from that token's row. Every token is sampled from the
-// logits of exactly the sequence it follows, at its own position, so the
-// tokens are those of decoding without the draft.
-func (s *scheduler) sampleDraft(d *draw) {
-	j, dj := d.j, d.j.decode
-	pos := len(j.s.Seq())
-	t := dj.smp.sample(s.e.model, d.logits, pos, dj.req.Logprobs)
-	for i := 0; i < len(dj.draft) && t.ID == dj.draft[i] && !s.e.model.isEOG(t.ID); i++ {
-		d.accepted = append(d.accepted, t)
-		t = dj.smp.sample(s.e.model, d.rows[i], pos+i+1, dj.req.Logprobs)
-	}
-	d.tok = t
-}
-
-// acceptDrafted sends and keeps the draft tokens d accepted: each is in the
-// KV already, evaluated in this step after the one before it.
-func (s *scheduler) acceptDrafted(d draw) {
-	j := d.j
-	for _, t := range d.accepted {
-		t.Text = s.e.model.piece(t.ID)
-		j.decode.sampled++
-		j.decode.events <- t // room for the whole draft was kept (specLen)
-		j.s.Append([]int32{t.ID})
-	}
-	j.decode.nAccepted = len(d.accepted)
-}
-
-// settleDrafts ends the step's drafts: the cells after each slot's kept
-// tokens are removed from the target's KV and their claims released, and
-// the acceptance counts recorded. It returns the decoders whose memory
-// could not be cut there (a hybrid's state past a rejected draft token):
-// replay undoes their drafts once the step's logits are read.
-func (s *scheduler) settleDrafts(entries []entry) (rolled []*job) {
-	sp := s.e.spec
-	if sp == nil {
-		return nil
-	}
-	for _, en := range entries {
-		d := en.j.decode
-		if d == nil || len(d.draft) == 0 {
-			continue
-		}
-		n := len(d.draft)
-		if !s.e.ctx.SeqRmFrom(en.j.slot, len(en.j.s.Seq())) && d.rollback != nil {
-			rolled = append(rolled, en.j)
-		}
-		en.j.s.Claim -= n
-		if en.j.ended {
-			en.j.s.Claim = 0
-		}
-		if testDrafts == nil || sp.mtp { // llama.cpp's drafter counts its own drafts' acceptance; MTP's takes the kept row's hidden state
-			C.hydra_spec_accept(sp.c, C.int32_t(en.j.slot), C.int32_t(d.nAccepted))
-		}
-		sp.rule.Record(&sp.acc[en.j.slot], n, d.nAccepted)
-		d.drafted += n
-		d.accepted += d.nAccepted
-		sp.drafted.Add(uint64(n))
-		sp.accepted.Add(uint64(d.nAccepted))
-	}
-	return rolled
-}
-
-// keptRow is the batch row of the last token decoder en kept in the KV.
-func (en entry) keptRow() int {
-	if d := en.j.decode; d != nil && en.j.prefill == nil && !en.prompt {
-		return en.first + d.nAccepted
-	}
-	return en.lastRow()
 }
 
 func commonPrefix(a, b []int32) int {

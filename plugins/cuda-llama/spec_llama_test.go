@@ -39,7 +39,7 @@ func specDrafts(t *testing.T) map[string]map[string]string {
 
 func specRate(b *Backend) (drafted, accepted uint64) {
 	sp := b.eng.Load().spec
-	return sp.drafted.Load(), sp.accepted.Load()
+	return sp.Drafted.Load(), sp.Accepted.Load()
 }
 
 func TestSpecGreedyEqual(t *testing.T) {
@@ -148,10 +148,10 @@ func TestSpecBatchShrinks(t *testing.T) {
 	sp := iface.SamplerParams{IgnoreEOS: true}
 	e := spec.eng.Load()
 	prefill(t, spec, 0, prompts[0])
-	before := e.sched.stepTokens.Load()
-	steps := e.sched.steps.Load()
+	before := e.sched.StepTokens.Load()
+	steps := e.sched.Steps.Load()
 	decode(t, spec, 0, 40, sp)
-	if widest := float64(e.sched.stepTokens.Load()-before) / float64(e.sched.steps.Load()-steps); widest < 3 {
+	if widest := float64(e.sched.StepTokens.Load()-before) / float64(e.sched.Steps.Load()-steps); widest < 3 {
 		t.Errorf("alone: %.1f tokens a step, want drafts of several", widest)
 	}
 	for s, p := range prompts {
@@ -160,7 +160,7 @@ func TestSpecBatchShrinks(t *testing.T) {
 	}
 	slots := []int{0, 1, 2, 3}
 	want := decodeAll(t, plain, slots, 40, sp)
-	before, steps = e.sched.stepTokens.Load(), e.sched.steps.Load()
+	before, steps = e.sched.StepTokens.Load(), e.sched.Steps.Load()
 	got := decodeAll(t, spec, slots, 40, sp)
 	for _, s := range slots {
 		if !slices.Equal(got[s], want[s]) {
@@ -168,7 +168,7 @@ func TestSpecBatchShrinks(t *testing.T) {
 		}
 	}
 	// A step of four decoders takes at most 4 × 2 tokens.
-	perStep := float64(e.sched.stepTokens.Load()-before) / float64(e.sched.steps.Load()-steps)
+	perStep := float64(e.sched.StepTokens.Load()-before) / float64(e.sched.Steps.Load()-steps)
 	t.Logf("four slots: %.2f tokens a step", perStep)
 	if perStep > 8 {
 		t.Errorf("four slots: %.2f tokens a step, above draft_batch_max 8", perStep)
@@ -190,14 +190,14 @@ func TestSpecRequest(t *testing.T) {
 		sp := iface.NoSpeculativeOverride
 		sp.NMax = tc.nMax
 		prefill(t, b, 0, prompts[1])
-		steps, toks := e.sched.steps.Load(), e.sched.stepTokens.Load()
+		steps, toks := e.sched.Steps.Load(), e.sched.StepTokens.Load()
 		var got []int32
 		res, err := b.Decode(context.Background(), iface.DecodeRequest{Slot: 0, NPredict: 40, Sampler: iface.SamplerParams{IgnoreEOS: true}, Speculative: &sp},
 			func(tok iface.Token) error { got = append(got, tok.ID); return nil })
 		if err != nil {
 			t.Fatal(err)
 		}
-		perStep := float64(e.sched.stepTokens.Load()-toks) / float64(e.sched.steps.Load()-steps)
+		perStep := float64(e.sched.StepTokens.Load()-toks) / float64(e.sched.Steps.Load()-steps)
 		t.Logf("n_max %d: %d of %d draft tokens accepted, %.2f tokens a step", tc.nMax, res.DraftAccepted, res.DraftTokens, perStep)
 		switch {
 		case want == nil:
@@ -805,8 +805,8 @@ func TestSpecMTPStops(t *testing.T) {
 	_, last := e.spec.mtpHolds(0)
 	drafted, accepted := specRate(spec)
 	t.Logf("%d of %d draft tokens accepted; the block holds positions to %d of %d", accepted, drafted, last, len(seq)-1)
-	if e.spec.rule.Status().Drafting || drafted == 0 || last >= len(seq)-1 {
+	if e.spec.Rule.Status().Drafting || drafted == 0 || last >= len(seq)-1 {
 		t.Errorf("want drafts, then the rule stopped (drafting %v) and the block not fed since (last position %d of %d)",
-			e.spec.rule.Status().Drafting, last, len(seq)-1)
+			e.spec.Rule.Status().Drafting, last, len(seq)-1)
 	}
 }

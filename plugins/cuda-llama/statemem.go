@@ -25,7 +25,7 @@ func (c *lctx) memoryName() string { return C.GoString(C.hydra_memory_name(c.c))
 func (c *lctx) stateParts(seq int) ([]measuredPart, error) {
 	var parts [maxStateParts]C.hydra_state_part
 	var msg [512]C.char
-	n := C.hydra_state_parts(c.c, C.llama_seq_id(seq), C.uint32_t(c.nStream), C.size_t(c.stateSize(seq)),
+	n := C.hydra_state_parts(c.c, C.llama_seq_id(seq), C.uint32_t(c.nStream), C.size_t(c.StateSize(seq)),
 		&parts[0], C.int(len(parts)), &msg[0], C.size_t(len(msg)))
 	if n < 0 {
 		return nil, fmt.Errorf("%s", C.GoString(&msg[0]))

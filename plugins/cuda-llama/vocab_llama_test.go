@@ -219,7 +219,7 @@ func TestMaxTokenBytesOfVocab(t *testing.T) {
 		m := e.model
 		longest := 0
 		for id := range m.nVocab {
-			longest = max(longest, len(m.piece(int32(id))))
+			longest = max(longest, len(m.Piece(int32(id))))
 		}
 		for _, tok := range m.tok.special.Tokens() {
 			longest = max(longest, len(tok.Text))

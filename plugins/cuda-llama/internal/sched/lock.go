@@ -1,6 +1,10 @@
-// Package sched is the llama plugin's scheduling in plain Go; for now the
-// context lock that the scheduler's steps and everyone else share
-// (docs/design/engine.md says what is to follow).
+// Package sched is the llama plugin's scheduler in plain Go: the jobs, each
+// step's batch of decoders' tokens and prompt chunks, the sampling of its
+// rows, cancellation, the speculative step's plan and the replay of
+// rejected drafts, and the context lock the steps share with everyone
+// else. It reaches llama.cpp only through the interfaces it declares
+// (Context, Vocab, Sampler, Drafter, Slots, Prompts), so it is tested
+// without it (schedtest).
 package sched
 
 import (
