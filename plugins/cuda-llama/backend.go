@@ -29,6 +29,7 @@ import (
 	"github.com/hydra-engine/hydra-engine/internal/promptcache"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/ckpt"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/kv"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/llama"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/sched"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 	"github.com/hydra-engine/hydra-engine/transport/shm"
@@ -162,7 +163,7 @@ func (e *engine) newRing(size, tail int) (*mirror, error) {
 		return nil, err
 	}
 	if e.device != "" {
-		m.unpin = pinRegion(m.mem)
+		m.unpin = llama.PinHost(m.mem)
 	}
 	return m, nil
 }
@@ -731,7 +732,7 @@ func (e *engine) saveState(ctx context.Context, i, chunkSize int, w io.Writer) s
 	// buffers; pinning the ring they live in makes that a direct DMA.
 	sv := savedState{chunkWriter: call.cw != nil}
 	if rw, ok := w.(shm.RegionWriter); ok && e.device != "" {
-		if unpin := pinRegion(rw.Region()); unpin != nil {
+		if unpin := llama.PinHost(rw.Region()); unpin != nil {
 			defer unpin()
 			sv.ringPinned = true
 		}
@@ -1006,7 +1007,7 @@ func (e *engine) restoreRun(ctx context.Context, r io.Reader, head stateHead, si
 func (e *engine) inPlaceRun(rr shm.RegionReader, head stateHead, size int64, pin bool) (*restoreRun, error) {
 	var unpin func()
 	if pin {
-		if unpin = pinRegion(rr.Region()); unpin == nil {
+		if unpin = llama.PinHost(rr.Region()); unpin == nil {
 			return nil, nil
 		}
 	}

@@ -298,7 +298,7 @@ func (r *outputRun) attach(m *model, s *sampler) error {
 	}
 	if r.grammar != nil {
 		g, err := newCSampler(r.grammar, func(spec *C.char, cerr **C.char) *C.struct_llama_sampler {
-			return C.hydra_grammar_new(m.vocab, spec, cerr)
+			return C.hydra_grammar_new(m.cvocab(), spec, cerr)
 		})
 		if err != nil {
 			return fmt.Errorf("%w: grammar: %v", iface.ErrBadRequest, err)
@@ -307,7 +307,7 @@ func (r *outputRun) attach(m *model, s *sampler) error {
 	}
 	if r.budget != nil {
 		rb, err := newCSampler(r.budget, func(spec *C.char, cerr **C.char) *C.struct_llama_sampler {
-			return C.hydra_reasoning_budget_new(m.vocab, spec, cerr)
+			return C.hydra_reasoning_budget_new(m.cvocab(), spec, cerr)
 		})
 		if err != nil {
 			return fmt.Errorf("the reasoning budget: %v", err)

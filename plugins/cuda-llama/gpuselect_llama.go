@@ -2,17 +2,11 @@
 
 package cudallama
 
-/*
-#cgo LDFLAGS: -ldl
-#include <stdlib.h>
-#include "gpuselect.h"
-*/
-import "C"
-
 import (
 	"errors"
 	"fmt"
-	"unsafe"
+
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/llama"
 )
 
 // CUDADriverLibrary is the CUDA driver the plugin asks for the GPUs.
@@ -26,19 +20,17 @@ var errNoGPU = errors.New("no CUDA GPU")
 // errNoGPU when the library cannot be loaded, the driver fails to start or
 // there is no device, so a machine without a driver runs on CPU.
 func queryGPUs(lib string) (gpuInfo, error) {
-	cs := C.CString(lib)
-	defer C.free(unsafe.Pointer(cs))
-	var info C.hydra_cuda_info
-	if rc := C.hydra_cuda_query(cs, &info); rc != 0 {
-		return gpuInfo{}, fmt.Errorf("%w: %s", errNoGPU, C.GoString(&info.err[0]))
+	d, err := llama.QueryCUDA(lib)
+	if err != nil {
+		return gpuInfo{}, fmt.Errorf("%w: %v", errNoGPU, err)
 	}
-	if info.count == 0 {
+	if len(d.Devices) == 0 {
 		return gpuInfo{}, fmt.Errorf("%w: the CUDA driver lists no device", errNoGPU)
 	}
-	g := gpuInfo{driver: cudaVersion{int(info.driver) / 1000, int(info.driver) % 1000 / 10}}
-	for i := range int(info.count) {
-		g.devices = append(g.devices, computeCap{int(info.major[i]), int(info.minor[i])})
-		g.names = append(g.names, C.GoString(&info.name[i][0]))
+	g := gpuInfo{driver: cudaVersion{d.Version / 1000, d.Version % 1000 / 10}}
+	for _, dev := range d.Devices {
+		g.devices = append(g.devices, computeCap{dev.Major, dev.Minor})
+		g.names = append(g.names, dev.Name)
 	}
 	return g, nil
 }

@@ -35,6 +35,7 @@ import (
 	"unsafe"
 
 	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/llama"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/sched"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
@@ -94,7 +95,7 @@ func registerHostBufferAvailable(dev C.ggml_backend_dev_t) bool {
 // engine.
 type model struct {
 	m      *C.struct_llama_model
-	vocab  *C.struct_llama_vocab
+	vocab  llama.Vocab
 	nVocab int
 	bos    int32   // the BOS token, -1 if none
 	tmpl   *C.char // chat template (the model's, else ChatML) for llama.cpp's matcher; C memory, never freed
@@ -128,9 +129,10 @@ func loadModel(path string, p modelParams) (*model, error) {
 		return nil, fmt.Errorf("llama.cpp could not load model %s%s", path, lastLlamaError())
 	}
 	logPlacement(m, p.placement.Rules())
-	mdl := &model{m: m, vocab: C.llama_model_get_vocab(m)}
-	mdl.nVocab = int(C.llama_vocab_n_tokens(mdl.vocab))
-	mdl.bos = int32(C.llama_vocab_bos(mdl.vocab))
+	mdl := &model{m: m}
+	mdl.vocab = mdl.binding().Vocab()
+	mdl.nVocab = mdl.vocab.NTokens()
+	mdl.bos = mdl.vocab.BOS()
 	if mdl.tok, err = newTokenizer(mdl.vocab); err != nil {
 		C.llama_model_free(m)
 		return nil, fmt.Errorf("model %s: %w", path, err)
@@ -163,19 +165,23 @@ func (m *model) specialText(tok int32) string {
 	if tok < 0 {
 		return ""
 	}
-	var buf [128]C.char
-	n := C.llama_token_to_piece(m.vocab, C.llama_token(tok), &buf[0], C.int32_t(len(buf)), 0, true)
-	if n < 0 {
-		return ""
+	if t := m.vocab.Piece(tok, true); len(t) <= 128 { // the buffer it was read into, "" beyond it
+		return t
 	}
-	return C.GoStringN(&buf[0], n)
+	return ""
 }
 
+// binding is the model as the binding sees it.
+func (m *model) binding() llama.Model { return llama.ModelAt(unsafe.Pointer(m.m)) }
+
+// cvocab is the vocabulary for the adapter's cgo (sampler chains, grammars).
+func (m *model) cvocab() *C.struct_llama_vocab { return (*C.struct_llama_vocab)(m.vocab.Ptr()) }
+
 // addsBOS reports whether tokenizing adds BOS at the start.
-func (m *model) addsBOS() bool { return bool(C.llama_vocab_get_add_bos(m.vocab)) }
+func (m *model) addsBOS() bool { return m.vocab.AddsBOS() }
 
 // eos is the end-of-sequence token, -1 if none.
-func (m *model) eos() int32 { return int32(C.llama_vocab_eos(m.vocab)) }
+func (m *model) eos() int32 { return m.vocab.EOS() }
 
 // free releases a model that no context uses (a Load that failed after
 // loading it). Freeing models is safe; it is contexts on CUDA that are not
@@ -238,7 +244,7 @@ func (m *model) headDim() int {
 	return int(C.llama_model_n_embd(m.m)) / h
 }
 
-func (m *model) IsEOG(tok int32) bool { return bool(C.llama_vocab_is_eog(m.vocab, C.llama_token(tok))) }
+func (m *model) IsEOG(tok int32) bool { return m.vocab.IsEOG(tok) }
 
 // tokenize tokenizes text as llama-server tokenizes a completion's prompt:
 // special tokens parsed, BOS (and EOS) added as the vocabulary says.
@@ -246,19 +252,7 @@ func (m *model) tokenize(text string) ([]int32, error) { return m.tokenizePrompt
 
 // Piece is a token's text; control tokens have none. Byte tokens give single
 // bytes, possibly part of a UTF-8 sequence, as llama.cpp returns them.
-func (m *model) Piece(tok int32) string {
-	var buf [128]C.char
-	n := C.llama_token_to_piece(m.vocab, C.llama_token(tok), &buf[0], C.int32_t(len(buf)), 0, false)
-	if n >= 0 {
-		return C.GoStringN(&buf[0], n)
-	}
-	big := make([]byte, -n)
-	n = C.llama_token_to_piece(m.vocab, C.llama_token(tok), (*C.char)(unsafe.Pointer(&big[0])), C.int32_t(len(big)), 0, false)
-	if n < 0 {
-		return ""
-	}
-	return string(big[:n])
-}
+func (m *model) Piece(tok int32) string { return m.vocab.Piece(tok, false) }
 
 // applyTemplate renders chat messages with the model's template (llama.cpp's
 // built-in template engine recognises the common ones), ending with the

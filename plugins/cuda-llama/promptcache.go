@@ -11,6 +11,7 @@ import (
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/internal/promptcache"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/kv"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/llama"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 	"github.com/hydra-engine/hydra-engine/transport/shm"
 )
@@ -31,7 +32,7 @@ var cachePiece = 64 << 20
 func (e *engine) newPromptCache(mib int64) *promptcache.Cache {
 	alloc := promptcache.Mapped{}
 	if e.device != "" {
-		alloc.Pin = pinRegion
+		alloc.Pin = llama.PinHost
 	}
 	c := promptcache.New(promptcache.BudgetOf(mib), e.cells.NCtx, alloc)
 	if c != nil {

@@ -60,7 +60,7 @@ func newSampler(m *model, p iface.SamplerParams, nTop, seqCtx int, history []int
 		}
 		cp.bias, cp.n_bias = bias, C.int32_t(n)
 	}
-	c := C.hydra_sampler_new(m.vocab, &cp)
+	c := C.hydra_sampler_new(m.cvocab(), &cp)
 	if c == nil {
 		return nil, errors.New("out of memory for a sampler")
 	}

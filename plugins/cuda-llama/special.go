@@ -2,15 +2,7 @@
 
 package cudallama
 
-/*
-#include <stdlib.h>
-#include "llama.h"
-*/
-import "C"
-
 import (
-	"unsafe"
-
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
@@ -20,24 +12,15 @@ import (
 // llama_tokenize's add_special adds, which the front end builds infill and
 // rerank prompts of as llama-server does.
 func (m *model) specialTokens() *iface.SpecialTokens {
-	v := m.vocab
-	return &iface.SpecialTokens{
-		BOS: int32(C.llama_vocab_bos(v)), EOS: int32(C.llama_vocab_eos(v)), SEP: int32(C.llama_vocab_sep(v)),
-		FIMPre: int32(C.llama_vocab_fim_pre(v)), FIMSuf: int32(C.llama_vocab_fim_suf(v)), FIMMid: int32(C.llama_vocab_fim_mid(v)),
-		FIMPad: int32(C.llama_vocab_fim_pad(v)), FIMRep: int32(C.llama_vocab_fim_rep(v)), FIMSep: int32(C.llama_vocab_fim_sep(v)),
-		AddBOS: bool(C.llama_vocab_get_add_bos(v)), AddEOS: bool(C.llama_vocab_get_add_eos(v)), AddSEP: bool(C.llama_vocab_get_add_sep(v)),
-	}
+	t := iface.SpecialTokens(m.vocab.Markers())
+	return &t
 }
 
 // rerankTemplate is the model's chat template named "rerank"
 // (tokenizer.chat_template.rerank), "" where it has none.
 func (m *model) rerankTemplate() string {
-	name := C.CString("rerank")
-	defer C.free(unsafe.Pointer(name))
-	if t := C.llama_model_chat_template(m.m, name); t != nil {
-		return C.GoString(t)
-	}
-	return ""
+	t, _ := m.binding().ChatTemplate("rerank")
+	return t
 }
 
 // describeVocab fills in what the front end builds prompts of token ids

@@ -2,16 +2,9 @@
 
 package cudallama
 
-/*
-#include <stdlib.h>
-#include "llama.h"
-*/
-import "C"
-
 import (
 	"fmt"
 	"strings"
-	"unsafe"
 
 	"github.com/hydra-engine/hydra-engine/iface"
 )
@@ -65,37 +58,16 @@ func (m *model) tokenizeWith(text string, addSpecial, parseSpecial bool) ([]int3
 	if len(text) > 1<<30 {
 		return nil, fmt.Errorf("%w: text of %d bytes is too long", iface.ErrBadRequest, len(text))
 	}
-	toks := make([]int32, len(text)+8)
 	if text == "" && !addSpecial {
 		return []int32{}, nil
 	}
-	cs := C.CString(text)
-	defer C.free(unsafe.Pointer(cs))
-	for {
-		n := C.llama_tokenize(m.vocab, cs, C.int32_t(len(text)), (*C.llama_token)(unsafe.Pointer(&toks[0])),
-			C.int32_t(len(toks)), C.bool(addSpecial), C.bool(parseSpecial))
-		if n >= 0 {
-			return toks[:n], nil
-		}
-		if n == C.INT32_MIN || int(-n) <= len(toks) {
-			return nil, fmt.Errorf("%w: tokenizing the text failed", iface.ErrBadRequest)
-		}
-		toks = make([]int32, -n)
+	toks, err := m.vocab.Tokenize(text, addSpecial, parseSpecial)
+	if err != nil {
+		return nil, fmt.Errorf("%w: tokenizing the text failed", iface.ErrBadRequest)
 	}
+	return toks, nil
 }
 
 // specialPiece is a token's text with control tokens written out, as
 // llama-server's pieces and /detokenize write them (common_token_to_piece).
-func (m *model) specialPiece(tok int32) string {
-	var buf [128]C.char
-	n := C.llama_token_to_piece(m.vocab, C.llama_token(tok), &buf[0], C.int32_t(len(buf)), 0, true)
-	if n >= 0 {
-		return C.GoStringN(&buf[0], n)
-	}
-	big := make([]byte, -n)
-	n = C.llama_token_to_piece(m.vocab, C.llama_token(tok), (*C.char)(unsafe.Pointer(&big[0])), C.int32_t(len(big)), 0, true)
-	if n < 0 {
-		return ""
-	}
-	return string(big[:n])
-}
+func (m *model) specialPiece(tok int32) string { return m.vocab.Piece(tok, true) }

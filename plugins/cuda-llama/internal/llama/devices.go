@@ -1,11 +1,13 @@
 //go:build llama && cgo
 
-package cudallama
+package llama
 
 /*
 #cgo LDFLAGS: -ldl
 #include <dlfcn.h>
 #include <stddef.h>
+#include <stdlib.h>
+#include "gpuselect.h"
 
 // The CUDA runtime that libggml-cuda.so already loaded, found at run time so
 // the plugin itself links no CUDA. cudaHostRegister(ptr, size, flags) and
@@ -35,13 +37,45 @@ static void hydra_unpin(void *p) { if (hydra_unreg) hydra_unreg(p); }
 */
 import "C"
 
-import "unsafe"
+import (
+	"errors"
+	"unsafe"
+)
 
-// pinRegion pins region (the shared-memory ring, an mmap, not Go memory)
-// for DMA and returns the function that unpins it, or nil when it could not
-// be pinned (no CUDA runtime loaded, or the driver refused): then copies go
-// through the driver's bounce buffer.
-func pinRegion(region []byte) func() {
+// CUDADriver is what the CUDA driver says before any CUDA library is loaded.
+type CUDADriver struct {
+	Version int          // cuDriverGetVersion: 13000 is CUDA 13.0
+	Devices []CUDADevice // the visible GPUs (CUDA_VISIBLE_DEVICES applies)
+}
+
+// CUDADevice is one GPU: its compute capability and name.
+type CUDADevice struct {
+	Major, Minor int
+	Name         string
+}
+
+// QueryCUDA asks the CUDA driver library lib (libcuda.so.1) for its release
+// and its GPUs, through dlopen so that a machine without the driver gets an
+// error rather than a failed start; no devices is not an error.
+func QueryCUDA(lib string) (CUDADriver, error) {
+	cs := C.CString(lib)
+	defer C.free(unsafe.Pointer(cs))
+	var info C.hydra_cuda_info
+	if rc := C.hydra_cuda_query(cs, &info); rc != 0 {
+		return CUDADriver{}, errors.New(C.GoString(&info.err[0]))
+	}
+	d := CUDADriver{Version: int(info.driver)}
+	for i := range int(info.count) {
+		d.Devices = append(d.Devices, CUDADevice{int(info.major[i]), int(info.minor[i]), C.GoString(&info.name[i][0])})
+	}
+	return d, nil
+}
+
+// PinHost pins region (shared memory or an mmap, not Go memory) for DMA and
+// returns the function that unpins it, or nil when it could not be pinned
+// (no CUDA runtime loaded, or the driver refused): then copies go through the
+// driver's bounce buffer.
+func PinHost(region []byte) func() {
 	if len(region) == 0 {
 		return nil
 	}

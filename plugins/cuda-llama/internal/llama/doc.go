@@ -1,0 +1,13 @@
+// Package llama is the plugin's binding to llama.cpp and the CUDA driver: the
+// only package with cgo and the C/C++ files, so that its callers see Go
+// values (int32 tokens, strings, errors) and no C type.
+//
+// Its Go files build only with the tag "llama" and cgo (see mk/llama.mk);
+// without them the package is this file alone, so plain `go build ./...`
+// needs neither cgo nor the llama.cpp tree.
+//
+// The binding grows from the adapter (issue 52 item 1): the GPUs, host
+// pinning and the vocabulary are here; the model, the context, the batch, the
+// sampler chains, the draft context, state streaming, placement, swaps, embeddings and
+// common/chat are still the adapter's cgo.
+package llama
