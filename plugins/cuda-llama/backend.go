@@ -379,7 +379,7 @@ func loadSupportedModel(path string, opts llamaopt.Options, nGPU int) (*model, e
 	if err != nil {
 		return nil, err
 	}
-	if opts.MTP() && C.llama_model_n_layer_nextn(mdl.m) < 1 {
+	if opts.MTP() && mdl.m.NLayerNextN() < 1 {
 		mdl.free()
 		return nil, fmt.Errorf("%w: %s=%s: model %s carries no multi-token-prediction block (no nextn_predict_layers)",
 			iface.ErrBadRequest, llamaopt.OptSpecType, llamaopt.SpecMTP, path)

@@ -52,7 +52,7 @@ func newChatCommon(m *model, templateFile string) (*chatCommon, error) {
 	ct := C.CString(tmpl)
 	defer C.free(unsafe.Pointer(ct))
 	var cerr *C.char
-	c := C.hydra_chat_new(m.m, ct, &cerr)
+	c := C.hydra_chat_new(m.cmodel(), ct, &cerr)
 	if c == nil {
 		return nil, errors.New(goString(cerr))
 	}

@@ -131,7 +131,7 @@ func (e *engine) setExpertMode(mode string) string {
 // split_mode say it.
 func layerSplit(m *model) (layers, mode string) {
 	var buf [1024]C.char
-	sm := C.hydra_model_layer_split(m.m, &buf[0], C.size_t(len(buf)))
+	sm := C.hydra_model_layer_split(m.cmodel(), &buf[0], C.size_t(len(buf)))
 	return C.GoString(&buf[0]), map[C.int]string{0: "none", 1: "layer", 2: "row"}[sm]
 }
 

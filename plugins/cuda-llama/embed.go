@@ -92,10 +92,10 @@ func newEmbedder(m *model, opts llamaopt.Options, slotCtx int, hasMemory bool, g
 	if got := int(C.llama_pooling_type(c.c)); got != pooling {
 		return nil, fmt.Errorf("the embedding context pools %s, the model and options say %s", llamaopt.PoolingName(got), llamaopt.PoolingName(pooling))
 	}
-	em := &embedder{c: c, layout: l, pooling: pooling, nEmbd: int(C.llama_model_n_embd_out(m.m)), normalize: opts.Normalize, nVocab: m.nVocab}
+	em := &embedder{c: c, layout: l, pooling: pooling, nEmbd: m.m.NEmbdOut(), normalize: opts.Normalize, nVocab: m.nVocab}
 	em.nOut = em.nEmbd
 	if pooling == llamaopt.PoolingRank {
-		em.nOut = int(C.llama_model_n_cls_out(m.m))
+		em.nOut = m.m.NClsOut()
 	}
 	var kv, compute C.size_t
 	C.hydra_context_memory(c.c, &kv, &compute)

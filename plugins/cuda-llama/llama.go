@@ -94,12 +94,12 @@ func registerHostBufferAvailable(dev C.ggml_backend_dev_t) bool {
 // model is a loaded llama_model. Like the context, it is never freed: see
 // engine.
 type model struct {
-	m      *C.struct_llama_model
+	m      llama.Model
 	vocab  llama.Vocab
 	nVocab int
-	bos    int32   // the BOS token, -1 if none
-	tmpl   *C.char // chat template (the model's, else ChatML) for llama.cpp's matcher; C memory, never freed
-	jinja  string  // the model's own chat template, "" if it has none
+	bos    int32  // the BOS token, -1 if none
+	tmpl   string // chat template (the model's, else ChatML) for llama.cpp's matcher
+	jinja  string // the model's own chat template, "" if it has none
 	// tok is the vocabulary's special tokens, what add_special adds and
 	// MaxTokenBytes (vocab.go).
 	tok *tokenizer
@@ -113,51 +113,29 @@ type modelParams struct {
 }
 
 func loadModel(path string, p modelParams) (*model, error) {
-	overrides, err := newOverrideList(path, p.placement)
+	m, err := loadWeights(path, llama.ModelParams{GPULayers: p.nGPULayers, Mmap: p.mmap, MTP: p.mtp}, p.placement)
+	if errors.Is(err, llama.ErrLoad) {
+		return nil, fmt.Errorf("llama.cpp could not load model %s%s", path, lastLlamaError())
+	}
 	if err != nil {
 		return nil, err
 	}
-	defer overrides.free() // llama.cpp reads it only while the model loads
-	mp := modelDefaults(p.mmap)
-	mp.n_gpu_layers = C.int32_t(p.nGPULayers)
-	mp.tensor_buft_overrides = overrides.params()
-	mp.load_mtp = C.bool(p.mtp)
-	cs := C.CString(path)
-	defer C.free(unsafe.Pointer(cs))
-	m := C.llama_model_load_from_file(cs, mp)
-	if m == nil {
-		return nil, fmt.Errorf("llama.cpp could not load model %s%s", path, lastLlamaError())
-	}
 	logPlacement(m, p.placement.Rules())
 	mdl := &model{m: m}
-	mdl.vocab = mdl.binding().Vocab()
+	mdl.vocab = m.Vocab()
 	mdl.nVocab = mdl.vocab.NTokens()
 	mdl.bos = mdl.vocab.BOS()
 	if mdl.tok, err = newTokenizer(mdl.vocab); err != nil {
-		C.llama_model_free(m)
+		m.Free()
 		return nil, fmt.Errorf("model %s: %w", path, err)
 	}
-	if t := C.llama_model_chat_template(m, nil); t != nil {
-		mdl.jinja = C.GoString(t)
-		mdl.tmpl = C.CString(mdl.jinja)
+	var ok bool
+	if mdl.jinja, ok = m.ChatTemplate(""); ok {
+		mdl.tmpl = mdl.jinja
 	} else {
-		mdl.tmpl = C.CString("chatml") // llama-server's default too
+		mdl.tmpl = "chatml" // llama-server's default too
 	}
 	return mdl, nil
-}
-
-// modelDefaults are llama.cpp's model parameters with the file mapped (mmap)
-// or read into memory, each weight whole (no lazy reads of large tensors,
-// whose rows llama.cpp would read on demand into host memory): where
-// llama.cpp places a weight is where SWAP_QUANT and combined mode find it.
-func modelDefaults(mmap bool) C.struct_llama_model_params {
-	mp := C.llama_model_default_params()
-	mp.load_mode = C.LLAMA_LOAD_MODE_NONE
-	if mmap {
-		mp.load_mode = C.LLAMA_LOAD_MODE_MMAP
-	}
-	mp.lazy_mode = C.LLAMA_LAZY_MODE_OFF
-	return mp
 }
 
 // specialText is a special token's text (BOS, EOS), as a template writes it.
@@ -171,8 +149,9 @@ func (m *model) specialText(tok int32) string {
 	return ""
 }
 
-// binding is the model as the binding sees it.
-func (m *model) binding() llama.Model { return llama.ModelAt(unsafe.Pointer(m.m)) }
+// cmodel is the model for the adapter's cgo (draft contexts, swaps,
+// combined mode, embeddings, common/chat) until that moves into the binding.
+func (m *model) cmodel() *C.struct_llama_model { return (*C.struct_llama_model)(m.m.Ptr()) }
 
 // cvocab is the vocabulary for the adapter's cgo (sampler chains, grammars).
 func (m *model) cvocab() *C.struct_llama_vocab { return (*C.struct_llama_vocab)(m.vocab.Ptr()) }
@@ -186,24 +165,19 @@ func (m *model) eos() int32 { return m.vocab.EOS() }
 // free releases a model that no context uses (a Load that failed after
 // loading it). Freeing models is safe; it is contexts on CUDA that are not
 // (see engine).
-func (m *model) free() {
-	C.llama_model_free(m.m)
-	C.free(unsafe.Pointer(m.tmpl))
-}
+func (m *model) free() { m.m.Free() }
+
+// recurrentState reports whether the model's memory holds a recurrent state
+// (recurrent or hybrid), which cannot be cut back before its last token.
+func (m *model) recurrentState() bool { return m.m.Recurrent() || m.m.Hybrid() }
 
 // composite says what the model's memory is made of when it is more than
 // one attention cache ("" when it is one): its states have several parts.
-// recurrentState reports whether the model's memory holds a recurrent state
-// (recurrent or hybrid), which cannot be cut back before its last token.
-func (m *model) recurrentState() bool {
-	return bool(C.llama_model_is_recurrent(m.m)) || bool(C.llama_model_is_hybrid(m.m))
-}
-
 func (m *model) composite() string {
 	switch {
-	case bool(C.llama_model_is_recurrent(m.m)):
+	case m.m.Recurrent():
 		return "recurrent"
-	case bool(C.llama_model_is_hybrid(m.m)):
+	case m.m.Hybrid():
 		return "hybrid (attention + recurrent)"
 	case m.nSWA() > 0:
 		return "sliding-window attention"
@@ -212,36 +186,24 @@ func (m *model) composite() string {
 }
 
 // nSWA is the attention window of a sliding-window model (0: none).
-func (m *model) nSWA() int { return int(C.llama_model_n_swa(m.m)) }
+func (m *model) nSWA() int { return m.m.NSWA() }
 
-func (m *model) desc() string {
-	var buf [256]C.char
-	C.llama_model_desc(m.m, &buf[0], C.size_t(len(buf)))
-	return C.GoString(&buf[0])
-}
+func (m *model) desc() string { return m.m.Desc() }
 
-func (m *model) nLayer() int { return int(C.llama_model_n_layer(m.m)) }
+func (m *model) nLayer() int { return m.m.NLayer() }
 
-func (m *model) nEmbd() int { return int(C.llama_model_n_embd(m.m)) }
+func (m *model) nEmbd() int { return m.m.NEmbd() }
 
 // metaString is a GGUF metadata value as text ("" if the model has none).
-func (m *model) metaString(key string) string {
-	k := C.CString(key)
-	defer C.free(unsafe.Pointer(k))
-	var buf [256]C.char
-	if n := C.llama_model_meta_val_str(m.m, k, &buf[0], C.size_t(len(buf))); n < 0 {
-		return ""
-	}
-	return C.GoString(&buf[0])
-}
+func (m *model) metaString(key string) string { return m.m.MetaString(key) }
 
 // headDim is the attention head size (n_embd / n_head).
 func (m *model) headDim() int {
-	h := int(C.llama_model_n_head(m.m))
+	h := m.m.NHead()
 	if h <= 0 {
 		return 0
 	}
-	return int(C.llama_model_n_embd(m.m)) / h
+	return m.m.NEmbd() / h
 }
 
 func (m *model) IsEOG(tok int32) bool { return m.vocab.IsEOG(tok) }
@@ -258,37 +220,15 @@ func (m *model) Piece(tok int32) string { return m.vocab.Piece(tok, false) }
 // built-in template engine recognises the common ones), ending with the
 // assistant's turn.
 func (m *model) applyTemplate(msgs []iface.Message) (string, error) {
-	n := len(msgs)
-	chat := (*[1 << 20]C.struct_llama_chat_message)(C.malloc(C.size_t(n) * C.size_t(unsafe.Sizeof(C.struct_llama_chat_message{}))))[:n:n]
-	defer C.free(unsafe.Pointer(&chat[0]))
-	total := 0
+	chat := make([]llama.ChatMessage, len(msgs))
 	for i, msg := range msgs {
-		chat[i].role = C.CString(msg.Role)
-		chat[i].content = C.CString(msg.Content)
-		total += len(msg.Role) + len(msg.Content)
+		chat[i] = llama.ChatMessage{Role: msg.Role, Content: msg.Content}
 	}
-	defer func() {
-		for i := range chat {
-			C.free(unsafe.Pointer(chat[i].role))
-			C.free(unsafe.Pointer(chat[i].content))
-		}
-	}()
-	size := 2*total + 256
-	for {
-		buf := C.malloc(C.size_t(size))
-		r := C.llama_chat_apply_template(m.tmpl, &chat[0], C.size_t(n), true, (*C.char)(buf), C.int32_t(size))
-		if r < 0 {
-			C.free(buf)
-			return "", fmt.Errorf("%w: the model's chat template %q is not one llama.cpp knows", iface.ErrBadRequest, truncate(C.GoString(m.tmpl), 80))
-		}
-		if int(r) <= size {
-			s := C.GoStringN((*C.char)(buf), r)
-			C.free(buf)
-			return s, nil
-		}
-		C.free(buf)
-		size = int(r)
+	s, ok := llama.ApplyTemplate(m.tmpl, chat)
+	if !ok {
+		return "", fmt.Errorf("%w: the model's chat template %q is not one llama.cpp knows", iface.ErrBadRequest, truncate(m.tmpl, 80))
 	}
+	return s, nil
 }
 
 // lctx is the one llama_context with its batch and the shim's streaming
@@ -362,7 +302,7 @@ func newContext(m *model, p contextParams, gpu C.ggml_backend_dev_t) (*lctx, err
 		return nil, errors.New("out of memory")
 	}
 	clearLlamaError()
-	c := C.llama_init_from_model(m.m, cp)
+	c := C.llama_init_from_model(m.cmodel(), cp)
 	if c == nil {
 		return nil, fmt.Errorf("llama.cpp could not create a context%s", lastLlamaError())
 	}

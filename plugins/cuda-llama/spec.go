@@ -89,7 +89,7 @@ func newSpeculator(lc *lctx, opts llamaopt.Options, slots []*kv.Slot, nGPU int, 
 		if dft, err = loadModel(path, modelParams{nGPULayers: nGPU, mmap: opts.Mmap}); err != nil {
 			return nil, fmt.Errorf("%w: %s: %w", iface.ErrBadRequest, llamaopt.OptDraftModel, err)
 		}
-		dm = dft.m
+		dm = dft.cmodel()
 	}
 	r := opts.SpecBounds
 	types := C.CString(strings.Join(opts.SpecTypes, ","))

@@ -19,7 +19,7 @@ func (m *model) specialTokens() *iface.SpecialTokens {
 // rerankTemplate is the model's chat template named "rerank"
 // (tokenizer.chat_template.rerank), "" where it has none.
 func (m *model) rerankTemplate() string {
-	t, _ := m.binding().ChatTemplate("rerank")
+	t, _ := m.m.ChatTemplate("rerank")
 	return t
 }
 

@@ -12,6 +12,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -23,6 +24,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/llama"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
 
@@ -69,7 +71,7 @@ func newSwapper(ctx context.Context, mdl *model, lc *lctx, path string, opts lla
 	cs := C.CString(path)
 	defer C.free(unsafe.Pointer(cs))
 	var msg [512]C.char
-	sw := C.hydra_swap_new(mdl.m, cs, C.bool(opts.Mmap), &msg[0], C.size_t(len(msg)))
+	sw := C.hydra_swap_new(mdl.cmodel(), cs, C.bool(opts.Mmap), &msg[0], C.size_t(len(msg)))
 	if sw == nil {
 		return nil, fmt.Errorf("%w: indexing the model's weights: %s", iface.ErrBadRequest, C.GoString(&msg[0]))
 	}
@@ -101,25 +103,19 @@ func newSwapper(ctx context.Context, mdl *model, lc *lctx, path string, opts lla
 // no_alloc, which needs mmap off) and checks it against them. The donor
 // model is freed: the swapper keeps where each weight goes and its file.
 func (x *swapper) addDonor(path string, nGPU int, p llamaopt.PlacementOptions) error {
-	overrides, err := newOverrideList(path, p)
+	clearLlamaError()
+	donor, err := loadWeights(path, llama.ModelParams{GPULayers: nGPU, NoAlloc: true}, p)
+	if errors.Is(err, llama.ErrLoad) {
+		return fmt.Errorf("llama.cpp could not read %s%s", path, lastLlamaError())
+	}
 	if err != nil {
 		return err
 	}
-	defer overrides.free()
-	mp := modelDefaults(false)
-	mp.n_gpu_layers = C.int32_t(nGPU)
-	mp.no_alloc = true
-	mp.tensor_buft_overrides = overrides.params()
+	defer donor.Free()
 	cs := C.CString(path)
 	defer C.free(unsafe.Pointer(cs))
-	clearLlamaError()
-	donor := C.llama_model_load_from_file(cs, mp)
-	if donor == nil {
-		return fmt.Errorf("llama.cpp could not read %s%s", path, lastLlamaError())
-	}
-	defer C.llama_model_free(donor)
 	var msg [512]C.char
-	if C.hydra_swap_add_donor(x.sw, donor, cs, &msg[0], C.size_t(len(msg))) < 0 {
+	if C.hydra_swap_add_donor(x.sw, (*C.struct_llama_model)(donor.Ptr()), cs, &msg[0], C.size_t(len(msg))) < 0 {
 		return fmt.Errorf("not the loaded model in another quantisation: %s", C.GoString(&msg[0]))
 	}
 	return nil

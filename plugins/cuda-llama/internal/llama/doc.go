@@ -7,7 +7,8 @@
 // needs neither cgo nor the llama.cpp tree.
 //
 // The binding grows from the adapter (issue 52 item 1): the GPUs, host
-// pinning and the vocabulary are here; the model, the context, the batch, the
-// sampler chains, the draft context, state streaming, placement, swaps, embeddings and
-// common/chat are still the adapter's cgo.
+// pinning, the model's load with its placement overrides and the vocabulary
+// are here; the context, the batch, the sampler chains, the draft context,
+// state streaming, swaps, embeddings and common/chat are still the adapter's
+// cgo, which reaches the model through Model.Ptr and Vocab.Ptr.
 package llama

@@ -38,31 +38,6 @@ import (
 	"unsafe"
 )
 
-// Model is a loaded llama_model. The adapter still loads and owns it: ModelAt
-// wraps its pointer until the model's binding moves here.
-type Model struct{ p *C.struct_llama_model }
-
-// ModelAt is the model at p, a *llama_model.
-func ModelAt(p unsafe.Pointer) Model { return Model{(*C.struct_llama_model)(p)} }
-
-// Vocab is the model's vocabulary.
-func (m Model) Vocab() Vocab { return Vocab{C.llama_model_get_vocab(m.p)} }
-
-// ChatTemplate is the model's chat template of that name ("" for its
-// default), and whether it has one.
-func (m Model) ChatTemplate(name string) (string, bool) {
-	var cname *C.char
-	if name != "" {
-		cname = C.CString(name)
-		defer C.free(unsafe.Pointer(cname))
-	}
-	t := C.llama_model_chat_template(m.p, cname)
-	if t == nil {
-		return "", false
-	}
-	return C.GoString(t), true
-}
-
 // Vocab is a model's vocabulary, valid while the model is.
 type Vocab struct{ p *C.struct_llama_vocab }
 
