@@ -58,7 +58,7 @@ func (s *Sink) Token(iface.Token) {}
 func (s *Sink) Started() bool { return s.started }
 
 func (s *Sink) Delta(d run.Delta) error {
-	if d.Reasoning == "" && d.Content == "" && d.Tool == nil {
+	if d.Empty() {
 		return nil
 	}
 	if s.pending {
@@ -66,22 +66,19 @@ func (s *Sink) Delta(d run.Delta) error {
 			return err
 		}
 	}
-	if d.Reasoning != "" {
-		if err := s.delta("thinking", map[string]any{"type": "thinking", "thinking": ""},
-			map[string]any{"type": "thinking_delta", "thinking": d.Reasoning}); err != nil {
-			return err
-		}
-	}
-	if d.Content != "" {
-		if err := s.delta("text", map[string]any{"type": "text", "text": ""},
-			map[string]any{"type": "text_delta", "text": d.Content}); err != nil {
-			return err
-		}
-	}
-	if d.Tool != nil {
-		return s.toolDelta(*d.Tool)
-	}
-	return nil
+	return d.Each(s.thinkingDelta, s.textDelta, s.toolDelta)
+}
+
+// thinkingDelta streams reasoning into the open thinking block.
+func (s *Sink) thinkingDelta(text string) error {
+	return s.delta("thinking", map[string]any{"type": "thinking", "thinking": ""},
+		map[string]any{"type": "thinking_delta", "thinking": text})
+}
+
+// textDelta streams content into the open text block.
+func (s *Sink) textDelta(text string) error {
+	return s.delta("text", map[string]any{"type": "text", "text": ""},
+		map[string]any{"type": "text_delta", "text": text})
 }
 
 func (s *Sink) End(e run.End) error {
@@ -97,13 +94,9 @@ func (s *Sink) End(e run.End) error {
 	if err := s.closeBlock(); err != nil {
 		return err
 	}
-	out := 0
-	if e.Timings != nil {
-		out = e.Timings.PredictedN
-	}
 	if err := s.send("message_delta", map[string]any{"type": "message_delta",
 		"delta": map[string]any{"stop_reason": stopReason(e), "stop_sequence": stopSequence(e)},
-		"usage": map[string]any{"output_tokens": out}}); err != nil {
+		"usage": map[string]any{"output_tokens": e.Generated}}); err != nil {
 		return err
 	}
 	return s.send("message_stop", map[string]any{"type": "message_stop"})

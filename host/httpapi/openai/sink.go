@@ -162,20 +162,12 @@ func (s *Sink) Token(t iface.Token) { s.probs.add(t) }
 func (s *Sink) Started() bool { return s.started }
 
 func (s *Sink) Delta(d run.Delta) error {
-	if d.Reasoning != "" {
-		if err := s.event(s.chunkBody(&message{ReasoningContent: &d.Reasoning}, nil, nil)); err != nil {
-			return err
-		}
-	}
-	if d.Content != "" {
-		if err := s.chunk(d.Content, nil); err != nil {
-			return err
-		}
-	}
-	if d.Tool != nil {
-		return s.event(s.chunkBody(&message{ToolCalls: []toolCall{deltaToolCall(*d.Tool)}}, nil, nil))
-	}
-	return nil
+	return d.Each(
+		func(r string) error { return s.event(s.chunkBody(&message{ReasoningContent: &r}, nil, nil)) },
+		func(c string) error { return s.chunk(c, nil) },
+		func(p run.ToolPiece) error {
+			return s.event(s.chunkBody(&message{ToolCalls: []toolCall{deltaToolCall(p)}}, nil, nil))
+		})
 }
 
 func (s *Sink) End(e run.End) error {

@@ -64,7 +64,7 @@ func (s *Sink) Token(iface.Token) {}
 func (s *Sink) Started() bool { return s.started }
 
 func (s *Sink) Delta(d run.Delta) error {
-	if d.Reasoning == "" && d.Content == "" && d.Tool == nil {
+	if d.Empty() {
 		return nil
 	}
 	if s.pending {
@@ -72,20 +72,7 @@ func (s *Sink) Delta(d run.Delta) error {
 			return err
 		}
 	}
-	if d.Reasoning != "" {
-		if err := s.reasoningDelta(d.Reasoning); err != nil {
-			return err
-		}
-	}
-	if d.Content != "" {
-		if err := s.textDelta(d.Content); err != nil {
-			return err
-		}
-	}
-	if d.Tool != nil {
-		return s.toolDelta(*d.Tool)
-	}
-	return nil
+	return d.Each(s.reasoningDelta, s.textDelta, s.toolDelta)
 }
 
 func (s *Sink) End(e run.End) error {
@@ -98,11 +85,7 @@ func (s *Sink) End(e run.End) error {
 			return err
 		}
 	}
-	out := 0
-	if e.Timings != nil {
-		out = e.Timings.PredictedN
-	}
-	return s.end(e, out)
+	return s.end(e)
 }
 
 // Fail writes OpenAI's error, in either API: as the reply, or as the
@@ -127,17 +110,17 @@ func (s *Sink) reply(e run.End) {
 	for _, c := range e.ToolCalls {
 		output = append(output, callOutput(c.ID, c.Name, c.Arguments))
 	}
-	run.WriteJSON(s.w, http.StatusOK, response(e, output, e.Generated))
+	run.WriteJSON(s.w, http.StatusOK, response(e, output))
 }
 
 // response is the Response object of the reply that ended with e.
-func response(e run.End, output []map[string]any, outTokens int) map[string]any {
+func response(e run.End, output []map[string]any) map[string]any {
 	if output == nil {
 		output = []map[string]any{}
 	}
 	r := map[string]any{"id": "resp_" + e.ID, "object": "response", "created_at": e.Created, "model": e.Model, "output": output,
-		"status": "completed", "usage": map[string]any{"input_tokens": e.NPrompt, "output_tokens": outTokens,
-			"total_tokens": e.NPrompt + outTokens, "input_tokens_details": map[string]any{"cached_tokens": e.Reused}}}
+		"status": "completed", "usage": map[string]any{"input_tokens": e.NPrompt, "output_tokens": e.Generated,
+			"total_tokens": e.NPrompt + e.Generated, "input_tokens_details": map[string]any{"cached_tokens": e.Reused}}}
 	if e.Finish == "length" {
 		r["status"], r["incomplete_details"] = "incomplete", map[string]any{"reason": "max_output_tokens"}
 	} else {
@@ -258,7 +241,7 @@ func (s *Sink) toolDelta(c run.ToolPiece) error {
 // end closes every item (the done events, in the order they opened) and
 // sends the response: response.completed, or response.incomplete where the
 // reply was cut at its limit; with llama-server's timings.
-func (s *Sink) end(e run.End, outTokens int) error {
+func (s *Sink) end(e run.End) error {
 	var output []map[string]any
 	for _, it := range s.items {
 		var item map[string]any
@@ -284,7 +267,7 @@ func (s *Sink) end(e run.End, outTokens int) error {
 		}
 		output = append(output, item)
 	}
-	r := response(e, output, outTokens)
+	r := response(e, output)
 	name := "response.completed"
 	if r["status"] == "incomplete" {
 		name = "response.incomplete"

@@ -50,6 +50,29 @@ type Delta struct {
 	Tool               *ToolPiece
 }
 
+// Empty reports whether the delta adds nothing to the reply.
+func (d Delta) Empty() bool { return d.Reasoning == "" && d.Content == "" && d.Tool == nil }
+
+// Each hands the delta's parts to a dialect's writers in the order a reply
+// streams them, reasoning, content, then the tool call's piece, skipping
+// those it lacks and stopping at the first error.
+func (d Delta) Each(reasoning, content func(string) error, tool func(ToolPiece) error) error {
+	if d.Reasoning != "" {
+		if err := reasoning(d.Reasoning); err != nil {
+			return err
+		}
+	}
+	if d.Content != "" {
+		if err := content(d.Content); err != nil {
+			return err
+		}
+	}
+	if d.Tool != nil {
+		return tool(*d.Tool)
+	}
+	return nil
+}
+
 // ToolPiece is a streamed piece of tool call Index: its id and name with
 // the first piece, then its arguments in pieces.
 type ToolPiece struct {
