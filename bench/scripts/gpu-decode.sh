@@ -104,8 +104,11 @@ esac
 MODEL_ARGS=${MODEL_ARGS:--layers 24 -embd 2048 -heads 16 -kv-heads 4 -ff 5632 -vocab 32000 -ctx 8192 -f16}
 # DRAFT=mtp: the model carries its MTP block (qwen35moe only).
 [[ ${DRAFT:-} == mtp ]] && MODEL_ARGS="$MODEL_ARGS -mtp 1"
-# An agent's conversation needs a chat template: Qwen3's, with its tokenizer.
-[[ -n ${AGENT_P:-} ]] && MODEL_ARGS="$MODEL_ARGS -tokenizer $G/tokenizer-qwen3"
+# An agent's conversation needs a chat template: Qwen3's, with its tokenizer,
+# whose vocabulary (151,669) replaces the generated one's size.
+if [[ -n ${AGENT_P:-}${CKPT_P:-} ]]; then
+	MODEL_ARGS="$(sed -E 's/(^| )-vocab [0-9]+/ /' <<<"$MODEL_ARGS") -tokenizer $G/tokenizer-qwen3"
+fi
 t0=$(date +%s)
 elapsed() { echo $(($(date +%s) - t0)); }
 step() { echo; echo "=== $* ($(date -u +%T), +$(elapsed) s)"; }
