@@ -314,6 +314,10 @@ func newContext(m *model, p contextParams, gpu C.ggml_backend_dev_t) (*lctx, err
 	return lc, nil
 }
 
+// binding is the context as internal/llama's type, for the binding's
+// functions that take one.
+func (c *lctx) binding() *llama.Context { return llama.ContextOf(unsafe.Pointer(c.c)) }
+
 func (c *lctx) nCtx() int { return int(C.llama_n_ctx(c.c)) }
 
 // useReferenceKernels makes the context's CPU work run ggml's reference
