@@ -2,13 +2,6 @@
 
 package cudallama
 
-/*
-#include <stdlib.h>
-#include "chatcommon.h"
-#include "sampling.h"
-*/
-import "C"
-
 import (
 	"encoding/json"
 	"errors"
@@ -16,9 +9,9 @@ import (
 	"maps"
 	"os"
 	"strings"
-	"unsafe"
 
 	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/llama"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
 
@@ -31,13 +24,7 @@ import (
 // rendering (TestChatCommonPromptMatches holds the two renderings equal).
 
 // chatCommon is a model's chat templates in llama.cpp's common library.
-type chatCommon struct{ c *C.hydra_chat }
-
-// goString takes a malloc'd C string.
-func goString(s *C.char) string {
-	defer C.free(unsafe.Pointer(s))
-	return C.GoString(s)
-}
+type chatCommon struct{ c *llama.Chat }
 
 // newChatCommon loads the model's templates, or the chat_template_file's.
 func newChatCommon(m *model, templateFile string) (*chatCommon, error) {
@@ -49,90 +36,69 @@ func newChatCommon(m *model, templateFile string) (*chatCommon, error) {
 		}
 		tmpl = string(b)
 	}
-	ct := C.CString(tmpl)
-	defer C.free(unsafe.Pointer(ct))
-	var cerr *C.char
-	c := C.hydra_chat_new(m.cmodel(), ct, &cerr)
-	if c == nil {
-		return nil, errors.New(goString(cerr))
+	c, err := llama.NewChat(m.m, tmpl)
+	if err != nil {
+		return nil, err
 	}
 	return &chatCommon{c: c}, nil
 }
 
 // source is the template's source, as llama-server's /props has it.
-func (c *chatCommon) source() string { return goString(C.hydra_chat_source(c.c)) }
+func (c *chatCommon) source() string { return c.c.Source() }
 
 // apply is common_chat_templates_apply for a request (newCommonChatRequest).
 func (c *chatCommon) apply(req []byte) (chatParams, error) {
-	cr := C.CString(string(req))
-	defer C.free(unsafe.Pointer(cr))
-	var cerr *C.char
-	out := C.hydra_chat_apply(c.c, cr, &cerr)
-	if out == nil {
-		return chatParams{}, fmt.Errorf("%w: %s", iface.ErrBadRequest, goString(cerr))
+	out, err := c.c.Apply(req)
+	if err != nil {
+		return chatParams{}, fmt.Errorf("%w: %v", iface.ErrBadRequest, err)
 	}
 	var p chatParams
-	err := json.Unmarshal([]byte(goString(out)), &p)
+	err = json.Unmarshal(out, &p)
 	return p, err
 }
 
 // jsonSchemaGrammar is a JSON schema's GBNF (json-schema-to-grammar).
 func jsonSchemaGrammar(schema string) (string, error) {
-	cs := C.CString(schema)
-	defer C.free(unsafe.Pointer(cs))
-	var cerr *C.char
-	out := C.hydra_json_schema_grammar(cs, &cerr)
-	if out == nil {
-		return "", fmt.Errorf("%w: json_schema: %s", iface.ErrBadRequest, goString(cerr))
+	g, err := llama.JSONSchemaGrammar(schema)
+	if err != nil {
+		return "", fmt.Errorf("%w: json_schema: %v", iface.ErrBadRequest, err)
 	}
-	return goString(out), nil
+	return g, nil
 }
 
 // checkGrammar parses a GBNF grammar, naming its fault.
 func checkGrammar(g string) error {
-	cg := C.CString(g)
-	defer C.free(unsafe.Pointer(cg))
-	if why := C.hydra_grammar_check(cg); why != nil {
-		return fmt.Errorf("%w: grammar: %s", iface.ErrBadRequest, goString(why))
+	if err := llama.CheckGrammar(g); err != nil {
+		return fmt.Errorf("%w: grammar: %v", iface.ErrBadRequest, err)
 	}
 	return nil
 }
 
-// chatParser is one reply's parser (hydra_chat_parser).
-type chatParser struct{ p *C.hydra_chat_parser }
+// chatParser is one reply's parser (llama.ChatParser).
+type chatParser struct{ p *llama.ChatParser }
 
 func newChatParser(spec parserSpec) (*chatParser, error) {
 	b, err := json.Marshal(spec)
 	if err != nil {
 		return nil, err
 	}
-	cs := C.CString(string(b))
-	defer C.free(unsafe.Pointer(cs))
-	var cerr *C.char
-	p := C.hydra_chat_parser_new(cs, &cerr)
-	if p == nil {
-		return nil, fmt.Errorf("the chat template's reply parser: %s", goString(cerr))
+	p, err := llama.NewChatParser(b)
+	if err != nil {
+		return nil, fmt.Errorf("the chat template's reply parser: %v", err)
 	}
 	return &chatParser{p: p}, nil
 }
 
-func (p *chatParser) free() { C.hydra_chat_parser_free(p.p) }
+func (p *chatParser) free() { p.p.Free() }
 
 // add appends text to the reply and parses it all (partial: more may come).
 func (p *chatParser) add(text string, partial bool) (*parsed, error) {
-	ct := C.CString(text) // C memory: cgo passes no Go pointer to a string's bytes
-	defer C.free(unsafe.Pointer(ct))
-	var cerr *C.char
-	cp := C.int(0)
-	if partial {
-		cp = 1
-	}
-	out := C.hydra_chat_parser_add(p.p, ct, C.size_t(len(text)), cp, &cerr)
-	if out == nil {
-		return nil, errors.New(goString(cerr))
+	out, err := p.p.Add(text, partial)
+	if err != nil {
+		return nil, err
 	}
 	var r parsed
-	if err := json.Unmarshal([]byte(goString(out)), &r); err != nil {
+	if err := json.Unmarshal(out, &r); err != nil {
 		return nil, err
 	}
 	return &r, nil
@@ -297,44 +263,28 @@ func (r *outputRun) attach(m *model, s *sampler) error {
 		return nil
 	}
 	if r.grammar != nil {
-		g, err := newCSampler(r.grammar, func(spec *C.char, cerr **C.char) *C.struct_llama_sampler {
-			return C.hydra_grammar_new(m.cvocab(), spec, cerr)
-		})
+		spec, err := json.Marshal(r.grammar)
+		if err != nil {
+			return err
+		}
+		g, err := llama.NewGrammar(m.vocab, spec)
 		if err != nil {
 			return fmt.Errorf("%w: grammar: %v", iface.ErrBadRequest, err)
 		}
-		C.hydra_sampler_set_grammar(s.c, g)
+		s.c.SetGrammar(g)
 	}
 	if r.budget != nil {
-		rb, err := newCSampler(r.budget, func(spec *C.char, cerr **C.char) *C.struct_llama_sampler {
-			return C.hydra_reasoning_budget_new(m.cvocab(), spec, cerr)
-		})
+		spec, err := json.Marshal(r.budget)
+		if err != nil {
+			return err
+		}
+		rb, err := llama.NewReasoningBudget(m.vocab, spec)
 		if err != nil {
 			return fmt.Errorf("the reasoning budget: %v", err)
 		}
-		gate := C.int(0)
-		if r.grammar != nil && r.grammar.Lazy {
-			gate = 1
-		}
-		C.hydra_sampler_set_reasoning_budget(s.c, rb, gate)
+		s.c.SetReasoningBudget(rb, r.grammar != nil && r.grammar.Lazy)
 	}
 	return nil
-}
-
-// newCSampler builds a llama.cpp sampler from spec's JSON with build.
-func newCSampler(spec any, build func(spec *C.char, cerr **C.char) *C.struct_llama_sampler) (*C.struct_llama_sampler, error) {
-	b, err := json.Marshal(spec)
-	if err != nil {
-		return nil, err
-	}
-	cs := C.CString(string(b))
-	defer C.free(unsafe.Pointer(cs))
-	var cerr *C.char
-	smp := build(cs, &cerr)
-	if smp == nil {
-		return nil, errors.New(goString(cerr))
-	}
-	return smp, nil
 }
 
 // wrap passes each token on with what it added to the parsed reply, and

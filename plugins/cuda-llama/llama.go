@@ -150,11 +150,8 @@ func (m *model) specialText(tok int32) string {
 }
 
 // cmodel is the model for the adapter's cgo (draft contexts, swaps,
-// combined mode, embeddings, common/chat) until that moves into the binding.
+// combined mode, embeddings) until that moves into the binding.
 func (m *model) cmodel() *C.struct_llama_model { return (*C.struct_llama_model)(m.m.Ptr()) }
-
-// cvocab is the vocabulary for the adapter's cgo (sampler chains, grammars).
-func (m *model) cvocab() *C.struct_llama_vocab { return (*C.struct_llama_vocab)(m.vocab.Ptr()) }
 
 // addsBOS reports whether tokenizing adds BOS at the start.
 func (m *model) addsBOS() bool { return m.vocab.AddsBOS() }
@@ -380,25 +377,13 @@ func (c *lctx) lastBatch() *C.struct_llama_batch { return &c.batch }
 
 // Logits is the logits of the batch's row i (computed for it), in
 // llama.cpp's memory until the next evaluation; nil where it has none.
-func (c *lctx) Logits(i int) []float32 {
-	p := c.logitsPtr(i)
-	if p == nil {
-		return nil
-	}
-	return unsafe.Slice((*float32)(unsafe.Pointer(p)), c.nVocab)
-}
+func (c *lctx) Logits(i int) []float32 { return c.binding().Logits(i, c.nVocab) }
 
 // logitsInto copies the logits of the batch's last token.
 func (c *lctx) logitsInto(dst []float32) { c.logitsAt(-1, dst) }
 
-// logitsPtr is the logits of the batch's i-th token (computed for it; -1:
-// the last).
-func (c *lctx) logitsPtr(i int) *C.float { return C.llama_get_logits_ith(c.c, C.int32_t(i)) }
-
 // logitsAt copies the logits of the batch's i-th token.
-func (c *lctx) logitsAt(i int, dst []float32) {
-	copy(dst, unsafe.Slice((*float32)(unsafe.Pointer(c.logitsPtr(i))), c.nVocab))
-}
+func (c *lctx) logitsAt(i int, dst []float32) { copy(dst, c.Logits(i)) }
 
 func (c *lctx) SeqRm(seq int) {
 	C.llama_memory_seq_rm(c.mem, C.llama_seq_id(seq), -1, -1)

@@ -41,9 +41,6 @@ import (
 // Vocab is a model's vocabulary, valid while the model is.
 type Vocab struct{ p *C.struct_llama_vocab }
 
-// Ptr is the *llama_vocab, for the adapter's cgo that has not moved here yet.
-func (v Vocab) Ptr() unsafe.Pointer { return unsafe.Pointer(v.p) }
-
 // NTokens is the vocabulary's size.
 func (v Vocab) NTokens() int { return int(C.llama_vocab_n_tokens(v.p)) }
 
