@@ -218,7 +218,11 @@ func (b *Backend) Decode(ctx context.Context, req iface.DecodeRequest, emit func
 	if req.NPredict < 0 {
 		return iface.DecodeResult{}, fmt.Errorf("%w: n_predict %d is negative", iface.ErrBadRequest, req.NPredict)
 	}
-	if err := e.checkSpeculative(req.Speculative); err != nil {
+	var pMin float32
+	if e.spec != nil {
+		pMin = e.spec.pMin
+	}
+	if err := checkSpeculative(req.Speculative, e.spec != nil, pMin); err != nil {
 		return iface.DecodeResult{}, err
 	}
 	out, err := e.newOutputRun(req.Output)

@@ -1,5 +1,3 @@
-//go:build llama && cgo
-
 package cudallama
 
 import (
