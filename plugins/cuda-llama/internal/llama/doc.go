@@ -7,8 +7,9 @@
 // needs neither cgo nor the llama.cpp tree.
 //
 // The binding grows from the adapter (issue 52 item 1): the GPUs, host
-// pinning, the model's load with its placement overrides and the vocabulary
-// are here; the context, the batch, the sampler chains, the draft context,
-// state streaming, swaps, embeddings and common/chat are still the adapter's
-// cgo, which reaches the model through Model.Ptr and Vocab.Ptr.
+// pinning, the model's load with its placement overrides, the vocabulary,
+// llama.cpp's init and log, the context with its batch and state streaming
+// are here; the sampler chains, the draft context, swaps, embeddings and
+// common/chat are still the adapter's cgo, which reaches the model through
+// Model.Ptr and Vocab.Ptr and the context through Context.Ptr and BatchPtr.
 package llama
