@@ -2,11 +2,6 @@
 
 package cudallama
 
-/*
-#include "shim.h"
-*/
-import "C"
-
 import (
 	"bytes"
 	"context"
@@ -16,7 +11,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"runtime/cgo"
 	"slices"
 	"strings"
 	"sync"
@@ -221,7 +215,7 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 		}
 	}
 	if opts.Embeddings {
-		if e.embed, err = newEmbedder(mdl, opts, e.cells.SlotCtx, lc.mem != nil, gpuDev, b.log); err != nil {
+		if e.embed, err = newEmbedder(mdl, opts, e.cells.SlotCtx, lc.HasMemory(), gpuDev, b.log); err != nil {
 			return iface.BackendInfo{}, err
 		}
 	}
@@ -332,9 +326,7 @@ func regularFile(path string) (string, error) {
 
 // initLlama routes llama.cpp's log to this backend's and initialises it.
 func (b *Backend) initLlama() {
-	llamaLog.Lock()
-	llamaLog.log = b.relog
-	llamaLog.Unlock()
+	llama.SetLog(b.relog)
 	initLlama()
 }
 
@@ -463,13 +455,13 @@ var gpuLoad struct {
 	sync.Mutex
 	done bool
 	lib  string
-	dev  C.ggml_backend_dev_t
+	dev  *llama.Device
 	name string
 }
 
 // loadGPU loads the ggml CUDA backend library if there is one; nil means CPU,
 // and the log says why.
-func (b *Backend) loadGPU(o llamaopt.Options) (C.ggml_backend_dev_t, string) {
+func (b *Backend) loadGPU(o llamaopt.Options) (*llama.Device, string) {
 	gpuLoad.Lock()
 	defer gpuLoad.Unlock()
 	if gpuLoad.done {
@@ -486,7 +478,7 @@ func (b *Backend) loadGPU(o llamaopt.Options) (C.ggml_backend_dev_t, string) {
 // loadGPUOnce asks the CUDA driver for the GPUs, loads the CUDA build that
 // fits them (gpuselect.go) and returns the first GPU device; nil means CPU,
 // and the log says why.
-func (b *Backend) loadGPUOnce(o llamaopt.Options) (_ C.ggml_backend_dev_t, _ string, loaded string) {
+func (b *Backend) loadGPUOnce(o llamaopt.Options) (_ *llama.Device, _ string, loaded string) {
 	lib, note, problems, err := selectCUDALibrary(o.LibDir, func() (gpuInfo, error) { return queryGPUs(CUDADriverLibrary) })
 	for _, p := range problems {
 		// A library from another llama.cpp would corrupt memory, not fail
@@ -523,11 +515,11 @@ func (b *Backend) loadGPUOnce(o llamaopt.Options) (_ C.ggml_backend_dev_t, _ str
 // metadata, tensor lists), so it becomes Debug.
 func (b *Backend) relog(level int, msg string) {
 	switch level {
-	case logError:
+	case llama.LogError:
 		b.log.Error("llama.cpp: " + msg)
-	case logWarn:
+	case llama.LogWarn:
 		b.log.Warn("llama.cpp: " + msg)
-	case logInfo:
+	case llama.LogInfo:
 		b.log.Debug("llama.cpp: " + msg)
 	default:
 		b.log.Trace("llama.cpp: " + msg)
@@ -724,37 +716,23 @@ type savedState struct {
 // save it; the caller holds the slot and a transfer (beginTransfer).
 func (e *engine) saveState(ctx context.Context, i, chunkSize int, w io.Writer) savedState {
 	call := &saveCall{ctx: ctx, w: w, lock: &e.mu}
-	mode := C.int(0)
-	if cw, ok := w.(shm.ChunkWriter); ok {
-		call.cw, mode = cw, 1
+	var sink io.Writer = call
+	cw, chunked := w.(shm.ChunkWriter)
+	if chunked {
+		sink = &chunkSave{saveCall: call, cw: cw}
 	}
 	// On a GPU the chunks are copied synchronously into the writer's own
 	// buffers; pinning the ring they live in makes that a direct DMA.
-	sv := savedState{chunkWriter: call.cw != nil}
+	sv := savedState{chunkWriter: chunked}
 	if rw, ok := w.(shm.RegionWriter); ok && e.device != "" {
 		if unpin := llama.PinHost(rw.Region()); unpin != nil {
 			defer unpin()
 			sv.ringPinned = true
 		}
 	}
-	h := cgo.NewHandle(call)
-	defer h.Delete()
-	defer call.pin.Unpin()
-	var msg [512]C.char
 	e.mu.Lock()
-	n := C.hydra_state_save(e.ctx.io, e.ctx.c, C.llama_seq_id(i), C.uint32_t(e.ctx.nStream), C.size_t(e.ctx.StateSize(i)),
-		C.uintptr_t(h), C.size_t(chunkSize), mode, &msg[0], C.size_t(len(msg)))
+	sv.written, sv.err = e.ctx.binding().SaveState(i, chunkSize, sink)
 	e.mu.Unlock()
-	sv.written = call.written
-	switch {
-	case n >= 0 && int64(n) != call.written:
-		sv.err = fmt.Errorf("state stream: %d bytes produced, %d written", int64(n), call.written)
-	case n >= 0:
-	case call.err != nil:
-		sv.err = call.err
-	default:
-		sv.err = fmt.Errorf("llama.cpp state write failed: %s", C.GoString(&msg[0]))
-	}
 	return sv
 }
 
@@ -900,37 +878,28 @@ func (e *engine) claimCells(i int, s *kv.Slot, cells int) error {
 // bytes, and releases them from the source.
 func (p *statePut) load() (int64, error) {
 	e := p.e
-	call := &loadCall{pf: p.run.src, lock: &e.mu}
-	h := cgo.NewHandle(call)
-	defer h.Delete()
-	rules := e.layout.rules(p.head.cells)
-	cr, freeRules := cRules(rules)
-	defer freeRules()
-	var msg [512]C.char
-	var err error
+	lp := llama.LoadParams{Size: e.layout.size(p.head.cells), StreamMin: p.run.streamMin, PieceMin: p.run.pieceMin,
+		Rules: bindingRules(e.layout.rules(p.head.cells)), NTokens: p.head.cells}
+	var posErr error
 	e.mu.Lock()
-	clearLlamaError()
-	got := C.hydra_state_load(e.ctx.io, e.ctx.c, C.llama_seq_id(p.i), C.uint32_t(e.ctx.nStream), C.size_t(e.layout.size(p.head.cells)),
-		C.uintptr_t(h), C.size_t(p.run.streamMin), C.size_t(p.run.pieceMin),
-		cr, C.int(len(rules)), C.int32_t(p.head.cells), &msg[0], C.size_t(len(msg)))
-	if got >= 0 {
+	got, err := e.ctx.binding().LoadState(p.i, &loadCall{pf: p.run.src, lock: &e.mu}, lp)
+	if err == nil {
 		if np := e.ctx.nPos(p.i); np != p.head.cells {
-			err = fmt.Errorf("restored %d positions, the state's head announced %d", np, p.head.cells)
+			posErr = fmt.Errorf("restored %d positions, the state's head announced %d", np, p.head.cells)
 		}
 	}
-	llamaErr := lastLlamaError()
 	e.mu.Unlock()
 	p.loaded = time.Now()
 	switch {
-	case got < 0 && call.err != nil:
-		p.stopReading = !errors.Is(call.err, iface.ErrBadRequest) // a failed reader or cancellation
-		return 0, call.err
-	case got < 0:
-		return 0, fmt.Errorf("%w: llama.cpp refused the state: %s%s", iface.ErrBadRequest, C.GoString(&msg[0]), llamaErr)
+	case errors.Is(err, llama.ErrStateRefused):
+		return 0, fmt.Errorf("%w: %w", iface.ErrBadRequest, err)
 	case err != nil:
+		p.stopReading = !errors.Is(err, iface.ErrBadRequest) // a failed reader or cancellation
 		return 0, err
+	case posErr != nil:
+		return 0, posErr
 	}
-	return int64(got), p.run.src.releaseTo(int64(got))
+	return got, p.run.src.releaseTo(got)
 }
 
 // trailingLogits reads what follows the n bytes of state: exactly n_vocab

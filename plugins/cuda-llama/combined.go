@@ -55,7 +55,7 @@ func (x *swapper) setCombined(lc *lctx, o llamaopt.CombinedOptions) error {
 	var msg [512]C.char
 	cd := C.CString(o.Peer)
 	defer C.free(unsafe.Pointer(cd))
-	if C.hydra_swap_set_peer(x.sw, lc.c, cd, &msg[0], C.size_t(len(msg))) < 0 {
+	if C.hydra_swap_set_peer(x.sw, (*C.struct_llama_context)(lc.binding().Ptr()), cd, &msg[0], C.size_t(len(msg))) < 0 {
 		x.log.Warn("combined mode unavailable: "+C.GoString(&msg[0]), llamaopt.OptCombinedPeer, o.Peer)
 	} else {
 		c.reachable, c.device = true, C.GoString(C.ggml_backend_dev_name(C.ggml_backend_dev_by_name(cd)))
@@ -118,7 +118,7 @@ func (e *engine) setExpertMode(mode string) string {
 	if mode == "combined" {
 		place = placePeer
 	}
-	res, err := x.apply(e.ctx.c, x.combined.pattern, keep, int(place))
+	res, err := x.apply((*C.struct_llama_context)(e.ctx.binding().Ptr()), x.combined.pattern, keep, int(place))
 	if err != nil {
 		e.log.Warn("expert mode stays "+current+": "+err.Error(), "requested", mode, "peer", x.combined.device)
 		return current

@@ -30,6 +30,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/llama"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/sched"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
@@ -74,7 +75,7 @@ func (m *model) modelPooling() int {
 
 // newEmbedder makes the embedding context for slots of slotCtx cells:
 // pooled as opts.pooling says, else as the model says.
-func newEmbedder(m *model, opts llamaopt.Options, slotCtx int, hasMemory bool, gpu C.ggml_backend_dev_t, log hclog.Logger) (*embedder, error) {
+func newEmbedder(m *model, opts llamaopt.Options, slotCtx int, hasMemory bool, gpu *llama.Device, log hclog.Logger) (*embedder, error) {
 	// Unset, llama.cpp resolves the model's pooling itself (and says
 	// nothing); the layout needs it before the context exists.
 	asked, pooling := opts.Pooling, opts.Pooling
@@ -89,7 +90,7 @@ func newEmbedder(m *model, opts llamaopt.Options, slotCtx int, hasMemory bool, g
 	if err != nil {
 		return nil, fmt.Errorf("the embedding context: %w", err)
 	}
-	if got := int(C.llama_pooling_type(c.c)); got != pooling {
+	if got := c.PoolingType(); got != pooling {
 		return nil, fmt.Errorf("the embedding context pools %s, the model and options say %s", llamaopt.PoolingName(got), llamaopt.PoolingName(pooling))
 	}
 	em := &embedder{c: c, layout: l, pooling: pooling, nEmbd: m.m.NEmbdOut(), normalize: opts.Normalize, nVocab: m.nVocab}
@@ -98,7 +99,7 @@ func newEmbedder(m *model, opts llamaopt.Options, slotCtx int, hasMemory bool, g
 		em.nOut = m.m.NClsOut()
 	}
 	var kv, compute C.size_t
-	C.hydra_context_memory(c.c, &kv, &compute)
+	C.hydra_context_memory((*C.struct_llama_context)(c.binding().Ptr()), &kv, &compute)
 	em.kvBytes, em.computeBytes = uint64(kv), uint64(compute)
 	log.Info("embedding context made", "pooling", llamaopt.PoolingName(pooling), "cells", c.nCtx(), "batch", l.batch, "split", l.split,
 		"sequences", l.seqs, "n_embd_out", em.nOut, "kv_bytes", uint64(kv), "compute_bytes", uint64(compute),
@@ -156,7 +157,7 @@ func (b *Backend) Embed(ctx context.Context, req iface.EmbedRequest) ([]iface.Em
 // are read before the lock goes (llama.cpp's getters wait for the device).
 func (em *embedder) pass(lock *sched.Lock, inputs [][]int32, out []iface.Embedding, norm int) error {
 	c := em.c
-	defer C.llama_memory_clear(c.mem, true)
+	defer c.Clear()
 	seq, pos := 0, 0
 	for seq < len(inputs) {
 		n := 0
@@ -165,7 +166,7 @@ func (em *embedder) pass(lock *sched.Lock, inputs [][]int32, out []iface.Embeddi
 		first := 0
 		for n < em.layout.batch && seq < len(inputs) {
 			in := inputs[seq]
-			C.hydra_embed_set(&c.batch, C.int(n), C.llama_token(in[pos]), C.llama_pos(pos), C.llama_seq_id(seq))
+			C.hydra_embed_set((*C.struct_llama_batch)(c.binding().BatchPtr()), C.int(n), C.llama_token(in[pos]), C.llama_pos(pos), C.llama_seq_id(seq))
 			if pos == 0 {
 				first = n
 			}
@@ -176,7 +177,7 @@ func (em *embedder) pass(lock *sched.Lock, inputs [][]int32, out []iface.Embeddi
 			}
 		}
 		lock.Lock()
-		err := c.decodeBatch(&c.batch, n)
+		err := c.decodeBatch(n)
 		if err == nil {
 			for _, x := range ends {
 				if out[x.seq], err = em.read(x.seq, x.first, x.last, norm); err != nil {
@@ -201,7 +202,7 @@ func (em *embedder) read(seq, first, last, norm int) (iface.Embedding, error) {
 	if em.pooling == llamaopt.PoolingNone {
 		rows := make([][]float32, 0, last-first)
 		for i := first; i < last; i++ {
-			p := C.llama_get_embeddings_ith(c.c, C.int32_t(i))
+			p := C.llama_get_embeddings_ith((*C.struct_llama_context)(c.binding().Ptr()), C.int32_t(i))
 			if p == nil {
 				return iface.Embedding{}, fmt.Errorf("llama.cpp has no embedding for batch row %d%s", i, lastLlamaError())
 			}
@@ -209,7 +210,7 @@ func (em *embedder) read(seq, first, last, norm int) (iface.Embedding, error) {
 		}
 		return iface.Embedding{Vectors: rows}, nil
 	}
-	p := C.llama_get_embeddings_seq(c.c, C.llama_seq_id(seq))
+	p := C.llama_get_embeddings_seq((*C.struct_llama_context)(c.binding().Ptr()), C.llama_seq_id(seq))
 	if p == nil {
 		return iface.Embedding{}, errors.New("llama.cpp has no pooled embedding for the sequence")
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/kv"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/llama"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/sched"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/specrule"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
@@ -105,7 +106,7 @@ func newSpeculator(lc *lctx, opts llamaopt.Options, slots []*kv.Slot, nGPU int, 
 		p.mtp = 1
 	}
 	var msg [256]C.char
-	c := C.hydra_spec_new(dm, lc.c, &p, &msg[0], C.size_t(len(msg)))
+	c := C.hydra_spec_new(dm, (*C.struct_llama_context)(lc.binding().Ptr()), &p, &msg[0], C.size_t(len(msg)))
 	if c == nil {
 		if dft != nil {
 			dft.free()
@@ -118,7 +119,7 @@ func newSpeculator(lc *lctx, opts llamaopt.Options, slots []*kv.Slot, nGPU int, 
 	sp.Speculation = &sched.Speculation{Drafter: sp, Rule: specrule.New(r, opts.DraftAlways, rollback), Acc: make([]specrule.Acceptance, nSlots)}
 	if dft != nil && dft.recurrentState() {
 		ctx := C.hydra_spec_ctx(c)
-		sp.dctx, sp.drafts = &lctx{c: ctx, mem: C.llama_get_memory(ctx)}, make([][]byte, nSlots)
+		sp.dctx, sp.drafts = ofContext(llama.ContextOf(unsafe.Pointer(ctx))), make([][]byte, nSlots)
 	}
 	return sp, nil
 }
@@ -309,7 +310,7 @@ func (sp *speculator) Process(b *sched.Batch) {
 	if !sp.mtp {
 		return
 	}
-	if C.hydra_spec_process(sp.c, sp.target.lastBatch()) != 0 {
+	if C.hydra_spec_process(sp.c, (*C.struct_llama_batch)(sp.target.binding().BatchPtr())) != 0 {
 		sp.log.Warn("the MTP block could not evaluate the step's batch: its cells are dropped, it drafts from the positions evaluated from now on")
 		sp.dropAll()
 		return
@@ -385,7 +386,7 @@ var testDrafts func(slot int, seq []int32, pending int32, n int) []int32
 // reference kernels as lctx.useReferenceKernels does the target's.
 func (sp *speculator) useReferenceKernels() int {
 	if ctx := C.hydra_spec_ctx(sp.c); ctx != nil {
-		return (&lctx{c: ctx}).useReferenceKernels()
+		return llama.ContextOf(unsafe.Pointer(ctx)).UseReferenceKernels()
 	}
 	return 0
 }

@@ -358,7 +358,7 @@ func (e *engine) swapQuant(key, pattern string) (iface.SwapResult, error) {
 		return iface.SwapResult{}, err
 	}
 	defer release()
-	res, err := x.apply(e.ctx.c, pattern, src, keep)
+	res, err := x.apply((*C.struct_llama_context)(e.ctx.binding().Ptr()), pattern, src, keep)
 	if err != nil {
 		return iface.SwapResult{}, fmt.Errorf("swapping to %s: %s (nothing changed)", key, err)
 	}

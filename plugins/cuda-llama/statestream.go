@@ -1,0 +1,79 @@
+//go:build llama && cgo
+
+package cudallama
+
+import (
+	"context"
+	"io"
+
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/llama"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/sched"
+	"github.com/hydra-engine/hydra-engine/transport/shm"
+)
+
+// The ends of a state stream as the binding calls them while llama.cpp
+// reads or writes the memory (llama.Context.SaveState, LoadState): each call
+// checks for cancellation and lets the context lock go while it waits on
+// the data plane.
+
+// saveCall is one StateGet's writer: where the chunks go.
+type saveCall struct {
+	ctx  context.Context
+	w    io.Writer
+	lock *sched.Lock // the context lock, let go while the chunks wait on their reader
+}
+
+// unlocked runs f without the context lock, which the caller of the binding
+// holds: a transfer waiting on its peer lets the other slots' steps run.
+func unlocked(lock *sched.Lock, f func()) {
+	lock.Unlock()
+	defer lock.Lock()
+	f()
+}
+
+// Write writes a staged chunk (plain writers).
+func (s *saveCall) Write(p []byte) (k int, err error) {
+	if err := s.ctx.Err(); err != nil {
+		return 0, err
+	}
+	unlocked(s.lock, func() { k, err = s.w.Write(p) })
+	return k, err
+}
+
+// chunkSave is a StateGet's writer that lends its own buffers
+// (shm.ChunkWriter), which the state is written into in place.
+type chunkSave struct {
+	*saveCall
+	cw shm.ChunkWriter
+}
+
+var _ llama.ChunkWriter = (*chunkSave)(nil)
+
+// Buffer lends the next buffer.
+func (s *chunkSave) Buffer() (b []byte, err error) {
+	if err := s.ctx.Err(); err != nil {
+		return nil, err
+	}
+	unlocked(s.lock, func() { b, err = s.cw.Buffer() })
+	return b, err
+}
+
+// Commit says the first n bytes of the last buffer are written.
+func (s *chunkSave) Commit(n int) (err error) {
+	unlocked(s.lock, func() { err = s.cw.Commit(n) })
+	return err
+}
+
+// loadCall is one StatePut's source: its bytes in place (the data plane's
+// buffers, or the restore ring).
+type loadCall struct {
+	pf   restoreSource
+	lock *sched.Lock // the context lock, let go while waiting for bytes
+}
+
+// Next releases the release bytes llama.cpp took since the last call and
+// lends the unread bytes that follow, at least need of them.
+func (l *loadCall) Next(release, need int) (b []byte, err error) {
+	unlocked(l.lock, func() { b, err = l.pf.next(release, need) })
+	return b, err
+}
