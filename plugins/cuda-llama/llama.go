@@ -318,6 +318,14 @@ func newContext(m *model, p contextParams, gpu C.ggml_backend_dev_t) (*lctx, err
 // functions that take one.
 func (c *lctx) binding() *llama.Context { return llama.ContextOf(unsafe.Pointer(c.c)) }
 
+// lctxOf is an lctx over a context the binding made (a draft's), with no
+// batch or streaming state: for the methods that need the context and its
+// memory alone.
+func lctxOf(c *llama.Context) *lctx {
+	p := (*C.struct_llama_context)(c.Ptr())
+	return &lctx{c: p, mem: C.llama_get_memory(p)}
+}
+
 func (c *lctx) nCtx() int { return int(C.llama_n_ctx(c.c)) }
 
 // useReferenceKernels makes the context's CPU work run ggml's reference
@@ -374,9 +382,6 @@ func (c *lctx) Decode(b *sched.Batch) error {
 	}
 	return c.decodeBatch(&c.batch, n)
 }
-
-// lastBatch is the llama_batch the context evaluated last.
-func (c *lctx) lastBatch() *C.struct_llama_batch { return &c.batch }
 
 // Logits is the logits of the batch's row i (computed for it), in
 // llama.cpp's memory until the next evaluation; nil where it has none.

@@ -7,8 +7,9 @@
 // needs neither cgo nor the llama.cpp tree.
 //
 // The binding grows from the adapter (issue 52 item 1): the GPUs, host
-// pinning, the model's load with its placement overrides and the vocabulary
-// are here; the context, the batch, the sampler chains, the draft context,
-// state streaming, swaps, embeddings and common/chat are still the adapter's
+// pinning, the model's load with its placement overrides, the vocabulary,
+// quantisation swaps and combined mode (Swap, Model.LayerSplit), the draft
+// context (Draft) and embeddings are here; the context, the batch, the
+// sampler chains, state streaming and common/chat are still the adapter's
 // cgo, which reaches the model through Model.Ptr and Vocab.Ptr.
 package llama
