@@ -215,7 +215,8 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 		}
 	}
 	if opts.Embeddings {
-		if e.embed, err = newEmbedder(mdl, opts, e.cells.SlotCtx, lc.HasMemory(), gpuDev, b.log); err != nil {
+		if e.embed, err = newEmbedder(mdl, opts, e.cells.SlotCtx, lc.HasMemory(),
+			func(p contextParams) (*lctx, error) { return newContext(mdl, p, gpuDev) }, b.log); err != nil {
 			return iface.BackendInfo{}, err
 		}
 	}

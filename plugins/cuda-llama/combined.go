@@ -2,21 +2,13 @@
 
 package cudallama
 
-/*
-#include <stdlib.h>
-#include "combined.h"
-#include "swap.h"
-#include "ggml-backend.h"
-*/
-import "C"
-
 import (
 	"cmp"
 	"fmt"
 	"time"
-	"unsafe"
 
 	"github.com/hydra-engine/hydra-engine/iface"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/llama"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
 
@@ -52,13 +44,10 @@ func (x *swapper) setCombined(lc *lctx, o llamaopt.CombinedOptions) error {
 	}
 	n := len(hit)
 	c.matches = n
-	var msg [512]C.char
-	cd := C.CString(o.Peer)
-	defer C.free(unsafe.Pointer(cd))
-	if C.hydra_swap_set_peer(x.sw, (*C.struct_llama_context)(lc.binding().Ptr()), cd, &msg[0], C.size_t(len(msg))) < 0 {
-		x.log.Warn("combined mode unavailable: "+C.GoString(&msg[0]), llamaopt.OptCombinedPeer, o.Peer)
+	if name, err := x.sw.SetPeer(lc.binding(), o.Peer); err != nil {
+		x.log.Warn("combined mode unavailable: "+err.Error(), llamaopt.OptCombinedPeer, o.Peer)
 	} else {
-		c.reachable, c.device = true, C.GoString(C.ggml_backend_dev_name(C.ggml_backend_dev_by_name(cd)))
+		c.reachable, c.device = true, name
 	}
 	if n == 0 {
 		x.log.Warn("combined mode unavailable: the pattern matches none of the model's weights", llamaopt.OptCombinedPattern, c.pattern)
@@ -118,7 +107,7 @@ func (e *engine) setExpertMode(mode string) string {
 	if mode == "combined" {
 		place = placePeer
 	}
-	res, err := x.apply((*C.struct_llama_context)(e.ctx.binding().Ptr()), x.combined.pattern, keep, int(place))
+	res, err := x.apply(e.ctx.binding(), x.combined.pattern, keep, place)
 	if err != nil {
 		e.log.Warn("expert mode stays "+current+": "+err.Error(), "requested", mode, "peer", x.combined.device)
 		return current
@@ -130,21 +119,10 @@ func (e *engine) setExpertMode(mode string) string {
 // layerSplit is where the model's layers are, as INFO's layer_split and
 // split_mode say it.
 func layerSplit(m *model) (layers, mode string) {
-	var buf [1024]C.char
-	sm := C.hydra_model_layer_split(m.cmodel(), &buf[0], C.size_t(len(buf)))
-	return C.GoString(&buf[0]), map[C.int]string{0: "none", 1: "layer", 2: "row"}[sm]
+	s := m.m.LayerSplit()
+	return s.Runs, map[int]string{0: "none", 1: "layer", 2: "row"}[s.Mode]
 }
 
 // deviceMemory is a ggml device's free and total memory (bytes), ok false
 // when there is no such device.
-func deviceMemory(name string) (free, total int64, ok bool) {
-	cs := C.CString(name)
-	defer C.free(unsafe.Pointer(cs))
-	dev := C.ggml_backend_dev_by_name(cs)
-	if dev == nil {
-		return 0, 0, false
-	}
-	var f, t C.size_t
-	C.ggml_backend_dev_memory(dev, &f, &t)
-	return int64(f), int64(t), true
-}
+func deviceMemory(name string) (free, total int64, ok bool) { return llama.DeviceMemory(name) }

@@ -2,35 +2,16 @@
 
 package cudallama
 
-/*
-#include <stdlib.h>
-#include "llama.h"
-#include "embed.h"
-
-// hydra_embed_set puts a token into an embedding batch: every token is
-// output, as llama.cpp requires of a context that outputs embeddings.
-static void hydra_embed_set(struct llama_batch * b, int i, llama_token tok, llama_pos pos, llama_seq_id seq) {
-	b->token[i] = tok;
-	b->pos[i] = pos;
-	b->n_seq_id[i] = 1;
-	b->seq_id[i][0] = seq;
-	b->logits[i] = 1;
-}
-*/
-import "C"
-
 import (
 	"context"
 	"errors"
 	"fmt"
 	"strconv"
 	"sync"
-	"unsafe"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hydra-engine/hydra-engine/iface"
-	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/llama"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/sched"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
@@ -50,6 +31,7 @@ import (
 type embedder struct {
 	mu        sync.Mutex // one pass at a time: passes share the context's cells and batch
 	c         *lctx
+	batch     sched.Batch // a pass's batch, every row an output (as llama.cpp requires of a context that outputs embeddings)
 	layout    embedLayout
 	pooling   int // the context's llama_pooling_type
 	nOut      int // values of a pooled output: n_embd_out, or n_cls_out with rank pooling
@@ -73,9 +55,9 @@ func (m *model) modelPooling() int {
 	return p
 }
 
-// newEmbedder makes the embedding context for slots of slotCtx cells:
-// pooled as opts.pooling says, else as the model says.
-func newEmbedder(m *model, opts llamaopt.Options, slotCtx int, hasMemory bool, gpu *llama.Device, log hclog.Logger) (*embedder, error) {
+// newEmbedder makes the embedding context for slots of slotCtx cells with
+// newCtx: pooled as opts.pooling says, else as the model says.
+func newEmbedder(m *model, opts llamaopt.Options, slotCtx int, hasMemory bool, newCtx func(contextParams) (*lctx, error), log hclog.Logger) (*embedder, error) {
 	// Unset, llama.cpp resolves the model's pooling itself (and says
 	// nothing); the layout needs it before the context exists.
 	asked, pooling := opts.Pooling, opts.Pooling
@@ -86,7 +68,7 @@ func newEmbedder(m *model, opts llamaopt.Options, slotCtx int, hasMemory bool, g
 	p := contextParams{nCtx: l.cells, nBatch: l.batch, nUBatch: l.batch, nSeqMax: l.seqs, nThreads: opts.NThreads,
 		nThreadsBatch: opts.NThreadsBatch, flashAttn: opts.FlashAttn, typeK: opts.CacheTypeK, typeV: opts.CacheTypeV,
 		RopeOptions: opts.RopeOptions, embedPooling: &asked}
-	c, err := newContext(m, p, gpu)
+	c, err := newCtx(p)
 	if err != nil {
 		return nil, fmt.Errorf("the embedding context: %w", err)
 	}
@@ -98,11 +80,10 @@ func newEmbedder(m *model, opts llamaopt.Options, slotCtx int, hasMemory bool, g
 	if pooling == llamaopt.PoolingRank {
 		em.nOut = m.m.NClsOut()
 	}
-	var kv, compute C.size_t
-	C.hydra_context_memory((*C.struct_llama_context)(c.binding().Ptr()), &kv, &compute)
-	em.kvBytes, em.computeBytes = uint64(kv), uint64(compute)
+	kv, compute := c.binding().MemorySizes()
+	em.kvBytes, em.computeBytes = kv, compute
 	log.Info("embedding context made", "pooling", llamaopt.PoolingName(pooling), "cells", c.nCtx(), "batch", l.batch, "split", l.split,
-		"sequences", l.seqs, "n_embd_out", em.nOut, "kv_bytes", uint64(kv), "compute_bytes", uint64(compute),
+		"sequences", l.seqs, "n_embd_out", em.nOut, "kv_bytes", kv, "compute_bytes", compute,
 		"output_bytes", 4*l.batch*(m.nVocab+em.nEmbd)) // llama.cpp's output buffer once a batch is whole: every token's logits and embedding
 	return em, nil
 }
@@ -156,7 +137,7 @@ func (b *Backend) Embed(ctx context.Context, req iface.EmbedRequest) ([]iface.Em
 // llama_decode runs under lock, the slots' context lock, and its results
 // are read before the lock goes (llama.cpp's getters wait for the device).
 func (em *embedder) pass(lock *sched.Lock, inputs [][]int32, out []iface.Embedding, norm int) error {
-	c := em.c
+	c, b := em.c, &em.batch
 	defer c.Clear()
 	seq, pos := 0, 0
 	for seq < len(inputs) {
@@ -164,9 +145,10 @@ func (em *embedder) pass(lock *sched.Lock, inputs [][]int32, out []iface.Embeddi
 		type ended struct{ seq, first, last int } // batch rows of an input ending in this batch
 		var ends []ended
 		first := 0
+		b.Reset()
 		for n < em.layout.batch && seq < len(inputs) {
 			in := inputs[seq]
-			C.hydra_embed_set((*C.struct_llama_batch)(c.binding().BatchPtr()), C.int(n), C.llama_token(in[pos]), C.llama_pos(pos), C.llama_seq_id(seq))
+			b.Token, b.Pos, b.Seq, b.Logits = append(b.Token, in[pos]), append(b.Pos, int32(pos)), append(b.Seq, int32(seq)), append(b.Logits, true)
 			if pos == 0 {
 				first = n
 			}
@@ -177,7 +159,7 @@ func (em *embedder) pass(lock *sched.Lock, inputs [][]int32, out []iface.Embeddi
 			}
 		}
 		lock.Lock()
-		err := c.decodeBatch(n)
+		err := c.Decode(b)
 		if err == nil {
 			for _, x := range ends {
 				if out[x.seq], err = em.read(x.seq, x.first, x.last, norm); err != nil {
@@ -198,25 +180,21 @@ func (em *embedder) pass(lock *sched.Lock, inputs [][]int32, out []iface.Embeddi
 // [first, last) with pooling none (an input that does not split is in one
 // batch); pooled, the sequence's pooled output.
 func (em *embedder) read(seq, first, last, norm int) (iface.Embedding, error) {
-	c := em.c
+	c := em.c.binding()
 	if em.pooling == llamaopt.PoolingNone {
 		rows := make([][]float32, 0, last-first)
 		for i := first; i < last; i++ {
-			p := C.llama_get_embeddings_ith((*C.struct_llama_context)(c.binding().Ptr()), C.int32_t(i))
-			if p == nil {
+			v := c.TokenEmbedding(i)
+			if v == nil {
 				return iface.Embedding{}, fmt.Errorf("llama.cpp has no embedding for batch row %d%s", i, lastLlamaError())
 			}
-			rows = append(rows, append([]float32(nil), unsafe.Slice((*float32)(unsafe.Pointer(p)), em.nEmbd)...))
+			rows = append(rows, v)
 		}
 		return iface.Embedding{Vectors: rows}, nil
 	}
-	p := C.llama_get_embeddings_seq((*C.struct_llama_context)(c.binding().Ptr()), C.llama_seq_id(seq))
-	if p == nil {
+	v := c.PooledEmbedding(seq, em.nOut, norm)
+	if v == nil {
 		return iface.Embedding{}, errors.New("llama.cpp has no pooled embedding for the sequence")
-	}
-	v := make([]float32, em.nOut)
-	if em.nOut > 0 {
-		C.hydra_embd_normalize(p, (*C.float)(unsafe.Pointer(&v[0])), C.int(em.nOut), C.int(norm))
 	}
 	return iface.Embedding{Vectors: [][]float32{v}}, nil
 }

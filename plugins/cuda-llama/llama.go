@@ -246,10 +246,6 @@ func (c *lctx) decode(seq int, tokens []int32, pos int, logits bool) error {
 	return decodeErr(c.DecodeSeq(seq, tokens, pos, logits))
 }
 
-// decodeBatch evaluates the first n rows of the context's batch as the
-// caller filled them (llama.Context.BatchPtr).
-func (c *lctx) decodeBatch(n int) error { return decodeErr(c.DecodeFilled(n)) }
-
 // Decode evaluates b (at most nBatch rows) through the context's batch.
 func (c *lctx) Decode(b *sched.Batch) error { return decodeErr(c.Context.Decode((*llama.Batch)(b))) }
 

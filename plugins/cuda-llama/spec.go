@@ -2,19 +2,12 @@
 
 package cudallama
 
-/*
-#include <stdlib.h>
-#include "spec.h"
-
-*/
-import "C"
-
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
-	"unsafe"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hydra-engine/hydra-engine/iface"
@@ -41,7 +34,7 @@ import (
 // every change of the target's (prompt reuse, context shift, STATE_PUT,
 // clears) by re-deriving its cells at the next step that drafts.
 type speculator struct {
-	c     *C.hydra_spec
+	c     *llama.Draft
 	pMin  float32 // draft_p_min
 	dft   *model  // nil: n-gram types or draft-mtp only, no draft model
 	ngram bool    // an n-gram type reads each slot's tokens
@@ -54,25 +47,21 @@ type speculator struct {
 	// drafting slot's state is saved before its draft (drafts) and
 	// restored after, so that the draft context holds the slot's tokens
 	// alone and evaluates the accepted ones at the next draft.
-	dctx     *lctx
-	drafts   [][]byte
-	draftMax int       // draft_max: a draft's stride in outs
-	held     [][]int32 // per slot: the tokens the draft context holds, positions 0..
+	dctx   *lctx
+	drafts [][]byte
+	held   [][]int32 // per slot: the tokens the draft context holds, positions 0..
 	// Speculation is the scheduler's side: the rule, the slots' acceptance
 	// and the counts; its Drafter is sp.
 	*sched.Speculation
-	// target, slots, nVocab and log are the engine's: the context the
-	// draft model follows, the slots whose tokens it drafts after.
-	target *lctx
+	// slots, nVocab and log are the engine's: the slots whose tokens the
+	// draft model drafts after.
 	slots  []*kv.Slot
 	nVocab int
 	log    hclog.Logger
-	// scratch buffers of a step, reused
-	toks, outs, hist []C.llama_token
-	histOff          []C.int32_t
-	pos, past        []C.llama_pos
-	seqs             []C.llama_seq_id
-	nMax, nOut       []C.int32_t
+	// scratch buffers of a step, reused: the catch-up's tokens and the
+	// drafting sequences
+	toks, pos, seqs []int32
+	reqs            []llama.DraftSeq
 }
 
 // newSpeculator loads the draft model and its context beside the target's,
@@ -81,7 +70,7 @@ type speculator struct {
 func newSpeculator(lc *lctx, opts llamaopt.Options, slots []*kv.Slot, nGPU int, rollback bool, log hclog.Logger) (*speculator, error) {
 	nSlots := len(slots)
 	var dft *model
-	var dm *C.struct_llama_model
+	var dm llama.Model
 	if opts.DraftModel != "" {
 		path, err := checkModelFile(opts.DraftModel)
 		if err != nil {
@@ -90,36 +79,26 @@ func newSpeculator(lc *lctx, opts llamaopt.Options, slots []*kv.Slot, nGPU int, 
 		if dft, err = loadModel(path, modelParams{nGPULayers: nGPU, mmap: opts.Mmap}); err != nil {
 			return nil, fmt.Errorf("%w: %s: %w", iface.ErrBadRequest, llamaopt.OptDraftModel, err)
 		}
-		dm = dft.cmodel()
+		dm = dft.m
 	}
 	r := opts.SpecBounds
-	types := C.CString(strings.Join(opts.SpecTypes, ","))
-	defer C.free(unsafe.Pointer(types))
-	p := C.struct_hydra_spec_params{
-		n_ctx: C.uint32_t(lc.nCtx() + nSlots*(r.NMax+1)), n_batch: C.uint32_t(lc.nBatch), n_seq: C.uint32_t(nSlots),
-		n_threads: C.int32_t(opts.NThreads), n_max: C.int32_t(r.NMax), n_min: C.int32_t(r.NMin), p_min: C.float(opts.DraftPMin),
-		types:          types,
-		ngram_simple_n: C.uint16_t(opts.NgramSimple[0]), ngram_simple_m: C.uint16_t(opts.NgramSimple[1]),
-		ngram_map_n: C.uint16_t(opts.NgramMap[0]), ngram_map_m: C.uint16_t(opts.NgramMap[1]),
-	}
-	if opts.MTP() {
-		p.mtp = 1
-	}
-	var msg [256]C.char
-	c := C.hydra_spec_new(dm, (*C.struct_llama_context)(lc.binding().Ptr()), &p, &msg[0], C.size_t(len(msg)))
-	if c == nil {
+	c, err := llama.NewDraft(dm, lc.binding(), llama.DraftParams{
+		NCtx: lc.nCtx() + nSlots*(r.NMax+1), NBatch: lc.nBatch, NSeq: nSlots, NThreads: opts.NThreads,
+		NMax: r.NMax, NMin: r.NMin, PMin: opts.DraftPMin, Types: opts.SpecTypes,
+		NgramSimple: opts.NgramSimple, NgramMap: opts.NgramMap, MTP: opts.MTP(),
+	})
+	if err != nil {
 		if dft != nil {
 			dft.free()
 		}
-		return nil, fmt.Errorf("%w: %s %s: %s", iface.ErrBadRequest, llamaopt.OptSpecType, strings.Join(opts.SpecTypes, ","), C.GoString(&msg[0]))
+		return nil, fmt.Errorf("%w: %s %s: %s", iface.ErrBadRequest, llamaopt.OptSpecType, strings.Join(opts.SpecTypes, ","), err)
 	}
-	sp := &speculator{c: c, pMin: opts.DraftPMin, dft: dft, draftMax: r.NMax, held: make([][]int32, nSlots), mtp: opts.MTP(),
-		ngram:  slices.ContainsFunc(opts.SpecTypes, func(t string) bool { return strings.HasPrefix(t, "ngram-") }),
-		target: lc, slots: slots, nVocab: lc.nVocab, log: log}
+	sp := &speculator{c: c, pMin: opts.DraftPMin, dft: dft, held: make([][]int32, nSlots), mtp: opts.MTP(),
+		ngram: slices.ContainsFunc(opts.SpecTypes, func(t string) bool { return strings.HasPrefix(t, "ngram-") }),
+		slots: slots, nVocab: lc.nVocab, log: log}
 	sp.Speculation = &sched.Speculation{Drafter: sp, Rule: specrule.New(r, opts.DraftAlways, rollback), Acc: make([]specrule.Acceptance, nSlots)}
 	if dft != nil && dft.recurrentState() {
-		ctx := C.hydra_spec_ctx(c)
-		sp.dctx, sp.drafts = ofContext(llama.ContextOf(unsafe.Pointer(ctx))), make([][]byte, nSlots)
+		sp.dctx, sp.drafts = ofContext(c.Context()), make([][]byte, nSlots)
 	}
 	return sp, nil
 }
@@ -158,8 +137,7 @@ func (e *engine) specStats() *iface.SpeculativeStats {
 // and stores each draft in its job; it returns the time and tokens the
 // draft model took to catch up with their sequences.
 func (sp *speculator) Draft(decoders []*sched.Job, lens []int) (catchUp time.Duration, catchUpTokens int) {
-	sp.toks, sp.pos, sp.seqs = sp.toks[:0], sp.pos[:0], sp.seqs[:0]
-	sp.past, sp.nMax = sp.past[:0], sp.nMax[:0]
+	sp.toks, sp.pos, sp.seqs, sp.reqs = sp.toks[:0], sp.pos[:0], sp.seqs[:0], sp.reqs[:0]
 	var drafting []*sched.Job
 	for i, sl := range sp.slots {
 		// Every slot's held cells are cut back to its sequence, so a slot
@@ -169,45 +147,43 @@ func (sp *speculator) Draft(decoders []*sched.Job, lens []int) (catchUp time.Dur
 			if sp.dctx != nil {
 				n = 0 // a recurrent state is not cut back: the slot's tokens are evaluated again
 			}
-			C.hydra_spec_seq_rm(sp.c, C.int32_t(i), C.int32_t(n))
+			sp.c.SeqRm(i, n)
 			sp.held[i] = sp.held[i][:n]
 		}
 	}
-	sp.hist, sp.histOff = sp.hist[:0], sp.histOff[:0]
 	for k, j := range decoders {
 		if lens[k] == 0 {
 			continue
 		}
 		seq := j.KV.Seq()
+		var hist []int32
 		if sp.ngram {
 			if !j.Decode.SpecBegun {
 				// A new generation: the n-gram maps index the tokens so far.
 				j.Decode.SpecBegun = true
-				C.hydra_spec_begin(sp.c, C.int32_t(j.Slot), (*C.llama_token)(unsafe.Pointer(&seq[0])), C.int32_t(len(seq)))
+				sp.c.Begin(j.Slot, seq)
 			}
-			sp.histOff = append(sp.histOff, C.int32_t(len(sp.hist)))
-			for _, t := range seq {
-				sp.hist = append(sp.hist, C.llama_token(t))
-			}
+			hist = seq
 		}
 		for p := len(sp.held[j.Slot]); sp.dft != nil && p < len(seq); p++ {
-			sp.toks = append(sp.toks, C.llama_token(seq[p]))
-			sp.pos = append(sp.pos, C.llama_pos(p))
-			sp.seqs = append(sp.seqs, C.llama_seq_id(j.Slot))
+			sp.toks = append(sp.toks, seq[p])
+			sp.pos = append(sp.pos, int32(p))
+			sp.seqs = append(sp.seqs, int32(j.Slot))
 		}
 		drafting = append(drafting, j)
-		sp.past = append(sp.past, C.llama_pos(len(seq)))
-		sp.nMax = append(sp.nMax, C.int32_t(lens[k]))
+		sp.reqs = append(sp.reqs, llama.DraftSeq{Seq: int32(j.Slot), Past: int32(len(seq)), Last: j.Decode.Pending, Max: int32(lens[k]), Hist: hist})
 	}
 	if len(drafting) == 0 {
 		return 0, 0
 	}
 	if len(sp.toks) > 0 {
 		start := time.Now()
-		r := C.hydra_spec_eval(sp.c, &sp.toks[0], &sp.pos[0], &sp.seqs[0], C.int32_t(len(sp.toks)))
+		err := sp.c.Eval(sp.toks, sp.pos, sp.seqs)
 		catchUp, catchUpTokens = time.Since(start), len(sp.toks)
-		if r != 0 {
-			sp.log.Warn("the draft model could not evaluate the slots' tokens: no drafts this step", "code", int(r))
+		if err != nil {
+			var code llama.DraftDecodeError
+			errors.As(err, &code)
+			sp.log.Warn("the draft model could not evaluate the slots' tokens: no drafts this step", "code", int(code))
 			sp.dropAll()
 			return catchUp, catchUpTokens
 		}
@@ -215,39 +191,22 @@ func (sp *speculator) Draft(decoders []*sched.Job, lens []int) (catchUp time.Dur
 			sp.held[j.Slot] = append(sp.held[j.Slot], j.KV.Seq()[len(sp.held[j.Slot]):]...)
 		}
 	}
-	seqs := make([]C.llama_seq_id, len(drafting))
-	last := make([]C.llama_token, len(drafting))
-	for i, j := range drafting {
-		seqs[i], last[i] = C.llama_seq_id(j.Slot), C.llama_token(j.Decode.Pending)
-	}
-	stride := sp.draftMax
-	sp.outs = slices.Grow(sp.outs[:0], len(drafting)*stride)[:len(drafting)*stride]
-	sp.nOut = slices.Grow(sp.nOut[:0], len(drafting))[:len(drafting)]
-	var hist *C.llama_token
-	var histOff *C.int32_t
-	if sp.ngram {
-		sp.histOff = append(sp.histOff, C.int32_t(len(sp.hist)))
-		if len(sp.hist) > 0 {
-			hist = &sp.hist[0]
-		}
-		histOff = &sp.histOff[0]
-	}
 	if !sp.saveDrafts(drafting) {
 		sp.log.Warn("the draft model's state could not be saved before drafting: no drafts this step")
 		sp.dropAll()
 		return catchUp, catchUpTokens
 	}
-	C.hydra_spec_draft(sp.c, C.int32_t(len(drafting)), &seqs[0], &sp.past[0], &last[0], &sp.nMax[0],
-		hist, histOff, &sp.outs[0], C.int32_t(stride), &sp.nOut[0])
+	drafts := sp.c.Draft(sp.reqs)
 	if err := sp.restoreDrafts(drafting); err != nil {
 		sp.log.Warn("the draft model's state could not be restored after drafting: it evaluates the slots' tokens again", "error", err)
 		sp.dropAll()
 	}
 	for i, j := range drafting {
-		n := int(sp.nOut[i])
+		out, req := drafts[i], sp.reqs[i]
+		n := len(out)
 		d := j.Decode
 		for k := range n {
-			if int(sp.outs[i*stride+k]) >= sp.nVocab {
+			if int(out[k]) >= sp.nVocab {
 				n = k // a draft vocabulary may be larger (llama.cpp allows 128 more): the target cannot take the rest
 				break
 			}
@@ -256,20 +215,18 @@ func (sp *speculator) Draft(decoders []*sched.Job, lens []int) (catchUp time.Dur
 			n = 0 // shorter than the request's n_min: not verified
 		}
 		d.Draft = make([]int32, n)
-		for k := range n {
-			d.Draft[k] = int32(sp.outs[i*stride+k])
-		}
+		copy(d.Draft, out)
 		if testSawDraft != nil {
-			testSawDraft(j.Slot, int(sp.past[i]), d.Draft)
+			testSawDraft(j.Slot, int(req.Past), d.Draft)
 		}
 		if testDrafts != nil && sp.dft == nil {
-			d.Draft = testDrafts(j.Slot, j.KV.Seq(), d.Pending, int(sp.nMax[i]))
+			d.Draft = testDrafts(j.Slot, j.KV.Seq(), d.Pending, int(req.Max))
 		}
 		if sp.mtp {
 			// The MTP block drafted from its own hidden states: its cells
 			// after the slot's tokens are not the target's (mtpProcess
 			// writes those when the target verifies the draft).
-			C.hydra_spec_seq_rm(sp.c, C.int32_t(j.Slot), sp.past[i])
+			sp.c.SeqRm(j.Slot, int(req.Past))
 			continue
 		}
 		if sp.dft == nil || sp.dctx != nil {
@@ -278,9 +235,9 @@ func (sp *speculator) Draft(decoders []*sched.Job, lens []int) (catchUp time.Dur
 		// The draft model evaluated the pending token and some of the
 		// draft (none of it where an n-gram drafted): the draft context
 		// keeps those up to the draft's last token, which is not evaluated.
-		past := int(sp.past[i])
-		kept := min(int(C.hydra_spec_pos_max(sp.c, C.int32_t(j.Slot)))+1, past+n)
-		C.hydra_spec_seq_rm(sp.c, C.int32_t(j.Slot), C.int32_t(max(kept, past)))
+		past := int(req.Past)
+		kept := min(sp.c.PosMax(j.Slot)+1, past+n)
+		sp.c.SeqRm(j.Slot, max(kept, past))
 		if kept > past {
 			sp.held[j.Slot] = append(append(sp.held[j.Slot], d.Pending), d.Draft[:kept-past-1]...)
 		}
@@ -293,7 +250,7 @@ func (sp *speculator) Draft(decoders []*sched.Job, lens []int) (catchUp time.Dur
 // an MTP block takes the kept row's hidden state.
 func (sp *speculator) Accept(slot, n int) {
 	if testDrafts == nil || sp.mtp {
-		C.hydra_spec_accept(sp.c, C.int32_t(slot), C.int32_t(n))
+		sp.c.Accept(slot, n)
 	}
 }
 
@@ -310,7 +267,7 @@ func (sp *speculator) Process(b *sched.Batch) {
 	if !sp.mtp {
 		return
 	}
-	if C.hydra_spec_process(sp.c, (*C.struct_llama_batch)(sp.target.binding().BatchPtr())) != 0 {
+	if sp.c.Process(b.Token, b.Pos, b.Seq, b.Logits) != nil {
 		sp.log.Warn("the MTP block could not evaluate the step's batch: its cells are dropped, it drafts from the positions evaluated from now on")
 		sp.dropAll()
 		return
@@ -338,7 +295,7 @@ func (sp *speculator) Process(b *sched.Batch) {
 // mtpHolds is what the MTP context holds of slot i: the tokens held says
 // and its last position (-1: none).
 func (sp *speculator) mtpHolds(i int) ([]int32, int) {
-	return sp.held[i], int(C.hydra_spec_pos_max(sp.c, C.int32_t(i)))
+	return sp.held[i], sp.c.PosMax(i)
 }
 
 // saveDrafts saves, where the draft model's memory cannot be cut back, the
@@ -385,8 +342,8 @@ var testDrafts func(slot int, seq []int32, pending int32, n int) []int32
 // useReferenceKernels switches the draft context's CPU work to ggml's
 // reference kernels as lctx.useReferenceKernels does the target's.
 func (sp *speculator) useReferenceKernels() int {
-	if ctx := C.hydra_spec_ctx(sp.c); ctx != nil {
-		return llama.ContextOf(unsafe.Pointer(ctx)).UseReferenceKernels()
+	if ctx := sp.c.Context(); ctx != nil {
+		return ctx.UseReferenceKernels()
 	}
 	return 0
 }
@@ -398,7 +355,7 @@ var testSawDraft func(slot, pos int, draft []int32)
 // dropAll empties the draft context, which then re-derives every slot.
 func (sp *speculator) dropAll() {
 	for i := range sp.held {
-		C.hydra_spec_seq_rm(sp.c, C.int32_t(i), 0)
+		sp.c.SeqRm(i, 0)
 		sp.held[i] = nil
 	}
 }
@@ -411,12 +368,4 @@ func commonPrefix(a, b []int32) int {
 		}
 	}
 	return n
-}
-
-// free releases the draft context and model.
-func (sp *speculator) free() {
-	C.hydra_spec_free(sp.c)
-	if sp.dft != nil {
-		sp.dft.free()
-	}
 }

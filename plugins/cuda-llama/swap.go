@@ -2,12 +2,6 @@
 
 package cudallama
 
-/*
-#include <stdlib.h>
-#include "swap.h"
-*/
-import "C"
-
 import (
 	"context"
 	"crypto/sha256"
@@ -19,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unsafe"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -39,7 +32,7 @@ import (
 // and the donors), the peer device of combined mode, and what the weights
 // use now.
 type swapper struct {
-	sw    *C.struct_hydra_swap
+	sw    *llama.Swap
 	keys  []string // the sources' keys: llamaopt.QuantBase, then the donors' in sorted order
 	names []string // the weights' names, as hydra_swap_weight numbers them: patterns are matched here, in Go
 	log   hclog.Logger
@@ -68,12 +61,9 @@ func newSwapper(ctx context.Context, mdl *model, lc *lctx, path string, opts lla
 	if len(opts.Quants) == 0 && opts.Peer == "" {
 		return nil, nil
 	}
-	cs := C.CString(path)
-	defer C.free(unsafe.Pointer(cs))
-	var msg [512]C.char
-	sw := C.hydra_swap_new(mdl.cmodel(), cs, C.bool(opts.Mmap), &msg[0], C.size_t(len(msg)))
-	if sw == nil {
-		return nil, fmt.Errorf("%w: indexing the model's weights: %s", iface.ErrBadRequest, C.GoString(&msg[0]))
+	sw, err := llama.NewSwap(mdl.m, path, opts.Mmap)
+	if err != nil {
+		return nil, fmt.Errorf("%w: indexing the model's weights: %s", iface.ErrBadRequest, err)
 	}
 	x := &swapper{sw: sw, keys: []string{llamaopt.QuantBase}, log: log}
 	for _, w := range x.weights() {
@@ -112,11 +102,8 @@ func (x *swapper) addDonor(path string, nGPU int, p llamaopt.PlacementOptions) e
 		return err
 	}
 	defer donor.Free()
-	cs := C.CString(path)
-	defer C.free(unsafe.Pointer(cs))
-	var msg [512]C.char
-	if C.hydra_swap_add_donor(x.sw, (*C.struct_llama_model)(donor.Ptr()), cs, &msg[0], C.size_t(len(msg))) < 0 {
-		return fmt.Errorf("not the loaded model in another quantisation: %s", C.GoString(&msg[0]))
+	if err := x.sw.AddDonor(donor, path); err != nil {
+		return fmt.Errorf("not the loaded model in another quantisation: %s", err)
 	}
 	return nil
 }
@@ -172,7 +159,7 @@ func (x *swapper) source(key string) int { return slices.Index(x.keys, key) }
 
 // match is the indices of the weights pattern matches; a pattern that does
 // not compile or matches no weight is refused.
-func (x *swapper) match(pattern string) ([]C.int32_t, error) {
+func (x *swapper) match(pattern string) ([]int32, error) {
 	hit, err := matchWeights(pattern, x.names)
 	switch {
 	case err != nil:
@@ -180,9 +167,9 @@ func (x *swapper) match(pattern string) ([]C.int32_t, error) {
 	case len(hit) == 0:
 		return nil, fmt.Errorf("%w: the tensor pattern %q matches none of the model's weights", iface.ErrBadRequest, truncate(pattern, 200))
 	}
-	idx := make([]C.int32_t, len(hit))
+	idx := make([]int32, len(hit))
 	for i, h := range hit {
-		idx[i] = C.int32_t(h)
+		idx[i] = int32(h)
 	}
 	return idx, nil
 }
@@ -193,14 +180,14 @@ func (x *swapper) check(pattern string) error {
 	return err
 }
 
-// Places of a weight's copy (swap.h).
+// Places of a weight's copy (llama.Swap).
 const (
-	placeHome = C.HYDRA_HOME
-	placePeer = C.HYDRA_PEER
-	keep      = C.HYDRA_KEEP
+	placeHome = llama.PlaceHome
+	placePeer = llama.PlacePeer
+	keep      = llama.Keep
 )
 
-// applied is what an apply did (hydra_swap_result).
+// applied is what an apply did (llama.SwapResult).
 type applied struct {
 	swapped, stayed                     int
 	bytes, allocated, uploaded, inPlace int64
@@ -211,20 +198,18 @@ type applied struct {
 // apply makes the weights matching pattern use source src's copies at
 // place (keep: each its own), all or nothing, and updates the state. Needs
 // the engine quiesced.
-func (x *swapper) apply(c *C.struct_llama_context, pattern string, src, place int) (applied, error) {
+func (x *swapper) apply(c *llama.Context, pattern string, src, place int) (applied, error) {
 	idx, err := x.match(pattern)
 	if err != nil {
 		return applied{}, err
 	}
-	var r C.struct_hydra_swap_result
-	var msg [512]C.char
 	clearLlamaError()
-	if C.hydra_swap_apply(x.sw, c, &idx[0], C.int32_t(len(idx)), C.int(src), C.int(place), &r, &msg[0], C.size_t(len(msg))) < 0 {
-		return applied{}, fmt.Errorf("%s%s", C.GoString(&msg[0]), lastLlamaError())
+	r, err := x.sw.Apply(c, idx, src, place)
+	if err != nil {
+		return applied{}, fmt.Errorf("%s%s", err, lastLlamaError())
 	}
-	a := applied{swapped: int(r.swapped), stayed: int(r.stayed), bytes: int64(r.bytes), allocated: int64(r.allocated),
-		uploaded: int64(r.uploaded), inPlace: int64(r.in_place), ops: int(r.ops), opsLocal: int(r.ops_local),
-		upload: time.Duration(r.upload_us) * time.Microsecond, reset: time.Duration(r.reset_us) * time.Microsecond}
+	a := applied{swapped: r.Swapped, stayed: r.Stayed, bytes: r.Bytes, allocated: r.Allocated, uploaded: r.Uploaded,
+		inPlace: r.InPlace, ops: r.Ops, opsLocal: r.OpsLocal, upload: r.Upload, reset: r.Reset}
 	x.refresh()
 	x.mu.Lock()
 	x.last = a
@@ -274,11 +259,7 @@ func (x *swapper) refresh() {
 
 // resident is what the copies take: bytes allocated in buffers, bytes bound
 // in place from mapped files.
-func (x *swapper) resident() (allocated, mapped int64) {
-	var a, m C.int64_t
-	C.hydra_swap_resident(x.sw, &a, &m)
-	return int64(a), int64(m)
-}
+func (x *swapper) resident() (allocated, mapped int64) { return x.sw.Resident() }
 
 // weightPlace is where one weight is now: the quantisation it comes from,
 // the device holding it, on the peer or not, its bytes, and whether it is
@@ -291,14 +272,11 @@ type weightPlace struct {
 
 // weights lists where every weight is now.
 func (x *swapper) weights() []weightPlace {
-	out := make([]weightPlace, int(C.hydra_swap_count(x.sw)))
-	for i := range out {
-		var name, device *C.char
-		var src, place, loaded C.int
-		var bytes C.int64_t
-		C.hydra_swap_weight(x.sw, C.size_t(i), &name, &src, &place, &device, &bytes, &loaded)
-		out[i] = weightPlace{name: C.GoString(name), key: x.keys[src], device: C.GoString(device), peer: place == placePeer,
-			loaded: loaded != 0, bytes: int64(bytes)}
+	ws := x.sw.Weights()
+	out := make([]weightPlace, len(ws))
+	for i, w := range ws {
+		out[i] = weightPlace{name: w.Name, key: x.keys[w.Source], device: w.Device, peer: w.Place == placePeer,
+			loaded: w.Loaded, bytes: w.Bytes}
 	}
 	return out
 }
@@ -311,7 +289,7 @@ func (x *swapper) uploadBaseline(pattern, key string) time.Duration {
 	if err != nil {
 		return -time.Microsecond // as hydra_swap_upload_us answers a pattern matching nothing
 	}
-	return time.Duration(C.hydra_swap_upload_us(x.sw, &idx[0], C.int32_t(len(idx)), C.int(x.source(key)))) * time.Microsecond
+	return x.sw.UploadBaseline(idx, x.source(key))
 }
 
 // quiesce holds every slot and the context, so that nothing runs while
@@ -358,7 +336,7 @@ func (e *engine) swapQuant(key, pattern string) (iface.SwapResult, error) {
 		return iface.SwapResult{}, err
 	}
 	defer release()
-	res, err := x.apply((*C.struct_llama_context)(e.ctx.binding().Ptr()), pattern, src, keep)
+	res, err := x.apply(e.ctx.binding(), pattern, src, keep)
 	if err != nil {
 		return iface.SwapResult{}, fmt.Errorf("swapping to %s: %s (nothing changed)", key, err)
 	}

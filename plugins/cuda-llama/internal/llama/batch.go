@@ -65,16 +65,6 @@ func (c *Context) DecodeSeq(seq int, tokens []int32, pos int, logits bool) error
 	return c.decodeBatch(n)
 }
 
-// BatchPtr is the context's *llama_batch, the one it evaluated last, for the
-// adapter's cgo that has not moved here yet (the drafter reads the target's,
-// the embedding context's rows are filled through it before DecodeFilled).
-func (c *Context) BatchPtr() unsafe.Pointer { return unsafe.Pointer(&c.batch) }
-
-// DecodeFilled evaluates the first n rows of the context's batch as the
-// caller filled them through BatchPtr (the embedding context's), until that
-// cgo moves here.
-func (c *Context) DecodeFilled(n int) error { return c.decodeBatch(n) }
-
 // decodeBatch evaluates the first n rows of the context's batch.
 func (c *Context) decodeBatch(n int) error {
 	c.batch.n_tokens = C.int32_t(n)

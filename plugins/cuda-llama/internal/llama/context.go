@@ -12,19 +12,18 @@ import "C"
 import (
 	"errors"
 	"fmt"
-	"unsafe"
 )
 
 // Context is a llama_context with its batch and its state streaming: the
-// adapter's decoding context, an embedding context, or a draft's (ContextOf).
+// adapter's decoding context, an embedding context, or a draft's (wrapContext).
 // Contexts are never freed, because freeing one on CUDA is not safe (see the
 // adapter's engine). Its methods are not safe for concurrent use: the
 // caller's context lock orders them.
 type Context struct {
 	p     *C.struct_llama_context
 	mem   C.llama_memory_t
-	batch C.struct_llama_batch // nBatch rows; none in a context ContextOf wraps
-	io    *C.struct_hydra_io   // state streaming; nil in a context ContextOf wraps
+	batch C.struct_llama_batch // nBatch rows; none in a context wrapContext wraps
+	io    *C.struct_hydra_io   // state streaming; nil in a context wrapContext wraps
 	// nBatch is the most tokens one evaluation takes, nVocab a row's
 	// logits, nStream the KV cache's streams: 1 (unified), or one per
 	// sequence.
@@ -114,17 +113,13 @@ func NewContext(m Model, p ContextParams) (*Context, error) {
 	return ctx, nil
 }
 
-// ContextOf wraps a *llama_context made elsewhere (the draft context
-// spec.cpp makes) for its memory's operations and partial state, until its
-// creation moves here: it has no batch of its own and no state streaming.
-func ContextOf(p unsafe.Pointer) *Context {
-	c := (*C.struct_llama_context)(p)
+// wrapContext wraps a *llama_context made elsewhere (the draft context
+// spec.cpp makes) for its memory's operations and partial state: it has no
+// batch of its own and no state streaming.
+func wrapContext(c *C.struct_llama_context) *Context {
 	vocab := C.llama_model_get_vocab(C.llama_get_model(c))
 	return &Context{p: c, mem: C.llama_get_memory(c), nBatch: int(C.llama_n_batch(c)), nVocab: int(C.llama_vocab_n_tokens(vocab)), nStream: 1}
 }
-
-// Ptr is the *llama_context, for the adapter's cgo that has not moved here yet.
-func (c *Context) Ptr() unsafe.Pointer { return unsafe.Pointer(c.p) }
 
 // NCtx is the context's cells.
 func (c *Context) NCtx() int { return int(C.llama_n_ctx(c.p)) }

@@ -6,11 +6,10 @@
 // without them the package is this file alone, so plain `go build ./...`
 // needs neither cgo nor the llama.cpp tree.
 //
-// The binding grows from the adapter (issue 52 item 1): the GPUs, host
-// pinning, the model's load with its placement overrides, the vocabulary,
-// llama.cpp's init and log, the context with its batch and state streaming,
-// the sampler chains (with grammars and the reasoning budget) and common/chat
-// are here; the draft context, swaps, combined mode and embeddings are still
-// the adapter's cgo, which reaches the model through Model.Ptr and the
-// context through Context.Ptr and BatchPtr.
+// It holds the GPUs, host pinning, the model's load with its placement
+// overrides, the vocabulary, llama.cpp's init and log, the context with its batch and state streaming,
+// the sampler chains (with grammars and the reasoning budget), common/chat,
+// quantisation swaps and combined mode, the draft context and embeddings are
+// here (issue 52 item 1); the adapter keeps the policy, the messages and the
+// logs.
 package llama

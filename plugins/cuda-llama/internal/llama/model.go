@@ -18,9 +18,6 @@ import (
 // Model is a loaded llama_model.
 type Model struct{ p *C.struct_llama_model }
 
-// Ptr is the *llama_model, for the adapter's cgo that has not moved here yet.
-func (m Model) Ptr() unsafe.Pointer { return unsafe.Pointer(m.p) }
-
 // Override places the weights whose names match Pattern (a regular
 // expression, searched as llama.cpp searches) in Device's memory.
 type Override struct{ Pattern, Device string }
