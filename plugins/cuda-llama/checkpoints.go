@@ -10,7 +10,6 @@ import (
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/internal/promptcache"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/ckpt"
-	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/kv"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/sched"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
@@ -104,41 +103,24 @@ func (e *engine) CheckpointBefore(j *sched.Job, end int) {
 		"bytes", c.Size(), "slot_checkpoints", n, "slot_bytes", bytes, "elapsed", time.Since(start).String())
 }
 
-// resume keeps what sequence i can keep of a prompt of n tokens sharing
-// prefix tokens with it: the prefix (less the prompt's last token) where
-// the memory can be cut there; else the newest checkpoint that serves the
-// prompt, restored and the cells after it cut; else nothing. It returns the
-// tokens kept. Needs e.mu.
+// resume readies slot i for a prompt of n tokens sharing prefix with its
+// sequence (ckpt.Store.Resume) and logs what a checkpoint did; it returns
+// the positions kept. Needs e.mu.
 func (e *engine) resume(i, n, prefix int) int {
-	keep := min(prefix, n-1)
-	if kv.Cut(e.ctx, i, keep, e.nSWA) {
-		e.ckpts.CutTo(i, keep, nil)
-		return keep // a refused cut leaves the memory as it was
-	}
-	if !e.ckpts.Enabled() {
-		return e.cut(i, 0)
-	}
-	res := e.ckpts.Find(i, n, prefix, e.ctx.SeqPosMin(i))
-	c := res.Restore
-	if c == nil {
-		if prefix > 0 {
-			e.log.Info("no context checkpoint serves the prompt: evaluated from its start", "slot", i,
-				"common_prefix", prefix, "memory", e.layout.Memory)
-		}
-		return e.cut(i, 0)
-	}
 	start := time.Now()
-	err := e.ctx.SetPartialState(i, c.Data)
-	if err == nil && res.Keep < n && e.ctx.SeqRmFrom(i, res.Keep) {
-		e.ckpts.CutTo(i, res.Keep, c)
-		e.ckpts.Restored(res.Keep)
+	r := e.ckpts.Resume(e.ctx, i, n, prefix, e.nSWA)
+	switch c := r.Restored; {
+	case c != nil:
 		e.log.Debug("context checkpoint restored", "slot", i, "pos_min", c.PosMin, "pos_max", c.PosMax, "n_tokens", c.NTokens,
-			"kept", res.Keep, "common_prefix", prefix, "bytes", c.Size(), "elapsed", time.Since(start).String())
-		return res.Keep
+			"kept", r.Keep, "common_prefix", prefix, "bytes", c.Size(), "elapsed", time.Since(start).String())
+	case r.Failed != nil:
+		e.log.Warn("context checkpoint could not be restored: the prompt is evaluated from its start", "slot", i,
+			"n_tokens", r.Failed.NTokens, "error", r.Err)
+	case r.NoneServes:
+		e.log.Info("no context checkpoint serves the prompt: evaluated from its start", "slot", i,
+			"common_prefix", prefix, "memory", e.layout.Memory)
 	}
-	e.log.Warn("context checkpoint could not be restored: the prompt is evaluated from its start", "slot", i,
-		"n_tokens", c.NTokens, "error", err)
-	return e.cut(i, 0)
+	return r.Keep
 }
 
 // servedByCheckpoint reports whether slot i's checkpoints serve a prompt
