@@ -716,14 +716,15 @@ type savedState struct {
 // recurrent state carries after it) to w, as StateGet and the prompt cache
 // save it; the caller holds the slot and a transfer (beginTransfer).
 func (e *engine) saveState(ctx context.Context, i, chunkSize int, w io.Writer) savedState {
-	call := &saveCall{ctx: ctx, w: w, lock: &e.mu}
+	call := &saveCall{ctx: ctx, w: w}
 	var sink io.Writer = call
 	cw, chunked := w.(shm.ChunkWriter)
 	if chunked {
 		sink = &chunkSave{saveCall: call, cw: cw}
 	}
-	// On a GPU the chunks are copied synchronously into the writer's own
-	// buffers; pinning the ring they live in makes that a direct DMA.
+	// On a GPU the chunks are copied into the writer's own buffers on a
+	// stream of the shim's; pinning the ring they live in makes that a
+	// direct DMA.
 	sv := savedState{chunkWriter: chunked}
 	if rw, ok := w.(shm.RegionWriter); ok && e.device != "" {
 		if unpin := llama.PinHost(rw.Region()); unpin != nil {
@@ -731,9 +732,17 @@ func (e *engine) saveState(ctx context.Context, i, chunkSize int, w io.Writer) s
 			sv.ringPinned = true
 		}
 	}
+	// llama.cpp walks the cells under the context lock; the data is read
+	// without it, beside the other slots' steps (StatePlan.Save).
 	e.mu.Lock()
-	sv.written, sv.err = e.ctx.binding().SaveState(i, chunkSize, sink)
+	plan, err := e.ctx.binding().PlanState(i)
 	e.mu.Unlock()
+	if err != nil {
+		sv.err = err
+		return sv
+	}
+	defer plan.Free()
+	sv.written, sv.err = plan.Save(chunkSize, sink)
 	return sv
 }
 

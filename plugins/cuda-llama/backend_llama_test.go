@@ -228,6 +228,13 @@ func (w *chunkWriter) Buffer() ([]byte, error) {
 	return w.buf[w.fill:], nil
 }
 
+// Write, as the ring's, comes after the bytes committed before it (the
+// logits a recurrent state carries after it).
+func (w *chunkWriter) Write(p []byte) (int, error) {
+	w.flush()
+	return w.recorder.Write(p)
+}
+
 func (w *chunkWriter) Commit(n int) error {
 	if n <= 0 || w.fill+n > len(w.buf) {
 		return fmt.Errorf("commit of %d with %d of %d filled", n, w.fill, len(w.buf))

@@ -371,3 +371,84 @@ func TestNonFiniteStateRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestStateGetBesideDecode: a slot's state, taken over and over (staged and
+// into a ChunkWriter's buffers) while the other slots decode, is byte for
+// byte the state taken alone, for each memory kind, with one KV cache and
+// with a stream per slot; and the decodes beside it give the tokens they
+// give alone. The state's data is read without the context lock
+// (StatePlan.Save), beside the other slots' steps.
+func TestStateGetBesideDecode(t *testing.T) {
+	for _, m := range memoryModels {
+		for _, unified := range []string{"true", "false"} {
+			t.Run(m.name+"/kv_unified="+unified, func(t *testing.T) {
+				path := modelFile(t, "mem-"+m.name, m.c)
+				opts := map[string]string{llamaopt.OptKVUnified: unified}
+				var alone []byte // slot 2's state, taken before the decodes
+				// run decodes 48 tokens in slots 0 and 1, and beside them
+				// runs beside until they end.
+				run := func(b *Backend, beside func(decoding <-chan struct{})) [2][]int32 {
+					prefill(t, b, 2, longStory)
+					prefill(t, b, 0, "first of the decoders")
+					prefill(t, b, 1, "second of the decoders")
+					alone = stateOf(t, b, 2, 1<<20)
+					var got [2][]int32
+					var decoders, all sync.WaitGroup
+					for s := range 2 {
+						decoders.Go(func() {
+							_, err := b.Decode(context.Background(), iface.DecodeRequest{Slot: s, NPredict: 48},
+								func(tok iface.Token) error { got[s] = append(got[s], tok.ID); return nil })
+							if err != nil {
+								t.Error(err)
+							}
+						})
+					}
+					decoding := make(chan struct{})
+					if beside != nil {
+						all.Go(func() { beside(decoding) })
+					}
+					decoders.Wait()
+					close(decoding)
+					all.Wait()
+					return got
+				}
+				want := run(load(t, path, 3, opts), nil)
+
+				b := load(t, path, 3, opts)
+				takes := 0
+				got := run(b, func(decoding <-chan struct{}) {
+					for k := 0; ; k++ {
+						select {
+						case <-decoding:
+							return
+						default:
+						}
+						var data []byte
+						var err error
+						if k%2 == 0 {
+							var w recorder
+							_, err = b.StateGet(context.Background(), 2, 4093, &w)
+							data = w.data
+						} else {
+							w := &chunkWriter{bufSize: 65536}
+							_, err = b.StateGet(context.Background(), 2, 1<<20, w)
+							w.flush()
+							data = w.data
+						}
+						if err != nil || !bytes.Equal(data, alone) {
+							t.Errorf("take %d beside the decodes: %v; %d bytes, equal to alone (%d): %v", k, err, len(data), len(alone), bytes.Equal(data, alone))
+							return
+						}
+						takes++
+					}
+				})
+				t.Logf("%d takes of the state while the slots decoded", takes)
+				for s := range 2 {
+					if !slices.Equal(got[s], want[s]) {
+						t.Errorf("slot %d decoded %v beside the state's takes, %v without", s, got[s], want[s])
+					}
+				}
+			})
+		}
+	}
+}

@@ -11,16 +11,15 @@ import (
 	"github.com/hydra-engine/hydra-engine/transport/shm"
 )
 
-// The ends of a state stream as the binding calls them while llama.cpp
-// reads or writes the memory (llama.Context.SaveState, LoadState): each call
-// checks for cancellation and lets the context lock go while it waits on
-// the data plane.
+// The ends of a state stream as the binding calls them (llama.StatePlan.Save,
+// llama.Context.LoadState): a save's calls check for cancellation, and run
+// without the context lock, which the save does not hold; a restore's let
+// the lock go while they wait on the data plane.
 
 // saveCall is one StateGet's writer: where the chunks go.
 type saveCall struct {
-	ctx  context.Context
-	w    io.Writer
-	lock *sched.Lock // the context lock, let go while the chunks wait on their reader
+	ctx context.Context
+	w   io.Writer
 }
 
 // unlocked runs f without the context lock, which the caller of the binding
@@ -32,12 +31,11 @@ func unlocked(lock *sched.Lock, f func()) {
 }
 
 // Write writes a staged chunk (plain writers).
-func (s *saveCall) Write(p []byte) (k int, err error) {
+func (s *saveCall) Write(p []byte) (int, error) {
 	if err := s.ctx.Err(); err != nil {
 		return 0, err
 	}
-	unlocked(s.lock, func() { k, err = s.w.Write(p) })
-	return k, err
+	return s.w.Write(p)
 }
 
 // chunkSave is a StateGet's writer that lends its own buffers
@@ -50,19 +48,15 @@ type chunkSave struct {
 var _ llama.ChunkWriter = (*chunkSave)(nil)
 
 // Buffer lends the next buffer.
-func (s *chunkSave) Buffer() (b []byte, err error) {
+func (s *chunkSave) Buffer() ([]byte, error) {
 	if err := s.ctx.Err(); err != nil {
 		return nil, err
 	}
-	unlocked(s.lock, func() { b, err = s.cw.Buffer() })
-	return b, err
+	return s.cw.Buffer()
 }
 
 // Commit says the first n bytes of the last buffer are written.
-func (s *chunkSave) Commit(n int) (err error) {
-	unlocked(s.lock, func() { err = s.cw.Commit(n) })
-	return err
-}
+func (s *chunkSave) Commit(n int) error { return s.cw.Commit(n) }
 
 // loadCall is one StatePut's source: its bytes in place (the data plane's
 // buffers, or the restore ring).

@@ -4,13 +4,20 @@
 // serialisation interfaces (llama-io.h, llama-memory.h). llama.cpp's own
 // llama_state_seq_get_data wants the whole state in one buffer and
 // ggml_backend_tensor_get's every tensor range synchronously; here the same
-// bytes (same code path: llama_memory_i::state_write) go out chunk by chunk:
+// bytes (same code path: llama_memory_i::state_write) go out chunk by chunk,
+// in two passes: llama.cpp's walk of the cells, under the context lock,
+// records the metadata it writes and the tensor ranges it reads (a plan);
+// the ranges are then read without the lock, while other sequences decode:
+// the sequence's cells are its own while its slot is held, and nothing moves
+// them while a transfer is under way (no context shift, no chunk moves).
 //
 //   - host-resident tensors (CPU) are memcpy'd straight into the chunk;
-//   - GPU-resident tensors are read with ggml_backend_tensor_get_async into
-//     pinned staging chunks from the device's host buffer type, two chunks in
-//     flight: the GPU fills one while Go sends the other, an event per chunk
-//     says when it is complete. No CUDA symbol is used: it is all ggml.
+//   - GPU-resident tensors are read with ggml_backend_tensor_get_async on a
+//     stream of our own: into pinned staging chunks from the device's host
+//     buffer type, two chunks in flight (the GPU fills one while Go sends
+//     the other, an event per chunk says when it is complete), or straight
+//     into a ChunkWriter's buffer, one synchronisation a chunk. No CUDA
+//     symbol is used: it is all ggml.
 //
 // Restores take the bytes llama.cpp asks for where the Go side lends them
 // (hydraLoadNext): the data plane's own buffers (inplace_linux.go) or the
@@ -83,6 +90,19 @@ struct hydra_io {
     // Streamed restores so far: the K/V blocks (a tensor's runs in a row)
     // with a streamed run, and the runs streamed.
     uint64_t streamed = 0, streamed_runs = 0;
+};
+
+// hydra_state_plan is a sequence's state as llama.cpp's walk of it wrote it:
+// pieces of metadata (t NULL: bytes [off, off+size) of meta) and of tensor
+// data (size bytes of t from off), in order.
+struct hydra_state_plan {
+    struct piece {
+        ggml_tensor * t;
+        size_t off, size;
+    };
+    std::vector<piece> pieces;
+    std::vector<uint8_t> meta;
+    size_t total = 0;
 };
 
 namespace {
@@ -174,9 +194,7 @@ public:
 
     void write_tensor(ggml_tensor * t, size_t off, size_t size) override {
         const bool host = t->buffer == nullptr || ggml_backend_buffer_is_host(t->buffer);
-        // A ChunkWriter hands us one buffer at a time, so there is nothing to
-        // overlap with: read synchronously straight into it.
-        dev_state * d = (host || cw) ? nullptr : async_dev(io, t);
+        dev_state * d = host ? nullptr : async_dev(io, t);
         while (size > 0) {
             room();
             const size_t n = std::min(size, cap - len);
@@ -267,6 +285,12 @@ private:
         cur = nullptr;
         len = 0;
         if (cw) {
+            // A ChunkWriter lends one buffer at a time: its copies land
+            // before it is committed.
+            for (dev_state * d : used[slot]) {
+                ggml_backend_synchronize(d->backend);
+            }
+            used[slot].clear();
             if (hydraSaveBuffer(h, n, nullptr, nullptr) != 0) {
                 throw go_error();
             }
@@ -313,6 +337,43 @@ private:
             throw go_error();
         }
     }
+};
+
+// plan_writer records llama.cpp's walk of a sequence's state: the metadata
+// bytes it writes, kept, and the tensor ranges it reads, by reference
+// (adjacent ranges of one tensor merged), in order.
+class plan_writer : public llama_io_write_i {
+public:
+    explicit plan_writer(hydra_state_plan & p) : p(p) {}
+
+    void write(const void * src, size_t n) override {
+        const size_t at = p.meta.size();
+        p.meta.insert(p.meta.end(), (const uint8_t *) src, (const uint8_t *) src + n);
+        if (!p.pieces.empty() && p.pieces.back().t == nullptr) {
+            p.pieces.back().size += n;
+        } else {
+            p.pieces.push_back({nullptr, at, n});
+        }
+        p.total += n;
+    }
+
+    void write_tensor(ggml_tensor * t, size_t off, size_t n) override {
+        if (!p.pieces.empty()) {
+            auto & last = p.pieces.back();
+            if (last.t == t && last.off + last.size == off) {
+                last.size += n;
+                p.total += n;
+                return;
+            }
+        }
+        p.pieces.push_back({t, off, n});
+        p.total += n;
+    }
+
+    size_t n_bytes() override { return p.total; }
+
+private:
+    hydra_state_plan & p;
 };
 
 // The wire's state is one KV stream. With a KV stream per sequence
@@ -782,18 +843,46 @@ uint64_t hydra_io_streamed(const hydra_io * io, uint64_t * runs) {
     return io->streamed;
 }
 
-int64_t hydra_state_save(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, uint32_t n_stream, size_t size,
-                         uintptr_t handle, size_t chunk, int chunk_writer, char * err, size_t err_len) {
-    save_writer w(io, handle, chunk, chunk_writer != 0);
+hydra_state_plan * hydra_state_plan_new(struct llama_context * ctx, llama_seq_id seq, uint32_t n_stream, size_t size,
+                                        char * err, size_t err_len) {
+    hydra_state_plan * p = new (std::nothrow) hydra_state_plan();
+    if (p == nullptr) {
+        set_err(err, err_len, "out of memory for a state's plan");
+        return nullptr;
+    }
     try {
         // As llama_state_seq_get_data: finish queued work before reading.
         llama_synchronize(ctx);
         llama_memory_t mem = llama_get_memory(ctx);
+        plan_writer w(*p);
         if (mem != nullptr && n_stream > 1) {
             one_stream_writer one(w, (uint32_t) seq, size);
             mem->state_write(one, seq, 0);
         } else if (mem != nullptr) {
             mem->state_write(w, seq, 0);
+        }
+        return p;
+    } catch (const std::exception & e) {
+        delete p;
+        set_err(err, err_len, e.what());
+        return nullptr;
+    }
+}
+
+size_t hydra_state_plan_bytes(const hydra_state_plan * p) { return p->total; }
+
+void hydra_state_plan_free(hydra_state_plan * p) { delete p; }
+
+int64_t hydra_state_plan_save(hydra_io * io, const hydra_state_plan * p, uintptr_t handle, size_t chunk, int chunk_writer,
+                              char * err, size_t err_len) {
+    save_writer w(io, handle, chunk, chunk_writer != 0);
+    try {
+        for (const auto & pc : p->pieces) {
+            if (pc.t == nullptr) {
+                w.write(p->meta.data() + pc.off, pc.size);
+            } else {
+                w.write_tensor(pc.t, pc.off, pc.size);
+            }
         }
         w.finish();
         return (int64_t) w.n_bytes();

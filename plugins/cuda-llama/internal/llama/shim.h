@@ -30,18 +30,29 @@ int hydra_io_pinned(const hydra_io * io);
 // or one per run of contiguous cells where it scatters a block).
 uint64_t hydra_io_streamed(const hydra_io * io, uint64_t * runs);
 
-// hydra_state_save streams sequence seq's state, the memory's serialisation
-// that llama_state_seq_get_data writes after its 8-byte head (magic, source
-// sequence id), in pieces of at most chunk bytes;
-// from a cache of n_stream > 1 KV streams (one per sequence) it is written as
-// one stream of size bytes, the sequence's own (what a one-stream cache
-// writes; size is unused with one stream).
-// With chunk_writer 0 the pieces are staged in buffers the shim owns and handed
-// to the Go callback hydraSaveDeliver; with 1 the Go side supplies each chunk
-// buffer (hydraSaveBuffer) and the state is written straight into it. Returns
-// the bytes produced, or -1 with a message in err.
-int64_t hydra_state_save(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, uint32_t n_stream, size_t size,
-                         uintptr_t handle, size_t chunk, int chunk_writer, char * err, size_t err_len);
+// A sequence's state is saved in two passes. hydra_state_plan_new walks it
+// as llama_state_seq_get_data does (the memory's serialisation after its
+// 8-byte head: magic, source sequence id) and records the metadata written
+// and the tensor ranges read; from a cache of n_stream > 1 KV streams (one
+// per sequence) it is recorded as one stream of size bytes, the sequence's
+// own (what a one-stream cache writes; size is unused with one stream). The
+// caller holds the context lock. NULL with a message in err on failure.
+typedef struct hydra_state_plan hydra_state_plan;
+hydra_state_plan * hydra_state_plan_new(struct llama_context * ctx, llama_seq_id seq, uint32_t n_stream, size_t size,
+                                        char * err, size_t err_len);
+// hydra_state_plan_bytes is the state's bytes.
+size_t hydra_state_plan_bytes(const hydra_state_plan * plan);
+void hydra_state_plan_free(hydra_state_plan * plan);
+
+// hydra_state_plan_save writes the plan's bytes, reading the recorded
+// ranges, in pieces of at most chunk bytes; it needs no context lock while
+// the sequence's cells stay its own (its slot held, no cells moved). With
+// chunk_writer 0 the pieces are staged in buffers the shim owns and handed
+// to the Go callback hydraSaveDeliver; with 1 the Go side supplies each
+// chunk buffer (hydraSaveBuffer) and the state is written straight into it.
+// Returns the bytes produced, or -1 with a message in err.
+int64_t hydra_state_plan_save(hydra_io * io, const hydra_state_plan * plan, uintptr_t handle, size_t chunk,
+                              int chunk_writer, char * err, size_t err_len);
 
 // hydra_state_load restores sequence seq from bytes the Go callback
 // hydraLoadNext lends in place (the restore ring or the data plane's buffers,

@@ -39,7 +39,7 @@ type StateSource interface {
 // caller tells that apart from its source's failures.
 var ErrStateRefused = errors.New("llama.cpp refused the state")
 
-// saveStream is one SaveState: where the chunks go, and what went there.
+// saveStream is one StatePlan.Save: where the chunks go, and what went there.
 type saveStream struct {
 	w       io.Writer
 	cw      ChunkWriter    // w as a ChunkWriter, or nil
@@ -63,13 +63,42 @@ type loadStream struct {
 
 func recovered(r any) error { return fmt.Errorf("panic in a state stream callback: %v", r) }
 
-// SaveState streams sequence seq's state as one KV stream to w, in chunks of
-// at most chunk bytes: written in place into w's buffers where w is a
-// ChunkWriter, else staged in the context's (pinned, on a GPU) buffers and
-// handed to w.Write, which must not keep them. It returns the bytes
-// written, also on error; w's errors come back as they are. w's methods run
-// on the calling goroutine, between llama.cpp's reads of the memory.
-func (c *Context) SaveState(seq, chunk int, w io.Writer) (int64, error) {
+// StatePlan is a sequence's state as llama.cpp's walk of its cells found
+// it: the metadata bytes, and the tensor ranges its data lies in, which
+// Save reads. It is valid while the sequence's cells are neither changed
+// nor moved, and must be freed.
+type StatePlan struct {
+	c *Context
+	p *C.hydra_state_plan
+}
+
+// PlanState walks sequence seq's state, as one KV stream, the way
+// llama_state_seq_get_data does. The caller holds the context lock: the
+// walk reads the memory's cells, which other sequences' decodes change.
+func (c *Context) PlanState(seq int) (*StatePlan, error) {
+	var msg [512]C.char
+	p := C.hydra_state_plan_new(c.p, C.llama_seq_id(seq), C.uint32_t(c.nStream), C.size_t(c.StateSize(seq)), &msg[0], C.size_t(len(msg)))
+	if p == nil {
+		return nil, fmt.Errorf("llama.cpp state write failed: %s", C.GoString(&msg[0]))
+	}
+	return &StatePlan{c: c, p: p}, nil
+}
+
+// Bytes is the state's size.
+func (p *StatePlan) Bytes() int64 { return int64(C.hydra_state_plan_bytes(p.p)) }
+
+// Free releases the plan.
+func (p *StatePlan) Free() { C.hydra_state_plan_free(p.p) }
+
+// Save streams the planned state to w, in chunks of at most chunk bytes:
+// written in place into w's buffers where w is a ChunkWriter, else staged
+// in the context's (pinned, on a GPU) buffers and handed to w.Write, which
+// must not keep them. It needs no context lock: it reads only the planned
+// ranges, while other sequences decode; one Save at a time per context (the
+// staging buffers are the context's). It returns the bytes written, also on
+// error; w's errors come back as they are. w's methods run on the calling
+// goroutine, between the copies.
+func (p *StatePlan) Save(chunk int, w io.Writer) (int64, error) {
 	s := &saveStream{w: w}
 	mode := C.int(0)
 	if cw, ok := w.(ChunkWriter); ok {
@@ -79,8 +108,7 @@ func (c *Context) SaveState(seq, chunk int, w io.Writer) (int64, error) {
 	defer h.Delete()
 	defer s.pin.Unpin()
 	var msg [512]C.char
-	n := C.hydra_state_save(c.io, c.p, C.llama_seq_id(seq), C.uint32_t(c.nStream), C.size_t(c.StateSize(seq)),
-		C.uintptr_t(h), C.size_t(chunk), mode, &msg[0], C.size_t(len(msg)))
+	n := C.hydra_state_plan_save(p.c.io, p.p, C.uintptr_t(h), C.size_t(chunk), mode, &msg[0], C.size_t(len(msg)))
 	switch {
 	case n >= 0 && int64(n) != s.written:
 		return s.written, fmt.Errorf("state stream: %d bytes produced, %d written", int64(n), s.written)
@@ -134,7 +162,7 @@ func (c *Context) LoadState(seq int, src StateSource, p LoadParams) (int64, erro
 	return int64(got), nil
 }
 
-// PinnedStaging reports whether the buffers SaveState staged chunks in so
+// PinnedStaging reports whether the buffers StatePlan.Save staged chunks in so
 // far are pinned (from the GPU's host buffer type).
 func (c *Context) PinnedStaging() bool { return C.hydra_io_pinned(c.io) != 0 }
 
