@@ -204,9 +204,9 @@ func TestSwapQuantKeepsState(t *testing.T) {
 	}
 }
 
-// TestSwapQuantBusy: a swap and a mode change wait for no one: while a slot
-// decodes, SWAP_QUANT is refused as busy and SET_EXPERT_MODE answers the
-// mode in force; both succeed once the slot is idle.
+// TestSwapQuantBusy: a swap waits for no one: while a slot decodes,
+// SWAP_QUANT is refused as busy and succeeds once the slot is idle; a mode
+// change is made meanwhile, between two steps (TestCombinedWhileDecoding).
 func TestSwapQuantBusy(t *testing.T) {
 	opts := swapOptions(t)
 	opts[llamaopt.OptCombinedPeer] = "CPU"
@@ -230,8 +230,10 @@ func TestSwapQuantBusy(t *testing.T) {
 	if _, err := b.SwapQuant(context.Background(), "q8", ".*"); !errors.Is(err, iface.ErrBusy) || !strings.Contains(err.Error(), "slot 1") {
 		t.Errorf("swap while slot 1 decodes: %v", err)
 	}
-	if mode, err := b.SetExpertMode(context.Background(), "combined"); err != nil || mode != "solo" {
-		t.Errorf("combined while slot 1 decodes: %q, %v", mode, err)
+	for _, want := range []string{"combined", "solo"} {
+		if mode, err := b.SetExpertMode(context.Background(), want); err != nil || mode != want {
+			t.Errorf("%s while slot 1 decodes: %q, %v", want, mode, err)
+		}
 	}
 	if got := info(t, b); got.ActiveQuant != before.ActiveQuant || got.Model != before.Model || got.ExpertMode != "solo" {
 		t.Errorf("a refused swap changed the info: %+v", got)
@@ -641,4 +643,57 @@ func TestSwapInfoWhileSwapping(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestCombinedWhileDecoding: "combined" and "solo" are switched while a
+// slot decodes (the switch waits for no slot, only for the step running);
+// the decode goes on, keeping its sequence, and gives the tokens it gives
+// without the switches where the devices' kernels round alike.
+func TestCombinedWhileDecoding(t *testing.T) {
+	b, _ := combinedTest(t, 2, nil)
+	strict := sameKernels(t, b)
+	const prompt, n = "the weights of this model came from a file", 48
+	prefill(t, b, 0, prompt)
+	want, _ := decode(t, b, 0, n, iface.SamplerParams{})
+
+	if err := b.ClearSlot(context.Background(), 0); err != nil {
+		t.Fatal(err)
+	}
+	prefill(t, b, 0, prompt)
+	modes := map[int]string{8: "combined", 24: "solo", 36: "combined"} // switched after these many tokens
+	var got []int32
+	var answered []string
+	res, err := b.Decode(context.Background(), iface.DecodeRequest{Slot: 0, NPredict: n}, func(tok iface.Token) error {
+		got = append(got, tok.ID)
+		if mode, ok := modes[len(got)]; ok {
+			// From another goroutine, as a Hydra client's SET_EXPERT_MODE
+			// comes, while this decode's slot is held.
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				m, err := b.SetExpertMode(context.Background(), mode)
+				if err != nil {
+					t.Errorf("SetExpertMode %s during the decode: %v", mode, err)
+				}
+				answered = append(answered, m)
+			}()
+			<-done
+		}
+		return nil
+	})
+	if err != nil || res.StopReason != StopLength {
+		t.Fatalf("the decode across the switches: %+v, %v", res, err)
+	}
+	if !slices.Equal(answered, []string{"combined", "solo", "combined"}) {
+		t.Fatalf("SET_EXPERT_MODE answered %v during the decode, want each mode asked for", answered)
+	}
+	if !slices.Equal(got, want) && strict {
+		t.Errorf("decoded %v across the switches, %v without", got, want)
+	} else if !slices.Equal(got, want) {
+		t.Logf("across the switches on another kind of device: %v, without %v", got, want)
+	}
+	if i := info(t, b); i.ExpertMode != "combined" {
+		t.Errorf("mode after the decode %q", i.ExpertMode)
+	}
+	checkStateRoundTrip(t, b)
 }
