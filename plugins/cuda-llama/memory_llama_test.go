@@ -388,9 +388,12 @@ func TestStateGetBesideDecode(t *testing.T) {
 				// run decodes 48 tokens in slots 0 and 1, and beside them
 				// runs beside until they end.
 				run := func(b *Backend, beside func(decoding <-chan struct{})) [2][]int32 {
+					// Slot 2's recurrent cell between the decoders': llama.cpp
+					// reorders a recurrent memory's cells so that a batch's
+					// sequences' are contiguous, moving slot 2's.
+					prefill(t, b, 1, "second of the decoders")
 					prefill(t, b, 2, longStory)
 					prefill(t, b, 0, "first of the decoders")
-					prefill(t, b, 1, "second of the decoders")
 					alone = stateOf(t, b, 2, 1<<20)
 					var got [2][]int32
 					var decoders, all sync.WaitGroup

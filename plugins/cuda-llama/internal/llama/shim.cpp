@@ -6,10 +6,12 @@
 // ggml_backend_tensor_get's every tensor range synchronously; here the same
 // bytes (same code path: llama_memory_i::state_write) go out chunk by chunk,
 // in two passes: llama.cpp's walk of the cells, under the context lock,
-// records the metadata it writes and the tensor ranges it reads (a plan);
-// the ranges are then read without the lock, while other sequences decode:
-// the sequence's cells are its own while its slot is held, and nothing moves
-// them while a transfer is under way (no context shift, no chunk moves).
+// records the metadata it writes and the KV caches' ranges it reads (a
+// plan), copying the rest (a recurrent state, whose cell other sequences'
+// decodes move); the KV ranges are then read without the lock, while other
+// sequences decode: the sequence's KV cells are its own while its slot is
+// held, and nothing moves them while a transfer is under way (no context
+// shift, no chunk moves).
 //
 //   - host-resident tensors (CPU) are memcpy'd straight into the chunk;
 //   - GPU-resident tensors are read with ggml_backend_tensor_get_async on a
@@ -339,9 +341,23 @@ private:
     }
 };
 
+// read_later reports whether t's ranges may be read after the walk, without
+// the context lock: a KV cache's K and V ("cache_[tag]k_l<N>",
+// "cache_[tag]v_l<N>"), whose cells stay the sequence's while its slot is
+// held. Any other tensor is copied during the walk: a recurrent state's
+// cell moves when other sequences decode (llama_memory_recurrent::find_slot
+// makes a batch's cells contiguous by swapping cells, an idle sequence's
+// too).
+bool read_later(const ggml_tensor * t) {
+    const char * l = strrchr(t->name, '_');
+    return strncmp(t->name, "cache_", 6) == 0 && l != nullptr && l > t->name + 6 && l[1] == 'l' &&
+           (l[-1] == 'k' || l[-1] == 'v');
+}
+
 // plan_writer records llama.cpp's walk of a sequence's state: the metadata
-// bytes it writes, kept, and the tensor ranges it reads, by reference
-// (adjacent ranges of one tensor merged), in order.
+// bytes it writes and the tensors' bytes read_later refuses, kept, and the
+// other tensor ranges, by reference (adjacent ranges of one tensor merged),
+// in order.
 class plan_writer : public llama_io_write_i {
 public:
     explicit plan_writer(hydra_state_plan & p) : p(p) {}
@@ -349,15 +365,17 @@ public:
     void write(const void * src, size_t n) override {
         const size_t at = p.meta.size();
         p.meta.insert(p.meta.end(), (const uint8_t *) src, (const uint8_t *) src + n);
-        if (!p.pieces.empty() && p.pieces.back().t == nullptr) {
-            p.pieces.back().size += n;
-        } else {
-            p.pieces.push_back({nullptr, at, n});
-        }
-        p.total += n;
+        kept(at, n);
     }
 
     void write_tensor(ggml_tensor * t, size_t off, size_t n) override {
+        if (!read_later(t)) {
+            const size_t at = p.meta.size();
+            p.meta.resize(at + n);
+            ggml_backend_tensor_get(t, p.meta.data() + at, off, n);
+            kept(at, n);
+            return;
+        }
         if (!p.pieces.empty()) {
             auto & last = p.pieces.back();
             if (last.t == t && last.off + last.size == off) {
@@ -374,6 +392,16 @@ public:
 
 private:
     hydra_state_plan & p;
+
+    // kept adds the n bytes at meta's offset at to the plan.
+    void kept(size_t at, size_t n) {
+        if (!p.pieces.empty() && p.pieces.back().t == nullptr) {
+            p.pieces.back().size += n;
+        } else {
+            p.pieces.push_back({nullptr, at, n});
+        }
+        p.total += n;
+    }
 };
 
 // The wire's state is one KV stream. With a KV stream per sequence

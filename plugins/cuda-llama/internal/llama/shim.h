@@ -33,7 +33,8 @@ uint64_t hydra_io_streamed(const hydra_io * io, uint64_t * runs);
 // A sequence's state is saved in two passes. hydra_state_plan_new walks it
 // as llama_state_seq_get_data does (the memory's serialisation after its
 // 8-byte head: magic, source sequence id) and records the metadata written
-// and the tensor ranges read; from a cache of n_stream > 1 KV streams (one
+// and the KV caches' ranges read, copying any other tensor's bytes (a
+// recurrent state's cell moves when other sequences decode); from a cache of n_stream > 1 KV streams (one
 // per sequence) it is recorded as one stream of size bytes, the sequence's
 // own (what a one-stream cache writes; size is unused with one stream). The
 // caller holds the context lock. NULL with a message in err on failure.

@@ -64,9 +64,10 @@ type loadStream struct {
 func recovered(r any) error { return fmt.Errorf("panic in a state stream callback: %v", r) }
 
 // StatePlan is a sequence's state as llama.cpp's walk of its cells found
-// it: the metadata bytes, and the tensor ranges its data lies in, which
-// Save reads. It is valid while the sequence's cells are neither changed
-// nor moved, and must be freed.
+// it: the metadata bytes, a recurrent state's bytes (copied during the
+// walk: other sequences' decodes move its cell), and the KV caches' ranges
+// its data lies in, which Save reads. It is valid while the sequence's KV
+// cells are neither changed nor moved, and must be freed.
 type StatePlan struct {
 	c *Context
 	p *C.hydra_state_plan
