@@ -892,7 +892,8 @@ func (p *statePut) load() (int64, error) {
 		Rules: bindingRules(e.layout.rules(p.head.cells)), NTokens: p.head.cells}
 	var posErr error
 	e.mu.Lock()
-	got, err := e.ctx.binding().LoadState(p.i, &loadCall{pf: p.run.src, lock: &e.mu}, lp)
+	src := &loadCall{pf: p.run.src, lock: &e.mu, lockFrom: e.layout.lockFrom(lp.Size, p.head.cells)}
+	got, err := e.ctx.binding().LoadState(p.i, src, lp)
 	if err == nil {
 		if np := e.ctx.nPos(p.i); np != p.head.cells {
 			posErr = fmt.Errorf("restored %d positions, the state's head announced %d", np, p.head.cells)

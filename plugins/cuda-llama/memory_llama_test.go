@@ -9,11 +9,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"reflect"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/gguf"
@@ -453,5 +455,94 @@ func TestStateGetBesideDecode(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// slowReader hands out its bytes a piece at a time with a pause before
+// each, so that a restore waits on it (and lets the context lock go).
+type slowReader struct {
+	b     []byte
+	piece int
+}
+
+func (r *slowReader) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return 0, io.EOF
+	}
+	time.Sleep(200 * time.Microsecond)
+	n := copy(p[:min(len(p), r.piece)], r.b)
+	r.b = r.b[n:]
+	return n, nil
+}
+
+// TestStatePutBesideDecode: a state restored over and over into a slot, its
+// bytes arriving slowly (the restore lets the context lock go while it
+// waits), while the other slots decode, re-saves each time as it came, for
+// each memory kind; the dense models' decodes beside it give the tokens
+// they give alone (a MoE's may differ where the steps' batches do).
+func TestStatePutBesideDecode(t *testing.T) {
+	for _, m := range memoryModels {
+		t.Run(m.name, func(t *testing.T) {
+			path := modelFile(t, "mem-"+m.name, m.c)
+			src := load(t, path, 1, nil)
+			prefill(t, src, 0, longStory)
+			si, state, ref := slotInfo(t, src, 0), stateOf(t, src, 0, 1<<20), reference(t, src, 0)
+			n := len(ref) // the state's bytes, before a recurrent state's logits
+
+			run := func(b *Backend, beside func(decoding <-chan struct{})) [2][]int32 {
+				referenceKernels(t, b) // the decoders' cells move with the restores': sums in one order
+				prefill(t, b, 1, "second of the decoders")
+				prefill(t, b, 2, "a short one")
+				prefill(t, b, 0, "first of the decoders")
+				var got [2][]int32
+				var decoders, all sync.WaitGroup
+				for s := range 2 {
+					decoders.Go(func() {
+						_, err := b.Decode(context.Background(), iface.DecodeRequest{Slot: s, NPredict: 48},
+							func(tok iface.Token) error { got[s] = append(got[s], tok.ID); return nil })
+						if err != nil {
+							t.Error(err)
+						}
+					})
+				}
+				decoding := make(chan struct{})
+				if beside != nil {
+					all.Go(func() { beside(decoding) })
+				}
+				decoders.Wait()
+				close(decoding)
+				all.Wait()
+				return got
+			}
+			want := run(load(t, path, 3, nil), nil)
+			b := load(t, path, 3, nil)
+			l := b.eng.Load().layout
+			puts := 0
+			got := run(b, func(decoding <-chan struct{}) {
+				for {
+					select {
+					case <-decoding:
+						return
+					default:
+					}
+					if _, err := b.StatePut(context.Background(), 2, si.Tokens, &slowReader{b: state, piece: 4096}, int64(len(state))); err != nil {
+						t.Errorf("StatePut beside the decodes: %v", err)
+						return
+					}
+					puts++
+					again := stateOf(t, b, 2, 1<<20)
+					if len(again) != len(state) || !bytes.Equal(normSeqs(t, l, again[:n]), normSeqs(t, l, state[:n])) || !bytes.Equal(again[n:], state[n:]) {
+						t.Errorf("restore %d beside the decodes re-saves differently", puts)
+						return
+					}
+				}
+			})
+			t.Logf("%d restores while the slots decoded", puts)
+			for s := range 2 {
+				if !slices.Equal(got[s], want[s]) && m.c.Experts == 0 {
+					t.Errorf("slot %d decoded %v beside the restores, %v without", s, got[s], want[s])
+				}
+			}
+		})
 	}
 }

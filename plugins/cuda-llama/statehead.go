@@ -120,6 +120,29 @@ func (l stateLayout) size(n int) int64 {
 	return hi
 }
 
+// lockFrom is the offset, in the state of a sequence of n tokens that is
+// size bytes, from which a restore holds the context lock while it waits
+// for bytes: its first recurrent part's. llama.cpp moves an idle
+// sequence's recurrent cell when other sequences decode, so none may decode
+// between the part's cell being taken and its bytes written. size where no
+// part is recurrent; 0 (the whole restore under the lock) where a part
+// after the first recurrent one varies in size.
+func (l stateLayout) lockFrom(size int64, n int) int64 {
+	first := slices.IndexFunc(l.Parts, func(p statePart) bool { return p.Kind == partRecurrent })
+	if first < 0 {
+		return size
+	}
+	var tail int64
+	for _, p := range l.Parts[first:] {
+		lo, hi := p.cells(n)
+		if lo != hi {
+			return 0
+		}
+		tail += p.size(lo)
+	}
+	return max(size-tail, 0)
+}
+
 // perToken is the bytes a further token adds to the state of a long
 // sequence (the parts that keep every cell).
 func (l stateLayout) perToken() int64 {

@@ -238,3 +238,31 @@ func TestVTransOf(t *testing.T) {
 		t.Errorf("a recurrent first part: %v, %v", got, err)
 	}
 }
+
+// TestLockFrom: a restore keeps the context lock from the first recurrent
+// part's offset; without one, never; with a part of varying size after it,
+// throughout.
+func TestLockFrom(t *testing.T) {
+	kvPart := statePart{Kind: partKV, Base: 8, PerCell: 100, Empty: 8, CellMeta: cellMetaSize, Capacity: 1 << 20}
+	swa := kvPart
+	swa.SWA, swa.Capacity = true, 32
+	rec := statePart{Kind: partRecurrent, Base: 5000, Empty: 4}
+	for _, c := range []struct {
+		name  string
+		parts []statePart
+		n     int
+		want  func(size int64) int64
+	}{
+		{"plain", []statePart{kvPart}, 50, func(size int64) int64 { return size }},
+		{"hybrid", []statePart{kvPart, rec}, 50, func(size int64) int64 { return size - 5000 }},
+		{"hybrid, empty", []statePart{kvPart, rec}, 0, func(size int64) int64 { return size - 4 }},
+		{"recurrent first, a window after", []statePart{rec, swa}, 50, func(int64) int64 { return 0 }},
+		{"recurrent first, a plain cache after", []statePart{rec, kvPart}, 50, func(size int64) int64 { return 0 }},
+	} {
+		l := stateLayout{Parts: c.parts}
+		size := l.size(c.n)
+		if got, want := l.lockFrom(size, c.n), c.want(size); got != want {
+			t.Errorf("%s: lockFrom %d of %d, want %d", c.name, got, size, want)
+		}
+	}
+}

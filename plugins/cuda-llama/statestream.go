@@ -62,12 +62,20 @@ func (s *chunkSave) Commit(n int) error { return s.cw.Commit(n) }
 // buffers, or the restore ring).
 type loadCall struct {
 	pf   restoreSource
-	lock *sched.Lock // the context lock, let go while waiting for bytes
+	lock *sched.Lock // the context lock, let go while waiting for bytes before lockFrom
+	// lockFrom is the offset from which waits keep the lock
+	// (stateLayout.lockFrom); taken is the bytes llama.cpp took so far.
+	lockFrom, taken int64
 }
 
 // Next releases the release bytes llama.cpp took since the last call and
-// lends the unread bytes that follow, at least need of them.
+// lends the unread bytes that follow, at least need of them; it lets the
+// context lock go while it waits, unless they reach lockFrom.
 func (l *loadCall) Next(release, need int) (b []byte, err error) {
+	l.taken += int64(release)
+	if l.taken+int64(need) > l.lockFrom {
+		return l.pf.next(release, need)
+	}
 	unlocked(l.lock, func() { b, err = l.pf.next(release, need) })
 	return b, err
 }
