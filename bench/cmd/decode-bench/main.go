@@ -55,6 +55,7 @@ type options struct {
 	keep                                     bool
 	stateBytes                               int64 // 0: no state-transfer measurement
 	stateC, stateN, stateReps                int
+	statePut                                 bool     // the state loop puts slot 0's state back instead of getting it
 	oursOpts                                 []string // more --backend-opt KEY=VALUE for ours
 	oursLogLevel                             string
 	// Speculative decoding, the same for ours and llama-server (spec.go).
@@ -133,6 +134,7 @@ func parseFlags(args []string, errOut io.Writer) (options, error) {
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory")
 	fs.Int64Var(&o.stateBytes, "state-get-bytes", 0, "ours: decode beside STATE_GETs of a slot 0 holding about this many bytes of KV state (0: not measured)")
 	fs.IntVar(&o.stateC, "state-get-c", 8, "the state measurement's engine slots: slot 0 and c-1 streams")
+	fs.BoolVar(&o.statePut, "state-put", false, "the state measurement's loop STATE_PUTs slot 0's state (one STATE_GET's bytes, held in memory) back into it instead of getting it")
 	fs.IntVar(&o.stateN, "state-get-n", 0, "tokens each stream of the state measurement generates (0: -n)")
 	fs.IntVar(&o.stateReps, "state-get-reps", 2, "pairs of rounds (one without, one with the STATE_GET loop) of the state measurement")
 	fs.IntVar(&o.cacheTokens, "prompt-cache-tokens", 0, "ours: TTFT of a request whose prefix of about this many tokens left its one slot, with the host-memory prompt cache and without (0: not measured; with -systems \"\", only this)")

@@ -41,24 +41,28 @@ const streamMargin = 32
 // stateGetRun is everything the measurement did and measured; times of
 // transfers in a round are from that round's start.
 type stateGetRun struct {
-	Bytes     int64        `json:"target_state_bytes"` // -state-get-bytes
-	Slots     int          `json:"slots"`              // the engine's --slots: slot 0 and one a stream
-	Streams   int          `json:"streams"`
-	N         int          `json:"n"` // tokens each stream generates
-	Reps      int          `json:"reps"`
-	NCtx      int          `json:"n_ctx"`
-	PerStream int          `json:"cells_per_stream"` // KV cells n_ctx holds for each stream
-	Model     stateModel   `json:"state_model"`      // from the probe engine's two PREFILLs
-	Tokens    int          `json:"tokens"`           // slot 0's sequence as sent
-	NPast     int          `json:"n_past"`           // as the engine counted it
-	StateSize int64        `json:"state_size"`       // the PREFILL reply's meta
-	BlobBytes int64        `json:"state_get_bytes"`  // a STATE_GET's payload: wrapper and state
-	PrefillMS float64      `json:"prefill_ms"`
-	ChunkSize int64        `json:"state_chunk_size"` // INFO's: the pieces a STATE_GET streams in
-	Settings  []string     `json:"settings"`
-	Alone     []transfer   `json:"alone"` // STATE_GETs with nothing decoding
-	Rounds    []stateRound `json:"rounds"`
-	Sum       stateSummary `json:"summary"`
+	Bytes     int64      `json:"target_state_bytes"` // -state-get-bytes
+	Slots     int        `json:"slots"`              // the engine's --slots: slot 0 and one a stream
+	Streams   int        `json:"streams"`
+	N         int        `json:"n"` // tokens each stream generates
+	Reps      int        `json:"reps"`
+	NCtx      int        `json:"n_ctx"`
+	PerStream int        `json:"cells_per_stream"` // KV cells n_ctx holds for each stream
+	Model     stateModel `json:"state_model"`      // from the probe engine's two PREFILLs
+	Tokens    int        `json:"tokens"`           // slot 0's sequence as sent
+	NPast     int        `json:"n_past"`           // as the engine counted it
+	StateSize int64      `json:"state_size"`       // the PREFILL reply's meta
+	BlobBytes int64      `json:"state_get_bytes"`  // a STATE_GET's payload: wrapper and state
+	PrefillMS float64    `json:"prefill_ms"`
+	ChunkSize int64      `json:"state_chunk_size"` // INFO's: the pieces a STATE_GET streams in
+	Settings  []string   `json:"settings"`
+	// Put: the loop STATE_PUTs blob (one STATE_GET's bytes) into slot 0
+	// instead of getting its state (-state-put).
+	Put    bool `json:"state_put"`
+	blob   []byte
+	Alone  []transfer   `json:"alone"` // transfers with nothing decoding
+	Rounds []stateRound `json:"rounds"`
+	Sum    stateSummary `json:"summary"`
 }
 
 // transfer is one STATE_GET: when it was sent, when its last byte came, and
@@ -127,8 +131,8 @@ func (f fnum) MarshalJSON() ([]byte, error) {
 // sequence and the streams, and runs the rounds; a failure is recorded in the
 // report with the engine's log.
 func measureStateGet(ctx context.Context, o options, pl plan, rep *report) *stateGetRun {
-	r := &stateGetRun{Bytes: o.stateBytes, Slots: o.stateC, Streams: o.stateC - 1, N: o.stateN, Reps: o.stateReps}
-	logf("state-get: slot 0 with about %.3f GB of state, %d streams beside its STATE_GETs", float64(o.stateBytes)/1e9, r.Streams)
+	r := &stateGetRun{Bytes: o.stateBytes, Slots: o.stateC, Streams: o.stateC - 1, N: o.stateN, Reps: o.stateReps, Put: o.statePut}
+	logf("state-get: slot 0 with about %.3f GB of state, %d streams beside its %ss", float64(o.stateBytes)/1e9, r.Streams, r.op())
 	ap := oursAPI(o)
 	m, logs, err := probeState(ctx, o, ap, pl.warm.Tokens)
 	if err != nil {
@@ -156,9 +160,30 @@ func measureStateGet(ctx context.Context, o options, pl plan, rep *report) *stat
 		return r
 	}
 	s := r.Sum
-	logf("  aggregate without %.1f tok/s, with %.1f: %.2f (target ≥ %.2f); STATE_GET %.2f GB/s in the rounds (%d), %.2f alone",
-		s.AggWithout, s.AggWith, s.Ratio, stateTarget, s.GBpsRounds, s.TransfersRounds, s.GBpsAlone)
+	logf("  aggregate without %.1f tok/s, with %.1f: %.2f (target ≥ %.2f); %s %.2f GB/s in the rounds (%d), %.2f alone",
+		s.AggWithout, s.AggWith, s.Ratio, stateTarget, r.op(), s.GBpsRounds, s.TransfersRounds, s.GBpsAlone)
 	return r
+}
+
+// op names the loop's transfers.
+func (r *stateGetRun) op() string {
+	if r.Put {
+		return "STATE_PUT"
+	}
+	return "STATE_GET"
+}
+
+// transfer is one of the loop's transfers, timed from base, its bytes
+// counted into cnt (nil: not counted) as they go.
+func (r *stateGetRun) transfer(ctx context.Context, c *transport.Client, cnt *counter, base time.Time) (transfer, error) {
+	if r.Put {
+		return statePut(ctx, c, r.blob, cnt, r.NPast, base)
+	}
+	var w io.Writer = io.Discard
+	if cnt != nil {
+		w = cnt
+	}
+	return stateGet(ctx, c, w, r.NPast, base)
 }
 
 // probeState starts an engine of one slot, PREFILLs probeA and then probeB
@@ -263,8 +288,15 @@ func (r *stateGetRun) run(ctx context.Context, srv *ours, pl plan) error {
 	if s := ep.do(ctx, time.Now(), call{p: pl.stateWarm, n: r.N, slot: -1}, nil); s.Err != "" {
 		return fmt.Errorf("warm-up completion: %s", s.Err)
 	}
-	if _, err := stateGet(ctx, c, io.Discard, r.NPast, time.Now()); err != nil {
+	var blob bytes.Buffer
+	if _, err := stateGet(ctx, c, &blob, r.NPast, time.Now()); err != nil {
 		return fmt.Errorf("warm-up STATE_GET: %w", err)
+	}
+	if r.Put {
+		r.blob = blob.Bytes()
+		if _, err := r.transfer(ctx, c, nil, time.Now()); err != nil {
+			return fmt.Errorf("warm-up STATE_PUT: %w", err)
+		}
 	}
 	if err := r.timeAlone(ctx, c); err != nil {
 		return err
@@ -277,9 +309,9 @@ func (r *stateGetRun) run(ctx context.Context, srv *ours, pl plan) error {
 		}
 		gets := ""
 		if with {
-			gets = fmt.Sprintf(", %d STATE_GETs at %.2f GB/s", sr.Overlap, sr.GetGBps)
+			gets = fmt.Sprintf(", %d %ss at %.2f GB/s", sr.Overlap, r.op(), sr.GetGBps)
 		}
-		logf("  round %d, STATE_GET loop %-3s: aggregate %7.1f tok/s, per stream %6.1f%s", i+1, onOff(with), sr.Agg, sr.Stream, gets)
+		logf("  round %d, %s loop %-3s: aggregate %7.1f tok/s, per stream %6.1f%s", i+1, r.op(), onOff(with), sr.Agg, sr.Stream, gets)
 	}
 	return r.timeAlone(ctx, c)
 }
@@ -308,12 +340,13 @@ func chunkSize(ctx context.Context, c *transport.Client, nCtx int) (int64, error
 	return info.ChunkSize, nil
 }
 
-// timeAlone times aloneTransfers STATE_GETs with nothing decoding.
+// timeAlone times aloneTransfers of the loop's transfers with nothing
+// decoding.
 func (r *stateGetRun) timeAlone(ctx context.Context, c *transport.Client) error {
 	for range aloneTransfers {
-		t, err := stateGet(ctx, c, io.Discard, r.NPast, time.Now())
+		t, err := r.transfer(ctx, c, nil, time.Now())
 		if err != nil {
-			return fmt.Errorf("STATE_GET alone: %w", err)
+			return fmt.Errorf("%s alone: %w", r.op(), err)
 		}
 		r.Alone, r.BlobBytes = append(r.Alone, t), t.Bytes
 	}
@@ -354,9 +387,9 @@ func (r *stateGetRun) round(ctx context.Context, ep *endpoint, c *transport.Clie
 	sr := stateRound{WithGet: with}
 	var lp *getLoop
 	if with {
-		lp = startGetLoop(ctx, c, r.NPast)
+		lp = startGetLoop(ctx, func(cnt *counter, base time.Time) (transfer, error) { return r.transfer(ctx, c, cnt, base) })
 		if err := lp.started(); err != nil {
-			return sr, fmt.Errorf("STATE_GET loop: %w", err)
+			return sr, fmt.Errorf("%s loop: %w", r.op(), err)
 		}
 	}
 	b0, t0 := lp.received(), time.Now()
@@ -368,7 +401,7 @@ func (r *stateGetRun) round(ctx context.Context, ep *endpoint, c *transport.Clie
 		sr.Transfers = lp.transfers(t0)
 		if err != nil {
 			sr.summarise()
-			return sr, fmt.Errorf("STATE_GET loop: %w", err)
+			return sr, fmt.Errorf("%s loop: %w", r.op(), err)
 		}
 	}
 	sr.summarise()
@@ -514,10 +547,41 @@ func stateGet(ctx context.Context, c *transport.Client, w io.Writer, nPast int, 
 	return t, err
 }
 
-// getLoop pulls STATE_GETs of slot 0 one after another over one connection
-// until finished, discarding the bytes and counting them as they arrive. It
-// ends a transfer before it stops: one cut short would break the
-// connection and leave the engine a failed transfer to clean up.
+// statePut is one STATE_PUT of blob into slot 0, timed from base, the
+// bytes counted into cnt (nil: not counted) as the client sends them; the
+// reply must show the sequence the blob holds.
+func statePut(ctx context.Context, c *transport.Client, blob []byte, cnt *counter, nPast int, base time.Time) (transfer, error) {
+	start := time.Since(base)
+	var body io.Reader = bytes.NewReader(blob)
+	if cnt != nil {
+		body = io.TeeReader(body, cnt)
+	}
+	resp, err := c.Do(ctx, transport.Request{Op: transport.OpStatePut, Key: "0", Payload: body, PayloadLen: uint64(len(blob))})
+	if err == nil {
+		err = resp.Close()
+		if rerr := resp.Err(); rerr != nil {
+			err = rerr
+		}
+	}
+	t := transfer{Start: start, End: time.Since(base), Bytes: int64(len(blob))}
+	if err != nil {
+		return t, err
+	}
+	var m rpcMeta
+	if err := json.Unmarshal(resp.Meta, &m); err != nil {
+		return t, fmt.Errorf("STATE_PUT reply meta %.200q: %w", resp.Meta, err)
+	}
+	if m.NPast != nPast {
+		return t, fmt.Errorf("slot 0 holds n_past %d after the STATE_PUT, not the %d its state has", m.NPast, nPast)
+	}
+	return t, nil
+}
+
+// getLoop runs the state measurement's transfers one after another over
+// one connection until finished, counting their bytes as they go (a
+// STATE_GET's as they arrive, a STATE_PUT's as they are sent). It ends a
+// transfer before it stops: one cut short would break the connection and
+// leave the engine a failed transfer to clean up.
 type getLoop struct {
 	cnt  *counter
 	base time.Time
@@ -527,12 +591,12 @@ type getLoop struct {
 	err  error      // likewise
 }
 
-func startGetLoop(ctx context.Context, c *transport.Client, nPast int) *getLoop {
+func startGetLoop(ctx context.Context, xfer func(cnt *counter, base time.Time) (transfer, error)) *getLoop {
 	l := &getLoop{cnt: &counter{first: make(chan struct{})}, base: time.Now(), done: make(chan struct{})}
 	go func() {
 		defer close(l.done)
 		for !l.stop.Load() && ctx.Err() == nil {
-			t, err := stateGet(ctx, c, l.cnt, nPast, l.base)
+			t, err := xfer(l.cnt, l.base)
 			l.xs = append(l.xs, t)
 			if err != nil {
 				l.err = err

@@ -15,9 +15,10 @@ func (r *report) writeStateGet(p func(string, ...any)) {
 	}
 	p("## Decode beside a state transfer")
 	p("")
-	p("Issue 26's target: while a STATE_GET of slot 0 (%.2f GB of KV state asked for) streams, the other slots' aggregate tokens/s is at least %.1f of what it is without. "+
+	op := s.op()
+	p("Issue 26's target: while a %s of slot 0 (%.2f GB of KV state asked for) streams, the other slots' aggregate tokens/s is at least %.1f of what it is without. "+
 		"Ours only, in an engine of its own: `--slots %d`, `n_ctx=%d`, one cache all slots share (slot 0's sequence and %d cells for each stream).",
-		float64(s.Bytes)/1e9, stateTarget, s.Slots, s.NCtx, s.PerStream)
+		op, float64(s.Bytes)/1e9, stateTarget, s.Slots, s.NCtx, s.PerStream)
 	if s.NPast == 0 {
 		p("")
 		p("Not measured: it failed (see Failures).")
@@ -26,30 +27,34 @@ func (r *report) writeStateGet(p func(string, ...any)) {
 	}
 	p("Slot 0 holds %d tokens, put there by one PREFILL over Hydra RPC with raw token ids (n_past %d, state_size %d bytes, prefill %.0f ms; "+
 		"%d tokens because the backend's state is %.0f bytes a token and %d bytes besides, from PREFILLs of %d and %d tokens in a probe engine); "+
-		"a STATE_GET of it is %d bytes, streamed in pieces of `state_chunk_size` %d (the engine's default). Every STATE_GET's reply repeats slot 0's n_past: no completion took the slot.",
-		s.Tokens, s.NPast, s.StateSize, s.PrefillMS, s.Tokens, s.Model.PerToken, s.Model.Fixed, probeA, probeB, s.BlobBytes, s.ChunkSize)
-	p("%d streaming completions (a fresh prompt of %s tokens each round, %d tokens each, greedy) run on the other slots, once alone and once while a loop of STATE_GETs of slot 0 "+
-		"pulls it over the engine's Unix socket, as a coordinator on the same host would, discarding the bytes; the loop starts before the round's requests and ends after its last stream. "+
+		"a STATE_GET of it is %d bytes, streamed in pieces of `state_chunk_size` %d (the engine's default). Every %s's reply repeats slot 0's n_past: no completion took the slot.",
+		s.Tokens, s.NPast, s.StateSize, s.PrefillMS, s.Tokens, s.Model.PerToken, s.Model.Fixed, probeA, probeB, s.BlobBytes, s.ChunkSize, op)
+	loop := "pulls it over the engine's Unix socket, as a coordinator on the same host would, discarding the bytes"
+	if s.Put {
+		loop = "puts one STATE_GET's bytes, held in memory, back into it over the engine's Unix socket, as a coordinator moving a sequence in would"
+	}
+	p("%d streaming completions (a fresh prompt of %s tokens each round, %d tokens each, greedy) run on the other slots, once alone and once while a loop of %ss of slot 0 "+
+		"%s; the loop starts before the round's requests and ends after its last stream. "+
 		"%d pairs of rounds, in the order without, with; with, without; … so that a drift in the machine's speed falls on both kinds alike. "+
 		"Slot 0's sequence is in the cache in both kinds of round, so they differ by the transfers alone. "+
 		"Aggregate: a round's tokens over its wall time, prefill included (as in Throughput), the mean of the rounds of a kind; "+
-		"per stream and TTFT: medians over the streams of those rounds. GB/s in the rounds: the bytes received during the rounds over their time; alone: the median of %d STATE_GETs with nothing decoding (half before the rounds, half after).",
-		s.Streams, r.statePromptTokens(), s.N, s.Reps, s.Sum.AloneN)
+		"per stream and TTFT: medians over the streams of those rounds. GB/s in the rounds: the bytes received (sent, for STATE_PUTs) during the rounds over their time; alone: the median of %d %ss with nothing decoding (half before the rounds, half after).",
+		s.Streams, r.statePromptTokens(), s.N, op, loop, s.Reps, s.Sum.AloneN, op)
 	p("")
 	u := s.Sum
 	verdict := "not met"
 	if u.Met {
 		verdict = "met"
 	}
-	p("| | without | with the STATE_GET loop | with ÷ without |")
+	p("| | without | with the %s loop | with ÷ without |", op)
 	p("|---|---|---|---|")
 	p("| aggregate tok/s | %s | %s | **%s** (target ≥ %.2f: %s) |", fcell(u.AggWithout, 1), fcell(u.AggWith, 1), fratio(u.AggWith, u.AggWithout), stateTarget, verdict)
 	p("| per-stream decode tok/s | %s | %s | %s |", fcell(u.StreamWithout, 1), fcell(u.StreamWith, 1), fratio(u.StreamWith, u.StreamWithout))
 	p("| TTFT p50 ms | %s | %s | %s |", fcell(u.TTFTWithout, 0), fcell(u.TTFTWith, 0), fratio(u.TTFTWith, u.TTFTWithout))
-	p("| STATE_GET GB/s | %s alone (%d transfers, nothing decoding) | %s (%d transfers in the rounds) | %s |",
+	p("| %s GB/s | %s alone (%d transfers, nothing decoding) | %s (%d transfers in the rounds) | %s |", op,
 		fcell(u.GBpsAlone, gbPrec), u.AloneN, fcell(u.GBpsRounds, gbPrec), u.TransfersRounds, num(float64(u.GBpsRounds/u.GBpsAlone), u.GBpsAlone > 0, gbPrec))
 	p("")
-	p("| round | STATE_GET loop | aggregate tok/s | per-stream tok/s | TTFT p50 ms | STATE_GETs | GB/s during the round | errors |")
+	p("| round | %s loop | aggregate tok/s | per-stream tok/s | TTFT p50 ms | %ss | GB/s during the round | errors |", op, op)
 	p("|---|---|---|---|---|---|---|---|")
 	for i, sr := range s.Rounds {
 		gets, gb := "—", "—"

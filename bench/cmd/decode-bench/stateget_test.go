@@ -233,6 +233,9 @@ func fakeEngine(t *testing.T, conn net.Conn, nPast, payload int) {
 				return
 			}
 			n, size := nPast, payload
+			if h.Op == transport.OpStatePut { // restored: no payload back
+				size = 0
+			}
 			if h.Op == transport.OpPrefill {
 				n = len(body) / 4
 				if n > 0 && !bytes.Equal(body[:4], []byte{1, 0, 0, 0}) {
@@ -263,7 +266,7 @@ func TestGetLoopAndPrefill(t *testing.T) {
 	if err != nil || m.NPast != 3 || m.StateSize != 30 || n != 30 {
 		t.Fatalf("prefill: %+v, %d bytes, %v", m, n, err)
 	}
-	l := startGetLoop(ctx, c, 7)
+	l := startGetLoop(ctx, func(cnt *counter, base time.Time) (transfer, error) { return stateGet(ctx, c, cnt, 7, base) })
 	if err := l.started(); err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +295,9 @@ func TestGetLoopStopsOnAnotherSequence(t *testing.T) {
 	fakeEngine(t, srv, 9, 100)
 	c := transport.NewClient(cli)
 	defer c.Close()
-	l := startGetLoop(context.Background(), c, 7)
+	l := startGetLoop(context.Background(), func(cnt *counter, base time.Time) (transfer, error) {
+		return stateGet(context.Background(), c, cnt, 7, base)
+	})
 	// The first bytes may come before the loop ends on the reply's n_past.
 	err := l.started()
 	if err == nil {
@@ -300,5 +305,44 @@ func TestGetLoopStopsOnAnotherSequence(t *testing.T) {
 	}
 	if err == nil || !strings.Contains(err.Error(), "n_past 9, not the 7") {
 		t.Errorf("got %v, want slot 0's sequence reported changed", err)
+	}
+}
+
+// TestPutLoop: the STATE_PUT loop sends the blob over and over, counting
+// its bytes as they go, and stops between transfers; a reply naming
+// another sequence ends it with an error.
+func TestPutLoop(t *testing.T) {
+	srv, cli := net.Pipe()
+	fakeEngine(t, srv, 7, 1<<20)
+	c := transport.NewClient(cli)
+	defer c.Close()
+	ctx := context.Background()
+	blob := make([]byte, 3<<20)
+	r := &stateGetRun{Put: true, blob: blob, NPast: 7}
+	l := startGetLoop(ctx, func(cnt *counter, base time.Time) (transfer, error) { return r.transfer(ctx, c, cnt, base) })
+	if err := l.started(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if err := l.finish(); err != nil {
+		t.Fatal(err)
+	}
+	xs := l.transfers(l.base)
+	if len(xs) == 0 || l.received() != int64(len(xs))*int64(len(blob)) {
+		t.Fatalf("%d transfers, %d bytes counted", len(xs), l.received())
+	}
+	for _, x := range xs {
+		if x.Bytes != int64(len(blob)) || x.End < x.Start {
+			t.Errorf("transfer %+v", x)
+		}
+	}
+	if r.op() != "STATE_PUT" {
+		t.Errorf("op %q", r.op())
+	}
+	// The client is in step after the loop; a slot holding another
+	// sequence is an error.
+	r.NPast = 8
+	if _, err := r.transfer(ctx, c, nil, time.Now()); err == nil || !strings.Contains(err.Error(), "n_past 7") {
+		t.Errorf("a STATE_PUT answered with another n_past: %v", err)
 	}
 }
