@@ -374,6 +374,32 @@ func TestNonFiniteStateRefused(t *testing.T) {
 	}
 }
 
+// decodeBeside decodes 48 tokens in slots 0 and 1 at once and runs beside
+// (nil: nothing) until they end, which closing its channel says; it returns
+// each slot's tokens.
+func decodeBeside(t *testing.T, b *Backend, beside func(decoding <-chan struct{})) [2][]int32 {
+	t.Helper()
+	var got [2][]int32
+	var decoders, all sync.WaitGroup
+	for s := range 2 {
+		decoders.Go(func() {
+			_, err := b.Decode(context.Background(), iface.DecodeRequest{Slot: s, NPredict: 48},
+				func(tok iface.Token) error { got[s] = append(got[s], tok.ID); return nil })
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	decoding := make(chan struct{})
+	if beside != nil {
+		all.Go(func() { beside(decoding) })
+	}
+	decoders.Wait()
+	close(decoding)
+	all.Wait()
+	return got
+}
+
 // TestStateGetBesideDecode: a slot's state, taken over and over (staged and
 // into a ChunkWriter's buffers) while the other slots decode, is byte for
 // byte the state taken alone, for each memory kind, with one KV cache and
@@ -387,8 +413,8 @@ func TestStateGetBesideDecode(t *testing.T) {
 				path := modelFile(t, "mem-"+m.name, m.c)
 				opts := map[string]string{llamaopt.OptKVUnified: unified}
 				var alone []byte // slot 2's state, taken before the decodes
-				// run decodes 48 tokens in slots 0 and 1, and beside them
-				// runs beside until they end.
+				// run fills the slots and decodes in slots 0 and 1 with beside
+				// beside them (decodeBeside).
 				run := func(b *Backend, beside func(decoding <-chan struct{})) [2][]int32 {
 					referenceKernels(t, b) // batched equals alone
 					// Slot 2's recurrent cell between the decoders': llama.cpp
@@ -398,25 +424,7 @@ func TestStateGetBesideDecode(t *testing.T) {
 					prefill(t, b, 2, longStory)
 					prefill(t, b, 0, "first of the decoders")
 					alone = stateOf(t, b, 2, 1<<20)
-					var got [2][]int32
-					var decoders, all sync.WaitGroup
-					for s := range 2 {
-						decoders.Go(func() {
-							_, err := b.Decode(context.Background(), iface.DecodeRequest{Slot: s, NPredict: 48},
-								func(tok iface.Token) error { got[s] = append(got[s], tok.ID); return nil })
-							if err != nil {
-								t.Error(err)
-							}
-						})
-					}
-					decoding := make(chan struct{})
-					if beside != nil {
-						all.Go(func() { beside(decoding) })
-					}
-					decoders.Wait()
-					close(decoding)
-					all.Wait()
-					return got
+					return decodeBeside(t, b, beside)
 				}
 				want := run(load(t, path, 3, opts), nil)
 
@@ -493,34 +501,13 @@ func TestStatePutBesideDecode(t *testing.T) {
 			si, state, ref := slotInfo(t, src, 0), stateOf(t, src, 0, 1<<20), reference(t, src, 0)
 			n := len(ref) // the state's bytes, before a recurrent state's logits
 
-			run := func(b *Backend, beside func(decoding <-chan struct{})) [2][]int32 {
-				prefill(t, b, 1, "second of the decoders")
-				prefill(t, b, 2, "a short one")
-				prefill(t, b, 0, "first of the decoders")
-				var got [2][]int32
-				var decoders, all sync.WaitGroup
-				for s := range 2 {
-					decoders.Go(func() {
-						_, err := b.Decode(context.Background(), iface.DecodeRequest{Slot: s, NPredict: 48},
-							func(tok iface.Token) error { got[s] = append(got[s], tok.ID); return nil })
-						if err != nil {
-							t.Error(err)
-						}
-					})
-				}
-				decoding := make(chan struct{})
-				if beside != nil {
-					all.Go(func() { beside(decoding) })
-				}
-				decoders.Wait()
-				close(decoding)
-				all.Wait()
-				return got
-			}
 			b := load(t, path, 3, nil)
+			prefill(t, b, 1, "second of the decoders")
+			prefill(t, b, 2, "a short one")
+			prefill(t, b, 0, "first of the decoders")
 			l := b.eng.Load().layout
 			puts := 0
-			run(b, func(decoding <-chan struct{}) {
+			decodeBeside(t, b, func(decoding <-chan struct{}) {
 				for {
 					select {
 					case <-decoding:
