@@ -365,27 +365,18 @@ public:
     void write(const void * src, size_t n) override {
         const size_t at = p.meta.size();
         p.meta.insert(p.meta.end(), (const uint8_t *) src, (const uint8_t *) src + n);
-        kept(at, n);
+        add(nullptr, at, n);
     }
 
     void write_tensor(ggml_tensor * t, size_t off, size_t n) override {
-        if (!read_later(t)) {
-            const size_t at = p.meta.size();
-            p.meta.resize(at + n);
-            ggml_backend_tensor_get(t, p.meta.data() + at, off, n);
-            kept(at, n);
+        if (read_later(t)) {
+            add(t, off, n);
             return;
         }
-        if (!p.pieces.empty()) {
-            auto & last = p.pieces.back();
-            if (last.t == t && last.off + last.size == off) {
-                last.size += n;
-                p.total += n;
-                return;
-            }
-        }
-        p.pieces.push_back({t, off, n});
-        p.total += n;
+        const size_t at = p.meta.size();
+        p.meta.resize(at + n);
+        ggml_backend_tensor_get(t, p.meta.data() + at, off, n);
+        add(nullptr, at, n);
     }
 
     size_t n_bytes() override { return p.total; }
@@ -393,12 +384,13 @@ public:
 private:
     hydra_state_plan & p;
 
-    // kept adds the n bytes at meta's offset at to the plan.
-    void kept(size_t at, size_t n) {
-        if (!p.pieces.empty() && p.pieces.back().t == nullptr) {
+    // add appends n bytes of t from off (t NULL: of meta) to the plan,
+    // extending the last piece where they follow it.
+    void add(ggml_tensor * t, size_t off, size_t n) {
+        if (!p.pieces.empty() && p.pieces.back().t == t && p.pieces.back().off + p.pieces.back().size == off) {
             p.pieces.back().size += n;
         } else {
-            p.pieces.push_back({nullptr, at, n});
+            p.pieces.push_back({t, off, n});
         }
         p.total += n;
     }
@@ -896,8 +888,6 @@ hydra_state_plan * hydra_state_plan_new(struct llama_context * ctx, llama_seq_id
         return nullptr;
     }
 }
-
-size_t hydra_state_plan_bytes(const hydra_state_plan * p) { return p->total; }
 
 void hydra_state_plan_free(hydra_state_plan * p) { delete p; }
 

@@ -41,8 +41,6 @@ uint64_t hydra_io_streamed(const hydra_io * io, uint64_t * runs);
 typedef struct hydra_state_plan hydra_state_plan;
 hydra_state_plan * hydra_state_plan_new(struct llama_context * ctx, llama_seq_id seq, uint32_t n_stream, size_t size,
                                         char * err, size_t err_len);
-// hydra_state_plan_bytes is the state's bytes.
-size_t hydra_state_plan_bytes(const hydra_state_plan * plan);
 void hydra_state_plan_free(hydra_state_plan * plan);
 
 // hydra_state_plan_save writes the plan's bytes, reading the recorded

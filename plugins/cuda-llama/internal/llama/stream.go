@@ -85,9 +85,6 @@ func (c *Context) PlanState(seq int) (*StatePlan, error) {
 	return &StatePlan{c: c, p: p}, nil
 }
 
-// Bytes is the state's size.
-func (p *StatePlan) Bytes() int64 { return int64(C.hydra_state_plan_bytes(p.p)) }
-
 // Free releases the plan.
 func (p *StatePlan) Free() { C.hydra_state_plan_free(p.p) }
 
