@@ -288,8 +288,14 @@ func (r *stateGetRun) run(ctx context.Context, srv *ours, pl plan) error {
 	if s := ep.do(ctx, time.Now(), call{p: pl.stateWarm, n: r.N, slot: -1}, nil); s.Err != "" {
 		return fmt.Errorf("warm-up completion: %s", s.Err)
 	}
+	// A STATE_PUT loop puts back the warm-up's bytes; a STATE_GET loop
+	// keeps none of them.
 	var blob bytes.Buffer
-	if _, err := stateGet(ctx, c, &blob, r.NPast, time.Now()); err != nil {
+	var keep io.Writer = io.Discard
+	if r.Put {
+		keep = &blob
+	}
+	if _, err := stateGet(ctx, c, keep, r.NPast, time.Now()); err != nil {
 		return fmt.Errorf("warm-up STATE_GET: %w", err)
 	}
 	if r.Put {
