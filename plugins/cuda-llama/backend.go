@@ -240,7 +240,7 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 		b.log.Warn("swa_full has no effect: the model has no sliding-window cache")
 	}
 	e.pcache = e.newPromptCache(opts.CacheRAM)
-	e.ckpts = e.newCheckpoints(opts.CkptOptions, e.ctx.nUBatch())
+	e.ckpts = e.newCheckpoints(opts.CkptOptions, e.ctx.NUBatch())
 	e.delims = e.messageDelimiters()
 	e.sched = newScheduler(e)
 	go e.sched.Run()
@@ -412,12 +412,12 @@ func contextParamsFor(opts llamaopt.Options, nSlots int) contextParams {
 // newEngine is the engine of a loaded model and context, its slots empty.
 func newEngine(mdl *model, lc *lctx, nSlots int, device string, opts llamaopt.Options, log hclog.Logger) *engine {
 	e := &engine{model: mdl, ctx: lc, scratch: nSlots, device: device, eagerLogits: opts.EagerLogits, log: log,
-		cells:        kv.Cells{NCtx: lc.nCtx(), Unified: !opts.KVSplit, Slots: make([]*kv.Slot, nSlots)},
+		cells:        kv.Cells{NCtx: lc.NCtx(), Unified: !opts.KVSplit, Slots: make([]*kv.Slot, nSlots)},
 		contextShift: opts.ContextShift, cacheReuse: opts.CacheReuse,
 		chatParseSpecial: opts.ChatParseSpecial}
 	e.cells.SlotCtx = e.cells.NCtx
 	if !e.cells.Unified { // the slots' streams; the scratch stream is not theirs
-		e.cells.SlotCtx = min(slotShare(opts, nSlots), lc.nCtxSeq())
+		e.cells.SlotCtx = min(slotShare(opts, nSlots), lc.NCtxSeq())
 		e.cells.NCtx = e.cells.SlotCtx * nSlots
 	}
 	for i := range e.cells.Slots {
@@ -553,9 +553,9 @@ func (e *engine) measureLayout() (stateLayout, error) {
 			}
 		}
 	}
-	l, err := measureParts(c.memoryName(), parts[0], parts[1], parts[2])
+	l, err := measureParts(c.MemoryName(), parts[0], parts[1], parts[2])
 	if err != nil {
-		return l, fmt.Errorf("llama.cpp's %s state: %w", c.memoryName(), err)
+		return l, fmt.Errorf("llama.cpp's %s state: %w", c.MemoryName(), err)
 	}
 	if e.vTrans, err = vTransOf(l, oneToken); err != nil {
 		return l, err
@@ -695,7 +695,7 @@ func (b *Backend) StateGet(ctx context.Context, i int, chunkSize int, w io.Write
 	start := time.Now()
 	sv := e.saveState(ctx, i, chunkSize, w)
 	b.log.Debug("state get", "slot", i, "bytes", sv.written, "chunk", chunkSize, "chunk_writer", sv.chunkWriter,
-		"pinned", e.ctx.pinnedStaging(), "ring_pinned", sv.ringPinned, "elapsed", time.Since(start).String(), "error", sv.err)
+		"pinned", e.ctx.PinnedStaging(), "ring_pinned", sv.ringPinned, "elapsed", time.Since(start).String(), "error", sv.err)
 	if sv.err != nil {
 		return sv.written, sv.err
 	}
@@ -1060,9 +1060,9 @@ func (e *engine) reevaluate(i int, tokens []int32) ([]float32, error) {
 	c := e.ctx
 	c.SeqRm(e.scratch)
 	if e.cells.Unified {
-		c.seqCp(i, e.scratch, 0, n-1)
+		c.SeqCp(i, e.scratch, 0, n-1)
 	} else {
-		c.seqCp(i, e.scratch, -1, -1) // llama.cpp copies whole streams only
+		c.SeqCp(i, e.scratch, -1, -1) // llama.cpp copies whole streams only
 		c.SeqRmFrom(e.scratch, n-1)
 	}
 	err := c.decode(e.scratch, tokens[n-1:], n-1, true)

@@ -108,11 +108,11 @@ func TestDevice(t *testing.T) {
 	if !bytes.Equal(state, reference(t, b, 0)) {
 		t.Fatal("streamed state differs from llama.cpp's")
 	}
-	t.Logf("device %q, pinned staging %v, register_host_buffer %v", e.device, e.ctx.pinnedStaging(), registerHostBufferAvailable(gpuLoad.dev))
+	t.Logf("device %q, pinned staging %v, register_host_buffer %v", e.device, e.ctx.PinnedStaging(), registerHostBufferAvailable(gpuLoad.dev))
 	switch {
 	case e.device == "" && os.Getenv("HYDRA_TEST_REQUIRE_GPU") == "1":
 		t.Fatal("running on CPU, HYDRA_TEST_REQUIRE_GPU=1")
-	case e.device != "" && !e.ctx.pinnedStaging():
+	case e.device != "" && !e.ctx.PinnedStaging():
 		t.Fatal("on a GPU, but the staging buffers are not pinned")
 	}
 }
@@ -149,7 +149,7 @@ func referenceKernels(t testing.TB, b *Backend) {
 	e := b.eng.Load()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if n := e.ctx.useReferenceKernels(); n == 0 && e.device == "" {
+	if n := e.ctx.UseReferenceKernels(); n == 0 && e.device == "" {
 		t.Fatal("no CPU backend in the context to switch to the reference kernels")
 	}
 	if e.spec != nil {
@@ -1246,11 +1246,11 @@ func testStreamThreshold(t *testing.T) {
 		streamBlocks(t, 1<<20, threshold)
 		b := load(t, tiny(t), 2, nil)
 		e := b.eng.Load()
-		blocks0, _ := e.ctx.streamed()
+		blocks0, _ := e.ctx.Streamed()
 		if _, err := b.StatePut(context.Background(), 1, si.Tokens, bytes.NewReader(state), int64(len(state))); err != nil {
 			t.Fatal(err)
 		}
-		if blocks, _ := e.ctx.streamed(); (blocks > blocks0) != (threshold == 64) {
+		if blocks, _ := e.ctx.Streamed(); (blocks > blocks0) != (threshold == 64) {
 			t.Fatalf("a %d-byte threshold streamed %d blocks", threshold, blocks-blocks0)
 		}
 		if again := stateOf(t, b, 1, 1<<20); !bytes.Equal(normSeq(again), normSeq(state)) {
@@ -1275,13 +1275,13 @@ func testStreamedRestore(t *testing.T, flash string, fragmented bool) {
 		b = load(t, tiny(t), 3, opts)
 	}
 	e := b.eng.Load()
-	blocks0, runs0 := e.ctx.streamed()
+	blocks0, runs0 := e.ctx.Streamed()
 	// One byte a read: pieces never line up with blocks.
 	n, err := b.StatePut(context.Background(), 1, si.Tokens, iotest.OneByteReader(bytes.NewReader(state)), int64(len(state)))
 	if err != nil || n != int64(len(state)) {
 		t.Fatalf("fragmented %v: StatePut = %d, %v", fragmented, n, err)
 	}
-	blocks, runs := e.ctx.streamed()
+	blocks, runs := e.ctx.Streamed()
 	if blocks == blocks0 {
 		t.Fatalf("fragmented %v: no block was streamed", fragmented)
 	}
@@ -1377,13 +1377,13 @@ func testRestoreInPlace(t *testing.T, flash string, streamed bool) {
 	e := b.eng.Load()
 	for _, chunk := range []int{4 << 10, 7777, 64 << 10} {
 		name := fmt.Sprintf("chunk %d", chunk)
-		blocks0, _ := e.ctx.streamed()
+		blocks0, _ := e.ctx.Streamed()
 		ring := newFakeRing(t, state, chunk, 4)
 		n, err := b.StatePut(context.Background(), 1, si.Tokens, ring, int64(len(state)))
 		if err != nil || n != int64(len(state)) || ring.nexts == 0 {
 			t.Fatalf("%s: StatePut = %d, %v (pieces taken in place: %d)", name, n, err, ring.nexts)
 		}
-		if blocks, _ := e.ctx.streamed(); (blocks > blocks0) != streamed {
+		if blocks, _ := e.ctx.Streamed(); (blocks > blocks0) != streamed {
 			t.Fatalf("%s: %d blocks streamed", name, blocks-blocks0)
 		}
 		if again := stateOf(t, b, 1, 1<<20); !bytes.Equal(normSeq(again), normSeq(state)) {

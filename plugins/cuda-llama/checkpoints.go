@@ -87,12 +87,12 @@ func (e *engine) CheckpointBefore(j *sched.Job, end int) {
 		return
 	}
 	start := time.Now()
-	data, err := e.ctx.partialState(j.Slot)
+	data, err := e.ctx.PartialState(j.Slot)
 	if err != nil {
 		e.log.Warn("context checkpoint not taken", "slot", j.Slot, "n_tokens", p.Next, "error", err)
 		return
 	}
-	c := &ckpt.Checkpoint{PosMin: memMin, PosMax: e.ctx.seqPosMax(j.Slot), NTokens: p.Next, Data: data, Task: p.Task}
+	c := &ckpt.Checkpoint{PosMin: memMin, PosMax: e.ctx.SeqPosMax(j.Slot), NTokens: p.Next, Data: data, Task: p.Task}
 	if !e.ckpts.Add(j.Slot, c) {
 		e.log.Warn("context checkpoint larger than the checkpoints' whole budget: not kept", "slot", j.Slot,
 			"bytes", c.Size(), "budget_bytes", e.ckpts.Budget())

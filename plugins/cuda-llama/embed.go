@@ -82,7 +82,7 @@ func newEmbedder(m *model, opts llamaopt.Options, slotCtx int, hasMemory bool, n
 	}
 	kv, compute := c.binding().MemorySizes()
 	em.kvBytes, em.computeBytes = kv, compute
-	log.Info("embedding context made", "pooling", llamaopt.PoolingName(pooling), "cells", c.nCtx(), "batch", l.batch, "split", l.split,
+	log.Info("embedding context made", "pooling", llamaopt.PoolingName(pooling), "cells", c.NCtx(), "batch", l.batch, "split", l.split,
 		"sequences", l.seqs, "n_embd_out", em.nOut, "kv_bytes", kv, "compute_bytes", compute,
 		"output_bytes", 4*l.batch*(m.nVocab+em.nEmbd)) // llama.cpp's output buffer once a batch is whole: every token's logits and embedding
 	return em, nil

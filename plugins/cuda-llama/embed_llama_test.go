@@ -26,7 +26,7 @@ import (
 func embedReferenceKernels(t testing.TB, b *Backend) {
 	t.Helper()
 	e := b.eng.Load()
-	if n := e.embed.c.useReferenceKernels(); n == 0 && e.device == "" {
+	if n := e.embed.c.UseReferenceKernels(); n == 0 && e.device == "" {
 		t.Fatal("no CPU backend in the embedding context to switch to the reference kernels")
 	}
 }

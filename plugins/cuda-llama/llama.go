@@ -219,16 +219,6 @@ func ofContext(c *llama.Context) *lctx {
 // functions that take one.
 func (c *lctx) binding() *llama.Context { return c.Context }
 
-func (c *lctx) nCtx() int { return c.NCtx() }
-
-// useReferenceKernels makes the context's CPU work run ggml's reference
-// kernels (llama.Context.UseReferenceKernels); it returns the CPU backends
-// switched.
-func (c *lctx) useReferenceKernels() int { return c.UseReferenceKernels() }
-
-// nCtxSeq is the cells one sequence may hold: n_ctx, or its stream's.
-func (c *lctx) nCtxSeq() int { return c.NCtxSeq() }
-
 // errKVFull: llama_decode found no free KV cells for the batch.
 var errKVFull = sched.ErrKVFull
 
@@ -252,21 +242,8 @@ func (c *lctx) Decode(b *sched.Batch) error { return decodeErr(c.Context.Decode(
 // logitsInto copies the logits of the batch's last token.
 func (c *lctx) logitsInto(dst []float32) { c.LogitsInto(-1, dst) }
 
-// seqCp shares positions [p0, p1) of src with dst (llama.Context.SeqCp).
-func (c *lctx) seqCp(src, dst, p0, p1 int) { c.SeqCp(src, dst, p0, p1) }
-
 // nPos is the number of positions in the sequence's KV (pos max + 1).
 func (c *lctx) nPos(seq int) int { return c.SeqPosMax(seq) + 1 }
-
-// seqPosMax is the sequence's last position in memory; -1 if empty.
-func (c *lctx) seqPosMax(seq int) int { return c.SeqPosMax(seq) }
-
-// nUBatch is the context's physical batch.
-func (c *lctx) nUBatch() int { return c.NUBatch() }
-
-// partialState is the part of the sequence's memory that cannot be cut
-// back: a context checkpoint's bytes (llama.Context.PartialState).
-func (c *lctx) partialState(seq int) ([]byte, error) { return c.PartialState(seq) }
 
 // stateData is llama.cpp's own llama_state_seq_get_data as one stream,
 // without its head, the reference the tests compare the streamed bytes
@@ -278,16 +255,6 @@ func (c *lctx) stateData(seq int) ([]byte, error) {
 	}
 	return oneStream(raw, c.nStream, seq), nil
 }
-
-func (c *lctx) pinnedStaging() bool { return c.PinnedStaging() }
-
-// streamed counts the K/V blocks restores streamed and the runs of them
-// llama.cpp read (more than one a block where it scatters the block).
-func (c *lctx) streamed() (blocks, runs uint64) { return c.Streamed() }
-
-// memoryName is llama.cpp's memory module (kv, iswa, hybrid, hybrid_iswa,
-// recurrent), what a state's layout names.
-func (c *lctx) memoryName() string { return c.MemoryName() }
 
 // stateParts measures the parts of sequence seq's state.
 func (c *lctx) stateParts(seq int) ([]measuredPart, error) {

@@ -340,8 +340,8 @@ func TestKVCapacity(t *testing.T) {
 	if info.KVUnified || info.SlotCtx() != 64 {
 		t.Fatalf("split cache: %+v", info)
 	}
-	if e := split.eng.Load(); e.ctx.nStream != 5 || e.ctx.nCtxSeq() < 64 {
-		t.Fatalf("split cache: %d KV streams of %d cells, want 5 (4 slots and the scratch sequence) of 64 or more", e.ctx.nStream, e.ctx.nCtxSeq())
+	if e := split.eng.Load(); e.ctx.nStream != 5 || e.ctx.NCtxSeq() < 64 {
+		t.Fatalf("split cache: %d KV streams of %d cells, want 5 (4 slots and the scratch sequence) of 64 or more", e.ctx.nStream, e.ctx.NCtxSeq())
 	}
 	_, err := split.Prefill(context.Background(), iface.PrefillRequest{Slot: 0, Tokens: make([]int32, 65)})
 	if !errors.Is(err, iface.ErrBadRequest) || !strings.Contains(err.Error(), "a slot holds 64 (n_ctx 256 split across 4 slots)") {

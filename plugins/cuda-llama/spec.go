@@ -83,7 +83,7 @@ func newSpeculator(lc *lctx, opts llamaopt.Options, slots []*kv.Slot, nGPU int, 
 	}
 	r := opts.SpecBounds
 	c, err := llama.NewDraft(dm, lc.binding(), llama.DraftParams{
-		NCtx: lc.nCtx() + nSlots*(r.NMax+1), NBatch: lc.nBatch, NSeq: nSlots, NThreads: opts.NThreads,
+		NCtx: lc.NCtx() + nSlots*(r.NMax+1), NBatch: lc.nBatch, NSeq: nSlots, NThreads: opts.NThreads,
 		NMax: r.NMax, NMin: r.NMin, PMin: opts.DraftPMin, Types: opts.SpecTypes,
 		NgramSimple: opts.NgramSimple, NgramMap: opts.NgramMap, MTP: opts.MTP(),
 	})
