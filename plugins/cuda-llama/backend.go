@@ -754,10 +754,10 @@ var _ shm.PipePutter = (*Backend)(nil)
 // messages and wake-ups cost more than the host's copy saves.
 func (b *Backend) PipePutMaxChunk() int { return 1 << 20 }
 
-// StatePut restores the slot from r. The slot is emptied first, and on any
-// failure emptied again: never half-restored. The state's head is checked
-// against tokens before llama.cpp reads it; llama.cpp checks the rest (layer
-// count, types, row sizes). Trailing bytes that are exactly the logits
+// StatePut restores the slot from r. The slot is emptied as the load begins,
+// and on any failure (a bad head included): never half-restored. The state's head is checked
+// against tokens before llama.cpp reads it, and each part's structure and
+// row fields (layer count, types, row sizes) as llama.cpp reads them. Trailing bytes that are exactly the logits
 // (NVocab f32) are adopted; otherwise the last token is re-evaluated, since the
 // state holds no logits: by the first decode (restore_logits=lazy, the
 // default), or here (eager). r is read to its end, except after a read error.
@@ -809,23 +809,20 @@ type statePut struct {
 	prompt bool
 }
 
-// restore empties the slot, then checks the head, sets up the source,
-// lets llama.cpp load the state, adopts trailing logits or computes them
-// (eager) and fills the slot. On failure the caller empties the slot again.
+// restore checks the head, sets up the source, lets llama.cpp load the
+// state into the emptied slot, then adopts trailing logits or computes them
+// (eager). On failure the caller empties the slot. The context lock is taken
+// twice (beside decoding steps each take waits up to a step): to empty the
+// slot, claim its cells and load, and when llama.cpp has written the KV
+// rows it reads without the lock, to finish the load and fill the slot.
 func (p *statePut) restore(ctx context.Context) (n int64, err error) {
 	e := p.e
-	e.mu.Lock()
-	e.clearLocked(p.i, p.s)
-	e.mu.Unlock()
 	if err := ctx.Err(); err != nil {
 		p.stopReading = true
 		return 0, err
 	}
 	if p.head, err = readStateHead(p.r, p.tokens, e.model.nVocab, e.cells.SlotCtx, e.layout, p.size); err != nil {
 		p.stopReading = !errors.Is(err, iface.ErrBadRequest)
-		return 0, err
-	}
-	if err := e.claimCells(p.i, p.s, p.head.cells); err != nil {
 		return 0, err
 	}
 	if p.run, err = e.restoreRun(ctx, p.r, p.head, p.size); err != nil {
@@ -850,11 +847,9 @@ func (p *statePut) restore(ctx context.Context) (n int64, err error) {
 			return 0, err
 		}
 	}
-	e.mu.Lock()
-	stateSize := e.ctx.StateSize(p.i)
-	p.s.Set(slices.Clone(p.tokens), logits, stateSize)
-	p.s.Claim = 0
-	e.mu.Unlock()
+	if logits != nil {
+		p.s.SetLogits(logits)
+	}
 	return n, nil
 }
 
@@ -871,32 +866,30 @@ func (e *engine) beginTransfer() func() {
 	}
 }
 
-// claimCells holds the cells a restore of slot i (empty now) will take, or
-// says why they cannot be had.
-func (e *engine) claimCells(i int, s *kv.Slot, cells int) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if err := e.cells.Fits(i, cells); err != nil {
-		return err
-	}
-	s.Claim = cells
-	return nil
-}
-
-// load lets llama.cpp read the state from the run's source and checks that
-// it restored the positions the head announced; it returns the state's
-// bytes, and releases them from the source.
+// load empties the slot, claims the cells the state takes, lets llama.cpp
+// read the state from the run's source, checks that it restored the
+// positions the head announced and fills the slot (its logits to come); it
+// returns the state's bytes, and releases them from the source.
 func (p *statePut) load() (int64, error) {
 	e := p.e
 	lp := llama.LoadParams{Size: e.layout.size(p.head.cells), StreamMin: p.run.streamMin, PieceMin: p.run.pieceMin,
-		Rules: bindingRules(e.layout.rules(p.head.cells)), NTokens: p.head.cells}
+		Rules: bindingRules(e.layout.rules(p.head.cells)), NTokens: p.head.cells, Lock: &e.mu}
+	lp.HoldFrom = e.layout.lockFrom(lp.Size, p.head.cells)
 	var posErr error
 	e.mu.Lock()
-	src := &loadCall{pf: p.run.src, lock: &e.mu, lockFrom: e.layout.lockFrom(lp.Size, p.head.cells)}
-	got, err := e.ctx.binding().LoadState(p.i, src, lp)
+	e.clearLocked(p.i, p.s)
+	if err := e.cells.Fits(p.i, p.head.cells); err != nil {
+		e.mu.Unlock()
+		return 0, err
+	}
+	p.s.Claim = p.head.cells
+	got, err := e.ctx.binding().LoadState(p.i, loadCall{p.run.src}, lp)
 	if err == nil {
 		if np := e.ctx.nPos(p.i); np != p.head.cells {
 			posErr = fmt.Errorf("restored %d positions, the state's head announced %d", np, p.head.cells)
+		} else {
+			p.s.Set(slices.Clone(p.tokens), nil, e.ctx.StateSize(p.i))
+			p.s.Claim = 0
 		}
 	}
 	e.mu.Unlock()

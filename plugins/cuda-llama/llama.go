@@ -264,7 +264,8 @@ func (c *lctx) stateParts(seq int) ([]measuredPart, error) {
 	}
 	out := make([]measuredPart, len(parts))
 	for i, p := range parts {
-		out[i] = measuredPart{kind: partKind(p.Kind), cellMeta: p.CellMeta, capacity: p.Capacity, swa: p.SWA, bytes: p.Bytes, maxRow: p.MaxRow}
+		out[i] = measuredPart{kind: partKind(p.Kind), cellMeta: p.CellMeta, capacity: p.Capacity, swa: p.SWA, bytes: p.Bytes, maxRow: p.MaxRow,
+			fields: p.Fields}
 	}
 	return out, nil
 }
@@ -274,7 +275,7 @@ func bindingRules(rules []partRule) []llama.PartRule {
 	out := make([]llama.PartRule, len(rules))
 	for i, r := range rules {
 		out[i] = llama.PartRule{Kind: int(r.Kind), CellMeta: r.CellMeta, Base: r.Base, PerCell: r.PerCell, Empty: r.Empty,
-			MinCells: r.MinCells, MaxCells: r.MaxCells}
+			MinCells: r.MinCells, MaxCells: r.MaxCells, Fields: r.Fields}
 	}
 	return out
 }

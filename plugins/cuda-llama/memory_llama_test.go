@@ -14,11 +14,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/gguf"
+	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/llama"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/llamaopt"
 )
 
@@ -529,4 +531,130 @@ func TestStatePutBesideDecode(t *testing.T) {
 			t.Logf("%d restores while the slots decoded", puts)
 		})
 	}
+}
+
+// exactSource lends a restore exactly the bytes it asks for, from memory
+// outside Go, so that the lock's log knows where the restore is.
+type exactSource struct {
+	b        []byte
+	pos, end int // released, and the end of what was lent last
+}
+
+func (s *exactSource) Next(release, need int) ([]byte, error) {
+	s.pos += release
+	if s.pos+need > len(s.b) {
+		return nil, io.ErrUnexpectedEOF
+	}
+	s.end = s.pos + need
+	return s.b[s.pos:s.end], nil
+}
+
+// lockLog is a restore's context lock that logs where it was let go and
+// taken back.
+type lockLog struct {
+	mu   sync.Locker
+	src  *exactSource
+	ops  []string
+	held bool
+}
+
+func (l *lockLog) Lock() {
+	l.mu.Lock()
+	l.held = true
+	l.ops = append(l.ops, fmt.Sprintf("lock@%d", l.src.end))
+}
+
+func (l *lockLog) Unlock() {
+	l.ops = append(l.ops, fmt.Sprintf("unlock@%d", l.src.end))
+	l.held = false
+	l.mu.Unlock()
+}
+
+// TestRestoreLetsTheLockGo: a restore writes a KV part's rows without the
+// context lock, from its first row to the part's end, and holds it
+// everywhere else: every part's metadata (llama.cpp takes cells there) and a
+// recurrent part (its cell moves when other sequences decode); a refused
+// field among the rows is refused with the lock taken back (llama.cpp frees
+// the cells then).
+func TestRestoreLetsTheLockGo(t *testing.T) {
+	for _, m := range memoryModels {
+		t.Run(m.name, func(t *testing.T) {
+			b := load(t, modelFile(t, "mem-"+m.name, m.c), 2, nil)
+			prefill(t, b, 0, longStory)
+			e := b.eng.Load()
+			l := e.layout
+			n := len(slotInfo(t, b, 0).Tokens)
+			full := stateOf(t, b, 0, 1<<20)
+			offs, cells := partOffsets(t, l, full[:len(reference(t, b, 0))])
+			last := len(l.Parts) - 1
+			size := offs[last] + int(l.Parts[last].size(cells[last]))
+
+			var want []string
+			held, firstRows := true, -1
+			for i, p := range l.Parts {
+				if !held {
+					want, held = append(want, fmt.Sprintf("lock@%d", offs[i]+4)), true // its first field
+				}
+				if p.Kind == partKV && cells[i] > 0 {
+					rows := offs[i] + 8 + cells[i]*int(p.CellMeta)
+					want, held = append(want, fmt.Sprintf("unlock@%d", rows+20)), false // v_trans, n_layer, K type and row size
+					if firstRows < 0 {
+						firstRows = rows
+					}
+				}
+			}
+			if !held {
+				want = append(want, fmt.Sprintf("lock@%d", size))
+			}
+			restore := func(state []byte) (*lockLog, error) {
+				buf := mmapCopy(t, state[:size])
+				src := &exactSource{b: buf}
+				lk := &lockLog{mu: &e.mu, src: src, held: true}
+				lp := llama.LoadParams{Size: int64(size), Rules: bindingRules(l.rules(n)), NTokens: n, Lock: lk}
+				e.mu.Lock()
+				defer e.mu.Unlock()
+				_, err := e.ctx.binding().LoadState(1, src, lp)
+				if !lk.held {
+					t.Errorf("LoadState returned without the lock (%v)", lk.ops)
+				}
+				e.ctx.SeqRm(1)
+				return lk, err
+			}
+			lk, err := restore(full)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(lk.ops, want) {
+				t.Errorf("the lock went %v, want %v", lk.ops, want)
+			}
+			if firstRows < 0 {
+				return
+			}
+			// Layer 1's K type, after layer 0's rows: refused, the lock taken back first.
+			kRow := int(binary.LittleEndian.Uint64(full[firstRows+12:]))
+			bad := firstRows + 20 + cells[0]*kRow
+			state := bytes.Clone(full)
+			binary.LittleEndian.PutUint32(state[bad:], 99)
+			lk, err = restore(state)
+			if err == nil || !strings.Contains(err.Error(), "(byte 20 of their fields: 99,") {
+				t.Fatalf("a bad K type in layer 1: err %v", err)
+			}
+			if w := []string{want[0], fmt.Sprintf("lock@%d", bad+4)}; !slices.Equal(lk.ops, w) {
+				t.Errorf("refused: the lock went %v, want %v", lk.ops, w)
+			}
+		})
+	}
+}
+
+// mmapCopy copies b into anonymous memory outside Go's heap (C keeps
+// pointers into what a restore's source lends).
+func mmapCopy(t *testing.T, b []byte) []byte {
+	t.Helper()
+	m, err := syscall.Mmap(-1, 0, max(len(b), 1), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Munmap(m) })
+	copy(m, b)
+	return m[:len(b)]
 }

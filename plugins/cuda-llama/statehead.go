@@ -1,6 +1,7 @@
 package cudallama
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -64,6 +65,10 @@ type statePart struct {
 	CellMeta      int64 // one cell's metadata bytes
 	Capacity      int   // the cells its cache has
 	SWA           bool  // a sliding window: it keeps only the window's cells
+	// Fields is the fields among its rows as this model writes them (a layer
+	// count, the V layout, each layer's type and row size: the same for any
+	// cells), which a restore's must equal; nil where not measured.
+	Fields []byte
 }
 
 // cells is the cells the part holds for a sequence of n tokens, as a range:
@@ -243,6 +248,7 @@ type partRule struct {
 	CellMeta             int64
 	Base, PerCell, Empty int64
 	MinCells, MaxCells   int
+	Fields               []byte
 }
 
 // rules is what each part of a restore of n tokens may hold.
@@ -250,7 +256,8 @@ func (l stateLayout) rules(n int) []partRule {
 	out := make([]partRule, len(l.Parts))
 	for i, p := range l.Parts {
 		lo, hi := p.cells(n)
-		out[i] = partRule{Kind: p.Kind, CellMeta: p.CellMeta, Base: p.Base, PerCell: p.PerCell, Empty: p.Empty, MinCells: lo, MaxCells: hi}
+		out[i] = partRule{Kind: p.Kind, CellMeta: p.CellMeta, Base: p.Base, PerCell: p.PerCell, Empty: p.Empty, MinCells: lo, MaxCells: hi,
+			Fields: p.Fields}
 	}
 	return out
 }
@@ -263,6 +270,7 @@ type measuredPart struct {
 	swa      bool
 	bytes    int64
 	maxRow   int64
+	fields   []byte // the fields among its rows (nil with no cells)
 }
 
 // measureParts turns the parts of a state measured empty, with one cell
@@ -274,7 +282,10 @@ func measureParts(memory string, empty, one, two []measuredPart) (stateLayout, e
 		return l, fmt.Errorf("a state of %d, %d and %d parts for 0, 1 and 2 cells", len(empty), len(one), len(two))
 	}
 	for i, p := range one {
-		sp := statePart{Kind: p.kind, CellMeta: p.cellMeta, Capacity: p.capacity, SWA: p.swa, Empty: empty[i].bytes}
+		sp := statePart{Kind: p.kind, CellMeta: p.cellMeta, Capacity: p.capacity, SWA: p.swa, Empty: empty[i].bytes, Fields: p.fields}
+		if !bytes.Equal(p.fields, two[i].fields) {
+			return l, fmt.Errorf("part %d: the fields among its rows differ between 1 and 2 cells (%x, %x)", i, p.fields, two[i].fields)
+		}
 		if p.kind == partKV && sp.Empty != emptyState || sp.Empty < 4 {
 			return l, fmt.Errorf("part %d of an empty sequence's state is %d bytes", i, sp.Empty)
 		}

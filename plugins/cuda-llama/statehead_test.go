@@ -178,11 +178,17 @@ func TestMeasureParts(t *testing.T) {
 	if r[0].MinCells != 200 || r[0].MaxCells != 200 || r[1].MinCells != 1 || r[1].MaxCells != 96 || r[2].MinCells != 1 || r[2].MaxCells != 1 {
 		t.Errorf("rules %+v", r)
 	}
+	withFields := func(p measuredPart, v byte) measuredPart { p.fields = []byte{0, 0, 0, 0, v, 0, 0, 0}; return p }
+	if l, err := measureParts("kv", []measuredPart{kv(8)}, []measuredPart{withFields(kv(1040), 1)}, []measuredPart{withFields(kv(2064), 1)}); err != nil ||
+		!bytes.Equal(l.rules(3)[0].Fields, []byte{0, 0, 0, 0, 1, 0, 0, 0}) {
+		t.Errorf("the rows' fields measured: %v, %v", l, err)
+	}
 	for _, bad := range [][3][]measuredPart{
-		{{kv(12)}, {kv(1040)}, {kv(2080)}},                        // an empty KV part that is not its two counts
-		{{kv(8)}, {kv(1040)}, {kv(1040)}},                         // no bytes per cell
-		{{rec(84)}, {rec(84 + 12 + 8192)}, {rec(84 + 24 + 8192)}}, // a recurrent part that grows
-		{{kv(8), rec(84)}, {kv(1040)}, {kv(2080)}},                // parts that come and go
+		{{kv(12)}, {kv(1040)}, {kv(2080)}},                              // an empty KV part that is not its two counts
+		{{kv(8)}, {kv(1040)}, {kv(1040)}},                               // no bytes per cell
+		{{rec(84)}, {rec(84 + 12 + 8192)}, {rec(84 + 24 + 8192)}},       // a recurrent part that grows
+		{{kv(8), rec(84)}, {kv(1040)}, {kv(2080)}},                      // parts that come and go
+		{{kv(8)}, {withFields(kv(1040), 1)}, {withFields(kv(2064), 2)}}, // rows' fields that vary with the cells
 	} {
 		if _, err := measureParts("x", bad[0], bad[1], bad[2]); err == nil {
 			t.Errorf("%+v measured", bad)

@@ -7,27 +7,19 @@ import (
 	"io"
 
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/llama"
-	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/internal/sched"
 	"github.com/hydra-engine/hydra-engine/transport/shm"
 )
 
 // The ends of a state stream as the binding calls them (llama.StatePlan.Save,
 // llama.Context.LoadState): a save's calls check for cancellation, and run
-// without the context lock, which the save does not hold; a restore's let
-// the lock go while they wait on the data plane.
+// without the context lock, which the save does not hold; a restore lets the
+// lock go while it writes a KV part's rows and while it waits on the data
+// plane (llama.LoadParams.Lock), which its source leaves to the binding.
 
 // saveCall is one StateGet's writer: where the chunks go.
 type saveCall struct {
 	ctx context.Context
 	w   io.Writer
-}
-
-// unlocked runs f without the context lock, which the caller of the binding
-// holds: a transfer waiting on its peer lets the other slots' steps run.
-func unlocked(lock *sched.Lock, f func()) {
-	lock.Unlock()
-	defer lock.Lock()
-	f()
 }
 
 // Write writes a staged chunk (plain writers).
@@ -60,22 +52,8 @@ func (s *chunkSave) Commit(n int) error { return s.cw.Commit(n) }
 
 // loadCall is one StatePut's source: its bytes in place (the data plane's
 // buffers, or the restore ring).
-type loadCall struct {
-	pf   restoreSource
-	lock *sched.Lock // the context lock, let go while waiting for bytes before lockFrom
-	// lockFrom is the offset from which waits keep the lock
-	// (stateLayout.lockFrom); taken is the bytes llama.cpp took so far.
-	lockFrom, taken int64
-}
+type loadCall struct{ pf restoreSource }
 
 // Next releases the release bytes llama.cpp took since the last call and
-// lends the unread bytes that follow, at least need of them; it lets the
-// context lock go while it waits, unless they reach lockFrom.
-func (l *loadCall) Next(release, need int) (b []byte, err error) {
-	l.taken += int64(release)
-	if l.taken+int64(need) > l.lockFrom {
-		return l.pf.next(release, need)
-	}
-	unlocked(l.lock, func() { b, err = l.pf.next(release, need) })
-	return b, err
-}
+// lends the unread bytes that follow, at least need of them.
+func (l loadCall) Next(release, need int) ([]byte, error) { return l.pf.next(release, need) }

@@ -91,7 +91,7 @@ func hydraLoadNext(h C.uintptr_t, release, need C.size_t, p **C.uint8_t, n *C.si
 			ret = 1
 		}
 	}()
-	b, err := l.src.Next(int(release), int(need))
+	b, err := l.next(int(release), int(need))
 	if err != nil {
 		l.err = err
 		return 1
@@ -101,6 +101,15 @@ func hydraLoadNext(h C.uintptr_t, release, need C.size_t, p **C.uint8_t, n *C.si
 	*p = (*C.uint8_t)(unsafe.Pointer(unsafe.SliceData(b)))
 	*n = C.size_t(len(b))
 	return 0
+}
+
+// hydraLoadHold takes the context lock back (hold 1) or lets it go (0),
+// for hydra_state_load.
+//
+//export hydraLoadHold
+func hydraLoadHold(h C.uintptr_t, hold C.int) {
+	l := cgo.Handle(h).Value().(*loadStream)
+	l.hold(hold != 0)
 }
 
 // hydraLog receives llama.cpp's and ggml's log output.

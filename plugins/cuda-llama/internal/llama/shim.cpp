@@ -55,6 +55,7 @@ extern "C" {
 int hydraSaveDeliver(uintptr_t h, void * p, size_t n);
 int hydraSaveBuffer(uintptr_t h, size_t commit, uint8_t ** p, size_t * n);
 int hydraLoadNext(uintptr_t h, size_t release, size_t need, uint8_t ** p, size_t * n);
+void hydraLoadHold(uintptr_t h, int hold);
 void hydraLog(int level, char * text);
 }
 
@@ -499,12 +500,27 @@ public:
 
     bool active() const { return n > 0; }
 
-    // field checks a read of size bytes at stream offset off.
-    void field(size_t off, const uint8_t * p, size_t size) {
+    // field checks a read of size bytes at stream offset off, and reports
+    // whether it is one of the fields among a part's rows (a layer count,
+    // type or row size), which must be this model's where the rule has them:
+    // llama.cpp frees the sequence's cells on a mismatch, which needs the
+    // context lock, while a refusal here is made with it held.
+    bool field(size_t off, const uint8_t * p, size_t size) {
         const hydra_part_rule & r = at(off, size);
         const size_t rel = off - start;
         if (rel >= head) {
-            return; // in the part's rows: read() of a CPU tensor copy
+            if (r.fields != nullptr && (fcur + size > r.n_fields || memcmp(p, r.fields + fcur, size) != 0)) {
+                uint64_t got = 0, want = 0;
+                memcpy(&got, p, std::min<size_t>(size, 8));
+                if (fcur + size <= r.n_fields) {
+                    memcpy(&want, r.fields + fcur, std::min<size_t>(size, 8));
+                }
+                failf("a layer count, type or row size among a part's rows that is not this model's "
+                      "(byte %zu of their fields: %llu, this model's %llu)",
+                      fcur, (unsigned long long) got, (unsigned long long) want);
+            }
+            fcur += size;
+            return true;
         }
         if (rel + size > head) {
             fail("a read across the end of a part's cell metadata");
@@ -521,7 +537,7 @@ public:
             if (u32() != 1) {
                 failf("a KV part of %u streams, want 1", v);
             }
-            return;
+            return false;
         }
         const size_t cnt = r.kind == HYDRA_PART_KV ? 4 : 0;
         if (rel == cnt) {
@@ -531,7 +547,7 @@ public:
             }
             size_part = cells == 0 ? r.empty : r.base + (uint64_t) cells * r.per_cell;
             head = cnt + 4 + (size_t) cells * r.cell_meta;
-            return;
+            return false;
         }
         const size_t c = (rel - cnt - 4) % r.cell_meta;
         if (c + size > r.cell_meta) {
@@ -549,6 +565,7 @@ public:
                 failf("a cell of %u sequences, want %u", v, want);
             }
         }
+        return false;
     }
 
     // tensor checks a tensor read of size bytes at stream offset off: within
@@ -558,6 +575,14 @@ public:
         if (off - start < head || off - start + size > size_part) {
             fail("a tensor read outside its part's rows");
         }
+    }
+
+    // unlocked_rows reports whether the current part's rows may be written
+    // without the context lock: a KV part (a recurrent cell moves when other
+    // sequences decode) whose rows' fields are checked (a mismatch is refused
+    // here, under the lock, before llama.cpp acts on it).
+    bool unlocked_rows() const {
+        return n > 0 && part < n && counted() && rules[part].kind == HYDRA_PART_KV && rules[part].fields != nullptr;
     }
 
     // done checks that the state ended where the last part does.
@@ -576,6 +601,7 @@ private:
     size_t head = 8;           // its fields before the rows (known once its cells are)
     uint64_t size_part = 0;    // its bytes, 0 until its cell count is read
     uint32_t cells = 0;
+    size_t fcur = 0;           // the part's rows' fields read so far
 
     bool counted() const { return size_part > 0; }
 
@@ -586,6 +612,7 @@ private:
             part++;
             size_part = 0;
             head = 8;
+            fcur = 0;
         }
         if (part >= n) {
             fail("a read past the state's last part");
@@ -601,7 +628,7 @@ private:
     }
 
     template <typename... A> [[noreturn]] static void failf(const char * f, A... a) {
-        char buf[160];
+        char buf[256];
         snprintf(buf, sizeof(buf), f, a...);
         fail(buf);
     }
@@ -663,10 +690,6 @@ public:
         }
     }
 
-    // why is the reason of the last refusal: llama.cpp catches what a
-    // tensor read throws and says only that the restore failed.
-    std::string why;
-
 private:
     size_t elem = 0, field = 0, pos = 0;
     uint16_t exp16 = 0;
@@ -687,8 +710,7 @@ private:
             }
         }
         if (bad) {
-            why = "hydra: the state holds an Inf or NaN, which no model's cache holds";
-            throw std::runtime_error(why);
+            throw std::runtime_error("hydra: the state holds an Inf or NaN, which no model's cache holds");
         }
     }
 
@@ -735,21 +757,79 @@ public:
         : io(io), h(h), stream_min(stream_min), piece_min(std::max<size_t>(piece_min, 1)), guard(guard) {}
 
     void read(void * dst, size_t size) override {
-        const size_t off = consumed;
-        consumed += size;
-        uint8_t * d = (uint8_t *) dst;
-        pieces(size, [&](const uint8_t * p, size_t k) {
-            memcpy(d, p, k);
-            d += k;
+        held_through([&] {
+            const size_t off = consumed;
+            consumed += size;
+            uint8_t * d = (uint8_t *) dst;
+            pieces(size, [&](const uint8_t * p, size_t k) {
+                memcpy(d, p, k);
+                d += k;
+            });
+            if (!(guard.active() && guard.field(off, (const uint8_t *) dst, size))) {
+                hold(true); // llama.cpp acts on this field
+            }
         });
-        if (guard.active()) {
-            guard.field(off, (const uint8_t *) dst, size);
-        }
     }
 
     void read_tensor(ggml_tensor * t, size_t off, size_t size) override {
+        held_through([&] { upload(t, off, size); });
+    }
+
+    size_t n_bytes() override { return consumed; }
+
+    // refusal is why a read refused the state ("" if none did): llama.cpp
+    // catches what a read throws among a part's rows and says only that the
+    // restore failed.
+    const std::string & refusal() const { return why; }
+
+    // hold takes the context lock back (on) or lets it go, through the Go side.
+    void hold(bool on) {
+        if (on != held) {
+            hydraLoadHold(h, on ? 1 : 0);
+            held = on;
+        }
+    }
+
+private:
+    hydra_io * io;
+    uintptr_t h;
+    size_t stream_min, piece_min;
+    state_guard & guard;
+    finite_check finite;
+    const uint8_t * cur = nullptr;
+    size_t avail = 0, taken = 0, consumed = 0;
+    const ggml_tensor * last_streamed = nullptr; // the tensor of the last streamed run: its block's
+    bool held = true;                            // the context lock, which the caller holds at first
+    std::string why;                             // the first refusal
+
+    // held_through runs f, taking the lock back before anything it throws
+    // reaches llama.cpp, which frees the sequence's cells on a failed read,
+    // and keeps a refusal's reason.
+    template <typename F> void held_through(F && f) {
+        try {
+            f();
+        } catch (const go_error &) {
+            hold(true);
+            throw;
+        } catch (const std::exception & e) {
+            if (why.empty()) {
+                why = e.what();
+            }
+            hold(true);
+            throw;
+        } catch (...) {
+            hold(true);
+            throw;
+        }
+    }
+
+    // upload writes a K/V run into tensor t, from where it lies.
+    void upload(ggml_tensor * t, size_t off, size_t size) {
         if (guard.active()) {
             guard.tensor(consumed, size);
+            if (guard.unlocked_rows()) {
+                hold(false);
+            }
         }
         consumed += size;
         finite.start(t, off);
@@ -775,21 +855,6 @@ public:
             taken += size;
         }
     }
-
-    size_t n_bytes() override { return consumed; }
-
-    // refusal is why a tensor read refused the state ("" if none did).
-    const std::string & refusal() const { return finite.why; }
-
-private:
-    hydra_io * io;
-    uintptr_t h;
-    size_t stream_min, piece_min;
-    state_guard & guard;
-    finite_check finite;
-    const uint8_t * cur = nullptr;
-    size_t avail = 0, taken = 0, consumed = 0;
-    const ggml_tensor * last_streamed = nullptr; // the tensor of the last streamed run: its block's
 
     // more hands back what was taken since the last call and gets at least
     // size bytes (usually more: what the ring holds already).
@@ -924,9 +989,11 @@ int64_t hydra_state_load(hydra_io * io, struct llama_context * ctx, llama_seq_id
         } else {
             mem->state_read(r, seq, 0);
         }
+        r.hold(true);
         guard.done(r.n_bytes());
         return (int64_t) r.n_bytes();
     } catch (const std::exception & e) {
+        r.hold(true);
         set_err(err, err_len, r.refusal().empty() ? e.what() : r.refusal().c_str());
         return -1;
     }

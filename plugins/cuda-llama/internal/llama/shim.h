@@ -64,6 +64,13 @@ int64_t hydra_state_plan_save(hydra_io * io, const hydra_state_plan * plan, uint
 // n_stream. With one stream, the state's structure is checked against the
 // n_rules rules of its parts (statemem.h) for a sequence of n_tokens as
 // llama.cpp reads it, before it acts on a field.
+//
+// The caller holds the context lock. The restore lets it go
+// (hydraLoadHold(handle, 0)) while it writes the rows of a KV part whose rule
+// has its fields: they land in cells the part's metadata gave the sequence,
+// which other sequences' decodes neither take nor read unmasked. It takes it
+// back (hydraLoadHold(handle, 1)) before llama.cpp acts on anything else: the
+// next part's metadata, a refusal (llama.cpp frees the cells), the return.
 int64_t hydra_state_load(hydra_io * io, struct llama_context * ctx, llama_seq_id seq, uint32_t n_stream, size_t size,
                          uintptr_t handle, size_t stream_min, size_t piece_min,
                          const hydra_part_rule * rules, int n_rules, int32_t n_tokens, char * err, size_t err_len);

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <stdexcept>
 #include <vector>
 
@@ -24,10 +25,14 @@
 
 namespace {
 
-// counter counts a serialisation's bytes and its largest tensor piece.
+// counter counts a serialisation's bytes and its largest tensor piece, and
+// keeps the bytes written as fields (everything but the tensors' rows).
 class counter : public llama_io_write_i {
 public:
-    void write(const void *, size_t n) override { bytes += n; }
+    void write(const void * p, size_t n) override {
+        bytes += n;
+        fields.insert(fields.end(), (const uint8_t *) p, (const uint8_t *) p + n);
+    }
     void write_tensor(ggml_tensor *, size_t, size_t n) override {
         bytes += n;
         max_row = std::max(max_row, n);
@@ -35,7 +40,23 @@ public:
     size_t n_bytes() override { return bytes; }
 
     size_t bytes = 0, max_row = 0;
+    std::vector<uint8_t> fields;
 };
+
+// row_fields is the fields among a part's rows: what follows its cells'
+// metadata (head bytes of counts before them), or nothing with no cells.
+std::vector<uint8_t> row_fields(const std::vector<uint8_t> & w, size_t count_at, size_t cell_meta) {
+    if (w.size() < count_at + 4) {
+        return {};
+    }
+    uint32_t cells;
+    memcpy(&cells, w.data() + count_at, 4);
+    const size_t head = count_at + 4 + (size_t) cells * cell_meta;
+    if (cells == 0 || w.size() < head) {
+        return {};
+    }
+    return std::vector<uint8_t>(w.begin() + (ptrdiff_t) head, w.end());
+}
 
 // leaf is one cache of a memory module, in serialisation order.
 struct leaf {
@@ -105,7 +126,7 @@ const char * hydra_memory_name(struct llama_context * ctx) {
 }
 
 int hydra_state_parts(struct llama_context * ctx, llama_seq_id seq, uint32_t n_stream, size_t size,
-                      hydra_state_part * out, int max, char * err, size_t err_len) {
+                      hydra_state_part * out, int max, uint8_t * fields, size_t fields_cap, char * err, size_t err_len) {
     try {
         llama_synchronize(ctx);
         llama_memory_t mem = llama_get_memory(ctx);
@@ -123,7 +144,7 @@ int hydra_state_parts(struct llama_context * ctx, llama_seq_id seq, uint32_t n_s
             snprintf(err, err_len, "a KV stream per sequence (kv_unified off) with llama.cpp's %s memory module", name);
             return -1;
         }
-        size_t total = 0;
+        size_t total = 0, used = 0;
         for (size_t i = 0; i < ls.size(); i++) {
             counter c;
             hydra_state_part & p = out[i];
@@ -144,6 +165,16 @@ int hydra_state_parts(struct llama_context * ctx, llama_seq_id seq, uint32_t n_s
             }
             p.max_row = c.max_row;
             total += p.bytes;
+            // A KV part's cell count follows its stream count; a recurrent
+            // part's comes first.
+            const std::vector<uint8_t> f = n_stream > 1 ? std::vector<uint8_t>{}
+                                                        : row_fields(c.fields, p.kind == HYDRA_PART_KV ? 4 : 0, p.cell_meta);
+            if (!f.empty() && used + f.size() <= fields_cap) {
+                memcpy(fields + used, f.data(), f.size());
+                p.fields_off = (uint32_t) used;
+                p.n_fields = (uint32_t) f.size();
+                used += f.size();
+            }
         }
         if (total != size) {
             snprintf(err, err_len, "the parts of llama.cpp's %s state add up to %zu bytes, the state is %zu", name, total, size);

@@ -27,13 +27,19 @@ typedef struct {
     uint32_t swa;       // 1: a sliding-window cache (it keeps only the window's cells)
     uint64_t bytes;     // the part's bytes in the state now
     uint64_t max_row;   // its largest tensor piece (a row of one cell)
+    // The fields among its rows (a layer count, the V layout, each layer's
+    // type and row size), which do not depend on the cells: fields[fields_off,
+    // fields_off + n_fields) of hydra_state_parts's buffer; n_fields 0 with no
+    // cells, with a KV stream per sequence, or where the buffer is full.
+    uint32_t fields_off, n_fields;
 } hydra_state_part;
 
 // hydra_state_parts describes sequence seq's state in the order llama.cpp
-// writes it, at most max parts. Returns the count, or -1 with a message in
-// err (a memory module the plugin does not know how to check).
+// writes it, at most max parts, their rows' fields in fields (fields_cap
+// bytes). Returns the count, or -1 with a message in err (a memory module
+// the plugin does not know how to check).
 int hydra_state_parts(struct llama_context * ctx, llama_seq_id seq, uint32_t n_stream, size_t size,
-                      hydra_state_part * out, int max, char * err, size_t err_len);
+                      hydra_state_part * out, int max, uint8_t * fields, size_t fields_cap, char * err, size_t err_len);
 
 // hydra_memory_name names the context's memory module ("kv", "iswa",
 // "hybrid", "hybrid_iswa", "recurrent", or what it is not).
@@ -41,12 +47,16 @@ const char * hydra_memory_name(struct llama_context * ctx);
 
 // hydra_part_rule is what a restore's part may hold: its bytes are base +
 // cells × per_cell (cells > 0; empty bytes for none), its cell count within [min_cells, max_cells], its
-// positions within [0, n_tokens) (a recurrent cell's: n_tokens − 1).
+// positions within [0, n_tokens) (a recurrent cell's: n_tokens − 1), and
+// the fields among its rows exactly the n_fields bytes at fields (this
+// model's, hydra_state_part's); with none (NULL, 0) they are not checked.
 typedef struct {
     int32_t kind;
     uint32_t cell_meta;
     uint64_t base, per_cell, empty;
     uint32_t min_cells, max_cells;
+    const uint8_t * fields;
+    uint64_t n_fields;
 } hydra_part_rule;
 
 #ifdef __cplusplus

@@ -13,6 +13,7 @@ import (
 	"io"
 	"runtime"
 	"runtime/cgo"
+	"sync"
 )
 
 // ChunkWriter is a state's destination that lends the buffers the state is
@@ -55,10 +56,40 @@ func (s *saveStream) fail(err error) C.int {
 	return 1
 }
 
-// loadStream is one LoadState: where its bytes come from.
+// loadStream is one LoadState: where its bytes come from, and the context
+// lock it lets go and takes back (LoadParams.Lock).
 type loadStream struct {
-	src StateSource
-	err error
+	src  StateSource
+	err  error
+	lock sync.Locker // nil: never let go
+	held bool
+	// holdFrom is LoadParams.HoldFrom; taken, the bytes C++ took so far.
+	holdFrom, taken int64
+}
+
+// hold takes the lock back (on) or lets it go.
+func (l *loadStream) hold(on bool) {
+	if l.lock == nil || on == l.held {
+		return
+	}
+	if on {
+		l.lock.Lock()
+	} else {
+		l.lock.Unlock()
+	}
+	l.held = on
+}
+
+// next lends C++ the next bytes, letting the lock go while it waits for
+// them unless they reach holdFrom (or it is let go already: a KV part's rows).
+func (l *loadStream) next(release, need int) ([]byte, error) {
+	l.taken += int64(release)
+	if !l.held || l.taken+int64(need) > l.holdFrom {
+		return l.src.Next(release, need)
+	}
+	l.hold(false)
+	defer l.hold(true)
+	return l.src.Next(release, need)
 }
 
 func recovered(r any) error { return fmt.Errorf("panic in a state stream callback: %v", r) }
@@ -131,6 +162,15 @@ type LoadParams struct {
 	// NTokens.
 	Rules   []PartRule
 	NTokens int
+	// Lock, when set, is the context lock the caller holds. The restore lets
+	// it go while it writes the rows of a KV part whose rule has its Fields
+	// (cells its metadata gave the sequence, which other sequences' decodes
+	// neither take nor read unmasked), and while it waits for bytes that
+	// start before HoldFrom (a recurrent part's cell moves when other
+	// sequences decode: from its first byte on, the lock stays); it holds
+	// the lock again when LoadState returns.
+	Lock     sync.Locker
+	HoldFrom int64
 }
 
 // LoadState restores sequence seq from the bytes src lends, in place (the
@@ -140,7 +180,8 @@ type LoadParams struct {
 // failure the sequence may be half-restored and the caller must clear it.
 // src runs on the calling goroutine, between llama.cpp's reads.
 func (c *Context) LoadState(seq int, src StateSource, p LoadParams) (int64, error) {
-	l := &loadStream{src: src}
+	l := &loadStream{src: src, lock: p.Lock, held: p.Lock != nil, holdFrom: p.HoldFrom}
+	defer l.hold(true) // C++ takes it back before returning; a panic in a callback may not have
 	h := cgo.NewHandle(l)
 	defer h.Delete()
 	cr, freeRules := cRules(p.Rules)
