@@ -95,15 +95,18 @@ func NewContext(m Model, p ContextParams) (*Context, error) {
 		cp.embeddings = true
 		cp.pooling_type = C.enum_llama_pooling_type(p.Pooling)
 	}
-	// Everything that can fail comes before the context, which is never freed.
-	io := C.hydra_io_new(p.GPU.dev())
-	if io == nil {
-		return nil, errors.New("out of memory")
-	}
+	// The streaming state (never freed, as the context is not) comes after
+	// the context, which is freed again if it cannot be had: nothing leaks
+	// from a failed load.
 	ClearError()
 	c := C.llama_init_from_model(m.p, cp)
 	if c == nil {
 		return nil, fmt.Errorf("llama.cpp could not create a context%s", LastError())
+	}
+	io := C.hydra_io_new(p.GPU.dev())
+	if io == nil {
+		C.llama_free(c)
+		return nil, errors.New("out of memory")
 	}
 	ctx := &Context{p: c, mem: C.llama_get_memory(c), nBatch: int(cp.n_batch), nVocab: m.Vocab().NTokens(), io: io, nStream: 1}
 	if p.PerSeqKV {
