@@ -67,9 +67,16 @@ func New(logger hclog.Logger) *Backend {
 type engine struct {
 	info    iface.BackendInfo
 	model   *model
-	scratch int         // the sequence id re-evaluations borrow: nSlots
-	layout  stateLayout // state size as a function of cells
-	device  string      // the GPU in use, "" on CPU
+	scratch int // the sequence id re-evaluations borrow: nSlots
+	// park is the sequence id a sequence leaving its slot for the prompt
+	// cache keeps its cells under while it is saved (nSlots + 1; -1: none,
+	// saves go in line); parked is that save, under mu, and saving the
+	// same until its bytes are written, for waiters without the lock.
+	park   int
+	parked *parkedSave
+	saving atomic.Pointer[parkedSave]
+	layout stateLayout // state size as a function of cells
+	device string      // the GPU in use, "" on CPU
 	// The smallest K/V run a restore uploads piece by piece (shim.cpp),
 	// taken in place and through the restore ring; 0 where no block of this
 	// model and n_ctx reaches the threshold.
@@ -398,8 +405,12 @@ func slotShare(opts llamaopt.Options, nSlots int) int { return max(opts.NCtx/nSl
 // scratch one too: n_ctx grows by one slot's share (llama.cpp rounds a stream
 // up to 256 cells).
 func contextParamsFor(opts llamaopt.Options, nSlots int) contextParams {
+	nSeq := nSlots + 1
+	if parks(opts, nSlots) {
+		nSeq++
+	}
 	p := contextParams{
-		nCtx: opts.NCtx, nBatch: opts.NBatch, nUBatch: opts.NUBatch, nSeqMax: nSlots + 1, perSeqKV: opts.KVSplit,
+		nCtx: opts.NCtx, nBatch: opts.NBatch, nUBatch: opts.NUBatch, nSeqMax: nSeq, perSeqKV: opts.KVSplit,
 		nThreads: opts.NThreads, nThreadsBatch: opts.NThreadsBatch, flashAttn: opts.FlashAttn,
 		typeK: opts.CacheTypeK, typeV: opts.CacheTypeV, swaFull: opts.SWAFull, RopeOptions: opts.RopeOptions,
 	}
@@ -409,9 +420,19 @@ func contextParamsFor(opts llamaopt.Options, nSlots int) contextParams {
 	return p
 }
 
+// parks says whether the context has a park sequence (nSlots + 1), where a
+// sequence leaving its slot for the prompt cache keeps its cells while it is
+// saved, so that the slot's next prompt does not wait for the save: with the
+// prompt cache, in one shared pool of cells (a sequence's own KV stream
+// cannot be shared), without cache_reuse (which shifts the cells a slot
+// keeps, the park's too), and within llama.cpp's 256 sequences.
+func parks(opts llamaopt.Options, nSlots int) bool {
+	return opts.CacheRAM != 0 && !opts.KVSplit && opts.CacheReuse == 0 && nSlots+2 <= 256
+}
+
 // newEngine is the engine of a loaded model and context, its slots empty.
 func newEngine(mdl *model, lc *lctx, nSlots int, device string, opts llamaopt.Options, log hclog.Logger) *engine {
-	e := &engine{model: mdl, ctx: lc, scratch: nSlots, device: device, eagerLogits: opts.EagerLogits, log: log,
+	e := &engine{model: mdl, ctx: lc, scratch: nSlots, park: -1, device: device, eagerLogits: opts.EagerLogits, log: log,
 		cells:        kv.Cells{NCtx: lc.NCtx(), Unified: !opts.KVSplit, Slots: make([]*kv.Slot, nSlots)},
 		contextShift: opts.ContextShift, cacheReuse: opts.CacheReuse,
 		chatParseSpecial: opts.ChatParseSpecial}
@@ -422,6 +443,10 @@ func newEngine(mdl *model, lc *lctx, nSlots int, device string, opts llamaopt.Op
 	}
 	for i := range e.cells.Slots {
 		e.cells.Slots[i] = kv.NewSlot(emptyState)
+	}
+	if parks(opts, nSlots) {
+		e.park = nSlots + 1
+		e.cells.Reclaim = e.reclaimParked
 	}
 	return e
 }
@@ -586,6 +611,7 @@ func (b *Backend) Info(ctx context.Context) (iface.BackendInfo, error) {
 		return iface.BackendInfo{}, err
 	}
 	info := e.infoNow()
+	e.awaitSave() // its counts include a save under way
 	info.PromptCache = e.pcache.Stats()
 	info.Checkpoints = e.checkpointStats()
 	info.Speculative = e.specStats()
@@ -716,6 +742,22 @@ type savedState struct {
 // recurrent state carries after it) to w, as StateGet and the prompt cache
 // save it; the caller holds the slot and a transfer (beginTransfer).
 func (e *engine) saveState(ctx context.Context, i, chunkSize int, w io.Writer) savedState {
+	// llama.cpp walks the cells under the context lock; the data is read
+	// without it, beside the other slots' steps (StatePlan.Save).
+	e.mu.Lock()
+	plan, err := e.ctx.binding().PlanState(i)
+	e.mu.Unlock()
+	if err != nil {
+		_, chunked := w.(shm.ChunkWriter)
+		return savedState{chunkWriter: chunked, err: err}
+	}
+	defer plan.Free()
+	return e.savePlan(ctx, plan, chunkSize, w)
+}
+
+// savePlan writes a planned state to w, in chunks of at most chunkSize,
+// without the context lock.
+func (e *engine) savePlan(ctx context.Context, plan *llama.StatePlan, chunkSize int, w io.Writer) savedState {
 	call := &saveCall{ctx: ctx, w: w}
 	var sink io.Writer = call
 	cw, chunked := w.(shm.ChunkWriter)
@@ -732,16 +774,6 @@ func (e *engine) saveState(ctx context.Context, i, chunkSize int, w io.Writer) s
 			sv.ringPinned = true
 		}
 	}
-	// llama.cpp walks the cells under the context lock; the data is read
-	// without it, beside the other slots' steps (StatePlan.Save).
-	e.mu.Lock()
-	plan, err := e.ctx.binding().PlanState(i)
-	e.mu.Unlock()
-	if err != nil {
-		sv.err = err
-		return sv
-	}
-	defer plan.Free()
 	sv.written, sv.err = plan.Save(chunkSize, sink)
 	return sv
 }

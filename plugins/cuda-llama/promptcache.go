@@ -80,7 +80,11 @@ func (e *engine) fromCache(ctx context.Context, i int, s *kv.Slot, toks []int32,
 	case len(old) > 0 && !req.SaveSequence:
 		return
 	case leaves:
-		e.saveToCache(ctx, i, old)
+		e.saveToCache(ctx, i, old, posMin)
+	}
+	// A sequence still being saved that serves the prompt is waited for.
+	if p := e.saving.Load(); p != nil && !rule.Leaves(p.seq, p.posMin, toks) {
+		<-p.done
 	}
 	if r := e.pcache.Take(rule, old, posMin, toks); r != nil {
 		e.restoreFromCache(ctx, i, s, r)
@@ -88,8 +92,11 @@ func (e *engine) fromCache(ctx context.Context, i int, s *kv.Slot, toks []int32,
 }
 
 // saveToCache saves slot i's sequence seq into the cache, unless the cache
-// declines it (held already, or over the budget).
-func (e *engine) saveToCache(ctx context.Context, i int, seq []int32) {
+// declines it (held already, or over the budget). With a park sequence
+// (parks) the cells are planned and handed to the park under the lock, and
+// the bytes are written by a goroutine while the slot goes on with its next
+// prompt; otherwise in line. posMin is the sequence's first position.
+func (e *engine) saveToCache(ctx context.Context, i int, seq []int32, posMin int) {
 	e.mu.Lock()
 	size := e.ctx.StateSize(i)
 	e.mu.Unlock()
@@ -103,7 +110,54 @@ func (e *engine) saveToCache(ctx context.Context, i int, seq []int32) {
 		return
 	}
 	start := time.Now()
-	res := e.saveEntry(ctx, i, sv, size)
+	end := e.beginTransfer() // a save before this one has written its bytes
+	chunk := int(min(size, int64(cachePiece)))
+	w := &entryWriter{b: sv.Mem()[:size]}
+	if e.park < 0 {
+		defer end()
+		e.saved(i, seq, sv, e.saveState(ctx, i, chunk, w), start)
+		return
+	}
+	e.mu.Lock()
+	e.reclaimParked()
+	plan, err := e.ctx.binding().PlanState(i)
+	var p *parkedSave
+	if err == nil {
+		p = &parkedSave{seq: seq, posMin: posMin, done: make(chan struct{})}
+		e.ctx.SeqCp(i, e.park, -1, -1)
+		e.parked = p
+		e.saving.Store(p)
+		e.cells.Parked = len(seq)
+	}
+	e.mu.Unlock()
+	if err != nil {
+		end()
+		e.saved(i, seq, sv, savedState{chunkWriter: true, err: err}, start)
+		return
+	}
+	hook := parkedSaveStarts
+	go func() {
+		if hook != nil {
+			hook()
+		}
+		// The request may end before the save: the save is the engine's.
+		res := e.savePlan(context.Background(), plan, chunk, w)
+		plan.Free()
+		e.saved(i, seq, sv, res, start)
+		e.saving.CompareAndSwap(p, nil)
+		close(p.done)
+		end()
+		e.mu.Lock()
+		if e.parked == p {
+			e.reclaimParked()
+		}
+		e.mu.Unlock()
+		e.sched.Poke() // a step may have waited for the cells
+	}()
+}
+
+// saved commits a save into the cache, or aborts it, and logs it.
+func (e *engine) saved(i int, seq []int32, sv *promptcache.Save, res savedState, start time.Time) {
 	posMin := -1
 	if res.err == nil {
 		posMin, res.err = e.layout.firstPos(sv.Mem()[:res.written], len(seq))
@@ -117,11 +171,36 @@ func (e *engine) saveToCache(ctx context.Context, i int, seq []int32) {
 		"pinned", promptcache.Pinned(sv.Memory()), "elapsed", time.Since(start).String(), "error", res.err)
 }
 
-// saveEntry streams slot i's state, size bytes, into the save's memory as
-// a STATE_GET does, in one transfer.
-func (e *engine) saveEntry(ctx context.Context, i int, sv *promptcache.Save, size int64) savedState {
-	defer e.beginTransfer()()
-	return e.saveState(ctx, i, int(min(size, int64(cachePiece))), &entryWriter{b: sv.Mem()[:size]})
+// parkedSaveStarts, when set, runs as a save in the background begins:
+// tests hold it back while the slot goes on.
+var parkedSaveStarts func()
+
+// parkedSave is a sequence that left its slot, its cells held by the park
+// sequence while a goroutine writes its state into the prompt cache.
+type parkedSave struct {
+	seq    []int32
+	posMin int
+	done   chan struct{} // closed once the entry is committed or aborted
+}
+
+// reclaimParked waits for the parked sequence's save, if any, and frees its
+// cells (kv.Cells.Reclaim). Needs mu; the save it waits for does not.
+func (e *engine) reclaimParked() {
+	p := e.parked
+	if p == nil {
+		return
+	}
+	<-p.done
+	e.ctx.SeqRm(e.park)
+	e.cells.Parked = 0
+	e.parked = nil
+}
+
+// awaitSave waits for a save under way, if any, to end.
+func (e *engine) awaitSave() {
+	if p := e.saving.Load(); p != nil {
+		<-p.done
+	}
 }
 
 // restoreFromCache restores a taken entry into slot i as a STATE_PUT does,

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/plugins/cuda-llama/gguf"
@@ -314,6 +315,98 @@ func TestPromptCacheRuleIsCut(t *testing.T) {
 				if r := prefillTokens(t, b, 0, then); r.Reused != keep {
 					t.Errorf("%d tokens after %d: the rule keeps %d, the prefill reused %d", len(then), len(base), keep, r.Reused)
 				}
+			}
+		})
+	}
+}
+
+// TestPromptCacheSavesBesideThePrompt: a sequence leaving its slot for the
+// cache is saved while the slot goes on with its next prompt, on every
+// memory kind. Held back until that prompt has decoded, the save still
+// writes the sequence as it was (restored, it decodes as a fresh prefill
+// does), the next prompt decodes as it does alone, and a prompt that needs
+// the parked cells waits for the save rather than being refused.
+func TestPromptCacheSavesBesideThePrompt(t *testing.T) {
+	first := seqTokens(t, 60)
+	other := make([]int32, 150)
+	for j := range other {
+		other[j] = int32(100 + (j*53+5)%300) // shares no first token with first
+	}
+	big := make([]int32, 210) // with first's 60 cells, more than 256
+	for j := range big {
+		big[j] = int32(100 + (j*71+9)%300)
+	}
+	sp := iface.SamplerParams{IgnoreEOS: true}
+	for _, m := range memoryModels {
+		t.Run(m.name, func(t *testing.T) {
+			path := modelFile(t, "mem-"+m.name, m.c)
+			fresh := load(t, path, 1, nil)
+			referenceKernels(t, fresh)
+			hold := func() chan struct{} {
+				release := make(chan struct{})
+				parkedSaveStarts = func() { <-release }
+				t.Cleanup(func() { parkedSaveStarts = nil })
+				return release
+			}
+
+			b := load(t, path, 1, map[string]string{llamaopt.OptCacheRAM: "64"})
+			referenceKernels(t, b)
+			e := b.eng.Load()
+			if e.park < 0 {
+				t.Fatal("no park sequence with cache_ram on one pool of cells")
+			}
+			release := hold()
+			httpPrefill(t, b, 0, first, false)
+			got, _ := httpPromptDecode(t, b, 0, other, 8, true) // first leaves, its save held back
+			if e.saving.Load() == nil {
+				t.Fatal("the save ended before it was let go: the prompt waited for it")
+			}
+			want, _, err := promptDecode(context.Background(), fresh, 0, other, 8, sp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameGreedy(t, fresh, 0, other, got, want, sp)
+			close(release)
+			parkedSaveStarts = nil
+
+			next := append(slices.Clone(first), 7, 8, 9)
+			got, res := httpPromptDecode(t, b, 0, next, 8, true)
+			if res.Prompt == nil || res.Prompt.Reused != len(first) {
+				t.Fatalf("the saved sequence's next prompt reused %+v of %d tokens", res.Prompt, len(first))
+			}
+			if st := cacheStats(t, b); st.Saves != 2 || st.Restores != 1 || st.SaveFailures+st.RestoreFailures != 0 {
+				t.Fatalf("after the sequence came back: %+v", st)
+			}
+			want, _, err = promptDecode(context.Background(), fresh, 0, next, 8, sp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameGreedy(t, fresh, 0, next, got, want, sp)
+
+			// 256 cells: the next prompt needs the ones first's save holds.
+			b = load(t, path, 1, map[string]string{llamaopt.OptCacheRAM: "64", llamaopt.OptNCtx: "256"})
+			e = b.eng.Load()
+			release = hold()
+			httpPrefill(t, b, 0, first, false)
+			done := make(chan error, 1)
+			go func() {
+				_, err := b.Prefill(context.Background(), iface.PrefillRequest{Slot: 0, Tokens: big, PromptCache: true, SaveSequence: true})
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				t.Fatalf("a prompt needing the parked cells ended before the save was let go: %v", err)
+			case <-time.After(100 * time.Millisecond):
+			}
+			close(release)
+			if err := <-done; err != nil {
+				t.Fatalf("a prompt needing the parked cells: %v", err)
+			}
+			e.mu.Lock()
+			parked := e.cells.Parked
+			e.mu.Unlock()
+			if st := cacheStats(t, b); st.Saves != 1 || parked != 0 {
+				t.Fatalf("after the prompt took the parked cells: %+v, %d parked", st, parked)
 			}
 		})
 	}

@@ -20,15 +20,29 @@ type Cells struct {
 	NCtx, SlotCtx int
 	Unified       bool
 	Slots         []*Slot
+	// Parked is the cells a sequence that left its slot holds while it is
+	// saved; Reclaim, when set, waits for that save and frees them, for a
+	// slot that needs them (Fits, Room): a save in the background never
+	// refuses what a save in line would have let in.
+	Parked  int
+	Reclaim func()
 }
 
-// Free is how many cells no slot holds or claims.
+// Free is how many cells no slot holds or claims and none are parked.
 func (c *Cells) Free() int {
-	used := 0
+	used := c.Parked
 	for _, s := range c.Slots {
 		used += s.held()
 	}
 	return c.NCtx - used
+}
+
+// reclaimFor frees the parked cells when need more cells than are free
+// would fit with them.
+func (c *Cells) reclaimFor(need int) {
+	if c.Parked > 0 && c.Reclaim != nil && need > c.Free() {
+		c.Reclaim()
+	}
 }
 
 // CheckPrompt refuses a prompt of n tokens that no slot can hold.
@@ -45,6 +59,7 @@ func (c *Cells) Fits(i, need int) error {
 	if have := c.Slots[i].held(); have+need > c.SlotCtx {
 		return fmt.Errorf("%w: slot %d needs %d cells, %s", iface.ErrBadRequest, i, have+need, c.Text())
 	}
+	c.reclaimFor(need)
 	if free := c.Free(); need > free {
 		return fmt.Errorf("%w: needs %d KV cells, %d free (shared by all slots, n_ctx %d): clear a slot first",
 			iface.ErrNoRoom, need, free, c.NCtx)
@@ -81,6 +96,7 @@ func (c *Cells) Room(i int, shift bool, nKeep int) Room {
 		}
 		return RoomSlotFull
 	}
+	c.reclaimFor(1)
 	if c.Free() < 1 {
 		return RoomCacheFull
 	}

@@ -254,3 +254,36 @@ func TestCut(t *testing.T) {
 		t.Error("a recurrent state not kept whole")
 	}
 }
+
+// TestParkedCells: cells parked for a save count as taken, and a slot that
+// needs them gets them back through Reclaim instead of a refusal.
+func TestParkedCells(t *testing.T) {
+	c := cells(100, 2, true)
+	c.Slots[0].Set(ramp(0, 30), nil, 0)
+	c.Parked = 50
+	reclaimed := 0
+	c.Reclaim = func() { reclaimed++; c.Parked = 0 }
+	if got := c.Free(); got != 20 {
+		t.Fatalf("free with 50 parked: %d, want 20", got)
+	}
+	if err := c.Fits(1, 20); err != nil || reclaimed != 0 {
+		t.Fatalf("20 of 20 free cells: %v, reclaimed %d times", err, reclaimed)
+	}
+	if err := c.Fits(1, 21); err != nil || reclaimed != 1 || c.Free() != 70 {
+		t.Fatalf("21 cells with 20 free and 50 parked: %v, reclaimed %d times, %d free", err, reclaimed, c.Free())
+	}
+	if err := c.Fits(1, 71); !errors.Is(err, iface.ErrNoRoom) {
+		t.Fatalf("71 cells with 70 free: %v, want ErrNoRoom", err)
+	}
+
+	c.Slots[1].Set(ramp(0, 20), nil, 0)
+	c.Parked = 50 // 30 + 20 + 50: full
+	if got := c.Room(1, false, 0); got != kv.RoomOK || reclaimed != 2 {
+		t.Fatalf("a decode in a cache full of parked cells: %v, reclaimed %d times", got, reclaimed)
+	}
+	c.Reclaim = nil
+	c.Parked = 50
+	if got := c.Room(1, false, 0); got != kv.RoomCacheFull {
+		t.Fatalf("parked cells with no Reclaim: %v, want RoomCacheFull", got)
+	}
+}
