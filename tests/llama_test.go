@@ -288,7 +288,7 @@ func testLlamaStatePutFailures(t *testing.T, planeFlags []string) {
 		{"truncated", blob[:len(blob)-100], "needs"},
 		{"truncated in the cells", blob[:state+40], "needs"},
 		{"header only", blob[:10], ""},
-		{"layer count", le32(nLayer, 7), "mismatched layer count"},
+		{"layer count", le32(nLayer, 7), "a layer count, type or row size among a part's rows that is not this model's (byte 4 of their fields: 7, this model's 2)"},
 		{"token outside the vocabulary", le32(9+4*3, 1<<20), "outside the vocabulary"},
 		{"fewer tokens than cells", fewer, "the blob header"},
 		{"position repeated", le32(state+8+12*2, 1), "repeated"},
