@@ -786,11 +786,12 @@ var _ shm.PipePutter = (*Backend)(nil)
 // messages and wake-ups cost more than the host's copy saves.
 func (b *Backend) PipePutMaxChunk() int { return 1 << 20 }
 
-// StatePut restores the slot from r. The slot is emptied as the load begins,
-// and on any failure (a bad head included): never half-restored. The state's head is checked
-// against tokens before llama.cpp reads it, and each part's structure and
-// row fields (layer count, types, row sizes) as llama.cpp reads them. Trailing bytes that are exactly the logits
-// (NVocab f32) are adopted; otherwise the last token is re-evaluated, since the
+// StatePut restores the slot from r. The slot is emptied as the load
+// begins, and on any failure (a bad head included): never half-restored.
+// The state's head is checked against tokens before llama.cpp reads it, and
+// each part's structure and row fields (layer count, types, row sizes) as
+// llama.cpp reads them. Trailing bytes that are exactly the logits (NVocab
+// f32) are adopted; otherwise the last token is re-evaluated, since the
 // state holds no logits: by the first decode (restore_logits=lazy, the
 // default), or here (eager). r is read to its end, except after a read error.
 func (b *Backend) StatePut(ctx context.Context, i int, tokens []int32, r io.Reader, size int64) (int64, error) {
