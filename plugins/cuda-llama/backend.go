@@ -118,7 +118,10 @@ type engine struct {
 	ctx       *lctx
 	sched     *sched.Scheduler
 	transfers atomic.Int32
-	stateMu   sync.Mutex // one state transfer at a time: they share the shim's streaming state
+	// One save and one restore at a time: saves share the shim's staging
+	// buffers and stream, restores the restore ring and the shim's counts;
+	// a save and a restore share nothing and run side by side.
+	saveMu, loadMu sync.Mutex
 
 	ringMu sync.Mutex // held by the restore using ring
 	ring   *mirror    // the restore ring (prefetch_linux.go), kept across restores up to keepRing bytes
@@ -717,7 +720,7 @@ func (b *Backend) StateGet(ctx context.Context, i int, chunkSize int, w io.Write
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	defer e.beginTransfer()()
+	defer e.beginTransfer(&e.saveMu)()
 	start := time.Now()
 	sv := e.saveState(ctx, i, chunkSize, w)
 	b.log.Debug("state get", "slot", i, "bytes", sv.written, "chunk", chunkSize, "chunk_writer", sv.chunkWriter,
@@ -740,7 +743,7 @@ type savedState struct {
 
 // saveState streams sequence i's memory state (without the logits a
 // recurrent state carries after it) to w, as StateGet and the prompt cache
-// save it; the caller holds the slot and a transfer (beginTransfer).
+// save it; the caller holds the slot and a save (beginTransfer).
 func (e *engine) saveState(ctx context.Context, i, chunkSize int, w io.Writer) savedState {
 	// llama.cpp walks the cells under the context lock; the data is read
 	// without it, beside the other slots' steps (StatePlan.Save).
@@ -805,7 +808,7 @@ func (b *Backend) StatePut(ctx context.Context, i int, tokens []int32, r io.Read
 		return 0, err
 	}
 	defer s.Release()
-	defer e.beginTransfer()()
+	defer e.beginTransfer(&e.loadMu)()
 	p := &statePut{e: e, i: i, s: s, tokens: tokens, r: r, size: size, entered: entered, log: b.log}
 	n, err := p.restore(ctx)
 	if err != nil {
@@ -886,15 +889,16 @@ func (p *statePut) restore(ctx context.Context) (n int64, err error) {
 	return n, nil
 }
 
-// beginTransfer starts a state transfer: one at a time, counted while it
-// lasts (no context shift meanwhile); the function returned ends it and
-// wakes the scheduler, whose shifts may have waited for it.
-func (e *engine) beginTransfer() func() {
-	e.stateMu.Lock()
+// beginTransfer starts a save (e.saveMu) or a restore (e.loadMu): one of
+// each at a time, counted while it lasts (no context shift meanwhile); the
+// function returned ends it and wakes the scheduler, whose shifts may have
+// waited for it.
+func (e *engine) beginTransfer(kind *sync.Mutex) func() {
+	kind.Lock()
 	e.transfers.Add(1)
 	return func() {
 		e.transfers.Add(-1)
-		e.stateMu.Unlock()
+		kind.Unlock()
 		e.sched.Poke()
 	}
 }

@@ -658,3 +658,62 @@ func mmapCopy(t *testing.T, b []byte) []byte {
 	copy(m, b)
 	return m[:len(b)]
 }
+
+// smallReads hands out at most n bytes a Read, so that a restore takes
+// many pieces.
+type smallReads struct {
+	r io.Reader
+	n int
+}
+
+func (s smallReads) Read(p []byte) (int, error) { return s.r.Read(p[:min(len(p), s.n)]) }
+
+// TestStateGetBesidePut: a save and a restore run side by side (one of each
+// at a time): STATE_GETs of one slot while STATE_PUTs fill another, on every
+// memory kind, each in small pieces so that they interleave. Every save
+// gives the slot's bytes as alone, and the restored slot decodes as the
+// slot it was saved from.
+func TestStateGetBesidePut(t *testing.T) {
+	sp := iface.SamplerParams{}
+	for _, m := range memoryModels {
+		t.Run(m.name, func(t *testing.T) {
+			b := load(t, modelFile(t, "mem-"+m.name, m.c), 3, nil)
+			prefillTokens(t, b, 0, seqTokens(t, 300))
+			src := seqTokens(t, 250)[40:]
+			prefillTokens(t, b, 1, src)
+			want0 := stateOf(t, b, 0, 4096)
+			blob := stateOf(t, b, 1, 4096)
+			var wg sync.WaitGroup
+			var getErr, putErr error
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				for range 20 {
+					var w recorder
+					if _, err := b.StateGet(context.Background(), 0, 4096, &w); err != nil || !bytes.Equal(w.data, want0) {
+						getErr = fmt.Errorf("a STATE_GET beside STATE_PUTs: %v, %d bytes equal to alone's: %v", err, len(w.data), bytes.Equal(w.data, want0))
+						return
+					}
+				}
+			}()
+			go func() {
+				defer wg.Done()
+				for range 20 {
+					if _, err := b.StatePut(context.Background(), 2, src, smallReads{bytes.NewReader(blob), 1024}, int64(len(blob))); err != nil {
+						putErr = fmt.Errorf("a STATE_PUT beside STATE_GETs: %w", err)
+						return
+					}
+				}
+			}()
+			wg.Wait()
+			if getErr != nil || putErr != nil {
+				t.Fatal(errors.Join(getErr, putErr))
+			}
+			want, _ := decode(t, b, 1, 8, sp)
+			got, _ := decode(t, b, 2, 8, sp)
+			if !slices.Equal(got, want) {
+				t.Fatalf("the restored slot decodes %v, the slot it was saved from %v", got, want)
+			}
+		})
+	}
+}

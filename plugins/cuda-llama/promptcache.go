@@ -110,7 +110,7 @@ func (e *engine) saveToCache(ctx context.Context, i int, seq []int32, posMin int
 		return
 	}
 	start := time.Now()
-	end := e.beginTransfer() // a save before this one has written its bytes
+	end := e.beginTransfer(&e.saveMu) // a save before this one has written its bytes
 	chunk := int(min(size, int64(cachePiece)))
 	w := &entryWriter{b: sv.Mem()[:size]}
 	if e.park < 0 {
@@ -208,7 +208,7 @@ func (e *engine) awaitSave() {
 func (e *engine) restoreFromCache(ctx context.Context, i int, s *kv.Slot, r *promptcache.Restore) {
 	start := time.Now()
 	err := func() error {
-		defer e.beginTransfer()()
+		defer e.beginTransfer(&e.loadMu)()
 		p := &statePut{e: e, i: i, s: s, tokens: r.Entry.Tokens, r: newEntryReader(r.Entry), size: r.Entry.StateBytes,
 			entered: start, log: e.log, prompt: true}
 		_, err := p.restore(ctx)
