@@ -920,7 +920,7 @@ func (p *statePut) load() (int64, error) {
 		return 0, err
 	}
 	p.s.Claim = p.head.cells
-	got, err := e.ctx.binding().LoadState(p.i, loadCall{p.run.src}, lp)
+	got, err := e.ctx.binding().LoadState(p.i, p.run.src, lp)
 	if err == nil {
 		if np := e.ctx.nPos(p.i); np != p.head.cells {
 			posErr = fmt.Errorf("restored %d positions, the state's head announced %d", np, p.head.cells)

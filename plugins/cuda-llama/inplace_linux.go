@@ -15,10 +15,10 @@ import (
 // load_reader, through hydraLoadNext): the prefetcher's restore ring, or the
 // data plane's own buffers (inPlace).
 type restoreSource interface {
-	// next releases the release bytes the reader is done with and returns
-	// the unreleased bytes that follow, at least need of them, contiguous
-	// and outside Go memory; valid until the next call.
-	next(release, need int) ([]byte, error)
+	// Next (llama.StateSource) releases the release bytes the reader is
+	// done with and returns the unreleased bytes that follow, at least need
+	// of them, contiguous and outside Go memory; valid until the next call.
+	Next(release, need int) ([]byte, error)
 	// releaseTo marks the first off bytes of the stream consumed.
 	releaseTo(off int64) error
 	// Read reads on after what was released, releasing what it returns.
@@ -86,7 +86,7 @@ func (s *inPlace) grow(n int, keep []byte) error {
 	return nil
 }
 
-func (s *inPlace) next(release, need int) ([]byte, error) {
+func (s *inPlace) Next(release, need int) ([]byte, error) {
 	if release < 0 || release > len(s.lent) {
 		return nil, fmt.Errorf("restore: releasing %d bytes, %d were lent", release, len(s.lent))
 	}

@@ -145,8 +145,8 @@ func TestInPlaceStream(t *testing.T) {
 		for _, n := range append([]int{head}, reads...) {
 			if n > 0 { // read(n): n contiguous bytes
 				if len(avail) < n {
-					if avail, err = s.next(taken, n); err != nil {
-						t.Fatalf("chunk %d: next(%d, %d) after %d bytes: %v", chunk, taken, n, out.Len(), err)
+					if avail, err = s.Next(taken, n); err != nil {
+						t.Fatalf("chunk %d: Next(%d, %d) after %d bytes: %v", chunk, taken, n, out.Len(), err)
 					}
 					taken = 0
 				}
@@ -157,7 +157,7 @@ func TestInPlaceStream(t *testing.T) {
 			// A streamed block: pieces of whatever the stream holds.
 			for size := -n; size > 0; {
 				if len(avail) == 0 {
-					if avail, err = s.next(taken, 1); err != nil {
+					if avail, err = s.Next(taken, 1); err != nil {
 						t.Fatalf("chunk %d: piece after %d bytes: %v", chunk, out.Len(), err)
 					}
 					taken = 0
@@ -193,10 +193,10 @@ func TestInPlaceShortPayload(t *testing.T) {
 	src := bytes.Repeat([]byte{1}, 1000)
 	// The payload announced 1000 bytes: a read past them fails at once.
 	s, _ := newInPlace(newFakeRing(t, src[10:], 256, 2), src[:10], 1000)
-	if _, err := s.next(0, 600); err != nil {
+	if _, err := s.Next(0, 600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := s.next(600, 401)
+	_, err := s.Next(600, 401)
 	if !errors.Is(err, iface.ErrBadRequest) || !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("reading past the payload: %v", err)
 	}
@@ -204,7 +204,7 @@ func TestInPlaceShortPayload(t *testing.T) {
 
 	// The data plane ends before the payload does.
 	s, _ = newInPlace(newFakeRing(t, src, 256, 2), nil, 5000)
-	if _, err = s.next(0, 2000); !errors.Is(err, io.ErrUnexpectedEOF) {
+	if _, err = s.Next(0, 2000); !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("a plane ending early: %v", err)
 	}
 	s.close()
@@ -213,10 +213,10 @@ func TestInPlaceShortPayload(t *testing.T) {
 	r := newFakeRing(t, src, 256, 2)
 	r.err = errBroken
 	s, _ = newInPlace(r, nil, 5000)
-	if _, err = s.next(0, 2000); !errors.Is(err, errBroken) || errors.Is(err, iface.ErrBadRequest) {
+	if _, err = s.Next(0, 2000); !errors.Is(err, errBroken) || errors.Is(err, iface.ErrBadRequest) {
 		t.Fatalf("a failing plane: %v", err)
 	}
-	if _, err := s.next(3000, 1); err == nil {
+	if _, err := s.Next(3000, 1); err == nil {
 		t.Fatal("released more than was lent")
 	}
 	s.close()
@@ -254,7 +254,7 @@ func FuzzInPlace(f *testing.F) {
 			n := 1 + int(op>>1)*41
 			if len(out)+n > len(src) { // past the payload
 				if len(avail) < n {
-					if _, err := s.next(taken, n); !errors.Is(err, iface.ErrBadRequest) {
+					if _, err := s.Next(taken, n); !errors.Is(err, iface.ErrBadRequest) {
 						t.Fatalf("a read of %d past the payload at %d: %v", n, len(out), err)
 					}
 					return
@@ -263,8 +263,8 @@ func FuzzInPlace(f *testing.F) {
 			}
 			if op&1 == 0 { // read(n)
 				if len(avail) < n {
-					if avail, err = s.next(taken, n); err != nil {
-						t.Fatalf("next(%d, %d) at %d: %v", taken, n, len(out), err)
+					if avail, err = s.Next(taken, n); err != nil {
+						t.Fatalf("Next(%d, %d) at %d: %v", taken, n, len(out), err)
 					}
 					taken = 0
 				}
@@ -274,7 +274,7 @@ func FuzzInPlace(f *testing.F) {
 			}
 			for size := n; size > 0; { // a streamed block
 				if len(avail) == 0 {
-					if avail, err = s.next(taken, 1); err != nil {
+					if avail, err = s.Next(taken, 1); err != nil {
 						t.Fatalf("piece at %d: %v", len(out), err)
 					}
 					taken = 0

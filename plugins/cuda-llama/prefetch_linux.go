@@ -174,10 +174,10 @@ func (p *prefetcher) swap() {
 	p.data.Broadcast()
 }
 
-// next releases the release bytes the consumer is done with and returns the
+// Next releases the release bytes the consumer is done with and returns the
 // unreleased bytes read so far, at least need of them, contiguous. They stay
 // valid until the next call.
-func (p *prefetcher) next(release, need int) ([]byte, error) {
+func (p *prefetcher) Next(release, need int) ([]byte, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if int64(release) > p.w-p.r {

@@ -73,8 +73,8 @@ func consume(t *testing.T, p *prefetcher, reads []int) []byte {
 	for _, n := range reads {
 		if len(avail) < n {
 			var err error
-			if avail, err = p.next(taken, n); err != nil {
-				t.Fatalf("next(%d, %d) after %d bytes: %v", taken, n, out.Len(), err)
+			if avail, err = p.Next(taken, n); err != nil {
+				t.Fatalf("Next(%d, %d) after %d bytes: %v", taken, n, out.Len(), err)
 			}
 			taken = 0
 		}
@@ -180,10 +180,10 @@ func TestPrefetchGrowsAfterTheEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.next(0, 4<<20); err != nil {
+	if _, err := p.Next(0, 4<<20); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.next(4<<20, 1); err != nil {
+	if _, err := p.Next(4<<20, 1); err != nil {
 		t.Fatal(err)
 	}
 	for { // until the producer has read the rest, wrapping around the ring
@@ -195,7 +195,7 @@ func TestPrefetchGrowsAfterTheEnd(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	b, err := p.next(0, 4<<20)
+	b, err := p.Next(0, 4<<20)
 	if err != nil || len(b) < 4<<20 || !bytes.Equal(b[:4<<20], src[4<<20:]) || len(g.sizes) != 2 {
 		t.Fatalf("rings %v, %d bytes, %v", g.sizes, len(b), err)
 	}
@@ -207,10 +207,10 @@ func TestPrefetchShortPayload(t *testing.T) {
 	src := bytes.Repeat([]byte{1}, 1000)
 	// The payload announced 1000 bytes: a read past them fails at once.
 	p, _ := startPrefetch(context.Background(), bytes.NewReader(src), 1000, nil, 1000, g.grow)
-	if _, err := p.next(0, 600); err != nil {
+	if _, err := p.Next(0, 600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := p.next(600, 401)
+	_, err := p.Next(600, 401)
 	if !errors.Is(err, iface.ErrBadRequest) || !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("reading past the payload: %v", err)
 	}
@@ -218,7 +218,7 @@ func TestPrefetchShortPayload(t *testing.T) {
 
 	// The source ends before the payload does: truncated, a bad request.
 	p, _ = startPrefetch(context.Background(), bytes.NewReader(src), 5000, nil, 1000, g.grow)
-	_, err = p.next(0, 2000)
+	_, err = p.Next(0, 2000)
 	if !errors.Is(err, iface.ErrBadRequest) || !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("a source ending early: %v", err)
 	}
@@ -241,14 +241,14 @@ func (f *failing) Read(p []byte) (int, error) {
 func TestPrefetchSourceError(t *testing.T) {
 	var g grows
 	p, _ := startPrefetch(context.Background(), &failing{after: 3000}, 1<<20, nil, 1000, g.grow)
-	if _, err := p.next(0, 3000); err != nil {
+	if _, err := p.Next(0, 3000); err != nil {
 		t.Fatal(err)
 	}
-	_, err := p.next(0, 3001)
+	_, err := p.Next(0, 3001)
 	if !errors.Is(err, errBroken) || errors.Is(err, iface.ErrBadRequest) {
 		t.Fatalf("a failing source: %v", err)
 	}
-	if _, err := p.next(3001, 1); err == nil {
+	if _, err := p.Next(3001, 1); err == nil {
 		t.Fatal("released more than was handed out")
 	}
 	p.close().close()
@@ -271,7 +271,7 @@ func TestPrefetchCancel(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 		cancel()
 	}()
-	if _, err := p.next(0, 10); !errors.Is(err, context.Canceled) {
+	if _, err := p.Next(0, 10); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a cancelled restore: %v", err)
 	}
 	// close waits for the read in progress: the data plane's reader must not

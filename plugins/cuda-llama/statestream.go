@@ -14,7 +14,7 @@ import (
 // llama.Context.LoadState): a save's calls check for cancellation, and run
 // without the context lock, which the save does not hold; a restore lets the
 // lock go while it writes a KV part's rows and while it waits on the data
-// plane (llama.LoadParams.Lock), which its source leaves to the binding.
+// plane (llama.LoadParams.Lock); its source is the restoreSource itself.
 
 // saveCall is one StateGet's writer: where the chunks go.
 type saveCall struct {
@@ -49,11 +49,3 @@ func (s *chunkSave) Buffer() ([]byte, error) {
 
 // Commit says the first n bytes of the last buffer are written.
 func (s *chunkSave) Commit(n int) error { return s.cw.Commit(n) }
-
-// loadCall is one StatePut's source: its bytes in place (the data plane's
-// buffers, or the restore ring).
-type loadCall struct{ pf restoreSource }
-
-// Next releases the release bytes llama.cpp took since the last call and
-// lends the unread bytes that follow, at least need of them.
-func (l loadCall) Next(release, need int) ([]byte, error) { return l.pf.next(release, need) }
