@@ -428,9 +428,10 @@ func contextParamsFor(opts llamaopt.Options, nSlots int) contextParams {
 // saved, so that the slot's next prompt does not wait for the save: with the
 // prompt cache, in one shared pool of cells (a sequence's own KV stream
 // cannot be shared), without cache_reuse (which shifts the cells a slot
-// keeps, the park's too), and within llama.cpp's 256 sequences.
+// keeps, the park's too), and within llama.cpp's sequences (MaxSlots and
+// the scratch one).
 func parks(opts llamaopt.Options, nSlots int) bool {
-	return opts.CacheRAM != 0 && !opts.KVSplit && opts.CacheReuse == 0 && nSlots+2 <= 256
+	return opts.CacheRAM != 0 && !opts.KVSplit && opts.CacheReuse == 0 && nSlots < llamaopt.MaxSlots
 }
 
 // newEngine is the engine of a loaded model and context, its slots empty.

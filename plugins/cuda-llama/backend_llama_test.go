@@ -1143,12 +1143,7 @@ func BenchmarkStatePut(b *testing.B) {
 	}
 	reader := func(p []byte) io.Reader { return bytes.NewReader(p) }
 	run("logits", withLogits, reader)
-	mapped, err := unix.Mmap(-1, 0, len(withLogits), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer unix.Munmap(mapped)
-	copy(mapped, withLogits)
+	mapped := mmapCopy(b, withLogits)
 	ring := func() *fakeRing { return &fakeRing{src: mapped, all: mapped, chunk: 2 << 20, lend: true} }
 	// Hidden behind a plain io.Reader, the ring is read as any other reader.
 	run("ring/in_place=false", mapped, func([]byte) io.Reader { return struct{ io.Reader }{ring()} })
@@ -1411,4 +1406,17 @@ func argmax(logits []float32) int {
 		}
 	}
 	return best
+}
+
+// mmapCopy copies b into anonymous memory outside Go's heap (C keeps
+// pointers into what a restore's source lends), unmapped when t ends.
+func mmapCopy(t testing.TB, b []byte) []byte {
+	t.Helper()
+	m, err := unix.Mmap(-1, 0, max(len(b), 1), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Munmap(m) })
+	copy(m, b)
+	return m[:len(b)]
 }

@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -644,19 +643,6 @@ func TestRestoreLetsTheLockGo(t *testing.T) {
 			}
 		})
 	}
-}
-
-// mmapCopy copies b into anonymous memory outside Go's heap (C keeps
-// pointers into what a restore's source lends).
-func mmapCopy(t *testing.T, b []byte) []byte {
-	t.Helper()
-	m, err := syscall.Mmap(-1, 0, max(len(b), 1), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Munmap(m) })
-	copy(m, b)
-	return m[:len(b)]
 }
 
 // smallReads hands out at most n bytes a Read, so that a restore takes

@@ -512,10 +512,10 @@ func byPosition(t testing.TB, s []byte) []byte {
 	return out
 }
 
-// firstLayerEnd is where a plain KV cache state's first layer's K rows end.
+// firstLayerEnd is where a plain KV cache state's first layer's K rows end:
+// after the cells, v_trans and n_layer, the K type and row size, the rows.
 func firstLayerEnd(s []byte) int {
 	le := binary.LittleEndian
-	n := int(le.Uint32(s[4:]))
-	off := 8 + n*cellMetaSize + 8
-	return off + 12 + n*int(le.Uint64(s[off+4:]))
+	off := cellsEnd(s) + 8
+	return off + 12 + int(le.Uint32(s[4:]))*int(le.Uint64(s[off+4:]))
 }
