@@ -4,7 +4,6 @@ package cudallama
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/hydra-engine/hydra-engine/iface"
 )
@@ -34,11 +33,7 @@ func (e *engine) tokenizeAPI(req iface.PrefillRequest) (iface.Prompt, error) {
 			return p, err
 		}
 		p.Tokens = req.Tokens
-		var sb strings.Builder
-		for _, t := range req.Tokens {
-			sb.WriteString(e.model.specialPiece(t))
-		}
-		p.Text = sb.String()
+		p.Text = e.model.vocab.Text(req.Tokens, true)
 	default:
 		if p.Tokens, err = e.model.tokenizeWith(req.Text, o.AddSpecial, o.ParseSpecial); err != nil {
 			return p, err

@@ -259,3 +259,29 @@ func TestSpecialTokenFlood(t *testing.T) {
 	}
 	prefill(t, b, 0, story)
 }
+
+// TestVocabTextIsPieces: Text, one call into llama.cpp, writes what the
+// tokens' pieces written one by one make, for every token of the vocabulary
+// and for a prompt longer than its first guess of the room.
+func TestVocabTextIsPieces(t *testing.T) {
+	for _, path := range []string{tiny(t), qwen3Model(t)} {
+		m := load(t, path, 1, nil).eng.Load().model
+		all := make([]int32, m.nVocab)
+		for id := range all {
+			all[id] = int32(id)
+		}
+		long, err := m.tokenize(strings.Repeat(story, 20) + strings.Repeat("<|im_end|>", 50))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, toks := range [][]int32{all, long, all[:1], nil} {
+			var want strings.Builder
+			for _, tok := range toks {
+				want.WriteString(m.specialPiece(tok))
+			}
+			if got := m.vocab.Text(toks, true); got != want.String() {
+				t.Errorf("%s: Text of %d tokens is %d bytes, the pieces %d", filepath.Base(path), len(toks), len(got), want.Len())
+			}
+		}
+	}
+}

@@ -1,8 +1,10 @@
 package native
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
+	"reflect"
 	"testing"
 
 	"github.com/hydra-engine/hydra-engine/host/httpapi/run"
@@ -60,6 +62,41 @@ func TestConvert(t *testing.T) {
 		var e *run.Error
 		if !errors.As(err, &e) || e.Status != http.StatusBadRequest || e.Msg != c.err || e.Param != c.param {
 			t.Errorf("%s: %#v, want 400 %q (param %s)", c.body, err, c.err, c.param)
+		}
+	}
+}
+
+// rawObject writes what json.Marshal writes for the same fields.
+func TestRawObjectIsMarshal(t *testing.T) {
+	fields := map[string]json.RawMessage{"prompt": json.RawMessage(`[1, 2,3]`), "temperature": json.RawMessage(`0.5`),
+		"stop": json.RawMessage(`["a","\u00e9"]`), "n_predict": json.RawMessage(`4`)}
+	want, err := json.Marshal(fields)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a, b any
+	if err := json.Unmarshal(rawObject(fields), &a); err != nil {
+		t.Fatalf("rawObject wrote bad JSON %s: %v", rawObject(fields), err)
+	}
+	_ = json.Unmarshal(want, &b)
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("rawObject = %s; json.Marshal = %s", rawObject(fields), want)
+	}
+}
+
+// BenchmarkConvertTokenIDs: a /completion body whose prompt is 128 K token
+// ids, as a coordinator or benchmark sends a long context.
+func BenchmarkConvertTokenIDs(b *testing.B) {
+	ids := make([]int, 131072)
+	for i := range ids {
+		ids[i] = (i * 7919) % 151000
+	}
+	body, _ := json.Marshal(map[string]any{"prompt": ids, "n_predict": 1, "temperature": 0, "cache_prompt": true})
+	info := iface.BackendInfo{NCtx: 1 << 20}
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if _, err := Convert(body, iface.SamplerParams{}, 16, info); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

@@ -29,6 +29,11 @@ func parsePrompt(raw json.RawMessage) (textPrompt, error) {
 		return textPrompt{}, badRequest("prompt is required")
 	}
 	var p textPrompt
+	if ids, ok := IDArray(raw); ok { // the common shape, read in one pass
+		var err error
+		p.tokens, err = tokenIDs(ids, 0)
+		return p, err
+	}
 	if json.Unmarshal(raw, &p.text) == nil {
 		return p, nil
 	}

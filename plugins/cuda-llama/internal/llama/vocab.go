@@ -4,6 +4,8 @@ package llama
 
 /*
 #include <stdlib.h>
+#include <string.h>
+#include <stdint.h>
 #include "llama.h"
 
 // hydra_vocab_scan writes the ids of the tokens llama.cpp's tokenizer
@@ -30,11 +32,31 @@ static int32_t hydra_vocab_scan(const struct llama_vocab * v, llama_token * ids,
 	*longest = mx;
 	return k;
 }
+
+// hydra_pieces writes the pieces of n tokens one after another into buf of
+// cap bytes and returns their length, or minus the length buf needs.
+static int64_t hydra_pieces(const struct llama_vocab * v, const llama_token * toks, int32_t n, char * buf, int64_t cap, bool special) {
+	int64_t at = 0;
+	char tmp[256];
+	for (int32_t i = 0; i < n; i++) {
+		int32_t l = llama_token_to_piece(v, toks[i], tmp, sizeof tmp, 0, special);
+		if (l < 0) {
+			return INT64_MIN; // a piece longer than any token's: not a vocabulary this reads
+		}
+		if (at + l <= cap) {
+			memcpy(buf + at, tmp, l);
+		}
+		at += l;
+	}
+	return at <= cap ? at : -at;
+}
 */
 import "C"
 
 import (
 	"errors"
+	"math"
+	"strings"
 	"unsafe"
 )
 
@@ -127,6 +149,31 @@ func (v Vocab) Piece(tok int32, special bool) string {
 		return ""
 	}
 	return string(big[:n])
+}
+
+// Text is the pieces of toks written one after another, as Piece writes
+// each, in one call into llama.cpp: a prompt of 128 K tokens costs a call a
+// token tens of milliseconds.
+func (v Vocab) Text(toks []int32, special bool) string {
+	if len(toks) == 0 {
+		return ""
+	}
+	buf := make([]byte, 8*len(toks))
+	for {
+		n := int64(C.hydra_pieces(v.p, (*C.llama_token)(unsafe.Pointer(&toks[0])), C.int32_t(len(toks)),
+			(*C.char)(unsafe.Pointer(&buf[0])), C.int64_t(len(buf)), C.bool(special)))
+		switch {
+		case n == math.MinInt64: // a piece over 256 bytes: each one on its own
+			var sb strings.Builder
+			for _, t := range toks {
+				sb.WriteString(v.Piece(t, special))
+			}
+			return sb.String()
+		case n >= 0:
+			return string(buf[:n])
+		}
+		buf = make([]byte, -n)
+	}
 }
 
 // IsEOG reports whether tok ends generation (EOS, EOT, ...).
