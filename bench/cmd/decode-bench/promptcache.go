@@ -122,7 +122,10 @@ func measurePromptCache(ctx context.Context, o options, pl plan, rep *report) *p
 		longest = max(longest, len(c.A.Tokens), len(c.Back.Tokens), len(c.InSlot.Tokens), len(c.Other.Tokens))
 	}
 	r.Prefix, r.Other = pl.cache[0].Prefix, len(pl.cache[0].Other.Tokens)
-	r.NCtx = (longest + cacheN + 256 + 255) / 256 * 256
+	// Room for the other prompt beside the prefix: a save in the background
+	// holds the leaving sequence's cells until its bytes are written, and a
+	// context of the prefix alone would make the other prompt wait for them.
+	r.NCtx = (longest + r.Other + cacheN + 256 + 255) / 256 * 256
 	for _, on := range []bool{true, false} {
 		name, ram := "off", "0"
 		if on {
