@@ -140,7 +140,7 @@ func (p *Planner) Plan(ds []Decoder, lens []int) (changed bool) {
 		return false
 	}
 	clear(lens)
-	plain, ok := p.costs.step.at(len(ds))
+	plain, ok := p.costs.plainTime(len(ds))
 	if !ok || plain <= 0 {
 		return false // a plain step of this width is measured first
 	}
@@ -246,11 +246,11 @@ func (p *Planner) best(ds []Decoder, caps []int, plain float64) (int, float64, f
 		depth = max(depth, k[it.i])
 		tokens += it.value
 		rejected += math.Pow(rates[it.i], float64(it.j-1)) - it.value
-		t, ok := p.costs.step.stepTime(len(ds) + m + 1)
+		t, ok := p.costs.stepTime(len(ds) + m + 1)
 		if !ok {
 			t = plain
 		}
-		t += p.costs.draft.draftTime(depth)
+		t += p.costs.draftTime(depth)
 		if p.rollback {
 			t += p.costs.save.v*float64(drafting) + p.costs.replay.v*rejected
 		}
