@@ -161,12 +161,18 @@ func Convert(raw []byte, sampler iface.SamplerParams, nPredict int, info iface.B
 			pass[k] = v
 		}
 	}
+	// The passed fields are decoded once, without the prompt; each prompt
+	// goes into a copy of them.
+	base, err := request.Decode(rawObject(pass), false, info)
+	if err != nil {
+		return nil, err
+	}
 	var out []Completion
 	for i, p := range prompts {
-		pass["prompt"] = p
-		b := rawObject(pass)
+		b := base
+		b.Prompt = p
 		for j := range nCmpl {
-			c, err := request.Parse(b, false, sampler, nPredict, info)
+			c, err := request.ParseDecoded(b, false, sampler, nPredict, info)
 			if err != nil {
 				return nil, err
 			}

@@ -116,6 +116,12 @@ func Parse(body []byte, chat bool, sampler iface.SamplerParams, nPredict int, in
 	return parse(req, chat, sampler, nPredict, info)
 }
 
+// ParseDecoded validates a body Decode read: a caller that checked a long
+// prompt already decodes the rest once and sets Prompt on each copy.
+func ParseDecoded(req Body, chat bool, sampler iface.SamplerParams, nPredict int, info iface.BackendInfo) (Completion, error) {
+	return parse(req, chat, sampler, nPredict, info)
+}
+
 // parse validates a decoded body.
 func parse(req Body, chat bool, sampler iface.SamplerParams, nPredict int, info iface.BackendInfo) (Completion, error) {
 	var err error
