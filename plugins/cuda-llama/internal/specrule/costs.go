@@ -56,9 +56,6 @@ type costs struct {
 }
 
 func (c *costs) observe(s Step) {
-	if c.scale == 0 {
-		c.scale = 1
-	}
 	if s.Tokens > 0 && s.Verify > 0 {
 		c.record(&c.step, s.Tokens, s.Verify.Seconds())
 	}

@@ -94,7 +94,7 @@ type Status struct {
 
 // New makes the rule of an engine.
 func New(b Bounds, always, rollback bool) *Planner {
-	return &Planner{b: b, always: always, rollback: rollback, factor: probeFirst}
+	return &Planner{b: b, always: always, rollback: rollback, factor: probeFirst, costs: costs{scale: 1}}
 }
 
 // Status is the rule's last decision.
