@@ -130,8 +130,8 @@ func Convert(raw []byte, sampler iface.SamplerParams, nPredict int, info iface.B
 	if err := checkFields(fields); err != nil {
 		return nil, err
 	}
-	// The fields but the prompt, which may be long and is read below: every
-	// pass of encoding/json over 128 K token ids costs milliseconds.
+	// The fields but the prompt, which may be long and is read below: each
+	// pass of encoding/json over a long prompt of ids is slow.
 	rest := maps.Clone(fields)
 	delete(rest, "prompt")
 	var req body

@@ -152,8 +152,8 @@ func (v Vocab) Piece(tok int32, special bool) string {
 }
 
 // Text is the pieces of toks written one after another, as Piece writes
-// each, in one call into llama.cpp: a prompt of 128 K tokens costs a call a
-// token tens of milliseconds.
+// each, in one call into llama.cpp: a call a token made a long prompt's
+// text cost more than its evaluation.
 func (v Vocab) Text(toks []int32, special bool) string {
 	if len(toks) == 0 {
 		return ""

@@ -13,9 +13,8 @@ const smoothing = 0.2
 
 // scaleShare is the part of a re-measured entry's change that moves the
 // common scale (the rest moves the entry): the growth of the context slows
-// every step alike, and what is left is the entry's own noise. 0.8 kept
-// every case of the fake devices' grid (TestPlannerDrift) at 0.98 or more
-// of no drafts, where 0.2 and 0.5 let some fall to 0.93 and 0.96.
+// every step alike, and what is left is the entry's own noise
+// (docs/design/speculative.md has the shares tried).
 const scaleShare = 0.8
 
 // Step is what one step measured.
