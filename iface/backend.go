@@ -220,6 +220,14 @@ type SpeculativeStats struct {
 	// Stops counts the decisions that stopped drafting, Probes the steps
 	// drafted only to measure again.
 	Stops, Probes uint64
+	// Running sums over the decode-only steps since the backend loaded:
+	// steps without and with drafts, the time of the former, and the parts
+	// of the latter (drafting less its catch-up, the draft model's catch-up
+	// with sequences it had not seen, rollback saves of a target that
+	// cannot cut its memory, the verify step, replays of rejected drafts).
+	PlainSteps, DraftSteps                                                  uint64
+	PlainSeconds                                                            float64
+	DraftSeconds, CatchUpSeconds, SaveSeconds, VerifySeconds, ReplaySeconds float64
 }
 
 // CheckpointStats are context checkpoints' settings, what they hold now,

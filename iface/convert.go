@@ -92,7 +92,9 @@ func specStatsToPB(s *SpeculativeStats) *backendv1.SpeculativeStats {
 		return nil
 	}
 	return &backendv1.SpeculativeStats{Rule: s.Rule, Drafting: s.Drafting, PlainRate: s.PlainRate, DraftRate: s.DraftRate,
-		Stops: s.Stops, Probes: s.Probes}
+		Stops: s.Stops, Probes: s.Probes, PlainSteps: s.PlainSteps, DraftSteps: s.DraftSteps, PlainSeconds: s.PlainSeconds,
+		DraftSeconds: s.DraftSeconds, CatchUpSeconds: s.CatchUpSeconds, SaveSeconds: s.SaveSeconds,
+		VerifySeconds: s.VerifySeconds, ReplaySeconds: s.ReplaySeconds}
 }
 
 func specStatsFromPB(p *backendv1.SpeculativeStats) *SpeculativeStats {
@@ -100,7 +102,9 @@ func specStatsFromPB(p *backendv1.SpeculativeStats) *SpeculativeStats {
 		return nil
 	}
 	return &SpeculativeStats{Rule: p.GetRule(), Drafting: p.GetDrafting(), PlainRate: p.GetPlainRate(), DraftRate: p.GetDraftRate(),
-		Stops: p.GetStops(), Probes: p.GetProbes()}
+		Stops: p.GetStops(), Probes: p.GetProbes(), PlainSteps: p.GetPlainSteps(), DraftSteps: p.GetDraftSteps(),
+		PlainSeconds: p.GetPlainSeconds(), DraftSeconds: p.GetDraftSeconds(), CatchUpSeconds: p.GetCatchUpSeconds(),
+		SaveSeconds: p.GetSaveSeconds(), VerifySeconds: p.GetVerifySeconds(), ReplaySeconds: p.GetReplaySeconds()}
 }
 
 func checkpointsToPB(c *CheckpointStats) *backendv1.CheckpointStats {

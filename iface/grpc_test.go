@@ -60,7 +60,9 @@ func TestRoundTrip(t *testing.T) {
 		RerankTemplate: "q: {query}\nd: {document}", NBatch: 2048, Pooling: PoolingRank,
 		Checkpoints: &CheckpointStats{MaxPerSlot: 32, MinStep: 8192, BudgetBytes: -1, Held: 3, Bytes: 189 << 20, Taken: 11,
 			Restored: 4, Dropped: 8, TokensSaved: 123456, OverBudget: 1, Slots: []SlotCheckpoints{{2, 126 << 20}, {0, 0}, {1, 63 << 20}}},
-		Speculative: &SpeculativeStats{Rule: "measured", Drafting: true, PlainRate: 465.5, DraftRate: 731.25, Stops: 3, Probes: 17},
+		Speculative: &SpeculativeStats{Rule: "measured", Drafting: true, PlainRate: 465.5, DraftRate: 731.25, Stops: 3, Probes: 17,
+			PlainSteps: 1000, DraftSteps: 250, PlainSeconds: 2.5, DraftSeconds: 0.75, CatchUpSeconds: 0.125, SaveSeconds: 0.0625,
+			VerifySeconds: 0.875, ReplaySeconds: 0.03125},
 	}
 	slotInfo := SlotInfo{Slot: 3, NPast: 5, Tokens: []int32{1, -2, math.MaxInt32, 4, 5}, StateSize: 1 << 40}
 	swapped := SwapResult{Swapped: 144, Bytes: 5 << 30, Duration: 1234567 * time.Microsecond, KVPreserved: true}

@@ -129,8 +129,11 @@ func (e *engine) specStats() *iface.SpeculativeStats {
 	if e.spec.Rule.Always() {
 		rule = llamaopt.DraftRuleAlways
 	}
+	t := st.Totals
 	return &iface.SpeculativeStats{Rule: rule, Drafting: st.Drafting, PlainRate: st.PlainRate, DraftRate: st.DraftRate,
-		Stops: st.Stops, Probes: st.Probes}
+		Stops: st.Stops, Probes: st.Probes, PlainSteps: t.PlainSteps, DraftSteps: t.DraftSteps, PlainSeconds: t.PlainSeconds,
+		DraftSeconds: t.DraftSeconds, CatchUpSeconds: t.CatchUpSeconds, SaveSeconds: t.SaveSeconds,
+		VerifySeconds: t.VerifySeconds, ReplaySeconds: t.ReplaySeconds}
 }
 
 // Draft drafts for the decoders (lens[i] tokens at most for decoders[i])

@@ -484,6 +484,14 @@ func TestSpecMeasured(t *testing.T) {
 				t.Fatalf("the rule measured nothing: %+v", st)
 			}
 			t.Logf("%d of %d draft tokens accepted; rule %+v", res.DraftAccepted, res.DraftTokens, *st)
+			// Each decode-only step gives one token and its accepted drafts.
+			if steps := int(st.PlainSteps + st.DraftSteps); steps+res.DraftAccepted != len(got) {
+				t.Errorf("%d steps and %d accepted drafts for %d tokens", steps, res.DraftAccepted, len(got))
+			}
+			if (st.PlainSteps > 0) != (st.PlainSeconds > 0) || (st.DraftSteps > 0) != (st.VerifySeconds > 0 && st.DraftSeconds > 0) ||
+				(res.DraftTokens > 0) != (st.DraftSteps > 0) {
+				t.Errorf("the rule's totals do not add up: %+v, %d draft tokens", *st, res.DraftTokens)
+			}
 			if off, _ := plain.Info(context.Background()); off.Speculative != nil {
 				t.Errorf("an engine without drafts reports a rule: %+v", off.Speculative)
 			}

@@ -574,6 +574,7 @@ func measureSystem(ctx context.Context, o options, name string, pl plan, rep *re
 	if f := r.draftFact(); f != "" {
 		r.Facts = append(r.Facts, f)
 	}
+	r.Facts = append(r.Facts, r.ruleFacts()...)
 	if serr := srv.stop(); serr != nil && err == nil && ctx.Err() == nil {
 		err = fmt.Errorf("stopping: %w", serr)
 	}

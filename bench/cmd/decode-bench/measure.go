@@ -69,6 +69,9 @@ type systemRun struct {
 	PrefB    []sample          `json:"prefix_b"`
 	PrefSlot []sample          `json:"prefix_b_same_slot,omitempty"`
 	Prefix   prefixStats       `json:"-"`
+	// Rule is ours' speculative rule over each concurrency's rounds: the
+	// change of its /metrics series (specrule.go).
+	Rule map[int]map[string]float64 `json:"spec_rule,omitempty"`
 }
 
 // draftFact is the line on speculative decoding's drafts over r's rounds:
@@ -109,7 +112,9 @@ func measureServer(ctx context.Context, o options, ep *endpoint, pl plan, sameSl
 	r.Rounds, r.Conc = map[int][]round{}, map[int]concStats{}
 	for _, c := range o.conc {
 		for i, p := range pl.rounds[c] {
+			before := ruleNow(ctx, o, ep)
 			rd := runRound(ctx, ep, c, call{p: p, n: o.n, slot: -1})
+			r.addRule(c, before, ruleNow(ctx, o, ep))
 			rd.Ref = reference(ctx, ep, p, o.n, pl.flush[c][i])
 			r.Rounds[c] = append(r.Rounds[c], rd)
 		}

@@ -213,6 +213,12 @@ func (r cacheRound) failed() string {
 
 // cacheMetrics reads the hydra_engine_prompt_cache_* series of /metrics.
 func cacheMetrics(ctx context.Context, ep *endpoint) (map[string]float64, error) {
+	return metricSeries(ctx, ep, "hydra_engine_prompt_cache_")
+}
+
+// metricSeries reads the series of /metrics whose names start with prefix,
+// by series less the prefix.
+func metricSeries(ctx context.Context, ep *endpoint, prefix string) (map[string]float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, ep.base+"/metrics", nil)
 	if err != nil {
 		return nil, err
@@ -226,13 +232,12 @@ func cacheMetrics(ctx context.Context, ep *endpoint) (map[string]float64, error)
 	if err != nil || resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("/metrics: %s %v", resp.Status, err)
 	}
-	return promptCacheSeries(string(b)), nil
+	return seriesOf(string(b), prefix), nil
 }
 
-// promptCacheSeries is the hydra_engine_prompt_cache_* lines of a /metrics
-// text, by series, less the prefix.
-func promptCacheSeries(text string) map[string]float64 {
-	const prefix = "hydra_engine_prompt_cache_"
+// seriesOf is the lines of a /metrics text whose series start with
+// prefix, by series less the prefix.
+func seriesOf(text, prefix string) map[string]float64 {
 	out := map[string]float64{}
 	for _, line := range strings.Split(text, "\n") {
 		if !strings.HasPrefix(line, prefix) {

@@ -32,7 +32,7 @@ func TestPromptCacheSummary(t *testing.T) {
 		"hydra_engine_prompt_cache_restores_total 4\nhydra_engine_prompt_cache_restored_bytes_total 8e+09\n" +
 		"hydra_engine_prompt_cache_restore_seconds_total 0.5\nhydra_engine_prompt_cache_failures_total{op=\"save\"} 0\n" +
 		"hydra_engine_tokens_total{phase=\"prefill\"} 9\n"
-	m := promptCacheSeries(text)
+	m := seriesOf(text, "hydra_engine_prompt_cache_")
 	if len(m) != 5 || m["hits_total"] != 4 || m[`failures_total{op="save"}`] != 0 {
 		t.Fatalf("series %v", m)
 	}

@@ -90,6 +90,36 @@ type Status struct {
 	// Stops counts the decisions that stopped drafting, Probes the steps
 	// drafted to measure while stopped.
 	Stops, Probes uint64
+	Totals
+}
+
+// Totals are running sums over the decode-only steps since the rule began,
+// for operators: how many drafted and where their time went, so that a
+// rate lost or gained can be traced to its part.
+type Totals struct {
+	PlainSteps, DraftSteps uint64 // steps without drafts, with drafts (probes among them)
+	// PlainSeconds is the steps without drafts, each from its batch's
+	// start to its tokens sampled.
+	PlainSeconds float64
+	// DraftSeconds (the catch-up apart), CatchUpSeconds, SaveSeconds,
+	// VerifySeconds and ReplaySeconds are the parts of the steps with
+	// drafts, as Step has them.
+	DraftSeconds, CatchUpSeconds, SaveSeconds, VerifySeconds, ReplaySeconds float64
+}
+
+// add counts s.
+func (t *Totals) add(s Step) {
+	if s.Depth == 0 {
+		t.PlainSteps++
+		t.PlainSeconds += s.Verify.Seconds()
+		return
+	}
+	t.DraftSteps++
+	t.DraftSeconds += (s.Draft - s.CatchUp).Seconds()
+	t.CatchUpSeconds += s.CatchUp.Seconds()
+	t.SaveSeconds += s.Save.Seconds()
+	t.VerifySeconds += s.Verify.Seconds()
+	t.ReplaySeconds += s.Replay.Seconds()
 }
 
 // New makes the rule of an engine.
@@ -118,6 +148,11 @@ func (p *Planner) Record(a *Acceptance, n, m int) {
 // Observe adds a step's measurements; decodeOnly says that it evaluated no
 // prompt, so that its time tells what decoding costs.
 func (p *Planner) Observe(s Step, decodeOnly bool) {
+	if decodeOnly {
+		p.mu.Lock()
+		p.st.Totals.add(s)
+		p.mu.Unlock()
+	}
 	if p.always {
 		return
 	}

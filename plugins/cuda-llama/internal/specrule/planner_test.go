@@ -1,6 +1,7 @@
 package specrule
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -356,5 +357,33 @@ func TestTable(t *testing.T) {
 	dr.add(2, 4)
 	if v := dr.draftTime(4); v != 8 {
 		t.Errorf("draftTime(4) from depth 2's 4: %v, want 8", v)
+	}
+}
+
+// TestPlannerTotals: the running sums count each decode-only step once, by
+// whether it drafted, with each part of its time where Step has it; steps
+// that evaluated a prompt are left out; the "always" rule counts alike.
+func TestPlannerTotals(t *testing.T) {
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	plain := Step{Tokens: 4, Verify: ms(2)}
+	drafted := Step{Tokens: 12, Depth: 3, Drafting: 2, Draft: ms(5), CatchUp: ms(1), CatchUpTokens: 40,
+		Save: ms(1), Verify: ms(3), Replay: ms(0.5), Rolled: 1}
+	for _, always := range []bool{false, true} {
+		p := New(Bounds{NMax: 8, BatchMax: 64}, always, true)
+		p.Observe(plain, true)
+		p.Observe(plain, true)
+		p.Observe(drafted, true)
+		p.Observe(Step{Tokens: 600, Verify: ms(80)}, false) // a prompt's chunk
+		p.Observe(Step{Tokens: 600, Depth: 2, Draft: ms(9), Verify: ms(80)}, false)
+		got := p.Status().Totals
+		want := Totals{PlainSteps: 2, DraftSteps: 1, PlainSeconds: 0.004, DraftSeconds: 0.004, CatchUpSeconds: 0.001,
+			SaveSeconds: 0.001, VerifySeconds: 0.003, ReplaySeconds: 0.0005}
+		near := func(a, b float64) bool { return math.Abs(a-b) < 1e-12 }
+		if got.PlainSteps != want.PlainSteps || got.DraftSteps != want.DraftSteps || !near(got.PlainSeconds, want.PlainSeconds) ||
+			!near(got.DraftSeconds, want.DraftSeconds) || !near(got.CatchUpSeconds, want.CatchUpSeconds) ||
+			!near(got.SaveSeconds, want.SaveSeconds) || !near(got.VerifySeconds, want.VerifySeconds) ||
+			!near(got.ReplaySeconds, want.ReplaySeconds) {
+			t.Errorf("always %v: %+v, want %+v", always, got, want)
+		}
 	}
 }

@@ -606,15 +606,23 @@ func (x *BackendInfo) GetSpeculative() *SpeculativeStats {
 // SpeculativeStats are the speculative rule's last decision
 // (iface.SpeculativeStats).
 type SpeculativeStats struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Rule          string                 `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
-	Drafting      bool                   `protobuf:"varint,2,opt,name=drafting,proto3" json:"drafting,omitempty"`
-	PlainRate     float64                `protobuf:"fixed64,3,opt,name=plain_rate,json=plainRate,proto3" json:"plain_rate,omitempty"`
-	DraftRate     float64                `protobuf:"fixed64,4,opt,name=draft_rate,json=draftRate,proto3" json:"draft_rate,omitempty"`
-	Stops         uint64                 `protobuf:"varint,5,opt,name=stops,proto3" json:"stops,omitempty"`
-	Probes        uint64                 `protobuf:"varint,6,opt,name=probes,proto3" json:"probes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Rule           string                 `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
+	Drafting       bool                   `protobuf:"varint,2,opt,name=drafting,proto3" json:"drafting,omitempty"`
+	PlainRate      float64                `protobuf:"fixed64,3,opt,name=plain_rate,json=plainRate,proto3" json:"plain_rate,omitempty"`
+	DraftRate      float64                `protobuf:"fixed64,4,opt,name=draft_rate,json=draftRate,proto3" json:"draft_rate,omitempty"`
+	Stops          uint64                 `protobuf:"varint,5,opt,name=stops,proto3" json:"stops,omitempty"`
+	Probes         uint64                 `protobuf:"varint,6,opt,name=probes,proto3" json:"probes,omitempty"`
+	PlainSteps     uint64                 `protobuf:"varint,7,opt,name=plain_steps,json=plainSteps,proto3" json:"plain_steps,omitempty"`
+	DraftSteps     uint64                 `protobuf:"varint,8,opt,name=draft_steps,json=draftSteps,proto3" json:"draft_steps,omitempty"`
+	PlainSeconds   float64                `protobuf:"fixed64,9,opt,name=plain_seconds,json=plainSeconds,proto3" json:"plain_seconds,omitempty"`
+	DraftSeconds   float64                `protobuf:"fixed64,10,opt,name=draft_seconds,json=draftSeconds,proto3" json:"draft_seconds,omitempty"`
+	CatchUpSeconds float64                `protobuf:"fixed64,11,opt,name=catch_up_seconds,json=catchUpSeconds,proto3" json:"catch_up_seconds,omitempty"`
+	SaveSeconds    float64                `protobuf:"fixed64,12,opt,name=save_seconds,json=saveSeconds,proto3" json:"save_seconds,omitempty"`
+	VerifySeconds  float64                `protobuf:"fixed64,13,opt,name=verify_seconds,json=verifySeconds,proto3" json:"verify_seconds,omitempty"`
+	ReplaySeconds  float64                `protobuf:"fixed64,14,opt,name=replay_seconds,json=replaySeconds,proto3" json:"replay_seconds,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SpeculativeStats) Reset() {
@@ -685,6 +693,62 @@ func (x *SpeculativeStats) GetStops() uint64 {
 func (x *SpeculativeStats) GetProbes() uint64 {
 	if x != nil {
 		return x.Probes
+	}
+	return 0
+}
+
+func (x *SpeculativeStats) GetPlainSteps() uint64 {
+	if x != nil {
+		return x.PlainSteps
+	}
+	return 0
+}
+
+func (x *SpeculativeStats) GetDraftSteps() uint64 {
+	if x != nil {
+		return x.DraftSteps
+	}
+	return 0
+}
+
+func (x *SpeculativeStats) GetPlainSeconds() float64 {
+	if x != nil {
+		return x.PlainSeconds
+	}
+	return 0
+}
+
+func (x *SpeculativeStats) GetDraftSeconds() float64 {
+	if x != nil {
+		return x.DraftSeconds
+	}
+	return 0
+}
+
+func (x *SpeculativeStats) GetCatchUpSeconds() float64 {
+	if x != nil {
+		return x.CatchUpSeconds
+	}
+	return 0
+}
+
+func (x *SpeculativeStats) GetSaveSeconds() float64 {
+	if x != nil {
+		return x.SaveSeconds
+	}
+	return 0
+}
+
+func (x *SpeculativeStats) GetVerifySeconds() float64 {
+	if x != nil {
+		return x.VerifySeconds
+	}
+	return 0
+}
+
+func (x *SpeculativeStats) GetReplaySeconds() float64 {
+	if x != nil {
+		return x.ReplaySeconds
 	}
 	return 0
 }
@@ -4183,7 +4247,7 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\an_batch\x18\x1a \x01(\x03R\x06nBatch\x12\x18\n" +
 	"\apooling\x18\x1b \x01(\tR\apooling\x12C\n" +
 	"\vcheckpoints\x18\x1c \x01(\v2!.hydra.backend.v1.CheckpointStatsR\vcheckpoints\x12D\n" +
-	"\vspeculative\x18\x1d \x01(\v2\".hydra.backend.v1.SpeculativeStatsR\vspeculative\"\xae\x01\n" +
+	"\vspeculative\x18\x1d \x01(\v2\".hydra.backend.v1.SpeculativeStatsR\vspeculative\"\xd5\x03\n" +
 	"\x10SpeculativeStats\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x1a\n" +
 	"\bdrafting\x18\x02 \x01(\bR\bdrafting\x12\x1d\n" +
@@ -4192,7 +4256,18 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\n" +
 	"draft_rate\x18\x04 \x01(\x01R\tdraftRate\x12\x14\n" +
 	"\x05stops\x18\x05 \x01(\x04R\x05stops\x12\x16\n" +
-	"\x06probes\x18\x06 \x01(\x04R\x06probes\"\xe7\x02\n" +
+	"\x06probes\x18\x06 \x01(\x04R\x06probes\x12\x1f\n" +
+	"\vplain_steps\x18\a \x01(\x04R\n" +
+	"plainSteps\x12\x1f\n" +
+	"\vdraft_steps\x18\b \x01(\x04R\n" +
+	"draftSteps\x12#\n" +
+	"\rplain_seconds\x18\t \x01(\x01R\fplainSeconds\x12#\n" +
+	"\rdraft_seconds\x18\n" +
+	" \x01(\x01R\fdraftSeconds\x12(\n" +
+	"\x10catch_up_seconds\x18\v \x01(\x01R\x0ecatchUpSeconds\x12!\n" +
+	"\fsave_seconds\x18\f \x01(\x01R\vsaveSeconds\x12%\n" +
+	"\x0everify_seconds\x18\r \x01(\x01R\rverifySeconds\x12%\n" +
+	"\x0ereplay_seconds\x18\x0e \x01(\x01R\rreplaySeconds\"\xe7\x02\n" +
 	"\x0fCheckpointStats\x12 \n" +
 	"\fmax_per_slot\x18\x01 \x01(\x03R\n" +
 	"maxPerSlot\x12\x19\n" +
