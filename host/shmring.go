@@ -33,9 +33,15 @@ type shmRing struct {
 const (
 	ringHeader = 4096
 	ringMagic  = "HYDRING1"
-	// ringMax is the largest ring: enough that neither side waits on the
-	// other for long, small enough to stay in memory already touched.
-	ringMax = 64 << 20
+	// ringMax is the largest ring an export makes: big enough that neither
+	// side waits on the other for long, small enough that what the writer
+	// puts in is still in the CPU's cache when the reader takes it out (a
+	// ring of several times the last-level cache loses to one that fits:
+	// docs/design/data-plane.md).
+	ringMax = 16 << 20
+	// ringLimit is the largest ring an import maps: an engine of another
+	// version may make bigger ones.
+	ringLimit = 64 << 20
 
 	ringGoing        = 0
 	ringWriterFailed = 1
@@ -44,13 +50,15 @@ const (
 	offWritten, offRead, offState, offClaimed = 64, 128, 192, 256
 )
 
-// createRing makes f the ring of a transfer of total bytes.
+// createRing makes f the ring of a transfer of total bytes. Both sides map
+// it with its pages populated: a fresh file's pages would otherwise fault
+// one at a time under the first copies.
 func createRing(f *os.File, total int64) (*shmRing, error) {
 	size := min((max(total, 1)+ringHeader-1)/ringHeader*ringHeader, ringMax)
 	if err := f.Truncate(ringHeader + size); err != nil {
 		return nil, err
 	}
-	mem, err := syscall.Mmap(int(f.Fd()), 0, int(ringHeader+size), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	mem, err := syscall.Mmap(int(f.Fd()), 0, int(ringHeader+size), syscall.PROT_READ|syscall.PROT_WRITE, populated)
 	if err != nil {
 		return nil, fmt.Errorf("mapping the export: %w", err)
 	}
@@ -62,10 +70,10 @@ func createRing(f *os.File, total int64) (*shmRing, error) {
 
 // openRing maps a ring another process made in f, of fileSize bytes.
 func openRing(f *os.File, fileSize int64) (*shmRing, error) {
-	if fileSize <= ringHeader || fileSize > ringHeader+ringMax {
+	if fileSize <= ringHeader || fileSize > ringHeader+ringLimit {
 		return nil, fmt.Errorf("%d bytes: not an export's ring", fileSize)
 	}
-	mem, err := syscall.Mmap(int(f.Fd()), 0, int(fileSize), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	mem, err := syscall.Mmap(int(f.Fd()), 0, int(fileSize), syscall.PROT_READ|syscall.PROT_WRITE, populated)
 	if err != nil {
 		return nil, fmt.Errorf("mapping the export: %w", err)
 	}

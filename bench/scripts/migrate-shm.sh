@@ -21,8 +21,9 @@ for e in a b; do
 		--rpc "unix://$W/$e.sock" --rpc "tcp://127.0.0.1:0" --http "" \
 		--backend-opt kv_bytes_per_token=$PER_TOKEN >"$W/$e.log" 2>&1 &
 done
+# Ready once each has said where it serves TCP (its Unix socket may come first).
 for e in a b; do
-	for _ in $(seq 100); do [[ -S $W/$e.sock ]] && break; sleep 0.1; done
+	for _ in $(seq 100); do [[ -S $W/$e.sock ]] && grep -q 'serving Hydra RPC: url=tcp' "$W/$e.log" && break; sleep 0.1; done
 done
 tcp_b=tcp://$(grep 'serving Hydra RPC: url=tcp' "$W/b.log" | grep -o 'addr=[0-9.:]*' | head -1 | cut -d= -f2)
 ctl() { "$W/hydractl" --json --no-progress "$@"; }
