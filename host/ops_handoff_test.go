@@ -321,3 +321,21 @@ func TestStateImportWhileExporting(t *testing.T) {
 		}
 	}
 }
+
+// TestCreateRingRefused: a file the ring cannot be allocated in (here one
+// opened read-only) is refused with an error, nothing mapped.
+func TestCreateRingRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ring")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if r, err := createRing(f, 1<<20); err == nil {
+		r.close()
+		t.Fatal("a ring was made in a read-only file")
+	}
+}

@@ -55,7 +55,7 @@ const (
 // one at a time under the first copies.
 func createRing(f *os.File, total int64) (*shmRing, error) {
 	size := min((max(total, 1)+ringHeader-1)/ringHeader*ringHeader, ringMax)
-	if err := f.Truncate(ringHeader + size); err != nil {
+	if err := reserve(f, ringHeader+size); err != nil {
 		return nil, err
 	}
 	mem, err := syscall.Mmap(int(f.Fd()), 0, int(ringHeader+size), syscall.PROT_READ|syscall.PROT_WRITE, populated)
