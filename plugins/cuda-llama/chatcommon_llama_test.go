@@ -379,7 +379,7 @@ func TestTokenizeAPIMatchesHF(t *testing.T) {
 			if e := b.eng.Load(); e.chat.stripBOS { // the tokenizer adds BOS to the prompt itself
 				ref = strings.TrimPrefix(ref, e.chat.bos)
 			}
-			if rendered.Text != ref || len(rendered.Tokens) == 0 {
+			if rendered.Text != ref || len(rendered.Tokens) != 0 {
 				t.Fatalf("apply-template:\n%q\nHugging Face:\n%q", rendered.Text, ref)
 			}
 		})

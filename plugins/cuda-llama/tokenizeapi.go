@@ -11,7 +11,8 @@ import (
 // tokenizeAPI answers a Tokenize with options (iface.TokenizeOptions):
 // llama-server's /tokenize (text with its add_special and parse_special),
 // /detokenize (token ids to their pieces' text) and /apply-template (a
-// chat's rendered prompt, and its tokens as a prompt).
+// chat's rendered prompt, its text alone: tokenizing a long conversation
+// costs several times its rendering, and llama-server's does not either).
 func (e *engine) tokenizeAPI(req iface.PrefillRequest) (iface.Prompt, error) {
 	o := req.Tokenize
 	req.Tokenize = nil
@@ -22,10 +23,10 @@ func (e *engine) tokenizeAPI(req iface.PrefillRequest) (iface.Prompt, error) {
 		if e.chat == nil {
 			return p, fmt.Errorf("%w: the rendered prompt needs the Jinja template (the backend runs with jinja=false)", iface.ErrNotImplemented)
 		}
-		if p.Text, p.OpensThinking, err = e.chat.render(req.Messages, req.Tools, req.TemplateKwargs, contentGuard{}); err != nil { // the text as the template renders it: no guard markers
+		if err := req.CheckPrompt(e.model.nVocab); err != nil {
 			return p, err
 		}
-		if p.Tokens, _, err = e.promptTokens(req); err != nil {
+		if p.Text, p.OpensThinking, err = e.chat.render(req.Messages, req.Tools, req.TemplateKwargs, contentGuard{}); err != nil { // the text as the template renders it: no guard markers
 			return p, err
 		}
 	case len(req.Tokens) > 0:
