@@ -680,8 +680,11 @@ func TestSpecMTP(t *testing.T) {
 		if !batched {
 			seen[k] = slices.Clone(d)
 		} else if w, ok := seen[k]; ok {
+			// A draft's length is the step's cap, which depends on the
+			// decoders beside it (draft_batch_max's share, each one's room):
+			// the tokens both drafted must be the same.
 			compared++
-			if !slices.Equal(w, d) {
+			if n := min(len(w), len(d)); !slices.Equal(w[:n], d[:n]) {
 				differ++
 				t.Logf("slot %d position %d: alone %v, batched %v", slot, pos, w, d)
 			}
