@@ -140,11 +140,15 @@ func TestMinRateCutsTrickle(t *testing.T) {
 }
 
 func TestMinRateNeverCapsAMovingTransfer(t *testing.T) {
-	const window = 100 * time.Millisecond
-	dc, cli := tcpPair(t, 1000, window) // 100 bytes due per window
+	// A window long beside the writer's 10 ms sleeps: on a loaded machine
+	// (the race detector, two cores, other packages' tests) a sleeping
+	// goroutine can be left off the CPU for a 100 ms window whole, and a
+	// transfer that did not move for a window is cut, as it should be.
+	const window = 500 * time.Millisecond
+	dc, cli := tcpPair(t, 1000, window) // 500 bytes due per window
 	go func() {
 		p := make([]byte, 100)
-		for range 60 { // 6 KB at 10 KB/s: six times the windows' due, 6 windows long
+		for range 60 { // 6 KB at 10 KB/s: ten times the due, over a window long
 			time.Sleep(10 * time.Millisecond)
 			cli.Write(p)
 		}
