@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -92,7 +91,11 @@ func (s *Server) handleStateExport(req *request, rp *replier) error {
 	}
 	si := bs.si
 	hdr, total := blobHeader(si, bs.x, 0)
-	path, ring, err := s.createExport(total)
+	tail := 0
+	if bs.x.Trailer {
+		tail = transport.TrailerSize
+	}
+	path, ring, err := s.createExport(hdr, si.StateSize, tail)
 	if err != nil {
 		bs.lease.release(nil)
 		return rp.failErr(err)
@@ -105,130 +108,73 @@ func (s *Server) handleStateExport(req *request, rp *replier) error {
 	go func() {
 		defer close(done)
 		defer bs.lease.release(nil)
-		s.writeExport(ctx, ring, bs.b, si, hdr, bs.x.Trailer, func() { bs.lease.release(nil) })
+		s.writeExport(ctx, ring, bs.b, si, bs.x.Trailer, func() { bs.lease.release(nil) })
 	}()
 	m := transport.NewMeta().Add("path", path).Add("bytes", total).Add("n_past", si.NPast).Add("state_size", si.StateSize).AddFields(bs.info.Model)
 	return rp.replyMeta(transport.StatusOK, m, nil)
 }
 
 // createExport creates the file of an export in the shared memory
-// directory, checked for room first, with the ring of a blob of total
-// bytes in it, and returns its path and the ring (the mapping outlives the
-// file's descriptor).
-func (s *Server) createExport(total int64) (string, *shmRing, error) {
+// directory, checked for room first, with the ring of a blob of header hdr,
+// state bytes and a trailer of tail bytes in it, and returns its path and
+// the ring.
+func (s *Server) createExport(hdr []byte, state int64, tail int) (string, *handoffRing, error) {
 	dir := s.shmDir()
 	reapExports(dir, s.log.Warn)
-	if free, err := freeBytes(dir); err == nil && free < ringHeader+ringMax {
-		return "", nil, fmt.Errorf("no room in %s for an export's %d-byte ring (%d bytes free): STATE_GET moves the state over the socket", dir, ringHeader+ringMax, free)
+	chunk, depth := ringGeometry(s.tun.StateChunkSize(), state)
+	need := int64(chunk*depth) + pageUp(int64(len(hdr)+tail)) + ringPage
+	if free, err := freeBytes(dir); err == nil && free < need {
+		return "", nil, fmt.Errorf("no room in %s for an export's %d-byte ring (%d bytes free): STATE_GET moves the state over the socket", dir, need, free)
 	}
 	f, err := os.CreateTemp(dir, exportPrefix+strconv.Itoa(os.Getpid())+"-*.blob")
 	if err != nil {
 		return "", nil, fmt.Errorf("creating the export file in %s: %w", dir, err)
 	}
-	ring, err := createRing(f, total)
-	f.Close()
+	ring, err := createRing(f, hdr, state, tail, s.tun.StateChunkSize())
 	if err != nil {
+		f.Close()
 		_ = os.Remove(f.Name())
 		return "", nil, err
 	}
 	return f.Name(), ring, nil
 }
 
-// writeExport writes the blob, header hdr, the backend's state and, with
-// trailer, the integrity trailer, through ring, and logs the
-// transfer; a failure is written into the ring, for the reader. The last
-// byte goes in once release has freed the slot, so an importer that has
-// the whole blob never finds the source slot still busy (as STATE_GET).
-func (s *Server) writeExport(ctx context.Context, ring *shmRing, b iface.Backend, si iface.SlotInfo, hdr []byte, trailer bool, release func()) {
+// writeExport writes the slot's state through ring, its plugin filling the
+// buffers in place where the backend can (shm.SharedGetter), else copied in,
+// then the integrity trailer, with trailer, and logs the transfer; a failure
+// is written into the ring, for the reader. The ring is marked complete
+// once release has freed the slot, and the importer replies only then, so
+// one that has the whole blob never finds the source slot still busy (as
+// STATE_GET).
+func (s *Server) writeExport(ctx context.Context, ring *handoffRing, b iface.Backend, si iface.SlotInfo, trailer bool, release func()) {
 	defer ring.close()
 	start := time.Now()
 	var trace shm.TransferTrace
-	rw := &ringWriter{ctx: ctx, r: ring, wait: s.cfg.ChunkTimeout}
-	cw := newBlobWriter(rw, trailer)
-	_, err := cw.Write(hdr)
-	if err == nil {
-		_, err = b.StateGet(shm.WithTransferTrace(ctx, &trace), si.Slot, s.tun.StateChunkSize(), cw)
+	tctx := shm.WithTransferTrace(ctx, &trace)
+	rw := newRingWriter(ctx, ring, s.cfg.ChunkTimeout, trailer)
+	var err error
+	if g, ok := b.(shm.SharedGetter); ok {
+		_, err = g.StateGetShared(tctx, si.Slot, ring.shared(), rw)
+	} else if _, err = b.StateGet(tctx, si.Slot, s.tun.StateChunkSize(), rw); err == nil {
+		err = rw.flush()
 	}
-	if err == nil {
-		err = cw.writeTrailer()
+	if state := rw.n - int64(ring.head); err == nil && state != ring.state() {
+		err = fmt.Errorf("wrote %d bytes of the slot's %d-byte state", state, ring.state())
 	}
-	if err == nil && cw.n != ring.total {
-		err = fmt.Errorf("wrote %d bytes of the slot's %d-byte blob", cw.n, ring.total)
+	if err == nil && trailer {
+		transport.AppendTrailer(ring.tailBytes()[:0], rw.crc, uint64(rw.n))
 	}
 	if err == nil {
 		release()
-		err = rw.flush()
-	}
-	if err != nil {
+		ring.setState(ringComplete)
+	} else {
 		ring.setState(ringWriterFailed)
 	}
-	s.transferDone(ctx, &replier{network: "unix"}, false, si.Slot, cw.n, start, trace, err)
-}
-
-// exportClaim is how long an export waits for its importer's first read
-// before it gives the slot back: a client that exports and never imports
-// must not hold the slot for the whole stall limit.
-const exportClaim = 30 * time.Second
-
-// ringWriter writes into an export's ring, waiting for the reader to make
-// room: it gives up with the context, when the reader did, or after wait
-// without room (exportClaim before a reader came).
-type ringWriter struct {
-	ctx   context.Context
-	r     *shmRing
-	wait  time.Duration
-	since time.Time
-	last  []byte // the blob's last byte, held back for flush
-}
-
-// Write writes p, all of it but the blob's last byte, which it holds back.
-func (w *ringWriter) Write(p []byte) (int, error) {
-	end := w.r.written() + int64(len(p))
-	switch {
-	case w.last != nil || end > w.r.total:
-		return 0, fmt.Errorf("the backend wrote past the %d bytes announced", w.r.total)
-	case end == w.r.total && len(p) > 0:
-		w.last = []byte{p[len(p)-1]}
-		if _, err := w.put(p[:len(p)-1]); err != nil {
-			return 0, err
-		}
-		return len(p), nil
+	moved := rw.n
+	if err == nil {
+		moved += int64(ring.tail)
 	}
-	return w.put(p)
-}
-
-// flush writes the byte Write held back.
-func (w *ringWriter) flush() error {
-	_, err := w.put(w.last)
-	return err
-}
-
-// put writes p into the ring, waiting for room.
-func (w *ringWriter) put(p []byte) (int, error) {
-	n := 0
-	for n < len(p) {
-		if k := w.r.put(p[n:]); k > 0 {
-			n += k
-			w.since = time.Time{}
-			continue
-		}
-		limit := w.wait
-		if !w.r.claimed() {
-			limit = exportClaim
-		}
-		switch {
-		case w.ctx.Err() != nil:
-			return n, fmt.Errorf("the export was stopped: %w", w.ctx.Err())
-		case w.r.state() == ringReaderGone:
-			return n, errors.New("the importer gave up")
-		case w.since.IsZero():
-			w.since = time.Now()
-		case time.Since(w.since) > limit:
-			return n, fmt.Errorf("no importer made room in the ring for %v", limit)
-		}
-		time.Sleep(exportPoll)
-	}
-	return n, nil
+	s.transferDone(ctx, &replier{network: "unix"}, false, si.Slot, moved, start, trace, err)
 }
 
 // freeBytes is the room left in dir's file system.
@@ -305,20 +251,38 @@ func (s *Server) handleStateImport(req *request, rp *replier) error {
 		return rp.fail(transport.StatusError, err.Error())
 	}
 	defer ring.close()
-	g := &ringReader{r: ring, wait: s.cfg.ChunkTimeout, pid: exportPID(ir.Path)}
-	src := &readTracker{r: &io.LimitedReader{R: g, N: ring.total}}
-	err = s.putState(req, rp, slot, src, src, false, func(m *transport.Meta) { m.Add("path", ir.Path) })
-	if ring.read() < ring.total {
+	hr := &handoffReader{r: ring, wait: s.cfg.ChunkTimeout, pid: exportPID(ir.Path)}
+	src := &readTracker{r: &io.LimitedReader{R: hr, N: ring.total}}
+	hr.moved = func(n int) { src.r.N -= int64(n); src.read(n) }
+	// The restore counts only once the source says its last byte was right
+	// and its slot is free: a writer failing at the end fails the import,
+	// and an importer that replied never finds the source slot still busy.
+	err = s.putState(req, rp, slot, src, importSource{src, hr}, false, hr.awaitComplete, func(m *transport.Meta) { m.Add("path", ir.Path) })
+	if hr.pos < ring.total {
 		ring.setState(ringReaderGone) // the writer stops waiting for room
 	}
 	return err
 }
 
+// importSource is an import's blob as putState reads it: a stream, counted
+// by its readTracker, whose state a data plane may instead take from the
+// ring in place (shm.SharedSource).
+type importSource struct {
+	*readTracker
+	h *handoffReader
+}
+
+var _ shm.SharedSource = importSource{}
+
+func (s importSource) Shared() shm.SharedRing                         { return s.h.r.shared() }
+func (s importSource) Next(ctx context.Context) (k, n int, err error) { return s.h.Next(ctx) }
+func (s importSource) Free()                                          { s.h.r.free() }
+
 // openExport maps the ring of path if it is an export file of this user in
 // this engine's shared memory directory that no other import has taken
 // and whose size is bytes (0: any): a client names the file, so nothing
 // else may be read as a state.
-func (s *Server) openExport(path string, bytes int64) (*shmRing, error) {
+func (s *Server) openExport(path string, bytes int64) (*handoffRing, error) {
 	dir := s.shmDir()
 	base := filepath.Base(path)
 	if !filepath.IsAbs(path) || filepath.Clean(path) != path || filepath.Dir(path) != dir ||
@@ -329,17 +293,19 @@ func (s *Server) openExport(path string, bytes int64) (*shmRing, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening the export: %w (its engine removes it when the exporting connection closes)", err)
 	}
-	defer f.Close() // the mapping stays
 	fi, err := f.Stat()
 	if err != nil {
+		f.Close()
 		return nil, err
 	}
 	if st, _ := fi.Sys().(*syscall.Stat_t); !fi.Mode().IsRegular() || st == nil || int(st.Uid) != os.Getuid() {
+		f.Close()
 		return nil, fmt.Errorf("%s is not a regular file of this user", path)
 	}
 	ring, err := openRing(f, fi.Size())
 	switch {
 	case err != nil:
+		f.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	case bytes != 0 && bytes != ring.total:
 		err = fmt.Errorf("bytes %d: the export holds %d", bytes, ring.total)
@@ -354,40 +320,3 @@ func (s *Server) openExport(path string, bytes int64) (*shmRing, error) {
 	}
 	return ring, nil
 }
-
-// ringReader reads an export's ring as its engine writes it: it waits for
-// more, and fails where the writer failed, its engine (pid, from the file's
-// name) is gone, or nothing comes for wait.
-type ringReader struct {
-	r     *shmRing
-	wait  time.Duration
-	pid   int
-	since time.Time
-}
-
-func (g *ringReader) Read(p []byte) (int, error) {
-	for {
-		if g.r.read() >= g.r.total {
-			return 0, io.EOF
-		}
-		if k := g.r.take(p); k > 0 {
-			g.since = time.Time{}
-			return k, nil
-		}
-		switch {
-		case g.r.state() == ringWriterFailed:
-			return 0, fmt.Errorf("the export was cut off at its source after %d of %d bytes (its engine's log says why)", g.r.read(), g.r.total)
-		case g.pid > 0 && syscall.Kill(g.pid, 0) == syscall.ESRCH:
-			return 0, fmt.Errorf("the export's engine (pid %d) is gone after %d of %d bytes", g.pid, g.r.read(), g.r.total)
-		case g.since.IsZero():
-			g.since = time.Now()
-		case time.Since(g.since) > g.wait:
-			return 0, fmt.Errorf("the export stopped at %d of %d bytes for %v", g.r.read(), g.r.total, g.wait)
-		}
-		time.Sleep(exportPoll)
-	}
-}
-
-// exportPoll is how often one side of an export looks for the other's
-// progress: short beside a chunk's copy, long beside a system call.
-const exportPoll = 50 * time.Microsecond

@@ -65,24 +65,44 @@ func importPayload(path string) []byte {
 	return p
 }
 
+// blobSplit is where a blob's header ends and how long its trailer is.
+func blobSplit(t *testing.T, blob []byte) (head, tail int) {
+	t.Helper()
+	bh, err := transport.ReadBlobHeader(bytes.NewReader(blob), int64(len(blob)), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bh.HasTrailer {
+		tail = transport.TrailerSize
+	}
+	return int(bh.Size), tail
+}
+
 // ringFile writes an export's ring at path holding the first n bytes of
-// blob, its writer failed where failed says.
-func ringFile(t *testing.T, path string, blob []byte, n int, failed bool) {
+// blob (split as blobSplit says), its writer failed short of the whole
+// blob where failed says, as an exporting engine would.
+func ringFile(t *testing.T, path string, blob []byte, head, tail, n int, failed bool) {
 	t.Helper()
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	r, err := createRing(f, int64(len(blob)))
+	state := len(blob) - head - tail
+	r, err := createRing(f, blob[:head], int64(state), tail, 64<<10)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.close()
-	if r.put(blob[:n]) != n {
-		t.Fatalf("the ring took less than %d bytes", n)
+	w := newRingWriter(context.Background(), r, time.Second, false)
+	if _, err := w.Write(blob[head : head+min(max(n-head, 0), state)]); err != nil {
+		t.Fatal(err)
 	}
-	if failed {
+	w.flush()
+	switch {
+	case n == len(blob):
+		copy(r.tailBytes(), blob[len(blob)-tail:])
+		r.setState(ringComplete)
+	case failed:
 		r.setState(ringWriterFailed)
 	}
 }
@@ -194,8 +214,9 @@ func TestStateImportRefusals(t *testing.T) {
 	_, _, blob := call(t, src, transport.OpStateGet, "0", nil) // the bytes an export writes
 	_, meta, _ := call(t, src, transport.OpStateExport, "0", nil)
 	path := meta["path"].(string)
+	head, tail := blobSplit(t, blob)
 	other := filepath.Join(t.TempDir(), filepath.Base(path))
-	ringFile(t, other, blob, len(blob), false)
+	ringFile(t, other, blob, head, tail, len(blob), false)
 	plain := filepath.Join(dir, exportPrefix+"1-plain.blob")
 	if err := os.WriteFile(plain, blob, 0o600); err != nil {
 		t.Fatal(err)
@@ -231,7 +252,7 @@ func TestStateImportRefusals(t *testing.T) {
 			b[r.IntN(len(b))] ^= byte(1 + r.IntN(255))
 		}
 		cut := filepath.Join(dir, fmt.Sprintf("%s%d-trial%d.blob", exportPrefix, os.Getpid(), i))
-		ringFile(t, cut, b, n, n < len(b))
+		ringFile(t, cut, b, head, tail, n, n < len(b))
 		st, meta, _ := call(t, dst, transport.OpStateImport, "1", importPayload(cut))
 		os.Remove(cut)
 		if st == transport.StatusOK {
@@ -334,7 +355,7 @@ func TestCreateRingRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if r, err := createRing(f, 1<<20); err == nil {
+	if r, err := createRing(f, []byte("header"), 1<<20, 0, 64<<10); err == nil {
 		r.close()
 		t.Fatal("a ring was made in a read-only file")
 	}

@@ -315,15 +315,16 @@ func (s *Server) handleStatePut(req *request, rp *replier) error {
 	if sock := spliceable(req, src); sock != nil {
 		in = sock
 	}
-	return s.putState(req, rp, slot, src, in, true, nil)
+	return s.putState(req, rp, slot, src, in, true, nil, nil)
 }
 
 // putState restores slot from in, the blob src counts (src.r.N bytes), as
 // STATE_PUT does, and replies. peer says the blob is the request's own
 // payload, whose breaking closes the connection; otherwise (a shared-memory
-// file) a broken read fails the restore like bad bytes. extra adds fields
-// to the OK reply.
-func (s *Server) putState(req *request, rp *replier, slot int, src *readTracker, in io.Reader, peer bool, extra func(*transport.Meta)) error {
+// file) a broken read fails the restore like bad bytes. done, if any, must
+// pass before a restore counts (else it fails as one); extra adds fields to
+// the OK reply.
+func (s *Server) putState(req *request, rp *replier, slot int, src *readTracker, in io.Reader, peer bool, done func() error, extra func(*transport.Meta)) error {
 	lease, err := s.slots.acquire(slot, slotTransferring)
 	if err != nil {
 		return rp.failErr(err)
@@ -337,6 +338,9 @@ func (s *Server) putState(req *request, rp *replier, slot int, src *readTracker,
 	start, total := time.Now(), src.r.N
 	var trace shm.TransferTrace
 	consumed, source, ckpt, err := s.restore(shm.WithTransferTrace(req.ctx, &trace), b, info, slot, in, total)
+	if err == nil && done != nil {
+		err = done()
+	}
 	trace.AfterPayload = src.sinceLast()
 	s.transferDone(req.ctx, rp, true, slot, total-src.r.N, start, trace, err)
 	if err != nil {

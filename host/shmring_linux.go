@@ -3,8 +3,11 @@ package host
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"syscall"
+	"time"
+	"unsafe"
 )
 
 // populated maps a ring shared and builds its page tables at once.
@@ -24,3 +27,18 @@ func reserve(f *os.File, n int64) error {
 	}
 	return nil
 }
+
+// futexWait sleeps while the 32-bit word at p holds val, at most d, or until
+// futexWake: the word lies in a mapping both engines share, so either
+// process wakes the other (a shared futex, keyed by the file's page).
+func futexWait(p *uint32, val uint32, d time.Duration) {
+	ts := syscall.NsecToTimespec(d.Nanoseconds())
+	_, _, _ = syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(p)), futexWaitOp, uintptr(val), uintptr(unsafe.Pointer(&ts)), 0, 0)
+}
+
+// futexWake wakes every waiter on the word at p.
+func futexWake(p *uint32) {
+	_, _, _ = syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(p)), futexWakeOp, math.MaxInt32, 0, 0, 0)
+}
+
+const futexWaitOp, futexWakeOp = 0, 1 // FUTEX_WAIT, FUTEX_WAKE, not private: across processes

@@ -238,6 +238,9 @@ func (c *Client) statePutShm(ctx context.Context, slot int, tokens []int32, r io
 		chunk = putChunk
 	}
 	r, sum := sumOf(r)
+	if src, ok := r.(SharedSource); ok {
+		return c.statePutShared(ctx, slot, tokens, src, sum, size)
+	}
 	if src, ok := r.(SocketSource); ok && c.splicesAt(chunk) && (sum == nil || c.pipeSum) {
 		traceOf(ctx).path(PathPipes)
 		return c.statePutPipe(ctx, slot, tokens, src, size, sum)

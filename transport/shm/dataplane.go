@@ -102,6 +102,7 @@ const (
 	PathRingRelay = "shm-ring-relay" // a TCP restore spliced into the host's pipes, then copied into the ring
 	PathPipes     = "shm-pipes"      // a restore spliced from the client's socket into pipes the plugin reads
 	PathGRPC      = "grpc"           // gRPC stream messages
+	PathShared    = "shm-shared"     // another engine's shared ring (a handoff), the plugin filling or reading it in place
 )
 
 // WithTransferTrace returns a context on which the data plane records the

@@ -149,10 +149,11 @@ func (h *Host) Close() error {
 
 // hostTransfer is one transfer in flight on the host side.
 type hostTransfer struct {
-	h    *Host
-	id   uint64
-	ring *ring
-	ctrl *ctrlConn
+	h      *Host
+	id     uint64
+	ring   *ring
+	ctrl   *ctrlConn
+	shared bool // the ring is a SharedRing: its owner's, neither reused nor unmapped here
 }
 
 func (h *Host) ring(chunk, depth int) (*ring, error) {
@@ -181,6 +182,23 @@ func (h *Host) begin(chunk, depth int) (*hostTransfer, error) {
 		return nil, err
 	}
 	return &hostTransfer{h: h, id: id, ring: r, ctrl: ctrl}, nil
+}
+
+// beginShared sets up a transfer on a ring another party owns and hands it
+// to the plugin.
+func (h *Host) beginShared(sr SharedRing) (*hostTransfer, error) {
+	if err := checkGeometry(int64(sr.Chunk), int64(sr.Depth)); err != nil {
+		return nil, err
+	}
+	if len(sr.Mem) < sr.Chunk*sr.Depth {
+		return nil, fmt.Errorf("shm data plane: a shared ring of %d × %d bytes in a %d-byte mapping", sr.Depth, sr.Chunk, len(sr.Mem))
+	}
+	id, ctrl, err := h.handOff([]int{int(sr.File.Fd())}, sr.Depth, sr.Chunk)
+	if err != nil {
+		return nil, err
+	}
+	r := &ring{fd: -1, mem: sr.Mem[:sr.Chunk*sr.Depth], chunk: sr.Chunk, depth: sr.Depth}
+	return &hostTransfer{h: h, id: id, ring: r, ctrl: ctrl, shared: true}, nil
 }
 
 // handOff gives the plugin what a transfer needs: datafds (the ring's memfd,
@@ -225,6 +243,9 @@ func (t *hostTransfer) failed(err error) {
 // plugin is known to be done with it (the transfer's RPC returned cleanly).
 func (t *hostTransfer) finish(reuse bool) {
 	t.ctrl.close()
+	if t.shared {
+		return
+	}
 	h := t.h
 	h.poolMu.Lock()
 	if reuse && !h.closed && len(h.pool) < maxIdleRings {
