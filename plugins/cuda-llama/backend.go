@@ -202,7 +202,16 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 	if err != nil {
 		return iface.BackendInfo{}, err
 	}
-	lc, err := newContext(mdl, contextParamsFor(opts, nSlots), gpuDev)
+	cp := contextParamsFor(opts, nSlots)
+	if len(opts.SpecTypes) > 0 && mdl.recurrentState() {
+		// A rejected draft is cut from the recurrent state as from the
+		// attention cache, from snapshots llama.cpp keeps of the step's
+		// tokens, instead of saving the state before every drafting step
+		// and evaluating the kept tokens again (as llama-server does for
+		// draft-mtp).
+		cp.nRsSeq = opts.SpecBounds.NMax
+	}
+	lc, err := newContext(mdl, cp, gpuDev)
 	if err != nil {
 		mdl.free()
 		return iface.BackendInfo{}, err
@@ -212,16 +221,16 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 		return iface.BackendInfo{}, err
 	}
 	if len(opts.SpecTypes) > 0 {
-		if e.spec, err = newSpeculator(lc, opts, e.cells.Slots, b.gpuLayers(opts.DraftNGPU, gpuDev != nil), mdl.recurrentState(), b.log); err != nil {
+		rollback := mdl.recurrentState() && lc.NRsSeq() == 0 // a memory without snapshots to cut drafts from
+		if e.spec, err = newSpeculator(lc, opts, e.cells.Slots, b.gpuLayers(opts.DraftNGPU, gpuDev != nil), rollback, b.log); err != nil {
 			return iface.BackendInfo{}, err
 		}
 		b.log.Info("speculative decoding", "spec_type", strings.Join(opts.SpecTypes, ","), "draft_model", opts.DraftModel,
 			"draft_max", opts.SpecBounds.NMax, "draft_min", opts.SpecBounds.NMin, "draft_p_min", opts.DraftPMin,
 			"draft_batch_max", opts.SpecBounds.BatchMax, "draft_rule", opts.DraftRule())
 		if mdl.recurrentState() {
-			b.log.Warn("speculative decoding on a model whose state cannot be cut back: each drafting slot's recurrent state is "+
-				"copied out before every step that drafts and restored where a draft is rejected (draft_rule=measured counts "+
-				"these in a step's cost)", "memory", mdl.composite())
+			b.log.Info("speculative decoding on a model with a recurrent state: llama.cpp keeps draft_max snapshots of each "+
+				"slot's state to cut rejected drafts from", "memory", mdl.composite(), "n_rs_seq", cp.nRsSeq)
 		}
 	}
 	if opts.Embeddings {

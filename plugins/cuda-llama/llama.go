@@ -185,6 +185,7 @@ type lctx struct {
 type contextParams struct {
 	nCtx, nBatch, nUBatch   int
 	nSeqMax                 int
+	nRsSeq                  int  // recurrent-state snapshots a sequence (speculative rollback)
 	perSeqKV                bool // a KV stream per sequence, n_ctx split among them
 	nThreads, nThreadsBatch int
 	flashAttn               int
@@ -197,7 +198,7 @@ type contextParams struct {
 }
 
 func newContext(m *model, p contextParams, gpu *llama.Device) (*lctx, error) {
-	cp := llama.ContextParams{NCtx: p.nCtx, NBatch: p.nBatch, NUBatch: p.nUBatch, NSeqMax: p.nSeqMax, PerSeqKV: p.perSeqKV,
+	cp := llama.ContextParams{NCtx: p.nCtx, NBatch: p.nBatch, NUBatch: p.nUBatch, NSeqMax: p.nSeqMax, NRsSeq: p.nRsSeq, PerSeqKV: p.perSeqKV,
 		NThreads: p.nThreads, NThreadsBatch: p.nThreadsBatch, FlashAttn: p.flashAttn, TypeK: p.typeK, TypeV: p.typeV,
 		SWAFull: p.swaFull, RopeScaling: p.RopeScaling, RopeFreqScale: p.RopeFreqScale, YarnOrigCtx: p.YarnOrigCtx, GPU: gpu}
 	if p.embedPooling != nil {

@@ -15,7 +15,8 @@ import (
 
 func newScheduler(e *engine) *sched.Scheduler {
 	c := sched.Config{Lock: &e.mu, Ctx: e.ctx, Vocab: e.model, Slots: e, Prompts: e, Cells: &e.cells, Log: e.log,
-		Size: e.ctx.nBatch, Shift: e.contextShift, Rollback: e.layout.recurrent()}
+		Size: e.ctx.nBatch, Shift: e.contextShift,
+		Rollback: e.layout.recurrent() && e.ctx.NRsSeq() == 0, Snapshots: e.layout.recurrent() && e.ctx.NRsSeq() > 0}
 	if e.spec != nil {
 		c.Spec = e.spec.Speculation
 	}

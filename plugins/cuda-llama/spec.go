@@ -23,10 +23,13 @@ import (
 // slots) after its pending token; the target verifies them in the shared
 // step, each sampled from the row before it as it would be alone, so the
 // output is the one decoding without a draft gives, and the tail after the
-// first mismatch is removed from both contexts; a target whose state cannot
-// be cut back (hybrid, recurrent) restores the state it saved before the
-// step and evaluates the kept tokens again (internal/sched: saveRollbacks,
-// replay). This file is the drafting itself, the scheduler's Drafter.
+// first mismatch is removed from both contexts; a hybrid or recurrent
+// target's state is cut back from the snapshots llama.cpp keeps of each
+// step's last draft_max states (n_rs_seq; no draft in a step that evaluates
+// a prompt, where they do not hold), or, in a context without them,
+// restored from a copy saved before the step and the kept tokens evaluated
+// again (internal/sched: saveRollbacks, replay). This file is the drafting
+// itself, the scheduler's Drafter.
 //
 // The draft context holds, per slot, a prefix of the slot's tokens (held):
 // before drafting each slot's held tokens are cut back to what they share

@@ -34,6 +34,10 @@ type Context struct {
 type ContextParams struct {
 	NCtx, NBatch, NUBatch int
 	NSeqMax               int
+	// NRsSeq keeps that many recurrent-state snapshots a sequence, so that a
+	// recurrent or hybrid memory can be cut back by up to NRsSeq tokens once
+	// after each decode (llama.cpp's n_rs_seq; 0: not at all).
+	NRsSeq int
 	// PerSeqKV gives every sequence a KV stream of its own, n_ctx split
 	// among them; states are one stream on the wire either way (shim.cpp).
 	PerSeqKV                bool
@@ -77,6 +81,7 @@ func NewContext(m Model, p ContextParams) (*Context, error) {
 	cp.n_batch = C.uint32_t(min(p.NBatch, p.NCtx))
 	cp.n_ubatch = C.uint32_t(min(p.NUBatch, p.NBatch, p.NCtx))
 	cp.n_seq_max = C.uint32_t(p.NSeqMax)
+	cp.n_rs_seq = C.uint32_t(p.NRsSeq)
 	cp.n_threads = C.int32_t(p.NThreads)
 	cp.n_threads_batch = C.int32_t(p.NThreadsBatch)
 	cp.flash_attn_type = C.enum_llama_flash_attn_type(p.FlashAttn)
@@ -126,6 +131,9 @@ func wrapContext(c *C.struct_llama_context) *Context {
 
 // NCtx is the context's cells.
 func (c *Context) NCtx() int { return int(C.llama_n_ctx(c.p)) }
+
+// NRsSeq is the recurrent-state snapshots a sequence keeps (ContextParams).
+func (c *Context) NRsSeq() int { return int(C.llama_n_rs_seq(c.p)) }
 
 // NCtxSeq is the cells one sequence may hold: n_ctx, or its stream's.
 func (c *Context) NCtxSeq() int { return int(C.llama_n_ctx_seq(c.p)) }

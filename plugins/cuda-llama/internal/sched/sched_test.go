@@ -406,3 +406,56 @@ func TestSpeculativeAllAccepted(t *testing.T) {
 	}
 	r.checkMemory(t)
 }
+
+// TestSpeculativeSnapshots: on a memory that cuts drafts back from
+// snapshots (llama.cpp's n_rs_seq), no decoder drafts in a step that
+// evaluates a prompt, and drafts in the others; the tokens are those of
+// decoding without drafts.
+func TestSpeculativeSnapshots(t *testing.T) {
+	d := &schedtest.Drafter{Guess: guess(2)}
+	sp := &sched.Speculation{Drafter: d, Rule: specrule.New(specrule.Bounds{NMax: 4, BatchMax: 64}, true, false),
+		Acc: make([]specrule.Acceptance, 2)}
+	r := newRig(2, 256, 8, func(c *sched.Config) { c.Spec, c.Snapshots = sp, true })
+	mixed, prompts := 0, 0
+	r.ctx.Fail = func(b *sched.Batch) error {
+		rows, outputs := map[int32]int{}, map[int32]int{}
+		for i := range b.Len() {
+			rows[b.Seq[i]]++
+			if b.Logits[i] {
+				outputs[b.Seq[i]]++
+			}
+		}
+		prompt, drafting := false, false
+		for s, n := range rows {
+			prompt = prompt || outputs[s] < n
+			drafting = drafting || (n > 1 && outputs[s] == n)
+		}
+		if prompt {
+			prompts++
+		}
+		if prompt && drafting {
+			mixed++
+		}
+		return nil
+	}
+	pa, pb := ramp(1, 4), ramp(100, 30)
+	a := r.prompt(0, pa, 40)
+	for range 3 {
+		r.step(a)
+	}
+	b := r.prompt(1, pb, 10) // four chunks of 8 beside a's decoding
+	r.run(t, a, b)
+	for _, c := range []struct {
+		j *sched.Job
+		p []int32
+		n int
+	}{{a, pa, 40}, {b, pb, 10}} {
+		if r.errs[c.j] != nil || !slices.Equal(r.toks[c.j], chain(c.p, c.n)) {
+			t.Errorf("slot %d: %v %v, want %v", c.j.Slot, r.errs[c.j], r.toks[c.j], chain(c.p, c.n))
+		}
+	}
+	if mixed != 0 || prompts < 4 || sp.Drafted.Load() == 0 {
+		t.Errorf("%d of %d steps with a prompt also verified drafts; %d draft tokens in all", mixed, prompts, sp.Drafted.Load())
+	}
+	r.checkMemory(t)
+}

@@ -33,9 +33,15 @@ type Config struct {
 	Size    int  // the tokens a batch takes: n_batch
 	Shift   bool // a full slot shifts its context (context_shift)
 	// Rollback says that the context's memory cannot be cut back: a
-	// drafting decoder's partial state is saved before its step.
+	// drafting decoder's partial state is saved before its step (a memory
+	// that keeps snapshots to cut from, llama.cpp's n_rs_seq, can).
 	Rollback bool
-	Spec     *Speculation // nil without speculative decoding
+	// Snapshots says that the memory cuts a rejected draft back from
+	// snapshots of the step's states (llama.cpp's n_rs_seq), which hold
+	// only for a step without prompt rows: no decoder drafts in a step
+	// that evaluates a prompt.
+	Snapshots bool
+	Spec      *Speculation // nil without speculative decoding
 }
 
 // Scheduler runs the steps.

@@ -201,8 +201,8 @@ func (s *Scheduler) settleDrafts(entries []entry) (rolled []*Job) {
 			continue
 		}
 		n := len(d.Draft)
-		if !s.Ctx.SeqRmFrom(en.j.Slot, len(en.j.KV.Seq())) && d.rollback != nil {
-			rolled = append(rolled, en.j)
+		if !s.Ctx.SeqRmFrom(en.j.Slot, len(en.j.KV.Seq())) {
+			rolled = append(rolled, en.j) // replay restores it, or empties a slot it cannot
 		}
 		en.j.KV.Claim -= n
 		if en.j.ended {
@@ -223,8 +223,9 @@ func (s *Scheduler) settleDrafts(entries []entry) (rolled []*Job) {
 // is restored, the attention cells from the step's first position cut, and
 // the tokens it kept (the pending one and the accepted drafts) evaluated
 // again in one batch for all, without logits (their tokens were sampled
-// already). A slot that cannot be brought back is emptied, its decoder
-// ended with the error: never a state that differs from its tokens.
+// already). A slot that cannot be brought back (no state saved, where the
+// memory was to cut the draft itself) is emptied, its decoder ended with
+// the error: never a state that differs from its tokens.
 //
 // The drafter is not handed the replay: the verifying step evaluated the
 // same tokens from the same state, and an MTP block holds them, each with
@@ -241,6 +242,11 @@ func (s *Scheduler) replay(jobs []*Job) {
 	for _, j := range jobs {
 		d, seq := j.Decode, j.KV.Seq()
 		pos0 := len(seq) - 1 - d.nAccepted
+		if d.rollback == nil {
+			// Nothing was saved (the memory was to cut the draft itself).
+			s.failReplay(j, fmt.Errorf("llama.cpp could not cut sequence %d back to %d past its rejected draft", j.Slot, len(seq)))
+			continue
+		}
 		err := s.Ctx.SetPartialState(j.Slot, d.rollback)
 		if err == nil && !s.Ctx.SeqRmFrom(j.Slot, pos0) {
 			err = fmt.Errorf("llama.cpp could not cut sequence %d at %d after restoring its state", j.Slot, pos0)

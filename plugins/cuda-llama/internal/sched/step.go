@@ -40,7 +40,16 @@ func (s *Scheduler) build() (entries []entry, n int) {
 		}
 		decoders = append(decoders, j)
 	}
-	s.draftStep(decoders, s.Size-len(decoders))
+	if s.Snapshots && s.promptWaiting() {
+		// Snapshots cut a draft back right only from a step without prompt
+		// rows (llama.cpp's split of such a batch leaves the decoders' wrong):
+		// the decoders go without drafts while a prompt is evaluated.
+		for _, j := range decoders {
+			j.Decode.Draft, j.Decode.nAccepted = nil, 0
+		}
+	} else {
+		s.draftStep(decoders, s.Size-len(decoders))
+	}
 	for _, j := range decoders {
 		k := 1 + len(j.Decode.Draft)
 		entries = append(entries, entry{j: j, n: k, last: true})
@@ -69,6 +78,16 @@ func (s *Scheduler) build() (entries []entry, n int) {
 		slices.SortStableFunc(entries, func(a, b entry) int { return a.j.Slot - b.j.Slot })
 	}
 	return entries, s.fill(entries)
+}
+
+// promptWaiting says whether a prompt has chunks left to evaluate.
+func (s *Scheduler) promptWaiting() bool {
+	for _, j := range s.jobs {
+		if j.Prefill != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // fill writes the entries' tokens into the batch in their order, setting
