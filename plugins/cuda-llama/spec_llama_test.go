@@ -348,6 +348,14 @@ func TestSpecHybrid(t *testing.T) {
 				t.Fatalf("want drafts alone and batched, some rejected: %d of %d accepted (%d alone)", accepted, drafted, aloneDrafted)
 			}
 
+			// The snapshots a drafting context keeps (n_rs_seq) are not in
+			// its states: the layout is a plain context's, and a state
+			// moves into one.
+			pi, _ := plain.Info(context.Background())
+			spi, _ := spec.Info(context.Background())
+			if pi.StateLayout != spi.StateLayout {
+				t.Fatalf("state layout with drafts %s, without %s", spi.StateLayout, pi.StateLayout)
+			}
 			si := slotInfo(t, spec, 0)
 			state := stateOf(t, spec, 0, 1<<20)
 			if _, err := plain.StatePut(context.Background(), 1, si.Tokens, bytes.NewReader(state), int64(len(state))); err != nil {
