@@ -119,7 +119,9 @@ func TestPluginCrash(t *testing.T) {
 	}
 
 	// STATE_GET: the reply header is out; the connection closes mid-payload.
-	mustOK(t, c, transport.OpPrefill, "1", chat(strings.Repeat("s", 2000)))
+	// 600 tokens (~80 MB) are far more than the sockets buffer, and little
+	// enough that PREFILL's own blob keeps the minimum rate on a loaded box.
+	mustOK(t, c, transport.OpPrefill, "1", chat(strings.Repeat("s", 600)))
 	rc := rawConn(t, e.unix)
 	req := transport.AppendRequestHeader(nil, transport.RequestHeader{Op: transport.OpStateGet, KeyLen: 1})
 	rc.Write(append(req, '1'))
@@ -141,7 +143,7 @@ func TestPluginCrash(t *testing.T) {
 	// (the engine closes the connection after it rather than drain the rest
 	// of a large payload, so the client's send may fail), and the slot is
 	// empty.
-	mustOK(t, c, transport.OpPrefill, "1", chat(strings.Repeat("p", 2000)))
+	mustOK(t, c, transport.OpPrefill, "1", chat(strings.Repeat("p", 600)))
 	_, blob := getState(t, c, "1")
 	pc := rawConn(t, e.unix)
 	req = transport.AppendRequestHeader(nil, transport.RequestHeader{Op: transport.OpStatePut, KeyLen: 1, PayloadLen: uint64(len(blob))})
