@@ -119,16 +119,14 @@ func (w *ringWriter) Write(p []byte) (int, error) {
 		if w.n+int64(w.fill+len(p)) > int64(w.r.head)+w.r.state() {
 			return n, fmt.Errorf("the backend wrote past the %d bytes announced", w.r.state())
 		}
-		if w.fill == 0 {
-			for !w.r.room() {
-				if err := w.stalled(); err != nil {
-					return n, err
-				}
-				w.r.waitFreed(w.r.filled() - w.r.depth)
-			}
+		for w.fill == 0 {
 			if err := w.stalled(); err != nil {
 				return n, err
 			}
+			if w.r.room() {
+				break
+			}
+			w.r.waitFreed(w.r.filled() - w.r.depth)
 		}
 		c := copy(w.r.buf(w.r.filled() % w.r.depth)[w.fill:], p)
 		w.fill += c
@@ -141,13 +139,12 @@ func (w *ringWriter) Write(p []byte) (int, error) {
 }
 
 // flush publishes the buffer being filled, if it holds anything.
-func (w *ringWriter) flush() error {
+func (w *ringWriter) flush() {
 	if w.fill > 0 {
 		w.add(w.r.buf(w.r.filled() % w.r.depth)[:w.fill])
 		w.r.publish(w.fill)
 		w.fill = 0
 	}
-	return nil
 }
 
 // handoffReader reads an export's blob as its engine writes it: the header

@@ -153,22 +153,11 @@ type getLoop struct {
 // it, until END, ABORT or a failure.
 func (t *hostTransfer) sendFilled(clock waitClock, w io.Writer) (g getLoop) {
 	for {
-		waited := clock.now()
-		kind, k, n, err := t.ctrl.recv()
-		clock.since(waited)
-		switch {
-		case err != nil:
-			g.cerr = err // the plugin closed its end: its result says why
+		k, n, ok := t.nextFilled(clock, &g)
+		if !ok {
 			return g
-		case kind == msgEnd:
-			if g.ended = uint64(g.written) == n; !g.ended {
-				g.werr = fmt.Errorf("shm data plane: plugin announced %d bytes, sent %d", n, g.written)
-			}
-			return g
-		case kind != msgFilled: // msgAbort: the plugin failed; its result says why
-			g.cerr = fmt.Errorf("control message %d", kind)
-			return g
-		case int(k) >= t.ring.depth || n > uint64(t.ring.chunk):
+		}
+		if int(k) >= t.ring.depth || n > uint64(t.ring.chunk) {
 			g.werr = fmt.Errorf("shm data plane: bad buffer (%d, %d) from the plugin", k, n)
 			return g
 		}
@@ -185,6 +174,28 @@ func (t *hostTransfer) sendFilled(clock waitClock, w io.Writer) (g getLoop) {
 			}
 		}
 	}
+}
+
+// nextFilled waits for the plugin's next FILLED message of a STATE_GET and
+// returns its buffer and byte count; ok false when the loop ends there
+// (END, ABORT, a closed socket), with g saying how.
+func (t *hostTransfer) nextFilled(clock waitClock, g *getLoop) (k uint32, n uint64, ok bool) {
+	waited := clock.now()
+	kind, k, n, err := t.ctrl.recv()
+	clock.since(waited)
+	switch {
+	case err != nil:
+		g.cerr = err // the plugin closed its end: its result says why
+	case kind == msgEnd:
+		if g.ended = uint64(g.written) == n; !g.ended {
+			g.werr = fmt.Errorf("shm data plane: plugin announced %d bytes, sent %d", n, g.written)
+		}
+	case kind != msgFilled: // msgAbort: the plugin failed; its result says why
+		g.cerr = fmt.Errorf("control message %d", kind)
+	default:
+		return k, n, true
+	}
+	return 0, 0, false
 }
 
 // filledRun extends buffer k (n bytes) with the buffers the plugin has

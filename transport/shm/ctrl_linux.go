@@ -94,13 +94,18 @@ func newCtrlConn(fd int, depth, chunk int) (*ctrlConn, error) {
 // post queues a FILLED or FREE message, sending the queue once it holds a
 // batch.
 func (c *ctrlConn) post(kind, k uint32, n uint64) error {
-	c.held = binary.LittleEndian.AppendUint32(c.held, kind)
-	c.held = binary.LittleEndian.AppendUint32(c.held, k)
-	c.held = binary.LittleEndian.AppendUint64(c.held, n)
+	c.held = appendMsg(c.held, kind, k, n)
 	if len(c.held) >= c.batch*ctrlMsgSize {
 		return c.flush()
 	}
 	return nil
+}
+
+// appendMsg appends one encoded message to b.
+func appendMsg(b []byte, kind, k uint32, n uint64) []byte {
+	b = binary.LittleEndian.AppendUint32(b, kind)
+	b = binary.LittleEndian.AppendUint32(b, k)
+	return binary.LittleEndian.AppendUint64(b, n)
 }
 
 // send sends a message now, after any held ones (END and ABORT).

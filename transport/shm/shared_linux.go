@@ -2,7 +2,6 @@ package shm
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -56,18 +55,9 @@ func (c *Client) StateGetShared(ctx context.Context, slot int, ring SharedRing, 
 // END, ABORT or a failure.
 func (t *hostTransfer) passFilled(sink SharedSink) (g getLoop) {
 	for published := 0; ; published++ {
-		kind, k, n, err := t.ctrl.recv()
+		k, n, ok := t.nextFilled(waitClock{}, &g)
 		switch {
-		case err != nil:
-			g.cerr = err // the plugin closed its end: its result says why
-			return g
-		case kind == msgEnd:
-			if g.ended = uint64(g.written) == n; !g.ended {
-				g.werr = fmt.Errorf("shm data plane: plugin announced %d bytes, sent %d", n, g.written)
-			}
-			return g
-		case kind != msgFilled:
-			g.cerr = fmt.Errorf("control message %d", kind)
+		case !ok:
 			return g
 		case int(k) != published%t.ring.depth || n == 0 || n > uint64(t.ring.chunk):
 			g.werr = fmt.Errorf("shm data plane: buffer (%d, %d) from the plugin, want buffer %d of at most %d bytes", k, n, published%t.ring.depth, t.ring.chunk)
@@ -107,12 +97,6 @@ func (t *hostTransfer) passFrees(ctx context.Context, sink SharedSink) error {
 func (t *hostTransfer) write(kind, k uint32, n uint64) error {
 	_, err := t.ctrl.c.Write(appendMsg(nil, kind, k, n))
 	return err
-}
-
-func appendMsg(b []byte, kind, k uint32, n uint64) []byte {
-	b = binary.LittleEndian.AppendUint32(b, kind)
-	b = binary.LittleEndian.AppendUint32(b, k)
-	return binary.LittleEndian.AppendUint64(b, n)
 }
 
 // statePutShared restores size bytes from src's ring: each buffer its
