@@ -23,9 +23,10 @@ import (
 )
 
 // pluginEnv is the environment a plugin gets: only what a backend needs to
-// find its libraries and devices, not the operator's whole shell.
+// find its libraries and devices, not the operator's whole shell; GORACE
+// too, so that a race-built plugin is tuned as its race-built engine is.
 func pluginEnv() []string {
-	keep := []string{"PATH", "HOME", "TMPDIR", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "GGML_", "OMP_", "HYDRA_"}
+	keep := []string{"PATH", "HOME", "TMPDIR", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "GGML_", "OMP_", "HYDRA_", "GORACE"}
 	var env []string
 	for _, kv := range os.Environ() {
 		for _, k := range keep {
