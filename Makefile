@@ -28,6 +28,7 @@ FUZZ_TARGETS := \
 	./host:FuzzParseSwapQuant \
 	./host:FuzzConfigureInfo \
 	./host:FuzzCountMessages \
+	./host/combined:FuzzReadMessage \
 	./host/httpapi:FuzzCompletionBody \
 	./host/httpapi:FuzzMessagesBody \
 	./host/httpapi:FuzzResponsesBody \

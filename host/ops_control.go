@@ -74,9 +74,10 @@ func (s *Server) handleInfo(req *request, rp *replier) error {
 		return down(err)
 	}
 	mode := s.expertMode(info)
-	m := transport.NewMeta().Add("engine", "hydra-engine").Add("version", s.cfg.Version).Add("capabilities", capabilities(info)).
-		Add("preset_aliases", []string{}).Add("solo_active", mode == "solo").Add("rpc_backend_active", false).
-		Add("mode", mode).Add("peer_addr", info.PeerDevice).Add("peer_reachable", info.PeerReachable).
+	pv := s.peerView(info)
+	m := transport.NewMeta().Add("engine", "hydra-engine").Add("version", s.cfg.Version).Add("capabilities", capabilities(info, pv)).
+		Add("preset_aliases", []string{}).Add("solo_active", mode == "solo").Add("rpc_backend_active", pv.lending).
+		Add("mode", mode).Add("peer_addr", pv.addr).Add("peer_reachable", pv.reachable).
 		Add("layer_split", info.LayerSplit).Add("combined_head_attached", mode == "combined").Add("pipeline_capable", false).
 		Add("split_mode", info.SplitMode).Add("quant_keys", append([]string{}, info.Quants...)).Add("active_quant", info.ActiveQuant).
 		Add("backend", info.Name).Add("backend_version", info.Version).Add("n_slots", info.NSlots).
@@ -86,6 +87,7 @@ func (s *Server) handleInfo(req *request, rp *replier) error {
 	m.Add("n_ctx_slot", info.SlotCtx()).Add("kv_unified", info.KVUnified).Add("kv_cells_used", used).
 		Add("kv_cells_free", free).Add("sampler", s.tun.Sampler())
 	addCheckpoints(m, now.Checkpoints)
+	pv.add(m)
 	return rp.replyMeta(transport.StatusOK, m, nil)
 }
 
@@ -153,28 +155,38 @@ func (s *Server) handleSetExpertMode(req *request, rp *replier) error {
 			Add("error", "expert_mode must be 'solo' or 'combined'"), nil)
 	}
 	b, _ := s.Backend()
-	active, err := b.SetExpertMode(req.ctx, mode)
+	var active string
+	if s.peerHead() {
+		active, err = s.setPeerMode(req.ctx, mode)
+	} else {
+		active, err = b.SetExpertMode(req.ctx, mode)
+	}
 	if err != nil {
 		return rp.replyMeta(statusOf(err), transport.NewMeta().Add("success", false).Add("error", err.Error()), nil)
 	}
 	s.tun.setExpertMode(active)
 	s.refreshInfo(b)
-	if mode == "combined" && active != mode && s.cfg.CombinedUnavailable != "" {
-		s.log.Info("SET_EXPERT_MODE combined answered "+active+": "+s.cfg.CombinedUnavailable, "mode", active)
+	reply := transport.NewMeta().Add("success", true).Add("mode", active)
+	if pv := s.peerView(iface.BackendInfo{}); pv.following {
+		// The coordinator reads peer_connected false as a refusal.
+		reply.Add("peer_connected", pv.connected && active == "combined")
+		if active != mode {
+			reply.Add("reason", pv.why)
+		}
 	}
-	return rp.replyMeta(transport.StatusOK, transport.NewMeta().Add("success", true).Add("mode", active), nil)
+	return rp.replyMeta(transport.StatusOK, reply, nil)
 }
 
 // capabilities are INFO's: the engine's (state_shm: STATE_EXPORT and
 // STATE_IMPORT on its Unix sockets), the backend's own, and those its
 // info implies (quant_swap with quantisations to swap to, combined with a
 // peer device), each once.
-func capabilities(info iface.BackendInfo) []string {
+func capabilities(info iface.BackendInfo, pv peerView) []string {
 	caps := []string{"prefill", "decode", "state_transfer", "expert_mode", "model_hash"}
 	if handoffCapability != "" {
 		caps = append(caps, handoffCapability)
 	}
-	for _, c := range append(slices.Clone(info.Capabilities), implied(info)...) {
+	for _, c := range append(slices.Clone(info.Capabilities), implied(info, pv)...) {
 		if !slices.Contains(caps, c) {
 			caps = append(caps, c)
 		}
@@ -183,12 +195,12 @@ func capabilities(info iface.BackendInfo) []string {
 }
 
 // implied are the capabilities the backend's info shows it has.
-func implied(info iface.BackendInfo) []string {
+func implied(info iface.BackendInfo, pv peerView) []string {
 	var caps []string
 	if len(info.Quants) > 0 {
 		caps = append(caps, "quant_swap")
 	}
-	if info.PeerReachable {
+	if pv.reachable {
 		caps = append(caps, "combined")
 	}
 	return caps
@@ -290,6 +302,7 @@ func (s *Server) handleSwapQuant(req *request, rp *replier) error {
 		return rp.replyMeta(statusOf(err), transport.NewMeta().Add("success", false).Add("error", err.Error()), nil)
 	}
 	info = s.refreshInfo(b)
+	s.nudgeLender()
 	ms := float64(res.Duration.Microseconds()) / 1000
 	log.Info("SWAP_QUANT", "quant_key", abbreviate(key), "tensor_pattern", abbreviate(pattern), "swapped", res.Swapped, "bytes", res.Bytes,
 		"swap_ms", ms, "active_quant", info.ActiveQuant, "model_hash", info.Model.Hash)

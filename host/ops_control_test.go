@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
 	"github.com/hydra-engine/hydra-engine/iface"
 	"github.com/hydra-engine/hydra-engine/transport"
 )
@@ -104,27 +102,10 @@ func TestSwapQuantReplyAndIdentity(t *testing.T) {
 	}
 }
 
-// soloBackend has no peer: "combined" is answered "solo", as the backends
-// do without one.
-type soloBackend struct{ quantBackend }
+func (b *quantBackend) LendWeights(context.Context) (iface.WeightRegistry, error) {
+	return iface.WeightRegistry{}, iface.ErrNotImplemented
+}
 
-func (b *soloBackend) SetExpertMode(context.Context, string) (string, error) { return "solo", nil }
-
-// TestSetExpertModeSaysWhySolo: with CombinedUnavailable set, a
-// SET_EXPERT_MODE "combined" the backend answers "solo" logs that reason;
-// "solo" asked for, or no reason configured, logs nothing of it.
-func TestSetExpertModeSaysWhySolo(t *testing.T) {
-	for _, why := range []string{"", "--rpc-engine localhost:9506 is not acting yet"} {
-		var logs bytes.Buffer
-		b := &soloBackend{quantBackend{info: iface.BackendInfo{Name: "q", NSlots: 1}}}
-		s := NewServer(b, b.info, nil, Config{Logger: hclog.New(&hclog.LoggerOptions{Output: &logs}), CombinedUnavailable: why})
-		if st, meta := handle(t, s, s.handleSetExpertMode, []byte("combined")); st != transport.StatusOK || string(meta) != `{"success":true,"mode":"solo"}` {
-			t.Fatalf("SET_EXPERT_MODE combined: %v %s", st, meta)
-		}
-		handle(t, s, s.handleSetExpertMode, []byte("solo"))
-		if n := strings.Count(logs.String(), "SET_EXPERT_MODE combined answered solo: "); (why == "" && n != 0) ||
-			(why != "" && (n != 1 || !strings.Contains(logs.String(), "answered solo: "+why))) {
-			t.Errorf("reason %q: log\n%s", why, logs.String())
-		}
-	}
+func (b *quantBackend) BindPeer(context.Context, iface.WeightRegistry) (iface.ExpertModeResult, error) {
+	return iface.ExpertModeResult{}, iface.ErrNotImplemented
 }

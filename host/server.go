@@ -54,11 +54,6 @@ type Config struct {
 	// STATE_EXPORT writes the blobs it hands to another engine on this host
 	// and from which STATE_IMPORT reads them (default DefaultStateShmDir).
 	StateShmDir string
-	// CombinedUnavailable, when set, is why the engine cannot run combined
-	// mode although its configuration named a peer the backend does not
-	// see (llama-engine's --rpc-engine): a SET_EXPERT_MODE "combined" that
-	// the backend answers otherwise logs it, so the operator learns why.
-	CombinedUnavailable string
 	// TracerProvider makes a span of every request (host/tracing); nil:
 	// traces are off.
 	TracerProvider trace.TracerProvider
@@ -126,6 +121,8 @@ type Server struct {
 	connMu    sync.Mutex
 	conns     map[net.Conn]struct{}
 	listeners map[net.Listener]struct{}
+
+	peer peering // combined mode between engines (ops_combined.go)
 }
 
 // NewServer returns a server over a loaded backend. tun may be shared with a
@@ -196,6 +193,7 @@ func (s *Server) SetBackend(b iface.Backend, info iface.BackendInfo) {
 	s.mu.Unlock()
 	s.slots.reset(info.NSlots)
 	s.refreshSlots()
+	s.rebindPeer()
 }
 
 // Serve accepts connections on l until the listener closes, and serves each
@@ -327,6 +325,7 @@ func (s *Server) Shutdown(grace time.Duration) (cut int) {
 		<-done
 	}
 	s.cancel()
+	s.closePeering()
 	return cut
 }
 

@@ -56,6 +56,17 @@ type Backend interface {
 	// the quantisation quantKey ("base": the loaded model's own), all or
 	// none of them; backends without it return ErrNotImplemented.
 	SwapQuant(ctx context.Context, quantKey, tensorPattern string) (SwapResult, error)
+	// LendWeights lists the weights this engine holds and where their bytes
+	// are, for a combined head on the same host (lend.go); backends that
+	// lend none return ErrNotImplemented.
+	LendWeights(ctx context.Context) (WeightRegistry, error)
+	// BindPeer makes combined mode use a peer engine's lent weights for the
+	// weights its pattern names, each checked against its own (name and
+	// shape; the type may differ, as a peer may hold another quantisation),
+	// re-binding when already bound. What it cannot bind leaves solo active,
+	// the reason in the result; backends without it return
+	// ErrNotImplemented.
+	BindPeer(ctx context.Context, reg WeightRegistry) (ExpertModeResult, error)
 
 	// Embed evaluates each input as a sequence of its own, apart from every
 	// slot's (no slot's KV is touched), and returns their embeddings in

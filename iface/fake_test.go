@@ -157,3 +157,11 @@ func (w *chunkRecorder) maxChunk() int {
 	}
 	return m
 }
+
+func (f *fakeBackend) LendWeights(context.Context) (WeightRegistry, error) {
+	return WeightRegistry{}, ErrNotImplemented
+}
+
+func (f *fakeBackend) BindPeer(context.Context, WeightRegistry) (ExpertModeResult, error) {
+	return ExpertModeResult{}, ErrNotImplemented
+}

@@ -282,6 +282,22 @@ func (c *GRPCClient) SwapQuant(ctx context.Context, quantKey, tensorPattern stri
 	return swapResultFromPB(resp), nil
 }
 
+func (c *GRPCClient) LendWeights(ctx context.Context) (WeightRegistry, error) {
+	resp, err := c.client.LendWeights(ctx, &backendv1.LendWeightsRequest{})
+	if err != nil {
+		return WeightRegistry{}, FromStatus(err)
+	}
+	return registryFromPB(resp), nil
+}
+
+func (c *GRPCClient) BindPeer(ctx context.Context, reg WeightRegistry) (ExpertModeResult, error) {
+	resp, err := c.client.BindPeer(ctx, registryToPB(reg))
+	if err != nil {
+		return ExpertModeResult{}, FromStatus(err)
+	}
+	return ExpertModeResult{Mode: resp.GetMode(), Reason: resp.GetReason(), Bound: int(resp.GetBound())}, nil
+}
+
 func (c *GRPCClient) SlotCheckpoint(ctx context.Context, slot int) (*Checkpoint, error) {
 	resp, err := c.client.SlotCheckpoint(ctx, &backendv1.SlotRequest{Slot: int64(slot)})
 	if err != nil {

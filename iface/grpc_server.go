@@ -267,6 +267,26 @@ func (s *GRPCServer) SwapQuant(ctx context.Context, req *backendv1.SwapQuantRequ
 	return swapResultToPB(res), nil
 }
 
+func (s *GRPCServer) LendWeights(ctx context.Context, _ *backendv1.LendWeightsRequest) (*backendv1.WeightRegistry, error) {
+	reg, err := s.Impl.LendWeights(ctx)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return registryToPB(reg), nil
+}
+
+func (s *GRPCServer) BindPeer(ctx context.Context, req *backendv1.WeightRegistry) (*backendv1.BindPeerResponse, error) {
+	reg := registryFromPB(req)
+	if err := reg.Check(); err != nil {
+		return nil, ToStatus(fmt.Errorf("%w: the peer's weights: %w", ErrBadRequest, err))
+	}
+	res, err := s.Impl.BindPeer(ctx, reg)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &backendv1.BindPeerResponse{Mode: res.Mode, Reason: res.Reason, Bound: int32(res.Bound)}, nil
+}
+
 func (s *GRPCServer) Embed(ctx context.Context, req *backendv1.EmbedRequest) (*backendv1.EmbedResponse, error) {
 	embs, err := s.Impl.Embed(ctx, embedRequestFromPB(req))
 	if err != nil {

@@ -27,6 +27,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -61,11 +62,15 @@ func hydraHead(t *testing.T) string {
 
 // The edits a test configuration may carry, line for line against the
 // original: a binary's, model's or template's absolute path moved under
-// ${ROOT}, a port given as ${HTTP_PORT} or ${RPC_PORT}, and, in global.yaml
-// alone, the line an operator adds for Hydra RPC on --host 0.0.0.0.
+// ${ROOT}, a port given as ${HTTP_PORT}, ${RPC_PORT} or ${LEND_PORT} (the
+// COMBINED peer's, llama-engine's --ggml-rpc-port) and the head's peer
+// address as localhost:${PEER_PORT}, and, in global.yaml alone, the line an
+// operator adds for Hydra RPC on --host 0.0.0.0.
 var (
 	pathKeys  = []string{"binary", "dest", "working_dir", "model", "chat-template-file"}
-	portKeys  = map[string]string{"port": "${HTTP_PORT}", "rpc_port": "${RPC_PORT}"}
+	portKeys  = map[string]string{"port": "${HTTP_PORT}", "rpc_port": "${RPC_PORT}", "ggml-rpc-port": "${LEND_PORT}"}
+	peerKey   = "rpc-engine"
+	peerValue = `"localhost:${PEER_PORT}"`
 	addedLine = map[string]string{"global.yaml": "    rpc-allow: 127.0.0.1"}
 )
 
@@ -111,6 +116,8 @@ func editNodeConfig(name, text string) string {
 			if _, err := strconv.Atoi(value); err == nil {
 				line = indent + key + ": " + portKeys[key] + cutSuffix(rest)
 			}
+		case key == peerKey && strings.HasPrefix(value, `"localhost:`):
+			line = indent + key + ": " + peerValue + cutSuffix(rest)
 		}
 		out = append(out, line)
 		if added := addedLine[name]; added != "" && line == "    context-shift: true" {
@@ -190,6 +197,8 @@ func allowedEdit(orig, edited string) string {
 		if _, err := strconv.Atoi(value); err != nil {
 			return "not a port number before"
 		}
+		return ""
+	case key == peerKey && evalue == peerValue && strings.HasPrefix(value, `"localhost:`):
 		return ""
 	}
 	return "only a path moved under ${ROOT} or a port as " + portKeys["port"] + "/" + portKeys["rpc_port"] + " may change"
@@ -302,7 +311,14 @@ func startNode(t *testing.T, node string, env ...string) *headNode {
 	head := hydraHead(t)
 	n := &headNode{name: node, logs: enginetest.NewLog(0), root: t.TempDir(), exited: make(chan error, 1),
 		httpPort: freePort(t), rpcPort: freePort(t), apiPort: freePort(t)}
-	vars := map[string]string{"${ROOT}": n.root, "${HTTP_PORT}": fmt.Sprint(n.httpPort), "${RPC_PORT}": fmt.Sprint(n.rpcPort)}
+	// Each node lends on a port of its own but the COMBINED peer's
+	// (rtx3060), which every rtx head follows.
+	lend := freePort(t)
+	if node == "rtx3060" {
+		lend = combinedPeerPort()
+	}
+	vars := map[string]string{"${ROOT}": n.root, "${HTTP_PORT}": fmt.Sprint(n.httpPort), "${RPC_PORT}": fmt.Sprint(n.rpcPort),
+		"${LEND_PORT}": fmt.Sprint(lend), "${PEER_PORT}": fmt.Sprint(combinedPeerPort())}
 	cfgDir := filepath.Join(n.root, "config")
 	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
 		t.Fatal(err)
@@ -353,6 +369,15 @@ func startNode(t *testing.T, node string, env ...string) *headNode {
 	})
 	return n
 }
+
+// combinedPeerPort is the port the rtx3060 node lends on, chosen once.
+var combinedPeerPort = sync.OnceValue(func() int {
+	p, err := enginetest.FreePort()
+	if err != nil {
+		panic(err)
+	}
+	return p
+})
 
 // makeFile makes what a configuration line names under the root.
 func (n *headNode) makeFile(t *testing.T, key, path string) {
@@ -522,13 +547,13 @@ type nodeCase struct {
 
 var nodeCases = []nodeCase{
 	{"rtx", 2, "Qwopus3.6-35B-A3B-v1-APEX-I-Mini", []string{
-		"[WARN]  hydra-engine: llama-engine --ggml-rpc-port 9505: not acting yet: this engine serves no ggml-RPC backend",
-		"[WARN]  hydra-engine: llama-engine --rpc-engine localhost:9506 is not acting yet: combined mode through a peer's ggml-RPC server is not implemented here",
+		": lending this engine's weights to combined heads of this host on 127.0.0.1:",
+		"[INFO]  hydra-engine: combined mode: following the peer engine: peer=localhost:",
 		`[INFO]  hydra-engine: llama-engine --combined-ot-pattern blk\.([0-9]+)\.ffn_.*_exps\.weight=CPU: passed to the plugin as combined_pattern`,
 		"[INFO]  hydra-engine: environment LLAMA_CHAT_TEMPLATE_KWARGS: no effect here",
 	}},
 	{"rtx3060", 1, "Qwopus3.6-35B-A3B-v1-APEX-I-Mini", []string{
-		"[WARN]  hydra-engine: llama-engine --ggml-rpc-port 9506: not acting yet",
+		": lending this engine's weights to combined heads of this host on 127.0.0.1:",
 		"[INFO]  hydra-engine: environment LLAMA_CHAT_TEMPLATE_KWARGS: no effect here",
 	}},
 	{"p100", 1, "Qwopus3.6-35B-A3B-v1-APEX-I-Balanced", nil},
@@ -621,11 +646,13 @@ func checkNode(t *testing.T, n *headNode, tc nodeCase) {
 	info, _ := mustOK(t, c, transport.OpInfo, "0", nil)
 	caps, _ := json.Marshal(info["capabilities"])
 	if num(t, info, "n_slots") != int64(tc.slots) || info["backend"] != "mock" || info["model_alias"] != tc.model ||
-		info["mode"] != "solo" || info["rpc_backend_active"] != false || strings.Contains(string(caps), "combined") {
+		info["mode"] != "solo" || info["rpc_backend_active"] != (tc.node != "p100") || strings.Contains(string(caps), "combined") {
 		t.Errorf("INFO %v", info)
 	}
+	// The mock lends no weights: the rtx head's combined is answered solo,
+	// with the reason, and peer_connected false (the coordinator's refusal).
 	st, m, _ := call(t, c, transport.OpSetExpertMode, "0", []byte("combined"))
-	if st != transport.StatusOK || m["mode"] != "solo" || m["success"] != true {
+	if st != transport.StatusOK || m["mode"] != "solo" || m["success"] != true || (tc.node == "rtx" && m["peer_connected"] != false) {
 		t.Errorf("SET_EXPERT_MODE combined: %v %v", st, m)
 	}
 
@@ -643,7 +670,8 @@ func checkNode(t *testing.T, n *headNode, tc nodeCase) {
 			t.Errorf("the log has %d lines with %q", strings.Count(logs, want), want)
 		}
 	}
-	if tc.node == "rtx" && !strings.Contains(logs, "SET_EXPERT_MODE combined answered solo: --rpc-engine localhost:9506 is not acting yet") {
+	if tc.node == "rtx" && !strings.Contains(logs, "SET_EXPERT_MODE combined answered solo: this engine lends no weights: ") &&
+		!strings.Contains(logs, "SET_EXPERT_MODE combined answered solo: the peer localhost:") {
 		t.Error("SET_EXPERT_MODE combined: no log line saying why solo")
 	}
 	for _, bad := range []string{"unknown parameter", "[ERROR]", "attempting restart"} {

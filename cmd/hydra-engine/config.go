@@ -59,6 +59,11 @@ type Config struct {
 	MinTransferRate uint64            `mapstructure:"min_transfer_rate"`
 	TransferFloor   uint64            `mapstructure:"state_transfer_floor"`
 	StateShmDir     string            `mapstructure:"state_shm_dir"`
+	// LendWeights and CombinedPeer are combined mode between two engines of
+	// one host (host/combined): the peer lends its weights on a loopback
+	// HOST:PORT, the head follows the peer there.
+	LendWeights     string            `mapstructure:"lend_weights"`
+	CombinedPeer    string            `mapstructure:"combined_peer"`
 	Sampler         map[string]string `mapstructure:"sampler"`
 	SlotSimilarity  float64           `mapstructure:"slot_prompt_similarity"`
 	ReasoningFormat string            `mapstructure:"reasoning_format"`
@@ -78,10 +83,6 @@ type Config struct {
 	// differ: no RPC listener is needed, and its errors speak of the node
 	// configuration.
 	llamaServer bool
-	// combinedWhy is why combined mode cannot be had although the command
-	// line asked for a peer (llamaengine.go): logged when a SET_EXPERT_MODE
-	// "combined" is answered otherwise.
-	combinedWhy string
 }
 
 // defaultSlotPromptSimilarity is llama-server's --slot-prompt-similarity
@@ -192,6 +193,8 @@ var settings = []struct{ key, flag string }{
 	{"min_transfer_rate", "min-transfer-rate"},
 	{"state_transfer_floor", "state-transfer-floor"},
 	{"state_shm_dir", "state-shm-dir"},
+	{"lend_weights", "lend-weights"},
+	{"combined_peer", "combined-peer"},
 	{"sampler", "sampler"},
 	{"slot_prompt_similarity", "slot-prompt-similarity"},
 	{"reasoning_format", "reasoning-format"},
@@ -258,6 +261,8 @@ func newFlagSet(d Config, configFile *string, printConfig, showVersion *bool) *f
 	fs.Uint64Var(&v.MinTransferRate, "min-transfer-rate", d.MinTransferRate, "bytes per second a request or reply must move at least, over windows of 10 s (--chunk-timeout if shorter) spent waiting on the socket; 0: no minimum")
 	fs.Uint64Var(&v.TransferFloor, "state-transfer-floor", d.TransferFloor, "bytes per second below which a state transfer of 64 MiB or more is logged as a warning, with whether the backend or the socket set its pace; 0: none")
 	fs.StringVar(&v.StateShmDir, "state-shm-dir", d.StateShmDir, "shared-memory directory (a tmpfs) where STATE_EXPORT writes a slot's state for another engine on this host and STATE_IMPORT reads one; both engines need the same; empty: "+host.DefaultStateShmDir)
+	fs.StringVar(&v.LendWeights, "lend-weights", d.LendWeights, "combined mode's peer: lend this engine's weights to a head on this host, listening on HOST:PORT, a loopback address (llama-engine's --ggml-rpc-port)")
+	fs.StringVar(&v.CombinedPeer, "combined-peer", d.CombinedPeer, "combined mode's head: bind the combined pattern's weights to those of the engine lending them on HOST:PORT, on this host (llama-engine's --rpc-engine)")
 	fs.Var(&sampler, "sampler", "engine-wide sampler default key=value, a CONFIGURE sampler key: temperature, top_k, top_p, min_p, repeat_penalty, … (repeatable)")
 	fs.StringVar(&v.ReasoningFormat, "reasoning-format", d.ReasoningFormat, "deepseek: a chat reply's <think> block streams as reasoning_content, apart from content (llama-server's); none: all is content")
 	fs.IntVar(&v.ReasoningBudget, "reasoning-budget", d.ReasoningBudget, "tokens a chat reply may reason before its template's end tag is forced (llama-server's): -1 unbounded, 0 no reasoning; a request's reasoning_budget_tokens wins")
@@ -482,6 +487,9 @@ func (c *Config) validate() error {
 	}
 	if c.Slots < 1 || c.Slots > maxSlots {
 		return fmt.Errorf("slots must be in [1, %d], got %d", maxSlots, c.Slots)
+	}
+	if err := checkCombinedAddrs(c.LendWeights, c.CombinedPeer); err != nil {
+		return err
 	}
 	switch c.DataPlane {
 	case "auto", "shm", "grpc":

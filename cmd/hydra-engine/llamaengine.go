@@ -9,13 +9,13 @@ package main
 //	--rpc-engine HOST:PORT        the head: the peer's ggml-RPC server
 //	--combined-ot-pattern RE=DEV  the head: the weights (by name) combined mode puts on the peer
 //
-// Each is read and checked here, so that a configuration written for the
-// fork starts instead of being refused. The llama plugin's combined mode
-// runs the experts on a device of this host (combined_peer), not through a
-// ggml-RPC server, so only the pattern has an option of the plugin's that
-// means the same (combined_pattern, passed on); the ports are kept by the
-// engine and said at start not to act yet, and a SET_EXPERT_MODE "combined"
-// is answered "solo" with that reason in the log.
+// The ports act as the fork's do, through combined mode between two engines
+// of one host (host/combined): --ggml-rpc-port lends this engine's weights
+// on 127.0.0.1:PORT (lend_weights; the fork listens on every address, but
+// what is lent is of this host only), --rpc-engine follows that peer
+// (combined_peer), and the pattern names the weights the plugin binds to
+// the peer's (combined_pattern, the =DEVICE suffix dropped, as llama-engine
+// does).
 
 import (
 	"errors"
@@ -37,15 +37,23 @@ var combinedDevice = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.:\[\]-]*$`)
 
 func lsForkParams() []lsParam {
 	return []lsParam{
-		{names: []string{"--ggml-rpc-port"}, hint: "PORT", doc: "llama-engine's: serve this engine's GPUs to a COMBINED head over ggml RPC; checked, reported at start as not acting yet",
+		{names: []string{"--ggml-rpc-port"}, hint: "PORT", doc: "llama-engine's: lend this engine's weights to a COMBINED head of this host on 127.0.0.1:PORT (lend_weights)",
 			apply: func(ls *lsArgs, v string) error {
+				if err := portNumber(v, 1); err != nil {
+					return err
+				}
 				ls.ggmlRPCPort = v
-				return portNumber(v, 1)
+				ls.set("--ggml-rpc-port", "lend_weights", net.JoinHostPort("127.0.0.1", v))
+				return nil
 			}},
-		{names: []string{"--rpc-engine"}, hint: "HOST:PORT", doc: "llama-engine's: the COMBINED peer's ggml-RPC server; checked, reported at start as not acting yet (SET_EXPERT_MODE combined answers solo)",
+		{names: []string{"--rpc-engine"}, hint: "HOST:PORT", doc: "llama-engine's: this engine is a COMBINED head of the peer lending its weights there, on this host (combined_peer)",
 			apply: func(ls *lsArgs, v string) error {
+				if err := peerAddress(v); err != nil {
+					return err
+				}
 				ls.rpcEngine = v
-				return peerAddress(v)
+				ls.set("--rpc-engine", "combined_peer", v)
+				return nil
 			}},
 		{names: []string{"--combined-ot-pattern"}, hint: "REGEX=DEVICE", doc: "llama-engine's: the weights COMBINED mode puts on the peer: combined_pattern",
 			apply: func(ls *lsArgs, v string) error {
@@ -94,30 +102,19 @@ func combinedPattern(v string) error {
 	return nil
 }
 
-// finishFork says at start, for each of the fork's parameters given, what
-// it does here and what does not act yet, and records the reason a
-// SET_EXPERT_MODE "combined" will be answered "solo".
+// finishFork says at start what the fork's parameters given do here.
 func (ls *lsArgs) finishFork() {
 	if ls.ggmlRPCPort != "" {
-		ls.warnings = append(ls.warnings, fmt.Sprintf("llama-engine --ggml-rpc-port %s: not acting yet: this engine serves no ggml-RPC backend "+
-			"(the fork's embedded server exposing this node's GPUs to a COMBINED head), and nothing listens on port %s; "+
-			"a head using this node as its --rpc-engine peer stays solo (INFO: rpc_backend_active false)", ls.ggmlRPCPort, ls.ggmlRPCPort))
+		ls.notes = append(ls.notes, fmt.Sprintf("llama-engine --ggml-rpc-port %s: lending this engine's weights to combined heads of this host on 127.0.0.1:%s "+
+			"(llama-engine listens on every address; what is lent here is of this host only)", ls.ggmlRPCPort, ls.ggmlRPCPort))
 	}
 	switch {
+	case ls.rpcEngine != "" && ls.combinedPattern == "":
+		ls.warnings = append(ls.warnings, "llama-engine --rpc-engine without --combined-ot-pattern: the plugin's default pattern (the routed experts) names the weights bound to the peer's")
+	case ls.rpcEngine == "" && ls.combinedPattern != "":
+		ls.notes = append(ls.notes, fmt.Sprintf("llama-engine --combined-ot-pattern %s: no effect here without a peer (--rpc-engine, as in llama-engine)", ls.combinedPattern))
 	case ls.rpcEngine != "":
-		ls.combinedWhy = fmt.Sprintf("--rpc-engine %s is not acting yet: combined mode through a peer's ggml-RPC server is not implemented here "+
-			"(the llama plugin's combined mode uses a device of this host, combined_peer)", ls.rpcEngine)
-		ls.warnings = append(ls.warnings, "llama-engine "+ls.combinedWhy+
-			"; SET_EXPERT_MODE combined answers solo and INFO advertises no combined capability")
-		if ls.combinedPattern == "" {
-			ls.warnings = append(ls.warnings, "llama-engine --rpc-engine without --combined-ot-pattern: llama-engine too runs solo-only then")
-		}
-	case ls.combinedPattern != "":
-		ls.notes = append(ls.notes, fmt.Sprintf("llama-engine --combined-ot-pattern %s: no effect here: combined mode needs a peer "+
-			"(--rpc-engine, as in llama-engine; the plugin's own: combined_peer)", ls.combinedPattern))
-	}
-	if ls.combinedPattern != "" && ls.rpcEngine != "" {
-		ls.notes = append(ls.notes, fmt.Sprintf("llama-engine --combined-ot-pattern %s: passed to the plugin as %s, the weights its combined mode "+
-			"would place on the peer; not acting while there is none", ls.combinedPattern, llamaopt.OptCombinedPattern))
+		ls.notes = append(ls.notes, fmt.Sprintf("llama-engine --combined-ot-pattern %s: passed to the plugin as %s, the weights it binds to the peer's in combined mode",
+			ls.combinedPattern, llamaopt.OptCombinedPattern))
 	}
 }

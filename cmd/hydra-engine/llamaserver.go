@@ -122,7 +122,6 @@ func parseLlamaServer(args []string, getenv func(string) (string, bool), stderr 
 		}
 	}
 	inv.notes, inv.warnings = ls.notes, ls.warnings
-	inv.cfg.combinedWhy = ls.combinedWhy
 	if stop := inv.cfg.ShutdownGrace + httpCutWait + pluginExitWait; stop > nodeAgentStopWait {
 		inv.warnings = append(inv.warnings, fmt.Sprintf("shutdown_grace %s (%s): a node agent that sends SIGTERM kills the engine "+
 			"%s later (hydra-head does), before the grace, the cut requests' %s and the plugin's exit (up to %s) are over; "+
@@ -200,10 +199,8 @@ type lsArgs struct {
 	warnings []string        // notes at WARN: what was asked for and does not act yet
 	noted    map[string]bool // parameters whose no-effect line is in notes
 
-	// llama-engine's parameters (llamaengine.go), and why combined mode
-	// cannot be had when one asks for it.
+	// llama-engine's parameters (llamaengine.go).
 	ggmlRPCPort, rpcEngine, combinedPattern string
-	combinedWhy                             string
 
 	presets *presetFile // --models-preset, read
 

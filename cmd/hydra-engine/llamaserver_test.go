@@ -493,45 +493,36 @@ func TestLlamaServerShutdownGrace(t *testing.T) {
 }
 
 // llama-engine's three parameters, as node-rtx.yaml and node-rtx3060.yaml
-// give them: read and checked; the pattern passed on as the plugin's
-// combined_pattern; the ports reported at start as not acting yet, and the
-// reason a SET_EXPERT_MODE combined will be answered solo kept for the host.
+// give them: the pattern passed on as the plugin's combined_pattern, the
+// peer's port lending on the loopback address, the head following its
+// peer; what each does said at start.
 func TestLlamaEngineParams(t *testing.T) {
 	pattern := `blk\.([0-9]+)\.ffn_.*_exps\.weight=CPU`
 	head := parseLS(t, "--ggml-rpc-port", "9505", "--rpc-engine", "localhost:9506", "--combined-ot-pattern", pattern)
 	if head.cfg.BackendOpts["combined_pattern"] != pattern || head.sources["backend_opts"] != "llama-server --combined-ot-pattern" {
 		t.Errorf("options %v from %q", head.cfg.BackendOpts, head.sources["backend_opts"])
 	}
-	if !strings.HasPrefix(head.cfg.combinedWhy, "--rpc-engine localhost:9506 is not acting yet: combined mode through a peer's ggml-RPC server is not implemented here") {
-		t.Errorf("combinedWhy %q", head.cfg.combinedWhy)
+	if head.cfg.LendWeights != "127.0.0.1:9505" || head.cfg.CombinedPeer != "localhost:9506" ||
+		head.sources["lend_weights"] != "llama-server --ggml-rpc-port" || head.sources["combined_peer"] != "llama-server --rpc-engine" {
+		t.Errorf("lend_weights %q, combined_peer %q, from %q and %q", head.cfg.LendWeights, head.cfg.CombinedPeer, head.sources["lend_weights"], head.sources["combined_peer"])
 	}
-	want := []string{
-		"llama-engine --ggml-rpc-port 9505: not acting yet: this engine serves no ggml-RPC backend",
-		"llama-engine --rpc-engine localhost:9506 is not acting yet: ",
-	}
-	if len(head.warnings) != len(want) {
-		t.Errorf("warnings:\n%s", strings.Join(head.warnings, "\n"))
-	}
-	for i, w := range want {
-		if i < len(head.warnings) && !strings.HasPrefix(head.warnings[i], w) {
-			t.Errorf("warning %d: %q, want %q…", i, head.warnings[i], w)
-		}
-	}
-	if !slices.ContainsFunc(head.notes, func(n string) bool {
+	if len(head.warnings) != 0 || !slices.ContainsFunc(head.notes, func(n string) bool {
+		return strings.HasPrefix(n, "llama-engine --ggml-rpc-port 9505: lending this engine's weights to combined heads of this host on 127.0.0.1:9505")
+	}) || !slices.ContainsFunc(head.notes, func(n string) bool {
 		return strings.HasPrefix(n, "llama-engine --combined-ot-pattern "+pattern+": passed to the plugin as combined_pattern")
 	}) {
-		t.Errorf("notes:\n%s", strings.Join(head.notes, "\n"))
+		t.Errorf("warnings %q, notes:\n%s", head.warnings, strings.Join(head.notes, "\n"))
 	}
 
 	peer := parseLS(t, "--ggml-rpc-port", "9506")
-	if peer.cfg.combinedWhy != "" || len(peer.warnings) != 1 || !strings.Contains(peer.warnings[0], "nothing listens on port 9506") {
-		t.Errorf("the peer: why %q, warnings %q", peer.cfg.combinedWhy, peer.warnings)
+	if peer.cfg.LendWeights != "127.0.0.1:9506" || peer.cfg.CombinedPeer != "" || len(peer.warnings) != 0 {
+		t.Errorf("the peer: lend %q, peer %q, warnings %q", peer.cfg.LendWeights, peer.cfg.CombinedPeer, peer.warnings)
 	}
 	alone := parseLS(t, "--combined-ot-pattern", pattern)
-	if !slices.ContainsFunc(alone.notes, func(n string) bool { return strings.Contains(n, "no effect here: combined mode needs a peer") }) {
+	if !slices.ContainsFunc(alone.notes, func(n string) bool { return strings.Contains(n, "no effect here without a peer") }) {
 		t.Errorf("a pattern without a peer: notes %q", alone.notes)
 	}
-	if w := parseLS(t, "--rpc-engine", "[::1]:9506").warnings; len(w) != 2 || !strings.Contains(w[1], "without --combined-ot-pattern") {
+	if w := parseLS(t, "--rpc-engine", "[::1]:9506").warnings; len(w) != 1 || !strings.Contains(w[0], "without --combined-ot-pattern") {
 		t.Errorf("a peer without a pattern: warnings %q", w)
 	}
 

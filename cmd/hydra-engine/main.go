@@ -114,6 +114,13 @@ func run(c *Config, logger hclog.Logger, tr *otlp.Provider) error {
 	if err != nil {
 		return err
 	}
+	lend, err := listenLend(c)
+	if err != nil {
+		return err
+	}
+	if lend != nil {
+		defer lend.Close()
+	}
 	startup := httpapi.NewStartup()
 	errc := make(chan error, len(listeners)+1)
 	httpCtx, cutHTTP := context.WithCancelCause(context.Background())
@@ -139,6 +146,7 @@ func run(c *Config, logger hclog.Logger, tr *otlp.Provider) error {
 
 	srv, rpc := serveRPC(c, logger, sv.Plugin(), tr.TracerProvider(), listeners, errc)
 	sv.Watch(srv)
+	startPeering(c, logger, srv, lend)
 	if len(c.presets) > 0 {
 		srv.SetModelSwitcher(newPresetSwitcher(c, sv, srv))
 	}
@@ -278,7 +286,7 @@ func serveRPC(c *Config, logger hclog.Logger, p *pluginproc.Plugin, tp trace.Tra
 	srv := host.NewServer(p.Backend, p.Info, tun, host.Config{
 		Logger: logger, Version: version, IdleTimeout: c.IdleTimeout, ChunkTimeout: c.ChunkTimeout, SocketBuffer: c.SocketBuffer,
 		MaxConns: c.MaxConns, PayloadBudget: c.PayloadBudget, MinTransferRate: transferRate(c.MinTransferRate), TransferFloor: c.TransferFloor, StateShmDir: c.StateShmDir,
-		CombinedUnavailable: c.combinedWhy, TracerProvider: tp,
+		TracerProvider: tp,
 	})
 	for _, l := range listeners {
 		if l.Addr().Network() == "unix" {

@@ -270,6 +270,12 @@ func (d downBackend) SetExpertMode(context.Context, string) (string, error) { re
 func (d downBackend) SwapQuant(context.Context, string, string) (iface.SwapResult, error) {
 	return iface.SwapResult{}, d.err()
 }
+func (d downBackend) LendWeights(context.Context) (iface.WeightRegistry, error) {
+	return iface.WeightRegistry{}, d.err()
+}
+func (d downBackend) BindPeer(context.Context, iface.WeightRegistry) (iface.ExpertModeResult, error) {
+	return iface.ExpertModeResult{}, d.err()
+}
 func (d downBackend) Embed(context.Context, iface.EmbedRequest) ([]iface.Embedding, error) {
 	return nil, d.err()
 }

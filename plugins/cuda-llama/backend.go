@@ -1158,7 +1158,37 @@ func (b *Backend) SetExpertMode(ctx context.Context, mode string) (string, error
 		b.log.Info("expert mode stays solo: the backend is not loaded", "requested", mode)
 		return "solo", nil
 	}
+	if mode == "solo" && e.swap.boundTo() != "" {
+		if err := e.unbindPeer(); err != nil {
+			e.log.Warn("expert mode stays combined: going back to this engine's own weights: " + err.Error())
+			return "combined", nil
+		}
+		return e.swap.modeNow(), nil
+	}
 	return e.setExpertMode(mode), nil
+}
+
+// LendWeights lists this engine's weights and where their bytes are, for
+// a combined head of this host (lend.go).
+func (b *Backend) LendWeights(ctx context.Context) (iface.WeightRegistry, error) {
+	e, err := b.engine()
+	if err != nil {
+		return iface.WeightRegistry{}, err
+	}
+	return e.lendWeights()
+}
+
+// BindPeer binds the combined pattern's weights to a peer engine's
+// (lend.go); what cannot be bound is answered solo with the reason.
+func (b *Backend) BindPeer(ctx context.Context, reg iface.WeightRegistry) (iface.ExpertModeResult, error) {
+	e, err := b.engine()
+	if err != nil {
+		return iface.ExpertModeResult{}, err
+	}
+	if e.swap.modeNow() == "combined" && e.swap.boundTo() == "" {
+		return iface.ExpertModeResult{Mode: "combined", Reason: "combined mode is on with this host's peer device (" + llamaopt.OptCombinedPeer + "); SET_EXPERT_MODE solo first"}, nil
+	}
+	return e.bindPeer(reg), nil
 }
 
 // SwapQuant makes the weights matching tensorPattern come from the

@@ -56,6 +56,14 @@ func (b *Backend) Decode(context.Context, iface.DecodeRequest, func(iface.Token)
 
 func (b *Backend) StateGet(context.Context, int, int, io.Writer) (int64, error) { return 0, b.err() }
 
+func (b *Backend) LendWeights(context.Context) (iface.WeightRegistry, error) {
+	return iface.WeightRegistry{}, b.err()
+}
+
+func (b *Backend) BindPeer(context.Context, iface.WeightRegistry) (iface.ExpertModeResult, error) {
+	return iface.ExpertModeResult{}, b.err()
+}
+
 func (b *Backend) StatePut(_ context.Context, _ int, _ []int32, r io.Reader, _ int64) (int64, error) {
 	_, _ = io.Copy(io.Discard, r) // the contract: StatePut reads r to its end
 	return 0, b.err()

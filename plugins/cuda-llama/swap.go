@@ -3,6 +3,7 @@
 package cudallama
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -38,6 +39,12 @@ type swapper struct {
 	log   hclog.Logger
 
 	combined combinedConfig
+	pattern  string // the weights combined mode places on the peer or binds to a peer engine's
+	arch     string // the model's architecture, which a peer engine's must be
+
+	// To add a peer engine's file as a source (lend.go) as a donor is.
+	nGPU      int
+	placement llamaopt.PlacementOptions
 
 	hashes func() ([]iface.ModelIdentity, error) // the donors' identities, hashed while Load finishes
 	ids    []iface.ModelIdentity                 // the sources' identities, once hashed
@@ -51,21 +58,19 @@ type state struct {
 	active   string // ActiveQuant: the keys whose weights are in use, joined by "+"
 	identity iface.ModelIdentity
 	mode     string  // "solo" or "combined"
+	bound    string  // the peer engine's generation the pattern's weights are bound to (lend.go); "" none
 	last     applied // the last apply's figures
 }
 
-// newSwapper checks the donors against the loaded model and starts hashing
-// their files; nil when no quantisation and no peer are configured (nothing
-// to swap, nothing indexed).
+// newSwapper indexes the loaded model's weights, checks the donors against
+// them and starts hashing their files.
 func newSwapper(ctx context.Context, mdl *model, lc *lctx, path string, opts llamaopt.Options, nGPU int, log hclog.Logger) (*swapper, error) {
-	if len(opts.Quants) == 0 && opts.Peer == "" {
-		return nil, nil
-	}
 	sw, err := llama.NewSwap(mdl.m, path, opts.Mmap)
 	if err != nil {
 		return nil, fmt.Errorf("%w: indexing the model's weights: %s", iface.ErrBadRequest, err)
 	}
-	x := &swapper{sw: sw, keys: []string{llamaopt.QuantBase}, log: log}
+	x := &swapper{sw: sw, keys: []string{llamaopt.QuantBase}, log: log, nGPU: nGPU, placement: opts.PlacementOptions,
+		pattern: cmp.Or(opts.CombinedOptions.Pattern, llamaopt.DefaultCombinedPattern), arch: mdl.metaString("general.architecture")}
 	for _, w := range x.weights() {
 		x.names = append(x.names, w.name)
 	}
@@ -144,14 +149,20 @@ func (x *swapper) describe(base iface.ModelIdentity) error {
 func (x *swapper) info(base iface.BackendInfo) iface.BackendInfo {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if len(x.keys) > 1 {
-		base.Quants = slices.Clone(x.keys)
+	if quants := x.quantKeys(); len(quants) > 1 || x.bound != "" {
+		base.Quants = quants
 		base.ActiveQuant = x.active
 		base.Model = x.identity
 	}
 	base.ExpertMode = x.mode
 	base.PeerDevice, base.PeerReachable = x.combined.device, x.combined.reachable
 	return base
+}
+
+// quantKeys are the sources SWAP_QUANT may name: the keys but the peer
+// engines' files (lend.go).
+func (x *swapper) quantKeys() []string {
+	return slices.DeleteFunc(slices.Clone(x.keys), isPeerKey)
 }
 
 // source is the index of a quantisation key, -1 if unknown.
@@ -253,7 +264,7 @@ func (x *swapper) refresh() {
 	}
 	x.mu.Lock()
 	x.active, x.identity = strings.Join(active, "+"), id
-	x.mode = map[bool]string{false: "solo", true: "combined"}[peer]
+	x.mode = map[bool]string{false: "solo", true: "combined"}[peer || x.bound != ""]
 	x.mu.Unlock()
 }
 
@@ -320,15 +331,18 @@ func (e *engine) quiesce() (func(), error) {
 // token again with the new ones.
 func (e *engine) swapQuant(key, pattern string) (iface.SwapResult, error) {
 	x := e.swap
-	if x == nil || len(x.keys) == 1 {
+	if x == nil || len(x.quantKeys()) == 1 {
 		return iface.SwapResult{}, fmt.Errorf("%w: no quantisation to swap to: configure %sKEY=PATH", iface.ErrNotImplemented, llamaopt.OptQuantPrefix)
 	}
 	src := x.source(key)
-	if src < 0 {
-		return iface.SwapResult{}, fmt.Errorf("%w: unknown quantisation key %q (known: %s)", iface.ErrBadRequest, key, strings.Join(x.keys, ", "))
+	if src < 0 || isPeerKey(key) {
+		return iface.SwapResult{}, fmt.Errorf("%w: unknown quantisation key %q (known: %s)", iface.ErrBadRequest, key, strings.Join(x.quantKeys(), ", "))
 	}
 	if err := x.check(pattern); err != nil {
 		return iface.SwapResult{}, err
+	}
+	if x.boundTo() != "" {
+		return iface.SwapResult{}, fmt.Errorf("%w: combined mode is bound to a peer engine's weights: SET_EXPERT_MODE solo first, or swap on the peer", iface.ErrBusy)
 	}
 	start := time.Now()
 	release, err := e.quiesce()

@@ -209,6 +209,16 @@ func (b *Backend) SwapQuant(ctx context.Context, quantKey, tensorPattern string)
 	return iface.SwapResult{}, fmt.Errorf("%w: the mock backend has no quantised tensors", iface.ErrNotImplemented)
 }
 
+// LendWeights is not supported: the mock has no weights to lend.
+func (b *Backend) LendWeights(context.Context) (iface.WeightRegistry, error) {
+	return iface.WeightRegistry{}, fmt.Errorf("%w: the mock backend has no weights to lend", iface.ErrNotImplemented)
+}
+
+// BindPeer is not supported: the mock has no weights to bind.
+func (b *Backend) BindPeer(context.Context, iface.WeightRegistry) (iface.ExpertModeResult, error) {
+	return iface.ExpertModeResult{}, fmt.Errorf("%w: the mock backend has no weights to bind to a peer's", iface.ErrNotImplemented)
+}
+
 func (b *Backend) engine() (*engine, error) {
 	e := b.eng.Load()
 	if e == nil {

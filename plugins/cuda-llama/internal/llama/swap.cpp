@@ -566,6 +566,19 @@ void hydra_swap_weight(const struct hydra_swap * s, size_t i, const char ** name
     *loaded_buffer = s->weights[i]->buffer == s->copies[i].at({0, HYDRA_HOME}).buffer;
 }
 
+void hydra_swap_layout(const struct hydra_swap * s, size_t i, const char ** type, int64_t ne[4], uintptr_t * data) {
+    const ggml_tensor * t = s->weights[i];
+    *type = ggml_type_name(t->type);
+    for (int d = 0; d < 4; d++) {
+        ne[d] = t->ne[d];
+    }
+    *data = (uintptr_t) t->data;
+}
+
+int64_t hydra_swap_offset(const struct hydra_swap * s, int src, size_t i) {
+    return (int64_t) s->sources[src].offset[i];
+}
+
 int64_t hydra_swap_upload_us(struct hydra_swap * s, const int32_t * idx, int32_t n, int src) {
     char msg[8];
     std::map<ggml_backend_buffer_type_t, std::vector<pending>> groups;

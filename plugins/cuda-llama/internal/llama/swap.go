@@ -129,6 +129,36 @@ func (s *Swap) Weights() []Weight {
 	return out
 }
 
+// Layout is a weight's type (ggml's name), its shape (ne, innermost
+// first, trailing ones dropped) and the address of its bytes.
+type Layout struct {
+	Type  string
+	Shape []int64
+	Data  uintptr
+}
+
+// Layout is weight i's layout now.
+func (s *Swap) Layout(i int) Layout {
+	var typ *C.char
+	var ne [4]C.int64_t
+	var data C.uintptr_t
+	C.hydra_swap_layout(s.p, C.size_t(i), &typ, &ne[0], &data)
+	l := Layout{Type: C.GoString(typ), Data: uintptr(data)}
+	n := 4
+	for n > 1 && ne[n-1] == 1 {
+		n--
+	}
+	for _, v := range ne[:n] {
+		l.Shape = append(l.Shape, int64(v))
+	}
+	return l
+}
+
+// Offset is where weight i's bytes are in source src's file.
+func (s *Swap) Offset(src, i int) int64 {
+	return int64(C.hydra_swap_offset(s.p, C.int(src), C.size_t(i)))
+}
+
 // UploadBaseline times a plain copy of source src's bytes of the weights idx
 // names into scratch buffers where they live (freed after): what an upload
 // is measured against; -1µs for no weights or when memory runs out.

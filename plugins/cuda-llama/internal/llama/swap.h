@@ -71,6 +71,14 @@ size_t hydra_swap_count(const struct hydra_swap * s);
 void hydra_swap_weight(const struct hydra_swap * s, size_t i, const char ** name, int * src, int * place, const char ** device,
                        int64_t * bytes, int * loaded_buffer);
 
+// hydra_swap_layout is weight i's layout now: ggml's name of its type, its
+// ne (4 dimensions), and the address of its bytes (in device memory for a
+// weight on a device).
+void hydra_swap_layout(const struct hydra_swap * s, size_t i, const char ** type, int64_t ne[4], uintptr_t * data);
+
+// hydra_swap_offset is where weight i's bytes are in source src's file.
+int64_t hydra_swap_offset(const struct hydra_swap * s, int src, size_t i);
+
 // hydra_swap_upload_us times copying source src's bytes of the weights idx
 // names (n, ascending) from its mapping into a scratch buffer of each
 // weight's home buffer type (freed after): the plain host-to-device copy an

@@ -4183,6 +4183,255 @@ func (x *EmbedResponse) GetEmbeddings() []*Embedding {
 	return nil
 }
 
+type LendWeightsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LendWeightsRequest) Reset() {
+	*x = LendWeightsRequest{}
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LendWeightsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LendWeightsRequest) ProtoMessage() {}
+
+func (x *LendWeightsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LendWeightsRequest.ProtoReflect.Descriptor instead.
+func (*LendWeightsRequest) Descriptor() ([]byte, []int) {
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{56}
+}
+
+// WeightRegistry is iface.WeightRegistry.
+type WeightRegistry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Generation    string                 `protobuf:"bytes,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	Arch          string                 `protobuf:"bytes,2,opt,name=arch,proto3" json:"arch,omitempty"`
+	Weights       []*LentWeight          `protobuf:"bytes,3,rep,name=weights,proto3" json:"weights,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WeightRegistry) Reset() {
+	*x = WeightRegistry{}
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WeightRegistry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WeightRegistry) ProtoMessage() {}
+
+func (x *WeightRegistry) ProtoReflect() protoreflect.Message {
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WeightRegistry.ProtoReflect.Descriptor instead.
+func (*WeightRegistry) Descriptor() ([]byte, []int) {
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *WeightRegistry) GetGeneration() string {
+	if x != nil {
+		return x.Generation
+	}
+	return ""
+}
+
+func (x *WeightRegistry) GetArch() string {
+	if x != nil {
+		return x.Arch
+	}
+	return ""
+}
+
+func (x *WeightRegistry) GetWeights() []*LentWeight {
+	if x != nil {
+		return x.Weights
+	}
+	return nil
+}
+
+type LentWeight struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Type          string                 `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	Shape         []int64                `protobuf:"varint,3,rep,packed,name=shape,proto3" json:"shape,omitempty"`
+	Bytes         int64                  `protobuf:"varint,4,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	Device        string                 `protobuf:"bytes,5,opt,name=device,proto3" json:"device,omitempty"`
+	File          string                 `protobuf:"bytes,6,opt,name=file,proto3" json:"file,omitempty"`
+	Offset        int64                  `protobuf:"varint,7,opt,name=offset,proto3" json:"offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LentWeight) Reset() {
+	*x = LentWeight{}
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LentWeight) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LentWeight) ProtoMessage() {}
+
+func (x *LentWeight) ProtoReflect() protoreflect.Message {
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LentWeight.ProtoReflect.Descriptor instead.
+func (*LentWeight) Descriptor() ([]byte, []int) {
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *LentWeight) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LentWeight) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *LentWeight) GetShape() []int64 {
+	if x != nil {
+		return x.Shape
+	}
+	return nil
+}
+
+func (x *LentWeight) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *LentWeight) GetDevice() string {
+	if x != nil {
+		return x.Device
+	}
+	return ""
+}
+
+func (x *LentWeight) GetFile() string {
+	if x != nil {
+		return x.File
+	}
+	return ""
+}
+
+func (x *LentWeight) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+type BindPeerResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Mode          string                 `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`     // the mode active after the call
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"` // why it is not combined, when it is not
+	Bound         int32                  `protobuf:"varint,3,opt,name=bound,proto3" json:"bound,omitempty"`  // weights bound to the peer's
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BindPeerResponse) Reset() {
+	*x = BindPeerResponse{}
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BindPeerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BindPeerResponse) ProtoMessage() {}
+
+func (x *BindPeerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_iface_proto_hydra_backend_v1_backend_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BindPeerResponse.ProtoReflect.Descriptor instead.
+func (*BindPeerResponse) Descriptor() ([]byte, []int) {
+	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *BindPeerResponse) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *BindPeerResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *BindPeerResponse) GetBound() int32 {
+	if x != nil {
+		return x.Bound
+	}
+	return 0
+}
+
 var File_iface_proto_hydra_backend_v1_backend_proto protoreflect.FileDescriptor
 
 const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
@@ -4547,7 +4796,27 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\rEmbedResponse\x12;\n" +
 	"\n" +
 	"embeddings\x18\x01 \x03(\v2\x1b.hydra.backend.v1.EmbeddingR\n" +
-	"embeddings2\x99\v\n" +
+	"embeddings\"\x14\n" +
+	"\x12LendWeightsRequest\"|\n" +
+	"\x0eWeightRegistry\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\tR\n" +
+	"generation\x12\x12\n" +
+	"\x04arch\x18\x02 \x01(\tR\x04arch\x126\n" +
+	"\aweights\x18\x03 \x03(\v2\x1c.hydra.backend.v1.LentWeightR\aweights\"\xa4\x01\n" +
+	"\n" +
+	"LentWeight\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\x12\x14\n" +
+	"\x05shape\x18\x03 \x03(\x03R\x05shape\x12\x14\n" +
+	"\x05bytes\x18\x04 \x01(\x03R\x05bytes\x12\x16\n" +
+	"\x06device\x18\x05 \x01(\tR\x06device\x12\x12\n" +
+	"\x04file\x18\x06 \x01(\tR\x04file\x12\x16\n" +
+	"\x06offset\x18\a \x01(\x03R\x06offset\"T\n" +
+	"\x10BindPeerResponse\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05bound\x18\x03 \x01(\x05R\x05bound2\xc2\f\n" +
 	"\aBackend\x12E\n" +
 	"\x04Load\x12\x1d.hydra.backend.v1.LoadRequest\x1a\x1e.hydra.backend.v1.LoadResponse\x12E\n" +
 	"\x04Info\x12\x1d.hydra.backend.v1.InfoRequest\x1a\x1e.hydra.backend.v1.InfoResponse\x12E\n" +
@@ -4565,7 +4834,9 @@ const file_iface_proto_hydra_backend_v1_backend_proto_rawDesc = "" +
 	"\tSwapQuant\x12\".hydra.backend.v1.SwapQuantRequest\x1a#.hydra.backend.v1.SwapQuantResponse\x12H\n" +
 	"\x05Embed\x12\x1e.hydra.backend.v1.EmbedRequest\x1a\x1f.hydra.backend.v1.EmbedResponse\x12Y\n" +
 	"\x0eSlotCheckpoint\x12\x1d.hydra.backend.v1.SlotRequest\x1a(.hydra.backend.v1.SlotCheckpointResponse\x12`\n" +
-	"\rPutCheckpoint\x12&.hydra.backend.v1.PutCheckpointRequest\x1a'.hydra.backend.v1.PutCheckpointResponseBMZKgithub.com/hydra-engine/hydra-engine/iface/proto/hydra/backend/v1;backendv1b\x06proto3"
+	"\rPutCheckpoint\x12&.hydra.backend.v1.PutCheckpointRequest\x1a'.hydra.backend.v1.PutCheckpointResponse\x12U\n" +
+	"\vLendWeights\x12$.hydra.backend.v1.LendWeightsRequest\x1a .hydra.backend.v1.WeightRegistry\x12P\n" +
+	"\bBindPeer\x12 .hydra.backend.v1.WeightRegistry\x1a\".hydra.backend.v1.BindPeerResponseBMZKgithub.com/hydra-engine/hydra-engine/iface/proto/hydra/backend/v1;backendv1b\x06proto3"
 
 var (
 	file_iface_proto_hydra_backend_v1_backend_proto_rawDescOnce sync.Once
@@ -4579,7 +4850,7 @@ func file_iface_proto_hydra_backend_v1_backend_proto_rawDescGZIP() []byte {
 	return file_iface_proto_hydra_backend_v1_backend_proto_rawDescData
 }
 
-var file_iface_proto_hydra_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_iface_proto_hydra_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_iface_proto_hydra_backend_v1_backend_proto_goTypes = []any{
 	(*Checkpoint)(nil),             // 0: hydra.backend.v1.Checkpoint
 	(*SlotCheckpointResponse)(nil), // 1: hydra.backend.v1.SlotCheckpointResponse
@@ -4637,8 +4908,12 @@ var file_iface_proto_hydra_backend_v1_backend_proto_goTypes = []any{
 	(*EmbedRequest)(nil),           // 53: hydra.backend.v1.EmbedRequest
 	(*Embedding)(nil),              // 54: hydra.backend.v1.Embedding
 	(*EmbedResponse)(nil),          // 55: hydra.backend.v1.EmbedResponse
-	nil,                            // 56: hydra.backend.v1.LoadRequest.OptionsEntry
-	nil,                            // 57: hydra.backend.v1.SamplerParams.LogitBiasEntry
+	(*LendWeightsRequest)(nil),     // 56: hydra.backend.v1.LendWeightsRequest
+	(*WeightRegistry)(nil),         // 57: hydra.backend.v1.WeightRegistry
+	(*LentWeight)(nil),             // 58: hydra.backend.v1.LentWeight
+	(*BindPeerResponse)(nil),       // 59: hydra.backend.v1.BindPeerResponse
+	nil,                            // 60: hydra.backend.v1.LoadRequest.OptionsEntry
+	nil,                            // 61: hydra.backend.v1.SamplerParams.LogitBiasEntry
 }
 var file_iface_proto_hydra_backend_v1_backend_proto_depIdxs = []int32{
 	0,  // 0: hydra.backend.v1.SlotCheckpointResponse.checkpoint:type_name -> hydra.backend.v1.Checkpoint
@@ -4648,7 +4923,7 @@ var file_iface_proto_hydra_backend_v1_backend_proto_depIdxs = []int32{
 	9,  // 4: hydra.backend.v1.BackendInfo.special:type_name -> hydra.backend.v1.SpecialTokens
 	7,  // 5: hydra.backend.v1.BackendInfo.checkpoints:type_name -> hydra.backend.v1.CheckpointStats
 	6,  // 6: hydra.backend.v1.BackendInfo.speculative:type_name -> hydra.backend.v1.SpeculativeStats
-	56, // 7: hydra.backend.v1.LoadRequest.options:type_name -> hydra.backend.v1.LoadRequest.OptionsEntry
+	60, // 7: hydra.backend.v1.LoadRequest.options:type_name -> hydra.backend.v1.LoadRequest.OptionsEntry
 	5,  // 8: hydra.backend.v1.LoadResponse.info:type_name -> hydra.backend.v1.BackendInfo
 	5,  // 9: hydra.backend.v1.InfoResponse.info:type_name -> hydra.backend.v1.BackendInfo
 	14, // 10: hydra.backend.v1.SlotResponse.slot:type_name -> hydra.backend.v1.SlotInfo
@@ -4656,7 +4931,7 @@ var file_iface_proto_hydra_backend_v1_backend_proto_depIdxs = []int32{
 	19, // 12: hydra.backend.v1.PrefillRequest.messages:type_name -> hydra.backend.v1.Message
 	22, // 13: hydra.backend.v1.PrefillRequest.tokenize:type_name -> hydra.backend.v1.TokenizeOptions
 	14, // 14: hydra.backend.v1.PrefillResponse.slot:type_name -> hydra.backend.v1.SlotInfo
-	57, // 15: hydra.backend.v1.SamplerParams.logit_bias:type_name -> hydra.backend.v1.SamplerParams.LogitBiasEntry
+	61, // 15: hydra.backend.v1.SamplerParams.logit_bias:type_name -> hydra.backend.v1.SamplerParams.LogitBiasEntry
 	25, // 16: hydra.backend.v1.DecodeRequest.sampler:type_name -> hydra.backend.v1.SamplerParams
 	21, // 17: hydra.backend.v1.DecodeRequest.prompt:type_name -> hydra.backend.v1.PrefillRequest
 	28, // 18: hydra.backend.v1.DecodeRequest.output:type_name -> hydra.backend.v1.Output
@@ -4676,45 +4951,50 @@ var file_iface_proto_hydra_backend_v1_backend_proto_depIdxs = []int32{
 	48, // 32: hydra.backend.v1.StatePutShmRequest.transfer:type_name -> hydra.backend.v1.ShmTransfer
 	52, // 33: hydra.backend.v1.EmbedRequest.inputs:type_name -> hydra.backend.v1.TokenList
 	54, // 34: hydra.backend.v1.EmbedResponse.embeddings:type_name -> hydra.backend.v1.Embedding
-	10, // 35: hydra.backend.v1.Backend.Load:input_type -> hydra.backend.v1.LoadRequest
-	12, // 36: hydra.backend.v1.Backend.Info:input_type -> hydra.backend.v1.InfoRequest
-	15, // 37: hydra.backend.v1.Backend.Slot:input_type -> hydra.backend.v1.SlotRequest
-	17, // 38: hydra.backend.v1.Backend.ClearSlot:input_type -> hydra.backend.v1.ClearSlotRequest
-	21, // 39: hydra.backend.v1.Backend.Prefill:input_type -> hydra.backend.v1.PrefillRequest
-	21, // 40: hydra.backend.v1.Backend.Tokenize:input_type -> hydra.backend.v1.PrefillRequest
-	26, // 41: hydra.backend.v1.Backend.Decode:input_type -> hydra.backend.v1.DecodeRequest
-	37, // 42: hydra.backend.v1.Backend.StateGet:input_type -> hydra.backend.v1.StateGetRequest
-	40, // 43: hydra.backend.v1.Backend.StatePut:input_type -> hydra.backend.v1.StatePutRequest
-	46, // 44: hydra.backend.v1.Backend.DataPlane:input_type -> hydra.backend.v1.DataPlaneRequest
-	49, // 45: hydra.backend.v1.Backend.StateGetShm:input_type -> hydra.backend.v1.StateGetShmRequest
-	51, // 46: hydra.backend.v1.Backend.StatePutShm:input_type -> hydra.backend.v1.StatePutShmRequest
-	42, // 47: hydra.backend.v1.Backend.SetExpertMode:input_type -> hydra.backend.v1.SetExpertModeRequest
-	44, // 48: hydra.backend.v1.Backend.SwapQuant:input_type -> hydra.backend.v1.SwapQuantRequest
-	53, // 49: hydra.backend.v1.Backend.Embed:input_type -> hydra.backend.v1.EmbedRequest
-	15, // 50: hydra.backend.v1.Backend.SlotCheckpoint:input_type -> hydra.backend.v1.SlotRequest
-	2,  // 51: hydra.backend.v1.Backend.PutCheckpoint:input_type -> hydra.backend.v1.PutCheckpointRequest
-	11, // 52: hydra.backend.v1.Backend.Load:output_type -> hydra.backend.v1.LoadResponse
-	13, // 53: hydra.backend.v1.Backend.Info:output_type -> hydra.backend.v1.InfoResponse
-	16, // 54: hydra.backend.v1.Backend.Slot:output_type -> hydra.backend.v1.SlotResponse
-	18, // 55: hydra.backend.v1.Backend.ClearSlot:output_type -> hydra.backend.v1.ClearSlotResponse
-	23, // 56: hydra.backend.v1.Backend.Prefill:output_type -> hydra.backend.v1.PrefillResponse
-	24, // 57: hydra.backend.v1.Backend.Tokenize:output_type -> hydra.backend.v1.TokenizeResponse
-	36, // 58: hydra.backend.v1.Backend.Decode:output_type -> hydra.backend.v1.DecodeResponse
-	38, // 59: hydra.backend.v1.Backend.StateGet:output_type -> hydra.backend.v1.StateGetResponse
-	41, // 60: hydra.backend.v1.Backend.StatePut:output_type -> hydra.backend.v1.StatePutResponse
-	47, // 61: hydra.backend.v1.Backend.DataPlane:output_type -> hydra.backend.v1.DataPlaneResponse
-	50, // 62: hydra.backend.v1.Backend.StateGetShm:output_type -> hydra.backend.v1.StateGetShmResponse
-	41, // 63: hydra.backend.v1.Backend.StatePutShm:output_type -> hydra.backend.v1.StatePutResponse
-	43, // 64: hydra.backend.v1.Backend.SetExpertMode:output_type -> hydra.backend.v1.SetExpertModeResponse
-	45, // 65: hydra.backend.v1.Backend.SwapQuant:output_type -> hydra.backend.v1.SwapQuantResponse
-	55, // 66: hydra.backend.v1.Backend.Embed:output_type -> hydra.backend.v1.EmbedResponse
-	1,  // 67: hydra.backend.v1.Backend.SlotCheckpoint:output_type -> hydra.backend.v1.SlotCheckpointResponse
-	3,  // 68: hydra.backend.v1.Backend.PutCheckpoint:output_type -> hydra.backend.v1.PutCheckpointResponse
-	52, // [52:69] is the sub-list for method output_type
-	35, // [35:52] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	58, // 35: hydra.backend.v1.WeightRegistry.weights:type_name -> hydra.backend.v1.LentWeight
+	10, // 36: hydra.backend.v1.Backend.Load:input_type -> hydra.backend.v1.LoadRequest
+	12, // 37: hydra.backend.v1.Backend.Info:input_type -> hydra.backend.v1.InfoRequest
+	15, // 38: hydra.backend.v1.Backend.Slot:input_type -> hydra.backend.v1.SlotRequest
+	17, // 39: hydra.backend.v1.Backend.ClearSlot:input_type -> hydra.backend.v1.ClearSlotRequest
+	21, // 40: hydra.backend.v1.Backend.Prefill:input_type -> hydra.backend.v1.PrefillRequest
+	21, // 41: hydra.backend.v1.Backend.Tokenize:input_type -> hydra.backend.v1.PrefillRequest
+	26, // 42: hydra.backend.v1.Backend.Decode:input_type -> hydra.backend.v1.DecodeRequest
+	37, // 43: hydra.backend.v1.Backend.StateGet:input_type -> hydra.backend.v1.StateGetRequest
+	40, // 44: hydra.backend.v1.Backend.StatePut:input_type -> hydra.backend.v1.StatePutRequest
+	46, // 45: hydra.backend.v1.Backend.DataPlane:input_type -> hydra.backend.v1.DataPlaneRequest
+	49, // 46: hydra.backend.v1.Backend.StateGetShm:input_type -> hydra.backend.v1.StateGetShmRequest
+	51, // 47: hydra.backend.v1.Backend.StatePutShm:input_type -> hydra.backend.v1.StatePutShmRequest
+	42, // 48: hydra.backend.v1.Backend.SetExpertMode:input_type -> hydra.backend.v1.SetExpertModeRequest
+	44, // 49: hydra.backend.v1.Backend.SwapQuant:input_type -> hydra.backend.v1.SwapQuantRequest
+	53, // 50: hydra.backend.v1.Backend.Embed:input_type -> hydra.backend.v1.EmbedRequest
+	15, // 51: hydra.backend.v1.Backend.SlotCheckpoint:input_type -> hydra.backend.v1.SlotRequest
+	2,  // 52: hydra.backend.v1.Backend.PutCheckpoint:input_type -> hydra.backend.v1.PutCheckpointRequest
+	56, // 53: hydra.backend.v1.Backend.LendWeights:input_type -> hydra.backend.v1.LendWeightsRequest
+	57, // 54: hydra.backend.v1.Backend.BindPeer:input_type -> hydra.backend.v1.WeightRegistry
+	11, // 55: hydra.backend.v1.Backend.Load:output_type -> hydra.backend.v1.LoadResponse
+	13, // 56: hydra.backend.v1.Backend.Info:output_type -> hydra.backend.v1.InfoResponse
+	16, // 57: hydra.backend.v1.Backend.Slot:output_type -> hydra.backend.v1.SlotResponse
+	18, // 58: hydra.backend.v1.Backend.ClearSlot:output_type -> hydra.backend.v1.ClearSlotResponse
+	23, // 59: hydra.backend.v1.Backend.Prefill:output_type -> hydra.backend.v1.PrefillResponse
+	24, // 60: hydra.backend.v1.Backend.Tokenize:output_type -> hydra.backend.v1.TokenizeResponse
+	36, // 61: hydra.backend.v1.Backend.Decode:output_type -> hydra.backend.v1.DecodeResponse
+	38, // 62: hydra.backend.v1.Backend.StateGet:output_type -> hydra.backend.v1.StateGetResponse
+	41, // 63: hydra.backend.v1.Backend.StatePut:output_type -> hydra.backend.v1.StatePutResponse
+	47, // 64: hydra.backend.v1.Backend.DataPlane:output_type -> hydra.backend.v1.DataPlaneResponse
+	50, // 65: hydra.backend.v1.Backend.StateGetShm:output_type -> hydra.backend.v1.StateGetShmResponse
+	41, // 66: hydra.backend.v1.Backend.StatePutShm:output_type -> hydra.backend.v1.StatePutResponse
+	43, // 67: hydra.backend.v1.Backend.SetExpertMode:output_type -> hydra.backend.v1.SetExpertModeResponse
+	45, // 68: hydra.backend.v1.Backend.SwapQuant:output_type -> hydra.backend.v1.SwapQuantResponse
+	55, // 69: hydra.backend.v1.Backend.Embed:output_type -> hydra.backend.v1.EmbedResponse
+	1,  // 70: hydra.backend.v1.Backend.SlotCheckpoint:output_type -> hydra.backend.v1.SlotCheckpointResponse
+	3,  // 71: hydra.backend.v1.Backend.PutCheckpoint:output_type -> hydra.backend.v1.PutCheckpointResponse
+	57, // 72: hydra.backend.v1.Backend.LendWeights:output_type -> hydra.backend.v1.WeightRegistry
+	59, // 73: hydra.backend.v1.Backend.BindPeer:output_type -> hydra.backend.v1.BindPeerResponse
+	55, // [55:74] is the sub-list for method output_type
+	36, // [36:55] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_iface_proto_hydra_backend_v1_backend_proto_init() }
@@ -4738,7 +5018,7 @@ func file_iface_proto_hydra_backend_v1_backend_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_iface_proto_hydra_backend_v1_backend_proto_rawDesc), len(file_iface_proto_hydra_backend_v1_backend_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   58,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -36,6 +36,8 @@ const (
 	Backend_Embed_FullMethodName          = "/hydra.backend.v1.Backend/Embed"
 	Backend_SlotCheckpoint_FullMethodName = "/hydra.backend.v1.Backend/SlotCheckpoint"
 	Backend_PutCheckpoint_FullMethodName  = "/hydra.backend.v1.Backend/PutCheckpoint"
+	Backend_LendWeights_FullMethodName    = "/hydra.backend.v1.Backend/LendWeights"
+	Backend_BindPeer_FullMethodName       = "/hydra.backend.v1.Backend/BindPeer"
 )
 
 // BackendClient is the client API for Backend service.
@@ -78,6 +80,12 @@ type BackendClient interface {
 	// answers Unimplemented.
 	SlotCheckpoint(ctx context.Context, in *SlotRequest, opts ...grpc.CallOption) (*SlotCheckpointResponse, error)
 	PutCheckpoint(ctx context.Context, in *PutCheckpointRequest, opts ...grpc.CallOption) (*PutCheckpointResponse, error)
+	// Combined mode across two engines of one host: LendWeights lists the
+	// weights a peer holds and where their bytes are; BindPeer makes a head's
+	// combined mode use them for the weights its pattern names. An older
+	// plugin answers Unimplemented.
+	LendWeights(ctx context.Context, in *LendWeightsRequest, opts ...grpc.CallOption) (*WeightRegistry, error)
+	BindPeer(ctx context.Context, in *WeightRegistry, opts ...grpc.CallOption) (*BindPeerResponse, error)
 }
 
 type backendClient struct {
@@ -279,6 +287,26 @@ func (c *backendClient) PutCheckpoint(ctx context.Context, in *PutCheckpointRequ
 	return out, nil
 }
 
+func (c *backendClient) LendWeights(ctx context.Context, in *LendWeightsRequest, opts ...grpc.CallOption) (*WeightRegistry, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WeightRegistry)
+	err := c.cc.Invoke(ctx, Backend_LendWeights_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *backendClient) BindPeer(ctx context.Context, in *WeightRegistry, opts ...grpc.CallOption) (*BindPeerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BindPeerResponse)
+	err := c.cc.Invoke(ctx, Backend_BindPeer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BackendServer is the server API for Backend service.
 // All implementations must embed UnimplementedBackendServer
 // for forward compatibility.
@@ -319,6 +347,12 @@ type BackendServer interface {
 	// answers Unimplemented.
 	SlotCheckpoint(context.Context, *SlotRequest) (*SlotCheckpointResponse, error)
 	PutCheckpoint(context.Context, *PutCheckpointRequest) (*PutCheckpointResponse, error)
+	// Combined mode across two engines of one host: LendWeights lists the
+	// weights a peer holds and where their bytes are; BindPeer makes a head's
+	// combined mode use them for the weights its pattern names. An older
+	// plugin answers Unimplemented.
+	LendWeights(context.Context, *LendWeightsRequest) (*WeightRegistry, error)
+	BindPeer(context.Context, *WeightRegistry) (*BindPeerResponse, error)
 	mustEmbedUnimplementedBackendServer()
 }
 
@@ -379,6 +413,12 @@ func (UnimplementedBackendServer) SlotCheckpoint(context.Context, *SlotRequest) 
 }
 func (UnimplementedBackendServer) PutCheckpoint(context.Context, *PutCheckpointRequest) (*PutCheckpointResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method PutCheckpoint not implemented")
+}
+func (UnimplementedBackendServer) LendWeights(context.Context, *LendWeightsRequest) (*WeightRegistry, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method LendWeights not implemented")
+}
+func (UnimplementedBackendServer) BindPeer(context.Context, *WeightRegistry) (*BindPeerResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method BindPeer not implemented")
 }
 func (UnimplementedBackendServer) mustEmbedUnimplementedBackendServer() {}
 func (UnimplementedBackendServer) testEmbeddedByValue()                 {}
@@ -682,6 +722,42 @@ func _Backend_PutCheckpoint_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Backend_LendWeights_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LendWeightsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackendServer).LendWeights(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Backend_LendWeights_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackendServer).LendWeights(ctx, req.(*LendWeightsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Backend_BindPeer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WeightRegistry)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackendServer).BindPeer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Backend_BindPeer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackendServer).BindPeer(ctx, req.(*WeightRegistry))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Backend_ServiceDesc is the grpc.ServiceDesc for Backend service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -744,6 +820,14 @@ var Backend_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PutCheckpoint",
 			Handler:    _Backend_PutCheckpoint_Handler,
+		},
+		{
+			MethodName: "LendWeights",
+			Handler:    _Backend_LendWeights_Handler,
+		},
+		{
+			MethodName: "BindPeer",
+			Handler:    _Backend_BindPeer_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
