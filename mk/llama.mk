@@ -154,11 +154,14 @@ vet-llama: llama-libs
 	$(LLAMA_ENV) $(GO) vet $(LLAMA_GOFLAGS) $(LLAMA_PKGS) ./tests/
 
 # The plugin's tests on real llama.cpp (CPU; the restore tests run with K/V
-# blocks held and streamed), then the end-to-end ones (tests/llama_test.go:
-# engine + plugin processes over real sockets).
+# blocks held and streamed) and, beside them, the end-to-end ones
+# (tests/llama_test.go: engine + plugin processes over real sockets), whose
+# output follows; either failing fails the target.
 test-llama: vet-llama
-	$(LLAMA_ENV) $(GO) test $(LLAMA_GOFLAGS) -count=1 -timeout 10m $(LLAMA_PKGS)
-	$(LLAMA_ENV) $(GO) test $(LLAMA_GOFLAGS) -count=1 -timeout 10m -run '^TestLlama' ./tests/
+	@mkdir -p build; log=build/test-llama-e2e.log; \
+	$(LLAMA_ENV) $(GO) test $(LLAMA_GOFLAGS) -count=1 -timeout 10m -run '^TestLlama' ./tests/ >$$log 2>&1 & e2e=$$!; \
+	$(LLAMA_ENV) $(GO) test $(LLAMA_GOFLAGS) -count=1 -timeout 10m $(LLAMA_PKGS); rc=$$?; \
+	wait $$e2e || rc=1; cat $$log; exit $$rc
 
 # STATE_GET/STATE_PUT throughput of the plugin on CPU (a 32 MiB state).
 bench-llama: llama-libs
