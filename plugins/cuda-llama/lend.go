@@ -48,8 +48,31 @@ func (x *swapper) boundTo() string {
 
 // lendWeights is what this engine lends now: every weight, and for those
 // in host memory mapped from a file, the file and offset. The generation
-// is a digest of it all, so it changes exactly when a weight does.
+// is a digest of it all, so it changes exactly when a weight does. It is
+// read once after each move of the weights, so that a lender's polls do not
+// take the context lock from the scheduler's steps.
 func (e *engine) lendWeights() (iface.WeightRegistry, error) {
+	x := e.swap
+	x.mu.Lock()
+	lent, moves := x.lent, x.moves
+	x.mu.Unlock()
+	if lent != nil {
+		return *lent, nil
+	}
+	reg, err := e.readLent()
+	if err != nil {
+		return reg, err
+	}
+	x.mu.Lock()
+	if x.moves == moves {
+		x.lent = &reg
+	}
+	x.mu.Unlock()
+	return reg, nil
+}
+
+// readLent reads what lendWeights lends.
+func (e *engine) readLent() (iface.WeightRegistry, error) {
 	x := e.swap
 	maps, err := ownMappings()
 	if err != nil {

@@ -57,8 +57,10 @@ type swapper struct {
 type state struct {
 	active   string // ActiveQuant: the keys whose weights are in use, joined by "+"
 	identity iface.ModelIdentity
-	mode     string  // "solo" or "combined"
-	bound    string  // the peer engine's generation the pattern's weights are bound to (lend.go); "" none
+	mode     string // "solo" or "combined"
+	bound    string // the peer engine's generation the pattern's weights are bound to (lend.go); "" none
+	moves    int    // applies so far: what is lent is read again after one
+	lent     *iface.WeightRegistry
 	last     applied // the last apply's figures
 }
 
@@ -263,6 +265,8 @@ func (x *swapper) refresh() {
 		id.Hash = hex.EncodeToString(mix.Sum(nil))
 	}
 	x.mu.Lock()
+	x.moves++
+	x.lent = nil
 	x.active, x.identity = strings.Join(active, "+"), id
 	x.mode = map[bool]string{false: "solo", true: "combined"}[peer || x.bound != ""]
 	x.mu.Unlock()
