@@ -29,20 +29,30 @@ type peering struct {
 	wanted bool       // the last SET_EXPERT_MODE asked for combined
 	bound  string     // the peer's generation the backend is bound to; "" solo
 
-	wmu sync.Mutex // guards why alone, so that INFO never waits for a bind
-	why string     // why combined is not active, when it was asked for and is not
+	wmu     sync.Mutex // guards why and weights alone, so that INFO never waits for a bind
+	why     string     // why combined is not active, when it was asked for and is not
+	weights int        // weights bound to the peer's
 }
 
 func (p *peering) setWhy(why string) {
 	p.wmu.Lock()
 	p.why = why
+	if why != "" {
+		p.weights = 0
+	}
 	p.wmu.Unlock()
 }
 
-func (p *peering) whyNow() string {
+func (p *peering) setBound(weights int) {
+	p.wmu.Lock()
+	p.why, p.weights = "", weights
+	p.wmu.Unlock()
+}
+
+func (p *peering) whyNow() (string, int) {
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
-	return p.why
+	return p.why, p.weights
 }
 
 // LendOn serves what this engine's backend lends to heads connecting on
@@ -100,7 +110,7 @@ func (s *Server) setPeerMode(ctx context.Context, mode string) (active string, e
 		active, err = b.SetExpertMode(ctx, "solo")
 		if err == nil {
 			p.wanted, p.bound = false, ""
-			p.setWhy("")
+			p.setBound(0)
 		}
 		return active, err
 	}
@@ -136,7 +146,7 @@ func (s *Server) bindLocked(ctx context.Context, b iface.Backend, reg iface.Weig
 		return res.Mode
 	}
 	p.bound = reg.Generation
-	p.setWhy("")
+	p.setBound(res.Bound)
 	s.log.Info("combined mode: bound to the peer's weights", "peer", p.link.Load().Addr(), "generation", reg.Generation, "weights", res.Bound)
 	return "combined"
 }
@@ -209,6 +219,7 @@ type peerView struct {
 	connected bool
 	following bool
 	gen, why  string
+	bound     int // weights bound to the peer's
 }
 
 func (s *Server) peerView(info iface.BackendInfo) peerView {
@@ -219,7 +230,8 @@ func (s *Server) peerView(info iface.BackendInfo) peerView {
 	}
 	if link := p.link.Load(); link != nil {
 		st := link.State()
-		v.following, v.addr, v.connected, v.reachable, v.why = true, link.Addr(), st.Connected, st.Registry != nil, p.whyNow()
+		v.why, v.bound = p.whyNow()
+		v.following, v.addr, v.connected, v.reachable = true, link.Addr(), st.Connected, st.Registry != nil
 		if st.Registry != nil {
 			v.gen = st.Registry.Generation
 		} else if v.why == "" {
@@ -235,8 +247,25 @@ func (v peerView) add(m *transport.Meta) {
 		m.Add("lent_to_heads", v.heads)
 	}
 	if v.following {
-		m.Add("peer_connected", v.connected).Add("peer_generation", v.gen).Add("combined_reason", v.why)
+		m.Add("peer_connected", v.connected).Add("peer_generation", v.gen).Add("combined_reason", v.why).Add("combined_bound_weights", v.bound)
 	}
+}
+
+// CombinedStatus is combined mode between engines as /metrics shows it.
+type CombinedStatus struct {
+	Lending   bool // this engine lends its weights
+	Heads     int  // heads following it
+	Following bool // this engine is a head of a peer engine
+	Connected bool // the link to the peer is up
+	PeerLends bool // the peer lends weights now
+	Bound     int  // weights bound to the peer's
+}
+
+// Combined is combined mode between engines now.
+func (s *Server) Combined() CombinedStatus {
+	v := s.peerView(iface.BackendInfo{})
+	return CombinedStatus{Lending: v.lending, Heads: v.heads, Following: v.following, Connected: v.connected,
+		PeerLends: v.following && v.reachable, Bound: v.bound}
 }
 
 // peerHead reports whether this engine follows a peer.

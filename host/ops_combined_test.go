@@ -136,7 +136,14 @@ func TestCombinedBetweenEngines(t *testing.T) {
 	if st != transport.StatusOK || string(meta) != `{"success":true,"mode":"combined","peer_connected":true}` {
 		t.Fatalf("SET_EXPERT_MODE combined: %v %s", st, meta)
 	}
+	if st := head.Combined(); !st.Following || !st.Connected || !st.PeerLends || st.Bound != 1 || st.Lending {
+		t.Fatalf("the head's status: %+v", st)
+	}
+	if st := peer.Combined(); !st.Lending || st.Heads != 1 || st.Following {
+		t.Fatalf("the peer's status: %+v", st)
+	}
 	if m := infoMeta(t, head); m["mode"] != "combined" || m["peer_generation"] != "g1" || m["peer_addr"] != ln.Addr().String() ||
+		m["combined_bound_weights"] != float64(1) ||
 		!strings.Contains(strings.Join(toStrings(m["capabilities"]), ","), "combined") {
 		t.Fatalf("the head's INFO: %v", m)
 	}

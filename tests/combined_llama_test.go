@@ -99,7 +99,7 @@ func TestLlamaCombinedEngines(t *testing.T) {
 		return startEngine(t, append(append(slices.Clone(common), "--model", model, "--lend-weights", lend), extra...)...)
 	}
 	peer := startPeer(peerFile, "--backend-opt", "quant.q8="+q8)
-	head := startEngine(t, append(slices.Clone(common), "--model", f16, "--combined-peer", lend)...)
+	head, headHTTP := startHTTPEngine(t, append(slices.Clone(common), "--model", f16, "--combined-peer", lend)...)
 	pc, hc := client(t, peer.tcp), client(t, head.tcp)
 
 	const prompt, n = "Lend me your experts.", 12
@@ -124,6 +124,15 @@ func TestLlamaCombinedEngines(t *testing.T) {
 	}
 	if !strings.Contains(head.logs.String(), "combined mode: bound to the peer engine's weights") {
 		t.Fatalf("no bind in the head's log\n%s", head.logs)
+	}
+	if m, _ := mustOK(t, hc, transport.OpInfo, "", nil); m["combined_bound_weights"] != float64(12) || m["combined_reason"] != "" {
+		t.Fatalf("the head's INFO when bound: %v", m)
+	}
+	_, metrics, _ := httpDo(t, "GET", headHTTP+"/metrics", "")
+	for _, want := range []string{"hydra_engine_combined_bound_weights 12\n", "hydra_engine_combined_peer_connected 1\n", "hydra_engine_combined_peer_lends 1\n"} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("the head's /metrics lacks %q", want)
+		}
 	}
 
 	// The peer swaps its experts to q8: the head binds them again.

@@ -77,6 +77,7 @@ type metrics struct {
 	llama                                                                       llamaCompat
 	cache                                                                       promptCacheDescs
 	ckpt                                                                        checkpointDescs
+	combined                                                                    combinedDescs
 	spec                                                                        specDescs
 }
 
@@ -206,10 +207,11 @@ func newMetrics(s *host.Server) *metrics {
 			"Of those, the draft tokens accepted (draft_n_accepted).", nil, nil),
 		queue: prometheus.NewDesc(metricQueue,
 			"HTTP completions waiting for a slot.", nil, nil),
-		llama: newLlamaCompat(),
-		cache: newPromptCacheDescs(),
-		ckpt:  newCheckpointDescs(),
-		spec:  newSpecDescs(),
+		llama:    newLlamaCompat(),
+		cache:    newPromptCacheDescs(),
+		ckpt:     newCheckpointDescs(),
+		combined: newCombinedDescs(),
+		spec:     newSpecDescs(),
 	}
 	m.reg.MustRegister(m, m.transferSeconds, m.transferBytes, m.tokensPerSecond, m.httpRequests, m.queueSeconds, m.ttft, m.interToken,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -264,6 +266,9 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range m.spec.descs() {
 		ch <- d
 	}
+	for _, d := range m.combined.descs() {
+		ch <- d
+	}
 }
 
 // Collect reads the running totals at scrape time.
@@ -289,6 +294,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	m.collectLimits(ch)
 	m.collectLlama(ch, prefill, decode, busy)
 	m.collectBackend(ch)
+	m.collectCombined(ch)
 	_, info := s.Backend()
 	ch <- prometheus.MustNewConstMetric(m.info, prometheus.GaugeValue, 1,
 		s.Config().Version, info.Name, info.Version, info.Model.Alias, info.Model.Hash)
