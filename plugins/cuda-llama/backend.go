@@ -193,6 +193,9 @@ func (b *Backend) Load(ctx context.Context, req iface.LoadRequest) (iface.Backen
 
 	gpuDev, gpuName := b.loadGPU(opts)
 	nGPU := b.gpuLayers(opts.NGPULayers, gpuDev != nil)
+	if note := fitMoELayers(path, &opts.PlacementOptions); note != "" {
+		b.log.Info(note)
+	}
 	mdl, err := loadSupportedModel(path, opts, nGPU)
 	if err == nil && opts.KVSplit && mdl.composite() != "" {
 		b.log.Warn("kv_unified=false is not supported for this model's state yet: its slots share one pool of n_ctx cells",

@@ -16,9 +16,6 @@ import (
 // with p's overrides; an override llama.cpp cannot use is a bad request,
 // and a load llama.cpp refuses is llama.ErrLoad.
 func loadWeights(path string, mp llama.ModelParams, p llamaopt.PlacementOptions) (llama.Model, error) {
-	if err := checkMoELayers(path, p.NCPUMoE); err != nil {
-		return llama.Model{}, err
-	}
 	for _, r := range p.Rules() {
 		mp.Overrides = append(mp.Overrides, llama.Override{Pattern: r.Pattern, Device: r.Device})
 	}
@@ -29,16 +26,21 @@ func loadWeights(path string, mp llama.ModelParams, p llamaopt.PlacementOptions)
 	return m, err
 }
 
-// checkMoELayers refuses n_cpu_moe beyond the model's layers before the
-// model loads (its metadata is read in milliseconds; a load takes minutes).
-func checkMoELayers(path string, nCPUMoE int) error {
-	if nCPUMoE == 0 {
-		return nil
+// fitMoELayers makes n_cpu_moe beyond the model's blocks name every block,
+// as llama-server applies it (its rules for blocks the model lacks match
+// nothing), and says so; the metadata is read in milliseconds.
+func fitMoELayers(path string, p *llamaopt.PlacementOptions) (note string) {
+	if p.NCPUMoE == 0 {
+		return ""
 	}
-	if n := llama.GGUFBlockCount(path); n >= 0 && int64(nCPUMoE) > n {
-		return fmt.Errorf("%w: option %s=%d: the model has %d layers", iface.ErrBadRequest, llamaopt.OptNCPUMoE, nCPUMoE, n)
+	n := llama.GGUFBlockCount(path)
+	if n < 0 || int64(p.NCPUMoE) <= n {
+		return ""
 	}
-	return nil
+	note = fmt.Sprintf("option %s=%d: the model has %d blocks: every block's expert weights stay in host memory, as llama-server applies it",
+		llamaopt.OptNCPUMoE, p.NCPUMoE, n)
+	p.NCPUMoE = int(n)
+	return note
 }
 
 // tensorPlacement is where a loaded model's weight is: the buffer holding

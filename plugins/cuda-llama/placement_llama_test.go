@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -218,16 +219,28 @@ func TestPlacementErrors(t *testing.T) {
 	}{
 		{map[string]string{llamaopt.OptOverrideTensor: `output\.weight=NPU7`}, `device "NPU7" is not one ggml has here; known: CPU`},
 		{map[string]string{llamaopt.OptOverrideTensor: `blk\.(0=CPU`}, `pattern "blk\.(0" is not a regular expression llama.cpp can use`},
-		{map[string]string{llamaopt.OptNCPUMoE: "5"}, fmt.Sprintf("option n_cpu_moe=5: the model has %d layers", gguf.TinyMoE().Layers)},
 	} {
 		_, _, err := loadLogged(t, model, tc.opts)
 		if !errors.Is(err, iface.ErrBadRequest) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want ErrBadRequest mentioning %q", tc.opts, err, tc.want)
 		}
 	}
-	// The layer count is the model's: n_cpu_moe may name every layer.
-	if _, _, err := loadLogged(t, model, map[string]string{llamaopt.OptNCPUMoE: fmt.Sprint(gguf.TinyMoE().Layers)}); err != nil {
-		t.Errorf("n_cpu_moe = the layer count: %v", err)
+	// n_cpu_moe beyond the model's blocks names every block, as
+	// llama-server applies it, and says so.
+	for _, n := range []int{gguf.TinyMoE().Layers, gguf.TinyMoE().Layers + 4} {
+		b, logs, err := loadLogged(t, model, map[string]string{llamaopt.OptNCPUMoE: fmt.Sprint(n)})
+		if err != nil {
+			t.Fatalf("n_cpu_moe = %d: %v", n, err)
+		}
+		for _, tp := range placements(b.eng.Load().model.m, nil) {
+			if regexp.MustCompile(`ffn_(up|down|gate)_exps`).MatchString(tp.name) && tp.memory != "CPU" {
+				t.Errorf("n_cpu_moe = %d: %s in %s", n, tp.name, tp.memory)
+			}
+		}
+		note := fmt.Sprintf("option n_cpu_moe=%d: the model has %d blocks: every block's expert weights stay in host memory", n, gguf.TinyMoE().Layers)
+		if strings.Contains(logs.String(), note) != (n > gguf.TinyMoE().Layers) {
+			t.Errorf("n_cpu_moe = %d: the note %q in the log: %v", n, note, strings.Contains(logs.String(), note))
+		}
 	}
 }
 
