@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -68,11 +69,12 @@ func waitInfo(t *testing.T, c *transport.Client, what string, ok func(map[string
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		m, _ := mustOK(t, c, transport.OpInfo, "", nil)
-		if ok(m) {
+		// INFO is an error while the backend is down (a plugin restarting).
+		if st, m, _ := call(t, c, transport.OpInfo, "", nil); st == transport.StatusOK && ok(m) {
 			return m
 		}
 		if time.Now().After(deadline) {
+			_, m, _ := call(t, c, transport.OpInfo, "", nil)
 			t.Fatalf("INFO never showed %s: %v", what, m)
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -231,6 +233,23 @@ func TestLlamaCombinedEngines(t *testing.T) {
 	}
 	if !overlapped {
 		t.Fatal("the decode ended before the switch was answered: the switch waited for it")
+	}
+
+	// The head's plugin dies: the plugin the supervisor starts again is
+	// bound again, unasked.
+	kids, err := enginetest.Children(head.e.Pid())
+	if err != nil || len(kids) != 1 {
+		t.Fatalf("the head's plugin: %v %v", kids, err)
+	}
+	if err := syscall.Kill(kids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitInfo(t, hc, "a new plugin bound again", func(m map[string]any) bool {
+		now, _ := enginetest.Children(head.e.Pid())
+		return len(now) == 1 && now[0] != kids[0] && m["mode"] == "combined" && m["combined_bound_weights"] == float64(12)
+	})
+	if got := greedy(t, hc, prompt, n); !slices.Equal(got, solo) {
+		t.Fatalf("bound again after the plugin's restart %v, solo %v", got, solo)
 	}
 	_ = peer
 }
