@@ -144,7 +144,7 @@ func (e *engine) bindPeer(reg iface.WeightRegistry) iface.ExpertModeResult {
 	// names and shapes, each weight where the peer says it is.
 	srcs := map[string]int{}
 	for _, path := range slices.Sorted(maps.Keys(byFile)) {
-		src, err := x.peerSource(path)
+		src, err := e.peerSource(path)
 		if err != nil {
 			return solo("the peer's file %s: %s", path, err)
 		}
@@ -167,24 +167,35 @@ func (e *engine) bindPeer(reg iface.WeightRegistry) iface.ExpertModeResult {
 
 // bindSources points each file's weights at that file, between two of the
 // scheduler's steps (busy slots decode on, with the peer's weights from
-// their next step), and records the generation bound.
+// their next step), and records the generation bound. All or nothing: a
+// file that fails puts the weights of the files bound before it back on
+// this engine's own (each apply is itself all or nothing).
 func (e *engine) bindSources(byFile map[string][]int32, srcs map[string]int, gen string) (int, error) {
 	x := e.swap
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	bound := 0
+	var done []int32
 	for path, ids := range byFile {
 		clearLlamaError()
 		if _, err := x.sw.Apply(e.ctx.binding(), ids, srcs[path], placeHome); err != nil {
-			return 0, fmt.Errorf("binding to %s: %s%s", path, err, lastLlamaError())
+			err = fmt.Errorf("binding to %s: %s%s", path, err, lastLlamaError())
+			if len(done) > 0 && x.boundTo() == "" {
+				slices.Sort(done)
+				clearLlamaError()
+				if _, uerr := x.sw.Apply(e.ctx.binding(), done, 0, placeHome); uerr != nil {
+					err = fmt.Errorf("%w; and putting back the weights bound before it: %s%s", err, uerr, lastLlamaError())
+				}
+				x.refresh()
+			}
+			return 0, err
 		}
-		bound += len(ids)
+		done = append(done, ids...)
 	}
 	x.mu.Lock()
 	x.bound = gen
 	x.mu.Unlock()
 	x.refresh()
-	return bound, nil
+	return len(done), nil
 }
 
 // unbindPeer puts the pattern's weights back on this engine's own copies.
@@ -213,8 +224,12 @@ func (e *engine) unbindPeer() error {
 
 // peerSource is the source index of a peer engine's file, added as a donor
 // on first use (kept: binding again after the peer's swap or restart finds
-// it) with an identity of its path, size and time.
-func (x *swapper) peerSource(path string) (int, error) {
+// it) with an identity of its path, size and time. The donor's metadata is
+// read before the context lock is taken; the sources grow under it, as
+// applies and swaps read them there, and under the swapper's lock, as Info
+// reads the keys there.
+func (e *engine) peerSource(path string) (int, error) {
+	x := e.swap
 	key := peerKeyPrefix + path
 	if src := x.source(key); src >= 0 {
 		return src, nil
@@ -223,11 +238,20 @@ func (x *swapper) peerSource(path string) (int, error) {
 	if err != nil {
 		return -1, err
 	}
-	if err := x.addDonor(path, x.nGPU, x.placement); err != nil {
+	donor, err := loadDonor(path, x.nGPU, x.placement)
+	if err != nil {
 		return -1, err
 	}
-	x.keys = append(x.keys, key)
+	defer donor.Free()
 	sum := sha256.Sum256(fmt.Appendf(nil, "hydra peer file\n%s\n%d\n%d\n", path, st.Size(), st.ModTime().UnixNano()))
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := x.takeDonor(donor, path); err != nil {
+		return -1, err
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.keys = append(x.keys, key)
 	x.ids = append(x.ids, iface.ModelIdentity{Hash: hex.EncodeToString(sum[:]), Alias: x.ids[0].Alias})
 	return len(x.keys) - 1, nil
 }

@@ -172,3 +172,30 @@ func TestBindPeerRefusals(t *testing.T) {
 		t.Fatal("refused while bound, the head computes otherwise than with its own weights")
 	}
 }
+
+// TestBindPeerBesideInfo: a first bind adds the peer's file as a source
+// while Info reads the sources (go test -race sees them shared).
+func TestBindPeerBesideInfo(t *testing.T) {
+	opts := map[string]string{llamaopt.OptNCtx: "512"}
+	peer := load(t, swapModel(t, gguf.WeightF16, "", 0), 1, opts)
+	head := load(t, swapModel(t, gguf.WeightF16, "", 0), 1, opts)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				info(t, head)
+			}
+		}
+	}()
+	res, err := head.BindPeer(context.Background(), lend(t, peer))
+	close(stop)
+	<-done
+	if err != nil || res.Mode != "combined" {
+		t.Fatalf("BindPeer: %+v %v", res, err)
+	}
+}

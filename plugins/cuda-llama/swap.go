@@ -100,15 +100,27 @@ func newSwapper(ctx context.Context, mdl *model, lc *lctx, path string, opts lla
 // no_alloc, which needs mmap off) and checks it against them. The donor
 // model is freed: the swapper keeps where each weight goes and its file.
 func (x *swapper) addDonor(path string, nGPU int, p llamaopt.PlacementOptions) error {
-	clearLlamaError()
-	donor, err := loadWeights(path, llama.ModelParams{GPULayers: nGPU, NoAlloc: true}, p)
-	if errors.Is(err, llama.ErrLoad) {
-		return fmt.Errorf("llama.cpp could not read %s%s", path, lastLlamaError())
-	}
+	donor, err := loadDonor(path, nGPU, p)
 	if err != nil {
 		return err
 	}
 	defer donor.Free()
+	return x.takeDonor(donor, path)
+}
+
+// loadDonor loads a donor's metadata, nothing allocated.
+func loadDonor(path string, nGPU int, p llamaopt.PlacementOptions) (llama.Model, error) {
+	clearLlamaError()
+	donor, err := loadWeights(path, llama.ModelParams{GPULayers: nGPU, NoAlloc: true}, p)
+	if errors.Is(err, llama.ErrLoad) {
+		return llama.Model{}, fmt.Errorf("llama.cpp could not read %s%s", path, lastLlamaError())
+	}
+	return donor, err
+}
+
+// takeDonor checks a loaded donor against the model and adds its file as
+// the next source.
+func (x *swapper) takeDonor(donor llama.Model, path string) error {
 	if err := x.sw.AddDonor(donor, path); err != nil {
 		return fmt.Errorf("not the loaded model in another quantisation: %s", err)
 	}
