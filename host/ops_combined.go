@@ -49,6 +49,13 @@ func (p *peering) setBound(weights int) {
 	p.wmu.Unlock()
 }
 
+// unbound records that the backend is bound to no generation, and why
+// combined is not active. Callers hold mu.
+func (p *peering) unbound(why string) {
+	p.bound = ""
+	p.setWhy(why)
+}
+
 func (p *peering) whyNow() (string, int) {
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
@@ -134,14 +141,12 @@ func (s *Server) bindLocked(ctx context.Context, b iface.Backend, reg iface.Weig
 		if errors.Is(err, iface.ErrNotImplemented) {
 			why = "this engine's backend cannot bind a peer's weights: " + err.Error()
 		}
-		p.bound = ""
-		p.setWhy(why)
+		p.unbound(why)
 		s.log.Warn("combined mode stays off: " + why)
 		return s.soloNow(ctx, b)
 	case res.Mode != "combined":
 		why := cmp.Or(res.Reason, "the backend stayed "+res.Mode)
-		p.bound = ""
-		p.setWhy(why)
+		p.unbound(why)
 		s.log.Warn("combined mode stays off: "+why, "peer", p.link.Load().Addr(), "generation", reg.Generation)
 		return res.Mode
 	}
@@ -178,8 +183,7 @@ func (s *Server) peerChanged(st combined.State) {
 	switch {
 	case st.Registry == nil && p.bound != "":
 		why := "the peer lends nothing now: " + st.Why
-		p.bound = ""
-		p.setWhy(why)
+		p.unbound(why)
 		s.log.Warn("combined mode off until the peer lends again: " + why)
 		mode = s.soloNow(ctx, b)
 	case st.Registry == nil:
@@ -210,62 +214,57 @@ func (s *Server) rebindPeer() {
 	go s.peerChanged(link.State())
 }
 
-// peerView is what INFO says of combined mode between engines.
-type peerView struct {
-	lending   bool   // this engine lends its weights (a peer)
-	heads     int    // heads following it
-	addr      string // the peer followed (a head), else the backend's peer device
-	reachable bool   // the peer lends weights now
-	connected bool
-	following bool
-	gen, why  string
-	bound     int // weights bound to the peer's
-}
-
-func (s *Server) peerView(info iface.BackendInfo) peerView {
-	p := &s.peer
-	v := peerView{addr: info.PeerDevice, reachable: info.PeerReachable}
-	if lender := p.lender.Load(); lender != nil {
-		v.lending, v.heads = true, lender.Heads()
-	}
-	if link := p.link.Load(); link != nil {
-		st := link.State()
-		v.why, v.bound = p.whyNow()
-		v.following, v.addr, v.connected, v.reachable = true, link.Addr(), st.Connected, st.Registry != nil
-		if st.Registry != nil {
-			v.gen = st.Registry.Generation
-		} else if v.why == "" {
-			v.why = st.Why
-		}
-	}
-	return v
-}
-
-// add adds the fields beyond the reference engine's.
-func (v peerView) add(m *transport.Meta) {
-	if v.lending {
-		m.Add("lent_to_heads", v.heads)
-	}
-	if v.following {
-		m.Add("peer_connected", v.connected).Add("peer_generation", v.gen).Add("combined_reason", v.why).Add("combined_bound_weights", v.bound)
-	}
-}
-
-// CombinedStatus is combined mode between engines as /metrics shows it.
+// CombinedStatus is combined mode between engines now, as INFO and
+// /metrics show it.
 type CombinedStatus struct {
-	Lending   bool // this engine lends its weights
-	Heads     int  // heads following it
-	Following bool // this engine is a head of a peer engine
-	Connected bool // the link to the peer is up
-	PeerLends bool // the peer lends weights now
-	Bound     int  // weights bound to the peer's
+	Lending    bool   // this engine lends its weights
+	Heads      int    // heads following it
+	Following  bool   // this engine is a head of a peer engine
+	Addr       string // the peer engine followed
+	Connected  bool   // the link to the peer is up
+	PeerLends  bool   // the peer lends weights now
+	Generation string // of what the peer lends; "" while it lends nothing
+	Why        string // why combined is not active, when it was asked for and is not
+	Bound      int    // weights bound to the peer's
 }
 
 // Combined is combined mode between engines now.
 func (s *Server) Combined() CombinedStatus {
-	v := s.peerView(iface.BackendInfo{})
-	return CombinedStatus{Lending: v.lending, Heads: v.heads, Following: v.following, Connected: v.connected,
-		PeerLends: v.following && v.reachable, Bound: v.bound}
+	p := &s.peer
+	var c CombinedStatus
+	if lender := p.lender.Load(); lender != nil {
+		c.Lending, c.Heads = true, lender.Heads()
+	}
+	if link := p.link.Load(); link != nil {
+		st := link.State()
+		c.Why, c.Bound = p.whyNow()
+		c.Following, c.Addr, c.Connected, c.PeerLends = true, link.Addr(), st.Connected, st.Registry != nil
+		if st.Registry != nil {
+			c.Generation = st.Registry.Generation
+		} else if c.Why == "" {
+			c.Why = st.Why
+		}
+	}
+	return c
+}
+
+// peer is INFO's peer_addr and peer_reachable: the peer engine followed,
+// else the backend's peer device.
+func (c CombinedStatus) peer(info iface.BackendInfo) (addr string, reachable bool) {
+	if c.Following {
+		return c.Addr, c.PeerLends
+	}
+	return info.PeerDevice, info.PeerReachable
+}
+
+// add adds INFO's fields beyond the reference engine's.
+func (c CombinedStatus) add(m *transport.Meta) {
+	if c.Lending {
+		m.Add("lent_to_heads", c.Heads)
+	}
+	if c.Following {
+		m.Add("peer_connected", c.Connected).Add("peer_generation", c.Generation).Add("combined_reason", c.Why).Add("combined_bound_weights", c.Bound)
+	}
 }
 
 // peerHead reports whether this engine follows a peer.

@@ -74,10 +74,11 @@ func (s *Server) handleInfo(req *request, rp *replier) error {
 		return down(err)
 	}
 	mode := s.expertMode(info)
-	pv := s.peerView(info)
-	m := transport.NewMeta().Add("engine", "hydra-engine").Add("version", s.cfg.Version).Add("capabilities", capabilities(info, pv)).
-		Add("preset_aliases", []string{}).Add("solo_active", mode == "solo").Add("rpc_backend_active", pv.lending).
-		Add("mode", mode).Add("peer_addr", pv.addr).Add("peer_reachable", pv.reachable).
+	cs := s.Combined()
+	peerAddr, peerReachable := cs.peer(info)
+	m := transport.NewMeta().Add("engine", "hydra-engine").Add("version", s.cfg.Version).Add("capabilities", capabilities(info, peerReachable)).
+		Add("preset_aliases", []string{}).Add("solo_active", mode == "solo").Add("rpc_backend_active", cs.Lending).
+		Add("mode", mode).Add("peer_addr", peerAddr).Add("peer_reachable", peerReachable).
 		Add("layer_split", info.LayerSplit).Add("combined_head_attached", mode == "combined").Add("pipeline_capable", false).
 		Add("split_mode", info.SplitMode).Add("quant_keys", append([]string{}, info.Quants...)).Add("active_quant", info.ActiveQuant).
 		Add("backend", info.Name).Add("backend_version", info.Version).Add("n_slots", info.NSlots).
@@ -87,7 +88,7 @@ func (s *Server) handleInfo(req *request, rp *replier) error {
 	m.Add("n_ctx_slot", info.SlotCtx()).Add("kv_unified", info.KVUnified).Add("kv_cells_used", used).
 		Add("kv_cells_free", free).Add("sampler", s.tun.Sampler())
 	addCheckpoints(m, now.Checkpoints)
-	pv.add(m)
+	cs.add(m)
 	return rp.replyMeta(transport.StatusOK, m, nil)
 }
 
@@ -167,11 +168,11 @@ func (s *Server) handleSetExpertMode(req *request, rp *replier) error {
 	s.tun.setExpertMode(active)
 	s.refreshInfo(b)
 	reply := transport.NewMeta().Add("success", true).Add("mode", active)
-	if pv := s.peerView(iface.BackendInfo{}); pv.following {
+	if cs := s.Combined(); cs.Following {
 		// The coordinator reads peer_connected false as a refusal.
-		reply.Add("peer_connected", pv.connected && active == "combined")
+		reply.Add("peer_connected", cs.Connected && active == "combined")
 		if active != mode {
-			reply.Add("reason", pv.why)
+			reply.Add("reason", cs.Why)
 		}
 	}
 	return rp.replyMeta(transport.StatusOK, reply, nil)
@@ -180,13 +181,13 @@ func (s *Server) handleSetExpertMode(req *request, rp *replier) error {
 // capabilities are INFO's: the engine's (state_shm: STATE_EXPORT and
 // STATE_IMPORT on its Unix sockets), the backend's own, and those its
 // info implies (quant_swap with quantisations to swap to, combined with a
-// peer device), each once.
-func capabilities(info iface.BackendInfo, pv peerView) []string {
+// peer, a device or an engine, that can be had), each once.
+func capabilities(info iface.BackendInfo, peerReachable bool) []string {
 	caps := []string{"prefill", "decode", "state_transfer", "expert_mode", "model_hash"}
 	if handoffCapability != "" {
 		caps = append(caps, handoffCapability)
 	}
-	for _, c := range append(slices.Clone(info.Capabilities), implied(info, pv)...) {
+	for _, c := range append(slices.Clone(info.Capabilities), implied(info, peerReachable)...) {
 		if !slices.Contains(caps, c) {
 			caps = append(caps, c)
 		}
@@ -195,12 +196,12 @@ func capabilities(info iface.BackendInfo, pv peerView) []string {
 }
 
 // implied are the capabilities the backend's info shows it has.
-func implied(info iface.BackendInfo, pv peerView) []string {
+func implied(info iface.BackendInfo, peerReachable bool) []string {
 	var caps []string
 	if len(info.Quants) > 0 {
 		caps = append(caps, "quant_swap")
 	}
-	if pv.reachable {
+	if peerReachable {
 		caps = append(caps, "combined")
 	}
 	return caps

@@ -106,21 +106,23 @@ func (l *Lender) serveConn(c net.Conn) {
 	l.count(+1)
 	defer l.count(-1)
 	log.Info("combined: a head is following this engine's weights")
-	var last []byte
+	last := ""
 	for {
 		l.mu.Lock()
 		changed := l.changed
 		l.mu.Unlock()
-		line := l.message(ctx)
-		if string(line) != string(last) {
+		// A registry is told by its generation: encoded only when it
+		// changed, not at every poll.
+		m := l.message(ctx)
+		if key := m.key(); key != last {
 			c.SetWriteDeadline(time.Now().Add(10 * time.Second))
-			if _, err := c.Write(line); err != nil {
+			if _, err := c.Write(m.line()); err != nil {
 				if ctx.Err() == nil {
 					log.Warn("combined: writing to the head", "error", err)
 				}
 				return
 			}
-			last = line
+			last = key
 		}
 		select {
 		case <-ctx.Done():
@@ -138,25 +140,18 @@ func (l *Lender) count(d int) {
 	l.mu.Unlock()
 }
 
-// message is what is lent now, as a line.
-func (l *Lender) message(ctx context.Context) []byte {
+// message is what is lent now.
+func (l *Lender) message(ctx context.Context) Message {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	var m Message
 	reg, err := l.lend(ctx)
 	if err == nil {
 		err = reg.Check()
 	}
 	if err != nil {
-		m.Error = "this engine lends no weights: " + err.Error()
-	} else {
-		m.Registry = &reg
+		return Message{Error: "this engine lends no weights: " + err.Error()}
 	}
-	line, err := m.encode()
-	if err != nil {
-		line, _ = Message{Error: err.Error()}.encode()
-	}
-	return line
+	return Message{Registry: &reg}
 }
 
 func readHello(c net.Conn) error {

@@ -47,6 +47,25 @@ func (m Message) encode() ([]byte, error) {
 	return append(b, '\n'), nil
 }
 
+// key tells two messages apart: a registry by its generation, which
+// changes whenever any of its weights does.
+func (m Message) key() string {
+	if m.Registry != nil {
+		return "registry " + m.Registry.Generation
+	}
+	return "error " + m.Error
+}
+
+// line is the message as one line, or the reason it cannot be sent as an
+// error line.
+func (m Message) line() []byte {
+	b, err := m.encode()
+	if err != nil {
+		b, _ = Message{Error: err.Error()}.encode()
+	}
+	return b
+}
+
 // readMessage reads one line and checks it: exactly one of registry and
 // error, the registry within iface's bounds.
 func readMessage(r *bufio.Reader) (Message, error) {
