@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net"
 
@@ -8,6 +9,7 @@ import (
 
 	"github.com/hydra-engine/hydra-engine/host"
 	"github.com/hydra-engine/hydra-engine/host/combined"
+	"github.com/hydra-engine/hydra-engine/transport"
 )
 
 // checkCombinedAddrs checks --lend-weights and --combined-peer: HOST:PORT
@@ -18,7 +20,13 @@ func checkCombinedAddrs(lend, peer string) error {
 		if err := peerAddress(lend); err != nil {
 			return fmt.Errorf("lend_weights %q: %w", lend, err)
 		}
-		if !loopbackHost(lend) {
+		ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
+		loopback, err := transport.HostLoopbackOnly(ctx, lend)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("lend_weights %q: %w", lend, err)
+		}
+		if !loopback {
 			return fmt.Errorf("lend_weights %q: want a loopback address (127.0.0.1:PORT, [::1]:PORT or localhost:PORT): the weights are lent to engines of this host only", lend)
 		}
 	}
@@ -31,18 +39,6 @@ func checkCombinedAddrs(lend, peer string) error {
 		}
 	}
 	return nil
-}
-
-func loopbackHost(addr string) bool {
-	h, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if h == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(h)
-	return ip != nil && ip.IsLoopback()
 }
 
 // listenLend opens the lending port before the model loads, so that a
