@@ -163,8 +163,11 @@ func (x *swapper) describe(base iface.ModelIdentity) error {
 func (x *swapper) info(base iface.BackendInfo) iface.BackendInfo {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if quants := x.quantKeys(); len(quants) > 1 || x.bound != "" {
+	quants := x.quantKeys()
+	if len(quants) > 1 {
 		base.Quants = quants
+	}
+	if len(quants) > 1 || x.bound != "" { // weights from a peer's file make another model
 		base.ActiveQuant = x.active
 		base.Model = x.identity
 	}
